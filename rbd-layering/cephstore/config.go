@@ -1,0 +1,65 @@
+// Package cephstore implements layering.Backend on a real Ceph cluster with
+// go-ceph (librados + librbd). It needs cgo and the Ceph libraries; build
+// with the Ceph release tag (`-tags pacific` for Ceph 16). Build with
+// `-tags no_ceph` to leave it out.
+package cephstore
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+)
+
+// Config says how to reach the cluster and which pool to use.
+type Config struct {
+	// Conf is the path of ceph.conf (mon addresses). Required.
+	Conf string
+	// Keyring is the path of the client keyring. Empty: the conf's.
+	Keyring string
+	// ID is the cephx user without "client." (default "admin").
+	ID string
+	// Pool is the RBD pool (default "fogdeploy").
+	Pool string
+	// Timeout bounds connecting and each monitor or OSD operation, so a
+	// cluster that is down gives an error instead of a hang (default 10s).
+	Timeout time.Duration
+}
+
+// CatalogObject is the RADOS object whose omap holds environment names.
+const CatalogObject = "fogdeploy.catalog"
+
+// WithDefaults fills unset fields.
+func (c Config) WithDefaults() Config {
+	if c.ID == "" {
+		c.ID = "admin"
+	}
+	if c.Pool == "" {
+		c.Pool = "fogdeploy"
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 10 * time.Second
+	}
+	return c
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Conf == "" {
+		errs = append(errs, errors.New("ceph conf: no path given: pass --ceph-conf, set FOGDEPLOY_CEPH_CONF, or run `make dev-up`"))
+	} else if _, err := os.Stat(c.Conf); err != nil {
+		errs = append(errs, fmt.Errorf("ceph conf %s: %w: run `make dev-up` for a local cluster or pass --ceph-conf", c.Conf, err))
+	}
+	if c.Keyring != "" {
+		if st, err := os.Stat(c.Keyring); err != nil {
+			errs = append(errs, fmt.Errorf("ceph keyring %s: %w: pass --ceph-keyring or set FOGDEPLOY_CEPH_KEYRING", c.Keyring, err))
+		} else if st.Mode().Perm()&0o077 != 0 {
+			errs = append(errs, fmt.Errorf("ceph keyring %s is readable by group or others (mode %04o): run `chmod 600 %s`", c.Keyring, st.Mode().Perm(), c.Keyring))
+		}
+	}
+	if c.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("ceph timeout %s is negative: use a positive duration such as 10s", c.Timeout))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,506 @@
+//go:build !no_ceph
+
+package cephstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ceph/go-ceph/rados"
+	"github.com/ceph/go-ceph/rbd"
+
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+)
+
+// Store is a layering.Backend on one RBD pool.
+type Store struct {
+	cfg   Config
+	conn  *rados.Conn
+	ioctx *rados.IOContext
+}
+
+var _ layering.Backend = (*Store)(nil)
+
+// Open connects to the cluster and opens the pool. It returns an error
+// wrapping layering.ErrUnavailable within cfg.Timeout when the cluster does
+// not answer.
+//
+// Implements: rados_create2, rados_conf_read_file, rados_connect,
+// rados_ioctx_create.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", layering.ErrInvalid, err)
+	}
+	conn, err := rados.NewConnWithUser(cfg.ID)
+	if err != nil {
+		return nil, fmt.Errorf("ceph: new connection: %w", err)
+	}
+	if err := conn.ReadConfigFile(cfg.Conf); err != nil {
+		return nil, fmt.Errorf("ceph: read %s: %w", cfg.Conf, err)
+	}
+	secs := strconv.Itoa(int(cfg.Timeout.Seconds() + 0.5))
+	opts := map[string]string{
+		"client_mount_timeout": secs,
+		"rados_mon_op_timeout": secs,
+		"rados_osd_op_timeout": secs,
+		"log_to_stderr":        "false",
+		"err_to_stderr":        "false",
+	}
+	if cfg.Keyring != "" {
+		opts["keyring"] = cfg.Keyring
+	}
+	for k, v := range opts {
+		if err := conn.SetConfigOption(k, v); err != nil {
+			return nil, fmt.Errorf("ceph: set %s: %w", k, err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- conn.Connect() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		go func() { <-done; conn.Shutdown() }()
+		return nil, fmt.Errorf("ceph: connect via %s: %w (%w)", cfg.Conf, layering.ErrUnavailable, ctx.Err())
+	}
+	if err != nil {
+		return nil, layering.WithHint(
+			fmt.Errorf("ceph: connect via %s as client.%s: %w (ceph: %w)", cfg.Conf, cfg.ID, layering.ErrUnavailable, err),
+			"is the cluster up? `ceph -c "+cfg.Conf+" -s`; for the local one run `make dev-up`")
+	}
+	ioctx, err := conn.OpenIOContext(cfg.Pool)
+	if err != nil {
+		conn.Shutdown()
+		return nil, layering.WithHint(fmt.Errorf("ceph: open pool %q: %w (ceph: %w)", cfg.Pool, layering.ErrNotFound, err),
+			"create it with `ceph osd pool create "+cfg.Pool+" && rbd pool init "+cfg.Pool+"` or pass --ceph-pool")
+	}
+	return &Store{cfg: cfg, conn: conn, ioctx: ioctx}, nil
+}
+
+// Pool returns the pool name.
+func (s *Store) Pool() string { return s.cfg.Pool }
+
+// Close implements layering.Store.
+func (s *Store) Close() error {
+	s.ioctx.Destroy()
+	s.conn.Shutdown()
+	return nil
+}
+
+type errnoer interface{ ErrorCode() int }
+
+// errno returns the negative errno carried by a go-ceph error, or 0.
+func errno(err error) int {
+	var e errnoer
+	if errors.As(err, &e) {
+		return e.ErrorCode()
+	}
+	return 0
+}
+
+const (
+	eNOENT    = -2
+	eBUSY     = -16
+	eEXIST    = -17
+	eINVAL    = -22
+	eNOTEMPTY = -39
+	eTIMEDOUT = -110
+)
+
+// wrap maps a go-ceph error onto a layering sentinel and keeps both.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var sentinel error
+	switch errno(err) {
+	case eNOENT:
+		sentinel = layering.ErrNotFound
+	case eEXIST:
+		sentinel = layering.ErrExists
+	case eBUSY:
+		sentinel = layering.ErrBusy
+	case eNOTEMPTY:
+		sentinel = layering.ErrHasChildren
+	case eINVAL:
+		sentinel = layering.ErrInvalid
+	case eTIMEDOUT:
+		sentinel = layering.ErrUnavailable
+	}
+	if errors.Is(err, rbd.ErrNotFound) {
+		sentinel = layering.ErrNotFound
+	}
+	if sentinel == nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return fmt.Errorf("%s: %w (ceph: %w)", op, sentinel, err)
+}
+
+// Create implements layering.Store.
+//
+// Implements: rbd_create4.
+func (s *Store) Create(ctx context.Context, name string, size int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if size <= 0 {
+		return fmt.Errorf("create %q: size %d: %w", name, size, layering.ErrInvalid)
+	}
+	opts := rbd.NewRbdImageOptions()
+	defer opts.Destroy()
+	return wrap("create "+name, rbd.CreateImage(s.ioctx, name, uint64(size), opts))
+}
+
+// Write implements layering.Store.
+//
+// Implements: rbd_open, rbd_write2, rbd_flush.
+func (s *Store) Write(ctx context.Context, name string, src io.ReaderAt, size int64) error {
+	img, err := rbd.OpenImage(s.ioctx, name, rbd.NoSnapshot)
+	if err != nil {
+		return wrap("open "+name, err)
+	}
+	defer img.Close()
+	if _, err := layering.CopySparse(ctx, img, src, size); err != nil {
+		return wrap("write "+name, err)
+	}
+	return wrap("flush "+name, img.Flush())
+}
+
+// ReadAt implements layering.Store.
+//
+// Implements: rbd_open_read_only, rbd_read2.
+func (s *Store) ReadAt(ctx context.Context, name string, p []byte, off int64) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	img, snap := name, rbd.NoSnapshot
+	if ref, err := layering.ParseSnapRef(name); err == nil {
+		img, snap = ref.Image, ref.Snap
+	}
+	h, err := rbd.OpenImageReadOnly(s.ioctx, img, snap)
+	if err != nil {
+		return 0, wrap("read "+name, err)
+	}
+	defer h.Close()
+	n, err := h.ReadAt(p, off)
+	if err != nil && err != io.EOF {
+		return n, wrap("read "+name, err)
+	}
+	return n, err
+}
+
+// Stat implements layering.Store.
+//
+// Implements: rbd_get_size, rbd_get_parent, rbd_snap_list,
+// rbd_snap_is_protected, rbd_metadata_list, rbd_diff_iterate2.
+func (s *Store) Stat(ctx context.Context, name string) (layering.ImageInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return layering.ImageInfo{}, err
+	}
+	img, err := rbd.OpenImageReadOnly(s.ioctx, name, rbd.NoSnapshot)
+	if err != nil {
+		return layering.ImageInfo{}, wrap("stat "+name, err)
+	}
+	defer img.Close()
+	info := layering.ImageInfo{Name: name}
+	size, err := img.GetSize()
+	if err != nil {
+		return info, wrap("stat "+name, err)
+	}
+	info.Size = int64(size)
+	if p, err := img.GetParent(); err == nil {
+		info.Parent = &layering.SnapRef{Image: p.Image.ImageName, Snap: p.Snap.SnapName}
+	} else if errno(err) != eNOENT {
+		return info, wrap("parent of "+name, err)
+	}
+	snaps, err := img.GetSnapshotNames()
+	if err != nil {
+		return info, wrap("snapshots of "+name, err)
+	}
+	for _, sn := range snaps {
+		prot, _ := img.GetSnapshot(sn.Name).IsProtected()
+		info.Snapshots = append(info.Snapshots, layering.SnapInfo{Name: sn.Name, Protected: prot})
+	}
+	if md, err := img.ListMetadata(); err == nil {
+		info.Meta = md
+	}
+	if ts, err := img.GetCreateTimestamp(); err == nil {
+		info.Created = time.Unix(ts.Sec, ts.Nsec)
+	}
+	var used uint64
+	err = img.DiffIterate(rbd.DiffIterateConfig{
+		Offset:        0,
+		Length:        size,
+		IncludeParent: rbd.ExcludeParent,
+		WholeObject:   rbd.EnableWholeObject,
+		Callback: func(_, length uint64, exists int, _ interface{}) int {
+			if exists != 0 {
+				used += length
+			}
+			return 0
+		},
+	})
+	if err != nil {
+		return info, wrap("used bytes of "+name, err)
+	}
+	info.Used = int64(used)
+	return info, nil
+}
+
+// List implements layering.Store.
+//
+// Implements: rbd_list2.
+func (s *Store) List(ctx context.Context) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	names, err := rbd.GetImageNames(s.ioctx)
+	if err != nil {
+		return nil, wrap("list pool "+s.cfg.Pool, err)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// Snapshot implements layering.Store.
+//
+// Implements: rbd_snap_create, rbd_snap_protect.
+func (s *Store) Snapshot(ctx context.Context, ref layering.SnapRef) (err error) {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if ref.Snap == "" {
+		return fmt.Errorf("snapshot %s: empty name: %w", ref, layering.ErrInvalid)
+	}
+	img, err := rbd.OpenImage(s.ioctx, ref.Image, rbd.NoSnapshot)
+	if err != nil {
+		return wrap("snapshot "+ref.String(), err)
+	}
+	defer img.Close()
+	snap, err := img.CreateSnapshot(ref.Snap)
+	if err != nil {
+		return wrap("snapshot "+ref.String(), err)
+	}
+	if err := snap.Protect(); err != nil {
+		_ = snap.Remove()
+		return wrap("protect "+ref.String(), err)
+	}
+	return nil
+}
+
+// Clone implements layering.Store.
+//
+// Implements: rbd_clone3.
+func (s *Store) Clone(ctx context.Context, parent layering.SnapRef, child string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	opts := rbd.NewRbdImageOptions()
+	defer opts.Destroy()
+	if err := opts.SetUint64(rbd.ImageOptionFeatures, rbd.FeatureLayering|rbd.FeatureExclusiveLock|rbd.FeatureObjectMap|rbd.FeatureFastDiff|rbd.FeatureDeepFlatten); err != nil {
+		return err
+	}
+	err := rbd.CloneImage(s.ioctx, parent.Image, parent.Snap, s.ioctx, child, opts)
+	return wrap(fmt.Sprintf("clone %s to %s", parent, child), err)
+}
+
+// Children implements layering.Store.
+//
+// Implements: rbd_list_children3.
+func (s *Store) Children(ctx context.Context, parent layering.SnapRef) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	img, err := rbd.OpenImageReadOnly(s.ioctx, parent.Image, parent.Snap)
+	if err != nil {
+		return nil, wrap("children of "+parent.String(), err)
+	}
+	defer img.Close()
+	_, names, err := img.ListChildren()
+	if err != nil {
+		return nil, wrap("children of "+parent.String(), err)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// Flatten implements layering.Store.
+//
+// Implements: rbd_flatten.
+func (s *Store) Flatten(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	img, err := rbd.OpenImage(s.ioctx, name, rbd.NoSnapshot)
+	if err != nil {
+		return wrap("flatten "+name, err)
+	}
+	defer img.Close()
+	return wrap("flatten "+name, img.Flatten())
+}
+
+// RemoveSnapshot implements layering.Store.
+//
+// Implements: rbd_snap_unprotect, rbd_snap_remove.
+func (s *Store) RemoveSnapshot(ctx context.Context, ref layering.SnapRef) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	kids, err := s.Children(ctx, ref)
+	if err != nil {
+		return err
+	}
+	if len(kids) > 0 {
+		return fmt.Errorf("snapshot %s has clones %s: %w", ref, strings.Join(kids, ", "), layering.ErrHasChildren)
+	}
+	img, err := rbd.OpenImage(s.ioctx, ref.Image, rbd.NoSnapshot)
+	if err != nil {
+		return wrap("remove snapshot "+ref.String(), err)
+	}
+	defer img.Close()
+	snap := img.GetSnapshot(ref.Snap)
+	if prot, err := snap.IsProtected(); err != nil {
+		return wrap("remove snapshot "+ref.String(), err)
+	} else if prot {
+		if err := snap.Unprotect(); err != nil {
+			return wrap("unprotect "+ref.String(), err)
+		}
+	}
+	return wrap("remove snapshot "+ref.String(), snap.Remove())
+}
+
+// Remove implements layering.Store.
+//
+// Implements: rbd_snap_list, rbd_snap_unprotect, rbd_snap_remove, rbd_remove.
+func (s *Store) Remove(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	info, err := s.Stat(ctx, name)
+	if err != nil {
+		return err
+	}
+	for _, sn := range info.Snapshots {
+		ref := layering.SnapRef{Image: name, Snap: sn.Name}
+		kids, err := s.Children(ctx, ref)
+		if err != nil {
+			return err
+		}
+		if len(kids) > 0 {
+			return layering.WithHint(
+				fmt.Errorf("remove %s: snapshot %s has clones %s: %w", name, ref, strings.Join(kids, ", "), layering.ErrHasChildren),
+				"remove the clones first, or flatten them")
+		}
+	}
+	if err := s.checkWatchers(name); err != nil {
+		return err
+	}
+	for _, sn := range info.Snapshots {
+		if err := s.RemoveSnapshot(ctx, layering.SnapRef{Image: name, Snap: sn.Name}); err != nil {
+			return err
+		}
+	}
+	err = rbd.RemoveImage(s.ioctx, name)
+	if errno(err) == eBUSY {
+		return layering.WithHint(fmt.Errorf("remove %s: image still has watchers: %w (ceph: %w)", name, layering.ErrBusy, err),
+			"it is mapped on a node: undeploy or unmap it first")
+	}
+	return wrap("remove "+name, err)
+}
+
+// checkWatchers refuses while another client (a mapping) watches the image.
+//
+// Implements: rbd_watchers_list.
+func (s *Store) checkWatchers(name string) error {
+	img, err := rbd.OpenImageReadOnly(s.ioctx, name, rbd.NoSnapshot)
+	if err != nil {
+		return wrap("watchers of "+name, err)
+	}
+	defer img.Close()
+	ws, err := img.ListWatchers()
+	if err != nil {
+		return wrap("watchers of "+name, err)
+	}
+	if len(ws) > 0 {
+		addrs := make([]string, 0, len(ws))
+		for _, w := range ws {
+			addrs = append(addrs, w.Addr)
+		}
+		return layering.WithHint(fmt.Errorf("remove %s: mapped by %s: %w", name, strings.Join(addrs, ", "), layering.ErrBusy),
+			"it is mapped on a node: undeploy or unmap it first")
+	}
+	return nil
+}
+
+// SetMeta implements layering.Store.
+//
+// Implements: rbd_metadata_set, rbd_metadata_remove.
+func (s *Store) SetMeta(ctx context.Context, name, key, value string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	img, err := rbd.OpenImage(s.ioctx, name, rbd.NoSnapshot)
+	if err != nil {
+		return wrap("set metadata on "+name, err)
+	}
+	defer img.Close()
+	if value == "" {
+		err = img.RemoveMetadata(key)
+		if errno(err) == eNOENT {
+			err = nil
+		}
+		return wrap("remove metadata "+key+" of "+name, err)
+	}
+	return wrap("set metadata "+key+" on "+name, img.SetMetadata(key, value))
+}
+
+// Tag implements layering.Catalog.
+//
+// Implements: rados_read_op_omap_get_vals_by_keys2 (via GetOmapValues).
+func (s *Store) Tag(ctx context.Context, name string) ([]byte, error) {
+	vals, err := s.ioctx.GetOmapValues(CatalogObject, "", name, 64)
+	if err != nil && errno(err) != eNOENT {
+		return nil, wrap("catalog", err)
+	}
+	v, ok := vals[name]
+	if !ok {
+		return nil, fmt.Errorf("environment %q: %w", name, layering.ErrNotFound)
+	}
+	return v, nil
+}
+
+// SetTag implements layering.Catalog.
+//
+// Implements: rados_write_op_omap_set2.
+func (s *Store) SetTag(ctx context.Context, name string, record []byte) error {
+	return wrap("catalog set "+name, s.ioctx.SetOmap(CatalogObject, map[string][]byte{name: record}))
+}
+
+// Tags implements layering.Catalog.
+func (s *Store) Tags(ctx context.Context) (map[string][]byte, error) {
+	vals, err := s.ioctx.GetAllOmapValues(CatalogObject, "", "", 256)
+	if err != nil {
+		if errno(err) == eNOENT {
+			return map[string][]byte{}, nil
+		}
+		return nil, wrap("catalog", err)
+	}
+	return vals, nil
+}
+
+// DeleteTag implements layering.Catalog.
+//
+// Implements: rados_write_op_omap_rm_keys2.
+func (s *Store) DeleteTag(ctx context.Context, name string) error {
+	err := s.ioctx.RmOmapKeys(CatalogObject, []string{name})
+	if errno(err) == eNOENT {
+		return nil
+	}
+	return wrap("catalog delete "+name, err)
+}

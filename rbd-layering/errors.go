@@ -1,0 +1,50 @@
+package layering
+
+import "errors"
+
+// Sentinel errors. Implementations wrap them together with the underlying
+// library error, so both errors.Is(err, ErrNotFound) and errno checks work.
+var (
+	// ErrNotFound: the image, snapshot or environment does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrExists: an image, snapshot or environment of that name exists.
+	ErrExists = errors.New("already exists")
+	// ErrHasChildren: a snapshot still has clones.
+	ErrHasChildren = errors.New("has children")
+	// ErrBusy: the image is mapped or open elsewhere (RBD watchers).
+	ErrBusy = errors.New("in use")
+	// ErrInvalid: an argument failed validation.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrTooDeep: the clone chain is past the hard depth limit.
+	ErrTooDeep = errors.New("clone chain too deep")
+	// ErrUnavailable: the cluster could not be reached in time.
+	ErrUnavailable = errors.New("storage unavailable")
+	// ErrBuildStep: a build step failed.
+	ErrBuildStep = errors.New("build step failed")
+)
+
+// HintError carries a one-line hint for the user next to the error.
+type HintError struct {
+	Err  error
+	Hint string
+}
+
+func (e *HintError) Error() string { return e.Err.Error() }
+func (e *HintError) Unwrap() error { return e.Err }
+
+// WithHint wraps err with a hint. A nil err stays nil.
+func WithHint(err error, hint string) error {
+	if err == nil {
+		return nil
+	}
+	return &HintError{Err: err, Hint: hint}
+}
+
+// Hint returns the first hint found in err's chain, or "".
+func Hint(err error) string {
+	var h *HintError
+	if errors.As(err, &h) {
+		return h.Hint
+	}
+	return ""
+}

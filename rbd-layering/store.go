@@ -1,0 +1,114 @@
+package layering
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// SealedSnap is the name of the protected snapshot that seals every layer
+// and environment image.
+const SealedSnap = "sealed"
+
+// SnapRef names a snapshot of an image.
+type SnapRef struct {
+	Image string `json:"image"`
+	Snap  string `json:"snap"`
+}
+
+// String returns "image@snap", the notation of the rbd CLI.
+func (r SnapRef) String() string { return r.Image + "@" + r.Snap }
+
+// IsZero reports whether r names nothing.
+func (r SnapRef) IsZero() bool { return r.Image == "" && r.Snap == "" }
+
+// ParseSnapRef parses "image@snap".
+func ParseSnapRef(s string) (SnapRef, error) {
+	img, snap, ok := strings.Cut(s, "@")
+	if !ok || img == "" || snap == "" {
+		return SnapRef{}, fmt.Errorf("snapshot %q: want IMAGE@SNAP: %w", s, ErrInvalid)
+	}
+	return SnapRef{Image: img, Snap: snap}, nil
+}
+
+// SnapInfo describes one snapshot of an image.
+type SnapInfo struct {
+	Name      string `json:"name"`
+	Protected bool   `json:"protected"`
+}
+
+// ImageInfo describes an image.
+type ImageInfo struct {
+	Name string `json:"name"`
+	// Size is the provisioned size in bytes.
+	Size int64 `json:"size"`
+	// Used is the number of bytes this image has written itself, not
+	// counting what it shares with its parent.
+	Used int64 `json:"used"`
+	// Parent is the snapshot this image was cloned from, or nil.
+	Parent    *SnapRef          `json:"parent,omitempty"`
+	Snapshots []SnapInfo        `json:"snapshots,omitempty"`
+	Meta      map[string]string `json:"meta,omitempty"`
+	Created   time.Time         `json:"created"`
+}
+
+// Store manages images, snapshots and clones in one pool.
+//
+// Implementations: the go-ceph store (package cephstore) and a file-backed
+// fake for unit tests (package fakestore). Both pass storetest.RunSuite.
+// Every method returns errors that wrap the sentinels of this package.
+type Store interface {
+	// Create makes an empty image of size bytes. ErrExists if it exists.
+	Create(ctx context.Context, name string, size int64) error
+	// Write copies size bytes of src into the image from offset 0,
+	// skipping blocks that are all zero.
+	Write(ctx context.Context, name string, src io.ReaderAt, size int64) error
+	// ReadAt reads len(p) bytes of an image (or of a snapshot, when name is
+	// "image@snap") at off.
+	ReadAt(ctx context.Context, name string, p []byte, off int64) (int, error)
+	// Stat describes an image. ErrNotFound if it does not exist.
+	Stat(ctx context.Context, name string) (ImageInfo, error)
+	// List returns the names of every image in the pool, sorted.
+	List(ctx context.Context) ([]string, error)
+	// Snapshot creates and protects a snapshot.
+	Snapshot(ctx context.Context, ref SnapRef) error
+	// Clone makes child a copy-on-write clone of the protected snapshot parent.
+	Clone(ctx context.Context, parent SnapRef, child string) error
+	// Children lists the images cloned from a snapshot, sorted.
+	Children(ctx context.Context, parent SnapRef) ([]string, error)
+	// Flatten copies every block the image shares with its parent into the
+	// image and detaches it from the parent.
+	Flatten(ctx context.Context, name string) error
+	// RemoveSnapshot unprotects and removes a snapshot.
+	// ErrHasChildren while clones of it exist.
+	RemoveSnapshot(ctx context.Context, ref SnapRef) error
+	// Remove deletes an image and its snapshots. ErrHasChildren while a
+	// snapshot has clones, ErrBusy while the image is mapped or open.
+	Remove(ctx context.Context, name string) error
+	// SetMeta sets a metadata key on an image (an empty value deletes it).
+	SetMeta(ctx context.Context, name, key, value string) error
+	// Close releases the connection.
+	Close() error
+}
+
+// Catalog maps environment names to records. The go-ceph implementation
+// keeps it in the omap of one RADOS object of the pool, so that every node
+// of a PoP sees the same names.
+type Catalog interface {
+	// Tag returns the record of a name. ErrNotFound if absent.
+	Tag(ctx context.Context, name string) ([]byte, error)
+	// SetTag creates or replaces a record.
+	SetTag(ctx context.Context, name string, record []byte) error
+	// Tags returns every record by name.
+	Tags(ctx context.Context) (map[string][]byte, error)
+	// DeleteTag removes a name; no error if absent.
+	DeleteTag(ctx context.Context, name string) error
+}
+
+// Backend is a Store with its Catalog, as the environment manager needs.
+type Backend interface {
+	Store
+	Catalog
+}

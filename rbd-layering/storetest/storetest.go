@@ -1,0 +1,283 @@
+// Package storetest is the behaviour suite that every layering.Backend must
+// pass: the file-backed fake in every `go test`, and the go-ceph store
+// against a real cluster whenever one is reachable.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+)
+
+// NewBackend returns a backend for one test. Images it creates are removed
+// by the suite; the constructor registers its own cleanup with t.
+type NewBackend func(t *testing.T) layering.Backend
+
+const mib = 1 << 20
+
+// RunSuite runs every behaviour test against backends made by newB.
+func RunSuite(t *testing.T, newB NewBackend) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, b layering.Backend, p string)
+	}{
+		{"CreateStatList", testCreateStatList},
+		{"WriteReadSparse", testWriteRead},
+		{"SnapshotCloneCopyOnWrite", testCopyOnWrite},
+		{"ChildrenAndRemoveRefusal", testChildren},
+		{"Flatten", testFlatten},
+		{"Metadata", testMeta},
+		{"Catalog", testCatalog},
+		{"Errors", testErrors},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newB(t)
+			prefix := fmt.Sprintf("fdtest-%08x-", rand.Uint32())
+			t.Cleanup(func() { cleanup(t, b, prefix) })
+			tc.fn(t, b, prefix)
+		})
+	}
+}
+
+// cleanup removes every image of the test, children first.
+func cleanup(t *testing.T, b layering.Backend, prefix string) {
+	ctx := context.Background()
+	for range 5 {
+		names, err := b.List(ctx)
+		if err != nil {
+			t.Logf("cleanup: %v", err)
+			return
+		}
+		left := 0
+		for _, n := range names {
+			if len(n) >= len(prefix) && n[:len(prefix)] == prefix {
+				if err := b.Remove(ctx, n); err != nil {
+					left++
+				}
+			}
+		}
+		if left == 0 {
+			return
+		}
+	}
+	t.Errorf("cleanup: images with prefix %s left behind", prefix)
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func read(t *testing.T, b layering.Backend, name string, off int64, n int) []byte {
+	t.Helper()
+	p := make([]byte, n)
+	if _, err := b.ReadAt(context.Background(), name, p, off); err != nil {
+		t.Fatalf("read %s: %v", name, err)
+	}
+	return p
+}
+
+func testCreateStatList(t *testing.T, b layering.Backend, p string) {
+	ctx := context.Background()
+	must(t, b.Create(ctx, p+"a", 16*mib))
+	info, err := b.Stat(ctx, p+"a")
+	must(t, err)
+	if info.Size != 16*mib || info.Parent != nil || len(info.Snapshots) != 0 || info.Used != 0 {
+		t.Fatalf("stat of a new image = %+v, want size 16 MiB, no parent, no snapshots, 0 used", info)
+	}
+	names, err := b.List(ctx)
+	must(t, err)
+	if !contains(names, p+"a") {
+		t.Fatalf("List() = %v, missing %s", names, p+"a")
+	}
+	if err := b.Create(ctx, p+"a", mib); !errors.Is(err, layering.ErrExists) {
+		t.Fatalf("second Create = %v, want ErrExists", err)
+	}
+	must(t, b.Remove(ctx, p+"a"))
+	names, _ = b.List(ctx)
+	if contains(names, p+"a") {
+		t.Fatalf("image still listed after Remove")
+	}
+}
+
+func testWriteRead(t *testing.T, b layering.Backend, p string) {
+	ctx := context.Background()
+	must(t, b.Create(ctx, p+"w", 8*mib))
+	src := make([]byte, 8*mib)
+	copy(src[3*mib:], bytes.Repeat([]byte("fog"), 1000))
+	must(t, b.Write(ctx, p+"w", bytes.NewReader(src), int64(len(src))))
+	if got := read(t, b, p+"w", 3*mib, 3000); !bytes.Equal(got, src[3*mib:3*mib+3000]) {
+		t.Fatalf("read back differs")
+	}
+	info, err := b.Stat(ctx, p+"w")
+	must(t, err)
+	if info.Used < 3000 || info.Used > 4*mib {
+		t.Fatalf("Used = %d after writing one 1 MiB chunk, want between 3000 B and 4 MiB (zero chunks are skipped)", info.Used)
+	}
+}
+
+func testCopyOnWrite(t *testing.T, b layering.Backend, p string) {
+	ctx := context.Background()
+	must(t, b.Create(ctx, p+"base", 4*mib))
+	must(t, b.Write(ctx, p+"base", bytes.NewReader(bytes.Repeat([]byte{'A'}, mib)), mib))
+	ref := layering.SnapRef{Image: p + "base", Snap: layering.SealedSnap}
+	must(t, b.Snapshot(ctx, ref))
+	info, err := b.Stat(ctx, p+"base")
+	must(t, err)
+	if len(info.Snapshots) != 1 || !info.Snapshots[0].Protected || info.Snapshots[0].Name != ref.Snap {
+		t.Fatalf("snapshots = %+v, want one protected %q", info.Snapshots, ref.Snap)
+	}
+	must(t, b.Clone(ctx, ref, p+"child"))
+	ci, err := b.Stat(ctx, p+"child")
+	must(t, err)
+	if ci.Parent == nil || *ci.Parent != ref {
+		t.Fatalf("child parent = %v, want %v", ci.Parent, ref)
+	}
+	if ci.Used != 0 {
+		t.Fatalf("a fresh clone uses %d bytes, want 0 (copy-on-write)", ci.Used)
+	}
+	if got := read(t, b, p+"child", 0, 16); !bytes.Equal(got, bytes.Repeat([]byte{'A'}, 16)) {
+		t.Fatalf("clone reads %q, want the parent's data", got)
+	}
+	must(t, b.Write(ctx, p+"child", bytes.NewReader(bytes.Repeat([]byte{'B'}, mib)), mib))
+	if got := read(t, b, p+"child", 0, 4); string(got) != "BBBB" {
+		t.Fatalf("clone reads %q after its write", got)
+	}
+	if got := read(t, b, ref.String(), 0, 4); string(got) != "AAAA" {
+		t.Fatalf("parent snapshot reads %q after a write into the clone, want AAAA", got)
+	}
+	ci, _ = b.Stat(ctx, p+"child")
+	if ci.Used == 0 {
+		t.Fatalf("clone Used = 0 after a write")
+	}
+}
+
+func testChildren(t *testing.T, b layering.Backend, p string) {
+	ctx := context.Background()
+	must(t, b.Create(ctx, p+"par", 4*mib))
+	ref := layering.SnapRef{Image: p + "par", Snap: "s1"}
+	must(t, b.Snapshot(ctx, ref))
+	must(t, b.Clone(ctx, ref, p+"c1"))
+	must(t, b.Clone(ctx, ref, p+"c2"))
+	kids, err := b.Children(ctx, ref)
+	must(t, err)
+	if len(kids) != 2 || kids[0] != p+"c1" || kids[1] != p+"c2" {
+		t.Fatalf("Children = %v, want [%sc1 %sc2]", kids, p, p)
+	}
+	if err := b.Remove(ctx, p+"par"); !errors.Is(err, layering.ErrHasChildren) {
+		t.Fatalf("Remove of a parent with clones = %v, want ErrHasChildren", err)
+	}
+	if err := b.RemoveSnapshot(ctx, ref); !errors.Is(err, layering.ErrHasChildren) {
+		t.Fatalf("RemoveSnapshot with clones = %v, want ErrHasChildren", err)
+	}
+	must(t, b.Remove(ctx, p+"c1"))
+	must(t, b.Remove(ctx, p+"c2"))
+	must(t, b.RemoveSnapshot(ctx, ref))
+	info, err := b.Stat(ctx, p+"par")
+	must(t, err)
+	if len(info.Snapshots) != 0 {
+		t.Fatalf("snapshots after RemoveSnapshot = %v", info.Snapshots)
+	}
+	must(t, b.Remove(ctx, p+"par"))
+}
+
+func testFlatten(t *testing.T, b layering.Backend, p string) {
+	ctx := context.Background()
+	must(t, b.Create(ctx, p+"fp", 4*mib))
+	must(t, b.Write(ctx, p+"fp", bytes.NewReader(bytes.Repeat([]byte{'F'}, mib)), mib))
+	ref := layering.SnapRef{Image: p + "fp", Snap: "s"}
+	must(t, b.Snapshot(ctx, ref))
+	must(t, b.Clone(ctx, ref, p+"fc"))
+	must(t, b.Flatten(ctx, p+"fc"))
+	info, err := b.Stat(ctx, p+"fc")
+	must(t, err)
+	if info.Parent != nil {
+		t.Fatalf("parent after Flatten = %v, want none", info.Parent)
+	}
+	if kids, _ := b.Children(ctx, ref); len(kids) != 0 {
+		t.Fatalf("parent still lists children %v after Flatten", kids)
+	}
+	if got := read(t, b, p+"fc", 0, 4); string(got) != "FFFF" {
+		t.Fatalf("flattened image reads %q, want the parent's data", got)
+	}
+	must(t, b.Remove(ctx, p+"fp")) // the parent is free now
+}
+
+func testMeta(t *testing.T, b layering.Backend, p string) {
+	ctx := context.Background()
+	must(t, b.Create(ctx, p+"m", mib))
+	must(t, b.SetMeta(ctx, p+"m", "fogdeploy.kind", "env"))
+	info, err := b.Stat(ctx, p+"m")
+	must(t, err)
+	if info.Meta["fogdeploy.kind"] != "env" {
+		t.Fatalf("meta = %v", info.Meta)
+	}
+	must(t, b.SetMeta(ctx, p+"m", "fogdeploy.kind", ""))
+	info, _ = b.Stat(ctx, p+"m")
+	if _, ok := info.Meta["fogdeploy.kind"]; ok {
+		t.Fatalf("meta key survives deletion: %v", info.Meta)
+	}
+}
+
+func testCatalog(t *testing.T, b layering.Backend, p string) {
+	ctx := context.Background()
+	must(t, b.SetTag(ctx, p+"tag", []byte(`{"v":1}`)))
+	t.Cleanup(func() { _ = b.DeleteTag(context.Background(), p+"tag") })
+	got, err := b.Tag(ctx, p+"tag")
+	must(t, err)
+	if string(got) != `{"v":1}` {
+		t.Fatalf("Tag = %s", got)
+	}
+	must(t, b.SetTag(ctx, p+"tag", []byte(`{"v":2}`)))
+	all, err := b.Tags(ctx)
+	must(t, err)
+	if string(all[p+"tag"]) != `{"v":2}` {
+		t.Fatalf("Tags()[%s] = %s, want the replaced record", p+"tag", all[p+"tag"])
+	}
+	must(t, b.DeleteTag(ctx, p+"tag"))
+	if _, err := b.Tag(ctx, p+"tag"); !errors.Is(err, layering.ErrNotFound) {
+		t.Fatalf("Tag after delete = %v, want ErrNotFound", err)
+	}
+	must(t, b.DeleteTag(ctx, p+"tag")) // idempotent
+}
+
+func testErrors(t *testing.T, b layering.Backend, p string) {
+	ctx := context.Background()
+	if _, err := b.Stat(ctx, p+"nope"); !errors.Is(err, layering.ErrNotFound) {
+		t.Errorf("Stat(missing) = %v, want ErrNotFound", err)
+	}
+	if err := b.Remove(ctx, p+"nope"); !errors.Is(err, layering.ErrNotFound) {
+		t.Errorf("Remove(missing) = %v, want ErrNotFound", err)
+	}
+	if err := b.Clone(ctx, layering.SnapRef{Image: p + "nope", Snap: "s"}, p+"x"); !errors.Is(err, layering.ErrNotFound) {
+		t.Errorf("Clone(missing parent) = %v, want ErrNotFound", err)
+	}
+	if err := b.Create(ctx, p+"neg", -1); !errors.Is(err, layering.ErrInvalid) {
+		t.Errorf("Create(size -1) = %v, want ErrInvalid", err)
+	}
+	must(t, b.Create(ctx, p+"s", mib))
+	if err := b.Clone(ctx, layering.SnapRef{Image: p + "s", Snap: "nosnap"}, p+"x"); !errors.Is(err, layering.ErrNotFound) {
+		t.Errorf("Clone(missing snapshot) = %v, want ErrNotFound", err)
+	}
+	names, _ := b.List(ctx)
+	if contains(names, p+"x") || contains(names, p+"neg") {
+		t.Errorf("failed calls left images behind: %v", names)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
