@@ -1,0 +1,182 @@
+// Package config holds the configuration shared by fogctl and pop-agent.
+//
+// It is layered: Default() → a YAML file (Load) → environment variables
+// (ApplyEnv) → command-line flags (set by the caller) → Validate, which
+// reports every problem at once, each naming its field.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/fogdeploy/fogdeploy/internal/devenv"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+)
+
+// Config is the whole configuration.
+type Config struct {
+	Ceph     Ceph     `yaml:"ceph"`
+	Mapper   Mapper   `yaml:"mapper"`
+	Layering Layering `yaml:"layering"`
+	Docker   Docker   `yaml:"docker"`
+	Node     Node     `yaml:"node"`
+}
+
+// Ceph says how to reach the cluster.
+type Ceph struct {
+	Conf    string        `yaml:"conf"`
+	Keyring string        `yaml:"keyring"`
+	ID      string        `yaml:"id"`
+	Pool    string        `yaml:"pool"`
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Mapper chooses how images are mapped on this node.
+type Mapper struct {
+	// Backend: auto, krbd, nbd or fuse.
+	Backend string `yaml:"backend"`
+}
+
+// Layering holds the environment tunables.
+type Layering struct {
+	// DefaultSize of imported images ("" = twice the content + 1 GiB, at least 2 GiB).
+	DefaultSize string `yaml:"default_size"`
+	SoftDepth   int    `yaml:"soft_depth"`
+	HardDepth   int    `yaml:"hard_depth"`
+}
+
+// Docker says how to reach dockerd.
+type Docker struct {
+	Host string `yaml:"host"`
+}
+
+// Node describes this machine.
+type Node struct {
+	Name string `yaml:"name"`
+	// StateDir holds mapping records, mountpoints and scratch space.
+	StateDir string `yaml:"state_dir"`
+}
+
+// Default returns the embedded defaults: the cluster and dockerd that
+// `make dev-up` starts.
+func Default() Config {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "node"
+	}
+	host = strings.ToLower(strings.SplitN(host, ".", 2)[0])
+	return Config{
+		Ceph: Ceph{
+			Conf:    devenv.CephConf(),
+			Keyring: devenv.CephKeyring(),
+			ID:      "admin",
+			Pool:    devenv.DefaultPool,
+			Timeout: 10 * time.Second,
+		},
+		Mapper:   Mapper{Backend: "auto"},
+		Layering: Layering{SoftDepth: 4, HardDepth: 8},
+		Docker:   Docker{Host: devenv.DockerHost()},
+		Node:     Node{Name: host, StateDir: filepath.Join(devenv.Dir(), "node", host)},
+	}
+}
+
+// MaxFileSize bounds a config file.
+const MaxFileSize = 1 << 20
+
+// Load reads a YAML file over the defaults. Unknown keys are errors.
+func Load(path string) (Config, error) {
+	c := Default()
+	if path == "" {
+		return c, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return c, fmt.Errorf("config file: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return c, fmt.Errorf("config file %s: %w", path, err)
+	}
+	if len(data) > MaxFileSize {
+		return c, fmt.Errorf("config file %s is larger than %d bytes", path, MaxFileSize)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return c, fmt.Errorf("config file %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ApplyEnv applies the FOGDEPLOY_* and DOCKER_HOST environment variables.
+func (c *Config) ApplyEnv() {
+	set := func(dst *string, key string) {
+		if v := os.Getenv(key); v != "" {
+			*dst = v
+		}
+	}
+	set(&c.Ceph.Conf, devenv.EnvCephConf)
+	set(&c.Ceph.Keyring, devenv.EnvCephKeyring)
+	set(&c.Ceph.ID, devenv.EnvCephID)
+	set(&c.Ceph.Pool, devenv.EnvCephPool)
+	set(&c.Docker.Host, devenv.EnvDockerHost)
+	set(&c.Mapper.Backend, "FOGDEPLOY_MAPPER")
+	set(&c.Node.Name, "FOGDEPLOY_NODE")
+	set(&c.Node.StateDir, "FOGDEPLOY_STATE_DIR")
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if c.Ceph.Conf == "" {
+		add("ceph.conf is empty: give the path of a ceph.conf (--ceph-conf), or run `make dev-up`")
+	}
+	if c.Ceph.ID == "" || strings.HasPrefix(c.Ceph.ID, "client.") {
+		add("ceph.id %q: give the cephx user without the \"client.\" prefix, e.g. admin", c.Ceph.ID)
+	}
+	if err := layering.ValidateName("ceph.pool", c.Ceph.Pool); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Ceph.Timeout <= 0 {
+		add("ceph.timeout %s: use a positive duration such as 10s", c.Ceph.Timeout)
+	}
+	switch c.Mapper.Backend {
+	case "auto", "krbd", "nbd", "fuse":
+	default:
+		add("mapper.backend %q: use auto, krbd, nbd or fuse", c.Mapper.Backend)
+	}
+	if c.Layering.DefaultSize != "" {
+		if _, err := layering.ParseSize("layering.default_size", c.Layering.DefaultSize); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.Layering.SoftDepth < 1 || c.Layering.HardDepth < c.Layering.SoftDepth {
+		add("layering.soft_depth %d / hard_depth %d: need 1 <= soft <= hard (defaults 4 and 8)", c.Layering.SoftDepth, c.Layering.HardDepth)
+	}
+	if err := layering.ValidateName("node.name", c.Node.Name); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Node.StateDir == "" || !filepath.IsAbs(c.Node.StateDir) {
+		add("node.state_dir %q: give an absolute directory", c.Node.StateDir)
+	}
+	if c.Docker.Host != "" && !strings.Contains(c.Docker.Host, "://") {
+		add("docker.host %q: give a URL such as unix:///var/run/docker.sock", c.Docker.Host)
+	}
+	return errors.Join(errs...)
+}
+
+// DefaultSizeBytes returns layering.default_size in bytes (0 = automatic).
+func (c Config) DefaultSizeBytes() int64 {
+	n, _ := layering.ParseSize("layering.default_size", c.Layering.DefaultSize)
+	return n
+}

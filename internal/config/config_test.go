@@ -1,0 +1,54 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestLoadAndValidate(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	os.WriteFile(good, []byte("ceph:\n  pool: rbd2\n  timeout: 3s\nlayering:\n  soft_depth: 2\n  hard_depth: 3\n"), 0o600)
+	c, err := Load(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Ceph.Pool != "rbd2" || c.Ceph.Timeout.Seconds() != 3 || c.Layering.HardDepth != 3 || c.Ceph.ID != "admin" {
+		t.Fatalf("loaded %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+
+	unknown := filepath.Join(dir, "unknown.yaml")
+	os.WriteFile(unknown, []byte("ceph:\n  pol: x\n"), 0o600)
+	if _, err := Load(unknown); err == nil || !strings.Contains(err.Error(), "pol") {
+		t.Fatalf("Load with an unknown key = %v, want an error naming it", err)
+	}
+
+	c = Default()
+	c.Ceph.ID = "client.admin"
+	c.Ceph.Pool = "Bad Pool"
+	c.Mapper.Backend = "magic"
+	c.Layering.SoftDepth, c.Layering.HardDepth = 5, 2
+	c.Node.StateDir = "relative"
+	c.Layering.DefaultSize = "-3G"
+	err = c.Validate()
+	for _, want := range []string{"ceph.id", "ceph.pool", "mapper.backend", "soft_depth", "node.state_dir", "layering.default_size"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to name %s", err, want)
+		}
+	}
+}
+
+func TestApplyEnv(t *testing.T) {
+	t.Setenv("FOGDEPLOY_CEPH_POOL", "other")
+	t.Setenv("FOGDEPLOY_MAPPER", "fuse")
+	c := Default()
+	c.ApplyEnv()
+	if c.Ceph.Pool != "other" || c.Mapper.Backend != "fuse" {
+		t.Fatalf("ApplyEnv: %+v", c)
+	}
+}

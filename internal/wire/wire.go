@@ -1,0 +1,105 @@
+// Package wire builds fogdeploy's components from a config.Config. It is the
+// one place where implementations are chosen and connected (no init()
+// registries): the Ceph store, the node's mapper and the environment
+// manager.
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/fogdeploy/fogdeploy/internal/config"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/cephstore"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
+)
+
+// Layering is an open environment manager with what it was built from.
+type Layering struct {
+	Store   layering.Backend
+	Mapper  *mapper.Mapper
+	Manager *layering.Manager
+	Pool    string
+}
+
+// Close releases the store connection.
+func (l *Layering) Close() error {
+	if l == nil || l.Store == nil {
+		return nil
+	}
+	return l.Store.Close()
+}
+
+// CephConfig turns the config into the store's.
+func CephConfig(c config.Config) cephstore.Config {
+	return cephstore.Config{Conf: c.Ceph.Conf, Keyring: c.Ceph.Keyring, ID: c.Ceph.ID, Pool: c.Ceph.Pool, Timeout: c.Ceph.Timeout}
+}
+
+// MapperConfig turns the config into the mapper's.
+func MapperConfig(c config.Config) mapper.Config {
+	return mapper.Config{
+		Backend:  c.Mapper.Backend,
+		StateDir: filepath.Join(c.Node.StateDir, "mapper"),
+		CephConf: c.Ceph.Conf,
+		Keyring:  c.Ceph.Keyring,
+		ID:       c.Ceph.ID,
+	}
+}
+
+// OpenLayering connects to the cluster, sets up the mapper and returns the
+// environment manager.
+func OpenLayering(ctx context.Context, c config.Config, log *slog.Logger) (*Layering, error) {
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", layering.ErrInvalid, err)
+	}
+	store, err := openStore(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	l, err := NewLayering(ctx, store, c.Ceph.Pool, MapperConfig(c), layering.ManagerConfig{
+		WorkDir:     filepath.Join(c.Node.StateDir, "work"),
+		DefaultSize: c.DefaultSizeBytes(),
+		SoftDepth:   c.Layering.SoftDepth,
+		HardDepth:   c.Layering.HardDepth,
+	}, log)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// NewLayering connects a store and a mapper into a manager. Tests use it
+// with the fake store and the mapper's file backend.
+func NewLayering(ctx context.Context, store layering.Backend, pool string, mc mapper.Config, lc layering.ManagerConfig, log *slog.Logger) (*Layering, error) {
+	mp, err := mapper.New(ctx, mc, log)
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := layering.NewManager(store, Mounter{M: mp, Pool: pool}, lc, log)
+	if err != nil {
+		return nil, err
+	}
+	return &Layering{Store: store, Mapper: mp, Manager: mgr, Pool: pool}, nil
+}
+
+// Mounter adapts a *mapper.Mapper to layering.Mounter.
+type Mounter struct {
+	M    *mapper.Mapper
+	Pool string
+}
+
+// Mount implements layering.Mounter.
+func (a Mounter) Mount(ctx context.Context, image, target string, opts layering.MountOptions) (func(context.Context) error, error) {
+	mp, err := a.M.MapAndMount(ctx, mapper.Image{Pool: a.Pool, Name: image}, target, mapper.MountOptions{ReadOnly: opts.ReadOnly, Format: opts.Format})
+	if err != nil {
+		if errors.Is(err, mapper.ErrImageNotFound) {
+			return nil, fmt.Errorf("%w: %w", layering.ErrNotFound, err)
+		}
+		return nil, err
+	}
+	return func(ctx context.Context) error { return a.M.Release(ctx, mp.ID) }, nil
+}

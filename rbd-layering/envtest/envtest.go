@@ -1,0 +1,309 @@
+// Package envtest is the behaviour suite of the environment manager:
+// import, layered build with cache, chains, clones and removal, observed
+// the way a user would (files in a mounted clone, images in the pool).
+// It runs against the fake store with the mapper's file backend in every
+// `go test` (as root), and against real Ceph with the fuse backend when a
+// cluster answers.
+package envtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fogdeploy/fogdeploy/internal/wire"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+)
+
+// NewLayering returns a connected manager for one test.
+type NewLayering func(t *testing.T) *wire.Layering
+
+// BusyboxRootfs makes a minimal root filesystem with a static busybox, or
+// skips when the host has none.
+func BusyboxRootfs(t *testing.T) string {
+	t.Helper()
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Skip("busybox (static) not installed: apt-get install busybox-static")
+	}
+	dir := t.TempDir()
+	for _, d := range []string{"bin", "etc", "tmp", "proc", "dev", "root"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(bb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bin/busybox"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, app := range []string{"sh", "cat", "echo", "mkdir", "ls", "cp", "rm", "touch"} {
+		if err := os.Symlink("busybox", filepath.Join(dir, "bin", app)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "etc/os-release"), []byte("NAME=fogtest\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// RunSuite runs the environment behaviour tests.
+func RunSuite(t *testing.T, newL NewLayering) {
+	t.Run("ImportBuildCloneChain", func(t *testing.T) { testImportBuild(t, newL(t)) })
+	t.Run("BadInputLeavesPoolUnchanged", func(t *testing.T) { testBadInput(t, newL(t)) })
+	t.Run("RemoveRefusesWhileCloned", func(t *testing.T) { testRemove(t, newL(t)) })
+	t.Run("FailedStepLeavesNothing", func(t *testing.T) { testFailedStep(t, newL(t)) })
+}
+
+func uniq(base string) string { return fmt.Sprintf("t%06x-%s", rand.Uint32()&0xffffff, base) }
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func list(t *testing.T, l *wire.Layering) []string {
+	t.Helper()
+	names, err := l.Store.List(context.Background())
+	must(t, err)
+	return names
+}
+
+// removeEnvs removes environments (newest first) at the end of a test.
+func removeEnvs(t *testing.T, l *wire.Layering, names ...string) {
+	t.Cleanup(func() {
+		for i := len(names) - 1; i >= 0; i-- {
+			if _, err := l.Manager.Remove(context.Background(), names[i]); err != nil && !errors.Is(err, layering.ErrNotFound) {
+				t.Errorf("cleanup: remove %s: %v", names[i], err)
+			}
+		}
+		if _, err := l.Manager.Prune(context.Background()); err != nil {
+			t.Errorf("cleanup: prune: %v", err)
+		}
+	})
+}
+
+// mountClone clones ref into a fresh image, mounts it, and returns the
+// mountpoint; cleanup unmounts and removes the clone.
+func mountClone(t *testing.T, l *wire.Layering, ref layering.SnapRef) (string, string) {
+	t.Helper()
+	ctx := context.Background()
+	child := "fdi-" + uniq("clone")
+	must(t, l.Store.Clone(ctx, ref, child))
+	target := t.TempDir()
+	unmount, err := l.Manager.Mounter().Mount(ctx, child, target, layering.MountOptions{})
+	if err != nil {
+		_ = l.Store.Remove(ctx, child)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := unmount(ctx); err != nil {
+			t.Errorf("unmount clone: %v", err)
+		}
+		if err := l.Store.Remove(ctx, child); err != nil {
+			t.Errorf("remove clone: %v", err)
+		}
+	})
+	return target, child
+}
+
+func testImportBuild(t *testing.T, l *wire.Layering) {
+	ctx := context.Background()
+	base, app := uniq("base"), uniq("app")
+	removeEnvs(t, l, base, app)
+	rootfs := BusyboxRootfs(t)
+	env, err := l.Manager.Import(ctx, base, layering.Source{Dir: rootfs}, layering.ImportOptions{Size: 64 << 20})
+	must(t, err)
+
+	bctx := t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(bctx, "site"), 0o755))
+	must(t, os.WriteFile(filepath.Join(bctx, "site/index.html"), []byte("hello fog\n"), 0o644))
+	bf, err := layering.ParseBuildFile(strings.NewReader(fmt.Sprintf("FROM %s\nENV GREETING=hi\nRUN echo \"$GREETING from run\" > /etc/step1\nCOPY site /srv/www/\n", base)))
+	must(t, err)
+	var progress []string
+	say := func(f string, a ...any) { progress = append(progress, fmt.Sprintf(f, a...)) }
+	res, err := l.Manager.Build(ctx, app, bf, layering.BuildOptions{ContextDir: bctx, Progress: say})
+	must(t, err)
+	if len(res.Steps) != 3 || res.Steps[1].Cached || res.Steps[2].Cached {
+		t.Fatalf("first build steps = %+v, want 3 uncached", res.Steps)
+	}
+
+	info, err := l.Manager.Inspect(ctx, app)
+	must(t, err)
+	if info.Depth != 2 || len(info.Chain) != 3 || info.Chain[2] != env.Ref {
+		t.Fatalf("chain of %s = %v (depth %d), want 3 snapshots ending at %s", app, info.Chain, info.Depth, env.Ref)
+	}
+	if !slices.Contains(info.Config.Env, "GREETING=hi") {
+		t.Errorf("config env = %v", info.Config.Env)
+	}
+	// The parent's children include the first layer: the chain is real in the store.
+	kids, err := l.Store.Children(ctx, env.Ref)
+	must(t, err)
+	if !slices.Contains(kids, info.Chain[1].Image) {
+		t.Fatalf("children of %s = %v, missing %s", env.Ref, kids, info.Chain[1].Image)
+	}
+
+	// A clone of the final snapshot shows the files of every step.
+	root, _ := mountClone(t, l, info.Ref)
+	for file, want := range map[string]string{"etc/os-release": "NAME=fogtest\n", "etc/step1": "hi from run\n", "srv/www/index.html": "hello fog\n"} {
+		got, err := os.ReadFile(filepath.Join(root, file))
+		if err != nil || string(got) != want {
+			t.Errorf("clone file %s = %q, %v; want %q", file, got, err, want)
+		}
+	}
+	// Writes into the clone leave the parent unchanged.
+	must(t, os.WriteFile(filepath.Join(root, "etc/step1"), []byte("changed\n"), 0o644))
+	root2, _ := mountClone(t, l, info.Ref)
+	if got, _ := os.ReadFile(filepath.Join(root2, "etc/step1")); string(got) != "hi from run\n" {
+		t.Errorf("a second clone reads %q after a write into the first, want the snapshot's content", got)
+	}
+
+	// Rebuilding reuses every step, says so, and creates no image.
+	before := list(t, l)
+	progress = nil
+	res2, err := l.Manager.Build(ctx, app, bf, layering.BuildOptions{ContextDir: bctx, Progress: say})
+	must(t, err)
+	for _, s := range res2.Steps {
+		if s.Image != "" && !s.Cached {
+			t.Errorf("rebuild: step %q not cached", s.Step)
+		}
+	}
+	if res2.Env.Ref != info.Ref {
+		t.Errorf("rebuild points at %s, want %s", res2.Env.Ref, info.Ref)
+	}
+	if after := list(t, l); !slices.Equal(before, after) {
+		t.Errorf("rebuild changed the pool: %v -> %v", before, after)
+	}
+	if !strings.Contains(strings.Join(progress, "\n"), "cached") {
+		t.Errorf("rebuild progress does not say cached: %v", progress)
+	}
+
+	// A changed COPY source invalidates only that step.
+	must(t, os.WriteFile(filepath.Join(bctx, "site/index.html"), []byte("v2\n"), 0o644))
+	res3, err := l.Manager.Build(ctx, app, bf, layering.BuildOptions{ContextDir: bctx})
+	must(t, err)
+	if !res3.Steps[1].Cached || res3.Steps[2].Cached {
+		t.Errorf("after editing the COPY source: steps %+v, want RUN cached and COPY rebuilt", res3.Steps)
+	}
+
+	ls, err := l.Manager.List(ctx)
+	must(t, err)
+	names := []string{}
+	for _, e := range ls {
+		names = append(names, e.Name)
+	}
+	if !slices.Contains(names, base) || !slices.Contains(names, app) {
+		t.Errorf("List() = %v, want %s and %s", names, base, app)
+	}
+}
+
+func testBadInput(t *testing.T, l *wire.Layering) {
+	ctx := context.Background()
+	before := list(t, l)
+	base := uniq("bad")
+	cases := []struct {
+		name string
+		run  func() error
+		want string
+	}{
+		{"nonexistent parent", func() error {
+			bf, _ := layering.ParseBuildFile(strings.NewReader("FROM no-such-env\nRUN true\n"))
+			_, err := l.Manager.Build(ctx, base, bf, layering.BuildOptions{})
+			return err
+		}, "no-such-env"},
+		{"name with slash", func() error {
+			_, err := l.Manager.Import(ctx, "a/b", layering.Source{Dir: t.TempDir()}, layering.ImportOptions{})
+			return err
+		}, "environment name"},
+		{"name with space", func() error {
+			_, err := l.Manager.Import(ctx, "a b", layering.Source{Dir: t.TempDir()}, layering.ImportOptions{})
+			return err
+		}, "environment name"},
+		{"negative size", func() error {
+			_, err := l.Manager.Import(ctx, base, layering.Source{Dir: t.TempDir()}, layering.ImportOptions{Size: -1})
+			return err
+		}, "negative"},
+		{"missing rootfs", func() error {
+			_, err := l.Manager.Import(ctx, base, layering.Source{Dir: "/nonexistent/rootfs"}, layering.ImportOptions{})
+			return err
+		}, "/nonexistent/rootfs"},
+		{"rootfs too large for size", func() error {
+			dir := t.TempDir()
+			must(t, os.WriteFile(filepath.Join(dir, "big"), bytes.Repeat([]byte{1}, 12<<20), 0o644))
+			_, err := l.Manager.Import(ctx, base, layering.Source{Dir: dir}, layering.ImportOptions{Size: 8 << 20})
+			return err
+		}, "do not fit"},
+		{"garbage tar", func() error {
+			_, err := l.Manager.Import(ctx, base, layering.Source{Tar: strings.NewReader("this is not a tar")}, layering.ImportOptions{})
+			return err
+		}, "tar"},
+	}
+	for _, c := range cases {
+		err := c.run()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want one mentioning %q", c.name, err, c.want)
+		}
+	}
+	if after := list(t, l); !slices.Equal(before, after) {
+		t.Errorf("bad input changed the pool: %v -> %v", before, after)
+	}
+	if _, err := l.Manager.Get(ctx, base); !errors.Is(err, layering.ErrNotFound) {
+		t.Errorf("bad input left environment %s: %v", base, err)
+	}
+}
+
+func testRemove(t *testing.T, l *wire.Layering) {
+	ctx := context.Background()
+	base := uniq("rm")
+	removeEnvs(t, l, base)
+	env, err := l.Manager.Import(ctx, base, layering.Source{Dir: BusyboxRootfs(t)}, layering.ImportOptions{Size: 64 << 20})
+	must(t, err)
+	child := "fdi-" + uniq("inst")
+	must(t, l.Store.Clone(ctx, env.Ref, child))
+	_, err = l.Manager.Remove(ctx, base)
+	if !errors.Is(err, layering.ErrHasChildren) || !strings.Contains(err.Error(), child) || layering.Hint(err) == "" {
+		t.Fatalf("Remove with a clone = %v, want ErrHasChildren naming %s with a hint", err, child)
+	}
+	if _, err := l.Manager.Get(ctx, base); err != nil {
+		t.Fatalf("refused Remove lost the environment: %v", err)
+	}
+	must(t, l.Store.Remove(ctx, child))
+	removed, err := l.Manager.Remove(ctx, base)
+	must(t, err)
+	if !slices.Contains(removed, env.Ref.Image) || slices.Contains(list(t, l), env.Ref.Image) {
+		t.Fatalf("Remove returned %v; pool still holds %s: %v", removed, env.Ref.Image, slices.Contains(list(t, l), env.Ref.Image))
+	}
+}
+
+func testFailedStep(t *testing.T, l *wire.Layering) {
+	ctx := context.Background()
+	base, app := uniq("fs"), uniq("fsapp")
+	removeEnvs(t, l, base)
+	_, err := l.Manager.Import(ctx, base, layering.Source{Dir: BusyboxRootfs(t)}, layering.ImportOptions{Size: 64 << 20})
+	must(t, err)
+	before := list(t, l)
+	bf, _ := layering.ParseBuildFile(strings.NewReader("FROM " + base + "\nRUN echo about to fail; exit 3\n"))
+	_, err = l.Manager.Build(ctx, app, bf, layering.BuildOptions{})
+	if !errors.Is(err, layering.ErrBuildStep) || !strings.Contains(err.Error(), "about to fail") {
+		t.Fatalf("failing RUN = %v, want ErrBuildStep with the step's output", err)
+	}
+	if after := list(t, l); !slices.Equal(before, after) {
+		t.Errorf("failed step left images: %v -> %v", before, after)
+	}
+	if ms, _ := l.Mapper.List(); len(ms) != 0 {
+		t.Errorf("failed step left mappings: %+v", ms)
+	}
+}

@@ -1,0 +1,520 @@
+package mapper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Mapping is one image mapped on this node, as List and Map report it.
+type Mapping struct {
+	ID       string    // mapping ID, the record's file name
+	Image    Image     // what was mapped
+	Backend  string    // backend that mapped it
+	Device   string    // block device, e.g. /dev/rbd0, /dev/nbd0, /dev/loop3
+	Target   string    // mount point, "" when not mounted
+	ReadOnly bool      // the device is read-only (snapshot or WithReadOnly)
+	Created  time.Time // when Map began
+}
+
+// MountOptions tune Mount.
+type MountOptions struct {
+	// ReadOnly mounts with `-o ro,noload` (no journal replay), as needed
+	// for snapshots. It is implied when the mapping is read-only.
+	ReadOnly bool
+	// Format runs `mkfs.ext4 -E nodiscard -q DEVICE` first if
+	// `blkid -p` finds nothing on the device. A device holding anything
+	// blkid recognises is never formatted.
+	Format bool
+	// FSType is passed to `mount -t`; "" means "ext4".
+	FSType string
+}
+
+// MapOption tunes one Map or MapAndMount call.
+type MapOption func(*mapOptions)
+
+type mapOptions struct {
+	id       string
+	readOnly bool
+}
+
+// WithID uses id as the mapping ID instead of a random one. Map fails with
+// ErrBusy if a record with that ID exists.
+func WithID(id string) MapOption { return func(o *mapOptions) { o.id = id } }
+
+// WithReadOnly maps the device read-only even when the image is not a
+// snapshot.
+func WithReadOnly() MapOption { return func(o *mapOptions) { o.readOnly = true } }
+
+// Mapper maps images on this node with one backend and keeps a record of
+// every mapping under Config.StateDir. Its methods are safe for concurrent
+// use. Mappings outlive the Mapper and the process: they are undone by
+// Release, or by Recover in a later process.
+type Mapper struct {
+	cfg     Config
+	log     *slog.Logger
+	run     runner
+	store   store
+	all     map[string]Backend
+	backend Backend
+	choice  Choice
+	owner   Owner
+
+	mu   sync.Mutex
+	busy map[string]bool // mapping IDs with an operation in flight
+}
+
+// New validates cfg, creates StateDir, and probes the backends to choose
+// one (Config.Backend "auto" takes the first usable of krbd, nbd, fuse).
+// The choice and the reason are logged and kept in Choice. A nil log
+// discards.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*Mapper, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "fuse"), 0o700); err != nil {
+		return nil, fmt.Errorf("create Config.StateDir: %w", err)
+	}
+	// Mount points in /proc/self/mountinfo are resolved paths.
+	dir, err := filepath.EvalSymlinks(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("resolve Config.StateDir: %w", err)
+	}
+	cfg.StateDir = dir
+	m := &Mapper{
+		cfg:   cfg,
+		log:   log,
+		run:   runner{log: log, timeout: cfg.timeout()},
+		store: store{dir: filepath.Join(dir, "mappings")},
+		busy:  map[string]bool{},
+	}
+	if err := m.store.init(); err != nil {
+		return nil, err
+	}
+	start, _ := procStart(os.Getpid())
+	m.owner = Owner{PID: os.Getpid(), Start: start}
+	m.all = backends(cfg, m.run, log)
+	b, choice, err := choose(ctx, cfg.backend(), m.all)
+	for _, p := range choice.Probes {
+		if p.Err != nil {
+			log.Debug("mapper backend probe failed", "backend", p.Backend, "err", p.Err)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	m.backend, m.choice = b, choice
+	log.Info("mapper backend chosen", "backend", choice.Backend, "reason", choice.Reason, "state_dir", dir)
+	return m, nil
+}
+
+// Choice returns the backend this Mapper uses and why.
+func (m *Mapper) Choice() Choice { return m.choice }
+
+// lock marks id busy for one operation, or fails with ErrBusy.
+func (m *Mapper) lock(id string) (unlock func(), err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.busy[id] {
+		return nil, fmt.Errorf("mapping %q has another operation in flight: %w", id, ErrBusy)
+	}
+	m.busy[id] = true
+	return func() {
+		m.mu.Lock()
+		delete(m.busy, id)
+		m.mu.Unlock()
+	}, nil
+}
+
+// rollbackCtx keeps undo steps running when ctx was cancelled, bounded by
+// a few step timeouts.
+func (m *Mapper) rollbackCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 4*m.run.timeout)
+}
+
+// Map attaches img as a block device (no filesystem is touched). The
+// record StateDir/mappings/<id>.json is written before anything is
+// created; if Map fails, whatever it created is undone and the record
+// removed. A snapshot is mapped read-only.
+func (m *Mapper) Map(ctx context.Context, img Image, opts ...MapOption) (_ *Mapping, err error) {
+	if err := img.Validate(); err != nil {
+		return nil, err
+	}
+	var o mapOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.id == "" {
+		o.id = newID()
+	} else if err := validateID(o.id); err != nil {
+		return nil, err
+	}
+	unlock, err := m.lock(o.id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	start := time.Now()
+	rec := &Record{
+		Version:  recordVersion,
+		ID:       o.id,
+		Backend:  m.backend.Name(),
+		Image:    img,
+		ReadOnly: o.readOnly || img.ReadOnly(),
+		Created:  start.UTC(),
+		Owner:    m.owner,
+	}
+	if err := m.store.create(rec); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err == nil {
+			return
+		}
+		rctx, cancel := m.rollbackCtx(ctx)
+		defer cancel()
+		if derr := m.backend.Detach(rctx, *rec); derr != nil {
+			m.log.Error("map rollback failed; the record stays for Release or Recover", "id", rec.ID, "image", img.String(), "err", derr)
+			err = errors.Join(err, fmt.Errorf("rollback: %w", derr))
+			return
+		}
+		if rerr := m.store.remove(rec.ID); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}()
+	save := func() error { return m.store.save(rec) }
+	dev, err := m.backend.Attach(ctx, img, rec, save)
+	if err != nil {
+		return nil, err
+	}
+	rec.Device = dev
+	if err := save(); err != nil {
+		return nil, err
+	}
+	m.log.Info("image mapped", "id", rec.ID, "image", img.String(), "backend", rec.Backend, "device", dev,
+		"read_only", rec.ReadOnly, "ms", time.Since(start).Milliseconds())
+	mp := rec.mapping()
+	return &mp, nil
+}
+
+// Mount mounts a mapped device on target (created if missing) with
+// `mount -t ext4 DEVICE TARGET` (`-o ro,noload` when read-only), after
+// `mkfs.ext4 -E nodiscard -q DEVICE` when opts.Format is set and
+// `blkid -p` finds no filesystem. On success mp.Target is set. A target
+// that already is a mount point is refused with ErrBusy.
+func (m *Mapper) Mount(ctx context.Context, mp *Mapping, target string, opts MountOptions) (err error) {
+	if mp == nil {
+		return fmt.Errorf("mount: nil mapping: %w", ErrInvalid)
+	}
+	unlock, err := m.lock(mp.ID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	rec, err := m.store.load(mp.ID)
+	if err != nil {
+		return err
+	}
+	if rec.Target != "" {
+		return fmt.Errorf("mapping %s (%s) is already mounted at %s: %w (hint: release it first)", rec.ID, rec.Image, rec.Target, ErrBusy)
+	}
+	if rec.Device == "" {
+		return fmt.Errorf("mapping %s (%s) has no device; its Map was interrupted: %w (hint: release it and map again)", rec.ID, rec.Image, ErrNotMapped)
+	}
+	fstype := opts.FSType
+	if fstype == "" {
+		fstype = "ext4"
+	}
+	ro := opts.ReadOnly || rec.ReadOnly
+	if opts.Format && ro {
+		return fmt.Errorf("mapping %s (%s): cannot format a read-only mount: %w", rec.ID, rec.Image, ErrInvalid)
+	}
+	if target == "" {
+		return fmt.Errorf("mount %s: target is empty: %w", rec.Image, ErrInvalid)
+	}
+	if target, err = filepath.Abs(target); err == nil {
+		if err = os.MkdirAll(target, 0o755); err == nil {
+			target, err = filepath.EvalSymlinks(target)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("mount %s: prepare target: %w", rec.Image, err)
+	}
+	if ms, err := mountsAt(target); err != nil {
+		return err
+	} else if len(ms) > 0 {
+		return fmt.Errorf("mount %s: %s is already a mount point (%s from %s): %w (hint: pick an empty directory)", rec.Image, target, ms[0].FSType, ms[0].Source, ErrBusy)
+	}
+	dev := rec.Device
+	if opts.Format {
+		if err := m.formatIfBlank(ctx, rec, dev); err != nil {
+			return err
+		}
+	}
+	num, err := devNum(dev)
+	if err != nil {
+		return fmt.Errorf("mount %s: %w", rec.Image, err)
+	}
+	rec.Target, rec.MountDev, rec.FSType, rec.MountRO = target, num, fstype, ro
+	if err := m.store.save(rec); err != nil {
+		return err
+	}
+	mounted := false
+	defer func() {
+		if err == nil {
+			return
+		}
+		rctx, cancel := m.rollbackCtx(ctx)
+		defer cancel()
+		if mounted {
+			if uerr := m.unmount(rctx, rec); uerr != nil {
+				err = errors.Join(err, uerr)
+				return
+			}
+		}
+		rec.Target, rec.MountDev, rec.FSType, rec.MountRO, rec.Mounted = "", "", "", false, false
+		if serr := m.store.save(rec); serr != nil {
+			err = errors.Join(err, serr)
+		}
+	}()
+	args := []string{"-t", fstype}
+	if ro {
+		if fstype == "ext4" || fstype == "ext3" {
+			args = append(args, "-o", "ro,noload")
+		} else {
+			args = append(args, "-o", "ro")
+		}
+	}
+	start := time.Now()
+	if _, err := m.run.run(ctx, nil, "mount", append(args, dev, target)...); err != nil {
+		hint := "check `dmesg` for the kernel's reason"
+		if s := stderrOf(err); strings.Contains(s, "wrong fs type") || strings.Contains(s, "bad superblock") {
+			hint = "the device may hold no " + fstype + " filesystem yet: mount with MountOptions.Format"
+		}
+		return fmt.Errorf("mount %s (%s) on %s: %w (hint: %s)", rec.Image, dev, target, err, hint)
+	}
+	mounted = true
+	rec.Mounted = true
+	if err := m.store.save(rec); err != nil {
+		return err
+	}
+	mp.Target = target
+	m.log.Info("image mounted", "id", rec.ID, "image", rec.Image.String(), "device", dev, "target", target,
+		"read_only", ro, "ms", time.Since(start).Milliseconds())
+	return nil
+}
+
+// formatIfBlank runs mkfs.ext4 when `blkid -p -o export DEVICE` finds
+// nothing (exit status 2).
+func (m *Mapper) formatIfBlank(ctx context.Context, rec *Record, dev string) error {
+	out, err := m.run.run(ctx, nil, "blkid", "-p", "-o", "export", dev)
+	switch {
+	case err == nil:
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "TYPE=") || strings.HasPrefix(l, "PTTYPE=") {
+				m.log.Debug("device already holds data; not formatting", "id", rec.ID, "device", dev, "blkid", l)
+				return nil
+			}
+		}
+		return fmt.Errorf("format %s: blkid found something unknown on %s (%q); refusing to format: %w", rec.Image, dev, strings.TrimSpace(out), ErrBusy)
+	case exitCode(err) == 2:
+		start := time.Now()
+		if _, err := m.run.run(ctx, nil, "mkfs.ext4", "-E", "nodiscard", "-q", dev); err != nil {
+			return fmt.Errorf("format %s (%s): %w", rec.Image, dev, err)
+		}
+		m.log.Info("formatted blank image", "id", rec.ID, "image", rec.Image.String(), "device", dev, "ms", time.Since(start).Milliseconds())
+		return nil
+	default:
+		return fmt.Errorf("format %s: probe %s: %w", rec.Image, dev, err)
+	}
+}
+
+// MapAndMount is Map followed by Mount. If any step fails, everything it
+// created is undone and no record remains.
+func (m *Mapper) MapAndMount(ctx context.Context, img Image, target string, mopts MountOptions, opts ...MapOption) (_ *Mapping, err error) {
+	mp, err := m.Map(ctx, img, opts...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err == nil {
+			return
+		}
+		rctx, cancel := m.rollbackCtx(ctx)
+		defer cancel()
+		if rerr := m.Release(rctx, mp.ID); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("rollback: %w", rerr))
+		}
+	}()
+	if err := m.Mount(ctx, mp, target, mopts); err != nil {
+		return nil, err
+	}
+	return mp, nil
+}
+
+// Release unmounts (`umount TARGET`) and detaches a mapping, then removes
+// its record. It verifies each resource before undoing it and skips those
+// already gone. Releasing an unknown or already released ID returns
+// ErrNotMapped and changes nothing, so a second Release is harmless; test
+// for it with errors.Is. A filesystem with open files makes it fail with
+// ErrBusy and keeps the record, so that Release can be retried.
+func (m *Mapper) Release(ctx context.Context, id string) error {
+	if err := validateID(id); err != nil {
+		return err
+	}
+	unlock, err := m.lock(id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	rec, err := m.store.load(id)
+	if err != nil {
+		return err
+	}
+	return m.release(ctx, rec)
+}
+
+func (m *Mapper) release(ctx context.Context, rec *Record) error {
+	start := time.Now()
+	if err := m.unmount(ctx, rec); err != nil {
+		return err
+	}
+	b, ok := m.all[rec.Backend]
+	if !ok {
+		return fmt.Errorf("mapping %s names backend %q, which this build does not have: %w", rec.ID, rec.Backend, ErrInvalid)
+	}
+	if err := b.Detach(ctx, *rec); err != nil {
+		return err
+	}
+	if err := m.store.remove(rec.ID); err != nil {
+		return err
+	}
+	m.log.Info("mapping released", "id", rec.ID, "image", rec.Image.String(), "backend", rec.Backend,
+		"device", rec.Device, "target", rec.Target, "ms", time.Since(start).Milliseconds())
+	return nil
+}
+
+// unmount unmounts rec.Target if (and only if) the mount there is on the
+// recorded device.
+func (m *Mapper) unmount(ctx context.Context, rec *Record) error {
+	if rec.Target == "" {
+		return nil
+	}
+	for range 4 { // the same device may be stacked on target
+		ms, err := mountsAt(rec.Target)
+		if err != nil {
+			return err
+		}
+		ours := false
+		for _, e := range ms {
+			ours = ours || (rec.MountDev != "" && e.Dev == rec.MountDev)
+		}
+		if !ours {
+			if len(ms) > 0 {
+				m.log.Warn("mount target holds a mount that is not ours; leaving it", "id", rec.ID, "target", rec.Target,
+					"found", ms[len(ms)-1].Source, "want_dev", rec.MountDev)
+			}
+			return nil
+		}
+		if err := m.run.umount(ctx, rec.Target); err != nil {
+			return fmt.Errorf("release %s (%s): %w", rec.ID, rec.Image, err)
+		}
+	}
+	return fmt.Errorf("release %s: %s is still mounted after repeated umount: %w", rec.ID, rec.Target, ErrBusy)
+}
+
+// List returns every mapping recorded in StateDir, also those made by
+// other Mapper instances or earlier processes.
+func (m *Mapper) List() ([]Mapping, error) {
+	ids, err := m.store.ids()
+	if err != nil {
+		return nil, err
+	}
+	var out []Mapping
+	var errs []error
+	for _, id := range ids {
+		rec, err := m.store.load(id)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, rec.mapping())
+	}
+	return out, errors.Join(errs...)
+}
+
+// Recover undoes every mapping recorded in StateDir, as after a crash or
+// kill: it unmounts, detaches, stops rbd-fuse processes and removes the
+// records, verifying identity at each step, and returns what it undid.
+// Resources that are already gone are skipped without error. Records of
+// another process that is still running are left alone (and logged);
+// records of this process, from any Mapper instance, are undone, so call
+// Recover at start-up, before mapping anything.
+func (m *Mapper) Recover(ctx context.Context) ([]Mapping, error) {
+	ids, err := m.store.ids()
+	if err != nil {
+		return nil, err
+	}
+	var undone []Mapping
+	var errs []error
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, err)
+			break
+		}
+		unlock, err := m.lock(id)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		rec, err := m.store.load(id)
+		switch {
+		case errors.Is(err, ErrNotMapped):
+			// released meanwhile
+		case err != nil:
+			errs = append(errs, err)
+		case rec.Owner.PID != m.owner.PID && procAlive(rec.Owner.PID, rec.Owner.Start):
+			m.log.Warn("not recovering a mapping of a running process", "id", id, "image", rec.Image.String(), "pid", rec.Owner.PID)
+		default:
+			if err := m.release(ctx, rec); err != nil {
+				errs = append(errs, fmt.Errorf("recover %s: %w", id, err))
+			} else {
+				undone = append(undone, rec.mapping())
+			}
+		}
+		unlock()
+	}
+	if len(undone) > 0 {
+		m.log.Info("recovered mappings", "count", len(undone))
+	}
+	return undone, errors.Join(errs...)
+}
+
+// Freeze runs `fsfreeze -f TARGET`: writes to the filesystem mounted at
+// target block until Thaw, so that a snapshot of the image is consistent.
+func Freeze(ctx context.Context, target string) error {
+	_, err := runner{log: slog.New(slog.DiscardHandler), timeout: DefaultTimeout}.run(ctx, nil, "fsfreeze", "-f", target)
+	if err != nil {
+		return fmt.Errorf("freeze %s: %w", target, err)
+	}
+	return nil
+}
+
+// Thaw runs `fsfreeze -u TARGET`, undoing Freeze.
+func Thaw(ctx context.Context, target string) error {
+	_, err := runner{log: slog.New(slog.DiscardHandler), timeout: DefaultTimeout}.run(ctx, nil, "fsfreeze", "-u", target)
+	if err != nil {
+		return fmt.Errorf("thaw %s: %w", target, err)
+	}
+	return nil
+}

@@ -1,0 +1,301 @@
+package mapper
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// This file reads what the kernel says about processes, mounts and loop
+// devices, so that undo steps can verify identity before acting.
+
+// procStart returns the start time (in clock ticks since boot) of a live,
+// non-zombie process, or ok=false.
+func procStart(pid int) (start uint64, ok bool) {
+	if pid <= 0 {
+		return 0, false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// Fields after "comm" (which may hold spaces) start after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state), starttime is field 22.
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return 0, false
+	}
+	start, err = strconv.ParseUint(f[19], 10, 64)
+	return start, err == nil
+}
+
+// procAlive reports whether pid still runs and is the process that
+// started at start.
+func procAlive(pid int, start uint64) bool {
+	s, ok := procStart(pid)
+	return ok && s == start
+}
+
+// procCmdline returns the argv of pid.
+func procCmdline(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+}
+
+// findProcs returns the PIDs of live processes whose argv[0] has base name
+// prog and whose argv holds every one of args as a whole argument.
+func findProcs(prog string, args ...string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if _, ok := procStart(pid); !ok {
+			continue
+		}
+		if cmdlineMatches(procCmdline(pid), prog, args...) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func cmdlineMatches(argv []string, prog string, args ...string) bool {
+	if len(argv) == 0 || filepath.Base(argv[0]) != prog {
+		return false
+	}
+	for _, want := range args {
+		found := false
+		for _, a := range argv[1:] {
+			found = found || a == want
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// waitExit polls until pid (started at start) is gone or ctx is done.
+func waitExit(ctx context.Context, pid int, start uint64) bool {
+	for {
+		if !procAlive(pid, start) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return !procAlive(pid, start)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// mountEntry is one line of /proc/self/mountinfo.
+type mountEntry struct {
+	Dev    string // "major:minor"
+	Target string
+	FSType string
+	Source string
+}
+
+func mounts() ([]mountEntry, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	return parseMountinfo(string(b)), nil
+}
+
+func parseMountinfo(s string) []mountEntry {
+	var out []mountEntry
+	for _, line := range strings.Split(s, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 10 {
+			continue
+		}
+		sep := -1
+		for i := 6; i < len(f); i++ {
+			if f[i] == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 0 || sep+2 >= len(f) {
+			continue
+		}
+		out = append(out, mountEntry{
+			Dev:    f[2],
+			Target: unescapeMount(f[4]),
+			FSType: f[sep+1],
+			Source: unescapeMount(f[sep+2]),
+		})
+	}
+	return out
+}
+
+// unescapeMount undoes the octal escapes (\040 etc.) of mountinfo.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// mountsAt returns the mounts whose mount point is target.
+func mountsAt(target string) ([]mountEntry, error) {
+	all, err := mounts()
+	if err != nil {
+		return nil, err
+	}
+	var out []mountEntry
+	for _, m := range all {
+		if m.Target == target {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// devNum returns the "major:minor" of a block device node.
+func devNum(dev string) (string, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(dev, &st); err != nil {
+		return "", fmt.Errorf("stat %s: %w", dev, err)
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFBLK {
+		return "", fmt.Errorf("%s is not a block device", dev)
+	}
+	rdev := st.Rdev
+	major := (rdev>>8)&0xfff | (rdev>>32)&^0xfff
+	minor := rdev&0xff | (rdev>>12)&^0xff
+	return fmt.Sprintf("%d:%d", major, minor), nil
+}
+
+// loopBacking returns the backing file of a loop device, with a
+// " (deleted)" suffix removed, and whether the device is attached.
+func loopBacking(dev string) (string, bool) {
+	b, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "loop", "backing_file"))
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)"), true
+}
+
+// loopsBacking returns the attached loop devices whose backing file is file.
+func loopsBacking(file string) []string {
+	ents, _ := os.ReadDir("/sys/block")
+	var devs []string
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), "loop") {
+			continue
+		}
+		dev := "/dev/" + e.Name()
+		if b, ok := loopBacking(dev); ok && b == file {
+			devs = append(devs, dev)
+		}
+	}
+	return devs
+}
+
+// loopAttach runs `losetup --find --show [--read-only] FILE`.
+func (r runner) loopAttach(ctx context.Context, file string, readOnly bool) (string, error) {
+	args := []string{"--find", "--show"}
+	if readOnly {
+		args = append(args, "--read-only")
+	}
+	out, err := r.run(ctx, nil, "losetup", append(args, file)...)
+	if err != nil {
+		return "", err
+	}
+	dev := strings.TrimSpace(out)
+	if !strings.HasPrefix(dev, "/dev/loop") {
+		return "", fmt.Errorf("losetup --find --show %s printed %q, not a loop device", file, dev)
+	}
+	return dev, nil
+}
+
+// loopDetach runs `losetup -d DEV` if DEV is still backed by backing, then
+// waits (bounded) for the kernel to let go of it. A loop device backed by
+// another file is not ours (loop devices are shared and get reused): it is
+// left alone and reported as gone.
+func (r runner) loopDetach(ctx context.Context, dev, backing string) error {
+	b, ok := loopBacking(dev)
+	if !ok {
+		return nil
+	}
+	if b != backing {
+		r.log.Warn("loop device now backs another file; leaving it alone", "device", dev, "backing_file", b, "want", backing)
+		return nil
+	}
+	if _, err := r.run(ctx, nil, "losetup", "-d", dev); err != nil {
+		if _, ok := loopBacking(dev); !ok {
+			return nil // detached under us
+		}
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	for {
+		b, ok := loopBacking(dev)
+		if !ok || b != backing {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("loop device %s still backed by %s after losetup -d: %w (hint: something still holds it open; see `losetup -l` and `fuser -v %s`)", dev, backing, ErrBusy, dev)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// umount runs `umount TARGET`, retrying for a short while on EBUSY.
+func (r runner) umount(ctx context.Context, target string) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		_, err := r.run(ctx, nil, "umount", target)
+		if err == nil {
+			return nil
+		}
+		if !strings.Contains(strings.ToLower(stderrOf(err)), "busy") {
+			return err
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("unmount %s: %w: %w (hint: close files and leave directories under it; `fuser -vm %s` lists users)", target, ErrBusy, err, target)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// isNotExist reports whether err means a missing file, also through
+// ErrImageNotFound.
+func isNotExist(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrImageNotFound)
+}
