@@ -7,6 +7,7 @@ package cephstore
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"time"
 )
@@ -49,11 +50,11 @@ func (c Config) Validate() error {
 	if c.Conf == "" {
 		errs = append(errs, errors.New("ceph conf: no path given: pass --ceph-conf, set FOGDEPLOY_CEPH_CONF, or run `make dev-up`"))
 	} else if _, err := os.Stat(c.Conf); err != nil {
-		errs = append(errs, fmt.Errorf("ceph conf %s: %w: run `make dev-up` for a local cluster or pass --ceph-conf", c.Conf, err))
+		errs = append(errs, fmt.Errorf("ceph conf %s: %s", c.Conf, describe(err)))
 	}
 	if c.Keyring != "" {
 		if st, err := os.Stat(c.Keyring); err != nil {
-			errs = append(errs, fmt.Errorf("ceph keyring %s: %w: pass --ceph-keyring or set FOGDEPLOY_CEPH_KEYRING", c.Keyring, err))
+			errs = append(errs, fmt.Errorf("ceph keyring %s: %s", c.Keyring, describe(err)))
 		} else if st.Mode().Perm()&0o077 != 0 {
 			errs = append(errs, fmt.Errorf("ceph keyring %s is readable by group or others (mode %04o): run `chmod 600 %s`", c.Keyring, st.Mode().Perm(), c.Keyring))
 		}
@@ -62,4 +63,15 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("ceph timeout %s is negative: use a positive duration such as 10s", c.Timeout))
 	}
 	return errors.Join(errs...)
+}
+
+// describe says why a path cannot be used, without repeating the path.
+func describe(err error) string {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "does not exist"
+	case errors.Is(err, fs.ErrPermission):
+		return "permission denied"
+	}
+	return err.Error()
 }

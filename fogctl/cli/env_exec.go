@@ -1,0 +1,63 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// EnvExecOptions are the inputs of `fogctl env exec`.
+type EnvExecOptions struct {
+	F       *Factory
+	Name    string
+	Command string
+}
+
+// NewCmdEnvExec builds `fogctl env exec`.
+func NewCmdEnvExec(f *Factory, runF func(context.Context, *EnvExecOptions) error) *cobra.Command {
+	opts := &EnvExecOptions{F: f}
+	return &cobra.Command{
+		Use:   "exec NAME -- COMMAND...",
+		Short: "Run a command in a throwaway clone of an environment",
+		Long: `Clone the environment's snapshot, map and mount the clone, run the command
+in a chroot of it, then unmount, unmap and remove the clone. Prints the
+time of each phase. Nothing the command writes is kept.`,
+		Example:           `  fogctl env exec redis -- redis-server --version`,
+		ValidArgsFunction: completeEnvNames(f),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 2 || cmd.ArgsLenAtDash() != 1 {
+				return usageError{fmt.Errorf("env exec takes NAME -- COMMAND...")}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Name, opts.Command = args[0], strings.Join(args[1:], " ")
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return envExecRun(cmd.Context(), opts)
+		},
+	}
+}
+
+func envExecRun(ctx context.Context, opts *EnvExecOptions) error {
+	l, err := opts.F.Layering(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	var out io.Writer = opts.F.Out
+	if opts.F.Global.Output == "json" {
+		out = opts.F.ErrOut
+	}
+	t, err := l.Manager.Exec(ctx, opts.Name, opts.Command, out)
+	if perr := printOut(opts.F, map[string]any{"env": opts.Name, "phases": t}, func(w io.Writer) {
+		fmt.Fprintf(opts.F.ErrOut, "==> %s: %s\n", opts.Name, t)
+	}); perr != nil {
+		return perr
+	}
+	return err
+}

@@ -1,0 +1,302 @@
+// Package cli holds fogctl's commands. Each command is an Options struct,
+// a NewCmdX constructor and a plain xRun function over the libraries, so
+// that exit codes are decided in one place (Main).
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fogdeploy/fogdeploy/internal/config"
+	"github.com/fogdeploy/fogdeploy/internal/version"
+	"github.com/fogdeploy/fogdeploy/internal/wire"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
+)
+
+// Exit codes of fogctl.
+const (
+	ExitOK          = 0
+	ExitError       = 1 // any other failure
+	ExitInvalid     = 2 // bad flags, arguments, specs or config
+	ExitNotFound    = 3 // the environment, image or snapshot does not exist
+	ExitConflict    = 4 // it exists already, has clones, is in use, or is too deep
+	ExitUnavailable = 5 // Ceph (or dockerd) did not answer in time
+	ExitInterrupted = 130
+)
+
+const exitCodeHelp = `Exit codes:
+  0    success
+  1    failure
+  2    invalid input (flags, names, sizes, build files, config)
+  3    not found
+  4    conflict: already exists, has clones, in use, or clone chain too deep
+  5    storage or docker unavailable (timeout)
+  130  interrupted`
+
+// GlobalOptions are the flags every command shares.
+type GlobalOptions struct {
+	ConfigFile  string
+	CephConf    string
+	CephKeyring string
+	CephID      string
+	CephPool    string
+	Mapper      string
+	Output      string
+	Timeout     time.Duration
+	LogLevel    string
+	LogFormat   string
+}
+
+// Factory gives commands what they need, built lazily from the flags.
+type Factory struct {
+	In     io.Reader
+	Out    io.Writer
+	ErrOut io.Writer
+	Global *GlobalOptions
+
+	// Layering opens the environment manager (overridable in tests).
+	Layering func(ctx context.Context) (*wire.Layering, error)
+}
+
+// Config returns the layered configuration: defaults, file, env, flags.
+func (f *Factory) Config() (config.Config, error) {
+	c, err := config.Load(f.Global.ConfigFile)
+	if err != nil {
+		return c, fmt.Errorf("%w: %w", layering.ErrInvalid, err)
+	}
+	c.ApplyEnv()
+	g := f.Global
+	for _, o := range []struct {
+		dst *string
+		v   string
+	}{
+		{&c.Ceph.Conf, g.CephConf}, {&c.Ceph.Keyring, g.CephKeyring}, {&c.Ceph.ID, g.CephID},
+		{&c.Ceph.Pool, g.CephPool}, {&c.Mapper.Backend, g.Mapper},
+	} {
+		if o.v != "" {
+			*o.dst = o.v
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("%w: %w", layering.ErrInvalid, err)
+	}
+	return c, nil
+}
+
+// Logger returns the slog logger the flags ask for (to stderr).
+func (f *Factory) Logger() *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(f.Global.LogLevel))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if f.Global.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(f.ErrOut, opts))
+	}
+	return slog.New(slog.NewTextHandler(f.ErrOut, opts))
+}
+
+// Progress writes one line per step to stderr.
+func (f *Factory) Progress() layering.Progress {
+	return func(format string, args ...any) {
+		fmt.Fprintf(f.ErrOut, "==> "+format+"\n", args...)
+	}
+}
+
+func (f *Factory) openLayering(ctx context.Context) (*wire.Layering, error) {
+	c, err := f.Config()
+	if err != nil {
+		return nil, err
+	}
+	l, err := wire.OpenLayering(ctx, c, f.Logger())
+	if err != nil && layering.Hint(err) == "" {
+		err = layering.WithHint(err, "for a local cluster run `make dev-up`; for yours pass --ceph-conf and --ceph-keyring")
+	}
+	return l, err
+}
+
+// NewCmdRoot builds the command tree.
+func NewCmdRoot(f *Factory) *cobra.Command {
+	g := f.Global
+	root := &cobra.Command{
+		Use:   "fogctl",
+		Short: "Operate a fogdeploy point of presence",
+		Long: `fogctl manages container environments stored as Ceph RBD snapshot/clone
+chains, from which fogdeploy deploys and restores apps on the nodes of a PoP.
+
+It reads the Ceph conf and keyring from flags, FOGDEPLOY_CEPH_* variables,
+a config file (--config), or the cluster that ` + "`make dev-up`" + ` started.
+
+` + exitCodeHelp,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version.String(),
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.ConfigFile, "config", os.Getenv("FOGDEPLOY_CONFIG"), "config file (YAML) [$FOGDEPLOY_CONFIG]")
+	pf.StringVar(&g.CephConf, "ceph-conf", "", "ceph.conf of the cluster [$FOGDEPLOY_CEPH_CONF]")
+	pf.StringVar(&g.CephKeyring, "ceph-keyring", "", "cephx keyring [$FOGDEPLOY_CEPH_KEYRING]")
+	pf.StringVar(&g.CephID, "ceph-id", "", "cephx user without \"client.\" [$FOGDEPLOY_CEPH_ID]")
+	pf.StringVar(&g.CephPool, "ceph-pool", "", "RBD pool [$FOGDEPLOY_CEPH_POOL]")
+	pf.StringVar(&g.Mapper, "mapper", "", "mapping backend: auto, krbd, nbd or fuse [$FOGDEPLOY_MAPPER]")
+	pf.StringVarP(&g.Output, "output", "o", "table", "output format: table or json")
+	pf.DurationVar(&g.Timeout, "timeout", 0, "give up after this long (0: no limit)")
+	pf.StringVar(&g.LogLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	pf.StringVar(&g.LogFormat, "log-format", "text", "log format: text or json")
+	_ = root.RegisterFlagCompletionFunc("output", fixedCompletion("table", "json"))
+	_ = root.RegisterFlagCompletionFunc("mapper", fixedCompletion(mapper.BackendAuto, mapper.BackendKRBD, mapper.BackendNBD, mapper.BackendFuse))
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		return validateGlobal(g)
+	}
+
+	root.AddGroup(&cobra.Group{ID: "env", Title: "Environments:"})
+	envCmd := NewCmdEnv(f)
+	envCmd.GroupID = "env"
+	root.AddCommand(envCmd)
+	root.AddCommand(NewCmdVersion(f))
+	return root
+}
+
+func validateGlobal(g *GlobalOptions) error {
+	var errs []error
+	if g.Output != "table" && g.Output != "json" {
+		errs = append(errs, fmt.Errorf("--output %q: use table or json", g.Output))
+	}
+	if g.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("--timeout %s is negative: use e.g. 30s, or 0 for no limit", g.Timeout))
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(g.LogLevel)); err != nil {
+		errs = append(errs, fmt.Errorf("--log-level %q: use debug, info, warn or error", g.LogLevel))
+	}
+	if g.LogFormat != "text" && g.LogFormat != "json" {
+		errs = append(errs, fmt.Errorf("--log-format %q: use text or json", g.LogFormat))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", layering.ErrInvalid, err)
+	}
+	return nil
+}
+
+func fixedCompletion(words ...string) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return words, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// Main runs fogctl and returns its exit code.
+func Main(args []string, in io.Reader, out, errOut io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	f := &Factory{In: in, Out: out, ErrOut: errOut, Global: &GlobalOptions{}}
+	f.Layering = f.openLayering
+	root := NewCmdRoot(f)
+	root.SetArgs(args)
+	root.SetIn(in)
+	root.SetOut(out)
+	root.SetErr(errOut)
+	tctx, cancel := withTimeout(ctx, args)
+	defer cancel()
+	cmd, err := root.ExecuteContextC(tctx)
+	if err == nil {
+		return ExitOK
+	}
+	return reportError(errOut, cmd, err, ctx)
+}
+
+// withTimeout applies --timeout before cobra parses it, so that the
+// context passed to every command carries the deadline.
+func withTimeout(ctx context.Context, args []string) (context.Context, context.CancelFunc) {
+	for i, a := range args {
+		v := ""
+		if strings.HasPrefix(a, "--timeout=") {
+			v = strings.TrimPrefix(a, "--timeout=")
+		} else if a == "--timeout" && i+1 < len(args) {
+			v = args[i+1]
+		}
+		if d, err := time.ParseDuration(v); err == nil && d > 0 {
+			return context.WithTimeout(ctx, d)
+		}
+	}
+	return context.WithCancel(ctx)
+}
+
+func reportError(w io.Writer, cmd *cobra.Command, err error, ctx context.Context) int {
+	fmt.Fprintf(w, "Error: %s\n", err)
+	code := exitCode(err, ctx)
+	hint := layering.Hint(err)
+	if hint == "" && code == ExitInvalid && cmd != nil && isUsageError(err) {
+		hint = fmt.Sprintf("see `%s --help`", cmd.CommandPath())
+	}
+	if hint != "" {
+		fmt.Fprintf(w, "Hint: %s\n", hint)
+	}
+	return code
+}
+
+// exitCode maps an error onto the documented exit codes.
+func exitCode(err error, ctx context.Context) int {
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
+		return ExitInterrupted
+	case errors.Is(err, layering.ErrInvalid), isUsageError(err):
+		return ExitInvalid
+	case errors.Is(err, layering.ErrNotFound):
+		return ExitNotFound
+	case errors.Is(err, layering.ErrExists), errors.Is(err, layering.ErrHasChildren),
+		errors.Is(err, layering.ErrBusy), errors.Is(err, layering.ErrTooDeep):
+		return ExitConflict
+	case errors.Is(err, layering.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		return ExitUnavailable
+	}
+	return ExitError
+}
+
+// usageError marks errors in flags or arguments.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+func isUsageError(err error) bool {
+	var u usageError
+	if errors.As(err, &u) {
+		return true
+	}
+	s := err.Error()
+	return strings.HasPrefix(s, "unknown flag") || strings.HasPrefix(s, "unknown command") ||
+		strings.HasPrefix(s, "invalid argument \"") || strings.Contains(s, "flag needs an argument") ||
+		strings.HasPrefix(s, "accepts ") || strings.HasPrefix(s, "requires ")
+}
+
+// exactArgs is cobra.ExactArgs with an error fogctl classifies as usage.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageError{fmt.Errorf("%s takes %s, got %d arguments", cmd.CommandPath(), what, len(args))}
+		}
+		return nil
+	}
+}
+
+// NewCmdVersion prints the version.
+func NewCmdVersion(f *Factory) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return printOut(f, map[string]string{"version": version.String()}, func(w io.Writer) {
+				fmt.Fprintln(w, "fogctl", version.String())
+			})
+		},
+	}
+}

@@ -1,0 +1,78 @@
+package layering
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// Phase is one timed step of an operation.
+type Phase struct {
+	Name     string        `json:"name"`
+	Duration time.Duration `json:"duration_ns"`
+}
+
+// Timings records the phases of an operation in order.
+type Timings []Phase
+
+// Track appends the time since start under name and returns now.
+func (t *Timings) Track(name string, start time.Time) time.Time {
+	now := time.Now()
+	*t = append(*t, Phase{Name: name, Duration: now.Sub(start)})
+	return now
+}
+
+// String renders "clone 21ms, mount 45ms, ...".
+func (t Timings) String() string {
+	parts := make([]string, len(t))
+	for i, p := range t {
+		parts[i] = fmt.Sprintf("%s %s", p.Name, p.Duration.Round(time.Millisecond))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Exec runs a shell command in a throwaway clone of an environment: clone,
+// map and mount, run in a chroot with the environment's config, unmount,
+// unmap and remove the clone. What the command writes is discarded with
+// the clone. It returns the phase timings.
+func (m *Manager) Exec(ctx context.Context, name, command string, out io.Writer) (t Timings, err error) {
+	env, err := m.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(command) == "" {
+		return nil, fmt.Errorf("exec: empty command: %w", ErrInvalid)
+	}
+	start := time.Now()
+	clone := "fdx-" + name + "-" + randomID(4)
+	if err := m.b.Clone(ctx, env.Ref, clone); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if rerr := m.b.Remove(context.WithoutCancel(ctx), clone); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("remove clone %s: %w", clone, rerr))
+		}
+	}()
+	start = t.Track("clone", start)
+	target, err := m.scratch("exec-")
+	if err != nil {
+		return t, err
+	}
+	defer os.Remove(target)
+	unmount, err := m.m.Mount(ctx, clone, target, MountOptions{})
+	if err != nil {
+		return t, err
+	}
+	start = t.Track("map+mount", start)
+	runErr := withChroot(ctx, target, func() error { return runInChroot(ctx, target, command, env.Config, out) })
+	start = t.Track("run", start)
+	if uerr := unmount(context.WithoutCancel(ctx)); uerr != nil {
+		return t, errors.Join(runErr, uerr)
+	}
+	t.Track("unmount+unmap", start)
+	return t, runErr
+}
