@@ -15,6 +15,7 @@ func NewCmdEnv(f *Factory) *cobra.Command {
 sealed by a protected snapshot that instances and other environments are
 cloned from. Build files add layers: each step is a clone of the previous
 snapshot, changed and sealed in turn, and cached by content.`,
+		RunE: groupRunE,
 	}
 	cmd.AddCommand(NewCmdEnvImport(f, nil), NewCmdEnvBuild(f, nil), NewCmdEnvLs(f, nil),
 		NewCmdEnvInspect(f, nil), NewCmdEnvRm(f, nil), NewCmdEnvFlatten(f, nil), NewCmdEnvPrune(f, nil), NewCmdEnvExec(f, nil))

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -29,7 +30,7 @@ time of each phase. Nothing the command writes is kept.`,
 		ValidArgsFunction: completeEnvNames(f),
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 2 || cmd.ArgsLenAtDash() != 1 {
-				return usageError{fmt.Errorf("env exec takes NAME -- COMMAND...")}
+				return usageError{errors.New("env exec takes NAME -- COMMAND")}
 			}
 			return nil
 		},

@@ -199,6 +199,12 @@ func Main(args []string, in io.Reader, out, errOut io.Writer) int {
 	defer stop()
 	f := &Factory{In: in, Out: out, ErrOut: errOut, Global: &GlobalOptions{}}
 	f.Layering = f.openLayering
+	return run(ctx, f, args)
+}
+
+// run executes fogctl with a prepared factory and returns the exit code.
+func run(ctx context.Context, f *Factory, args []string) int {
+	in, out, errOut := f.In, f.Out, f.ErrOut
 	root := NewCmdRoot(f)
 	root.SetArgs(args)
 	root.SetIn(in)
@@ -274,7 +280,17 @@ func isUsageError(err error) bool {
 	s := err.Error()
 	return strings.HasPrefix(s, "unknown flag") || strings.HasPrefix(s, "unknown command") ||
 		strings.HasPrefix(s, "invalid argument \"") || strings.Contains(s, "flag needs an argument") ||
-		strings.HasPrefix(s, "accepts ") || strings.HasPrefix(s, "requires ")
+		strings.HasPrefix(s, "accepts ") || strings.HasPrefix(s, "requires ") ||
+		strings.HasPrefix(s, "required flag") || strings.Contains(s, "flags in the group")
+}
+
+// groupRunE makes a command that only groups subcommands reject unknown
+// ones instead of printing help with exit 0.
+func groupRunE(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError{fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())}
+	}
+	return cmd.Help()
 }
 
 // exactArgs is cobra.ExactArgs with an error fogctl classifies as usage.

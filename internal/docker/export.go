@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"io"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/errdefs"
 
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -51,7 +51,7 @@ func (e Exporter) ExportImage(ctx context.Context, ref string) (io.ReadCloser, e
 		Entrypoint: []string{},
 	}, nil, nil, nil, "")
 	if err != nil {
-		if errdefs.IsNotFound(err) {
+		if cerrdefs.IsNotFound(err) {
 			return nil, layering.WithHint(fmt.Errorf("docker image %q: %w (docker: %w)", ref, layering.ErrNotFound, err), "list local images with `docker images`; no registry is reached")
 		}
 		if client.IsErrConnectionFailed(err) {

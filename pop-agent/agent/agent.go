@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fogdeploy/fogdeploy/internal/config"
@@ -194,6 +195,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "fogdeploy_mappings_recovered_total", Help: "Mappings left by a previous run and released at start.",
 		}),
 	}
-	reg.MustRegister(m.backend, m.recovered, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	reg.MustRegister(m.backend, m.recovered, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
