@@ -122,7 +122,9 @@ func (c Config) Validate() error {
 		case !fileExists(c.CephConf):
 			add("Config.CephConf %q does not exist: start the cluster (make dev-up) or point it at an existing ceph.conf", c.CephConf)
 		}
-		if c.Keyring != "" && !fileExists(c.Keyring) {
+		if strings.ContainsAny(c.Keyring, " \t\n") {
+			add("Config.Keyring %q holds whitespace, which CEPH_ARGS (how rbd-fuse gets it) cannot carry: move the keyring to a path without spaces", c.Keyring)
+		} else if c.Keyring != "" && !fileExists(c.Keyring) {
 			add("Config.Keyring %q does not exist: point it at the keyring of client.%s, or leave it empty to use ceph.conf's", c.Keyring, c.id())
 		}
 	}

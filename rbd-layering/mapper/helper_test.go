@@ -125,6 +125,15 @@ func testSurvivesKill(t *testing.T, s helperSpec, newMapper func(stateDir string
 		t.Fatalf("helper did not map within 2m; stderr:\n%s", stderr.String())
 	}
 	tr := mappertest.Track(t, s.StateDir, &mp)
+
+	// While its owner runs, Recover elsewhere leaves the mapping alone.
+	if undone, err := newMapper(s.StateDir).Recover(t.Context()); err != nil || len(undone) != 0 {
+		t.Fatalf("Recover while the owner runs = %+v, %v; want nothing undone", undone, err)
+	}
+	if !mappertest.IsMountPoint(s.Target) {
+		t.Fatal("Recover while the owner runs unmounted its mapping")
+	}
+
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

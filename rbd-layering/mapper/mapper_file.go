@@ -54,9 +54,9 @@ func (b *fileBackend) Attach(ctx context.Context, img Image, rec *Record, save f
 	}
 	if err != nil {
 		if isNotExist(err) {
-			return "", fmt.Errorf("image %s: %w: %w (hint: create it first)", img, ErrImageNotFound, err)
+			return "", fmt.Errorf("map %s: %w: %w (hint: create it first)", img, ErrImageNotFound, err)
 		}
-		return "", fmt.Errorf("image %s: resolve file: %w", img, err)
+		return "", fmt.Errorf("map %s: resolve file: %w", img, err)
 	}
 	rec.LoopBacking = p
 	if err := save(); err != nil {
@@ -64,7 +64,7 @@ func (b *fileBackend) Attach(ctx context.Context, img Image, rec *Record, save f
 	}
 	dev, err := b.run.loopAttach(ctx, p, rec.ReadOnly)
 	if err != nil {
-		return "", fmt.Errorf("image %s: attach loop device: %w", img, err)
+		return "", fmt.Errorf("map %s: attach loop device: %w", img, err)
 	}
 	rec.LoopDev = dev
 	return dev, save()
@@ -80,8 +80,8 @@ func (b *fileBackend) Detach(ctx context.Context, rec Record) error {
 		}
 		return nil
 	}
-	if err := error(nil); err != nil {
-		return fmt.Errorf("image %s: detach %s: %w", rec.Image, rec.LoopDev, err)
+	if err := b.run.loopDetach(ctx, rec.LoopDev, rec.LoopBacking); err != nil {
+		return fmt.Errorf("release %s (%s): detach %s: %w", rec.ID, rec.Image, rec.LoopDev, err)
 	}
 	return nil
 }

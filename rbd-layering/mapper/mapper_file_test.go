@@ -1,6 +1,7 @@
 package mapper_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
@@ -121,4 +123,64 @@ func TestFileBackendSurvivesKill(t *testing.T) {
 	img := h.CreateImage(t, "killed", 64<<20)
 	testSurvivesKill(t, helperSpec{Backend: mapper.BackendFile, FileDir: s.dir, Image: img},
 		func(stateDir string) *mapper.Mapper { return h.NewMapper(t, stateDir) }, nil)
+}
+
+// writeRecord plants a record as a crashed process would have left it.
+func writeRecord(t *testing.T, stateDir string, rec mapper.Record) {
+	t.Helper()
+	rec.Version = 1
+	b, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stateDir, "mappings", rec.ID+".json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func losetup(t *testing.T, file string) string {
+	t.Helper()
+	out, err := exec.Command("losetup", "--find", "--show", file).CombinedOutput()
+	if err != nil {
+		t.Fatalf("losetup %s: %v: %s", file, err, out)
+	}
+	dev := strings.TrimSpace(string(out))
+	t.Cleanup(func() {
+		if b, _ := os.ReadFile("/sys/block/" + filepath.Base(dev) + "/loop/backing_file"); strings.TrimSpace(string(b)) == file {
+			exec.Command("losetup", "-d", dev).Run()
+		}
+	})
+	return dev
+}
+
+// TestFileRecoverVerifiesIdentity: Recover removes records whose loop
+// devices it cannot prove its own, without touching those devices: one
+// whose loop device now backs another file (reused after a detach), and
+// one interrupted between losetup and the record update (a shared file's
+// loop devices could belong to anyone).
+func TestFileRecoverVerifiesIdentity(t *testing.T) {
+	needLoop(t)
+	h, s := fileHarness(t)
+	a := h.CreateImage(t, "a", 16<<20)
+	b := h.CreateImage(t, "b", 16<<20)
+	pathA, _ := s.path(a)
+	pathB, _ := s.path(b)
+	stateDir := filepath.Join(t.TempDir(), "state")
+	m := h.NewMapper(t, stateDir)
+
+	devB := losetup(t, pathB) // someone else's loop device
+	writeRecord(t, stateDir, mapper.Record{ID: "reused", Backend: mapper.BackendFile, Image: a,
+		LoopBacking: pathA, LoopDev: devB, Device: devB})
+	writeRecord(t, stateDir, mapper.Record{ID: "intent", Backend: mapper.BackendFile, Image: b, LoopBacking: pathB})
+
+	undone, err := m.Recover(t.Context())
+	if err != nil || len(undone) != 2 {
+		t.Fatalf("Recover = %+v, %v; want both records undone", undone, err)
+	}
+	if got, _ := os.ReadFile("/sys/block/" + filepath.Base(devB) + "/loop/backing_file"); strings.TrimSpace(string(got)) != pathB {
+		t.Fatalf("Recover detached %s, which was not ours (backing file now %q)", devB, got)
+	}
+	if l, err := m.List(); err != nil || len(l) != 0 {
+		t.Fatalf("List after Recover = %+v, %v", l, err)
+	}
 }

@@ -134,21 +134,36 @@ func (b *fuseBackend) Attach(ctx context.Context, img Image, rec *Record, save f
 func (b *fuseBackend) waitReady(ctx context.Context, img Image, dir, file string, cmd *exec.Cmd, exited <-chan struct{}, logPath string) error {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.timeout())
 	defer cancel()
+	// failed reads cmd.ProcessState only once exited is closed (no race
+	// with the reaping goroutine).
 	failed := func(what string) error {
-		tail := ""
+		code := -1
+		select {
+		case <-exited:
+			code = cmd.ProcessState.ExitCode()
+			what = fmt.Sprintf("%s (%s)", what, cmd.ProcessState)
+		default:
+		}
+		msg := "rbd-fuse " + what
 		if out, err := os.ReadFile(logPath); err == nil {
-			tail = lastLines(string(out), 4)
+			if tail := lastLines(string(out), 4); tail != "" {
+				msg += ": " + tail
+			}
 		}
-		err := fmt.Errorf("map %s: rbd-fuse %s: %s", img, what, tail)
-		if strings.Contains(tail, "No such file or directory") {
-			return fmt.Errorf("%w (pool %q missing?): %w", ErrImageNotFound, img.Pool, err)
+		// rbd-fuse mounts first and connects on the first request: it
+		// exits 90 when it cannot connect and 91 when the pool is missing.
+		switch {
+		case code == 91:
+			return fmt.Errorf("map %s: pool %q does not exist: %w (%s) (hint: `ceph osd pool ls` lists the pools)", img, img.Pool, ErrImageNotFound, msg)
+		case code == 90 || strings.Contains(msg, "failed to fetch mon config"):
+			return fmt.Errorf("map %s: cannot connect to the cluster: %s (hint: check Config.CephConf, Config.ID and Config.Keyring, and that `ceph -s` answers)", img, msg)
 		}
-		return err
+		return fmt.Errorf("map %s: %s", img, msg)
 	}
 	for {
 		select {
 		case <-exited:
-			return failed(fmt.Sprintf("exited (%s)", cmd.ProcessState))
+			return failed("exited")
 		case <-ctx.Done():
 			return failed(fmt.Sprintf("did not mount %s within %s", dir, b.cfg.timeout()))
 		case <-time.After(10 * time.Millisecond):
@@ -175,7 +190,7 @@ func (b *fuseBackend) waitReady(ctx context.Context, img Image, dir, file string
 				b.log.Debug("rbd-fuse not ready", "image", img.String(), "err", err)
 			}
 		case <-exited:
-			return failed(fmt.Sprintf("exited (%s)", cmd.ProcessState))
+			return failed("exited")
 		case <-ctx.Done():
 			return failed(fmt.Sprintf("did not answer on %s within %s", dir, b.cfg.timeout()))
 		}

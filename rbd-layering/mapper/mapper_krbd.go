@@ -2,6 +2,7 @@ package mapper
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -38,7 +39,10 @@ func (b *krbdBackend) Probe(ctx context.Context) error {
 	if err == nil && fileExists("/sys/bus/rbd") {
 		return nil
 	}
-	return fmt.Errorf("no rbd kernel module (/sys/bus/rbd is missing; modprobe rbd: %v)", err)
+	if err == nil {
+		err = errors.New("/sys/bus/rbd still missing")
+	}
+	return fmt.Errorf("no rbd kernel module (/sys/bus/rbd is missing; %v)", err)
 }
 
 func (b *krbdBackend) Attach(ctx context.Context, img Image, rec *Record, save func() error) (string, error) {

@@ -40,7 +40,8 @@ func Track(t testing.TB, stateDir string, mp *mapper.Mapping) Tracked {
 }
 
 // Leftovers lists, in words, everything of tr that the node still holds:
-// a mount at the target or under StateDir, the device still attached to
+// a mount at the target or a mount under StateDir named after the mapping
+// ID, the device still attached to
 // the same file or image, an rbd-fuse/rbd-nbd process for the image, and
 // the mapping's record. Empty means fully released.
 func (tr Tracked) Leftovers() []string {
@@ -52,7 +53,9 @@ func (tr Tracked) Leftovers() []string {
 		}
 	}
 	for _, m := range mountsUnder(tr.StateDir) {
-		out = append(out, "mount under StateDir at "+m)
+		if strings.Contains(m, mp.ID) { // e.g. its rbd-fuse mount, StateDir/fuse/<id>
+			out = append(out, "mount under StateDir at "+m)
+		}
 	}
 	switch {
 	case tr.Backing != "":

@@ -75,11 +75,13 @@ func RunSuite(t *testing.T, h Harness) {
 		{"ReleaseTwice", testReleaseTwice},
 		{"ReleaseBusy", testReleaseBusy},
 		{"MissingImage", testMissingImage},
+		{"MissingPool", testMissingPool},
 		{"MountFailureRollsBack", testMountFailureRollsBack},
 		{"CallerID", testCallerID},
 		{"CrashRecover", testCrashRecover},
 		{"RecoverStaleRecord", testRecoverStaleRecord},
 		{"TwoImages", testTwoImages},
+		{"ReadOnly", testReadOnly},
 		{"Snapshot", testSnapshot},
 		{"FreezeThaw", testFreezeThaw},
 	}
@@ -307,6 +309,7 @@ func testMissingImage(t *testing.T, e *env) {
 	if !errors.Is(err, mapper.ErrImageNotFound) {
 		t.Fatalf("MapAndMount(%s): %v, want ErrImageNotFound", missing, err)
 	}
+	t.Logf("user sees: %v", err)
 	if !strings.Contains(err.Error(), missing.Name) {
 		t.Errorf("error %q does not name the image", err)
 	}
@@ -319,6 +322,27 @@ func testMissingImage(t *testing.T, e *env) {
 	}
 	if added := newLoops(loopsBefore, missing.Name); len(added) > 0 {
 		t.Errorf("loop devices attached by the failed map: %v", added)
+	}
+}
+
+// Mapping from a missing pool fails with ErrImageNotFound and leaves
+// nothing.
+func testMissingPool(t *testing.T, e *env) {
+	missing := mapper.Image{Pool: "mt-no-such-pool", Name: "mt-no-such-image"}
+	_, err := e.m.MapAndMount(e.ctx, missing, e.target("a"), mapper.MountOptions{Format: true})
+	if !errors.Is(err, mapper.ErrImageNotFound) {
+		t.Fatalf("MapAndMount(%s): %v, want ErrImageNotFound", missing, err)
+	}
+	t.Logf("user sees: %v", err)
+	if !strings.Contains(err.Error(), missing.Pool) {
+		t.Errorf("error %q does not name the pool", err)
+	}
+	noRecords(t, e, e.m)
+	if m := mountsUnder(e.root); len(m) > 0 {
+		t.Errorf("mounts left: %v", m)
+	}
+	if p := ImageProcesses(missing.Name); len(p) > 0 {
+		t.Errorf("processes left: %v", p)
 	}
 }
 
@@ -475,6 +499,45 @@ func testTwoImages(t *testing.T, e *env) {
 		t.Fatalf("first image reads %q after remap, want %q", got, "a")
 	}
 	e.release(t, e.m, a)
+}
+
+// WithReadOnly maps a device that refuses writes; the filesystem mounts
+// read-only and shows the data.
+func testReadOnly(t *testing.T, e *env) {
+	img := e.image(t)
+	target := e.target("a")
+	tr := e.mapAndMount(t, e.m, img, target, mapper.MountOptions{Format: true})
+	writeFile(t, filepath.Join(target, "f"), "data")
+	e.release(t, e.m, tr)
+
+	mp, err := e.m.MapAndMount(e.ctx, img, target, mapper.MountOptions{}, mapper.WithReadOnly())
+	if err != nil {
+		t.Fatalf("MapAndMount WithReadOnly: %v", err)
+	}
+	tr = Track(t, e.stateDir, mp)
+	if !mp.ReadOnly {
+		t.Errorf("mapping %+v is not marked read-only", mp)
+	}
+	if got := readFile(t, filepath.Join(target, "f")); got != "data" {
+		t.Fatalf("read-only mount shows %q, want %q", got, "data")
+	}
+	if err := os.WriteFile(filepath.Join(target, "g"), []byte("x"), 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("write to a read-only mapping: %v, want EROFS", err)
+	}
+	// Writing the first block back unchanged must fail at the device.
+	if f, err := os.OpenFile(mp.Device, os.O_RDWR, 0); err == nil {
+		buf := make([]byte, 4096)
+		_, rerr := f.ReadAt(buf, 0)
+		_, werr := f.WriteAt(buf, 0)
+		if werr == nil {
+			werr = f.Sync()
+		}
+		f.Close()
+		if rerr != nil || werr == nil {
+			t.Errorf("device %s of a read-only mapping: read %v, write %v; want the write refused", mp.Device, rerr, werr)
+		}
+	}
+	e.release(t, e.m, tr)
 }
 
 // A snapshot maps read-only and shows the data of its time, or, where the

@@ -1,0 +1,242 @@
+package mapper_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/devenv"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper/mappertest"
+)
+
+// cephEnv is the cluster the fuse tests run against: $FOGDEPLOY_CEPH_CONF
+// (else the dev cluster's conf), its keyring, and pool "fogdeploy".
+type cephEnv struct {
+	conf, keyring, id, pool string
+}
+
+func (c cephEnv) args(a ...string) []string {
+	args := []string{"-c", c.conf}
+	if c.keyring != "" {
+		args = append(args, "--keyring", c.keyring)
+	}
+	if c.id != "" {
+		args = append(args, "--id", c.id)
+	}
+	return append(args, a...)
+}
+
+func (c cephEnv) rbd(t *testing.T, a ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "rbd", c.args(a...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("rbd %s: %v: %s", strings.Join(a, " "), err, out)
+	}
+}
+
+// needCeph skips unless the cluster answers `ceph -s` within 5 s and the
+// fuse backend's tools are here.
+func needCeph(t *testing.T) cephEnv {
+	t.Helper()
+	needLoop(t)
+	c := cephEnv{
+		conf:    devenv.Lookup(devenv.EnvCephConf, devenv.CephConf()),
+		keyring: devenv.Lookup(devenv.EnvCephKeyring, devenv.CephKeyring()),
+		id:      os.Getenv(devenv.EnvCephID),
+		pool:    devenv.Lookup(devenv.EnvCephPool, devenv.DefaultPool),
+	}
+	if _, err := os.Stat(c.conf); err != nil {
+		t.Skipf("no Ceph cluster: %s is missing (start one with `make dev-up`, or set %s)", c.conf, devenv.EnvCephConf)
+	}
+	if _, err := os.Stat(c.keyring); err != nil {
+		c.keyring = "" // let ceph.conf name it
+	}
+	for _, tool := range []string{"ceph", "rbd", "rbd-fuse"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s in PATH (Debian packages ceph-common, rbd-fuse)", tool)
+		}
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("needs /dev/fuse")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "ceph", c.args("-s")...).CombinedOutput(); err != nil {
+		t.Skipf("Ceph cluster at %s does not answer `ceph -s` within 5s: %v: %s", c.conf, err, strings.TrimSpace(string(out)))
+	}
+	return c
+}
+
+func (c cephEnv) config(stateDir string) mapper.Config {
+	return mapper.Config{Backend: mapper.BackendFuse, StateDir: stateDir, CephConf: c.conf, Keyring: c.keyring, ID: c.id}
+}
+
+func (c cephEnv) harness() mappertest.Harness {
+	return mappertest.Harness{
+		Backend: mapper.BackendFuse,
+		NewMapper: func(t *testing.T, stateDir string) *mapper.Mapper {
+			m, err := mapper.New(t.Context(), c.config(stateDir), testLogger(t))
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			return m
+		},
+		CreateImage: func(t *testing.T, name string, size int64) mapper.Image {
+			img := mapper.Image{Pool: c.pool, Name: name}
+			c.rbd(t, "create", img.String(), "--size", fmt.Sprintf("%dM", (size+(1<<20)-1)>>20))
+			return img
+		},
+		DeleteImage: func(t *testing.T, img mapper.Image) {
+			c.rbd(t, "snap", "purge", img.String())
+			c.rbd(t, "rm", "--no-progress", img.String())
+		},
+		Snapshot: func(t *testing.T, img mapper.Image, snap string) {
+			c.rbd(t, "snap", "create", img.String()+"@"+snap)
+		},
+		// rbd-fuse (Ceph 16) only opens image heads.
+		SnapshotUnsupported: true,
+	}
+}
+
+// TestFuseBackendSuite runs the conformance suite against rbd-fuse + loop
+// on the dev Ceph cluster.
+func TestFuseBackendSuite(t *testing.T) {
+	c := needCeph(t)
+	mappertest.RunSuite(t, c.harness())
+}
+
+// TestFuseBackendSurvivesKill: the process that started rbd-fuse and the
+// loop device is killed with SIGKILL; rbd-fuse, the loop device and the
+// mount keep serving, and Recover in this process undoes all of them.
+func TestFuseBackendSurvivesKill(t *testing.T) {
+	c := needCeph(t)
+	h := c.harness()
+	img := h.CreateImage(t, fmt.Sprintf("mt-killed-%d", os.Getpid()), 64<<20)
+	testSurvivesKill(t, helperSpec{Backend: mapper.BackendFuse, CephConf: c.conf, Keyring: c.keyring, Image: img},
+		func(stateDir string) *mapper.Mapper { return h.NewMapper(t, stateDir) },
+		func() { h.DeleteImage(t, img) })
+}
+
+// TestAutoChoiceOnThisNode: "auto" takes the first usable backend and says
+// why; without rbd and nbd kernel modules (as on the dev VMs) that is fuse.
+func TestAutoChoiceOnThisNode(t *testing.T) {
+	c := needCeph(t)
+	cfg := c.config(t.TempDir())
+	cfg.Backend = ""
+	m, err := mapper.New(t.Context(), cfg, testLogger(t))
+	if err != nil {
+		t.Fatalf("New(auto): %v", err)
+	}
+	ch := m.Choice()
+	t.Logf("auto chose %s: %s", ch.Backend, ch.Reason)
+	_, errRBD := os.Stat("/sys/bus/rbd")
+	_, errNBD1 := os.Stat("/sys/module/nbd")
+	_, errNBD2 := os.Stat("/dev/nbd0")
+	if errRBD != nil && errNBD1 != nil && errNBD2 != nil && ch.Backend != mapper.BackendFuse {
+		t.Fatalf("no rbd/nbd module here, but auto chose %q", ch.Backend)
+	}
+	if last := ch.Probes[len(ch.Probes)-1]; last.Backend != ch.Backend || last.Err != nil {
+		t.Fatalf("chosen backend's probe = %+v", last)
+	}
+}
+
+// TestFuseRecoverInterruptedMap: a crash hit after rbd-fuse and losetup
+// ran but before the record named them (only the intent, the mount
+// directory and backing path, was saved). Recover finds the process by
+// its mount directory and the loop device by its backing file, both of
+// which hold the mapping ID, and undoes them.
+func TestFuseRecoverInterruptedMap(t *testing.T) {
+	c := needCeph(t)
+	h := c.harness()
+	img := h.CreateImage(t, fmt.Sprintf("mt-interrupted-%d", os.Getpid()), 32<<20)
+	t.Cleanup(func() { h.DeleteImage(t, img) })
+	stateDir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := h.NewMapper(t, stateDir)
+	dir := filepath.Join(stateDir, "fuse", "interrupted")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("rbd-fuse", "-c", c.conf, "-p", img.Pool, "-r", img.Name, "-f", dir)
+	cmd.Env = append(os.Environ(), "CEPH_ARGS=--keyring "+c.keyring)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		if _, err := h.NewMapper(t, stateDir).Recover(context.Background()); err != nil {
+			t.Errorf("cleanup Recover: %v", err)
+		}
+		exec.Command("umount", dir).Run()
+		cmd.Process.Kill()
+		<-exited
+	})
+	file := filepath.Join(dir, img.Name)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if mappertest.IsMountPoint(dir) {
+			if _, err := os.Stat(file); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rbd-fuse did not show %s", file)
+		}
+	}
+	dev := losetup(t, file)
+	writeRecord(t, stateDir, mapper.Record{ID: "interrupted", Backend: mapper.BackendFuse, Image: img, FuseDir: dir, LoopBacking: file})
+	tr := mappertest.Track(t, stateDir, &mapper.Mapping{ID: "interrupted", Image: img, Device: dev})
+
+	undone, err := m.Recover(t.Context())
+	if err != nil || len(undone) != 1 {
+		t.Fatalf("Recover = %+v, %v; want the interrupted mapping undone", undone, err)
+	}
+	tr.WaitGone(t, 10*time.Second)
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("rbd-fuse still running after Recover")
+	}
+}
+
+// TestFuseBadCredentials: a cephx user that does not exist makes Map fail
+// quickly with a hint about the credentials, leaving nothing behind.
+func TestFuseBadCredentials(t *testing.T) {
+	c := needCeph(t)
+	h := c.harness()
+	img := h.CreateImage(t, fmt.Sprintf("mt-badcreds-%d", os.Getpid()), 16<<20)
+	t.Cleanup(func() { h.DeleteImage(t, img) })
+	cfg := c.config(filepath.Join(t.TempDir(), "state"))
+	cfg.ID = "no-such-user"
+	m, err := mapper.New(t.Context(), cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Map(t.Context(), img)
+	if err == nil || errors.Is(err, mapper.ErrImageNotFound) || !strings.Contains(err.Error(), "Config.ID") {
+		t.Fatalf("Map with an unknown cephx user: %v; want a connection error with a hint", err)
+	}
+	t.Logf("user sees: %v", err)
+	if l, _ := m.List(); len(l) != 0 {
+		t.Errorf("records left: %+v", l)
+	}
+	if p := mappertest.ImageProcesses(img.Name); len(p) > 0 {
+		t.Errorf("processes left: %v", p)
+	}
+	if mnt := mappertest.IsMountPoint(filepath.Join(cfg.StateDir, "fuse")); mnt {
+		t.Errorf("fuse directory left mounted")
+	}
+}
