@@ -75,11 +75,15 @@ func must(t *testing.T, err error) {
 	}
 }
 
+// list returns the pool's images of the kinds the environment manager
+// makes (other packages' tests may share the pool meanwhile).
 func list(t *testing.T, l *wire.Layering) []string {
 	t.Helper()
 	names, err := l.Store.List(context.Background())
 	must(t, err)
-	return names
+	return slices.DeleteFunc(names, func(n string) bool {
+		return !strings.HasPrefix(n, layering.LayerPrefix) && !strings.HasPrefix(n, "fdi-") && !strings.HasPrefix(n, "fdx-")
+	})
 }
 
 // removeEnvs removes environments (newest first) at the end of a test.
