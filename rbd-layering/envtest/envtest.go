@@ -61,6 +61,7 @@ func BusyboxRootfs(t *testing.T) string {
 // RunSuite runs the environment behaviour tests.
 func RunSuite(t *testing.T, newL NewLayering) {
 	t.Run("ImportBuildCloneChain", func(t *testing.T) { testImportBuild(t, newL(t)) })
+	t.Run("ImportTar", func(t *testing.T) { testImportTar(t, newL(t)) })
 	t.Run("BadInputLeavesPoolUnchanged", func(t *testing.T) { testBadInput(t, newL(t)) })
 	t.Run("RemoveRefusesWhileCloned", func(t *testing.T) { testRemove(t, newL(t)) })
 	t.Run("FailedStepLeavesNothing", func(t *testing.T) { testFailedStep(t, newL(t)) })
@@ -309,5 +310,24 @@ func testFailedStep(t *testing.T, l *wire.Layering) {
 	}
 	if ms, _ := l.Mapper.List(); len(ms) != 0 {
 		t.Errorf("failed step left mappings: %+v", ms)
+	}
+}
+
+func testImportTar(t *testing.T, l *wire.Layering) {
+	ctx := context.Background()
+	name := uniq("tar")
+	removeEnvs(t, l, name)
+	tarball, err := exec.Command("tar", "-C", BusyboxRootfs(t), "-c", ".").Output()
+	must(t, err)
+	_, err = l.Manager.Import(ctx, name, layering.Source{Tar: bytes.NewReader(tarball)}, layering.ImportOptions{Size: 64 << 20})
+	must(t, err)
+	var out bytes.Buffer
+	if _, err := l.Manager.Exec(ctx, name, "cat /etc/os-release", &out); err != nil || out.String() != "NAME=fogtest\n" {
+		t.Fatalf("exec in the tar-imported environment: %q, %v", out.String(), err)
+	}
+	for _, n := range list(t, l) {
+		if strings.HasPrefix(n, "fdx-") {
+			t.Errorf("exec left its clone %s", n)
+		}
 	}
 }

@@ -1,0 +1,84 @@
+package docker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+
+	"github.com/fogdeploy/fogdeploy/internal/docker"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
+	"github.com/fogdeploy/fogdeploy/internal/wire"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/envtest"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/fakestore"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
+)
+
+// TestImportDockerImage imports a local Docker image into an environment
+// through the moby client and finds its files in a mounted clone; the
+// helper container is gone afterwards.
+func TestImportDockerImage(t *testing.T) {
+	testenv.NeedRoot(t)
+	dc := testenv.DockerClient(t)
+	ctx := context.Background()
+
+	rootfs := envtest.BusyboxRootfs(t)
+	if err := os.WriteFile(filepath.Join(rootfs, "etc/marker"), []byte("from docker\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tar := exec.Command("tar", "-C", rootfs, "-c", ".")
+	stdout, _ := tar.StdoutPipe()
+	if err := tar.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ref := fmt.Sprintf("fogdeploy-test/busybox:%d", os.Getpid())
+	rc, err := dc.ImageImport(ctx, image.ImportSource{Source: stdout, SourceName: "-"}, ref, image.ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, rc)
+	rc.Close()
+	tar.Wait()
+	t.Cleanup(func() { dc.ImageRemove(context.Background(), ref, image.RemoveOptions{Force: true}) })
+
+	dir := t.TempDir()
+	fs, err := fakestore.New(dir + "/store")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := mapper.Config{Backend: mapper.BackendFile, StateDir: dir + "/mapper", FilePath: func(img mapper.Image) (string, error) { return fs.Path(img.Name), nil }}
+	l, err := wire.NewLayering(ctx, fs, "fake", mc, layering.DefaultManagerConfig(dir+"/work"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := l.Manager.Import(ctx, "from-docker", layering.Source{DockerImage: ref, Exporter: docker.Exporter{Client: dc}}, layering.ImportOptions{Size: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.Source != "docker:"+ref {
+		t.Errorf("source = %q", env.Source)
+	}
+	var out strings.Builder
+	if _, err := l.Manager.Exec(ctx, "from-docker", "cat /etc/marker", &out); err != nil || out.String() != "from docker\n" {
+		t.Fatalf("exec in the imported environment: %q, %v", out.String(), err)
+	}
+	left, err := dc.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelManaged+"=true"), filters.Arg("ancestor", ref))})
+	if err != nil || len(left) != 0 {
+		t.Fatalf("export left containers: %v, %v", left, err)
+	}
+
+	_, err = l.Manager.Import(ctx, "missing", layering.Source{DockerImage: "fogdeploy-test/no-such-image:1", Exporter: docker.Exporter{Client: dc}}, layering.ImportOptions{})
+	if !errors.Is(err, layering.ErrNotFound) || layering.Hint(err) == "" {
+		t.Fatalf("import of a missing image = %v, want ErrNotFound with a hint", err)
+	}
+}
