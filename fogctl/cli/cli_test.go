@@ -4,18 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	"github.com/fogdeploy/fogdeploy/internal/wire"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/envtest"
-	"github.com/fogdeploy/fogdeploy/rbd-layering/fakestore"
-	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
 
 // harness runs fogctl commands against one fake store.
@@ -25,24 +21,7 @@ type harness struct {
 }
 
 func newHarness(t *testing.T) *harness {
-	testenv.NeedRoot(t)
-	dir := t.TempDir()
-	fs, err := fakestore.New(dir + "/store")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mc := mapper.Config{Backend: mapper.BackendFile, StateDir: dir + "/mapper", FilePath: func(img mapper.Image) (string, error) {
-		p := fs.Path(img.Name)
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("%w: %w", mapper.ErrImageNotFound, err)
-		}
-		return p, nil
-	}}
-	l, err := wire.NewLayering(context.Background(), fs, "fake", mc, layering.DefaultManagerConfig(dir+"/work"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &harness{t: t, l: l}
+	return &harness{t: t, l: envtest.FakeLayering(t)}
 }
 
 // run executes fogctl and returns exit code, stdout and stderr.

@@ -17,11 +17,8 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/docker"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
-	"github.com/fogdeploy/fogdeploy/internal/wire"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/envtest"
-	"github.com/fogdeploy/fogdeploy/rbd-layering/fakestore"
-	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
 
 // TestImportDockerImage imports a local Docker image into an environment
@@ -51,16 +48,7 @@ func TestImportDockerImage(t *testing.T) {
 	tar.Wait()
 	t.Cleanup(func() { dc.ImageRemove(context.Background(), ref, image.RemoveOptions{Force: true}) })
 
-	dir := t.TempDir()
-	fs, err := fakestore.New(dir + "/store")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mc := mapper.Config{Backend: mapper.BackendFile, StateDir: dir + "/mapper", FilePath: func(img mapper.Image) (string, error) { return fs.Path(img.Name), nil }}
-	l, err := wire.NewLayering(ctx, fs, "fake", mc, layering.DefaultManagerConfig(dir+"/work"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := envtest.FakeLayering(t)
 	env, err := l.Manager.Import(ctx, "from-docker", layering.Source{DockerImage: ref, Exporter: docker.Exporter{Client: dc}}, layering.ImportOptions{Size: 64 << 20})
 	if err != nil {
 		t.Fatal(err)

@@ -19,8 +19,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	"github.com/fogdeploy/fogdeploy/internal/wire"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/fakestore"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
 
 // NewLayering returns a connected manager for one test.
@@ -330,4 +333,28 @@ func testImportTar(t *testing.T, l *wire.Layering) {
 			t.Errorf("exec left its clone %s", n)
 		}
 	}
+}
+
+// FakeLayering returns a manager over the file-backed fake store, whose
+// images the mapper's file backend attaches through loop devices (root).
+func FakeLayering(t *testing.T) *wire.Layering {
+	t.Helper()
+	testenv.NeedRoot(t)
+	dir := t.TempDir()
+	fs, err := fakestore.New(dir + "/store")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := mapper.Config{Backend: mapper.BackendFile, StateDir: dir + "/mapper", FilePath: func(img mapper.Image) (string, error) {
+		p := fs.Path(img.Name)
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%w: %w", mapper.ErrImageNotFound, err)
+		}
+		return p, nil
+	}}
+	l, err := wire.NewLayering(context.Background(), fs, "fake", mc, layering.DefaultManagerConfig(dir+"/work"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
