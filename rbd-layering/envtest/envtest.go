@@ -35,7 +35,7 @@ func BusyboxRootfs(t *testing.T) string {
 	t.Helper()
 	bb, err := exec.LookPath("busybox")
 	if err != nil {
-		t.Skip("busybox (static) not installed: apt-get install busybox-static")
+		testenv.Unavailable(t, testenv.Root, "busybox (static) not installed: apt-get install busybox-static")
 	}
 	dir := t.TempDir()
 	for _, d := range []string{"bin", "etc", "tmp", "proc", "dev", "root"} {
