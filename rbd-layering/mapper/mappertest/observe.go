@@ -27,6 +27,7 @@ func Track(t testing.TB, stateDir string, mp *mapper.Mapping) Tracked {
 	t.Helper()
 	if mp == nil {
 		t.Fatal("Track: nil mapping")
+		return Tracked{}
 	}
 	tr := Tracked{Mapping: *mp, StateDir: stateDir}
 	if strings.HasPrefix(mp.Device, "/dev/loop") {
