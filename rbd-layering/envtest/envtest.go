@@ -339,8 +339,16 @@ func testImportTar(t *testing.T, l *wire.Layering) {
 // images the mapper's file backend attaches through loop devices (root).
 func FakeLayering(t *testing.T) *wire.Layering {
 	t.Helper()
+	return FakeLayeringWith(t, func(*layering.ManagerConfig) {})
+}
+
+// FakeLayeringWith is FakeLayering with a changed manager config.
+func FakeLayeringWith(t *testing.T, change func(*layering.ManagerConfig)) *wire.Layering {
+	t.Helper()
 	testenv.NeedRoot(t)
 	dir := t.TempDir()
+	lc := layering.DefaultManagerConfig(dir + "/work")
+	change(&lc)
 	fs, err := fakestore.New(dir + "/store")
 	if err != nil {
 		t.Fatal(err)
@@ -352,7 +360,7 @@ func FakeLayering(t *testing.T) *wire.Layering {
 		}
 		return p, nil
 	}}
-	l, err := wire.NewLayering(context.Background(), fs, "fake", mc, layering.DefaultManagerConfig(dir+"/work"), nil)
+	l, err := wire.NewLayering(context.Background(), fs, "fake", mc, lc, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
