@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Build fogdeploy's DMTCP container image from an INSTALLED DMTCP prefix.
+#
+#   dmtcp-image/build.sh [-t TAG] [DMTCP_PREFIX [DOCKER_HOST]]
+#
+# DMTCP_PREFIX defaults to $DMTCP_PREFIX, else /opt/dmtcp (it must hold
+# bin/dmtcp_launch). DOCKER_HOST defaults to $DOCKER_HOST, else the dev
+# dockerd of `make dev-up`. TAG defaults to fogdeploy/dmtcp:<DMTCP version>.
+# The script stages a temporary build context (the prefix's bin/ and lib/,
+# the shared libraries DMTCP needs copied from this host with their
+# symlinks, and the static entrypoint built with CGO_ENABLED=0) and runs
+# `docker build --network none`. It prints the image tag on stdout.
+# It never builds DMTCP itself.
+set -euo pipefail
+
+FD_PROG=dmtcp-image
+here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd -- "$here/.." && pwd)
+
+die() {
+	printf '%s: error: %s\n' "$FD_PROG" "$*" >&2
+	exit 1
+}
+info() { printf '%s: %s\n' "$FD_PROG" "$*" >&2; }
+
+tag=""
+while getopts ':t:h' opt; do
+	case $opt in
+	t) tag=$OPTARG ;;
+	h)
+		sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+		exit 0
+		;;
+	*) die "usage: $0 [-t TAG] [DMTCP_PREFIX [DOCKER_HOST]]" ;;
+	esac
+done
+shift $((OPTIND - 1))
+
+prefix=${1:-${DMTCP_PREFIX:-/opt/dmtcp}}
+dev_dir=${FOGDEPLOY_DEV_DIR:-${XDG_STATE_HOME:-${HOME:-/root}/.local/state}/fogdeploy/dev}
+host=${2:-${DOCKER_HOST:-unix://$dev_dir/docker/docker.sock}}
+
+[[ -x $prefix/bin/dmtcp_launch ]] || die "no DMTCP install at $prefix (want $prefix/bin/dmtcp_launch); pass the prefix DMTCP was installed to"
+command -v docker >/dev/null || die "docker CLI not found on PATH"
+go=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
+[[ -x $go ]] || die "go not found; set GO=/path/to/go"
+
+dmtcp_version=$("$prefix/bin/dmtcp_launch" --version 2>/dev/null | awk 'NR==1 {print $NF}')
+dmtcp_version=${dmtcp_version:-unknown}
+tag=${tag:-fogdeploy/dmtcp:$dmtcp_version}
+
+ctx=$(mktemp -d "${TMPDIR:-/tmp}/fogdeploy-dmtcp-image.XXXXXX")
+trap 'rm -rf -- "$ctx"' EXIT
+rootfs=$ctx/rootfs
+
+# copy_with_links PATH: copy the file PATH into $rootfs at the same path,
+# recreating every symlink met on the way (/lib -> usr/lib,
+# libstdc++.so.6 -> libstdc++.so.6.0.30, ...) so the loader finds it by any name.
+copy_with_links() {
+	local path=$1 guard=0 prefix link rest target i
+	local -a parts
+	while :; do
+		((guard++ < 64)) || die "symlink loop while copying $1"
+		IFS=/ read -ra parts <<<"${path#/}"
+		prefix="" link="" rest=""
+		for i in "${!parts[@]}"; do
+			prefix+=/${parts[$i]}
+			if [[ -L $prefix ]]; then
+				link=$prefix
+				rest=$(IFS=/ && printf '%s' "${parts[*]:i+1}")
+				break
+			fi
+		done
+		if [[ -z $link ]]; then
+			mkdir -p -- "$rootfs$(dirname -- "$path")"
+			cp -p -- "$path" "$rootfs$path"
+			return
+		fi
+		target=$(readlink -- "$link")
+		if [[ ! -L $rootfs$link ]]; then
+			mkdir -p -- "$rootfs$(dirname -- "$link")"
+			ln -s -- "$target" "$rootfs$link"
+		fi
+		[[ $target == /* ]] || target=$(dirname -- "$link")/$target
+		path=$(realpath -m -s -- "$target${rest:+/$rest}")
+	done
+}
+
+info "staging $prefix (DMTCP $dmtcp_version) into $ctx"
+mkdir -p "$ctx/dmtcp" "$rootfs/etc" "$rootfs/tmp" "$rootfs/fog/root" "$rootfs/fog/ckpt"
+chmod 1777 "$rootfs/tmp"
+cp -a -- "$prefix/bin" "$prefix/lib" "$ctx/dmtcp/"
+printf 'root:x:0:0:root:/root:/bin/sh\n' >"$rootfs/etc/passwd"
+printf 'root:x:0:\n' >"$rootfs/etc/group"
+
+# The coordinator and dmtcp_command run in the image's own root (the app
+# runs chrooted into the environment clone and loads that clone's libc).
+mapfile -t libs < <(
+	for f in "$prefix"/bin/* "$prefix"/lib/dmtcp/*.so; do
+		ldd "$f" 2>/dev/null || true
+	done | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u
+)
+((${#libs[@]} > 0)) || die "ldd found no shared libraries for $prefix/bin/*"
+for lib in "${libs[@]}"; do
+	copy_with_links "$lib"
+done
+info "copied ${#libs[@]} shared libraries: $(printf '%s ' "${libs[@]##*/}")"
+
+info "building the entrypoint"
+(cd "$repo" && CGO_ENABLED=0 "$go" build -trimpath -ldflags='-s -w' -o "$ctx/entrypoint" ./dmtcp-image/entrypoint)
+cp -- "$here/Dockerfile" "$ctx/Dockerfile"
+
+revision=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
+old_id=$(DOCKER_HOST=$host docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)
+info "docker build -t $tag (DOCKER_HOST=$host)"
+DOCKER_HOST=$host DOCKER_BUILDKIT=0 docker build --network none -q -t "$tag" \
+	--build-arg "DMTCP_PREFIX=$prefix" \
+	--build-arg "DMTCP_VERSION=$dmtcp_version" \
+	--build-arg "REVISION=$revision" \
+	--build-arg "CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+	"$ctx" >&2
+# The legacy builder keeps the assemble stage as an untagged image; drop it.
+DOCKER_HOST=$host docker image prune -f --filter label=io.fogdeploy.build-stage=dmtcp-assemble >/dev/null || true
+# A rebuild moves the tag; remove the image it leaves untagged (kept if a container uses it).
+new_id=$(DOCKER_HOST=$host docker image inspect -f '{{.Id}}' "$tag")
+if [[ -n $old_id && $old_id != "$new_id" ]]; then
+	DOCKER_HOST=$host docker image rm "$old_id" >/dev/null 2>&1 || true
+fi
+printf '%s\n' "$tag"

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Modes of the entrypoint.
+const (
+	modeLaunch  = "launch"
+	modeRestart = "restart"
+	modeKeep    = "keep"   // internal: the app's parent, see keeper.go
+	modeNoCaps  = "nocaps" // internal: exec without capabilities, see keeper.go
+)
+
+// What to do once a checkpoint is complete.
+const (
+	afterExit     = "exit"
+	afterContinue = "continue"
+)
+
+// config is the entrypoint's whole configuration: flags with defaults that
+// match the container contract in dmtcp-image/README.md.
+type config struct {
+	mode         string
+	root         string        // environment clone, the app's root
+	ckpt         string        // checkpoint volume (same path inside the root)
+	prefix       string        // installed DMTCP prefix (same path inside the root)
+	gen          int           // generation to write; 0 = one past the newest
+	from         int           // restart: generation to restore; 0 = newest complete
+	ready        string        // host:port probed to report readiness; "" = none
+	readySend    string        // sent on each probe connection (Go-quoted escapes allowed)
+	readyExpect  string        // the reply must start with this
+	readyTimeout time.Duration // how long the probe tries
+	ckptTimeout  time.Duration // how long a checkpoint may take
+	after        string        // afterExit or afterContinue
+	trigger      string        // request file that starts a checkpoint
+	timings      string        // JSON-lines timings file; "-" = stdout
+	workdir      string        // app's working directory inside the root
+	logLevel     string
+	logFormat    string
+	app          []string // launch: the app's argv
+}
+
+func parseConfig(mode string, args []string, stderr io.Writer) (*config, error) {
+	c := &config{mode: mode}
+	fs := flag.NewFlagSet(mode, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.root, "root", "/fog/root", "environment clone to use as the app's root")
+	fs.StringVar(&c.ckpt, "ckpt", "/fog/ckpt", "checkpoint directory (generations are subdirectories 1, 2, ...)")
+	fs.StringVar(&c.prefix, "prefix", envOr("FOG_DMTCP_PREFIX", "/opt/dmtcp"), "installed DMTCP prefix")
+	fs.IntVar(&c.gen, "gen", 0, "generation to write at checkpoint (0: one past the newest)")
+	fs.IntVar(&c.from, "from", 0, "restart: generation to restore (0: newest complete)")
+	fs.StringVar(&c.ready, "ready", "", "TCP address inside the container whose first accepted connection marks the app ready")
+	fs.StringVar(&c.readySend, "ready-send", "", `bytes to send on each -ready connection, e.g. "PING\r\n" (\r \n \t escapes allowed)`)
+	fs.StringVar(&c.readyExpect, "ready-expect", "", `the app is ready once a -ready reply starts with this, e.g. "+PONG"`)
+	fs.DurationVar(&c.readyTimeout, "ready-timeout", 2*time.Minute, "how long to probe -ready")
+	fs.DurationVar(&c.ckptTimeout, "checkpoint-timeout", 5*time.Minute, "how long a checkpoint may take")
+	fs.StringVar(&c.after, "after-checkpoint", afterExit, "exit (the checkpoint stops the app; exit 0) or continue (keep running; a later checkpoint rewrites the same generation)")
+	fs.StringVar(&c.trigger, "trigger", "", "file whose appearance requests a checkpoint (default: <ckpt>/checkpoint.request)")
+	fs.StringVar(&c.timings, "timings", "-", "where phase timings go as JSON lines: a file, or - for stdout")
+	fs.StringVar(&c.workdir, "workdir", "/", "app's working directory inside the root")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "text", "text or json (logs go to stderr)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	c.app = fs.Args()
+	c.readySend, c.readyExpect = unescape(c.readySend), unescape(c.readyExpect)
+	if c.trigger == "" {
+		c.trigger = strings.TrimRight(c.ckpt, "/") + "/checkpoint.request"
+	}
+	return c, c.validate()
+}
+
+func (c *config) validate() error {
+	var errs []error
+	if c.mode == modeLaunch && len(c.app) == 0 {
+		errs = append(errs, errors.New("launch needs the app's command after the flags (launch [flags] -- app args...)"))
+	}
+	if c.mode == modeLaunch && len(c.app) > 0 && strings.HasPrefix(c.app[0], "-") {
+		errs = append(errs, fmt.Errorf("app %q looks like a flag: put the entrypoint's flags before the app", c.app[0]))
+	}
+	if c.mode == modeRestart && len(c.app) > 0 {
+		errs = append(errs, fmt.Errorf("restart takes no command (got %q): the app comes from the checkpoint image", c.app))
+	}
+	if c.after != afterExit && c.after != afterContinue {
+		errs = append(errs, fmt.Errorf("-after-checkpoint %q: want %s or %s", c.after, afterExit, afterContinue))
+	}
+	if c.gen < 0 || c.from < 0 {
+		errs = append(errs, errors.New("-gen and -from must be >= 0"))
+	}
+	for name, p := range map[string]string{"-root": c.root, "-ckpt": c.ckpt, "-prefix": c.prefix, "-workdir": c.workdir} {
+		if !strings.HasPrefix(p, "/") {
+			errs = append(errs, fmt.Errorf("%s %q must be an absolute path", name, p))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unescape turns the escapes \r, \n, \t and \\ into their bytes.
+func unescape(s string) string {
+	return strings.NewReplacer(`\\`, `\`, `\r`, "\r", `\n`, "\n", `\t`, "\t").Replace(s)
+}

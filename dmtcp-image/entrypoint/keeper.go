@@ -1,0 +1,94 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+)
+
+// keep is the "keep" mode: the live parent of the app.
+//
+// Why a separate process: DMTCP records the app's parent PID in the image,
+// and an app whose parent was PID 1 is restored as an orphan — dmtcp_restart
+// double-forks and exits at once. Under the keeper the app's parent is never
+// PID 1, so dmtcp_restart stays in the foreground and becomes the app
+// (it execs mtcp_restart), and the keeper's exit status is the app's.
+//
+// The keeper chroots itself into the root, drops CAP_SYS_CHROOT, CAP_SYS_ADMIN
+// and CAP_SETPCAP from all its sets (the app never holds them), starts
+// argv with the environment it was given, forwards SIGTERM, SIGINT, SIGHUP,
+// SIGQUIT and SIGUSR2, and exits with the app's status.
+//
+//	entrypoint keep ROOT WORKDIR ARGV...
+func keep(args []string) int {
+	if len(args) < 3 {
+		fmt.Fprintln(os.Stderr, "entrypoint keep: want ROOT WORKDIR ARGV...")
+		return exitUsage
+	}
+	root, workdir, argv := args[0], args[1], args[2:]
+	if err := syscall.Chroot(root); err != nil {
+		fmt.Fprintf(os.Stderr, "entrypoint keep: chroot %s: %v (the container needs CAP_SYS_CHROOT)\n", root, err)
+		return exitSetup
+	}
+	if err := os.Chdir(workdir); err != nil {
+		fmt.Fprintf(os.Stderr, "entrypoint keep: chdir %s inside the root: %v\n", workdir, err)
+		return exitSetup
+	}
+	if err := dropCaps(capSysChroot, capSysAdmin, capSetpcap); err != nil {
+		fmt.Fprintf(os.Stderr, "entrypoint keep: warning: %v; the app keeps these capabilities\n", err)
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR2)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "entrypoint keep: %v\n", err)
+		return exitSetup
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for {
+		select {
+		case s := <-sigs:
+			_ = cmd.Process.Signal(s)
+		case err := <-done:
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				return exitStatus(ee.Sys().(syscall.WaitStatus))
+			}
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "entrypoint keep: %v\n", err)
+				return exitSetup
+			}
+			return exitOK
+		}
+	}
+}
+
+// noCaps is the "nocaps" mode: drop every capability and exec argv. The
+// coordinator and dmtcp_command run through it, so that only PID 1 holds
+// capabilities in the container (it needs CAP_SYS_CHROOT and CAP_SETPCAP to
+// start the keeper). Descriptors are inherited as they are (fd 821).
+//
+//	entrypoint nocaps ARGV...
+func noCaps(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "entrypoint nocaps: want ARGV...")
+		return exitUsage
+	}
+	all := make([]int, 0, capLast+1)
+	for c := capLast; c >= 0; c-- { // CAP_SETPCAP (8) goes after the higher ones
+		if c != capSetpcap {
+			all = append(all, c)
+		}
+	}
+	if err := dropCaps(append(all, capSetpcap)...); err != nil {
+		fmt.Fprintf(os.Stderr, "entrypoint nocaps: warning: %v\n", err)
+	}
+	err := syscall.Exec(args[0], args, os.Environ())
+	fmt.Fprintf(os.Stderr, "entrypoint nocaps: exec %s: %v\n", args[0], err)
+	return exitSetup
+}

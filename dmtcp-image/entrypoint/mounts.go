@@ -1,0 +1,81 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// prepareRoot makes cfg.root usable as the app's root, inside the
+// container's private mount namespace:
+//
+//	proc        -> <root>/proc       (fresh procfs of the container's PID namespace)
+//	/dev        -> <root>/dev        (recursive bind: pts, shm, mqueue come along)
+//	tmpfs       -> <root>/tmp        (mode 1777; DMTCP's --tmpdir)
+//	<prefix>    -> <root>/<prefix>   (read-only bind: DMTCP at the same path inside)
+//	<ckpt>      -> <root>/<ckpt>     (bind: images are written by the app itself)
+//
+// The mount points are created in the clone when missing. Nothing here
+// propagates to the host: the namespace is made recursively private first.
+func prepareRoot(cfg *config) error {
+	st, err := os.Stat(cfg.root)
+	if err != nil {
+		return fmt.Errorf("environment clone at %s: %w (bind-mount it with -v CLONE:%s)", cfg.root, err, cfg.root)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("environment clone %s is not a directory", cfg.root)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.root, "bin")); err != nil {
+		return fmt.Errorf("environment clone %s has no /bin: is the clone mounted? (%w)", cfg.root, err)
+	}
+	if err := os.MkdirAll(cfg.ckpt, 0o755); err != nil {
+		return fmt.Errorf("checkpoint dir %s: %w", cfg.ckpt, err)
+	}
+	if err := mount("(make-rprivate)", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+		return err
+	}
+	steps := []struct {
+		src, dst, fstype string
+		flags            uintptr
+		data             string
+		readOnly         bool
+	}{
+		{"proc", "/proc", "proc", syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC, "", false},
+		{"/dev", "/dev", "", syscall.MS_BIND | syscall.MS_REC, "", false},
+		{"tmpfs", "/tmp", "tmpfs", syscall.MS_NOSUID | syscall.MS_NODEV, "mode=1777", false},
+		{cfg.prefix, cfg.prefix, "", syscall.MS_BIND | syscall.MS_REC, "", true},
+		{cfg.ckpt, cfg.ckpt, "", syscall.MS_BIND | syscall.MS_REC, "", false},
+	}
+	for _, s := range steps {
+		dst := filepath.Join(cfg.root, s.dst)
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			return fmt.Errorf("mount point %s: %w", dst, err)
+		}
+		if err := mount(s.src, dst, s.fstype, s.flags, s.data); err != nil {
+			return err
+		}
+		if s.readOnly {
+			if err := mount("(remount read-only)", dst, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY|syscall.MS_REC, ""); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func mount(src, dst, fstype string, flags uintptr, data string) error {
+	sysSrc := src
+	if flags&(syscall.MS_REMOUNT|syscall.MS_PRIVATE) != 0 {
+		sysSrc = ""
+	}
+	err := syscall.Mount(sysSrc, dst, fstype, flags, data)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) {
+		return fmt.Errorf("mount %s on %s: %w (%w)", src, dst, errNeedSysAdmin, err)
+	}
+	return fmt.Errorf("mount %s on %s (%s): %w", src, dst, fstype, err)
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+)
+
+// Exit statuses of the entrypoint itself. Otherwise it exits with the app's
+// status (128+N when the app was killed by signal N), or 0 after a
+// checkpoint with -after-checkpoint=exit.
+const (
+	exitOK           = 0
+	exitUsage        = 2 // bad flags or arguments
+	exitSetup        = 3 // mounts, coordinator or app start failed
+	exitNoCheckpoint = 4 // restart found no complete checkpoint generation
+	exitCheckpoint   = 5 // a requested checkpoint failed or timed out
+	exitSignalBase   = 128
+)
+
+// Errors of the entrypoint, wrapped with the details.
+var (
+	// errNoCheckpoint: restart found no complete generation in /fog/ckpt.
+	errNoCheckpoint = errors.New("no complete checkpoint")
+	// errCheckpoint: a requested checkpoint failed or timed out.
+	errCheckpoint = errors.New("checkpoint failed")
+	// errNeedSysAdmin: a mount was refused for lack of a capability.
+	errNeedSysAdmin = errors.New("mount not permitted: run the container with --cap-add SYS_ADMIN")
+)
+
+const usage = `usage:
+  entrypoint launch  [flags] [--] APP [ARGS...]   run APP under DMTCP, chrooted into -root
+  entrypoint restart [flags]                      restore the newest generation in -ckpt
+Send SIGUSR1 (docker kill -s USR1) or create -trigger to checkpoint into -ckpt/<gen>.
+Run "entrypoint launch -h" for the flags.
+`
+
+// Main runs the entrypoint with the given arguments and returns its exit
+// status.
+func Main(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case modeKeep:
+		return keep(args[1:])
+	case modeNoCaps:
+		return noCaps(args[1:])
+	case modeLaunch, modeRestart:
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(os.Stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(os.Stderr, "entrypoint: unknown mode %q\n%s", args[0], usage)
+		return exitUsage
+	}
+	cfg, err := parseConfig(args[0], args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "entrypoint %s: %v\n", args[0], err)
+		return exitUsage
+	}
+	log := newLogger(os.Stderr, cfg.logLevel, cfg.logFormat)
+	tw, closeTimings, err := openTimings(cfg.timings)
+	if err != nil {
+		log.Error("timings", "err", err)
+		return exitSetup
+	}
+	defer closeTimings()
+	s := newSupervisor(cfg, log, tw)
+	return s.run()
+}
+
+func newLogger(w io.Writer, level, format string) *slog.Logger {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		lv = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
+	if strings.EqualFold(format, "json") {
+		h = slog.NewJSONHandler(w, opts)
+	}
+	return slog.New(h).With("component", "dmtcp-entrypoint")
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

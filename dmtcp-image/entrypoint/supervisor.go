@@ -1,0 +1,379 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// supervisor is PID 1 of the DMTCP container.
+type supervisor struct {
+	cfg     *config
+	log     *slog.Logger
+	tm      *timings
+	reaper  *reaper
+	null    *os.File
+	self    string // this binary, for the keep and nocaps modes
+	started time.Time
+
+	gen       int // generation the next checkpoint writes
+	coordPid  int
+	coordPort int
+	appPid    int // the keeper, parent of the app
+}
+
+func newSupervisor(cfg *config, log *slog.Logger, timingsOut io.Writer) *supervisor {
+	return &supervisor{
+		cfg:     cfg,
+		log:     log.With("mode", cfg.mode),
+		tm:      &timings{w: timingsOut, mode: cfg.mode},
+		reaper:  newReaper(log),
+		started: time.Now(),
+	}
+}
+
+// ckptResult reports the end of one checkpoint.
+type ckptResult struct {
+	gen generation
+	err error
+}
+
+// run does the whole life of the container and returns its exit status.
+func (s *supervisor) run() int {
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1)
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		s.log.Error("open /dev/null", "err", err)
+		return exitSetup
+	}
+	s.null = null
+
+	appDone, coordDone, code := s.start()
+	if appDone == nil {
+		s.shutdownCoordinator()
+		return code
+	}
+
+	trigger := time.NewTicker(50 * time.Millisecond)
+	defer trigger.Stop()
+	var (
+		ckptDone   chan ckptResult
+		exitAfter  bool // the app is being stopped by a checkpoint
+		appStatus  = -1
+		terminated bool
+	)
+	for {
+		select {
+		case sig := <-sigs:
+			switch sig {
+			case syscall.SIGCHLD:
+				s.reaper.reap()
+			case syscall.SIGUSR1:
+				if ckptDone == nil && appStatus < 0 && !terminated {
+					ckptDone, exitAfter = s.checkpoint("SIGUSR1")
+				}
+			default:
+				terminated = true
+				s.log.Info("forwarding signal to the app", "signal", sig.String())
+				_ = syscall.Kill(s.appPid, sig.(syscall.Signal))
+			}
+		case <-trigger.C:
+			if ckptDone == nil && appStatus < 0 && !terminated {
+				if _, err := os.Stat(s.cfg.trigger); err == nil {
+					_ = os.Remove(s.cfg.trigger)
+					ckptDone, exitAfter = s.checkpoint(s.cfg.trigger)
+				}
+			}
+		case ws := <-coordDone:
+			coordDone = nil
+			s.coordPid = 0
+			s.log.Warn("the DMTCP coordinator exited; the app runs on but cannot be checkpointed", "status", exitStatus(ws))
+		case ws := <-appDone:
+			appStatus = exitStatus(ws)
+			appDone = nil
+			s.log.Info("app exited", "status", appStatus, "during_checkpoint", ckptDone != nil)
+			if ckptDone == nil {
+				s.shutdownCoordinator()
+				s.tm.record("exit", 0, s.started, 0, nil)
+				return appStatus
+			}
+		case res := <-ckptDone:
+			ckptDone = nil
+			s.tm.record("checkpoint", res.gen.n, res.gen.startedAt(), res.gen.bytes(), res.err)
+			if res.err != nil {
+				s.log.Error("checkpoint failed", "gen", res.gen.n, "err", res.err)
+				if appStatus >= 0 || exitAfter {
+					s.stopApp(appDone)
+					s.shutdownCoordinator()
+					return exitCheckpoint
+				}
+				continue
+			}
+			s.log.Info("checkpoint complete", "gen", res.gen.n, "dir", res.gen.dir, "images", len(res.gen.images), "bytes", res.gen.bytes())
+			if exitAfter {
+				s.stopApp(appDone)
+				s.shutdownCoordinator()
+				s.tm.record("exit", res.gen.n, s.started, 0, nil)
+				return exitOK
+			}
+			if appStatus >= 0 {
+				s.shutdownCoordinator()
+				return appStatus
+			}
+			// -after-checkpoint=continue: DMTCP fixed the image directory at
+			// launch, so the next checkpoint rewrites this generation.
+		}
+	}
+}
+
+// start prepares the root, starts the coordinator and the app, and returns
+// the channels their wait statuses arrive on. On failure it returns a nil
+// app channel and the exit status.
+func (s *supervisor) start() (app, coord <-chan syscall.WaitStatus, code int) {
+	self, err := os.Executable()
+	if err != nil {
+		s.log.Error("find own binary", "err", err)
+		return nil, nil, exitSetup
+	}
+	s.self = self
+	gens, err := generations(s.cfg.ckpt)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Error("checkpoint dir", "err", err)
+		return nil, nil, exitSetup
+	}
+	var from generation
+	if s.cfg.mode == modeRestart {
+		if from, err = pickRestore(s.cfg.ckpt, gens, s.cfg.from); err != nil {
+			s.log.Error("nothing to restore", "err", err)
+			return nil, nil, exitNoCheckpoint
+		}
+	}
+	s.gen = s.cfg.gen
+	if s.gen == 0 {
+		s.gen = nextGeneration(gens)
+	}
+
+	t := time.Now()
+	if err := prepareRoot(s.cfg); err != nil {
+		s.log.Error("prepare the environment clone", "root", s.cfg.root, "err", err)
+		return nil, nil, exitSetup
+	}
+	// From here on the entrypoint needs no mount rights; the keeper drops
+	// the rest before the app starts.
+	if err := dropCaps(capSysAdmin); err != nil {
+		s.log.Warn("could not drop CAP_SYS_ADMIN for good; add CAP_SETPCAP to the container", "err", err)
+	}
+	s.tm.record("mount", 0, t, 0, nil)
+
+	t = time.Now()
+	ckptDir := filepath.Join(s.cfg.ckpt, strconv.Itoa(s.gen))
+	pid, port, coordDone, err := s.startCoordinator(ckptDir)
+	if err != nil {
+		s.log.Error("start the DMTCP coordinator", "err", err)
+		return nil, nil, exitSetup
+	}
+	s.coordPid, s.coordPort = pid, port
+	s.tm.record("coordinator", 0, t, 0, nil)
+	s.log.Info("coordinator listening", "addr", "127.0.0.1:"+strconv.Itoa(port), "pid", pid)
+
+	var argv []string
+	t = time.Now()
+	if s.cfg.mode == modeLaunch {
+		argv = append([]string{filepath.Join(s.cfg.prefix, "bin", "dmtcp_launch"), "-j", "--no-gzip",
+			"--ckptdir", ckptDir, "--tmpdir", "/tmp"}, s.cfg.app...)
+	} else {
+		argv = append([]string{filepath.Join(s.cfg.prefix, "bin", "dmtcp_restart"), "-j",
+			"--ckptdir", ckptDir, "--tmpdir", "/tmp"}, from.images...)
+		s.log.Info("restoring", "gen", from.n, "images", from.images)
+	}
+	keeperArgv := append([]string{s.self, modeKeep, s.cfg.root, s.cfg.workdir}, argv...)
+	appPid, done, err := s.reaper.start(keeperArgv, &syscall.ProcAttr{
+		Env:   s.appEnv(),
+		Files: []uintptr{s.null.Fd(), os.Stdout.Fd(), os.Stderr.Fd()},
+	})
+	if err != nil {
+		s.log.Error("start the app", "argv", argv, "err", err)
+		return nil, nil, exitSetup
+	}
+	s.appPid = appPid
+	s.log.Info("app started", "pid", appPid, "argv", argv, "next_gen", s.gen)
+	if s.cfg.ready != "" {
+		phase := "launch_ready"
+		if s.cfg.mode == modeRestart {
+			phase = "restart_ready"
+		}
+		go s.probe(phase, from.n, t)
+	}
+	return done, coordDone, exitOK
+}
+
+// appEnv is the app's environment: the container's, without locale and
+// DMTCP variables, plus LC_ALL=C (so glibc maps no locale archive that DMTCP
+// would have to copy next to the image) and the coordinator's address.
+func (s *supervisor) appEnv() []string {
+	var env []string
+	hasPath := false
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch {
+		case k == "LANG" || k == "LANGUAGE" || strings.HasPrefix(k, "LC_"),
+			strings.HasPrefix(k, "DMTCP_"), strings.HasPrefix(k, "JALIB_"), strings.HasPrefix(k, "FOG_"):
+			continue
+		case k == "PATH":
+			hasPath = true
+		}
+		env = append(env, kv)
+	}
+	if !hasPath {
+		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+	return append(env, "LC_ALL=C", "DMTCP_COORD_HOST=127.0.0.1", "DMTCP_COORD_PORT="+strconv.Itoa(s.coordPort),
+		"DMTCP_GZIP=0", "DMTCP_TMPDIR=/tmp", "JALIB_STDERR_PATH=/dev/stderr")
+}
+
+// probe reports the time until the app answers on cfg.ready: until a
+// connection is accepted, or, with -ready-expect, until the reply to
+// -ready-send starts with the expected bytes. (A restored listening socket
+// accepts connections before the app runs again, so a connect-only probe
+// is optimistic after a restart.)
+func (s *supervisor) probe(phase string, gen int, since time.Time) {
+	deadline := since.Add(s.cfg.readyTimeout)
+	for time.Now().Before(deadline) {
+		if s.probeOnce() {
+			s.tm.record(phase, gen, since, 0, nil)
+			s.log.Info("app ready", "addr", s.cfg.ready, "ms", time.Since(since).Milliseconds())
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.log.Warn("app not ready in time", "addr", s.cfg.ready, "timeout", s.cfg.readyTimeout)
+}
+
+func (s *supervisor) probeOnce() bool {
+	c, err := net.DialTimeout("tcp", s.cfg.ready, 200*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	if s.cfg.readyExpect == "" && s.cfg.readySend == "" {
+		return true
+	}
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if s.cfg.readySend != "" {
+		if _, err := io.WriteString(c, s.cfg.readySend); err != nil {
+			return false
+		}
+	}
+	want := []byte(s.cfg.readyExpect)
+	got := make([]byte, 0, len(want))
+	buf := make([]byte, 512)
+	for len(got) < len(want) {
+		n, err := c.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			break
+		}
+	}
+	return len(got) >= len(want) && string(got[:len(want)]) == string(want)
+}
+
+// checkpoint starts a checkpoint of the app into <ckpt>/<gen> and returns
+// the channel its result arrives on, and whether the app will be stopped by
+// it. It does not block: the main loop keeps reaping meanwhile.
+//
+// Implements: dmtcp_command -kc (or -c with -after-checkpoint=continue),
+// then waits until the image and dmtcp_restart_script.sh exist, since
+// DMTCP 4.2's -bc does not block.
+func (s *supervisor) checkpoint(reason string) (chan ckptResult, bool) {
+	exitAfter := s.cfg.after == afterExit
+	done := make(chan ckptResult, 1)
+	gen := generation{n: s.gen, dir: filepath.Join(s.cfg.ckpt, strconv.Itoa(s.gen))}
+	t := time.Now()
+	gen.started = t
+	s.log.Info("checkpoint requested", "by", reason, "gen", gen.n, "dir", gen.dir)
+	go func() {
+		res := ckptResult{gen: gen}
+		defer func() { done <- res }()
+		if err := os.MkdirAll(gen.dir, 0o755); err != nil {
+			res.err = fmt.Errorf("create generation dir: %w", err)
+			return
+		}
+		// With -after-checkpoint=continue a later checkpoint rewrites the
+		// same generation: drop the old marker so that completion is
+		// detected afresh.
+		_ = os.Remove(filepath.Join(gen.dir, restartScript))
+		cmd := "-c"
+		if exitAfter {
+			cmd = "-kc"
+		}
+		rc, out, err := s.command(cmd)
+		// DMTCP 4.2 sends -kc as 'K' then 'c'; the 'c' finds the computation
+		// already checkpointing and the command exits 2 with this message.
+		killed := exitAfter && strings.Contains(out, "checkpointed and killed")
+		if err != nil || (rc != 0 && !killed) {
+			res.err = fmt.Errorf("dmtcp_command %s: exit %d (%s): %w", cmd, rc, strings.TrimSpace(out), errors.Join(err, errCheckpoint))
+			return
+		}
+		deadline := t.Add(s.cfg.ckptTimeout)
+		for time.Now().Before(deadline) {
+			g, err := readGeneration(s.cfg.ckpt, gen.n)
+			if err == nil && g.complete() && !tempImages(g.dir) {
+				g.started = t
+				res.gen = g
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		res.err = fmt.Errorf("generation %s not complete after %s: %w", gen.dir, s.cfg.ckptTimeout, errCheckpoint)
+	}()
+	return done, exitAfter
+}
+
+func tempImages(dir string) bool {
+	m, _ := filepath.Glob(filepath.Join(dir, "*.dmtcp.temp"))
+	return len(m) > 0
+}
+
+// stopApp waits a little for an app that a -kc checkpoint is stopping, then
+// kills it.
+func (s *supervisor) stopApp(appDone <-chan syscall.WaitStatus) {
+	if appDone == nil {
+		return
+	}
+	timeout := time.After(10 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-appDone:
+			return
+		case <-tick.C:
+			s.reaper.reap()
+		case <-timeout:
+			s.log.Warn("app did not stop after the checkpoint; killing it", "pid", s.appPid)
+			_ = syscall.Kill(s.appPid, syscall.SIGKILL)
+			timeout = time.After(10 * time.Second)
+		}
+	}
+}
+
+// shutdownCoordinator kills the coordinator (it ignores SIGTERM) and reaps
+// what is left.
+func (s *supervisor) shutdownCoordinator() {
+	if s.coordPid > 0 {
+		_ = syscall.Kill(-s.coordPid, syscall.SIGKILL)
+		_ = syscall.Kill(s.coordPid, syscall.SIGKILL)
+		time.Sleep(5 * time.Millisecond)
+		s.reaper.reap()
+	}
+}

@@ -1,0 +1,169 @@
+package runtime
+
+import (
+	"bufio"
+	"encoding/json"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Paths inside the DMTCP container (dmtcp-image/README.md).
+const (
+	// DMTCPRootPath is where the mounted environment clone is bound; the
+	// app runs chrooted into it.
+	DMTCPRootPath = "/fog/root"
+	// DMTCPCkptPath is where the checkpoint clone is bound; generation N of
+	// the checkpoint is written to DMTCPCkptPath/N.
+	DMTCPCkptPath = "/fog/ckpt"
+	// DMTCPCheckpointRequest is the file, relative to the checkpoint
+	// directory, whose creation asks the container for a checkpoint (as
+	// SIGUSR1 does).
+	DMTCPCheckpointRequest = "checkpoint.request"
+)
+
+// DMTCPCapabilities returns the capabilities the DMTCP container needs,
+// measured on Docker 20.10 with the default seccomp profile: SYS_ADMIN (to
+// mount proc, /dev, tmpfs and the DMTCP prefix into the clone), SYS_CHROOT
+// (to chroot the app into it) and SETPCAP (to drop all three from the
+// bounding set before the app starts, so the app runs with no capability at
+// all). Without SETPCAP the container still works, but the app keeps
+// SYS_ADMIN and SYS_CHROOT. DMTCP itself needs none (no SYS_PTRACE).
+// Use them with CapDrop: {"ALL"}.
+func DMTCPCapabilities() []string { return []string{"SYS_ADMIN", "SYS_CHROOT", "SETPCAP"} }
+
+// DMTCPContainer describes the DMTCP container of one app instance: the
+// image built by dmtcp-image/build.sh, run with the environment clone and the
+// checkpoint clone bind-mounted. Launch and Restart return the Spec to
+// Create.
+type DMTCPContainer struct {
+	// Image is the DMTCP image, e.g. "fogdeploy/dmtcp:4.2.0".
+	Image      string
+	Deployment string
+	App        string
+	Name       string
+	// EnvPath is the host path where the environment clone is mounted.
+	EnvPath string
+	// CkptPath is the host path where the checkpoint clone is mounted.
+	CkptPath string
+	// Ports are the app's ports to publish.
+	Ports []Port
+	// ReadyAddr, if set, is an address inside the container
+	// ("127.0.0.1:6379") that the entrypoint probes to report the
+	// launch_ready / restart_ready timing.
+	ReadyAddr string
+	// ReadySend and ReadyExpect make the probe protocol-aware: ReadySend is
+	// written on each connection and the app is ready once the reply starts
+	// with ReadyExpect. Both may use the escapes \r \n \t \\ as text
+	// (e.g. `PING\r\n` and `+PONG` for redis). Without them, the first
+	// accepted connection counts, which is optimistic after a restart: a
+	// restored listening socket accepts before the app runs again.
+	ReadySend   string
+	ReadyExpect string
+	// Env is the app's environment (KEY=VALUE); the entrypoint adds LC_ALL=C.
+	Env         []string
+	WorkingDir  string
+	NanoCPUs    int64
+	MemoryBytes int64
+	Labels      map[string]string
+	// AfterCheckpoint is "exit" (default: the app is stopped by the
+	// checkpoint and the container exits 0) or "continue".
+	AfterCheckpoint string
+}
+
+// Launch returns the spec of a container that runs argv under DMTCP. It
+// checkpoints into the next generation on SIGUSR1 or DMTCPCheckpointRequest.
+func (c DMTCPContainer) Launch(argv []string) Spec {
+	return c.spec(append(append(c.flags(0), "--"), argv...), "launch")
+}
+
+// Restart returns the spec of a container that restores generation gen of
+// the checkpoint (0: the newest complete one).
+func (c DMTCPContainer) Restart(gen int) Spec {
+	return c.spec(c.flags(gen), "restart")
+}
+
+func (c DMTCPContainer) flags(from int) []string {
+	var f []string
+	if c.ReadyAddr != "" {
+		f = append(f, "-ready", c.ReadyAddr)
+		if c.ReadySend != "" {
+			f = append(f, "-ready-send", c.ReadySend)
+		}
+		if c.ReadyExpect != "" {
+			f = append(f, "-ready-expect", c.ReadyExpect)
+		}
+	}
+	if c.WorkingDir != "" {
+		f = append(f, "-workdir", c.WorkingDir)
+	}
+	if c.AfterCheckpoint != "" {
+		f = append(f, "-after-checkpoint", c.AfterCheckpoint)
+	}
+	if from > 0 {
+		f = append(f, "-from", strconv.Itoa(from))
+	}
+	return f
+}
+
+func (c DMTCPContainer) spec(args []string, mode string) Spec {
+	labels := map[string]string{"io.fogdeploy.role": "dmtcp-" + mode}
+	for k, v := range c.Labels {
+		labels[k] = v
+	}
+	return Spec{
+		Name:       c.Name,
+		Deployment: c.Deployment,
+		App:        c.App,
+		Image:      c.Image,
+		Cmd:        append([]string{mode}, args...),
+		Env:        c.Env,
+		Binds: []Bind{
+			{HostPath: c.EnvPath, ContainerPath: DMTCPRootPath},
+			{HostPath: c.CkptPath, ContainerPath: DMTCPCkptPath},
+		},
+		Ports:       c.Ports,
+		CapDrop:     []string{"ALL"},
+		CapAdd:      DMTCPCapabilities(),
+		SecurityOpt: []string{"no-new-privileges"},
+		NanoCPUs:    c.NanoCPUs,
+		MemoryBytes: c.MemoryBytes,
+		Labels:      labels,
+		StopSignal:  "SIGTERM",
+	}
+}
+
+// DMTCPGenerationDir is the host directory of checkpoint generation gen.
+func DMTCPGenerationDir(ckptPath string, gen int) string {
+	return filepath.Join(ckptPath, strconv.Itoa(gen))
+}
+
+// Timing is one phase reported by the DMTCP container's entrypoint as a
+// JSON line on its stdout: mount, coordinator, launch_ready,
+// restart_ready, checkpoint (with Bytes, the image size) and exit.
+type Timing struct {
+	Phase string  `json:"phase"`
+	Mode  string  `json:"mode"`
+	Gen   int     `json:"gen,omitempty"`
+	MS    float64 `json:"ms"`
+	Bytes int64   `json:"bytes,omitempty"`
+	Error string  `json:"error,omitempty"`
+}
+
+// ParseTimings extracts the entrypoint's timing lines from container logs.
+func ParseTimings(logs string) []Timing {
+	var out []Timing
+	sc := bufio.NewScanner(strings.NewReader(logs))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if !strings.HasPrefix(line, "{") || !strings.Contains(line, `"phase"`) {
+			continue
+		}
+		var t Timing
+		if json.Unmarshal([]byte(line), &t) == nil && t.Phase != "" {
+			out = append(out, t)
+		}
+	}
+	return out
+}

@@ -1,0 +1,355 @@
+package runtime_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/devenv"
+	"github.com/fogdeploy/fogdeploy/internal/runtime"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
+)
+
+// Where the DMTCP container test finds what it needs; each can be
+// overridden by the environment.
+const (
+	envDMTCPPrefix = "FOGDEPLOY_DMTCP_PREFIX" // installed DMTCP (default /opt/dmtcp)
+	envTestRootfs  = "FOGDEPLOY_TEST_ROOTFS"  // bookworm rootfs with redis-server (default /opt/src/rootfs)
+	dmtcpTestImage = "fogdeploy/dmtcp:runtimetest"
+)
+
+// TestDMTCPContainerCheckpointRestore is the proof that the DMTCP container
+// works: it builds the image with dmtcp-image/build.sh from the installed
+// DMTCP, launches redis in it chrooted into a copy of a bookworm rootfs,
+// SETs a key, checkpoints, and restores in a NEW container (own network
+// namespace) that answers GET on its published port. It then repeats the
+// cycle from the restored instance (generation 2) and stops the last one.
+func TestDMTCPContainerCheckpointRestore(t *testing.T) {
+	d := dockerForTest(t)
+	prefix := devenv.Lookup(envDMTCPPrefix, "/opt/dmtcp")
+	if _, err := os.Stat(filepath.Join(prefix, "bin", "dmtcp_launch")); err != nil {
+		testenv.Unavailable(t, testenv.DMTCP, fmt.Sprintf("no DMTCP install at %s (set %s): %v", prefix, envDMTCPPrefix, err))
+	}
+	srcRoot := devenv.Lookup(envTestRootfs, "/opt/src/rootfs")
+	if _, err := os.Stat(filepath.Join(srcRoot, "usr", "bin", "redis-server")); err != nil {
+		testenv.Unavailable(t, testenv.DMTCP, fmt.Sprintf("no rootfs with redis-server at %s (set %s, or create one with "+
+			"`debootstrap --variant=minbase --include=redis-server bookworm DIR`): %v", srcRoot, envTestRootfs, err))
+	}
+	if _, err := exec.LookPath("docker"); err != nil {
+		testenv.Unavailable(t, testenv.Docker, "dmtcp-image/build.sh needs the docker CLI on PATH")
+	}
+	testenv.NeedRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	host := devenv.Lookup(devenv.EnvDockerHost, devenv.DockerHost())
+	start := time.Now()
+	build := exec.CommandContext(ctx, "bash", "../../dmtcp-image/build.sh", "-t", dmtcpTestImage, prefix, host)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("dmtcp-image/build.sh: %v\n%s", err, out)
+	}
+	t.Logf("image %s built in %s", dmtcpTestImage, time.Since(start).Round(time.Millisecond))
+
+	// The environment clone (here a copy of the rootfs) and the checkpoint
+	// clone (here an empty directory) outlive every container, as the
+	// mounted RBD clones do.
+	work := t.TempDir()
+	root, ckpt := filepath.Join(work, "root"), filepath.Join(work, "ckpt")
+	if out, err := exec.CommandContext(ctx, "cp", "-a", srcRoot, root).CombinedOutput(); err != nil {
+		t.Fatalf("copy rootfs: %v\n%s", err, out)
+	}
+	if err := os.Mkdir(ckpt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := runtime.DMTCPContainer{
+		Image:       dmtcpTestImage,
+		Deployment:  "dmtcp-" + strconv.FormatInt(time.Now().UnixNano(), 36),
+		App:         "redis",
+		EnvPath:     root,
+		CkptPath:    ckpt,
+		Ports:       []runtime.Port{{ContainerPort: 6379}},
+		ReadyAddr:   "127.0.0.1:6379",
+		ReadySend:   `PING\r\n`,
+		ReadyExpect: "+PONG",
+	}
+	redisArgv := []string{"redis-server", "--port", "6379", "--protected-mode", "no", "--save", "", "--appendonly", "no",
+		"--jemalloc-bg-thread", "no", "--daemonize", "no"}
+
+	// Restart with nothing to restore fails clearly, at once.
+	t.Run("RestartWithoutCheckpoint", func(t *testing.T) {
+		id := runContainer(ctx, t, d, c.Restart(0))
+		code, err := d.Wait(ctx, id)
+		if err != nil || code != 4 {
+			t.Errorf("restart from an empty checkpoint dir: exit %d, %v; want 4", code, err)
+		}
+		if logs, _ := d.Logs(ctx, id, 0); !strings.Contains(logs, "no complete checkpoint") {
+			t.Errorf("logs do not say why:\n%s", logs)
+		}
+	})
+
+	// Generation 1: first deploy, checkpoint requested by file.
+	a := runContainer(ctx, t, d, c.Launch(redisArgv))
+	addrA := publishedAddr(ctx, t, d, a)
+	launchReady := waitRedis(ctx, t, addrA)
+	t.Logf("launch -> PONG (host side, from Start): %s", launchReady)
+	assertRedis(ctx, t, addrA, "OK", "SET", "greeting", "hello from generation 1")
+	assertAppHasNoCaps(ctx, t, d, a)
+	t0 := time.Now()
+	if err := os.WriteFile(filepath.Join(ckpt, runtime.DMTCPCheckpointRequest), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := d.Wait(ctx, a); err != nil || code != 0 {
+		t.Fatalf("launch container after checkpoint: exit %d, %v; want 0\n%s", code, err, logsOf(ctx, d, a))
+	}
+	t.Logf("checkpoint request -> container exited (host side): %s", time.Since(t0).Round(time.Millisecond))
+	logTimings(ctx, t, d, a)
+	assertImage(t, ckpt, 1)
+
+	// Generation 2: restore in a new container, change state, checkpoint
+	// with SIGUSR1.
+	b := runContainer(ctx, t, d, c.Restart(0))
+	addrB := publishedAddr(ctx, t, d, b)
+	restoreReady := waitRedis(ctx, t, addrB)
+	assertRedis(ctx, t, addrB, "hello from generation 1", "GET", "greeting")
+	t.Logf("restart -> PONG (host side, from Start): %s", restoreReady)
+	assertRedis(ctx, t, addrB, "OK", "SET", "second", "written after restore")
+	assertAppHasNoCaps(ctx, t, d, b)
+	t0 = time.Now()
+	if err := d.Signal(ctx, b, "USR1"); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := d.Wait(ctx, b); err != nil || code != 0 {
+		t.Fatalf("restored container after checkpoint: exit %d, %v; want 0\n%s", code, err, logsOf(ctx, d, b))
+	}
+	t.Logf("SIGUSR1 -> container exited (host side): %s", time.Since(t0).Round(time.Millisecond))
+	logTimings(ctx, t, d, b)
+	assertImage(t, ckpt, 2)
+
+	// Generation 3: restore the restored instance's checkpoint; both keys
+	// are there. Stop forwards SIGTERM and the container exits with redis's
+	// status.
+	cc := runContainer(ctx, t, d, c.Restart(0))
+	addrC := publishedAddr(ctx, t, d, cc)
+	waitRedis(ctx, t, addrC)
+	assertRedis(ctx, t, addrC, "hello from generation 1", "GET", "greeting")
+	assertRedis(ctx, t, addrC, "written after restore", "GET", "second")
+	if err := d.Stop(ctx, cc, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := d.Inspect(ctx, cc); err != nil || st.ExitCode != 0 || st.Running {
+		t.Errorf("after Stop: %+v, %v; want exit 0 (redis shuts down cleanly on SIGTERM)", st, err)
+	}
+	logTimings(ctx, t, d, cc)
+}
+
+func runContainer(ctx context.Context, t *testing.T, d *runtime.Docker, spec runtime.Spec) string {
+	t.Helper()
+	id, err := d.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("Create %v: %v", spec.Cmd, err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs of %s:\n%s", id[:12], logsOf(context.Background(), d, id))
+		}
+		_ = d.Remove(context.Background(), id)
+	})
+	if err := d.Start(ctx, id); err != nil {
+		t.Fatalf("Start %v: %v\n%s", spec.Cmd, err, logsOf(ctx, d, id))
+	}
+	return id
+}
+
+func publishedAddr(ctx context.Context, t *testing.T, d *runtime.Docker, id string) string {
+	t.Helper()
+	st, err := d.Inspect(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hp := st.HostPort(6379, "tcp")
+	if hp == 0 {
+		t.Fatalf("container %s publishes no port for 6379 (%+v)\n%s", id[:12], st.Ports, logsOf(ctx, d, id))
+	}
+	return net.JoinHostPort(runtime.DefaultHostIP, strconv.Itoa(int(hp)))
+}
+
+// waitRedis waits until PING answers PONG and returns how long it took.
+func waitRedis(ctx context.Context, t *testing.T, addr string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last error
+	for ctx.Err() == nil && time.Since(start) < time.Minute {
+		got, err := redisDo(ctx, addr, "PING")
+		if err == nil && got == "PONG" {
+			return time.Since(start)
+		}
+		last = fmt.Errorf("%q, %w", got, err)
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("redis at %s never answered PING: %v", addr, last)
+	return 0
+}
+
+func assertRedis(ctx context.Context, t *testing.T, addr, want string, args ...string) {
+	t.Helper()
+	got, err := redisDo(ctx, addr, args...)
+	if err != nil || got != want {
+		t.Fatalf("redis %v at %s = %q, %v; want %q", args, addr, got, err, want)
+	}
+}
+
+// redisDo sends one command in RESP and reads a simple, error, integer or
+// bulk reply.
+func redisDo(ctx context.Context, addr string, args ...string) (string, error) {
+	dl := net.Dialer{Timeout: time.Second}
+	conn, err := dl.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := conn.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(conn)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		return "", fmt.Errorf("empty reply")
+	}
+	switch line[0] {
+	case '+', ':':
+		return line[1:], nil
+	case '-':
+		return "", fmt.Errorf("redis error: %s", line[1:])
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return "", fmt.Errorf("nil or bad bulk reply %q", line)
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	}
+	return "", fmt.Errorf("unexpected reply %q", line)
+}
+
+// assertImage checks that generation gen holds a complete DMTCP image.
+func assertImage(t *testing.T, ckpt string, gen int) {
+	t.Helper()
+	dir := runtime.DMTCPGenerationDir(ckpt, gen)
+	imgs, _ := filepath.Glob(filepath.Join(dir, "ckpt_*.dmtcp"))
+	if len(imgs) == 0 {
+		t.Fatalf("generation %d (%s) has no ckpt_*.dmtcp", gen, dir)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "dmtcp_restart_script.sh")); err != nil {
+		t.Errorf("generation %d is not marked complete: %v", gen, err)
+	}
+	if st, err := os.Stat(imgs[0]); err != nil {
+		t.Error(err)
+	} else if st.Size() < 1<<20 {
+		t.Errorf("image %s has only %d bytes", imgs[0], st.Size())
+	}
+}
+
+// assertAppHasNoCaps checks, from the host, that every process of the
+// container but its PID 1 (the entrypoint) runs with no capability at all:
+// the app, its keeper and the DMTCP coordinator.
+func assertAppHasNoCaps(ctx context.Context, t *testing.T, d *runtime.Docker, id string) {
+	t.Helper()
+	st, err := d.Inspect(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := []int{st.Pid}
+	seen := 0
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		// Each thread lists the children it forked.
+		files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+		var kids []string
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Logf("cannot walk the process tree (%v); capability check skipped", err)
+				return
+			}
+			kids = append(kids, strings.Fields(string(b))...)
+		}
+		for _, k := range kids {
+			kid, _ := strconv.Atoi(k)
+			queue = append(queue, kid)
+			seen++
+			status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", kid))
+			if err != nil {
+				continue // exited meanwhile
+			}
+			for _, line := range strings.Split(string(status), "\n") {
+				f := strings.Fields(line)
+				if len(f) == 2 && (f[0] == "CapEff:" || f[0] == "CapBnd:" || f[0] == "CapPrm:") && f[1] != "0000000000000000" {
+					t.Errorf("pid %d (%s): %s, want no capability", kid, procName(status), line)
+				}
+			}
+		}
+	}
+	if seen < 3 {
+		t.Errorf("container PID 1 has %d descendants, want at least the coordinator, the keeper and the app", seen)
+	}
+}
+
+func procName(status []byte) string {
+	first, _, _ := strings.Cut(string(status), "\n")
+	return strings.TrimSpace(strings.TrimPrefix(first, "Name:"))
+}
+
+func logTimings(ctx context.Context, t *testing.T, d *runtime.Docker, id string) {
+	t.Helper()
+	logs, err := d.Logs(ctx, id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tms := runtime.ParseTimings(logs)
+	if len(tms) == 0 {
+		t.Errorf("no timing lines in the logs of %s:\n%s", id[:12], logs)
+	}
+	var parts []string
+	for _, tm := range tms {
+		if tm.Error != "" {
+			t.Errorf("phase %s failed: %s", tm.Phase, tm.Error)
+		}
+		p := fmt.Sprintf("%s=%.1fms", tm.Phase, tm.MS)
+		if tm.Bytes > 0 {
+			p += fmt.Sprintf("(%.1fMB)", float64(tm.Bytes)/1e6)
+		}
+		parts = append(parts, p)
+	}
+	t.Logf("in-container timings (%s): %s", tms[0].Mode, strings.Join(parts, " "))
+}
+
+func logsOf(ctx context.Context, d *runtime.Docker, id string) string {
+	s, err := d.Logs(ctx, id, 60)
+	if err != nil {
+		return err.Error()
+	}
+	return s
+}

@@ -1,0 +1,473 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/docker/go-connections/nat"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/fogdeploy/fogdeploy/internal/docker"
+)
+
+// DockerClient is the part of the moby client (*client.Client) that Docker
+// uses.
+type DockerClient interface {
+	Ping(ctx context.Context) (types.Ping, error)
+	ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, containerName string) (container.CreateResponse, error)
+	ContainerStart(ctx context.Context, containerID string, options container.StartOptions) error
+	ContainerStop(ctx context.Context, containerID string, options container.StopOptions) error
+	ContainerRemove(ctx context.Context, containerID string, options container.RemoveOptions) error
+	ContainerInspect(ctx context.Context, containerID string) (container.InspectResponse, error)
+	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
+	ContainerLogs(ctx context.Context, containerID string, options container.LogsOptions) (io.ReadCloser, error)
+	ContainerWait(ctx context.Context, containerID string, condition container.WaitCondition) (<-chan container.WaitResponse, <-chan error)
+	ContainerKill(ctx context.Context, containerID, signal string) error
+	ImageImport(ctx context.Context, source image.ImportSource, ref string, options image.ImportOptions) (io.ReadCloser, error)
+	ImageInspect(ctx context.Context, imageID string, inspectOpts ...client.ImageInspectOption) (image.InspectResponse, error)
+	ImageRemove(ctx context.Context, imageID string, options image.RemoveOptions) ([]image.DeleteResponse, error)
+	NetworkInspect(ctx context.Context, networkID string, options network.InspectOptions) (network.Inspect, error)
+}
+
+var _ DockerClient = (*client.Client)(nil)
+
+// Docker is the Runtime over dockerd, through the moby client.
+type Docker struct {
+	api DockerClient
+	log *slog.Logger
+
+	mu      sync.Mutex
+	network string // resolved by Network
+}
+
+var (
+	_ Runtime       = (*Docker)(nil)
+	_ Signaler      = (*Docker)(nil)
+	_ ImageImporter = (*Docker)(nil)
+)
+
+// NewDocker returns a Runtime that uses api (a *client.Client made with API
+// version negotiation, e.g. by internal/docker.Connect).
+func NewDocker(api DockerClient, log *slog.Logger) *Docker {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Docker{api: api, log: log}
+}
+
+// Dial connects to dockerd at host (e.g. unix:///path/docker.sock; "" = the
+// moby defaults, DOCKER_HOST), checks that it answers, and returns the
+// Runtime. The error wraps ErrUnavailable when the daemon cannot be reached.
+//
+// Implements: GET /_ping with API version negotiation.
+func Dial(ctx context.Context, host string, log *slog.Logger) (*Docker, error) {
+	c, err := docker.Connect(host)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if _, err := c.Ping(ctx); err != nil {
+		_ = c.Close()
+		return nil, withHint(fmt.Errorf("dockerd at %s: %w (%w)", host, ErrUnavailable, err),
+			"start one with `make dev-up` (scripts/dev-docker.sh) or set DOCKER_HOST")
+	}
+	return NewDocker(c, log), nil
+}
+
+// Network returns the network mode containers get by default: NetworkBridge
+// when the daemon has its default "bridge" network, else NetworkNone (a
+// daemon started with --bridge=none), which is logged once as a warning.
+//
+// Implements: GET /networks/bridge.
+func (d *Docker) Network(ctx context.Context) (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.network != "" {
+		return d.network, nil
+	}
+	_, err := d.api.NetworkInspect(ctx, NetworkBridge, network.InspectOptions{})
+	switch {
+	case err == nil:
+		d.network = NetworkBridge
+	case cerrdefs.IsNotFound(err):
+		d.network = NetworkNone
+		d.log.Warn("dockerd has no bridge network: containers get network none and cannot publish ports",
+			"hint", "start dockerd without --bridge=none")
+	default:
+		return "", d.wrap("inspect network", NetworkBridge, err)
+	}
+	return d.network, nil
+}
+
+// Create implements Runtime.
+//
+// Implements: POST /containers/create (never pulls).
+func (d *Docker) Create(ctx context.Context, spec Spec) (string, error) {
+	if err := spec.Validate(); err != nil {
+		return "", err
+	}
+	netMode, err := d.Network(ctx)
+	if err != nil {
+		return "", err
+	}
+	if spec.Network != "" && spec.Network != NetworkBridge {
+		netMode = spec.Network
+	}
+	if netMode == NetworkNone && len(spec.Ports) > 0 {
+		return "", withHint(fmt.Errorf("container for app %q publishes %d port(s): %w", spec.App, len(spec.Ports), ErrNoNetwork),
+			"start dockerd with its default bridge (not --bridge=none)")
+	}
+	cfg, host := dockerConfig(spec, netMode)
+	resp, err := d.api.ContainerCreate(ctx, cfg, host, nil, nil, spec.Name)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return "", withHint(fmt.Errorf("image %q: %w (docker: %w)", spec.Image, ErrImageNotFound, err),
+				"no registry is reached: build or import the image on this node (`docker images` lists them)")
+		}
+		return "", d.wrap("create container from", spec.Image, err)
+	}
+	for _, w := range resp.Warnings {
+		d.log.Warn("docker create", "id", shortID(resp.ID), "app", spec.App, "warning", w)
+	}
+	d.log.Debug("container created", "id", shortID(resp.ID), "app", spec.App, "deploy", spec.Deployment, "image", spec.Image)
+	return resp.ID, nil
+}
+
+func dockerConfig(spec Spec, netMode string) (*container.Config, *container.HostConfig) {
+	exposed := nat.PortSet{}
+	bindings := nat.PortMap{}
+	for _, p := range spec.Ports {
+		port := nat.Port(fmt.Sprintf("%d/%s", p.ContainerPort, protoOrTCP(p.Proto)))
+		exposed[port] = struct{}{}
+		hp := ""
+		if p.HostPort != 0 {
+			hp = strconv.Itoa(int(p.HostPort))
+		}
+		bindings[port] = append(bindings[port], nat.PortBinding{HostIP: hostIPOrDefault(p.HostIP), HostPort: hp})
+	}
+	mounts := make([]mount.Mount, 0, len(spec.Binds))
+	for _, b := range spec.Binds {
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: b.HostPath, Target: b.ContainerPath, ReadOnly: b.ReadOnly})
+	}
+	devices := make([]container.DeviceMapping, 0, len(spec.Devices))
+	for _, dv := range spec.Devices {
+		dm := container.DeviceMapping{PathOnHost: dv.HostPath, PathInContainer: dv.ContainerPath, CgroupPermissions: dv.Permissions}
+		if dm.PathInContainer == "" {
+			dm.PathInContainer = dm.PathOnHost
+		}
+		if dm.CgroupPermissions == "" {
+			dm.CgroupPermissions = "rwm"
+		}
+		devices = append(devices, dm)
+	}
+	noInit := false
+	cfg := &container.Config{
+		Image:        spec.Image,
+		Cmd:          spec.Cmd,
+		Entrypoint:   spec.Entrypoint,
+		Env:          spec.Env,
+		WorkingDir:   spec.WorkingDir,
+		Labels:       spec.labels(),
+		ExposedPorts: exposed,
+		StopSignal:   spec.StopSignal,
+	}
+	host := &container.HostConfig{
+		Mounts:       mounts,
+		PortBindings: bindings,
+		NetworkMode:  container.NetworkMode(netMode),
+		CapAdd:       spec.CapAdd,
+		CapDrop:      spec.CapDrop,
+		SecurityOpt:  spec.SecurityOpt,
+		Privileged:   false,
+		Init:         &noInit,
+		AutoRemove:   false,
+		Resources: container.Resources{
+			NanoCPUs: spec.NanoCPUs,
+			Memory:   spec.MemoryBytes,
+			Devices:  devices,
+		},
+	}
+	return cfg, host
+}
+
+// Start implements Runtime.
+//
+// Implements: POST /containers/{id}/start.
+func (d *Docker) Start(ctx context.Context, id string) error {
+	if err := d.api.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+		return d.wrap("start container", id, err)
+	}
+	return nil
+}
+
+// Stop implements Runtime. The timeout is rounded up to whole seconds.
+//
+// Implements: POST /containers/{id}/stop?t=N.
+func (d *Docker) Stop(ctx context.Context, id string, timeout time.Duration) error {
+	secs := int(math.Ceil(timeout.Seconds()))
+	if err := d.api.ContainerStop(ctx, id, container.StopOptions{Timeout: &secs}); err != nil {
+		return d.wrap("stop container", id, err)
+	}
+	return nil
+}
+
+// Remove implements Runtime.
+//
+// Implements: DELETE /containers/{id}?force=1&v=1.
+func (d *Docker) Remove(ctx context.Context, id string) error {
+	err := d.api.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err == nil || cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	return d.wrap("remove container", id, err)
+}
+
+// Inspect implements Runtime.
+//
+// Implements: GET /containers/{id}/json.
+func (d *Docker) Inspect(ctx context.Context, id string) (State, error) {
+	r, err := d.api.ContainerInspect(ctx, id)
+	if err != nil {
+		return State{}, d.wrap("inspect container", id, err)
+	}
+	return stateFromInspect(r), nil
+}
+
+func stateFromInspect(r container.InspectResponse) State {
+	st := State{}
+	if r.ContainerJSONBase != nil {
+		st.ID = r.ID
+		st.Name = strings.TrimPrefix(r.Name, "/")
+		if r.State != nil {
+			st.Status = string(r.State.Status)
+			st.Running = r.State.Running
+			st.ExitCode = r.State.ExitCode
+			st.Pid = r.State.Pid
+			st.StartedAt = parseDockerTime(r.State.StartedAt)
+			st.FinishedAt = parseDockerTime(r.State.FinishedAt)
+		}
+		if r.HostConfig != nil {
+			st.Network = string(r.HostConfig.NetworkMode)
+		}
+	}
+	if r.Config != nil {
+		st.Image = r.Config.Image
+		st.Labels = r.Config.Labels
+		st.Deployment = r.Config.Labels[LabelDeployment]
+		st.App = r.Config.Labels[LabelApp]
+	}
+	ports := nat.PortMap{}
+	if r.NetworkSettings != nil && len(r.NetworkSettings.Ports) > 0 && st.Running {
+		ports = r.NetworkSettings.Ports
+	} else if r.HostConfig != nil {
+		ports = r.HostConfig.PortBindings
+	}
+	for port, bs := range ports {
+		for _, b := range bs {
+			hp, _ := strconv.Atoi(b.HostPort)
+			st.Ports = append(st.Ports, Port{ContainerPort: uint16(port.Int()), Proto: port.Proto(), HostIP: b.HostIP, HostPort: uint16(hp)})
+		}
+	}
+	sort.Slice(st.Ports, func(i, j int) bool {
+		a, b := st.Ports[i], st.Ports[j]
+		if a.ContainerPort != b.ContainerPort {
+			return a.ContainerPort < b.ContainerPort
+		}
+		if a.Proto != b.Proto {
+			return a.Proto < b.Proto
+		}
+		return a.HostIP < b.HostIP
+	})
+	return st
+}
+
+func parseDockerTime(s string) time.Time {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil || t.Year() <= 1 {
+		return time.Time{}
+	}
+	return t
+}
+
+// List implements Runtime.
+//
+// Implements: GET /containers/json?all=1&filters={"label":[...]}, then
+// Inspect for each.
+func (d *Docker) List(ctx context.Context, labels map[string]string) ([]State, error) {
+	args := filters.NewArgs(filters.Arg("label", LabelManaged+"=true"))
+	for k, v := range labels {
+		args.Add("label", k+"="+v)
+	}
+	sums, err := d.api.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
+	if err != nil {
+		return nil, d.wrap("list containers", "", err)
+	}
+	out := make([]State, 0, len(sums))
+	for _, s := range sums {
+		st, err := d.Inspect(ctx, s.ID)
+		if errors.Is(err, ErrNotFound) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// Logs implements Runtime.
+//
+// Implements: GET /containers/{id}/logs?stdout=1&stderr=1&tail=N.
+func (d *Docker) Logs(ctx context.Context, id string, tail int) (string, error) {
+	t := "all"
+	if tail > 0 {
+		t = strconv.Itoa(tail)
+	}
+	rc, err := d.api.ContainerLogs(ctx, id, container.LogsOptions{ShowStdout: true, ShowStderr: true, Tail: t})
+	if err != nil {
+		return "", d.wrap("logs of container", id, err)
+	}
+	defer rc.Close()
+	var buf bytes.Buffer
+	if _, err := stdcopy.StdCopy(&buf, &buf, rc); err != nil {
+		return buf.String(), fmt.Errorf("read logs of container %s: %w", id, err)
+	}
+	return buf.String(), nil
+}
+
+// Wait implements Runtime.
+//
+// Implements: POST /containers/{id}/wait?condition=not-running.
+func (d *Docker) Wait(ctx context.Context, id string) (int, error) {
+	resp, errs := d.api.ContainerWait(ctx, id, container.WaitConditionNotRunning)
+	select {
+	case r := <-resp:
+		if r.Error != nil && r.Error.Message != "" {
+			return int(r.StatusCode), fmt.Errorf("wait for container %s: %s", id, r.Error.Message)
+		}
+		return int(r.StatusCode), nil
+	case err := <-errs:
+		return 0, d.wrap("wait for container", id, err)
+	}
+}
+
+// Signal implements Signaler.
+//
+// Implements: POST /containers/{id}/kill?signal=SIG.
+func (d *Docker) Signal(ctx context.Context, id, signal string) error {
+	if err := d.api.ContainerKill(ctx, id, signal); err != nil {
+		return d.wrap("signal "+signal+" to container", id, err)
+	}
+	return nil
+}
+
+// ImportImage implements ImageImporter: it makes image ref from a root
+// filesystem tarball, with cmd as its default command. The image ref named
+// before is removed if nothing else uses it.
+//
+// Implements: POST /images/create?fromSrc=- (`docker import`).
+func (d *Docker) ImportImage(ctx context.Context, ref string, rootfsTar []byte, cmd []string) error {
+	var oldID string
+	if old, err := d.api.ImageInspect(ctx, ref); err == nil {
+		oldID = old.ID
+	}
+	if err := d.importImage(ctx, ref, rootfsTar, cmd); err != nil {
+		return err
+	}
+	if oldID != "" {
+		if cur, err := d.api.ImageInspect(ctx, ref); err == nil && cur.ID != oldID {
+			// Fails harmlessly when a container still uses the old image.
+			_, _ = d.api.ImageRemove(ctx, oldID, image.RemoveOptions{})
+		}
+	}
+	return nil
+}
+
+func (d *Docker) importImage(ctx context.Context, ref string, rootfsTar []byte, cmd []string) error {
+	var changes []string
+	if len(cmd) > 0 {
+		c, err := jsonArray(cmd)
+		if err != nil {
+			return err
+		}
+		changes = append(changes, "CMD "+c)
+	}
+	rc, err := d.api.ImageImport(ctx, image.ImportSource{Source: bytes.NewReader(rootfsTar), SourceName: "-"}, ref,
+		image.ImportOptions{Changes: changes, Message: "imported by fogdeploy"})
+	if err != nil {
+		return d.wrap("import image", ref, err)
+	}
+	defer rc.Close()
+	// The answer is a stream of JSON progress messages; a failure is a
+	// message with "error" set.
+	dec := json.NewDecoder(rc)
+	for {
+		var msg struct {
+			Error string `json:"error"`
+		}
+		if err := dec.Decode(&msg); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("import image %s: read answer: %w", ref, err)
+		}
+		if msg.Error != "" {
+			return fmt.Errorf("import image %s: %s", ref, msg.Error)
+		}
+	}
+}
+
+// wrap maps a moby error onto this package's sentinels, keeping both.
+func (d *Docker) wrap(op, what string, err error) error {
+	target := what
+	if target != "" {
+		target = " " + target
+	}
+	switch {
+	case cerrdefs.IsNotFound(err):
+		return fmt.Errorf("%s%s: %w (docker: %w)", op, target, ErrNotFound, err)
+	case cerrdefs.IsConflict(err):
+		return fmt.Errorf("%s%s: %w (docker: %w)", op, target, ErrConflict, err)
+	case cerrdefs.IsInvalidArgument(err):
+		return fmt.Errorf("%s%s: %w (docker: %w)", op, target, ErrInvalidSpec, err)
+	case client.IsErrConnectionFailed(err):
+		return withHint(fmt.Errorf("%s%s: %w (docker: %w)", op, target, ErrUnavailable, err),
+			"start dockerd with `make dev-up` or set DOCKER_HOST")
+	default:
+		return fmt.Errorf("%s%s: %w", op, target, err)
+	}
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func jsonArray(ss []string) (string, error) {
+	b, err := json.Marshal(ss)
+	if err != nil {
+		return "", fmt.Errorf("encode %q: %w", ss, err)
+	}
+	return string(b), nil
+}

@@ -1,0 +1,101 @@
+package runtime_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fogdeploy/fogdeploy/internal/runtime"
+)
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	err := runtime.Spec{
+		Binds:   []runtime.Bind{{HostPath: "rel", ContainerPath: "/x"}},
+		Ports:   []runtime.Port{{ContainerPort: 0}, {ContainerPort: 53, Proto: "icmp"}},
+		Network: "host",
+		CapAdd:  []string{"SYS ADMIN"},
+	}.Validate()
+	if !errors.Is(err, runtime.ErrInvalidSpec) {
+		t.Fatalf("Validate: %v, want ErrInvalidSpec", err)
+	}
+	for _, want := range []string{"no image", `bind "rel"`, "container port 0", `protocol "icmp"`, `network "host"`, `capability "SYS ADMIN"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %q:\n%v", want, err)
+		}
+	}
+	if err := (runtime.Spec{Image: "x", Ports: []runtime.Port{{ContainerPort: 80}}}).Validate(); err != nil {
+		t.Errorf("valid spec: %v", err)
+	}
+}
+
+func TestEffectiveCaps(t *testing.T) {
+	for _, tc := range []struct {
+		add, drop []string
+		want      uint64
+	}{
+		{nil, nil, 0xa80425fb},
+		{[]string{"SYS_ADMIN"}, []string{"ALL"}, 1 << 21},
+		{[]string{"cap_sys_admin", "SYS_CHROOT", "SETPCAP"}, []string{"all"}, 0x240100},
+		{nil, []string{"NET_RAW", "MKNOD"}, 0xa80425fb &^ (1<<13 | 1<<27)},
+	} {
+		got, err := runtime.EffectiveCaps(tc.add, tc.drop)
+		if err != nil || got != tc.want {
+			t.Errorf("EffectiveCaps(%v, %v) = %#x, %v; want %#x", tc.add, tc.drop, got, err, tc.want)
+		}
+	}
+	if _, err := runtime.EffectiveCaps([]string{"NOPE"}, nil); !errors.Is(err, runtime.ErrInvalidSpec) {
+		t.Errorf("unknown capability: %v, want ErrInvalidSpec", err)
+	}
+}
+
+func TestDMTCPContainerSpecs(t *testing.T) {
+	c := runtime.DMTCPContainer{Image: "fogdeploy/dmtcp:4.2.0", Deployment: "d1", App: "redis",
+		EnvPath: "/mnt/env", CkptPath: "/mnt/ckpt", Ports: []runtime.Port{{ContainerPort: 6379}},
+		ReadyAddr: "127.0.0.1:6379", ReadySend: `PING\r\n`, ReadyExpect: "+PONG"}
+	l := c.Launch([]string{"redis-server", "--port", "6379"})
+	wantCmd := []string{"launch", "-ready", "127.0.0.1:6379", "-ready-send", `PING\r\n`, "-ready-expect", "+PONG", "--", "redis-server", "--port", "6379"}
+	if !slices.Equal(l.Cmd, wantCmd) {
+		t.Errorf("Launch cmd = %q, want %q", l.Cmd, wantCmd)
+	}
+	r := c.Restart(2)
+	if !slices.Equal(r.Cmd, []string{"restart", "-ready", "127.0.0.1:6379", "-ready-send", `PING\r\n`, "-ready-expect", "+PONG", "-from", "2"}) {
+		t.Errorf("Restart cmd = %q", r.Cmd)
+	}
+	for _, s := range []runtime.Spec{l, r} {
+		if err := s.Validate(); err != nil {
+			t.Errorf("spec invalid: %v", err)
+		}
+		if !slices.Equal(s.CapDrop, []string{"ALL"}) || !slices.Equal(s.CapAdd, runtime.DMTCPCapabilities()) {
+			t.Errorf("caps add %v drop %v", s.CapAdd, s.CapDrop)
+		}
+		want := []runtime.Bind{{HostPath: "/mnt/env", ContainerPath: runtime.DMTCPRootPath}, {HostPath: "/mnt/ckpt", ContainerPath: runtime.DMTCPCkptPath}}
+		if !slices.Equal(s.Binds, want) {
+			t.Errorf("binds %+v, want %+v", s.Binds, want)
+		}
+	}
+	if got := runtime.DMTCPGenerationDir("/mnt/ckpt", 3); got != "/mnt/ckpt/3" {
+		t.Errorf("DMTCPGenerationDir = %q", got)
+	}
+}
+
+func TestParseTimings(t *testing.T) {
+	logs := `{"time":"t","phase":"mount","mode":"launch","ms":1.5}
+40000:M 22 Nov 2026 * Ready to accept connections {"phase":"not json at line start"}
+time=... level=INFO msg="app ready"
+{"time":"t","phase":"checkpoint","mode":"launch","gen":1,"ms":493.4,"bytes":35100000}
+{"not":"a timing"}
+`
+	got := runtime.ParseTimings(logs)
+	want := []runtime.Timing{{Phase: "mount", Mode: "launch", MS: 1.5}, {Phase: "checkpoint", Mode: "launch", Gen: 1, MS: 493.4, Bytes: 35100000}}
+	if !slices.Equal(got, want) {
+		t.Errorf("ParseTimings = %+v, want %+v", got, want)
+	}
+}
+
+func TestStateHostPort(t *testing.T) {
+	st := runtime.State{Ports: []runtime.Port{{ContainerPort: 53, Proto: "udp", HostPort: 1053}, {ContainerPort: 53, Proto: "tcp", HostPort: 2053}}}
+	if st.HostPort(53, "") != 2053 || st.HostPort(53, "udp") != 1053 || st.HostPort(80, "tcp") != 0 {
+		t.Errorf("HostPort mapping wrong for %+v", st.Ports)
+	}
+}
