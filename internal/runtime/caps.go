@@ -6,8 +6,11 @@ import (
 )
 
 // capNames returns the Linux capabilities by number (linux/capability.h).
-func capNames() [41]string {
-	return [41]string{
+// numCaps is the number of Linux capabilities capNames knows.
+const numCaps = 41
+
+func capNames() [numCaps]string {
+	return [numCaps]string{
 		"CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
 		"SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW",
 		"IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT",
@@ -66,7 +69,7 @@ func EffectiveCaps(add, drop []string) (uint64, error) {
 	}
 	for _, a := range add {
 		if strings.EqualFold(a, "ALL") {
-			m |= 1<<len(capNames()) - 1
+			m |= 1<<numCaps - 1
 			continue
 		}
 		n, err := capNumber(a)
