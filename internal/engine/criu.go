@@ -1,0 +1,511 @@
+package engine
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// CRIU runs apps as plain processes and checkpoints them with CRIU
+// (criu dump / criu restore). Images are about ten times smaller than
+// DMTCP's and restore is faster, but the kernel must support it (criu check)
+// and a restore needs the app's original PIDs free, so every restore gets a
+// fresh PID namespace.
+//
+// A restored app is made a child of the engine: criu joins the new PID
+// namespace (whose init is a placeholder that mounts its /proc) and restores
+// with --restore-detached --restore-sibling, so Wait returns the app's own
+// exit status (criu's would always be 0).
+//
+// Implements: criu check; criu dump --tcp-established --file-locks;
+// criu restore -d -S --tcp-established --file-locks --inherit-fd.
+type CRIU struct {
+	cfg Config
+
+	mu    sync.Mutex
+	info  *Info
+	tools map[string]string // sh, mount, sleep
+}
+
+var _ Engine = (*CRIU)(nil)
+
+// NewCRIU returns the CRIU engine.
+func NewCRIU(cfg Config) *CRIU {
+	return &CRIU{cfg: cfg.withDefaults()}
+}
+
+// Name implements Engine.
+func (c *CRIU) Name() string { return NameCRIU }
+
+// Check implements Engine: it finds criu (Config.Prefix,
+// $FOGDEPLOY_CRIU_PREFIX, /opt/criu, PATH), reads its version and runs
+// criu check.
+func (c *CRIU) Check(ctx context.Context) (Info, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.info != nil {
+		return *c.info, nil
+	}
+	if err := c.cfg.Validate(); err != nil {
+		return Info{}, err
+	}
+	if err := needRoot(NameCRIU); err != nil {
+		return Info{}, err
+	}
+	prefix, bins, err := locate(c.cfg.Prefix, EnvCRIUPrefix, DefaultCRIUPrefix, []string{"criu"})
+	if err != nil {
+		return Info{}, withHint(err, "build CRIU 4.x outside the repo (make criu && make install-criu PREFIX=/opt/criu) or set "+EnvCRIUPrefix)
+	}
+	tools := map[string]string{}
+	for _, t := range []string{"sh", "mount", "sleep"} {
+		p, err := exec.LookPath(t)
+		if err != nil {
+			return Info{}, fmt.Errorf("criu engine needs %s on PATH: %w", t, ErrUnavailable)
+		}
+		tools[t] = p
+	}
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	criu := bins["criu"]
+	out, err := exec.CommandContext(ctx, criu, "--version").CombinedOutput()
+	if err != nil {
+		return Info{}, fmt.Errorf("%s --version: %w (%w): %s", criu, ErrUnavailable, err, lastLine(out))
+	}
+	version := ""
+	for _, l := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "Version:"); ok {
+			version = strings.TrimSpace(v)
+		}
+	}
+	out, err = exec.CommandContext(ctx, criu, "check").CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("Looks good")) {
+		return Info{}, withHint(fmt.Errorf("%s check failed: %w: %s", criu, ErrUnavailable, strings.TrimSpace(string(out))),
+			"this kernel or criu build cannot checkpoint here (Debian's criu 3.17 fails on new kernels; use CRIU 4.x)")
+	}
+	info := Info{Name: NameCRIU, Version: version, Prefix: prefix, Binaries: bins}
+	c.info, c.tools = &info, tools
+	c.cfg.Logger.Debug("criu found", "prefix", prefix, "version", version)
+	return info, nil
+}
+
+// criuProc is the CRIU side of a process.
+type criuProc struct {
+	*process
+	init *exec.Cmd // the PID namespace's placeholder init (restored processes)
+	// dumping is held while criu dump runs: criu dump kills the app before
+	// it has finished, and the teardown that follows must not kill the PID
+	// namespace (and criu in it) under it.
+	dumping sync.Mutex
+}
+
+// Launch implements Engine: the app is started directly (setsid, stdin
+// /dev/null, stdout and stderr pipes the engine owns), in its sandbox when
+// Root or NetNS is set.
+func (c *CRIU) Launch(ctx context.Context, spec LaunchSpec) (_ Process, err error) {
+	log := c.cfg.Logger.With("engine", NameCRIU, "phase", "launch")
+	if err := validateLaunch(spec, NameCRIU); err != nil {
+		return nil, err
+	}
+	if _, err := c.Check(ctx); err != nil {
+		return nil, err
+	}
+	start := time.Now() // Check is cached after the first call
+	env := appEnv(spec)
+	path, err := resolveArgv0(spec.Root, spec.Argv[0], env)
+	if err != nil {
+		return nil, fmt.Errorf("launch %s: %w", spec.Argv[0], err)
+	}
+	inst, err := os.MkdirTemp(c.cfg.TempDir, "fogdeploy-criu-")
+	if err != nil {
+		return nil, fmt.Errorf("instance directory: %w", err)
+	}
+	p := &criuProc{process: &process{engine: NameCRIU, log: log, stopDur: c.cfg.StopTimeout, inst: inst,
+		argv: spec.Argv, root: spec.Root}}
+	defer func() {
+		if err != nil {
+			p.abort()
+		}
+	}()
+	if p.sb, err = newSandbox(sandboxSpec{mountNS: spec.Root != "", netNS: spec.NetNS, root: spec.Root}); err != nil {
+		return nil, fmt.Errorf("launch %s: sandbox: %w", spec.Argv[0], err)
+	}
+	if p.out, err = newOutput(spec.Stdout, spec.Stderr); err != nil {
+		return nil, err
+	}
+	dir := spec.Dir
+	if dir == "" {
+		dir = "/"
+	}
+	cmd := &exec.Cmd{
+		Path:        path,
+		Args:        spec.Argv,
+		Env:         env,
+		Dir:         dir,
+		Stdout:      p.out.stdout(),
+		Stderr:      p.out.stderr(),
+		ExtraFiles:  closeInherited(nil),
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Chroot: spec.Root},
+	}
+	if err = p.sb.do(cmd.Start); err != nil {
+		return nil, withOutput(fmt.Errorf("launch %s: %w (%w)", spec.Argv[0], ErrLaunch, err), "the app", p.out.last(10))
+	}
+	p.out.started()
+	p.pid = cmd.Process.Pid
+	p.wait = func() (*os.ProcessState, error) { err := cmd.Wait(); return cmd.ProcessState, ignoreExitError(err) }
+	p.kill = func() { _ = cmd.Process.Kill() }
+	p.supervise()
+	p.timings.Launch = time.Since(start)
+	log.Info("launched", "app", spec.Argv[0], "pid", p.pid, "root", spec.Root, "netns", spec.NetNS,
+		"ms", p.timings.Launch.Milliseconds())
+	return p, nil
+}
+
+// abort undoes a failed Launch or Restore.
+func (p *criuProc) abort() {
+	if p.done != nil {
+		p.kill()
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			p.log.Error("process did not go away after a failed start", "pid", p.Pid())
+		}
+		return
+	}
+	if p.init != nil && p.init.Process != nil {
+		_ = p.init.Process.Kill()
+		_ = p.init.Wait()
+	}
+	if p.out != nil {
+		p.out.started()
+		p.out.finish(time.Second)
+	}
+	p.sb.close()
+	os.RemoveAll(p.inst)
+}
+
+// logTail returns the last error lines of a criu log in the instance dir.
+func logTail(path string, n int) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var errs, all []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		all = append(all, l)
+		if strings.Contains(l, "Error") && !strings.Contains(l, "RLIMIT_NOFILE") {
+			errs = append(errs, l)
+		}
+	}
+	if len(errs) == 0 {
+		errs = all
+	}
+	if len(errs) > n {
+		errs = errs[len(errs)-n:]
+	}
+	return errs
+}
+
+// Checkpoint implements Engine: criu dump -t PID -D dir --tcp-established
+// --file-locks, run inside the app's namespaces (so criu sees the app's
+// mounts, network and PIDs as its own and dumps no namespace). criu kills the
+// app once the image is written.
+func (c *CRIU) Checkpoint(ctx context.Context, proc Process, dir string) (img Image, err error) {
+	p, ok := proc.(*criuProc)
+	if !ok {
+		return Image{}, fmt.Errorf("checkpoint: %T is not a CRIU process: %w", proc, ErrInvalid)
+	}
+	if !p.checkpointing.TryLock() {
+		return Image{}, fmt.Errorf("checkpoint pid %d: another checkpoint is running: %w", p.Pid(), ErrInvalid)
+	}
+	defer p.checkpointing.Unlock()
+	log := p.log.With("phase", "checkpoint", "pid", p.Pid(), "image", dir)
+	if p.exited() {
+		return Image{}, fmt.Errorf("checkpoint pid %d: %w", p.Pid(), ErrExited)
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return Image{}, err
+	}
+	if err := emptyDir(dir); err != nil {
+		return Image{}, err
+	}
+	info, err := c.Check(ctx)
+	if err != nil {
+		return Image{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+
+	pid := p.Pid()
+	stdio := map[int]string{}
+	for fd := 0; fd <= 2; fd++ {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", pid, fd)); err == nil && strings.HasPrefix(l, "pipe:") {
+			stdio[fd] = l
+		}
+	}
+	// The PID criu must use is the app's PID in its own namespace.
+	target := pid
+	if ns, err := procStatus(pid, "NSpid"); err == nil {
+		if f := strings.Fields(ns); len(f) > 0 {
+			target, _ = strconv.Atoi(f[len(f)-1])
+		}
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return Image{}, err
+	}
+	defer d.Close()
+	logName := "dump-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ".log"
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, info.Binaries["criu"], "dump", "-t", strconv.Itoa(target),
+		"-D", "/proc/self/fd/3", "--work-dir", p.inst, "-o", logName,
+		"--tcp-established", "--file-locks")
+	cmd.ExtraFiles = []*os.File{d}
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = time.Second
+	start := time.Now()
+	p.dumping.Lock()
+	if err = p.sb.do(cmd.Start); err == nil {
+		err = cmd.Wait()
+	}
+	p.dumping.Unlock()
+	write := time.Since(start)
+	if err != nil {
+		// criu resumes the app when a dump fails; drop the partial image.
+		clearDir(dir)
+		err = fmt.Errorf("checkpoint pid %d into %s: criu dump: %w (%w)", pid, dir, ErrCheckpoint, err)
+		return Image{}, withOutput(withOutput(err, "criu", strings.Split(strings.TrimSpace(out.String()), "\n")),
+			"criu dump log", logTail(filepath.Join(p.inst, logName), 10))
+	}
+	// criu killed the app; wait until it and its sandbox are gone.
+	if _, err := p.Wait(ctx); err != nil {
+		p.kill()
+		<-p.done
+	}
+	img = Image{Engine: NameCRIU, Version: info.Version, Dir: dir, Root: p.root, Argv: p.argv,
+		Created: time.Now(), Write: write, Generation: p.gen + 1, Stdio: stdio}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return Image{}, err
+	}
+	for _, e := range ents {
+		if e.Type().IsRegular() && strings.HasSuffix(e.Name(), ".img") {
+			img.Files = append(img.Files, e.Name())
+		}
+	}
+	if len(img.Files) == 0 {
+		clearDir(dir)
+		return Image{}, fmt.Errorf("checkpoint into %s: criu wrote no .img files: %w", dir, ErrCheckpoint)
+	}
+	if err := img.writeManifest(); err != nil {
+		clearDir(dir)
+		return Image{}, fmt.Errorf("checkpoint into %s: manifest: %w (%w)", dir, ErrCheckpoint, err)
+	}
+	log.Info("checkpoint complete", "files", len(img.Files), "bytes", img.Bytes, "ms", write.Milliseconds(),
+		"generation", img.Generation)
+	return img, nil
+}
+
+// initScript is the placeholder init of a restore's PID namespace: it
+// mounts the namespace's /proc (criu needs it; only a process inside can
+// mount it), says so, and sleeps until the engine kills it.
+const initScript = `set -e
+mount -t proc proc /proc
+if [ "$1" != - ]; then mount -t proc proc "$1/proc"; fi
+echo ready
+exec sleep infinity`
+
+// Restore implements Engine: a sandbox with a fresh PID namespace (and
+// network namespace with NetNS), then criu restore -d -S from inside it.
+func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Process, err error) {
+	start := time.Now()
+	log := c.cfg.Logger.With("engine", NameCRIU, "phase", "restore", "image", img.Dir)
+	if err := img.check(NameCRIU); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	if err := validateRoot(spec.Root); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	switch {
+	case img.Root == "" && spec.Root != "":
+		return nil, fmt.Errorf("restore %s: the image ran on the host, not in a root: %w", img.Dir, ErrInvalid)
+	case img.Root != "" && spec.Root == "":
+		return nil, withHint(fmt.Errorf("restore %s: the image ran in root %s; give RestoreSpec.Root: %w", img.Dir, img.Root, ErrInvalid),
+			"mount the environment the app ran in and pass it as Root")
+	case img.Root != "" && spec.Root != img.Root:
+		if err := validateRoot(img.Root); err != nil {
+			return nil, withHint(fmt.Errorf("restore %s: CRIU needs the root at its checkpoint path %s: %w", img.Dir, img.Root, err),
+				"create that directory (it is only used as a mount point) or mount the environment there")
+		}
+	}
+	info, err := c.Check(ctx)
+	if err != nil {
+		return nil, err
+	}
+	imgDir, err := filepath.Abs(img.Dir)
+	if err != nil {
+		return nil, err
+	}
+	inst, err := os.MkdirTemp(c.cfg.TempDir, "fogdeploy-criu-")
+	if err != nil {
+		return nil, fmt.Errorf("instance directory: %w", err)
+	}
+	p := &criuProc{process: &process{engine: NameCRIU, log: log, stopDur: c.cfg.StopTimeout, inst: inst,
+		gen: img.Generation, argv: img.Argv, root: img.Root}}
+	defer func() {
+		if err != nil {
+			p.abort()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	if p.sb, err = newSandbox(sandboxSpec{mountNS: true, netNS: spec.NetNS, root: img.Root, rootSrc: spec.Root}); err != nil {
+		return nil, fmt.Errorf("restore %s: sandbox: %w (%w)", img.Dir, ErrRestore, err)
+	}
+	if err = c.startInit(ctx, p); err != nil {
+		return nil, fmt.Errorf("restore %s: %w (%w)", img.Dir, ErrRestore, err)
+	}
+	if p.out, err = newOutput(spec.Stdout, spec.Stderr); err != nil {
+		return nil, err
+	}
+	d, err := os.Open(imgDir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	// fd 3: the image directory; fd 4 (and 5): the new stdout (stderr) pipes
+	// that replace the ones the app had at checkpoint time.
+	extra := []*os.File{d, p.out.stdout()}
+	errFD := 4
+	if p.out.stderr() != p.out.stdout() {
+		extra = append(extra, p.out.stderr())
+		errFD = 5
+	}
+	args := []string{"restore", "-d", "-S", "-D", "/proc/self/fd/3", "--work-dir", inst, "-o", "restore.log",
+		"--tcp-established", "--file-locks"}
+	seen := map[string]bool{}
+	for _, fd := range slices.Sorted(maps.Keys(img.Stdio)) {
+		pipe := img.Stdio[fd]
+		if seen[pipe] || fd == 0 {
+			continue
+		}
+		seen[pipe] = true
+		n := 4
+		if fd == 2 {
+			n = errFD
+		}
+		args = append(args, "--inherit-fd", fmt.Sprintf("fd[%d]:%s", n, pipe))
+	}
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, info.Binaries["criu"], args...)
+	cmd.ExtraFiles = extra
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = time.Second
+	if err = p.sb.do(cmd.Start); err == nil {
+		err = cmd.Wait()
+	}
+	p.out.started()
+	if err != nil {
+		err = fmt.Errorf("restore %s: criu restore: %w (%w)", img.Dir, ErrRestore, err)
+		return nil, withOutput(withOutput(err, "criu", strings.Split(strings.TrimSpace(out.String()), "\n")),
+			"criu restore log", logTail(filepath.Join(inst, "restore.log"), 10))
+	}
+	// --restore-sibling made the app our child, inside the new PID namespace.
+	pidNS := nsID(p.init.Process.Pid, "pid")
+	var app *os.Process
+	for _, pid := range childrenOf(os.Getpid()) {
+		if pid != p.init.Process.Pid && nsID(pid, "pid") == pidNS {
+			if app, err = os.FindProcess(pid); err != nil {
+				return nil, fmt.Errorf("restore %s: %w (%w)", img.Dir, ErrRestore, err)
+			}
+			break
+		}
+	}
+	if app == nil {
+		return nil, fmt.Errorf("restore %s: criu succeeded but the restored app is not a child of pid %d: %w",
+			img.Dir, os.Getpid(), ErrRestore)
+	}
+	p.pid = app.Pid
+	initCmd := p.init
+	p.wait = func() (*os.ProcessState, error) { return app.Wait() }
+	p.kill = func() { _ = app.Kill() }
+	p.teardown = func() {
+		// Let a running criu dump finish before the namespace goes.
+		p.dumping.Lock()
+		defer p.dumping.Unlock()
+		// The init's death kills whatever else is left in the namespace.
+		_ = initCmd.Process.Kill()
+		_ = initCmd.Wait()
+	}
+	p.supervise()
+	p.timings.Restore = time.Since(start)
+	log.Info("restored", "pid", p.pid, "root", spec.Root, "netns", spec.NetNS, "ms", p.timings.Restore.Milliseconds())
+	return p, nil
+}
+
+// startInit starts the PID namespace's placeholder init in the sandbox and
+// waits until it has mounted /proc; later steps then enter its namespace.
+func (c *CRIU) startInit(ctx context.Context, p *criuProc) error {
+	root := p.root
+	if root == "" {
+		root = "-"
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	var stderr bytes.Buffer
+	cmd := &exec.Cmd{
+		Path:        c.tools["sh"],
+		Args:        []string{"sh", "-c", initScript, "init", root},
+		Env:         []string{"PATH=" + defaultPath},
+		Dir:         "/",
+		Stdout:      w,
+		Stderr:      &stderr,
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWPID},
+	}
+	err = p.sb.do(cmd.Start)
+	w.Close()
+	if err != nil {
+		return fmt.Errorf("start pid namespace init: %w", err)
+	}
+	p.init = cmd
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(r).ReadString('\n')
+		line <- s
+	}()
+	select {
+	case s := <-line:
+		if strings.TrimSpace(s) != "ready" {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			p.init = nil
+			return fmt.Errorf("pid namespace init failed: %s", strings.TrimSpace(stderr.String()))
+		}
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		p.init = nil
+		return ctx.Err()
+	}
+	f, err := os.Open("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/pid")
+	if err != nil {
+		return err
+	}
+	p.sb.setPidNS(f)
+	return nil
+}

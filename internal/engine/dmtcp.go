@@ -1,0 +1,775 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DMTCP runs apps under DMTCP (dmtcp_launch, dmtcp_restart), the default
+// engine. Each Process gets a private dmtcp_coordinator, a child of the
+// engine that listens on 127.0.0.1 inside the app's network namespace (the
+// listening socket is made by the engine and handed over as fd 821, because
+// the coordinator itself always binds 0.0.0.0).
+//
+// Implements: dmtcp_coordinator --exit-on-last; dmtcp_launch -j;
+// dmtcp_command -s / -kc / -q; dmtcp_restart -j.
+type DMTCP struct {
+	cfg Config
+
+	mu   sync.Mutex
+	info *Info // cached successful Check
+}
+
+var _ Engine = (*DMTCP)(nil)
+
+// DMTCP binaries the engine needs.
+var dmtcpBins = []string{"dmtcp_launch", "dmtcp_restart", "dmtcp_command", "dmtcp_coordinator", "mtcp_restart"}
+
+// coordFD is DMTCP's PROTECTED_COORD_FD: a coordinator that finds a
+// listening socket on this fd uses it instead of binding 0.0.0.0.
+const coordFD = 821
+
+// Paths inside a Root, all on the tmpfs the sandbox mounts on /tmp, so the
+// environment clone is not written to.
+const (
+	rootStateDir = "/tmp/.fogdeploy"
+	rootCkptDir  = rootStateDir + "/ckpt" // the checkpoint directory is attached here
+	rootImgDir   = rootStateDir + "/img"  // the image being restored, read-only
+	rootTmpDir   = rootStateDir + "/tmp"  // DMTCP's tmpdir
+)
+
+// NewDMTCP returns the DMTCP engine.
+func NewDMTCP(cfg Config) *DMTCP {
+	return &DMTCP{cfg: cfg.withDefaults()}
+}
+
+// Name implements Engine.
+func (d *DMTCP) Name() string { return NameDMTCP }
+
+// Check implements Engine: it finds the binaries (Config.Prefix,
+// $FOGDEPLOY_DMTCP_PREFIX, /opt/dmtcp, PATH) and runs dmtcp_launch --version.
+func (d *DMTCP) Check(ctx context.Context) (Info, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.info != nil {
+		return *d.info, nil
+	}
+	if err := d.cfg.Validate(); err != nil {
+		return Info{}, err
+	}
+	if err := needRoot(NameDMTCP); err != nil {
+		return Info{}, err
+	}
+	prefix, bins, err := locate(d.cfg.Prefix, EnvDMTCPPrefix, DefaultDMTCPPrefix, dmtcpBins)
+	if err != nil {
+		return Info{}, withHint(err, "build DMTCP 4.2 outside the repo (./configure --prefix=/opt/dmtcp && make install) or set "+EnvDMTCPPrefix)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bins["dmtcp_launch"], "--version").CombinedOutput()
+	if err != nil {
+		return Info{}, fmt.Errorf("%s --version: %w (%w): %s", bins["dmtcp_launch"], ErrUnavailable, err, lastLine(out))
+	}
+	// "dmtcp_launch (DMTCP) 4.2.0"
+	first, _, _ := strings.Cut(string(out), "\n")
+	f := strings.Fields(first)
+	if len(f) == 0 {
+		return Info{}, fmt.Errorf("%s --version printed nothing: %w", bins["dmtcp_launch"], ErrUnavailable)
+	}
+	info := Info{Name: NameDMTCP, Version: f[len(f)-1], Prefix: prefix, Binaries: bins}
+	d.info = &info
+	d.cfg.Logger.Debug("dmtcp found", "prefix", prefix, "version", info.Version)
+	return info, nil
+}
+
+// dmtcpProc is the DMTCP side of a process.
+type dmtcpProc struct {
+	*process
+	coord   *coordinator
+	ckptDir string // the checkpoint mount point, as the coordinator sees it
+	gzip    bool
+}
+
+// layout names the paths of one instance. ns* paths are as seen inside the
+// sandbox's mount namespace (not chrooted); app* paths as the app sees them.
+type dmtcpLayout struct {
+	inst                string
+	nsCkpt, appCkpt     string
+	appTmp, coordTmp    string
+	nsImg, appImg       string
+	mkdirs              []string
+	root, prefix, image string
+}
+
+func (d *DMTCP) layout(inst, root, prefix, imgDir string) dmtcpLayout {
+	l := dmtcpLayout{inst: inst, root: root, prefix: prefix, coordTmp: filepath.Join(inst, "tmp"),
+		image: imgDir}
+	if root == "" {
+		l.nsCkpt = filepath.Join(inst, "ckpt")
+		l.appCkpt = l.nsCkpt
+		l.appTmp = l.coordTmp
+		l.nsImg, l.appImg = imgDir, imgDir
+		return l
+	}
+	l.nsCkpt = filepath.Join(root, rootCkptDir)
+	l.appCkpt = rootCkptDir
+	l.appTmp = rootTmpDir
+	l.mkdirs = []string{rootCkptDir, rootTmpDir, rootImgDir}
+	if imgDir != "" {
+		l.nsImg, l.appImg = filepath.Join(root, rootImgDir), rootImgDir
+	}
+	return l
+}
+
+func (l dmtcpLayout) sandboxSpec(netNS bool) sandboxSpec {
+	spec := sandboxSpec{mountNS: true, netNS: netNS, root: l.root, mkdirs: l.mkdirs}
+	if l.root != "" {
+		spec.binds = append(spec.binds, bindMount{src: l.prefix, dst: filepath.Join(l.root, l.prefix), ro: true, mkdir: true})
+		if l.image != "" {
+			spec.binds = append(spec.binds, bindMount{src: l.image, dst: l.nsImg, ro: true})
+		}
+	}
+	return spec
+}
+
+// newInstance makes the per-instance state directory.
+func (d *DMTCP) newInstance(l func(inst string) dmtcpLayout) (dmtcpLayout, error) {
+	inst, err := os.MkdirTemp(d.cfg.TempDir, "fogdeploy-dmtcp-")
+	if err != nil {
+		return dmtcpLayout{}, fmt.Errorf("instance directory: %w", err)
+	}
+	lay := l(inst)
+	for _, dir := range []string{lay.coordTmp, filepath.Join(inst, "ckpt")} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			os.RemoveAll(inst)
+			return dmtcpLayout{}, err
+		}
+	}
+	return lay, nil
+}
+
+// dmtcpEnv adds what every DMTCP process needs: the coordinator, LC_ALL=C
+// (else glibc maps gconv-modules.cache shared and the image records an
+// absolute path to a copy of it, so it cannot be moved), and
+// JALIB_STDERR_PATH (else DMTCP's own errors vanish when stderr is a pipe).
+func dmtcpEnv(env []string, port int, gzip bool) []string {
+	env = dropEnv(env, "DMTCP_")
+	env = dropEnv(env, "JALIB_")
+	env = setEnv(env, "LC_ALL", "C")
+	env = setEnv(env, "DMTCP_COORD_HOST", "127.0.0.1")
+	env = setEnv(env, "DMTCP_COORD_PORT", strconv.Itoa(port))
+	env = setEnv(env, "JALIB_STDERR_PATH", "/dev/stderr")
+	g := "0"
+	if gzip {
+		g = "1"
+	}
+	return setEnv(env, "DMTCP_GZIP", g)
+}
+
+// isSystemPrefix reports prefixes that cannot be bound over the same path in
+// a root without hiding the root's own files.
+func isSystemPrefix(p string) bool {
+	switch filepath.Clean(p) {
+	case "/", "/usr", "/usr/local", "/bin", "/lib", "/opt":
+		return true
+	}
+	return false
+}
+
+// Launch implements Engine: a private coordinator, then
+// dmtcp_launch -j --ckptdir C --tmpdir T ARGV (which execs into the app, so
+// Pid is the app's).
+func (d *DMTCP) Launch(ctx context.Context, spec LaunchSpec) (_ Process, err error) {
+	log := d.cfg.Logger.With("engine", NameDMTCP, "phase", "launch")
+	if err := validateLaunch(spec, NameDMTCP); err != nil {
+		return nil, err
+	}
+	info, err := d.Check(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if spec.Root != "" && isSystemPrefix(info.Prefix) {
+		return nil, withHint(fmt.Errorf("dmtcp prefix %s cannot be bound into root %s: %w", info.Prefix, spec.Root, ErrUnavailable),
+			"install DMTCP under its own prefix, e.g. /opt/dmtcp, and set Config.Prefix")
+	}
+	start := time.Now() // Check is cached after the first call
+	env := appEnv(spec)
+	if _, err := resolveArgv0(spec.Root, spec.Argv[0], env); err != nil {
+		return nil, fmt.Errorf("launch %s: %w", spec.Argv[0], err)
+	}
+	lay, err := d.newInstance(func(inst string) dmtcpLayout { return d.layout(inst, spec.Root, info.Prefix, "") })
+	if err != nil {
+		return nil, err
+	}
+	p := &dmtcpProc{process: &process{engine: NameDMTCP, log: log, stopDur: d.cfg.StopTimeout, inst: lay.inst,
+		argv: spec.Argv, root: spec.Root}, ckptDir: lay.nsCkpt}
+	defer func() {
+		if err != nil {
+			p.abort()
+		}
+	}()
+	if p.sb, err = newSandbox(lay.sandboxSpec(spec.NetNS)); err != nil {
+		return nil, fmt.Errorf("launch %s: sandbox: %w", spec.Argv[0], err)
+	}
+	if p.coord, err = d.startCoordinator(p.sb, lay); err != nil {
+		return nil, fmt.Errorf("launch %s: %w", spec.Argv[0], err)
+	}
+	if p.out, err = newOutput(spec.Stdout, spec.Stderr); err != nil {
+		return nil, err
+	}
+	gzip := spec.Compression == "gzip"
+	p.gzip = gzip
+	args := []string{"dmtcp_launch", "-j", "--ckptdir", lay.appCkpt, "--tmpdir", lay.appTmp}
+	if gzip {
+		args = append(args, "--gzip")
+	} else {
+		args = append(args, "--no-gzip")
+	}
+	dir := spec.Dir
+	if dir == "" {
+		dir = "/"
+	}
+	cmd := &exec.Cmd{
+		Path:        info.Binaries["dmtcp_launch"],
+		Args:        append(args, spec.Argv...),
+		Env:         dmtcpEnv(env, p.coord.port, gzip),
+		Dir:         dir,
+		Stdout:      p.out.stdout(),
+		Stderr:      p.out.stderr(),
+		ExtraFiles:  closeInherited(nil),
+		SysProcAttr: &syscall.SysProcAttr{Chroot: spec.Root},
+	}
+	if err = p.sb.do(cmd.Start); err != nil {
+		return nil, fmt.Errorf("launch %s: start dmtcp_launch: %w (%w)", spec.Argv[0], ErrLaunch, err)
+	}
+	p.out.started()
+	p.pid = cmd.Process.Pid
+	p.wait = func() (*os.ProcessState, error) { err := cmd.Wait(); return cmd.ProcessState, ignoreExitError(err) }
+	p.kill = func() { _ = cmd.Process.Kill(); p.coord.kill() }
+	p.teardown = func() { p.coord.stop(d, p.sb) }
+	p.supervise()
+
+	// The app runs once it has joined the coordinator.
+	if err = d.waitPeers(ctx, p.process, p.sb, p.coord, 1); err != nil {
+		return nil, d.failed(fmt.Errorf("launch %s: %w (%w)", strings.Join(spec.Argv, " "), ErrLaunch, err), p)
+	}
+	p.timings.Launch = time.Since(start)
+	log.Info("launched", "app", spec.Argv[0], "pid", p.pid, "coord_port", p.coord.port, "root", spec.Root,
+		"netns", spec.NetNS, "ms", p.timings.Launch.Milliseconds())
+	return p, nil
+}
+
+func ignoreExitError(err error) error {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return nil
+	}
+	return err
+}
+
+// abort kills whatever a failed Launch or Restore started and waits for the
+// teardown, so that nothing outlives the failed call.
+func (p *dmtcpProc) abort() {
+	if p.done != nil {
+		p.kill()
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			p.log.Error("process did not go away after a failed start", "pid", p.Pid())
+		}
+		return
+	}
+	if p.coord != nil {
+		p.coord.kill()
+		<-p.coord.done
+	}
+	if p.out != nil {
+		p.out.started()
+		p.out.finish(time.Second)
+	}
+	p.sb.close()
+	os.RemoveAll(p.inst)
+}
+
+// failed adds the app's and the coordinator's last output and a hint.
+func (d *DMTCP) failed(err error, p *dmtcpProc) error {
+	lines := p.out.last(15)
+	joined := strings.Join(lines, "\n")
+	switch {
+	case strings.Contains(joined, "GLIBC_2."):
+		err = withHint(err, "the root's glibc is too old for this DMTCP build (needs 2.34+: bookworm, jammy or newer)")
+	case strings.Contains(joined, "Unable to find checkpointed copy of file"):
+		err = withHint(err, "the image was written without LC_ALL=C and cannot move; restore it at its original path")
+	case strings.Contains(joined, "mtcp_readfile"):
+		err = withHint(err, "a file in the root is smaller than at checkpoint time; restore on the environment snapshot taken with the image")
+	}
+	err = withOutput(err, "the app", lines)
+	if p.coord != nil {
+		err = withOutput(err, "dmtcp_coordinator", p.coord.log.Last(8))
+	}
+	return err
+}
+
+// coordinator is a private dmtcp_coordinator.
+type coordinator struct {
+	cmd  *exec.Cmd
+	port int
+	done chan struct{}
+	bin  string   // dmtcp_command
+	log  *LogTail // its stderr
+}
+
+// startCoordinator starts dmtcp_coordinator inside sb, listening on a
+// 127.0.0.1 socket the engine made (handed over as fd 821).
+func (d *DMTCP) startCoordinator(sb *sandbox, lay dmtcpLayout) (*coordinator, error) {
+	info := *d.info
+	c := &coordinator{bin: info.Binaries["dmtcp_command"], done: make(chan struct{}), log: NewLogTail(20)}
+	err := sb.do(func() error {
+		l, port, err := listenLoopback()
+		if err != nil {
+			return fmt.Errorf("coordinator socket: %w", err)
+		}
+		defer l.Close()
+		c.port = port
+		extra := make([]*os.File, coordFD-2) // ExtraFiles[i] is fd 3+i
+		extra[coordFD-3] = l
+		c.cmd = &exec.Cmd{
+			Path: info.Binaries["dmtcp_coordinator"],
+			Args: []string{"dmtcp_coordinator", "--exit-on-last", "-q", "--coord-port", strconv.Itoa(port),
+				"--tmpdir", lay.coordTmp, "--ckptdir", lay.nsCkpt},
+			Env:        []string{"PATH=" + defaultPath, "LC_ALL=C"},
+			Dir:        "/",
+			Stdout:     nil, // only its "dmtcp> " prompts
+			Stderr:     c.log,
+			ExtraFiles: extra,
+		}
+		return c.cmd.Start()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start dmtcp_coordinator: %w (%w)", ErrUnavailable, err)
+	}
+	go func() {
+		_ = c.cmd.Wait()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+func (c *coordinator) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// command runs dmtcp_command against the coordinator, inside sb.
+func (c *coordinator) command(ctx context.Context, sb *sandbox, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, c.bin, append([]string{"--coord-host", "127.0.0.1", "--coord-port", strconv.Itoa(c.port)}, args...)...)
+	cmd.Env = []string{"PATH=" + defaultPath, "LC_ALL=C"}
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = time.Second
+	if err := sb.do(cmd.Start); err != nil {
+		return "", err
+	}
+	err := cmd.Wait()
+	return out.String(), err
+}
+
+// status returns NUM_PEERS and RUNNING from dmtcp_command -s.
+func (c *coordinator) status(ctx context.Context, sb *sandbox) (peers int, running bool, err error) {
+	out, err := c.command(ctx, sb, "-s")
+	if err != nil {
+		return 0, false, fmt.Errorf("dmtcp_command -s: %w: %s", err, lastLine([]byte(strings.TrimSpace(out))))
+	}
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		if v, ok := strings.CutPrefix(l, "NUM_PEERS="); ok {
+			peers, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+		if v, ok := strings.CutPrefix(l, "RUNNING="); ok {
+			running = strings.TrimSpace(v) == "yes"
+		}
+	}
+	return peers, running, nil
+}
+
+// stop ends the coordinator: it exits by itself once its last client is
+// gone (--exit-on-last); otherwise dmtcp_command -q, then SIGKILL (it
+// ignores SIGTERM).
+func (c *coordinator) stop(d *DMTCP, sb *sandbox) {
+	select {
+	case <-c.done:
+		return
+	case <-time.After(2 * time.Second):
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.command(ctx, sb, "-q"); err != nil {
+		d.cfg.Logger.Debug("dmtcp_command -q", "err", err)
+	}
+	select {
+	case <-c.done:
+		return
+	case <-time.After(2 * time.Second):
+	}
+	c.kill()
+	<-c.done
+}
+
+func (c *coordinator) kill() {
+	if c.cmd != nil && c.cmd.Process != nil && !c.exited() {
+		_ = c.cmd.Process.Kill()
+	}
+}
+
+// waitPeers waits until n processes have joined the coordinator and the
+// computation runs, or the app exits.
+func (d *DMTCP) waitPeers(ctx context.Context, p *process, sb *sandbox, c *coordinator, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+	defer cancel()
+	var last error
+	err := pollUntil(ctx, 10*time.Millisecond, p.done, func() (bool, error) {
+		if c.exited() {
+			return false, errors.New("dmtcp_coordinator exited")
+		}
+		peers, running, err := c.status(ctx, sb)
+		last = err
+		return err == nil && peers >= n && running, nil
+	})
+	if errors.Is(err, ErrExited) {
+		return fmt.Errorf("app exited with status %d before it joined the coordinator", p.code)
+	}
+	if err != nil && last != nil {
+		return fmt.Errorf("%w (last status: %w)", err, last)
+	}
+	return err
+}
+
+// Checkpoint implements Engine: it attaches dir at the app's checkpoint
+// directory (inside the sandbox only), runs dmtcp_command -kc (checkpoint,
+// then kill), and polls for ckpt_*.dmtcp plus dmtcp_restart_script.sh,
+// which the coordinator writes last (dmtcp_command -bc does not block in
+// DMTCP 4.2).
+func (d *DMTCP) Checkpoint(ctx context.Context, proc Process, dir string) (img Image, err error) {
+	p, ok := proc.(*dmtcpProc)
+	if !ok {
+		return Image{}, fmt.Errorf("checkpoint: %T is not a DMTCP process: %w", proc, ErrInvalid)
+	}
+	if !p.checkpointing.TryLock() {
+		return Image{}, fmt.Errorf("checkpoint pid %d: another checkpoint is running: %w", p.Pid(), ErrInvalid)
+	}
+	defer p.checkpointing.Unlock()
+	log := p.log.With("phase", "checkpoint", "pid", p.Pid(), "image", dir)
+	if p.exited() {
+		return Image{}, fmt.Errorf("checkpoint pid %d: %w", p.Pid(), ErrExited)
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return Image{}, err
+	}
+	if err := emptyDir(dir); err != nil {
+		return Image{}, err
+	}
+	info, err := d.Check(ctx)
+	if err != nil {
+		return Image{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+	defer cancel()
+	peers, _, err := p.coord.status(ctx, p.sb)
+	if err != nil {
+		return Image{}, fmt.Errorf("checkpoint pid %d: %w (%w)", p.Pid(), ErrCheckpoint, err)
+	}
+	ppid, _ := procStatus(p.Pid(), "PPid")
+	if err := p.sb.attach(dir, p.ckptDir); err != nil {
+		return Image{}, fmt.Errorf("checkpoint pid %d: %w (%w)", p.Pid(), ErrCheckpoint, err)
+	}
+	defer func() {
+		if err != nil {
+			// Nothing of a failed checkpoint stays: not the mount in the
+			// sandbox (it would keep dir busy), not a partial image.
+			_ = p.sb.detach(p.ckptDir)
+			clearDir(dir)
+		}
+	}()
+	start := time.Now()
+	// DMTCP 4.2 sends 'K' then 'c'; the 'c' finds the computation already
+	// checkpointing and dmtcp_command exits 2 with this message. The files
+	// below are the real test.
+	if out, cerr := p.coord.command(ctx, p.sb, "-kc"); cerr != nil && !strings.Contains(out, "checkpointed and killed") {
+		err = fmt.Errorf("checkpoint pid %d: dmtcp_command -kc: %w (%w): %s", p.Pid(), ErrCheckpoint, cerr, strings.TrimSpace(out))
+		return Image{}, err
+	}
+	var files []string
+	complete := func() (bool, error) {
+		files, _ = filepath.Glob(filepath.Join(dir, "ckpt_*.dmtcp"))
+		_, serr := os.Lstat(filepath.Join(dir, "dmtcp_restart_script.sh"))
+		return len(files) >= max(peers, 1) && serr == nil, nil
+	}
+	err = pollUntil(ctx, 5*time.Millisecond, nil, func() (bool, error) {
+		if ok, _ := complete(); ok {
+			return true, nil
+		}
+		if p.exited() && p.coord.exited() {
+			// Both gone: look one last time, then give up.
+			if ok, _ := complete(); ok {
+				return true, nil
+			}
+			return false, errors.New("app and coordinator exited without a complete image")
+		}
+		return false, nil
+	})
+	write := time.Since(start)
+	if err != nil {
+		// The app is suspended mid-checkpoint or already gone: end it.
+		p.kill()
+		<-p.done
+		err = d.failed(fmt.Errorf("checkpoint pid %d into %s: %w (%w)", p.Pid(), dir, ErrCheckpoint, err), p)
+		return Image{}, err
+	}
+	// -kc kills the app once its image is written; wait until it and its
+	// coordinator are gone, so the directory is no longer mounted anywhere.
+	if _, err := p.Wait(ctx); err != nil {
+		p.kill()
+		<-p.done
+	}
+	img = Image{Engine: NameDMTCP, Version: info.Version, Dir: dir, Root: p.root, Argv: p.argv,
+		Created: time.Now(), Write: write, Generation: p.gen + 1, Orphan: ppid == "1"}
+	if p.gzip {
+		img.Compression = "gzip"
+	}
+	for _, f := range files {
+		img.Files = append(img.Files, filepath.Base(f))
+	}
+	if err = img.writeManifest(); err != nil {
+		err = fmt.Errorf("checkpoint into %s: manifest: %w (%w)", dir, ErrCheckpoint, err)
+		return Image{}, err
+	}
+	log.Info("checkpoint complete", "files", len(img.Files), "bytes", img.Bytes, "ms", write.Milliseconds(),
+		"generation", img.Generation)
+	return img, nil
+}
+
+// Restore implements Engine: a private coordinator in the new sandbox, then
+// dmtcp_restart -j --ckptdir C --tmpdir T ckpt_*.dmtcp. dmtcp_restart execs
+// into the app, so it stays a child of the engine. Only if the app's parent
+// was PID 1 at checkpoint time does dmtcp_restart fork and exit; then the
+// engine, a child subreaper, adopts the app.
+func (d *DMTCP) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Process, err error) {
+	start := time.Now()
+	log := d.cfg.Logger.With("engine", NameDMTCP, "phase", "restore", "image", img.Dir)
+	if err := img.check(NameDMTCP); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	if err := validateRoot(spec.Root); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	info, err := d.Check(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if spec.Root != "" && isSystemPrefix(info.Prefix) {
+		return nil, withHint(fmt.Errorf("dmtcp prefix %s cannot be bound into root %s: %w", info.Prefix, spec.Root, ErrUnavailable),
+			"install DMTCP under its own prefix, e.g. /opt/dmtcp")
+	}
+	imgDir, err := filepath.Abs(img.Dir)
+	if err != nil {
+		return nil, err
+	}
+	lay, err := d.newInstance(func(inst string) dmtcpLayout { return d.layout(inst, spec.Root, info.Prefix, imgDir) })
+	if err != nil {
+		return nil, err
+	}
+	p := &dmtcpProc{process: &process{engine: NameDMTCP, log: log, stopDur: d.cfg.StopTimeout, inst: lay.inst,
+		gen: img.Generation, argv: img.Argv, root: spec.Root}, ckptDir: lay.nsCkpt, gzip: img.Compression == "gzip"}
+	defer func() {
+		if err != nil {
+			p.abort()
+		}
+	}()
+	if img.Orphan {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			return nil, fmt.Errorf("restore %s: become child subreaper: %w (%w)", img.Dir, ErrRestore, err)
+		}
+	}
+	if p.sb, err = newSandbox(lay.sandboxSpec(spec.NetNS)); err != nil {
+		return nil, fmt.Errorf("restore %s: sandbox: %w (%w)", img.Dir, ErrRestore, err)
+	}
+	if p.coord, err = d.startCoordinator(p.sb, lay); err != nil {
+		return nil, fmt.Errorf("restore %s: %w", img.Dir, err)
+	}
+	if p.out, err = newOutput(spec.Stdout, spec.Stderr); err != nil {
+		return nil, err
+	}
+	args := []string{"dmtcp_restart", "-j", "--ckptdir", lay.appCkpt, "--tmpdir", lay.appTmp}
+	for _, f := range img.Files {
+		args = append(args, filepath.Join(lay.appImg, f)) // exact names: no glob
+	}
+	env := dmtcpEnv([]string{"PATH=" + defaultPath, "HOME=/"}, p.coord.port, img.Compression == "gzip")
+	cmd := &exec.Cmd{
+		Path:       info.Binaries["dmtcp_restart"],
+		Args:       args,
+		Env:        env,
+		Dir:        "/",
+		Stdout:     p.out.stdout(),
+		Stderr:     p.out.stderr(),
+		ExtraFiles: closeInherited(nil),
+		// Its own process group, so that reapGroup finds the zombies of a
+		// double fork.
+		SysProcAttr: &syscall.SysProcAttr{Chroot: spec.Root, Setpgid: img.Orphan},
+	}
+	if err = p.sb.do(cmd.Start); err != nil {
+		return nil, fmt.Errorf("restore %s: start dmtcp_restart: %w (%w)", img.Dir, ErrRestore, err)
+	}
+	p.out.started()
+	p.pid = cmd.Process.Pid
+	ad := &adoption{done: make(chan struct{})}
+	p.wait = func() (*os.ProcessState, error) {
+		err := cmd.Wait()
+		if !img.Orphan || !cmd.ProcessState.Success() {
+			ad.finish(nil)
+			return cmd.ProcessState, ignoreExitError(err)
+		}
+		// dmtcp_restart forked and exited: the app is now our child, as
+		// we are a child subreaper (or PID 1).
+		app, aerr := d.adopt(p.process, p.coord)
+		reapGroup(cmd.Process.Pid)
+		if aerr != nil {
+			ad.finish(nil)
+			return nil, aerr
+		}
+		p.setPid(app.Pid)
+		ad.finish(app)
+		ps, err := app.Wait()
+		reapGroup(cmd.Process.Pid)
+		return ps, err
+	}
+	p.kill = func() {
+		_ = cmd.Process.Kill()
+		ad.kill()
+		p.coord.kill()
+	}
+	p.teardown = func() { p.coord.stop(d, p.sb) }
+	p.supervise()
+
+	if err = d.waitPeers(ctx, p.process, p.sb, p.coord, len(img.Files)); err != nil {
+		return nil, d.failed(fmt.Errorf("restore %s: %w (%w)", img.Dir, ErrRestore, err), p)
+	}
+	if img.Orphan {
+		// Pid must name the app, not the exited dmtcp_restart.
+		select {
+		case <-ad.done:
+		case <-ctx.Done():
+			err = ctx.Err()
+			return nil, fmt.Errorf("restore %s: adopt the restored app: %w (%w)", img.Dir, ErrRestore, err)
+		}
+		if p.exited() {
+			err = fmt.Errorf("restore %s: the restored app exited (status %d): %w", img.Dir, p.code, ErrRestore)
+			return nil, d.failed(err, p)
+		}
+	}
+	p.timings.Restore = time.Since(start)
+	log.Info("restored", "pid", p.Pid(), "coord_port", p.coord.port, "root", spec.Root, "netns", spec.NetNS,
+		"ms", p.timings.Restore.Milliseconds())
+	return p, nil
+}
+
+// adoption hands the app adopted after a forking dmtcp_restart to kill,
+// which may run before or after it is found.
+type adoption struct {
+	mu     sync.Mutex
+	app    *os.Process
+	killed bool
+	once   sync.Once
+	done   chan struct{}
+}
+
+func (a *adoption) finish(app *os.Process) {
+	a.mu.Lock()
+	a.app = app
+	if app != nil && a.killed {
+		_ = app.Kill()
+	}
+	a.mu.Unlock()
+	a.once.Do(func() { close(a.done) })
+}
+
+func (a *adoption) kill() {
+	a.mu.Lock()
+	a.killed = true
+	if a.app != nil {
+		_ = a.app.Kill()
+	}
+	a.mu.Unlock()
+}
+
+// reapGroup reaps the zombie children of ours in process group pgid: the
+// intermediate process of dmtcp_restart's double fork is re-parented to us
+// and nobody else would wait for it. dmtcp_restart runs in its own group,
+// so this touches nothing else.
+func reapGroup(pgid int) {
+	for _, pid := range childrenOf(os.Getpid()) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:]) // state ppid pgrp ...
+		if len(f) < 3 || f[0] != "Z" || f[2] != strconv.Itoa(pgid) || pid == pgid {
+			continue
+		}
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+	}
+}
+
+// adopt finds the app that a forking dmtcp_restart left behind: a process
+// the coordinator lists (dmtcp_command -l prints PROG[virtPID:realPID])
+// once it has been re-parented to us. The intermediate process of the double
+// fork is our child for a moment too, so the coordinator is the authority.
+func (d *DMTCP) adopt(p *process, c *coordinator) (*os.Process, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	self := strconv.Itoa(os.Getpid())
+	var last string
+	for ctx.Err() == nil {
+		out, err := c.command(ctx, p.sb, "-l")
+		last = strings.TrimSpace(out)
+		if err == nil {
+			for _, m := range listedPID.FindAllStringSubmatch(out, -1) {
+				pid, _ := strconv.Atoi(m[1])
+				if ppid, err := procStatus(pid, "PPid"); err == nil && ppid == self {
+					return os.FindProcess(pid)
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil, fmt.Errorf("dmtcp_restart forked but no restored app was re-parented to pid %s (coordinator lists: %s): %w",
+		self, last, ErrRestore)
+}
+
+// listedPID matches the real PID in dmtcp_command -l output.
+var listedPID = regexp.MustCompile(`\[\d+:(\d+)\]@`)
