@@ -38,7 +38,8 @@ lint: ## gofmt, go vet and staticcheck
 	$(GO) vet $(TAGS) $(PKGS)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.7.0 $(TAGS) $(PKGS)
 
-dev-up: ## Start the dev Ceph cluster and dockerd (idempotent)
+dev-up: ## Install missing packages, start the dev Ceph cluster and dockerd (idempotent)
+	@bash scripts/install-deps.sh
 	@bash scripts/dev-ceph.sh up
 	@bash scripts/dev-docker.sh up
 
