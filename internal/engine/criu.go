@@ -225,20 +225,11 @@ func (c *CRIU) Checkpoint(ctx context.Context, proc Process, dir string) (img Im
 	if !ok {
 		return Image{}, fmt.Errorf("checkpoint: %T is not a CRIU process: %w", proc, ErrInvalid)
 	}
-	if !p.checkpointing.TryLock() {
-		return Image{}, fmt.Errorf("checkpoint pid %d: another checkpoint is running: %w", p.Pid(), ErrInvalid)
-	}
-	defer p.checkpointing.Unlock()
-	log := p.log.With("phase", "checkpoint", "pid", p.Pid(), "image", dir)
-	if p.exited() {
-		return Image{}, fmt.Errorf("checkpoint pid %d: %w", p.Pid(), ErrExited)
-	}
-	if dir, err = filepath.Abs(dir); err != nil {
+	dir, log, unlock, err := p.beginCheckpoint(dir)
+	if err != nil {
 		return Image{}, err
 	}
-	if err := emptyDir(dir); err != nil {
-		return Image{}, err
-	}
+	defer unlock()
 	info, err := c.Check(ctx)
 	if err != nil {
 		return Image{}, err

@@ -363,3 +363,28 @@ func closeInherited(extra []*os.File) []*os.File {
 	}
 	return extra
 }
+
+// beginCheckpoint is the start both engines' Checkpoint share: it allows one
+// checkpoint at a time, refuses an exited app, and makes dir absolute and
+// checks that it is empty. The caller must call unlock when done.
+func (p *process) beginCheckpoint(dir string) (abs string, log *slog.Logger, unlock func(), err error) {
+	if !p.checkpointing.TryLock() {
+		return "", nil, nil, fmt.Errorf("checkpoint pid %d: another checkpoint is running: %w", p.Pid(), ErrInvalid)
+	}
+	defer func() {
+		if err != nil {
+			p.checkpointing.Unlock()
+		}
+	}()
+	log = p.log.With("phase", "checkpoint", "pid", p.Pid(), "image", dir)
+	if p.exited() {
+		return "", nil, nil, fmt.Errorf("checkpoint pid %d: %w", p.Pid(), ErrExited)
+	}
+	if abs, err = filepath.Abs(dir); err != nil {
+		return "", nil, nil, err
+	}
+	if err := emptyDir(abs); err != nil {
+		return "", nil, nil, err
+	}
+	return abs, log, p.checkpointing.Unlock, nil
+}
