@@ -1,10 +1,8 @@
 package runtime_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -188,7 +186,7 @@ func waitRedis(ctx context.Context, t *testing.T, addr string) time.Duration {
 	start := time.Now()
 	var last error
 	for ctx.Err() == nil && time.Since(start) < time.Minute {
-		got, err := redisDo(ctx, addr, "PING")
+		got, err := testenv.RedisDo(ctx, nil, addr, "PING")
 		if err == nil && got == "PONG" {
 			return time.Since(start)
 		}
@@ -201,56 +199,10 @@ func waitRedis(ctx context.Context, t *testing.T, addr string) time.Duration {
 
 func assertRedis(ctx context.Context, t *testing.T, addr, want string, args ...string) {
 	t.Helper()
-	got, err := redisDo(ctx, addr, args...)
+	got, err := testenv.RedisDo(ctx, nil, addr, args...)
 	if err != nil || got != want {
 		t.Fatalf("redis %v at %s = %q, %v; want %q", args, addr, got, err, want)
 	}
-}
-
-// redisDo sends one command in RESP and reads a simple, error, integer or
-// bulk reply.
-func redisDo(ctx context.Context, addr string, args ...string) (string, error) {
-	dl := net.Dialer{Timeout: time.Second}
-	conn, err := dl.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := conn.Write([]byte(b.String())); err != nil {
-		return "", err
-	}
-	r := bufio.NewReader(conn)
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	line = strings.TrimRight(line, "\r\n")
-	if line == "" {
-		return "", fmt.Errorf("empty reply")
-	}
-	switch line[0] {
-	case '+', ':':
-		return line[1:], nil
-	case '-':
-		return "", fmt.Errorf("redis error: %s", line[1:])
-	case '$':
-		n, err := strconv.Atoi(line[1:])
-		if err != nil || n < 0 {
-			return "", fmt.Errorf("nil or bad bulk reply %q", line)
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return "", err
-		}
-		return string(buf[:n]), nil
-	}
-	return "", fmt.Errorf("unexpected reply %q", line)
 }
 
 // assertImage checks that generation gen holds a complete DMTCP image.

@@ -12,11 +12,8 @@
 package enginetest
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -159,7 +156,7 @@ func (in *instance) waitReady(t *testing.T, ctx context.Context) {
 
 func (in *instance) do(t *testing.T, ctx context.Context, args ...string) string {
 	t.Helper()
-	v, err := redisDo(ctx, in.dial(), in.addr(), args...)
+	v, err := testenv.RedisDo(ctx, in.dial(), in.addr(), args...)
 	if err != nil {
 		t.Fatalf("redis %v on pid %d: %v\n%s", args, in.p.Pid(), err, in.log)
 	}
@@ -435,55 +432,4 @@ func testNoImage(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 	if _, err := e.Restore(ctx, engine.Image{Engine: other, Dir: dir, Files: []string{"x"}}, engine.RestoreSpec{}); !errors.Is(err, engine.ErrInvalid) {
 		t.Fatalf("restore of a %s image: %v, want ErrInvalid", other, err)
 	}
-}
-
-// redisDo sends one command in RESP and returns the reply as a string.
-func redisDo(ctx context.Context, dial engine.DialFunc, addr string, args ...string) (string, error) {
-	if dial == nil {
-		var d net.Dialer
-		dial = d.DialContext
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	c, err := dial(ctx, "tcp", addr)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	deadline, _ := ctx.Deadline()
-	_ = c.SetDeadline(deadline)
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := c.Write([]byte(b.String())); err != nil {
-		return "", err
-	}
-	r := bufio.NewReader(c)
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	line = strings.TrimRight(line, "\r\n")
-	if line == "" {
-		return "", errors.New("empty reply")
-	}
-	switch line[0] {
-	case '+', ':':
-		return line[1:], nil
-	case '-':
-		return "", errors.New(line[1:])
-	case '$':
-		n, err := strconv.Atoi(line[1:])
-		if err != nil || n < 0 {
-			return "", err // nil bulk string: "", nil
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return "", err
-		}
-		return string(buf[:n]), nil
-	}
-	return "", fmt.Errorf("unexpected reply %q", line)
 }
