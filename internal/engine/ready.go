@@ -30,10 +30,15 @@ type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 // attemptTimeout bounds one probe attempt.
 const attemptTimeout = 2 * time.Second
 
-// TCPProbe is ready when a TCP connection to Addr succeeds.
+// TCPProbe is ready when a TCP connection to Addr succeeds, or, with
+// Expect, once the reply to Send starts with Expect. A connect-only probe is
+// optimistic for a restored server (or one behind a published port): the
+// listening socket accepts before the app serves.
 type TCPProbe struct {
-	Addr string   // host:port
-	Dial DialFunc // nil: dial from the host's network namespace
+	Addr   string   // host:port
+	Dial   DialFunc // nil: dial from the host's network namespace
+	Send   string   // written on each connection, if not ""
+	Expect string   // required prefix of the reply, if not ""
 }
 
 // Probe implements Probe.
@@ -44,7 +49,32 @@ func (p TCPProbe) Probe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.Close()
+	defer c.Close()
+	if p.Send == "" && p.Expect == "" {
+		return nil
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	if p.Send != "" {
+		if _, err := io.WriteString(c, p.Send); err != nil {
+			return err
+		}
+	}
+	want := []byte(p.Expect)
+	got := make([]byte, 0, len(want))
+	buf := make([]byte, 512)
+	for len(got) < len(want) {
+		n, err := c.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			break
+		}
+	}
+	if !bytes.HasPrefix(got, want) {
+		return fmt.Errorf("reply %q does not start with %q", lastLine(got), p.Expect)
+	}
+	return nil
 }
 
 // String implements Probe.

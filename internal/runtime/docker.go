@@ -63,7 +63,8 @@ type Docker struct {
 var (
 	_ Runtime       = (*Docker)(nil)
 	_ Signaler      = (*Docker)(nil)
-	_ ImageImporter = (*Docker)(nil)
+	_ ImageImporter  = (*Docker)(nil)
+	_ ImageInspector = (*Docker)(nil)
 )
 
 // NewDocker returns a Runtime that uses api (a *client.Client made with API
@@ -379,6 +380,23 @@ func (d *Docker) Signal(ctx context.Context, id, signal string) error {
 		return d.wrap("signal "+signal+" to container", id, err)
 	}
 	return nil
+}
+
+// ImageLabels implements ImageInspector.
+//
+// Implements: GET /images/{name}/json.
+func (d *Docker) ImageLabels(ctx context.Context, ref string) (map[string]string, error) {
+	img, err := d.api.ImageInspect(ctx, ref)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("image %s: %w", ref, ErrImageNotFound)
+		}
+		return nil, d.wrap("inspect image", ref, err)
+	}
+	if img.Config == nil {
+		return map[string]string{}, nil
+	}
+	return img.Config.Labels, nil
 }
 
 // ImportImage implements ImageImporter: it makes image ref from a root

@@ -36,7 +36,8 @@ type Fake struct {
 var (
 	_ Runtime       = (*Fake)(nil)
 	_ Signaler      = (*Fake)(nil)
-	_ ImageImporter = (*Fake)(nil)
+	_ ImageImporter  = (*Fake)(nil)
+	_ ImageInspector = (*Fake)(nil)
 )
 
 // FakeOption configures a Fake.
@@ -116,6 +117,16 @@ func (f *Fake) AddImage(ref string, programs map[string]FakeProgram, cmd []strin
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.images[normalizeRef(ref)] = fakeImage{programs: programs, cmd: cmd}
+}
+
+// ImageLabels implements ImageInspector; fake images have no labels.
+func (f *Fake) ImageLabels(_ context.Context, ref string) (map[string]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.images[normalizeRef(ref)]; !ok {
+		return nil, fmt.Errorf("image %s: %w", ref, ErrImageNotFound)
+	}
+	return map[string]string{}, nil
 }
 
 // ImportImage implements ImageImporter: the executables of the tarball

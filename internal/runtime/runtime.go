@@ -109,6 +109,14 @@ type Signaler interface {
 	Signal(ctx context.Context, id, signal string) error
 }
 
+// ImageInspector is implemented by runtimes that can tell whether an image
+// is on the node, and with which labels.
+type ImageInspector interface {
+	// ImageLabels returns the labels of image ref; ErrImageNotFound if the
+	// node does not have it.
+	ImageLabels(ctx context.Context, ref string) (map[string]string, error)
+}
+
 // ImageImporter is implemented by runtimes that can make an image from a
 // root filesystem tarball (`docker import`), so that tests and demos need no
 // registry.

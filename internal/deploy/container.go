@@ -1,0 +1,256 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/runtime"
+)
+
+// ContainerRuntime is what the Container driver needs of a runtime: the
+// moby-backed runtime.Docker, or runtime.Fake in unit tests.
+type ContainerRuntime interface {
+	runtime.Runtime
+	runtime.Signaler
+	runtime.ImageInspector
+}
+
+// DMTCPVersionLabel is the label of the DMTCP image that holds the DMTCP
+// version it packages (dmtcp-image/Dockerfile).
+const DMTCPVersionLabel = "io.fogdeploy.dmtcp.version"
+
+// Container runs instances in the DMTCP container (dmtcp-image/): the
+// environment clone bound at /fog/root, the checkpoint clone at /fog/ckpt,
+// the app's ports published on 127.0.0.1, capabilities SYS_ADMIN,
+// SYS_CHROOT and SETPCAP only (all dropped for the app). Instances survive
+// a restart of the process that started them.
+type Container struct {
+	RT ContainerRuntime
+	// Image is the DMTCP image, e.g. fogdeploy/dmtcp:4.2.0.
+	Image string
+	// StopTimeout is how long Remove lets the app stop after SIGTERM.
+	StopTimeout time.Duration
+}
+
+var _ Driver = (*Container)(nil)
+
+// Name implements Driver.
+func (c *Container) Name() string { return "container" }
+
+// Check implements Driver: the engine must be DMTCP and the image present.
+func (c *Container) Check(ctx context.Context, eng string) (string, error) {
+	if eng != engine.NameDMTCP {
+		return "", fmt.Errorf("%w: the container driver runs the dmtcp engine only, not %q; use the host driver for criu", ErrDriver, eng)
+	}
+	labels, err := c.RT.ImageLabels(ctx, c.Image)
+	if errors.Is(err, runtime.ErrImageNotFound) {
+		return "", withHint(fmt.Errorf("%w: DMTCP image %s is not on this node: %w", ErrDriver, c.Image, err),
+			"build it from an installed DMTCP with `make dmtcp-image` (DMTCP_PREFIX=/opt/dmtcp)")
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrDriver, err)
+	}
+	return labels[DMTCPVersionLabel], nil
+}
+
+func (c *Container) spec(r Run) runtime.DMTCPContainer {
+	dc := runtime.DMTCPContainer{
+		Image:       c.Image,
+		Deployment:  r.ID,
+		App:         r.App.Name,
+		Name:        "fd-" + r.ID,
+		EnvPath:     r.EnvPath,
+		CkptPath:    r.CkptPath,
+		Env:         appEnv(r.ImageEnv, r.App.Environment),
+		WorkingDir:  firstNonEmpty(r.App.WorkDir, r.WorkDir),
+		NanoCPUs:    int64(r.App.Resources.CPUs * 1e9),
+		MemoryBytes: r.App.memoryBytes(),
+		Labels:      map[string]string{"io.fogdeploy.gen": strconv.Itoa(r.Gen)},
+	}
+	for _, p := range r.App.Ports {
+		dc.Ports = append(dc.Ports, runtime.Port{ContainerPort: uint16(p.Port), Proto: p.Proto})
+	}
+	if rd := r.App.Ready; rd.Kind == ReadyTCP {
+		// The entrypoint measures the engine's own time to ready from
+		// inside the container (launch_ready / restart_ready).
+		dc.ReadyAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(rd.Port))
+		dc.ReadySend, dc.ReadyExpect = escape(rd.Send), escape(rd.Expect)
+	}
+	return dc
+}
+
+// escape writes \r, \n, \t and \ as the entrypoint's flag escapes.
+func escape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, "\r", `\r`, "\n", `\n`, "\t", `\t`).Replace(s)
+}
+
+// Start implements Driver.
+func (c *Container) Start(ctx context.Context, r Run) (_ Handle, err error) {
+	dc := c.spec(r)
+	var spec runtime.Spec
+	switch r.Mode {
+	case ModeLaunch:
+		spec = dc.Launch(r.App.Command)
+		spec.Cmd = append(spec.Cmd[:1:1], append([]string{"-gen", strconv.Itoa(r.Gen)}, spec.Cmd[1:]...)...)
+	case ModeRestart:
+		spec = dc.Restart(r.Gen)
+	default:
+		return Handle{}, fmt.Errorf("%w: mode %q", ErrInvalidSpec, r.Mode)
+	}
+	id, err := c.RT.Create(ctx, spec)
+	if err != nil {
+		return Handle{}, err
+	}
+	h := Handle{Driver: c.Name(), Ref: id, EnvPath: r.EnvPath, CkptPath: r.CkptPath, Gen: r.Gen}
+	if r.Mode == ModeRestart {
+		h.Gen = r.Gen + 1
+	}
+	defer func() {
+		if err != nil {
+			_ = c.RT.Remove(context.WithoutCancel(ctx), id)
+		}
+	}()
+	if err := c.RT.Start(ctx, id); err != nil {
+		return Handle{}, err
+	}
+	st, err := c.RT.Inspect(ctx, id)
+	if err != nil {
+		return Handle{}, err
+	}
+	h.Ports = map[string]string{}
+	for _, p := range r.App.Ports {
+		hp := st.HostPort(uint16(p.Port), p.Proto)
+		if hp == 0 && st.Running {
+			return Handle{}, fmt.Errorf("container %s publishes no host port for %s", shortRef(id), PortKey(p.Port, p.Proto))
+		}
+		h.Ports[PortKey(p.Port, p.Proto)] = net.JoinHostPort(runtime.DefaultHostIP, strconv.Itoa(int(hp)))
+	}
+	return h, nil
+}
+
+// Checkpoint implements Driver: SIGUSR1 to the entrypoint, which writes
+// generation h.Gen with `dmtcp_command -kc` and exits 0.
+func (c *Container) Checkpoint(ctx context.Context, h Handle) (Checkpointed, error) {
+	if err := c.RT.Signal(ctx, h.Ref, "USR1"); err != nil {
+		return Checkpointed{}, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	code, err := c.RT.Wait(ctx, h.Ref)
+	logs, _ := c.RT.Logs(context.WithoutCancel(ctx), h.Ref, 400)
+	if err != nil {
+		return Checkpointed{}, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	for _, t := range runtime.ParseTimings(logs) {
+		if t.Phase == "checkpoint" && t.Error == "" && code == 0 {
+			return Checkpointed{Gen: t.Gen, Bytes: t.Bytes, MS: t.MS}, nil
+		}
+	}
+	return Checkpointed{}, withOutput(fmt.Errorf("%w: the DMTCP container exited %d without a complete checkpoint", ErrCheckpoint, code),
+		"the container", lastLines(logs, 20))
+}
+
+// Running implements Driver.
+func (c *Container) Running(ctx context.Context, h Handle) (bool, error) {
+	st, err := c.RT.Inspect(ctx, h.Ref)
+	if errors.Is(err, runtime.ErrNotFound) {
+		return false, nil
+	}
+	return st.Running, err
+}
+
+// Logs implements Driver.
+func (c *Container) Logs(ctx context.Context, h Handle, n int) ([]string, error) {
+	logs, err := c.RT.Logs(ctx, h.Ref, n)
+	if err != nil {
+		return nil, err
+	}
+	return lastLines(logs, n), nil
+}
+
+// NetPid implements Driver: the entrypoint's PID, which shares the app's
+// network namespace.
+func (c *Container) NetPid(ctx context.Context, h Handle) (int, error) {
+	st, err := c.RT.Inspect(ctx, h.Ref)
+	if err != nil {
+		return 0, err
+	}
+	return st.Pid, nil
+}
+
+// Remove implements Driver.
+func (c *Container) Remove(ctx context.Context, h Handle) error {
+	if h.Ref == "" {
+		return nil
+	}
+	timeout := c.StopTimeout
+	if timeout == 0 {
+		timeout = 10 * time.Second
+	}
+	if err := c.RT.Stop(ctx, h.Ref, timeout); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return err
+	}
+	return c.RT.Remove(ctx, h.Ref)
+}
+
+// Timings returns the entrypoint's phase timings of an instance.
+func (c *Container) Timings(ctx context.Context, h Handle) ([]runtime.Timing, error) {
+	logs, err := c.RT.Logs(ctx, h.Ref, 0)
+	if err != nil {
+		return nil, err
+	}
+	return runtime.ParseTimings(logs), nil
+}
+
+func shortRef(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+func lastLines(s string, n int) []string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) == 1 && lines[0] == "" {
+		return nil
+	}
+	if n > 0 && len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return lines
+}
+
+// hintError carries a hint for the user next to an error.
+type hintError struct {
+	err  error
+	hint string
+}
+
+func (e *hintError) Error() string { return e.err.Error() }
+func (e *hintError) Unwrap() error { return e.err }
+
+// UserHint returns the hint; fogctl prints it under the error.
+func (e *hintError) UserHint() string { return e.hint }
+
+func withHint(err error, hint string) error { return &hintError{err: err, hint: hint} }
+
+// withOutput appends the last lines of what produced them to an error.
+func withOutput(err error, what string, lines []string) error {
+	if len(lines) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w\n  last lines of %s:\n    %s", err, what, strings.Join(lines, "\n    "))
+}

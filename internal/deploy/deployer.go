@@ -1,0 +1,899 @@
+// Package deploy is fogdeploy's deploy path on one node: the first deploy of
+// an app boots it under a checkpoint engine on a clone of its environment,
+// waits until it is ready, checkpoints it into a fresh checkpoint image and
+// seals both images with a protected snapshot (a checkpoint generation).
+// Every later deploy clones both snapshots (copy-on-write, metadata only),
+// maps and mounts the clones and restores the app from the checkpoint.
+//
+//	d, _ := deploy.New(deploy.Config{StateDir: dir, Pool: "fogdeploy", Node: "n1"}, deploy.Deps{...})
+//	dep, err := d.Deploy(ctx, app, deploy.Options{})  // boot+checkpoint once, then restore
+//	fmt.Println(dep.Timings)                         // clone 20ms, map 40ms, mount 35ms, container 90ms, ready 380ms
+//	err = d.Undeploy(ctx, dep.ID)                     // container, mounts, mappings and clones are gone
+//
+// Every step that creates something is written to the deployment's record
+// (StateDir/deployments/<id>.json) before it happens, so that a failure (or
+// a later Undeploy or Recover, in another process) removes exactly what was
+// made. The lifecycle is split into Checkpoint (produce a generation) and
+// Restore (an instance from a generation) so that a warm pool, an adaptive
+// boot-or-restore choice, lazy restore and migration can reuse them.
+package deploy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
+)
+
+// Image names and metadata.
+const (
+	// GenPrefix starts the images of a checkpoint generation:
+	// fdc-<app>-<gen>-env and fdc-<app>-<gen>-ckpt.
+	GenPrefix = "fdc-"
+	// InstancePrefix starts the clones of a deployment: fdi-<id>-env and
+	// fdi-<id>-ckpt.
+	InstancePrefix = "fdi-"
+	// MetaGeneration holds the Generation record (JSON) on the checkpoint
+	// image of a generation.
+	MetaGeneration = "fogdeploy.generation"
+	// MetaDeployment names the deployment that owns an instance clone.
+	MetaDeployment = "fogdeploy.deployment"
+	// MaxIDLen bounds deployment IDs.
+	MaxIDLen = 40
+)
+
+// Phases of a deployment.
+const (
+	PhaseCreating   = "Creating"
+	PhaseBooting    = "Booting"
+	PhaseRestoring  = "Restoring"
+	PhaseRunning    = "Running"
+	PhaseFailed     = "Failed"
+	PhaseRemoving   = "Removing"
+	PhaseCheckpoint = "Checkpointing"
+)
+
+// Config configures a Deployer.
+type Config struct {
+	// StateDir holds deployment records and mount points on this node.
+	StateDir string
+	// Pool is the RBD pool (for the mapper).
+	Pool string
+	// Node names this node in records.
+	Node string
+	// DMTCPDriver is "container" (default) or "host".
+	DMTCPDriver string
+	// ReadyInterval is the pause between readiness probes (default 10ms).
+	ReadyInterval time.Duration
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if !filepath.IsAbs(c.StateDir) {
+		errs = append(errs, fmt.Errorf("deploy state dir %q: give an absolute path", c.StateDir))
+	}
+	if c.Pool == "" {
+		errs = append(errs, errors.New("deploy pool is empty: name the RBD pool"))
+	}
+	switch c.DMTCPDriver {
+	case "", "container", "host":
+	default:
+		errs = append(errs, fmt.Errorf("dmtcp driver %q: use container or host", c.DMTCPDriver))
+	}
+	return errors.Join(errs...)
+}
+
+// Deps are the components a Deployer drives.
+type Deps struct {
+	Store  layering.Backend
+	Envs   *layering.Manager
+	Mapper *mapper.Mapper
+	// Container runs DMTCP apps (may be nil when DMTCPDriver is "host").
+	Container Driver
+	// Host runs CRIU apps (and DMTCP apps with DMTCPDriver "host"); may be
+	// nil when no app needs it.
+	Host Driver
+	Log  *slog.Logger
+}
+
+// Deployer deploys apps on this node. It is safe for concurrent use.
+type Deployer struct {
+	cfg  Config
+	deps Deps
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	appLock map[string]*sync.Mutex
+}
+
+// New returns a Deployer.
+func New(cfg Config, deps Deps) (*Deployer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Store == nil || deps.Envs == nil || deps.Mapper == nil {
+		return nil, errors.New("deploy: store, environment manager and mapper are required")
+	}
+	if cfg.ReadyInterval <= 0 {
+		cfg.ReadyInterval = 10 * time.Millisecond
+	}
+	if cfg.DMTCPDriver == "" {
+		cfg.DMTCPDriver = "container"
+	}
+	if deps.Log == nil {
+		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	for _, dir := range []string{"deployments", "instances"} {
+		if err := os.MkdirAll(filepath.Join(cfg.StateDir, dir), 0o700); err != nil {
+			return nil, fmt.Errorf("deploy state dir: %w", err)
+		}
+	}
+	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, appLock: map[string]*sync.Mutex{}}, nil
+}
+
+// Generation is a checkpoint of an app: a sealed environment image and a
+// sealed checkpoint image, restorable on any node of the PoP.
+type Generation struct {
+	App string `json:"app"`
+	Gen int    `json:"gen"`
+	// Env is the environment's name and EnvFrom the snapshot it was cloned
+	// from at boot.
+	Env     string           `json:"env"`
+	EnvFrom layering.SnapRef `json:"env_from"`
+	// EnvSnap and CkptSnap are the sealed snapshots every restore clones.
+	EnvSnap  layering.SnapRef `json:"env_snap"`
+	CkptSnap layering.SnapRef `json:"ckpt_snap"`
+	Engine   string           `json:"engine"`
+	// EngineVersion is the engine's version; Driver the driver that ran it.
+	EngineVersion string `json:"engine_version,omitempty"`
+	Driver        string `json:"driver"`
+	// Bytes is the size of the engine's image; CheckpointMS how long
+	// writing it took.
+	Bytes        int64   `json:"bytes"`
+	CheckpointMS float64 `json:"checkpoint_ms"`
+	// BootReadyMS is how long the app took from start to ready at boot.
+	BootReadyMS float64          `json:"boot_ready_ms"`
+	Node        string           `json:"node,omitempty"`
+	Created     time.Time        `json:"created"`
+	Timings     layering.Timings `json:"timings"`
+	Spec        App              `json:"spec"`
+}
+
+// Deployment is the record of one instance on this node.
+type Deployment struct {
+	ID    string `json:"id"`
+	App   string `json:"app"`
+	Node  string `json:"node,omitempty"`
+	Phase string `json:"phase"`
+	// Gen is the checkpoint generation restored (0 while booting).
+	Gen int `json:"gen"`
+	// Booted is set when this deploy had to produce the generation first.
+	Booted bool `json:"booted,omitempty"`
+	// Images are the RBD images this deployment owns.
+	Images []string `json:"images,omitempty"`
+	// Mappings are the mapper IDs of its mapped images.
+	Mappings []string `json:"mappings,omitempty"`
+	// Dir holds its mount points.
+	Dir    string  `json:"dir,omitempty"`
+	Handle *Handle `json:"handle,omitempty"`
+	// Ports maps "6379/tcp" to the address where the instance answers.
+	Ports map[string]string `json:"ports,omitempty"`
+	// Timings are this deploy's phases in order; EngineReadyMS is the
+	// engine's own restart-to-ready (or launch-to-ready) as measured
+	// inside the instance, when the driver reports it.
+	Timings       layering.Timings `json:"timings"`
+	EngineReadyMS float64          `json:"engine_ready_ms,omitempty"`
+	Error         string           `json:"error,omitempty"`
+	Created       time.Time        `json:"created"`
+}
+
+// Total is the sum of the phases.
+func (d Deployment) Total() time.Duration {
+	var t time.Duration
+	for _, p := range d.Timings {
+		t += p.Duration
+	}
+	return t
+}
+
+// Options tune one Deploy.
+type Options struct {
+	// ID is the deployment ID; "" generates one from the app name.
+	ID string
+	// Progress receives each phase as it ends.
+	Progress func(phase string, took time.Duration)
+	// Prepare, if set, runs when a deploy has to produce the checkpoint
+	// first: once the booted app is ready and before it is checkpointed.
+	Prepare PrepareFunc
+}
+
+// PrepareFunc runs against the booted app before its checkpoint, e.g. to
+// warm a cache or load data that every restore then starts with. ports maps
+// "6379/tcp" to the address where the app answers.
+type PrepareFunc func(ctx context.Context, ports map[string]string) error
+
+// CheckpointOptions tune Checkpoint.
+type CheckpointOptions struct {
+	Progress func(phase string, took time.Duration)
+	Prepare  PrepareFunc
+}
+
+// NewID returns a fresh deployment ID for app.
+func NewID(app string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	if len(app) > MaxIDLen-9 {
+		app = strings.TrimRight(app[:MaxIDLen-9], "-._")
+	}
+	return app + "-" + hex.EncodeToString(b)
+}
+
+// ValidateID checks a deployment ID.
+func ValidateID(id string) error {
+	if err := layering.ValidateName("deployment id", id); err != nil {
+		return fmt.Errorf("%w: %w", err, ErrInvalidSpec)
+	}
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("deployment id %q is longer than %d characters: %w", id, MaxIDLen, ErrInvalidSpec)
+	}
+	return nil
+}
+
+func (d *Deployer) driver(eng string) (Driver, error) {
+	var dr Driver
+	switch {
+	case eng == engine.NameDMTCP && d.cfg.DMTCPDriver == "container":
+		dr = d.deps.Container
+	default:
+		dr = d.deps.Host
+	}
+	if dr == nil {
+		return nil, fmt.Errorf("%w: no driver configured for the %s engine", ErrDriver, eng)
+	}
+	return dr, nil
+}
+
+// Host returns the host driver (nil if none).
+func (d *Deployer) Host() Driver { return d.deps.Host }
+
+// Check reports whether this node can deploy app: the spec, the
+// environment, and the engine behind its driver.
+func (d *Deployer) Check(ctx context.Context, app App) (driver, version string, err error) {
+	app = app.WithDefaults()
+	if err := app.Validate(); err != nil {
+		return "", "", err
+	}
+	if _, err := d.deps.Envs.Get(ctx, app.Env); err != nil {
+		return "", "", fmt.Errorf("env %q of app %s: %w", app.Env, app.Name, err)
+	}
+	dr, err := d.driver(app.Engine)
+	if err != nil {
+		return "", "", err
+	}
+	v, err := dr.Check(ctx, app.Engine)
+	return dr.Name(), v, err
+}
+
+// Deploy runs an instance of app on this node: a restore from the newest
+// checkpoint generation, after producing the first one if there is none.
+// On error nothing of the deployment is left on the node or in the pool.
+func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deployment, error) {
+	app = app.WithDefaults()
+	if err := app.Validate(); err != nil {
+		return Deployment{}, err
+	}
+	if opts.ID == "" {
+		opts.ID = NewID(app.Name)
+	}
+	if err := ValidateID(opts.ID); err != nil {
+		return Deployment{}, err
+	}
+	if _, err := d.Load(opts.ID); err == nil {
+		return Deployment{}, fmt.Errorf("deployment %s: %w", opts.ID, ErrExists)
+	}
+	if _, _, err := d.Check(ctx, app); err != nil {
+		return Deployment{}, err
+	}
+	gen, err := d.Latest(ctx, app.Name)
+	var boot layering.Timings
+	if errors.Is(err, ErrNoCheckpoint) {
+		// One producer per app on this node; the others wait and reuse.
+		l := d.lockApp(app.Name)
+		l.Lock()
+		gen, err = d.Latest(ctx, app.Name)
+		if errors.Is(err, ErrNoCheckpoint) {
+			gen, err = d.Checkpoint(ctx, app, CheckpointOptions{Progress: opts.Progress, Prepare: opts.Prepare})
+			boot = gen.Timings
+		}
+		l.Unlock()
+	}
+	if err != nil {
+		return Deployment{}, err
+	}
+	dep, err := d.Restore(ctx, gen, opts)
+	if len(boot) > 0 {
+		dep.Booted = true
+		dep.Timings = append(prefixed("boot.", boot), dep.Timings...)
+		if err == nil {
+			_ = d.save(&dep)
+		}
+	}
+	return dep, err
+}
+
+func prefixed(p string, t layering.Timings) layering.Timings {
+	out := make(layering.Timings, len(t))
+	for i, ph := range t {
+		out[i] = layering.Phase{Name: p + ph.Name, Duration: ph.Duration}
+	}
+	return out
+}
+
+func (d *Deployer) lockApp(app string) *sync.Mutex {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l, ok := d.appLock[app]
+	if !ok {
+		l = &sync.Mutex{}
+		d.appLock[app] = l
+	}
+	return l
+}
+
+func genImage(app string, gen int, kind string) string {
+	return fmt.Sprintf("%s%s-%d-%s", GenPrefix, app, gen, kind)
+}
+
+// Generations returns the complete checkpoint generations of app, oldest
+// first.
+func (d *Deployer) Generations(ctx context.Context, app string) ([]Generation, error) {
+	names, err := d.deps.Store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Generation
+	pre := GenPrefix + app + "-"
+	for _, n := range names {
+		rest, ok := strings.CutPrefix(n, pre)
+		if !ok || !strings.HasSuffix(rest, "-ckpt") {
+			continue
+		}
+		g, err := strconv.Atoi(strings.TrimSuffix(rest, "-ckpt"))
+		if err != nil || genImage(app, g, "ckpt") != n {
+			continue
+		}
+		info, err := d.deps.Store.Stat(ctx, n)
+		if errors.Is(err, layering.ErrNotFound) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		raw := info.Meta[MetaGeneration]
+		if raw == "" {
+			continue // not sealed yet (or a crash before sealing)
+		}
+		var gr Generation
+		if err := json.Unmarshal([]byte(raw), &gr); err != nil {
+			return nil, fmt.Errorf("generation record of %s: %w", n, err)
+		}
+		out = append(out, gr)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Gen < out[j].Gen })
+	return out, nil
+}
+
+// Latest returns app's newest complete generation, or ErrNoCheckpoint.
+func (d *Deployer) Latest(ctx context.Context, app string) (Generation, error) {
+	gens, err := d.Generations(ctx, app)
+	if err != nil {
+		return Generation{}, err
+	}
+	if len(gens) == 0 {
+		return Generation{}, fmt.Errorf("app %s: %w", app, ErrNoCheckpoint)
+	}
+	return gens[len(gens)-1], nil
+}
+
+// nextGen is one past the highest generation number in use, sealed or not.
+func (d *Deployer) nextGen(ctx context.Context, app string) (int, error) {
+	names, err := d.deps.Store.List(ctx)
+	if err != nil {
+		return 0, err
+	}
+	next := 1
+	pre := GenPrefix + app + "-"
+	for _, n := range names {
+		rest, ok := strings.CutPrefix(n, pre)
+		if !ok {
+			continue
+		}
+		i := strings.LastIndexByte(rest, '-')
+		if i < 0 {
+			continue
+		}
+		if g, err := strconv.Atoi(rest[:i]); err == nil && genImage(app, g, rest[i+1:]) == n && g >= next {
+			next = g + 1
+		}
+	}
+	return next, nil
+}
+
+// op is one multi-step operation: a record written before each step, and
+// the timing of each phase.
+type op struct {
+	d     *Deployer
+	rec   *Deployment
+	start time.Time
+	prog  func(string, time.Duration)
+}
+
+func (o *op) phase(name string) {
+	now := time.Now()
+	took := now.Sub(o.start)
+	o.rec.Timings = append(o.rec.Timings, layering.Phase{Name: name, Duration: took})
+	o.start = now
+	if o.prog != nil {
+		o.prog(name, took)
+	}
+}
+
+// own records images and mappings before they are made.
+func (o *op) own(images []string, mappings []string) error {
+	o.rec.Images = append(o.rec.Images, images...)
+	o.rec.Mappings = append(o.rec.Mappings, mappings...)
+	return o.d.save(o.rec)
+}
+
+// cloneMapMount clones (or creates) the env and ckpt images of a
+// deployment and mounts them under its dir.
+func (o *op) cloneMapMount(ctx context.Context, env layering.SnapRef, ckpt *layering.SnapRef, ckptSize int64) (envPath, ckptPath string, err error) {
+	id := o.rec.ID
+	envImg, ckptImg := o.rec.Images[0], o.rec.Images[1]
+	st, mp := o.d.deps.Store, o.d.deps.Mapper
+	// The two images are independent: each step runs on both at once.
+	if err := both(
+		func() error { return st.Clone(ctx, env, envImg) },
+		func() error {
+			if ckpt != nil {
+				return st.Clone(ctx, *ckpt, ckptImg)
+			}
+			return st.Create(ctx, ckptImg, ckptSize)
+		}); err != nil {
+		return "", "", err
+	}
+	for _, img := range o.rec.Images {
+		_ = st.SetMeta(ctx, img, MetaDeployment, id)
+	}
+	o.phase("clone")
+	var envMap, ckptMap *mapper.Mapping
+	if err := both(
+		func() (err error) {
+			envMap, err = mp.Map(ctx, mapper.Image{Pool: o.d.cfg.Pool, Name: envImg}, mapper.WithID(id+"-env"))
+			return err
+		},
+		func() (err error) {
+			ckptMap, err = mp.Map(ctx, mapper.Image{Pool: o.d.cfg.Pool, Name: ckptImg}, mapper.WithID(id+"-ckpt"))
+			return err
+		}); err != nil {
+		return "", "", err
+	}
+	o.phase("map")
+	envPath, ckptPath = filepath.Join(o.rec.Dir, "root"), filepath.Join(o.rec.Dir, "ckpt")
+	if err := both(
+		func() error { return mp.Mount(ctx, envMap, envPath, mapper.MountOptions{}) },
+		func() error { return mp.Mount(ctx, ckptMap, ckptPath, mapper.MountOptions{Format: ckpt == nil}) }); err != nil {
+		return "", "", err
+	}
+	o.phase("mount")
+	return envPath, ckptPath, nil
+}
+
+// both runs a and b concurrently and joins their errors.
+func both(a, b func() error) error {
+	var wg sync.WaitGroup
+	var ea, eb error
+	wg.Go(func() { ea = a() })
+	wg.Go(func() { eb = b() })
+	wg.Wait()
+	return errors.Join(ea, eb)
+}
+
+// begin creates the record of a new deployment or boot.
+func (d *Deployer) begin(id, app string, gen int, phase string, prog func(string, time.Duration)) (*op, error) {
+	rec := &Deployment{ID: id, App: app, Node: d.cfg.Node, Phase: phase, Gen: gen, Created: time.Now().UTC(),
+		Dir: filepath.Join(d.cfg.StateDir, "instances", id)}
+	if err := d.create(rec); err != nil {
+		return nil, err
+	}
+	return &op{d: d, rec: rec, start: time.Now(), prog: prog}, nil
+}
+
+// Checkpoint boots app on a clone of its environment, waits until it is
+// ready, checkpoints it into a new checkpoint image and seals both images:
+// the next generation. On error nothing of it is left.
+func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptions) (_ Generation, err error) {
+	app = app.WithDefaults()
+	if err := app.Validate(); err != nil {
+		return Generation{}, err
+	}
+	env, err := d.deps.Envs.Get(ctx, app.Env)
+	if err != nil {
+		return Generation{}, fmt.Errorf("env %q of app %s: %w", app.Env, app.Name, err)
+	}
+	if _, err := d.deps.Envs.CheckDepth(ctx, env.Ref, app.Env); err != nil {
+		return Generation{}, err
+	}
+	dr, err := d.driver(app.Engine)
+	if err != nil {
+		return Generation{}, err
+	}
+	version, err := dr.Check(ctx, app.Engine)
+	if err != nil {
+		return Generation{}, err
+	}
+	n, err := d.nextGen(ctx, app.Name)
+	if err != nil {
+		return Generation{}, err
+	}
+	id := fmt.Sprintf("boot-%s-%d", app.Name, n)
+	if len(id) > 60 {
+		id = fmt.Sprintf("boot-%s-%d", NewID(app.Name)[:20], n)
+	}
+	o, err := d.begin(id, app.Name, n, PhaseBooting, opts.Progress)
+	if err != nil {
+		return Generation{}, err
+	}
+	defer func() {
+		if err != nil {
+			o.rec.Phase, o.rec.Error = PhaseFailed, err.Error()
+			_ = d.save(o.rec)
+			err = errors.Join(err, d.Undeploy(context.WithoutCancel(ctx), id))
+		}
+	}()
+	envImg, ckptImg := genImage(app.Name, n, "env"), genImage(app.Name, n, "ckpt")
+	if err := o.own([]string{envImg, ckptImg}, []string{id + "-env", id + "-ckpt"}); err != nil {
+		return Generation{}, err
+	}
+	d.log.Info("booting app for its checkpoint", "app", app.Name, "gen", n, "env", env.Ref.String(), "driver", dr.Name())
+	envPath, ckptPath, err := o.cloneMapMount(ctx, env.Ref, nil, app.checkpointBytes())
+	if err != nil {
+		return Generation{}, err
+	}
+	h, err := d.start(ctx, o, dr, Run{Mode: ModeLaunch, ID: id, App: app, EnvPath: envPath, CkptPath: ckptPath, Gen: n,
+		ImageEnv: env.Config.Env, WorkDir: env.Config.WorkDir})
+	if err != nil {
+		return Generation{}, err
+	}
+	if err := d.waitReady(ctx, dr, h, app, false); err != nil {
+		return Generation{}, err
+	}
+	o.phase("ready")
+	bootReady := o.rec.Timings[len(o.rec.Timings)-1].Duration
+	if opts.Prepare != nil {
+		if err := opts.Prepare(ctx, h.Ports); err != nil {
+			return Generation{}, fmt.Errorf("prepare app %s for its checkpoint: %w", app.Name, err)
+		}
+		o.phase("prepare")
+	}
+	o.rec.Phase = PhaseCheckpoint
+	_ = d.save(o.rec)
+	ck, err := dr.Checkpoint(ctx, h)
+	if err != nil {
+		return Generation{}, err
+	}
+	o.phase("checkpoint")
+	if ck.EngineVersion != "" {
+		version = ck.EngineVersion
+	}
+	// The checkpoint stopped the app. Unmount and unmap both images, which
+	// flushes them through every mapper backend (fsfreeze alone does not
+	// reach RBD through rbd-fuse's page cache), then snapshot and protect.
+	if err := dr.Remove(ctx, h); err != nil {
+		return Generation{}, err
+	}
+	if err := d.release(ctx, o.rec); err != nil {
+		return Generation{}, err
+	}
+	g := Generation{App: app.Name, Gen: n, Env: app.Env, EnvFrom: env.Ref,
+		EnvSnap:  layering.SnapRef{Image: envImg, Snap: layering.SealedSnap},
+		CkptSnap: layering.SnapRef{Image: ckptImg, Snap: layering.SealedSnap},
+		Engine:   app.Engine, EngineVersion: version, Driver: dr.Name(), Bytes: ck.Bytes, CheckpointMS: ck.MS,
+		BootReadyMS: float64(bootReady.Microseconds()) / 1000, Node: d.cfg.Node, Spec: app}
+	for _, ref := range []layering.SnapRef{g.EnvSnap, g.CkptSnap} {
+		if err := d.deps.Store.Snapshot(ctx, ref); err != nil {
+			return Generation{}, err
+		}
+	}
+	o.phase("seal")
+	g.Created, g.Timings = time.Now().UTC(), o.rec.Timings
+	raw, err := json.Marshal(g)
+	if err != nil {
+		return Generation{}, err
+	}
+	// The record on the checkpoint image is what makes the generation
+	// visible: it is written last.
+	if err := d.deps.Store.SetMeta(ctx, ckptImg, MetaGeneration, string(raw)); err != nil {
+		return Generation{}, err
+	}
+	// The images now belong to the generation.
+	o.rec.Images, o.rec.Mappings = nil, nil
+	if err := d.save(o.rec); err != nil {
+		return Generation{}, err
+	}
+	if err := d.remove(o.rec.ID); err != nil {
+		return Generation{}, err
+	}
+	d.log.Info("checkpoint generation sealed", "app", app.Name, "gen", n, "bytes", ck.Bytes, "timings", g.Timings.String())
+	return g, nil
+}
+
+// start creates and starts the instance, recording its handle.
+func (d *Deployer) start(ctx context.Context, o *op, dr Driver, r Run) (Handle, error) {
+	h, err := dr.Start(ctx, r)
+	if err != nil {
+		return Handle{}, err
+	}
+	o.rec.Handle = &h
+	o.rec.Ports = h.Ports
+	if err := d.save(o.rec); err != nil {
+		_ = dr.Remove(context.WithoutCancel(ctx), h)
+		return Handle{}, err
+	}
+	o.phase("container")
+	return h, nil
+}
+
+// Restore runs a new instance from generation g: clone both snapshots, map
+// and mount the clones, restart the app from its checkpoint and wait until
+// it is ready. On error nothing of it is left.
+func (d *Deployer) Restore(ctx context.Context, g Generation, opts Options) (_ Deployment, err error) {
+	app := g.Spec.WithDefaults()
+	if opts.ID == "" {
+		opts.ID = NewID(app.Name)
+	}
+	if err := ValidateID(opts.ID); err != nil {
+		return Deployment{}, err
+	}
+	if _, err := d.deps.Envs.CheckDepth(ctx, g.EnvSnap, app.Env); err != nil {
+		return Deployment{}, err
+	}
+	dr, err := d.driver(g.Engine)
+	if err != nil {
+		return Deployment{}, err
+	}
+	o, err := d.begin(opts.ID, app.Name, g.Gen, PhaseRestoring, opts.Progress)
+	if err != nil {
+		return Deployment{}, err
+	}
+	defer func() {
+		if err != nil {
+			o.rec.Phase, o.rec.Error = PhaseFailed, err.Error()
+			_ = d.save(o.rec)
+			err = errors.Join(err, d.Undeploy(context.WithoutCancel(ctx), o.rec.ID))
+		}
+	}()
+	id := opts.ID
+	if err := o.own([]string{InstancePrefix + id + "-env", InstancePrefix + id + "-ckpt"}, []string{id + "-env", id + "-ckpt"}); err != nil {
+		return Deployment{}, err
+	}
+	envPath, ckptPath, err := o.cloneMapMount(ctx, g.EnvSnap, &g.CkptSnap, 0)
+	if err != nil {
+		return Deployment{}, err
+	}
+	env, _ := d.deps.Envs.Get(ctx, app.Env)
+	h, err := d.start(ctx, o, dr, Run{Mode: ModeRestart, ID: id, App: app, EnvPath: envPath, CkptPath: ckptPath, Gen: g.Gen,
+		ImageEnv: env.Config.Env, WorkDir: env.Config.WorkDir})
+	if err != nil {
+		return Deployment{}, err
+	}
+	if err := d.waitReady(ctx, dr, h, app, true); err != nil {
+		return Deployment{}, err
+	}
+	o.phase("ready")
+	if c, ok := dr.(*Container); ok {
+		if tm, err := c.Timings(ctx, h); err == nil {
+			for _, t := range tm {
+				if t.Phase == "restart_ready" {
+					o.rec.EngineReadyMS = t.MS
+				}
+			}
+		}
+	}
+	o.rec.Phase = PhaseRunning
+	if err := d.save(o.rec); err != nil {
+		return Deployment{}, err
+	}
+	d.log.Info("deployed", "id", id, "app", app.Name, "gen", g.Gen, "ports", h.Ports, "timings", o.rec.Timings.String())
+	return *o.rec, nil
+}
+
+// Undeploy stops a deployment's instance, unmounts and unmaps its clones,
+// removes them and its record. It is idempotent and finishes what a failed
+// or interrupted deploy left.
+func (d *Deployer) Undeploy(ctx context.Context, id string) error {
+	rec, err := d.Load(id)
+	if err != nil {
+		return err
+	}
+	rec.Phase = PhaseRemoving
+	_ = d.save(&rec)
+	var errs []error
+	if rec.Handle != nil {
+		dr := d.driverByName(rec.Handle.Driver)
+		if dr != nil {
+			if err := dr.Remove(ctx, *rec.Handle); err != nil {
+				errs = append(errs, fmt.Errorf("remove instance: %w", err))
+			}
+		}
+	}
+	if err := d.release(ctx, &rec); err != nil {
+		errs = append(errs, err)
+	}
+	for _, img := range rec.Images {
+		if err := d.deps.Store.Remove(ctx, img); err != nil && !errors.Is(err, layering.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("remove image %s: %w", img, err))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	_ = os.RemoveAll(rec.Dir)
+	return d.remove(id)
+}
+
+// release unmounts and unmaps a record's mappings.
+func (d *Deployer) release(ctx context.Context, rec *Deployment) error {
+	var errs []error
+	for _, m := range rec.Mappings {
+		if err := d.deps.Mapper.Release(ctx, m); err != nil && !errors.Is(err, mapper.ErrNotMapped) {
+			errs = append(errs, fmt.Errorf("release mapping %s: %w", m, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Deployer) driverByName(name string) Driver {
+	for _, dr := range []Driver{d.deps.Container, d.deps.Host} {
+		if dr != nil && dr.Name() == name {
+			return dr
+		}
+	}
+	return nil
+}
+
+// RemoveGeneration removes a checkpoint generation. It refuses, wrapping
+// layering.ErrHasChildren, while deployments still use it.
+func (d *Deployer) RemoveGeneration(ctx context.Context, app string, gen int) error {
+	var errs []error
+	for _, kind := range []string{"ckpt", "env"} {
+		img := genImage(app, gen, kind)
+		if kids, err := d.deps.Store.Children(ctx, layering.SnapRef{Image: img, Snap: layering.SealedSnap}); err == nil && len(kids) > 0 {
+			return fmt.Errorf("generation %d of %s is used by %d deployment(s) (%s): %w", gen, app, len(kids), strings.Join(kids, ", "), layering.ErrHasChildren)
+		}
+	}
+	for _, kind := range []string{"ckpt", "env"} {
+		if err := d.deps.Store.Remove(ctx, genImage(app, gen, kind)); err != nil && !errors.Is(err, layering.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// List returns this node's deployment records, by ID.
+func (d *Deployer) List() ([]Deployment, error) {
+	ents, err := os.ReadDir(filepath.Join(d.cfg.StateDir, "deployments"))
+	if err != nil {
+		return nil, err
+	}
+	var out []Deployment
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok {
+			continue
+		}
+		if rec, err := d.Load(id); err == nil {
+			out = append(out, rec)
+		}
+	}
+	return out, nil
+}
+
+// Load reads a deployment record.
+func (d *Deployer) Load(id string) (Deployment, error) {
+	if err := ValidateID(id); err != nil && !strings.HasPrefix(id, "boot-") {
+		return Deployment{}, err
+	}
+	b, err := os.ReadFile(d.recordPath(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return Deployment{}, fmt.Errorf("deployment %s: %w", id, ErrNotFound)
+	} else if err != nil {
+		return Deployment{}, err
+	}
+	var rec Deployment
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return Deployment{}, fmt.Errorf("deployment record %s: %w", id, err)
+	}
+	return rec, nil
+}
+
+// Recover undoes every deployment record left in a state other than
+// Running (a deploy interrupted by a crash) and returns their IDs.
+func (d *Deployer) Recover(ctx context.Context) ([]string, error) {
+	recs, err := d.List()
+	if err != nil {
+		return nil, err
+	}
+	var done []string
+	var errs []error
+	for _, r := range recs {
+		if r.Phase == PhaseRunning {
+			continue
+		}
+		if err := d.Undeploy(ctx, r.ID); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		done = append(done, r.ID)
+	}
+	return done, errors.Join(errs...)
+}
+
+func (d *Deployer) recordPath(id string) string {
+	return filepath.Join(d.cfg.StateDir, "deployments", id+".json")
+}
+
+func (d *Deployer) create(rec *Deployment) error {
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(d.recordPath(rec.ID), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("deployment %s: %w", rec.ID, ErrExists)
+	} else if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	return errors.Join(err, f.Sync(), f.Close())
+}
+
+// save replaces a record atomically.
+func (d *Deployer) save(rec *Deployment) error {
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := d.recordPath(rec.ID) + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
+		return err
+	}
+	return os.Rename(tmp, d.recordPath(rec.ID))
+}
+
+func (d *Deployer) remove(id string) error {
+	err := os.Remove(d.recordPath(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,121 @@
+package deploy
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+)
+
+// probe returns the readiness probe of an instance, run from the host.
+func (d *Deployer) probe(ctx context.Context, dr Driver, h Handle, app App, restored bool) (engine.Probe, error) {
+	r := app.Ready
+	switch r.Kind {
+	case ReadyTCP:
+		if c, ok := dr.(*Container); ok && r.Send == "" {
+			// A published port accepts at once (docker-proxy); only the
+			// entrypoint, inside the container, sees the app's socket.
+			return entrypointProbe{c: c, h: h}, nil
+		}
+		return engine.TCPProbe{Addr: h.Ports[PortKey(r.Port, "tcp")], Send: r.Send, Expect: r.Expect}, nil
+	case ReadyHTTP:
+		url := "http://" + h.Ports[PortKey(r.Port, "tcp")] + r.Path
+		return engine.HTTPProbe{URL: url, Status: r.Status}, nil
+	case ReadyExec:
+		pid, err := dr.NetPid(ctx, h)
+		if err != nil {
+			return nil, err
+		}
+		argv := append([]string{"nsenter", "--net=/proc/" + strconv.Itoa(pid) + "/ns/net", "--", "chroot", h.EnvPath}, r.Command...)
+		return engine.ExecProbe{Argv: argv, Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}}, nil
+	case ReadyOutput:
+		// A restored app was checkpointed after it had printed the phrase:
+		// it is ready once its engine has restored it and it runs.
+		return outputProbe{d: dr, h: h, phrase: r.Phrase, restored: restored}, nil
+	}
+	return nil, fmt.Errorf("%w: ready.kind %q", ErrInvalidSpec, r.Kind)
+}
+
+type outputProbe struct {
+	d        Driver
+	h        Handle
+	phrase   string
+	restored bool
+}
+
+func (p outputProbe) Probe(ctx context.Context) error {
+	if p.restored {
+		if ok, err := p.d.Running(ctx, p.h); err != nil || !ok {
+			return fmt.Errorf("not running (%v)", err)
+		}
+		return nil
+	}
+	lines, err := p.d.Logs(ctx, p.h, 500)
+	if err != nil {
+		return err
+	}
+	if !outputContains(lines, p.phrase) {
+		return fmt.Errorf("%q not printed yet", p.phrase)
+	}
+	return nil
+}
+
+func (p outputProbe) String() string { return fmt.Sprintf("output %q", p.phrase) }
+
+// waitReady probes until the app is ready, its instance stops, or the
+// app's ready.timeout passes; the error then carries the app's last lines.
+func (d *Deployer) waitReady(ctx context.Context, dr Driver, h Handle, app App, restored bool) error {
+	p, err := d.probe(ctx, dr, h, app, restored)
+	if err != nil {
+		return err
+	}
+	timeout := time.Duration(app.Ready.Timeout)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	fail := func(why string, last error) error {
+		lines, _ := dr.Logs(context.WithoutCancel(ctx), h, 20)
+		return withOutput(withHint(fmt.Errorf("app %s: %s %s after %s: %w (last attempt: %v)", app.Name, p, why,
+			time.Since(start).Round(time.Millisecond), ErrNotReady, last),
+			"check the app's command and its ready settings (fogctl logs shows its output); raise ready.timeout for a slow boot"),
+			"the app", lines)
+	}
+	for {
+		last := p.Probe(ctx)
+		if last == nil {
+			return nil
+		}
+		if ok, err := dr.Running(ctx, h); err == nil && !ok {
+			return fail("failed: the instance exited", last)
+		}
+		select {
+		case <-ctx.Done():
+			return fail("not ready", last)
+		case <-time.After(d.cfg.ReadyInterval):
+		}
+	}
+}
+
+// entrypointProbe is ready once the DMTCP container's entrypoint reports
+// launch_ready or restart_ready.
+type entrypointProbe struct {
+	c *Container
+	h Handle
+}
+
+func (p entrypointProbe) Probe(ctx context.Context) error {
+	tm, err := p.c.Timings(ctx, p.h)
+	if err != nil {
+		return err
+	}
+	for _, t := range tm {
+		if t.Phase == "launch_ready" || t.Phase == "restart_ready" {
+			return nil
+		}
+	}
+	return fmt.Errorf("the entrypoint has not seen the app's port answer yet")
+}
+
+func (p entrypointProbe) String() string { return "tcp (inside the container)" }

@@ -1,0 +1,319 @@
+package deploy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+)
+
+// MaxSpecSize bounds an app spec document (YAML or JSON).
+const MaxSpecSize = 64 << 10
+
+// Readiness kinds.
+const (
+	ReadyTCP    = "tcp"
+	ReadyHTTP   = "http"
+	ReadyExec   = "exec"
+	ReadyOutput = "output"
+)
+
+// Defaults of an app spec.
+const (
+	DefaultReadyTimeout   = 60 * time.Second
+	DefaultCheckpointSize = "2G"
+	maxArgs               = 256
+	maxArgLen             = 4096
+)
+
+// App is the spec of an app: what runs, in which environment, how to tell
+// that it is ready, and with which engine it is checkpointed. It is what
+// `fogctl app create` stores and what every deploy of the app uses.
+type App struct {
+	// Name identifies the app (lower-case letters, digits, '.', '_', '-').
+	Name string `yaml:"name" json:"name"`
+	// Env is the name of the environment the app runs in.
+	Env string `yaml:"env" json:"env"`
+	// Command is the app's command line; Command[0] is looked up in the
+	// environment's PATH.
+	Command []string `yaml:"command" json:"command"`
+	// Environment holds extra KEY=VALUE variables for the app.
+	Environment []string `yaml:"environment,omitempty" json:"environment,omitempty"`
+	// WorkDir is the working directory inside the environment.
+	WorkDir string `yaml:"workdir,omitempty" json:"workdir,omitempty"`
+	// Ports are the app's ports, published on the node.
+	Ports []Port `yaml:"ports,omitempty" json:"ports,omitempty"`
+	// Ready says when the app is ready to serve.
+	Ready Readiness `yaml:"ready" json:"ready"`
+	// Resources limit each instance.
+	Resources Resources `yaml:"resources,omitempty" json:"resources,omitempty"`
+	// Engine is the checkpoint engine: "dmtcp" (default) or "criu".
+	Engine string `yaml:"engine,omitempty" json:"engine,omitempty"`
+	// Compression of checkpoint images: "none" (default) or "gzip" (DMTCP).
+	Compression string `yaml:"compression,omitempty" json:"compression,omitempty"`
+	// CheckpointSize is the size of the checkpoint image (default 2G).
+	CheckpointSize string `yaml:"checkpoint_size,omitempty" json:"checkpoint_size,omitempty"`
+}
+
+// Port is one port of the app.
+type Port struct {
+	Port  int    `yaml:"port" json:"port"`
+	Proto string `yaml:"proto,omitempty" json:"proto,omitempty"`
+}
+
+// Readiness says when an app is ready. Exactly one target goes with Kind:
+// tcp → Port (and optionally Send/Expect), http → Port and Path (and
+// Status), exec → Command (run in the environment, in the app's network),
+// output → Phrase printed on stdout or stderr.
+type Readiness struct {
+	Kind    string   `yaml:"kind" json:"kind"`
+	Port    int      `yaml:"port,omitempty" json:"port,omitempty"`
+	Path    string   `yaml:"path,omitempty" json:"path,omitempty"`
+	Status  int      `yaml:"status,omitempty" json:"status,omitempty"`
+	Command []string `yaml:"command,omitempty" json:"command,omitempty"`
+	Phrase  string   `yaml:"phrase,omitempty" json:"phrase,omitempty"`
+	// Send is written on a tcp connection and the app is ready once the
+	// reply starts with Expect (redis: "PING\r\n" and "+PONG").
+	Send   string `yaml:"send,omitempty" json:"send,omitempty"`
+	Expect string `yaml:"expect,omitempty" json:"expect,omitempty"`
+	// Timeout bounds the wait ("60s" by default).
+	Timeout Duration `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+}
+
+// Resources limit an instance.
+type Resources struct {
+	// CPUs is a number of CPUs (0.5 = half of one); 0 = no limit.
+	CPUs float64 `yaml:"cpus,omitempty" json:"cpus,omitempty"`
+	// Memory is a size ("512M"); "" = no limit.
+	Memory string `yaml:"memory,omitempty" json:"memory,omitempty"`
+}
+
+// Duration is a time.Duration written as "30s" in YAML and JSON.
+type Duration time.Duration
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("duration %q: use a number with a unit, e.g. 30s or 2m", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// ParseApp reads an app spec from YAML (JSON is YAML too). Unknown fields
+// are errors; the spec is validated.
+func ParseApp(r io.Reader) (App, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxSpecSize+1))
+	if err != nil {
+		return App{}, fmt.Errorf("app spec: %w", err)
+	}
+	if len(data) > MaxSpecSize {
+		return App{}, fmt.Errorf("app spec is larger than %d bytes: %w", MaxSpecSize, ErrInvalidSpec)
+	}
+	var a App
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&a); err != nil {
+		if errors.Is(err, io.EOF) {
+			return App{}, fmt.Errorf("app spec is empty: %w", ErrInvalidSpec)
+		}
+		return App{}, fmt.Errorf("app spec: %w: %v", ErrInvalidSpec, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return App{}, fmt.Errorf("app spec holds more than one document: %w", ErrInvalidSpec)
+	}
+	a = a.WithDefaults()
+	if err := a.Validate(); err != nil {
+		return App{}, err
+	}
+	return a, nil
+}
+
+// WithDefaults fills the optional fields.
+func (a App) WithDefaults() App {
+	if a.Engine == "" {
+		a.Engine = engine.NameDMTCP
+	}
+	if a.Compression == "" {
+		a.Compression = "none"
+	}
+	if a.CheckpointSize == "" {
+		a.CheckpointSize = DefaultCheckpointSize
+	}
+	if a.Ready.Timeout == 0 {
+		a.Ready.Timeout = Duration(DefaultReadyTimeout)
+	}
+	for i := range a.Ports {
+		if a.Ports[i].Proto == "" {
+			a.Ports[i].Proto = "tcp"
+		}
+	}
+	if a.Ready.Kind == ReadyHTTP && a.Ready.Path == "" {
+		a.Ready.Path = "/"
+	}
+	return a
+}
+
+// Validate reports every problem of the spec at once; each error names the
+// field, says how to fix it and wraps ErrInvalidSpec.
+func (a App) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format+": %w", append(append([]any{field}, args...), ErrInvalidSpec)...))
+	}
+	named := func(field, v string) {
+		if err := layering.ValidateName(field, v); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", err, ErrInvalidSpec))
+		}
+	}
+	named("name", a.Name)
+	named("env", a.Env)
+	if len(a.Command) == 0 || strings.TrimSpace(a.Command[0]) == "" {
+		bad("command", "is empty: give the app's command line, e.g. [redis-server, --port, \"6379\"]")
+	}
+	checkArgs := func(field string, args []string) {
+		if len(args) > maxArgs {
+			bad(field, "has %d arguments: use at most %d", len(args), maxArgs)
+		}
+		for i, s := range args {
+			if len(s) > maxArgLen || strings.ContainsRune(s, 0) {
+				bad(fmt.Sprintf("%s[%d]", field, i), "is longer than %d bytes or holds a NUL byte", maxArgLen)
+			}
+		}
+	}
+	checkArgs("command", a.Command)
+	checkArgs("environment", a.Environment)
+	for i, kv := range a.Environment {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsAny(k, " \t\n") {
+			bad(fmt.Sprintf("environment[%d]", i), "%q is not KEY=VALUE", kv)
+		}
+	}
+	if a.WorkDir != "" && !strings.HasPrefix(a.WorkDir, "/") {
+		bad("workdir", "%q is not absolute: give a path inside the environment, e.g. /srv", a.WorkDir)
+	}
+	seen := map[string]bool{}
+	for i, p := range a.Ports {
+		f := fmt.Sprintf("ports[%d]", i)
+		if p.Port < 1 || p.Port > 65535 {
+			bad(f+".port", "%d is out of range: use 1-65535", p.Port)
+		}
+		if p.Proto != "" && p.Proto != "tcp" && p.Proto != "udp" {
+			bad(f+".proto", "%q: use tcp or udp", p.Proto)
+		}
+		key := fmt.Sprintf("%d/%s", p.Port, p.Proto)
+		if seen[key] {
+			bad(f, "%s is listed twice", key)
+		}
+		seen[key] = true
+	}
+	a.validateReady(bad)
+	if a.Resources.CPUs < 0 || math.IsNaN(a.Resources.CPUs) || math.IsInf(a.Resources.CPUs, 0) || a.Resources.CPUs > 1024 {
+		bad("resources.cpus", "%v: give a number of CPUs between 0 (no limit) and 1024", a.Resources.CPUs)
+	}
+	if a.Resources.Memory != "" {
+		if n, err := layering.ParseSize("resources.memory", a.Resources.Memory); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", err, ErrInvalidSpec))
+		} else if n < 6<<20 {
+			bad("resources.memory", "%s is below the 6M Docker accepts", a.Resources.Memory)
+		}
+	}
+	switch a.Engine {
+	case "", engine.NameDMTCP, engine.NameCRIU:
+	default:
+		bad("engine", "%q is not an engine: use dmtcp or criu", a.Engine)
+	}
+	switch a.Compression {
+	case "", "none":
+	case "gzip":
+		if a.Engine == engine.NameCRIU {
+			bad("compression", "gzip is only available with the dmtcp engine")
+		}
+	default:
+		bad("compression", "%q: use none or gzip", a.Compression)
+	}
+	if a.CheckpointSize != "" {
+		if n, err := layering.ParseSize("checkpoint_size", a.CheckpointSize); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", err, ErrInvalidSpec))
+		} else if n < 64<<20 {
+			bad("checkpoint_size", "%s is too small: use at least 64M", a.CheckpointSize)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (a App) validateReady(bad func(field, format string, args ...any)) {
+	r := a.Ready
+	port := func() {
+		if r.Port < 1 || r.Port > 65535 {
+			bad("ready.port", "%d is out of range: give the app port to probe (1-65535)", r.Port)
+			return
+		}
+		for _, p := range a.Ports {
+			if p.Port == r.Port && (p.Proto == "" || p.Proto == "tcp") {
+				return
+			}
+		}
+		bad("ready.port", "%d is not one of the app's tcp ports: add it under ports", r.Port)
+	}
+	switch r.Kind {
+	case ReadyTCP:
+		port()
+		if r.Expect != "" && r.Send == "" {
+			bad("ready.send", "is empty but ready.expect is set: give the request to send")
+		}
+	case ReadyHTTP:
+		port()
+		if !strings.HasPrefix(r.Path, "/") {
+			bad("ready.path", "%q must start with '/'", r.Path)
+		}
+		if r.Status != 0 && (r.Status < 100 || r.Status > 599) {
+			bad("ready.status", "%d is not an HTTP status", r.Status)
+		}
+	case ReadyExec:
+		if len(r.Command) == 0 || r.Command[0] == "" {
+			bad("ready.command", "is empty: give a command that exits 0 once the app is ready")
+		}
+	case ReadyOutput:
+		if strings.TrimSpace(r.Phrase) == "" {
+			bad("ready.phrase", "is empty: give the phrase the app prints once it is ready")
+		}
+	case "":
+		bad("ready.kind", "is empty: say how to tell the app is ready: tcp, http, exec or output")
+	default:
+		bad("ready.kind", "%q: use tcp, http, exec or output", r.Kind)
+	}
+	if r.Timeout < 0 || time.Duration(r.Timeout) > time.Hour {
+		bad("ready.timeout", "%s: use a duration between 1s and 1h", time.Duration(r.Timeout))
+	}
+}
+
+// memoryBytes returns the memory limit in bytes (0: none).
+func (a App) memoryBytes() int64 {
+	if a.Resources.Memory == "" {
+		return 0
+	}
+	n, _ := layering.ParseSize("resources.memory", a.Resources.Memory)
+	return n
+}
+
+// checkpointBytes returns the checkpoint image size.
+func (a App) checkpointBytes() int64 {
+	n, err := layering.ParseSize("checkpoint_size", a.CheckpointSize)
+	if err != nil {
+		n, _ = layering.ParseSize("checkpoint_size", DefaultCheckpointSize)
+	}
+	return n
+}
