@@ -97,14 +97,16 @@ func newFixture(t *testing.T, dmtcpDriver string) *fixture {
 	t.Cleanup(func() { l.Close() })
 
 	f := &fixture{l: l, state: state}
+	dc := deploy.Config{StateDir: state + "/deploy", Pool: c.Pool, Node: "test", DMTCPDriver: dmtcpDriver}
+	ec := engine.Config{Logger: log}
 	deps := deploy.Deps{Store: l.Store, Envs: l.Manager, Mapper: l.Mapper, Log: log,
-		Host: deploy.NewHost(engine.NewDMTCP(engine.Config{Logger: log}), engine.NewCRIU(engine.Config{Logger: log}))}
+		Host: deploy.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))}
 	if dmtcpDriver == "container" {
 		f.rt = dockerForTest(t, log)
 		buildImage(ctx, t)
 		deps.Container = &deploy.Container{RT: f.rt, Image: testImage, StopTimeout: 5 * time.Second}
 	}
-	f.d, err = deploy.New(deploy.Config{StateDir: state + "/deploy", Pool: c.Pool, Node: "test", DMTCPDriver: dmtcpDriver}, deps)
+	f.d, err = deploy.New(dc, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,8 +162,8 @@ func redisApp(name, env, eng string) deploy.App {
 		Name: name, Env: env, Engine: eng,
 		Command: []string{"redis-server", "--port", "6379", "--protected-mode", "no", "--save", "", "--appendonly", "no",
 			"--jemalloc-bg-thread", "no", "--daemonize", "no"},
-		Ports: []deploy.Port{{Port: 6379}},
-		Ready: deploy.Readiness{Kind: deploy.ReadyTCP, Port: 6379, Send: "PING\r\n", Expect: "+PONG", Timeout: deploy.Duration(30 * time.Second)},
+		Ports:          []deploy.Port{{Port: 6379}},
+		Ready:          deploy.Readiness{Kind: deploy.ReadyTCP, Port: 6379, Send: "PING\r\n", Expect: "+PONG", Timeout: deploy.Duration(30 * time.Second)},
 		Resources:      deploy.Resources{CPUs: 1, Memory: "256M"},
 		CheckpointSize: "256M",
 	}
@@ -229,7 +231,7 @@ func (f *fixture) leftovers(t *testing.T, app string) leftovers {
 
 func mountsUnder(t *testing.T, dir string) []string {
 	t.Helper()
-	mi, err := os.Open("/proc/self/mountinfo")
+	mi, err := os.Open("/proc/thread-self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}

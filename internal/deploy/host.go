@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -95,6 +96,14 @@ func (d *Host) Start(ctx context.Context, r Run) (_ Handle, err error) {
 			return Handle{}, err
 		}
 		in.gen = r.Gen + 1
+		if img.Root != "" {
+			// CRIU restores at the root's path of checkpoint time; the
+			// engine binds this instance's root over it in the app's mount
+			// namespace, which needs the directory on this node.
+			if err := os.MkdirAll(img.Root, 0o755); err != nil {
+				return Handle{}, err
+			}
+		}
 		in.proc, err = e.Restore(ctx, img, engine.RestoreSpec{Root: r.EnvPath, Stdout: in.tail, Stderr: in.tail, NetNS: true})
 	default:
 		return Handle{}, fmt.Errorf("%w: mode %q", ErrInvalidSpec, r.Mode)

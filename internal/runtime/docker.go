@@ -61,8 +61,8 @@ type Docker struct {
 }
 
 var (
-	_ Runtime       = (*Docker)(nil)
-	_ Signaler      = (*Docker)(nil)
+	_ Runtime        = (*Docker)(nil)
+	_ Signaler       = (*Docker)(nil)
 	_ ImageImporter  = (*Docker)(nil)
 	_ ImageInspector = (*Docker)(nil)
 )

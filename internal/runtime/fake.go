@@ -34,8 +34,8 @@ type Fake struct {
 }
 
 var (
-	_ Runtime       = (*Fake)(nil)
-	_ Signaler      = (*Fake)(nil)
+	_ Runtime        = (*Fake)(nil)
+	_ Signaler       = (*Fake)(nil)
 	_ ImageImporter  = (*Fake)(nil)
 	_ ImageInspector = (*Fake)(nil)
 )

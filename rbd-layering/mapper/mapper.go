@@ -386,6 +386,14 @@ func (m *Mapper) Release(ctx context.Context, id string) error {
 
 func (m *Mapper) release(ctx context.Context, rec *Record) error {
 	start := time.Now()
+	// Private mount namespaces made while the image was mounted (those of
+	// apps run by the checkpoint engines) hold copies of its mounts, which
+	// keep the device busy: drop them first.
+	if n, err := DetachCopies(rec.Target, rec.FuseDir); err != nil {
+		m.log.Warn("detach copies of the mapping's mounts in other namespaces", "id", rec.ID, "err", err)
+	} else if n > 0 {
+		m.log.Debug("detached copies of the mapping's mounts in other namespaces", "id", rec.ID, "count", n)
+	}
 	if err := m.unmount(ctx, rec); err != nil {
 		return err
 	}

@@ -116,7 +116,7 @@ type mountEntry struct {
 }
 
 func mounts() ([]mountEntry, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
 	if err != nil {
 		return nil, err
 	}

@@ -125,7 +125,7 @@ func leftoverPort(t *testing.T, port int) {
 // the engines' in-root state directory.
 func leftoverMounts(t *testing.T, paths ...string) {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -147,7 +147,7 @@ func IsMountPoint(dir string) bool {
 }
 
 func mountsUnder(dir string) []string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
 	if err != nil {
 		return nil
 	}
