@@ -1,0 +1,300 @@
+//go:build !no_ceph
+
+// Package deploytest sets up a real node for the deploy path's tests and
+// benchmarks: the dev Ceph pool, this machine's mapper, the dev dockerd
+// with the DMTCP image, and a redis environment imported from a rootfs.
+package deploytest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/devenv"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/runtime"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
+	"github.com/fogdeploy/fogdeploy/internal/wire"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/cephstore"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
+)
+
+// Where the tests find what they need; each can be overridden.
+const (
+	envDMTCPPrefix = "FOGDEPLOY_DMTCP_PREFIX" // installed DMTCP (default /opt/dmtcp)
+	envTestRootfs  = "FOGDEPLOY_TEST_ROOTFS"  // bookworm rootfs with redis-server (default /opt/src/rootfs)
+	testImage      = "fogdeploy/dmtcp:deploytest"
+)
+
+// Fixture is one node of a PoP: the dev Ceph pool, this machine's mapper,
+// the dev dockerd, and a redis environment imported from a rootfs.
+type Fixture struct {
+	D     *deploy.Deployer
+	L     *wire.Layering
+	RT    *runtime.Docker
+	Env   string
+	State string
+}
+
+func redisRootfs(t testing.TB) string {
+	t.Helper()
+	root := devenv.Lookup(envTestRootfs, "/opt/src/rootfs")
+	if _, err := os.Stat(filepath.Join(root, "usr", "bin", "redis-server")); err != nil {
+		testenv.Unavailable(t, testenv.DMTCP, fmt.Sprintf("no rootfs with redis-server at %s (set %s, or create one with "+
+			"`debootstrap --variant=minbase --include=redis-server bookworm DIR`): %v", root, envTestRootfs, err))
+	}
+	return root
+}
+
+// NewFixture sets up a node whose DMTCP apps run with dmtcpDriver
+// ("container" or "host").
+func NewFixture(t testing.TB, dmtcpDriver string) *Fixture {
+	t.Helper()
+	testenv.NeedRoot(t)
+	c := testenv.CephCluster(t)
+	root := redisRootfs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	s, err := cephstore.Open(ctx, cephstore.Config{Conf: c.Conf, Keyring: c.Keyring, ID: c.ID, Pool: c.Pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not t.TempDir: its RemoveAll would walk into a mount that a failed
+	// test left, and delete the files of an RBD image through it.
+	state, err := os.MkdirTemp("", "fogdeploy-deploytest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if mounts := mountsUnder(t, state); len(mounts) > 0 {
+			t.Errorf("mounts left under %s (kept for inspection): %v", state, mounts)
+			return
+		}
+		_ = os.RemoveAll(state)
+	})
+	mc := mapper.Config{Backend: mapper.BackendAuto, StateDir: state + "/mapper", CephConf: c.Conf, Keyring: c.Keyring, ID: c.ID}
+	l, err := wire.NewLayering(ctx, s, c.Pool, mc, layering.DefaultManagerConfig(state+"/work"), log)
+	if err != nil {
+		s.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+
+	f := &Fixture{L: l, State: state}
+	dc := deploy.Config{StateDir: state + "/deploy", Pool: c.Pool, Node: "test", DMTCPDriver: dmtcpDriver}
+	ec := engine.Config{Logger: log}
+	deps := deploy.Deps{Store: l.Store, Envs: l.Manager, Mapper: l.Mapper, Log: log,
+		Host: deploy.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))}
+	if dmtcpDriver == "container" {
+		f.RT = dockerForTest(t, log)
+		buildImage(ctx, t)
+		deps.Container = &deploy.Container{RT: f.RT, Image: testImage, StopTimeout: 5 * time.Second}
+	}
+	f.D, err = deploy.New(dc, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	f.Env = "t-redis-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	start := time.Now()
+	if _, err := l.Manager.Import(ctx, f.Env, layering.Source{Dir: root}, layering.ImportOptions{}); err != nil {
+		t.Fatalf("import %s: %v", root, err)
+	}
+	t.Logf("environment %s imported from %s in %s", f.Env, root, time.Since(start).Round(time.Millisecond))
+	t.Cleanup(func() {
+		if _, err := l.Manager.Remove(context.Background(), f.Env); err != nil {
+			t.Errorf("remove environment %s: %v", f.Env, err)
+		}
+	})
+	return f
+}
+
+func dockerForTest(t testing.TB, log *slog.Logger) *runtime.Docker {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := runtime.Dial(ctx, devenv.Lookup(devenv.EnvDockerHost, devenv.DockerHost()), log)
+	if err != nil {
+		testenv.Unavailable(t, testenv.Docker, err.Error())
+	}
+	return d
+}
+
+func buildImage(ctx context.Context, t testing.TB) {
+	t.Helper()
+	prefix := devenv.Lookup(envDMTCPPrefix, "/opt/dmtcp")
+	if _, err := os.Stat(filepath.Join(prefix, "bin", "dmtcp_launch")); err != nil {
+		testenv.Unavailable(t, testenv.DMTCP, fmt.Sprintf("no DMTCP install at %s (set %s): %v", prefix, envDMTCPPrefix, err))
+	}
+	host := devenv.Lookup(devenv.EnvDockerHost, devenv.DockerHost())
+	out, err := exec.CommandContext(ctx, "bash", filepath.Join(repoRoot(), "dmtcp-image", "build.sh"), "-t", testImage, prefix, host).CombinedOutput()
+	if err != nil {
+		t.Fatalf("dmtcp-image/build.sh: %v\n%s", err, out)
+	}
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// RedisApp is redis-server on port 6379, ready once PING answers PONG.
+func RedisApp(name, env, eng string) deploy.App {
+	return deploy.App{
+		Name: name, Env: env, Engine: eng,
+		Command: []string{"redis-server", "--port", "6379", "--protected-mode", "no", "--save", "", "--appendonly", "no",
+			"--jemalloc-bg-thread", "no", "--daemonize", "no"},
+		Ports:          []deploy.Port{{Port: 6379}},
+		Ready:          deploy.Readiness{Kind: deploy.ReadyTCP, Port: 6379, Send: "PING\r\n", Expect: "+PONG", Timeout: deploy.Duration(30 * time.Second)},
+		Resources:      deploy.Resources{CPUs: 1, Memory: "256M"},
+		CheckpointSize: "256M",
+	}
+}
+
+// RedisAddr is where a deployment of RedisApp answers.
+func RedisAddr(t testing.TB, dep deploy.Deployment) string {
+	t.Helper()
+	addr := dep.Ports[deploy.PortKey(6379, "tcp")]
+	if addr == "" {
+		t.Fatalf("deployment %s publishes no 6379/tcp: %v", dep.ID, dep.Ports)
+	}
+	return addr
+}
+
+// snapshot of what a deployment can leave on the node and in the pool.
+// Leftovers is what a deployment can leave on the node and in the pool.
+type Leftovers struct {
+	Images     []string
+	Mappings   []string
+	Mounts     []string
+	Containers []string
+	Records    []string
+}
+
+// Leftovers reports what deployments of app left.
+func (f *Fixture) Leftovers(t testing.TB, app string) Leftovers {
+	t.Helper()
+	ctx := context.Background()
+	var lo Leftovers
+	names, err := f.L.Store.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, deploy.InstancePrefix+app+"-") || strings.HasPrefix(n, deploy.GenPrefix+app+"-") {
+			lo.Images = append(lo.Images, n)
+		}
+	}
+	maps, err := f.L.Mapper.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range maps {
+		lo.Mappings = append(lo.Mappings, m.ID)
+	}
+	lo.Mounts = mountsUnder(t, f.State)
+	if f.RT != nil {
+		sts, err := f.RT.List(ctx, map[string]string{runtime.LabelApp: app})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range sts {
+			lo.Containers = append(lo.Containers, s.Name)
+		}
+	}
+	recs, err := f.D.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.App == app {
+			lo.Records = append(lo.Records, r.ID+" ("+r.Phase+")")
+		}
+	}
+	return lo
+}
+
+func mountsUnder(t testing.TB, dir string) []string {
+	t.Helper()
+	mi, err := os.Open("/proc/thread-self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mi.Close()
+	var out []string
+	sc := bufio.NewScanner(mi)
+	for sc.Scan() {
+		if fields := strings.Fields(sc.Text()); len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
+			out = append(out, fields[4])
+		}
+	}
+	return out
+}
+
+// Empty reports whether nothing is left.
+func (lo Leftovers) Empty() bool {
+	return len(lo.Images)+len(lo.Mappings)+len(lo.Mounts)+len(lo.Containers)+len(lo.Records) == 0
+}
+
+// AssertNothingLeft fails t if deployments of app left anything (but
+// the generation images, with keepGen).
+func AssertNothingLeft(t testing.TB, f *Fixture, app string, keepGen bool) {
+	t.Helper()
+	lo := f.Leftovers(t, app)
+	if keepGen {
+		var rest []string
+		for _, n := range lo.Images {
+			if !strings.HasPrefix(n, deploy.GenPrefix) {
+				rest = append(rest, n)
+			}
+		}
+		lo.Images = rest
+	}
+	if !lo.Empty() {
+		t.Errorf("left behind: %+v", lo)
+	}
+}
+
+// repoRoot is the repository's top directory, found from this file.
+func repoRoot() string {
+	_, file, _, _ := goruntime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+}
+
+// UndeployAll removes what a failed test left of app's deployments.
+func (f *Fixture) UndeployAll(t testing.TB, app string) {
+	recs, _ := f.D.List()
+	for _, r := range recs {
+		if r.App == app {
+			if err := f.D.Undeploy(context.Background(), r.ID); err != nil {
+				t.Errorf("cleanup: undeploy %s: %v", r.ID, err)
+			}
+		}
+	}
+}
+
+// RemoveGenerations removes every checkpoint generation of app.
+func (f *Fixture) RemoveGenerations(t testing.TB, app string) {
+	gens, _ := f.D.Generations(context.Background(), app)
+	for _, g := range gens {
+		if err := f.D.RemoveGeneration(context.Background(), app, g.Gen); err != nil {
+			t.Errorf("remove generation %d of %s: %v", g.Gen, app, err)
+		}
+	}
+}

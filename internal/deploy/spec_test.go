@@ -1,0 +1,98 @@
+package deploy
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+const goodSpec = `
+name: redis
+env: redis
+command: [redis-server, --port, "6379", --protected-mode, "no"]
+ports: [{port: 6379}]
+ready: {kind: tcp, port: 6379, send: "PING\r\n", expect: "+PONG", timeout: 20s}
+resources: {cpus: 0.5, memory: 256M}
+`
+
+func TestParseApp(t *testing.T) {
+	a, err := ParseApp(strings.NewReader(goodSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Engine != "dmtcp" || a.Ports[0].Proto != "tcp" || a.CheckpointSize != DefaultCheckpointSize || a.Ready.Send != "PING\r\n" {
+		t.Errorf("defaults not applied: %+v", a)
+	}
+	if a.memoryBytes() != 256<<20 {
+		t.Errorf("memory = %d", a.memoryBytes())
+	}
+}
+
+// Each bad spec is refused with an error that names the field to fix.
+func TestParseAppRefuses(t *testing.T) {
+	cases := map[string]struct{ spec, field string }{
+		"missing command":     {`{name: a, env: e, ready: {kind: output, phrase: up}}`, "command"},
+		"port out of range":   {`{name: a, env: e, command: [x], ports: [{port: 70000}], ready: {kind: output, phrase: up}}`, "ports[0].port"},
+		"unknown engine":      {`{name: a, env: e, command: [x], engine: podman, ready: {kind: output, phrase: up}}`, "engine"},
+		"ready without port":  {`{name: a, env: e, command: [x], ready: {kind: tcp}}`, "ready.port"},
+		"ready on other port": {`{name: a, env: e, command: [x], ports: [{port: 80}], ready: {kind: http, port: 81}}`, "ready.port"},
+		"ready without kind":  {`{name: a, env: e, command: [x]}`, "ready.kind"},
+		"exec without cmd":    {`{name: a, env: e, command: [x], ready: {kind: exec}}`, "ready.command"},
+		"bad name":            {`{name: A_B, env: e, command: [x], ready: {kind: output, phrase: up}}`, "name"},
+		"unknown field":       {`{name: a, env: e, command: [x], ready: {kind: output, phrase: up}, colour: red}`, "colour"},
+		"bad timeout":         {`{name: a, env: e, command: [x], ready: {kind: output, phrase: up, timeout: soon}}`, "duration"},
+		"bad memory":          {`{name: a, env: e, command: [x], ready: {kind: output, phrase: up}, resources: {memory: lots}}`, "resources.memory"},
+		"gzip with criu":      {`{name: a, env: e, command: [x], engine: criu, compression: gzip, ready: {kind: output, phrase: up}}`, "compression"},
+		"empty":               {``, "empty"},
+		"two documents":       {"{name: a}\n---\n{name: b}\n", "more than one"},
+		"bad env var":         {`{name: a, env: e, command: [x], environment: [NOEQUALS], ready: {kind: output, phrase: up}}`, "environment[0]"},
+	}
+	for name, c := range cases {
+		_, err := ParseApp(strings.NewReader(c.spec))
+		if !errors.Is(err, ErrInvalidSpec) {
+			t.Errorf("%s: err = %v; want ErrInvalidSpec", name, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: error does not name %q: %v", name, c.field, err)
+		}
+	}
+}
+
+func TestParseAppReportsEveryProblem(t *testing.T) {
+	_, err := ParseApp(strings.NewReader(`{name: "", env: "", ready: {kind: tcp}}`))
+	for _, f := range []string{"name", "env", "command", "ready.port"} {
+		if err == nil || !strings.Contains(err.Error(), f) {
+			t.Errorf("error does not mention %s: %v", f, err)
+		}
+	}
+}
+
+func TestParseAppSizeLimit(t *testing.T) {
+	big := goodSpec + "# " + strings.Repeat("x", MaxSpecSize) + "\n"
+	if _, err := ParseApp(strings.NewReader(big)); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("oversized spec: %v", err)
+	}
+}
+
+func FuzzParseApp(f *testing.F) {
+	f.Add(goodSpec)
+	f.Add(`{name: a, env: e, command: [x], ready: {kind: output, phrase: up}}`)
+	f.Add("ports: [{port: -1}]")
+	f.Fuzz(func(t *testing.T, spec string) {
+		a, err := ParseApp(strings.NewReader(spec))
+		if err != nil {
+			if !errors.Is(err, ErrInvalidSpec) && !strings.Contains(err.Error(), "app spec") {
+				t.Fatalf("unwrapped error: %v", err)
+			}
+			return
+		}
+		// What is accepted is valid and round-trips through Validate.
+		if err := a.Validate(); err != nil {
+			t.Fatalf("accepted spec fails Validate: %v", err)
+		}
+		if len(a.Command) == 0 || a.Ready.Kind == "" {
+			t.Fatalf("accepted spec without command or readiness: %+v", a)
+		}
+	})
+}
