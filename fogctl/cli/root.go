@@ -18,6 +18,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fogdeploy/fogdeploy/internal/config"
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/version"
 	"github.com/fogdeploy/fogdeploy/internal/wire"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -67,6 +69,8 @@ type Factory struct {
 
 	// Layering opens the environment manager (overridable in tests).
 	Layering func(ctx context.Context) (*wire.Layering, error)
+	// State connects to the PoP's etcd (overridable in tests).
+	State func(ctx context.Context) (*state.Store, error)
 }
 
 // Config returns the layered configuration: defaults, file, env, flags.
@@ -162,6 +166,12 @@ a config file (--config), or the cluster that ` + "`make dev-up`" + ` started.
 	envCmd := NewCmdEnv(f)
 	envCmd.GroupID = "env"
 	root.AddCommand(envCmd)
+	root.AddGroup(&cobra.Group{ID: "pop", Title: "Point of presence:"})
+	for _, c := range []*cobra.Command{NewCmdNode(f), NewCmdApp(f), NewCmdDeploy(f), NewCmdPs(f), NewCmdUndeploy(f),
+		NewCmdLogs(f), NewCmdCheckpoint(f)} {
+		c.GroupID = "pop"
+		root.AddCommand(c)
+	}
 	root.AddCommand(NewCmdVersion(f))
 	return root
 }
@@ -199,6 +209,7 @@ func Main(args []string, in io.Reader, out, errOut io.Writer) int {
 	defer stop()
 	f := &Factory{In: in, Out: out, ErrOut: errOut, Global: &GlobalOptions{}}
 	f.Layering = f.openLayering
+	f.State = f.openState
 	return run(ctx, f, args)
 }
 
@@ -240,6 +251,10 @@ func reportError(w io.Writer, cmd *cobra.Command, err error, ctx context.Context
 	fmt.Fprintf(w, "Error: %s\n", err)
 	code := exitCode(err, ctx)
 	hint := layering.Hint(err)
+	var uh interface{ UserHint() string }
+	if hint == "" && errors.As(err, &uh) {
+		hint = uh.UserHint()
+	}
 	if hint == "" && code == ExitInvalid && cmd != nil && isUsageError(err) {
 		hint = fmt.Sprintf("see `%s --help`", cmd.CommandPath())
 	}
@@ -254,14 +269,16 @@ func exitCode(err error, ctx context.Context) int {
 	switch {
 	case errors.Is(ctx.Err(), context.Canceled):
 		return ExitInterrupted
-	case errors.Is(err, layering.ErrInvalid), isUsageError(err):
+	case errors.Is(err, layering.ErrInvalid), isUsageError(err), errors.Is(err, deploy.ErrInvalidSpec):
 		return ExitInvalid
-	case errors.Is(err, layering.ErrNotFound):
+	case errors.Is(err, layering.ErrNotFound), errors.Is(err, state.ErrNotFound), errors.Is(err, deploy.ErrNotFound):
 		return ExitNotFound
 	case errors.Is(err, layering.ErrExists), errors.Is(err, layering.ErrHasChildren),
-		errors.Is(err, layering.ErrBusy), errors.Is(err, layering.ErrTooDeep):
+		errors.Is(err, layering.ErrBusy), errors.Is(err, layering.ErrTooDeep),
+		errors.Is(err, state.ErrExists), errors.Is(err, state.ErrInUse):
 		return ExitConflict
-	case errors.Is(err, layering.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, layering.ErrUnavailable), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, state.ErrUnavailable), errors.Is(err, state.ErrNoNode):
 		return ExitUnavailable
 	}
 	return ExitError

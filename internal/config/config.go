@@ -28,6 +28,33 @@ type Config struct {
 	Layering Layering `yaml:"layering"`
 	Docker   Docker   `yaml:"docker"`
 	Node     Node     `yaml:"node"`
+	Etcd     Etcd     `yaml:"etcd"`
+	Agent    Agent    `yaml:"agent"`
+}
+
+// Etcd says how to reach the PoP's etcd (internal/state.Config).
+type Etcd struct {
+	Endpoints   []string      `yaml:"endpoints"`
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+	CAFile      string        `yaml:"ca_file"`
+	CertFile    string        `yaml:"cert_file"`
+	KeyFile     string        `yaml:"key_file"`
+}
+
+// Agent tunes pop-agent.
+type Agent struct {
+	// Capacity is how many instances this node takes.
+	Capacity int `yaml:"capacity"`
+	// LeaseTTL is the node lease in seconds: a killed agent's node turns
+	// NotReady after it.
+	LeaseTTL int `yaml:"lease_ttl"`
+	// DMTCPImage is the DMTCP container image.
+	DMTCPImage string `yaml:"dmtcp_image"`
+	// DMTCPDriver is "container" (default) or "host".
+	DMTCPDriver string `yaml:"dmtcp_driver"`
+	// TokenFile holds the bearer token of the hook API (required outside
+	// --dev).
+	TokenFile string `yaml:"token_file"`
 }
 
 // Ceph says how to reach the cluster.
@@ -85,6 +112,8 @@ func Default() Config {
 		Layering: Layering{SoftDepth: 4, HardDepth: 8},
 		Docker:   Docker{Host: devenv.DockerHost()},
 		Node:     Node{Name: host, StateDir: filepath.Join(devenv.Dir(), "node", host)},
+		Etcd:     Etcd{Endpoints: []string{devenv.EtcdEndpoint}, DialTimeout: 5 * time.Second},
+		Agent:    Agent{Capacity: 8, LeaseTTL: 5, DMTCPImage: "fogdeploy/dmtcp:4.2.0", DMTCPDriver: "container"},
 	}
 }
 
@@ -132,6 +161,11 @@ func (c *Config) ApplyEnv() {
 	set(&c.Mapper.Backend, "FOGDEPLOY_MAPPER")
 	set(&c.Node.Name, "FOGDEPLOY_NODE")
 	set(&c.Node.StateDir, "FOGDEPLOY_STATE_DIR")
+	set(&c.Agent.DMTCPImage, "FOGDEPLOY_DMTCP_IMAGE")
+	set(&c.Agent.TokenFile, "FOGDEPLOY_TOKEN_FILE")
+	if v := os.Getenv("FOGDEPLOY_ETCD_ENDPOINTS"); v != "" {
+		c.Etcd.Endpoints = strings.Split(v, ",")
+	}
 }
 
 // Validate reports every problem at once.
@@ -168,6 +202,21 @@ func (c Config) Validate() error {
 	}
 	if c.Node.StateDir == "" || !filepath.IsAbs(c.Node.StateDir) {
 		add("node.state_dir %q: give an absolute directory", c.Node.StateDir)
+	}
+	if len(c.Etcd.Endpoints) == 0 {
+		add("etcd.endpoints is empty: give host:port of an etcd member (FOGDEPLOY_ETCD_ENDPOINTS), or run `make dev-up` for the dev one")
+	}
+	if (c.Etcd.CertFile == "") != (c.Etcd.KeyFile == "") {
+		add("etcd.cert_file and etcd.key_file: give both or neither")
+	}
+	if c.Agent.Capacity < 1 || c.Agent.Capacity > 1000 {
+		add("agent.capacity %d: give the number of instances this node takes (1-1000)", c.Agent.Capacity)
+	}
+	if c.Agent.LeaseTTL < 2 || c.Agent.LeaseTTL > 300 {
+		add("agent.lease_ttl %d: give seconds between 2 and 300", c.Agent.LeaseTTL)
+	}
+	if c.Agent.DMTCPDriver != "container" && c.Agent.DMTCPDriver != "host" {
+		add("agent.dmtcp_driver %q: use container or host", c.Agent.DMTCPDriver)
 	}
 	if c.Docker.Host != "" && !strings.Contains(c.Docker.Host, "://") {
 		add("docker.host %q: give a URL such as unix:///var/run/docker.sock", c.Docker.Host)

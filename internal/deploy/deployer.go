@@ -220,6 +220,13 @@ type Options struct {
 	// Prepare, if set, runs when a deploy has to produce the checkpoint
 	// first: once the booted app is ready and before it is checkpointed.
 	Prepare PrepareFunc
+	// LockCheckpoint, if set, is held while this deploy checks for a
+	// checkpoint and produces one when there is none: the PoP-wide lock
+	// (etcd) that makes the checkpoint exactly once. The node-local lock is
+	// always taken too.
+	LockCheckpoint func(ctx context.Context) (unlock func(), err error)
+	// Sealed, if set, is called with a generation this deploy produced.
+	Sealed func(ctx context.Context, g Generation) error
 }
 
 // PrepareFunc runs against the booted app before its checkpoint, e.g. to
@@ -313,14 +320,7 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 	var boot layering.Timings
 	if errors.Is(err, ErrNoCheckpoint) {
 		// One producer per app on this node; the others wait and reuse.
-		l := d.lockApp(app.Name)
-		l.Lock()
-		gen, err = d.Latest(ctx, app.Name)
-		if errors.Is(err, ErrNoCheckpoint) {
-			gen, err = d.Checkpoint(ctx, app, CheckpointOptions{Progress: opts.Progress, Prepare: opts.Prepare})
-			boot = gen.Timings
-		}
-		l.Unlock()
+		gen, boot, err = d.produceOnce(ctx, app, opts)
 	}
 	if err != nil {
 		return Deployment{}, err
@@ -334,6 +334,94 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 		}
 	}
 	return dep, err
+}
+
+// produceOnce returns the app's newest generation, producing it under the
+// node-local and the caller's (PoP-wide) locks if there is none yet.
+func (d *Deployer) produceOnce(ctx context.Context, app App, opts Options) (Generation, layering.Timings, error) {
+	l := d.lockApp(app.Name)
+	l.Lock()
+	defer l.Unlock()
+	if opts.LockCheckpoint != nil {
+		unlock, err := opts.LockCheckpoint(ctx)
+		if err != nil {
+			return Generation{}, nil, err
+		}
+		defer unlock()
+	}
+	gen, err := d.Latest(ctx, app.Name)
+	if !errors.Is(err, ErrNoCheckpoint) {
+		return gen, nil, err
+	}
+	gen, err = d.Checkpoint(ctx, app, CheckpointOptions{Progress: opts.Progress, Prepare: opts.Prepare})
+	if err != nil {
+		return Generation{}, nil, err
+	}
+	if opts.Sealed != nil {
+		if err := opts.Sealed(ctx, gen); err != nil {
+			d.log.Warn("recording the new generation", "app", app.Name, "gen", gen.Gen, "err", err)
+		}
+	}
+	return gen, gen.Timings, nil
+}
+
+// Logs returns the last n lines of a deployment's output.
+func (d *Deployer) Logs(ctx context.Context, id string, n int) ([]string, error) {
+	rec, err := d.Load(id)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Handle == nil {
+		return nil, fmt.Errorf("deployment %s has no instance yet (phase %s)", id, rec.Phase)
+	}
+	dr := d.driverByName(rec.Handle.Driver)
+	if dr == nil {
+		return nil, fmt.Errorf("%w: driver %q of deployment %s", ErrDriver, rec.Handle.Driver, id)
+	}
+	return dr.Logs(ctx, *rec.Handle, n)
+}
+
+// Adopt checks, at start, the deployments a previous run left on the
+// node: a Running one whose instance still runs is kept; every other one
+// (interrupted, failed, or whose instance is gone) is undeployed. It
+// returns the kept and the removed IDs.
+func (d *Deployer) Adopt(ctx context.Context) (kept, removed []string, err error) {
+	recs, err := d.List()
+	if err != nil {
+		return nil, nil, err
+	}
+	var errs []error
+	for _, r := range recs {
+		if r.Phase == PhaseRunning && r.Handle != nil {
+			if dr := d.driverByName(r.Handle.Driver); dr != nil {
+				if ok, err := dr.Running(ctx, *r.Handle); err == nil && ok {
+					kept = append(kept, r.ID)
+					continue
+				}
+			}
+		}
+		if err := d.Undeploy(ctx, r.ID); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, r.ID)
+	}
+	return kept, removed, errors.Join(errs...)
+}
+
+// Mappings returns the mapping IDs that deployment records own.
+func (d *Deployer) Mappings() (map[string]bool, error) {
+	recs, err := d.List()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, r := range recs {
+		for _, m := range r.Mappings {
+			out[m] = true
+		}
+	}
+	return out, nil
 }
 
 func prefixed(p string, t layering.Timings) layering.Timings {
@@ -779,15 +867,24 @@ func (d *Deployer) driverByName(name string) Driver {
 // RemoveGeneration removes a checkpoint generation. It refuses, wrapping
 // layering.ErrHasChildren, while deployments still use it.
 func (d *Deployer) RemoveGeneration(ctx context.Context, app string, gen int) error {
+	return RemoveGeneration(ctx, d.deps.Store, app, gen)
+}
+
+// RemoveGeneration removes generation gen of app from the pool; it refuses,
+// wrapping layering.ErrHasChildren, while deployments still use it.
+func RemoveGeneration(ctx context.Context, store layering.Store, app string, gen int) error {
+	if _, err := store.Stat(ctx, genImage(app, gen, "ckpt")); err != nil {
+		return fmt.Errorf("generation %d of %s: %w", gen, app, err)
+	}
 	var errs []error
 	for _, kind := range []string{"ckpt", "env"} {
 		img := genImage(app, gen, kind)
-		if kids, err := d.deps.Store.Children(ctx, layering.SnapRef{Image: img, Snap: layering.SealedSnap}); err == nil && len(kids) > 0 {
+		if kids, err := store.Children(ctx, layering.SnapRef{Image: img, Snap: layering.SealedSnap}); err == nil && len(kids) > 0 {
 			return fmt.Errorf("generation %d of %s is used by %d deployment(s) (%s): %w", gen, app, len(kids), strings.Join(kids, ", "), layering.ErrHasChildren)
 		}
 	}
 	for _, kind := range []string{"ckpt", "env"} {
-		if err := d.deps.Store.Remove(ctx, genImage(app, gen, kind)); err != nil && !errors.Is(err, layering.ErrNotFound) {
+		if err := store.Remove(ctx, genImage(app, gen, kind)); err != nil && !errors.Is(err, layering.ErrNotFound) {
 			errs = append(errs, err)
 		}
 	}

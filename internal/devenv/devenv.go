@@ -21,6 +21,10 @@ const (
 	EnvDockerHost  = "DOCKER_HOST"
 )
 
+// EtcdEndpoint is where the dev etcd (scripts/dev-etcd.sh, the embedded
+// etcd of `pop-agent etcd`) listens.
+const EtcdEndpoint = "127.0.0.1:23790"
+
 // DefaultPool is the RBD pool that dev-up creates.
 const DefaultPool = "fogdeploy"
 

@@ -1,8 +1,10 @@
-// Package agent is the pop-agent: one per node. Today it validates its
-// configuration, undoes the mappings a previous run left (crash
-// recovery), probes the mapping backend, and serves /healthz and
-// Prometheus /metrics until SIGINT/SIGTERM. The deploy lifecycle is added
-// on top of this loop.
+// Package agent is the pop-agent: one per node. It registers the node in
+// the PoP's etcd with a lease, watches the deployments placed on its node
+// and reconciles them (deploy: restore from the app's checkpoint, producing
+// it first under a PoP-wide lock when there is none; undeploy), writes
+// their status and per-phase timings back, and serves /healthz,
+// Prometheus /metrics and the redeployment hook API until SIGINT/SIGTERM.
+// `pop-agent etcd` runs the embedded single-node etcd of one machine.
 package agent
 
 import (
@@ -13,7 +15,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -21,12 +22,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fogdeploy/fogdeploy/internal/config"
-	"github.com/fogdeploy/fogdeploy/internal/version"
-	"github.com/fogdeploy/fogdeploy/internal/wire"
-	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
 
 // Options are pop-agent's flags.
@@ -38,6 +35,8 @@ type Options struct {
 	Node       string
 	StateDir   string
 	Mapper     string
+	// Dev serves the hook API without a token (one machine only).
+	Dev bool
 	// ShutdownTimeout bounds the graceful shutdown.
 	ShutdownTimeout time.Duration
 }
@@ -53,6 +52,7 @@ func parseFlags(args []string, errOut io.Writer) (Options, error) {
 	fs.StringVar(&o.Node, "node", "", "node name (default: config, else the host name)")
 	fs.StringVar(&o.StateDir, "state-dir", "", "node state directory (default: config)")
 	fs.StringVar(&o.Mapper, "mapper", "", "mapping backend: auto, krbd, nbd or fuse")
+	fs.BoolVar(&o.Dev, "dev", false, "development mode: the hook API needs no token")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "bound of the graceful shutdown")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -94,6 +94,9 @@ func loadConfig(o Options) (config.Config, error) {
 	if _, _, err := net.SplitHostPort(o.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("--listen %q: give host:port, e.g. 127.0.0.1:7480", o.Listen))
 	}
+	if !o.Dev && c.Agent.TokenFile == "" {
+		errs = append(errs, errors.New("agent.token_file is empty: the hook API needs a bearer token outside --dev (FOGDEPLOY_TOKEN_FILE)"))
+	}
 	if o.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout %s: use a positive duration", o.ShutdownTimeout))
 	}
@@ -113,6 +116,9 @@ func newLogger(o Options, w io.Writer) *slog.Logger {
 // Main runs the agent and returns its exit code: 0 after a clean
 // shutdown, 2 for invalid flags or config, 1 otherwise.
 func Main(args []string, out, errOut io.Writer) int {
+	if len(args) > 0 && args[0] == "etcd" {
+		return etcdMain(args[1:], errOut)
+	}
 	o, err := parseFlags(args, errOut)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -135,55 +141,12 @@ func Main(args []string, out, errOut io.Writer) int {
 	return 0
 }
 
-// Run starts the agent and blocks until ctx is done.
-func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) error {
-	log = log.With("node", c.Node.Name)
-	reg := prometheus.NewRegistry()
-	m := newMetrics(reg)
-	mp, err := mapper.New(ctx, wire.MapperConfig(c), log)
-	if err != nil {
-		return fmt.Errorf("mapper: %w", err)
-	}
-	ch := mp.Choice()
-	m.backend.WithLabelValues(ch.Backend).Set(1)
-	undone, err := mp.Recover(ctx)
-	if err != nil {
-		log.Warn("recovering mappings left by a previous run", "err", err)
-	}
-	for _, u := range undone {
-		log.Info("released a mapping left by a previous run", "image", u.Image.String(), "device", u.Device, "target", u.Target)
-	}
-	m.recovered.Add(float64(len(undone)))
-
-	ln, err := net.Listen("tcp", o.Listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", o.Listen, err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, "{\"status\":\"ok\",\"node\":%q,\"mapper\":%q,\"version\":%q}\n", c.Node.Name, ch.Backend, version.String())
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	log.Info("pop-agent ready", "listen", ln.Addr().String(), "version", version.String())
-
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		return err
-	}
-	log.Info("shutting down", "bound", o.ShutdownTimeout)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ShutdownTimeout)
-	defer cancel()
-	return srv.Shutdown(sctx)
-}
-
 type metrics struct {
-	backend   *prometheus.GaugeVec
-	recovered prometheus.Counter
+	backend     *prometheus.GaugeVec
+	recovered   prometheus.Counter
+	checkpoints prometheus.Counter
+	deploys     *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -194,7 +157,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		recovered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fogdeploy_mappings_recovered_total", Help: "Mappings left by a previous run and released at start.",
 		}),
+		checkpoints: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fogdeploy_checkpoints_total", Help: "Checkpoint generations produced on this node.",
+		}),
+		deploys: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fogdeploy_deploys_total", Help: "Deploys handled on this node, by mode (boot or restore) and result.",
+		}, []string{"mode", "result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "fogdeploy_deploy_seconds", Help: "Time from a deployment's pickup to ready, by mode.",
+			Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64},
+		}, []string{"mode"}),
 	}
-	reg.MustRegister(m.backend, m.recovered, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(m.backend, m.recovered, m.checkpoints, m.deploys, m.duration,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

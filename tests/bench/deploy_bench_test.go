@@ -119,4 +119,3 @@ func p50(v []float64) float64 {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
-

@@ -1,0 +1,525 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+	"github.com/fogdeploy/fogdeploy/pop-agent/agent"
+)
+
+// openState connects to the PoP's etcd.
+func (f *Factory) openState(ctx context.Context) (*state.Store, error) {
+	c, err := f.Config()
+	if err != nil {
+		return nil, err
+	}
+	return state.Open(ctx, agent.StateConfig(c))
+}
+
+// NewCmdNode groups the node commands.
+func NewCmdNode(f *Factory) *cobra.Command {
+	cmd := &cobra.Command{Use: "node", Short: "List the nodes of the PoP", RunE: groupRunE}
+	cmd.AddCommand(&cobra.Command{
+		Use: "ls", Aliases: []string{"list"}, Short: "List nodes (Ready while their agent's lease lives)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := f.State(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			nodes, err := st.Nodes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			deps, err := st.Deployments(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return printOut(f, nodes, func(w io.Writer) {
+				fmt.Fprintln(w, "NAME\tSTATUS\tINSTANCES\tCAPACITY\tMAPPER\tENGINES\tAPI")
+				for _, n := range nodes {
+					count := 0
+					for _, d := range deps {
+						if d.Node == n.Name {
+							count++
+						}
+					}
+					status := "NotReady"
+					if n.Ready {
+						status = "Ready"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", n.Name, status, count, n.Capacity, n.Mapper, strings.Join(n.Engines, ","), n.API)
+				}
+			})
+		},
+	})
+	return cmd
+}
+
+// AppCreateOptions are the inputs of `fogctl app create`.
+type AppCreateOptions struct {
+	F       *Factory
+	File    string
+	Replace bool
+	App     deploy.App
+	Ports   []int
+	Ready   string
+	Timeout time.Duration
+}
+
+// NewCmdApp groups the app commands.
+func NewCmdApp(f *Factory) *cobra.Command {
+	cmd := &cobra.Command{Use: "app", Short: "Manage app specs", RunE: groupRunE}
+	o := &AppCreateOptions{F: f}
+	create := &cobra.Command{
+		Use:   "create [NAME -- COMMAND...]",
+		Short: "Create an app from a YAML spec (-f) or from flags",
+		Example: `  fogctl app create -f configs/apps/redis.yaml
+  fogctl app create web --env web --port 8080 --ready http:8080/healthz -- python3 -m http.server 8080`,
+		RunE: func(cmd *cobra.Command, args []string) error { return appCreateRun(cmd.Context(), o, args) },
+	}
+	fl := create.Flags()
+	fl.StringVarP(&o.File, "file", "f", "", "app spec file (YAML or JSON; - for stdin)")
+	fl.BoolVar(&o.Replace, "replace", false, "replace the spec of an existing app")
+	fl.StringVar(&o.App.Env, "env", "", "environment the app runs in")
+	fl.IntSliceVar(&o.Ports, "port", nil, "tcp port of the app (repeatable)")
+	fl.StringVar(&o.Ready, "ready", "", "readiness: tcp:PORT, http:PORT/PATH, exec:CMD or output:PHRASE")
+	fl.DurationVar(&o.Timeout, "ready-timeout", 0, "how long to wait for ready (default 60s)")
+	fl.StringVar(&o.App.Engine, "engine", "", "checkpoint engine: dmtcp (default) or criu")
+	fl.Float64Var(&o.App.Resources.CPUs, "cpus", 0, "CPU limit per instance")
+	fl.StringVar(&o.App.Resources.Memory, "memory", "", "memory limit per instance, e.g. 512M")
+	_ = create.RegisterFlagCompletionFunc("engine", fixedCompletion("dmtcp", "criu"))
+
+	ls := &cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: "List apps", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := f.State(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			apps, err := st.Apps(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return printOut(f, apps, func(w io.Writer) {
+				fmt.Fprintln(w, "NAME\tENV\tENGINE\tPORTS\tREADY\tCOMMAND")
+				for _, a := range apps {
+					var ports []string
+					for _, p := range a.Ports {
+						ports = append(ports, deploy.PortKey(p.Port, p.Proto))
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", a.Name, a.Env, a.Engine, strings.Join(ports, ","), a.Ready.Kind, strings.Join(a.Command, " "))
+				}
+			})
+		}}
+	inspect := &cobra.Command{Use: "inspect NAME", Short: "Show an app's spec and checkpoints", Args: exactArgs(1, "an app name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := f.State(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			a, err := st.App(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			gens, err := st.Checkpoints(cmd.Context(), a.Name)
+			if err != nil {
+				return err
+			}
+			out := map[string]any{"app": a, "checkpoints": gens}
+			return printOut(f, out, func(w io.Writer) {
+				b, _ := json.MarshalIndent(a, "", "  ")
+				fmt.Fprintf(w, "%s\ncheckpoints: %d\n", b, len(gens))
+			})
+		}}
+	rm := &cobra.Command{Use: "rm NAME", Short: "Remove an app (refused while it has deployments)", Args: exactArgs(1, "an app name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := f.State(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			if err := st.DeleteApp(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(f.ErrOut, "Removed app %s\n", args[0])
+			return nil
+		}}
+	cmd.AddCommand(create, ls, inspect, rm)
+	return cmd
+}
+
+func appCreateRun(ctx context.Context, o *AppCreateOptions, args []string) error {
+	var app deploy.App
+	if o.File != "" {
+		if len(args) > 0 {
+			return usageError{fmt.Errorf("give either -f FILE or NAME -- COMMAND, not both")}
+		}
+		var r io.Reader = o.F.In
+		if o.File != "-" {
+			fh, err := os.Open(o.File)
+			if err != nil {
+				return fmt.Errorf("%w: %w", layering.ErrInvalid, err)
+			}
+			defer fh.Close()
+			r = fh
+		}
+		a, err := deploy.ParseApp(r)
+		if err != nil {
+			return fmt.Errorf("%s: %w: %w", o.File, layering.ErrInvalid, err)
+		}
+		app = a
+	} else {
+		if len(args) < 2 {
+			return usageError{fmt.Errorf("give -f FILE, or NAME -- COMMAND...")}
+		}
+		app = o.App
+		app.Name, app.Command = args[0], args[1:]
+		for _, p := range o.Ports {
+			app.Ports = append(app.Ports, deploy.Port{Port: p})
+		}
+		r, err := parseReady(o.Ready)
+		if err != nil {
+			return err
+		}
+		r.Timeout = deploy.Duration(o.Timeout)
+		app.Ready = r
+		app = app.WithDefaults()
+		if err := app.Validate(); err != nil {
+			return fmt.Errorf("%w: %w", layering.ErrInvalid, err)
+		}
+	}
+	st, err := o.F.State(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := st.CreateApp(ctx, app, o.Replace); err != nil {
+		return err
+	}
+	return printOut(o.F, app.WithDefaults(), func(w io.Writer) { fmt.Fprintf(w, "Created app %s (env %s, engine %s)\n", app.Name, app.Env, app.WithDefaults().Engine) })
+}
+
+// parseReady parses --ready: tcp:PORT, http:PORT/PATH, exec:CMD or output:PHRASE.
+func parseReady(s string) (deploy.Readiness, error) {
+	kind, rest, ok := strings.Cut(s, ":")
+	bad := func() (deploy.Readiness, error) {
+		return deploy.Readiness{}, fmt.Errorf("%w: --ready %q: use tcp:PORT, http:PORT/PATH, exec:COMMAND or output:PHRASE", layering.ErrInvalid, s)
+	}
+	if !ok {
+		return bad()
+	}
+	switch kind {
+	case deploy.ReadyTCP:
+		p, err := strconv.Atoi(rest)
+		if err != nil {
+			return bad()
+		}
+		return deploy.Readiness{Kind: kind, Port: p}, nil
+	case deploy.ReadyHTTP:
+		ps, path, _ := strings.Cut(rest, "/")
+		p, err := strconv.Atoi(ps)
+		if err != nil {
+			return bad()
+		}
+		return deploy.Readiness{Kind: kind, Port: p, Path: "/" + path}, nil
+	case deploy.ReadyExec:
+		return deploy.Readiness{Kind: kind, Command: strings.Fields(rest)}, nil
+	case deploy.ReadyOutput:
+		return deploy.Readiness{Kind: kind, Phrase: rest}, nil
+	}
+	return bad()
+}
+
+// DeployOptions are the inputs of `fogctl deploy`.
+type DeployOptions struct {
+	F    *Factory
+	Node string
+	Wait bool
+}
+
+// NewCmdDeploy builds `fogctl deploy APP`.
+func NewCmdDeploy(f *Factory) *cobra.Command {
+	o := &DeployOptions{F: f}
+	cmd := &cobra.Command{
+		Use:   "deploy APP",
+		Short: "Deploy an instance of an app (placed on a node unless --node)",
+		Long: `Records a deployment in the PoP's state; the agent of the chosen node
+restores the app from its checkpoint, or boots and checkpoints it first if it
+has none. --wait shows the phases as they pass and waits until Running.`,
+		Args: exactArgs(1, "an app name"),
+		RunE: func(cmd *cobra.Command, args []string) error { return deployRun(cmd.Context(), o, args[0]) },
+	}
+	cmd.Flags().StringVar(&o.Node, "node", "", "node to deploy on (default: the best-scored ready node)")
+	cmd.Flags().BoolVar(&o.Wait, "wait", false, "wait until the deployment is Running (or Failed)")
+	return cmd
+}
+
+func deployRun(ctx context.Context, o *DeployOptions, app string) error {
+	st, err := o.F.State(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	d, err := agent.Create(ctx, st, agent.CreateRequest{App: app, Node: o.Node}, "fogctl")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.F.ErrOut, "==> deployment %s of %s placed on %s\n", d.ID, d.App, d.Node)
+	if !o.Wait {
+		return printOut(o.F, d, func(w io.Writer) { fmt.Fprintln(w, d.ID) })
+	}
+	dep, err := waitDeployment(ctx, o.F, st, d.ID)
+	if err != nil {
+		return err
+	}
+	return printOut(o.F, dep, func(w io.Writer) {
+		fmt.Fprintf(w, "%s\t%s\t%s\tgen %d\t%s\n", dep.ID, dep.Status.Phase, dep.Node, dep.Status.Gen, dep.Status.Timings)
+	})
+}
+
+// waitDeployment follows a deployment's status until Running or Failed,
+// printing each phase as it passes.
+func waitDeployment(ctx context.Context, f *Factory, st *state.Store, id string) (state.Deployment, error) {
+	wch := st.Client().Watch(ctx, state.Prefix+"status/"+id)
+	seen := 0
+	for {
+		dep, err := st.Deployment(ctx, id)
+		if err != nil {
+			return dep, err
+		}
+		for ; seen < len(dep.Status.Timings); seen++ {
+			p := dep.Status.Timings[seen]
+			fmt.Fprintf(f.ErrOut, "    %-16s %s\n", p.Name, p.Duration.Round(time.Millisecond))
+		}
+		switch dep.Status.Phase {
+		case deploy.PhaseRunning:
+			kind := "restored from generation " + strconv.Itoa(dep.Status.Gen)
+			if dep.Status.Booted {
+				kind = "booted, checkpointed as generation " + strconv.Itoa(dep.Status.Gen) + ", restored"
+			}
+			fmt.Fprintf(f.ErrOut, "==> %s Running on %s (%s) at %v\n", id, dep.Node, kind, dep.Status.Ports)
+			return dep, nil
+		case deploy.PhaseFailed:
+			return dep, fmt.Errorf("deployment %s failed on %s: %s", id, dep.Node, dep.Status.Error)
+		}
+		select {
+		case <-ctx.Done():
+			return dep, ctx.Err()
+		case _, ok := <-wch:
+			if !ok {
+				return dep, ctx.Err()
+			}
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// NewCmdPs builds `fogctl ps`.
+func NewCmdPs(f *Factory) *cobra.Command {
+	return &cobra.Command{
+		Use: "ps", Short: "List deployments with their phase and per-phase timings", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := f.State(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			deps, err := st.Deployments(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return printOut(f, deps, func(w io.Writer) {
+				fmt.Fprintln(w, "ID\tAPP\tNODE\tPHASE\tMODE\tGEN\tREADY-IN\tADDRESS")
+				for _, d := range deps {
+					mode, total := "restore", time.Duration(0)
+					if d.Status.Booted {
+						mode = "boot"
+					}
+					for _, p := range d.Status.Timings {
+						total += p.Duration
+					}
+					var addrs []string
+					for _, a := range d.Status.Ports {
+						addrs = append(addrs, a)
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.ID, d.App, d.Node, d.Status.Phase, mode, d.Status.Gen,
+						total.Round(time.Millisecond), strings.Join(addrs, ","))
+				}
+			})
+		},
+	}
+}
+
+// NewCmdUndeploy builds `fogctl undeploy ID`.
+func NewCmdUndeploy(f *Factory) *cobra.Command {
+	var wait bool
+	cmd := &cobra.Command{
+		Use: "undeploy ID", Short: "Stop a deployment and remove its container, mounts, mappings and clones", Args: exactArgs(1, "a deployment ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			st, err := f.State(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			if err := st.DeleteDeployment(ctx, args[0]); err != nil {
+				return err
+			}
+			if wait {
+				for {
+					r, err := st.Client().Get(ctx, state.Prefix+"status/"+args[0], clientv3.WithCountOnly())
+					if err != nil {
+						return err
+					}
+					if r.Count == 0 {
+						break
+					}
+					select {
+					case <-ctx.Done():
+						return ctx.Err()
+					case <-time.After(200 * time.Millisecond):
+					}
+				}
+			}
+			fmt.Fprintf(f.ErrOut, "Undeploying %s\n", args[0])
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the agent has removed everything")
+	return cmd
+}
+
+// NewCmdLogs builds `fogctl logs ID`.
+func NewCmdLogs(f *Factory) *cobra.Command {
+	var tail int
+	cmd := &cobra.Command{
+		Use: "logs ID", Short: "Show a deployment's last output lines (from its node's agent)", Args: exactArgs(1, "a deployment ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			st, err := f.State(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			dep, err := st.Deployment(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			nodes, err := st.Nodes(ctx)
+			if err != nil {
+				return err
+			}
+			api := ""
+			for _, n := range nodes {
+				if n.Name == dep.Node {
+					api = n.API
+				}
+			}
+			if api == "" {
+				return fmt.Errorf("node %s of deployment %s: %w", dep.Node, dep.ID, layering.ErrNotFound)
+			}
+			c, err := f.Config()
+			if err != nil {
+				return err
+			}
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+api+"/v1/deployments/"+dep.ID+"/logs?tail="+strconv.Itoa(tail), nil)
+			if err != nil {
+				return err
+			}
+			if c.Agent.TokenFile != "" {
+				if b, err := os.ReadFile(c.Agent.TokenFile); err == nil {
+					req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(b)))
+				}
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return fmt.Errorf("agent of %s at %s: %w: %w", dep.Node, api, layering.ErrUnavailable, err)
+			}
+			defer resp.Body.Close()
+			var body struct {
+				Lines []string `json:"lines"`
+				Error string   `json:"error"`
+			}
+			if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(&body); err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("agent of %s: %s", dep.Node, body.Error)
+			}
+			return printOut(f, body, func(w io.Writer) { fmt.Fprintln(w, strings.Join(body.Lines, "\n")) })
+		},
+	}
+	cmd.Flags().IntVar(&tail, "tail", 100, "number of lines")
+	return cmd
+}
+
+// NewCmdCheckpoint groups the checkpoint commands.
+func NewCmdCheckpoint(f *Factory) *cobra.Command {
+	cmd := &cobra.Command{Use: "checkpoint", Short: "List and remove checkpoint generations", RunE: groupRunE}
+	ls := &cobra.Command{Use: "ls [APP]", Short: "List checkpoint generations", Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := f.State(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			app := ""
+			if len(args) == 1 {
+				app = args[0]
+			}
+			gens, err := st.Checkpoints(cmd.Context(), app)
+			if err != nil {
+				return err
+			}
+			return printOut(f, gens, func(w io.Writer) {
+				fmt.Fprintln(w, "APP\tGEN\tENGINE\tSIZE\tBOOT-READY\tCHECKPOINT\tNODE\tCREATED")
+				for _, g := range gens {
+					fmt.Fprintf(w, "%s\t%d\t%s %s\t%s\t%.0fms\t%.0fms\t%s\t%s\n", g.App, g.Gen, g.Engine, g.EngineVersion,
+						layering.FormatSize(g.Bytes), g.BootReadyMS, g.CheckpointMS, g.Node, g.Created.Format(time.RFC3339))
+				}
+			})
+		}}
+	rm := &cobra.Command{Use: "rm APP GEN", Short: "Remove a checkpoint generation (refused while deployments use it)", Args: exactArgs(2, "an app and a generation"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			gen, err := strconv.Atoi(args[1])
+			if err != nil || gen < 1 {
+				return fmt.Errorf("%w: generation %q: give a positive number (fogctl checkpoint ls %s)", layering.ErrInvalid, args[1], args[0])
+			}
+			l, err := f.Layering(ctx)
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			if err := deploy.RemoveGeneration(ctx, l.Store, args[0], gen); err != nil {
+				return err
+			}
+			st, err := f.State(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			if err := st.DeleteCheckpoint(ctx, args[0], gen); err != nil {
+				return err
+			}
+			fmt.Fprintf(f.ErrOut, "Removed generation %d of %s\n", gen, args[0])
+			return nil
+		}}
+	cmd.AddCommand(ls, rm)
+	return cmd
+}

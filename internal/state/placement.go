@@ -1,0 +1,64 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// ErrNoNode: no ready node can take the deployment.
+var ErrNoNode = errors.New("no node available")
+
+// Score rates a node for one more instance of app: its free capacity (in
+// percent), minus a penalty per instance of the same app already there so
+// that an app spreads over the PoP. Later work adds locality (layers and
+// checkpoints already mapped on the node) as further terms.
+func Score(n Node, deps []Deployment, app string) float64 {
+	total, same := 0, 0
+	for _, d := range deps {
+		if d.Node != n.Name {
+			continue
+		}
+		total++
+		if d.App == app {
+			same++
+		}
+	}
+	capacity := n.Capacity
+	if capacity <= 0 {
+		capacity = 1
+	}
+	if total >= capacity {
+		return -1
+	}
+	return 100*float64(capacity-total)/float64(capacity) - 25*float64(same)
+}
+
+// Place picks the ready node with the best Score (ties: the lexically
+// first). It returns ErrNoNode when every node is NotReady or full.
+func Place(nodes []Node, deps []Deployment, app string) (string, error) {
+	type cand struct {
+		name  string
+		score float64
+	}
+	var cs []cand
+	for _, n := range nodes {
+		if !n.Ready {
+			continue
+		}
+		if s := Score(n, deps, app); s >= 0 {
+			cs = append(cs, cand{n.Name, s})
+		}
+	}
+	if len(cs) == 0 {
+		return "", withHint(fmt.Errorf("app %s: %w (%d node(s) registered, none ready with free capacity)", app, ErrNoNode, len(nodes)),
+			"`fogctl node ls` shows the nodes; start a pop-agent or undeploy something")
+	}
+	sort.SliceStable(cs, func(i, j int) bool {
+		if cs[i].score != cs[j].score {
+			return cs[i].score > cs[j].score
+		}
+		return cs[i].name < cs[j].name
+	})
+	return cs[0].name, nil
+}

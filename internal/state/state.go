@@ -1,0 +1,506 @@
+// Package state keeps a PoP's shared state in etcd: apps, nodes (with a
+// lease each), deployments (desired and observed), checkpoint generations
+// and events. fogctl and the hook API write desired deployments; each
+// pop-agent watches those of its node and writes their status back.
+//
+// Keys (docs/state.md):
+//
+//	/fogdeploy/apps/<app>                 App spec (JSON)
+//	/fogdeploy/nodes/<node>/info          Node (JSON)
+//	/fogdeploy/nodes/<node>/alive         "1", bound to the agent's lease
+//	/fogdeploy/deployments/<id>           Desired (JSON)
+//	/fogdeploy/status/<id>                Status (JSON)
+//	/fogdeploy/checkpoints/<app>/<gen>    deploy.Generation (JSON)
+//	/fogdeploy/events/<unix-nano>-<id>    Event (JSON), leased for a day
+//	/fogdeploy/locks/checkpoint/<app>     etcd mutex of the first deploy
+package state
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/rbd-layering"
+)
+
+// Prefix is the root of every key.
+const Prefix = "/fogdeploy/"
+
+// Errors, wrapped with their cause.
+var (
+	ErrNotFound    = errors.New("not found")
+	ErrExists      = errors.New("already exists")
+	ErrInUse       = errors.New("in use")
+	ErrUnavailable = errors.New("etcd unavailable")
+)
+
+// Config says how to reach etcd.
+type Config struct {
+	Endpoints   []string      `yaml:"endpoints"`
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// CAFile, CertFile and KeyFile enable TLS.
+	CAFile   string `yaml:"ca_file"`
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Endpoints) == 0 {
+		errs = append(errs, errors.New("etcd.endpoints is empty: give host:port of at least one etcd member (the dev one: 127.0.0.1:23790)"))
+	}
+	for _, e := range c.Endpoints {
+		if strings.TrimSpace(e) == "" || strings.ContainsAny(e, " \t") {
+			errs = append(errs, fmt.Errorf("etcd.endpoints: %q is not host:port or a URL", e))
+		}
+	}
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		errs = append(errs, errors.New("etcd.cert_file and etcd.key_file: give both or neither"))
+	}
+	return errors.Join(errs...)
+}
+
+// Store is the PoP state in etcd.
+type Store struct {
+	cli *clientv3.Client
+}
+
+// Open connects to etcd and checks that it answers.
+func Open(ctx context.Context, c Config) (*Store, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = 5 * time.Second
+	}
+	cc := clientv3.Config{Endpoints: c.Endpoints, DialTimeout: c.DialTimeout, Logger: nil}
+	if c.CAFile != "" || c.CertFile != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if c.CAFile != "" {
+			pem, err := os.ReadFile(c.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("etcd.ca_file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("etcd.ca_file %s holds no PEM certificate", c.CAFile)
+			}
+			tc.RootCAs = pool
+		}
+		if c.CertFile != "" {
+			cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("etcd client certificate: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		cc.TLS = tc
+	}
+	cli, err := clientv3.New(cc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, c.DialTimeout)
+	defer cancel()
+	if _, err := cli.Status(sctx, c.Endpoints[0]); err != nil {
+		cli.Close()
+		return nil, withHint(fmt.Errorf("etcd at %s: %w (%w)", strings.Join(c.Endpoints, ","), ErrUnavailable, err),
+			"start the dev etcd with `make dev-up`, or set etcd.endpoints (FOGDEPLOY_ETCD_ENDPOINTS)")
+	}
+	return &Store{cli: cli}, nil
+}
+
+// Close releases the connection.
+func (s *Store) Close() error { return s.cli.Close() }
+
+// Client returns the etcd client (for sessions and watches).
+func (s *Store) Client() *clientv3.Client { return s.cli }
+
+func appKey(n string) string             { return Prefix + "apps/" + n }
+func nodeInfoKey(n string) string        { return Prefix + "nodes/" + n + "/info" }
+func nodeAliveKey(n string) string       { return Prefix + "nodes/" + n + "/alive" }
+func deploymentKey(id string) string     { return Prefix + "deployments/" + id }
+func statusKey(id string) string         { return Prefix + "status/" + id }
+func checkpointKey(a string, g int) string { return fmt.Sprintf("%scheckpoints/%s/%08d", Prefix, a, g) }
+
+// DeploymentsPrefix is the prefix agents watch.
+const DeploymentsPrefix = Prefix + "deployments/"
+
+func getJSON(ctx context.Context, cli *clientv3.Client, key string, v any) error {
+	r, err := cli.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if len(r.Kvs) == 0 {
+		return ErrNotFound
+	}
+	return json.Unmarshal(r.Kvs[0].Value, v)
+}
+
+func listJSON[T any](ctx context.Context, cli *clientv3.Client, prefix string) ([]T, error) {
+	r, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	out := make([]T, 0, len(r.Kvs))
+	for _, kv := range r.Kvs {
+		var v T
+		if err := json.Unmarshal(kv.Value, &v); err != nil {
+			return nil, fmt.Errorf("record %s: %w", kv.Key, err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// CreateApp stores a new app; ErrExists if the name is taken (unless
+// replace).
+func (s *Store) CreateApp(ctx context.Context, a deploy.App, replace bool) error {
+	a = a.WithDefaults()
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	if replace {
+		_, err = s.cli.Put(ctx, appKey(a.Name), string(b))
+		return wrapUnavailable(err)
+	}
+	r, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(appKey(a.Name)), "=", 0)).
+		Then(clientv3.OpPut(appKey(a.Name), string(b))).Commit()
+	if err != nil {
+		return wrapUnavailable(err)
+	}
+	if !r.Succeeded {
+		return withHint(fmt.Errorf("app %s: %w", a.Name, ErrExists), "use --replace to change its spec")
+	}
+	return nil
+}
+
+// App returns an app.
+func (s *Store) App(ctx context.Context, name string) (deploy.App, error) {
+	var a deploy.App
+	if err := getJSON(ctx, s.cli, appKey(name), &a); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return a, withHint(fmt.Errorf("app %s: %w", name, ErrNotFound), "`fogctl app ls` lists the apps; `fogctl app create` adds one")
+		}
+		return a, err
+	}
+	return a, nil
+}
+
+// Apps lists the apps by name.
+func (s *Store) Apps(ctx context.Context) ([]deploy.App, error) {
+	return listJSON[deploy.App](ctx, s.cli, Prefix+"apps/")
+}
+
+// DeleteApp removes an app; ErrInUse while it has deployments.
+func (s *Store) DeleteApp(ctx context.Context, name string) error {
+	if _, err := s.App(ctx, name); err != nil {
+		return err
+	}
+	deps, err := s.Deployments(ctx)
+	if err != nil {
+		return err
+	}
+	var ids []string
+	for _, d := range deps {
+		if d.App == name {
+			ids = append(ids, d.ID)
+		}
+	}
+	if len(ids) > 0 {
+		return withHint(fmt.Errorf("app %s has %d deployment(s) (%s): %w", name, len(ids), strings.Join(ids, ", "), ErrInUse),
+			"undeploy them first with `fogctl undeploy ID`")
+	}
+	_, err = s.cli.Delete(ctx, appKey(name))
+	return wrapUnavailable(err)
+}
+
+// Node is a registered node.
+type Node struct {
+	Name string `json:"name"`
+	// API is the address of the agent's HTTP API (hooks, logs).
+	API string `json:"api"`
+	// Capacity is how many instances the node takes.
+	Capacity int      `json:"capacity"`
+	Mapper   string   `json:"mapper"`
+	Engines  []string `json:"engines"`
+	// Fingerprint is arch, kernel, glibc and engine versions.
+	Fingerprint map[string]string `json:"fingerprint,omitempty"`
+	Started     time.Time         `json:"started"`
+	// Ready is set by Nodes: the agent's lease is alive.
+	Ready bool `json:"ready"`
+}
+
+// Register writes the node's record and its liveness key bound to a lease
+// of ttl seconds, kept alive until ctx ends. It returns the session (whose
+// lease also holds the agent's locks).
+func (s *Store) Register(ctx context.Context, n Node, ttl int) (*concurrency.Session, error) {
+	sess, err := concurrency.NewSession(s.cli, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
+	if err != nil {
+		return nil, wrapUnavailable(err)
+	}
+	b, err := json.Marshal(n)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.cli.Txn(ctx).Then(
+		clientv3.OpPut(nodeInfoKey(n.Name), string(b)),
+		clientv3.OpPut(nodeAliveKey(n.Name), "1", clientv3.WithLease(sess.Lease())),
+	).Commit(); err != nil {
+		sess.Close()
+		return nil, wrapUnavailable(err)
+	}
+	return sess, nil
+}
+
+// Nodes lists the registered nodes, with Ready set from their leases.
+func (s *Store) Nodes(ctx context.Context) ([]Node, error) {
+	r, err := s.cli.Get(ctx, Prefix+"nodes/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, wrapUnavailable(err)
+	}
+	alive := map[string]bool{}
+	var nodes []Node
+	for _, kv := range r.Kvs {
+		k := strings.TrimPrefix(string(kv.Key), Prefix+"nodes/")
+		name, kind, _ := strings.Cut(k, "/")
+		switch kind {
+		case "alive":
+			alive[name] = true
+		case "info":
+			var n Node
+			if err := json.Unmarshal(kv.Value, &n); err != nil {
+				return nil, fmt.Errorf("node record %s: %w", kv.Key, err)
+			}
+			nodes = append(nodes, n)
+		}
+	}
+	for i := range nodes {
+		nodes[i].Ready = alive[nodes[i].Name]
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	return nodes, nil
+}
+
+// Desired is a deployment as requested.
+type Desired struct {
+	ID        string            `json:"id"`
+	App       string            `json:"app"`
+	Node      string            `json:"node"`
+	Requester string            `json:"requester,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Created   time.Time         `json:"created"`
+}
+
+// Status is a deployment as its agent observes it.
+type Status struct {
+	Phase         string            `json:"phase"`
+	Node          string            `json:"node"`
+	Gen           int               `json:"gen,omitempty"`
+	Booted        bool              `json:"booted,omitempty"`
+	Ports         map[string]string `json:"ports,omitempty"`
+	Timings       layering.Timings  `json:"timings,omitempty"`
+	EngineReadyMS float64           `json:"engine_ready_ms,omitempty"`
+	Error         string            `json:"error,omitempty"`
+	Updated       time.Time         `json:"updated"`
+}
+
+// Deployment is a desired deployment with its status (zero if none yet).
+type Deployment struct {
+	Desired
+	Status Status `json:"status"`
+}
+
+// CreateDeployment stores a desired deployment; ErrExists if the ID is taken.
+func (s *Store) CreateDeployment(ctx context.Context, d Desired) error {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	st, _ := json.Marshal(Status{Phase: "Pending", Node: d.Node, Updated: time.Now().UTC()})
+	r, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(deploymentKey(d.ID)), "=", 0)).
+		Then(clientv3.OpPut(deploymentKey(d.ID), string(b)), clientv3.OpPut(statusKey(d.ID), string(st))).Commit()
+	if err != nil {
+		return wrapUnavailable(err)
+	}
+	if !r.Succeeded {
+		return fmt.Errorf("deployment %s: %w", d.ID, ErrExists)
+	}
+	s.Event(ctx, d.ID, "requested", fmt.Sprintf("app %s on node %s", d.App, d.Node))
+	return nil
+}
+
+// Deployment returns one deployment.
+func (s *Store) Deployment(ctx context.Context, id string) (Deployment, error) {
+	var d Deployment
+	if err := getJSON(ctx, s.cli, deploymentKey(id), &d.Desired); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return d, withHint(fmt.Errorf("deployment %s: %w", id, ErrNotFound), "`fogctl ps` lists the deployments")
+		}
+		return d, err
+	}
+	_ = getJSON(ctx, s.cli, statusKey(id), &d.Status)
+	return d, nil
+}
+
+// Deployments lists every deployment with its status.
+func (s *Store) Deployments(ctx context.Context) ([]Deployment, error) {
+	ds, err := listJSON[Desired](ctx, s.cli, DeploymentsPrefix)
+	if err != nil {
+		return nil, err
+	}
+	sts, err := s.cli.Get(ctx, Prefix+"status/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, wrapUnavailable(err)
+	}
+	byID := map[string]Status{}
+	for _, kv := range sts.Kvs {
+		var st Status
+		if json.Unmarshal(kv.Value, &st) == nil {
+			byID[strings.TrimPrefix(string(kv.Key), Prefix+"status/")] = st
+		}
+	}
+	out := make([]Deployment, len(ds))
+	for i, d := range ds {
+		out[i] = Deployment{Desired: d, Status: byID[d.ID]}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	return out, nil
+}
+
+// SetStatus writes a deployment's status, unless the deployment is gone
+// (then it is not recreated).
+func (s *Store) SetStatus(ctx context.Context, id string, st Status) error {
+	st.Updated = time.Now().UTC()
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	_, err = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(deploymentKey(id)), ">", 0)).
+		Then(clientv3.OpPut(statusKey(id), string(b))).Commit()
+	return wrapUnavailable(err)
+}
+
+// DeleteDeployment withdraws a desired deployment; its agent undeploys it
+// and then removes its status (ForgetStatus).
+func (s *Store) DeleteDeployment(ctx context.Context, id string) error {
+	r, err := s.cli.Delete(ctx, deploymentKey(id))
+	if err != nil {
+		return wrapUnavailable(err)
+	}
+	if r.Deleted == 0 {
+		return withHint(fmt.Errorf("deployment %s: %w", id, ErrNotFound), "`fogctl ps` lists the deployments")
+	}
+	s.Event(ctx, id, "undeploy requested", "")
+	return nil
+}
+
+// ForgetStatus removes the status of an undeployed deployment.
+func (s *Store) ForgetStatus(ctx context.Context, id string) error {
+	_, err := s.cli.Delete(ctx, statusKey(id))
+	return wrapUnavailable(err)
+}
+
+// PutCheckpoint records a checkpoint generation.
+func (s *Store) PutCheckpoint(ctx context.Context, g deploy.Generation) error {
+	b, err := json.Marshal(g)
+	if err != nil {
+		return err
+	}
+	_, err = s.cli.Put(ctx, checkpointKey(g.App, g.Gen), string(b))
+	return wrapUnavailable(err)
+}
+
+// Checkpoints lists the generations recorded for app ("" = all apps).
+func (s *Store) Checkpoints(ctx context.Context, app string) ([]deploy.Generation, error) {
+	p := Prefix + "checkpoints/"
+	if app != "" {
+		p += app + "/"
+	}
+	return listJSON[deploy.Generation](ctx, s.cli, p)
+}
+
+// DeleteCheckpoint removes a generation's record.
+func (s *Store) DeleteCheckpoint(ctx context.Context, app string, gen int) error {
+	_, err := s.cli.Delete(ctx, checkpointKey(app, gen))
+	return wrapUnavailable(err)
+}
+
+// LockCheckpoint takes the PoP-wide lock under which an app's checkpoint
+// is produced; unlock releases it. The lock dies with sess (the agent).
+func (s *Store) LockCheckpoint(ctx context.Context, sess *concurrency.Session, app string) (unlock func(), err error) {
+	m := concurrency.NewMutex(sess, Prefix+"locks/checkpoint/"+app)
+	if err := m.Lock(ctx); err != nil {
+		return nil, wrapUnavailable(err)
+	}
+	return func() { _ = m.Unlock(context.WithoutCancel(ctx)) }, nil
+}
+
+// Event is one line of a deployment's history.
+type Event struct {
+	Time       time.Time `json:"time"`
+	Deployment string    `json:"deployment"`
+	Reason     string    `json:"reason"`
+	Message    string    `json:"message,omitempty"`
+}
+
+// Event records an event, kept for a day; failures are ignored.
+func (s *Store) Event(ctx context.Context, id, reason, msg string) {
+	now := time.Now().UTC()
+	b, _ := json.Marshal(Event{Time: now, Deployment: id, Reason: reason, Message: msg})
+	l, err := s.cli.Grant(ctx, 86400)
+	if err != nil {
+		return
+	}
+	_, _ = s.cli.Put(ctx, Prefix+"events/"+strconv.FormatInt(now.UnixNano(), 10)+"-"+id, string(b), clientv3.WithLease(l.ID))
+}
+
+// Events lists the events of a deployment ("" = all), oldest first.
+func (s *Store) Events(ctx context.Context, id string) ([]Event, error) {
+	all, err := listJSON[Event](ctx, s.cli, Prefix+"events/")
+	if err != nil || id == "" {
+		return all, err
+	}
+	var out []Event
+	for _, e := range all {
+		if e.Deployment == id {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+func wrapUnavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+type hintError struct {
+	err  error
+	hint string
+}
+
+func (e *hintError) Error() string    { return e.err.Error() }
+func (e *hintError) Unwrap() error    { return e.err }
+func (e *hintError) UserHint() string { return e.hint }
+
+func withHint(err error, hint string) error { return &hintError{err: err, hint: hint} }
