@@ -38,16 +38,20 @@ lint: ## gofmt, go vet and staticcheck
 	$(GO) vet $(TAGS) $(PKGS)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.7.0 $(TAGS) $(PKGS)
 
-dev-up: ## Install missing packages, start the dev Ceph cluster and dockerd (idempotent)
+dev-up: ## Install missing packages, build, start the dev Ceph cluster, dockerd and etcd (idempotent)
 	@bash scripts/install-deps.sh
+	@$(MAKE) --no-print-directory build
 	@bash scripts/dev-ceph.sh up
 	@bash scripts/dev-docker.sh up
+	@bash scripts/dev-etcd.sh up
 
 dev-down: ## Stop them and remove everything they left
+	@bash scripts/dev-agents.sh down
+	@bash scripts/dev-etcd.sh down
 	@bash scripts/dev-docker.sh down
 	@bash scripts/dev-ceph.sh down
 
-demo: dev-up build ## Import and build a sample environment, then clone and mount it
+demo: dev-up build ## Build a redis environment, deploy it on a 3-node PoP (boot+checkpoint, then restore), print the table
 	@bash scripts/demo.sh
 
 demo-down: ## Remove what the demo made, and stop the dev services

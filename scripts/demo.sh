@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The demo: import a Debian root filesystem as an environment, build a Redis
-# environment on it layer by layer, show the chain, then clone, map and mount
-# it and run the Redis binary from the mounted clone. `demo.sh down` removes
-# what it made.
+# environment on it layer by layer and show the chain; then, on a PoP of
+# pop-agents (DEMO_NODES, default 3) against the dev etcd, Ceph and dockerd,
+# deploy redis twice: the first deploy boots and checkpoints it, the second
+# restores it from clones. It prints a boot-vs-restore table with the
+# per-phase timings. `demo.sh down` removes what it made.
 set -euo pipefail
 FD_PROG=demo
 # shellcheck source=scripts/lib.sh
@@ -13,6 +15,11 @@ FOGCTL=${FOGCTL:-bin/fogctl}
 ROOTFS=$DEV/rootfs/bookworm-minbase
 
 if [[ ${1:-} == down ]]; then
+	bash scripts/dev-agents.sh down || true
+	"$FOGCTL" checkpoint ls redis -o json 2>/dev/null | jq -r '.[].gen' | while read -r g; do
+		"$FOGCTL" checkpoint rm redis "$g" >/dev/null 2>&1 || true
+	done
+	"$FOGCTL" app rm redis >/dev/null 2>&1 || true
 	"$FOGCTL" env rm redis debian-bookworm >/dev/null 2>&1 || true
 	"$FOGCTL" env prune >/dev/null 2>&1 || true
 	fd_info "demo environments removed"
@@ -44,4 +51,41 @@ rbd -c "$DEV/ceph/ceph.conf" -p fogdeploy children "$base"
 echo
 fd_info "a throwaway clone of redis, mapped, mounted and run:"
 "$FOGCTL" env exec redis -- redis-server --version
+echo
+
+DMTCP_PREFIX=${DMTCP_PREFIX:-/opt/dmtcp}
+if [[ ! -x $DMTCP_PREFIX/bin/dmtcp_launch ]]; then
+	fd_warn "no checkpoint engine: DMTCP is not installed at $DMTCP_PREFIX (and no registry here carries it)."
+	fd_warn "To add it: build DMTCP 4.2 from its source outside this repository"
+	fd_warn "  (./configure --prefix=/opt/dmtcp && make && make install), then run \`make demo\` again."
+	fd_warn "Without an engine the PoP cannot checkpoint; the demo stops after the environment part."
+	exit 0
+fi
+fd_info "the DMTCP container image, from $DMTCP_PREFIX"
+bash dmtcp-image/build.sh "$DMTCP_PREFIX" >/dev/null
+bash scripts/dev-agents.sh up "${DEMO_NODES:-3}"
+"$FOGCTL" node ls
+echo
+"$FOGCTL" app create -f configs/apps/redis.yaml --replace >/dev/null
+for g in $("$FOGCTL" checkpoint ls redis -o json | jq -r '.[].gen'); do
+	"$FOGCTL" checkpoint rm redis "$g" >/dev/null 2>&1 || true # start from a cold PoP
+done
+fd_info "deploy 1: no checkpoint yet, so the agent boots redis, checkpoints it and seals both images"
+first=$("$FOGCTL" deploy redis --wait -o json | jq -r .id)
+echo
+fd_info "deploy 2: restored from the checkpoint's clones"
+second=$("$FOGCTL" deploy redis --wait -o json | jq -r .id)
+echo
+"$FOGCTL" ps
+echo
+fd_info "boot vs restore (per-phase timings, ms)"
+"$FOGCTL" ps -o json | jq -r --arg a "$first" --arg b "$second" '
+	def ms(p): [.status.timings[] | select(.name == p) | .duration_ns / 1e6] | add // 0 | floor;
+	def row(t; n): [t, .node, ms(n+"clone"), ms(n+"map"), ms(n+"mount"), ms(n+"container"), ms(n+"ready")] | @tsv;
+	(["", "node", "clone", "map", "mount", "container", "ready"] | @tsv),
+	(.[] | select(.id == $a) | row("boot"; "boot.")),
+	(.[] | select(.id == $a) | [" +checkpoint+seal", "", ms("boot.checkpoint"), ms("boot.seal")] | @tsv),
+	(.[] | select(.id == $b) | row("restore"; ""))' | column -t -s $'\t'
+"$FOGCTL" checkpoint ls redis
+echo
 fd_info "demo done in $(fd_since "$t0") s; run \`make demo-down\` to remove everything"

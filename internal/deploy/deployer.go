@@ -288,11 +288,17 @@ func (d *Deployer) Check(ctx context.Context, app App) (driver, version string, 
 	if _, err := d.deps.Envs.Get(ctx, app.Env); err != nil {
 		return "", "", fmt.Errorf("env %q of app %s: %w", app.Env, app.Name, err)
 	}
-	dr, err := d.driver(app.Engine)
+	return d.CheckEngine(ctx, app.Engine)
+}
+
+// CheckEngine reports whether this node can run apps with the named engine,
+// through which driver and at which engine version.
+func (d *Deployer) CheckEngine(ctx context.Context, eng string) (driver, version string, err error) {
+	dr, err := d.driver(eng)
 	if err != nil {
 		return "", "", err
 	}
-	v, err := dr.Check(ctx, app.Engine)
+	v, err := dr.Check(ctx, eng)
 	return dr.Name(), v, err
 }
 

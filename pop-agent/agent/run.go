@@ -87,15 +87,11 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	}
 	fingerprint := map[string]string{"arch": goruntime.GOARCH, "kernel": kernelRelease()}
 	for _, e := range []string{engine.NameDMTCP, engine.NameCRIU} {
-		probe := deploy.App{Name: "probe", Env: "probe", Command: []string{"x"}, Engine: e,
-			Ready: deploy.Readiness{Kind: deploy.ReadyOutput, Phrase: "x"}}
-		if _, v, err := d.Check(ctx, probe); err == nil || !errors.Is(err, deploy.ErrDriver) {
-			if v != "" || err == nil {
-				engines = append(engines, e)
-				fingerprint[e] = v
-			}
-		} else {
+		if drv, v, err := d.CheckEngine(ctx, e); err != nil {
 			log.Info("engine unavailable", "engine", e, "reason", err)
+		} else {
+			engines = append(engines, e)
+			fingerprint[e] = v + " (" + drv + ")"
 		}
 	}
 
