@@ -1,0 +1,143 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+)
+
+func etcdForTest(t *testing.T) *state.Store {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- state.Embedded(ctx, t.TempDir(), endpoint, slog.New(slog.DiscardHandler)) }()
+	t.Cleanup(func() { cancel(); <-done })
+	for range 100 {
+		st, err := state.Open(context.Background(), state.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second})
+		if err == nil {
+			t.Cleanup(func() { st.Close() })
+			return st
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal("embedded etcd did not answer")
+	return nil
+}
+
+// The hook API against a real (embedded) etcd: creates are placed and
+// recorded; bad input gets a 4xx with the field and writes nothing.
+func TestHooks(t *testing.T) {
+	st := etcdForTest(t)
+	ctx := context.Background()
+	if err := st.CreateApp(ctx, deploy.App{Name: "web", Env: "e", Command: []string{"x"},
+		Ready: deploy.Readiness{Kind: deploy.ReadyOutput, Phrase: "up"}}, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"n1", "n2"} {
+		if _, err := st.Register(ctx, state.Node{Name: n, Capacity: 4}, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const token = "0123456789abcdef-token"
+	mux := http.NewServeMux()
+	(&hooks{a: &agent{st: st}, token: token}).register(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	do := func(method, path, tok, body string) (int, map[string]any) {
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var v map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&v)
+		return resp.StatusCode, v
+	}
+	count := func() int64 {
+		r, err := st.Client().Get(ctx, state.DeploymentsPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Count
+	}
+	for _, c := range []struct {
+		name, tok, body string
+		code            int
+		field           string
+	}{
+		{"no token", "", `{"app":"web"}`, 401, ""},
+		{"wrong token", "nope", `{"app":"web"}`, 401, ""},
+		{"unknown app", token, `{"app":"db"}`, 404, ""},
+		{"unknown node", token, `{"app":"web","node":"n9"}`, 404, ""},
+		{"malformed", token, `{"app":`, 400, "body"},
+		{"unknown field", token, `{"app":"web","x":1}`, 400, "body"},
+		{"bad app name", token, `{"app":"Web App"}`, 400, "app"},
+		{"bad label", token, `{"app":"web","labels":{"a b":"c"}}`, 400, "labels"},
+		{"oversized", token, `{"app":"` + strings.Repeat("w", MaxRequestBytes) + `"}`, 413, ""},
+	} {
+		code, body := do("POST", "/v1/deployments", c.tok, c.body)
+		if code != c.code || body["error"] == nil || (c.field != "" && body["field"] != c.field) {
+			t.Errorf("%s: %d %v; want %d naming %q", c.name, code, body, c.code, c.field)
+		}
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("bad requests wrote %d deployments", n)
+	}
+	nodes := map[string]int{}
+	for range 4 {
+		code, body := do("POST", "/v1/deployments", token, `{"app":"web","labels":{"user":"alice"}}`)
+		if code != 201 {
+			t.Fatalf("create: %d %v", code, body)
+		}
+		nodes[body["node"].(string)]++
+		if code, got := do("GET", "/v1/deployments/"+body["id"].(string), token, ""); code != 200 || got["app"] != "web" {
+			t.Errorf("get: %d %v", code, got)
+		}
+	}
+	if nodes["n1"] != 2 || nodes["n2"] != 2 {
+		t.Errorf("placement = %v; want 2 per node", nodes)
+	}
+	if code, _ := do("GET", "/v1/deployments/nope-1", token, ""); code != 404 {
+		t.Errorf("get unknown = %d; want 404", code)
+	}
+	if code, _ := do("DELETE", "/v1/deployments/nope-1", token, ""); code != 404 {
+		t.Errorf("delete unknown = %d; want 404", code)
+	}
+}
+
+func FuzzDecodeCreate(f *testing.F) {
+	f.Add(`{"app":"web"}`)
+	f.Add(`{"app":"web","node":"n1","labels":{"a":"b"}}`)
+	f.Add(`[]`)
+	f.Fuzz(func(t *testing.T, body string) {
+		req, err := DecodeCreate(strings.NewReader(body))
+		if err != nil {
+			return
+		}
+		if req.App == "" || len(req.App) > 63 || len(req.Labels) > 32 {
+			t.Fatalf("accepted an invalid request: %+v", req)
+		}
+	})
+}
