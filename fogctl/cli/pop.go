@@ -16,8 +16,8 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/state"
-	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/pop-agent/agent"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
 // openState connects to the PoP's etcd.
@@ -185,7 +185,7 @@ func appCreateRun(ctx context.Context, o *AppCreateOptions, args []string) error
 		app = a
 	} else {
 		if len(args) < 2 {
-			return usageError{fmt.Errorf("give -f FILE, or NAME -- COMMAND...")}
+			return usageError{fmt.Errorf("give -f FILE, or NAME -- COMMAND")}
 		}
 		app = o.App
 		app.Name, app.Command = args[0], args[1:]
@@ -211,7 +211,9 @@ func appCreateRun(ctx context.Context, o *AppCreateOptions, args []string) error
 	if err := st.CreateApp(ctx, app, o.Replace); err != nil {
 		return err
 	}
-	return printOut(o.F, app.WithDefaults(), func(w io.Writer) { fmt.Fprintf(w, "Created app %s (env %s, engine %s)\n", app.Name, app.Env, app.WithDefaults().Engine) })
+	return printOut(o.F, app.WithDefaults(), func(w io.Writer) {
+		fmt.Fprintf(w, "Created app %s (env %s, engine %s)\n", app.Name, app.Env, app.WithDefaults().Engine)
+	})
 }
 
 // parseReady parses --ready: tcp:PORT, http:PORT/PATH, exec:CMD or output:PHRASE.

@@ -129,11 +129,11 @@ func (s *Store) Close() error { return s.cli.Close() }
 // Client returns the etcd client (for sessions and watches).
 func (s *Store) Client() *clientv3.Client { return s.cli }
 
-func appKey(n string) string             { return Prefix + "apps/" + n }
-func nodeInfoKey(n string) string        { return Prefix + "nodes/" + n + "/info" }
-func nodeAliveKey(n string) string       { return Prefix + "nodes/" + n + "/alive" }
-func deploymentKey(id string) string     { return Prefix + "deployments/" + id }
-func statusKey(id string) string         { return Prefix + "status/" + id }
+func appKey(n string) string               { return Prefix + "apps/" + n }
+func nodeInfoKey(n string) string          { return Prefix + "nodes/" + n + "/info" }
+func nodeAliveKey(n string) string         { return Prefix + "nodes/" + n + "/alive" }
+func deploymentKey(id string) string       { return Prefix + "deployments/" + id }
+func statusKey(id string) string           { return Prefix + "status/" + id }
 func checkpointKey(a string, g int) string { return fmt.Sprintf("%scheckpoints/%s/%08d", Prefix, a, g) }
 
 // DeploymentsPrefix is the prefix agents watch.

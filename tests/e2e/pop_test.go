@@ -49,14 +49,13 @@ func repoRoot() string {
 }
 
 type pop struct {
-	t        *testing.T
-	bin      string
-	dir      string
-	env      []string
-	st       *state.Store
-	agents   map[string]*exec.Cmd
-	apis     map[string]string
-	tokenDir string
+	t      *testing.T
+	bin    string
+	dir    string
+	env    []string
+	st     *state.Store
+	agents map[string]*exec.Cmd
+	apis   map[string]string
 }
 
 // startAgent runs pop-agent NAME as its own process; with token, the hook
