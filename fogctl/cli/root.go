@@ -19,6 +19,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/config"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	hintpkg "github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/version"
 	"github.com/fogdeploy/fogdeploy/internal/wire"
@@ -251,9 +252,8 @@ func reportError(w io.Writer, cmd *cobra.Command, err error, ctx context.Context
 	fmt.Fprintf(w, "Error: %s\n", err)
 	code := exitCode(err, ctx)
 	hint := layering.Hint(err)
-	var uh interface{ UserHint() string }
-	if hint == "" && errors.As(err, &uh) {
-		hint = uh.UserHint()
+	if hint == "" {
+		hint = hintpkg.Of(err)
 	}
 	if hint == "" && code == ExitInvalid && cmd != nil && isUsageError(err) {
 		hint = fmt.Sprintf("see `%s --help`", cmd.CommandPath())

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 )
 
@@ -50,7 +51,7 @@ func (c *Container) Check(ctx context.Context, eng string) (string, error) {
 	}
 	labels, err := c.RT.ImageLabels(ctx, c.Image)
 	if errors.Is(err, runtime.ErrImageNotFound) {
-		return "", withHint(fmt.Errorf("%w: DMTCP image %s is not on this node: %w", ErrDriver, c.Image, err),
+		return "", hint.With(fmt.Errorf("%w: DMTCP image %s is not on this node: %w", ErrDriver, c.Image, err),
 			"build it from an installed DMTCP with `make dmtcp-image` (DMTCP_PREFIX=/opt/dmtcp)")
 	}
 	if err != nil {
@@ -232,20 +233,6 @@ func lastLines(s string, n int) []string {
 	}
 	return lines
 }
-
-// hintError carries a hint for the user next to an error.
-type hintError struct {
-	err  error
-	hint string
-}
-
-func (e *hintError) Error() string { return e.err.Error() }
-func (e *hintError) Unwrap() error { return e.err }
-
-// UserHint returns the hint; fogctl prints it under the error.
-func (e *hintError) UserHint() string { return e.hint }
-
-func withHint(err error, hint string) error { return &hintError{err: err, hint: hint} }
 
 // withOutput appends the last lines of what produced them to an error.
 func withOutput(err error, what string, lines []string) error {

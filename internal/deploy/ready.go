@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
 // probe returns the readiness probe of an instance, run from the host.
@@ -77,7 +78,7 @@ func (d *Deployer) waitReady(ctx context.Context, dr Driver, h Handle, app App, 
 	defer cancel()
 	fail := func(why string, last error) error {
 		lines, _ := dr.Logs(context.WithoutCancel(ctx), h, 20)
-		return withOutput(withHint(fmt.Errorf("app %s: %s %s after %s: %w (last attempt: %v)", app.Name, p, why,
+		return withOutput(hint.With(fmt.Errorf("app %s: %s %s after %s: %w (last attempt: %v)", app.Name, p, why,
 			time.Since(start).Round(time.Millisecond), ErrNotReady, last),
 			"check the app's command and its ready settings (fogctl logs shows its output); raise ready.timeout for a slow boot"),
 			"the app", lines)

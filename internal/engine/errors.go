@@ -40,6 +40,9 @@ type hintError struct {
 func (e *hintError) Error() string { return e.err.Error() + "\n  hint: " + e.hint }
 func (e *hintError) Unwrap() error { return e.err }
 
+// UserHint returns the hint, which fogctl prints under the error.
+func (e *hintError) UserHint() string { return e.hint }
+
 // withHint returns err with a hint line, or err when hint is empty.
 func withHint(err error, hint string) error {
 	if err == nil || hint == "" {

@@ -310,4 +310,7 @@ type hintError struct {
 func (e *hintError) Error() string { return e.err.Error() + "\n  hint: " + e.hint }
 func (e *hintError) Unwrap() error { return e.err }
 
+// UserHint returns the hint, which fogctl prints under the error.
+func (e *hintError) UserHint() string { return e.hint }
+
 func withHint(err error, hint string) error { return &hintError{err: err, hint: hint} }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
 // ErrNoNode: no ready node can take the deployment.
@@ -51,7 +53,7 @@ func Place(nodes []Node, deps []Deployment, app string) (string, error) {
 		}
 	}
 	if len(cs) == 0 {
-		return "", withHint(fmt.Errorf("app %s: %w (%d node(s) registered, none ready with free capacity)", app, ErrNoNode, len(nodes)),
+		return "", hint.With(fmt.Errorf("app %s: %w (%d node(s) registered, none ready with free capacity)", app, ErrNoNode, len(nodes)),
 			"`fogctl node ls` shows the nodes; start a pop-agent or undeploy something")
 	}
 	sort.SliceStable(cs, func(i, j int) bool {

@@ -28,11 +28,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/hint"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
-	"github.com/fogdeploy/fogdeploy/rbd-layering"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
 // Prefix is the root of every key.
@@ -117,7 +119,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	defer cancel()
 	if _, err := cli.Status(sctx, c.Endpoints[0]); err != nil {
 		cli.Close()
-		return nil, withHint(fmt.Errorf("etcd at %s: %w (%w)", strings.Join(c.Endpoints, ","), ErrUnavailable, err),
+		return nil, hint.With(fmt.Errorf("etcd at %s: %w (%w)", strings.Join(c.Endpoints, ","), ErrUnavailable, err),
 			"start the dev etcd with `make dev-up`, or set etcd.endpoints (FOGDEPLOY_ETCD_ENDPOINTS)")
 	}
 	return &Store{cli: cli}, nil
@@ -187,7 +189,7 @@ func (s *Store) CreateApp(ctx context.Context, a deploy.App, replace bool) error
 		return wrapUnavailable(err)
 	}
 	if !r.Succeeded {
-		return withHint(fmt.Errorf("app %s: %w", a.Name, ErrExists), "use --replace to change its spec")
+		return hint.With(fmt.Errorf("app %s: %w", a.Name, ErrExists), "use --replace to change its spec")
 	}
 	return nil
 }
@@ -197,7 +199,7 @@ func (s *Store) App(ctx context.Context, name string) (deploy.App, error) {
 	var a deploy.App
 	if err := getJSON(ctx, s.cli, appKey(name), &a); err != nil {
 		if errors.Is(err, ErrNotFound) {
-			return a, withHint(fmt.Errorf("app %s: %w", name, ErrNotFound), "`fogctl app ls` lists the apps; `fogctl app create` adds one")
+			return a, hint.With(fmt.Errorf("app %s: %w", name, ErrNotFound), "`fogctl app ls` lists the apps; `fogctl app create` adds one")
 		}
 		return a, err
 	}
@@ -225,7 +227,7 @@ func (s *Store) DeleteApp(ctx context.Context, name string) error {
 		}
 	}
 	if len(ids) > 0 {
-		return withHint(fmt.Errorf("app %s has %d deployment(s) (%s): %w", name, len(ids), strings.Join(ids, ", "), ErrInUse),
+		return hint.With(fmt.Errorf("app %s has %d deployment(s) (%s): %w", name, len(ids), strings.Join(ids, ", "), ErrInUse),
 			"undeploy them first with `fogctl undeploy ID`")
 	}
 	_, err = s.cli.Delete(ctx, appKey(name))
@@ -352,7 +354,7 @@ func (s *Store) Deployment(ctx context.Context, id string) (Deployment, error) {
 	var d Deployment
 	if err := getJSON(ctx, s.cli, deploymentKey(id), &d.Desired); err != nil {
 		if errors.Is(err, ErrNotFound) {
-			return d, withHint(fmt.Errorf("deployment %s: %w", id, ErrNotFound), "`fogctl ps` lists the deployments")
+			return d, hint.With(fmt.Errorf("deployment %s: %w", id, ErrNotFound), "`fogctl ps` lists the deployments")
 		}
 		return d, err
 	}
@@ -406,7 +408,7 @@ func (s *Store) DeleteDeployment(ctx context.Context, id string) error {
 		return wrapUnavailable(err)
 	}
 	if r.Deleted == 0 {
-		return withHint(fmt.Errorf("deployment %s: %w", id, ErrNotFound), "`fogctl ps` lists the deployments")
+		return hint.With(fmt.Errorf("deployment %s: %w", id, ErrNotFound), "`fogctl ps` lists the deployments")
 	}
 	s.Event(ctx, id, "undeploy requested", "")
 	return nil
@@ -493,14 +495,3 @@ func wrapUnavailable(err error) error {
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
-
-type hintError struct {
-	err  error
-	hint string
-}
-
-func (e *hintError) Error() string    { return e.err.Error() }
-func (e *hintError) Unwrap() error    { return e.err }
-func (e *hintError) UserHint() string { return e.hint }
-
-func withHint(err error, hint string) error { return &hintError{err: err, hint: hint} }

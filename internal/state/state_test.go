@@ -3,48 +3,21 @@ package state_test
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"net"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/state"
+	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
 )
-
-// etcdForTest runs the embedded etcd on a free port for one test.
-func etcdForTest(t *testing.T) *state.Store {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	endpoint := "127.0.0.1:" + strconv.Itoa(port)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- state.Embedded(ctx, t.TempDir(), endpoint, slog.New(slog.DiscardHandler)) }()
-	t.Cleanup(func() { cancel(); <-done })
-	var st *state.Store
-	for range 100 {
-		if st, err = state.Open(context.Background(), state.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second}); err == nil {
-			t.Cleanup(func() { st.Close() })
-			return st
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("embedded etcd did not answer: %v", err)
-	return nil
-}
 
 func app(name string) deploy.App {
 	return deploy.App{Name: name, Env: "e", Command: []string{"x"}, Ready: deploy.Readiness{Kind: deploy.ReadyOutput, Phrase: "up"}}
 }
 
 func TestApps(t *testing.T) {
-	st := etcdForTest(t)
+	st := statetest.Store(t)
 	ctx := context.Background()
 	if err := st.CreateApp(ctx, app("web"), false); err != nil {
 		t.Fatal(err)
@@ -79,7 +52,7 @@ func TestApps(t *testing.T) {
 }
 
 func TestDeploymentsAndStatus(t *testing.T) {
-	st := etcdForTest(t)
+	st := statetest.Store(t)
 	ctx := context.Background()
 	d := state.Desired{ID: "a-1", App: "a", Node: "n1", Created: time.Now()}
 	if err := st.CreateDeployment(ctx, d); err != nil {
@@ -115,7 +88,7 @@ func TestDeploymentsAndStatus(t *testing.T) {
 
 // A node is Ready while its agent's lease lives, and NotReady after.
 func TestNodeLease(t *testing.T) {
-	st := etcdForTest(t)
+	st := statetest.Store(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	sess, err := st.Register(ctx, state.Node{Name: "n1", Capacity: 4}, 2)
 	if err != nil {
@@ -143,7 +116,7 @@ func TestNodeLease(t *testing.T) {
 
 // The checkpoint lock is held by one agent at a time.
 func TestLockCheckpoint(t *testing.T) {
-	st := etcdForTest(t)
+	st := statetest.Store(t)
 	ctx := context.Background()
 	s1, err := st.Register(ctx, state.Node{Name: "n1"}, 5)
 	if err != nil {

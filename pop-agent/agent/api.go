@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -229,10 +230,7 @@ func (h *hooks) logs(w http.ResponseWriter, r *http.Request) {
 func (h *hooks) error(w http.ResponseWriter, err error) {
 	var fe *fieldErr
 	body := apiError{Error: err.Error()}
-	var hint interface{ UserHint() string }
-	if errors.As(err, &hint) {
-		body.Hint = hint.UserHint()
-	}
+	body.Hint = hint.Of(err)
 	code := http.StatusInternalServerError
 	switch {
 	case errors.As(err, &fe):

@@ -3,49 +3,22 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/state"
+	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
 )
-
-func etcdForTest(t *testing.T) *state.Store {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	endpoint := "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- state.Embedded(ctx, t.TempDir(), endpoint, slog.New(slog.DiscardHandler)) }()
-	t.Cleanup(func() { cancel(); <-done })
-	for range 100 {
-		st, err := state.Open(context.Background(), state.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second})
-		if err == nil {
-			t.Cleanup(func() { st.Close() })
-			return st
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatal("embedded etcd did not answer")
-	return nil
-}
 
 // The hook API against a real (embedded) etcd: creates are placed and
 // recorded; bad input gets a 4xx with the field and writes nothing.
 func TestHooks(t *testing.T) {
-	st := etcdForTest(t)
+	st := statetest.Store(t)
 	ctx := context.Background()
 	if err := st.CreateApp(ctx, deploy.App{Name: "web", Env: "e", Command: []string{"x"},
 		Ready: deploy.Readiness{Kind: deploy.ReadyOutput, Phrase: "up"}}, false); err != nil {
