@@ -151,7 +151,7 @@ func (c *Container) Checkpoint(ctx context.Context, h Handle) (Checkpointed, err
 			return Checkpointed{Gen: t.Gen, Bytes: t.Bytes, MS: t.MS}, nil
 		}
 	}
-	return Checkpointed{}, withOutput(fmt.Errorf("%w: the DMTCP container exited %d without a complete checkpoint", ErrCheckpoint, code),
+	return Checkpointed{}, engine.WithOutput(fmt.Errorf("%w: the DMTCP container exited %d without a complete checkpoint", ErrCheckpoint, code),
 		"the container", lastLines(logs, 20))
 }
 
@@ -232,12 +232,4 @@ func lastLines(s string, n int) []string {
 		lines = lines[len(lines)-n:]
 	}
 	return lines
-}
-
-// withOutput appends the last lines of what produced them to an error.
-func withOutput(err error, what string, lines []string) error {
-	if len(lines) == 0 {
-		return err
-	}
-	return fmt.Errorf("%w\n  last lines of %s:\n    %s", err, what, strings.Join(lines, "\n    "))
 }

@@ -158,7 +158,7 @@ func (c *CRIU) Launch(ctx context.Context, spec LaunchSpec) (_ Process, err erro
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Chroot: spec.Root},
 	}
 	if err = p.sb.do(cmd.Start); err != nil {
-		return nil, withOutput(fmt.Errorf("launch %s: %w (%w)", spec.Argv[0], ErrLaunch, err), "the app", p.out.last(10))
+		return nil, WithOutput(fmt.Errorf("launch %s: %w (%w)", spec.Argv[0], ErrLaunch, err), "the app", p.out.last(10))
 	}
 	p.out.started()
 	p.pid = cmd.Process.Pid
@@ -276,7 +276,7 @@ func (c *CRIU) Checkpoint(ctx context.Context, proc Process, dir string) (img Im
 		// criu resumes the app when a dump fails; drop the partial image.
 		clearDir(dir)
 		err = fmt.Errorf("checkpoint pid %d into %s: criu dump: %w (%w)", pid, dir, ErrCheckpoint, err)
-		return Image{}, withOutput(withOutput(err, "criu", strings.Split(strings.TrimSpace(out.String()), "\n")),
+		return Image{}, WithOutput(WithOutput(err, "criu", strings.Split(strings.TrimSpace(out.String()), "\n")),
 			"criu dump log", logTail(filepath.Join(p.inst, logName), 10))
 	}
 	// criu killed the app; wait until it and its sandbox are gone.
@@ -410,7 +410,7 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 	p.out.started()
 	if err != nil {
 		err = fmt.Errorf("restore %s: criu restore: %w (%w)", img.Dir, ErrRestore, err)
-		return nil, withOutput(withOutput(err, "criu", strings.Split(strings.TrimSpace(out.String()), "\n")),
+		return nil, WithOutput(WithOutput(err, "criu", strings.Split(strings.TrimSpace(out.String()), "\n")),
 			"criu restore log", logTail(filepath.Join(inst, "restore.log"), 10))
 	}
 	// --restore-sibling made the app our child, inside the new PID namespace.

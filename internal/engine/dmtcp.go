@@ -316,9 +316,9 @@ func (d *DMTCP) failed(err error, p *dmtcpProc) error {
 	case strings.Contains(joined, "mtcp_readfile"):
 		err = withHint(err, "a file in the root is smaller than at checkpoint time; restore on the environment snapshot taken with the image")
 	}
-	err = withOutput(err, "the app", lines)
+	err = WithOutput(err, "the app", lines)
 	if p.coord != nil {
-		err = withOutput(err, "dmtcp_coordinator", p.coord.log.Last(8))
+		err = WithOutput(err, "dmtcp_coordinator", p.coord.log.Last(8))
 	}
 	return err
 }

@@ -60,8 +60,9 @@ func Hint(err error) string {
 	return ""
 }
 
-// withOutput appends the last lines an app or engine printed to err.
-func withOutput(err error, what string, lines []string) error {
+// WithOutput appends the last lines of what produced them (an app, a
+// tool) to err; with no lines it returns err as is.
+func WithOutput(err error, what string, lines []string) error {
 	if len(lines) == 0 {
 		return err
 	}

@@ -268,7 +268,7 @@ func WaitReady(ctx context.Context, p Probe, opt ReadyOptions) (time.Duration, e
 			err = fmt.Errorf("%w (last attempt: %v)", err, last)
 		}
 		if opt.Log != nil {
-			err = withOutput(err, "the app", opt.Log.Last(opt.LogLines))
+			err = WithOutput(err, "the app", opt.Log.Last(opt.LogLines))
 		}
 		return err
 	}

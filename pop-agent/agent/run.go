@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -32,6 +33,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/version"
 	"github.com/fogdeploy/fogdeploy/internal/wire"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
 // StateConfig turns the config into the etcd client's.
@@ -193,13 +195,13 @@ func (a *agent) reconcile(ctx context.Context) error {
 				switch ev.Type {
 				case clientv3.EventTypePut:
 					var dsr state.Desired
-					if err := jsonUnmarshal(ev.Kv.Value, &dsr); err == nil && dsr.Node == a.c.Node.Name {
+					if err := json.Unmarshal(ev.Kv.Value, &dsr); err == nil && dsr.Node == a.c.Node.Name {
 						a.spawn(ctx, id, func(ctx context.Context) { a.deploy(ctx, dsr) })
 					}
 				case clientv3.EventTypeDelete:
 					if ev.PrevKv != nil {
 						var dsr state.Desired
-						if err := jsonUnmarshal(ev.PrevKv.Value, &dsr); err == nil && dsr.Node != a.c.Node.Name {
+						if err := json.Unmarshal(ev.PrevKv.Value, &dsr); err == nil && dsr.Node != a.c.Node.Name {
 							continue
 						}
 					}
@@ -223,7 +225,7 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 	want := map[string]bool{}
 	for _, kv := range r.Kvs {
 		var dsr state.Desired
-		if jsonUnmarshal(kv.Value, &dsr) != nil || dsr.Node != a.c.Node.Name {
+		if json.Unmarshal(kv.Value, &dsr) != nil || dsr.Node != a.c.Node.Name {
 			continue
 		}
 		want[dsr.ID] = true
@@ -290,7 +292,7 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		if booting {
 			name = "boot." + phase
 		}
-		st.Timings = append(st.Timings, phaseOf(name, took))
+		st.Timings = append(st.Timings, layering.Phase{Name: name, Duration: took})
 		if phase == "seal" {
 			booting = false
 		}

@@ -8,8 +8,6 @@ import (
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
-
 func phaseOf(name string, d time.Duration) layering.Phase {
 	return layering.Phase{Name: name, Duration: d}
 }
