@@ -3,14 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"net/http"
-	"time"
-
-	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
-
-func phaseOf(name string, d time.Duration) layering.Phase {
-	return layering.Phase{Name: name, Duration: d}
-}
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
