@@ -42,9 +42,9 @@ const exitCodeHelp = `Exit codes:
   0    success
   1    failure
   2    invalid input (flags, names, sizes, build files, config)
-  3    not found
+  3    not found (environment, image, app, node or deployment)
   4    conflict: already exists, has clones, in use, or clone chain too deep
-  5    storage or docker unavailable (timeout)
+  5    storage, docker or etcd unavailable (timeout), or no ready node
   130  interrupted`
 
 // GlobalOptions are the flags every command shares.
@@ -135,11 +135,15 @@ func NewCmdRoot(f *Factory) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "fogctl",
 		Short: "Operate a fogdeploy point of presence",
-		Long: `fogctl manages container environments stored as Ceph RBD snapshot/clone
-chains, from which fogdeploy deploys and restores apps on the nodes of a PoP.
+		Long: `fogctl operates a fogdeploy PoP: container environments stored as Ceph RBD
+snapshot/clone chains (env), and apps deployed from them on the PoP's nodes,
+booted and checkpointed once, then restored from clones (app, deploy, ps, ...).
 
 It reads the Ceph conf and keyring from flags, FOGDEPLOY_CEPH_* variables,
-a config file (--config), or the cluster that ` + "`make dev-up`" + ` started.
+a config file (--config), or the cluster that ` + "`make dev-up`" + ` started; and
+the PoP's etcd from etcd.endpoints or FOGDEPLOY_ETCD_ENDPOINTS (default: the
+dev etcd on 127.0.0.1:23790). It talks to etcd, not to the agents (except
+`logs`, which asks the agent of the deployment's node).
 
 ` + exitCodeHelp,
 		SilenceUsage:  true,
