@@ -143,7 +143,7 @@ It reads the Ceph conf and keyring from flags, FOGDEPLOY_CEPH_* variables,
 a config file (--config), or the cluster that ` + "`make dev-up`" + ` started; and
 the PoP's etcd from etcd.endpoints or FOGDEPLOY_ETCD_ENDPOINTS (default: the
 dev etcd on 127.0.0.1:23790). It talks to etcd, not to the agents (except
-`logs`, which asks the agent of the deployment's node).
+logs, which asks the agent of the deployment's node).
 
 ` + exitCodeHelp,
 		SilenceUsage:  true,
