@@ -152,8 +152,10 @@ func (b *fuseBackend) waitReady(ctx context.Context, img Image, dir, file string
 		}
 		// rbd-fuse mounts first and connects on the first request: it
 		// exits 90 when it cannot connect and 91 when the pool is missing.
+		// Some builds crash (SIGSEGV) on a missing pool instead of
+		// exiting 91, so an unexplained death asks the cluster.
 		switch {
-		case code == 91:
+		case code == 91 || (code != 90 && b.poolMissing(ctx, img.Pool)):
 			return fmt.Errorf("map %s: pool %q does not exist: %w (%s) (hint: `ceph osd pool ls` lists the pools)", img, img.Pool, ErrImageNotFound, msg)
 		case code == 90 || strings.Contains(msg, "failed to fetch mon config"):
 			return fmt.Errorf("map %s: cannot connect to the cluster: %s (hint: check Config.CephConf, Config.ID and Config.Keyring, and that `ceph -s` answers)", img, msg)
@@ -195,6 +197,17 @@ func (b *fuseBackend) waitReady(ctx context.Context, img Image, dir, file string
 			return failed(fmt.Sprintf("did not answer on %s within %s", dir, b.cfg.timeout()))
 		}
 	}
+}
+
+// poolMissing reports whether the cluster answers and does not list pool.
+// It is false when the cluster cannot be asked.
+func (b *fuseBackend) poolMissing(ctx context.Context, pool string) bool {
+	out, err := b.run.run(context.WithoutCancel(ctx), b.env(), "rados", "-c", b.cfg.CephConf, "lspools")
+	if err != nil {
+		b.log.Debug("cannot list pools", "err", err)
+		return false
+	}
+	return !slices.Contains(strings.Fields(out), pool)
 }
 
 func (b *fuseBackend) Detach(ctx context.Context, rec Record) error {
