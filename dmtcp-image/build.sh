@@ -2,6 +2,7 @@
 # Build fogdeploy's DMTCP container image from an INSTALLED DMTCP prefix.
 #
 #   dmtcp-image/build.sh [-t TAG] [DMTCP_PREFIX [DOCKER_HOST]]
+#   dmtcp-image/build.sh -b [-t TAG] [DOCKER_HOST]
 #
 # DMTCP_PREFIX defaults to $DMTCP_PREFIX, else /opt/dmtcp (it must hold
 # bin/dmtcp_launch). DOCKER_HOST defaults to $DOCKER_HOST, else the dev
@@ -11,6 +12,9 @@
 # symlinks, and the static entrypoint built with CGO_ENABLED=0) and runs
 # `docker build --network none`. It prints the image tag on stdout.
 # It never builds DMTCP itself.
+# With -b it builds the boot image instead (TAG defaults to
+# fogdeploy/boot:latest): the same entrypoint and no DMTCP, for nodes and
+# deploys that run apps without a checkpoint engine (`entrypoint boot`).
 set -euo pipefail
 
 FD_PROG=dmtcp-image
@@ -24,26 +28,55 @@ die() {
 info() { printf '%s: %s\n' "$FD_PROG" "$*" >&2; }
 
 tag=""
-while getopts ':t:h' opt; do
+boot=false
+while getopts ':t:bh' opt; do
 	case $opt in
 	t) tag=$OPTARG ;;
+	b) boot=true ;;
 	h)
-		sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+		sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
-	*) die "usage: $0 [-t TAG] [DMTCP_PREFIX [DOCKER_HOST]]" ;;
+	*) die "usage: $0 [-t TAG] [DMTCP_PREFIX [DOCKER_HOST]] | $0 -b [-t TAG] [DOCKER_HOST]" ;;
 	esac
 done
 shift $((OPTIND - 1))
 
-prefix=${1:-${DMTCP_PREFIX:-/opt/dmtcp}}
 dev_dir=${FOGDEPLOY_DEV_DIR:-${XDG_STATE_HOME:-${HOME:-/root}/.local/state}/fogdeploy/dev}
-host=${2:-${DOCKER_HOST:-unix://$dev_dir/docker/docker.sock}}
-
-[[ -x $prefix/bin/dmtcp_launch ]] || die "no DMTCP install at $prefix (want $prefix/bin/dmtcp_launch); pass the prefix DMTCP was installed to"
 command -v docker >/dev/null || die "docker CLI not found on PATH"
 go=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
 [[ -x $go ]] || die "go not found; set GO=/path/to/go"
+repo_revision() { git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown; }
+
+if $boot; then
+	host=${1:-${DOCKER_HOST:-unix://$dev_dir/docker/docker.sock}}
+	tag=${tag:-fogdeploy/boot:latest}
+	ctx=$(mktemp -d "${TMPDIR:-/tmp}/fogdeploy-boot-image.XXXXXX")
+	trap 'rm -rf -- "$ctx"' EXIT
+	mkdir -p "$ctx/rootfs/etc" "$ctx/rootfs/tmp" "$ctx/rootfs/fog/root"
+	chmod 1777 "$ctx/rootfs/tmp"
+	printf 'root:x:0:0:root:/root:/bin/sh\n' >"$ctx/rootfs/etc/passwd"
+	printf 'root:x:0:\n' >"$ctx/rootfs/etc/group"
+	info "building the entrypoint"
+	(cd "$repo" && CGO_ENABLED=0 "$go" build -trimpath -ldflags='-s -w' -o "$ctx/entrypoint" ./dmtcp-image/entrypoint)
+	cp -- "$here/Dockerfile.boot" "$ctx/Dockerfile"
+	old_id=$(DOCKER_HOST=$host docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)
+	info "docker build -t $tag (DOCKER_HOST=$host)"
+	DOCKER_HOST=$host DOCKER_BUILDKIT=0 docker build --network none -q -t "$tag" \
+		--build-arg "REVISION=$(repo_revision)" \
+		--build-arg "CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+		"$ctx" >&2
+	new_id=$(DOCKER_HOST=$host docker image inspect -f '{{.Id}}' "$tag")
+	if [[ -n $old_id && $old_id != "$new_id" ]]; then
+		DOCKER_HOST=$host docker image rm "$old_id" >/dev/null 2>&1 || true
+	fi
+	printf '%s\n' "$tag"
+	exit 0
+fi
+
+prefix=${1:-${DMTCP_PREFIX:-/opt/dmtcp}}
+host=${2:-${DOCKER_HOST:-unix://$dev_dir/docker/docker.sock}}
+[[ -x $prefix/bin/dmtcp_launch ]] || die "no DMTCP install at $prefix (want $prefix/bin/dmtcp_launch); pass the prefix DMTCP was installed to"
 
 dmtcp_version=$("$prefix/bin/dmtcp_launch" --version 2>/dev/null | awk 'NR==1 {print $NF}')
 dmtcp_version=${dmtcp_version:-unknown}
@@ -110,7 +143,7 @@ info "building the entrypoint"
 (cd "$repo" && CGO_ENABLED=0 "$go" build -trimpath -ldflags='-s -w' -o "$ctx/entrypoint" ./dmtcp-image/entrypoint)
 cp -- "$here/Dockerfile" "$ctx/Dockerfile"
 
-revision=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
+revision=$(repo_revision)
 old_id=$(DOCKER_HOST=$host docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)
 info "docker build -t $tag (DOCKER_HOST=$host)"
 DOCKER_HOST=$host DOCKER_BUILDKIT=0 docker build --network none -q -t "$tag" \

@@ -26,6 +26,18 @@ func (t *Timings) Track(name string, start time.Time) time.Time {
 	return now
 }
 
+// Get returns the duration of the named phase (the sum, if it repeats).
+func (t Timings) Get(name string) (time.Duration, bool) {
+	var d time.Duration
+	found := false
+	for _, p := range t {
+		if p.Name == name {
+			d, found = d+p.Duration, true
+		}
+	}
+	return d, found
+}
+
 // String renders "clone 21ms, mount 45ms, ...".
 func (t Timings) String() string {
 	parts := make([]string, len(t))

@@ -13,6 +13,7 @@ import (
 const (
 	modeLaunch  = "launch"
 	modeRestart = "restart"
+	modeBoot    = "boot"   // run the app with no checkpoint engine
 	modeKeep    = "keep"   // internal: the app's parent, see keeper.go
 	modeNoCaps  = "nocaps" // internal: exec without capabilities, see keeper.go
 )
@@ -79,10 +80,11 @@ func parseConfig(mode string, args []string, stderr io.Writer) (*config, error) 
 
 func (c *config) validate() error {
 	var errs []error
-	if c.mode == modeLaunch && len(c.app) == 0 {
-		errs = append(errs, errors.New("launch needs the app's command after the flags (launch [flags] -- app args...)"))
+	takesApp := c.mode == modeLaunch || c.mode == modeBoot
+	if takesApp && len(c.app) == 0 {
+		errs = append(errs, fmt.Errorf("%s needs the app's command after the flags (%s [flags] -- app args...)", c.mode, c.mode))
 	}
-	if c.mode == modeLaunch && len(c.app) > 0 && strings.HasPrefix(c.app[0], "-") {
+	if takesApp && len(c.app) > 0 && strings.HasPrefix(c.app[0], "-") {
 		errs = append(errs, fmt.Errorf("app %q looks like a flag: put the entrypoint's flags before the app", c.app[0]))
 	}
 	if c.mode == modeRestart && len(c.app) > 0 {

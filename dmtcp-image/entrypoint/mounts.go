@@ -17,6 +17,7 @@ import (
 //	<prefix>    -> <root>/<prefix>   (read-only bind: DMTCP at the same path inside)
 //	<ckpt>      -> <root>/<ckpt>     (bind: images are written by the app itself)
 //
+// In boot mode (no checkpoint engine) only proc, /dev and /tmp are mounted.
 // The mount points are created in the clone when missing. Nothing here
 // propagates to the host: the namespace is made recursively private first.
 func prepareRoot(cfg *config) error {
@@ -30,8 +31,11 @@ func prepareRoot(cfg *config) error {
 	if _, err := os.Stat(filepath.Join(cfg.root, "bin")); err != nil {
 		return fmt.Errorf("environment clone %s has no /bin: is the clone mounted? (%w)", cfg.root, err)
 	}
-	if err := os.MkdirAll(cfg.ckpt, 0o755); err != nil {
-		return fmt.Errorf("checkpoint dir %s: %w", cfg.ckpt, err)
+	boot := cfg.mode == modeBoot
+	if !boot {
+		if err := os.MkdirAll(cfg.ckpt, 0o755); err != nil {
+			return fmt.Errorf("checkpoint dir %s: %w", cfg.ckpt, err)
+		}
 	}
 	if err := mount("(make-rprivate)", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
 		return err
@@ -41,14 +45,18 @@ func prepareRoot(cfg *config) error {
 		flags            uintptr
 		data             string
 		readOnly         bool
+		engine           bool // only when a checkpoint engine runs
 	}{
-		{"proc", "/proc", "proc", syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC, "", false},
-		{"/dev", "/dev", "", syscall.MS_BIND | syscall.MS_REC, "", false},
-		{"tmpfs", "/tmp", "tmpfs", syscall.MS_NOSUID | syscall.MS_NODEV, "mode=1777", false},
-		{cfg.prefix, cfg.prefix, "", syscall.MS_BIND | syscall.MS_REC, "", true},
-		{cfg.ckpt, cfg.ckpt, "", syscall.MS_BIND | syscall.MS_REC, "", false},
+		{"proc", "/proc", "proc", syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC, "", false, false},
+		{"/dev", "/dev", "", syscall.MS_BIND | syscall.MS_REC, "", false, false},
+		{"tmpfs", "/tmp", "tmpfs", syscall.MS_NOSUID | syscall.MS_NODEV, "mode=1777", false, false},
+		{cfg.prefix, cfg.prefix, "", syscall.MS_BIND | syscall.MS_REC, "", true, true},
+		{cfg.ckpt, cfg.ckpt, "", syscall.MS_BIND | syscall.MS_REC, "", false, true},
 	}
 	for _, s := range steps {
+		if boot && s.engine {
+			continue
+		}
 		dst := filepath.Join(cfg.root, s.dst)
 		if err := os.MkdirAll(dst, 0o755); err != nil {
 			return fmt.Errorf("mount point %s: %w", dst, err)

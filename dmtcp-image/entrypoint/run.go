@@ -35,6 +35,7 @@ var (
 const usage = `usage:
   entrypoint launch  [flags] [--] APP [ARGS...]   run APP under DMTCP, chrooted into -root
   entrypoint restart [flags]                      restore the newest generation in -ckpt
+  entrypoint boot    [flags] [--] APP [ARGS...]   run APP chrooted into -root with no checkpoint engine
 Send SIGUSR1 (docker kill -s USR1) or create -trigger to checkpoint into -ckpt/<gen>.
 Run "entrypoint launch -h" for the flags.
 `
@@ -51,7 +52,7 @@ func Main(args []string) int {
 		return keep(args[1:])
 	case modeNoCaps:
 		return noCaps(args[1:])
-	case modeLaunch, modeRestart:
+	case modeLaunch, modeRestart, modeBoot:
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(os.Stdout, usage)
 		return exitOK

@@ -79,6 +79,10 @@ func (s *supervisor) run() int {
 			case syscall.SIGCHLD:
 				s.reaper.reap()
 			case syscall.SIGUSR1:
+				if s.cfg.mode == modeBoot {
+					s.log.Warn("checkpoint requested, but boot mode runs no checkpoint engine; ignored")
+					continue
+				}
 				if ckptDone == nil && appStatus < 0 && !terminated {
 					ckptDone, exitAfter = s.checkpoint("SIGUSR1")
 				}
@@ -88,7 +92,7 @@ func (s *supervisor) run() int {
 				_ = syscall.Kill(s.appPid, sig.(syscall.Signal))
 			}
 		case <-trigger.C:
-			if ckptDone == nil && appStatus < 0 && !terminated {
+			if s.cfg.mode != modeBoot && ckptDone == nil && appStatus < 0 && !terminated {
 				if _, err := os.Stat(s.cfg.trigger); err == nil {
 					_ = os.Remove(s.cfg.trigger)
 					ckptDone, exitAfter = s.checkpoint(s.cfg.trigger)
@@ -146,6 +150,9 @@ func (s *supervisor) start() (app, coord <-chan syscall.WaitStatus, code int) {
 		return nil, nil, exitSetup
 	}
 	s.self = self
+	if s.cfg.mode == modeBoot {
+		return s.boot()
+	}
 	gens, err := generations(s.cfg.ckpt)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		s.log.Error("checkpoint dir", "err", err)
@@ -217,6 +224,36 @@ func (s *supervisor) start() (app, coord <-chan syscall.WaitStatus, code int) {
 	return done, coordDone, exitOK
 }
 
+// boot is start for boot mode: the root without the DMTCP prefix and the
+// checkpoint volume, no coordinator, and the app run directly by the keeper.
+func (s *supervisor) boot() (app, coord <-chan syscall.WaitStatus, code int) {
+	t := time.Now()
+	if err := prepareRoot(s.cfg); err != nil {
+		s.log.Error("prepare the environment clone", "root", s.cfg.root, "err", err)
+		return nil, nil, exitSetup
+	}
+	if err := dropCaps(capSysAdmin); err != nil {
+		s.log.Warn("could not drop CAP_SYS_ADMIN for good; add CAP_SETPCAP to the container", "err", err)
+	}
+	s.tm.record("mount", 0, t, 0, nil)
+	t = time.Now()
+	keeperArgv := append([]string{s.self, modeKeep, s.cfg.root, s.cfg.workdir}, s.cfg.app...)
+	appPid, done, err := s.reaper.start(keeperArgv, &syscall.ProcAttr{
+		Env:   s.appEnv(),
+		Files: []uintptr{s.null.Fd(), os.Stdout.Fd(), os.Stderr.Fd()},
+	})
+	if err != nil {
+		s.log.Error("start the app", "argv", s.cfg.app, "err", err)
+		return nil, nil, exitSetup
+	}
+	s.appPid = appPid
+	s.log.Info("app started", "pid", appPid, "argv", s.cfg.app)
+	if s.cfg.ready != "" {
+		go s.probe("boot_ready", 0, t)
+	}
+	return done, nil, exitOK
+}
+
 // appEnv is the app's environment: the container's, without locale and
 // DMTCP variables, plus LC_ALL=C (so glibc maps no locale archive that DMTCP
 // would have to copy next to the image) and the coordinator's address.
@@ -236,6 +273,9 @@ func (s *supervisor) appEnv() []string {
 	}
 	if !hasPath {
 		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+	if s.cfg.mode == modeBoot {
+		return append(env, "LC_ALL=C") // the same locale as under DMTCP
 	}
 	return append(env, "LC_ALL=C", "DMTCP_COORD_HOST=127.0.0.1", "DMTCP_COORD_PORT="+strconv.Itoa(s.coordPort),
 		"DMTCP_GZIP=0", "DMTCP_TMPDIR=/tmp", "JALIB_STDERR_PATH=/dev/stderr")

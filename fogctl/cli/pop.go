@@ -251,6 +251,7 @@ func parseReady(s string) (deploy.Readiness, error) {
 type DeployOptions struct {
 	F    *Factory
 	Node string
+	Mode string
 	Wait bool
 }
 
@@ -262,22 +263,29 @@ func NewCmdDeploy(f *Factory) *cobra.Command {
 		Short: "Deploy an instance of an app (placed on a node unless --node)",
 		Long: `Records a deployment in the PoP's state; the agent of the chosen node
 restores the app from its checkpoint, or boots and checkpoints it first if it
-has none. --wait shows the phases as they pass and waits until Running.`,
+has none. --mode boot runs it normally instead, without a checkpoint engine
+(a node without an engine boots too, unless its agent has if_no_engine: fail).
+--wait shows the phases as they pass and waits until Running.`,
 		Args: exactArgs(1, "an app name"),
 		RunE: func(cmd *cobra.Command, args []string) error { return deployRun(cmd.Context(), o, args[0]) },
 	}
 	cmd.Flags().StringVar(&o.Node, "node", "", "node to deploy on (default: the best-scored ready node)")
+	cmd.Flags().StringVar(&o.Mode, "mode", deploy.ModeAuto, "auto (restore, checkpointing first if needed) or boot (without a checkpoint engine)")
 	cmd.Flags().BoolVar(&o.Wait, "wait", false, "wait until the deployment is Running (or Failed)")
+	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{deploy.ModeAuto, deploy.ModeBoot}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
 func deployRun(ctx context.Context, o *DeployOptions, app string) error {
+	if o.Mode != deploy.ModeAuto && o.Mode != deploy.ModeBoot {
+		return usageError{fmt.Errorf("--mode %q: use auto (restore, checkpointing first if needed) or boot (without a checkpoint engine)", o.Mode)}
+	}
 	st, err := o.F.State(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	d, err := agent.Create(ctx, st, agent.CreateRequest{App: app, Node: o.Node}, "fogctl")
+	d, err := agent.Create(ctx, st, agent.CreateRequest{App: app, Node: o.Node, Mode: o.Mode}, "fogctl")
 	if err != nil {
 		return err
 	}
@@ -311,7 +319,10 @@ func waitDeployment(ctx context.Context, f *Factory, st *state.Store, id string)
 		switch dep.Status.Phase {
 		case deploy.PhaseRunning:
 			kind := "restored from generation " + strconv.Itoa(dep.Status.Gen)
-			if dep.Status.Booted {
+			switch {
+			case dep.Status.Mode == deploy.ModeBoot:
+				kind = "booted without a checkpoint: " + dep.Status.BootReason
+			case dep.Status.Booted:
 				kind = "booted, checkpointed as generation " + strconv.Itoa(dep.Status.Gen) + ", restored"
 			}
 			fmt.Fprintf(f.ErrOut, "==> %s Running on %s (%s) at %v\n", id, dep.Node, kind, dep.Status.Ports)
@@ -348,9 +359,9 @@ func NewCmdPs(f *Factory) *cobra.Command {
 			return printOut(f, deps, func(w io.Writer) {
 				fmt.Fprintln(w, "ID\tAPP\tNODE\tPHASE\tMODE\tGEN\tREADY-IN\tADDRESS")
 				for _, d := range deps {
-					mode, total := "restore", time.Duration(0)
+					mode, total := d.Status.Mode, time.Duration(0)
 					if d.Status.Booted {
-						mode = "boot"
+						mode = "checkpoint+restore"
 					}
 					for _, p := range d.Status.Timings {
 						total += p.Duration

@@ -52,6 +52,15 @@ type Agent struct {
 	DMTCPImage string `yaml:"dmtcp_image"`
 	// DMTCPDriver is "container" (default) or "host".
 	DMTCPDriver string `yaml:"dmtcp_driver"`
+	// BootImage runs apps with no checkpoint engine
+	// (`dmtcp-image/build.sh -b`).
+	BootImage string `yaml:"boot_image"`
+	// IfBusy is what a deploy does while another deploy produces the
+	// app's first checkpoint: wait (default) or boot normally meanwhile.
+	IfBusy string `yaml:"if_busy"`
+	// IfNoEngine is what a deploy does on a node that cannot run the app's
+	// checkpoint engine: boot normally (default) or fail.
+	IfNoEngine string `yaml:"if_no_engine"`
 	// TokenFile holds the bearer token of the hook API (required outside
 	// --dev).
 	TokenFile string `yaml:"token_file"`
@@ -113,7 +122,8 @@ func Default() Config {
 		Docker:   Docker{Host: devenv.DockerHost()},
 		Node:     Node{Name: host, StateDir: filepath.Join(devenv.Dir(), "node", host)},
 		Etcd:     Etcd{Endpoints: []string{devenv.EtcdEndpoint}, DialTimeout: 5 * time.Second},
-		Agent:    Agent{Capacity: 8, LeaseTTL: 5, DMTCPImage: "fogdeploy/dmtcp:4.2.0", DMTCPDriver: "container"},
+		Agent:    Agent{Capacity: 8, LeaseTTL: 5, DMTCPImage: "fogdeploy/dmtcp:4.2.0", DMTCPDriver: "container",
+			BootImage: "fogdeploy/boot:latest", IfBusy: "wait", IfNoEngine: "boot"},
 	}
 }
 
@@ -162,6 +172,7 @@ func (c *Config) ApplyEnv() {
 	set(&c.Node.Name, "FOGDEPLOY_NODE")
 	set(&c.Node.StateDir, "FOGDEPLOY_STATE_DIR")
 	set(&c.Agent.DMTCPImage, "FOGDEPLOY_DMTCP_IMAGE")
+	set(&c.Agent.BootImage, "FOGDEPLOY_BOOT_IMAGE")
 	set(&c.Agent.TokenFile, "FOGDEPLOY_TOKEN_FILE")
 	if v := os.Getenv("FOGDEPLOY_ETCD_ENDPOINTS"); v != "" {
 		c.Etcd.Endpoints = strings.Split(v, ",")
@@ -214,6 +225,12 @@ func (c Config) Validate() error {
 	}
 	if c.Agent.LeaseTTL < 2 || c.Agent.LeaseTTL > 300 {
 		add("agent.lease_ttl %d: give seconds between 2 and 300", c.Agent.LeaseTTL)
+	}
+	if c.Agent.IfBusy != "wait" && c.Agent.IfBusy != "boot" {
+		add("agent.if_busy %q: use wait (for the first checkpoint) or boot (normally, meanwhile)", c.Agent.IfBusy)
+	}
+	if c.Agent.IfNoEngine != "boot" && c.Agent.IfNoEngine != "fail" {
+		add("agent.if_no_engine %q: use boot (normally, without a checkpoint) or fail", c.Agent.IfNoEngine)
 	}
 	if c.Agent.DMTCPDriver != "container" && c.Agent.DMTCPDriver != "host" {
 		add("agent.dmtcp_driver %q: use container or host", c.Agent.DMTCPDriver)

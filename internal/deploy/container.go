@@ -35,6 +35,9 @@ type Container struct {
 	RT ContainerRuntime
 	// Image is the DMTCP image, e.g. fogdeploy/dmtcp:4.2.0.
 	Image string
+	// BootImage runs apps with no checkpoint engine (ModeBoot), e.g.
+	// fogdeploy/boot:latest from `dmtcp-image/build.sh -b`.
+	BootImage string
 	// StopTimeout is how long Remove lets the app stop after SIGTERM.
 	StopTimeout time.Duration
 }
@@ -58,6 +61,23 @@ func (c *Container) Check(ctx context.Context, eng string) (string, error) {
 		return "", fmt.Errorf("%w: %w", ErrDriver, err)
 	}
 	return labels[DMTCPVersionLabel], nil
+}
+
+// CheckBoot reports, wrapping ErrDriver, why this node cannot boot apps
+// without a checkpoint engine.
+func (c *Container) CheckBoot(ctx context.Context) error {
+	if c.BootImage == "" {
+		return fmt.Errorf("%w: no boot image configured (agent.boot_image)", ErrDriver)
+	}
+	_, err := c.RT.ImageLabels(ctx, c.BootImage)
+	if errors.Is(err, runtime.ErrImageNotFound) {
+		return hint.With(fmt.Errorf("%w: boot image %s is not on this node: %w", ErrDriver, c.BootImage, err),
+			"build it with `make boot-image` (dmtcp-image/build.sh -b)")
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrDriver, err)
+	}
+	return nil
 }
 
 func (c *Container) spec(r Run) runtime.DMTCPContainer {
@@ -101,6 +121,9 @@ func (c *Container) Start(ctx context.Context, r Run) (_ Handle, err error) {
 		spec.Cmd = append(spec.Cmd[:1:1], append([]string{"-gen", strconv.Itoa(r.Gen)}, spec.Cmd[1:]...)...)
 	case ModeRestart:
 		spec = dc.Restart(r.Gen)
+	case ModeBoot:
+		dc.Image = c.BootImage
+		spec = dc.Boot(r.App.Command)
 	default:
 		return Handle{}, fmt.Errorf("%w: mode %q", ErrInvalidSpec, r.Mode)
 	}

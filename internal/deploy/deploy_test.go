@@ -15,6 +15,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -168,30 +169,163 @@ func TestDeployNeverReady(t *testing.T) {
 	deploytest.AssertNothingLeft(t, f, app.Name, false)
 }
 
-// TestDeployBadSpec: a bad spec is refused before anything is created.
+// TestDeployBadSpec: a bad spec is refused before anything is created,
+// with an error that says which field is wrong.
 func TestDeployBadSpec(t *testing.T) {
-	f := deploytest.NewFixture(t, "container")
+	f := deploytest.NewBootFixture(t)
 	ctx := context.Background()
-	good := deploytest.RedisApp("bad-spec", f.Env, engine.NameDMTCP)
-	cases := map[string]func(a *deploy.App){
-		"missing command":         func(a *deploy.App) { a.Command = nil },
-		"port out of range":       func(a *deploy.App) { a.Ports = []deploy.Port{{Port: 70000}} },
-		"unknown engine":          func(a *deploy.App) { a.Engine = "podman" },
-		"readiness without port":  func(a *deploy.App) { a.Ready = deploy.Readiness{Kind: deploy.ReadyTCP} },
-		"readiness without kind":  func(a *deploy.App) { a.Ready = deploy.Readiness{} },
-		"unknown environment":     func(a *deploy.App) { a.Env = "no-such-env" },
-		"exec without command":    func(a *deploy.App) { a.Ready = deploy.Readiness{Kind: deploy.ReadyExec} },
-		"output without a phrase": func(a *deploy.App) { a.Ready = deploy.Readiness{Kind: deploy.ReadyOutput} },
+	good := deploytest.BusyboxHTTPApp("bad-spec", f.Env)
+	cases := map[string]struct {
+		mutate func(a *deploy.App)
+		field  string
+	}{
+		"missing command":         {func(a *deploy.App) { a.Command = nil }, "command"},
+		"port out of range":       {func(a *deploy.App) { a.Ports = []deploy.Port{{Port: 70000}} }, "ports[0]"},
+		"unknown engine":          {func(a *deploy.App) { a.Engine = "podman" }, "engine"},
+		"readiness without port":  {func(a *deploy.App) { a.Ready = deploy.Readiness{Kind: deploy.ReadyTCP} }, "ready.port"},
+		"readiness without kind":  {func(a *deploy.App) { a.Ready = deploy.Readiness{} }, "ready"},
+		"exec without command":    {func(a *deploy.App) { a.Ready = deploy.Readiness{Kind: deploy.ReadyExec} }, "ready.command"},
+		"output without a phrase": {func(a *deploy.App) { a.Ready = deploy.Readiness{Kind: deploy.ReadyOutput} }, "ready.phrase"},
 	}
-	for name, mutate := range cases {
+	for name, c := range cases {
 		a := good
-		mutate(&a)
-		if _, err := f.D.Deploy(ctx, a, deploy.Options{}); err == nil {
-			t.Errorf("%s: deploy succeeded", name)
+		c.mutate(&a)
+		for _, opts := range []deploy.Options{{}, {Mode: deploy.ModeBoot}} {
+			_, err := f.D.Deploy(ctx, a, opts)
+			if !errors.Is(err, deploy.ErrInvalidSpec) || !strings.Contains(err.Error(), c.field) {
+				t.Errorf("%s (mode %q): deploy = %v; want ErrInvalidSpec naming %s", name, opts.Mode, err, c.field)
+			}
 		}
+	}
+	a := good
+	a.Env = "no-such-env"
+	if _, err := f.D.Deploy(ctx, a, deploy.Options{Mode: deploy.ModeBoot}); !errors.Is(err, layering.ErrNotFound) {
+		t.Errorf("unknown environment: deploy = %v; want layering.ErrNotFound", err)
+	}
+	if _, err := f.D.Deploy(ctx, good, deploy.Options{Mode: "fast"}); !errors.Is(err, deploy.ErrInvalidSpec) || !strings.Contains(err.Error(), "mode") {
+		t.Errorf("unknown mode: deploy = %v; want ErrInvalidSpec naming mode", err)
 	}
 	deploytest.AssertNothingLeft(t, f, good.Name, false)
 }
+
+// TestDeployBootWithoutEngine is a node with no checkpoint engine: a deploy
+// fails with a hint unless it may boot the app normally; booted instances
+// run from writable clones of the environment, answer on their own ports,
+// record their phases, and leave nothing after undeploy. No checkpoint is
+// ever produced.
+func TestDeployBootWithoutEngine(t *testing.T) {
+	f := deploytest.NewBootFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	app := deploytest.BusyboxHTTPApp("web-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env)
+	t.Cleanup(func() { f.UndeployAll(t, app.Name) })
+
+	_, err := f.D.Deploy(ctx, app, deploy.Options{})
+	if !errors.Is(err, deploy.ErrDriver) || hint.Of(err) == "" {
+		t.Fatalf("deploy without an engine = %v; want ErrDriver with a hint", err)
+	}
+	deploytest.AssertNothingLeft(t, f, app.Name, false)
+
+	deps := make([]deploy.Deployment, 3)
+	var wg sync.WaitGroup
+	errs := make([]error, len(deps))
+	for i := range deps {
+		opts := deploy.Options{IfNoEngine: deploy.PolicyBoot}
+		if i == 2 {
+			opts = deploy.Options{Mode: deploy.ModeBoot}
+		}
+		wg.Go(func() { deps[i], errs[i] = f.D.Deploy(ctx, app, opts) })
+	}
+	wg.Wait()
+	pages := map[string]bool{}
+	for i, dep := range deps {
+		if errs[i] != nil {
+			t.Fatalf("boot %d: %v", i, errs[i])
+		}
+		wantReason := "no checkpoint engine"
+		if i == 2 {
+			wantReason = "requested"
+		}
+		if dep.Mode != deploy.ModeBoot || dep.Phase != deploy.PhaseRunning || !strings.Contains(dep.BootReason, wantReason) {
+			t.Errorf("boot %d = mode %q phase %s reason %q; want boot, Running, %q", i, dep.Mode, dep.Phase, dep.BootReason, wantReason)
+		}
+		for _, p := range []string{"clone", "map", "mount", "container", "ready"} {
+			if _, ok := dep.Timings.Get(p); !ok {
+				t.Errorf("boot %d timings %s lack %s", i, dep.Timings, p)
+			}
+		}
+		body := testenv.HTTPGet(ctx, t, "http://"+dep.Ports["8080/tcp"]+"/")
+		if !strings.HasPrefix(body, "served by ") || pages[body] {
+			t.Errorf("boot %d answers %q; want its own page", i, body)
+		}
+		pages[body] = true
+		t.Logf("boot %d: %s at %s, %s", i, dep.ID, dep.Ports["8080/tcp"], dep.Timings)
+	}
+	if gens, err := f.D.Generations(ctx, app.Name); err != nil || len(gens) != 0 {
+		t.Errorf("generations after boots = %v, %v; want none", gens, err)
+	}
+	for _, dep := range deps {
+		if err := f.D.Undeploy(ctx, dep.ID); err != nil {
+			t.Errorf("undeploy %s: %v", dep.ID, err)
+		}
+	}
+	deploytest.AssertNothingLeft(t, f, app.Name, false)
+}
+
+// TestDeployBootWhileCheckpointing: a deploy that arrives while another
+// produces the app's first checkpoint boots normally when IfBusy says so,
+// and never produces a second checkpoint; one that waits restores.
+func TestDeployBootWhileCheckpointing(t *testing.T) {
+	f := deploytest.NewFixture(t, "container")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	app := deploytest.RedisApp("busy-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, engine.NameDMTCP)
+	t.Cleanup(func() { f.RemoveGenerations(t, app.Name) })
+	t.Cleanup(func() { f.UndeployAll(t, app.Name) })
+
+	producing := make(chan struct{})
+	var once sync.Once
+	var first, waiter deploy.Deployment
+	var firstErr, waitErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		first, firstErr = f.D.Deploy(ctx, app, deploy.Options{
+			Progress: func(p string, _ time.Duration) { once.Do(func() { close(producing) }) },
+			// Hold the checkpoint back until the other deploys have arrived.
+			Prepare: func(ctx context.Context, _ map[string]string) error { time.Sleep(2 * time.Second); return nil },
+		})
+	})
+	<-producing
+	wg.Go(func() { waiter, waitErr = f.D.Deploy(ctx, app, deploy.Options{IfBusy: deploy.PolicyWait}) })
+	booted, err := f.D.Deploy(ctx, app, deploy.Options{IfBusy: deploy.PolicyBoot})
+	if err != nil {
+		t.Fatalf("deploy while the checkpoint is produced: %v", err)
+	}
+	wg.Wait()
+	if firstErr != nil || waitErr != nil {
+		t.Fatalf("first deploy: %v; waiting deploy: %v", firstErr, waitErr)
+	}
+	if booted.Mode != deploy.ModeBoot || !strings.Contains(booted.BootReason, "being produced") {
+		t.Errorf("busy deploy = mode %q reason %q; want boot because the checkpoint is being produced", booted.Mode, booted.BootReason)
+	}
+	if !first.Booted || waiter.Booted || waiter.Mode != deploy.ModeRestore || waiter.Gen != first.Gen {
+		t.Errorf("first = booted %v gen %d; waiter = booted %v mode %s gen %d; want one checkpoint, the waiter restoring it",
+			first.Booted, first.Gen, waiter.Booted, waiter.Mode, waiter.Gen)
+	}
+	if gens, _ := f.D.Generations(ctx, app.Name); len(gens) != 1 {
+		t.Errorf("generations = %d; want exactly 1", len(gens))
+	}
+	for _, dep := range []deploy.Deployment{first, waiter, booted} {
+		if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "PING"); err != nil || got != "PONG" {
+			t.Errorf("%s (%s): PING = %q, %v", dep.ID, dep.Mode, got, err)
+		}
+		if err := f.D.Undeploy(ctx, dep.ID); err != nil {
+			t.Errorf("undeploy %s: %v", dep.ID, err)
+		}
+	}
+	deploytest.AssertNothingLeft(t, f, app.Name, true)
+}
+
 
 func contains(ss []string, s string) bool {
 	for _, x := range ss {

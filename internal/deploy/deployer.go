@@ -182,6 +182,10 @@ type Deployment struct {
 	Phase string `json:"phase"`
 	// Gen is the checkpoint generation restored (0 while booting).
 	Gen int `json:"gen"`
+	// Mode is ModeRestore (from a checkpoint generation) or ModeBoot (the
+	// app booted with no checkpoint engine; BootReason says why).
+	Mode       string `json:"mode"`
+	BootReason string `json:"boot_reason,omitempty"`
 	// Booted is set when this deploy had to produce the generation first.
 	Booted bool `json:"booted,omitempty"`
 	// Images are the RBD images this deployment owns.
@@ -211,10 +215,60 @@ func (d Deployment) Total() time.Duration {
 	return t
 }
 
+// Deployment modes (Deployment.Mode, Options.Mode).
+const (
+	// ModeAuto restores, producing the first checkpoint generation if
+	// there is none.
+	ModeAuto = "auto"
+	// ModeRestore: the instance was restored from a checkpoint generation.
+	ModeRestore = "restore"
+)
+
+// What Deploy does when it cannot restore at once (Options.IfBusy,
+// Options.IfNoEngine).
+const (
+	// PolicyWait waits for the deploy that produces the checkpoint.
+	PolicyWait = "wait"
+	// PolicyBoot boots the app normally, with no checkpoint engine.
+	PolicyBoot = "boot"
+	// PolicyFail fails the deploy.
+	PolicyFail = "fail"
+)
+
+// ValidatePolicies checks Options.Mode, IfBusy and IfNoEngine values.
+func ValidatePolicies(mode, ifBusy, ifNoEngine string) error {
+	var errs []error
+	switch mode {
+	case "", ModeAuto, ModeBoot:
+	default:
+		errs = append(errs, fmt.Errorf("mode %q: use auto (restore, checkpointing first if needed) or boot (no checkpoint engine): %w", mode, ErrInvalidSpec))
+	}
+	switch ifBusy {
+	case "", PolicyWait, PolicyBoot:
+	default:
+		errs = append(errs, fmt.Errorf("if_busy %q: use wait or boot: %w", ifBusy, ErrInvalidSpec))
+	}
+	switch ifNoEngine {
+	case "", PolicyFail, PolicyBoot:
+	default:
+		errs = append(errs, fmt.Errorf("if_no_engine %q: use fail or boot: %w", ifNoEngine, ErrInvalidSpec))
+	}
+	return errors.Join(errs...)
+}
+
 // Options tune one Deploy.
 type Options struct {
 	// ID is the deployment ID; "" generates one from the app name.
 	ID string
+	// Mode is ModeAuto (default) or ModeBoot (always boot, no engine).
+	Mode string
+	// IfBusy says what a deploy does while another deploy produces the
+	// app's first checkpoint: PolicyWait (default) for it, or PolicyBoot
+	// normally meanwhile. It never produces a second checkpoint.
+	IfBusy string
+	// IfNoEngine says what a deploy does when this node cannot run the
+	// app's checkpoint engine: PolicyFail (default) or PolicyBoot.
+	IfNoEngine string
 	// Progress receives each phase as it ends.
 	Progress func(phase string, took time.Duration)
 	// Prepare, if set, runs when a deploy has to produce the checkpoint
@@ -223,8 +277,9 @@ type Options struct {
 	// LockCheckpoint, if set, is held while this deploy checks for a
 	// checkpoint and produces one when there is none: the PoP-wide lock
 	// (etcd) that makes the checkpoint exactly once. The node-local lock is
-	// always taken too.
-	LockCheckpoint func(ctx context.Context) (unlock func(), err error)
+	// always taken too. With wait false it returns an error wrapping
+	// ErrBusy at once when another holder has it.
+	LockCheckpoint func(ctx context.Context, wait bool) (unlock func(), err error)
 	// Sealed, if set, is called with a generation this deploy produced.
 	Sealed func(ctx context.Context, g Generation) error
 }
@@ -304,10 +359,15 @@ func (d *Deployer) CheckEngine(ctx context.Context, eng string) (driver, version
 
 // Deploy runs an instance of app on this node: a restore from the newest
 // checkpoint generation, after producing the first one if there is none.
-// On error nothing of the deployment is left on the node or in the pool.
+// Options decide when it boots the app normally instead (Mode, IfBusy,
+// IfNoEngine). On error nothing of the deployment is left on the node or in
+// the pool.
 func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deployment, error) {
 	app = app.WithDefaults()
 	if err := app.Validate(); err != nil {
+		return Deployment{}, err
+	}
+	if err := ValidatePolicies(opts.Mode, opts.IfBusy, opts.IfNoEngine); err != nil {
 		return Deployment{}, err
 	}
 	if opts.ID == "" {
@@ -319,7 +379,14 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 	if _, err := d.Load(opts.ID); err == nil {
 		return Deployment{}, fmt.Errorf("deployment %s: %w", opts.ID, ErrExists)
 	}
+	if opts.Mode == ModeBoot {
+		return d.Boot(ctx, app, opts, "requested")
+	}
 	if _, _, err := d.Check(ctx, app); err != nil {
+		if errors.Is(err, ErrDriver) && opts.IfNoEngine == PolicyBoot {
+			d.log.Info("booting without a checkpoint engine", "app", app.Name, "reason", err)
+			return d.Boot(ctx, app, opts, "no checkpoint engine on this node: "+err.Error())
+		}
 		return Deployment{}, err
 	}
 	gen, err := d.Latest(ctx, app.Name)
@@ -327,6 +394,10 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 	if errors.Is(err, ErrNoCheckpoint) {
 		// One producer per app on this node; the others wait and reuse.
 		gen, boot, err = d.produceOnce(ctx, app, opts)
+		if errors.Is(err, ErrBusy) {
+			d.log.Info("booting while another deploy produces the checkpoint", "app", app.Name)
+			return d.Boot(ctx, app, opts, "the first checkpoint is being produced by another deploy")
+		}
 	}
 	if err != nil {
 		return Deployment{}, err
@@ -343,13 +414,19 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 }
 
 // produceOnce returns the app's newest generation, producing it under the
-// node-local and the caller's (PoP-wide) locks if there is none yet.
+// node-local and the caller's (PoP-wide) locks if there is none yet. With
+// IfBusy PolicyBoot it returns ErrBusy instead of waiting for a lock.
 func (d *Deployer) produceOnce(ctx context.Context, app App, opts Options) (Generation, layering.Timings, error) {
+	wait := opts.IfBusy != PolicyBoot
 	l := d.lockApp(app.Name)
-	l.Lock()
+	if wait {
+		l.Lock()
+	} else if !l.TryLock() {
+		return Generation{}, nil, fmt.Errorf("app %s on this node: %w", app.Name, ErrBusy)
+	}
 	defer l.Unlock()
 	if opts.LockCheckpoint != nil {
-		unlock, err := opts.LockCheckpoint(ctx)
+		unlock, err := opts.LockCheckpoint(ctx, wait)
 		if err != nil {
 			return Generation{}, nil, err
 		}
@@ -369,6 +446,88 @@ func (d *Deployer) produceOnce(ctx context.Context, app App, opts Options) (Gene
 		}
 	}
 	return gen, gen.Timings, nil
+}
+
+// CheckBoot reports whether this node can boot apps with no checkpoint
+// engine (the boot image of the Container driver).
+func (d *Deployer) CheckBoot(ctx context.Context) error {
+	c, ok := d.deps.Container.(*Container)
+	if !ok || c == nil {
+		return fmt.Errorf("%w: booting without an engine needs the container driver", ErrDriver)
+	}
+	return c.CheckBoot(ctx)
+}
+
+// Boot runs an instance of app with no checkpoint engine: a writable clone
+// of its environment, mapped and mounted, and the app booted in the boot
+// image's container. reason is recorded in Deployment.BootReason. On error
+// nothing of it is left.
+func (d *Deployer) Boot(ctx context.Context, app App, opts Options, reason string) (_ Deployment, err error) {
+	app = app.WithDefaults()
+	if err := app.Validate(); err != nil {
+		return Deployment{}, err
+	}
+	if opts.ID == "" {
+		opts.ID = NewID(app.Name)
+	}
+	if err := ValidateID(opts.ID); err != nil {
+		return Deployment{}, err
+	}
+	env, err := d.deps.Envs.Get(ctx, app.Env)
+	if err != nil {
+		return Deployment{}, fmt.Errorf("env %q of app %s: %w", app.Env, app.Name, err)
+	}
+	if _, err := d.deps.Envs.CheckDepth(ctx, env.Ref, app.Env); err != nil {
+		return Deployment{}, err
+	}
+	if err := d.CheckBoot(ctx); err != nil {
+		return Deployment{}, err
+	}
+	dr := d.deps.Container
+	o, err := d.begin(opts.ID, app.Name, 0, PhaseBooting, opts.Progress)
+	if err != nil {
+		return Deployment{}, err
+	}
+	o.rec.Mode, o.rec.BootReason = ModeBoot, reason
+	defer o.undoOnError(ctx, &err)
+	id := opts.ID
+	if err := o.own([]string{InstancePrefix + id + "-env"}, []string{id + "-env"}); err != nil {
+		return Deployment{}, err
+	}
+	envPath, _, err := o.cloneMapMount(ctx, env.Ref, nil, 0)
+	if err != nil {
+		return Deployment{}, err
+	}
+	h, err := d.start(ctx, o, dr, Run{Mode: ModeBoot, ID: id, App: app, EnvPath: envPath,
+		ImageEnv: env.Config.Env, WorkDir: env.Config.WorkDir})
+	if err != nil {
+		return Deployment{}, err
+	}
+	if err := d.waitReady(ctx, dr, h, app, false); err != nil {
+		return Deployment{}, err
+	}
+	o.phase("ready")
+	return d.running(ctx, o, dr, h, "boot_ready")
+}
+
+// running marks an instance that answered Running, with the engine's own
+// time to ready (timing phase) when its driver reports it.
+func (d *Deployer) running(ctx context.Context, o *op, dr Driver, h Handle, phase string) (Deployment, error) {
+	if c, ok := dr.(*Container); ok {
+		if tm, err := c.Timings(ctx, h); err == nil {
+			for _, t := range tm {
+				if t.Phase == phase {
+					o.rec.EngineReadyMS = t.MS
+				}
+			}
+		}
+	}
+	o.rec.Phase = PhaseRunning
+	if err := d.save(o.rec); err != nil {
+		return Deployment{}, err
+	}
+	d.log.Info("deployed", "id", o.rec.ID, "app", o.rec.App, "mode", o.rec.Mode, "gen", o.rec.Gen, "ports", h.Ports, "timings", o.rec.Timings.String())
+	return *o.rec, nil
 }
 
 // Logs returns the last n lines of a deployment's output.
@@ -553,21 +712,41 @@ func (o *op) own(images []string, mappings []string) error {
 	return o.d.save(o.rec)
 }
 
+// undoOnError marks the record Failed and undeploys it when *err is set.
+func (o *op) undoOnError(ctx context.Context, err *error) {
+	if *err == nil {
+		return
+	}
+	o.rec.Phase, o.rec.Error = PhaseFailed, (*err).Error()
+	_ = o.d.save(o.rec)
+	*err = errors.Join(*err, o.d.Undeploy(context.WithoutCancel(ctx), o.rec.ID))
+}
+
 // cloneMapMount clones (or creates) the env and ckpt images of a
-// deployment and mounts them under its dir.
+// deployment (o.rec.Images) and mounts them under its dir. A record that
+// owns only an env image (a boot) gets no checkpoint image.
 func (o *op) cloneMapMount(ctx context.Context, env layering.SnapRef, ckpt *layering.SnapRef, ckptSize int64) (envPath, ckptPath string, err error) {
 	id := o.rec.ID
-	envImg, ckptImg := o.rec.Images[0], o.rec.Images[1]
+	envImg, withCkpt := o.rec.Images[0], len(o.rec.Images) > 1
 	st, mp := o.d.deps.Store, o.d.deps.Mapper
+	// ckptStep runs f on the checkpoint image, if the record has one.
+	ckptStep := func(f func(img string) error) func() error {
+		return func() error {
+			if !withCkpt {
+				return nil
+			}
+			return f(o.rec.Images[1])
+		}
+	}
 	// The two images are independent: each step runs on both at once.
 	if err := both(
 		func() error { return st.Clone(ctx, env, envImg) },
-		func() error {
+		ckptStep(func(img string) error {
 			if ckpt != nil {
-				return st.Clone(ctx, *ckpt, ckptImg)
+				return st.Clone(ctx, *ckpt, img)
 			}
-			return st.Create(ctx, ckptImg, ckptSize)
-		}); err != nil {
+			return st.Create(ctx, img, ckptSize)
+		})); err != nil {
 		return "", "", err
 	}
 	for _, img := range o.rec.Images {
@@ -580,17 +759,22 @@ func (o *op) cloneMapMount(ctx context.Context, env layering.SnapRef, ckpt *laye
 			envMap, err = mp.Map(ctx, mapper.Image{Pool: o.d.cfg.Pool, Name: envImg}, mapper.WithID(id+"-env"))
 			return err
 		},
-		func() (err error) {
-			ckptMap, err = mp.Map(ctx, mapper.Image{Pool: o.d.cfg.Pool, Name: ckptImg}, mapper.WithID(id+"-ckpt"))
+		ckptStep(func(img string) (err error) {
+			ckptMap, err = mp.Map(ctx, mapper.Image{Pool: o.d.cfg.Pool, Name: img}, mapper.WithID(id+"-ckpt"))
 			return err
-		}); err != nil {
+		})); err != nil {
 		return "", "", err
 	}
 	o.phase("map")
-	envPath, ckptPath = filepath.Join(o.rec.Dir, "root"), filepath.Join(o.rec.Dir, "ckpt")
+	envPath = filepath.Join(o.rec.Dir, "root")
+	if withCkpt {
+		ckptPath = filepath.Join(o.rec.Dir, "ckpt")
+	}
 	if err := both(
 		func() error { return mp.Mount(ctx, envMap, envPath, mapper.MountOptions{}) },
-		func() error { return mp.Mount(ctx, ckptMap, ckptPath, mapper.MountOptions{Format: ckpt == nil}) }); err != nil {
+		ckptStep(func(string) error {
+			return mp.Mount(ctx, ckptMap, ckptPath, mapper.MountOptions{Format: ckpt == nil})
+		})); err != nil {
 		return "", "", err
 	}
 	o.phase("mount")
@@ -652,13 +836,7 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 	if err != nil {
 		return Generation{}, err
 	}
-	defer func() {
-		if err != nil {
-			o.rec.Phase, o.rec.Error = PhaseFailed, err.Error()
-			_ = d.save(o.rec)
-			err = errors.Join(err, d.Undeploy(context.WithoutCancel(ctx), id))
-		}
-	}()
+	defer o.undoOnError(ctx, &err)
 	envImg, ckptImg := genImage(app.Name, n, "env"), genImage(app.Name, n, "ckpt")
 	if err := o.own([]string{envImg, ckptImg}, []string{id + "-env", id + "-ckpt"}); err != nil {
 		return Generation{}, err
@@ -774,13 +952,8 @@ func (d *Deployer) Restore(ctx context.Context, g Generation, opts Options) (_ D
 	if err != nil {
 		return Deployment{}, err
 	}
-	defer func() {
-		if err != nil {
-			o.rec.Phase, o.rec.Error = PhaseFailed, err.Error()
-			_ = d.save(o.rec)
-			err = errors.Join(err, d.Undeploy(context.WithoutCancel(ctx), o.rec.ID))
-		}
-	}()
+	o.rec.Mode = ModeRestore
+	defer o.undoOnError(ctx, &err)
 	id := opts.ID
 	if err := o.own([]string{InstancePrefix + id + "-env", InstancePrefix + id + "-ckpt"}, []string{id + "-env", id + "-ckpt"}); err != nil {
 		return Deployment{}, err
@@ -799,21 +972,7 @@ func (d *Deployer) Restore(ctx context.Context, g Generation, opts Options) (_ D
 		return Deployment{}, err
 	}
 	o.phase("ready")
-	if c, ok := dr.(*Container); ok {
-		if tm, err := c.Timings(ctx, h); err == nil {
-			for _, t := range tm {
-				if t.Phase == "restart_ready" {
-					o.rec.EngineReadyMS = t.MS
-				}
-			}
-		}
-	}
-	o.rec.Phase = PhaseRunning
-	if err := d.save(o.rec); err != nil {
-		return Deployment{}, err
-	}
-	d.log.Info("deployed", "id", id, "app", app.Name, "gen", g.Gen, "ports", h.Ports, "timings", o.rec.Timings.String())
-	return *o.rec, nil
+	return d.running(ctx, o, dr, h, "restart_ready")
 }
 
 // Undeploy stops a deployment's instance, unmounts and unmaps its clones,

@@ -27,12 +27,15 @@ var (
 	ErrNotReady = errors.New("app not ready")
 	// ErrCheckpoint: writing the checkpoint failed.
 	ErrCheckpoint = errors.New("checkpoint failed")
+	// ErrBusy: another deploy is producing the app's checkpoint.
+	ErrBusy = errors.New("checkpoint being produced")
 )
 
 // Modes of Run.
 const (
 	ModeLaunch  = "launch"  // boot the app under the engine
 	ModeRestart = "restart" // restore the app from a checkpoint generation
+	ModeBoot    = "boot"    // run the app with no checkpoint engine (Container only)
 )
 
 // Driver runs app instances on this node under a checkpoint engine. It is

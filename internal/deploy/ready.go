@@ -100,7 +100,7 @@ func (d *Deployer) waitReady(ctx context.Context, dr Driver, h Handle, app App, 
 }
 
 // entrypointProbe is ready once the DMTCP container's entrypoint reports
-// launch_ready or restart_ready.
+// launch_ready, restart_ready or boot_ready.
 type entrypointProbe struct {
 	c *Container
 	h Handle
@@ -112,7 +112,7 @@ func (p entrypointProbe) Probe(ctx context.Context) error {
 		return err
 	}
 	for _, t := range tm {
-		if t.Phase == "launch_ready" || t.Phase == "restart_ready" {
+		if t.Phase == "launch_ready" || t.Phase == "restart_ready" || t.Phase == "boot_ready" {
 			return nil
 		}
 	}

@@ -50,7 +50,7 @@ type DMTCPContainer struct {
 	Ports []Port
 	// ReadyAddr, if set, is an address inside the container
 	// ("127.0.0.1:6379") that the entrypoint probes to report the
-	// launch_ready / restart_ready timing.
+	// launch_ready / restart_ready / boot_ready timing.
 	ReadyAddr string
 	// ReadySend and ReadyExpect make the probe protocol-aware: ReadySend is
 	// written on each connection and the app is ready once the reply starts
@@ -83,6 +83,15 @@ func (c DMTCPContainer) Restart(gen int) Spec {
 	return c.spec(c.flags(gen), "restart")
 }
 
+// Boot returns the spec of a container that runs argv with no checkpoint
+// engine (the entrypoint's boot mode), e.g. from the boot image built by
+// `dmtcp-image/build.sh -b`. CkptPath is not bound; the ready probe reports
+// boot_ready.
+func (c DMTCPContainer) Boot(argv []string) Spec {
+	c.CkptPath, c.AfterCheckpoint = "", ""
+	return c.spec(append(append(c.flags(0), "--"), argv...), "boot")
+}
+
 func (c DMTCPContainer) flags(from int) []string {
 	var f []string
 	if c.ReadyAddr != "" {
@@ -112,16 +121,13 @@ func (c DMTCPContainer) spec(args []string, mode string) Spec {
 		labels[k] = v
 	}
 	return Spec{
-		Name:       c.Name,
-		Deployment: c.Deployment,
-		App:        c.App,
-		Image:      c.Image,
-		Cmd:        append([]string{mode}, args...),
-		Env:        c.Env,
-		Binds: []Bind{
-			{HostPath: c.EnvPath, ContainerPath: DMTCPRootPath},
-			{HostPath: c.CkptPath, ContainerPath: DMTCPCkptPath},
-		},
+		Name:        c.Name,
+		Deployment:  c.Deployment,
+		App:         c.App,
+		Image:       c.Image,
+		Cmd:         append([]string{mode}, args...),
+		Env:         c.Env,
+		Binds:       c.binds(),
 		Ports:       c.Ports,
 		CapDrop:     []string{"ALL"},
 		CapAdd:      DMTCPCapabilities(),
@@ -131,6 +137,14 @@ func (c DMTCPContainer) spec(args []string, mode string) Spec {
 		Labels:      labels,
 		StopSignal:  "SIGTERM",
 	}
+}
+
+func (c DMTCPContainer) binds() []Bind {
+	b := []Bind{{HostPath: c.EnvPath, ContainerPath: DMTCPRootPath}}
+	if c.CkptPath != "" {
+		b = append(b, Bind{HostPath: c.CkptPath, ContainerPath: DMTCPCkptPath})
+	}
+	return b
 }
 
 // DMTCPGenerationDir is the host directory of checkpoint generation gen.

@@ -308,14 +308,21 @@ type Desired struct {
 	Node      string            `json:"node"`
 	Requester string            `json:"requester,omitempty"`
 	Labels    map[string]string `json:"labels,omitempty"`
-	Created   time.Time         `json:"created"`
+	// Mode is "" or "auto" (restore, checkpointing first if needed), or
+	// "boot" (normally, without a checkpoint engine).
+	Mode    string    `json:"mode,omitempty"`
+	Created time.Time `json:"created"`
 }
 
 // Status is a deployment as its agent observes it.
 type Status struct {
-	Phase         string            `json:"phase"`
-	Node          string            `json:"node"`
-	Gen           int               `json:"gen,omitempty"`
+	Phase string `json:"phase"`
+	Node  string `json:"node"`
+	Gen   int    `json:"gen,omitempty"`
+	// Mode is how the instance started: restore or boot (BootReason
+	// says why); Booted is set when it produced the first checkpoint.
+	Mode          string            `json:"mode,omitempty"`
+	BootReason    string            `json:"boot_reason,omitempty"`
 	Booted        bool              `json:"booted,omitempty"`
 	Ports         map[string]string `json:"ports,omitempty"`
 	Timings       layering.Timings  `json:"timings,omitempty"`
@@ -447,9 +454,17 @@ func (s *Store) DeleteCheckpoint(ctx context.Context, app string, gen int) error
 
 // LockCheckpoint takes the PoP-wide lock under which an app's checkpoint
 // is produced; unlock releases it. The lock dies with sess (the agent).
-func (s *Store) LockCheckpoint(ctx context.Context, sess *concurrency.Session, app string) (unlock func(), err error) {
+// With wait false it fails at once, wrapping deploy.ErrBusy, while another
+// session holds it.
+func (s *Store) LockCheckpoint(ctx context.Context, sess *concurrency.Session, app string, wait bool) (unlock func(), err error) {
 	m := concurrency.NewMutex(sess, Prefix+"locks/checkpoint/"+app)
-	if err := m.Lock(ctx); err != nil {
+	lock := m.Lock
+	if !wait {
+		lock = m.TryLock
+	}
+	if err := lock(ctx); errors.Is(err, concurrency.ErrLocked) {
+		return nil, fmt.Errorf("app %s: another node holds the checkpoint lock: %w", app, deploy.ErrBusy)
+	} else if err != nil {
 		return nil, wrapUnavailable(err)
 	}
 	return func() { _ = m.Unlock(context.WithoutCancel(ctx)) }, nil

@@ -126,13 +126,17 @@ func TestLockCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unlock, err := st.LockCheckpoint(ctx, s1, "web")
+	unlock, err := st.LockCheckpoint(ctx, s1, "web", true)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A deploy that would rather boot than wait is told at once.
+	if _, err := st.LockCheckpoint(ctx, s2, "web", false); !errors.Is(err, deploy.ErrBusy) {
+		t.Errorf("try-lock while held = %v; want deploy.ErrBusy", err)
+	}
 	got := make(chan struct{})
 	go func() {
-		u, err := st.LockCheckpoint(ctx, s2, "web")
+		u, err := st.LockCheckpoint(ctx, s2, "web", true)
 		if err == nil {
 			u()
 		}

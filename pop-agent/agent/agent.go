@@ -161,7 +161,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "fogdeploy_checkpoints_total", Help: "Checkpoint generations produced on this node.",
 		}),
 		deploys: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fogdeploy_deploys_total", Help: "Deploys handled on this node, by mode (boot or restore) and result.",
+			Name: "fogdeploy_deploys_total", Help: "Deploys handled on this node, by mode (restore; checkpoint: produced the first checkpoint, then restored; boot: without a checkpoint engine) and result.",
 		}, []string{"mode", "result"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "fogdeploy_deploy_seconds", Help: "Time from a deployment's pickup to ready, by mode.",

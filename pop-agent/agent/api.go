@@ -62,6 +62,9 @@ type CreateRequest struct {
 	App    string            `json:"app"`
 	Node   string            `json:"node,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// Mode is "auto" (default: restore, checkpointing first if needed) or
+	// "boot" (normally, without a checkpoint engine).
+	Mode string `json:"mode,omitempty"`
 }
 
 // CreateResponse answers POST /v1/deployments.
@@ -85,7 +88,7 @@ func DecodeCreate(r io.Reader) (CreateRequest, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		return req, fieldError("body", fmt.Sprintf("not a JSON object of {app, node?, labels?}: %v", err))
+		return req, fieldError("body", fmt.Sprintf("not a JSON object of {app, node?, labels?, mode?}: %v", err))
 	}
 	if dec.More() {
 		return req, fieldError("body", "holds more than one JSON value")
@@ -97,6 +100,9 @@ func DecodeCreate(r io.Reader) (CreateRequest, error) {
 		if err := layering.ValidateName("node", req.Node); err != nil {
 			return req, fieldError("node", err.Error())
 		}
+	}
+	if req.Mode != "" && req.Mode != deploy.ModeAuto && req.Mode != deploy.ModeBoot {
+		return req, fieldError("mode", fmt.Sprintf("%q: use auto (restore, checkpointing first if needed) or boot (without a checkpoint engine)", req.Mode))
 	}
 	if len(req.Labels) > 32 {
 		return req, fieldError("labels", "more than 32 labels")
@@ -149,7 +155,7 @@ func Create(ctx context.Context, st *state.Store, req CreateRequest, requester s
 			return state.Desired{}, fmt.Errorf("node %s: %w", node, state.ErrNotFound)
 		}
 	}
-	d := state.Desired{ID: deploy.NewID(req.App), App: req.App, Node: node, Requester: requester, Labels: req.Labels, Created: time.Now().UTC()}
+	d := state.Desired{ID: deploy.NewID(req.App), App: req.App, Node: node, Requester: requester, Labels: req.Labels, Mode: req.Mode, Created: time.Now().UTC()}
 	return d, st.CreateDeployment(ctx, d)
 }
 

@@ -80,7 +80,7 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	if rt, err := runtime.Dial(ctx, c.Docker.Host, log); err != nil {
 		log.Warn("dockerd unavailable: DMTCP apps cannot run in the DMTCP container", "err", err)
 	} else {
-		deps.Container = &deploy.Container{RT: rt, Image: c.Agent.DMTCPImage}
+		deps.Container = &deploy.Container{RT: rt, Image: c.Agent.DMTCPImage, BootImage: c.Agent.BootImage}
 	}
 	d, err := deploy.New(deploy.Config{StateDir: filepath.Join(c.Node.StateDir, "deploy"), Pool: c.Ceph.Pool,
 		Node: c.Node.Name, DMTCPDriver: c.Agent.DMTCPDriver}, deps)
@@ -95,6 +95,11 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 			engines = append(engines, e)
 			fingerprint[e] = v + " (" + drv + ")"
 		}
+	}
+	if err := d.CheckBoot(ctx); err != nil {
+		log.Info("cannot boot apps without an engine", "reason", err)
+	} else {
+		fingerprint["boot"] = c.Agent.BootImage
 	}
 
 	// Crash recovery: keep Running instances that still run, undo the rest,
@@ -299,10 +304,13 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		_ = a.st.SetStatus(ctx, dsr.ID, st)
 	}
 	dep, err := a.d.Deploy(ctx, app, deploy.Options{
-		ID:       dsr.ID,
-		Progress: progress,
-		LockCheckpoint: func(ctx context.Context) (func(), error) {
-			unlock, err := a.st.LockCheckpoint(ctx, a.sess, app.Name)
+		ID:         dsr.ID,
+		Mode:       dsr.Mode,
+		IfBusy:     a.c.Agent.IfBusy,
+		IfNoEngine: a.c.Agent.IfNoEngine,
+		Progress:   progress,
+		LockCheckpoint: func(ctx context.Context, wait bool) (func(), error) {
+			unlock, err := a.st.LockCheckpoint(ctx, a.sess, app.Name, wait)
 			if err != nil {
 				return nil, err
 			}
@@ -327,19 +335,23 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		a.fail(ctx, dsr, &st, err)
 		return
 	}
-	mode := "restore"
+	mode := dep.Mode // restore or boot
 	if dep.Booted {
-		mode = "boot"
+		mode = "checkpoint" // produced the first checkpoint, then restored
 	}
 	a.m.deploys.WithLabelValues(mode, "ok").Inc()
 	a.m.duration.WithLabelValues(mode).Observe(time.Since(start).Seconds())
-	st = state.Status{Phase: deploy.PhaseRunning, Node: a.c.Node.Name, Gen: dep.Gen, Booted: dep.Booted, Ports: dep.Ports,
-		Timings: dep.Timings, EngineReadyMS: dep.EngineReadyMS}
+	st = state.Status{Phase: deploy.PhaseRunning, Node: a.c.Node.Name, Gen: dep.Gen, Mode: dep.Mode, BootReason: dep.BootReason,
+		Booted: dep.Booted, Ports: dep.Ports, Timings: dep.Timings, EngineReadyMS: dep.EngineReadyMS}
 	if err := a.st.SetStatus(ctx, dsr.ID, st); err != nil {
 		log.Warn("writing status", "err", err)
 	}
-	a.st.Event(ctx, dsr.ID, "running", fmt.Sprintf("gen %d, %s", dep.Gen, dep.Timings))
-	log.Info("deployment running", "gen", dep.Gen, "booted", dep.Booted, "ports", dep.Ports, "timings", dep.Timings.String())
+	what := fmt.Sprintf("restored gen %d", dep.Gen)
+	if dep.Mode == deploy.ModeBoot {
+		what = "booted without a checkpoint (" + dep.BootReason + ")"
+	}
+	a.st.Event(ctx, dsr.ID, "running", fmt.Sprintf("%s, %s", what, dep.Timings))
+	log.Info("deployment running", "mode", dep.Mode, "gen", dep.Gen, "booted", dep.Booted, "ports", dep.Ports, "timings", dep.Timings.String())
 	// Withdrawn while we deployed? Then undo at once.
 	if _, err := a.st.Deployment(ctx, dsr.ID); errors.Is(err, state.ErrNotFound) {
 		a.undeploy(ctx, dsr.ID)

@@ -155,21 +155,13 @@ func hook(t *testing.T, method, url, token, body string) (int, map[string]any) {
 	return resp.StatusCode, v
 }
 
-// TestPoP: 3 agents; 6 deploys without --node spread over the nodes, with
-// exactly one checkpoint and 5 restores, all Running with per-phase
-// timings; the hook API deploys and refuses bad input (4xx, nothing
-// written); a killed agent's node turns NotReady after the lease TTL; a
-// restarted agent re-adopts its instances and undeploys what was withdrawn
-// meanwhile.
-func TestPoP(t *testing.T) {
-	f := deploytest.NewFixture(t, "container")
-	if _, _, err := f.D.CheckEngine(context.Background(), engine.NameDMTCP); err != nil {
-		testenv.Unavailable(t, testenv.DMTCP, err.Error())
-	}
+// startPoP builds pop-agent, starts an embedded etcd in this process and
+// one agent process per name (the last one with the hook token, if any),
+// running DMTCP apps with dmtcpImage. Cleanup withdraws every deployment,
+// waits for the agents to undo them, stops the agents and checks that no
+// container of app is left.
+func startPoP(ctx context.Context, t *testing.T, f *deploytest.Fixture, app, dmtcpImage, token string, names ...string) *pop {
 	c := testenv.CephCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-
 	dir, err := os.MkdirTemp("", "fogdeploy-e2e-")
 	if err != nil {
 		t.Fatal(err)
@@ -202,18 +194,17 @@ func TestPoP(t *testing.T) {
 	t.Cleanup(func() { st.Close() }) // after the cleanup below, which uses it
 
 	p := &pop{t: t, bin: bin, dir: dir, st: st, agents: map[string]*exec.Cmd{}, apis: map[string]string{},
-		env: append(os.Environ(), "FOGDEPLOY_ETCD_ENDPOINTS="+endpoint, "FOGDEPLOY_DMTCP_IMAGE=fogdeploy/dmtcp:deploytest",
+		env: append(os.Environ(), "FOGDEPLOY_ETCD_ENDPOINTS="+endpoint, "FOGDEPLOY_DMTCP_IMAGE="+dmtcpImage,
+			"FOGDEPLOY_BOOT_IMAGE=fogdeploy/boot:deploytest",
 			devenv.EnvCephConf+"="+c.Conf, devenv.EnvCephKeyring+"="+c.Keyring, devenv.EnvCephPool+"="+c.Pool,
 			devenv.EnvDockerHost+"="+devenv.Lookup(devenv.EnvDockerHost, devenv.DockerHost()))}
-	const token = "e2e-token-0123456789abcdef"
-	for i, n := range []string{"n1", "n2", "n3"} {
+	for i, n := range names {
 		tok := ""
-		if i == 2 {
+		if i == len(names)-1 {
 			tok = token
 		}
 		p.startAgent(n, tok)
 	}
-	app := deploytest.RedisApp("e2e-redis-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, engine.NameDMTCP)
 	t.Cleanup(func() {
 		// Withdraw everything, let the agents undo it, then stop them.
 		cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -232,16 +223,33 @@ func TestPoP(t *testing.T) {
 		for n := range p.agents {
 			p.stopAgent(n, syscall.SIGTERM)
 		}
-		f.RemoveGenerations(t, app.Name)
-		if sts, _ := f.RT.List(context.Background(), map[string]string{runtime.LabelApp: app.Name}); len(sts) > 0 {
+		f.RemoveGenerations(t, app)
+		if sts, _ := f.RT.List(context.Background(), map[string]string{runtime.LabelApp: app}); len(sts) > 0 {
 			t.Errorf("containers left: %d", len(sts))
 		}
+		deploytest.AssertNothingLeft(t, f, app, false)
 		if !t.Failed() {
 			os.RemoveAll(dir)
 		} else {
 			t.Logf("agent logs kept in %s", dir)
 		}
 	})
+	return p
+}
+
+// TestPoP: 3 agents; 6 deploys without --node spread over the nodes, with
+// exactly one checkpoint and 5 restores, all Running with per-phase
+// timings.
+func TestPoP(t *testing.T) {
+	f := deploytest.NewFixture(t, "container")
+	if _, _, err := f.D.CheckEngine(context.Background(), engine.NameDMTCP); err != nil {
+		testenv.Unavailable(t, testenv.DMTCP, err.Error())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	app := deploytest.RedisApp("e2e-redis-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, engine.NameDMTCP)
+	p := startPoP(ctx, t, f, app.Name, "fogdeploy/dmtcp:deploytest", "", "n1", "n2", "n3")
+	st := p.st
 	if err := st.CreateApp(ctx, app, false); err != nil {
 		t.Fatal(err)
 	}
@@ -259,8 +267,8 @@ func TestPoP(t *testing.T) {
 		if d.Status.Booted {
 			booted++
 		}
-		if len(d.Status.Timings) < 5 || d.Status.Ports["6379/tcp"] == "" {
-			t.Errorf("%s: timings %v, ports %v", d.ID, d.Status.Timings, d.Status.Ports)
+		if d.Status.Mode != deploy.ModeRestore || len(d.Status.Timings) < 5 || d.Status.Ports["6379/tcp"] == "" {
+			t.Errorf("%s: mode %q, timings %v, ports %v; want a restore with its phases and port", d.ID, d.Status.Mode, d.Status.Timings, d.Status.Ports)
 		}
 		if got, err := testenv.RedisDo(ctx, nil, d.Status.Ports["6379/tcp"], "PING"); err != nil || got != "PONG" {
 			t.Errorf("%s on %s: PING = %q, %v", d.ID, d.Node, got, err)
@@ -273,6 +281,47 @@ func TestPoP(t *testing.T) {
 	if err != nil || len(gens) != 1 || booted != 1 {
 		t.Errorf("checkpoints = %d (%v), booted deployments = %d; want exactly one of each", len(gens), err, booted)
 	}
+}
+
+// TestPoPWithoutEngine needs no checkpoint engine, so it runs on every CI
+// machine: 2 agents on nodes without DMTCP boot the app normally; the hook
+// API deploys (also with mode boot) and refuses bad input (4xx, nothing
+// written); a killed agent's node turns NotReady after the lease TTL; a
+// restarted agent re-adopts its instances and undeploys what was withdrawn
+// meanwhile.
+func TestPoPWithoutEngine(t *testing.T) {
+	f := deploytest.NewBootFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	app := deploytest.BusyboxHTTPApp("e2e-web-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env)
+	const token = "e2e-token-0123456789abcdef"
+	p := startPoP(ctx, t, f, app.Name, "fogdeploy/dmtcp:absent", token, "n1", "n2")
+	st := p.st
+	if err := st.CreateApp(ctx, app, false); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if _, err := createDeployment(ctx, st, app.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deps := p.waitAll(ctx, app.Name, 4)
+	perNode := map[string]int{}
+	for _, d := range deps {
+		perNode[d.Node]++
+		if d.Status.Mode != deploy.ModeBoot || !strings.Contains(d.Status.BootReason, "no checkpoint engine") {
+			t.Errorf("%s: mode %q reason %q; want boot, for want of an engine", d.ID, d.Status.Mode, d.Status.BootReason)
+		}
+		if body := testenv.HTTPGet(ctx, t, "http://"+d.Status.Ports["8080/tcp"]+"/"); !strings.HasPrefix(body, "served by ") {
+			t.Errorf("%s on %s answers %q", d.ID, d.Node, body)
+		}
+	}
+	if perNode["n1"] != 2 || perNode["n2"] != 2 {
+		t.Errorf("instances per node = %v; want 2 on each of 2", perNode)
+	}
+	if gens, err := st.Checkpoints(ctx, app.Name); err != nil || len(gens) != 0 {
+		t.Errorf("checkpoints = %v, %v; want none", gens, err)
+	}
 
 	// The hook API.
 	count := func() int64 {
@@ -283,7 +332,7 @@ func TestPoP(t *testing.T) {
 		return r.Count
 	}
 	before := count()
-	api1, api3 := "http://"+p.apis["n1"]+"/v1/deployments", "http://"+p.apis["n3"]+"/v1/deployments"
+	api1, api2 := "http://"+p.apis["n1"]+"/v1/deployments", "http://"+p.apis["n2"]+"/v1/deployments"
 	for _, bad := range []struct {
 		name, url, token, body string
 		code                   int
@@ -293,9 +342,10 @@ func TestPoP(t *testing.T) {
 		{"malformed", api1, "", `{"app":`, 400},
 		{"unknown field", api1, "", `{"app":"` + app.Name + `","replicas":3}`, 400},
 		{"bad name", api1, "", `{"app":"Bad Name"}`, 400},
+		{"bad mode", api1, "", `{"app":"` + app.Name + `","mode":"fast"}`, 400},
 		{"oversized", api1, "", `{"app":"` + strings.Repeat("a", 20000) + `"}`, 413},
-		{"no token", api3, "", `{"app":"` + app.Name + `"}`, 401},
-		{"wrong token", api3, "nope", `{"app":"` + app.Name + `"}`, 401},
+		{"no token", api2, "", `{"app":"` + app.Name + `"}`, 401},
+		{"wrong token", api2, "nope", `{"app":"` + app.Name + `"}`, 401},
 	} {
 		if code, body := hook(t, "POST", bad.url, bad.token, bad.body); code != bad.code || body["error"] == nil {
 			t.Errorf("%s: %d %v; want %d with an error message", bad.name, code, body, bad.code)
@@ -304,21 +354,22 @@ func TestPoP(t *testing.T) {
 	if after := count(); after != before {
 		t.Errorf("bad requests wrote %d deployments", after-before)
 	}
-	code, body := hook(t, "POST", api3, token, `{"app":"`+app.Name+`","labels":{"user":"alice"}}`)
+	code, body := hook(t, "POST", api2, token, `{"app":"`+app.Name+`","mode":"boot","labels":{"user":"alice"}}`)
 	if code != 201 {
 		t.Fatalf("hook create: %d %v", code, body)
 	}
 	id := body["id"].(string)
-	p.waitAll(ctx, app.Name, 7)
-	if code, body := hook(t, "GET", api3+"/"+id, token, ""); code != 200 || body["status"].(map[string]any)["phase"] != deploy.PhaseRunning {
-		t.Errorf("hook get: %d %v", code, body)
+	p.waitAll(ctx, app.Name, 5)
+	if code, body := hook(t, "GET", api2+"/"+id, token, ""); code != 200 || body["status"].(map[string]any)["phase"] != deploy.PhaseRunning ||
+		body["status"].(map[string]any)["boot_reason"] != "requested" {
+		t.Errorf("hook get: %d %v; want Running, booted as requested", code, body)
 	}
-	if code, _ := hook(t, "DELETE", api3+"/"+id, token, ""); code != 202 {
+	if code, _ := hook(t, "DELETE", api2+"/"+id, token, ""); code != 202 {
 		t.Errorf("hook delete: %d", code)
 	}
 
-	// Kill n2 outright: its node turns NotReady once its lease expires.
-	p.stopAgent("n2", syscall.SIGKILL)
+	// Kill n1 outright: its node turns NotReady once its lease expires.
+	p.stopAgent("n1", syscall.SIGKILL)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		nodes, err := st.Nodes(ctx)
@@ -329,49 +380,46 @@ func TestPoP(t *testing.T) {
 		for _, n := range nodes {
 			ready[n.Name] = n.Ready
 		}
-		if !ready["n2"] && ready["n1"] && ready["n3"] {
+		if !ready["n1"] && ready["n2"] {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("node n2 still Ready 15 s after its agent was killed: %v", ready)
+			t.Fatalf("node n1 still Ready 15 s after its agent was killed: %v", ready)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	// While n2 is down, withdraw one of its deployments; the restarted
+	// While n1 is down, withdraw one of its deployments; the restarted
 	// agent keeps the other (still running) and undeploys the withdrawn one.
-	var n2 []string
+	var n1 []string
 	for _, d := range deps {
-		if d.Node == "n2" {
-			n2 = append(n2, d.ID)
+		if d.Node == "n1" {
+			n1 = append(n1, d.ID)
 		}
 	}
-	if err := st.DeleteDeployment(ctx, n2[0]); err != nil {
+	if err := st.DeleteDeployment(ctx, n1[0]); err != nil {
 		t.Fatal(err)
 	}
-	p.startAgent("n2", "")
+	p.startAgent("n1", "")
 	for i := 0; ; i++ {
-		d, err := st.Deployment(ctx, n2[1])
-		r, _ := st.Client().Get(ctx, state.Prefix+"status/"+n2[0], clientCountOnly()...)
+		d, err := st.Deployment(ctx, n1[1])
+		r, _ := st.Client().Get(ctx, state.Prefix+"status/"+n1[0], clientCountOnly()...)
 		if err == nil && d.Status.Phase == deploy.PhaseRunning && r != nil && r.Count == 0 {
 			break
 		}
 		if i > 300 {
-			t.Fatalf("after restarting n2: %s is %q, withdrawn %s still has a status", n2[1], d.Status.Phase, n2[0])
+			t.Fatalf("after restarting n1: %s is %q, withdrawn %s still has a status", n1[1], d.Status.Phase, n1[0])
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if got, err := testenv.RedisDo(ctx, nil, deploymentAddr(ctx, t, st, n2[1]), "PING"); err != nil || got != "PONG" {
-		t.Errorf("re-adopted %s: PING = %q, %v", n2[1], got, err)
-	}
-}
-
-func deploymentAddr(ctx context.Context, t *testing.T, st *state.Store, id string) string {
-	d, err := st.Deployment(ctx, id)
+	d, err := st.Deployment(ctx, n1[1])
 	if err != nil {
 		t.Fatal(err)
 	}
-	return d.Status.Ports["6379/tcp"]
+	if body := testenv.HTTPGet(ctx, t, "http://"+d.Status.Ports["8080/tcp"]+"/"); !strings.HasPrefix(body, "served by ") {
+		t.Errorf("re-adopted %s answers %q", n1[1], body)
+	}
 }
+
 
 func createDeployment(ctx context.Context, st *state.Store, app string) (state.Desired, error) {
 	return agent.Create(ctx, st, agent.CreateRequest{App: app}, "e2e")

@@ -7,6 +7,7 @@ package deploytest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/devenv"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
+	"github.com/fogdeploy/fogdeploy/internal/runtime/runtimetest"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	"github.com/fogdeploy/fogdeploy/internal/wire"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -35,6 +37,7 @@ const (
 	envDMTCPPrefix = "FOGDEPLOY_DMTCP_PREFIX" // installed DMTCP (default /opt/dmtcp)
 	envTestRootfs  = "FOGDEPLOY_TEST_ROOTFS"  // bookworm rootfs with redis-server (default /opt/src/rootfs)
 	testImage      = "fogdeploy/dmtcp:deploytest"
+	testBootImage  = "fogdeploy/boot:deploytest"
 )
 
 // Fixture is one node of a PoP: the dev Ceph pool, this machine's mapper,
@@ -58,12 +61,32 @@ func redisRootfs(t testing.TB) string {
 }
 
 // NewFixture sets up a node whose DMTCP apps run with dmtcpDriver
-// ("container" or "host").
+// ("container" or "host"), with a redis environment.
 func NewFixture(t testing.TB, dmtcpDriver string) *Fixture {
 	t.Helper()
 	testenv.NeedRoot(t)
 	c := testenv.CephCluster(t)
 	root := redisRootfs(t)
+	return newFixture(t, c, dmtcpDriver, "t-redis-", layering.Source{Dir: root}, true)
+}
+
+// NewBootFixture sets up a node without a checkpoint engine: the Container
+// driver with the boot image (dmtcp-image/build.sh -b) and no DMTCP image,
+// and an environment holding the host's static busybox. It needs Ceph,
+// dockerd and root, but no engine, so it runs on every CI machine.
+func NewBootFixture(t testing.TB) *Fixture {
+	t.Helper()
+	testenv.NeedRoot(t)
+	c := testenv.CephCluster(t)
+	tb, err := runtimetest.BusyboxTar("/bin/busybox")
+	if err != nil {
+		testenv.Unavailable(t, testenv.Docker, err.Error())
+	}
+	return newFixture(t, c, "container", "t-busybox-", layering.Source{Tar: bytes.NewReader(tb)}, false)
+}
+
+func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string, src layering.Source, withDMTCP bool) *Fixture {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -100,20 +123,25 @@ func NewFixture(t testing.TB, dmtcpDriver string) *Fixture {
 		Host: deploy.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))}
 	if dmtcpDriver == "container" {
 		f.RT = dockerForTest(t, log)
-		buildImage(ctx, t)
-		deps.Container = &deploy.Container{RT: f.RT, Image: testImage, StopTimeout: 5 * time.Second}
+		image := "fogdeploy/dmtcp:absent"
+		if withDMTCP {
+			buildImage(ctx, t)
+			image = testImage
+		}
+		buildBootImage(ctx, t)
+		deps.Container = &deploy.Container{RT: f.RT, Image: image, BootImage: testBootImage, StopTimeout: 5 * time.Second}
 	}
 	f.D, err = deploy.New(dc, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	f.Env = "t-redis-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	f.Env = envPrefix + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	start := time.Now()
-	if _, err := l.Manager.Import(ctx, f.Env, layering.Source{Dir: root}, layering.ImportOptions{}); err != nil {
-		t.Fatalf("import %s: %v", root, err)
+	if _, err := l.Manager.Import(ctx, f.Env, src, layering.ImportOptions{}); err != nil {
+		t.Fatalf("import environment %s: %v", f.Env, err)
 	}
-	t.Logf("environment %s imported from %s in %s", f.Env, root, time.Since(start).Round(time.Millisecond))
+	t.Logf("environment %s imported in %s", f.Env, time.Since(start).Round(time.Millisecond))
 	t.Cleanup(func() {
 		if _, err := l.Manager.Remove(context.Background(), f.Env); err != nil {
 			t.Errorf("remove environment %s: %v", f.Env, err)
@@ -143,6 +171,15 @@ func buildImage(ctx context.Context, t testing.TB) {
 	out, err := exec.CommandContext(ctx, "bash", filepath.Join(repoRoot(), "dmtcp-image", "build.sh"), "-t", testImage, prefix, host).CombinedOutput()
 	if err != nil {
 		t.Fatalf("dmtcp-image/build.sh: %v\n%s", err, out)
+	}
+}
+
+func buildBootImage(ctx context.Context, t testing.TB) {
+	t.Helper()
+	host := devenv.Lookup(devenv.EnvDockerHost, devenv.DockerHost())
+	out, err := exec.CommandContext(ctx, "bash", filepath.Join(repoRoot(), "dmtcp-image", "build.sh"), "-b", "-t", testBootImage, host).CombinedOutput()
+	if err != nil {
+		t.Fatalf("dmtcp-image/build.sh -b: %v\n%s", err, out)
 	}
 }
 
@@ -296,5 +333,20 @@ func (f *Fixture) RemoveGenerations(t testing.TB, app string) {
 		if err := f.D.RemoveGeneration(context.Background(), app, g.Gen); err != nil {
 			t.Errorf("remove generation %d of %s: %v", g.Gen, app, err)
 		}
+	}
+}
+
+// BusyboxHTTPApp is busybox httpd on port 8080 in a NewBootFixture
+// environment. At start it writes /www/index.html into its writable clone
+// ("served by <container hostname>"), so each instance answers with its own
+// page.
+func BusyboxHTTPApp(name, env string) deploy.App {
+	return deploy.App{
+		Name: name, Env: env, Engine: engine.NameDMTCP,
+		Command: []string{"/bin/sh", "-c",
+			`busybox mkdir -p /www && echo "served by $HOSTNAME" > /www/index.html && exec busybox httpd -f -p 8080 -h /www`},
+		Ports:     []deploy.Port{{Port: 8080}},
+		Ready:     deploy.Readiness{Kind: deploy.ReadyHTTP, Port: 8080, Path: "/", Timeout: deploy.Duration(30 * time.Second)},
+		Resources: deploy.Resources{CPUs: 0.5, Memory: "64M"},
 	}
 }

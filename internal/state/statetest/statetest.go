@@ -3,6 +3,7 @@ package statetest
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
@@ -13,27 +14,48 @@ import (
 )
 
 // Store starts an embedded etcd on a free port, in a temporary directory,
-// and returns a connected Store; both end with the test.
+// and returns a connected Store; both end with the test. A start that fails
+// (the peer port, client port + 1, may be taken) is retried on other ports.
 func Store(t testing.TB) *state.Store {
 	t.Helper()
+	var last error
+	for range 5 {
+		st, err := start(t)
+		if err == nil {
+			return st
+		}
+		last = err
+	}
+	t.Fatalf("embedded etcd: %v", last)
+	return nil
+}
+
+func start(t testing.TB) (*state.Store, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	endpoint := "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	l.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- state.Embedded(ctx, t.TempDir(), endpoint, slog.New(slog.DiscardHandler)) }()
-	t.Cleanup(func() { cancel(); <-done })
 	for range 100 {
+		select {
+		case err := <-done:
+			cancel()
+			return nil, fmt.Errorf("at %s: %w", endpoint, err)
+		default:
+		}
 		st, err := state.Open(context.Background(), state.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second})
 		if err == nil {
+			t.Cleanup(func() { cancel(); <-done })
 			t.Cleanup(func() { st.Close() })
-			return st
+			return st, nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("embedded etcd at %s did not answer", endpoint)
-	return nil
+	cancel()
+	<-done
+	return nil, fmt.Errorf("at %s: no answer in 10 s", endpoint)
 }
