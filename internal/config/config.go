@@ -122,7 +122,7 @@ func Default() Config {
 		Docker:   Docker{Host: devenv.DockerHost()},
 		Node:     Node{Name: host, StateDir: filepath.Join(devenv.Dir(), "node", host)},
 		Etcd:     Etcd{Endpoints: []string{devenv.EtcdEndpoint}, DialTimeout: 5 * time.Second},
-		Agent:    Agent{Capacity: 8, LeaseTTL: 5, DMTCPImage: "fogdeploy/dmtcp:4.2.0", DMTCPDriver: "container",
+		Agent: Agent{Capacity: 8, LeaseTTL: 5, DMTCPImage: "fogdeploy/dmtcp:4.2.0", DMTCPDriver: "container",
 			BootImage: "fogdeploy/boot:latest", IfBusy: "wait", IfNoEngine: "boot"},
 	}
 }

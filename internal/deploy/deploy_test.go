@@ -326,7 +326,6 @@ func TestDeployBootWhileCheckpointing(t *testing.T) {
 	deploytest.AssertNothingLeft(t, f, app.Name, true)
 }
 
-
 func contains(ss []string, s string) bool {
 	for _, x := range ss {
 		if x == s {

@@ -420,7 +420,6 @@ func TestPoPWithoutEngine(t *testing.T) {
 	}
 }
 
-
 func createDeployment(ctx context.Context, st *state.Store, app string) (state.Desired, error) {
 	return agent.Create(ctx, st, agent.CreateRequest{App: app}, "e2e")
 }
