@@ -12,7 +12,7 @@ DMTCP_PREFIX ?= /opt/dmtcp
 export PATH := /usr/local/go/bin:$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help build test unit integration bench lint dev-up dev-down demo demo-down dmtcp-image deps
+.PHONY: help build test unit integration bench lint dev-up dev-down demo demo-down dmtcp-image boot-image deps
 
 help: ## Show this help
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -51,7 +51,7 @@ dev-down: ## Stop them and remove everything they left
 	@bash scripts/dev-docker.sh down
 	@bash scripts/dev-ceph.sh down
 
-demo: dev-up build ## Build a redis environment, deploy it on a 3-node PoP (boot+checkpoint, then restore), print the table
+demo: dev-up build ## Build a redis environment, deploy it on a 3-node PoP (plain boot, boot+checkpoint, restore), print the table
 	@bash scripts/demo.sh
 
 demo-down: ## Remove what the demo made, and stop the dev services
@@ -60,3 +60,6 @@ demo-down: ## Remove what the demo made, and stop the dev services
 
 dmtcp-image: ## Build the light DMTCP container image from an installed DMTCP (DMTCP_PREFIX)
 	@bash dmtcp-image/build.sh "$(DMTCP_PREFIX)"
+
+boot-image: ## Build the boot image (the entrypoint without DMTCP) that runs apps without a checkpoint engine
+	@bash dmtcp-image/build.sh -b
