@@ -317,6 +317,9 @@ func waitDeployment(ctx context.Context, f *Factory, st *state.Store, id string)
 			fmt.Fprintf(f.ErrOut, "    %-16s %s\n", p.Name, p.Duration.Round(time.Millisecond))
 		}
 		switch dep.Status.Phase {
+		case deploy.PhaseCheckpointed:
+			fmt.Fprintf(f.ErrOut, "==> %s sealed generation %d of %s on %s\n", id, dep.Status.Gen, dep.App, dep.Node)
+			return dep, nil
 		case deploy.PhaseRunning:
 			kind := "restored from generation " + strconv.Itoa(dep.Status.Gen)
 			switch {
@@ -483,7 +486,7 @@ func NewCmdLogs(f *Factory) *cobra.Command {
 
 // NewCmdCheckpoint groups the checkpoint commands.
 func NewCmdCheckpoint(f *Factory) *cobra.Command {
-	cmd := &cobra.Command{Use: "checkpoint", Short: "List and remove checkpoint generations", RunE: groupRunE}
+	cmd := &cobra.Command{Use: "checkpoint", Short: "List, refresh and remove checkpoint generations", RunE: groupRunE}
 	ls := &cobra.Command{Use: "ls [APP]", Short: "List checkpoint generations", Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := f.State(cmd.Context())
@@ -533,6 +536,47 @@ func NewCmdCheckpoint(f *Factory) *cobra.Command {
 			fmt.Fprintf(f.ErrOut, "Removed generation %d of %s\n", gen, args[0])
 			return nil
 		}}
-	cmd.AddCommand(ls, rm)
+	var node string
+	refresh := &cobra.Command{Use: "refresh APP", Short: "Produce a new checkpoint generation of an app on a node with its engine",
+		Long: `Asks a node that has the app's engine (the best-scored one, or --node) to
+boot the app from its current spec and environment, wait until it is ready,
+checkpoint it and seal a new generation. Later deploys restore the new
+generation; running instances keep theirs. The phases are shown as they pass.`,
+		Args: exactArgs(1, "an app name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			st, err := f.State(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			d, err := agent.Create(ctx, st, agent.CreateRequest{App: args[0], Node: node, Mode: deploy.ModeCheckpoint}, "fogctl")
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(f.ErrOut, "==> checkpoint refresh %s of %s placed on %s\n", d.ID, d.App, d.Node)
+			dep, err := waitDeployment(ctx, f, st, d.ID)
+			// The request is done (or failed): withdraw it either way.
+			if derr := st.DeleteDeployment(context.WithoutCancel(ctx), d.ID); derr != nil && err == nil {
+				err = derr
+			}
+			if err != nil {
+				return err
+			}
+			gens, err := st.Checkpoints(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			for _, g := range gens {
+				if g.Gen == dep.Status.Gen {
+					return printOut(f, g, func(w io.Writer) {
+						fmt.Fprintf(w, "%s\tgeneration %d\t%s\t%s\n", g.App, g.Gen, layering.FormatSize(g.Bytes), g.Timings)
+					})
+				}
+			}
+			return fmt.Errorf("generation %d of %s was sealed by %s but is not recorded", dep.Status.Gen, args[0], d.Node)
+		}}
+	refresh.Flags().StringVar(&node, "node", "", "node to produce it on (default: the best-scored ready node with the app's engine)")
+	cmd.AddCommand(ls, refresh, rm)
 	return cmd
 }

@@ -65,6 +65,9 @@ const (
 	PhaseFailed     = "Failed"
 	PhaseRemoving   = "Removing"
 	PhaseCheckpoint = "Checkpointing"
+	// PhaseCheckpointed ends a checkpoint refresh: a new generation is
+	// sealed and no instance runs.
+	PhaseCheckpointed = "Checkpointed"
 )
 
 // Config configures a Deployer.
@@ -222,6 +225,9 @@ const (
 	ModeAuto = "auto"
 	// ModeRestore: the instance was restored from a checkpoint generation.
 	ModeRestore = "restore"
+	// ModeCheckpoint asks a node for a new checkpoint generation of the
+	// app (a refresh) and no instance.
+	ModeCheckpoint = "checkpoint"
 )
 
 // What Deploy does when it cannot restore at once (Options.IfBusy,

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"slices"
 	"strings"
 	"time"
 
@@ -125,12 +126,22 @@ func fieldError(field, msg string) error { return &fieldErr{field: field, msg: m
 
 // Create places and records a deployment: the same path as `fogctl deploy`.
 func Create(ctx context.Context, st *state.Store, req CreateRequest, requester string) (state.Desired, error) {
-	if _, err := st.App(ctx, req.App); err != nil {
+	app, err := st.App(ctx, req.App)
+	if err != nil {
 		return state.Desired{}, err
 	}
 	nodes, err := st.Nodes(ctx)
 	if err != nil {
 		return state.Desired{}, err
+	}
+	if req.Mode == deploy.ModeCheckpoint {
+		// Only a node with the app's engine can make its checkpoint.
+		eng := app.WithDefaults().Engine
+		nodes = slices.DeleteFunc(nodes, func(n state.Node) bool { return !slices.Contains(n.Engines, eng) })
+		if len(nodes) == 0 {
+			return state.Desired{}, hint.With(fmt.Errorf("app %s: %w: no node has the %s engine", req.App, state.ErrNoNode, eng),
+				"`fogctl node ls` shows each node's engines; install the engine on a node and restart its pop-agent")
+		}
 	}
 	deps, err := st.Deployments(ctx)
 	if err != nil {

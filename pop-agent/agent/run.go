@@ -277,12 +277,16 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 	}
 	if cur, err := a.st.Deployment(ctx, dsr.ID); err != nil {
 		return // withdrawn meanwhile
-	} else if cur.Status.Phase == deploy.PhaseRunning || cur.Status.Phase == deploy.PhaseFailed {
+	} else if cur.Status.Phase == deploy.PhaseRunning || cur.Status.Phase == deploy.PhaseFailed || cur.Status.Phase == deploy.PhaseCheckpointed {
 		return
 	}
 	app, err := a.st.App(ctx, dsr.App)
 	if err != nil {
 		a.fail(ctx, dsr, nil, err)
+		return
+	}
+	if dsr.Mode == deploy.ModeCheckpoint {
+		a.refresh(ctx, dsr, app)
 		return
 	}
 	st := state.Status{Phase: deploy.PhaseCreating, Node: a.c.Node.Name}
@@ -356,6 +360,40 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 	if _, err := a.st.Deployment(ctx, dsr.ID); errors.Is(err, state.ErrNotFound) {
 		a.undeploy(ctx, dsr.ID)
 	}
+}
+
+// refresh produces a new checkpoint generation of app under the PoP-wide
+// checkpoint lock (waiting for it), records it, and ends the deployment
+// Checkpointed; no instance is left running.
+func (a *agent) refresh(ctx context.Context, dsr state.Desired, app deploy.App) {
+	st := state.Status{Phase: deploy.PhaseBooting, Node: a.c.Node.Name, Mode: deploy.ModeCheckpoint}
+	_ = a.st.SetStatus(ctx, dsr.ID, st)
+	unlock, err := a.st.LockCheckpoint(ctx, a.sess, app.Name, true)
+	if err != nil {
+		a.fail(ctx, dsr, &st, err)
+		return
+	}
+	defer unlock()
+	start := time.Now()
+	g, err := a.d.Checkpoint(ctx, app, deploy.CheckpointOptions{Progress: func(phase string, took time.Duration) {
+		st.Timings = append(st.Timings, layering.Phase{Name: phase, Duration: took})
+		_ = a.st.SetStatus(ctx, dsr.ID, st)
+	}})
+	if err != nil {
+		a.fail(ctx, dsr, &st, err)
+		return
+	}
+	a.m.checkpoints.Inc()
+	a.m.deploys.WithLabelValues(deploy.ModeCheckpoint, "ok").Inc()
+	a.m.duration.WithLabelValues(deploy.ModeCheckpoint).Observe(time.Since(start).Seconds())
+	if err := a.st.PutCheckpoint(ctx, g); err != nil {
+		a.fail(ctx, dsr, &st, fmt.Errorf("generation %d of %s is sealed in the pool but not recorded: %w", g.Gen, g.App, err))
+		return
+	}
+	st.Phase, st.Gen, st.Timings = deploy.PhaseCheckpointed, g.Gen, g.Timings
+	_ = a.st.SetStatus(ctx, dsr.ID, st)
+	a.st.Event(ctx, dsr.ID, "checkpointed", fmt.Sprintf("app %s generation %d (%d bytes), refreshed", g.App, g.Gen, g.Bytes))
+	a.log.Info("checkpoint refreshed", "deployment", dsr.ID, "app", app.Name, "gen", g.Gen, "timings", g.Timings.String())
 }
 
 func (a *agent) fail(ctx context.Context, dsr state.Desired, st *state.Status, err error) {

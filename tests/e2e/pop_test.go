@@ -95,6 +95,23 @@ func (p *pop) startAgent(name, token string) {
 	t.Fatalf("agent %s did not start:\n%s", name, out)
 }
 
+// fogctl runs fogctl against the PoP and returns its stdout, stderr and
+// exit code.
+func (p *pop) fogctl(ctx context.Context, args ...string) (string, string, int) {
+	cmd := exec.CommandContext(ctx, filepath.Join(p.dir, "fogctl"), args...)
+	cmd.Env = p.env
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		p.t.Fatalf("fogctl %v: %v", args, err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
 func (p *pop) stopAgent(name string, sig syscall.Signal) {
 	cmd := p.agents[name]
 	if cmd == nil || cmd.Process == nil {
@@ -167,10 +184,12 @@ func startPoP(ctx context.Context, t *testing.T, f *deploytest.Fixture, app, dmt
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "pop-agent")
-	build := exec.CommandContext(ctx, "go", "build", "-tags=pacific", "-o", bin, "./pop-agent")
-	build.Dir = repoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build pop-agent: %v\n%s", err, out)
+	for _, b := range []string{"pop-agent", "fogctl"} {
+		build := exec.CommandContext(ctx, "go", "build", "-tags=pacific", "-o", filepath.Join(dir, b), "./"+b)
+		build.Dir = repoRoot()
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", b, err, out)
+		}
 	}
 
 	// One etcd for the PoP: the embedded one, in this process.
@@ -281,6 +300,33 @@ func TestPoP(t *testing.T) {
 	if err != nil || len(gens) != 1 || booted != 1 {
 		t.Errorf("checkpoints = %d (%v), booted deployments = %d; want exactly one of each", len(gens), err, booted)
 	}
+	out, errOut, code := p.fogctl(ctx, "ps", "-o", "json")
+	var ps []state.Deployment
+	if err := json.Unmarshal([]byte(out), &ps); code != 0 || err != nil || len(ps) != 6 || len(ps[0].Status.Timings) < 5 {
+		t.Errorf("fogctl ps -o json = %d, %v, %d deployments; want 6 with their phases\n%s", code, err, len(ps), errOut)
+	}
+
+	// A refresh seals generation 2; later deploys restore it; generation 1
+	// cannot be removed while instances use it.
+	out, errOut, code = p.fogctl(ctx, "checkpoint", "refresh", app.Name, "-o", "json")
+	var g deploy.Generation
+	if err := json.Unmarshal([]byte(out), &g); code != 0 || err != nil || g.Gen != 2 || g.Bytes <= 0 {
+		t.Fatalf("fogctl checkpoint refresh = %d, %v, %+v\n%s", code, err, g, errOut)
+	}
+	if !strings.Contains(errOut, "checkpoint") || !strings.Contains(errOut, "seal") {
+		t.Errorf("refresh did not show its phases:\n%s", errOut)
+	}
+	out, errOut, code = p.fogctl(ctx, "deploy", app.Name, "--wait", "-o", "json")
+	var d state.Deployment
+	if err := json.Unmarshal([]byte(out), &d); code != 0 || err != nil || d.Status.Gen != 2 || d.Status.Mode != deploy.ModeRestore {
+		t.Errorf("deploy after the refresh = %d, %v, gen %d mode %q; want a restore of generation 2\n%s", code, err, d.Status.Gen, d.Status.Mode, errOut)
+	}
+	if _, errOut, code = p.fogctl(ctx, "checkpoint", "rm", app.Name, "1"); code == 0 || !strings.Contains(errOut, "used by 6") {
+		t.Errorf("checkpoint rm of a generation in use = exit %d:\n%s", code, errOut)
+	}
+	if out, _, _ := p.fogctl(ctx, "checkpoint", "ls", app.Name, "-o", "json"); strings.Count(out, `"gen"`) != 2 {
+		t.Errorf("checkpoint ls after a refused rm:\n%s", out)
+	}
 }
 
 // TestPoPWithoutEngine needs no checkpoint engine, so it runs on every CI
@@ -322,6 +368,16 @@ func TestPoPWithoutEngine(t *testing.T) {
 	if gens, err := st.Checkpoints(ctx, app.Name); err != nil || len(gens) != 0 {
 		t.Errorf("checkpoints = %v, %v; want none", gens, err)
 	}
+	before := len(deps)
+	if _, errOut, code := p.fogctl(ctx, "checkpoint", "refresh", app.Name); code == 0 || !strings.Contains(errOut, "no node has the dmtcp engine") {
+		t.Errorf("checkpoint refresh without an engine = exit %d:\n%s", code, errOut)
+	}
+	if all, _ := st.Deployments(ctx); len(all) != before {
+		t.Errorf("a refused refresh left %d deployment records", len(all)-before)
+	}
+	if _, errOut, code := p.fogctl(ctx, "deploy", app.Name, "--mode", "fast"); code != 2 || !strings.Contains(errOut, "--mode") {
+		t.Errorf("deploy --mode fast = exit %d; want 2 (usage) naming --mode:\n%s", code, errOut)
+	}
 
 	// The hook API.
 	count := func() int64 {
@@ -331,7 +387,7 @@ func TestPoPWithoutEngine(t *testing.T) {
 		}
 		return r.Count
 	}
-	before := count()
+	before = int(count())
 	api1, api2 := "http://"+p.apis["n1"]+"/v1/deployments", "http://"+p.apis["n2"]+"/v1/deployments"
 	for _, bad := range []struct {
 		name, url, token, body string
@@ -351,7 +407,7 @@ func TestPoPWithoutEngine(t *testing.T) {
 			t.Errorf("%s: %d %v; want %d with an error message", bad.name, code, body, bad.code)
 		}
 	}
-	if after := count(); after != before {
+	if after := int(count()); after != before {
 		t.Errorf("bad requests wrote %d deployments", after-before)
 	}
 	code, body := hook(t, "POST", api2, token, `{"app":"`+app.Name+`","mode":"boot","labels":{"user":"alice"}}`)
