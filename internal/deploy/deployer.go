@@ -391,7 +391,7 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 	if _, _, err := d.Check(ctx, app); err != nil {
 		if errors.Is(err, ErrDriver) && opts.IfNoEngine == PolicyBoot {
 			d.log.Info("booting without a checkpoint engine", "app", app.Name, "reason", err)
-			return d.Boot(ctx, app, opts, "no checkpoint engine on this node: "+err.Error())
+			return d.Boot(ctx, app, opts, "no checkpoint engine ("+app.Engine+") on this node")
 		}
 		return Deployment{}, err
 	}
