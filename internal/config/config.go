@@ -48,6 +48,10 @@ type Agent struct {
 	// LeaseTTL is the node lease in seconds: a killed agent's node turns
 	// NotReady after it.
 	LeaseTTL int `yaml:"lease_ttl"`
+	// ReconcileInterval is how often the agent compares what etcd wants
+	// with what runs on its node, retrying what failed (e.g. an image
+	// still watched by a killed rbd-fuse).
+	ReconcileInterval time.Duration `yaml:"reconcile_interval"`
 	// DMTCPImage is the DMTCP container image.
 	DMTCPImage string `yaml:"dmtcp_image"`
 	// DMTCPDriver is "container" (default) or "host".
@@ -122,7 +126,7 @@ func Default() Config {
 		Docker:   Docker{Host: devenv.DockerHost()},
 		Node:     Node{Name: host, StateDir: filepath.Join(devenv.Dir(), "node", host)},
 		Etcd:     Etcd{Endpoints: []string{devenv.EtcdEndpoint}, DialTimeout: 5 * time.Second},
-		Agent: Agent{Capacity: 8, LeaseTTL: 5, DMTCPImage: "fogdeploy/dmtcp:4.2.0", DMTCPDriver: "container",
+		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, DMTCPImage: "fogdeploy/dmtcp:4.2.0", DMTCPDriver: "container",
 			BootImage: "fogdeploy/boot:latest", IfBusy: "wait", IfNoEngine: "boot"},
 	}
 }
@@ -222,6 +226,9 @@ func (c Config) Validate() error {
 	}
 	if c.Agent.Capacity < 1 || c.Agent.Capacity > 1000 {
 		add("agent.capacity %d: give the number of instances this node takes (1-1000)", c.Agent.Capacity)
+	}
+	if c.Agent.ReconcileInterval < time.Second || c.Agent.ReconcileInterval > time.Hour {
+		add("agent.reconcile_interval %s: give a duration between 1s and 1h, e.g. 10s", c.Agent.ReconcileInterval)
 	}
 	if c.Agent.LeaseTTL < 2 || c.Agent.LeaseTTL > 300 {
 		add("agent.lease_ttl %d: give seconds between 2 and 300", c.Agent.LeaseTTL)

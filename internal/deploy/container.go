@@ -221,6 +221,21 @@ func (c *Container) Remove(ctx context.Context, h Handle) error {
 	return c.RT.Remove(ctx, h.Ref)
 }
 
+// RemoveDeployment implements Sweeper: it removes every container labelled
+// with deployment id, also one whose handle was never recorded (the
+// process that created it died before it could).
+func (c *Container) RemoveDeployment(ctx context.Context, id string) error {
+	sts, err := c.RT.List(ctx, map[string]string{runtime.LabelDeployment: id})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, st := range sts {
+		errs = append(errs, c.Remove(ctx, Handle{Driver: c.Name(), Ref: st.ID}))
+	}
+	return errors.Join(errs...)
+}
+
 // Timings returns the entrypoint's phase timings of an instance.
 func (c *Container) Timings(ctx context.Context, h Handle) ([]runtime.Timing, error) {
 	logs, err := c.RT.Logs(ctx, h.Ref, 0)

@@ -1000,6 +1000,13 @@ func (d *Deployer) Undeploy(ctx context.Context, id string) error {
 			}
 		}
 	}
+	for _, dr := range []Driver{d.deps.Container, d.deps.Host} {
+		if s, ok := dr.(Sweeper); ok && dr != nil {
+			if err := s.RemoveDeployment(ctx, id); err != nil {
+				errs = append(errs, fmt.Errorf("remove unrecorded instances: %w", err))
+			}
+		}
+	}
 	if err := d.release(ctx, &rec); err != nil {
 		errs = append(errs, err)
 	}

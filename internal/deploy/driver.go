@@ -70,6 +70,13 @@ type Driver interface {
 	Remove(ctx context.Context, h Handle) error
 }
 
+// Sweeper is implemented by drivers that can find a deployment's instances
+// without its handle; Undeploy calls it so that an instance created just
+// before a crash (and never recorded) is removed too.
+type Sweeper interface {
+	RemoveDeployment(ctx context.Context, id string) error
+}
+
 // Run describes an instance to start.
 type Run struct {
 	Mode string

@@ -13,9 +13,10 @@ var ErrNoNode = errors.New("no node available")
 
 // Score rates a node for one more instance of app: its free capacity (in
 // percent), minus a penalty per instance of the same app already there so
-// that an app spreads over the PoP. Later work adds locality (layers and
+// that an app spreads over the PoP (the score may go below zero). ok is
+// false when the node is full. Later work adds locality (layers and
 // checkpoints already mapped on the node) as further terms.
-func Score(n Node, deps []Deployment, app string) float64 {
+func Score(n Node, deps []Deployment, app string) (score float64, ok bool) {
 	total, same := 0, 0
 	for _, d := range deps {
 		if d.Node != n.Name {
@@ -31,9 +32,9 @@ func Score(n Node, deps []Deployment, app string) float64 {
 		capacity = 1
 	}
 	if total >= capacity {
-		return -1
+		return 0, false
 	}
-	return 100*float64(capacity-total)/float64(capacity) - 25*float64(same)
+	return 100*float64(capacity-total)/float64(capacity) - 25*float64(same), true
 }
 
 // Place picks the ready node with the best Score (ties: the lexically
@@ -48,7 +49,7 @@ func Place(nodes []Node, deps []Deployment, app string) (string, error) {
 		if !n.Ready {
 			continue
 		}
-		if s := Score(n, deps, app); s >= 0 {
+		if s, ok := Score(n, deps, app); ok {
 			cs = append(cs, cand{n.Name, s})
 		}
 	}

@@ -421,6 +421,31 @@ func (s *Store) DeleteDeployment(ctx context.Context, id string) error {
 	return nil
 }
 
+// StaleStatuses returns the IDs of statuses written by node whose desired
+// deployment is gone: what an agent killed while undeploying leaves.
+func (s *Store) StaleStatuses(ctx context.Context, node string) ([]string, error) {
+	sts, err := s.cli.Get(ctx, Prefix+"status/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, wrapUnavailable(err)
+	}
+	var out []string
+	for _, kv := range sts.Kvs {
+		var st Status
+		if json.Unmarshal(kv.Value, &st) != nil || st.Node != node {
+			continue
+		}
+		id := strings.TrimPrefix(string(kv.Key), Prefix+"status/")
+		r, err := s.cli.Get(ctx, deploymentKey(id), clientv3.WithCountOnly())
+		if err != nil {
+			return nil, wrapUnavailable(err)
+		}
+		if r.Count == 0 {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
 // ForgetStatus removes the status of an undeployed deployment.
 func (s *Store) ForgetStatus(ctx context.Context, id string) error {
 	_, err := s.cli.Delete(ctx, statusKey(id))

@@ -175,4 +175,17 @@ func TestPlace(t *testing.T) {
 	if _, err := state.Place(nodes, deps, "web"); !errors.Is(err, state.ErrNoNode) {
 		t.Errorf("place on full nodes = %v; want ErrNoNode", err)
 	}
+	// A lone node takes instances of one app up to its capacity, however
+	// low the spreading penalty brings its score.
+	one := []state.Node{{Name: "solo", Capacity: 8, Ready: true}}
+	deps = nil
+	for i := range 8 {
+		if _, err := state.Place(one, deps, "web"); err != nil {
+			t.Fatalf("instance %d on a node with capacity 8: %v", i+1, err)
+		}
+		deps = append(deps, state.Deployment{Desired: state.Desired{ID: strconv.Itoa(i), App: "web", Node: "solo"}})
+	}
+	if _, err := state.Place(one, deps, "web"); !errors.Is(err, state.ErrNoNode) {
+		t.Errorf("a 9th instance on a node with capacity 8 = %v; want ErrNoNode", err)
+	}
 }

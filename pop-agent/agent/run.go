@@ -190,7 +190,22 @@ func (a *agent) reconcile(ctx context.Context) error {
 			}
 		}
 		wch := a.st.Client().Watch(ctx, state.DeploymentsPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
-		for wr := range wch {
+		tick := time.NewTicker(a.c.Agent.ReconcileInterval)
+		for {
+			var wr clientv3.WatchResponse
+			var ok bool
+			select {
+			case wr, ok = <-wch:
+			case <-tick.C:
+				// Periodically: retry what failed, catch what was missed.
+				if _, err := a.resync(ctx); err != nil {
+					a.log.Warn("reconciling", "err", err)
+				}
+				continue
+			}
+			if !ok {
+				break
+			}
 			if err := wr.Err(); err != nil {
 				a.log.Warn("watch", "err", err)
 				break
@@ -214,6 +229,7 @@ func (a *agent) reconcile(ctx context.Context) error {
 				}
 			}
 		}
+		tick.Stop()
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -243,10 +259,21 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 		a.spawn(ctx, dsr.ID, func(ctx context.Context) { a.deploy(ctx, dsr) })
 	}
 	recs, _ := a.d.List()
+	here := map[string]bool{}
 	for _, rec := range recs {
+		here[rec.ID] = true
 		if !want[rec.ID] && !strings.HasPrefix(rec.ID, "boot-") {
 			id := rec.ID
 			a.spawn(ctx, id, func(ctx context.Context) { a.undeploy(ctx, id) })
+		}
+	}
+	// Statuses of withdrawn deployments that are gone from this node (an
+	// undeploy interrupted after its instance was removed).
+	if stale, err := a.st.StaleStatuses(ctx, a.c.Node.Name); err == nil {
+		for _, id := range stale {
+			if !here[id] {
+				_ = a.st.ForgetStatus(ctx, id)
+			}
 		}
 	}
 	return r.Header.Revision, nil

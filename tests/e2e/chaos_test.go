@@ -1,0 +1,229 @@
+//go:build !no_ceph
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/runtime"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
+)
+
+// TestChaosBoot kills the agent (SIGKILL) right after each step of a boot
+// deploy and at several moments of an undeploy, 4 rounds in a row, on a
+// node without a checkpoint engine (so it runs in CI). After each kill the
+// restarted agent must bring the deployment to Running (or gone); at the
+// end nothing may be left.
+func TestChaosBoot(t *testing.T) {
+	f := deploytest.NewBootFixture(t)
+	app := deploytest.BusyboxHTTPApp("chaos-web-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env)
+	chaos(t, f, app, "fogdeploy/dmtcp:absent", []string{"clone", "map", "mount", "container"}, 4)
+}
+
+// TestChaosCheckpoint does the same with DMTCP: kills after each step of
+// the first deploy's boot and checkpoint (boot.clone … boot.seal), of the
+// restore that follows, and during undeploys.
+func TestChaosCheckpoint(t *testing.T) {
+	f := deploytest.NewFixture(t, "container")
+	if _, _, err := f.D.CheckEngine(context.Background(), engine.NameDMTCP); err != nil {
+		testenv.Unavailable(t, testenv.DMTCP, err.Error())
+	}
+	app := deploytest.RedisApp("chaos-redis-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, engine.NameDMTCP)
+	chaos(t, f, app, "fogdeploy/dmtcp:deploytest", []string{"boot.clone", "boot.map", "boot.mount", "boot.container",
+		"boot.ready", "boot.checkpoint", "clone", "map", "mount", "container"}, 2)
+}
+
+// leaks counts what deployments of app can leave: RBD images named after
+// it, rbd-fuse processes, loop devices and mounts of the PoP's state dirs,
+// its containers, and the PoP's deployment, status and lock keys in etcd.
+type leaks struct {
+	Images, Fuse, Loops, Mounts, Containers, Keys int
+}
+
+func countLeaks(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture, app string) leaks {
+	t.Helper()
+	var l leaks
+	names, err := f.L.Store.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, deploy.InstancePrefix+app+"-") || strings.HasPrefix(n, deploy.GenPrefix+app+"-") {
+			l.Images++
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, c := range procs {
+		b, _ := os.ReadFile(c)
+		if strings.HasPrefix(string(b), "rbd-fuse\x00") && strings.Contains(string(b), p.dir) {
+			l.Fuse++
+		}
+	}
+	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, bf := range loops {
+		b, _ := os.ReadFile(bf)
+		if strings.HasPrefix(string(b), p.dir) {
+			l.Loops++
+		}
+	}
+	mi, _ := os.ReadFile("/proc/thread-self/mountinfo")
+	for _, line := range strings.Split(string(mi), "\n") {
+		if fs := strings.Fields(line); len(fs) > 4 && strings.HasPrefix(fs[4], p.dir+"/") {
+			l.Mounts++
+		}
+	}
+	sts, err := f.RT.List(ctx, map[string]string{runtime.LabelApp: app})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Containers = len(sts)
+	for _, pre := range []string{state.DeploymentsPrefix, state.Prefix + "status/", state.Prefix + "locks/"} {
+		r, err := p.st.Client().Get(ctx, pre, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Keys += int(r.Count)
+	}
+	return l
+}
+
+// chaos runs rounds of: deploy, kill after each of steps; then undeploy,
+// kill at a few moments. One agent, n1, is killed and restarted each time.
+func chaos(t *testing.T, f *deploytest.Fixture, app deploy.App, dmtcpImage string, steps []string, rounds int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	p := startPoP(ctx, t, f, app.Name, dmtcpImage, "", "n1")
+	st := p.st
+	before := countLeaks(ctx, t, p, f, app.Name)
+	if err := st.CreateApp(ctx, app, false); err != nil {
+		t.Fatal(err)
+	}
+	kills := 0
+	restart := func() {
+		p.stopAgent("n1", syscall.SIGKILL)
+		kills++
+		p.startAgent("n1", "")
+	}
+	// waitPhase returns once the status of id shows phase done (the agent
+	// is then in the next step), or the deployment reached Running.
+	waitPhase := func(id, phase string) bool {
+		for ctx.Err() == nil {
+			d, err := st.Deployment(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ph := range d.Status.Timings {
+				if ph.Name == phase {
+					return true
+				}
+			}
+			if d.Status.Phase == deploy.PhaseRunning || d.Status.Phase == deploy.PhaseFailed {
+				return false
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		return false
+	}
+	var running []string
+	for round := range rounds {
+		for _, step := range steps {
+			if strings.HasPrefix(step, "boot.") {
+				// The first deploy produces the checkpoint: start cold.
+				for _, id := range running {
+					_ = st.DeleteDeployment(ctx, id)
+				}
+				running = nil
+				p.waitAll(ctx, app.Name, 0)
+				f.RemoveGenerations(t, app.Name)
+				gens, _ := st.Checkpoints(ctx, app.Name)
+				for _, g := range gens {
+					_ = st.DeleteCheckpoint(ctx, g.App, g.Gen)
+				}
+			}
+			d, err := createDeployment(ctx, st, app.Name)
+			if err != nil {
+				nodes, _ := st.Nodes(ctx)
+				r, _ := st.Client().Get(ctx, state.Prefix+"nodes/", clientv3.WithPrefix())
+				for _, kv := range r.Kvs {
+					t.Logf("%s lease %x: %s", kv.Key, kv.Lease, kv.Value)
+				}
+				t.Fatalf("%v (nodes %+v)", err, nodes)
+			}
+			hit := waitPhase(d.ID, step)
+			restart()
+			running = append(running, d.ID)
+			deps := p.waitAll(ctx, app.Name, len(running))
+			for _, dep := range deps {
+				if dep.ID == d.ID && dep.Status.Phase != deploy.PhaseRunning {
+					t.Errorf("round %d, killed after %s: %s is %s", round, step, d.ID, dep.Status.Phase)
+				}
+			}
+			t.Logf("round %d: killed after %-16s (in that step: %v); %s Running again", round, step, hit, d.ID)
+		}
+		// Undeploys killed at several moments.
+		for i, delay := range []time.Duration{0, 20 * time.Millisecond, 80 * time.Millisecond, 250 * time.Millisecond} {
+			if len(running) == 0 {
+				break
+			}
+			id := running[0]
+			running = running[1:]
+			if err := st.DeleteDeployment(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(delay)
+			restart()
+			p.waitAll(ctx, app.Name, len(running))
+			waitGone(ctx, t, st, id)
+			t.Logf("round %d: undeploy %d of %s killed after %s; gone", round, i, id, delay)
+		}
+	}
+	if kills < 20 {
+		t.Errorf("only %d kills; want 20 or more", kills)
+	}
+	for _, id := range running {
+		_ = st.DeleteDeployment(ctx, id)
+	}
+	p.waitAll(ctx, app.Name, 0)
+	for _, id := range running {
+		waitGone(ctx, t, st, id)
+	}
+	f.RemoveGenerations(t, app.Name)
+	gens, _ := st.Checkpoints(ctx, app.Name)
+	for _, g := range gens {
+		_ = st.DeleteCheckpoint(ctx, g.App, g.Gen)
+	}
+	after := countLeaks(ctx, t, p, f, app.Name)
+	if after != before {
+		t.Errorf("after %d kills: %+v; at the start: %+v", kills, after, before)
+	}
+	t.Logf("%d kills; leaks counted %+v, as at the start", kills, after)
+}
+
+// waitGone waits until the status of a withdrawn deployment is gone.
+func waitGone(ctx context.Context, t *testing.T, st *state.Store, id string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		r, err := st.Client().Get(ctx, state.Prefix+"status/"+id, clientv3.WithCountOnly())
+		if err == nil && r.Count == 0 {
+			return
+		}
+		if i > 600 {
+			t.Fatal(fmt.Errorf("status of withdrawn %s still there after 60 s", id))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
