@@ -146,8 +146,10 @@ func chaos(t *testing.T, f *deploytest.Fixture, app deploy.App, dmtcpImage strin
 				for _, id := range running {
 					_ = st.DeleteDeployment(ctx, id)
 				}
+				for _, id := range running {
+					waitGone(ctx, t, st, id)
+				}
 				running = nil
-				p.waitAll(ctx, app.Name, 0)
 				f.RemoveGenerations(t, app.Name)
 				gens, _ := st.Checkpoints(ctx, app.Name)
 				for _, g := range gens {
@@ -164,6 +166,9 @@ func chaos(t *testing.T, f *deploytest.Fixture, app deploy.App, dmtcpImage strin
 				t.Fatalf("%v (nodes %+v)", err, nodes)
 			}
 			hit := waitPhase(d.ID, step)
+			if !hit {
+				t.Errorf("round %d: %s was Running before the agent could be killed after %s", round, d.ID, step)
+			}
 			restart()
 			running = append(running, d.ID)
 			deps := p.waitAll(ctx, app.Name, len(running))
