@@ -62,6 +62,9 @@ type Agent struct {
 	// IfBusy is what a deploy does while another deploy produces the
 	// app's first checkpoint: wait (default) or boot normally meanwhile.
 	IfBusy string `yaml:"if_busy"`
+	// KeepGenerations is how many checkpoint generations per app are
+	// kept; older ones go once no deployment uses them.
+	KeepGenerations int `yaml:"keep_generations"`
 	// IfNoEngine is what a deploy does on a node that cannot run the app's
 	// checkpoint engine: boot normally (default) or fail.
 	IfNoEngine string `yaml:"if_no_engine"`
@@ -126,7 +129,7 @@ func Default() Config {
 		Docker:   Docker{Host: devenv.DockerHost()},
 		Node:     Node{Name: host, StateDir: filepath.Join(devenv.Dir(), "node", host)},
 		Etcd:     Etcd{Endpoints: []string{devenv.EtcdEndpoint}, DialTimeout: 5 * time.Second},
-		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, DMTCPImage: "fogdeploy/dmtcp:4.2.0", DMTCPDriver: "container",
+		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPImage: "fogdeploy/dmtcp:4.2.0", DMTCPDriver: "container",
 			BootImage: "fogdeploy/boot:latest", IfBusy: "wait", IfNoEngine: "boot"},
 	}
 }
@@ -229,6 +232,9 @@ func (c Config) Validate() error {
 	}
 	if c.Agent.ReconcileInterval < time.Second || c.Agent.ReconcileInterval > time.Hour {
 		add("agent.reconcile_interval %s: give a duration between 1s and 1h, e.g. 10s", c.Agent.ReconcileInterval)
+	}
+	if c.Agent.KeepGenerations < 1 || c.Agent.KeepGenerations > 100 {
+		add("agent.keep_generations %d: keep between 1 and 100 checkpoint generations per app", c.Agent.KeepGenerations)
 	}
 	if c.Agent.LeaseTTL < 2 || c.Agent.LeaseTTL > 300 {
 		add("agent.lease_ttl %d: give seconds between 2 and 300", c.Agent.LeaseTTL)

@@ -52,6 +52,8 @@ const (
 	MetaGeneration = "fogdeploy.generation"
 	// MetaDeployment names the deployment that owns an instance clone.
 	MetaDeployment = "fogdeploy.deployment"
+	// MetaNode names the node that made an instance clone or a generation.
+	MetaNode = "fogdeploy.node"
 	// MaxIDLen bounds deployment IDs.
 	MaxIDLen = 40
 )
@@ -614,14 +616,44 @@ func (d *Deployer) lockApp(app string) *sync.Mutex {
 	return l
 }
 
-func genImage(app string, gen int, kind string) string {
+// GenImage names image kind ("env" or "ckpt") of generation gen of app.
+func GenImage(app string, gen int, kind string) string {
 	return fmt.Sprintf("%s%s-%d-%s", GenPrefix, app, gen, kind)
+}
+
+// ParseGenImage splits fdc-<app>-<gen>-<env|ckpt>; ok is false for any
+// other name.
+func ParseGenImage(name string) (app string, gen int, kind string, ok bool) {
+	rest, ok := strings.CutPrefix(name, GenPrefix)
+	if !ok {
+		return "", 0, "", false
+	}
+	i := strings.LastIndex(rest, "-")
+	if i < 0 {
+		return "", 0, "", false
+	}
+	rest, kind = rest[:i], rest[i+1:]
+	j := strings.LastIndex(rest, "-")
+	if j < 0 || (kind != "env" && kind != "ckpt") {
+		return "", 0, "", false
+	}
+	gen, err := strconv.Atoi(rest[j+1:])
+	if err != nil || gen < 1 || GenImage(rest[:j], gen, kind) != name {
+		return "", 0, "", false
+	}
+	return rest[:j], gen, kind, true
 }
 
 // Generations returns the complete checkpoint generations of app, oldest
 // first.
 func (d *Deployer) Generations(ctx context.Context, app string) ([]Generation, error) {
-	names, err := d.deps.Store.List(ctx)
+	return Generations(ctx, d.deps.Store, app)
+}
+
+// Generations returns the complete checkpoint generations of app in the
+// store's pool, oldest first.
+func Generations(ctx context.Context, store layering.Store, app string) ([]Generation, error) {
+	names, err := store.List(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -633,10 +665,10 @@ func (d *Deployer) Generations(ctx context.Context, app string) ([]Generation, e
 			continue
 		}
 		g, err := strconv.Atoi(strings.TrimSuffix(rest, "-ckpt"))
-		if err != nil || genImage(app, g, "ckpt") != n {
+		if err != nil || GenImage(app, g, "ckpt") != n {
 			continue
 		}
-		info, err := d.deps.Store.Stat(ctx, n)
+		info, err := store.Stat(ctx, n)
 		if errors.Is(err, layering.ErrNotFound) {
 			continue
 		} else if err != nil {
@@ -685,7 +717,7 @@ func (d *Deployer) nextGen(ctx context.Context, app string) (int, error) {
 		if i < 0 {
 			continue
 		}
-		if g, err := strconv.Atoi(rest[:i]); err == nil && genImage(app, g, rest[i+1:]) == n && g >= next {
+		if g, err := strconv.Atoi(rest[:i]); err == nil && GenImage(app, g, rest[i+1:]) == n && g >= next {
 			next = g + 1
 		}
 	}
@@ -757,6 +789,9 @@ func (o *op) cloneMapMount(ctx context.Context, env layering.SnapRef, ckpt *laye
 	}
 	for _, img := range o.rec.Images {
 		_ = st.SetMeta(ctx, img, MetaDeployment, id)
+		if o.d.cfg.Node != "" {
+			_ = st.SetMeta(ctx, img, MetaNode, o.d.cfg.Node)
+		}
 	}
 	o.phase("clone")
 	var envMap, ckptMap *mapper.Mapping
@@ -843,7 +878,7 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 		return Generation{}, err
 	}
 	defer o.undoOnError(ctx, &err)
-	envImg, ckptImg := genImage(app.Name, n, "env"), genImage(app.Name, n, "ckpt")
+	envImg, ckptImg := GenImage(app.Name, n, "env"), GenImage(app.Name, n, "ckpt")
 	if err := o.own([]string{envImg, ckptImg}, []string{id + "-env", id + "-ckpt"}); err != nil {
 		return Generation{}, err
 	}
@@ -1051,18 +1086,18 @@ func (d *Deployer) RemoveGeneration(ctx context.Context, app string, gen int) er
 // RemoveGeneration removes generation gen of app from the pool; it refuses,
 // wrapping layering.ErrHasChildren, while deployments still use it.
 func RemoveGeneration(ctx context.Context, store layering.Store, app string, gen int) error {
-	if _, err := store.Stat(ctx, genImage(app, gen, "ckpt")); err != nil {
+	if _, err := store.Stat(ctx, GenImage(app, gen, "ckpt")); err != nil {
 		return fmt.Errorf("generation %d of %s: %w", gen, app, err)
 	}
 	var errs []error
 	for _, kind := range []string{"ckpt", "env"} {
-		img := genImage(app, gen, kind)
+		img := GenImage(app, gen, kind)
 		if kids, err := store.Children(ctx, layering.SnapRef{Image: img, Snap: layering.SealedSnap}); err == nil && len(kids) > 0 {
 			return fmt.Errorf("generation %d of %s is used by %d deployment(s) (%s): %w", gen, app, len(kids), strings.Join(kids, ", "), layering.ErrHasChildren)
 		}
 	}
 	for _, kind := range []string{"ckpt", "env"} {
-		if err := store.Remove(ctx, genImage(app, gen, kind)); err != nil && !errors.Is(err, layering.ErrNotFound) {
+		if err := store.Remove(ctx, GenImage(app, gen, kind)); err != nil && !errors.Is(err, layering.ErrNotFound) {
 			errs = append(errs, err)
 		}
 	}

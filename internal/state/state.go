@@ -495,6 +495,16 @@ func (s *Store) LockCheckpoint(ctx context.Context, sess *concurrency.Session, a
 	return func() { _ = m.Unlock(context.WithoutCancel(ctx)) }, nil
 }
 
+// CheckpointLocked reports whether some agent holds (or waits for) the
+// checkpoint lock of app.
+func (s *Store) CheckpointLocked(ctx context.Context, app string) (bool, error) {
+	r, err := s.cli.Get(ctx, Prefix+"locks/checkpoint/"+app+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return false, wrapUnavailable(err)
+	}
+	return r.Count > 0, nil
+}
+
 // Event is one line of a deployment's history.
 type Event struct {
 	Time       time.Time `json:"time"`

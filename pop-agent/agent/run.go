@@ -29,6 +29,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/devenv"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/gc"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/version"
@@ -51,6 +52,7 @@ type agent struct {
 	sess *concurrency.Session
 	d    *deploy.Deployer
 	m    *metrics
+	pool layering.Store
 
 	mu   sync.Mutex
 	busy map[string]*sync.Mutex // per deployment
@@ -140,7 +142,7 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	}
 	defer sess.Close()
 
-	a := &agent{c: c, o: o, log: log, st: st, sess: sess, d: d, m: m, busy: map[string]*sync.Mutex{}}
+	a := &agent{c: c, o: o, log: log, st: st, sess: sess, d: d, m: m, pool: l.Store, busy: map[string]*sync.Mutex{}}
 	token, err := readToken(c.Agent.TokenFile)
 	if err != nil {
 		return err
@@ -359,7 +361,9 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		Sealed: func(ctx context.Context, g deploy.Generation) error {
 			a.m.checkpoints.Inc()
 			a.st.Event(ctx, dsr.ID, "checkpointed", fmt.Sprintf("app %s generation %d (%d bytes)", g.App, g.Gen, g.Bytes))
-			return a.st.PutCheckpoint(ctx, g)
+			err := a.st.PutCheckpoint(ctx, g)
+			a.retain(ctx, g.App)
+			return err
 		},
 	})
 	if err != nil {
@@ -417,10 +421,28 @@ func (a *agent) refresh(ctx context.Context, dsr state.Desired, app deploy.App) 
 		a.fail(ctx, dsr, &st, fmt.Errorf("generation %d of %s is sealed in the pool but not recorded: %w", g.Gen, g.App, err))
 		return
 	}
+	a.retain(ctx, g.App)
 	st.Phase, st.Gen, st.Timings = deploy.PhaseCheckpointed, g.Gen, g.Timings
 	_ = a.st.SetStatus(ctx, dsr.ID, st)
 	a.st.Event(ctx, dsr.ID, "checkpointed", fmt.Sprintf("app %s generation %d (%d bytes), refreshed", g.App, g.Gen, g.Bytes))
 	a.log.Info("checkpoint refreshed", "deployment", dsr.ID, "app", app.Name, "gen", g.Gen, "timings", g.Timings.String())
+}
+
+// retain removes the generations of app beyond agent.keep_generations that
+// no deployment uses; the caller holds the app's checkpoint lock.
+func (a *agent) retain(ctx context.Context, app string) {
+	items, err := gc.Retain(ctx, a.pool, app, a.c.Agent.KeepGenerations, false)
+	for _, it := range items {
+		if it.Skip {
+			a.log.Info("keeping an old generation", "generation", it.Name, "reason", it.Reason)
+			continue
+		}
+		_ = a.st.DeleteCheckpoint(ctx, app, it.Gen)
+		a.log.Info("old generation removed", "generation", it.Name, "reason", it.Reason)
+	}
+	if err != nil {
+		a.log.Warn("retention", "app", app, "err", err)
+	}
 }
 
 func (a *agent) fail(ctx context.Context, dsr state.Desired, st *state.Status, err error) {

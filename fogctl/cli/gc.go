@@ -1,0 +1,93 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fogdeploy/fogdeploy/internal/gc"
+)
+
+// GCOptions are the inputs of `fogctl gc`.
+type GCOptions struct {
+	F      *Factory
+	DryRun bool
+	Keep   int
+	MinAge time.Duration
+}
+
+// NewCmdGC builds `fogctl gc [APP...]`.
+func NewCmdGC(f *Factory) *cobra.Command {
+	o := &GCOptions{F: f}
+	cmd := &cobra.Command{
+		Use:   "gc [APP...]",
+		Short: "Remove orphaned clones, unsealed generations and stale records, and old generations beyond --keep",
+		Long: `Compares the pool with the PoP's etcd and removes what has no owner:
+instance clones made by this PoP's nodes whose deployment is gone, images of
+generations that were never sealed (when no agent holds the app's checkpoint
+lock), checkpoint records whose images are gone, statuses of withdrawn
+deployments on NotReady nodes, and the generations of each app beyond the
+newest --keep that no deployment uses. Generations in use are listed as kept.
+Nothing younger than --min-age is touched. --dry-run only shows the plan.
+Node-local leftovers (containers, mappings, mounts) are swept by each pop-agent.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.Keep < 1 {
+				return usageError{fmt.Errorf("--keep %d: keep at least 1 generation per app", o.Keep)}
+			}
+			if o.MinAge < 0 {
+				return usageError{fmt.Errorf("--min-age %s is negative: use e.g. 10m", o.MinAge)}
+			}
+			ctx := cmd.Context()
+			l, err := f.Layering(ctx)
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			st, err := f.State(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			cfg := gc.Config{Store: l.Store, State: st, Keep: o.Keep, MinAge: o.MinAge, Apps: args}
+			plan, err := gc.Plan(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			done := plan
+			if !o.DryRun {
+				done, err = gc.Apply(ctx, cfg, plan)
+				for _, it := range plan {
+					if it.Skip {
+						done = append(done, it)
+					}
+				}
+			}
+			perr := printOut(f, done, func(w io.Writer) {
+				fmt.Fprintln(w, "ACTION\tKIND\tNAME\tREASON")
+				for _, it := range done {
+					action := "removed"
+					switch {
+					case it.Skip:
+						action = "kept"
+					case o.DryRun:
+						action = "would remove"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", action, it.Kind, it.Name, it.Reason)
+				}
+			})
+			if len(plan) == 0 {
+				fmt.Fprintln(f.ErrOut, "Nothing to collect")
+			}
+			if err != nil {
+				return err
+			}
+			return perr
+		},
+	}
+	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "show what would be removed, remove nothing")
+	cmd.Flags().IntVar(&o.Keep, "keep", 3, "checkpoint generations to keep per app")
+	cmd.Flags().DurationVar(&o.MinAge, "min-age", 10*time.Minute, "spare orphans younger than this")
+	return cmd
+}

@@ -1,0 +1,306 @@
+// Package gc finds and removes what fogdeploy left in a PoP's pool and
+// etcd without an owner, and the checkpoint generations beyond retention.
+//
+//	plan, err := gc.Plan(ctx, gc.Config{Store: s, State: st, Keep: 3})
+//	for _, it := range plan { fmt.Println(it.Kind, it.Name, it.Reason) }
+//	removed, err := gc.Apply(ctx, cfg, plan)
+//
+// It never removes a snapshot with live clones (a generation in use is
+// listed with Skip set and the reason), an incomplete generation while its
+// app's checkpoint lock is held, or anything younger than Config.MinAge.
+// Node-local leftovers (containers, mappings, mounts) are each agent's to
+// sweep; see pop-agent.
+package gc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+)
+
+// Kinds of Item.
+const (
+	// KindGeneration: a complete generation beyond retention (Name "app/gen").
+	KindGeneration = "generation"
+	// KindPartial: the images of a generation that was never sealed.
+	KindPartial = "partial-generation"
+	// KindClone: an instance clone whose deployment is gone.
+	KindClone = "clone"
+	// KindRecord: an etcd checkpoint record whose images are gone.
+	KindRecord = "checkpoint-record"
+	// KindStatus: the status of a withdrawn deployment on a NotReady node.
+	KindStatus = "status"
+)
+
+// Item is one thing to remove (or, with Skip, kept on purpose).
+type Item struct {
+	Kind   string `json:"kind"`
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+	// Images are the RBD images the item removes.
+	Images []string `json:"images,omitempty"`
+	Skip   bool     `json:"skip,omitempty"`
+	// App and Gen name the generation of generation and record items.
+	App string `json:"app,omitempty"`
+	Gen int    `json:"gen,omitempty"`
+}
+
+// Config says where to look and what to keep.
+type Config struct {
+	Store layering.Store
+	State *state.Store
+	// Keep is how many complete generations per app to keep (at least 1).
+	Keep int
+	// MinAge spares orphans younger than this (fogctl's default is 10
+	// minutes): a deploy or checkpoint may still be making them.
+	MinAge time.Duration
+	// Apps limits retention and partial generations to these apps (all
+	// when empty).
+	Apps []string
+}
+
+// Plan lists what Apply would remove, and the generations beyond
+// retention that are kept because deployments use them.
+func Plan(ctx context.Context, c Config) ([]Item, error) {
+	if c.Keep < 1 {
+		return nil, fmt.Errorf("gc: keep %d: keep at least 1 generation per app", c.Keep)
+	}
+	names, err := c.Store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	deps, err := c.State.Deployments(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := c.State.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	known := map[string]bool{}
+	for _, n := range nodes {
+		known[n.Name] = true
+	}
+	desired := map[string]bool{}
+	for _, d := range deps {
+		desired[d.ID] = true
+	}
+	want := func(app string) bool { return len(c.Apps) == 0 || slices.Contains(c.Apps, app) }
+	var plan []Item
+	apps := map[string]bool{}
+	partial := map[string]*Item{}
+	for _, n := range names {
+		if app, gen, _, ok := deploy.ParseGenImage(n); ok && want(app) {
+			apps[app] = true
+			it, err := c.partial(ctx, n, app, gen)
+			if err != nil {
+				return nil, err
+			}
+			if it != nil {
+				key := app + "/" + strconv.Itoa(gen)
+				if p, ok := partial[key]; ok {
+					p.Images = append(p.Images, n)
+				} else {
+					partial[key] = it
+				}
+			}
+			continue
+		}
+		if strings.HasPrefix(n, deploy.InstancePrefix) {
+			it, err := c.clone(ctx, n, known, desired)
+			if err != nil {
+				return nil, err
+			}
+			if it != nil {
+				plan = append(plan, *it)
+			}
+		}
+	}
+	for _, it := range partial {
+		plan = append(plan, *it)
+	}
+	for app := range apps {
+		items, err := Retain(ctx, c.Store, app, c.Keep, true)
+		if err != nil {
+			return nil, err
+		}
+		plan = append(plan, items...)
+	}
+	recs, err := c.State.Checkpoints(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range recs {
+		if !want(g.App) {
+			continue
+		}
+		if _, err := c.Store.Stat(ctx, g.CkptSnap.Image); errors.Is(err, layering.ErrNotFound) {
+			plan = append(plan, Item{Kind: KindRecord, Name: fmt.Sprintf("%s/%d", g.App, g.Gen), App: g.App, Gen: g.Gen,
+				Reason: "its checkpoint image " + g.CkptSnap.Image + " is gone"})
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	stale, err := staleStatuses(ctx, c.State, nodes)
+	if err != nil {
+		return nil, err
+	}
+	plan = append(plan, stale...)
+	sort.SliceStable(plan, func(i, j int) bool {
+		if plan[i].Kind != plan[j].Kind {
+			return plan[i].Kind < plan[j].Kind
+		}
+		return plan[i].Name < plan[j].Name
+	})
+	return plan, nil
+}
+
+// partial returns an item for an image of a generation that was never
+// sealed, if it is old enough and nobody holds its app's checkpoint lock.
+func (c Config) partial(ctx context.Context, name, app string, gen int) (*Item, error) {
+	info, err := c.Store.Stat(ctx, deploy.GenImage(app, gen, "ckpt"))
+	if err == nil && info.Meta[deploy.MetaGeneration] != "" {
+		return nil, nil // sealed
+	}
+	if err != nil && !errors.Is(err, layering.ErrNotFound) {
+		return nil, err
+	}
+	own, err := c.Store.Stat(ctx, name)
+	if errors.Is(err, layering.ErrNotFound) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	if time.Since(own.Created) < c.MinAge {
+		return nil, nil
+	}
+	locked, err := c.State.CheckpointLocked(ctx, app)
+	if err != nil || locked {
+		return nil, err
+	}
+	return &Item{Kind: KindPartial, Name: fmt.Sprintf("%s/%d", app, gen), Images: []string{name}, App: app, Gen: gen,
+		Reason: "never sealed, and no agent is checkpointing " + app}, nil
+}
+
+// clone returns an item for an instance clone made by a node of this PoP
+// for a deployment that is neither desired nor has a status.
+func (c Config) clone(ctx context.Context, name string, known, desired map[string]bool) (*Item, error) {
+	info, err := c.Store.Stat(ctx, name)
+	if errors.Is(err, layering.ErrNotFound) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	node, id := info.Meta[deploy.MetaNode], info.Meta[deploy.MetaDeployment]
+	// Only clones this PoP's nodes made: a pool may serve more than one.
+	if !known[node] || id == "" || desired[id] || time.Since(info.Created) < c.MinAge {
+		return nil, nil
+	}
+	if _, err := c.State.Deployment(ctx, id); err == nil {
+		return nil, nil
+	}
+	r, err := c.State.Client().Get(ctx, state.Prefix+"status/"+id)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Kvs) > 0 {
+		return nil, nil // its agent is still undeploying it
+	}
+	return &Item{Kind: KindClone, Name: name, Images: []string{name},
+		Reason: fmt.Sprintf("deployment %s (node %s) is gone", id, node)}, nil
+}
+
+func staleStatuses(ctx context.Context, st *state.Store, nodes []state.Node) ([]Item, error) {
+	var out []Item
+	for _, n := range nodes {
+		if n.Ready {
+			continue // its agent forgets them itself
+		}
+		ids, err := st.StaleStatuses(ctx, n.Name)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			out = append(out, Item{Kind: KindStatus, Name: id, Reason: "withdrawn, and node " + n.Name + " is NotReady"})
+		}
+	}
+	return out, nil
+}
+
+// Retain lists (dryRun) or removes the complete generations of app older
+// than the newest keep. A generation that deployments still use is listed
+// with Skip and kept.
+func Retain(ctx context.Context, store layering.Store, app string, keep int, dryRun bool) ([]Item, error) {
+	gens, err := deploy.Generations(ctx, store, app)
+	if err != nil {
+		return nil, err
+	}
+	var out []Item
+	for i := 0; i < len(gens)-keep; i++ {
+		g := gens[i]
+		it := Item{Kind: KindGeneration, Name: fmt.Sprintf("%s/%d", app, g.Gen), App: app, Gen: g.Gen,
+			Images: []string{g.EnvSnap.Image, g.CkptSnap.Image},
+			Reason: fmt.Sprintf("older than the newest %d", keep)}
+		users := 0
+		for _, ref := range []layering.SnapRef{g.EnvSnap, g.CkptSnap} {
+			kids, err := store.Children(ctx, ref)
+			if err != nil && !errors.Is(err, layering.ErrNotFound) {
+				return nil, err
+			}
+			users = max(users, len(kids))
+		}
+		if users > 0 {
+			it.Skip, it.Reason = true, fmt.Sprintf("older than the newest %d, but used by %d deployment(s)", keep, users)
+		} else if !dryRun {
+			if err := deploy.RemoveGeneration(ctx, store, app, g.Gen); err != nil {
+				return out, err
+			}
+		}
+		out = append(out, it)
+	}
+	return out, nil
+}
+
+// Apply removes the items of a plan that are not skipped, and returns
+// those it removed; it goes on past failures and joins their errors.
+func Apply(ctx context.Context, c Config, plan []Item) ([]Item, error) {
+	var done []Item
+	var errs []error
+	for _, it := range plan {
+		if it.Skip {
+			continue
+		}
+		var err error
+		switch it.Kind {
+		case KindGeneration:
+			if err = deploy.RemoveGeneration(ctx, c.Store, it.App, it.Gen); err == nil || errors.Is(err, layering.ErrNotFound) {
+				err = c.State.DeleteCheckpoint(ctx, it.App, it.Gen)
+			}
+		case KindPartial, KindClone:
+			for _, img := range it.Images {
+				if e := c.Store.Remove(ctx, img); e != nil && !errors.Is(e, layering.ErrNotFound) {
+					err = errors.Join(err, e)
+				}
+			}
+		case KindRecord:
+			err = c.State.DeleteCheckpoint(ctx, it.App, it.Gen)
+		case KindStatus:
+			err = c.State.ForgetStatus(ctx, it.Name)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s %s: %w", it.Kind, it.Name, err))
+			continue
+		}
+		done = append(done, it)
+	}
+	return done, errors.Join(errs...)
+}

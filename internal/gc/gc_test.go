@@ -1,0 +1,174 @@
+package gc_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/gc"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/fakestore"
+)
+
+func TestGCFake(t *testing.T) {
+	s, err := fakestore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	testGC(t, s)
+}
+
+// testGC builds a pool and a PoP state with one of each kind of leftover
+// next to things that must stay, and checks the plan and what Apply does.
+func testGC(t *testing.T, s layering.Store) {
+	ctx := context.Background()
+	st := statetest.Store(t)
+	sess, err := st.Register(ctx, state.Node{Name: "gc-n1", Capacity: 4}, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	sfx := strconv.FormatInt(time.Now().UnixNano()%1e6, 36)
+	app := "gcapp" + sfx
+	const mib = 1 << 20
+	mk := func(name string, meta map[string]string) {
+		t.Helper()
+		if err := s.Create(ctx, name, 4*mib); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range meta {
+			if err := s.SetMeta(ctx, name, k, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() { _ = s.Remove(context.Background(), name) })
+	}
+	// Generations 1-4 of app, sealed; 5 never sealed.
+	for g := 1; g <= 5; g++ {
+		env, ckpt := deploy.GenImage(app, g, "env"), deploy.GenImage(app, g, "ckpt")
+		mk(env, nil)
+		mk(ckpt, nil)
+		if g == 5 {
+			continue
+		}
+		gen := deploy.Generation{App: app, Gen: g, EnvSnap: layering.SnapRef{Image: env, Snap: layering.SealedSnap},
+			CkptSnap: layering.SnapRef{Image: ckpt, Snap: layering.SealedSnap}, Engine: "dmtcp"}
+		for _, ref := range []layering.SnapRef{gen.EnvSnap, gen.CkptSnap} {
+			if err := s.Snapshot(ctx, ref); err != nil {
+				t.Fatal(err)
+			}
+		}
+		raw, _ := json.Marshal(gen)
+		if err := s.SetMeta(ctx, ckpt, deploy.MetaGeneration, string(raw)); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.PutCheckpoint(ctx, gen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A deployment restored from generation 1: its clone keeps it.
+	used := deploy.InstancePrefix + "gc-used" + sfx + "-ckpt"
+	if err := s.Clone(ctx, layering.SnapRef{Image: deploy.GenImage(app, 1, "ckpt"), Snap: layering.SealedSnap}, used); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Remove(context.Background(), used) })
+	for k, v := range map[string]string{deploy.MetaNode: "gc-n1", deploy.MetaDeployment: "gc-used" + sfx} {
+		_ = s.SetMeta(ctx, used, k, v)
+	}
+	if err := st.CreateDeployment(ctx, state.Desired{ID: "gc-used" + sfx, App: app, Node: "gc-n1"}); err != nil {
+		t.Fatal(err)
+	}
+	// An orphan clone of this PoP, and one made by a node of another PoP.
+	orphan := deploy.InstancePrefix + "gc-gone" + sfx + "-env"
+	mk(orphan, map[string]string{deploy.MetaNode: "gc-n1", deploy.MetaDeployment: "gc-gone" + sfx})
+	foreign := deploy.InstancePrefix + "gc-foreign" + sfx + "-env"
+	mk(foreign, map[string]string{deploy.MetaNode: "elsewhere", deploy.MetaDeployment: "gc-foreign" + sfx})
+	// A checkpoint record whose images are gone.
+	if err := st.PutCheckpoint(ctx, deploy.Generation{App: app, Gen: 9, CkptSnap: layering.SnapRef{Image: deploy.GenImage(app, 9, "ckpt")}}); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := gc.Config{Store: s, State: st, Keep: 2, Apps: []string{app}}
+	plan, err := gc.Plan(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, it := range plan {
+		key := it.Kind + " " + it.Name
+		if it.Skip {
+			key += " (kept)"
+		}
+		got[key] = it.Reason
+		t.Logf("%-40s %s", key, it.Reason)
+	}
+	for _, want := range []string{
+		"generation " + app + "/1 (kept)", // in use
+		"generation " + app + "/2",        // beyond the newest 2
+		"partial-generation " + app + "/5",
+		"clone " + orphan,
+		"checkpoint-record " + app + "/9",
+	} {
+		if _, ok := got[want]; !ok {
+			t.Errorf("plan lacks %q", want)
+		}
+	}
+	if len(got) != 5 {
+		t.Errorf("plan has %d items; want exactly those 5", len(got))
+	}
+
+	// A young orphan is spared; a held checkpoint lock spares partials.
+	young := cfg
+	young.MinAge = time.Hour
+	if p, _ := gc.Plan(ctx, young); slices.ContainsFunc(p, func(it gc.Item) bool { return it.Kind == gc.KindClone || it.Kind == gc.KindPartial }) {
+		t.Errorf("with min-age 1h the plan still removes young images: %+v", p)
+	}
+	unlock, err := st.LockCheckpoint(ctx, sess, app, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := gc.Plan(ctx, cfg); slices.ContainsFunc(p, func(it gc.Item) bool { return it.Kind == gc.KindPartial }) {
+		t.Errorf("while the checkpoint lock is held the plan removes the unsealed generation")
+	}
+	unlock()
+
+	done, err := gc.Apply(ctx, cfg, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(done) != 4 {
+		t.Errorf("applied %d items; want 4 (the kept generation is not)", len(done))
+	}
+	exists := func(name string) bool {
+		_, err := s.Stat(ctx, name)
+		return err == nil
+	}
+	for _, name := range []string{deploy.GenImage(app, 2, "env"), deploy.GenImage(app, 2, "ckpt"), deploy.GenImage(app, 5, "ckpt"), orphan} {
+		if exists(name) {
+			t.Errorf("%s is still there", name)
+		}
+	}
+	for _, name := range []string{deploy.GenImage(app, 1, "ckpt"), deploy.GenImage(app, 3, "ckpt"), deploy.GenImage(app, 4, "env"), used, foreign} {
+		if !exists(name) {
+			t.Errorf("%s was removed", name)
+		}
+	}
+	recs, _ := st.Checkpoints(ctx, app)
+	var gens []int
+	for _, r := range recs {
+		gens = append(gens, r.Gen)
+	}
+	if fmt.Sprint(gens) != "[1 3 4]" {
+		t.Errorf("checkpoint records = %v; want [1 3 4]", gens)
+	}
+	// Cleanup order: the clone before its parent.
+	_ = s.Remove(ctx, used)
+}
