@@ -64,6 +64,9 @@ Node-local leftovers (containers, mappings, mounts) are swept by each pop-agent.
 					}
 				}
 			}
+			if done == nil {
+				done = []gc.Item{}
+			}
 			perr := printOut(f, done, func(w io.Writer) {
 				fmt.Fprintln(w, "ACTION\tKIND\tNAME\tREASON")
 				for _, it := range done {

@@ -94,14 +94,22 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 	for _, d := range deps {
 		desired[d.ID] = true
 	}
-	want := func(app string) bool { return len(c.Apps) == 0 || slices.Contains(c.Apps, app) }
+	// Only this PoP's apps: a pool may serve more than one PoP.
+	registered, err := c.State.Apps(ctx)
+	if err != nil {
+		return nil, err
+	}
+	want := func(app string) bool {
+		return slices.ContainsFunc(registered, func(a deploy.App) bool { return a.Name == app }) &&
+			(len(c.Apps) == 0 || slices.Contains(c.Apps, app))
+	}
 	var plan []Item
 	apps := map[string]bool{}
 	partial := map[string]*Item{}
 	for _, n := range names {
 		if app, gen, _, ok := deploy.ParseGenImage(n); ok && want(app) {
 			apps[app] = true
-			it, err := c.partial(ctx, n, app, gen)
+			it, err := c.partial(ctx, n, app, gen, known)
 			if err != nil {
 				return nil, err
 			}
@@ -165,8 +173,9 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 }
 
 // partial returns an item for an image of a generation that was never
-// sealed, if it is old enough and nobody holds its app's checkpoint lock.
-func (c Config) partial(ctx context.Context, name, app string, gen int) (*Item, error) {
+// sealed, made by a node of this PoP, if it is old enough and nobody holds
+// its app's checkpoint lock.
+func (c Config) partial(ctx context.Context, name, app string, gen int, known map[string]bool) (*Item, error) {
 	info, err := c.Store.Stat(ctx, deploy.GenImage(app, gen, "ckpt"))
 	if err == nil && info.Meta[deploy.MetaGeneration] != "" {
 		return nil, nil // sealed
@@ -180,7 +189,7 @@ func (c Config) partial(ctx context.Context, name, app string, gen int) (*Item, 
 	} else if err != nil {
 		return nil, err
 	}
-	if time.Since(own.Created) < c.MinAge {
+	if !known[own.Meta[deploy.MetaNode]] || time.Since(own.Created) < c.MinAge {
 		return nil, nil
 	}
 	locked, err := c.State.CheckpointLocked(ctx, app)

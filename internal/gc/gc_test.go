@@ -54,8 +54,8 @@ func testGC(t *testing.T, s layering.Store) {
 	// Generations 1-4 of app, sealed; 5 never sealed.
 	for g := 1; g <= 5; g++ {
 		env, ckpt := deploy.GenImage(app, g, "env"), deploy.GenImage(app, g, "ckpt")
-		mk(env, nil)
-		mk(ckpt, nil)
+		mk(env, map[string]string{deploy.MetaNode: "gc-n1"})
+		mk(ckpt, map[string]string{deploy.MetaNode: "gc-n1"})
 		if g == 5 {
 			continue
 		}
@@ -73,6 +73,9 @@ func testGC(t *testing.T, s layering.Store) {
 		if err := st.PutCheckpoint(ctx, gen); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := st.CreateApp(ctx, deploy.App{Name: app, Env: "e", Command: []string{"x"}, Ready: deploy.Readiness{Kind: deploy.ReadyOutput, Phrase: "up"}}, false); err != nil {
+		t.Fatal(err)
 	}
 	// A deployment restored from generation 1: its clone keeps it.
 	used := deploy.InstancePrefix + "gc-used" + sfx + "-ckpt"

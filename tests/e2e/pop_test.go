@@ -368,6 +368,10 @@ func TestPoPWithoutEngine(t *testing.T) {
 	if gens, err := st.Checkpoints(ctx, app.Name); err != nil || len(gens) != 0 {
 		t.Errorf("checkpoints = %v, %v; want none", gens, err)
 	}
+	// Live deployments are never garbage, however young.
+	if out, errOut, code := p.fogctl(ctx, "gc", "--dry-run", "--min-age", "0s", "-o", "json"); code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("fogctl gc --dry-run with 4 deployments running = exit %d, %s\n%s", code, out, errOut)
+	}
 	before := len(deps)
 	if _, errOut, code := p.fogctl(ctx, "checkpoint", "refresh", app.Name); code == 0 || !strings.Contains(errOut, "no node has the dmtcp engine") {
 		t.Errorf("checkpoint refresh without an engine = exit %d:\n%s", code, errOut)
