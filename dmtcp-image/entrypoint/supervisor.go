@@ -170,19 +170,11 @@ func (s *supervisor) start() (app, coord <-chan syscall.WaitStatus, code int) {
 		s.gen = nextGeneration(gens)
 	}
 
-	t := time.Now()
-	if err := prepareRoot(s.cfg); err != nil {
-		s.log.Error("prepare the environment clone", "root", s.cfg.root, "err", err)
+	if !s.mountRoot() {
 		return nil, nil, exitSetup
 	}
-	// From here on the entrypoint needs no mount rights; the keeper drops
-	// the rest before the app starts.
-	if err := dropCaps(capSysAdmin); err != nil {
-		s.log.Warn("could not drop CAP_SYS_ADMIN for good; add CAP_SETPCAP to the container", "err", err)
-	}
-	s.tm.record("mount", 0, t, 0, nil)
 
-	t = time.Now()
+	t := time.Now()
 	ckptDir := filepath.Join(s.cfg.ckpt, strconv.Itoa(s.gen))
 	pid, port, coordDone, err := s.startCoordinator(ckptDir)
 	if err != nil {
@@ -203,16 +195,10 @@ func (s *supervisor) start() (app, coord <-chan syscall.WaitStatus, code int) {
 			"--ckptdir", ckptDir, "--tmpdir", "/tmp"}, from.images...)
 		s.log.Info("restoring", "gen", from.n, "images", from.images)
 	}
-	keeperArgv := append([]string{s.self, modeKeep, s.cfg.root, s.cfg.workdir}, argv...)
-	appPid, done, err := s.reaper.start(keeperArgv, &syscall.ProcAttr{
-		Env:   s.appEnv(),
-		Files: []uintptr{s.null.Fd(), os.Stdout.Fd(), os.Stderr.Fd()},
-	})
+	appPid, done, err := s.startKeeper(argv)
 	if err != nil {
-		s.log.Error("start the app", "argv", argv, "err", err)
 		return nil, nil, exitSetup
 	}
-	s.appPid = appPid
 	s.log.Info("app started", "pid", appPid, "argv", argv, "next_gen", s.gen)
 	if s.cfg.ready != "" {
 		phase := "launch_ready"
@@ -227,31 +213,51 @@ func (s *supervisor) start() (app, coord <-chan syscall.WaitStatus, code int) {
 // boot is start for boot mode: the root without the DMTCP prefix and the
 // checkpoint volume, no coordinator, and the app run directly by the keeper.
 func (s *supervisor) boot() (app, coord <-chan syscall.WaitStatus, code int) {
+	if !s.mountRoot() {
+		return nil, nil, exitSetup
+	}
 	t := time.Now()
-	if err := prepareRoot(s.cfg); err != nil {
-		s.log.Error("prepare the environment clone", "root", s.cfg.root, "err", err)
-		return nil, nil, exitSetup
-	}
-	if err := dropCaps(capSysAdmin); err != nil {
-		s.log.Warn("could not drop CAP_SYS_ADMIN for good; add CAP_SETPCAP to the container", "err", err)
-	}
-	s.tm.record("mount", 0, t, 0, nil)
-	t = time.Now()
-	keeperArgv := append([]string{s.self, modeKeep, s.cfg.root, s.cfg.workdir}, s.cfg.app...)
-	appPid, done, err := s.reaper.start(keeperArgv, &syscall.ProcAttr{
-		Env:   s.appEnv(),
-		Files: []uintptr{s.null.Fd(), os.Stdout.Fd(), os.Stderr.Fd()},
-	})
+	appPid, done, err := s.startKeeper(s.cfg.app)
 	if err != nil {
-		s.log.Error("start the app", "argv", s.cfg.app, "err", err)
 		return nil, nil, exitSetup
 	}
-	s.appPid = appPid
 	s.log.Info("app started", "pid", appPid, "argv", s.cfg.app)
 	if s.cfg.ready != "" {
 		go s.probe("boot_ready", 0, t)
 	}
 	return done, nil, exitOK
+}
+
+// mountRoot prepares the root and drops the mount rights, which the
+// entrypoint needs no more (the keeper drops the rest before the app
+// starts). It records the mount timing and reports success.
+func (s *supervisor) mountRoot() bool {
+	t := time.Now()
+	if err := prepareRoot(s.cfg); err != nil {
+		s.log.Error("prepare the environment clone", "root", s.cfg.root, "err", err)
+		return false
+	}
+	if err := dropCaps(capSysAdmin); err != nil {
+		s.log.Warn("could not drop CAP_SYS_ADMIN for good; add CAP_SETPCAP to the container", "err", err)
+	}
+	s.tm.record("mount", 0, t, 0, nil)
+	return true
+}
+
+// startKeeper starts argv under the keeper, chrooted into the root, and
+// records its PID as the app's.
+func (s *supervisor) startKeeper(argv []string) (int, <-chan syscall.WaitStatus, error) {
+	keeperArgv := append([]string{s.self, modeKeep, s.cfg.root, s.cfg.workdir}, argv...)
+	pid, done, err := s.reaper.start(keeperArgv, &syscall.ProcAttr{
+		Env:   s.appEnv(),
+		Files: []uintptr{s.null.Fd(), os.Stdout.Fd(), os.Stderr.Fd()},
+	})
+	if err != nil {
+		s.log.Error("start the app", "argv", argv, "err", err)
+		return 0, nil, err
+	}
+	s.appPid = pid
+	return pid, done, nil
 }
 
 // appEnv is the app's environment: the container's, without locale and

@@ -68,6 +68,15 @@ func detachIn(nsPath string, mountpoints []string) (int, error) {
 		return 0, nil // gone
 	}
 	defer f.Close()
+	// Our own namespace, to return to: a locked thread that ends is
+	// discarded, except the main thread, which the runtime parks instead.
+	// Parked in the app's namespace, it would pin that namespace and
+	// every mount in it (the app's clone) for the life of this process.
+	home, err := os.Open("/proc/thread-self/ns/mnt")
+	if err != nil {
+		return 0, err
+	}
+	defer home.Close()
 	type result struct {
 		n   int
 		err error
@@ -91,6 +100,10 @@ func detachIn(nsPath string, mountpoints []string) (int, error) {
 			if err := unix.Unmount(m, unix.MNT_DETACH); err == nil {
 				n++
 			}
+		}
+		if err := unix.Setns(int(home.Fd()), unix.CLONE_NEWNS); err != nil {
+			ch <- result{n, fmt.Errorf("return from mount namespace %s: %w", nsPath, err)}
+			return
 		}
 		ch <- result{n, nil}
 	}()
