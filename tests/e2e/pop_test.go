@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -28,6 +27,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/state"
+	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	"github.com/fogdeploy/fogdeploy/pop-agent/agent"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -192,25 +192,9 @@ func startPoP(ctx context.Context, t *testing.T, f *deploytest.Fixture, app, dmt
 		}
 	}
 
-	// One etcd for the PoP: the embedded one, in this process.
-	endpoint := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	ectx, ecancel := context.WithCancel(context.Background())
-	edone := make(chan error, 1)
-	go func() {
-		edone <- state.Embedded(ectx, filepath.Join(dir, "etcd"), endpoint, slog.New(slog.DiscardHandler))
-	}()
-	t.Cleanup(func() { ecancel(); <-edone })
-	var st *state.Store
-	for i := 0; i < 100; i++ {
-		if st, err = state.Open(ctx, state.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second}); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatalf("embedded etcd: %v", err)
-	}
-	t.Cleanup(func() { st.Close() }) // after the cleanup below, which uses it
+	// One etcd for the PoP: the embedded one, in this process; it closes
+	// after the cleanup below, which uses it.
+	endpoint, st := statetest.Start(t)
 
 	p := &pop{t: t, bin: bin, dir: dir, st: st, agents: map[string]*exec.Cmd{}, apis: map[string]string{},
 		env: append(os.Environ(), "FOGDEPLOY_ETCD_ENDPOINTS="+endpoint, "FOGDEPLOY_DMTCP_IMAGE="+dmtcpImage,

@@ -18,22 +18,30 @@ import (
 // (the peer port, client port + 1, may be taken) is retried on other ports.
 func Store(t testing.TB) *state.Store {
 	t.Helper()
+	_, st := Start(t)
+	return st
+}
+
+// Start is Store that also returns the etcd endpoint (host:port), for
+// processes the test starts.
+func Start(t testing.TB) (endpoint string, st *state.Store) {
+	t.Helper()
 	var last error
 	for range 5 {
-		st, err := start(t)
+		ep, st, err := start(t)
 		if err == nil {
-			return st
+			return ep, st
 		}
 		last = err
 	}
 	t.Fatalf("embedded etcd: %v", last)
-	return nil
+	return "", nil
 }
 
-func start(t testing.TB) (*state.Store, error) {
+func start(t testing.TB) (string, *state.Store, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	endpoint := "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	l.Close()
@@ -44,18 +52,18 @@ func start(t testing.TB) (*state.Store, error) {
 		select {
 		case err := <-done:
 			cancel()
-			return nil, fmt.Errorf("at %s: %w", endpoint, err)
+			return "", nil, fmt.Errorf("at %s: %w", endpoint, err)
 		default:
 		}
 		st, err := state.Open(context.Background(), state.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second})
 		if err == nil {
 			t.Cleanup(func() { cancel(); <-done })
 			t.Cleanup(func() { st.Close() })
-			return st, nil
+			return endpoint, st, nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	cancel()
 	<-done
-	return nil, fmt.Errorf("at %s: no answer in 10 s", endpoint)
+	return "", nil, fmt.Errorf("at %s: no answer in 10 s", endpoint)
 }
