@@ -34,12 +34,7 @@ func NewCmdNode(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{Use: "node", Short: "List the nodes of the PoP", RunE: groupRunE}
 	cmd.AddCommand(&cobra.Command{
 		Use: "ls", Aliases: []string{"list"}, Short: "List nodes (Ready while their agent's lease lives)", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := f.State(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer st.Close()
+		RunE: withState(f, func(cmd *cobra.Command, args []string, st *state.Store) error {
 			nodes, err := st.Nodes(cmd.Context())
 			if err != nil {
 				return err
@@ -64,7 +59,7 @@ func NewCmdNode(f *Factory) *cobra.Command {
 					fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", n.Name, status, count, n.Capacity, n.Mapper, strings.Join(n.Engines, ","), n.API)
 				}
 			})
-		},
+		}),
 	})
 	return cmd
 }
@@ -104,12 +99,7 @@ func NewCmdApp(f *Factory) *cobra.Command {
 	_ = create.RegisterFlagCompletionFunc("engine", fixedCompletion("dmtcp", "criu"))
 
 	ls := &cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: "List apps", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := f.State(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer st.Close()
+		RunE: withState(f, func(cmd *cobra.Command, args []string, st *state.Store) error {
 			apps, err := st.Apps(cmd.Context())
 			if err != nil {
 				return err
@@ -124,14 +114,9 @@ func NewCmdApp(f *Factory) *cobra.Command {
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", a.Name, a.Env, a.Engine, strings.Join(ports, ","), a.Ready.Kind, strings.Join(a.Command, " "))
 				}
 			})
-		}}
+		})}
 	inspect := &cobra.Command{Use: "inspect NAME", Short: "Show an app's spec and checkpoints", Args: exactArgs(1, "an app name"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := f.State(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer st.Close()
+		RunE: withState(f, func(cmd *cobra.Command, args []string, st *state.Store) error {
 			a, err := st.App(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -145,20 +130,15 @@ func NewCmdApp(f *Factory) *cobra.Command {
 				b, _ := json.MarshalIndent(a, "", "  ")
 				fmt.Fprintf(w, "%s\ncheckpoints: %d\n", b, len(gens))
 			})
-		}}
+		})}
 	rm := &cobra.Command{Use: "rm NAME", Short: "Remove an app (refused while it has deployments)", Args: exactArgs(1, "an app name"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := f.State(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer st.Close()
+		RunE: withState(f, func(cmd *cobra.Command, args []string, st *state.Store) error {
 			if err := st.DeleteApp(cmd.Context(), args[0]); err != nil {
 				return err
 			}
 			fmt.Fprintf(f.ErrOut, "Removed app %s\n", args[0])
 			return nil
-		}}
+		})}
 	cmd.AddCommand(create, ls, inspect, rm)
 	return cmd
 }
@@ -349,12 +329,7 @@ func waitDeployment(ctx context.Context, f *Factory, st *state.Store, id string)
 func NewCmdPs(f *Factory) *cobra.Command {
 	return &cobra.Command{
 		Use: "ps", Short: "List deployments with their phase and per-phase timings", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := f.State(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer st.Close()
+		RunE: withState(f, func(cmd *cobra.Command, args []string, st *state.Store) error {
 			deps, err := st.Deployments(cmd.Context())
 			if err != nil {
 				return err
@@ -377,7 +352,7 @@ func NewCmdPs(f *Factory) *cobra.Command {
 						total.Round(time.Millisecond), strings.Join(addrs, ","))
 				}
 			})
-		},
+		}),
 	}
 }
 
@@ -386,13 +361,8 @@ func NewCmdUndeploy(f *Factory) *cobra.Command {
 	var wait bool
 	cmd := &cobra.Command{
 		Use: "undeploy ID", Short: "Stop a deployment and remove its container, mounts, mappings and clones", Args: exactArgs(1, "a deployment ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: withState(f, func(cmd *cobra.Command, args []string, st *state.Store) error {
 			ctx := cmd.Context()
-			st, err := f.State(ctx)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
 			if err := st.DeleteDeployment(ctx, args[0]); err != nil {
 				return err
 			}
@@ -414,7 +384,7 @@ func NewCmdUndeploy(f *Factory) *cobra.Command {
 			}
 			fmt.Fprintf(f.ErrOut, "Undeploying %s\n", args[0])
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the agent has removed everything")
 	return cmd
@@ -425,13 +395,8 @@ func NewCmdLogs(f *Factory) *cobra.Command {
 	var tail int
 	cmd := &cobra.Command{
 		Use: "logs ID", Short: "Show a deployment's last output lines (from its node's agent)", Args: exactArgs(1, "a deployment ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: withState(f, func(cmd *cobra.Command, args []string, st *state.Store) error {
 			ctx := cmd.Context()
-			st, err := f.State(ctx)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
 			dep, err := st.Deployment(ctx, args[0])
 			if err != nil {
 				return err
@@ -478,7 +443,7 @@ func NewCmdLogs(f *Factory) *cobra.Command {
 				return fmt.Errorf("agent of %s: %s", dep.Node, body.Error)
 			}
 			return printOut(f, body, func(w io.Writer) { fmt.Fprintln(w, strings.Join(body.Lines, "\n")) })
-		},
+		}),
 	}
 	cmd.Flags().IntVar(&tail, "tail", 100, "number of lines")
 	return cmd
@@ -488,12 +453,7 @@ func NewCmdLogs(f *Factory) *cobra.Command {
 func NewCmdCheckpoint(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{Use: "checkpoint", Short: "List, refresh and remove checkpoint generations", RunE: groupRunE}
 	ls := &cobra.Command{Use: "ls [APP]", Short: "List checkpoint generations", Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := f.State(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer st.Close()
+		RunE: withState(f, func(cmd *cobra.Command, args []string, st *state.Store) error {
 			app := ""
 			if len(args) == 1 {
 				app = args[0]
@@ -509,7 +469,7 @@ func NewCmdCheckpoint(f *Factory) *cobra.Command {
 						layering.FormatSize(g.Bytes), g.BootReadyMS, g.CheckpointMS, g.Node, g.Created.Format(time.RFC3339))
 				}
 			})
-		}}
+		})}
 	rm := &cobra.Command{Use: "rm APP GEN", Short: "Remove a checkpoint generation (refused while deployments use it)", Args: exactArgs(2, "an app and a generation"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -543,13 +503,8 @@ boot the app from its current spec and environment, wait until it is ready,
 checkpoint it and seal a new generation. Later deploys restore the new
 generation; running instances keep theirs. The phases are shown as they pass.`,
 		Args: exactArgs(1, "an app name"),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: withState(f, func(cmd *cobra.Command, args []string, st *state.Store) error {
 			ctx := cmd.Context()
-			st, err := f.State(ctx)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
 			d, err := agent.Create(ctx, st, agent.CreateRequest{App: args[0], Node: node, Mode: deploy.ModeCheckpoint}, "fogctl")
 			if err != nil {
 				return err
@@ -575,8 +530,21 @@ generation; running instances keep theirs. The phases are shown as they pass.`,
 				}
 			}
 			return fmt.Errorf("generation %d of %s was sealed by %s but is not recorded", dep.Status.Gen, args[0], d.Node)
-		}}
+		})}
 	refresh.Flags().StringVar(&node, "node", "", "node to produce it on (default: the best-scored ready node with the app's engine)")
 	cmd.AddCommand(ls, refresh, rm)
 	return cmd
+}
+
+// withState is a command's RunE with the PoP's etcd opened for it and
+// closed after.
+func withState(f *Factory, run func(cmd *cobra.Command, args []string, st *state.Store) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		st, err := f.State(cmd.Context())
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		return run(cmd, args, st)
+	}
 }

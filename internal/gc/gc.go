@@ -214,9 +214,6 @@ func (c Config) clone(ctx context.Context, name string, known, desired map[strin
 	if !known[node] || id == "" || desired[id] || time.Since(info.Created) < c.MinAge {
 		return nil, nil
 	}
-	if _, err := c.State.Deployment(ctx, id); err == nil {
-		return nil, nil
-	}
 	r, err := c.State.Client().Get(ctx, state.Prefix+"status/"+id)
 	if err != nil {
 		return nil, err

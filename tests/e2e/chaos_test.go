@@ -80,12 +80,7 @@ func countLeaks(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture
 			l.Loops++
 		}
 	}
-	mi, _ := os.ReadFile("/proc/thread-self/mountinfo")
-	for _, line := range strings.Split(string(mi), "\n") {
-		if fs := strings.Fields(line); len(fs) > 4 && strings.HasPrefix(fs[4], p.dir+"/") {
-			l.Mounts++
-		}
-	}
+	l.Mounts = len(deploytest.MountsUnder(t, p.dir))
 	sts, err := f.RT.List(ctx, map[string]string{runtime.LabelApp: app})
 	if err != nil {
 		t.Fatal(err)

@@ -102,7 +102,7 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if mounts := mountsUnder(t, state); len(mounts) > 0 {
+		if mounts := MountsUnder(t, state); len(mounts) > 0 {
 			t.Errorf("mounts left under %s (kept for inspection): %v", state, mounts)
 			return
 		}
@@ -245,7 +245,7 @@ func (f *Fixture) Leftovers(t testing.TB, app string) Leftovers {
 	for _, m := range maps {
 		lo.Mappings = append(lo.Mappings, m.ID)
 	}
-	lo.Mounts = mountsUnder(t, f.State)
+	lo.Mounts = MountsUnder(t, f.State)
 	if f.RT != nil {
 		sts, err := f.RT.List(ctx, map[string]string{runtime.LabelApp: app})
 		if err != nil {
@@ -267,7 +267,8 @@ func (f *Fixture) Leftovers(t testing.TB, app string) Leftovers {
 	return lo
 }
 
-func mountsUnder(t testing.TB, dir string) []string {
+// MountsUnder lists the mount points below dir in our mount namespace.
+func MountsUnder(t testing.TB, dir string) []string {
 	t.Helper()
 	mi, err := os.Open("/proc/thread-self/mountinfo")
 	if err != nil {
