@@ -30,8 +30,8 @@ test: dev-up ## Run every test: unit, fake-backed and real (dev Ceph, dockerd)
 unit: ## Run the tests that need no service (skips the rest, with reasons)
 	FOGDEPLOY_CEPH_CONF=/nonexistent DOCKER_HOST=unix:///nonexistent $(GO) test $(TAGS) -count=1 $(PKGS)
 
-bench: dev-up ## Run the benchmarks against the dev cluster (APPS=a,b for a subset)
-	$(GO) test $(TAGS) -run '^$$' -bench . -benchtime 20x -timeout 30m ./tests/bench/...
+bench: dev-up ## The evaluation over configs/apps (APPS=redis,nginx for a subset) into bench/results/<time>/
+	@APPS="$(APPS)" GO="$(GO)" CEPH_TAGS="$(CEPH_TAGS)" bash scripts/bench.sh
 
 lint: ## gofmt, go vet and staticcheck
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

@@ -14,7 +14,6 @@ FD_PROG=demo
 cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
 DEV=$(fd_dev_dir)
 FOGCTL=${FOGCTL:-bin/fogctl}
-ROOTFS=$DEV/rootfs/bookworm-minbase
 
 if [[ ${1:-} == down ]]; then
 	bash scripts/dev-agents.sh down || true
@@ -30,17 +29,7 @@ fi
 
 fd_is_root || fd_die "the demo mounts filesystems: run it as root"
 t0=$(fd_now_us)
-if [[ ! -x $ROOTFS/usr/bin/apt-get ]]; then
-	fd_info "debootstrap bookworm (minbase) into $ROOTFS (about 30-60 s, once)"
-	rm -rf "$ROOTFS.tmp"
-	mkdir -p "$(dirname "$ROOTFS")"
-	debootstrap --variant=minbase bookworm "$ROOTFS.tmp" http://deb.debian.org/debian >"$DEV/debootstrap.log" 2>&1 ||
-		fd_die "debootstrap failed: see $DEV/debootstrap.log"
-	mv "$ROOTFS.tmp" "$ROOTFS"
-fi
-if ! "$FOGCTL" env inspect debian-bookworm >/dev/null 2>&1; then
-	"$FOGCTL" env import debian-bookworm --dir "$ROOTFS" --size 2G
-fi
+fd_base_env "$FOGCTL"
 echo
 fd_info "building the redis environment (cached steps are reused on a second run)"
 "$FOGCTL" env build redis -f configs/envs/redis.build -q

@@ -129,3 +129,22 @@ fd_umount() {
 fd_install_deps() {
 	"$FD_SCRIPTS_DIR/install-deps.sh" "$@"
 }
+
+# fd_base_env FOGCTL: make sure the debian-bookworm environment (minbase) that the catalog's
+# build files start FROM is in the pool: debootstrap once into $DEV/rootfs, then import it.
+fd_base_env() {
+	local fogctl=$1 dev rootfs
+	dev=$(fd_dev_dir)
+	rootfs=$dev/rootfs/bookworm-minbase
+	if [[ ! -x $rootfs/usr/bin/apt-get ]]; then
+		fd_info "debootstrap bookworm (minbase) into $rootfs (about 30-60 s, once)"
+		rm -rf "$rootfs.tmp"
+		mkdir -p "$(dirname "$rootfs")"
+		debootstrap --variant=minbase bookworm "$rootfs.tmp" http://deb.debian.org/debian >"$dev/debootstrap.log" 2>&1 ||
+			fd_die "debootstrap failed: see $dev/debootstrap.log"
+		mv "$rootfs.tmp" "$rootfs"
+	fi
+	if ! "$fogctl" env inspect debian-bookworm >/dev/null 2>&1; then
+		"$fogctl" env import debian-bookworm --dir "$rootfs" --size 2G
+	fi
+}

@@ -42,8 +42,8 @@ func testDeployRedis(t *testing.T, driver, eng string) {
 	var phases []string
 	first, err := f.D.Deploy(ctx, app, deploy.Options{
 		Progress: func(p string, took time.Duration) { phases = append(phases, p) },
-		Prepare: func(ctx context.Context, ports map[string]string) error {
-			_, err := testenv.RedisDo(ctx, nil, ports["6379/tcp"], "SET", "greeting", "written before the checkpoint")
+		Prepare: func(ctx context.Context, tg deploy.Target) error {
+			_, err := testenv.RedisDo(ctx, nil, tg.Ports["6379/tcp"], "SET", "greeting", "written before the checkpoint")
 			return err
 		},
 	})
@@ -292,7 +292,7 @@ func TestDeployBootWhileCheckpointing(t *testing.T) {
 		first, firstErr = f.D.Deploy(ctx, app, deploy.Options{
 			Progress: func(p string, _ time.Duration) { once.Do(func() { close(producing) }) },
 			// Hold the checkpoint back until the other deploys have arrived.
-			Prepare: func(ctx context.Context, _ map[string]string) error { time.Sleep(2 * time.Second); return nil },
+			Prepare: func(ctx context.Context, _ deploy.Target) error { time.Sleep(2 * time.Second); return nil },
 		})
 	})
 	<-producing

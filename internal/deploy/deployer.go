@@ -293,9 +293,17 @@ type Options struct {
 }
 
 // PrepareFunc runs against the booted app before its checkpoint, e.g. to
-// warm a cache or load data that every restore then starts with. ports maps
-// "6379/tcp" to the address where the app answers.
-type PrepareFunc func(ctx context.Context, ports map[string]string) error
+// warm a cache or load data that every restore then starts with.
+type PrepareFunc func(ctx context.Context, t Target) error
+
+// Target is a running instance as PrepareFunc sees it.
+type Target struct {
+	// Ports maps "6379/tcp" to the address where the app answers.
+	Ports map[string]string
+	// Root is where this node has the app's environment (its writable
+	// clone) mounted; what is written there is part of the checkpoint.
+	Root string
+}
 
 // CheckpointOptions tune Checkpoint.
 type CheckpointOptions struct {
@@ -898,7 +906,7 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 	o.phase("ready")
 	bootReady := o.rec.Timings[len(o.rec.Timings)-1].Duration
 	if opts.Prepare != nil {
-		if err := opts.Prepare(ctx, h.Ports); err != nil {
+		if err := opts.Prepare(ctx, Target{Ports: h.Ports, Root: envPath}); err != nil {
 			return Generation{}, fmt.Errorf("prepare app %s for its checkpoint: %w", app.Name, err)
 		}
 		o.phase("prepare")

@@ -3,8 +3,10 @@
 package cephstore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -60,5 +62,41 @@ func TestConfigValidate(t *testing.T) {
 		if !containsStr(err.Error(), want) {
 			t.Errorf("Validate() = %q, missing %q", err, want)
 		}
+	}
+}
+
+// TestIOCounters: writing and reading an image moves the OSDs' own I/O
+// counters by at least the bytes written and read.
+func TestIOCounters(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	name := "t-iocount-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	const size = 4 << 20
+	if err := s.Create(ctx, name, size); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Remove(context.Background(), name) })
+	before, err := s.IOCounters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.OSDs < 1 {
+		t.Fatalf("IOCounters read %d OSDs, want at least 1", before.OSDs)
+	}
+	data := bytes.Repeat([]byte{0xfd}, size)
+	if err := s.Write(ctx, name, bytes.NewReader(data), size); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, size)
+	if _, err := s.ReadAt(ctx, name, got, 0); err != nil {
+		t.Fatal(err)
+	}
+	after, err := s.IOCounters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := after.Sub(before)
+	if d.Written < size || d.Read < size {
+		t.Fatalf("after writing and reading %d bytes the OSDs counted %d written and %d read", size, d.Written, d.Read)
 	}
 }

@@ -46,6 +46,7 @@ type Fixture struct {
 	D     *deploy.Deployer
 	L     *wire.Layering
 	RT    *runtime.Docker
+	Ceph  *cephstore.Store
 	Env   string
 	State string
 }
@@ -67,7 +68,17 @@ func NewFixture(t testing.TB, dmtcpDriver string) *Fixture {
 	testenv.NeedRoot(t)
 	c := testenv.CephCluster(t)
 	root := redisRootfs(t)
-	return newFixture(t, c, dmtcpDriver, "t-redis-", layering.Source{Dir: root}, true)
+	return newFixture(t, c, dmtcpDriver, "t-redis-", &layering.Source{Dir: root}, true)
+}
+
+// NewNodeFixture sets up a node whose DMTCP apps run in the DMTCP
+// container, over the environments already in the dev pool (it imports
+// none): for apps whose environments were built with fogctl.
+func NewNodeFixture(t testing.TB) *Fixture {
+	t.Helper()
+	testenv.NeedRoot(t)
+	c := testenv.CephCluster(t)
+	return newFixture(t, c, "container", "", nil, true)
 }
 
 // NewBootFixture sets up a node without a checkpoint engine: the Container
@@ -82,10 +93,10 @@ func NewBootFixture(t testing.TB) *Fixture {
 	if err != nil {
 		testenv.Unavailable(t, testenv.Docker, err.Error())
 	}
-	return newFixture(t, c, "container", "t-busybox-", layering.Source{Tar: bytes.NewReader(tb)}, false)
+	return newFixture(t, c, "container", "t-busybox-", &layering.Source{Tar: bytes.NewReader(tb)}, false)
 }
 
-func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string, src layering.Source, withDMTCP bool) *Fixture {
+func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string, src *layering.Source, withDMTCP bool) *Fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -116,7 +127,7 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 	}
 	t.Cleanup(func() { l.Close() })
 
-	f := &Fixture{L: l, State: state}
+	f := &Fixture{L: l, Ceph: s, State: state}
 	dc := deploy.Config{StateDir: state + "/deploy", Pool: c.Pool, Node: "test", DMTCPDriver: dmtcpDriver}
 	ec := engine.Config{Logger: log}
 	deps := deploy.Deps{Store: l.Store, Envs: l.Manager, Mapper: l.Mapper, Log: log,
@@ -136,9 +147,12 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 		t.Fatal(err)
 	}
 
+	if src == nil {
+		return f
+	}
 	f.Env = envPrefix + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	start := time.Now()
-	if _, err := l.Manager.Import(ctx, f.Env, src, layering.ImportOptions{}); err != nil {
+	if _, err := l.Manager.Import(ctx, f.Env, *src, layering.ImportOptions{}); err != nil {
 		t.Fatalf("import environment %s: %v", f.Env, err)
 	}
 	t.Logf("environment %s imported in %s", f.Env, time.Since(start).Round(time.Millisecond))

@@ -1,0 +1,174 @@
+package evaluation_test
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/evaluation"
+)
+
+func TestSummarize(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want evaluation.Stats
+	}{
+		{nil, evaluation.Stats{}},
+		{[]float64{3}, evaluation.Stats{N: 1, Min: 3, Median: 3, Max: 3}},
+		{[]float64{5, 1, 3}, evaluation.Stats{N: 3, Min: 1, Median: 3, Max: 5}},
+		{[]float64{4, 1, 3, 2}, evaluation.Stats{N: 4, Min: 1, Median: 2.5, Max: 4}},
+	} {
+		if got := evaluation.Summarize(tc.in); got != tc.want {
+			t.Errorf("Summarize(%v) = %+v, want %+v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func sample() evaluation.Results {
+	s := func(v ...float64) evaluation.Stats { return evaluation.Summarize(v) }
+	app := func(name string, boot, restore float64) evaluation.App {
+		return evaluation.App{Name: name, Engine: "dmtcp", Driver: "container", Reps: 3,
+			PlainBootMS: s(boot, boot*1.1, boot*0.9), PlainAppMS: s(boot / 2), FirstDeployMS: s(boot*2, boot*2.5, boot*1.8),
+			BootReadyMS: s(boot / 2), CheckpointMS: s(400, 420, 380), ImageMiB: s(30, 30, 31),
+			RestoreMS: s(restore, restore*1.2, restore*0.95), EngineRestartMS: s(restore / 2),
+			Speedup:      boot / restore,
+			Phases:       []evaluation.Phase{{Name: "clone", MS: s(20, 25, 21)}, {Name: "engine restart", MS: s(restore / 2)}},
+			CheckpointIO: evaluation.IO{ReadMiB: s(1), WrittenMiB: s(31, 32, 30)},
+			RestoreIO:    evaluation.IO{ReadMiB: s(29, 30, 31), WrittenMiB: s(0.5)},
+			StateCheck:   "GET returns the key, " + name}
+	}
+	return evaluation.Results{
+		Started: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC), Seconds: 612,
+		Host: evaluation.Host{CPUs: 2, MemoryMiB: 24000, Kernel: "6.1", Ceph: "16.2.15", OSDs: 1, ObjectStore: "memstore", Mapper: "fuse"},
+		Apps: []evaluation.App{app("redis", 700, 1200), app("pgindex", 9000, 1500)},
+		Interference: &evaluation.Interference{Server: "nginx", PageBytes: 5120, Deploying: "redis", Seconds: 5,
+			Rows: []evaluation.InterferenceRow{{Concurrency: 10, BaselineRPS: 4000, LoadedRPS: 3800, OverheadPct: 5, Deploys: 3},
+				{Concurrency: 100, BaselineRPS: 4200, LoadedRPS: 3900, OverheadPct: 7.14, Deploys: 4}}},
+		Concurrency: &evaluation.Concurrency{App: "redis", Rows: []evaluation.ConcurrencyRow{
+			{N: 1, RestoreMS: s(1200)}, {N: 2, RestoreMS: s(1300, 1400)}, {N: 4, RestoreMS: s(1500, 1600, 1700, 1900)}}},
+		Notes: []string{"a note"},
+	}
+}
+
+// TestWriteAgrees: the JSON, CSV and Markdown carry the same numbers, and
+// every plot is a well-formed SVG.
+func TestWriteAgrees(t *testing.T) {
+	dir := t.TempDir()
+	r := sample()
+	paths, err := evaluation.Write(dir, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{evaluation.FileJSON, evaluation.FileMarkdown, evaluation.FileAppsCSV, evaluation.FilePhasesCSV,
+		evaluation.FileInterfCSV, evaluation.FileConcurrCSV, evaluation.PlotBootRestore, evaluation.PlotCheckpoint,
+		evaluation.PlotPhases, evaluation.PlotIO, evaluation.PlotInterference, evaluation.PlotConcurrency}
+	if len(paths) != len(want) {
+		t.Errorf("Write wrote %d files, want %d: %v", len(paths), len(want), paths)
+	}
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+
+	var back evaluation.Results
+	if err := json.Unmarshal(read(evaluation.FileJSON), &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Apps[1].RestoreMS != r.Apps[1].RestoreMS || back.Interference.Rows[1] != r.Interference.Rows[1] {
+		t.Errorf("JSON round trip differs: %+v", back.Apps[1].RestoreMS)
+	}
+
+	rows, err := csv.NewReader(strings.NewReader(string(read(evaluation.FileAppsCSV)))).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1+len(r.Apps) {
+		t.Fatalf("apps.csv has %d rows, want a header and %d", len(rows), len(r.Apps))
+	}
+	col := func(name string) int {
+		for i, h := range rows[0] {
+			if h == name {
+				return i
+			}
+		}
+		t.Fatalf("apps.csv has no column %s: %v", name, rows[0])
+		return -1
+	}
+	for i, a := range r.Apps {
+		for name, v := range map[string]float64{"restore_ms_median": a.RestoreMS.Median, "plain_boot_ms_max": a.PlainBootMS.Max,
+			"image_mib_min": a.ImageMiB.Min, "restore_osd_read_mib_median": a.RestoreIO.ReadMiB.Median, "speedup": a.Speedup} {
+			got, err := strconv.ParseFloat(rows[i+1][col(name)], 64)
+			if err != nil || got-v > 0.001 || v-got > 0.001 {
+				t.Errorf("apps.csv %s %s = %q, want %.3f", a.Name, name, rows[i+1][col(name)], v)
+			}
+		}
+	}
+
+	md := string(read(evaluation.FileMarkdown))
+	for _, s := range []string{
+		"| redis | dmtcp | 3 | 0.70 (0.63–0.77) s | 1.40 (1.26–1.75) s | 1.20 (1.14–1.44) s | 0.6x |",
+		"| pgindex | dmtcp | 3 | 9.00 (8.10–9.90) s |", "| 6.0x |",
+		"| 100 | 4200 | 3900 | 7.1% | 4 | 0 |",
+		"| 4 | 1.65 (1.50–1.90) s |",
+		"](" + evaluation.PlotBootRestore + ")", "- a note",
+	} {
+		if !strings.Contains(md, s) {
+			t.Errorf("results.md lacks %q:\n%s", s, md)
+		}
+	}
+
+	for _, p := range paths {
+		if !strings.HasSuffix(p, ".svg") {
+			continue
+		}
+		b := read(filepath.Base(p))
+		var doc struct {
+			XMLName xml.Name
+		}
+		if err := xml.Unmarshal(b, &doc); err != nil || doc.XMLName.Local != "svg" {
+			t.Errorf("%s is not an SVG document: %v", p, err)
+		}
+		if !strings.Contains(string(b), "redis") && !strings.Contains(string(b), "nginx") {
+			t.Errorf("%s names no app", p)
+		}
+	}
+}
+
+func TestWriteNothing(t *testing.T) {
+	if _, err := evaluation.Write(t.TempDir(), evaluation.Results{}); !errors.Is(err, evaluation.ErrNoResults) {
+		t.Fatalf("Write of empty results = %v, want ErrNoResults", err)
+	}
+}
+
+func TestParseAB(t *testing.T) {
+	out := `Server Software:        nginx/1.22.1
+Document Length:        5120 bytes
+
+Concurrency Level:      100
+Time taken for tests:   5.001 seconds
+Complete requests:      20873
+Failed requests:        2
+Non-2xx responses:      1
+Requests per second:    4173.52 [#/sec] (mean)
+`
+	got, err := evaluation.ParseAB(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (evaluation.AB{Complete: 20873, Failed: 2, Non2xx: 1, RPS: 4173.52}); got != want {
+		t.Errorf("ParseAB = %+v, want %+v", got, want)
+	}
+	if _, err := evaluation.ParseAB("apr_socket_recv: Connection refused (111)"); !errors.Is(err, evaluation.ErrParse) {
+		t.Errorf("ParseAB of an error = %v, want ErrParse", err)
+	}
+}

@@ -1,0 +1,276 @@
+package evaluation
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Files are the names Write creates in its directory.
+const (
+	FileJSON         = "results.json"
+	FileMarkdown     = "results.md"
+	FileAppsCSV      = "apps.csv"
+	FilePhasesCSV    = "phases.csv"
+	FileInterfCSV    = "interference.csv"
+	FileConcurrCSV   = "concurrency.csv"
+	PlotBootRestore  = "boot_vs_restore.svg"
+	PlotCheckpoint   = "checkpoint.svg"
+	PlotPhases       = "restore_phases.svg"
+	PlotIO           = "osd_io.svg"
+	PlotInterference = "interference.svg"
+	PlotConcurrency  = "concurrency.svg"
+)
+
+// Write writes r into dir (created if needed) as JSON, CSV, Markdown and
+// SVG plots, and returns the paths it wrote.
+func Write(dir string, r Results) ([]string, error) {
+	if len(r.Apps) == 0 && r.Interference == nil && r.Concurrency == nil {
+		return nil, ErrNoResults
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var written []string
+	put := func(name string, fn func(io.Writer) error) error {
+		p := filepath.Join(dir, name)
+		f, err := os.Create(p)
+		if err != nil {
+			return err
+		}
+		if err := fn(f); err != nil {
+			f.Close()
+			return fmt.Errorf("write %s: %w", p, err)
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		written = append(written, p)
+		return nil
+	}
+	steps := []struct {
+		name string
+		fn   func(io.Writer) error
+		skip bool
+	}{
+		{FileJSON, func(w io.Writer) error { return WriteJSON(w, r) }, false},
+		{FileAppsCSV, func(w io.Writer) error { return WriteAppsCSV(w, r.Apps) }, len(r.Apps) == 0},
+		{FilePhasesCSV, func(w io.Writer) error { return WritePhasesCSV(w, r.Apps) }, len(r.Apps) == 0},
+		{FileInterfCSV, func(w io.Writer) error { return WriteInterferenceCSV(w, r.Interference) }, r.Interference == nil},
+		{FileConcurrCSV, func(w io.Writer) error { return WriteConcurrencyCSV(w, r.Concurrency) }, r.Concurrency == nil},
+		{FileMarkdown, func(w io.Writer) error { return WriteMarkdown(w, r) }, false},
+	}
+	for _, s := range steps {
+		if s.skip {
+			continue
+		}
+		if err := put(s.name, s.fn); err != nil {
+			return written, err
+		}
+	}
+	plots, err := Plot(dir, r)
+	return append(written, plots...), err
+}
+
+// WriteJSON writes r as indented JSON.
+func WriteJSON(w io.Writer, r Results) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+func statsCols(prefix string) []string {
+	return []string{prefix + "_min", prefix + "_median", prefix + "_max"}
+}
+
+func statsVals(s Stats) []string {
+	return []string{num(s.Min), num(s.Median), num(s.Max)}
+}
+
+func num(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
+
+// appColumns are the Stats columns of apps.csv, in order.
+var appColumns = []struct {
+	name string
+	get  func(App) Stats
+}{
+	{"plain_boot_ms", func(a App) Stats { return a.PlainBootMS }},
+	{"plain_app_ms", func(a App) Stats { return a.PlainAppMS }},
+	{"first_deploy_ms", func(a App) Stats { return a.FirstDeployMS }},
+	{"boot_ready_ms", func(a App) Stats { return a.BootReadyMS }},
+	{"checkpoint_ms", func(a App) Stats { return a.CheckpointMS }},
+	{"image_mib", func(a App) Stats { return a.ImageMiB }},
+	{"restore_ms", func(a App) Stats { return a.RestoreMS }},
+	{"engine_restart_ms", func(a App) Stats { return a.EngineRestartMS }},
+	{"checkpoint_osd_read_mib", func(a App) Stats { return a.CheckpointIO.ReadMiB }},
+	{"checkpoint_osd_written_mib", func(a App) Stats { return a.CheckpointIO.WrittenMiB }},
+	{"restore_osd_read_mib", func(a App) Stats { return a.RestoreIO.ReadMiB }},
+	{"restore_osd_written_mib", func(a App) Stats { return a.RestoreIO.WrittenMiB }},
+}
+
+// WriteAppsCSV writes one row per app with min/median/max of each quantity.
+func WriteAppsCSV(w io.Writer, apps []App) error {
+	c := csv.NewWriter(w)
+	head := []string{"app", "engine", "driver", "reps"}
+	for _, col := range appColumns {
+		head = append(head, statsCols(col.name)...)
+	}
+	head = append(head, "speedup", "state_check")
+	if err := c.Write(head); err != nil {
+		return err
+	}
+	for _, a := range apps {
+		row := []string{a.Name, a.Engine, a.Driver, strconv.Itoa(a.Reps)}
+		for _, col := range appColumns {
+			row = append(row, statsVals(col.get(a))...)
+		}
+		row = append(row, num(a.Speedup), a.StateCheck)
+		if err := c.Write(row); err != nil {
+			return err
+		}
+	}
+	c.Flush()
+	return c.Error()
+}
+
+// WritePhasesCSV writes the per-phase breakdown of restores.
+func WritePhasesCSV(w io.Writer, apps []App) error {
+	c := csv.NewWriter(w)
+	if err := c.Write(append([]string{"app", "phase", "n"}, statsCols("ms")...)); err != nil {
+		return err
+	}
+	for _, a := range apps {
+		for _, p := range a.Phases {
+			if err := c.Write(append([]string{a.Name, p.Name, strconv.Itoa(p.MS.N)}, statsVals(p.MS)...)); err != nil {
+				return err
+			}
+		}
+	}
+	c.Flush()
+	return c.Error()
+}
+
+// WriteInterferenceCSV writes the interference rows.
+func WriteInterferenceCSV(w io.Writer, in *Interference) error {
+	c := csv.NewWriter(w)
+	if err := c.Write([]string{"concurrency", "baseline_rps", "loaded_rps", "overhead_pct", "deploys", "failed"}); err != nil {
+		return err
+	}
+	for _, r := range in.Rows {
+		if err := c.Write([]string{strconv.Itoa(r.Concurrency), num(r.BaselineRPS), num(r.LoadedRPS), num(r.OverheadPct),
+			strconv.Itoa(r.Deploys), strconv.Itoa(r.Failed)}); err != nil {
+			return err
+		}
+	}
+	c.Flush()
+	return c.Error()
+}
+
+// WriteConcurrencyCSV writes restore latency against simultaneous restores.
+func WriteConcurrencyCSV(w io.Writer, co *Concurrency) error {
+	c := csv.NewWriter(w)
+	if err := c.Write(append([]string{"app", "simultaneous", "n"}, statsCols("restore_ms")...)); err != nil {
+		return err
+	}
+	for _, r := range co.Rows {
+		if err := c.Write(append([]string{co.App, strconv.Itoa(r.N), strconv.Itoa(r.RestoreMS.N)}, statsVals(r.RestoreMS)...)); err != nil {
+			return err
+		}
+	}
+	c.Flush()
+	return c.Error()
+}
+
+// seconds renders ms as seconds: "1.23 s", with min–max when they differ.
+func seconds(s Stats) string {
+	if s.N == 0 {
+		return "–"
+	}
+	sec := Stats{N: s.N, Min: s.Min / 1000, Median: s.Median / 1000, Max: s.Max / 1000}
+	return sec.String() + " s"
+}
+
+// WriteMarkdown writes the tables of r, with links to the plots.
+func WriteMarkdown(w io.Writer, r Results) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# fogdeploy evaluation, %s\n\n", r.Started.UTC().Format("2006-01-02 15:04 UTC"))
+	h := r.Host
+	fmt.Fprintf(&b, "%d CPUs, %d MiB RAM, Linux %s; Ceph %s (%d OSD, %s), mapped with %s; Docker %s",
+		h.CPUs, h.MemoryMiB, h.Kernel, h.Ceph, h.OSDs, h.ObjectStore, h.Mapper, h.Docker)
+	if h.DMTCP != "" {
+		fmt.Fprintf(&b, "; DMTCP %s", h.DMTCP)
+	}
+	if h.CRIU != "" {
+		fmt.Fprintf(&b, "; CRIU %s", h.CRIU)
+	}
+	fmt.Fprintf(&b, ". The run took %.0f s. Values are median (min–max) over the repetitions.\n\n", r.Seconds)
+	if len(r.Apps) > 0 {
+		b.WriteString("## Boot against restore (Table I)\n\n")
+		b.WriteString("| app | engine | reps | plain boot | first deploy (boot + checkpoint) | restore | speedup | engine restart |\n")
+		b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|\n")
+		for _, a := range r.Apps {
+			fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %.1fx | %s |\n", a.Name, a.Engine, a.Reps,
+				seconds(a.PlainBootMS), seconds(a.FirstDeployMS), seconds(a.RestoreMS), a.Speedup, seconds(a.EngineRestartMS))
+		}
+		fmt.Fprintf(&b, "\nPlain boot is a deploy that boots the app in a plain container of a clone of the same environment. "+
+			"Speedup = plain boot / restore.\n\n![boot vs restore](%s)\n\n", PlotBootRestore)
+
+		b.WriteString("## Checkpoints (Fig. 7)\n\n| app | image (MiB) | checkpoint time | app boot under the engine |\n|---|---:|---:|---:|\n")
+		for _, a := range r.Apps {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", a.Name, a.ImageMiB, seconds(a.CheckpointMS), seconds(a.BootReadyMS))
+		}
+		fmt.Fprintf(&b, "\n![checkpoint size and time](%s)\n\n", PlotCheckpoint)
+
+		b.WriteString("## Bytes at the OSDs (Fig. 8)\n\nFrom the OSDs' own counters (`op_r_out_bytes`, `op_w_in_bytes`), per operation.\n\n")
+		b.WriteString("| app | checkpoint: read MiB | checkpoint: written MiB | restore: read MiB | restore: written MiB |\n|---|---:|---:|---:|---:|\n")
+		for _, a := range r.Apps {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", a.Name, a.CheckpointIO.ReadMiB, a.CheckpointIO.WrittenMiB,
+				a.RestoreIO.ReadMiB, a.RestoreIO.WrittenMiB)
+		}
+		fmt.Fprintf(&b, "\n![OSD bytes](%s)\n\n", PlotIO)
+
+		b.WriteString("## Restore phases\n\n| app | phase | ms |\n|---|---|---:|\n")
+		for _, a := range r.Apps {
+			for _, p := range a.Phases {
+				fmt.Fprintf(&b, "| %s | %s | %s |\n", a.Name, p.Name, p.MS)
+			}
+		}
+		fmt.Fprintf(&b, "\n![restore phases](%s)\n\n", PlotPhases)
+
+		b.WriteString("## State carried by the checkpoint\n\n")
+		for _, a := range r.Apps {
+			fmt.Fprintf(&b, "- %s: %s\n", a.Name, a.StateCheck)
+		}
+		b.WriteString("\n")
+	}
+	if in := r.Interference; in != nil {
+		fmt.Fprintf(&b, "## Interference (Table II)\n\n%s serving a %d-byte page, `ab` for %.0f s per run, "+
+			"without and with concurrent deployments of %s on the same node.\n\n", in.Server, in.PageBytes, in.Seconds, in.Deploying)
+		b.WriteString("| concurrency | alone (req/s) | with deployments (req/s) | overhead | deployments | failed requests |\n|---:|---:|---:|---:|---:|---:|\n")
+		for _, row := range in.Rows {
+			fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.1f%% | %d | %d |\n", row.Concurrency, row.BaselineRPS, row.LoadedRPS,
+				row.OverheadPct, row.Deploys, row.Failed)
+		}
+		fmt.Fprintf(&b, "\n![interference](%s)\n\n", PlotInterference)
+	}
+	if co := r.Concurrency; co != nil {
+		fmt.Fprintf(&b, "## Simultaneous restores of %s on one node\n\n| simultaneous | restore-to-ready |\n|---:|---:|\n", co.App)
+		for _, row := range co.Rows {
+			fmt.Fprintf(&b, "| %d | %s |\n", row.N, seconds(row.RestoreMS))
+		}
+		fmt.Fprintf(&b, "\n![latency vs concurrency](%s)\n\n", PlotConcurrency)
+	}
+	if len(r.Notes) > 0 {
+		b.WriteString("## Notes\n\n")
+		for _, n := range r.Notes {
+			fmt.Fprintf(&b, "- %s\n", n)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,171 @@
+// Package evaluation holds the results of fogdeploy's evaluation (make
+// bench): boot against restore per app, checkpoint size and time, the
+// per-phase breakdown of restores, bytes moved at the OSDs, restore latency
+// against the number of simultaneous restores, and the interference of
+// deployments with a web server under load. It summarizes repeated
+// measurements and writes them as JSON, CSV, Markdown and SVG plots, all
+// from the same Results value so that they agree.
+package evaluation
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// ErrNoResults is returned when there is nothing to write.
+var ErrNoResults = errors.New("no results")
+
+// Stats summarizes repeated measurements of one quantity.
+type Stats struct {
+	N      int     `json:"n"`
+	Min    float64 `json:"min"`
+	Median float64 `json:"median"`
+	Max    float64 `json:"max"`
+}
+
+// Summarize returns the min, median and max of v. The median of an even
+// count is the mean of the two middle values.
+func Summarize(v []float64) Stats {
+	if len(v) == 0 {
+		return Stats{}
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return Stats{N: len(s), Min: s[0], Median: med, Max: s[len(s)-1]}
+}
+
+// String is "median (min–max)" with one decimal.
+func (s Stats) String() string {
+	if s.N == 0 {
+		return "–"
+	}
+	if s.N == 1 || s.Min == s.Max {
+		return trim(s.Median)
+	}
+	return fmt.Sprintf("%s (%s–%s)", trim(s.Median), trim(s.Min), trim(s.Max))
+}
+
+func trim(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+// IO is what the OSDs read and wrote during an operation, in MiB, from the
+// OSDs' own counters (op_r_out_bytes, op_w_in_bytes).
+type IO struct {
+	ReadMiB    Stats `json:"read_mib"`
+	WrittenMiB Stats `json:"written_mib"`
+}
+
+// Phase is one phase of a restore and its durations in ms.
+type Phase struct {
+	Name string `json:"name"`
+	MS   Stats  `json:"ms"`
+}
+
+// App is the evaluation of one app of the catalog.
+type App struct {
+	Name   string `json:"name"`
+	Engine string `json:"engine"`
+	Driver string `json:"driver"`
+	Reps   int    `json:"reps"`
+	// PlainBootMS is cold boot-to-ready in a plain container of the same
+	// environment (clone, map, mount, container, boot, ready); PlainAppMS
+	// the app's own part of it (start to ready).
+	PlainBootMS Stats `json:"plain_boot_ms"`
+	PlainAppMS  Stats `json:"plain_app_ms"`
+	// FirstDeployMS is the first deploy of a PoP: boot under the engine,
+	// ready, checkpoint and seal. BootReadyMS is its start-to-ready.
+	FirstDeployMS Stats `json:"first_deploy_ms"`
+	BootReadyMS   Stats `json:"boot_ready_ms"`
+	CheckpointMS  Stats `json:"checkpoint_ms"`
+	ImageMiB      Stats `json:"image_mib"`
+	// RestoreMS is restore-to-ready of later deploys (clone, map, mount,
+	// container, restart, ready); EngineRestartMS the engine's own
+	// restart-to-ready inside the instance.
+	RestoreMS       Stats `json:"restore_ms"`
+	EngineRestartMS Stats `json:"engine_restart_ms"`
+	// Speedup is PlainBootMS / RestoreMS (medians).
+	Speedup float64 `json:"speedup"`
+	// Phases break the restores down, in the order they run.
+	Phases       []Phase `json:"phases"`
+	CheckpointIO IO      `json:"checkpoint_io"`
+	RestoreIO    IO      `json:"restore_io"`
+	// StateCheck says what was written before the checkpoint and read
+	// back from every restore.
+	StateCheck string `json:"state_check"`
+}
+
+// InterferenceRow is one concurrency degree of the interference test.
+type InterferenceRow struct {
+	Concurrency int     `json:"concurrency"`
+	BaselineRPS float64 `json:"baseline_rps"`
+	LoadedRPS   float64 `json:"loaded_rps"`
+	OverheadPct float64 `json:"overhead_pct"`
+	// Deploys is how many deployments ran during the loaded run.
+	Deploys int `json:"deploys"`
+	// Failed counts failed requests in both runs.
+	Failed int `json:"failed"`
+}
+
+// Interference is throughput of a web server under ab, with and without
+// concurrent deployments on the same node (Table II of the paper).
+type Interference struct {
+	Server    string            `json:"server"`
+	PageBytes int               `json:"page_bytes"`
+	Deploying string            `json:"deploying"`
+	Seconds   float64           `json:"seconds"`
+	Rows      []InterferenceRow `json:"rows"`
+}
+
+// ConcurrencyRow is restore-to-ready with N simultaneous restores.
+type ConcurrencyRow struct {
+	N         int   `json:"n"`
+	RestoreMS Stats `json:"restore_ms"`
+}
+
+// Concurrency is restore latency against simultaneous restores on one node.
+type Concurrency struct {
+	App  string           `json:"app"`
+	Rows []ConcurrencyRow `json:"rows"`
+}
+
+// Host describes where the evaluation ran.
+type Host struct {
+	CPUs          int    `json:"cpus"`
+	MemoryMiB     int64  `json:"memory_mib"`
+	Kernel        string `json:"kernel"`
+	Ceph          string `json:"ceph"`
+	DMTCP         string `json:"dmtcp,omitempty"`
+	CRIU          string `json:"criu,omitempty"`
+	Docker        string `json:"docker"`
+	OSDs          int    `json:"osds"`
+	ObjectStore   string `json:"object_store"`
+	Mapper        string `json:"mapper"`
+	FogdeployHead string `json:"fogdeploy,omitempty"`
+}
+
+// Results is one run of the evaluation.
+type Results struct {
+	Started      time.Time     `json:"started"`
+	Seconds      float64       `json:"seconds"`
+	Host         Host          `json:"host"`
+	Apps         []App         `json:"apps"`
+	Interference *Interference `json:"interference,omitempty"`
+	Concurrency  *Concurrency  `json:"concurrency,omitempty"`
+	// Notes say what was left out of this run and why.
+	Notes []string `json:"notes,omitempty"`
+}

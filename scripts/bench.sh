@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# bench.sh: fogdeploy's evaluation (`make bench`). Builds the environments of the app catalog
+# (configs/apps, configs/envs; cached in the pool after the first run), then runs tests/bench's
+# TestEvaluation over them: plain boot vs first deploy vs restore per app, checkpoint size and
+# time, bytes at the OSDs, restore phases, simultaneous restores, and nginx under ab with and
+# without concurrent deployments. Results: bench/results/<timestamp>/ (JSON, CSV, Markdown, SVG),
+# bench/results/latest points at the newest. Then the layering micro-benchmarks.
+#   APPS=redis,nginx     a subset of the catalog (default: all of it)
+#   BENCH_REPS=5         repetitions per measurement
+#   BENCH_AB_SECONDS=5   seconds per ab run
+set -euo pipefail
+FD_PROG=bench
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+. "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
+cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
+FOGCTL=${FOGCTL:-bin/fogctl}
+GO=${GO:-go}
+CATALOG=(redis pyhttp nginx postgres mariadb tomcat pgindex)
+DMTCP_PREFIX=${FOGDEPLOY_DMTCP_PREFIX:-${DMTCP_PREFIX:-/opt/dmtcp}}
+
+fd_is_root || fd_die "the evaluation maps and mounts RBD images: run it as root"
+[[ -x $DMTCP_PREFIX/bin/dmtcp_launch ]] || fd_die "no DMTCP at $DMTCP_PREFIX: the evaluation restores apps from DMTCP checkpoints.
+  Build DMTCP 4.2 from its source outside this repository (./configure --prefix=/opt/dmtcp && make && make install),
+  or set FOGDEPLOY_DMTCP_PREFIX to an installed prefix."
+command -v ab >/dev/null || fd_install_deps tools
+
+apps=()
+IFS=, read -ra req <<<"${APPS:-${CATALOG[*]}}"
+[[ -n ${APPS:-} ]] || read -ra req <<<"${CATALOG[*]}"
+for a in "${req[@]}"; do
+	a=${a// /}
+	[[ -n $a ]] || continue
+	[[ " ${CATALOG[*]} " == *" $a "* ]] || fd_die "APPS: unknown app '$a': pick from $(
+		IFS=,
+		echo "${CATALOG[*]}"
+	)"
+	apps+=("$a")
+done
+((${#apps[@]} > 0)) || fd_die "APPS is empty: pick from $(
+	IFS=,
+	echo "${CATALOG[*]}"
+)"
+
+t0=$(fd_now_us)
+fd_base_env "$FOGCTL"
+for a in "${apps[@]}"; do
+	env=$(sed -n 's/^env:[[:space:]]*\([a-z0-9._-]*\).*/\1/p' "configs/apps/$a.yaml")
+	[[ -n $env ]] || fd_die "configs/apps/$a.yaml has no env: line"
+	fd_info "environment $env (configs/envs/$env.build; cached steps are reused)"
+	"$FOGCTL" env build "$env" -f "configs/envs/$env.build" -q
+done
+fd_info "environments ready in $(fd_since "$t0") s"
+
+mkdir -p bench/results
+log=bench/results/evaluation.log
+fd_info "evaluation of ${apps[*]} (full log: $log)"
+set +e
+APPS=$(
+	IFS=,
+	echo "${apps[*]}"
+) FOGDEPLOY_BENCH=1 FOGDEPLOY_DMTCP_PREFIX=$DMTCP_PREFIX \
+	"$GO" test -tags="${CEPH_TAGS:-pacific}" -count=1 -v -run '^TestEvaluation$' -timeout 30m ./tests/bench/ 2>&1 |
+	tee "$log" | grep --line-buffered -E 'eval_test\.go|^(--- |FAIL|ok |PASS)' | sed -u 's/^ *eval_test\.go:[0-9]*: //'
+rc=${PIPESTATUS[0]}
+set -e
+((rc == 0)) || fd_die "the evaluation failed (exit $rc); see $log"
+dir=$(readlink -f bench/results/latest)
+cp "$log" "$dir/evaluation.log"
+
+fd_info "layering micro-benchmarks (clone, map+mount, import)"
+"$GO" test -tags="${CEPH_TAGS:-pacific}" -count=1 -run '^$' -bench . -benchtime 20x -timeout 10m ./tests/bench/ 2>&1 |
+	tee "$dir/layering.txt" | grep -E '^(Benchmark|ok|FAIL)'
+fd_info "done in $(fd_since "$t0") s: $dir"
+ls "$dir"
