@@ -1187,7 +1187,12 @@ func (d *Deployer) create(rec *Deployment) error {
 		return err
 	}
 	_, err = f.Write(b)
-	return errors.Join(err, f.Sync(), f.Close())
+	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
+		// A record cut short (a full disk) is unreadable, and would
+		// stay behind with its ID taken.
+		_ = os.Remove(d.recordPath(rec.ID))
+	}
+	return err
 }
 
 // save replaces a record atomically.
@@ -1203,6 +1208,7 @@ func (d *Deployer) save(rec *Deployment) error {
 	}
 	_, err = f.Write(b)
 	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
+		_ = os.Remove(tmp)
 		return err
 	}
 	return os.Rename(tmp, d.recordPath(rec.ID))
