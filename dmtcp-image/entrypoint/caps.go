@@ -31,6 +31,20 @@ type capData struct {
 	effective, permitted, inheritable uint32
 }
 
+// dropBounding removes caps from the bounding set only (needs CAP_SETPCAP):
+// the process keeps using them, but no later execve gets them back.
+func dropBounding(caps ...int) error {
+	for _, c := range caps {
+		if r, _, _ := syscall.RawSyscall(syscall.SYS_PRCTL, prCapbsetRead, uintptr(c), 0); r != 1 {
+			continue
+		}
+		if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prCapbsetDrop, uintptr(c), 0); e != 0 {
+			return fmt.Errorf("drop capability %d from the bounding set (needs CAP_SETPCAP): %w", c, e)
+		}
+	}
+	return nil
+}
+
 // dropCaps removes caps from every thread of this process: from the bounding
 // set (so that a later execve as root cannot get them back; this needs
 // CAP_SETPCAP, which should be dropped last) and from the effective,

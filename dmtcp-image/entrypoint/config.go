@@ -42,6 +42,7 @@ type config struct {
 	trigger      string        // request file that starts a checkpoint
 	timings      string        // JSON-lines timings file; "-" = stdout
 	workdir      string        // app's working directory inside the root
+	user         string        // the app's user in the root ("" = root, without capabilities)
 	logLevel     string
 	logFormat    string
 	app          []string // launch: the app's argv
@@ -65,6 +66,7 @@ func parseConfig(mode string, args []string, stderr io.Writer) (*config, error) 
 	fs.StringVar(&c.trigger, "trigger", "", "file whose appearance requests a checkpoint (default: <ckpt>/checkpoint.request)")
 	fs.StringVar(&c.timings, "timings", "-", "where phase timings go as JSON lines: a file, or - for stdout")
 	fs.StringVar(&c.workdir, "workdir", "/", "app's working directory inside the root")
+	fs.StringVar(&c.user, "user", "", "run the app as this user of the root (NAME, UID, NAME:GROUP or UID:GID); needs CAP_SETUID and CAP_SETGID in the container")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json (logs go to stderr)")
 	if err := fs.Parse(args); err != nil {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -96,5 +97,99 @@ func TestGenerations(t *testing.T) {
 func TestUnescape(t *testing.T) {
 	if got := unescape(`PING\r\n\\r`); got != "PING\r\n\\r" {
 		t.Errorf("unescape = %q", got)
+	}
+}
+
+func TestLookupUser(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	passwd := "root:x:0:0:root:/root:/bin/bash\n# a comment\npostgres:x:100:102:PostgreSQL:/var/lib/postgresql:/bin/bash\ntoor:x:0:0::/:/bin/sh\nbad:x:notanumber:1::/:/bin/sh\n"
+	group := "root:x:0:\nssl-cert:x:101:postgres,other\npostgres:x:102:\nadm:x:4:\n"
+	if err := os.WriteFile(filepath.Join(root, "etc", "passwd"), []byte(passwd), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc", "group"), []byte(group), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		spec string
+		want account
+	}{
+		{"postgres", account{uid: 100, gid: 102, groups: []uint32{102, 101}, home: "/var/lib/postgresql"}},
+		{"postgres:adm", account{uid: 100, gid: 4, groups: []uint32{4}, home: "/var/lib/postgresql"}},
+		{"100", account{uid: 100, gid: 102, groups: []uint32{102, 101}, home: "/var/lib/postgresql"}},
+		{"4242", account{uid: 4242, gid: 0, groups: []uint32{0}}},
+		{"4242:4343", account{uid: 4242, gid: 4343, groups: []uint32{4343}}},
+	} {
+		got, err := lookupUser(root, tc.spec)
+		if err != nil {
+			t.Errorf("lookupUser(%q): %v", tc.spec, err)
+			continue
+		}
+		if got.uid != tc.want.uid || got.gid != tc.want.gid || got.home != tc.want.home || !slices.Equal(got.groups, tc.want.groups) {
+			t.Errorf("lookupUser(%q) = %+v, want %+v", tc.spec, got, tc.want)
+		}
+	}
+	for spec, want := range map[string]string{
+		"nobody":         `no user "nobody"`,
+		"postgres:wheel": `no group "wheel"`,
+		"root":           "is root",
+		"toor":           "is root",
+		"0:4":            "is root",
+		"bad":            "bad passwd entry",
+		":100":           "want NAME",
+		"a:b:c":          "want NAME",
+	} {
+		if _, err := lookupUser(root, spec); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("lookupUser(%q) = %v, want an error with %q", spec, err, want)
+		}
+	}
+	if _, err := lookupUser(t.TempDir(), "4242"); err != nil {
+		t.Errorf("a numeric user needs no /etc/passwd: %v", err)
+	}
+	if _, err := lookupUser(t.TempDir(), "postgres"); err == nil {
+		t.Error("a user name without /etc/passwd: no error")
+	}
+}
+
+func TestParseConfigUser(t *testing.T) {
+	c, err := parseConfig(modeRestart, []string{"-user", "postgres"}, io.Discard)
+	if err != nil || c.user != "postgres" {
+		t.Fatalf("parseConfig -user: %+v, %v", c, err)
+	}
+}
+
+// The app's user reopens the container's output pipes by path (DMTCP logs
+// to /dev/stderr): shareOutput makes them writable for every user.
+func TestShareOutput(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	f, err := os.CreateTemp(t.TempDir(), "regular")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	shareOutput(w, f)
+	if st, _ := w.Stat(); st.Mode().Perm()&0o022 != 0o022 {
+		t.Errorf("pipe mode %v, want group and others writable", st.Mode().Perm())
+	}
+	if st, _ := f.Stat(); st.Mode().Perm() != 0o600 {
+		t.Errorf("a regular file was changed to %v; only pipes are shared", st.Mode().Perm())
+	}
+}
+
+func TestOpenDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ckpt", "3")
+	if err := openDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o777 {
+		t.Errorf("generation dir: %v, %v; want mode 0777", st, err)
 	}
 }

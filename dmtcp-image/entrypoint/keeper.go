@@ -22,13 +22,34 @@ import (
 // argv with the environment it was given, forwards SIGTERM, SIGINT, SIGHUP,
 // SIGQUIT and SIGUSR2, and exits with the app's status.
 //
-//	entrypoint keep ROOT WORKDIR ARGV...
+// With -user, the app runs as that user of the root (resolved in the root's
+// /etc/passwd and /etc/group, with HOME from passwd): the keeper removes
+// CAP_SETUID and CAP_SETGID from the bounding set, starts the app with the
+// user's credentials (the switch away from uid 0 clears the app's
+// capabilities), takes the user's uid as its real and effective uid (to
+// forward signals without CAP_KILL; the saved uid 0 lets PID 1 signal it),
+// and drops both from its own sets. Without -user they are dropped before
+// the app starts, like the others.
+//
+//	entrypoint keep [-user USER] ROOT WORKDIR ARGV...
 func keep(args []string) int {
+	var user string
+	if len(args) >= 2 && args[0] == "-user" {
+		user, args = args[1], args[2:]
+	}
 	if len(args) < 3 {
-		fmt.Fprintln(os.Stderr, "entrypoint keep: want ROOT WORKDIR ARGV...")
+		fmt.Fprintln(os.Stderr, "entrypoint keep: want [-user USER] ROOT WORKDIR ARGV...")
 		return exitUsage
 	}
 	root, workdir, argv := args[0], args[1], args[2:]
+	var acct account
+	if user != "" {
+		var err error
+		if acct, err = lookupUser(root, user); err != nil {
+			fmt.Fprintf(os.Stderr, "entrypoint keep: %v\n", err)
+			return exitSetup
+		}
+	}
 	if err := syscall.Chroot(root); err != nil {
 		fmt.Fprintf(os.Stderr, "entrypoint keep: chroot %s: %v (the container needs CAP_SYS_CHROOT)\n", root, err)
 		return exitSetup
@@ -37,16 +58,40 @@ func keep(args []string) int {
 		fmt.Fprintf(os.Stderr, "entrypoint keep: chdir %s inside the root: %v\n", workdir, err)
 		return exitSetup
 	}
-	if err := dropCaps(capSysChroot, capSysAdmin, capSetpcap); err != nil {
+	drop := []int{capSysChroot, capSysAdmin, capSetpcap}
+	if user != "" {
+		if err := dropBounding(capSetuid, capSetgid); err != nil {
+			fmt.Fprintf(os.Stderr, "entrypoint keep: warning: %v\n", err)
+		}
+	} else {
+		drop = append([]int{capSetuid, capSetgid}, drop...)
+	}
+	if err := dropCaps(drop...); err != nil {
 		fmt.Fprintf(os.Stderr, "entrypoint keep: warning: %v; the app keeps these capabilities\n", err)
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR2)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if user != "" {
+		shareOutput(os.Stdout, os.Stderr)
+		cmd.Env = withHome(os.Environ(), acct.home)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: acct.uid, Gid: acct.gid, Groups: acct.groups}}
+	}
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "entrypoint keep: %v\n", err)
 		return exitSetup
+	}
+	if user != "" {
+		// Signals to the app need a matching uid (there is no CAP_KILL):
+		// real and effective uid become the app's, the saved uid stays 0
+		// so that PID 1 can still signal the keeper.
+		if err := syscall.Setresuid(int(acct.uid), int(acct.uid), 0); err != nil {
+			fmt.Fprintf(os.Stderr, "entrypoint keep: warning: setresuid: %v; signals cannot reach the app\n", err)
+		}
+		if err := dropCaps(capSetuid, capSetgid); err != nil {
+			fmt.Fprintf(os.Stderr, "entrypoint keep: warning: %v\n", err)
+		}
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()

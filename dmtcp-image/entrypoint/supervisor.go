@@ -176,6 +176,16 @@ func (s *supervisor) start() (app, coord <-chan syscall.WaitStatus, code int) {
 
 	t := time.Now()
 	ckptDir := filepath.Join(s.cfg.ckpt, strconv.Itoa(s.gen))
+	if s.cfg.user != "" {
+		// The app's processes write their images themselves, as the app's
+		// user, and this process has no CAP_CHOWN: the generation's
+		// directory is open to all (the checkpoint volume is the
+		// instance's own).
+		if err := openDir(ckptDir); err != nil {
+			s.log.Error("checkpoint generation directory", "err", err)
+			return nil, nil, exitSetup
+		}
+	}
 	pid, port, coordDone, err := s.startCoordinator(ckptDir)
 	if err != nil {
 		s.log.Error("start the DMTCP coordinator", "err", err)
@@ -247,7 +257,11 @@ func (s *supervisor) mountRoot() bool {
 // startKeeper starts argv under the keeper, chrooted into the root, and
 // records its PID as the app's.
 func (s *supervisor) startKeeper(argv []string) (int, <-chan syscall.WaitStatus, error) {
-	keeperArgv := append([]string{s.self, modeKeep, s.cfg.root, s.cfg.workdir}, argv...)
+	keeperArgv := []string{s.self, modeKeep}
+	if s.cfg.user != "" {
+		keeperArgv = append(keeperArgv, "-user", s.cfg.user)
+	}
+	keeperArgv = append(append(keeperArgv, s.cfg.root, s.cfg.workdir), argv...)
 	pid, done, err := s.reaper.start(keeperArgv, &syscall.ProcAttr{
 		Env:   s.appEnv(),
 		Files: []uintptr{s.null.Fd(), os.Stdout.Fd(), os.Stderr.Fd()},

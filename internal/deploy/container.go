@@ -90,6 +90,7 @@ func (c *Container) spec(r Run) runtime.DMTCPContainer {
 		CkptPath:    r.CkptPath,
 		Env:         appEnv(r.ImageEnv, r.App.Environment),
 		WorkingDir:  firstNonEmpty(r.App.WorkDir, r.WorkDir),
+		User:        r.App.User,
 		NanoCPUs:    int64(r.App.Resources.CPUs * 1e9),
 		MemoryBytes: r.App.memoryBytes(),
 		Labels:      map[string]string{"io.fogdeploy.gen": strconv.Itoa(r.Gen)},

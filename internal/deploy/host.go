@@ -75,6 +75,9 @@ func (d *Host) Start(ctx context.Context, r Run) (_ Handle, err error) {
 	if !ok {
 		return Handle{}, fmt.Errorf("%w: no %s engine configured", ErrDriver, r.App.Engine)
 	}
+	if r.App.User != "" {
+		return Handle{}, fmt.Errorf("%w: user %q: the host driver runs apps as root; run an app that needs a user with the dmtcp engine in the container driver", ErrInvalidSpec, r.App.User)
+	}
 	n := d.LogLines
 	if n <= 0 {
 		n = 200

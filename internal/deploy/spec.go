@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"strings"
 	"time"
 
@@ -49,6 +50,11 @@ type App struct {
 	Environment []string `yaml:"environment,omitempty" json:"environment,omitempty"`
 	// WorkDir is the working directory inside the environment.
 	WorkDir string `yaml:"workdir,omitempty" json:"workdir,omitempty"`
+	// User is the user of the environment the app runs as: NAME, UID,
+	// NAME:GROUP or UID:GID, resolved in the environment's /etc/passwd and
+	// /etc/group (e.g. postgres, which refuses to run as root). "" runs the
+	// app as root. Either way the app holds no capability.
+	User string `yaml:"user,omitempty" json:"user,omitempty"`
 	// Ports are the app's ports, published on the node.
 	Ports []Port `yaml:"ports,omitempty" json:"ports,omitempty"`
 	// Ready says when the app is ready to serve.
@@ -204,6 +210,14 @@ func (a App) Validate() error {
 	if a.WorkDir != "" && !strings.HasPrefix(a.WorkDir, "/") {
 		bad("workdir", "%q is not absolute: give a path inside the environment, e.g. /srv", a.WorkDir)
 	}
+	if a.User != "" {
+		if err := validateUser(a.User); err != nil {
+			bad("user", "%v", err)
+		}
+		if a.Engine == engine.NameCRIU {
+			bad("user", "is only available with the dmtcp engine: CRIU apps run as root under the host driver")
+		}
+	}
 	seen := map[string]bool{}
 	for i, p := range a.Ports {
 		f := fmt.Sprintf("ports[%d]", i)
@@ -299,6 +313,22 @@ func (a App) validateReady(bad func(field, format string, args ...any)) {
 		bad("ready.timeout", "%s: use a duration between 1s and 1h", time.Duration(r.Timeout))
 	}
 }
+
+// validateUser checks a user spec: NAME, UID, NAME:GROUP or UID:GID, not
+// root (an app without a user runs as root already).
+func validateUser(u string) error {
+	name, group, hasGroup := strings.Cut(u, ":")
+	if !userPart.MatchString(name) || (hasGroup && !userPart.MatchString(group)) {
+		return fmt.Errorf("%q: give NAME, UID, NAME:GROUP or UID:GID of the environment's /etc/passwd and /etc/group, e.g. postgres", u)
+	}
+	if name == "root" || strings.Trim(name, "0") == "" {
+		return fmt.Errorf("%q is root: leave user out to run the app as root", u)
+	}
+	return nil
+}
+
+// userPart is a user or group name (as useradd accepts it) or a number.
+var userPart = regexp.MustCompile(`^(?:[a-z_][a-z0-9_.-]{0,30}[$]?|[0-9]{1,10})$`)
 
 // memoryBytes returns the memory limit in bytes (0: none).
 func (a App) memoryBytes() int64 {

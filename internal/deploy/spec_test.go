@@ -26,6 +26,11 @@ func TestParseApp(t *testing.T) {
 	if a.memoryBytes() != 256<<20 {
 		t.Errorf("memory = %d", a.memoryBytes())
 	}
+	for _, u := range []string{"postgres", "www-data", "tomcat:tomcat", "999", "101:102", "_apt", "nobody"} {
+		if _, err := ParseApp(strings.NewReader(goodSpec + "user: " + u + "\n")); err != nil {
+			t.Errorf("user %q: %v", u, err)
+		}
+	}
 }
 
 // Each bad spec is refused with an error that names the field to fix.
@@ -46,6 +51,11 @@ func TestParseAppRefuses(t *testing.T) {
 		"empty":               {``, "empty"},
 		"two documents":       {"{name: a}\n---\n{name: b}\n", "more than one"},
 		"bad env var":         {`{name: a, env: e, command: [x], environment: [NOEQUALS], ready: {kind: output, phrase: up}}`, "environment[0]"},
+		"bad user":            {`{name: a, env: e, command: [x], user: "Post Gres", ready: {kind: output, phrase: up}}`, "user"},
+		"user with two ':'":   {`{name: a, env: e, command: [x], user: "a:b:c", ready: {kind: output, phrase: up}}`, "user"},
+		"root user":           {`{name: a, env: e, command: [x], user: root, ready: {kind: output, phrase: up}}`, "user"},
+		"user with criu":      {`{name: a, env: e, command: [x], user: postgres, engine: criu, ready: {kind: output, phrase: up}}`, "user"},
+		"uid 0":               {`{name: a, env: e, command: [x], user: "0:100", ready: {kind: output, phrase: up}}`, "user"},
 	}
 	for name, c := range cases {
 		_, err := ParseApp(strings.NewReader(c.spec))

@@ -32,6 +32,13 @@ const (
 // Use them with CapDrop: {"ALL"}.
 func DMTCPCapabilities() []string { return []string{"SYS_ADMIN", "SYS_CHROOT", "SETPCAP"} }
 
+// DMTCPUserCapabilities returns what a container whose app runs as a user
+// of its environment (DMTCPContainer.User) needs on top of
+// DMTCPCapabilities: SETUID and SETGID, used by the entrypoint's keeper to
+// start the app as that user and dropped from every set, the bounding set
+// included, before the app runs.
+func DMTCPUserCapabilities() []string { return []string{"SETUID", "SETGID"} }
+
 // DMTCPContainer describes the DMTCP container of one app instance: the
 // image built by dmtcp-image/build.sh, run with the environment clone and the
 // checkpoint clone bind-mounted. Launch and Restart return the Spec to
@@ -60,6 +67,11 @@ type DMTCPContainer struct {
 	// restored listening socket accepts before the app runs again.
 	ReadySend   string
 	ReadyExpect string
+	// User, if set, is the user of the environment the app runs as
+	// (NAME, UID, NAME:GROUP or UID:GID, resolved in the environment's
+	// /etc/passwd and /etc/group); "" runs it as root. Either way the app
+	// holds no capability.
+	User string
 	// Env is the app's environment (KEY=VALUE); the entrypoint adds LC_ALL=C.
 	Env         []string
 	WorkingDir  string
@@ -106,6 +118,9 @@ func (c DMTCPContainer) flags(from int) []string {
 	if c.WorkingDir != "" {
 		f = append(f, "-workdir", c.WorkingDir)
 	}
+	if c.User != "" {
+		f = append(f, "-user", c.User)
+	}
 	if c.AfterCheckpoint != "" {
 		f = append(f, "-after-checkpoint", c.AfterCheckpoint)
 	}
@@ -117,6 +132,10 @@ func (c DMTCPContainer) flags(from int) []string {
 
 func (c DMTCPContainer) spec(args []string, mode string) Spec {
 	labels := map[string]string{"io.fogdeploy.role": "dmtcp-" + mode}
+	caps := DMTCPCapabilities()
+	if c.User != "" {
+		caps = append(caps, DMTCPUserCapabilities()...)
+	}
 	for k, v := range c.Labels {
 		labels[k] = v
 	}
@@ -130,7 +149,7 @@ func (c DMTCPContainer) spec(args []string, mode string) Spec {
 		Binds:       c.binds(),
 		Ports:       c.Ports,
 		CapDrop:     []string{"ALL"},
-		CapAdd:      DMTCPCapabilities(),
+		CapAdd:      caps,
 		SecurityOpt: []string{"no-new-privileges"},
 		NanoCPUs:    c.NanoCPUs,
 		MemoryBytes: c.MemoryBytes,

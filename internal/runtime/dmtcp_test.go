@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,42 +33,7 @@ const (
 // namespace) that answers GET on its published port. It then repeats the
 // cycle from the restored instance (generation 2) and stops the last one.
 func TestDMTCPContainerCheckpointRestore(t *testing.T) {
-	d := dockerForTest(t)
-	prefix := devenv.Lookup(envDMTCPPrefix, "/opt/dmtcp")
-	if _, err := os.Stat(filepath.Join(prefix, "bin", "dmtcp_launch")); err != nil {
-		testenv.Unavailable(t, testenv.DMTCP, fmt.Sprintf("no DMTCP install at %s (set %s): %v", prefix, envDMTCPPrefix, err))
-	}
-	srcRoot := devenv.Lookup(envTestRootfs, "/opt/src/rootfs")
-	if _, err := os.Stat(filepath.Join(srcRoot, "usr", "bin", "redis-server")); err != nil {
-		testenv.Unavailable(t, testenv.DMTCP, fmt.Sprintf("no rootfs with redis-server at %s (set %s, or create one with "+
-			"`debootstrap --variant=minbase --include=redis-server bookworm DIR`): %v", srcRoot, envTestRootfs, err))
-	}
-	if _, err := exec.LookPath("docker"); err != nil {
-		testenv.Unavailable(t, testenv.Docker, "dmtcp-image/build.sh needs the docker CLI on PATH")
-	}
-	testenv.NeedRoot(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-
-	host := devenv.Lookup(devenv.EnvDockerHost, devenv.DockerHost())
-	start := time.Now()
-	build := exec.CommandContext(ctx, "bash", "../../dmtcp-image/build.sh", "-t", dmtcpTestImage, prefix, host)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("dmtcp-image/build.sh: %v\n%s", err, out)
-	}
-	t.Logf("image %s built in %s", dmtcpTestImage, time.Since(start).Round(time.Millisecond))
-
-	// The environment clone (here a copy of the rootfs) and the checkpoint
-	// clone (here an empty directory) outlive every container, as the
-	// mounted RBD clones do.
-	work := t.TempDir()
-	root, ckpt := filepath.Join(work, "root"), filepath.Join(work, "ckpt")
-	if out, err := exec.CommandContext(ctx, "cp", "-a", srcRoot, root).CombinedOutput(); err != nil {
-		t.Fatalf("copy rootfs: %v\n%s", err, out)
-	}
-	if err := os.Mkdir(ckpt, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	ctx, d, root, ckpt := setupDMTCPContainer(t)
 	c := runtime.DMTCPContainer{
 		Image:       dmtcpTestImage,
 		Deployment:  "dmtcp-" + strconv.FormatInt(time.Now().UnixNano(), 36),
@@ -147,6 +113,172 @@ func TestDMTCPContainerCheckpointRestore(t *testing.T) {
 		t.Errorf("after Stop: %+v, %v; want exit 0 (redis shuts down cleanly on SIGTERM)", st, err)
 	}
 	logTimings(ctx, t, d, cc)
+}
+
+// TestDMTCPContainerUser runs redis as user redis of its root (User): the
+// app runs with redis's uid and no capability, writes its own image into
+// the generation directory, is restored as redis in a new container with
+// its data, and stops on SIGTERM forwarded across the uid change.
+func TestDMTCPContainerUser(t *testing.T) {
+	ctx, d, root, ckpt := setupDMTCPContainer(t)
+	uid, ok := passwdUID(t, root, "redis")
+	if !ok {
+		testenv.Unavailable(t, testenv.DMTCP, "the test rootfs has no user redis")
+	}
+	c := runtime.DMTCPContainer{
+		Image:       dmtcpTestImage,
+		Deployment:  "dmtcp-user-" + strconv.FormatInt(time.Now().UnixNano(), 36),
+		App:         "redis",
+		EnvPath:     root,
+		CkptPath:    ckpt,
+		Ports:       []runtime.Port{{ContainerPort: 6379}},
+		ReadyAddr:   "127.0.0.1:6379",
+		ReadySend:   `PING\r\n`,
+		ReadyExpect: "+PONG",
+		User:        "redis",
+	}
+	if spec := c.Launch([]string{"redis-server"}); !slices.Contains(spec.CapAdd, "SETUID") || !slices.Contains(spec.CapAdd, "SETGID") {
+		t.Fatalf("CapAdd = %v, want SETUID and SETGID for a user", spec.CapAdd)
+	}
+	a := runContainer(ctx, t, d, c.Launch([]string{"redis-server", "--port", "6379", "--protected-mode", "no", "--save", "",
+		"--appendonly", "no", "--jemalloc-bg-thread", "no", "--daemonize", "no"}))
+	addrA := publishedAddr(ctx, t, d, a)
+	waitRedis(ctx, t, addrA)
+	assertRedis(ctx, t, addrA, "OK", "SET", "greeting", "set as redis")
+	assertAppHasNoCaps(ctx, t, d, a)
+	assertAppUID(ctx, t, d, a, "redis-se", uid)
+	if err := d.Signal(ctx, a, "USR1"); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := d.Wait(ctx, a); err != nil || code != 0 {
+		t.Fatalf("launch container after checkpoint: exit %d, %v; want 0\n%s", code, err, logsOf(ctx, d, a))
+	}
+	assertImage(t, ckpt, 1)
+
+	b := runContainer(ctx, t, d, c.Restart(0))
+	addrB := publishedAddr(ctx, t, d, b)
+	waitRedis(ctx, t, addrB)
+	assertRedis(ctx, t, addrB, "set as redis", "GET", "greeting")
+	assertAppHasNoCaps(ctx, t, d, b)
+	assertAppUID(ctx, t, d, b, "redis-se", uid)
+	t0 := time.Now()
+	if err := d.Stop(ctx, b, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := d.Inspect(ctx, b); err != nil || st.ExitCode != 0 || time.Since(t0) > 5*time.Second {
+		t.Errorf("after Stop (%s): %+v, %v; want exit 0 at once (SIGTERM reaches the app)", time.Since(t0).Round(time.Millisecond), st, err)
+	}
+}
+
+// passwdUID returns the uid of name in root's /etc/passwd.
+func passwdUID(t *testing.T, root, name string) (string, bool) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "etc", "passwd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Split(line, ":"); len(f) > 3 && f[0] == name {
+			return f[2], true
+		}
+	}
+	return "", false
+}
+
+// assertAppUID checks that every process of the container whose name holds
+// comm runs with uid (real, effective, saved and filesystem). A restored
+// process is named "DMTCP:" and the first 9 bytes of its name.
+func assertAppUID(ctx context.Context, t *testing.T, d *runtime.Docker, id, comm, uid string) {
+	t.Helper()
+	st, err := d.Inspect(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	var names []string
+	for _, pid := range descendants(st.Pid) {
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		if names = append(names, procName(status)); !strings.Contains(procName(status), comm) {
+			continue
+		}
+		found++
+		for _, line := range strings.Split(string(status), "\n") {
+			if f := strings.Fields(line); len(f) == 5 && f[0] == "Uid:" && (f[1] != uid || f[2] != uid || f[3] != uid || f[4] != uid) {
+				t.Errorf("pid %d (%s): %s, want uid %s", pid, comm, line, uid)
+			}
+		}
+	}
+	if found == 0 {
+		t.Errorf("no process %s in container %s (processes: %q)", comm, id[:12], names)
+	}
+}
+
+// descendants returns the PIDs below pid, read from /proc/*/task/*/children.
+func descendants(pid int) []int {
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", p))
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			for _, k := range strings.Fields(string(b)) {
+				kid, _ := strconv.Atoi(k)
+				out = append(out, kid)
+				queue = append(queue, kid)
+			}
+		}
+	}
+	return out
+}
+
+// setupDMTCPContainer builds the DMTCP image from the installed DMTCP and
+// returns the dockerd, an environment clone (a copy of a bookworm rootfs with
+// redis-server) and an empty checkpoint directory; it skips when one of them
+// is missing.
+func setupDMTCPContainer(t *testing.T) (context.Context, *runtime.Docker, string, string) {
+	t.Helper()
+	d := dockerForTest(t)
+	prefix := devenv.Lookup(envDMTCPPrefix, "/opt/dmtcp")
+	if _, err := os.Stat(filepath.Join(prefix, "bin", "dmtcp_launch")); err != nil {
+		testenv.Unavailable(t, testenv.DMTCP, fmt.Sprintf("no DMTCP install at %s (set %s): %v", prefix, envDMTCPPrefix, err))
+	}
+	srcRoot := devenv.Lookup(envTestRootfs, "/opt/src/rootfs")
+	if _, err := os.Stat(filepath.Join(srcRoot, "usr", "bin", "redis-server")); err != nil {
+		testenv.Unavailable(t, testenv.DMTCP, fmt.Sprintf("no rootfs with redis-server at %s (set %s, or create one with "+
+			"`debootstrap --variant=minbase --include=redis-server bookworm DIR`): %v", srcRoot, envTestRootfs, err))
+	}
+	if _, err := exec.LookPath("docker"); err != nil {
+		testenv.Unavailable(t, testenv.Docker, "dmtcp-image/build.sh needs the docker CLI on PATH")
+	}
+	testenv.NeedRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+
+	host := devenv.Lookup(devenv.EnvDockerHost, devenv.DockerHost())
+	start := time.Now()
+	build := exec.CommandContext(ctx, "bash", "../../dmtcp-image/build.sh", "-t", dmtcpTestImage, prefix, host)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("dmtcp-image/build.sh: %v\n%s", err, out)
+	}
+	t.Logf("image %s built in %s", dmtcpTestImage, time.Since(start).Round(time.Millisecond))
+
+	// The environment clone (here a copy of the rootfs) and the checkpoint
+	// clone (here an empty directory) outlive every container, as the
+	// mounted RBD clones do.
+	work := t.TempDir()
+	root, ckpt := filepath.Join(work, "root"), filepath.Join(work, "ckpt")
+	if out, err := exec.CommandContext(ctx, "cp", "-a", srcRoot, root).CombinedOutput(); err != nil {
+		t.Fatalf("copy rootfs: %v\n%s", err, out)
+	}
+	if err := os.Mkdir(ckpt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, d, root, ckpt
 }
 
 func runContainer(ctx context.Context, t *testing.T, d *runtime.Docker, spec runtime.Spec) string {

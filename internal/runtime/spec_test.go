@@ -77,6 +77,19 @@ func TestDMTCPContainerSpecs(t *testing.T) {
 	if got := runtime.DMTCPGenerationDir("/mnt/ckpt", 3); got != "/mnt/ckpt/3" {
 		t.Errorf("DMTCPGenerationDir = %q", got)
 	}
+
+	// An app with a user: the entrypoint is told, and the container may
+	// switch to it (SETUID, SETGID; the keeper drops both before the app).
+	c.User = "postgres"
+	userCaps := append(runtime.DMTCPCapabilities(), runtime.DMTCPUserCapabilities()...)
+	for _, s := range []runtime.Spec{c.Launch([]string{"postgres"}), c.Restart(0), c.Boot([]string{"postgres"})} {
+		if i := slices.Index(s.Cmd, "-user"); i < 0 || i+1 >= len(s.Cmd) || s.Cmd[i+1] != "postgres" {
+			t.Errorf("%s cmd = %q, want -user postgres", s.Cmd[0], s.Cmd)
+		}
+		if !slices.Equal(s.CapAdd, userCaps) {
+			t.Errorf("%s caps add %v, want %v", s.Cmd[0], s.CapAdd, userCaps)
+		}
+	}
 }
 
 func TestParseTimings(t *testing.T) {
