@@ -250,7 +250,8 @@ func WriteMarkdown(w io.Writer, r Results) error {
 	}
 	if in := r.Interference; in != nil {
 		fmt.Fprintf(&b, "## Interference (Table II)\n\n%s serving a %d-byte page, `ab` for %.0f s per run, "+
-			"without and with concurrent deployments of %s on the same node.\n\n", in.Server, in.PageBytes, in.Seconds, in.Deploying)
+			"without and with concurrent deployments of %s on the same node (%d deploy-undeploy loops side by side).\n\n",
+			in.Server, in.PageBytes, in.Seconds, in.Deploying, in.Parallel)
 		b.WriteString("| concurrency | alone (req/s) | with deployments (req/s) | overhead | deployments | failed requests |\n|---:|---:|---:|---:|---:|---:|\n")
 		for _, row := range in.Rows {
 			fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.1f%% | %d | %d |\n", row.Concurrency, row.BaselineRPS, row.LoadedRPS,

@@ -124,11 +124,13 @@ type InterferenceRow struct {
 // Interference is throughput of a web server under ab, with and without
 // concurrent deployments on the same node (Table II of the paper).
 type Interference struct {
-	Server    string            `json:"server"`
-	PageBytes int               `json:"page_bytes"`
-	Deploying string            `json:"deploying"`
-	Seconds   float64           `json:"seconds"`
-	Rows      []InterferenceRow `json:"rows"`
+	Server    string `json:"server"`
+	PageBytes int    `json:"page_bytes"`
+	Deploying string `json:"deploying"`
+	// Parallel is how many deploy-undeploy loops ran side by side.
+	Parallel int               `json:"parallel"`
+	Seconds  float64           `json:"seconds"`
+	Rows     []InterferenceRow `json:"rows"`
 }
 
 // ConcurrencyRow is restore-to-ready with N simultaneous restores.

@@ -41,7 +41,7 @@ func stateCheckFor(app deploy.App) stateCheck {
 	case "redis":
 		return &redisCheck{}
 	case "nginx":
-		return &nginxCheck{}
+		return &nginxCheck{port: app.Ports[0].Port}
 	case "pyhttp":
 		return &fileCheck{app: app}
 	case "postgres":
@@ -127,7 +127,7 @@ func httpGet(ctx context.Context, client *http.Client, u string) (string, error)
 // nginxCheck reads nginx's request counter (stub_status), which lives in
 // its shared memory: after a restore it goes on from where the checkpoint
 // left it, after a boot it starts again at 1.
-type nginxCheck struct{ requests int }
+type nginxCheck struct{ port, requests int }
 
 var stubRequests = regexp.MustCompile(`(?m)^\s*(\d+)\s+(\d+)\s+(\d+)\s*$`)
 
@@ -136,7 +136,7 @@ func (c *nginxCheck) String() string {
 }
 
 func (c *nginxCheck) count(ctx context.Context, ports map[string]string) (int, error) {
-	addr, err := port(ports, 80)
+	addr, err := port(ports, c.port)
 	if err != nil {
 		return 0, err
 	}
@@ -152,7 +152,7 @@ func (c *nginxCheck) count(ctx context.Context, ports map[string]string) (int, e
 }
 
 func (c *nginxCheck) before(ctx context.Context, t deploy.Target) error {
-	addr, err := port(t.Ports, 80)
+	addr, err := port(t.Ports, c.port)
 	if err != nil {
 		return err
 	}
