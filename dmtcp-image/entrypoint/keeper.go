@@ -54,8 +54,12 @@ func keep(args []string) int {
 		fmt.Fprintf(os.Stderr, "entrypoint keep: chroot %s: %v (the container needs CAP_SYS_CHROOT)\n", root, err)
 		return exitSetup
 	}
-	if err := os.Chdir(workdir); err != nil {
-		fmt.Fprintf(os.Stderr, "entrypoint keep: chdir %s inside the root: %v\n", workdir, err)
+	// The keeper itself stays at the root: the working directory may be
+	// one that only the app's user can enter (the container has no
+	// CAP_DAC_OVERRIDE). The app changes into it after its credentials
+	// are set (cmd.Dir).
+	if err := os.Chdir("/"); err != nil {
+		fmt.Fprintf(os.Stderr, "entrypoint keep: chdir / inside the root: %v\n", err)
 		return exitSetup
 	}
 	drop := []int{capSysChroot, capSysAdmin, capSetpcap}
@@ -73,13 +77,14 @@ func keep(args []string) int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR2)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Dir = workdir
 	if user != "" {
 		shareOutput(os.Stdout, os.Stderr)
 		cmd.Env = withHome(os.Environ(), acct.home)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: acct.uid, Gid: acct.gid, Groups: acct.groups}}
 	}
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "entrypoint keep: %v\n", err)
+		fmt.Fprintf(os.Stderr, "entrypoint keep: start %s in %s inside the root: %v\n", argv[0], workdir, err)
 		return exitSetup
 	}
 	if user != "" {

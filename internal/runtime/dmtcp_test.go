@@ -136,6 +136,9 @@ func TestDMTCPContainerUser(t *testing.T) {
 		ReadySend:   `PING\r\n`,
 		ReadyExpect: "+PONG",
 		User:        "redis",
+		// redis's home (0750, owned by redis): only the app's user may
+		// enter it, not the keeper, which has no CAP_DAC_OVERRIDE.
+		WorkingDir: "/var/lib/redis",
 	}
 	if spec := c.Launch([]string{"redis-server"}); !slices.Contains(spec.CapAdd, "SETUID") || !slices.Contains(spec.CapAdd, "SETGID") {
 		t.Fatalf("CapAdd = %v, want SETUID and SETGID for a user", spec.CapAdd)
