@@ -86,6 +86,11 @@ type Ceph struct {
 type Mapper struct {
 	// Backend: auto, krbd, nbd or fuse.
 	Backend string `yaml:"backend"`
+	// Timeout bounds each mapping step (map, format, mount, unmount,
+	// unmap). An rbd-fuse mapping whose step overruns it, because the
+	// cluster stopped serving the image, is cut off so that the step fails
+	// instead of waiting forever.
+	Timeout time.Duration `yaml:"timeout"`
 }
 
 // Layering holds the environment tunables.
@@ -124,7 +129,7 @@ func Default() Config {
 			Pool:    devenv.DefaultPool,
 			Timeout: 10 * time.Second,
 		},
-		Mapper:   Mapper{Backend: "auto"},
+		Mapper:   Mapper{Backend: "auto", Timeout: 30 * time.Second},
 		Layering: Layering{SoftDepth: 4, HardDepth: 8},
 		Docker:   Docker{Host: devenv.DockerHost()},
 		Node:     Node{Name: host, StateDir: filepath.Join(devenv.Dir(), "node", host)},
@@ -206,6 +211,9 @@ func (c Config) Validate() error {
 	case "auto", "krbd", "nbd", "fuse":
 	default:
 		add("mapper.backend %q: use auto, krbd, nbd or fuse", c.Mapper.Backend)
+	}
+	if c.Mapper.Timeout < time.Second || c.Mapper.Timeout > time.Hour {
+		add("mapper.timeout %s: give a duration between 1s and 1h, e.g. 30s", c.Mapper.Timeout)
 	}
 	if c.Layering.DefaultSize != "" {
 		if _, err := layering.ParseSize("layering.default_size", c.Layering.DefaultSize); err != nil {

@@ -35,8 +35,9 @@ func TestLoadAndValidate(t *testing.T) {
 	c.Layering.SoftDepth, c.Layering.HardDepth = 5, 2
 	c.Node.StateDir = "relative"
 	c.Layering.DefaultSize = "-3G"
+	c.Mapper.Timeout = 0
 	err = c.Validate()
-	for _, want := range []string{"ceph.id", "ceph.pool", "mapper.backend", "soft_depth", "node.state_dir", "layering.default_size"} {
+	for _, want := range []string{"ceph.id", "ceph.pool", "mapper.backend", "mapper.timeout", "soft_depth", "node.state_dir", "layering.default_size"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to name %s", err, want)
 		}

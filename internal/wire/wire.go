@@ -46,6 +46,7 @@ func MapperConfig(c config.Config) mapper.Config {
 		CephConf: c.Ceph.Conf,
 		Keyring:  c.Ceph.Keyring,
 		ID:       c.Ceph.ID,
+		Timeout:  c.Mapper.Timeout,
 	}
 }
 

@@ -27,6 +27,17 @@ type Backend interface {
 	Detach(ctx context.Context, rec Record) error
 }
 
+// aborter is a Backend whose devices can block forever when the cluster
+// stops serving I/O (rbd-fuse retries a timed-out request without end, and
+// a process reading its loop device waits in the kernel, where no signal
+// reaches it).
+type aborter interface {
+	// Abort makes every pending and later I/O on rec's device fail at
+	// once, so that whatever waits on it returns. It reports whether it
+	// had anything to cut off. The mapping stays for Detach.
+	Abort(ctx context.Context, rec Record) (bool, error)
+}
+
 // Choice tells which backend a Mapper uses and why.
 type Choice struct {
 	// Backend is the chosen backend's name.

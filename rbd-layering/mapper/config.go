@@ -83,7 +83,9 @@ type Config struct {
 	// for an image that does not exist.
 	FilePath func(Image) (string, error)
 	// Timeout bounds each external step (one command, or the wait for an
-	// rbd-fuse mount). Zero means DefaultTimeout.
+	// rbd-fuse mount). A step doing I/O on an rbd-fuse mapping that
+	// overruns it has its rbd-fuse killed (ErrStalled), since a process
+	// blocked on that I/O cannot be killed. Zero means DefaultTimeout.
 	Timeout time.Duration
 }
 

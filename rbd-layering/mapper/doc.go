@@ -46,6 +46,16 @@
 // the mount's device number in /proc/self/mountinfo, a process's start time
 // and command line), and skips what is already gone.
 //
+// # A cluster that stops answering
+//
+// rbd-fuse retries a request that timed out without end, and a process
+// reading its loop device (losetup, mount, umount, an app) then waits in
+// the kernel, where no signal reaches it. Every step that does I/O on a
+// mapping is therefore bounded by Config.Timeout: when one overruns it,
+// the mapping's rbd-fuse is killed, the kernel fails the pending requests,
+// and the step returns ErrStalled. Mapper.Abort does the same on demand,
+// for whatever else is blocked on a mapping (an app being undeployed).
+//
 // # Conformance
 //
 // mappertest.RunSuite holds the behaviour every backend must show. It runs

@@ -28,4 +28,8 @@ var (
 	// ErrUnsupported: the backend cannot do this, e.g. rbd-fuse cannot
 	// expose a snapshot.
 	ErrUnsupported = errors.New("not supported by this backend")
+	// ErrStalled: the image's I/O did not answer within Config.Timeout
+	// (the cluster does not serve it: OSDs down, or the pool full). The
+	// mapping's I/O was cut off so that nothing stays blocked on it.
+	ErrStalled = errors.New("image I/O stalled")
 )

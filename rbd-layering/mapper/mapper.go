@@ -257,7 +257,7 @@ func (m *Mapper) Mount(ctx context.Context, mp *Mapping, target string, opts Mou
 	}
 	dev := rec.Device
 	if opts.Format {
-		if err := m.formatIfBlank(ctx, rec, dev); err != nil {
+		if err := m.guard(ctx, rec, func() error { return m.formatIfBlank(ctx, rec, dev) }); err != nil {
 			return err
 		}
 	}
@@ -296,7 +296,13 @@ func (m *Mapper) Mount(ctx context.Context, mp *Mapping, target string, opts Mou
 		}
 	}
 	start := time.Now()
-	if _, err := m.run.run(ctx, nil, "mount", append(args, dev, target)...); err != nil {
+	if err := m.guard(ctx, rec, func() error {
+		_, err := m.run.run(ctx, nil, "mount", append(args, dev, target)...)
+		return err
+	}); err != nil {
+		if errors.Is(err, ErrStalled) {
+			return fmt.Errorf("mount %s (%s) on %s: %w", rec.Image, dev, target, err)
+		}
 		hint := "check `dmesg` for the kernel's reason"
 		if s := stderrOf(err); strings.Contains(s, "wrong fs type") || strings.Contains(s, "bad superblock") {
 			hint = "the device may hold no " + fstype + " filesystem yet: mount with MountOptions.Format"
@@ -394,14 +400,16 @@ func (m *Mapper) release(ctx context.Context, rec *Record) error {
 	} else if n > 0 {
 		m.log.Debug("detached copies of the mapping's mounts in other namespaces", "id", rec.ID, "count", n)
 	}
-	if err := m.unmount(ctx, rec); err != nil {
+	// Unmounting writes back what the filesystem holds: on a cluster that
+	// stopped serving I/O it would wait forever, so it is guarded too.
+	if err := m.guard(ctx, rec, func() error { return m.unmount(ctx, rec) }); err != nil {
 		return err
 	}
 	b, ok := m.all[rec.Backend]
 	if !ok {
 		return fmt.Errorf("mapping %s names backend %q, which this build does not have: %w", rec.ID, rec.Backend, ErrInvalid)
 	}
-	if err := b.Detach(ctx, *rec); err != nil {
+	if err := guard(ctx, b, *rec, m.run.timeout, m.log, func() error { return b.Detach(ctx, *rec) }); err != nil {
 		return err
 	}
 	if err := m.store.remove(rec.ID); err != nil {
@@ -439,6 +447,73 @@ func (m *Mapper) unmount(ctx context.Context, rec *Record) error {
 		}
 	}
 	return fmt.Errorf("release %s: %s is still mounted after repeated umount: %w", rec.ID, rec.Target, ErrBusy)
+}
+
+// guard runs step, which does I/O on rec's device, under guard.
+func (m *Mapper) guard(ctx context.Context, rec *Record, step func() error) error {
+	b, ok := m.all[rec.Backend]
+	if !ok {
+		return step()
+	}
+	return guard(ctx, b, *rec, m.run.timeout, m.log, step)
+}
+
+// guard runs step, which does I/O on rec's device. When step has not
+// returned a second after timeout and the backend's I/O can block forever
+// (aborter: rbd-fuse on a cluster that stopped serving the image), the
+// device is cut off, which makes step return; the error then wraps
+// ErrStalled. A process blocked on such I/O ignores every signal, so the
+// timeout of the command alone cannot end it.
+func guard(ctx context.Context, b Backend, rec Record, timeout time.Duration, log *slog.Logger, step func() error) error {
+	ab, ok := b.(aborter)
+	if !ok {
+		return step()
+	}
+	var cut bool
+	fired := make(chan struct{})
+	t := time.AfterFunc(timeout+time.Second, func() {
+		defer close(fired)
+		var err error
+		if cut, err = ab.Abort(context.WithoutCancel(ctx), rec); err != nil {
+			log.Warn("cutting off a stalled mapping", "id", rec.ID, "image", rec.Image.String(), "err", err)
+		}
+	})
+	err := step()
+	if !t.Stop() {
+		<-fired
+	}
+	if !cut {
+		return err
+	}
+	stalled := fmt.Errorf("%s: no answer within %s: %w (hint: the cluster does not serve the image's I/O; `ceph -s` shows OSDs down or a full pool)",
+		rec.Image, timeout, ErrStalled)
+	if err == nil {
+		return stalled
+	}
+	return fmt.Errorf("%w: %w", stalled, err)
+}
+
+// Abort cuts off the I/O of mapping id when its backend can block forever
+// on a cluster that stopped serving it (rbd-fuse is killed): every pending
+// and later read or write of its device fails at once, so that processes
+// blocked on it (an app, a mount, an unmount) return. The mapping stays
+// recorded: Release it next. It does not wait for an operation in flight
+// on id, since those are what it unblocks. Backends whose I/O does not
+// block forever do nothing.
+func (m *Mapper) Abort(ctx context.Context, id string) error {
+	if err := validateID(id); err != nil {
+		return err
+	}
+	rec, err := m.store.load(id)
+	if err != nil {
+		return err
+	}
+	b, ok := m.all[rec.Backend].(aborter)
+	if !ok {
+		return nil
+	}
+	_, err = b.Abort(ctx, *rec)
+	return err
 }
 
 // List returns every mapping recorded in StateDir, also those made by

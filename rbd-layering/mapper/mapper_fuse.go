@@ -121,7 +121,11 @@ func (b *fuseBackend) Attach(ctx context.Context, img Image, rec *Record, save f
 	if err := save(); err != nil {
 		return "", err
 	}
-	dev, err := b.run.loopAttach(ctx, file, rec.ReadOnly)
+	var dev string
+	err = guard(ctx, b, *rec, b.cfg.timeout(), b.log, func() (err error) {
+		dev, err = b.run.loopAttach(ctx, file, rec.ReadOnly)
+		return err
+	})
 	if err != nil {
 		return "", fmt.Errorf("map %s: attach loop device: %w", img, err)
 	}
@@ -194,7 +198,14 @@ func (b *fuseBackend) waitReady(ctx context.Context, img Image, dir, file string
 		case <-exited:
 			return failed("exited")
 		case <-ctx.Done():
-			return failed(fmt.Sprintf("did not answer on %s within %s", dir, b.cfg.timeout()))
+			// Mounted, but the first request got no answer: the cluster
+			// does not serve the image. Cut rbd-fuse off, which also
+			// ends the stat above.
+			if _, err := b.Abort(context.WithoutCancel(ctx), Record{ID: filepath.Base(dir), Image: img, FuseDir: dir}); err != nil {
+				b.log.Warn("cutting off a stalled rbd-fuse", "image", img.String(), "err", err)
+			}
+			return fmt.Errorf("map %s: rbd-fuse did not answer on %s within %s: %w (hint: the cluster does not serve the image's I/O; `ceph -s` shows OSDs down or a full pool)",
+				img, dir, b.cfg.timeout(), ErrStalled)
 		}
 	}
 }
@@ -297,4 +308,32 @@ func (b *fuseBackend) stopProcess(ctx context.Context, rec Record, neverMounted 
 		}
 	}
 	return nil
+}
+
+// Abort implements aborter: it kills the mapping's rbd-fuse (SIGKILL). The
+// kernel then fails every pending and later request on its filesystem, so
+// a losetup, mount, umount or app blocked on the loop device returns. A
+// stuck rbd-fuse cannot be asked to give up: it retries a request that
+// timed out (rados_osd_op_timeout) without end.
+func (b *fuseBackend) Abort(ctx context.Context, rec Record) (bool, error) {
+	dir := rec.FuseDir
+	if dir == "" {
+		dir = b.dir(rec.ID)
+	}
+	pids := findProcs("rbd-fuse", dir)
+	for _, pid := range pids {
+		start, ok := procStart(pid)
+		if !ok {
+			continue
+		}
+		b.log.Warn("image I/O stalled: killing its rbd-fuse", "id", rec.ID, "image", rec.Image.String(), "pid", pid)
+		syscall.Kill(pid, syscall.SIGKILL)
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		gone := waitExit(wctx, pid, start)
+		cancel()
+		if !gone {
+			return true, fmt.Errorf("abort %s (%s): rbd-fuse pid %d survives SIGKILL: %w", rec.ID, rec.Image, pid, ErrBusy)
+		}
+	}
+	return len(pids) > 0, nil
 }
