@@ -21,6 +21,9 @@ var (
 	ErrUnavailable = errors.New("storage unavailable")
 	// ErrBuildStep: a build step failed.
 	ErrBuildStep = errors.New("build step failed")
+	// ErrFull: the pool is full (its quota is used up, or an OSD is past
+	// its full ratio): writes are not served until space is freed.
+	ErrFull = errors.New("pool full")
 )
 
 // HintError carries a one-line hint for the user next to the error.

@@ -112,3 +112,11 @@ type Backend interface {
 	Store
 	Catalog
 }
+
+// Diagnoser is a Store that can ask its cluster why I/O is not served.
+type Diagnoser interface {
+	// Diagnose returns nil when the cluster reports nothing wrong, or an
+	// error, with a hint, wrapping ErrFull (the pool is full) or
+	// ErrUnavailable (OSDs are down).
+	Diagnose(ctx context.Context) error
+}

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ceph/go-ceph/rados"
@@ -23,9 +24,15 @@ type Store struct {
 	cfg   Config
 	conn  *rados.Conn
 	ioctx *rados.IOContext
+
+	diagMu sync.Mutex
+	diag   diagnosis // the last Diagnose, reused for diagnosisTTL
 }
 
-var _ layering.Backend = (*Store)(nil)
+var (
+	_ layering.Backend   = (*Store)(nil)
+	_ layering.Diagnoser = (*Store)(nil)
+)
 
 // Open connects to the cluster and opens the pool. It returns an error
 // wrapping layering.ErrUnavailable within cfg.Timeout when the cluster does
@@ -109,8 +116,10 @@ const (
 	eBUSY     = -16
 	eEXIST    = -17
 	eINVAL    = -22
+	eNOSPC    = -28
 	eNOTEMPTY = -39
 	eTIMEDOUT = -110
+	eDQUOT    = -122
 )
 
 // wrap maps a go-ceph error onto a layering sentinel and keeps both.
@@ -132,6 +141,8 @@ func wrap(op string, err error) error {
 		sentinel = layering.ErrInvalid
 	case eTIMEDOUT:
 		sentinel = layering.ErrUnavailable
+	case eNOSPC, eDQUOT:
+		sentinel = layering.ErrFull
 	}
 	if errors.Is(err, rbd.ErrNotFound) {
 		sentinel = layering.ErrNotFound
@@ -154,7 +165,7 @@ func (s *Store) Create(ctx context.Context, name string, size int64) error {
 	}
 	opts := rbd.NewRbdImageOptions()
 	defer opts.Destroy()
-	return wrap("create "+name, rbd.CreateImage(s.ioctx, name, uint64(size), opts))
+	return s.wrap(ctx, "create "+name, rbd.CreateImage(s.ioctx, name, uint64(size), opts))
 }
 
 // Write implements layering.Store.
@@ -163,13 +174,13 @@ func (s *Store) Create(ctx context.Context, name string, size int64) error {
 func (s *Store) Write(ctx context.Context, name string, src io.ReaderAt, size int64) error {
 	img, err := rbd.OpenImage(s.ioctx, name, rbd.NoSnapshot)
 	if err != nil {
-		return wrap("open "+name, err)
+		return s.wrap(ctx, "open "+name, err)
 	}
 	defer img.Close()
 	if _, err := layering.CopySparse(ctx, img, src, size); err != nil {
-		return wrap("write "+name, err)
+		return s.wrap(ctx, "write "+name, err)
 	}
-	return wrap("flush "+name, img.Flush())
+	return s.wrap(ctx, "flush "+name, img.Flush())
 }
 
 // ReadAt implements layering.Store.
@@ -185,12 +196,12 @@ func (s *Store) ReadAt(ctx context.Context, name string, p []byte, off int64) (i
 	}
 	h, err := rbd.OpenImageReadOnly(s.ioctx, img, snap)
 	if err != nil {
-		return 0, wrap("read "+name, err)
+		return 0, s.wrap(ctx, "read "+name, err)
 	}
 	defer h.Close()
 	n, err := h.ReadAt(p, off)
 	if err != nil && err != io.EOF {
-		return n, wrap("read "+name, err)
+		return n, s.wrap(ctx, "read "+name, err)
 	}
 	return n, err
 }
@@ -205,23 +216,23 @@ func (s *Store) Stat(ctx context.Context, name string) (layering.ImageInfo, erro
 	}
 	img, err := rbd.OpenImageReadOnly(s.ioctx, name, rbd.NoSnapshot)
 	if err != nil {
-		return layering.ImageInfo{}, wrap("stat "+name, err)
+		return layering.ImageInfo{}, s.wrap(ctx, "stat "+name, err)
 	}
 	defer img.Close()
 	info := layering.ImageInfo{Name: name}
 	size, err := img.GetSize()
 	if err != nil {
-		return info, wrap("stat "+name, err)
+		return info, s.wrap(ctx, "stat "+name, err)
 	}
 	info.Size = int64(size)
 	if p, err := img.GetParent(); err == nil {
 		info.Parent = &layering.SnapRef{Image: p.Image.ImageName, Snap: p.Snap.SnapName}
 	} else if errno(err) != eNOENT {
-		return info, wrap("parent of "+name, err)
+		return info, s.wrap(ctx, "parent of "+name, err)
 	}
 	snaps, err := img.GetSnapshotNames()
 	if err != nil {
-		return info, wrap("snapshots of "+name, err)
+		return info, s.wrap(ctx, "snapshots of "+name, err)
 	}
 	for _, sn := range snaps {
 		prot, _ := img.GetSnapshot(sn.Name).IsProtected()
@@ -247,7 +258,7 @@ func (s *Store) Stat(ctx context.Context, name string) (layering.ImageInfo, erro
 		},
 	})
 	if err != nil {
-		return info, wrap("used bytes of "+name, err)
+		return info, s.wrap(ctx, "used bytes of "+name, err)
 	}
 	info.Used = int64(used)
 	return info, nil
@@ -262,7 +273,7 @@ func (s *Store) List(ctx context.Context) ([]string, error) {
 	}
 	names, err := rbd.GetImageNames(s.ioctx)
 	if err != nil {
-		return nil, wrap("list pool "+s.cfg.Pool, err)
+		return nil, s.wrap(ctx, "list pool "+s.cfg.Pool, err)
 	}
 	sort.Strings(names)
 	return names, nil
@@ -280,16 +291,16 @@ func (s *Store) Snapshot(ctx context.Context, ref layering.SnapRef) (err error) 
 	}
 	img, err := rbd.OpenImage(s.ioctx, ref.Image, rbd.NoSnapshot)
 	if err != nil {
-		return wrap("snapshot "+ref.String(), err)
+		return s.wrap(ctx, "snapshot "+ref.String(), err)
 	}
 	defer img.Close()
 	snap, err := img.CreateSnapshot(ref.Snap)
 	if err != nil {
-		return wrap("snapshot "+ref.String(), err)
+		return s.wrap(ctx, "snapshot "+ref.String(), err)
 	}
 	if err := snap.Protect(); err != nil {
 		_ = snap.Remove()
-		return wrap("protect "+ref.String(), err)
+		return s.wrap(ctx, "protect "+ref.String(), err)
 	}
 	return nil
 }
@@ -307,7 +318,7 @@ func (s *Store) Clone(ctx context.Context, parent layering.SnapRef, child string
 		return err
 	}
 	err := rbd.CloneImage(s.ioctx, parent.Image, parent.Snap, s.ioctx, child, opts)
-	return wrap(fmt.Sprintf("clone %s to %s", parent, child), err)
+	return s.wrap(ctx, fmt.Sprintf("clone %s to %s", parent, child), err)
 }
 
 // Children implements layering.Store.
@@ -319,12 +330,12 @@ func (s *Store) Children(ctx context.Context, parent layering.SnapRef) ([]string
 	}
 	img, err := rbd.OpenImageReadOnly(s.ioctx, parent.Image, parent.Snap)
 	if err != nil {
-		return nil, wrap("children of "+parent.String(), err)
+		return nil, s.wrap(ctx, "children of "+parent.String(), err)
 	}
 	defer img.Close()
 	_, names, err := img.ListChildren()
 	if err != nil {
-		return nil, wrap("children of "+parent.String(), err)
+		return nil, s.wrap(ctx, "children of "+parent.String(), err)
 	}
 	sort.Strings(names)
 	return names, nil
@@ -339,10 +350,10 @@ func (s *Store) Flatten(ctx context.Context, name string) error {
 	}
 	img, err := rbd.OpenImage(s.ioctx, name, rbd.NoSnapshot)
 	if err != nil {
-		return wrap("flatten "+name, err)
+		return s.wrap(ctx, "flatten "+name, err)
 	}
 	defer img.Close()
-	return wrap("flatten "+name, img.Flatten())
+	return s.wrap(ctx, "flatten "+name, img.Flatten())
 }
 
 // RemoveSnapshot implements layering.Store.
@@ -361,18 +372,18 @@ func (s *Store) RemoveSnapshot(ctx context.Context, ref layering.SnapRef) error 
 	}
 	img, err := rbd.OpenImage(s.ioctx, ref.Image, rbd.NoSnapshot)
 	if err != nil {
-		return wrap("remove snapshot "+ref.String(), err)
+		return s.wrap(ctx, "remove snapshot "+ref.String(), err)
 	}
 	defer img.Close()
 	snap := img.GetSnapshot(ref.Snap)
 	if prot, err := snap.IsProtected(); err != nil {
-		return wrap("remove snapshot "+ref.String(), err)
+		return s.wrap(ctx, "remove snapshot "+ref.String(), err)
 	} else if prot {
 		if err := snap.Unprotect(); err != nil {
-			return wrap("unprotect "+ref.String(), err)
+			return s.wrap(ctx, "unprotect "+ref.String(), err)
 		}
 	}
-	return wrap("remove snapshot "+ref.String(), snap.Remove())
+	return s.wrap(ctx, "remove snapshot "+ref.String(), snap.Remove())
 }
 
 // Remove implements layering.Store.
@@ -398,7 +409,7 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 				"remove the clones first, or flatten them")
 		}
 	}
-	if err := s.checkWatchers(name); err != nil {
+	if err := s.checkWatchers(ctx, name); err != nil {
 		return err
 	}
 	for _, sn := range info.Snapshots {
@@ -411,21 +422,21 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 		return layering.WithHint(fmt.Errorf("remove %s: image still has watchers: %w (ceph: %w)", name, layering.ErrBusy, err),
 			"it is mapped on a node: undeploy or unmap it first")
 	}
-	return wrap("remove "+name, err)
+	return s.wrap(ctx, "remove "+name, err)
 }
 
 // checkWatchers refuses while another client (a mapping) watches the image.
 //
 // Implements: rbd_watchers_list.
-func (s *Store) checkWatchers(name string) error {
+func (s *Store) checkWatchers(ctx context.Context, name string) error {
 	img, err := rbd.OpenImageReadOnly(s.ioctx, name, rbd.NoSnapshot)
 	if err != nil {
-		return wrap("watchers of "+name, err)
+		return s.wrap(ctx, "watchers of "+name, err)
 	}
 	defer img.Close()
 	ws, err := img.ListWatchers()
 	if err != nil {
-		return wrap("watchers of "+name, err)
+		return s.wrap(ctx, "watchers of "+name, err)
 	}
 	if len(ws) > 0 {
 		addrs := make([]string, 0, len(ws))
@@ -447,7 +458,7 @@ func (s *Store) SetMeta(ctx context.Context, name, key, value string) error {
 	}
 	img, err := rbd.OpenImage(s.ioctx, name, rbd.NoSnapshot)
 	if err != nil {
-		return wrap("set metadata on "+name, err)
+		return s.wrap(ctx, "set metadata on "+name, err)
 	}
 	defer img.Close()
 	if value == "" {
@@ -455,9 +466,9 @@ func (s *Store) SetMeta(ctx context.Context, name, key, value string) error {
 		if errno(err) == eNOENT {
 			err = nil
 		}
-		return wrap("remove metadata "+key+" of "+name, err)
+		return s.wrap(ctx, "remove metadata "+key+" of "+name, err)
 	}
-	return wrap("set metadata "+key+" on "+name, img.SetMetadata(key, value))
+	return s.wrap(ctx, "set metadata "+key+" on "+name, img.SetMetadata(key, value))
 }
 
 // Tag implements layering.Catalog.
@@ -466,7 +477,7 @@ func (s *Store) SetMeta(ctx context.Context, name, key, value string) error {
 func (s *Store) Tag(ctx context.Context, name string) ([]byte, error) {
 	vals, err := s.ioctx.GetOmapValues(CatalogObject, "", name, 64)
 	if err != nil && errno(err) != eNOENT {
-		return nil, wrap("catalog", err)
+		return nil, s.wrap(ctx, "catalog", err)
 	}
 	v, ok := vals[name]
 	if !ok {
@@ -479,7 +490,7 @@ func (s *Store) Tag(ctx context.Context, name string) ([]byte, error) {
 //
 // Implements: rados_write_op_omap_set2.
 func (s *Store) SetTag(ctx context.Context, name string, record []byte) error {
-	return wrap("catalog set "+name, s.ioctx.SetOmap(CatalogObject, map[string][]byte{name: record}))
+	return s.wrap(ctx, "catalog set "+name, s.ioctx.SetOmap(CatalogObject, map[string][]byte{name: record}))
 }
 
 // Tags implements layering.Catalog.
@@ -489,7 +500,7 @@ func (s *Store) Tags(ctx context.Context) (map[string][]byte, error) {
 		if errno(err) == eNOENT {
 			return map[string][]byte{}, nil
 		}
-		return nil, wrap("catalog", err)
+		return nil, s.wrap(ctx, "catalog", err)
 	}
 	return vals, nil
 }
@@ -502,5 +513,5 @@ func (s *Store) DeleteTag(ctx context.Context, name string) error {
 	if errno(err) == eNOENT {
 		return nil
 	}
-	return wrap("catalog delete "+name, err)
+	return s.wrap(ctx, "catalog delete "+name, err)
 }
