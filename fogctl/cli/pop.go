@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	hintpkg "github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/pop-agent/agent"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -311,7 +312,11 @@ func waitDeployment(ctx context.Context, f *Factory, st *state.Store, id string)
 			fmt.Fprintf(f.ErrOut, "==> %s Running on %s (%s) at %v\n", id, dep.Node, kind, dep.Status.Ports)
 			return dep, nil
 		case deploy.PhaseFailed:
-			return dep, fmt.Errorf("deployment %s failed on %s: %s", id, dep.Node, dep.Status.Error)
+			err := fmt.Errorf("deployment %s failed on %s: %s", id, dep.Node, dep.Status.Error)
+			if dep.Status.Hint != "" {
+				err = hintpkg.With(err, dep.Status.Hint)
+			}
+			return dep, err
 		}
 		select {
 		case <-ctx.Done():

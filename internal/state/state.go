@@ -328,7 +328,9 @@ type Status struct {
 	Timings       layering.Timings  `json:"timings,omitempty"`
 	EngineReadyMS float64           `json:"engine_ready_ms,omitempty"`
 	Error         string            `json:"error,omitempty"`
-	Updated       time.Time         `json:"updated"`
+	// Hint says what to do about Error.
+	Hint    string    `json:"hint,omitempty"`
+	Updated time.Time `json:"updated"`
 }
 
 // Deployment is a desired deployment with its status (zero if none yet).

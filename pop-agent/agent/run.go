@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,11 +31,13 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/devenv"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/gc"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/version"
 	"github.com/fogdeploy/fogdeploy/internal/wire"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
 
 // StateConfig turns the config into the etcd client's.
@@ -45,18 +48,38 @@ func StateConfig(c config.Config) state.Config {
 
 // agent is one running pop-agent.
 type agent struct {
-	c    config.Config
-	o    Options
-	log  *slog.Logger
-	st   *state.Store
-	sess *concurrency.Session
-	d    *deploy.Deployer
-	m    *metrics
-	pool layering.Store
+	c      config.Config
+	o      Options
+	log    *slog.Logger
+	st     *state.Store
+	node   state.Node
+	d      *deploy.Deployer
+	m      *metrics
+	pool   layering.Store
+	mapper *mapper.Mapper
 
 	mu   sync.Mutex
 	busy map[string]*sync.Mutex // per deployment
 	wg   sync.WaitGroup
+
+	sessMu   sync.Mutex
+	sess     *concurrency.Session // the node's lease; replaced after an etcd outage
+	etcdLost time.Time            // when the lease was lost; zero while registered
+}
+
+// session returns the node's current etcd session (its lease also holds
+// the checkpoint locks this agent takes).
+func (a *agent) session() *concurrency.Session {
+	a.sessMu.Lock()
+	defer a.sessMu.Unlock()
+	return a.sess
+}
+
+// etcdState returns when the node lost its lease, or the zero time.
+func (a *agent) etcdState() time.Time {
+	a.sessMu.Lock()
+	defer a.sessMu.Unlock()
+	return a.etcdLost
 }
 
 // Run starts the agent and blocks until ctx is done.
@@ -135,21 +158,30 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 		return fmt.Errorf("listen %s: %w", o.Listen, err)
 	}
 	api := ln.Addr().String()
-	sess, err := st.Register(ctx, state.Node{Name: c.Node.Name, API: api, Capacity: c.Agent.Capacity,
-		Mapper: l.Mapper.Choice().Backend, Engines: engines, Fingerprint: fingerprint, Started: time.Now().UTC()}, c.Agent.LeaseTTL)
+	node := state.Node{Name: c.Node.Name, API: api, Capacity: c.Agent.Capacity,
+		Mapper: l.Mapper.Choice().Backend, Engines: engines, Fingerprint: fingerprint, Started: time.Now().UTC()}
+	sess, err := st.Register(ctx, node, c.Agent.LeaseTTL)
 	if err != nil {
 		return err
 	}
-	defer sess.Close()
 
-	a := &agent{c: c, o: o, log: log, st: st, sess: sess, d: d, m: m, pool: l.Store, busy: map[string]*sync.Mutex{}}
+	a := &agent{c: c, o: o, log: log, st: st, node: node, sess: sess, d: d, m: m, pool: l.Store, mapper: l.Mapper,
+		busy: map[string]*sync.Mutex{}}
+	defer func() { a.session().Close() }()
 	token, err := readToken(c.Agent.TokenFile)
 	if err != nil {
 		return err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "node": c.Node.Name, "mapper": l.Mapper.Choice().Backend,
+		status, etcd := "ok", "ok"
+		if lost := a.etcdState(); !lost.IsZero() {
+			// Still alive: instances keep running.
+			status = "degraded"
+			etcd = fmt.Sprintf("unavailable for %s: node lease lost at %s; instances keep running, registering again when etcd answers",
+				time.Since(lost).Round(time.Second), lost.UTC().Format(time.RFC3339))
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"status": status, "etcd": etcd, "node": c.Node.Name, "mapper": l.Mapper.Choice().Backend,
 			"engines": engines, "version": version.String()})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -158,6 +190,7 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 	go func() { errc <- a.reconcile(ctx) }()
+	go a.keepRegistered(ctx)
 	log.Info("pop-agent ready", "api", api, "engines", engines, "version", version.String())
 
 	select {
@@ -166,8 +199,6 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}
-	case <-sess.Done():
-		return errors.New("etcd lease lost")
 	}
 	log.Info("shutting down", "bound", o.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ShutdownTimeout)
@@ -175,6 +206,71 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	err = srv.Shutdown(sctx)
 	a.wg.Wait()
 	return err
+}
+
+// keepRegistered watches the node's lease. When etcd does not answer for
+// longer than the lease TTL the lease is lost: the agent says so in its log
+// and in /healthz, keeps every instance running (it never undeploys for
+// want of etcd), and registers the node again as soon as etcd answers,
+// then reconciles what changed meanwhile.
+func (a *agent) keepRegistered(ctx context.Context) {
+	for {
+		old := a.session()
+		select {
+		case <-ctx.Done():
+			return
+		case <-old.Done():
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		lost := time.Now()
+		a.sessMu.Lock()
+		a.etcdLost = lost
+		a.sessMu.Unlock()
+		a.log.Warn("etcd unavailable: the node lease is lost; instances keep running, registering again when etcd answers",
+			"lease_ttl", a.c.Agent.LeaseTTL, "endpoints", a.c.Etcd.Endpoints)
+		sess, err := a.register(ctx, old)
+		if err != nil {
+			return // shutting down
+		}
+		a.sessMu.Lock()
+		a.sess, a.etcdLost = sess, time.Time{}
+		a.sessMu.Unlock()
+		a.log.Info("etcd available again: node registered", "unavailable_for", time.Since(lost).Round(time.Millisecond))
+		if _, err := a.resync(ctx); err != nil {
+			a.log.Warn("reconciling", "err", err)
+		}
+	}
+}
+
+// register retries until etcd answers, then drops the lost session's
+// lease and registers the node with a new one. It fails only when ctx
+// ends.
+func (a *agent) register(ctx context.Context, old *concurrency.Session) (*concurrency.Session, error) {
+	wait := time.Second
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := a.st.Client().Get(pctx, state.Prefix+"nodes/"+a.c.Node.Name+"/info", clientv3.WithCountOnly())
+		cancel()
+		if err != nil {
+			a.log.Debug("etcd still unavailable", "err", err)
+			continue
+		}
+		_ = old.Close() // revokes the old lease if etcd still has it
+		sess, err := a.st.Register(ctx, a.node, a.c.Agent.LeaseTTL)
+		if err != nil {
+			a.log.Warn("registering the node again", "err", err)
+			continue
+		}
+		return sess, nil
+	}
 }
 
 // reconcile handles the deployments of this node: the existing ones first,
@@ -253,9 +349,28 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 		}
 		want[dsr.ID] = true
 		if rec, err := a.d.Load(dsr.ID); err == nil && rec.Phase == deploy.PhaseRunning {
+			// Its instance may have died meanwhile (its container
+			// exited, or went with a dockerd restarted without
+			// live-restore). A driver that cannot tell is asked again
+			// next time.
+			if alive, err := a.d.Alive(ctx, dsr.ID); err == nil && !alive {
+				a.spawn(ctx, dsr.ID, func(ctx context.Context) { a.revive(ctx, dsr) })
+				continue
+			}
+			// A deploy that ended while etcd was unavailable could not
+			// say so.
+			if dep, err := a.st.Deployment(ctx, dsr.ID); err == nil && dep.Status.Phase != deploy.PhaseRunning {
+				a.spawn(ctx, dsr.ID, func(ctx context.Context) { a.resetStatus(ctx, dsr.ID) })
+			}
 			continue
 		}
 		if dep, err := a.st.Deployment(ctx, dsr.ID); err == nil && dep.Status.Phase == deploy.PhaseFailed {
+			// A failed deploy whose undo could not finish (the cluster
+			// did not answer) left its record: retry the undo. The
+			// deployment stays Failed.
+			if _, err := a.d.Load(dsr.ID); err == nil {
+				a.spawn(ctx, dsr.ID, func(ctx context.Context) { a.cleanFailed(ctx, dsr.ID) })
+			}
 			continue
 		}
 		a.spawn(ctx, dsr.ID, func(ctx context.Context) { a.deploy(ctx, dsr) })
@@ -320,7 +435,7 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 	}
 	st := state.Status{Phase: deploy.PhaseCreating, Node: a.c.Node.Name}
 	var mu sync.Mutex
-	_ = a.st.SetStatus(ctx, dsr.ID, st)
+	_ = a.setStatus(ctx, dsr.ID, st)
 	start := time.Now()
 	booting := false
 	progress := func(phase string, took time.Duration) {
@@ -334,7 +449,7 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		if phase == "seal" {
 			booting = false
 		}
-		_ = a.st.SetStatus(ctx, dsr.ID, st)
+		_ = a.setStatus(ctx, dsr.ID, st)
 	}
 	dep, err := a.d.Deploy(ctx, app, deploy.Options{
 		ID:         dsr.ID,
@@ -343,7 +458,7 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		IfNoEngine: a.c.Agent.IfNoEngine,
 		Progress:   progress,
 		LockCheckpoint: func(ctx context.Context, wait bool) (func(), error) {
-			unlock, err := a.st.LockCheckpoint(ctx, a.sess, app.Name, wait)
+			unlock, err := a.st.LockCheckpoint(ctx, a.session(), app.Name, wait)
 			if err != nil {
 				return nil, err
 			}
@@ -360,13 +475,22 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		},
 		Sealed: func(ctx context.Context, g deploy.Generation) error {
 			a.m.checkpoints.Inc()
-			a.st.Event(ctx, dsr.ID, "checkpointed", fmt.Sprintf("app %s generation %d (%d bytes)", g.App, g.Gen, g.Bytes))
+			a.event(ctx, dsr.ID, "checkpointed", fmt.Sprintf("app %s generation %d (%d bytes)", g.App, g.Gen, g.Bytes))
 			err := a.st.PutCheckpoint(ctx, g)
 			a.retain(ctx, g.App)
 			return err
 		},
 	})
 	if err != nil {
+		if _, lerr := a.d.Load(dsr.ID); lerr == nil {
+			// The deployer's own undo did not finish.
+			if cerr := a.clean(ctx, dsr.ID); cerr != nil {
+				log.Warn("what the failed deploy left stays until the cluster answers; retried every reconcile interval", "err", cerr)
+			}
+		}
+		if step := failedStep(st.Timings); step != "" {
+			err = fmt.Errorf("step %s: %w", step, err)
+		}
 		a.fail(ctx, dsr, &st, err)
 		return
 	}
@@ -376,21 +500,52 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 	}
 	a.m.deploys.WithLabelValues(mode, "ok").Inc()
 	a.m.duration.WithLabelValues(mode).Observe(time.Since(start).Seconds())
-	st = state.Status{Phase: deploy.PhaseRunning, Node: a.c.Node.Name, Gen: dep.Gen, Mode: dep.Mode, BootReason: dep.BootReason,
-		Booted: dep.Booted, Ports: dep.Ports, Timings: dep.Timings, EngineReadyMS: dep.EngineReadyMS}
-	if err := a.st.SetStatus(ctx, dsr.ID, st); err != nil {
+	st = runningStatus(dep)
+	if err := a.setStatus(ctx, dsr.ID, st); err != nil {
 		log.Warn("writing status", "err", err)
 	}
 	what := fmt.Sprintf("restored gen %d", dep.Gen)
 	if dep.Mode == deploy.ModeBoot {
 		what = "booted without a checkpoint (" + dep.BootReason + ")"
 	}
-	a.st.Event(ctx, dsr.ID, "running", fmt.Sprintf("%s, %s", what, dep.Timings))
+	a.event(ctx, dsr.ID, "running", fmt.Sprintf("%s, %s", what, dep.Timings))
 	log.Info("deployment running", "mode", dep.Mode, "gen", dep.Gen, "booted", dep.Booted, "ports", dep.Ports, "timings", dep.Timings.String())
-	// Withdrawn while we deployed? Then undo at once.
-	if _, err := a.st.Deployment(ctx, dsr.ID); errors.Is(err, state.ErrNotFound) {
+	// Withdrawn while we deployed? Then undo at once (without etcd, resync
+	// does when it answers again).
+	wctx, cancel := context.WithTimeout(ctx, a.etcdTimeout())
+	_, err = a.st.Deployment(wctx, dsr.ID)
+	cancel()
+	if errors.Is(err, state.ErrNotFound) {
 		a.undeploy(ctx, dsr.ID)
 	}
+}
+
+// etcdTimeout bounds the status and event writes of the deploy path, so
+// that a deploy goes on while etcd is unavailable (resync writes a
+// Running status again once etcd answers).
+func (a *agent) etcdTimeout() time.Duration {
+	if a.c.Etcd.DialTimeout > 0 {
+		return a.c.Etcd.DialTimeout
+	}
+	return 5 * time.Second
+}
+
+func (a *agent) setStatus(ctx context.Context, id string, st state.Status) error {
+	ctx, cancel := context.WithTimeout(ctx, a.etcdTimeout())
+	defer cancel()
+	return a.st.SetStatus(ctx, id, st)
+}
+
+func (a *agent) event(ctx context.Context, id, reason, msg string) {
+	ctx, cancel := context.WithTimeout(ctx, a.etcdTimeout())
+	defer cancel()
+	a.st.Event(ctx, id, reason, msg)
+}
+
+// runningStatus is the status of a Running deployment record.
+func runningStatus(dep deploy.Deployment) state.Status {
+	return state.Status{Phase: deploy.PhaseRunning, Node: dep.Node, Gen: dep.Gen, Mode: dep.Mode, BootReason: dep.BootReason,
+		Booted: dep.Booted, Ports: dep.Ports, Timings: dep.Timings, EngineReadyMS: dep.EngineReadyMS}
 }
 
 // refresh produces a new checkpoint generation of app under the PoP-wide
@@ -398,8 +553,8 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 // Checkpointed; no instance is left running.
 func (a *agent) refresh(ctx context.Context, dsr state.Desired, app deploy.App) {
 	st := state.Status{Phase: deploy.PhaseBooting, Node: a.c.Node.Name, Mode: deploy.ModeCheckpoint}
-	_ = a.st.SetStatus(ctx, dsr.ID, st)
-	unlock, err := a.st.LockCheckpoint(ctx, a.sess, app.Name, true)
+	_ = a.setStatus(ctx, dsr.ID, st)
+	unlock, err := a.st.LockCheckpoint(ctx, a.session(), app.Name, true)
 	if err != nil {
 		a.fail(ctx, dsr, &st, err)
 		return
@@ -408,7 +563,7 @@ func (a *agent) refresh(ctx context.Context, dsr state.Desired, app deploy.App) 
 	start := time.Now()
 	g, err := a.d.Checkpoint(ctx, app, deploy.CheckpointOptions{Progress: func(phase string, took time.Duration) {
 		st.Timings = append(st.Timings, layering.Phase{Name: phase, Duration: took})
-		_ = a.st.SetStatus(ctx, dsr.ID, st)
+		_ = a.setStatus(ctx, dsr.ID, st)
 	}})
 	if err != nil {
 		a.fail(ctx, dsr, &st, err)
@@ -423,8 +578,8 @@ func (a *agent) refresh(ctx context.Context, dsr state.Desired, app deploy.App) 
 	}
 	a.retain(ctx, g.App)
 	st.Phase, st.Gen, st.Timings = deploy.PhaseCheckpointed, g.Gen, g.Timings
-	_ = a.st.SetStatus(ctx, dsr.ID, st)
-	a.st.Event(ctx, dsr.ID, "checkpointed", fmt.Sprintf("app %s generation %d (%d bytes), refreshed", g.App, g.Gen, g.Bytes))
+	_ = a.setStatus(ctx, dsr.ID, st)
+	a.event(ctx, dsr.ID, "checkpointed", fmt.Sprintf("app %s generation %d (%d bytes), refreshed", g.App, g.Gen, g.Bytes))
 	a.log.Info("checkpoint refreshed", "deployment", dsr.ID, "app", app.Name, "gen", g.Gen, "timings", g.Timings.String())
 }
 
@@ -446,26 +601,172 @@ func (a *agent) retain(ctx context.Context, app string) {
 }
 
 func (a *agent) fail(ctx context.Context, dsr state.Desired, st *state.Status, err error) {
+	err = a.explain(ctx, err)
 	a.m.deploys.WithLabelValues("", "error").Inc()
-	a.log.Error("deployment failed", "deployment", dsr.ID, "app", dsr.App, "err", err)
+	h := hintOf(err)
+	a.log.Error("deployment failed", "deployment", dsr.ID, "app", dsr.App, "err", err, "hint", h)
 	s := state.Status{Node: a.c.Node.Name}
 	if st != nil {
 		s = *st
 	}
-	s.Phase, s.Error = deploy.PhaseFailed, err.Error()
-	_ = a.st.SetStatus(ctx, dsr.ID, s)
-	a.st.Event(ctx, dsr.ID, "failed", err.Error())
+	s.Phase, s.Error, s.Hint = deploy.PhaseFailed, err.Error(), h
+	_ = a.setStatus(ctx, dsr.ID, s)
+	a.event(ctx, dsr.ID, "failed", err.Error())
+}
+
+// hintOf returns the hint an error carries, of either kind.
+func hintOf(err error) string {
+	if h := layering.Hint(err); h != "" {
+		return h
+	}
+	return hint.Of(err)
+}
+
+// explain adds to a failure what the cluster or the node says about it:
+// why Ceph did not serve I/O (a full pool, OSDs down) when a mapping
+// stalled or an operation timed out, or that the node's state directory is
+// full. The cause comes first, with its hint.
+func (a *agent) explain(ctx context.Context, err error) error {
+	if errors.Is(err, syscall.ENOSPC) && !errors.Is(err, layering.ErrFull) {
+		return hint.With(fmt.Errorf("node %s: its state directory is full: %w", a.c.Node.Name, err),
+			fmt.Sprintf("free space in %s (`df -h %s`), then deploy again", a.c.Node.StateDir, a.c.Node.StateDir))
+	}
+	if !errors.Is(err, mapper.ErrStalled) && !errors.Is(err, layering.ErrUnavailable) && !errors.Is(err, layering.ErrFull) {
+		return err
+	}
+	var why error
+	if d, ok := a.pool.(layering.Diagnoser); ok {
+		why = d.Diagnose(ctx)
+	}
+	first, _, _ := strings.Cut(err.Error(), "\n")
+	switch {
+	case why != nil && !strings.Contains(first, why.Error()): // not said yet, or only of the undo
+		return fmt.Errorf("ceph: %w; %w", why, err)
+	case hintOf(err) != "":
+		return err
+	}
+	return hint.With(fmt.Errorf("ceph: the deployment's images were not served in time; %w", err),
+		"`ceph -s` and `ceph health detail` say why; deploy again once the cluster answers")
+}
+
+// failedStep names the step that follows the last phase passed, or "".
+func failedStep(passed layering.Timings) string {
+	if len(passed) == 0 {
+		return ""
+	}
+	steps := []string{"clone", "map", "mount", "container", "ready"} // docs/design.md
+	last, booting := strings.CutPrefix(passed[len(passed)-1].Name, "boot.")
+	switch last {
+	case "ready", "prepare":
+		if booting {
+			return "boot.checkpoint"
+		}
+		return ""
+	case "checkpoint":
+		return "boot.seal" // only a first deploy checkpoints
+	case "seal":
+		return "clone" // the restore that follows
+	}
+	i := slices.Index(steps, last)
+	if i < 0 || i+1 == len(steps) {
+		return ""
+	}
+	if booting {
+		return "boot." + steps[i+1]
+	}
+	return steps[i+1]
+}
+
+// clean removes what a failed or withdrawn deployment left on this node.
+// When the first try fails (an instance or a mount blocked on a cluster
+// that stopped serving its images), the deployment's mappings are cut off,
+// which ends whatever waits on them, and it tries again. The images stay
+// in the pool while the cluster does not answer; the reconcile loop
+// retries then.
+func (a *agent) clean(ctx context.Context, id string) error {
+	err := a.d.Undeploy(ctx, id)
+	if err == nil || errors.Is(err, deploy.ErrNotFound) {
+		return nil
+	}
+	rec, lerr := a.d.Load(id)
+	if lerr != nil {
+		return err
+	}
+	for _, m := range rec.Mappings {
+		if aerr := a.mapper.Abort(ctx, m); aerr != nil && !errors.Is(aerr, mapper.ErrNotMapped) {
+			a.log.Warn("cutting off a mapping", "deployment", id, "mapping", m, "err", aerr)
+		}
+	}
+	if err := a.d.Undeploy(ctx, id); err != nil && !errors.Is(err, deploy.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// cleanFailed retries removing what a failed deployment left; it stays
+// Failed (with its error) until withdrawn.
+func (a *agent) cleanFailed(ctx context.Context, id string) {
+	if _, err := a.d.Load(id); err != nil {
+		return
+	}
+	if err := a.clean(ctx, id); err != nil {
+		a.log.Debug("what a failed deployment left is still there", "deployment", id, "err", err)
+		return
+	}
+	a.log.Info("removed what a failed deployment left", "deployment", id)
+	a.event(ctx, id, "cleaned", "what the failed deploy left on the node and in the pool is removed")
+}
+
+// resetStatus writes the status of a Running deployment from its record,
+// when etcd says otherwise (its deploy ended while etcd was unavailable).
+func (a *agent) resetStatus(ctx context.Context, id string) {
+	rec, err := a.d.Load(id)
+	if err != nil || rec.Phase != deploy.PhaseRunning {
+		return
+	}
+	if dep, err := a.st.Deployment(ctx, id); err != nil || dep.Status.Phase == deploy.PhaseRunning {
+		return
+	}
+	if err := a.setStatus(ctx, id, runningStatus(rec)); err != nil {
+		a.log.Warn("writing status", "deployment", id, "err", err)
+		return
+	}
+	a.log.Info("status written again: the deployment runs", "deployment", id)
+	a.event(ctx, id, "running", "status written again after etcd was unavailable")
+}
+
+// revive deploys a Running deployment again whose instance is gone (its
+// container exited, or was removed with a dockerd restarted without
+// live-restore): what is left of it is removed, and it is restored (or
+// booted) anew under the same ID.
+func (a *agent) revive(ctx context.Context, dsr state.Desired) {
+	if alive, err := a.d.Alive(ctx, dsr.ID); err != nil || alive {
+		return // it runs, or was undone meanwhile
+	}
+	if _, err := a.st.Deployment(ctx, dsr.ID); err != nil {
+		return // withdrawn meanwhile, or etcd unavailable: next time
+	}
+	a.log.Warn("instance gone: deploying it again", "deployment", dsr.ID, "app", dsr.App)
+	a.event(ctx, dsr.ID, "instance lost", "its instance stopped running; deploying it again")
+	if err := a.clean(ctx, dsr.ID); err != nil {
+		a.log.Warn("removing what is left of a lost instance", "deployment", dsr.ID, "err", err)
+		return
+	}
+	if err := a.setStatus(ctx, dsr.ID, state.Status{Phase: deploy.PhaseCreating, Node: a.c.Node.Name}); err != nil {
+		return
+	}
+	a.deploy(ctx, dsr)
 }
 
 func (a *agent) undeploy(ctx context.Context, id string) {
-	err := a.d.Undeploy(ctx, id)
-	if err != nil && !errors.Is(err, deploy.ErrNotFound) {
+	err := a.clean(ctx, id)
+	if err != nil {
 		a.log.Error("undeploy failed", "deployment", id, "err", err)
-		a.st.Event(ctx, id, "undeploy failed", err.Error())
+		a.event(ctx, id, "undeploy failed", err.Error())
 		return
 	}
 	_ = a.st.ForgetStatus(ctx, id)
-	a.st.Event(ctx, id, "undeployed", "")
+	a.event(ctx, id, "undeployed", "")
 	a.log.Info("undeployed", "deployment", id)
 }
 
