@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dev-docker.sh up|down|status|env: a private dockerd for development, tests, the demo and CI.
+# dev-docker.sh up|down|restart|status|env: a private dockerd for development, tests, the demo and CI.
 # State lives under $DEV/docker; containers get their own network namespace on a dedicated bridge and
 # can publish ports (-p 127.0.0.1:H:C). See docs/dev-cluster.md.
 set -euo pipefail
@@ -17,6 +17,7 @@ EXTERNAL=${FOGDEPLOY_DOCKER_HOST:-}                  # reuse an existing daemon 
 BRIDGE=${FOGDEPLOY_DOCKER_BRIDGE:-fogdeploy0}        # own bridge: no IP clash with another daemon's docker0
 BRIDGE_CIDR=${FOGDEPLOY_DOCKER_BRIDGE_CIDR:-172.30.0.1/16}
 IPTABLES=${FOGDEPLOY_DOCKER_IPTABLES:-true}          # NAT for egress, port DNAT, isolation rules
+LIVE_RESTORE=${FOGDEPLOY_DOCKER_LIVE_RESTORE:-false} # true: containers keep running while dockerd restarts
 STORAGE=${FOGDEPLOY_DOCKER_STORAGE_DRIVER:-}         # empty: overlay2, falling back to vfs
 START_TIMEOUT=${FOGDEPLOY_DOCKER_START_TIMEOUT:-60}
 STOP_TIMEOUT=${FOGDEPLOY_DOCKER_STOP_TIMEOUT:-20}
@@ -24,9 +25,10 @@ MANAGED_LABEL=io.fogdeploy.managed=true
 
 usage() {
 	cat >&2 <<EOF
-usage: ${0##*/} up|down|status|env
+usage: ${0##*/} up|down|restart|status|env
   up      start dockerd on unix://$SOCK (idempotent; cleans stale state first)
   down    remove containers labelled $MANAGED_LABEL, then stop dockerd (images are kept)
+  restart stop dockerd only (its containerd and shims stay) and start it again, as a service manager does
   status  print the daemon's state; exit 0 when it answers, 3 when not
   env     print 'export DOCKER_HOST=...'
 EOF
@@ -70,6 +72,8 @@ ensure_bridge() {
 	if ! ip link show dev "$BRIDGE" >/dev/null 2>&1; then
 		check_subnet
 		ip link add name "$BRIDGE" type bridge || fd_die "cannot create bridge $BRIDGE"
+		# down removes a bridge it made for a second daemon; the default one stays.
+		[[ $BRIDGE == fogdeploy0 ]] || printf '%s\n' "$BRIDGE" >"$D/bridge"
 	fi
 	if ! ip -4 addr show dev "$BRIDGE" | grep -qw "inet $BRIDGE_CIDR"; then
 		ip -4 addr flush dev "$BRIDGE"
@@ -138,6 +142,7 @@ start_dockerd() {
 	else
 		args+=(--bridge="$BRIDGE" --iptables="$IPTABLES")
 	fi
+	if [[ $LIVE_RESTORE == true ]]; then args+=(--live-restore); fi
 	printf '\n=== %s dockerd %s\n' "$(date -Is)" "${args[*]}" >>"$LOG"
 	setsid dockerd "${args[@]}" </dev/null >>"$LOG" 2>&1 9>&- &
 	pid=$!
@@ -235,7 +240,29 @@ cmd_down() {
 		fi
 	fi
 	stop_daemon
+	if [[ -e $D/bridge && $(<"$D/bridge") == "$BRIDGE" ]]; then
+		ip link del dev "$BRIDGE" 2>/dev/null || fd_warn "could not remove bridge $BRIDGE"
+		rm -f -- "$D/bridge"
+	fi
 	fd_info "down in $(fd_since "$start")s"
+}
+
+# Stop dockerd alone and start it again with the same storage driver. Its containerd and the
+# containers' shims are left alone, as systemd's docker.service (KillMode=process) does: with
+# FOGDEPLOY_DOCKER_LIVE_RESTORE=true the containers keep running; without, dockerd stops them.
+cmd_restart() {
+	local start pid driver v
+	start=$(fd_now_us)
+	[[ -z $EXTERNAL ]] || fd_die "FOGDEPLOY_DOCKER_HOST=$EXTERNAL is not ours to restart"
+	fd_is_root || fd_die "restarting dockerd needs root"
+	fd_lock "$LOCK"
+	pid=$(fd_pidfile_pid "$PIDFILE") || fd_die "not running (no live dockerd in $PIDFILE); use up"
+	driver=$(DK_TIMEOUT=10 dk info --format '{{.Driver}}' 2>/dev/null) || driver=${STORAGE:-overlay2}
+	fd_stop_pids "$STOP_TIMEOUT" "$pid" || true
+	rm -f -- "$SOCK" "$PIDFILE"
+	start_dockerd "$driver" || { tail -n 20 "$LOG" >&2; fd_die "dockerd failed to start again (log: $LOG)"; }
+	v=$(ping_daemon)
+	fd_info "restarted (Docker $v, $driver, live-restore=$LIVE_RESTORE) in $(fd_since "$start")s"
 }
 
 cmd_status() {
@@ -260,6 +287,7 @@ cmd_env() {
 case ${1:-} in
 up) cmd_up ;;
 down) cmd_down ;;
+restart) cmd_restart ;;
 status) cmd_status ;;
 env) cmd_env ;;
 *) usage ;;
