@@ -1,0 +1,128 @@
+//go:build !no_ceph
+
+package faults
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+)
+
+// failBound bounds a deploy that Ceph stops serving: the readiness wait,
+// each mapping step and each librados call are bounded, and what is stuck
+// on the cluster is cut off; this is their sum with room to spare.
+const failBound = readyTimeout + 4*mapperTimeout + 8*cephTimeout + 60*time.Second
+
+// TestOSDStoppedDuringDeploy stops the cluster's only OSD right after a
+// deploy cloned its image. The deploy must fail in bounded time, with an
+// error that names the stopped OSD and the step, and a hint; the
+// deployment is Failed in `fogctl ps`; nothing is left on the node, and the
+// clone goes once the OSD is back; then the same deploy succeeds.
+func TestOSDStoppedDuringDeploy(t *testing.T) {
+	s := need(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	p := newPoP(ctx, t, s, "n1")
+	app := p.app(ctx, "osd", 0)
+	before := p.leaks(ctx, app)
+
+	// The operator's `fogctl deploy --wait`, running while the OSD stops.
+	cmd := exec.CommandContext(ctx, filepath.Join(s.bin, "fogctl"), "deploy", app, "--node", "n1", "--mode", "boot", "--wait")
+	cmd.Env = p.env
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var id string
+	waitFor(ctx, t, 30*time.Second, "the deploy clones its image", func() error {
+		for _, d := range p.ps(ctx) {
+			if d.App != app {
+				continue
+			}
+			id = d.ID
+			for _, ph := range d.Status.Timings {
+				if ph.Name == "clone" {
+					return nil
+				}
+			}
+			if d.Status.Phase == deploy.PhaseRunning || d.Status.Phase == deploy.PhaseFailed {
+				t.Fatalf("%s is %s before the OSD could be stopped", d.ID, d.Status.Phase)
+			}
+		}
+		return fmt.Errorf("no clone phase yet (deployment %q)", id)
+	})
+	s.stopOSD(t)
+	stopped := time.Now()
+	t.Logf("osd.0 stopped after the clone of %s", id)
+
+	select {
+	case err := <-done:
+		t.Logf("fogctl deploy --wait ended %s after the OSD stopped: %v\n%s", time.Since(stopped).Round(time.Second), err, stderr.String())
+		if err == nil {
+			t.Errorf("fogctl deploy --wait succeeded while the only OSD was down")
+		}
+	case <-time.After(failBound):
+		t.Fatalf("the deploy still runs %s after the OSD stopped (it must fail in bounded time)\n%s", failBound, stderr.String())
+	}
+	// What the operator reads: first the cause (Ceph: the OSD is down) and
+	// the step that failed, then a hint.
+	msg := stderr.String()
+	var first string
+	for _, l := range strings.Split(msg, "\n") {
+		if strings.HasPrefix(l, "Error: ") {
+			first = l
+			break
+		}
+	}
+	for _, want := range []string{"failed on n1", "1 of 1 OSDs down (osd.0)", "step "} {
+		if !strings.Contains(first, want) {
+			t.Errorf("fogctl deploy --wait: the error line says no %q:\n%s", want, msg)
+		}
+	}
+	if !strings.Contains(msg, "\nHint: start the OSDs again") {
+		t.Errorf("fogctl deploy --wait gives no hint to start the OSD:\n%s", msg)
+	}
+	d, ok := p.ps(ctx)[id]
+	if !ok || d.Status.Phase != deploy.PhaseFailed || !strings.Contains(d.Status.Error, "osd.0") || d.Status.Hint == "" {
+		t.Errorf("fogctl ps: %s = %+v; want Failed, naming osd.0, with a hint", id, d.Status)
+	}
+	// Nothing is left on the node; the clone cannot be removed while the
+	// cluster does not answer.
+	if got := p.nodeLeaks(ctx, app); got != (leaks{}) {
+		t.Errorf("on the node after the failed deploy: %+v; want nothing", got)
+	}
+
+	s.startOSD(ctx, t)
+	t.Logf("osd.0 serves again %s after it stopped", time.Since(stopped).Round(time.Second))
+	// The agent removes the failed deployment's clone once the cluster
+	// answers; the deployment stays Failed until withdrawn.
+	waitFor(ctx, t, 2*time.Minute, "the failed deployment's clone is removed", func() error {
+		n, err := p.images(ctx, app)
+		if err == nil && n != before.Images {
+			err = fmt.Errorf("%d images of %s in the pool", n, app)
+		}
+		return err
+	})
+	if d := p.ps(ctx)[id]; d.Status.Phase != deploy.PhaseFailed {
+		t.Errorf("%s is %s after its clean-up; want it to stay Failed until withdrawn", id, d.Status.Phase)
+	}
+
+	// The same deploy again.
+	again := p.deploy(ctx, app, "n1")
+	if err := serves(ctx, again); err != nil {
+		t.Error(err)
+	}
+	p.undeployAll(ctx)
+	if got := p.leaks(ctx, app); got != before {
+		t.Errorf("left after undeploying: %+v; at the start: %+v", got, before)
+	}
+}
