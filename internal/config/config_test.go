@@ -53,3 +53,15 @@ func TestApplyEnv(t *testing.T) {
 		t.Fatalf("ApplyEnv: %+v", c)
 	}
 }
+
+// TestExampleConfig: the documented example loads (every key is known) and
+// its values are the ones it documents.
+func TestExampleConfig(t *testing.T) {
+	c, err := Load(filepath.Join("..", "..", "configs", "fogdeploy.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Mapper.Timeout.Seconds() != 30 || c.Mapper.Backend != "auto" {
+		t.Errorf("example mapper = %+v, want backend auto and timeout 30s", c.Mapper)
+	}
+}
