@@ -1,0 +1,100 @@
+// Package catalog checks the app catalog of the evaluation (configs/apps,
+// configs/envs) without any service: every app spec parses and validates,
+// its environment has a build file that parses, and that build file installs
+// the Debian package the app comes from.
+package catalog
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+)
+
+// packages are the Debian packages each app of the catalog is.
+var packages = map[string][]string{
+	"redis":    {"redis-server"},
+	"pyhttp":   {"python3"},
+	"nginx":    {"nginx"},
+	"postgres": {"postgresql-15"},
+	"mariadb":  {"mariadb-server-core"},
+	"tomcat":   {"tomcat10", "tomcat10-examples"},
+	"pgindex":  {"postgresql-15"},
+}
+
+const configs = "../../configs"
+
+func TestCatalog(t *testing.T) {
+	specs, err := filepath.Glob(filepath.Join(configs, "apps", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, path := range specs {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		app, err := deploy.ParseApp(f)
+		f.Close()
+		if err != nil {
+			t.Errorf("%s: %v", path, err)
+			continue
+		}
+		if err := app.WithDefaults().Validate(); err != nil {
+			t.Errorf("%s: %v", path, err)
+		}
+		if want := strings.TrimSuffix(filepath.Base(path), ".yaml"); app.Name != want {
+			t.Errorf("%s: name %q, want %q (the file's name)", path, app.Name, want)
+		}
+		names = append(names, app.Name)
+
+		build := filepath.Join(configs, "envs", app.Env+".build")
+		bf, err := os.Open(build)
+		if err != nil {
+			t.Errorf("app %s: environment %s has no build file: %v", app.Name, app.Env, err)
+			continue
+		}
+		parsed, err := layering.ParseBuildFile(bf)
+		bf.Close()
+		if err != nil {
+			t.Errorf("%s: %v", build, err)
+			continue
+		}
+		if parsed.From != "debian-bookworm" {
+			t.Errorf("%s starts FROM %q, want debian-bookworm (the base every catalog environment shares)", build, parsed.From)
+		}
+		var runs []string
+		for _, s := range parsed.Steps {
+			if s.Kind == layering.StepRun {
+				runs = append(runs, strings.Join(s.Args, " "))
+			}
+		}
+		pkgs, ok := packages[app.Name]
+		if !ok {
+			t.Errorf("app %s is not in this test's table of Debian packages: add it", app.Name)
+			continue
+		}
+		for _, p := range pkgs {
+			if !slices.ContainsFunc(runs, func(r string) bool {
+				return strings.Contains(r, "apt-get install") && slices.Contains(strings.Fields(r), p)
+			}) {
+				t.Errorf("%s does not apt-get install %s, the package app %s comes from", build, p, app.Name)
+			}
+		}
+	}
+	var want []string
+	for n := range packages {
+		want = append(want, n)
+	}
+	sort.Strings(want)
+	sort.Strings(names)
+	if !slices.Equal(names, want) {
+		t.Errorf("catalog apps %v, want %v", names, want)
+	}
+}
