@@ -38,6 +38,7 @@ type config struct {
 	readyExpect  string        // the reply must start with this
 	readyTimeout time.Duration // how long the probe tries
 	ckptTimeout  time.Duration // how long a checkpoint may take
+	ckptDelay    time.Duration // wait between a checkpoint request and the checkpoint
 	after        string        // afterExit or afterContinue
 	trigger      string        // request file that starts a checkpoint
 	timings      string        // JSON-lines timings file; "-" = stdout
@@ -62,6 +63,7 @@ func parseConfig(mode string, args []string, stderr io.Writer) (*config, error) 
 	fs.StringVar(&c.readyExpect, "ready-expect", "", `the app is ready once a -ready reply starts with this, e.g. "+PONG"`)
 	fs.DurationVar(&c.readyTimeout, "ready-timeout", 2*time.Minute, "how long to probe -ready")
 	fs.DurationVar(&c.ckptTimeout, "checkpoint-timeout", 5*time.Minute, "how long a checkpoint may take")
+	fs.DurationVar(&c.ckptDelay, "checkpoint-delay", 0, "wait this long after a checkpoint request before checkpointing (the app finishes closing connections meanwhile)")
 	fs.StringVar(&c.after, "after-checkpoint", afterExit, "exit (the checkpoint stops the app; exit 0) or continue (keep running; a later checkpoint rewrites the same generation)")
 	fs.StringVar(&c.trigger, "trigger", "", "file whose appearance requests a checkpoint (default: <ckpt>/checkpoint.request)")
 	fs.StringVar(&c.timings, "timings", "-", "where phase timings go as JSON lines: a file, or - for stdout")
@@ -94,6 +96,9 @@ func (c *config) validate() error {
 	}
 	if c.after != afterExit && c.after != afterContinue {
 		errs = append(errs, fmt.Errorf("-after-checkpoint %q: want %s or %s", c.after, afterExit, afterContinue))
+	}
+	if c.ckptDelay < 0 || c.ckptDelay > time.Minute {
+		errs = append(errs, fmt.Errorf("-checkpoint-delay %s: want 0 to 1m", c.ckptDelay))
 	}
 	if c.gen < 0 || c.from < 0 {
 		errs = append(errs, errors.New("-gen and -from must be >= 0"))

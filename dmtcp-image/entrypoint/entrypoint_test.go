@@ -6,8 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -191,5 +193,105 @@ func TestOpenDir(t *testing.T) {
 	}
 	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o777 {
 		t.Errorf("generation dir: %v, %v; want mode 0777", st, err)
+	}
+}
+
+// fakeSupervisor returns a supervisor for a launch whose dmtcp_command runs
+// script, with a goroutine reaping its children until the test ends.
+func fakeSupervisor(t *testing.T, script string, flags ...string) (*supervisor, string) {
+	t.Helper()
+	dir := t.TempDir()
+	prefix, ckpt := filepath.Join(dir, "dmtcp"), filepath.Join(dir, "ckpt")
+	if err := os.MkdirAll(filepath.Join(prefix, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// self stands in for the entrypoint's nocaps mode.
+	self := "#!/bin/sh\nshift\nexec \"$@\"\n"
+	for name, body := range map[string]string{filepath.Join(prefix, "bin", "dmtcp_command"): script, filepath.Join(dir, "self"): self} {
+		if err := os.WriteFile(name, []byte(strings.ReplaceAll(body, "CKPT", ckpt)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := parseConfig(modeLaunch, append([]string{"-prefix", prefix, "-ckpt", ckpt, "-checkpoint-timeout", "1m"}, append(flags, "--", "app")...), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSupervisor(cfg, newLogger(io.Discard, "error", "text"), io.Discard)
+	s.self, s.gen = filepath.Join(dir, "self"), 1
+	if s.null, err = os.Open(os.DevNull); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop); s.null.Close() })
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+				s.reaper.reap()
+			}
+		}
+	}()
+	return s, ckpt
+}
+
+// A checkpoint whose app died on the way (DMTCP aborted it) fails soon
+// after the app exits, not after the whole -checkpoint-timeout.
+func TestCheckpointFailsSoonAfterTheAppExits(t *testing.T) {
+	// dmtcp_command accepts the request; no image ever appears.
+	s, _ := fakeSupervisor(t, "#!/bin/sh\necho 'Computation was checkpointed and killed.'\n")
+	defer func(g time.Duration) { appGoneGrace = g }(appGoneGrace)
+	appGoneGrace = 100 * time.Millisecond
+
+	done, exitAfter := s.checkpoint("test")
+	if !exitAfter {
+		t.Error("a -kc checkpoint does not stop the app")
+	}
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	close(s.appGone)
+	select {
+	case res := <-done:
+		if !errors.Is(res.err, errCheckpoint) || !strings.Contains(res.err.Error(), "after the app exited") {
+			t.Errorf("checkpoint result: %v; want a failure that says the app exited", res.err)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("the checkpoint failed %s after the app exited", took)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the checkpoint still waits 30 s after the app exited")
+	}
+}
+
+// -checkpoint-delay: dmtcp_command runs that long after the request, and
+// the checkpoint's timing starts then.
+func TestCheckpointDelay(t *testing.T) {
+	s, ckpt := fakeSupervisor(t, "#!/bin/sh\nmkdir -p CKPT/1 && date +%s%N >CKPT/called && touch CKPT/1/ckpt_app_1.dmtcp CKPT/1/dmtcp_restart_script.sh\n",
+		"-checkpoint-delay", "300ms")
+	start := time.Now()
+	done, _ := s.checkpoint("test")
+	var res ckptResult
+	select {
+	case res = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no checkpoint result after 30 s")
+	}
+	if res.err != nil || len(res.gen.images) != 1 {
+		t.Fatalf("checkpoint: %+v", res)
+	}
+	b, err := os.ReadFile(filepath.Join(ckpt, "called"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if called := time.Unix(0, ns); called.Sub(start) < 300*time.Millisecond {
+		t.Errorf("dmtcp_command ran %s after the request, want at least the 300ms delay", called.Sub(start))
+	}
+	if res.gen.started.Sub(start) < 300*time.Millisecond {
+		t.Errorf("the checkpoint's timing starts %s after the request, want after the delay", res.gen.started.Sub(start))
+	}
+	if _, err := parseConfig(modeLaunch, []string{"-checkpoint-delay", "2h", "app"}, io.Discard); err == nil {
+		t.Error("-checkpoint-delay 2h accepted")
 	}
 }

@@ -29,7 +29,18 @@ type supervisor struct {
 	coordPid  int
 	coordPort int
 	appPid    int // the keeper, parent of the app
+
+	// appGone is closed once the app has exited: a checkpoint still
+	// waiting for its images then gives up after appGoneGrace instead of
+	// the whole -checkpoint-timeout.
+	appGone chan struct{}
 }
+
+// appGoneGrace is how long a checkpoint may still complete after the app
+// exited. A -kc checkpoint stops the app once its images are written, so a
+// complete generation shows up at once; an app that died during the
+// checkpoint (DMTCP gave up on it) never writes one.
+var appGoneGrace = 5 * time.Second
 
 func newSupervisor(cfg *config, log *slog.Logger, timingsOut io.Writer) *supervisor {
 	return &supervisor{
@@ -38,6 +49,7 @@ func newSupervisor(cfg *config, log *slog.Logger, timingsOut io.Writer) *supervi
 		tm:      &timings{w: timingsOut, mode: cfg.mode},
 		reaper:  newReaper(log),
 		started: time.Now(),
+		appGone: make(chan struct{}),
 	}
 }
 
@@ -105,6 +117,7 @@ func (s *supervisor) run() int {
 		case ws := <-appDone:
 			appStatus = exitStatus(ws)
 			appDone = nil
+			close(s.appGone)
 			s.log.Info("app exited", "status", appStatus, "during_checkpoint", ckptDone != nil)
 			if ckptDone == nil {
 				s.shutdownCoordinator()
@@ -358,10 +371,18 @@ func (s *supervisor) checkpoint(reason string) (chan ckptResult, bool) {
 	exitAfter := s.cfg.after == afterExit
 	done := make(chan ckptResult, 1)
 	gen := generation{n: s.gen, dir: filepath.Join(s.cfg.ckpt, strconv.Itoa(s.gen))}
-	t := time.Now()
-	gen.started = t
-	s.log.Info("checkpoint requested", "by", reason, "gen", gen.n, "dir", gen.dir)
+	s.log.Info("checkpoint requested", "by", reason, "gen", gen.n, "dir", gen.dir, "delay", s.cfg.ckptDelay)
 	go func() {
+		// -checkpoint-delay: DMTCP aborts the app when it meets a
+		// connection that the app is still closing (Tomcat closes a
+		// finished one on its poller's next round); the wait is not part
+		// of the checkpoint's timing.
+		select {
+		case <-time.After(s.cfg.ckptDelay):
+		case <-s.appGone:
+		}
+		t := time.Now()
+		gen.started = t
 		res := ckptResult{gen: gen}
 		defer func() { done <- res }()
 		if err := os.MkdirAll(gen.dir, 0o755); err != nil {
@@ -384,7 +405,7 @@ func (s *supervisor) checkpoint(reason string) (chan ckptResult, bool) {
 			res.err = fmt.Errorf("dmtcp_command %s: exit %d (%s): %w", cmd, rc, strings.TrimSpace(out), errors.Join(err, errCheckpoint))
 			return
 		}
-		deadline := t.Add(s.cfg.ckptTimeout)
+		deadline, gone := t.Add(s.cfg.ckptTimeout), s.appGone
 		for time.Now().Before(deadline) {
 			g, err := readGeneration(s.cfg.ckpt, gen.n)
 			if err == nil && g.complete() && !tempImages(g.dir) {
@@ -392,7 +413,18 @@ func (s *supervisor) checkpoint(reason string) (chan ckptResult, bool) {
 				res.gen = g
 				return
 			}
-			time.Sleep(5 * time.Millisecond)
+			select {
+			case <-gone:
+				gone = nil
+				if d := time.Now().Add(appGoneGrace); d.Before(deadline) {
+					deadline = d
+				}
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		if gone == nil {
+			res.err = fmt.Errorf("generation %s not complete %s after the app exited (see the app's output above): %w", gen.dir, appGoneGrace, errCheckpoint)
+			return
 		}
 		res.err = fmt.Errorf("generation %s not complete after %s: %w", gen.dir, s.cfg.ckptTimeout, errCheckpoint)
 	}()

@@ -82,18 +82,20 @@ func (c *Container) CheckBoot(ctx context.Context) error {
 
 func (c *Container) spec(r Run) runtime.DMTCPContainer {
 	dc := runtime.DMTCPContainer{
-		Image:       c.Image,
-		Deployment:  r.ID,
-		App:         r.App.Name,
-		Name:        "fd-" + r.ID,
-		EnvPath:     r.EnvPath,
-		CkptPath:    r.CkptPath,
-		Env:         appEnv(r.ImageEnv, r.App.Environment),
-		WorkingDir:  firstNonEmpty(r.App.WorkDir, r.WorkDir),
-		User:        r.App.User,
-		NanoCPUs:    int64(r.App.Resources.CPUs * 1e9),
-		MemoryBytes: r.App.memoryBytes(),
-		Labels:      map[string]string{"io.fogdeploy.gen": strconv.Itoa(r.Gen)},
+		Image:      c.Image,
+		Deployment: r.ID,
+		App:        r.App.Name,
+		Name:       "fd-" + r.ID,
+		EnvPath:    r.EnvPath,
+		CkptPath:   r.CkptPath,
+		Env:        appEnv(r.ImageEnv, r.App.Environment),
+		WorkingDir: firstNonEmpty(r.App.WorkDir, r.WorkDir),
+		User:       r.App.User,
+		// Waited for inside the container, after SIGUSR1.
+		CheckpointDelay: time.Duration(r.App.CheckpointDelay),
+		NanoCPUs:        int64(r.App.Resources.CPUs * 1e9),
+		MemoryBytes:     r.App.memoryBytes(),
+		Labels:          map[string]string{"io.fogdeploy.gen": strconv.Itoa(r.Gen)},
 	}
 	for _, p := range r.App.Ports {
 		dc.Ports = append(dc.Ports, runtime.Port{ContainerPort: uint16(p.Port), Proto: p.Proto})

@@ -41,6 +41,7 @@ type hostInst struct {
 	proxies []net.Listener
 	ckpt    string
 	gen     int
+	delay   time.Duration // the app's checkpoint_delay
 	wg      sync.WaitGroup
 }
 
@@ -82,7 +83,7 @@ func (d *Host) Start(ctx context.Context, r Run) (_ Handle, err error) {
 	if n <= 0 {
 		n = 200
 	}
-	in := &hostInst{eng: e, tail: engine.NewLogTail(n), ckpt: r.CkptPath, gen: r.Gen}
+	in := &hostInst{eng: e, tail: engine.NewLogTail(n), ckpt: r.CkptPath, gen: r.Gen, delay: time.Duration(r.App.CheckpointDelay)}
 	switch r.Mode {
 	case ModeLaunch:
 		env := appEnv(append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}, r.ImageEnv...), r.App.Environment)
@@ -205,6 +206,13 @@ func (d *Host) Checkpoint(ctx context.Context, h Handle) (Checkpointed, error) {
 	in, err := d.inst(h)
 	if err != nil {
 		return Checkpointed{}, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	if in.delay > 0 {
+		select {
+		case <-time.After(in.delay):
+		case <-ctx.Done():
+			return Checkpointed{}, fmt.Errorf("%w: %w", ErrCheckpoint, ctx.Err())
+		}
 	}
 	img, err := in.eng.Checkpoint(ctx, in.proc, genDir(in.ckpt, in.gen))
 	if err != nil {

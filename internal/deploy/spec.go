@@ -67,6 +67,11 @@ type App struct {
 	Compression string `yaml:"compression,omitempty" json:"compression,omitempty"`
 	// CheckpointSize is the size of the checkpoint image (default 2G).
 	CheckpointSize string `yaml:"checkpoint_size,omitempty" json:"checkpoint_size,omitempty"`
+	// CheckpointDelay is how long the engine waits between the request to
+	// checkpoint (once the app is ready and prepared) and the checkpoint,
+	// for an app that is still closing the connections it served meanwhile
+	// (e.g. Tomcat, whose poller closes them on its next round); 0 = none.
+	CheckpointDelay Duration `yaml:"checkpoint_delay,omitempty" json:"checkpoint_delay,omitempty"`
 }
 
 // Port is one port of the app.
@@ -257,6 +262,9 @@ func (a App) Validate() error {
 		}
 	default:
 		bad("compression", "%q: use none or gzip", a.Compression)
+	}
+	if a.CheckpointDelay < 0 || time.Duration(a.CheckpointDelay) > time.Minute {
+		bad("checkpoint_delay", "%s: use a duration between 0 and 1m", time.Duration(a.CheckpointDelay))
 	}
 	if a.CheckpointSize != "" {
 		if n, err := layering.ParseSize("checkpoint_size", a.CheckpointSize); err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 const goodSpec = `
@@ -25,6 +26,9 @@ func TestParseApp(t *testing.T) {
 	}
 	if a.memoryBytes() != 256<<20 {
 		t.Errorf("memory = %d", a.memoryBytes())
+	}
+	if a, err := ParseApp(strings.NewReader(goodSpec + "checkpoint_delay: 300ms\n")); err != nil || time.Duration(a.CheckpointDelay) != 300*time.Millisecond {
+		t.Errorf("checkpoint_delay: %v, %v", a.CheckpointDelay, err)
 	}
 	for _, u := range []string{"postgres", "www-data", "tomcat:tomcat", "999", "101:102", "_apt", "nobody"} {
 		if _, err := ParseApp(strings.NewReader(goodSpec + "user: " + u + "\n")); err != nil {
@@ -55,6 +59,7 @@ func TestParseAppRefuses(t *testing.T) {
 		"user with two ':'":   {`{name: a, env: e, command: [x], user: "a:b:c", ready: {kind: output, phrase: up}}`, "user"},
 		"root user":           {`{name: a, env: e, command: [x], user: root, ready: {kind: output, phrase: up}}`, "user"},
 		"user with criu":      {`{name: a, env: e, command: [x], user: postgres, engine: criu, ready: {kind: output, phrase: up}}`, "user"},
+		"checkpoint delay":    {`{name: a, env: e, command: [x], checkpoint_delay: 2h, ready: {kind: output, phrase: up}}`, "checkpoint_delay"},
 		"uid 0":               {`{name: a, env: e, command: [x], user: "0:100", ready: {kind: output, phrase: up}}`, "user"},
 	}
 	for name, c := range cases {

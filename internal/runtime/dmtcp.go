@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Paths inside the DMTCP container (dmtcp-image/README.md).
@@ -78,6 +79,10 @@ type DMTCPContainer struct {
 	NanoCPUs    int64
 	MemoryBytes int64
 	Labels      map[string]string
+	// CheckpointDelay is how long the entrypoint waits between a
+	// checkpoint request and the checkpoint, for apps that are still
+	// closing connections right after they served (0: none).
+	CheckpointDelay time.Duration
 	// AfterCheckpoint is "exit" (default: the app is stopped by the
 	// checkpoint and the container exits 0) or "continue".
 	AfterCheckpoint string
@@ -100,7 +105,7 @@ func (c DMTCPContainer) Restart(gen int) Spec {
 // `dmtcp-image/build.sh -b`. CkptPath is not bound; the ready probe reports
 // boot_ready.
 func (c DMTCPContainer) Boot(argv []string) Spec {
-	c.CkptPath, c.AfterCheckpoint = "", ""
+	c.CkptPath, c.AfterCheckpoint, c.CheckpointDelay = "", "", 0
 	return c.spec(append(append(c.flags(0), "--"), argv...), "boot")
 }
 
@@ -123,6 +128,9 @@ func (c DMTCPContainer) flags(from int) []string {
 	}
 	if c.AfterCheckpoint != "" {
 		f = append(f, "-after-checkpoint", c.AfterCheckpoint)
+	}
+	if c.CheckpointDelay > 0 {
+		f = append(f, "-checkpoint-delay", c.CheckpointDelay.String())
 	}
 	if from > 0 {
 		f = append(f, "-from", strconv.Itoa(from))

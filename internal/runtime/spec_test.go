@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 )
@@ -77,6 +78,18 @@ func TestDMTCPContainerSpecs(t *testing.T) {
 	if got := runtime.DMTCPGenerationDir("/mnt/ckpt", 3); got != "/mnt/ckpt/3" {
 		t.Errorf("DMTCPGenerationDir = %q", got)
 	}
+
+	// A checkpoint delay goes to launch and restart, not to boot.
+	c.CheckpointDelay = 300 * time.Millisecond
+	for _, s := range []runtime.Spec{c.Launch([]string{"redis-server"}), c.Restart(0)} {
+		if i := slices.Index(s.Cmd, "-checkpoint-delay"); i < 0 || i+1 >= len(s.Cmd) || s.Cmd[i+1] != "300ms" {
+			t.Errorf("%s cmd = %q, want -checkpoint-delay 300ms", s.Cmd[0], s.Cmd)
+		}
+	}
+	if b := c.Boot([]string{"redis-server"}); slices.Contains(b.Cmd, "-checkpoint-delay") {
+		t.Errorf("boot cmd = %q: no checkpoint, no delay", b.Cmd)
+	}
+	c.CheckpointDelay = 0
 
 	// An app with a user: the entrypoint is told, and the container may
 	// switch to it (SETUID, SETGID; the keeper drops both before the app).
