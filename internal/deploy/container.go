@@ -91,6 +91,7 @@ func (c *Container) spec(r Run) runtime.DMTCPContainer {
 		Env:        appEnv(r.ImageEnv, r.App.Environment),
 		WorkingDir: firstNonEmpty(r.App.WorkDir, r.WorkDir),
 		User:       r.App.User,
+		StopSignal: r.App.StopSignal,
 		// Waited for inside the container, after SIGUSR1.
 		CheckpointDelay: time.Duration(r.App.CheckpointDelay),
 		NanoCPUs:        int64(r.App.Resources.CPUs * 1e9),

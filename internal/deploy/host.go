@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/engine"
@@ -42,6 +43,7 @@ type hostInst struct {
 	ckpt    string
 	gen     int
 	delay   time.Duration // the app's checkpoint_delay
+	stopSig string        // the app's stop_signal
 	wg      sync.WaitGroup
 }
 
@@ -83,7 +85,8 @@ func (d *Host) Start(ctx context.Context, r Run) (_ Handle, err error) {
 	if n <= 0 {
 		n = 200
 	}
-	in := &hostInst{eng: e, tail: engine.NewLogTail(n), ckpt: r.CkptPath, gen: r.Gen, delay: time.Duration(r.App.CheckpointDelay)}
+	in := &hostInst{eng: e, tail: engine.NewLogTail(n), ckpt: r.CkptPath, gen: r.Gen, delay: time.Duration(r.App.CheckpointDelay),
+		stopSig: r.App.StopSignal}
 	switch r.Mode {
 	case ModeLaunch:
 		env := appEnv(append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}, r.ImageEnv...), r.App.Environment)
@@ -261,12 +264,20 @@ func (d *Host) Remove(ctx context.Context, h Handle) error {
 		return nil
 	}
 	in.close()
+	if sig, ok := hostStopSignals[in.stopSig]; ok {
+		// The engine's Stop sends SIGTERM; the app's own stop signal goes
+		// first, and Stop then finds it exiting.
+		_ = in.proc.Signal(sig)
+	}
 	err := in.proc.Stop(ctx)
 	if errors.Is(err, engine.ErrExited) {
 		err = nil
 	}
 	return err
 }
+
+// hostStopSignals are the stop signals other than SIGTERM.
+var hostStopSignals = map[string]os.Signal{"SIGINT": syscall.SIGINT, "SIGQUIT": syscall.SIGQUIT, "SIGHUP": syscall.SIGHUP}
 
 func genDir(ckpt string, gen int) string { return filepath.Join(ckpt, strconv.Itoa(gen)) }
 

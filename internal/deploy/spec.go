@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -67,6 +68,13 @@ type App struct {
 	Compression string `yaml:"compression,omitempty" json:"compression,omitempty"`
 	// CheckpointSize is the size of the checkpoint image (default 2G).
 	CheckpointSize string `yaml:"checkpoint_size,omitempty" json:"checkpoint_size,omitempty"`
+	// StopSignal stops the app at undeploy: SIGTERM (default), SIGINT,
+	// SIGQUIT or SIGHUP; after the driver's stop timeout the app is killed.
+	// An instance's clones are removed once it stops, so a signal that
+	// ends the app at once loses nothing (PostgreSQL under DMTCP takes
+	// SIGQUIT: its smart shutdown on SIGTERM waits for a SIGUSR2 to the
+	// checkpointer, the signal DMTCP keeps for itself).
+	StopSignal string `yaml:"stop_signal,omitempty" json:"stop_signal,omitempty"`
 	// CheckpointDelay is how long the engine waits between the request to
 	// checkpoint (once the app is ready and prepared) and the checkpoint,
 	// for an app that is still closing the connections it served meanwhile
@@ -263,6 +271,9 @@ func (a App) Validate() error {
 	default:
 		bad("compression", "%q: use none or gzip", a.Compression)
 	}
+	if a.StopSignal != "" && !slices.Contains(stopSignals, a.StopSignal) {
+		bad("stop_signal", "%q: use one of %s", a.StopSignal, strings.Join(stopSignals, ", "))
+	}
 	if a.CheckpointDelay < 0 || time.Duration(a.CheckpointDelay) > time.Minute {
 		bad("checkpoint_delay", "%s: use a duration between 0 and 1m", time.Duration(a.CheckpointDelay))
 	}
@@ -321,6 +332,10 @@ func (a App) validateReady(bad func(field, format string, args ...any)) {
 		bad("ready.timeout", "%s: use a duration between 1s and 1h", time.Duration(r.Timeout))
 	}
 }
+
+// stopSignals are the signals an app may be stopped with: those the DMTCP
+// container's entrypoint forwards to the app.
+var stopSignals = []string{"SIGTERM", "SIGINT", "SIGQUIT", "SIGHUP"}
 
 // validateUser checks a user spec: NAME, UID, NAME:GROUP or UID:GID, not
 // root (an app without a user runs as root already).

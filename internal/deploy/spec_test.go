@@ -27,6 +27,9 @@ func TestParseApp(t *testing.T) {
 	if a.memoryBytes() != 256<<20 {
 		t.Errorf("memory = %d", a.memoryBytes())
 	}
+	if a, err := ParseApp(strings.NewReader(goodSpec + "stop_signal: SIGQUIT\n")); err != nil || a.StopSignal != "SIGQUIT" {
+		t.Errorf("stop_signal: %q, %v", a.StopSignal, err)
+	}
 	if a, err := ParseApp(strings.NewReader(goodSpec + "checkpoint_delay: 300ms\n")); err != nil || time.Duration(a.CheckpointDelay) != 300*time.Millisecond {
 		t.Errorf("checkpoint_delay: %v, %v", a.CheckpointDelay, err)
 	}
@@ -59,6 +62,7 @@ func TestParseAppRefuses(t *testing.T) {
 		"user with two ':'":   {`{name: a, env: e, command: [x], user: "a:b:c", ready: {kind: output, phrase: up}}`, "user"},
 		"root user":           {`{name: a, env: e, command: [x], user: root, ready: {kind: output, phrase: up}}`, "user"},
 		"user with criu":      {`{name: a, env: e, command: [x], user: postgres, engine: criu, ready: {kind: output, phrase: up}}`, "user"},
+		"stop signal":         {`{name: a, env: e, command: [x], stop_signal: SIGKILL, ready: {kind: output, phrase: up}}`, "stop_signal"},
 		"checkpoint delay":    {`{name: a, env: e, command: [x], checkpoint_delay: 2h, ready: {kind: output, phrase: up}}`, "checkpoint_delay"},
 		"uid 0":               {`{name: a, env: e, command: [x], user: "0:100", ready: {kind: output, phrase: up}}`, "user"},
 	}

@@ -79,6 +79,10 @@ type DMTCPContainer struct {
 	NanoCPUs    int64
 	MemoryBytes int64
 	Labels      map[string]string
+	// StopSignal is the signal that stops the app ("SIGTERM" when ""): the
+	// container's stop signal, which the entrypoint forwards to the app
+	// (SIGTERM, SIGINT, SIGQUIT or SIGHUP).
+	StopSignal string
 	// CheckpointDelay is how long the entrypoint waits between a
 	// checkpoint request and the checkpoint, for apps that are still
 	// closing connections right after they served (0: none).
@@ -140,6 +144,10 @@ func (c DMTCPContainer) flags(from int) []string {
 
 func (c DMTCPContainer) spec(args []string, mode string) Spec {
 	labels := map[string]string{"io.fogdeploy.role": "dmtcp-" + mode}
+	stopSignal := c.StopSignal
+	if stopSignal == "" {
+		stopSignal = "SIGTERM"
+	}
 	caps := DMTCPCapabilities()
 	if c.User != "" {
 		caps = append(caps, DMTCPUserCapabilities()...)
@@ -162,7 +170,7 @@ func (c DMTCPContainer) spec(args []string, mode string) Spec {
 		NanoCPUs:    c.NanoCPUs,
 		MemoryBytes: c.MemoryBytes,
 		Labels:      labels,
-		StopSignal:  "SIGTERM",
+		StopSignal:  stopSignal,
 	}
 }
 

@@ -79,6 +79,18 @@ func TestDMTCPContainerSpecs(t *testing.T) {
 		t.Errorf("DMTCPGenerationDir = %q", got)
 	}
 
+	// The stop signal is the container's (SIGTERM by default).
+	if l.StopSignal != "SIGTERM" {
+		t.Errorf("default stop signal %q, want SIGTERM", l.StopSignal)
+	}
+	c.StopSignal = "SIGQUIT"
+	for _, s := range []runtime.Spec{c.Launch([]string{"redis-server"}), c.Restart(0), c.Boot([]string{"redis-server"})} {
+		if s.StopSignal != "SIGQUIT" {
+			t.Errorf("%s stop signal %q, want SIGQUIT", s.Cmd[0], s.StopSignal)
+		}
+	}
+	c.StopSignal = ""
+
 	// A checkpoint delay goes to launch and restart, not to boot.
 	c.CheckpointDelay = 300 * time.Millisecond
 	for _, s := range []runtime.Spec{c.Launch([]string{"redis-server"}), c.Restart(0)} {
