@@ -1,7 +1,7 @@
 // Package catalog checks the app catalog of the evaluation (configs/apps,
 // configs/envs) without any service: every app spec parses and validates,
-// its environment has a build file that parses, and that build file installs
-// the Debian package the app comes from.
+// its environment has a build file that parses and whose COPY sources exist,
+// and that build file installs the Debian package the app comes from.
 package catalog
 
 import (
@@ -71,8 +71,15 @@ func TestCatalog(t *testing.T) {
 		}
 		var runs []string
 		for _, s := range parsed.Steps {
-			if s.Kind == layering.StepRun {
+			switch s.Kind {
+			case layering.StepRun:
 				runs = append(runs, strings.Join(s.Args, " "))
+			case layering.StepCopy:
+				// COPY reads from the build file's directory (the default
+				// build context of fogctl env build).
+				if _, err := os.Stat(filepath.Join(configs, "envs", s.Args[0])); err != nil {
+					t.Errorf("%s:%d: COPY %s: %v", build, s.Line, s.Args[0], err)
+				}
 			}
 		}
 		pkgs, ok := packages[app.Name]
