@@ -26,27 +26,31 @@ func (c IOCounters) Sub(o IOCounters) IOCounters {
 	return IOCounters{Read: c.Read - o.Read, Written: c.Written - o.Written, OSDs: c.OSDs}
 }
 
-// IOCounters reads the OSDs' own I/O counters.
+// IOCounters reads the OSDs' own I/O counters, from the OSDs that the
+// monitors report up (a down OSD would only time out).
 //
-// Implements: mon "osd ls"; osd "perf dump" (logger osd).
+// Implements: mon "osd dump"; osd "perf dump" (logger osd).
 func (s *Store) IOCounters(ctx context.Context) (IOCounters, error) {
-	var ids []int
-	if err := s.monJSON(ctx, map[string]any{"prefix": "osd ls", "format": "json"}, &ids); err != nil {
+	var dump osdDump
+	if err := s.monJSON(ctx, map[string]any{"prefix": "osd dump", "format": "json"}, &dump); err != nil {
 		return IOCounters{}, err
 	}
 	var c IOCounters
-	for _, id := range ids {
+	cmd, _ := json.Marshal(map[string]any{"prefix": "perf dump", "logger": "osd", "format": "json"})
+	for _, o := range dump.OSDs {
+		if o.Up == 0 {
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			return c, err
 		}
-		cmd, _ := json.Marshal(map[string]any{"prefix": "perf dump", "logger": "osd", "format": "json"})
-		out, status, err := s.conn.OsdCommand(id, [][]byte{cmd})
+		out, status, err := s.conn.OsdCommand(o.ID, [][]byte{cmd})
 		if err != nil {
-			return c, wrap("osd."+strconv.Itoa(id)+" perf dump", fmt.Errorf("%w (%s)", err, status))
+			return c, wrap("osd."+strconv.Itoa(o.ID)+" perf dump", fmt.Errorf("%w (%s)", err, status))
 		}
 		b, err := parsePerfDump(out)
 		if err != nil {
-			return c, fmt.Errorf("osd.%d perf dump: %w", id, err)
+			return c, fmt.Errorf("osd.%d perf dump: %w", o.ID, err)
 		}
 		c.Read += b.Read
 		c.Written += b.Written
