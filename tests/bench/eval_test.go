@@ -53,7 +53,7 @@ type evalConfig struct {
 }
 
 func evalConfigFromEnv() (evalConfig, error) {
-	c := evalConfig{apps: catalog, reps: 5, out: filepath.Join(repoRoot(), "bench", "results"), abSecs: 5}
+	c := evalConfig{apps: catalog, reps: 5, out: filepath.Join(deploytest.RepoRoot(), "bench", "results"), abSecs: 5}
 	if s := os.Getenv(envApps); s != "" {
 		c.apps = nil
 		for _, a := range strings.Split(s, ",") {
@@ -85,13 +85,8 @@ func evalConfigFromEnv() (evalConfig, error) {
 	return c, nil
 }
 
-func repoRoot() string {
-	_, file, _, _ := goruntime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
 func loadApp(name string) (deploy.App, error) {
-	f, err := os.Open(filepath.Join(repoRoot(), "configs", "apps", name+".yaml"))
+	f, err := os.Open(filepath.Join(deploytest.RepoRoot(), "configs", "apps", name+".yaml"))
 	if err != nil {
 		return deploy.App{}, err
 	}
@@ -521,7 +516,7 @@ func hostInfo(ctx context.Context, t *testing.T, f *deploytest.Fixture) evaluati
 	if v, err := testenv.DockerClient(t).ServerVersion(ctx); err == nil {
 		h.Docker = v.Version
 	}
-	if out, err := exec.CommandContext(ctx, "git", "-C", repoRoot(), "describe", "--always", "--dirty").Output(); err == nil {
+	if out, err := exec.CommandContext(ctx, "git", "-C", deploytest.RepoRoot(), "describe", "--always", "--dirty").Output(); err == nil {
 		h.FogdeployHead = strings.TrimSpace(string(out))
 	}
 	return h

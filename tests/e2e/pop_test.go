@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,11 +40,6 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
-}
-
-func repoRoot() string {
-	_, file, _, _ := goruntime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
 type pop struct {
@@ -186,7 +180,7 @@ func startPoP(ctx context.Context, t *testing.T, f *deploytest.Fixture, app, dmt
 	bin := filepath.Join(dir, "pop-agent")
 	for _, b := range []string{"pop-agent", "fogctl"} {
 		build := exec.CommandContext(ctx, "go", "build", "-tags=pacific", "-o", filepath.Join(dir, b), "./"+b)
-		build.Dir = repoRoot()
+		build.Dir = deploytest.RepoRoot()
 		if out, err := build.CombinedOutput(); err != nil {
 			t.Fatalf("build %s: %v\n%s", b, err, out)
 		}

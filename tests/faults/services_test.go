@@ -23,7 +23,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +32,7 @@ import (
 
 	"github.com/docker/docker/client"
 
+	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/devenv"
 	"github.com/fogdeploy/fogdeploy/internal/runtime/runtimetest"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
@@ -138,11 +138,6 @@ func unavailable() (service, reason string) {
 	return "", ""
 }
 
-func repoRoot() string {
-	_, file, _, _ := goruntime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
 func goTool() string {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p
@@ -209,12 +204,12 @@ func start(ctx context.Context) (_ *services, err error) {
 	}
 	for _, b := range []string{"pop-agent", "fogctl"} {
 		build := exec.CommandContext(ctx, goTool(), "build", "-tags=pacific", "-o", filepath.Join(s.bin, b), "./"+b)
-		build.Dir = repoRoot()
+		build.Dir = deploytest.RepoRoot()
 		if out, err := build.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("build %s: %w\n%s", b, err, out)
 		}
 	}
-	img := exec.CommandContext(ctx, "bash", filepath.Join(repoRoot(), "dmtcp-image", "build.sh"), "-b", "-t", bootImage, s.docker)
+	img := exec.CommandContext(ctx, "bash", filepath.Join(deploytest.RepoRoot(), "dmtcp-image", "build.sh"), "-b", "-t", bootImage, s.docker)
 	img.Env = append(os.Environ(), "GO="+goTool())
 	if out, err := img.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("dmtcp-image/build.sh -b: %w\n%s", err, out)
@@ -243,7 +238,7 @@ func (s *services) clientEnv() []string {
 
 // script runs scripts/NAME ARGS... against the private services.
 func (s *services) script(ctx context.Context, name string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(repoRoot(), "scripts", name)}, args...)...)
+	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(deploytest.RepoRoot(), "scripts", name)}, args...)...)
 	cmd.Env = append(os.Environ(), s.scripts...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
@@ -451,7 +446,7 @@ func (s *services) osdUp(ctx context.Context) error {
 // containers it finds running.
 func (s *services) restartDockerd(ctx context.Context, t *testing.T, liveRestore bool) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(repoRoot(), "scripts", "dev-docker.sh"), "restart")
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(deploytest.RepoRoot(), "scripts", "dev-docker.sh"), "restart")
 	cmd.Env = append(append(os.Environ(), s.scripts...), "FOGDEPLOY_DOCKER_LIVE_RESTORE="+strconv.FormatBool(liveRestore))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("dev-docker.sh restart: %v\n%s", err, out)

@@ -182,7 +182,7 @@ func buildImage(ctx context.Context, t testing.TB) {
 		testenv.Unavailable(t, testenv.DMTCP, fmt.Sprintf("no DMTCP install at %s (set %s): %v", prefix, envDMTCPPrefix, err))
 	}
 	host := devenv.Lookup(devenv.EnvDockerHost, devenv.DockerHost())
-	out, err := exec.CommandContext(ctx, "bash", filepath.Join(repoRoot(), "dmtcp-image", "build.sh"), "-t", testImage, prefix, host).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "bash", filepath.Join(RepoRoot(), "dmtcp-image", "build.sh"), "-t", testImage, prefix, host).CombinedOutput()
 	if err != nil {
 		t.Fatalf("dmtcp-image/build.sh: %v\n%s", err, out)
 	}
@@ -191,7 +191,7 @@ func buildImage(ctx context.Context, t testing.TB) {
 func buildBootImage(ctx context.Context, t testing.TB) {
 	t.Helper()
 	host := devenv.Lookup(devenv.EnvDockerHost, devenv.DockerHost())
-	out, err := exec.CommandContext(ctx, "bash", filepath.Join(repoRoot(), "dmtcp-image", "build.sh"), "-b", "-t", testBootImage, host).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "bash", filepath.Join(RepoRoot(), "dmtcp-image", "build.sh"), "-b", "-t", testBootImage, host).CombinedOutput()
 	if err != nil {
 		t.Fatalf("dmtcp-image/build.sh -b: %v\n%s", err, out)
 	}
@@ -323,8 +323,8 @@ func AssertNothingLeft(t testing.TB, f *Fixture, app string, keepGen bool) {
 	}
 }
 
-// repoRoot is the repository's top directory, found from this file.
-func repoRoot() string {
+// RepoRoot is the repository's top directory, found from this file.
+func RepoRoot() string {
 	_, file, _, _ := goruntime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
