@@ -51,20 +51,21 @@ for a in "${apps[@]}"; do
 done
 fd_info "environments ready in $(fd_since "$t0") s"
 
-mkdir -p bench/results
-log=bench/results/evaluation.log
+RESULTS=${FOGDEPLOY_BENCH_RESULTS:-bench/results}
+mkdir -p "$RESULTS"
+log=$RESULTS/evaluation.log
 fd_info "evaluation of ${apps[*]} (full log: $log)"
 set +e
 APPS=$(
 	IFS=,
 	echo "${apps[*]}"
-) FOGDEPLOY_BENCH=1 FOGDEPLOY_DMTCP_PREFIX=$DMTCP_PREFIX \
+) FOGDEPLOY_BENCH=1 FOGDEPLOY_BENCH_RESULTS=$(readlink -f "$RESULTS") FOGDEPLOY_DMTCP_PREFIX=$DMTCP_PREFIX \
 	"$GO" test -tags="${CEPH_TAGS:-pacific}" -count=1 -v -run '^TestEvaluation$' -timeout 30m ./tests/bench/ 2>&1 |
 	tee "$log" | grep --line-buffered -E 'eval_test\.go|^(--- |FAIL|ok |PASS)' | sed -u 's/^ *eval_test\.go:[0-9]*: //'
 rc=${PIPESTATUS[0]}
 set -e
 ((rc == 0)) || fd_die "the evaluation failed (exit $rc); see $log"
-dir=$(readlink -f bench/results/latest)
+dir=$(readlink -f "$RESULTS/latest")
 cp "$log" "$dir/evaluation.log"
 
 fd_info "layering micro-benchmarks (clone, map+mount, import)"
