@@ -19,7 +19,8 @@ import (
 // images mapped by the backend the node supports (rbd-fuse + loop here).
 func TestEnvSuiteCeph(t *testing.T) {
 	testenv.NeedRoot(t)
-	c := testenv.CephCluster(t)
+	// The suite compares the whole pool before and after failing steps.
+	c := testenv.PrivatePool(t, testenv.CephCluster(t))
 	envtest.RunSuite(t, func(t *testing.T) *wire.Layering {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()

@@ -1,9 +1,13 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,12 +37,58 @@ func CephCluster(t testing.TB) CephConn {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	args := []string{"-c", c.Conf, "--id", c.ID, "--connect-timeout", "8"}
+	if out, err := exec.CommandContext(ctx, "ceph", append(c.args(), "--connect-timeout", "8", "health")...).CombinedOutput(); err != nil {
+		Unavailable(t, Ceph, "`ceph health` via "+c.Conf+" failed: "+string(out)+err.Error())
+	}
+	return c
+}
+
+// args are the CLI arguments that reach the cluster as c does (rbd takes
+// no --connect-timeout).
+func (c CephConn) args() []string {
+	args := []string{"-c", c.Conf, "--id", c.ID}
 	if c.Keyring != "" {
 		args = append(args, "--keyring", c.Keyring)
 	}
-	if out, err := exec.CommandContext(ctx, "ceph", append(args, "health")...).CombinedOutput(); err != nil {
-		Unavailable(t, Ceph, "`ceph health` via "+c.Conf+" failed: "+string(out)+err.Error())
+	return args
+}
+
+// PrivatePool returns c with a pool of the test's own, created now and
+// removed with everything in it when the test ends, so that a test which
+// compares the whole pool before and after does not see the images of
+// other packages' tests running at the same time. When FOGDEPLOY_CEPH_POOL
+// names a pool the test uses that one (a cluster the test may not create
+// pools in) and says so.
+func PrivatePool(t testing.TB, c CephConn) CephConn {
+	t.Helper()
+	if os.Getenv(devenv.EnvCephPool) != "" {
+		t.Logf("using the pool %s=%s, which other tests may share", devenv.EnvCephPool, c.Pool)
+		return c
 	}
+	name := fmt.Sprintf("fdt-%06x", rand.Uint32()&0xffffff)
+	run := func(timeout time.Duration, tool string, args ...string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, tool, append(c.args(), args...)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s %s: %w: %s", tool, strings.Join(args, " "), err, bytes.TrimSpace(out))
+		}
+		return nil
+	}
+	remove := func() error {
+		return run(60*time.Second, "ceph", "osd", "pool", "rm", name, name, "--yes-i-really-really-mean-it")
+	}
+	if err := run(60*time.Second, "ceph", "osd", "pool", "create", name, "8", "8", "replicated"); err != nil {
+		t.Fatalf("creating the test's own pool: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := remove(); err != nil {
+			t.Errorf("removing the test's pool: %v", err)
+		}
+	})
+	if err := run(60*time.Second, "rbd", "pool", "init", name); err != nil {
+		t.Fatalf("initializing the test's own pool: %v", err)
+	}
+	c.Pool = name
 	return c
 }
