@@ -156,6 +156,10 @@ func runInChroot(ctx context.Context, root, command string, cfg ImageConfig, out
 	}
 	script := fmt.Sprintf("mkdir -p %s && cd %s && %s", shellQuote(wd), shellQuote(wd), command)
 	cmd := exec.CommandContext(ctx, "chroot", root, "/bin/sh", "-c", script)
+	// A PID namespace of its own: when the command ends, the kernel kills
+	// whatever it left running in the background (a daemon started by a
+	// RUN step or by `env exec`), so the clone can be unmounted and removed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
 	cmd.Env = append([]string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=/root", "DEBIAN_FRONTEND=noninteractive", "LANG=C.UTF-8",

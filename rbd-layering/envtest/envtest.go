@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	"github.com/fogdeploy/fogdeploy/internal/wire"
@@ -50,7 +51,7 @@ func BusyboxRootfs(t *testing.T) string {
 	if err := os.WriteFile(filepath.Join(dir, "bin/busybox"), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, app := range []string{"sh", "cat", "echo", "mkdir", "ls", "cp", "rm", "touch"} {
+	for _, app := range []string{"sh", "cat", "echo", "mkdir", "ls", "cp", "rm", "touch", "sleep"} {
 		if err := os.Symlink("busybox", filepath.Join(dir, "bin", app)); err != nil {
 			t.Fatal(err)
 		}
@@ -68,6 +69,7 @@ func RunSuite(t *testing.T, newL NewLayering) {
 	t.Run("BadInputLeavesPoolUnchanged", func(t *testing.T) { testBadInput(t, newL(t)) })
 	t.Run("RemoveRefusesWhileCloned", func(t *testing.T) { testRemove(t, newL(t)) })
 	t.Run("FailedStepLeavesNothing", func(t *testing.T) { testFailedStep(t, newL(t)) })
+	t.Run("ExecLeavesNoProcess", func(t *testing.T) { testExecBackground(t, newL(t)) })
 }
 
 func uniq(base string) string { return fmt.Sprintf("t%06x-%s", rand.Uint32()&0xffffff, base) }
@@ -314,6 +316,70 @@ func testFailedStep(t *testing.T, l *wire.Layering) {
 	if ms, _ := l.Mapper.List(); len(ms) != 0 {
 		t.Errorf("failed step left mappings: %+v", ms)
 	}
+}
+
+// testExecBackground runs commands that leave a process behind: Exec and a
+// build's RUN must still end, unmount and remove their clone, and the
+// process must be gone.
+func testExecBackground(t *testing.T, l *wire.Layering) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	base := uniq("bg")
+	removeEnvs(t, l, base)
+	_, err := l.Manager.Import(ctx, base, layering.Source{Dir: BusyboxRootfs(t)}, layering.ImportOptions{Size: 64 << 20})
+	must(t, err)
+	before := list(t, l)
+	marker := uniq("sleeper")
+	for _, cmd := range []string{
+		"sleep 600 >/dev/null 2>&1 </dev/null & echo started",
+		"sleep 601 & echo started", // holds the output pipe open too
+	} {
+		cmd = "cp /bin/busybox /tmp/" + marker + " && cd /tmp && " + strings.Replace(cmd, "sleep", "./"+marker+" sleep", 1)
+		var out bytes.Buffer
+		start := time.Now()
+		if _, err := l.Manager.Exec(ctx, base, cmd, &out); err != nil || !strings.Contains(out.String(), "started") {
+			t.Fatalf("exec %q: %v (output %q)", cmd, err, out.String())
+		}
+		if d := time.Since(start); d > 30*time.Second {
+			t.Errorf("exec %q took %v: it waited for the background process", cmd, d)
+		}
+		if ms, _ := l.Mapper.List(); len(ms) != 0 {
+			t.Errorf("exec %q left mappings: %+v", cmd, ms)
+		}
+		if after := list(t, l); !slices.Equal(before, after) {
+			t.Errorf("exec %q left images: %v -> %v", cmd, before, after)
+		}
+		if pids := processesNamed(t, marker); len(pids) > 0 {
+			t.Errorf("exec %q left its background process running: pids %v", cmd, pids)
+		}
+	}
+	bf, _ := layering.ParseBuildFile(strings.NewReader("FROM " + base + "\nRUN cp /bin/busybox /tmp/" + marker + " && /tmp/" + marker + " sleep 602 &\n"))
+	app := uniq("bgapp")
+	removeEnvs(t, l, app)
+	if _, err := l.Manager.Build(ctx, app, bf, layering.BuildOptions{}); err != nil {
+		t.Fatalf("build with a background RUN: %v", err)
+	}
+	if ms, _ := l.Mapper.List(); len(ms) != 0 {
+		t.Errorf("build left mappings: %+v", ms)
+	}
+	if pids := processesNamed(t, marker); len(pids) > 0 {
+		t.Errorf("build left its RUN's background process running: pids %v", pids)
+	}
+}
+
+// processesNamed lists the PIDs whose command name is name.
+func processesNamed(t *testing.T, name string) []string {
+	t.Helper()
+	dirs, err := os.ReadDir("/proc")
+	must(t, err)
+	var pids []string
+	for _, d := range dirs {
+		comm, err := os.ReadFile(filepath.Join("/proc", d.Name(), "comm"))
+		if err == nil && strings.TrimSpace(string(comm)) == name[:min(len(name), 15)] {
+			pids = append(pids, d.Name())
+		}
+	}
+	return pids
 }
 
 func testImportTar(t *testing.T, l *wire.Layering) {
