@@ -283,6 +283,27 @@ func deployRun(ctx context.Context, o *DeployOptions, app string) error {
 	})
 }
 
+// failedError is a Failed deployment's error as its agent recorded it; it
+// matches the sentinel of its cause, so that fogctl exits with the code
+// the failure would have had in this process.
+type failedError struct {
+	msg, cause string
+}
+
+func (e failedError) Error() string { return e.msg }
+
+func (e failedError) Is(target error) bool {
+	switch e.cause {
+	case state.CauseUnavailable:
+		return target == layering.ErrUnavailable
+	case state.CauseInvalid:
+		return target == layering.ErrInvalid
+	case state.CauseNotFound:
+		return target == layering.ErrNotFound
+	}
+	return false
+}
+
 // waitDeployment follows a deployment's status until Running or Failed,
 // printing each phase as it passes.
 func waitDeployment(ctx context.Context, f *Factory, st *state.Store, id string) (state.Deployment, error) {
@@ -312,7 +333,7 @@ func waitDeployment(ctx context.Context, f *Factory, st *state.Store, id string)
 			fmt.Fprintf(f.ErrOut, "==> %s Running on %s (%s) at %v\n", id, dep.Node, kind, dep.Status.Ports)
 			return dep, nil
 		case deploy.PhaseFailed:
-			err := fmt.Errorf("deployment %s failed on %s: %s", id, dep.Node, dep.Status.Error)
+			var err error = failedError{msg: fmt.Sprintf("deployment %s failed on %s: %s", id, dep.Node, dep.Status.Error), cause: dep.Status.Cause}
 			if dep.Status.Hint != "" {
 				err = hintpkg.With(err, dep.Status.Hint)
 			}

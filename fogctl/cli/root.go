@@ -34,7 +34,7 @@ const (
 	ExitInvalid     = 2 // bad flags, arguments, specs or config
 	ExitNotFound    = 3 // the environment, image or snapshot does not exist
 	ExitConflict    = 4 // it exists already, has clones, is in use, or is too deep
-	ExitUnavailable = 5 // Ceph (or dockerd) did not answer in time, or the pool is full
+	ExitUnavailable = 5 // Ceph, dockerd or etcd did not answer in time, or the pool or disk is full
 	ExitInterrupted = 130
 )
 
@@ -44,7 +44,7 @@ const exitCodeHelp = `Exit codes:
   2    invalid input (flags, names, sizes, build files, config)
   3    not found (environment, image, app, node or deployment)
   4    conflict: already exists, has clones, in use, or clone chain too deep
-  5    storage, docker or etcd unavailable (timeout), a full pool, or no ready node
+  5    storage, docker or etcd unavailable (timeout), a full pool or disk, or no ready node
   130  interrupted`
 
 // GlobalOptions are the flags every command shares.

@@ -328,10 +328,24 @@ type Status struct {
 	Timings       layering.Timings  `json:"timings,omitempty"`
 	EngineReadyMS float64           `json:"engine_ready_ms,omitempty"`
 	Error         string            `json:"error,omitempty"`
-	// Hint says what to do about Error.
+	// Hint says what to do about Error, and Cause classes it (one of the
+	// Cause constants, or empty) for clients in other processes.
 	Hint    string    `json:"hint,omitempty"`
+	Cause   string    `json:"cause,omitempty"`
 	Updated time.Time `json:"updated"`
 }
+
+// Classes of Status.Cause: why a deployment Failed, as a client acts on it.
+const (
+	// CauseUnavailable: Ceph, dockerd or etcd did not serve in time, or
+	// the pool or the node's disk is full. Deploying again can work once
+	// the service is back.
+	CauseUnavailable = "unavailable"
+	// CauseInvalid: the app's spec or environment cannot work as given.
+	CauseInvalid = "invalid"
+	// CauseNotFound: something the deployment names is gone.
+	CauseNotFound = "not_found"
+)
 
 // Deployment is a desired deployment with its status (zero if none yet).
 type Deployment struct {

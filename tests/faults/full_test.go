@@ -58,8 +58,8 @@ func TestFull(t *testing.T) {
 	out, errOut, code := p.fogctl(ctx, "deploy", app, "--node", "n1", "--mode", "boot", "--wait", "-o", "json")
 	t.Logf("fogctl deploy on a full pool: exit %d\n%s%s", code, out, errOut)
 	for _, want := range []string{`pool "fogdeploy" is full`, "quota (max_bytes 1.0 MiB)", "Hint: free space in the pool", "ceph osd pool set-quota fogdeploy max_bytes"} {
-		if code == 0 || !strings.Contains(errOut, want) {
-			t.Errorf("deploy on a full pool = exit %d, without %q:\n%s", code, want, errOut)
+		if code != 5 || !strings.Contains(errOut, want) {
+			t.Errorf("deploy on a full pool = exit %d (want 5, unavailable), without %q:\n%s", code, want, errOut)
 		}
 	}
 	var id string
@@ -104,8 +104,8 @@ func TestFull(t *testing.T) {
 	_, errOut, code = p.fogctl(ctx, "deploy", app, "--node", "n2", "--mode", "boot", "--wait")
 	t.Logf("fogctl deploy on a node whose state directory is full: exit %d\n%s", code, errOut)
 	for _, want := range []string{"node n2: its state directory is full", "no space left on device", "Hint: free space in " + filepath.Join(small, "n2")} {
-		if code == 0 || !strings.Contains(errOut, want) {
-			t.Errorf("deploy on a node with a full state directory = exit %d, without %q:\n%s", code, want, errOut)
+		if code != 5 || !strings.Contains(errOut, want) {
+			t.Errorf("deploy on a node with a full state directory = exit %d (want 5, unavailable), without %q:\n%s", code, want, errOut)
 		}
 	}
 	if got := p.leaks(ctx, app, small); got != mid {

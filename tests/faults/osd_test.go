@@ -4,6 +4,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -67,8 +68,9 @@ func TestOSDStoppedDuringDeploy(t *testing.T) {
 	select {
 	case err := <-done:
 		t.Logf("fogctl deploy --wait ended %s after the OSD stopped: %v\n%s", time.Since(stopped).Round(time.Second), err, stderr.String())
-		if err == nil {
-			t.Errorf("fogctl deploy --wait succeeded while the only OSD was down")
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 5 {
+			t.Errorf("fogctl deploy --wait while the only OSD was down = %v; want exit 5 (unavailable)", err)
 		}
 	case <-time.After(failBound):
 		t.Fatalf("the deploy still runs %s after the OSD stopped (it must fail in bounded time)\n%s", failBound, stderr.String())
