@@ -249,6 +249,34 @@ func (c *Container) Timings(ctx context.Context, h Handle) ([]runtime.Timing, er
 	return runtime.ParseTimings(logs), nil
 }
 
+// engineReady returns the entrypoint's own time to ready (timing phase)
+// of an instance with a TCP readiness probe, or 0. The entrypoint probes
+// from inside the container while the deployer probes from outside, so
+// its line may come a moment after the deployer saw the app ready: it is
+// awaited for up to a second.
+func (c *Container) engineReady(ctx context.Context, h Handle, phase string) float64 {
+	deadline := time.Now().Add(time.Second)
+	for {
+		tm, err := c.Timings(ctx, h)
+		if err != nil {
+			return 0
+		}
+		for _, t := range tm {
+			if t.Phase == phase {
+				return t.MS
+			}
+		}
+		if time.Now().After(deadline) {
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 func shortRef(id string) string {
 	if len(id) > 12 {
 		return id[:12]

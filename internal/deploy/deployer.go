@@ -523,20 +523,14 @@ func (d *Deployer) Boot(ctx context.Context, app App, opts Options, reason strin
 		return Deployment{}, err
 	}
 	o.phase("ready")
-	return d.running(ctx, o, dr, h, "boot_ready")
+	return d.running(ctx, o, dr, h, app, "boot_ready")
 }
 
 // running marks an instance that answered Running, with the engine's own
 // time to ready (timing phase) when its driver reports it.
-func (d *Deployer) running(ctx context.Context, o *op, dr Driver, h Handle, phase string) (Deployment, error) {
-	if c, ok := dr.(*Container); ok {
-		if tm, err := c.Timings(ctx, h); err == nil {
-			for _, t := range tm {
-				if t.Phase == phase {
-					o.rec.EngineReadyMS = t.MS
-				}
-			}
-		}
+func (d *Deployer) running(ctx context.Context, o *op, dr Driver, h Handle, app App, phase string) (Deployment, error) {
+	if c, ok := dr.(*Container); ok && app.Ready.Kind == ReadyTCP {
+		o.rec.EngineReadyMS = c.engineReady(ctx, h, phase)
 	}
 	o.rec.Phase = PhaseRunning
 	if err := d.save(o.rec); err != nil {
@@ -1021,7 +1015,7 @@ func (d *Deployer) Restore(ctx context.Context, g Generation, opts Options) (_ D
 		return Deployment{}, err
 	}
 	o.phase("ready")
-	return d.running(ctx, o, dr, h, "restart_ready")
+	return d.running(ctx, o, dr, h, app, "restart_ready")
 }
 
 // Undeploy stops a deployment's instance, unmounts and unmaps its clones,
