@@ -44,8 +44,12 @@ shift $((OPTIND - 1))
 
 dev_dir=${FOGDEPLOY_DEV_DIR:-${XDG_STATE_HOME:-${HOME:-/root}/.local/state}/fogdeploy/dev}
 command -v docker >/dev/null || die "docker CLI not found on PATH"
-go=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
-[[ -x $go ]] || die "go not found; set GO=/path/to/go"
+# GO may be a name on PATH (make passes GO=go) or a path.
+if [[ -n ${GO:-} ]]; then
+	go=$(command -v "$GO") || die "GO=$GO not found; set GO=/path/to/go"
+else
+	go=$(command -v go || command -v /usr/local/go/bin/go) || die "go not found; set GO=/path/to/go"
+fi
 repo_revision() { git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown; }
 
 if $boot; then
