@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/state"
 )
 
 // failBound bounds a deploy that Ceph stops serving: the readiness wait,
@@ -94,8 +95,9 @@ func TestOSDStoppedDuringDeploy(t *testing.T) {
 		t.Errorf("fogctl deploy --wait gives no hint to start the OSD:\n%s", msg)
 	}
 	d, ok := p.ps(ctx)[id]
-	if !ok || d.Status.Phase != deploy.PhaseFailed || !strings.Contains(d.Status.Error, "osd.0") || d.Status.Hint == "" {
-		t.Errorf("fogctl ps: %s = %+v; want Failed, naming osd.0, with a hint", id, d.Status)
+	if !ok || d.Status.Phase != deploy.PhaseFailed || !strings.Contains(d.Status.Error, "osd.0") || d.Status.Hint == "" ||
+		d.Status.Cause != state.CauseUnavailable {
+		t.Errorf("fogctl ps: %s = %+v; want Failed, naming osd.0, with a hint and cause %q", id, d.Status, state.CauseUnavailable)
 	}
 	// Nothing is left on the node; the clone cannot be removed while the
 	// cluster does not answer.
