@@ -36,6 +36,8 @@ type config struct {
 	ready        string        // host:port probed to report readiness; "" = none
 	readySend    string        // sent on each probe connection (Go-quoted escapes allowed)
 	readyExpect  string        // the reply must start with this
+	readyHTTP    string        // path of an HTTP GET probe on ready ("" = none)
+	readyStatus  int           // the GET's status that means ready (0 = any 2xx)
 	readyTimeout time.Duration // how long the probe tries
 	ckptTimeout  time.Duration // how long a checkpoint may take
 	ckptDelay    time.Duration // wait between a checkpoint request and the checkpoint
@@ -61,6 +63,8 @@ func parseConfig(mode string, args []string, stderr io.Writer) (*config, error) 
 	fs.StringVar(&c.ready, "ready", "", "TCP address inside the container whose first accepted connection marks the app ready")
 	fs.StringVar(&c.readySend, "ready-send", "", `bytes to send on each -ready connection, e.g. "PING\r\n" (\r \n \t escapes allowed)`)
 	fs.StringVar(&c.readyExpect, "ready-expect", "", `the app is ready once a -ready reply starts with this, e.g. "+PONG"`)
+	fs.StringVar(&c.readyHTTP, "ready-http", "", "path of an HTTP/1.0 GET sent on each -ready connection; the app is ready once it answers -ready-status")
+	fs.IntVar(&c.readyStatus, "ready-status", 0, "with -ready-http: the status that means ready (0: any 2xx)")
 	fs.DurationVar(&c.readyTimeout, "ready-timeout", 2*time.Minute, "how long to probe -ready")
 	fs.DurationVar(&c.ckptTimeout, "checkpoint-timeout", 5*time.Minute, "how long a checkpoint may take")
 	fs.DurationVar(&c.ckptDelay, "checkpoint-delay", 0, "wait this long after a checkpoint request before checkpointing (the app finishes closing connections meanwhile)")
@@ -99,6 +103,15 @@ func (c *config) validate() error {
 	}
 	if c.ckptDelay < 0 || c.ckptDelay > time.Minute {
 		errs = append(errs, fmt.Errorf("-checkpoint-delay %s: want 0 to 1m", c.ckptDelay))
+	}
+	if c.readyHTTP != "" && (!strings.HasPrefix(c.readyHTTP, "/") || strings.ContainsAny(c.readyHTTP, " \r\n")) {
+		errs = append(errs, fmt.Errorf("-ready-http %q: want a path that starts with / and has no space or line break", c.readyHTTP))
+	}
+	if c.readyHTTP != "" && (c.readySend != "" || c.readyExpect != "") {
+		errs = append(errs, errors.New("-ready-http makes its own request: drop -ready-send and -ready-expect"))
+	}
+	if c.readyStatus != 0 && (c.readyStatus < 100 || c.readyStatus > 599 || c.readyHTTP == "") {
+		errs = append(errs, fmt.Errorf("-ready-status %d: want 100 to 599, with -ready-http", c.readyStatus))
 	}
 	if c.gen < 0 || c.from < 0 {
 		errs = append(errs, errors.New("-gen and -from must be >= 0"))

@@ -3,11 +3,15 @@ package main
 import (
 	"errors"
 	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -33,6 +37,9 @@ func TestParseConfig(t *testing.T) {
 		{modeLaunch, []string{"-after-checkpoint", "pause", "app"}, `-after-checkpoint "pause"`},
 		{modeLaunch, []string{"-root", "rel", "app"}, `-root "rel" must be an absolute path`},
 		{modeLaunch, []string{"--", "-x"}, "looks like a flag"},
+		{modeLaunch, []string{"-ready-http", "health", "app"}, `-ready-http "health"`},
+		{modeLaunch, []string{"-ready-http", "/", "-ready-expect", "x", "app"}, "drop -ready-send and -ready-expect"},
+		{modeLaunch, []string{"-ready-status", "200", "app"}, "-ready-status 200: want 100 to 599, with -ready-http"},
 	} {
 		_, err := parseConfig(tc.mode, tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -293,5 +300,66 @@ func TestCheckpointDelay(t *testing.T) {
 	}
 	if _, err := parseConfig(modeLaunch, []string{"-checkpoint-delay", "2h", "app"}, io.Discard); err == nil {
 		t.Error("-checkpoint-delay 2h accepted")
+	}
+}
+
+// TestHTTPReady probes real HTTP servers the way the entrypoint does.
+func TestHTTPReady(t *testing.T) {
+	var code atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/health" || r.Method != http.MethodGet {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		w.WriteHeader(int(code.Load()))
+	}))
+	defer srv.Close()
+	probe := func(path string, status int) bool {
+		c, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return httpReady(c, path, status)
+	}
+	for _, tc := range []struct {
+		serves    int
+		path      string
+		status    int
+		wantReady bool
+	}{
+		{200, "/health", 0, true},
+		{204, "/health", 0, true},
+		{503, "/health", 0, false},
+		{302, "/health", 0, false},
+		{302, "/health", 302, true},
+		{200, "/health", 204, false},
+		{200, "/other", 0, false},
+	} {
+		code.Store(int32(tc.serves))
+		if got := probe(tc.path, tc.status); got != tc.wantReady {
+			t.Errorf("server answers %d, GET %s, want status %d: ready %v, want %v", tc.serves, tc.path, tc.status, got, tc.wantReady)
+		}
+	}
+	// Not HTTP at all (redis answering an HTTP request).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			_, _ = io.WriteString(c, "-ERR unknown command 'GET'\r\n")
+			c.Close()
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if httpReady(c, "/", 0) {
+		t.Error("a non-HTTP reply counted as ready")
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -316,7 +317,8 @@ func (s *supervisor) appEnv() []string {
 
 // probe reports the time until the app answers on cfg.ready: until a
 // connection is accepted, or, with -ready-expect, until the reply to
-// -ready-send starts with the expected bytes. (A restored listening socket
+// -ready-send starts with the expected bytes, or, with -ready-http, until
+// a GET is answered with the ready status. (A restored listening socket
 // accepts connections before the app runs again, so a connect-only probe
 // is optimistic after a restart.)
 func (s *supervisor) probe(phase string, gen int, since time.Time) {
@@ -338,6 +340,10 @@ func (s *supervisor) probeOnce() bool {
 		return false
 	}
 	defer c.Close()
+	if s.cfg.readyHTTP != "" {
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		return httpReady(c, s.cfg.readyHTTP, s.cfg.readyStatus)
+	}
 	if s.cfg.readyExpect == "" && s.cfg.readySend == "" {
 		return true
 	}
@@ -358,6 +364,28 @@ func (s *supervisor) probeOnce() bool {
 		}
 	}
 	return len(got) >= len(want) && string(got[:len(want)]) == string(want)
+}
+
+// httpReady sends GET path on c and reports whether the status line that
+// comes back carries status (any 2xx when status is 0), as the deployer's
+// HTTP readiness probe decides.
+func httpReady(c io.ReadWriter, path string, status int) bool {
+	if _, err := io.WriteString(c, "GET "+path+" HTTP/1.0\r\nHost: 127.0.0.1\r\nUser-Agent: fogdeploy-entrypoint\r\n\r\n"); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(io.LimitReader(c, 512)).ReadString('\n')
+	if err != nil && line == "" {
+		return false
+	}
+	f := strings.Fields(line)
+	if len(f) < 2 || !strings.HasPrefix(f[0], "HTTP/") {
+		return false
+	}
+	code, err := strconv.Atoi(f[1])
+	if err != nil {
+		return false
+	}
+	return code == status || (status == 0 && code/100 == 2)
 }
 
 // checkpoint starts a checkpoint of the app into <ckpt>/<gen> and returns

@@ -101,11 +101,16 @@ func (c *Container) spec(r Run) runtime.DMTCPContainer {
 	for _, p := range r.App.Ports {
 		dc.Ports = append(dc.Ports, runtime.Port{ContainerPort: uint16(p.Port), Proto: p.Proto})
 	}
-	if rd := r.App.Ready; rd.Kind == ReadyTCP {
-		// The entrypoint measures the engine's own time to ready from
-		// inside the container (launch_ready / restart_ready).
+	// The entrypoint measures the engine's own time to ready from inside
+	// the container (launch_ready / restart_ready / boot_ready), with the
+	// app's own TCP or HTTP probe.
+	switch rd := r.App.Ready; rd.Kind {
+	case ReadyTCP:
 		dc.ReadyAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(rd.Port))
 		dc.ReadySend, dc.ReadyExpect = escape(rd.Send), escape(rd.Expect)
+	case ReadyHTTP:
+		dc.ReadyAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(rd.Port))
+		dc.ReadyHTTPPath, dc.ReadyStatus = rd.Path, rd.Status
 	}
 	return dc
 }
@@ -250,7 +255,7 @@ func (c *Container) Timings(ctx context.Context, h Handle) ([]runtime.Timing, er
 }
 
 // engineReady returns the entrypoint's own time to ready (timing phase)
-// of an instance with a TCP readiness probe, or 0. The entrypoint probes
+// of an instance with a TCP or HTTP readiness probe, or 0. The entrypoint probes
 // from inside the container while the deployer probes from outside, so
 // its line may come a moment after the deployer saw the app ready: it is
 // awaited for up to a second.

@@ -259,6 +259,10 @@ func TestDeployBootWithoutEngine(t *testing.T) {
 				t.Errorf("boot %d timings %s lack %s", i, dep.Timings, p)
 			}
 		}
+		// The entrypoint's own HTTP probe times the boot from inside.
+		if dep.EngineReadyMS <= 0 || dep.EngineReadyMS > float64(dep.Total().Milliseconds()) {
+			t.Errorf("boot %d: the app's own time to ready (engine_ready_ms) = %v; want a positive time within the deploy's %s", i, dep.EngineReadyMS, dep.Total())
+		}
 		body := testenv.HTTPGet(ctx, t, "http://"+dep.Ports["8080/tcp"]+"/")
 		if !strings.HasPrefix(body, "served by ") || pages[body] {
 			t.Errorf("boot %d answers %q; want its own page", i, body)

@@ -68,6 +68,11 @@ type DMTCPContainer struct {
 	// restored listening socket accepts before the app runs again.
 	ReadySend   string
 	ReadyExpect string
+	// ReadyHTTPPath, instead of ReadySend and ReadyExpect, makes the probe
+	// an HTTP GET of this path, ready once it is answered with ReadyStatus
+	// (0: any 2xx).
+	ReadyHTTPPath string
+	ReadyStatus   int
 	// User, if set, is the user of the environment the app runs as
 	// (NAME, UID, NAME:GROUP or UID:GID, resolved in the environment's
 	// /etc/passwd and /etc/group); "" runs it as root. Either way the app
@@ -122,6 +127,12 @@ func (c DMTCPContainer) flags(from int) []string {
 		}
 		if c.ReadyExpect != "" {
 			f = append(f, "-ready-expect", c.ReadyExpect)
+		}
+		if c.ReadyHTTPPath != "" {
+			f = append(f, "-ready-http", c.ReadyHTTPPath)
+		}
+		if c.ReadyStatus != 0 {
+			f = append(f, "-ready-status", strconv.Itoa(c.ReadyStatus))
 		}
 	}
 	if c.WorkingDir != "" {
