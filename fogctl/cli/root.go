@@ -18,7 +18,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fogdeploy/fogdeploy/internal/config"
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	hintpkg "github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/version"
@@ -269,20 +268,22 @@ func reportError(w io.Writer, cmd *cobra.Command, err error, ctx context.Context
 }
 
 // exitCode maps an error onto the documented exit codes.
+// The classes it shares with a failed deployment's recorded cause come
+// from state.CauseOf.
 func exitCode(err error, ctx context.Context) int {
+	cause := state.CauseOf(err)
 	switch {
 	case errors.Is(ctx.Err(), context.Canceled):
 		return ExitInterrupted
-	case errors.Is(err, layering.ErrInvalid), isUsageError(err), errors.Is(err, deploy.ErrInvalidSpec):
+	case cause == state.CauseInvalid, isUsageError(err):
 		return ExitInvalid
-	case errors.Is(err, layering.ErrNotFound), errors.Is(err, state.ErrNotFound), errors.Is(err, deploy.ErrNotFound):
+	case cause == state.CauseNotFound:
 		return ExitNotFound
 	case errors.Is(err, layering.ErrExists), errors.Is(err, layering.ErrHasChildren),
 		errors.Is(err, layering.ErrBusy), errors.Is(err, layering.ErrTooDeep),
 		errors.Is(err, state.ErrExists), errors.Is(err, state.ErrInUse):
 		return ExitConflict
-	case errors.Is(err, layering.ErrUnavailable), errors.Is(err, layering.ErrFull), errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, state.ErrUnavailable), errors.Is(err, state.ErrNoNode):
+	case cause == state.CauseUnavailable, errors.Is(err, state.ErrNoNode):
 		return ExitUnavailable
 	}
 	return ExitError

@@ -335,18 +335,6 @@ type Status struct {
 	Updated time.Time `json:"updated"`
 }
 
-// Classes of Status.Cause: why a deployment Failed, as a client acts on it.
-const (
-	// CauseUnavailable: Ceph, dockerd or etcd did not serve in time, or
-	// the pool or the node's disk is full. Deploying again can work once
-	// the service is back.
-	CauseUnavailable = "unavailable"
-	// CauseInvalid: the app's spec or environment cannot work as given.
-	CauseInvalid = "invalid"
-	// CauseNotFound: something the deployment names is gone.
-	CauseNotFound = "not_found"
-)
-
 // Deployment is a desired deployment with its status (zero if none yet).
 type Deployment struct {
 	Desired

@@ -609,23 +609,9 @@ func (a *agent) fail(ctx context.Context, dsr state.Desired, st *state.Status, e
 	if st != nil {
 		s = *st
 	}
-	s.Phase, s.Error, s.Hint, s.Cause = deploy.PhaseFailed, err.Error(), h, causeOf(err)
+	s.Phase, s.Error, s.Hint, s.Cause = deploy.PhaseFailed, err.Error(), h, state.CauseOf(err)
 	_ = a.setStatus(ctx, dsr.ID, s)
 	a.event(ctx, dsr.ID, "failed", err.Error())
-}
-
-// causeOf classes a failure for Status.Cause.
-func causeOf(err error) string {
-	switch {
-	case errors.Is(err, mapper.ErrStalled), errors.Is(err, layering.ErrUnavailable), errors.Is(err, layering.ErrFull),
-		errors.Is(err, syscall.ENOSPC), errors.Is(err, context.DeadlineExceeded), errors.Is(err, state.ErrUnavailable):
-		return state.CauseUnavailable
-	case errors.Is(err, deploy.ErrInvalidSpec), errors.Is(err, layering.ErrInvalid):
-		return state.CauseInvalid
-	case errors.Is(err, layering.ErrNotFound), errors.Is(err, deploy.ErrNotFound), errors.Is(err, state.ErrNotFound):
-		return state.CauseNotFound
-	}
-	return ""
 }
 
 // hintOf returns the hint an error carries, of either kind.
