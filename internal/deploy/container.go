@@ -101,18 +101,23 @@ func (c *Container) spec(r Run) runtime.DMTCPContainer {
 	for _, p := range r.App.Ports {
 		dc.Ports = append(dc.Ports, runtime.Port{ContainerPort: uint16(p.Port), Proto: p.Proto})
 	}
-	// The entrypoint measures the engine's own time to ready from inside
-	// the container (launch_ready / restart_ready / boot_ready), with the
-	// app's own TCP or HTTP probe.
-	switch rd := r.App.Ready; rd.Kind {
-	case ReadyTCP:
+	if rd := r.App.Ready; probedInside(rd) {
 		dc.ReadyAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(rd.Port))
-		dc.ReadySend, dc.ReadyExpect = escape(rd.Send), escape(rd.Expect)
-	case ReadyHTTP:
-		dc.ReadyAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(rd.Port))
-		dc.ReadyHTTPPath, dc.ReadyStatus = rd.Path, rd.Status
+		if rd.Kind == ReadyHTTP {
+			dc.ReadyHTTPPath, dc.ReadyStatus = rd.Path, rd.Status
+		} else {
+			dc.ReadySend, dc.ReadyExpect = escape(rd.Send), escape(rd.Expect)
+		}
 	}
 	return dc
+}
+
+// probedInside reports whether the entrypoint runs the app's readiness
+// probe itself, from inside the container, and so measures the engine's
+// own time to ready (launch_ready / restart_ready / boot_ready): it does
+// for TCP and HTTP probes.
+func probedInside(rd Readiness) bool {
+	return rd.Kind == ReadyTCP || rd.Kind == ReadyHTTP
 }
 
 // escape writes \r, \n, \t and \ as the entrypoint's flag escapes.
@@ -255,11 +260,14 @@ func (c *Container) Timings(ctx context.Context, h Handle) ([]runtime.Timing, er
 }
 
 // engineReady returns the entrypoint's own time to ready (timing phase)
-// of an instance with a TCP or HTTP readiness probe, or 0. The entrypoint probes
-// from inside the container while the deployer probes from outside, so
-// its line may come a moment after the deployer saw the app ready: it is
-// awaited for up to a second.
-func (c *Container) engineReady(ctx context.Context, h Handle, phase string) float64 {
+// of an instance of app, or 0 when the entrypoint does not probe it. The
+// entrypoint probes from inside the container while the deployer probes
+// from outside, so its line may come a moment after the deployer saw the
+// app ready: it is awaited for up to a second.
+func (c *Container) engineReady(ctx context.Context, h Handle, app App, phase string) float64 {
+	if !probedInside(app.Ready) {
+		return 0
+	}
 	deadline := time.Now().Add(time.Second)
 	for {
 		tm, err := c.Timings(ctx, h)

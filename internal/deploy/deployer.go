@@ -529,8 +529,8 @@ func (d *Deployer) Boot(ctx context.Context, app App, opts Options, reason strin
 // running marks an instance that answered Running, with the engine's own
 // time to ready (timing phase) when its driver reports it.
 func (d *Deployer) running(ctx context.Context, o *op, dr Driver, h Handle, app App, phase string) (Deployment, error) {
-	if c, ok := dr.(*Container); ok && (app.Ready.Kind == ReadyTCP || app.Ready.Kind == ReadyHTTP) {
-		o.rec.EngineReadyMS = c.engineReady(ctx, h, phase)
+	if c, ok := dr.(*Container); ok {
+		o.rec.EngineReadyMS = c.engineReady(ctx, h, app, phase)
 	}
 	o.rec.Phase = PhaseRunning
 	if err := d.save(o.rec); err != nil {
