@@ -26,17 +26,12 @@ const (
 	dmtcpTestImage = "fogdeploy/dmtcp:runtimetest"
 )
 
-// TestDMTCPContainerCheckpointRestore is the proof that the DMTCP container
-// works: it builds the image with dmtcp-image/build.sh from the installed
-// DMTCP, launches redis in it chrooted into a copy of a bookworm rootfs,
-// SETs a key, checkpoints, and restores in a NEW container (own network
-// namespace) that answers GET on its published port. It then repeats the
-// cycle from the restored instance (generation 2) and stops the last one.
-func TestDMTCPContainerCheckpointRestore(t *testing.T) {
-	ctx, d, root, ckpt := setupDMTCPContainer(t)
-	c := runtime.DMTCPContainer{
+// redisContainer is the DMTCP container of redis on port 6379 with a
+// PING/+PONG readiness probe, in a deployment named prefix + a unique suffix.
+func redisContainer(prefix, root, ckpt string) runtime.DMTCPContainer {
+	return runtime.DMTCPContainer{
 		Image:       dmtcpTestImage,
-		Deployment:  "dmtcp-" + strconv.FormatInt(time.Now().UnixNano(), 36),
+		Deployment:  prefix + strconv.FormatInt(time.Now().UnixNano(), 36),
 		App:         "redis",
 		EnvPath:     root,
 		CkptPath:    ckpt,
@@ -45,6 +40,17 @@ func TestDMTCPContainerCheckpointRestore(t *testing.T) {
 		ReadySend:   `PING\r\n`,
 		ReadyExpect: "+PONG",
 	}
+}
+
+// TestDMTCPContainerCheckpointRestore is the proof that the DMTCP container
+// works: it builds the image with dmtcp-image/build.sh from the installed
+// DMTCP, launches redis in it chrooted into a copy of a bookworm rootfs,
+// SETs a key, checkpoints, and restores in a NEW container (own network
+// namespace) that answers GET on its published port. It then repeats the
+// cycle from the restored instance (generation 2) and stops the last one.
+func TestDMTCPContainerCheckpointRestore(t *testing.T) {
+	ctx, d, root, ckpt := setupDMTCPContainer(t)
+	c := redisContainer("dmtcp-", root, ckpt)
 	redisArgv := []string{"redis-server", "--port", "6379", "--protected-mode", "no", "--save", "", "--appendonly", "no",
 		"--jemalloc-bg-thread", "no", "--daemonize", "no"}
 
@@ -125,21 +131,11 @@ func TestDMTCPContainerUser(t *testing.T) {
 	if !ok {
 		testenv.Unavailable(t, testenv.DMTCP, "the test rootfs has no user redis")
 	}
-	c := runtime.DMTCPContainer{
-		Image:       dmtcpTestImage,
-		Deployment:  "dmtcp-user-" + strconv.FormatInt(time.Now().UnixNano(), 36),
-		App:         "redis",
-		EnvPath:     root,
-		CkptPath:    ckpt,
-		Ports:       []runtime.Port{{ContainerPort: 6379}},
-		ReadyAddr:   "127.0.0.1:6379",
-		ReadySend:   `PING\r\n`,
-		ReadyExpect: "+PONG",
-		User:        "redis",
-		// redis's home (0750, owned by redis): only the app's user may
-		// enter it, not the keeper, which has no CAP_DAC_OVERRIDE.
-		WorkingDir: "/var/lib/redis",
-	}
+	c := redisContainer("dmtcp-user-", root, ckpt)
+	c.User = "redis"
+	// redis's home (0750, owned by redis): only the app's user may enter
+	// it, not the keeper, which has no CAP_DAC_OVERRIDE.
+	c.WorkingDir = "/var/lib/redis"
 	if spec := c.Launch([]string{"redis-server"}); !slices.Contains(spec.CapAdd, "SETUID") || !slices.Contains(spec.CapAdd, "SETGID") {
 		t.Fatalf("CapAdd = %v, want SETUID and SETGID for a user", spec.CapAdd)
 	}

@@ -66,8 +66,8 @@ func PrivatePool(t testing.TB, c CephConn) CephConn {
 		return c
 	}
 	name := fmt.Sprintf("fdt-%06x", rand.Uint32()&0xffffff)
-	run := func(timeout time.Duration, tool string, args ...string) error {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	run := func(tool string, args ...string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		out, err := exec.CommandContext(ctx, tool, append(c.args(), args...)...).CombinedOutput()
 		if err != nil {
@@ -75,18 +75,15 @@ func PrivatePool(t testing.TB, c CephConn) CephConn {
 		}
 		return nil
 	}
-	remove := func() error {
-		return run(60*time.Second, "ceph", "osd", "pool", "rm", name, name, "--yes-i-really-really-mean-it")
-	}
-	if err := run(60*time.Second, "ceph", "osd", "pool", "create", name, "8", "8", "replicated"); err != nil {
+	if err := run("ceph", "osd", "pool", "create", name, "8", "8", "replicated"); err != nil {
 		t.Fatalf("creating the test's own pool: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := remove(); err != nil {
+		if err := run("ceph", "osd", "pool", "rm", name, name, "--yes-i-really-really-mean-it"); err != nil {
 			t.Errorf("removing the test's pool: %v", err)
 		}
 	})
-	if err := run(60*time.Second, "rbd", "pool", "init", name); err != nil {
+	if err := run("rbd", "pool", "init", name); err != nil {
 		t.Fatalf("initializing the test's own pool: %v", err)
 	}
 	c.Pool = name
