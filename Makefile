@@ -12,20 +12,27 @@ DMTCP_PREFIX ?= /opt/dmtcp
 export PATH := /usr/local/go/bin:$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help build test unit integration bench lint dev-up dev-down demo demo-down dmtcp-image boot-image deps
+.PHONY: help build test unit integration bench lint dev-up dev-down demo demo-down dmtcp-image boot-image deps engines fixtures
 
 help: ## Show this help
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-deps: ## Install the Debian packages the project needs (root)
+deps: ## Install the Debian packages the project needs, and build the checkpoint engines when their sources are available (root)
 	@bash scripts/install-deps.sh
+	@FOGDEPLOY_ENGINES_OPTIONAL=1 bash scripts/install-engines.sh
+
+engines: ## Build DMTCP and CRIU into /opt/dmtcp and /opt/criu (sources: FOGDEPLOY_DMTCP_SRC, FOGDEPLOY_CRIU_SRC, FOGDEPLOY_ENGINES_DIR, or upstream)
+	@bash scripts/install-engines.sh
+
+fixtures: ## What the engine tests run apps in: redis on the host and a bookworm root file system with redis (root)
+	@bash scripts/test-fixtures.sh
 
 build: ## Build bin/fogctl and bin/pop-agent
 	$(GO) build $(TAGS) -ldflags "$(LDFLAGS)" -o bin/fogctl ./fogctl
 	$(GO) build $(TAGS) -ldflags "$(LDFLAGS)" -o bin/pop-agent ./pop-agent
 
-test: dev-up ## Run every test: unit, fake-backed and real (dev Ceph, dockerd)
-	$(GO) test $(TAGS) -count=1 -timeout 40m $(PKGS)
+test: dev-up fixtures ## Run every test: unit, fake-backed and real (dev Ceph, dockerd, etcd, DMTCP and CRIU when installed)
+	$(GO) test $(TAGS) -count=1 -timeout 45m $(GOTESTFLAGS) $(PKGS)
 
 unit: ## Run the tests that need no service (skips the rest, with reasons)
 	FOGDEPLOY_CEPH_CONF=/nonexistent DOCKER_HOST=unix:///nonexistent $(GO) test $(TAGS) -count=1 $(PKGS)
@@ -38,8 +45,9 @@ lint: ## gofmt, go vet and staticcheck
 	$(GO) vet $(TAGS) $(PKGS)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.7.0 $(TAGS) $(PKGS)
 
-dev-up: ## Install missing packages, build, start the dev Ceph cluster, dockerd and etcd (idempotent)
+dev-up: ## Install missing packages and engines, build, start the dev Ceph cluster, dockerd and etcd (idempotent)
 	@bash scripts/install-deps.sh
+	@FOGDEPLOY_ENGINES_OPTIONAL=1 bash scripts/install-engines.sh
 	@$(MAKE) --no-print-directory build
 	@bash scripts/dev-ceph.sh up
 	@bash scripts/dev-docker.sh up

@@ -85,6 +85,14 @@ host=${2:-${DOCKER_HOST:-unix://$dev_dir/docker/docker.sock}}
 dmtcp_version=$("$prefix/bin/dmtcp_launch" --version 2>/dev/null | awk 'NR==1 {print $NF}')
 dmtcp_version=${dmtcp_version:-unknown}
 tag=${tag:-fogdeploy/dmtcp:$dmtcp_version}
+# The oldest glibc DMTCP runs on: the newest GLIBC_x.y symbol version its
+# tools and libraries need (they run on the environment's C library).
+dmtcp_glibc=""
+if command -v objdump >/dev/null; then
+	dmtcp_glibc=$(objdump -T "$prefix"/bin/* "$prefix"/lib/dmtcp/*.so 2>/dev/null |
+		grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/^GLIBC_//' | sort -Vu | tail -n 1 || true)
+fi
+[[ -n $dmtcp_glibc ]] || info "objdump found no glibc symbol versions (install binutils): deploys will not check the environment's glibc version"
 
 ctx=$(mktemp -d "${TMPDIR:-/tmp}/fogdeploy-dmtcp-image.XXXXXX")
 trap 'rm -rf -- "$ctx"' EXIT
@@ -153,6 +161,7 @@ info "docker build -t $tag (DOCKER_HOST=$host)"
 DOCKER_HOST=$host DOCKER_BUILDKIT=0 docker build --network none -q -t "$tag" \
 	--build-arg "DMTCP_PREFIX=$prefix" \
 	--build-arg "DMTCP_VERSION=$dmtcp_version" \
+	--build-arg "DMTCP_GLIBC=$dmtcp_glibc" \
 	--build-arg "REVISION=$revision" \
 	--build-arg "CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
 	"$ctx" >&2

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -57,7 +59,18 @@ func NewCmdNode(f *Factory) *cobra.Command {
 					if n.Ready {
 						status = "Ready"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", n.Name, status, count, n.Capacity, n.Mapper, strings.Join(n.Engines, ","), n.API)
+					engines := strings.Join(n.Engines, ",")
+					if engines == "" {
+						engines = "none (boots only)"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", n.Name, status, count, n.Capacity, n.Mapper, engines, n.API)
+				}
+				// What a node cannot run, and why: a missing DMTCP image,
+				// engine or boot image.
+				for _, n := range nodes {
+					for _, what := range slices.Sorted(maps.Keys(n.Problems)) {
+						fmt.Fprintf(w, "! %s: no %s: %s\n", n.Name, what, n.Problems[what])
+					}
 				}
 			})
 		}),

@@ -52,7 +52,9 @@ type Agent struct {
 	// with what runs on its node, retrying what failed (e.g. an image
 	// still watched by a killed rbd-fuse).
 	ReconcileInterval time.Duration `yaml:"reconcile_interval"`
-	// DMTCPImage is the DMTCP container image.
+	// DMTCPImage is the DMTCP container image; "" (the default) runs the
+	// newest image on the node labelled as one (io.fogdeploy.dmtcp.version),
+	// whatever its tag, as `make dmtcp-image` builds it.
 	DMTCPImage string `yaml:"dmtcp_image"`
 	// DMTCPDriver is "container" (default) or "host".
 	DMTCPDriver string `yaml:"dmtcp_driver"`
@@ -134,7 +136,7 @@ func Default() Config {
 		Docker:   Docker{Host: devenv.DockerHost()},
 		Node:     Node{Name: host, StateDir: filepath.Join(devenv.Dir(), "node", host)},
 		Etcd:     Etcd{Endpoints: []string{devenv.EtcdEndpoint}, DialTimeout: 5 * time.Second},
-		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPImage: "fogdeploy/dmtcp:4.2.0", DMTCPDriver: "container",
+		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: "container",
 			BootImage: "fogdeploy/boot:latest", IfBusy: "wait", IfNoEngine: "boot"},
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/engine"
@@ -22,9 +23,15 @@ type ContainerRuntime interface {
 	runtime.ImageInspector
 }
 
-// DMTCPVersionLabel is the label of the DMTCP image that holds the DMTCP
-// version it packages (dmtcp-image/Dockerfile).
-const DMTCPVersionLabel = "io.fogdeploy.dmtcp.version"
+// Labels of the DMTCP image (dmtcp-image/Dockerfile). An image with
+// DMTCPVersionLabel is a fogdeploy DMTCP image, whatever its tag.
+const (
+	// DMTCPVersionLabel holds the version of the DMTCP it packages.
+	DMTCPVersionLabel = "io.fogdeploy.dmtcp.version"
+	// DMTCPGlibcLabel holds the oldest glibc its DMTCP runs on ("2.36"):
+	// DMTCP's tools run on the environment's C library.
+	DMTCPGlibcLabel = "io.fogdeploy.dmtcp.glibc"
+)
 
 // Container runs instances in the DMTCP container (dmtcp-image/): the
 // environment clone bound at /fog/root, the checkpoint clone at /fog/ckpt,
@@ -33,13 +40,23 @@ const DMTCPVersionLabel = "io.fogdeploy.dmtcp.version"
 // a restart of the process that started them.
 type Container struct {
 	RT ContainerRuntime
-	// Image is the DMTCP image, e.g. fogdeploy/dmtcp:4.2.0.
+	// Image is the DMTCP image, e.g. fogdeploy/dmtcp:4.2.0. "" finds it
+	// by its label (DMTCPVersionLabel): the newest such image on the node,
+	// as `make dmtcp-image` built it.
 	Image string
 	// BootImage runs apps with no checkpoint engine (ModeBoot), e.g.
 	// fogdeploy/boot:latest from `dmtcp-image/build.sh -b`.
 	BootImage string
 	// StopTimeout is how long Remove lets the app stop after SIGTERM.
 	StopTimeout time.Duration
+
+	mu    sync.Mutex
+	found dmtcpImage // what Check found last
+}
+
+// dmtcpImage is the DMTCP image that Check found.
+type dmtcpImage struct {
+	ref, version, glibc string
 }
 
 var _ Driver = (*Container)(nil)
@@ -47,20 +64,67 @@ var _ Driver = (*Container)(nil)
 // Name implements Driver.
 func (c *Container) Name() string { return "container" }
 
-// Check implements Driver: the engine must be DMTCP and the image present.
+// Check implements Driver: the engine must be DMTCP and a DMTCP image
+// present (Image, or the newest image labelled as one).
 func (c *Container) Check(ctx context.Context, eng string) (string, error) {
 	if eng != engine.NameDMTCP {
 		return "", fmt.Errorf("%w: the container driver runs the dmtcp engine only, not %q; use the host driver for criu", ErrDriver, eng)
 	}
+	img, err := c.findImage(ctx)
+	if err != nil {
+		return "", err
+	}
+	c.mu.Lock()
+	c.found = img
+	c.mu.Unlock()
+	return img.version, nil
+}
+
+// findImage finds the DMTCP image this node runs.
+func (c *Container) findImage(ctx context.Context) (dmtcpImage, error) {
+	const build = "build it from an installed DMTCP with `make dmtcp-image` (scripts/install-engines.sh installs DMTCP)"
+	if c.Image == "" {
+		ims, err := c.RT.FindImages(ctx, DMTCPVersionLabel)
+		if err != nil {
+			return dmtcpImage{}, fmt.Errorf("%w: %w", ErrDriver, err)
+		}
+		if len(ims) == 0 {
+			return dmtcpImage{}, hint.With(fmt.Errorf("%w: no DMTCP image on this node (none labelled %s)", ErrDriver, DMTCPVersionLabel), build)
+		}
+		im := ims[0]
+		return dmtcpImage{ref: im.Ref, version: im.Labels[DMTCPVersionLabel], glibc: im.Labels[DMTCPGlibcLabel]}, nil
+	}
 	labels, err := c.RT.ImageLabels(ctx, c.Image)
 	if errors.Is(err, runtime.ErrImageNotFound) {
-		return "", hint.With(fmt.Errorf("%w: DMTCP image %s is not on this node: %w", ErrDriver, c.Image, err),
-			"build it from an installed DMTCP with `make dmtcp-image` (DMTCP_PREFIX=/opt/dmtcp)")
+		return dmtcpImage{}, hint.With(fmt.Errorf("%w: DMTCP image %s is not on this node: %w", ErrDriver, c.Image, err),
+			build+", or leave agent.dmtcp_image empty to use the DMTCP image the node has")
 	}
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrDriver, err)
+		return dmtcpImage{}, fmt.Errorf("%w: %w", ErrDriver, err)
 	}
-	return labels[DMTCPVersionLabel], nil
+	v, ok := labels[DMTCPVersionLabel]
+	if !ok {
+		return dmtcpImage{}, hint.With(fmt.Errorf("%w: image %s is not a fogdeploy DMTCP image (no label %s)", ErrDriver, c.Image, DMTCPVersionLabel),
+			build+", and set agent.dmtcp_image to its tag or leave it empty")
+	}
+	return dmtcpImage{ref: c.Image, version: v, glibc: labels[DMTCPGlibcLabel]}, nil
+}
+
+// image returns the DMTCP image to run: the one Check found last, else
+// the one it finds now.
+func (c *Container) image(ctx context.Context) (dmtcpImage, error) {
+	c.mu.Lock()
+	found := c.found
+	c.mu.Unlock()
+	if found.ref != "" {
+		return found, nil
+	}
+	if _, err := c.Check(ctx, engine.NameDMTCP); err != nil {
+		return dmtcpImage{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.found, nil
 }
 
 // CheckBoot reports, wrapping ErrDriver, why this node cannot boot apps
@@ -80,9 +144,9 @@ func (c *Container) CheckBoot(ctx context.Context) error {
 	return nil
 }
 
-func (c *Container) spec(r Run) runtime.DMTCPContainer {
+func (c *Container) spec(r Run, image string) runtime.DMTCPContainer {
 	dc := runtime.DMTCPContainer{
-		Image:      c.Image,
+		Image:      image,
 		Deployment: r.ID,
 		App:        r.App.Name,
 		Name:       "fd-" + r.ID,
@@ -127,7 +191,19 @@ func escape(s string) string {
 
 // Start implements Driver.
 func (c *Container) Start(ctx context.Context, r Run) (_ Handle, err error) {
-	dc := c.spec(r)
+	var dc runtime.DMTCPContainer
+	if r.Mode == ModeLaunch || r.Mode == ModeRestart {
+		img, err := c.image(ctx)
+		if err != nil {
+			return Handle{}, err
+		}
+		if err := checkEnvForDMTCP(r.EnvPath, r.App.Env, img.glibc); err != nil {
+			return Handle{}, err
+		}
+		dc = c.spec(r, img.ref)
+	} else {
+		dc = c.spec(r, c.BootImage)
+	}
 	var spec runtime.Spec
 	switch r.Mode {
 	case ModeLaunch:
@@ -136,7 +212,6 @@ func (c *Container) Start(ctx context.Context, r Run) (_ Handle, err error) {
 	case ModeRestart:
 		spec = dc.Restart(r.Gen)
 	case ModeBoot:
-		dc.Image = c.BootImage
 		spec = dc.Boot(r.App.Command)
 	default:
 		return Handle{}, fmt.Errorf("%w: mode %q", ErrInvalidSpec, r.Mode)

@@ -5,6 +5,8 @@ package deploy_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -342,4 +344,105 @@ func contains(ss []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestEnvironmentWithoutGlibc: DMTCP's tools run on the environment's C
+// library, so a deploy of an environment that has none (a static busybox)
+// fails before launch, saying why, and leaves nothing.
+func TestEnvironmentWithoutGlibc(t *testing.T) {
+	f := deploytest.NewStaticFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	app := deploytest.BusyboxHTTPApp("static-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env)
+	t.Cleanup(func() { f.UndeployAll(t, app.Name) })
+	if _, _, err := f.D.Check(ctx, app); err != nil {
+		t.Fatalf("the node has DMTCP: %v", err)
+	}
+	start := time.Now()
+	_, err := f.D.Deploy(ctx, app, deploy.Options{})
+	if !errors.Is(err, deploy.ErrInvalidSpec) || !strings.Contains(err.Error(), "no GNU C library") ||
+		!strings.Contains(err.Error(), f.Env) || !strings.Contains(hint.Of(err), "--mode boot") {
+		t.Fatalf("deploy of an environment without glibc under DMTCP = %v (hint %q); want ErrInvalidSpec naming the environment and the missing glibc, with a hint", err, hint.Of(err))
+	}
+	t.Logf("refused in %s: %v (hint: %s)", time.Since(start).Round(time.Millisecond), err, hint.Of(err))
+	deploytest.AssertNothingLeft(t, f, app.Name, false)
+	// The same environment still boots without the engine.
+	dep, err := f.D.Deploy(ctx, app, deploy.Options{Mode: deploy.ModeBoot})
+	if err != nil {
+		t.Fatalf("boot of the same environment: %v", err)
+	}
+	if err := f.D.Undeploy(ctx, dep.ID); err != nil {
+		t.Fatal(err)
+	}
+	deploytest.AssertNothingLeft(t, f, app.Name, false)
+}
+
+// tokenServer is a Python HTTP server that draws a random token at boot and
+// answers every GET with it: a restored instance answers with the token of
+// the checkpointed process, a booted one with a new one.
+var tokenServer = []string{"python3", "-c", `import http.server, secrets
+token = secrets.token_hex(8).encode()
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(token)))
+        self.end_headers()
+        self.wfile.write(token)
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("0.0.0.0", 8000), H).serve_forever()`}
+
+// TestDMTCPEnvironmentWithOnlyGlibc: an environment with python3 and a
+// glibc, without libstdc++6 or libatomic1, boots under DMTCP, checkpoints
+// and restores, because the DMTCP container brings what DMTCP needs.
+func TestDMTCPEnvironmentWithOnlyGlibc(t *testing.T) {
+	f := deploytest.NewPythonFixture(t)
+	root := testenv.PythonRootfs(t, testenv.DMTCP)
+	for _, lib := range []string{"libstdc++.so.6", "libatomic.so.1"} {
+		if m, _ := filepath.Glob(filepath.Join(root, "usr/lib/*/"+lib)); len(m) > 0 {
+			t.Fatalf("the test environment has %v: it must have only its app and a glibc (rebuild it: scripts/test-fixtures.sh)", m)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	app := deploy.App{
+		Name: "pytoken-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 36), Env: f.Env, Engine: engine.NameDMTCP,
+		Command:        tokenServer,
+		Ports:          []deploy.Port{{Port: 8000}},
+		Ready:          deploy.Readiness{Kind: deploy.ReadyHTTP, Port: 8000, Path: "/", Timeout: deploy.Duration(60 * time.Second)},
+		Resources:      deploy.Resources{CPUs: 1, Memory: "256M"},
+		CheckpointSize: "256M",
+	}
+	t.Cleanup(func() { f.UndeployAll(t, app.Name); f.RemoveGenerations(t, app.Name) })
+	get := func(dep deploy.Deployment) string {
+		t.Helper()
+		addr := dep.Ports[deploy.PortKey(8000, "tcp")]
+		resp, err := http.Get("http://" + addr + "/")
+		if err != nil {
+			t.Fatalf("GET %s of %s: %v", addr, dep.ID, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	first, err := f.D.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatalf("first deploy (boot, checkpoint, restore) of python3 without libstdc++ and libatomic: %v", err)
+	}
+	if !first.Booted || first.Mode == deploy.ModeBoot {
+		t.Fatalf("first deploy: booted=%v mode=%s, want a checkpoint then a restore", first.Booted, first.Mode)
+	}
+	second, err := f.D.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	plain, err := f.D.Deploy(ctx, app, deploy.Options{Mode: deploy.ModeBoot})
+	if err != nil {
+		t.Fatalf("plain boot: %v", err)
+	}
+	a, b, c := get(first), get(second), get(plain)
+	if len(a) != 16 || a != b || c == a {
+		t.Fatalf("tokens: first restore %q, second restore %q, plain boot %q; want the two restores to answer the checkpointed token and the boot another", a, b, c)
+	}
+	t.Logf("restored instances answer the checkpoint's token %s; a plain boot answers %s", a, c)
 }

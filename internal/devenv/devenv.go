@@ -19,7 +19,23 @@ const (
 	EnvCephID      = "FOGDEPLOY_CEPH_ID"
 	EnvCephPool    = "FOGDEPLOY_CEPH_POOL"
 	EnvDockerHost  = "DOCKER_HOST"
+	// EnvTestRootfs names the Debian bookworm root file system with
+	// redis-server that the engine and container tests run apps in.
+	EnvTestRootfs = "FOGDEPLOY_TEST_ROOTFS"
+	// EnvTestPyRootfs names the one with python3 and no libstdc++6 or
+	// libatomic1: only the app and a glibc.
+	EnvTestPyRootfs = "FOGDEPLOY_TEST_PY_ROOTFS"
 )
+
+// Where scripts/test-fixtures.sh (run by `make test`) builds those root
+// file systems.
+const (
+	DefaultTestRootfs   = "/var/cache/fogdeploy/test-rootfs"
+	DefaultTestPyRootfs = "/var/cache/fogdeploy/test-rootfs-python"
+)
+
+// TestRootfs returns $FOGDEPLOY_TEST_ROOTFS, else DefaultTestRootfs.
+func TestRootfs() string { return Lookup(EnvTestRootfs, DefaultTestRootfs) }
 
 // EtcdEndpoint is where the dev etcd (scripts/dev-etcd.sh, the embedded
 // etcd of `pop-agent etcd`) listens.

@@ -60,10 +60,8 @@ func TestDMTCPAsPID1(t *testing.T) {
 	if _, err := engine.NewDMTCP(engine.Config{}).Check(context.Background()); err != nil {
 		testenv.Unavailable(t, testenv.DMTCP, err.Error())
 	}
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		t.Skip("unshare (util-linux) is not installed")
-	}
+	unshare := testenv.HostBinary(t, testenv.DMTCP, "unshare")
+	testenv.HostBinary(t, testenv.DMTCP, "redis-server") // the lifecycle it reruns
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, unshare, "--pid", "--fork", "--mount-proc", os.Args[0],
@@ -91,10 +89,8 @@ func TestDMTCPGzip(t *testing.T) {
 	if _, err := e.Check(ctx); err != nil {
 		testenv.Unavailable(t, testenv.DMTCP, err.Error())
 	}
-	cli, err := exec.LookPath("redis-cli")
-	if err != nil {
-		t.Skip("redis-cli is not installed")
-	}
+	testenv.HostBinary(t, testenv.DMTCP, "redis-server")
+	cli := testenv.HostBinary(t, testenv.DMTCP, "redis-cli")
 	const port = "6399" // inside the app's own network namespace
 	log := engine.NewLogTail(50)
 	p, err := e.Launch(ctx, engine.LaunchSpec{Argv: []string{"redis-server", "--port", port, "--bind", "127.0.0.1",

@@ -33,3 +33,15 @@ func Of(err error) string {
 	}
 	return ""
 }
+
+// Sentence is the error and its hint on one line, for logs and status
+// records: "cause (hint: what to do)".
+func Sentence(err error) string {
+	if err == nil {
+		return ""
+	}
+	if h := Of(err); h != "" {
+		return err.Error() + " (hint: " + h + ")"
+	}
+	return err.Error()
+}

@@ -22,7 +22,6 @@ import (
 // overridden by the environment.
 const (
 	envDMTCPPrefix = "FOGDEPLOY_DMTCP_PREFIX" // installed DMTCP (default /opt/dmtcp)
-	envTestRootfs  = "FOGDEPLOY_TEST_ROOTFS"  // bookworm rootfs with redis-server (default /opt/src/rootfs)
 	dmtcpTestImage = "fogdeploy/dmtcp:runtimetest"
 )
 
@@ -246,11 +245,7 @@ func setupDMTCPContainer(t *testing.T) (context.Context, *runtime.Docker, string
 	if _, err := os.Stat(filepath.Join(prefix, "bin", "dmtcp_launch")); err != nil {
 		testenv.Unavailable(t, testenv.DMTCP, fmt.Sprintf("no DMTCP install at %s (set %s): %v", prefix, envDMTCPPrefix, err))
 	}
-	srcRoot := devenv.Lookup(envTestRootfs, "/opt/src/rootfs")
-	if _, err := os.Stat(filepath.Join(srcRoot, "usr", "bin", "redis-server")); err != nil {
-		testenv.Unavailable(t, testenv.DMTCP, fmt.Sprintf("no rootfs with redis-server at %s (set %s, or create one with "+
-			"`debootstrap --variant=minbase --include=redis-server bookworm DIR`): %v", srcRoot, envTestRootfs, err))
-	}
+	srcRoot := testenv.RedisRootfs(t, testenv.DMTCP)
 	if _, err := exec.LookPath("docker"); err != nil {
 		testenv.Unavailable(t, testenv.Docker, "dmtcp-image/build.sh needs the docker CLI on PATH")
 	}

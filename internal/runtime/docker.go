@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -45,6 +47,7 @@ type DockerClient interface {
 	ContainerKill(ctx context.Context, containerID, signal string) error
 	ImageImport(ctx context.Context, source image.ImportSource, ref string, options image.ImportOptions) (io.ReadCloser, error)
 	ImageInspect(ctx context.Context, imageID string, inspectOpts ...client.ImageInspectOption) (image.InspectResponse, error)
+	ImageList(ctx context.Context, options image.ListOptions) ([]image.Summary, error)
 	ImageRemove(ctx context.Context, imageID string, options image.RemoveOptions) ([]image.DeleteResponse, error)
 	NetworkInspect(ctx context.Context, networkID string, options network.InspectOptions) (network.Inspect, error)
 }
@@ -399,17 +402,62 @@ func (d *Docker) ImageLabels(ctx context.Context, ref string) (map[string]string
 	return img.Config.Labels, nil
 }
 
+// RemoveImage implements ImageImporter.
+//
+// Implements: DELETE /images/{name}.
+func (d *Docker) RemoveImage(ctx context.Context, ref string) error {
+	_, err := d.api.ImageRemove(ctx, ref, image.RemoveOptions{PruneChildren: true})
+	if cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("image %s: %w", ref, ErrImageNotFound)
+	}
+	if err != nil {
+		return d.wrap("remove image", ref, err)
+	}
+	return nil
+}
+
+// FindImages implements ImageInspector.
+//
+// Implements: GET /images/json?filters={"label":[label]}.
+func (d *Docker) FindImages(ctx context.Context, label string) ([]Image, error) {
+	list, err := d.api.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", label))})
+	if err != nil {
+		return nil, d.wrap("list images", label, err)
+	}
+	out := make([]Image, 0, len(list))
+	for _, im := range list {
+		ref := im.ID
+		if tags := slices.DeleteFunc(slices.Clone(im.RepoTags), func(t string) bool { return t == "<none>:<none>" }); len(tags) > 0 {
+			slices.Sort(tags)
+			ref = tags[0]
+		}
+		out = append(out, Image{Ref: ref, ID: im.ID, Labels: im.Labels, Created: time.Unix(im.Created, 0).UTC()})
+	}
+	sortImages(out)
+	return out, nil
+}
+
+// sortImages orders images newest first, then by Ref.
+func sortImages(ims []Image) {
+	sort.SliceStable(ims, func(i, j int) bool {
+		if !ims[i].Created.Equal(ims[j].Created) {
+			return ims[i].Created.After(ims[j].Created)
+		}
+		return ims[i].Ref < ims[j].Ref
+	})
+}
+
 // ImportImage implements ImageImporter: it makes image ref from a root
-// filesystem tarball, with cmd as its default command. The image ref named
+// filesystem tarball, with cfg's command and labels. The image ref named
 // before is removed if nothing else uses it.
 //
 // Implements: POST /images/create?fromSrc=- (`docker import`).
-func (d *Docker) ImportImage(ctx context.Context, ref string, rootfsTar []byte, cmd []string) error {
+func (d *Docker) ImportImage(ctx context.Context, ref string, rootfsTar []byte, cfg ImageConfig) error {
 	var oldID string
 	if old, err := d.api.ImageInspect(ctx, ref); err == nil {
 		oldID = old.ID
 	}
-	if err := d.importImage(ctx, ref, rootfsTar, cmd); err != nil {
+	if err := d.importImage(ctx, ref, rootfsTar, cfg); err != nil {
 		return err
 	}
 	if oldID != "" {
@@ -421,14 +469,24 @@ func (d *Docker) ImportImage(ctx context.Context, ref string, rootfsTar []byte, 
 	return nil
 }
 
-func (d *Docker) importImage(ctx context.Context, ref string, rootfsTar []byte, cmd []string) error {
+func (d *Docker) importImage(ctx context.Context, ref string, rootfsTar []byte, cfg ImageConfig) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("import image %s: %w", ref, err)
+	}
 	var changes []string
-	if len(cmd) > 0 {
-		c, err := jsonArray(cmd)
+	if len(cfg.Cmd) > 0 {
+		c, err := jsonArray(cfg.Cmd)
 		if err != nil {
 			return err
 		}
 		changes = append(changes, "CMD "+c)
+	}
+	for _, k := range slices.Sorted(maps.Keys(cfg.Labels)) {
+		kv, err := json.Marshal(cfg.Labels[k])
+		if err != nil {
+			return err
+		}
+		changes = append(changes, "LABEL "+k+"="+string(kv))
 	}
 	rc, err := d.api.ImageImport(ctx, image.ImportSource{Source: bytes.NewReader(rootfsTar), SourceName: "-"}, ref,
 		image.ImportOptions{Changes: changes, Message: "imported by fogdeploy"})

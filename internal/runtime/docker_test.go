@@ -51,3 +51,11 @@ func TestDockerSuite(t *testing.T) {
 		return runtimetest.Harness{Runtime: d, Image: img}
 	})
 }
+
+func TestDockerImageSuite(t *testing.T) {
+	d := dockerForTest(t)
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		testenv.Unavailable(t, testenv.Docker, "no static busybox at /bin/busybox to build the test images (apt-get install busybox-static)")
+	}
+	runtimetest.RunImageSuite(t, d, "/bin/busybox")
+}

@@ -115,13 +115,47 @@ type ImageInspector interface {
 	// ImageLabels returns the labels of image ref; ErrImageNotFound if the
 	// node does not have it.
 	ImageLabels(ctx context.Context, ref string) (map[string]string, error)
+	// FindImages returns the images of the node that carry label (with any
+	// value), newest first; none is not an error.
+	FindImages(ctx context.Context, label string) ([]Image, error)
+}
+
+// Image is an image on the node.
+type Image struct {
+	// Ref is the image's first tag, or its ID when it has none.
+	Ref     string
+	ID      string
+	Labels  map[string]string
+	Created time.Time
+}
+
+// ImageConfig is what ImportImage sets on the image it makes.
+type ImageConfig struct {
+	// Cmd is the image's default command.
+	Cmd []string
+	// Labels are the image's labels.
+	Labels map[string]string
+}
+
+// Validate reports, wrapping ErrInvalidSpec, a label key that is empty or
+// holds white space, a quote or '='.
+func (c ImageConfig) Validate() error {
+	for k := range c.Labels {
+		if k == "" || strings.ContainsAny(k, " \t\r\n=\"'") {
+			return fmt.Errorf("image label key %q is empty or has white space, a quote or '=': %w", k, ErrInvalidSpec)
+		}
+	}
+	return nil
 }
 
 // ImageImporter is implemented by runtimes that can make an image from a
 // root filesystem tarball (`docker import`), so that tests and demos need no
 // registry.
 type ImageImporter interface {
-	ImportImage(ctx context.Context, ref string, rootfsTar []byte, cmd []string) error
+	ImportImage(ctx context.Context, ref string, rootfsTar []byte, cfg ImageConfig) error
+	// RemoveImage removes image ref; ErrImageNotFound if the node does not
+	// have it.
+	RemoveImage(ctx context.Context, ref string) error
 }
 
 // Spec describes a container.

@@ -245,7 +245,10 @@ type Node struct {
 	Engines  []string `json:"engines"`
 	// Fingerprint is arch, kernel, glibc and engine versions.
 	Fingerprint map[string]string `json:"fingerprint,omitempty"`
-	Started     time.Time         `json:"started"`
+	// Problems says, per engine ("dmtcp", "criu") or "boot", why the node
+	// cannot run it (e.g. no DMTCP image), with a hint.
+	Problems map[string]string `json:"problems,omitempty"`
+	Started  time.Time         `json:"started"`
 	// Ready is set by Nodes: the agent's lease is alive.
 	Ready bool `json:"ready"`
 }

@@ -9,10 +9,15 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/fogdeploy/fogdeploy/internal/devenv"
 )
 
 // EnvRequire lists the services whose tests must not skip.
@@ -53,4 +58,43 @@ func NeedRoot(t testing.TB) {
 	if os.Geteuid() != 0 {
 		Unavailable(t, Root, "the test mounts filesystems and attaches loop devices")
 	}
+}
+
+// RedisRootfs returns the Debian bookworm root file system with
+// redis-server that engine and container tests run apps in
+// (devenv.TestRootfs: $FOGDEPLOY_TEST_ROOTFS, else the one
+// scripts/test-fixtures.sh builds for `make test`). When it is missing the
+// test skips, or fails when service is required.
+func RedisRootfs(t testing.TB, service string) string {
+	t.Helper()
+	return fixtureRootfs(t, service, devenv.TestRootfs(), devenv.EnvTestRootfs, "redis-server")
+}
+
+// PythonRootfs returns the Debian bookworm root file system with python3
+// and no libstdc++6 or libatomic1 ($FOGDEPLOY_TEST_PY_ROOTFS, else the one
+// scripts/test-fixtures.sh builds); like RedisRootfs when it is missing.
+func PythonRootfs(t testing.TB, service string) string {
+	t.Helper()
+	return fixtureRootfs(t, service, devenv.Lookup(devenv.EnvTestPyRootfs, devenv.DefaultTestPyRootfs), devenv.EnvTestPyRootfs, "python3")
+}
+
+func fixtureRootfs(t testing.TB, service, root, env, app string) string {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(root, "usr", "bin", app)); err != nil {
+		Unavailable(t, service, fmt.Sprintf("no root file system with %s at %s: run `bash scripts/test-fixtures.sh` "+
+			"(make test does) or set %s: %v", app, root, env, err))
+	}
+	return root
+}
+
+// HostBinary returns the path of a program the test runs on the host; when
+// it is not installed the test skips, or fails when service is required.
+// scripts/test-fixtures.sh installs the ones the tests use.
+func HostBinary(t testing.TB, service, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		Unavailable(t, service, fmt.Sprintf("%s is not installed on the host: run `bash scripts/test-fixtures.sh` (make test does)", name))
+	}
+	return p
 }

@@ -35,7 +35,6 @@ import (
 // Where the tests find what they need; each can be overridden.
 const (
 	envDMTCPPrefix = "FOGDEPLOY_DMTCP_PREFIX" // installed DMTCP (default /opt/dmtcp)
-	envTestRootfs  = "FOGDEPLOY_TEST_ROOTFS"  // bookworm rootfs with redis-server (default /opt/src/rootfs)
 	testImage      = "fogdeploy/dmtcp:deploytest"
 	testBootImage  = "fogdeploy/boot:deploytest"
 )
@@ -51,24 +50,24 @@ type Fixture struct {
 	State string
 }
 
-func redisRootfs(t testing.TB) string {
-	t.Helper()
-	root := devenv.Lookup(envTestRootfs, "/opt/src/rootfs")
-	if _, err := os.Stat(filepath.Join(root, "usr", "bin", "redis-server")); err != nil {
-		testenv.Unavailable(t, testenv.DMTCP, fmt.Sprintf("no rootfs with redis-server at %s (set %s, or create one with "+
-			"`debootstrap --variant=minbase --include=redis-server bookworm DIR`): %v", root, envTestRootfs, err))
-	}
-	return root
-}
-
 // NewFixture sets up a node whose DMTCP apps run with dmtcpDriver
 // ("container" or "host"), with a redis environment.
 func NewFixture(t testing.TB, dmtcpDriver string) *Fixture {
 	t.Helper()
 	testenv.NeedRoot(t)
 	c := testenv.CephCluster(t)
-	root := redisRootfs(t)
+	root := testenv.RedisRootfs(t, testenv.DMTCP)
 	return newFixture(t, c, dmtcpDriver, "t-redis-", &layering.Source{Dir: root}, true)
+}
+
+// NewPythonFixture is NewFixture with an environment that has python3 and
+// a glibc, and no libstdc++6 or libatomic1.
+func NewPythonFixture(t testing.TB) *Fixture {
+	t.Helper()
+	testenv.NeedRoot(t)
+	c := testenv.CephCluster(t)
+	root := testenv.PythonRootfs(t, testenv.DMTCP)
+	return newFixture(t, c, "container", "t-python-", &layering.Source{Dir: root}, true)
 }
 
 // NewNodeFixture sets up a node whose DMTCP apps run in the DMTCP
@@ -87,13 +86,25 @@ func NewNodeFixture(t testing.TB) *Fixture {
 // dockerd and root, but no engine, so it runs on every CI machine.
 func NewBootFixture(t testing.TB) *Fixture {
 	t.Helper()
+	return newBusyboxFixture(t, false)
+}
+
+// NewStaticFixture is NewBootFixture with the DMTCP image: a node that has
+// DMTCP, and an environment without a C library (a static busybox).
+func NewStaticFixture(t testing.TB) *Fixture {
+	t.Helper()
+	return newBusyboxFixture(t, true)
+}
+
+func newBusyboxFixture(t testing.TB, withDMTCP bool) *Fixture {
+	t.Helper()
 	testenv.NeedRoot(t)
 	c := testenv.CephCluster(t)
 	tb, err := runtimetest.BusyboxTar("/bin/busybox")
 	if err != nil {
 		testenv.Unavailable(t, testenv.Docker, err.Error())
 	}
-	return newFixture(t, c, "container", "t-busybox-", &layering.Source{Tar: bytes.NewReader(tb)}, false)
+	return newFixture(t, c, "container", "t-busybox-", &layering.Source{Tar: bytes.NewReader(tb)}, withDMTCP)
 }
 
 func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string, src *layering.Source, withDMTCP bool) *Fixture {

@@ -24,15 +24,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/devenv"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
-)
-
-// EnvRootfs names the root file system for the chroot cases; DefaultRootfs
-// is used when it is unset.
-const (
-	EnvRootfs     = "FOGDEPLOY_TEST_ROOTFS"
-	DefaultRootfs = "/opt/src/rootfs"
 )
 
 // suiteTimeout bounds each subtest.
@@ -44,8 +38,7 @@ const suiteTimeout = 3 * time.Minute
 func RunSuite(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 	t.Run("Host", func(t *testing.T) { testLifecycle(t, newEngine, "") })
 	t.Run("Chroot", func(t *testing.T) {
-		root := rootfs(t)
-		testLifecycle(t, newEngine, root)
+		testLifecycle(t, newEngine, testenv.RedisRootfs(t, newEngine(t).Name()))
 	})
 	t.Run("LaunchMissingBinary", func(t *testing.T) { testMissingBinary(t, newEngine) })
 	t.Run("CheckpointNonEmptyDir", func(t *testing.T) { testNonEmptyDir(t, newEngine) })
@@ -69,30 +62,13 @@ func setup(t *testing.T, newEngine func(t *testing.T) engine.Engine) (engine.Eng
 	return e, ctx
 }
 
-func needRedis(t *testing.T, root string) {
+// needRedis makes sure redis-server can run on the host (root "") or in
+// root: it skips, or fails when the engine is required, without it.
+func needRedis(t *testing.T, e engine.Engine, root string) {
 	t.Helper()
 	if root == "" {
-		if _, err := exec.LookPath("redis-server"); err != nil {
-			t.Skip("redis-server is not installed on the host (apt-get install redis-server)")
-		}
-		return
+		testenv.HostBinary(t, e.Name(), "redis-server")
 	}
-	if _, err := os.Stat(filepath.Join(root, "usr/bin/redis-server")); err != nil {
-		t.Skipf("root %s has no /usr/bin/redis-server", root)
-	}
-}
-
-func rootfs(t *testing.T) string {
-	t.Helper()
-	root := os.Getenv(EnvRootfs)
-	if root == "" {
-		root = DefaultRootfs
-	}
-	if st, err := os.Stat(root); err != nil || !st.IsDir() {
-		t.Skipf("no root file system at %s (set %s; e.g. debootstrap --variant=minbase --include=redis-server bookworm %s)",
-			root, EnvRootfs, DefaultRootfs)
-	}
-	return root
 }
 
 func redisArgv(port int) []string {
@@ -251,7 +227,7 @@ func checkpoint(t *testing.T, ctx context.Context, e engine.Engine, in *instance
 
 func testLifecycle(t *testing.T, newEngine func(t *testing.T) engine.Engine, root string) {
 	e, ctx := setup(t, newEngine)
-	needRedis(t, root)
+	needRedis(t, e, root)
 	port := freePort(t)
 	key, val := "fogdeploy:key", "value-"+strconv.FormatInt(time.Now().UnixNano(), 36)
 
@@ -359,10 +335,7 @@ func testMissingBinary(t *testing.T, newEngine func(t *testing.T) engine.Engine)
 			t.Errorf("launch %s: error has no hint: %v", argv0, err)
 		}
 	}
-	if root := os.Getenv(EnvRootfs); root != "" || dirExists(DefaultRootfs) {
-		if root == "" {
-			root = DefaultRootfs
-		}
+	if root := devenv.TestRootfs(); dirExists(root) {
 		// A binary that exists on the host but not in the root.
 		if name := hostOnlyBinary(root); name != "" {
 			_, err := e.Launch(ctx, engine.LaunchSpec{Argv: []string{name}, Root: root})
@@ -394,7 +367,7 @@ func dirExists(p string) bool {
 
 func testNonEmptyDir(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 	e, ctx := setup(t, newEngine)
-	needRedis(t, "")
+	needRedis(t, e, "")
 	port := freePort(t)
 	in := launch(t, ctx, e, "", port)
 	dir := t.TempDir()
