@@ -15,7 +15,7 @@ FD_PROG=bench
 cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
 FOGCTL=${FOGCTL:-bin/fogctl}
 GO=${GO:-go}
-CATALOG=(redis pyhttp nginx postgres mariadb tomcat pgindex)
+CATALOG=(redis pyhttp nginx postgres mariadb tomcat pgindex codesearch)
 DMTCP_PREFIX=${FOGDEPLOY_DMTCP_PREFIX:-${DMTCP_PREFIX:-/opt/dmtcp}}
 
 fd_is_root || fd_die "the evaluation maps and mounts RBD images: run it as root"

@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
-# The demo: import a Debian root filesystem as an environment, build a Redis
-# environment on it layer by layer and show the chain; then, on a PoP of
-# pop-agents (DEMO_NODES, default 3) against the dev etcd, Ceph and dockerd,
-# deploy redis three times: a plain boot without a checkpoint engine (the
-# baseline), then a deploy that boots and checkpoints it, then one that
-# restores it from clones. It prints a boot-vs-restore table with the
-# per-phase timings. Without DMTCP it says how to add it and runs the boot
-# path end to end. `demo.sh down` removes what it made.
+# The demo (`make demo`): what fogdeploy is for, on a PoP of pop-agents
+# (DEMO_NODES, default 3) against the dev etcd, Ceph and dockerd.
+#
+#  1. Environments as RBD layers: import a Debian root filesystem, build the
+#     environments of two catalog apps on it layer by layer, show the chain.
+#  2. The main app, codesearch (configs/apps/codesearch.yaml), whose boot does
+#     real work: it indexes Python's standard library, about 5 s of CPU,
+#     before it serves. Deployed three times: a plain boot (--mode boot, the
+#     baseline), the first deploy (boot, checkpoint, seal, then restore), and
+#     a restore from clones of the checkpoint. Then the same for redis, which
+#     boots in a fraction of a second: restoring it does not pay off.
+#  3. One table with a row per deployment, labelled by what its agent reports
+#     it did (status mode, booted, boot_reason), with the per-phase timings,
+#     and per app the speedup of a restore over a plain boot.
+#
+# Checkpoints need DMTCP. If it is not installed, the demo builds it with
+# scripts/install-engines.sh when release sources are at hand (a few minutes,
+# once; DEMO_ENGINES=0 skips that); otherwise it says how to provide them and
+# runs the boot path only. `demo.sh down` removes what the demo made: both
+# apps' deployments, checkpoints, app records and environments.
 set -euo pipefail
 FD_PROG=demo
 # shellcheck source=scripts/lib.sh
@@ -14,25 +26,42 @@ FD_PROG=demo
 cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
 DEV=$(fd_dev_dir)
 FOGCTL=${FOGCTL:-bin/fogctl}
+MAIN=codesearch # boots slowly: what fogdeploy is for
+FAST=redis      # boots fast: restoring it does not pay off
+APPS=("$MAIN" "$FAST")
+DMTCP_PREFIX=${DMTCP_PREFIX:-${FOGDEPLOY_DMTCP_PREFIX:-/opt/dmtcp}}
 
 if [[ ${1:-} == down ]]; then
-	bash scripts/dev-agents.sh down || true
-	"$FOGCTL" checkpoint ls redis -o json 2>/dev/null | jq -r '.[].gen' | while read -r g; do
-		"$FOGCTL" checkpoint rm redis "$g" >/dev/null 2>&1 || true
+	bash scripts/dev-agents.sh down || true # undeploys every deployment first
+	for app in "${APPS[@]}"; do
+		for g in $("$FOGCTL" checkpoint ls "$app" -o json 2>/dev/null | jq -r '.[].gen' 2>/dev/null); do
+			"$FOGCTL" checkpoint rm "$app" "$g" >/dev/null 2>&1 || fd_warn "checkpoint rm $app $g failed"
+		done
+		"$FOGCTL" app rm "$app" >/dev/null 2>&1 || true
+		"$FOGCTL" env rm "$app" >/dev/null 2>&1 || true
 	done
-	"$FOGCTL" app rm redis >/dev/null 2>&1 || true
-	"$FOGCTL" env rm redis debian-bookworm >/dev/null 2>&1 || true
+	"$FOGCTL" env rm debian-bookworm >/dev/null 2>&1 || true # refused while other environments use it
 	"$FOGCTL" env prune >/dev/null 2>&1 || true
-	fd_info "demo environments removed"
+	fd_info "demo deployments, checkpoints, apps and environments removed"
 	exit 0
 fi
 
 fd_is_root || fd_die "the demo mounts filesystems: run it as root"
+command -v jq >/dev/null || fd_die "jq is missing: run \`make deps\`"
 t0=$(fd_now_us)
+REC=$(mktemp -d "${TMPDIR:-/tmp}/fogdeploy-demo.XXXXXX")
+trap 'rm -rf -- "$REC"' EXIT
+
+# --- 1. environments -----------------------------------------------------
 fd_base_env "$FOGCTL"
 echo
-fd_info "building the redis environment (cached steps are reused on a second run)"
-"$FOGCTL" env build redis -f configs/envs/redis.build -q
+for app in "${APPS[@]}"; do
+	t=$(fd_now_us)
+	fd_info "building the $app environment from configs/envs/$app.build: the first time, apt-get installs its" \
+		"packages in a chroot of a clone (10-30 s); later runs reuse the cached layers (under a second)"
+	"$FOGCTL" env build "$app" -f "configs/envs/$app.build" -q
+	fd_info "$app environment ready in $(fd_since "$t") s"
+done
 echo
 "$FOGCTL" env ls
 echo
@@ -40,66 +69,205 @@ fd_info "the chain in Ceph: rbd children of the base snapshot"
 base=$("$FOGCTL" env inspect debian-bookworm -o json | jq -r '.ref.image + "@" + .ref.snap')
 rbd -c "$DEV/ceph/ceph.conf" -p fogdeploy children "$base"
 echo
-fd_info "a throwaway clone of redis, mapped, mounted and run:"
-"$FOGCTL" env exec redis -- redis-server --version
+fd_info "throwaway clones of the environments, mapped, mounted and run:"
+"$FOGCTL" env exec "$FAST" -- redis-server --version
+"$FOGCTL" env exec "$MAIN" -- python3 --version
 echo
 
-DMTCP_PREFIX=${DMTCP_PREFIX:-/opt/dmtcp}
+# --- 2. the checkpoint engine and the PoP ---------------------------------
+# dmtcp_needs_more_than_glibc: the installed DMTCP's tools need libraries that
+# an environment without libatomic1 and libstdc++6 (codesearch's) lacks.
+dmtcp_needs_more_than_glibc() {
+	ldd "$DMTCP_PREFIX/bin/dmtcp_launch" "$DMTCP_PREFIX"/lib/dmtcp/libdmtcp.so 2>/dev/null |
+		grep -Eq '^\s*lib(stdc\+\+|atomic|gcc_s)\.so'
+}
+# image ARG...: dmtcp-image/build.sh ARG..., its output shown only if it fails.
+image() {
+	local tag
+	tag=$(bash dmtcp-image/build.sh "$@" 2>"$REC/image.log") || { cat "$REC/image.log" >&2 && fd_die "dmtcp-image/build.sh $* failed"; }
+	fd_info "  $tag"
+}
+if [[ ! -x $DMTCP_PREFIX/bin/dmtcp_launch && ${DEMO_ENGINES:-1} != 0 ]]; then
+	fd_info "DMTCP is not installed at $DMTCP_PREFIX: scripts/install-engines.sh builds it if its source is at hand" \
+		"(about 2-3 minutes on 2 cores, once; DEMO_ENGINES=0 skips this)"
+	FOGDEPLOY_DMTCP_PREFIX=$DMTCP_PREFIX FOGDEPLOY_ENGINES_OPTIONAL=1 bash scripts/install-engines.sh dmtcp ||
+		fd_warn "scripts/install-engines.sh dmtcp failed (above); going on without DMTCP"
+fi
 engine=true
 if [[ ! -x $DMTCP_PREFIX/bin/dmtcp_launch ]]; then
 	engine=false
-	fd_warn "no checkpoint engine: DMTCP is not installed at $DMTCP_PREFIX (and no package registry here carries it)."
-	fd_warn "To add it: build DMTCP 4.2 from its source outside this repository"
-	fd_warn "  (./configure --prefix=/opt/dmtcp && make && make install), then run \`make demo\` again."
+	fd_warn "no checkpoint engine: DMTCP is not installed at $DMTCP_PREFIX (no package registry here carries it)."
+	fd_warn "To add it, give scripts/install-engines.sh its release source, then run \`make demo\` again:"
+	fd_warn "  FOGDEPLOY_DMTCP_SRC=/path/to/dmtcp-4.2.0.tar.gz (or an unpacked source directory), or"
+	fd_warn "  FOGDEPLOY_ENGINES_DIR=/dir/holding/dmtcp-4.2.0.tar.gz (and criu-4.2.tar.gz for CRIU), or"
+	fd_warn "  network access to github.com/dmtcp/dmtcp (it fetches tag v4.2.0);"
+	fd_warn "  e.g. FOGDEPLOY_ENGINES_DIR=~/engines bash scripts/install-engines.sh dmtcp   (prefix $DMTCP_PREFIX)"
 	fd_warn "Meanwhile the PoP boots apps normally, from clones of their environment, without checkpoints."
 else
-	fd_info "the DMTCP container image, from $DMTCP_PREFIX"
-	bash dmtcp-image/build.sh "$DMTCP_PREFIX" >/dev/null
+	if dmtcp_needs_more_than_glibc; then
+		fd_warn "the DMTCP in $DMTCP_PREFIX needs libstdc++/libatomic, which the $MAIN environment does not have;"
+		fd_warn "  rebuild it statically linked: FOGDEPLOY_ENGINES_REBUILD=1 bash scripts/install-engines.sh dmtcp"
+	fi
+	fd_info "the DMTCP container image, from $DMTCP_PREFIX (docker build, a few seconds)"
+	image "$DMTCP_PREFIX"
 fi
 fd_info "the boot image (runs apps without a checkpoint engine)"
-bash dmtcp-image/build.sh -b >/dev/null
+image -b
 bash scripts/dev-agents.sh up "${DEMO_NODES:-3}"
+fd_info "the PoP's nodes (ENGINES: what each can checkpoint and restore with)"
 "$FOGCTL" node ls
-echo
-"$FOGCTL" app create -f configs/apps/redis.yaml --replace >/dev/null
-for id in $("$FOGCTL" ps -o json | jq -r '.[] | select(.app == "redis") | .id'); do
-	"$FOGCTL" undeploy --wait --timeout 60s "$id" # start from a cold PoP
-done
-for g in $("$FOGCTL" checkpoint ls redis -o json | jq -r '.[].gen'); do
-	"$FOGCTL" checkpoint rm redis "$g" >/dev/null 2>&1 || true # start from a cold PoP
-done
-fd_info "deploy 0: a plain boot (--mode boot), the baseline without a checkpoint engine"
-plain=$("$FOGCTL" deploy redis --mode boot --wait -o json | jq -r .id)
-echo
-first="" second=""
-if $engine; then
-	fd_info "deploy 1: no checkpoint yet, so the agent boots redis, checkpoints it and seals both images"
-	first=$("$FOGCTL" deploy redis --wait -o json | jq -r .id)
-	echo
-	fd_info "deploy 2: restored from the checkpoint's clones"
-	second=$("$FOGCTL" deploy redis --wait -o json | jq -r .id)
-else
-	fd_info "deploy 1: no engine on the nodes, so the agent boots redis (if_no_engine: boot)"
-	first=$("$FOGCTL" deploy redis --wait -o json | jq -r .id)
+if $engine && [[ $("$FOGCTL" node ls -o json |
+	jq '[.[] | select(.ready != false and ((.engines // ["dmtcp"]) | index("dmtcp")))] | length') == 0 ]]; then
+	engine=false
+	fd_warn "DMTCP is installed in $DMTCP_PREFIX, but no ready node reports it among its ENGINES (see the agents'"
+	fd_warn "  logs in $DEV/agents): the nodes boot apps without checkpoints."
 fi
 echo
+
+# --- 3. deployments --------------------------------------------------------
+n=0
+# deploy_one APP DESCRIPTION [FLAG...]: deploy APP, wait until it runs, and
+# keep its record (fogctl's JSON of the deployment and its status) in $REC.
+deploy_one() {
+	local app=$1 what=$2 out id
+	shift 2
+	n=$((n + 1))
+	fd_info "deploy $n: $what"
+	out=$REC/$(printf '%02d' "$n").json
+	if ! "$FOGCTL" deploy "$app" --wait -o json "$@" >"$out"; then
+		# Keep the failed deployment's record for the table: the newest of
+		# the app that has no record yet.
+		id=$("$FOGCTL" ps -o json | jq -r --arg app "$app" --slurpfile seen <(cat "$REC"/*.json 2>/dev/null | jq -s 'map(.id)') '
+			[.[] | select(.app == $app and ((.id | IN($seen[0][])) | not))] | sort_by(.created) | last | .id // empty')
+		if [[ -n $id ]]; then
+			"$FOGCTL" ps -o json | jq --arg id "$id" '.[] | select(.id == $id)' >"$out"
+		else
+			rm -f -- "$out"
+		fi
+		fd_warn "deploy $n of $app failed (above); the demo goes on"
+	fi
+	echo
+}
+
+for app in "${APPS[@]}"; do
+	"$FOGCTL" app create -f "configs/apps/$app.yaml" --replace >/dev/null
+	# Start from a cold PoP: no instance and no checkpoint of the app.
+	for id in $("$FOGCTL" ps -o json | jq -r --arg app "$app" '.[] | select(.app == $app) | .id'); do
+		"$FOGCTL" undeploy --wait --timeout 60s "$id"
+	done
+	for g in $("$FOGCTL" checkpoint ls "$app" -o json | jq -r '.[].gen'); do
+		"$FOGCTL" checkpoint rm "$app" "$g" >/dev/null 2>&1 || true
+	done
+done
+
+for app in "${APPS[@]}"; do
+	if [[ $app == "$MAIN" ]]; then
+		fd_info "$MAIN: a code search service whose boot indexes Python's standard library (about 5 s of CPU)" \
+			"before it listens; its readiness probe is GET /healthz"
+	else
+		fd_info "$FAST: boots in a fraction of a second"
+	fi
+	deploy_one "$app" "$app, a plain boot (--mode boot): the baseline, without a checkpoint engine" --mode boot
+	if $engine; then
+		deploy_one "$app" "$app, the first deploy: no checkpoint yet, so the agent boots it, checkpoints it, seals both images and restores"
+		deploy_one "$app" "$app, restored from clones of the checkpoint"
+	else
+		deploy_one "$app" "$app, a deploy in the default mode (auto): without an engine on the node, the agent boots it (if_no_engine: boot)"
+	fi
+done
 "$FOGCTL" ps
 echo
-fd_info "boot vs restore (per-phase timings, ms)"
-"$FOGCTL" ps -o json | jq -r --arg p "$plain" --arg a "$first" --arg b "$second" '
-	def ms(p): [.status.timings[] | select(.name == p) | .duration_ns / 1e6] | add // 0 | floor;
-	def total: [.status.timings[] | .duration_ns / 1e6] | add | floor;
-	def row($l): [$l, .node, ms("clone"), ms("map"), ms("mount"), ms("container"), ms("ready"), "-", "-", total] | @tsv;
-	(["", "node", "clone", "map", "mount", "container", "ready", "checkpoint", "seal", "total"] | @tsv),
-	(.[] | select(.id == $p) | row("plain boot (no engine)")),
-	(.[] | select(.id == $a and .status.booted != true and .status.mode == "boot") | row("boot (no engine)")),
-	(.[] | select(.id == $a and .status.booted == true) | ["boot+checkpoint (1st)", .node, ms("boot.clone"), ms("boot.map"),
-		ms("boot.mount"), ms("boot.container"), ms("boot.ready"), ms("boot.checkpoint"), ms("boot.seal"), total] | @tsv),
-	(.[] | select(.id == $b) | row("restore (2nd)"))' | column -t -s $'\t'
+
+# What a restored codesearch serves is the index its checkpointed boot built.
+recs=$(cat "$REC"/*.json 2>/dev/null | jq -s '.')
+if [[ $(jq --arg a "$MAIN" '[.[] | select(.app == $a and .status.phase == "Running")] | length' <<<"$recs") -gt 0 ]]; then
+	fd_info "$MAIN: each instance's GET /healthz, and when its index was built"
+	jq -r --arg a "$MAIN" '.[] | select(.app == $a and .status.phase == "Running") |
+		[.id, (if .status.booted then "boot+checkpoint+restore" else .status.mode end), (.status.ports["8080/tcp"] // "")] | @tsv' <<<"$recs" |
+		while IFS=$'\t' read -r id mode addr; do
+			h=$(curl -fsS --max-time 5 "http://$addr/healthz" 2>/dev/null) || h='{}'
+			jq -r --arg id "$id" --arg m "$mode" \
+				'"  \($id)  \($m)\t index of \(.files // "?") files, \(.lines // "?") lines built at \(.built_at // "?") in \(.build_seconds // "?") s"' <<<"$h"
+		done | column -t -s $'\t'
+	restored=$(jq -r --arg a "$MAIN" '[.[] | select(.app == $a and .status.phase == "Running" and .status.mode == "restore" and (.status.booted | not))] | last | .status.ports["8080/tcp"] // empty' <<<"$recs")
+	if [[ -n $restored ]]; then
+		fd_info "(the restored instance reports the build time of the instance that was checkpointed: it did not index again)"
+		fd_info "$MAIN restored, GET /search?q=socket+timeout (the index lives in the restored memory):"
+		curl -fsS --max-time 5 "http://$restored/search?q=socket+timeout&n=3" |
+			jq -r '"  \(.matches) matching line(s) in \(.ms) ms; best:", (.hits[] | "  \(.path | sub("^/usr/lib/python3[.0-9]*/"; "")):\(.line)  \(.text)")' ||
+			fd_warn "the restored $MAIN did not answer"
+	fi
+	echo
+fi
+
+# --- 4. the table ----------------------------------------------------------
+fd_info "boot vs restore: one row per deployment, labelled by what its agent reports it did (per-phase timings in ms; TOTAL sums the row)"
+jq -r '
+	def ms($p): [.status.timings[]? | select(.name == $p) | .duration_ns / 1e6] | add // 0 | floor;
+	def sum(f): [.status.timings[]? | select(.name | f) | .duration_ns / 1e6] | add // 0 | floor;
+	def what:
+		if .status.phase == "Failed" then "failed: " + ((.status.error // "")[:60])
+		elif .status.mode == "boot" then
+			if .status.boot_reason == "requested" then "plain boot (requested: --mode boot)"
+			else "boot (" + (.status.boot_reason // "reason not given") + ")" end
+		elif .status.mode == "restore" and .status.booted then "boot + checkpoint as gen \(.status.gen)"
+		elif .status.mode == "restore" then "restore from gen \(.status.gen)"
+		elif .status.mode == "checkpoint" then "checkpoint (gen \(.status.gen))"
+		else "? mode \(.status.mode // "none"), phase \(.status.phase)" end;
+	# row(LABEL; PREFIX; TOTAL): the phases named PREFIX+clone etc., and TOTAL.
+	def row($lbl; $pre; $total):
+		[.app, .id, .node, $lbl, ms($pre + "clone"), ms($pre + "map"), ms($pre + "mount"), ms($pre + "container"),
+		 ms($pre + "ready"), (if $pre == "boot." then ms("boot.checkpoint"), ms("boot.seal") else "-", "-" end), $total];
+	(["APP", "DEPLOYMENT", "NODE", "WHAT HAPPENED", "CLONE", "MAP", "MOUNT", "CONTAINER", "READY", "CHECKPOINT", "SEAL", "TOTAL"] | @tsv),
+	(.[] |
+		if .status.booted then
+			# The first deploy: its boot.* phases, then those of its restore.
+			row(what; "boot."; sum(startswith("boot."))),
+			(["", "", "", "  then restore from gen \(.status.gen)"] + (row(""; ""; sum(startswith("boot.") | not))[4:]))
+		else row(what; ""; sum(true)) end | @tsv)' <<<"$recs" | column -t -s $'\t'
+echo
 if $engine; then
-	"$FOGCTL" checkpoint ls redis
+	fd_info "a restore against a plain boot of the same app (plain boot -> restore), in seconds:"
+	fd_info "  ready:  from the started container to the readiness probe's first success (the app's own boot, or DMTCP's restart of its image)"
+	fd_info "  deploy: the whole deploy, clone to ready (for the first deploy, boot + checkpoint + restore)"
+	jq -r '
+		def s: . / 1e7 | round | "\(. / 100 | floor).\(. % 100 | if . < 10 then "0\(.)" else tostring end)";
+		def ready: [.status.timings[] | select(.name == "ready") | .duration_ns] | add // 0;
+		def total: [.status.timings[] | select(.name | startswith("boot.") | not) | .duration_ns] | add // 0;
+		def x: . * 10 | round | "\(. / 10 | floor).\(. % 10)x";
+		def ratio($a; $b): if $b > 0 and $a >= $b then "\($a / $b | x) faster"
+			elif $a > 0 and $b > 0 then "\($b / $a | x) SLOWER" else "-" end;
+		group_by(.app) | .[] | select(length > 0) | .[0].app as $app |
+		map(select(.status.phase == "Running")) as $r |
+		($r | map(select(.status.mode == "boot" and .status.boot_reason == "requested")) | first) as $b |
+		($r | map(select(.status.mode == "restore" and (.status.booted | not))) | last) as $x |
+		($r | map(select(.status.booted)) | first) as $f |
+		if $b == null or $x == null then "  \($app): no plain boot and restore to compare (a deploy failed)"
+		else
+			"  \($app)\tready \($b | ready | s) -> \($x | ready | s)\t\(ratio($b | ready; $x | ready))" +
+			"\tdeploy \($b | total | s) -> \($x | total | s)\t\(ratio($b | total; $x | total))" +
+			(if $f then "\t(first deploy \([$f.status.timings[].duration_ns] | add | s))" else "" end)
+		end' <<<"$recs" | column -t -s $'\t'
+	# The sentence under the numbers, from the numbers.
+	jq -r --arg main "$MAIN" '
+		def ready: [.status.timings[] | select(.name == "ready") | .duration_ns] | add // 0;
+		def total: [.status.timings[] | select(.name | startswith("boot.") | not) | .duration_ns] | add // 0;
+		def s: . / 1e7 | round | "\(. / 100 | floor).\(. % 100 | if . < 10 then "0\(.)" else tostring end)";
+		group_by(.app) | .[] | .[0].app as $app | map(select(.status.phase == "Running")) as $r |
+		($r | map(select(.status.mode == "boot" and .status.boot_reason == "requested")) | first) as $b |
+		($r | map(select(.status.mode == "restore" and (.status.booted | not))) | last) as $x |
+		select($b != null and $x != null) |
+		if ($x | total) < ($b | total) then
+			"demo: restoring \($app) saves \((($b | total) - ($x | total)) | s) s per deploy: the restore skips the \($b | ready | s) s boot."
+		else
+			"demo: restoring \($app) costs \((($x | total) - ($b | total)) | s) s more than booting it: its \($b | ready | s) s boot is quicker than the restart of its checkpoint."
+		end' <<<"$recs"
+	echo
+	fd_info "the checkpoints (each sealed as protected RBD snapshots, which restores clone):"
+	"$FOGCTL" checkpoint ls | awk -v apps=" ${APPS[*]} " 'NR == 1 || index(apps, " " $1 " ")'
 else
-	fd_warn "no checkpoint was made: install DMTCP (see above) to see the restore path"
+	fd_warn "no checkpoint was made, so there is no restore to compare: every row above is a boot."
+	fd_warn "Install DMTCP with scripts/install-engines.sh (see above) to see the restore path."
 fi
 echo
-fd_info "demo done in $(fd_since "$t0") s; run \`make demo-down\` to remove everything"
+fd_info "demo done in $(fd_since "$t0") s; the instances keep running (\`bin/fogctl ps\`); \`make demo-down\` removes everything"

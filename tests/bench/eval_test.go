@@ -35,7 +35,7 @@ const (
 )
 
 // catalog is the order of the evaluation's apps (configs/apps/<name>.yaml).
-var catalog = []string{"redis", "pyhttp", "nginx", "postgres", "mariadb", "tomcat", "pgindex"}
+var catalog = []string{"redis", "pyhttp", "nginx", "postgres", "mariadb", "tomcat", "pgindex", "codesearch"}
 
 var (
 	interferenceConcurrency = []int{10, 100, 200, 500, 1000}

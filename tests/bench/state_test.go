@@ -52,6 +52,8 @@ func stateCheckFor(app deploy.App) stateCheck {
 		return &mariadbCheck{}
 	case "tomcat":
 		return &sessionCheck{}
+	case "codesearch":
+		return &builtAtCheck{port: app.Ports[0].Port}
 	}
 	return nil
 }
@@ -397,6 +399,49 @@ func (c *sessionCheck) after(ctx context.Context, dep deploy.Deployment) error {
 	}
 	if !strings.Contains(body, c.tok) {
 		return fmt.Errorf("the session page after the restore does not show %q", c.tok)
+	}
+	return nil
+}
+
+// builtAtCheck: codesearch's index lives only in memory and /healthz says
+// when it was built; every restore must report the checkpointed boot's.
+type builtAtCheck struct {
+	port    int
+	builtAt string
+}
+
+func (c *builtAtCheck) String() string {
+	return "the built_at of the index /healthz reports before the checkpoint is the one of every restore"
+}
+
+func (c *builtAtCheck) get(ctx context.Context, ports map[string]string) (string, error) {
+	addr, err := port(ports, c.port)
+	if err != nil {
+		return "", err
+	}
+	body, err := httpGet(ctx, nil, "http://"+addr+"/healthz")
+	if err != nil {
+		return "", err
+	}
+	m := regexp.MustCompile(`"built_at":\s*"?([^",}]+)`).FindStringSubmatch(body)
+	if m == nil {
+		return "", fmt.Errorf("GET /healthz = %q: no built_at", body)
+	}
+	return m[1], nil
+}
+
+func (c *builtAtCheck) before(ctx context.Context, t deploy.Target) (err error) {
+	c.builtAt, err = c.get(ctx, t.Ports)
+	return err
+}
+
+func (c *builtAtCheck) after(ctx context.Context, dep deploy.Deployment) error {
+	got, err := c.get(ctx, dep.Ports)
+	if err != nil {
+		return err
+	}
+	if got != c.builtAt {
+		return fmt.Errorf("restored index built at %s, want the checkpointed one, built at %s", got, c.builtAt)
 	}
 	return nil
 }

@@ -1,11 +1,13 @@
 // Package catalog checks the app catalog of the evaluation (configs/apps,
 // configs/envs) without any service: every app spec parses and validates,
-// its environment has a build file that parses and whose COPY sources exist,
-// and that build file installs the Debian package the app comes from.
+// its environment has a build file that parses and whose COPY sources exist
+// (Python sources among them parse, where python3 is installed), and that
+// build file installs the Debian package the app comes from.
 package catalog
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -18,13 +20,14 @@ import (
 
 // packages are the Debian packages each app of the catalog is.
 var packages = map[string][]string{
-	"redis":    {"redis-server"},
-	"pyhttp":   {"python3"},
-	"nginx":    {"nginx"},
-	"postgres": {"postgresql-15"},
-	"mariadb":  {"mariadb-server-core"},
-	"tomcat":   {"tomcat10", "tomcat10-examples"},
-	"pgindex":  {"postgresql-15"},
+	"redis":      {"redis-server"},
+	"pyhttp":     {"python3"},
+	"nginx":      {"nginx"},
+	"postgres":   {"postgresql-15"},
+	"mariadb":    {"mariadb-server-core"},
+	"tomcat":     {"tomcat10", "tomcat10-examples"},
+	"pgindex":    {"postgresql-15"},
+	"codesearch": {"python3"},
 }
 
 const configs = "../../configs"
@@ -77,8 +80,11 @@ func TestCatalog(t *testing.T) {
 			case layering.StepCopy:
 				// COPY reads from the build file's directory (the default
 				// build context of fogctl env build).
-				if _, err := os.Stat(filepath.Join(configs, "envs", s.Args[0])); err != nil {
+				src := filepath.Join(configs, "envs", s.Args[0])
+				if _, err := os.Stat(src); err != nil {
 					t.Errorf("%s:%d: COPY %s: %v", build, s.Line, s.Args[0], err)
+				} else if strings.HasSuffix(src, ".py") {
+					checkPython(t, src)
 				}
 			}
 		}
@@ -103,5 +109,20 @@ func TestCatalog(t *testing.T) {
 	sort.Strings(names)
 	if !slices.Equal(names, want) {
 		t.Errorf("catalog apps %v, want %v", names, want)
+	}
+}
+
+// checkPython parses a Python source that an environment copies (without
+// writing bytecode), so that a syntax error shows here and not at deploy.
+func checkPython(t *testing.T, path string) {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Logf("%s: not parsed: no python3 on PATH", path)
+		return
+	}
+	out, err := exec.Command(py, "-c", "import ast, sys; ast.parse(open(sys.argv[1], 'rb').read(), sys.argv[1])", path).CombinedOutput()
+	if err != nil {
+		t.Errorf("%s does not parse as Python: %v\n%s", path, err, out)
 	}
 }
