@@ -87,10 +87,32 @@ type Store interface {
 	// Remove deletes an image and its snapshots. ErrHasChildren while a
 	// snapshot has clones, ErrBusy while the image is mapped or open.
 	Remove(ctx context.Context, name string) error
+	// RemoveUnmapped is Remove for an image that the caller knows no live
+	// client maps or opens (its mappings on this node are released and no
+	// other node uses it), such as the clones of a deployment being undone
+	// after a crash. A client killed while it had the image open (an
+	// rbd-fuse cut off, an agent killed mid-operation) leaves its watch
+	// registered for a while (osd_client_watch_timeout, 30 s by default),
+	// and Remove refuses with ErrBusy meanwhile: RemoveUnmapped evicts
+	// such a watcher once it fails to answer, and retries with bounded
+	// backoff. A watcher that still answers is never evicted: the error
+	// then wraps ErrBusy. It returns the watchers it evicted, also with
+	// an error. The bound is the implementation's, and ctx's if sooner.
+	RemoveUnmapped(ctx context.Context, name string) ([]Eviction, error)
 	// SetMeta sets a metadata key on an image (an empty value deletes it).
 	SetMeta(ctx context.Context, name, key, value string) error
 	// Close releases the connection.
 	Close() error
+}
+
+// Eviction is a watcher that Store.RemoveUnmapped evicted: a client that
+// kept an image open and no longer answered.
+type Eviction struct {
+	// Client names the client, e.g. "client.4164".
+	Client string `json:"client"`
+	// Addr is its address, e.g. "127.0.0.1:0/979340955", as evicted
+	// (the Ceph store blocklists it for a short while).
+	Addr string `json:"addr"`
 }
 
 // Catalog maps environment names to records. The go-ceph implementation

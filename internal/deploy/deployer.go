@@ -1047,9 +1047,15 @@ func (d *Deployer) Undeploy(ctx context.Context, id string) error {
 	if err := d.release(ctx, &rec); err != nil {
 		errs = append(errs, err)
 	}
-	for _, img := range rec.Images {
-		if err := d.deps.Store.Remove(ctx, img); err != nil && !errors.Is(err, layering.ErrNotFound) {
-			errs = append(errs, fmt.Errorf("remove image %s: %w", img, err))
+	rmErrs := make([]error, len(rec.Images))
+	var wg sync.WaitGroup
+	for i, img := range rec.Images {
+		wg.Go(func() { rmErrs[i] = d.removeImage(ctx, id, img) })
+	}
+	wg.Wait()
+	for i, err := range rmErrs {
+		if err != nil && !errors.Is(err, layering.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("remove image %s: %w", rec.Images[i], err))
 		}
 	}
 	if len(errs) > 0 {
@@ -1057,6 +1063,31 @@ func (d *Deployer) Undeploy(ctx context.Context, id string) error {
 	}
 	_ = os.RemoveAll(rec.Dir)
 	return d.remove(id)
+}
+
+// removeImage removes an image of deployment id. Its mappings are
+// released by then; when nothing on this node keeps the image open any
+// more (no mapping record, no rbd-fuse), a watcher that the cluster still
+// lists is a client that was killed with the image open: an rbd-fuse cut
+// off, or a previous agent killed mid-operation. The OSDs keep such a
+// watch for osd_client_watch_timeout (30 s), so the image is removed with
+// RemoveUnmapped, which evicts dead watchers and retries with bounded
+// backoff. Otherwise (or when the mapper cannot tell) plain Remove, which
+// refuses while the image is watched.
+func (d *Deployer) removeImage(ctx context.Context, id, img string) error {
+	users, err := d.deps.Mapper.Users(mapper.Image{Pool: d.cfg.Pool, Name: img})
+	if err != nil || len(users) > 0 {
+		if err != nil {
+			d.log.Warn("cannot tell whether an image is still mapped on this node; not evicting its watchers", "deployment", id, "image", img, "err", err)
+		}
+		return d.deps.Store.Remove(ctx, img)
+	}
+	evicted, err := d.deps.Store.RemoveUnmapped(ctx, img)
+	for _, e := range evicted {
+		d.log.Warn("evicted a dead client that still watched an image (blocklisted for a short while)",
+			"deployment", id, "image", img, "client", e.Client, "addr", e.Addr)
+	}
+	return err
 }
 
 // release unmounts and unmaps a record's mappings.

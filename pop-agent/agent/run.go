@@ -113,28 +113,32 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 		return err
 	}
 	fingerprint := map[string]string{"arch": goruntime.GOARCH, "kernel": kernelRelease()}
+	problems := map[string]string{}
 	for _, e := range []string{engine.NameDMTCP, engine.NameCRIU} {
 		if drv, v, err := d.CheckEngine(ctx, e); err != nil {
-			log.Info("engine unavailable", "engine", e, "reason", err)
+			log.Warn("engine unavailable: apps of this engine boot without a checkpoint here (agent.if_no_engine)", "engine", e, "reason", err)
+			problems[e] = hint.Sentence(err)
 		} else {
 			engines = append(engines, e)
 			fingerprint[e] = v + " (" + drv + ")"
 		}
 	}
 	if err := d.CheckBoot(ctx); err != nil {
-		log.Info("cannot boot apps without an engine", "reason", err)
+		log.Warn("cannot boot apps without an engine", "reason", err)
+		problems["boot"] = hint.Sentence(err)
 	} else {
 		fingerprint["boot"] = c.Agent.BootImage
 	}
 
-	// Crash recovery: keep Running instances that still run, undo the rest,
-	// and release mappings that no deployment owns.
-	kept, removed, err := d.Adopt(ctx)
-	if err != nil {
-		log.Warn("recovering deployments left by a previous run", "err", err)
-	}
-	owned, _ := d.Mappings()
-	if maps, err := l.Mapper.List(); err == nil {
+	// Crash recovery: release the mappings that no deployment owns, then
+	// keep Running instances that still run and undo the rest. Undoing
+	// removes a deployment's images once nothing on this node maps them,
+	// evicting the watches that clients killed with them open (rbd-fuse,
+	// the previous agent) left, instead of leaving the images to a later
+	// reconcile.
+	if owned, err := d.Mappings(); err != nil {
+		log.Warn("listing the mappings of deployments; orphaned mappings stay", "err", err)
+	} else if maps, err := l.Mapper.List(); err == nil {
 		for _, mp := range maps {
 			if !owned[mp.ID] {
 				if err := l.Mapper.Release(ctx, mp.ID); err != nil {
@@ -144,6 +148,10 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 				}
 			}
 		}
+	}
+	kept, removed, err := d.Adopt(ctx)
+	if err != nil {
+		log.Warn("recovering deployments left by a previous run", "err", err)
 	}
 	log.Info("recovered", "kept", kept, "removed", removed)
 
@@ -159,7 +167,7 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	}
 	api := ln.Addr().String()
 	node := state.Node{Name: c.Node.Name, API: api, Capacity: c.Agent.Capacity,
-		Mapper: l.Mapper.Choice().Backend, Engines: engines, Fingerprint: fingerprint, Started: time.Now().UTC()}
+		Mapper: l.Mapper.Choice().Backend, Engines: engines, Fingerprint: fingerprint, Problems: problems, Started: time.Now().UTC()}
 	sess, err := st.Register(ctx, node, c.Agent.LeaseTTL)
 	if err != nil {
 		return err

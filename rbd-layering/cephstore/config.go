@@ -25,7 +25,17 @@ type Config struct {
 	// Timeout bounds connecting and each monitor or OSD operation, so a
 	// cluster that is down gives an error instead of a hang (default 10s).
 	Timeout time.Duration
+	// BusyWait bounds Store.RemoveUnmapped, which evicts the watchers of
+	// dead clients and retries while an image is busy (default
+	// DefaultBusyWait).
+	BusyWait time.Duration
 }
+
+// DefaultBusyWait is the default Config.BusyWait: past the OSDs' default
+// osd_client_watch_timeout (30 s), so that the watch of a dead client is
+// waited out where it cannot be evicted (a cephx user without the
+// `osd blocklist` capability of `profile rbd`).
+const DefaultBusyWait = 40 * time.Second
 
 // CatalogObject is the RADOS object whose omap holds environment names.
 const CatalogObject = "fogdeploy.catalog"
@@ -40,6 +50,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = 10 * time.Second
+	}
+	if c.BusyWait == 0 {
+		c.BusyWait = DefaultBusyWait
 	}
 	return c
 }
@@ -61,6 +74,9 @@ func (c Config) Validate() error {
 	}
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("ceph timeout %s is negative: use a positive duration such as 10s", c.Timeout))
+	}
+	if c.BusyWait < 0 {
+		errs = append(errs, fmt.Errorf("ceph busy wait %s is negative: use a positive duration such as 40s", c.BusyWait))
 	}
 	return errors.Join(errs...)
 }

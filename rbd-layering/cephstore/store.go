@@ -113,6 +113,7 @@ func errno(err error) int {
 
 const (
 	eNOENT    = -2
+	eACCES    = -13
 	eBUSY     = -16
 	eEXIST    = -17
 	eINVAL    = -22

@@ -240,3 +240,38 @@ func TestFuseBadCredentials(t *testing.T) {
 		t.Errorf("fuse directory left mounted")
 	}
 }
+
+// TestFuseUsers: Users names a mapping's record and its rbd-fuse process
+// while the image is mapped, and nothing once it is released. (A record
+// whose rbd-fuse was killed is still named; killing it here would leave
+// the image watched for 30 s.)
+func TestFuseUsers(t *testing.T) {
+	c := needCeph(t)
+	h := c.harness()
+	img := h.CreateImage(t, fmt.Sprintf("mt-users-%d", os.Getpid()), 64<<20)
+	t.Cleanup(func() { h.DeleteImage(t, img) })
+	m := h.NewMapper(t, t.TempDir())
+	ctx := t.Context()
+	if users, err := m.Users(img); err != nil || len(users) != 0 {
+		t.Fatalf("Users of an unmapped image = %q, %v; want none", users, err)
+	}
+	mp, err := m.Map(ctx, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users, err := m.Users(img)
+	if err != nil || len(users) != 2 || !strings.HasPrefix(users[0], "mapping "+mp.ID) || !strings.HasPrefix(users[1], "rbd-fuse pid ") {
+		t.Errorf("Users of a mapped image = %q, %v; want its mapping and its rbd-fuse", users, err)
+	}
+	other := img
+	other.Name += "-other"
+	if users, err := m.Users(other); err != nil || len(users) != 0 {
+		t.Errorf("Users of another image = %q, %v; want none", users, err)
+	}
+	if err := m.Release(ctx, mp.ID); err != nil {
+		t.Fatal(err)
+	}
+	if users, err := m.Users(img); err != nil || len(users) != 0 {
+		t.Errorf("Users after Release = %q, %v; want none", users, err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -34,6 +35,7 @@ func RunSuite(t *testing.T, newB NewBackend) {
 		{"Metadata", testMeta},
 		{"Catalog", testCatalog},
 		{"Errors", testErrors},
+		{"RemoveUnmapped", testRemoveUnmapped},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -271,6 +273,116 @@ func testErrors(t *testing.T, b layering.Backend, p string) {
 	if contains(names, p+"x") || contains(names, p+"neg") {
 		t.Errorf("failed calls left images behind: %v", names)
 	}
+}
+
+// testRemoveUnmapped: on an image nobody watches RemoveUnmapped is
+// Remove, and it refuses what Remove refuses without retrying until its
+// bound.
+func testRemoveUnmapped(t *testing.T, b layering.Backend, p string) {
+	ctx := context.Background()
+	must(t, b.Create(ctx, p+"u", 4*mib))
+	must(t, b.Snapshot(ctx, layering.SnapRef{Image: p + "u", Snap: "s1"}))
+	ev, err := b.RemoveUnmapped(ctx, p+"u")
+	must(t, err)
+	if len(ev) != 0 {
+		t.Errorf("RemoveUnmapped of an image nobody watches evicted %v", ev)
+	}
+	if _, err := b.Stat(ctx, p+"u"); !errors.Is(err, layering.ErrNotFound) {
+		t.Fatalf("Stat after RemoveUnmapped = %v, want ErrNotFound", err)
+	}
+	start := time.Now()
+	if _, err := b.RemoveUnmapped(ctx, p+"u"); !errors.Is(err, layering.ErrNotFound) {
+		t.Errorf("RemoveUnmapped(missing) = %v, want ErrNotFound", err)
+	}
+	ref := layering.SnapRef{Image: p + "par", Snap: "s"}
+	must(t, b.Create(ctx, ref.Image, 4*mib))
+	must(t, b.Snapshot(ctx, ref))
+	must(t, b.Clone(ctx, ref, p+"kid"))
+	if _, err := b.RemoveUnmapped(ctx, ref.Image); !errors.Is(err, layering.ErrHasChildren) {
+		t.Errorf("RemoveUnmapped of a parent with clones = %v, want ErrHasChildren", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("refusals took %s: RemoveUnmapped retries only while the image is busy", el)
+	}
+}
+
+// Watchers make an image busy the two ways a node can, for
+// RunWatcherSuite.
+type Watchers struct {
+	// Live maps name on this node (a client that keeps it open and
+	// answers) and returns a func that checks that the mapping still
+	// serves I/O (that it was not evicted) and releases it.
+	Live func(t *testing.T, b layering.Backend, name string) (release func())
+	// Dead leaves name watched by a client that is gone: one killed while
+	// it had the image open, whose watch the cluster keeps for a while.
+	Dead func(t *testing.T, b layering.Backend, name string)
+}
+
+// RunWatcherSuite checks Remove and RemoveUnmapped on images that a live
+// and a dead client watch: Remove refuses both with ErrBusy;
+// RemoveUnmapped evicts the dead one and removes the image promptly (well
+// within the 30 s a cluster keeps such a watch), and never evicts the live
+// one.
+func RunWatcherSuite(t *testing.T, newB NewBackend, w Watchers) {
+	t.Run("DeadWatcherEvicted", func(t *testing.T) {
+		b := newB(t)
+		prefix := fmt.Sprintf("fdtest-%08x-", rand.Uint32())
+		t.Cleanup(func() { cleanup(t, b, prefix) })
+		ctx := context.Background()
+		name := prefix + "dead"
+		must(t, b.Create(ctx, name, 64*mib))
+		w.Dead(t, b, name)
+		if err := b.Remove(ctx, name); !errors.Is(err, layering.ErrBusy) {
+			t.Fatalf("Remove of an image a killed client had open = %v, want ErrBusy (the watch outlives the client)", err)
+		}
+		start := time.Now()
+		ev, err := b.RemoveUnmapped(ctx, name)
+		took := time.Since(start)
+		if err != nil {
+			t.Fatalf("RemoveUnmapped after %s: %v (evicted %v)", took, err, ev)
+		}
+		if len(ev) == 0 {
+			t.Errorf("RemoveUnmapped removed an image with a dead watcher and reports no eviction")
+		}
+		if took > 15*time.Second {
+			t.Errorf("RemoveUnmapped took %s; want well under the 30 s watch timeout", took)
+		}
+		if _, err := b.Stat(ctx, name); !errors.Is(err, layering.ErrNotFound) {
+			t.Fatalf("Stat after RemoveUnmapped = %v, want ErrNotFound", err)
+		}
+		t.Logf("dead watcher evicted (%v) and image removed in %s", ev, took.Round(time.Millisecond))
+	})
+	t.Run("LiveWatcherKept", func(t *testing.T) {
+		b := newB(t)
+		prefix := fmt.Sprintf("fdtest-%08x-", rand.Uint32())
+		t.Cleanup(func() { cleanup(t, b, prefix) })
+		ctx := context.Background()
+		name := prefix + "live"
+		must(t, b.Create(ctx, name, 64*mib))
+		release := w.Live(t, b, name)
+		defer func() {
+			if release != nil {
+				release()
+			}
+		}()
+		if err := b.Remove(ctx, name); !errors.Is(err, layering.ErrBusy) {
+			t.Fatalf("Remove of a mapped image = %v, want ErrBusy", err)
+		}
+		start := time.Now()
+		ev, err := b.RemoveUnmapped(ctx, name)
+		if !errors.Is(err, layering.ErrBusy) || len(ev) != 0 {
+			t.Fatalf("RemoveUnmapped of a mapped image = %v, evicted %v; want ErrBusy and no eviction", err, ev)
+		}
+		if took := time.Since(start); took > 20*time.Second {
+			t.Errorf("RemoveUnmapped gave up on a live watcher after %s; want it to tell at once", took)
+		}
+		if _, err := b.Stat(ctx, name); err != nil {
+			t.Fatalf("Stat of a mapped image after a refused RemoveUnmapped: %v", err)
+		}
+		release()
+		release = nil
+		must(t, b.Remove(ctx, name))
+	})
 }
 
 func contains(list []string, s string) bool {

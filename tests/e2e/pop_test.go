@@ -350,6 +350,15 @@ func TestPoPWithoutEngine(t *testing.T) {
 	if out, errOut, code := p.fogctl(ctx, "gc", "--dry-run", "--min-age", "0s", "-o", "json"); code != 0 || strings.TrimSpace(out) != "[]" {
 		t.Errorf("fogctl gc --dry-run with 4 deployments running = exit %d, %s\n%s", code, out, errOut)
 	}
+	// Each node says why it has no DMTCP engine: the configured image is absent.
+	if out, errOut, code := p.fogctl(ctx, "node", "ls"); code != 0 || strings.Count(out, "none (boots only)") != 2 ||
+		strings.Count(out, "no dmtcp: driver unavailable: DMTCP image fogdeploy/dmtcp:absent is not on this node") != 2 ||
+		!strings.Contains(out, "make dmtcp-image") {
+		t.Errorf("fogctl node ls on nodes without a DMTCP image = exit %d:\n%s%s", code, out, errOut)
+	}
+	if out, _, _ := p.fogctl(ctx, "node", "ls", "-o", "json"); !strings.Contains(out, `"problems"`) {
+		t.Errorf("fogctl node ls -o json has no problems:\n%s", out)
+	}
 	before := len(deps)
 	if _, errOut, code := p.fogctl(ctx, "checkpoint", "refresh", app.Name); code == 0 || !strings.Contains(errOut, "no node has the dmtcp engine") {
 		t.Errorf("checkpoint refresh without an engine = exit %d:\n%s", code, errOut)
