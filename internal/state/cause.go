@@ -34,7 +34,8 @@ func CauseOf(err error) string {
 	case errors.Is(err, layering.ErrNotFound), errors.Is(err, ErrNotFound), errors.Is(err, deploy.ErrNotFound):
 		return CauseNotFound
 	case errors.Is(err, layering.ErrUnavailable), errors.Is(err, layering.ErrFull), errors.Is(err, mapper.ErrStalled),
-		errors.Is(err, syscall.ENOSPC), errors.Is(err, context.DeadlineExceeded), errors.Is(err, ErrUnavailable):
+		errors.Is(err, syscall.ENOSPC), errors.Is(err, context.DeadlineExceeded), errors.Is(err, ErrUnavailable),
+		errors.Is(err, ErrContended):
 		return CauseUnavailable
 	}
 	return ""

@@ -1,15 +1,42 @@
 package state
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sort"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
 // ErrNoNode: no ready node can take the deployment.
 var ErrNoNode = errors.New("no node available")
+
+// ErrFull: a node already has as many deployments as its capacity. The
+// errors that wrap it also wrap ErrNoNode.
+var ErrFull = errors.New("at capacity")
+
+// ErrContended: CreatePlaced lost the race for its node to concurrent
+// deploys placeAttempts times in a row. Deploying again can work.
+var ErrContended = errors.New("placement contended")
+
+// placeAttempts bounds how many times CreatePlaced reads, places and
+// commits when concurrent deploys keep taking the node it chose.
+const placeAttempts = 16
+
+// capacityOf is the number of instances n takes (at least one).
+func capacityOf(n Node) int {
+	if n.Capacity <= 0 {
+		return 1
+	}
+	return n.Capacity
+}
 
 // Score rates a node for one more instance of app: its free capacity (in
 // percent), minus a penalty per instance of the same app already there so
@@ -27,10 +54,7 @@ func Score(n Node, deps []Deployment, app string) (score float64, ok bool) {
 			same++
 		}
 	}
-	capacity := n.Capacity
-	if capacity <= 0 {
-		capacity = 1
-	}
+	capacity := capacityOf(n)
 	if total >= capacity {
 		return 0, false
 	}
@@ -38,24 +62,33 @@ func Score(n Node, deps []Deployment, app string) (score float64, ok bool) {
 }
 
 // Place picks the ready node with the best Score (ties: the lexically
-// first). It returns ErrNoNode when every node is NotReady or full.
+// first). It returns ErrNoNode when every node is NotReady or full, also
+// wrapping ErrFull when some node is ready (and so every ready one full).
 func Place(nodes []Node, deps []Deployment, app string) (string, error) {
 	type cand struct {
 		name  string
 		score float64
 	}
 	var cs []cand
+	ready, capacity := 0, 0
 	for _, n := range nodes {
 		if !n.Ready {
 			continue
 		}
+		ready++
+		capacity += capacityOf(n)
 		if s, ok := Score(n, deps, app); ok {
 			cs = append(cs, cand{n.Name, s})
 		}
 	}
+	if ready == 0 {
+		return "", hint.With(fmt.Errorf("app %s: %w (%d node(s) registered, none ready)", app, ErrNoNode, len(nodes)),
+			"`fogctl node ls` shows the nodes; start a pop-agent")
+	}
 	if len(cs) == 0 {
-		return "", hint.With(fmt.Errorf("app %s: %w (%d node(s) registered, none ready with free capacity)", app, ErrNoNode, len(nodes)),
-			"`fogctl node ls` shows the nodes; start a pop-agent or undeploy something")
+		return "", hint.With(fmt.Errorf("app %s: %w: every ready node is %w (%d of %d registered node(s) ready, capacity %d in all)",
+			app, ErrNoNode, ErrFull, ready, len(nodes), capacity),
+			"`fogctl ps` lists the deployments: undeploy one with `fogctl undeploy ID`, or start a pop-agent on another node")
 	}
 	sort.SliceStable(cs, func(i, j int) bool {
 		if cs[i].score != cs[j].score {
@@ -64,4 +97,168 @@ func Place(nodes []Node, deps []Deployment, app string) (string, error) {
 		return cs[i].name < cs[j].name
 	})
 	return cs[0].name, nil
+}
+
+// Choose returns node when it is registered, Ready and has room for one
+// more instance of app, or, when node is "", the node Place picks. A full
+// node is refused with an error wrapping ErrFull and ErrNoNode.
+func Choose(nodes []Node, deps []Deployment, app, node string) (string, error) {
+	if node == "" {
+		return Place(nodes, deps, app)
+	}
+	for _, n := range nodes {
+		if n.Name != node {
+			continue
+		}
+		if !n.Ready {
+			return "", fmt.Errorf("node %s is NotReady: %w", node, ErrNoNode)
+		}
+		if _, ok := Score(n, deps, app); !ok {
+			total := 0
+			for _, d := range deps {
+				if d.Node == node {
+					total++
+				}
+			}
+			return "", hint.With(fmt.Errorf("app %s: %w: node %s is %w (%d deployment(s), capacity %d)", app, ErrNoNode, node, ErrFull, total, capacityOf(n)),
+				"undeploy an instance on "+node+" (`fogctl ps` lists them), or deploy without --node to let the PoP place it")
+		}
+		return node, nil
+	}
+	return "", hint.With(fmt.Errorf("node %s: %w", node, ErrNotFound), "`fogctl node ls` lists the nodes")
+}
+
+// placementKey changes (its value: the last deployment recorded on node)
+// in every transaction that records a deployment on node, so that a
+// transaction can require that none was recorded there since it read.
+func placementKey(node string) string { return Prefix + "placement/" + node }
+
+// placementView is what a placement reads, all at one etcd revision.
+type placementView struct {
+	nodes []Node
+	deps  []Deployment
+	// infoRev and placedRev are the mod revisions of each node's info
+	// and placement keys (absent: 0).
+	infoRev, placedRev map[string]int64
+}
+
+func (s *Store) readPlacement(ctx context.Context) (placementView, error) {
+	v := placementView{infoRev: map[string]int64{}, placedRev: map[string]int64{}}
+	r, err := s.cli.Txn(ctx).Then(
+		clientv3.OpGet(Prefix+"nodes/", clientv3.WithPrefix()),
+		clientv3.OpGet(DeploymentsPrefix, clientv3.WithPrefix()),
+		clientv3.OpGet(Prefix+"placement/", clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return v, wrapUnavailable(err)
+	}
+	nr := (*clientv3.GetResponse)(r.Responses[0].GetResponseRange())
+	if v.nodes, err = parseNodes(nr); err != nil {
+		return v, err
+	}
+	for _, kv := range nr.Kvs {
+		if name, ok := strings.CutSuffix(strings.TrimPrefix(string(kv.Key), Prefix+"nodes/"), "/info"); ok {
+			v.infoRev[name] = kv.ModRevision
+		}
+	}
+	for _, kv := range r.Responses[1].GetResponseRange().Kvs {
+		var d Desired
+		if err := json.Unmarshal(kv.Value, &d); err != nil {
+			return v, fmt.Errorf("record %s: %w", kv.Key, err)
+		}
+		v.deps = append(v.deps, Deployment{Desired: d})
+	}
+	for _, kv := range r.Responses[2].GetResponseRange().Kvs {
+		v.placedRev[strings.TrimPrefix(string(kv.Key), Prefix+"placement/")] = kv.ModRevision
+	}
+	return v, nil
+}
+
+// CreatePlaced records the desired deployment d on d.Node, or, when
+// d.Node is "", on the node Place picks among the nodes that eligible
+// accepts (nil: all), and returns d with its node. The node must be
+// registered, Ready and not full (Choose); ErrExists if the ID is taken.
+//
+// The read, the placement and the write are one optimistic transaction:
+// the write commits only if no deployment was recorded on the chosen node,
+// and the node neither registered again nor lost its lease, since the
+// read. A create that lost that race reads and places again, up to
+// placeAttempts times (then ErrContended), so that concurrent creates
+// never put more deployments on a node than its capacity.
+func (s *Store) CreatePlaced(ctx context.Context, d Desired, eligible func(Node) bool) (Desired, error) {
+	for attempt := range placeAttempts {
+		if attempt > 0 {
+			// Jitter, so that the losers of a race do not all meet again.
+			t := time.NewTimer(time.Duration(rand.Int64N(int64(attempt) * int64(5*time.Millisecond))))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return Desired{}, fmt.Errorf("deployment of app %s: %w", d.App, ctx.Err())
+			case <-t.C:
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return Desired{}, fmt.Errorf("deployment of app %s: %w", d.App, err)
+		}
+		v, err := s.readPlacement(ctx)
+		if err != nil {
+			return Desired{}, err
+		}
+		nodes := v.nodes
+		if eligible != nil {
+			nodes = nil
+			for _, n := range v.nodes {
+				if eligible(n) {
+					nodes = append(nodes, n)
+				}
+			}
+		}
+		node, err := Choose(nodes, v.deps, d.App, d.Node)
+		if err != nil {
+			return Desired{}, err
+		}
+		placed := d
+		placed.Node = node
+		ok, err := s.commitDeployment(ctx, placed,
+			clientv3.Compare(clientv3.ModRevision(placementKey(node)), "=", v.placedRev[node]),
+			clientv3.Compare(clientv3.ModRevision(nodeInfoKey(node)), "=", v.infoRev[node]),
+			clientv3.Compare(clientv3.CreateRevision(nodeAliveKey(node)), ">", 0))
+		if err != nil {
+			return Desired{}, err
+		}
+		if ok {
+			return placed, nil
+		}
+	}
+	return Desired{}, hint.With(fmt.Errorf("deployment of app %s: %w: %d attempts in a row lost their node to concurrent deploys", d.App, ErrContended, placeAttempts),
+		"deploy again")
+}
+
+// commitDeployment writes d, its Pending status and d's placement key if
+// its ID is free and cmps hold. ok is false when a cmp failed; ErrExists
+// when the ID is taken.
+func (s *Store) commitDeployment(ctx context.Context, d Desired, cmps ...clientv3.Cmp) (ok bool, err error) {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return false, err
+	}
+	st, _ := json.Marshal(Status{Phase: "Pending", Node: d.Node, Updated: time.Now().UTC()})
+	ops := []clientv3.Op{clientv3.OpPut(deploymentKey(d.ID), string(b)), clientv3.OpPut(statusKey(d.ID), string(st))}
+	if d.Node != "" {
+		ops = append(ops, clientv3.OpPut(placementKey(d.Node), d.ID))
+	}
+	cmps = append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(deploymentKey(d.ID)), "=", 0)}, cmps...)
+	r, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).
+		Else(clientv3.OpGet(deploymentKey(d.ID), clientv3.WithCountOnly())).Commit()
+	if err != nil {
+		return false, wrapUnavailable(err)
+	}
+	if !r.Succeeded {
+		if r.Responses[0].GetResponseRange().Count > 0 {
+			return false, fmt.Errorf("deployment %s: %w", d.ID, ErrExists)
+		}
+		return false, nil
+	}
+	s.Event(ctx, d.ID, "requested", fmt.Sprintf("app %s on node %s", d.App, d.Node))
+	return true, nil
 }

@@ -10,6 +10,7 @@
 //	/fogdeploy/nodes/<node>/alive         "1", bound to the agent's lease
 //	/fogdeploy/deployments/<id>           Desired (JSON)
 //	/fogdeploy/status/<id>                Status (JSON)
+//	/fogdeploy/placement/<node>           last deployment ID recorded on node
 //	/fogdeploy/checkpoints/<app>/<gen>    deploy.Generation (JSON)
 //	/fogdeploy/events/<unix-nano>-<id>    Event (JSON), leased for a day
 //	/fogdeploy/locks/checkpoint/<app>     etcd mutex of the first deploy
@@ -281,6 +282,11 @@ func (s *Store) Nodes(ctx context.Context) ([]Node, error) {
 	if err != nil {
 		return nil, wrapUnavailable(err)
 	}
+	return parseNodes(r)
+}
+
+// parseNodes reads the node records and liveness keys of a Get of nodes/.
+func parseNodes(r *clientv3.GetResponse) ([]Node, error) {
 	alive := map[string]bool{}
 	var nodes []Node
 	for _, kv := range r.Kvs {
@@ -344,23 +350,14 @@ type Deployment struct {
 	Status Status `json:"status"`
 }
 
-// CreateDeployment stores a desired deployment; ErrExists if the ID is taken.
+// CreateDeployment stores a desired deployment on d.Node as given, without
+// placement or a capacity check (CreatePlaced is the checked path of
+// fogctl deploy and the hook API); ErrExists if the ID is taken. It changes
+// the node's placement key too, so that a concurrent CreatePlaced on the
+// same node places again.
 func (s *Store) CreateDeployment(ctx context.Context, d Desired) error {
-	b, err := json.Marshal(d)
-	if err != nil {
-		return err
-	}
-	st, _ := json.Marshal(Status{Phase: "Pending", Node: d.Node, Updated: time.Now().UTC()})
-	r, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(deploymentKey(d.ID)), "=", 0)).
-		Then(clientv3.OpPut(deploymentKey(d.ID), string(b)), clientv3.OpPut(statusKey(d.ID), string(st))).Commit()
-	if err != nil {
-		return wrapUnavailable(err)
-	}
-	if !r.Succeeded {
-		return fmt.Errorf("deployment %s: %w", d.ID, ErrExists)
-	}
-	s.Event(ctx, d.ID, "requested", fmt.Sprintf("app %s on node %s", d.App, d.Node))
-	return nil
+	_, err := s.commitDeployment(ctx, d)
+	return err
 }
 
 // Deployment returns one deployment.

@@ -3,11 +3,15 @@ package state_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
 )
@@ -187,5 +191,137 @@ func TestPlace(t *testing.T) {
 	}
 	if _, err := state.Place(one, deps, "web"); !errors.Is(err, state.ErrNoNode) {
 		t.Errorf("a 9th instance on a node with capacity 8 = %v; want ErrNoNode", err)
+	}
+}
+
+// registerNodes registers nodes of the given capacity, Ready until the
+// test ends.
+func registerNodes(t *testing.T, st *state.Store, capacity int, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		sess, err := st.Register(context.Background(), state.Node{Name: n, Capacity: capacity}, 30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sess.Close() })
+	}
+}
+
+// createConcurrently fires n creates of app at once (pinned to node unless
+// "") and returns each one's error.
+func createConcurrently(st *state.Store, n int, app, node string) []error {
+	start := make(chan struct{})
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			d := state.Desired{ID: fmt.Sprintf("%s-%s%d", app, node, i), App: app, Node: node, Created: time.Now()}
+			got, err := st.CreatePlaced(context.Background(), d, nil)
+			if err == nil && (got.Node == "" || (node != "" && got.Node != node)) {
+				err = fmt.Errorf("placed on %q", got.Node)
+			}
+			errs[i] = err
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return errs
+}
+
+// perNode counts the deployments recorded on each node.
+func perNode(t *testing.T, st *state.Store) map[string]int {
+	t.Helper()
+	deps, err := st.Deployments(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]int{}
+	for _, d := range deps {
+		m[d.Node]++
+	}
+	return m
+}
+
+// Concurrent creates never overfill a node: the capacity check commits
+// with the record (reading, placing and then writing would let all of
+// them pick the same node).
+func TestCreatePlacedConcurrent(t *testing.T) {
+	st := statetest.Store(t)
+	registerNodes(t, st, 3, "n1", "n2")
+	errs := createConcurrently(st, 20, "web", "")
+	ok := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case !errors.Is(err, state.ErrFull) || !errors.Is(err, state.ErrNoNode):
+			t.Errorf("create %d = %v; want success or ErrFull (and ErrNoNode)", i, err)
+		}
+	}
+	per := perNode(t, st)
+	if ok != 6 || per["n1"] != 3 || per["n2"] != 3 || len(per) != 2 {
+		t.Errorf("%d of 20 concurrent creates succeeded, deployments per node %v; want 6, 3 on each of n1 and n2", ok, per)
+	}
+}
+
+// A deployment pinned to a node is refused when the node is full, however
+// many ask at once, with an error that names the node and its capacity.
+func TestCreatePlacedPinned(t *testing.T) {
+	st := statetest.Store(t)
+	ctx := context.Background()
+	registerNodes(t, st, 3, "n1", "n2")
+	if err := st.CreateApp(ctx, app("web"), false); err != nil {
+		t.Fatal(err)
+	}
+	errs := createConcurrently(st, 10, "web", "n1")
+	ok := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case !errors.Is(err, state.ErrFull) || !errors.Is(err, state.ErrNoNode):
+			t.Errorf("pinned create %d = %v; want success or ErrFull (and ErrNoNode)", i, err)
+		}
+	}
+	if per := perNode(t, st); ok != 3 || per["n1"] != 3 || per["n2"] != 0 {
+		t.Errorf("%d of 10 creates pinned to n1 succeeded, deployments per node %v; want 3, all on n1", ok, per)
+	}
+	_, err := st.CreatePlaced(ctx, state.Desired{ID: "web-x", App: "web", Node: "n1"}, nil)
+	if !errors.Is(err, state.ErrFull) || !strings.Contains(err.Error(), "node n1") || !strings.Contains(err.Error(), "capacity 3") ||
+		!strings.Contains(hint.Of(err), "undeploy") {
+		t.Errorf("pinned create on full n1 = %v (hint %q); want ErrFull naming n1 and capacity 3, with a hint", err, hint.Of(err))
+	}
+	// Unpinned, the PoP places it on n2; the ID stays unique.
+	if d, err := st.CreatePlaced(ctx, state.Desired{ID: "web-y", App: "web"}, nil); err != nil || d.Node != "n2" {
+		t.Errorf("unpinned create = %+v, %v; want it on n2", d, err)
+	}
+	if _, err := st.CreatePlaced(ctx, state.Desired{ID: "web-y", App: "web"}, nil); !errors.Is(err, state.ErrExists) {
+		t.Errorf("duplicate ID = %v; want ErrExists", err)
+	}
+	if _, err := st.CreatePlaced(ctx, state.Desired{ID: "web-z", App: "web", Node: "n9"}, nil); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("pinned to an unknown node = %v; want ErrNotFound", err)
+	}
+	// Nodes the filter refuses take nothing.
+	none := func(state.Node) bool { return false }
+	if _, err := st.CreatePlaced(ctx, state.Desired{ID: "web-z", App: "web"}, none); !errors.Is(err, state.ErrNoNode) || errors.Is(err, state.ErrFull) {
+		t.Errorf("create with no eligible node = %v; want ErrNoNode without ErrFull", err)
+	}
+	// A deployment recorded without placement (CreateDeployment) counts.
+	if err := st.CreateDeployment(ctx, state.Desired{ID: "db-1", App: "db", Node: "n2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreatePlaced(ctx, state.Desired{ID: "web-z", App: "web", Node: "n2"}, nil); err != nil {
+		t.Errorf("third instance on n2 = %v", err)
+	}
+	if _, err := st.CreatePlaced(ctx, state.Desired{ID: "web-w", App: "web"}, nil); !errors.Is(err, state.ErrFull) {
+		t.Errorf("create on a full PoP = %v; want ErrFull", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := st.CreatePlaced(cctx, state.Desired{ID: "web-v", App: "web"}, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("create with a canceled context = %v; want context.Canceled", err)
 	}
 }

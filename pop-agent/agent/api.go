@@ -130,44 +130,24 @@ func Create(ctx context.Context, st *state.Store, req CreateRequest, requester s
 	if err != nil {
 		return state.Desired{}, err
 	}
-	nodes, err := st.Nodes(ctx)
-	if err != nil {
-		return state.Desired{}, err
-	}
+	var eligible func(state.Node) bool
 	if req.Mode == deploy.ModeCheckpoint {
 		// Only a node with the app's engine can make its checkpoint.
 		eng := app.WithDefaults().Engine
-		nodes = slices.DeleteFunc(nodes, func(n state.Node) bool { return !slices.Contains(n.Engines, eng) })
-		if len(nodes) == 0 {
+		eligible = func(n state.Node) bool { return slices.Contains(n.Engines, eng) }
+		nodes, err := st.Nodes(ctx)
+		if err != nil {
+			return state.Desired{}, err
+		}
+		if !slices.ContainsFunc(nodes, eligible) {
 			return state.Desired{}, hint.With(fmt.Errorf("app %s: %w: no node has the %s engine", req.App, state.ErrNoNode, eng),
 				"`fogctl node ls` shows each node's engines; install the engine on a node and restart its pop-agent")
 		}
 	}
-	deps, err := st.Deployments(ctx)
-	if err != nil {
-		return state.Desired{}, err
-	}
-	node := req.Node
-	if node == "" {
-		if node, err = state.Place(nodes, deps, req.App); err != nil {
-			return state.Desired{}, err
-		}
-	} else {
-		found := false
-		for _, n := range nodes {
-			if n.Name == node {
-				found = true
-				if !n.Ready {
-					return state.Desired{}, fmt.Errorf("node %s is NotReady: %w", node, state.ErrNoNode)
-				}
-			}
-		}
-		if !found {
-			return state.Desired{}, fmt.Errorf("node %s: %w", node, state.ErrNotFound)
-		}
-	}
-	d := state.Desired{ID: deploy.NewID(req.App), App: req.App, Node: node, Requester: requester, Labels: req.Labels, Mode: req.Mode, Created: time.Now().UTC()}
-	return d, st.CreateDeployment(ctx, d)
+	// Placement (or the check of req.Node) and its capacity check commit
+	// with the record, in one transaction.
+	d := state.Desired{ID: deploy.NewID(req.App), App: req.App, Node: req.Node, Requester: requester, Labels: req.Labels, Mode: req.Mode, Created: time.Now().UTC()}
+	return st.CreatePlaced(ctx, d, eligible)
 }
 
 func (h *hooks) create(w http.ResponseWriter, r *http.Request) {
@@ -258,7 +238,7 @@ func (h *hooks) error(w http.ResponseWriter, err error) {
 		code = http.StatusNotFound
 	case errors.Is(err, state.ErrExists):
 		code = http.StatusConflict
-	case errors.Is(err, state.ErrNoNode):
+	case errors.Is(err, state.ErrNoNode), errors.Is(err, state.ErrContended):
 		code = http.StatusServiceUnavailable
 	case errors.Is(err, state.ErrUnavailable):
 		code = http.StatusServiceUnavailable
