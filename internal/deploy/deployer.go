@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/keyedmutex"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
@@ -122,8 +123,8 @@ type Deployer struct {
 	deps Deps
 	log  *slog.Logger
 
-	mu      sync.Mutex
-	appLock map[string]*sync.Mutex
+	// appLock: one producer of an app's first checkpoint on this node.
+	appLock keyedmutex.Map[string]
 }
 
 // New returns a Deployer.
@@ -148,7 +149,7 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 			return nil, fmt.Errorf("deploy state dir: %w", err)
 		}
 	}
-	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, appLock: map[string]*sync.Mutex{}}, nil
+	return &Deployer{cfg: cfg, deps: deps, log: deps.Log}, nil
 }
 
 // Generation is a checkpoint of an app: a sealed environment image and a
@@ -177,6 +178,11 @@ type Generation struct {
 	Created     time.Time        `json:"created"`
 	Timings     layering.Timings `json:"timings"`
 	Spec        App              `json:"spec"`
+	// EnvConfig is the environment's ENV and WORKDIR as the checkpointed
+	// app was launched with them; every restore uses it, whatever the
+	// environment's tag says since. Nil for generations sealed before it
+	// was recorded: their restores use the environment's current one.
+	EnvConfig *layering.ImageConfig `json:"env_config,omitempty"`
 }
 
 // Deployment is the record of one instance on this node.
@@ -434,13 +440,15 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 // IfBusy PolicyBoot it returns ErrBusy instead of waiting for a lock.
 func (d *Deployer) produceOnce(ctx context.Context, app App, opts Options) (Generation, layering.Timings, error) {
 	wait := opts.IfBusy != PolicyBoot
-	l := d.lockApp(app.Name)
+	var unlockApp func()
 	if wait {
-		l.Lock()
-	} else if !l.TryLock() {
+		unlockApp = d.appLock.Lock(app.Name)
+	} else if u, ok := d.appLock.TryLock(app.Name); ok {
+		unlockApp = u
+	} else {
 		return Generation{}, nil, fmt.Errorf("app %s on this node: %w", app.Name, ErrBusy)
 	}
-	defer l.Unlock()
+	defer unlockApp()
 	if opts.LockCheckpoint != nil {
 		unlock, err := opts.LockCheckpoint(ctx, wait)
 		if err != nil {
@@ -605,17 +613,6 @@ func prefixed(p string, t layering.Timings) layering.Timings {
 		out[i] = layering.Phase{Name: p + ph.Name, Duration: ph.Duration}
 	}
 	return out
-}
-
-func (d *Deployer) lockApp(app string) *sync.Mutex {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	l, ok := d.appLock[app]
-	if !ok {
-		l = &sync.Mutex{}
-		d.appLock[app] = l
-	}
-	return l
 }
 
 // GenImage names image kind ("env" or "ckpt") of generation gen of app.
@@ -928,7 +925,7 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 		EnvSnap:  layering.SnapRef{Image: envImg, Snap: layering.SealedSnap},
 		CkptSnap: layering.SnapRef{Image: ckptImg, Snap: layering.SealedSnap},
 		Engine:   app.Engine, EngineVersion: version, Driver: dr.Name(), Bytes: ck.Bytes, CheckpointMS: ck.MS,
-		BootReadyMS: float64(bootReady.Microseconds()) / 1000, Node: d.cfg.Node, Spec: app}
+		BootReadyMS: float64(bootReady.Microseconds()) / 1000, Node: d.cfg.Node, Spec: app, EnvConfig: &env.Config}
 	for _, ref := range []layering.SnapRef{g.EnvSnap, g.CkptSnap} {
 		if err := d.deps.Store.Snapshot(ctx, ref); err != nil {
 			return Generation{}, err
@@ -1005,9 +1002,13 @@ func (d *Deployer) Restore(ctx context.Context, g Generation, opts Options) (_ D
 	if err != nil {
 		return Deployment{}, err
 	}
-	env, _ := d.deps.Envs.Get(ctx, app.Env)
+	cfg := g.EnvConfig
+	if cfg == nil {
+		env, _ := d.deps.Envs.Get(ctx, app.Env)
+		cfg = &env.Config
+	}
 	h, err := d.start(ctx, o, dr, Run{Mode: ModeRestart, ID: id, App: app, EnvPath: envPath, CkptPath: ckptPath, Gen: g.Gen,
-		ImageEnv: env.Config.Env, WorkDir: env.Config.WorkDir})
+		ImageEnv: cfg.Env, WorkDir: cfg.WorkDir})
 	if err != nil {
 		return Deployment{}, err
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/gc"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/keyedmutex"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/version"
@@ -58,8 +59,7 @@ type agent struct {
 	pool   layering.Store
 	mapper *mapper.Mapper
 
-	mu   sync.Mutex
-	busy map[string]*sync.Mutex // per deployment
+	busy keyedmutex.Map[string] // one operation per deployment ID at a time
 	wg   sync.WaitGroup
 
 	sessMu   sync.Mutex
@@ -173,8 +173,7 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 		return err
 	}
 
-	a := &agent{c: c, o: o, log: log, st: st, node: node, sess: sess, d: d, m: m, pool: l.Store, mapper: l.Mapper,
-		busy: map[string]*sync.Mutex{}}
+	a := &agent{c: c, o: o, log: log, st: st, node: node, sess: sess, d: d, m: m, pool: l.Store, mapper: l.Mapper}
 	defer func() { a.session().Close() }()
 	token, err := readToken(c.Agent.TokenFile)
 	if err != nil {
@@ -406,18 +405,10 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 
 // spawn runs fn for deployment id, one operation per ID at a time.
 func (a *agent) spawn(ctx context.Context, id string, fn func(context.Context)) {
-	a.mu.Lock()
-	l, ok := a.busy[id]
-	if !ok {
-		l = &sync.Mutex{}
-		a.busy[id] = l
-	}
-	a.mu.Unlock()
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		l.Lock()
-		defer l.Unlock()
+		defer a.busy.Lock(id)()
 		fn(ctx)
 	}()
 }
