@@ -199,6 +199,22 @@ func copyInto(ctx context.Context, src, root, dst string) error {
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
+// ShellJoin makes a shell command line that runs argv as it is: each
+// argument that the shell would split, expand or reinterpret is quoted.
+// Exec and RUN steps take command lines; commands given as argument lists
+// (fogctl env exec NAME -- ARGV) go through it.
+func ShellJoin(argv []string) string {
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && strings.Trim(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=@%+,") == "" {
+			parts[i] = a
+		} else {
+			parts[i] = shellQuote(a)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
 // tailBuffer keeps the last 4 KiB written to it.
 type tailBuffer struct{ b []byte }
 

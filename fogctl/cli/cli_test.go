@@ -70,6 +70,11 @@ func TestEnvCommands(t *testing.T) {
 	if code != 0 || out != "built\n" || !strings.Contains(errOut, "map+mount") {
 		t.Fatalf("exec: code %d out %q err %s", code, out, errOut)
 	}
+	// Each argument reaches the command as it was given: quoting kept.
+	code, out, errOut = h.run("env", "exec", "app", "--", "sh", "-c", "echo \"$0|$1\"", "a b", "it's $HOME")
+	if code != 0 || out != "a b|it's $HOME\n" {
+		t.Fatalf("exec with quoted arguments: code %d out %q err %s", code, out, errOut)
+	}
 
 	// rm base is refused while app is built on it, then works.
 	code, _, errOut = h.run("env", "rm", "base")

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/spf13/cobra"
+
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
 // EnvExecOptions are the inputs of `fogctl env exec`.
@@ -26,7 +27,8 @@ func NewCmdEnvExec(f *Factory, runF func(context.Context, *EnvExecOptions) error
 		Long: `Clone the environment's snapshot, map and mount the clone, run the command
 in a chroot of it, then unmount, unmap and remove the clone. Prints the
 time of each phase. Nothing the command writes is kept.`,
-		Example:           `  fogctl env exec redis -- redis-server --version`,
+		Example: `  fogctl env exec redis -- redis-server --version
+  fogctl env exec redis -- sh -c 'ls /etc | wc -l'`,
 		ValidArgsFunction: completeEnvNames(f),
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 2 || cmd.ArgsLenAtDash() != 1 {
@@ -35,7 +37,7 @@ time of each phase. Nothing the command writes is kept.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Name, opts.Command = args[0], strings.Join(args[1:], " ")
+			opts.Name, opts.Command = args[0], layering.ShellJoin(args[1:])
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
