@@ -1,0 +1,204 @@
+// Checkpoint generations: the sealed snapshot pairs (environment + checkpoint image) an app's
+// restores clone, their names, listing and removal.
+
+package deploy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+)
+
+// Image names and metadata.
+const (
+	// GenPrefix starts the images of a checkpoint generation:
+	// fdc-<app>-<gen>-env and fdc-<app>-<gen>-ckpt.
+	GenPrefix = "fdc-"
+	// InstancePrefix starts the clones of a deployment: fdi-<id>-env and
+	// fdi-<id>-ckpt.
+	InstancePrefix = "fdi-"
+	// MetaGeneration holds the Generation record (JSON) on the checkpoint
+	// image of a generation.
+	MetaGeneration = "fogdeploy.generation"
+	// MetaDeployment names the deployment that owns an instance clone.
+	MetaDeployment = "fogdeploy.deployment"
+	// MetaNode names the node that made an instance clone or a generation.
+	MetaNode = "fogdeploy.node"
+	// MaxIDLen bounds deployment IDs.
+	MaxIDLen = 40
+)
+
+// Generation is a checkpoint of an app: a sealed environment image and a
+// sealed checkpoint image, restorable on any node of the PoP.
+type Generation struct {
+	App string `json:"app"`
+	Gen int    `json:"gen"`
+	// Env is the environment's name and EnvFrom the snapshot it was cloned
+	// from at boot.
+	Env     string           `json:"env"`
+	EnvFrom layering.SnapRef `json:"env_from"`
+	// EnvSnap and CkptSnap are the sealed snapshots every restore clones.
+	EnvSnap  layering.SnapRef `json:"env_snap"`
+	CkptSnap layering.SnapRef `json:"ckpt_snap"`
+	Engine   string           `json:"engine"`
+	// EngineVersion is the engine's version; Driver the driver that ran it.
+	EngineVersion string `json:"engine_version,omitempty"`
+	Driver        string `json:"driver"`
+	// Bytes is the size of the engine's image; CheckpointMS how long
+	// writing it took.
+	Bytes        int64   `json:"bytes"`
+	CheckpointMS float64 `json:"checkpoint_ms"`
+	// BootReadyMS is how long the app took from start to ready at boot.
+	BootReadyMS float64          `json:"boot_ready_ms"`
+	Node        string           `json:"node,omitempty"`
+	Created     time.Time        `json:"created"`
+	Timings     layering.Timings `json:"timings"`
+	Spec        App              `json:"spec"`
+	// EnvConfig is the environment's ENV and WORKDIR as the checkpointed
+	// app was launched with them; every restore uses it, whatever the
+	// environment's tag says since. Nil for generations sealed before it
+	// was recorded: their restores use the environment's current one.
+	EnvConfig *layering.ImageConfig `json:"env_config,omitempty"`
+}
+
+// GenImage names image kind ("env" or "ckpt") of generation gen of app.
+func GenImage(app string, gen int, kind string) string {
+	return fmt.Sprintf("%s%s-%d-%s", GenPrefix, app, gen, kind)
+}
+
+// ParseGenImage splits fdc-<app>-<gen>-<env|ckpt>; ok is false for any
+// other name.
+func ParseGenImage(name string) (app string, gen int, kind string, ok bool) {
+	rest, ok := strings.CutPrefix(name, GenPrefix)
+	if !ok {
+		return "", 0, "", false
+	}
+	i := strings.LastIndex(rest, "-")
+	if i < 0 {
+		return "", 0, "", false
+	}
+	rest, kind = rest[:i], rest[i+1:]
+	j := strings.LastIndex(rest, "-")
+	if j < 0 || (kind != "env" && kind != "ckpt") {
+		return "", 0, "", false
+	}
+	gen, err := strconv.Atoi(rest[j+1:])
+	if err != nil || gen < 1 || GenImage(rest[:j], gen, kind) != name {
+		return "", 0, "", false
+	}
+	return rest[:j], gen, kind, true
+}
+
+// Generations returns the complete checkpoint generations of app, oldest
+// first.
+func (d *Deployer) Generations(ctx context.Context, app string) ([]Generation, error) {
+	return Generations(ctx, d.deps.Store, app)
+}
+
+// Generations returns the complete checkpoint generations of app in the
+// store's pool, oldest first.
+func Generations(ctx context.Context, store layering.Store, app string) ([]Generation, error) {
+	names, err := store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Generation
+	pre := GenPrefix + app + "-"
+	for _, n := range names {
+		rest, ok := strings.CutPrefix(n, pre)
+		if !ok || !strings.HasSuffix(rest, "-ckpt") {
+			continue
+		}
+		g, err := strconv.Atoi(strings.TrimSuffix(rest, "-ckpt"))
+		if err != nil || GenImage(app, g, "ckpt") != n {
+			continue
+		}
+		info, err := store.Stat(ctx, n)
+		if errors.Is(err, layering.ErrNotFound) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		raw := info.Meta[MetaGeneration]
+		if raw == "" {
+			continue // not sealed yet (or a crash before sealing)
+		}
+		var gr Generation
+		if err := json.Unmarshal([]byte(raw), &gr); err != nil {
+			return nil, fmt.Errorf("generation record of %s: %w", n, err)
+		}
+		out = append(out, gr)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Gen < out[j].Gen })
+	return out, nil
+}
+
+// Latest returns app's newest complete generation, or ErrNoCheckpoint.
+func (d *Deployer) Latest(ctx context.Context, app string) (Generation, error) {
+	gens, err := d.Generations(ctx, app)
+	if err != nil {
+		return Generation{}, err
+	}
+	if len(gens) == 0 {
+		return Generation{}, fmt.Errorf("app %s: %w", app, ErrNoCheckpoint)
+	}
+	return gens[len(gens)-1], nil
+}
+
+// nextGen is one past the highest generation number in use, sealed or not.
+func (d *Deployer) nextGen(ctx context.Context, app string) (int, error) {
+	names, err := d.deps.Store.List(ctx)
+	if err != nil {
+		return 0, err
+	}
+	next := 1
+	pre := GenPrefix + app + "-"
+	for _, n := range names {
+		rest, ok := strings.CutPrefix(n, pre)
+		if !ok {
+			continue
+		}
+		i := strings.LastIndexByte(rest, '-')
+		if i < 0 {
+			continue
+		}
+		if g, err := strconv.Atoi(rest[:i]); err == nil && GenImage(app, g, rest[i+1:]) == n && g >= next {
+			next = g + 1
+		}
+	}
+	return next, nil
+}
+
+// RemoveGeneration removes a checkpoint generation. It refuses, wrapping
+// layering.ErrHasChildren, while deployments still use it.
+func (d *Deployer) RemoveGeneration(ctx context.Context, app string, gen int) error {
+	return RemoveGeneration(ctx, d.deps.Store, app, gen)
+}
+
+// RemoveGeneration removes generation gen of app from the pool; it refuses,
+// wrapping layering.ErrHasChildren, while deployments still use it.
+func RemoveGeneration(ctx context.Context, store layering.Store, app string, gen int) error {
+	if _, err := store.Stat(ctx, GenImage(app, gen, "ckpt")); err != nil {
+		return fmt.Errorf("generation %d of %s: %w", gen, app, err)
+	}
+	var errs []error
+	for _, kind := range []string{"ckpt", "env"} {
+		img := GenImage(app, gen, kind)
+		if kids, err := store.Children(ctx, layering.SnapRef{Image: img, Snap: layering.SealedSnap}); err == nil && len(kids) > 0 {
+			return fmt.Errorf("generation %d of %s is used by %d deployment(s) (%s): %w", gen, app, len(kids), strings.Join(kids, ", "), layering.ErrHasChildren)
+		}
+	}
+	for _, kind := range []string{"ckpt", "env"} {
+		if err := store.Remove(ctx, GenImage(app, gen, kind)); err != nil && !errors.Is(err, layering.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,197 @@
+// The deploy decision: Deploy restores the newest generation, producing it once per app if there is
+// none, or boots normally when the options or the node say so (Mode, IfBusy, IfNoEngine).
+
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+)
+
+// Deployment modes (Deployment.Mode, Options.Mode).
+const (
+	// ModeAuto restores, producing the first checkpoint generation if
+	// there is none.
+	ModeAuto = "auto"
+	// ModeRestore: the instance was restored from a checkpoint generation.
+	ModeRestore = "restore"
+	// ModeCheckpoint asks a node for a new checkpoint generation of the
+	// app (a refresh) and no instance.
+	ModeCheckpoint = "checkpoint"
+)
+
+// What Deploy does when it cannot restore at once (Options.IfBusy,
+// Options.IfNoEngine).
+const (
+	// PolicyWait waits for the deploy that produces the checkpoint.
+	PolicyWait = "wait"
+	// PolicyBoot boots the app normally, with no checkpoint engine.
+	PolicyBoot = "boot"
+	// PolicyFail fails the deploy.
+	PolicyFail = "fail"
+)
+
+// ValidatePolicies checks Options.Mode, IfBusy and IfNoEngine values.
+func ValidatePolicies(mode, ifBusy, ifNoEngine string) error {
+	var errs []error
+	switch mode {
+	case "", ModeAuto, ModeBoot:
+	default:
+		errs = append(errs, fmt.Errorf("mode %q: use auto (restore, checkpointing first if needed) or boot (no checkpoint engine): %w", mode, ErrInvalidSpec))
+	}
+	switch ifBusy {
+	case "", PolicyWait, PolicyBoot:
+	default:
+		errs = append(errs, fmt.Errorf("if_busy %q: use wait or boot: %w", ifBusy, ErrInvalidSpec))
+	}
+	switch ifNoEngine {
+	case "", PolicyFail, PolicyBoot:
+	default:
+		errs = append(errs, fmt.Errorf("if_no_engine %q: use fail or boot: %w", ifNoEngine, ErrInvalidSpec))
+	}
+	return errors.Join(errs...)
+}
+
+// Options tune one Deploy.
+type Options struct {
+	// ID is the deployment ID; "" generates one from the app name.
+	ID string
+	// Mode is ModeAuto (default) or ModeBoot (always boot, no engine).
+	Mode string
+	// IfBusy says what a deploy does while another deploy produces the
+	// app's first checkpoint: PolicyWait (default) for it, or PolicyBoot
+	// normally meanwhile. It never produces a second checkpoint.
+	IfBusy string
+	// IfNoEngine says what a deploy does when this node cannot run the
+	// app's checkpoint engine: PolicyFail (default) or PolicyBoot.
+	IfNoEngine string
+	// Progress receives each phase as it ends.
+	Progress func(phase string, took time.Duration)
+	// Prepare, if set, runs when a deploy has to produce the checkpoint
+	// first: once the booted app is ready and before it is checkpointed.
+	Prepare PrepareFunc
+	// LockCheckpoint, if set, is held while this deploy checks for a
+	// checkpoint and produces one when there is none: the PoP-wide lock
+	// (etcd) that makes the checkpoint exactly once. The node-local lock is
+	// always taken too. With wait false it returns an error wrapping
+	// ErrBusy at once when another holder has it.
+	LockCheckpoint func(ctx context.Context, wait bool) (unlock func(), err error)
+	// Sealed, if set, is called with a generation this deploy produced.
+	Sealed func(ctx context.Context, g Generation) error
+}
+
+// PrepareFunc runs against the booted app before its checkpoint, e.g. to
+// warm a cache or load data that every restore then starts with.
+type PrepareFunc func(ctx context.Context, t Target) error
+
+// Target is a running instance as PrepareFunc sees it.
+type Target struct {
+	// Ports maps "6379/tcp" to the address where the app answers.
+	Ports map[string]string
+	// Root is where this node has the app's environment (its writable
+	// clone) mounted; what is written there is part of the checkpoint.
+	Root string
+}
+
+// CheckpointOptions tune Checkpoint.
+type CheckpointOptions struct {
+	Progress func(phase string, took time.Duration)
+	Prepare  PrepareFunc
+}
+
+// Deploy runs an instance of app on this node: a restore from the newest
+// checkpoint generation, after producing the first one if there is none.
+// Options decide when it boots the app normally instead (Mode, IfBusy,
+// IfNoEngine). On error nothing of the deployment is left on the node or in
+// the pool.
+func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deployment, error) {
+	app = app.WithDefaults()
+	if err := app.Validate(); err != nil {
+		return Deployment{}, err
+	}
+	if err := ValidatePolicies(opts.Mode, opts.IfBusy, opts.IfNoEngine); err != nil {
+		return Deployment{}, err
+	}
+	if opts.ID == "" {
+		opts.ID = NewID(app.Name)
+	}
+	if err := ValidateID(opts.ID); err != nil {
+		return Deployment{}, err
+	}
+	if _, err := d.Load(opts.ID); err == nil {
+		return Deployment{}, fmt.Errorf("deployment %s: %w", opts.ID, ErrExists)
+	}
+	if opts.Mode == ModeBoot {
+		return d.Boot(ctx, app, opts, "requested")
+	}
+	if _, _, err := d.Check(ctx, app); err != nil {
+		if errors.Is(err, ErrDriver) && opts.IfNoEngine == PolicyBoot {
+			d.log.Info("booting without a checkpoint engine", "app", app.Name, "reason", err)
+			return d.Boot(ctx, app, opts, "no checkpoint engine ("+app.Engine+") on this node")
+		}
+		return Deployment{}, err
+	}
+	gen, err := d.Latest(ctx, app.Name)
+	var boot layering.Timings
+	if errors.Is(err, ErrNoCheckpoint) {
+		// One producer per app on this node; the others wait and reuse.
+		gen, boot, err = d.produceOnce(ctx, app, opts)
+		if errors.Is(err, ErrBusy) {
+			d.log.Info("booting while another deploy produces the checkpoint", "app", app.Name)
+			return d.Boot(ctx, app, opts, "the first checkpoint is being produced by another deploy")
+		}
+	}
+	if err != nil {
+		return Deployment{}, err
+	}
+	dep, err := d.Restore(ctx, gen, opts)
+	if len(boot) > 0 {
+		dep.Booted = true
+		dep.Timings = append(prefixed("boot.", boot), dep.Timings...)
+		if err == nil {
+			_ = d.save(&dep)
+		}
+	}
+	return dep, err
+}
+
+// produceOnce returns the app's newest generation, producing it under the
+// node-local and the caller's (PoP-wide) locks if there is none yet. With
+// IfBusy PolicyBoot it returns ErrBusy instead of waiting for a lock.
+func (d *Deployer) produceOnce(ctx context.Context, app App, opts Options) (Generation, layering.Timings, error) {
+	wait := opts.IfBusy != PolicyBoot
+	var unlockApp func()
+	if wait {
+		unlockApp = d.appLock.Lock(app.Name)
+	} else if u, ok := d.appLock.TryLock(app.Name); ok {
+		unlockApp = u
+	} else {
+		return Generation{}, nil, fmt.Errorf("app %s on this node: %w", app.Name, ErrBusy)
+	}
+	defer unlockApp()
+	if opts.LockCheckpoint != nil {
+		unlock, err := opts.LockCheckpoint(ctx, wait)
+		if err != nil {
+			return Generation{}, nil, err
+		}
+		defer unlock()
+	}
+	gen, err := d.Latest(ctx, app.Name)
+	if !errors.Is(err, ErrNoCheckpoint) {
+		return gen, nil, err
+	}
+	gen, err = d.Checkpoint(ctx, app, CheckpointOptions{Progress: opts.Progress, Prepare: opts.Prepare})
+	if err != nil {
+		return Generation{}, nil, err
+	}
+	if opts.Sealed != nil {
+		if err := opts.Sealed(ctx, gen); err != nil {
+			d.log.Warn("recording the new generation", "app", app.Name, "gen", gen.Gen, "err", err)
+		}
+	}
+	return gen, gen.Timings, nil
+}

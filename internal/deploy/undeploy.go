@@ -1,0 +1,98 @@
+// Undeploy: stop an instance and remove its container, mounts, mappings and clones, evicting the
+// watches that killed clients left.
+
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
+)
+
+// Undeploy stops a deployment's instance, unmounts and unmaps its clones,
+// removes them and its record. It is idempotent and finishes what a failed
+// or interrupted deploy left.
+func (d *Deployer) Undeploy(ctx context.Context, id string) error {
+	rec, err := d.Load(id)
+	if err != nil {
+		return err
+	}
+	rec.Phase = PhaseRemoving
+	_ = d.save(&rec)
+	var errs []error
+	if rec.Handle != nil {
+		dr := d.driverByName(rec.Handle.Driver)
+		if dr != nil {
+			if err := dr.Remove(ctx, *rec.Handle); err != nil {
+				errs = append(errs, fmt.Errorf("remove instance: %w", err))
+			}
+		}
+	}
+	for _, dr := range []Driver{d.deps.Container, d.deps.Host} {
+		if s, ok := dr.(Sweeper); ok && dr != nil {
+			if err := s.RemoveDeployment(ctx, id); err != nil {
+				errs = append(errs, fmt.Errorf("remove unrecorded instances: %w", err))
+			}
+		}
+	}
+	if err := d.release(ctx, &rec); err != nil {
+		errs = append(errs, err)
+	}
+	rmErrs := make([]error, len(rec.Images))
+	var wg sync.WaitGroup
+	for i, img := range rec.Images {
+		wg.Go(func() { rmErrs[i] = d.removeImage(ctx, id, img) })
+	}
+	wg.Wait()
+	for i, err := range rmErrs {
+		if err != nil && !errors.Is(err, layering.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("remove image %s: %w", rec.Images[i], err))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	_ = os.RemoveAll(rec.Dir)
+	return d.remove(id)
+}
+
+// removeImage removes an image of deployment id. Its mappings are
+// released by then; when nothing on this node keeps the image open any
+// more (no mapping record, no rbd-fuse), a watcher that the cluster still
+// lists is a client that was killed with the image open: an rbd-fuse cut
+// off, or a previous agent killed mid-operation. The OSDs keep such a
+// watch for osd_client_watch_timeout (30 s), so the image is removed with
+// RemoveUnmapped, which evicts dead watchers and retries with bounded
+// backoff. Otherwise (or when the mapper cannot tell) plain Remove, which
+// refuses while the image is watched.
+func (d *Deployer) removeImage(ctx context.Context, id, img string) error {
+	users, err := d.deps.Mapper.Users(mapper.Image{Pool: d.cfg.Pool, Name: img})
+	if err != nil || len(users) > 0 {
+		if err != nil {
+			d.log.Warn("cannot tell whether an image is still mapped on this node; not evicting its watchers", "deployment", id, "image", img, "err", err)
+		}
+		return d.deps.Store.Remove(ctx, img)
+	}
+	evicted, err := d.deps.Store.RemoveUnmapped(ctx, img)
+	for _, e := range evicted {
+		d.log.Warn("evicted a dead client that still watched an image (blocklisted for a short while)",
+			"deployment", id, "image", img, "client", e.Client, "addr", e.Addr)
+	}
+	return err
+}
+
+// release unmounts and unmaps a record's mappings.
+func (d *Deployer) release(ctx context.Context, rec *Deployment) error {
+	var errs []error
+	for _, m := range rec.Mappings {
+		if err := d.deps.Mapper.Release(ctx, m); err != nil && !errors.Is(err, mapper.ErrNotMapped) {
+			errs = append(errs, fmt.Errorf("release mapping %s: %w", m, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,283 @@
+// What the reconciler does for one deployment: deploy (restore, produce the first checkpoint, or
+// boot), checkpoint refresh, revive, undeploy, and the status written back.
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
+)
+
+func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
+	log := a.log.With("deployment", dsr.ID, "app", dsr.App)
+	if rec, err := a.d.Load(dsr.ID); err == nil && rec.Phase == deploy.PhaseRunning {
+		return // already here (a repeated event)
+	}
+	if cur, err := a.st.Deployment(ctx, dsr.ID); err != nil {
+		return // withdrawn meanwhile
+	} else if cur.Status.Phase == deploy.PhaseRunning || cur.Status.Phase == deploy.PhaseFailed || cur.Status.Phase == deploy.PhaseCheckpointed {
+		return
+	}
+	app, err := a.st.App(ctx, dsr.App)
+	if err != nil {
+		a.fail(ctx, dsr, nil, err)
+		return
+	}
+	if dsr.Mode == deploy.ModeCheckpoint {
+		a.refresh(ctx, dsr, app)
+		return
+	}
+	st := state.Status{Phase: deploy.PhaseCreating, Node: a.c.Node.Name}
+	var mu sync.Mutex
+	_ = a.setStatus(ctx, dsr.ID, st)
+	start := time.Now()
+	booting := false
+	progress := func(phase string, took time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		name := phase
+		if booting {
+			name = "boot." + phase
+		}
+		st.Timings = append(st.Timings, layering.Phase{Name: name, Duration: took})
+		if phase == "seal" {
+			booting = false
+		}
+		_ = a.setStatus(ctx, dsr.ID, st)
+	}
+	dep, err := a.d.Deploy(ctx, app, deploy.Options{
+		ID:         dsr.ID,
+		Mode:       dsr.Mode,
+		IfBusy:     a.c.Agent.IfBusy,
+		IfNoEngine: a.c.Agent.IfNoEngine,
+		Progress:   progress,
+		LockCheckpoint: func(ctx context.Context, wait bool) (func(), error) {
+			unlock, err := a.st.LockCheckpoint(ctx, a.session(), app.Name, wait)
+			if err != nil {
+				return nil, err
+			}
+			mu.Lock()
+			booting = true
+			st.Phase = deploy.PhaseBooting
+			mu.Unlock()
+			return func() {
+				mu.Lock()
+				booting = false
+				mu.Unlock()
+				unlock()
+			}, nil
+		},
+		Sealed: func(ctx context.Context, g deploy.Generation) error {
+			a.m.checkpoints.Inc()
+			a.event(ctx, dsr.ID, "checkpointed", fmt.Sprintf("app %s generation %d (%d bytes)", g.App, g.Gen, g.Bytes))
+			err := a.st.PutCheckpoint(ctx, g)
+			a.retain(ctx, g.App)
+			return err
+		},
+	})
+	if err != nil {
+		if _, lerr := a.d.Load(dsr.ID); lerr == nil {
+			// The deployer's own undo did not finish.
+			if cerr := a.clean(ctx, dsr.ID); cerr != nil {
+				log.Warn("what the failed deploy left stays until the cluster answers; retried every reconcile interval", "err", cerr)
+			}
+		}
+		if step := failedStep(st.Timings); step != "" {
+			err = fmt.Errorf("step %s: %w", step, err)
+		}
+		a.fail(ctx, dsr, &st, err)
+		return
+	}
+	mode := dep.Mode // restore or boot
+	if dep.Booted {
+		mode = "checkpoint" // produced the first checkpoint, then restored
+	}
+	a.m.deploys.WithLabelValues(mode, "ok").Inc()
+	a.m.duration.WithLabelValues(mode).Observe(time.Since(start).Seconds())
+	st = runningStatus(dep)
+	if err := a.setStatus(ctx, dsr.ID, st); err != nil {
+		log.Warn("writing status", "err", err)
+	}
+	what := fmt.Sprintf("restored gen %d", dep.Gen)
+	if dep.Mode == deploy.ModeBoot {
+		what = "booted without a checkpoint (" + dep.BootReason + ")"
+	}
+	a.event(ctx, dsr.ID, "running", fmt.Sprintf("%s, %s", what, dep.Timings))
+	log.Info("deployment running", "mode", dep.Mode, "gen", dep.Gen, "booted", dep.Booted, "ports", dep.Ports, "timings", dep.Timings.String())
+	// Withdrawn while we deployed? Then undo at once (without etcd, resync
+	// does when it answers again).
+	wctx, cancel := context.WithTimeout(ctx, a.etcdTimeout())
+	_, err = a.st.Deployment(wctx, dsr.ID)
+	cancel()
+	if errors.Is(err, state.ErrNotFound) {
+		a.undeploy(ctx, dsr.ID)
+	}
+}
+
+func (a *agent) setStatus(ctx context.Context, id string, st state.Status) error {
+	ctx, cancel := context.WithTimeout(ctx, a.etcdTimeout())
+	defer cancel()
+	return a.st.SetStatus(ctx, id, st)
+}
+
+func (a *agent) event(ctx context.Context, id, reason, msg string) {
+	ctx, cancel := context.WithTimeout(ctx, a.etcdTimeout())
+	defer cancel()
+	a.st.Event(ctx, id, reason, msg)
+}
+
+// runningStatus is the status of a Running deployment record.
+func runningStatus(dep deploy.Deployment) state.Status {
+	return state.Status{Phase: deploy.PhaseRunning, Node: dep.Node, Gen: dep.Gen, Mode: dep.Mode, BootReason: dep.BootReason,
+		Booted: dep.Booted, Ports: dep.Ports, Timings: dep.Timings, EngineReadyMS: dep.EngineReadyMS}
+}
+
+// refresh produces a new checkpoint generation of app under the PoP-wide
+// checkpoint lock (waiting for it), records it, and ends the deployment
+// Checkpointed; no instance is left running.
+func (a *agent) refresh(ctx context.Context, dsr state.Desired, app deploy.App) {
+	st := state.Status{Phase: deploy.PhaseBooting, Node: a.c.Node.Name, Mode: deploy.ModeCheckpoint}
+	_ = a.setStatus(ctx, dsr.ID, st)
+	unlock, err := a.st.LockCheckpoint(ctx, a.session(), app.Name, true)
+	if err != nil {
+		a.fail(ctx, dsr, &st, err)
+		return
+	}
+	defer unlock()
+	start := time.Now()
+	g, err := a.d.Checkpoint(ctx, app, deploy.CheckpointOptions{Progress: func(phase string, took time.Duration) {
+		st.Timings = append(st.Timings, layering.Phase{Name: phase, Duration: took})
+		_ = a.setStatus(ctx, dsr.ID, st)
+	}})
+	if err != nil {
+		a.fail(ctx, dsr, &st, err)
+		return
+	}
+	a.m.checkpoints.Inc()
+	a.m.deploys.WithLabelValues(deploy.ModeCheckpoint, "ok").Inc()
+	a.m.duration.WithLabelValues(deploy.ModeCheckpoint).Observe(time.Since(start).Seconds())
+	if err := a.st.PutCheckpoint(ctx, g); err != nil {
+		a.fail(ctx, dsr, &st, fmt.Errorf("generation %d of %s is sealed in the pool but not recorded: %w", g.Gen, g.App, err))
+		return
+	}
+	a.retain(ctx, g.App)
+	st.Phase, st.Gen, st.Timings = deploy.PhaseCheckpointed, g.Gen, g.Timings
+	_ = a.setStatus(ctx, dsr.ID, st)
+	a.event(ctx, dsr.ID, "checkpointed", fmt.Sprintf("app %s generation %d (%d bytes), refreshed", g.App, g.Gen, g.Bytes))
+	a.log.Info("checkpoint refreshed", "deployment", dsr.ID, "app", app.Name, "gen", g.Gen, "timings", g.Timings.String())
+}
+
+func (a *agent) fail(ctx context.Context, dsr state.Desired, st *state.Status, err error) {
+	err = a.explain(ctx, err)
+	a.m.deploys.WithLabelValues("", "error").Inc()
+	h := hintOf(err)
+	a.log.Error("deployment failed", "deployment", dsr.ID, "app", dsr.App, "err", err, "hint", h)
+	s := state.Status{Node: a.c.Node.Name}
+	if st != nil {
+		s = *st
+	}
+	s.Phase, s.Error, s.Hint, s.Cause = deploy.PhaseFailed, err.Error(), h, state.CauseOf(err)
+	_ = a.setStatus(ctx, dsr.ID, s)
+	a.event(ctx, dsr.ID, "failed", err.Error())
+}
+
+// clean removes what a failed or withdrawn deployment left on this node.
+// When the first try fails (an instance or a mount blocked on a cluster
+// that stopped serving its images), the deployment's mappings are cut off,
+// which ends whatever waits on them, and it tries again. The images stay
+// in the pool while the cluster does not answer; the reconcile loop
+// retries then.
+func (a *agent) clean(ctx context.Context, id string) error {
+	err := a.d.Undeploy(ctx, id)
+	if err == nil || errors.Is(err, deploy.ErrNotFound) {
+		return nil
+	}
+	rec, lerr := a.d.Load(id)
+	if lerr != nil {
+		return err
+	}
+	for _, m := range rec.Mappings {
+		if aerr := a.mapper.Abort(ctx, m); aerr != nil && !errors.Is(aerr, mapper.ErrNotMapped) {
+			a.log.Warn("cutting off a mapping", "deployment", id, "mapping", m, "err", aerr)
+		}
+	}
+	if err := a.d.Undeploy(ctx, id); err != nil && !errors.Is(err, deploy.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// cleanFailed retries removing what a failed deployment left; it stays
+// Failed (with its error) until withdrawn.
+func (a *agent) cleanFailed(ctx context.Context, id string) {
+	if _, err := a.d.Load(id); err != nil {
+		return
+	}
+	if err := a.clean(ctx, id); err != nil {
+		a.log.Debug("what a failed deployment left is still there", "deployment", id, "err", err)
+		return
+	}
+	a.log.Info("removed what a failed deployment left", "deployment", id)
+	a.event(ctx, id, "cleaned", "what the failed deploy left on the node and in the pool is removed")
+}
+
+// resetStatus writes the status of a Running deployment from its record,
+// when etcd says otherwise (its deploy ended while etcd was unavailable).
+func (a *agent) resetStatus(ctx context.Context, id string) {
+	rec, err := a.d.Load(id)
+	if err != nil || rec.Phase != deploy.PhaseRunning {
+		return
+	}
+	if dep, err := a.st.Deployment(ctx, id); err != nil || dep.Status.Phase == deploy.PhaseRunning {
+		return
+	}
+	if err := a.setStatus(ctx, id, runningStatus(rec)); err != nil {
+		a.log.Warn("writing status", "deployment", id, "err", err)
+		return
+	}
+	a.log.Info("status written again: the deployment runs", "deployment", id)
+	a.event(ctx, id, "running", "status written again after etcd was unavailable")
+}
+
+// revive deploys a Running deployment again whose instance is gone (its
+// container exited, or was removed with a dockerd restarted without
+// live-restore): what is left of it is removed, and it is restored (or
+// booted) anew under the same ID.
+func (a *agent) revive(ctx context.Context, dsr state.Desired) {
+	if alive, err := a.d.Alive(ctx, dsr.ID); err != nil || alive {
+		return // it runs, or was undone meanwhile
+	}
+	if _, err := a.st.Deployment(ctx, dsr.ID); err != nil {
+		return // withdrawn meanwhile, or etcd unavailable: next time
+	}
+	a.log.Warn("instance gone: deploying it again", "deployment", dsr.ID, "app", dsr.App)
+	a.event(ctx, dsr.ID, "instance lost", "its instance stopped running; deploying it again")
+	if err := a.clean(ctx, dsr.ID); err != nil {
+		a.log.Warn("removing what is left of a lost instance", "deployment", dsr.ID, "err", err)
+		return
+	}
+	if err := a.setStatus(ctx, dsr.ID, state.Status{Phase: deploy.PhaseCreating, Node: a.c.Node.Name}); err != nil {
+		return
+	}
+	a.deploy(ctx, dsr)
+}
+
+func (a *agent) undeploy(ctx context.Context, id string) {
+	err := a.clean(ctx, id)
+	if err != nil {
+		a.log.Error("undeploy failed", "deployment", id, "err", err)
+		a.event(ctx, id, "undeploy failed", err.Error())
+		return
+	}
+	_ = a.st.ForgetStatus(ctx, id)
+	a.event(ctx, id, "undeployed", "")
+	a.log.Info("undeployed", "deployment", id)
+}

@@ -1,0 +1,149 @@
+// The reconciler: watch the deployments of this node in etcd, compare them with what runs here, and
+// spawn one operation per deployment at a time.
+
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+)
+
+// reconcile handles the deployments of this node: the existing ones first,
+// then every change, until ctx ends.
+func (a *agent) reconcile(ctx context.Context) error {
+	for {
+		rev, err := a.resync(ctx)
+		if err != nil {
+			a.log.Warn("listing deployments", "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(2 * time.Second):
+				continue
+			}
+		}
+		wch := a.st.Client().Watch(ctx, state.DeploymentsPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
+		tick := time.NewTicker(a.c.Agent.ReconcileInterval)
+		for {
+			var wr clientv3.WatchResponse
+			var ok bool
+			select {
+			case wr, ok = <-wch:
+			case <-tick.C:
+				// Periodically: retry what failed, catch what was missed.
+				if _, err := a.resync(ctx); err != nil {
+					a.log.Warn("reconciling", "err", err)
+				}
+				continue
+			}
+			if !ok {
+				break
+			}
+			if err := wr.Err(); err != nil {
+				a.log.Warn("watch", "err", err)
+				break
+			}
+			for _, ev := range wr.Events {
+				id := strings.TrimPrefix(string(ev.Kv.Key), state.DeploymentsPrefix)
+				switch ev.Type {
+				case clientv3.EventTypePut:
+					var dsr state.Desired
+					if err := json.Unmarshal(ev.Kv.Value, &dsr); err == nil && dsr.Node == a.c.Node.Name {
+						a.spawn(ctx, id, func(ctx context.Context) { a.deploy(ctx, dsr) })
+					}
+				case clientv3.EventTypeDelete:
+					if ev.PrevKv != nil {
+						var dsr state.Desired
+						if err := json.Unmarshal(ev.PrevKv.Value, &dsr); err == nil && dsr.Node != a.c.Node.Name {
+							continue
+						}
+					}
+					a.spawn(ctx, id, func(ctx context.Context) { a.undeploy(ctx, id) })
+				}
+			}
+		}
+		tick.Stop()
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// resync deploys what is desired here and missing, and undeploys what is
+// here and no longer desired. It returns the etcd revision it saw.
+func (a *agent) resync(ctx context.Context) (int64, error) {
+	r, err := a.st.Client().Get(ctx, state.DeploymentsPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, err
+	}
+	want := map[string]bool{}
+	for _, kv := range r.Kvs {
+		var dsr state.Desired
+		if json.Unmarshal(kv.Value, &dsr) != nil || dsr.Node != a.c.Node.Name {
+			continue
+		}
+		want[dsr.ID] = true
+		if rec, err := a.d.Load(dsr.ID); err == nil && rec.Phase == deploy.PhaseRunning {
+			// Its instance may have died meanwhile (its container
+			// exited, or went with a dockerd restarted without
+			// live-restore). A driver that cannot tell is asked again
+			// next time.
+			if alive, err := a.d.Alive(ctx, dsr.ID); err == nil && !alive {
+				a.spawn(ctx, dsr.ID, func(ctx context.Context) { a.revive(ctx, dsr) })
+				continue
+			}
+			// A deploy that ended while etcd was unavailable could not
+			// say so.
+			if dep, err := a.st.Deployment(ctx, dsr.ID); err == nil && dep.Status.Phase != deploy.PhaseRunning {
+				a.spawn(ctx, dsr.ID, func(ctx context.Context) { a.resetStatus(ctx, dsr.ID) })
+			}
+			continue
+		}
+		if dep, err := a.st.Deployment(ctx, dsr.ID); err == nil && dep.Status.Phase == deploy.PhaseFailed {
+			// A failed deploy whose undo could not finish (the cluster
+			// did not answer) left its record: retry the undo. The
+			// deployment stays Failed.
+			if _, err := a.d.Load(dsr.ID); err == nil {
+				a.spawn(ctx, dsr.ID, func(ctx context.Context) { a.cleanFailed(ctx, dsr.ID) })
+			}
+			continue
+		}
+		a.spawn(ctx, dsr.ID, func(ctx context.Context) { a.deploy(ctx, dsr) })
+	}
+	recs, _ := a.d.List()
+	here := map[string]bool{}
+	for _, rec := range recs {
+		here[rec.ID] = true
+		if !want[rec.ID] && !strings.HasPrefix(rec.ID, "boot-") {
+			id := rec.ID
+			a.spawn(ctx, id, func(ctx context.Context) { a.undeploy(ctx, id) })
+		}
+	}
+	// Statuses of withdrawn deployments that are gone from this node (an
+	// undeploy interrupted after its instance was removed).
+	if stale, err := a.st.StaleStatuses(ctx, a.c.Node.Name); err == nil {
+		for _, id := range stale {
+			if !here[id] {
+				_ = a.st.ForgetStatus(ctx, id)
+			}
+		}
+	}
+	return r.Header.Revision, nil
+}
+
+// spawn runs fn for deployment id, one operation per ID at a time.
+func (a *agent) spawn(ctx context.Context, id string, fn func(context.Context)) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		defer a.busy.Lock(id)()
+		fn(ctx)
+	}()
+}
