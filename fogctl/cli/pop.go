@@ -18,8 +18,9 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	hintpkg "github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/scheduler"
 	"github.com/fogdeploy/fogdeploy/internal/state"
-	"github.com/fogdeploy/fogdeploy/pop-agent/agent"
+	"github.com/fogdeploy/fogdeploy/internal/wire"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -29,7 +30,7 @@ func (f *Factory) openState(ctx context.Context) (*state.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return state.Open(ctx, agent.StateConfig(c))
+	return state.Open(ctx, wire.StateConfig(c))
 }
 
 // NewCmdNode groups the node commands.
@@ -279,7 +280,7 @@ func deployRun(ctx context.Context, o *DeployOptions, app string) error {
 		return err
 	}
 	defer st.Close()
-	d, err := agent.Create(ctx, st, agent.CreateRequest{App: app, Node: o.Node, Mode: o.Mode}, "fogctl")
+	d, err := scheduler.Create(ctx, st, scheduler.Request{App: app, Node: o.Node, Mode: o.Mode}, "fogctl")
 	if err != nil {
 		return err
 	}
@@ -544,7 +545,7 @@ generation; running instances keep theirs. The phases are shown as they pass.`,
 		Args: exactArgs(1, "an app name"),
 		RunE: withState(f, func(cmd *cobra.Command, args []string, st *state.Store) error {
 			ctx := cmd.Context()
-			d, err := agent.Create(ctx, st, agent.CreateRequest{App: args[0], Node: node, Mode: deploy.ModeCheckpoint}, "fogctl")
+			d, err := scheduler.Create(ctx, st, scheduler.Request{App: args[0], Node: node, Mode: deploy.ModeCheckpoint}, "fogctl")
 			if err != nil {
 				return err
 			}

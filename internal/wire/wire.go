@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/fogdeploy/fogdeploy/internal/config"
+	"github.com/fogdeploy/fogdeploy/internal/state"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/cephstore"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
@@ -103,4 +104,10 @@ func (a Mounter) Mount(ctx context.Context, image, target string, opts layering.
 		return nil, err
 	}
 	return func(ctx context.Context) error { return a.M.Release(ctx, mp.ID) }, nil
+}
+
+// StateConfig is the PoP state's (etcd) client configuration from c.
+func StateConfig(c config.Config) state.Config {
+	return state.Config{Endpoints: c.Etcd.Endpoints, DialTimeout: c.Etcd.DialTimeout,
+		CAFile: c.Etcd.CAFile, CertFile: c.Etcd.CertFile, KeyFile: c.Etcd.KeyFile}
 }

@@ -2,20 +2,18 @@ package agent
 
 import (
 	"bytes"
-	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/scheduler"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -58,16 +56,6 @@ func (h *hooks) auth(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// CreateRequest is the body of POST /v1/deployments.
-type CreateRequest struct {
-	App    string            `json:"app"`
-	Node   string            `json:"node,omitempty"`
-	Labels map[string]string `json:"labels,omitempty"`
-	// Mode is "auto" (default: restore, checkpointing first if needed) or
-	// "boot" (normally, without a checkpoint engine).
-	Mode string `json:"mode,omitempty"`
-}
-
 // CreateResponse answers POST /v1/deployments.
 type CreateResponse struct {
 	ID   string `json:"id"`
@@ -77,8 +65,8 @@ type CreateResponse struct {
 }
 
 // DecodeCreate reads and validates a create request.
-func DecodeCreate(r io.Reader) (CreateRequest, error) {
-	var req CreateRequest
+func DecodeCreate(r io.Reader) (scheduler.Request, error) {
+	var req scheduler.Request
 	data, err := io.ReadAll(io.LimitReader(r, MaxRequestBytes+1))
 	if err != nil {
 		return req, err
@@ -124,39 +112,13 @@ func (e *fieldErr) Error() string { return e.field + ": " + e.msg }
 
 func fieldError(field, msg string) error { return &fieldErr{field: field, msg: msg} }
 
-// Create places and records a deployment: the same path as `fogctl deploy`.
-func Create(ctx context.Context, st *state.Store, req CreateRequest, requester string) (state.Desired, error) {
-	app, err := st.App(ctx, req.App)
-	if err != nil {
-		return state.Desired{}, err
-	}
-	var eligible func(state.Node) bool
-	if req.Mode == deploy.ModeCheckpoint {
-		// Only a node with the app's engine can make its checkpoint.
-		eng := app.WithDefaults().Engine
-		eligible = func(n state.Node) bool { return slices.Contains(n.Engines, eng) }
-		nodes, err := st.Nodes(ctx)
-		if err != nil {
-			return state.Desired{}, err
-		}
-		if !slices.ContainsFunc(nodes, eligible) {
-			return state.Desired{}, hint.With(fmt.Errorf("app %s: %w: no node has the %s engine", req.App, state.ErrNoNode, eng),
-				"`fogctl node ls` shows each node's engines; install the engine on a node and restart its pop-agent")
-		}
-	}
-	// Placement (or the check of req.Node) and its capacity check commit
-	// with the record, in one transaction.
-	d := state.Desired{ID: deploy.NewID(req.App), App: req.App, Node: req.Node, Requester: requester, Labels: req.Labels, Mode: req.Mode, Created: time.Now().UTC()}
-	return st.CreatePlaced(ctx, d, eligible)
-}
-
 func (h *hooks) create(w http.ResponseWriter, r *http.Request) {
 	req, err := DecodeCreate(r.Body)
 	if err != nil {
 		h.error(w, err)
 		return
 	}
-	d, err := Create(r.Context(), h.a.st, req, "hook:"+r.RemoteAddr)
+	d, err := scheduler.Create(r.Context(), h.a.st, req, "hook:"+r.RemoteAddr)
 	if err != nil {
 		h.error(w, err)
 		return

@@ -35,12 +35,6 @@ import (
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
 
-// StateConfig turns the config into the etcd client's.
-func StateConfig(c config.Config) state.Config {
-	return state.Config{Endpoints: c.Etcd.Endpoints, DialTimeout: c.Etcd.DialTimeout,
-		CAFile: c.Etcd.CAFile, CertFile: c.Etcd.CertFile, KeyFile: c.Etcd.KeyFile}
-}
-
 // agent is one running pop-agent.
 type agent struct {
 	c      config.Config
@@ -134,7 +128,7 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	}
 	log.Info("recovered", "kept", kept, "removed", removed)
 
-	st, err := state.Open(ctx, StateConfig(c))
+	st, err := state.Open(ctx, wire.StateConfig(c))
 	if err != nil {
 		return err
 	}

@@ -25,10 +25,10 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/devenv"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
+	"github.com/fogdeploy/fogdeploy/internal/scheduler"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
-	"github.com/fogdeploy/fogdeploy/pop-agent/agent"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -473,7 +473,7 @@ func TestPoPWithoutEngine(t *testing.T) {
 }
 
 func createDeployment(ctx context.Context, st *state.Store, app string) (state.Desired, error) {
-	return agent.Create(ctx, st, agent.CreateRequest{App: app}, "e2e")
+	return scheduler.Create(ctx, st, scheduler.Request{App: app}, "e2e")
 }
 
 func clientCountOnly() []clientv3.OpOption {

@@ -1,0 +1,56 @@
+// Package scheduler turns a deployment request into a placed deployment
+// record in the PoP's state: the one path that `fogctl deploy`, `fogctl
+// checkpoint refresh` and the agents' redeployment hook API share. It sits
+// between the commands and the state (commands -> scheduler -> state), so
+// that no command imports the agent.
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+)
+
+// Request asks for one deployment of an app (the body of the hook API's
+// POST /v1/deployments).
+type Request struct {
+	App    string            `json:"app"`
+	Node   string            `json:"node,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// Mode is "auto" (default: restore, checkpointing first if needed) or
+	// "boot" (normally, without a checkpoint engine); "checkpoint" seals a
+	// new generation (fogctl checkpoint refresh).
+	Mode string `json:"mode,omitempty"`
+}
+
+// Create places and records a deployment. Placement (or the check of
+// req.Node) and the node's capacity check commit with the record, in one
+// etcd transaction (state.Store.CreatePlaced).
+func Create(ctx context.Context, st *state.Store, req Request, requester string) (state.Desired, error) {
+	app, err := st.App(ctx, req.App)
+	if err != nil {
+		return state.Desired{}, err
+	}
+	var eligible func(state.Node) bool
+	if req.Mode == deploy.ModeCheckpoint {
+		// Only a node with the app's engine can make its checkpoint.
+		eng := app.WithDefaults().Engine
+		eligible = func(n state.Node) bool { return slices.Contains(n.Engines, eng) }
+		nodes, err := st.Nodes(ctx)
+		if err != nil {
+			return state.Desired{}, err
+		}
+		if !slices.ContainsFunc(nodes, eligible) {
+			return state.Desired{}, hint.With(fmt.Errorf("app %s: %w: no node has the %s engine", req.App, state.ErrNoNode, eng),
+				"`fogctl node ls` shows each node's engines; install the engine on a node and restart its pop-agent")
+		}
+	}
+	d := state.Desired{ID: deploy.NewID(req.App), App: req.App, Node: req.Node, Requester: requester, Labels: req.Labels,
+		Mode: req.Mode, Created: time.Now().UTC()}
+	return st.CreatePlaced(ctx, d, eligible)
+}
