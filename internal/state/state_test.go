@@ -245,13 +245,10 @@ func perNode(t *testing.T, st *state.Store) map[string]int {
 	return m
 }
 
-// Concurrent creates never overfill a node: the capacity check commits
-// with the record (reading, placing and then writing would let all of
-// them pick the same node).
-func TestCreatePlacedConcurrent(t *testing.T) {
-	st := statetest.Store(t)
-	registerNodes(t, st, 3, "n1", "n2")
-	errs := createConcurrently(st, 20, "web", "")
+// succeededOrFull counts the creates that succeeded, and fails t for any
+// that failed other than with ErrFull (and ErrNoNode).
+func succeededOrFull(t *testing.T, errs []error) int {
+	t.Helper()
 	ok := 0
 	for i, err := range errs {
 		switch {
@@ -261,6 +258,16 @@ func TestCreatePlacedConcurrent(t *testing.T) {
 			t.Errorf("create %d = %v; want success or ErrFull (and ErrNoNode)", i, err)
 		}
 	}
+	return ok
+}
+
+// Concurrent creates never overfill a node: the capacity check commits
+// with the record (reading, placing and then writing would let all of
+// them pick the same node).
+func TestCreatePlacedConcurrent(t *testing.T) {
+	st := statetest.Store(t)
+	registerNodes(t, st, 3, "n1", "n2")
+	ok := succeededOrFull(t, createConcurrently(st, 20, "web", ""))
 	per := perNode(t, st)
 	if ok != 6 || per["n1"] != 3 || per["n2"] != 3 || len(per) != 2 {
 		t.Errorf("%d of 20 concurrent creates succeeded, deployments per node %v; want 6, 3 on each of n1 and n2", ok, per)
@@ -276,16 +283,7 @@ func TestCreatePlacedPinned(t *testing.T) {
 	if err := st.CreateApp(ctx, app("web"), false); err != nil {
 		t.Fatal(err)
 	}
-	errs := createConcurrently(st, 10, "web", "n1")
-	ok := 0
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			ok++
-		case !errors.Is(err, state.ErrFull) || !errors.Is(err, state.ErrNoNode):
-			t.Errorf("pinned create %d = %v; want success or ErrFull (and ErrNoNode)", i, err)
-		}
-	}
+	ok := succeededOrFull(t, createConcurrently(st, 10, "web", "n1"))
 	if per := perNode(t, st); ok != 3 || per["n1"] != 3 || per["n2"] != 0 {
 		t.Errorf("%d of 10 creates pinned to n1 succeeded, deployments per node %v; want 3, all on n1", ok, per)
 	}
