@@ -96,7 +96,7 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 		EnvSnap:  layering.SnapRef{Image: envImg, Snap: layering.SealedSnap},
 		CkptSnap: layering.SnapRef{Image: ckptImg, Snap: layering.SealedSnap},
 		Engine:   app.Engine, EngineVersion: version, Driver: dr.Name(), Bytes: ck.Bytes, CheckpointMS: ck.MS,
-		BootReadyMS: float64(bootReady.Microseconds()) / 1000, Node: d.cfg.Node, Spec: app, EnvConfig: &env.Config}
+		BootReadyMS: float64(bootReady.Microseconds()) / 1000, Node: d.cfg.Node, Spec: app, EnvConfig: &env.Config, Platform: &d.platform}
 	for _, ref := range []layering.SnapRef{g.EnvSnap, g.CkptSnap} {
 		if err := d.deps.Store.Snapshot(ctx, ref); err != nil {
 			return Generation{}, err

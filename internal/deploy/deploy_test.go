@@ -4,10 +4,12 @@ package deploy_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -445,4 +447,65 @@ func TestDMTCPEnvironmentWithOnlyGlibc(t *testing.T) {
 		t.Fatalf("tokens: first restore %q, second restore %q, plain boot %q; want the two restores to answer the checkpointed token and the boot another", a, b, c)
 	}
 	t.Logf("restored instances answer the checkpoint's token %s; a plain boot answers %s", a, c)
+}
+
+// TestBootWhenGenerationIncompatible: a node that cannot restore the app's
+// generation (checkpointed by another engine version, or on a CPU with a
+// feature this one lacks) boots the app instead and says why.
+func TestBootWhenGenerationIncompatible(t *testing.T) {
+	f := deploytest.NewPythonFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	app := deploy.App{
+		Name: "pycompat-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 36), Env: f.Env, Engine: engine.NameDMTCP,
+		Command:        tokenServer,
+		Ports:          []deploy.Port{{Port: 8000}},
+		Ready:          deploy.Readiness{Kind: deploy.ReadyHTTP, Port: 8000, Path: "/", Timeout: deploy.Duration(60 * time.Second)},
+		Resources:      deploy.Resources{CPUs: 1, Memory: "256M"},
+		CheckpointSize: "256M",
+	}
+	t.Cleanup(func() { f.UndeployAll(t, app.Name); f.RemoveGenerations(t, app.Name) })
+	if _, err := f.D.Deploy(ctx, app, deploy.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	gen, err := f.D.Latest(ctx, app.Name)
+	if err != nil || gen.Platform == nil || gen.Platform.Arch == "" || gen.EngineVersion == "" {
+		t.Fatalf("generation %+v, %v: want the platform and engine version recorded", gen, err)
+	}
+	rewrite := func(g deploy.Generation) {
+		t.Helper()
+		raw, _ := json.Marshal(g)
+		if err := f.Ceph.SetMeta(ctx, g.CkptSnap.Image, deploy.MetaGeneration, string(raw)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(g *deploy.Generation)
+		reason string
+	}{
+		{"cpu feature", func(g *deploy.Generation) {
+			g.Platform.CPUFlags = append(slices.Clone(g.Platform.CPUFlags), "zz_fogdeploy_absent")
+			slices.Sort(g.Platform.CPUFlags)
+		}, "needs CPU features this node lacks (zz_fogdeploy_absent)"},
+		{"engine version", func(g *deploy.Generation) { g.EngineVersion = "0.9-other" }, "checkpointed by dmtcp 0.9-other"},
+	} {
+		g := gen
+		g.Platform = &deploy.Platform{Arch: gen.Platform.Arch, Kernel: gen.Platform.Kernel, CPUFlags: gen.Platform.CPUFlags}
+		tc.change(&g)
+		rewrite(g)
+		dep, err := f.D.Deploy(ctx, app, deploy.Options{})
+		if err != nil {
+			t.Fatalf("%s: deploy: %v", tc.name, err)
+		}
+		if dep.Mode != deploy.ModeBoot || !strings.Contains(dep.BootReason, tc.reason) {
+			t.Fatalf("%s: deployment mode %q, reason %q; want a boot saying %q", tc.name, dep.Mode, dep.BootReason, tc.reason)
+		}
+		t.Logf("%s: booted: %s", tc.name, dep.BootReason)
+	}
+	rewrite(gen)
+	dep, err := f.D.Deploy(ctx, app, deploy.Options{})
+	if err != nil || dep.Mode == deploy.ModeBoot || dep.Gen != gen.Gen {
+		t.Fatalf("with the original record: %+v, %v; want a restore of generation %d", dep, err, gen.Gen)
+	}
 }

@@ -93,6 +93,8 @@ type Deployer struct {
 
 	// appLock: one producer of an app's first checkpoint on this node.
 	appLock keyedmutex.Map[string]
+	// platform is this node's, recorded in the generations it seals.
+	platform Platform
 }
 
 // New returns a Deployer.
@@ -117,7 +119,7 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 			return nil, fmt.Errorf("deploy state dir: %w", err)
 		}
 	}
-	return &Deployer{cfg: cfg, deps: deps, log: deps.Log}, nil
+	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: HostPlatform()}, nil
 }
 
 func (d *Deployer) driver(eng string) (Driver, error) {

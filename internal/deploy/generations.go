@@ -66,6 +66,10 @@ type Generation struct {
 	// environment's tag says since. Nil for generations sealed before it
 	// was recorded: their restores use the environment's current one.
 	EnvConfig *layering.ImageConfig `json:"env_config,omitempty"`
+	// Platform is the checkpointing node's: what a restoring node must
+	// match (restorableOn). Nil for generations sealed before it was
+	// recorded.
+	Platform *Platform `json:"platform,omitempty"`
 }
 
 // GenImage names image kind ("env" or "ckpt") of generation gen of app.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -147,6 +148,15 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 	}
 	if err != nil {
 		return Deployment{}, err
+	}
+	if len(boot) == 0 {
+		// Automatic cold-boot fallback: a generation this node cannot
+		// restore (another engine version, missing CPU features).
+		_, version, _ := d.CheckEngine(ctx, gen.Engine)
+		if why := gen.restorableOn(d.platform, version); why != nil {
+			d.log.Warn("booting: this node cannot restore the app's generation", "app", app.Name, "gen", gen.Gen, "reason", why)
+			return d.Boot(ctx, app, opts, strings.TrimPrefix(why.Error(), ErrIncompatible.Error()+": "))
+		}
 	}
 	dep, err := d.Restore(ctx, gen, opts)
 	if len(boot) > 0 {
