@@ -111,7 +111,9 @@ func NewCmdApp(f *Factory) *cobra.Command {
 	fl.StringVar(&o.App.Engine, "engine", "", "checkpoint engine: dmtcp (default) or criu")
 	fl.Float64Var(&o.App.Resources.CPUs, "cpus", 0, "CPU limit per instance")
 	fl.StringVar(&o.App.Resources.Memory, "memory", "", "memory limit per instance, e.g. 512M")
+	fl.StringVar(&o.App.Mode, "mode", "", "mode of its deployments that ask for none: auto (default: boot or restore, whichever has been faster on the node), restore or boot")
 	_ = create.RegisterFlagCompletionFunc("engine", fixedCompletion("dmtcp", "criu"))
+	_ = create.RegisterFlagCompletionFunc("mode", fixedCompletion(deploy.ModeAuto, deploy.ModeRestore, deploy.ModeBoot))
 
 	ls := &cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: "List apps", Args: cobra.NoArgs,
 		RunE: withState(f, func(cmd *cobra.Command, args []string, st *state.Store) error {
@@ -130,7 +132,7 @@ func NewCmdApp(f *Factory) *cobra.Command {
 				}
 			})
 		})}
-	inspect := &cobra.Command{Use: "inspect NAME", Short: "Show an app's spec and checkpoints", Args: exactArgs(1, "an app name"),
+	inspect := &cobra.Command{Use: "inspect NAME", Short: "Show an app's spec, checkpoints and what its deploys cost on each node", Args: exactArgs(1, "an app name"),
 		RunE: withState(f, func(cmd *cobra.Command, args []string, st *state.Store) error {
 			a, err := st.App(cmd.Context(), args[0])
 			if err != nil {
@@ -140,10 +142,17 @@ func NewCmdApp(f *Factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out := map[string]any{"app": a, "checkpoints": gens}
+			costs, err := appCosts(cmd.Context(), st, a.Name)
+			if err != nil {
+				return err
+			}
+			out := map[string]any{"app": a, "checkpoints": gens, "costs": costs}
 			return printOut(f, out, func(w io.Writer) {
 				b, _ := json.MarshalIndent(a, "", "  ")
 				fmt.Fprintf(w, "%s\ncheckpoints: %d\n", b, len(gens))
+				for _, c := range costs {
+					fmt.Fprintf(w, "costs on %s: boot %s, restore %s; next %s, %s\n", c.Node, c.boot(), c.restore(), c.Next.Mode, c.Next.Reason)
+				}
 			})
 		})}
 	rm := &cobra.Command{Use: "rm NAME", Short: "Remove an app (refused while it has deployments)", Args: exactArgs(1, "an app name"),
@@ -154,7 +163,7 @@ func NewCmdApp(f *Factory) *cobra.Command {
 			fmt.Fprintf(f.ErrOut, "Removed app %s\n", args[0])
 			return nil
 		})}
-	cmd.AddCommand(create, ls, inspect, rm)
+	cmd.AddCommand(create, ls, inspect, newCmdAppCosts(f), rm)
 	return cmd
 }
 
@@ -257,23 +266,30 @@ func NewCmdDeploy(f *Factory) *cobra.Command {
 		Use:   "deploy APP",
 		Short: "Deploy an instance of an app (placed on a node unless --node)",
 		Long: `Records a deployment in the PoP's state; the agent of the chosen node
-restores the app from its checkpoint, or boots and checkpoints it first if it
-has none. --mode boot runs it normally instead, without a checkpoint engine
-(a node without an engine boots too, unless its agent has if_no_engine: fail).
+deploys it in the deployment's mode (--mode), else the app's, else auto:
+
+  auto     boot or restore, whichever has been faster for the app on the
+           node (a new app restores first; fogctl app costs APP shows the
+           numbers and the next choice); the status says which and why
+  restore  restore the app from its checkpoint, booting and checkpointing
+           it first if it has none
+  boot     run it normally, without a checkpoint engine
+
+A node without an engine boots too, unless its agent has if_no_engine: fail.
 --wait shows the phases as they pass and waits until Running.`,
 		Args: exactArgs(1, "an app name"),
 		RunE: func(cmd *cobra.Command, args []string) error { return deployRun(cmd.Context(), o, args[0]) },
 	}
 	cmd.Flags().StringVar(&o.Node, "node", "", "node to deploy on (default: the best-scored ready node)")
-	cmd.Flags().StringVar(&o.Mode, "mode", deploy.ModeAuto, "auto (restore, checkpointing first if needed) or boot (without a checkpoint engine)")
+	cmd.Flags().StringVar(&o.Mode, "mode", "", "auto, restore or boot (default: the app's mode, else auto)")
 	cmd.Flags().BoolVar(&o.Wait, "wait", false, "wait until the deployment is Running (or Failed)")
-	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{deploy.ModeAuto, deploy.ModeBoot}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{deploy.ModeAuto, deploy.ModeRestore, deploy.ModeBoot}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
 func deployRun(ctx context.Context, o *DeployOptions, app string) error {
-	if o.Mode != deploy.ModeAuto && o.Mode != deploy.ModeBoot {
-		return usageError{fmt.Errorf("--mode %q: use auto (restore, checkpointing first if needed) or boot (without a checkpoint engine)", o.Mode)}
+	if err := deploy.ValidateMode(o.Mode); err != nil {
+		return usageError{fmt.Errorf("--mode %q: %s", o.Mode, deploy.ModeHelp)}
 	}
 	st, err := o.F.State(ctx)
 	if err != nil {
@@ -338,6 +354,9 @@ func waitDeployment(ctx context.Context, f *Factory, st *state.Store, id string)
 			return dep, nil
 		case deploy.PhaseRunning:
 			kind := "restored from generation " + strconv.Itoa(dep.Status.Gen)
+			if dep.Status.Reason != "" {
+				kind += ": " + dep.Status.Reason
+			}
 			switch {
 			case dep.Status.Mode == deploy.ModeBoot:
 				kind = "booted without a checkpoint: " + dep.Status.BootReason

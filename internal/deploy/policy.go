@@ -1,5 +1,6 @@
 // The deploy decision: Deploy restores the newest generation, producing it once per app if there is
-// none, or boots normally when the options or the node say so (Mode, IfBusy, IfNoEngine).
+// none, or boots normally when the options or the node say so (Mode, IfBusy, IfNoEngine). Which of
+// the two is faster for an app (mode auto) is the caller's choice (internal/adaptive, in the agent).
 
 package deploy
 
@@ -15,10 +16,13 @@ import (
 
 // Deployment modes (Deployment.Mode, Options.Mode).
 const (
-	// ModeAuto restores, producing the first checkpoint generation if
-	// there is none.
+	// ModeAuto boots or restores, whichever has been faster on the node:
+	// the agent chooses (internal/adaptive) and asks Deploy for ModeBoot
+	// or ModeRestore. Deploy itself restores in ModeAuto.
 	ModeAuto = "auto"
-	// ModeRestore: the instance was restored from a checkpoint generation.
+	// ModeRestore restores from the newest checkpoint generation,
+	// producing the first one if there is none; as Deployment.Mode, the
+	// instance was restored from a checkpoint generation.
 	ModeRestore = "restore"
 	// ModeCheckpoint asks a node for a new checkpoint generation of the
 	// app (a refresh) and no instance.
@@ -36,13 +40,24 @@ const (
 	PolicyFail = "fail"
 )
 
+// ModeHelp says which modes a deployment may ask for.
+const ModeHelp = "use auto (boot or restore, whichever has been faster on the node), restore (from the checkpoint, producing it first if needed) or boot (without a checkpoint engine)"
+
+// ValidateMode checks the mode a deployment asks for ("" is the default:
+// the app's mode, else auto).
+func ValidateMode(mode string) error {
+	switch mode {
+	case "", ModeAuto, ModeRestore, ModeBoot:
+		return nil
+	}
+	return fmt.Errorf("mode %q: %s: %w", mode, ModeHelp, ErrInvalidSpec)
+}
+
 // ValidatePolicies checks Options.Mode, IfBusy and IfNoEngine values.
 func ValidatePolicies(mode, ifBusy, ifNoEngine string) error {
 	var errs []error
-	switch mode {
-	case "", ModeAuto, ModeBoot:
-	default:
-		errs = append(errs, fmt.Errorf("mode %q: use auto (restore, checkpointing first if needed) or boot (no checkpoint engine): %w", mode, ErrInvalidSpec))
+	if err := ValidateMode(mode); err != nil {
+		errs = append(errs, err)
 	}
 	switch ifBusy {
 	case "", PolicyWait, PolicyBoot:
@@ -61,8 +76,13 @@ func ValidatePolicies(mode, ifBusy, ifNoEngine string) error {
 type Options struct {
 	// ID is the deployment ID; "" generates one from the app name.
 	ID string
-	// Mode is ModeAuto (default) or ModeBoot (always boot, no engine).
+	// Mode is ModeRestore or ModeAuto (default: both restore here) or
+	// ModeBoot (always boot, no engine).
 	Mode string
+	// Reason says why the caller chose Mode (mode auto's choice), for
+	// Deployment.BootReason of a boot ("" is "requested") and
+	// Deployment.Reason of a restore.
+	Reason string
 	// IfBusy says what a deploy does while another deploy produces the
 	// app's first checkpoint: PolicyWait (default) for it, or PolicyBoot
 	// normally meanwhile. It never produces a second checkpoint.
@@ -127,7 +147,11 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 		return Deployment{}, fmt.Errorf("deployment %s: %w", opts.ID, ErrExists)
 	}
 	if opts.Mode == ModeBoot {
-		return d.Boot(ctx, app, opts, "requested")
+		reason := opts.Reason
+		if reason == "" {
+			reason = "requested"
+		}
+		return d.Boot(ctx, app, opts, reason)
 	}
 	if _, _, err := d.Check(ctx, app); err != nil {
 		if errors.Is(err, ErrDriver) && opts.IfNoEngine == PolicyBoot {
@@ -162,9 +186,10 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 	if len(boot) > 0 {
 		dep.Booted = true
 		dep.Timings = append(prefixed("boot.", boot), dep.Timings...)
-		if err == nil {
-			_ = d.save(&dep)
-		}
+	}
+	if err == nil && (len(boot) > 0 || opts.Reason != "") {
+		dep.Reason = opts.Reason
+		_ = d.save(&dep)
 	}
 	return dep, err
 }

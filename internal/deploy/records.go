@@ -42,9 +42,11 @@ type Deployment struct {
 	// Gen is the checkpoint generation restored (0 while booting).
 	Gen int `json:"gen"`
 	// Mode is ModeRestore (from a checkpoint generation) or ModeBoot (the
-	// app booted with no checkpoint engine; BootReason says why).
+	// app booted with no checkpoint engine; BootReason says why). Reason
+	// says why a restore was chosen, when the caller said (mode auto).
 	Mode       string `json:"mode"`
 	BootReason string `json:"boot_reason,omitempty"`
+	Reason     string `json:"reason,omitempty"`
 	// Booted is set when this deploy had to produce the generation first.
 	Booted bool `json:"booted,omitempty"`
 	// Images are the RBD images this deployment owns.

@@ -80,6 +80,10 @@ type App struct {
 	// for an app that is still closing the connections it served meanwhile
 	// (e.g. Tomcat, whose poller closes them on its next round); 0 = none.
 	CheckpointDelay Duration `yaml:"checkpoint_delay,omitempty" json:"checkpoint_delay,omitempty"`
+	// Mode is the mode of the app's deployments that ask for none: auto
+	// (default: boot or restore, whichever has been faster on the node),
+	// restore or boot.
+	Mode string `yaml:"mode,omitempty" json:"mode,omitempty"`
 }
 
 // Port is one port of the app.
@@ -276,6 +280,9 @@ func (a App) Validate() error {
 	}
 	if a.CheckpointDelay < 0 || time.Duration(a.CheckpointDelay) > time.Minute {
 		bad("checkpoint_delay", "%s: use a duration between 0 and 1m", time.Duration(a.CheckpointDelay))
+	}
+	if err := ValidateMode(a.Mode); err != nil {
+		bad("mode", "%q: %s", a.Mode, ModeHelp)
 	}
 	if a.CheckpointSize != "" {
 		if n, err := layering.ParseSize("checkpoint_size", a.CheckpointSize); err != nil {

@@ -33,6 +33,11 @@ func TestParseApp(t *testing.T) {
 	if a, err := ParseApp(strings.NewReader(goodSpec + "checkpoint_delay: 300ms\n")); err != nil || time.Duration(a.CheckpointDelay) != 300*time.Millisecond {
 		t.Errorf("checkpoint_delay: %v, %v", a.CheckpointDelay, err)
 	}
+	for _, m := range []string{ModeAuto, ModeRestore, ModeBoot} {
+		if a, err := ParseApp(strings.NewReader(goodSpec + "mode: " + m + "\n")); err != nil || a.Mode != m {
+			t.Errorf("mode %s: %q, %v", m, a.Mode, err)
+		}
+	}
 	for _, u := range []string{"postgres", "www-data", "tomcat:tomcat", "999", "101:102", "_apt", "nobody"} {
 		if _, err := ParseApp(strings.NewReader(goodSpec + "user: " + u + "\n")); err != nil {
 			t.Errorf("user %q: %v", u, err)
@@ -65,6 +70,8 @@ func TestParseAppRefuses(t *testing.T) {
 		"stop signal":         {`{name: a, env: e, command: [x], stop_signal: SIGKILL, ready: {kind: output, phrase: up}}`, "stop_signal"},
 		"checkpoint delay":    {`{name: a, env: e, command: [x], checkpoint_delay: 2h, ready: {kind: output, phrase: up}}`, "checkpoint_delay"},
 		"uid 0":               {`{name: a, env: e, command: [x], user: "0:100", ready: {kind: output, phrase: up}}`, "user"},
+		"mode":                {`{name: a, env: e, command: [x], mode: fast, ready: {kind: output, phrase: up}}`, "mode"},
+		"mode checkpoint":     {`{name: a, env: e, command: [x], mode: checkpoint, ready: {kind: output, phrase: up}}`, "mode"},
 	}
 	for name, c := range cases {
 		_, err := ParseApp(strings.NewReader(c.spec))

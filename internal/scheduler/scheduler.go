@@ -22,9 +22,10 @@ type Request struct {
 	App    string            `json:"app"`
 	Node   string            `json:"node,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
-	// Mode is "auto" (default: restore, checkpointing first if needed) or
-	// "boot" (normally, without a checkpoint engine); "checkpoint" seals a
-	// new generation (fogctl checkpoint refresh).
+	// Mode is "auto" (boot or restore, whichever has been faster on the
+	// node), "restore" (checkpointing first if needed) or "boot" (normally,
+	// without a checkpoint engine); "" is the app's mode, else auto.
+	// "checkpoint" seals a new generation (fogctl checkpoint refresh).
 	Mode string `json:"mode,omitempty"`
 }
 
@@ -32,6 +33,11 @@ type Request struct {
 // req.Node) and the node's capacity check commit with the record, in one
 // etcd transaction (state.Store.CreatePlaced).
 func Create(ctx context.Context, st *state.Store, req Request, requester string) (state.Desired, error) {
+	if req.Mode != deploy.ModeCheckpoint {
+		if err := deploy.ValidateMode(req.Mode); err != nil {
+			return state.Desired{}, err
+		}
+	}
 	app, err := st.App(ctx, req.App)
 	if err != nil {
 		return state.Desired{}, err

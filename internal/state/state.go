@@ -12,6 +12,7 @@
 //	/fogdeploy/status/<id>                Status (JSON)
 //	/fogdeploy/placement/<node>           last deployment ID recorded on node
 //	/fogdeploy/checkpoints/<app>/<gen>    deploy.Generation (JSON)
+//	/fogdeploy/costs/<app>/<node>         adaptive.Costs (JSON): what deploys cost there
 //	/fogdeploy/events/<unix-nano>-<id>    Event (JSON), leased for a day
 //	/fogdeploy/locks/checkpoint/<app>     etcd mutex of the first deploy
 package state
@@ -29,6 +30,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/adaptive"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -181,8 +183,14 @@ func (s *Store) CreateApp(ctx context.Context, a deploy.App, replace bool) error
 		return err
 	}
 	if replace {
-		_, err = s.cli.Put(ctx, appKey(a.Name), string(b))
-		return wrapUnavailable(err)
+		if _, err = s.cli.Put(ctx, appKey(a.Name), string(b)); err != nil {
+			return wrapUnavailable(err)
+		}
+		// Another spec boots another way: measure boots afresh.
+		if err := s.resetCosts(ctx, a.Name, func(c *adaptive.Costs) { c.Boot = nil }); err != nil {
+			return fmt.Errorf("app %s is replaced, but its boot costs are not reset: %w", a.Name, err)
+		}
+		return nil
 	}
 	r, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(appKey(a.Name)), "=", 0)).
 		Then(clientv3.OpPut(appKey(a.Name), string(b))).Commit()
@@ -212,7 +220,8 @@ func (s *Store) Apps(ctx context.Context) ([]deploy.App, error) {
 	return listJSON[deploy.App](ctx, s.cli, Prefix+"apps/")
 }
 
-// DeleteApp removes an app; ErrInUse while it has deployments.
+// DeleteApp removes an app, and what its deploys cost on each node;
+// ErrInUse while it has deployments.
 func (s *Store) DeleteApp(ctx context.Context, name string) error {
 	if _, err := s.App(ctx, name); err != nil {
 		return err
@@ -231,7 +240,7 @@ func (s *Store) DeleteApp(ctx context.Context, name string) error {
 		return hint.With(fmt.Errorf("app %s has %d deployment(s) (%s): %w", name, len(ids), strings.Join(ids, ", "), ErrInUse),
 			"undeploy them first with `fogctl undeploy ID`")
 	}
-	_, err = s.cli.Delete(ctx, appKey(name))
+	_, err = s.cli.Txn(ctx).Then(clientv3.OpDelete(appKey(name)), clientv3.OpDelete(costsPrefix(name), clientv3.WithPrefix())).Commit()
 	return wrapUnavailable(err)
 }
 
@@ -317,8 +326,10 @@ type Desired struct {
 	Node      string            `json:"node"`
 	Requester string            `json:"requester,omitempty"`
 	Labels    map[string]string `json:"labels,omitempty"`
-	// Mode is "" or "auto" (restore, checkpointing first if needed), or
-	// "boot" (normally, without a checkpoint engine).
+	// Mode is "auto" (boot or restore, whichever has been faster on the
+	// node), "restore" (checkpointing first if needed), "boot" (normally,
+	// without a checkpoint engine), "checkpoint" (a refresh), or "" (the
+	// app's mode, else auto).
 	Mode    string    `json:"mode,omitempty"`
 	Created time.Time `json:"created"`
 }
@@ -329,9 +340,11 @@ type Status struct {
 	Node  string `json:"node"`
 	Gen   int    `json:"gen,omitempty"`
 	// Mode is how the instance started: restore or boot (BootReason
-	// says why); Booted is set when it produced the first checkpoint.
+	// says why; Reason says why mode auto chose a restore); Booted is set
+	// when it produced the first checkpoint.
 	Mode          string            `json:"mode,omitempty"`
 	BootReason    string            `json:"boot_reason,omitempty"`
+	Reason        string            `json:"reason,omitempty"`
 	Booted        bool              `json:"booted,omitempty"`
 	Ports         map[string]string `json:"ports,omitempty"`
 	Timings       layering.Timings  `json:"timings,omitempty"`
@@ -456,14 +469,26 @@ func (s *Store) ForgetStatus(ctx context.Context, id string) error {
 	return wrapUnavailable(err)
 }
 
-// PutCheckpoint records a checkpoint generation.
+// PutCheckpoint records a checkpoint generation. Restores of it cost what
+// they cost: the restore samples of the app on every node start afresh.
 func (s *Store) PutCheckpoint(ctx context.Context, g deploy.Generation) error {
 	b, err := json.Marshal(g)
 	if err != nil {
 		return err
 	}
-	_, err = s.cli.Put(ctx, checkpointKey(g.App, g.Gen), string(b))
-	return wrapUnavailable(err)
+	if _, err = s.cli.Put(ctx, checkpointKey(g.App, g.Gen), string(b)); err != nil {
+		return wrapUnavailable(err)
+	}
+	// (Costs.Add also drops them at the first restore of the new
+	// generation, should this fail.)
+	if err := s.resetCosts(ctx, g.App, func(c *adaptive.Costs) {
+		if g.Gen > c.Gen {
+			c.Restore, c.Gen = nil, g.Gen
+		}
+	}); err != nil {
+		return fmt.Errorf("generation %d of %s is recorded, but its restore costs are not reset: %w", g.Gen, g.App, err)
+	}
+	return nil
 }
 
 // Checkpoints lists the generations recorded for app ("" = all apps).

@@ -147,6 +147,7 @@ type metrics struct {
 	checkpoints prometheus.Counter
 	deploys     *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
+	auto        *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -167,8 +168,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "fogdeploy_deploy_seconds", Help: "Time from a deployment's pickup to ready, by mode.",
 			Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64},
 		}, []string{"mode"}),
+		auto: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fogdeploy_auto_decisions_total", Help: "Choices of mode auto on this node, by choice (boot or restore) and why (first: fewer than 3 restores measured; learn: a boot to measure it; faster: the lower median; explore: every 10th choice takes the other; cannot_boot: the node cannot boot apps).",
+		}, []string{"choice", "why"}),
 	}
-	reg.MustRegister(m.backend, m.recovered, m.checkpoints, m.deploys, m.duration,
+	reg.MustRegister(m.backend, m.recovered, m.checkpoints, m.deploys, m.duration, m.auto,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -90,8 +90,8 @@ func DecodeCreate(r io.Reader) (scheduler.Request, error) {
 			return req, fieldError("node", err.Error())
 		}
 	}
-	if req.Mode != "" && req.Mode != deploy.ModeAuto && req.Mode != deploy.ModeBoot {
-		return req, fieldError("mode", fmt.Sprintf("%q: use auto (restore, checkpointing first if needed) or boot (without a checkpoint engine)", req.Mode))
+	if err := deploy.ValidateMode(req.Mode); err != nil {
+		return req, fieldError("mode", fmt.Sprintf("%q: %s", req.Mode, deploy.ModeHelp))
 	}
 	if len(req.Labels) > 32 {
 		return req, fieldError("labels", "more than 32 labels")

@@ -68,6 +68,8 @@ func TestHooks(t *testing.T) {
 		{"unknown field", token, `{"app":"web","x":1}`, 400, "body"},
 		{"bad app name", token, `{"app":"Web App"}`, 400, "app"},
 		{"bad label", token, `{"app":"web","labels":{"a b":"c"}}`, 400, "labels"},
+		{"bad mode", token, `{"app":"web","mode":"fast"}`, 400, "mode"},
+		{"mode checkpoint is fogctl checkpoint refresh's", token, `{"app":"web","mode":"checkpoint"}`, 400, "mode"},
 		{"oversized", token, `{"app":"` + strings.Repeat("w", MaxRequestBytes) + `"}`, 413, ""},
 	} {
 		code, body := do("POST", "/v1/deployments", c.tok, c.body)
@@ -92,6 +94,15 @@ func TestHooks(t *testing.T) {
 	if nodes["n1"] != 2 || nodes["n2"] != 2 {
 		t.Errorf("placement = %v; want 2 per node", nodes)
 	}
+	for _, mode := range []string{deploy.ModeAuto, deploy.ModeRestore, deploy.ModeBoot} {
+		code, body := do("POST", "/v1/deployments", token, `{"app":"web","mode":"`+mode+`"}`)
+		if code != 201 {
+			t.Fatalf("create of mode %s: %d %v", mode, code, body)
+		}
+		if d, err := st.Deployment(ctx, body["id"].(string)); err != nil || d.Mode != mode {
+			t.Errorf("deployment of mode %s = %+v, %v", mode, d.Desired, err)
+		}
+	}
 	if code, _ := do("GET", "/v1/deployments/nope-1", token, ""); code != 404 {
 		t.Errorf("get unknown = %d; want 404", code)
 	}
@@ -109,7 +120,7 @@ func FuzzDecodeCreate(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if req.App == "" || len(req.App) > 63 || len(req.Labels) > 32 {
+		if req.App == "" || len(req.App) > 63 || len(req.Labels) > 32 || deploy.ValidateMode(req.Mode) != nil {
 			t.Fatalf("accepted an invalid request: %+v", req)
 		}
 	})

@@ -35,7 +35,17 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		a.refresh(ctx, dsr, app)
 		return
 	}
+	mode, reason, auto := a.chooseMode(ctx, dsr, app)
 	st := state.Status{Phase: deploy.PhaseCreating, Node: a.c.Node.Name}
+	if auto {
+		// Say what mode auto chose, and why, from the start.
+		st.Mode = mode
+		if mode == deploy.ModeBoot {
+			st.BootReason = reason
+		} else {
+			st.Reason = reason
+		}
+	}
 	var mu sync.Mutex
 	_ = a.setStatus(ctx, dsr.ID, st)
 	start := time.Now()
@@ -55,7 +65,8 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 	}
 	dep, err := a.d.Deploy(ctx, app, deploy.Options{
 		ID:         dsr.ID,
-		Mode:       dsr.Mode,
+		Mode:       mode,
+		Reason:     reason,
 		IfBusy:     a.c.Agent.IfBusy,
 		IfNoEngine: a.c.Agent.IfNoEngine,
 		Progress:   progress,
@@ -96,22 +107,26 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		a.fail(ctx, dsr, &st, err)
 		return
 	}
-	mode := dep.Mode // restore or boot
+	done := dep.Mode // restore or boot
 	if dep.Booted {
-		mode = "checkpoint" // produced the first checkpoint, then restored
+		done = "checkpoint" // produced the first checkpoint, then restored
 	}
-	a.m.deploys.WithLabelValues(mode, "ok").Inc()
-	a.m.duration.WithLabelValues(mode).Observe(time.Since(start).Seconds())
+	a.m.deploys.WithLabelValues(done, "ok").Inc()
+	a.m.duration.WithLabelValues(done).Observe(time.Since(start).Seconds())
 	st = runningStatus(dep)
 	if err := a.setStatus(ctx, dsr.ID, st); err != nil {
 		log.Warn("writing status", "err", err)
 	}
 	what := fmt.Sprintf("restored gen %d", dep.Gen)
+	if dep.Reason != "" {
+		what += " (" + dep.Reason + ")"
+	}
 	if dep.Mode == deploy.ModeBoot {
 		what = "booted without a checkpoint (" + dep.BootReason + ")"
 	}
 	a.event(ctx, dsr.ID, "running", fmt.Sprintf("%s, %s", what, dep.Timings))
 	log.Info("deployment running", "mode", dep.Mode, "gen", dep.Gen, "booted", dep.Booted, "ports", dep.Ports, "timings", dep.Timings.String())
+	a.recordCost(ctx, dep, auto)
 	// Withdrawn while we deployed? Then undo at once (without etcd, resync
 	// does when it answers again).
 	wctx, cancel := context.WithTimeout(ctx, a.etcdTimeout())
@@ -137,7 +152,7 @@ func (a *agent) event(ctx context.Context, id, reason, msg string) {
 // runningStatus is the status of a Running deployment record.
 func runningStatus(dep deploy.Deployment) state.Status {
 	return state.Status{Phase: deploy.PhaseRunning, Node: dep.Node, Gen: dep.Gen, Mode: dep.Mode, BootReason: dep.BootReason,
-		Booted: dep.Booted, Ports: dep.Ports, Timings: dep.Timings, EngineReadyMS: dep.EngineReadyMS}
+		Reason: dep.Reason, Booted: dep.Booted, Ports: dep.Ports, Timings: dep.Timings, EngineReadyMS: dep.EngineReadyMS}
 }
 
 // refresh produces a new checkpoint generation of app under the PoP-wide

@@ -19,6 +19,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
+	"github.com/fogdeploy/fogdeploy/internal/scheduler"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
@@ -151,7 +152,10 @@ func chaos(t *testing.T, f *deploytest.Fixture, app deploy.App, dmtcpImage strin
 					_ = st.DeleteCheckpoint(ctx, g.App, g.Gen)
 				}
 			}
-			d, err := createDeployment(ctx, st, app.Name)
+			// Mode restore, not auto: once it has measured both, mode
+			// auto would boot redis, and the steps of the restore would
+			// go unkilled.
+			d, err := scheduler.Create(ctx, st, scheduler.Request{App: app.Name, Mode: deploy.ModeRestore}, "e2e")
 			if err != nil {
 				nodes, _ := st.Nodes(ctx)
 				r, _ := st.Client().Get(ctx, state.Prefix+"nodes/", clientv3.WithPrefix())

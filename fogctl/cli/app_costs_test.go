@@ -1,0 +1,93 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
+)
+
+// The modes on the command line (app create --mode, deploy --mode) and
+// `fogctl app costs`, against a real (embedded) etcd.
+func TestModesAndAppCosts(t *testing.T) {
+	endpoint, st := statetest.Start(t)
+	ctx := context.Background()
+	run := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		f := &Factory{In: strings.NewReader(""), Out: &out, ErrOut: &errOut, Global: &GlobalOptions{}}
+		f.State = func(ctx context.Context) (*state.Store, error) {
+			return state.Open(ctx, state.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
+		}
+		code := run(ctx, f, args)
+		return code, out.String(), errOut.String()
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"app", "create", "web", "--env", "e", "--ready", "output:up", "--mode", "fast", "--", "x"}, `mode: "fast": use auto`},
+		{[]string{"deploy", "web", "--mode", "fast"}, `--mode "fast": use auto (boot or restore, whichever has been faster on the node), restore`},
+		{[]string{"deploy", "web", "--mode", "checkpoint"}, "--mode"},
+	} {
+		if code, _, errOut := run(c.args...); code != ExitInvalid || !strings.Contains(errOut, c.want) {
+			t.Errorf("fogctl %s = exit %d:\n%s\nwant exit %d naming %q", strings.Join(c.args, " "), code, errOut, ExitInvalid, c.want)
+		}
+	}
+	if code, _, errOut := run("app", "create", "web", "--env", "e", "--ready", "output:up", "--mode", "restore", "--", "x"); code != 0 {
+		t.Fatalf("app create --mode restore = exit %d:\n%s", code, errOut)
+	}
+	if a, err := st.App(ctx, "web"); err != nil || a.Mode != deploy.ModeRestore {
+		t.Errorf("app web = %+v, %v; want mode restore", a, err)
+	}
+
+	if code, out, errOut := run("app", "costs", "web"); code != 0 || strings.Count(out, "\n") != 1 {
+		t.Errorf("app costs before any deploy = exit %d, %q; want the header only\n%s", code, out, errOut)
+	}
+	for i, c := range []struct {
+		mode string
+		ms   int
+	}{{deploy.ModeRestore, 600}, {deploy.ModeRestore, 620}, {deploy.ModeRestore, 580}, {deploy.ModeBoot, 150}, {deploy.ModeBoot, 160}, {deploy.ModeBoot, 140}} {
+		if err := st.AddCost(ctx, "web", "n1", c.mode, 1, time.Duration(c.ms)*time.Millisecond, i > 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.AddCost(ctx, "web", "n2", deploy.ModeRestore, 1, 700*time.Millisecond, false); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run("app", "costs", "web")
+	if code != 0 || !strings.Contains(out, "n1    0.15 s (3 runs)  0.60 s (3 runs)") ||
+		!strings.Contains(out, "boot     auto: boot 0.15 s < restore 0.60 s (medians of 3 and 3 runs)") ||
+		!strings.Contains(out, "n2    -                0.70 s (1 run)") || !strings.Contains(out, "restore  auto: restore first (1 of 3") {
+		t.Errorf("app costs = exit %d:\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = run("app", "costs", "web", "-o", "json")
+	var got []struct {
+		Node            string  `json:"node"`
+		Boot            []int64 `json:"boot_ms"`
+		Restore         []int64 `json:"restore_ms"`
+		BootMedianMS    float64 `json:"boot_median_ms"`
+		RestoreMedianMS float64 `json:"restore_median_ms"`
+		Auto            int     `json:"auto"`
+		Next            struct{ Mode, Why, Reason string }
+	}
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || len(got) != 2 || got[0].Node != "n1" ||
+		got[0].BootMedianMS != 150 || got[0].RestoreMedianMS != 600 || len(got[0].Boot) != 3 || got[0].Auto != 5 ||
+		got[0].Next.Mode != deploy.ModeBoot || got[0].Next.Why != "faster" {
+		t.Errorf("app costs -o json = exit %d, %v, %+v\n%s%s", code, err, got, out, errOut)
+	}
+	if code, out, _ := run("app", "inspect", "web"); code != 0 || !strings.Contains(out, "costs on n1: boot 0.15 s (3 runs), restore 0.60 s (3 runs); next boot, auto: boot 0.15 s") {
+		t.Errorf("app inspect = exit %d:\n%s", code, out)
+	}
+	if code, out, _ := run("app", "inspect", "web", "-o", "json"); code != 0 || !strings.Contains(out, `"costs": [`) {
+		t.Errorf("app inspect -o json = exit %d:\n%s", code, out)
+	}
+	if code, _, errOut := run("app", "costs", "nope"); code != ExitNotFound || !strings.Contains(errOut, "app nope") {
+		t.Errorf("app costs of an unknown app = exit %d:\n%s", code, errOut)
+	}
+}

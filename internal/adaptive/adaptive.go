@@ -1,0 +1,201 @@
+// Package adaptive is the choice of mode auto: boot an app or restore it
+// from its checkpoint, whichever has been faster on the node. It is pure
+// policy, with no I/O: the agent reads an app's Costs on its node from the
+// PoP's state, asks Decide, deploys, and records what the deploy cost with
+// Costs.Add.
+//
+// What a deploy costs is its critical path until the app is ready (Cost):
+// clone, map, mount, container and ready of a boot or of a restore. The
+// first deploy of an app also boots and checkpoints it; those phases
+// (boot.*) are paid once per generation and are not counted.
+package adaptive
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+)
+
+// Tunables of the choice.
+const (
+	// MaxSamples is how many recent runs of each kind are kept.
+	MaxSamples = 9
+	// MinSamples is how many runs of a kind make a median worth trusting.
+	MinSamples = 3
+	// ExploreEvery: every ExploreEvery-th choice of mode auto (once both
+	// kinds have MinSamples runs) takes the other kind, so that the numbers
+	// of the one not chosen are measured again.
+	ExploreEvery = 10
+)
+
+// Samples are durations in milliseconds, oldest first.
+type Samples []int64
+
+// Median returns the median (0 without samples).
+func (s Samples) Median() time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
+	v := slices.Clone(s)
+	slices.Sort(v)
+	n := len(v)
+	ms := float64(v[n/2])
+	if n%2 == 0 {
+		ms = float64(v[n/2-1]+v[n/2]) / 2
+	}
+	return time.Duration(ms * float64(time.Millisecond))
+}
+
+// add appends d and keeps the last MaxSamples.
+func (s Samples) add(d time.Duration) Samples {
+	s = append(s, d.Milliseconds())
+	if len(s) > MaxSamples {
+		s = slices.Clone(s[len(s)-MaxSamples:])
+	}
+	return s
+}
+
+// Costs are what deploys of an app cost on one node: the critical path of
+// its recent boots and restores. The node's agent keeps them in the PoP's
+// state (docs/state.md).
+type Costs struct {
+	App  string `json:"app"`
+	Node string `json:"node"`
+	// Boot and Restore are the last MaxSamples runs of each kind.
+	Boot    Samples `json:"boot_ms,omitempty"`
+	Restore Samples `json:"restore_ms,omitempty"`
+	// Gen is the checkpoint generation the restore samples are of: a new
+	// generation restores another image, so its samples start afresh.
+	Gen int `json:"gen,omitempty"`
+	// Auto counts the deploys of mode auto recorded (for ExploreEvery).
+	Auto    int       `json:"auto,omitempty"`
+	Updated time.Time `json:"updated"`
+}
+
+// Add records one deploy of mode (deploy.ModeBoot or deploy.ModeRestore;
+// others are ignored) that cost d; gen is the generation a restore
+// restored. A restore of an older generation than Gen is not counted, and
+// one of a newer generation replaces the restore samples. auto says that
+// mode auto chose it.
+func (c *Costs) Add(mode string, gen int, d time.Duration, auto bool) {
+	switch mode {
+	case deploy.ModeBoot:
+		c.Boot = c.Boot.add(d)
+	case deploy.ModeRestore:
+		if gen < c.Gen {
+			break
+		}
+		if gen > c.Gen {
+			c.Restore, c.Gen = nil, gen
+		}
+		c.Restore = c.Restore.add(d)
+	}
+	if auto {
+		c.Auto++
+	}
+}
+
+// Cost is what a deploy cost the user: the sum of its phases until ready,
+// without those of the boot that produced a checkpoint first (boot.*).
+func Cost(t layering.Timings) time.Duration {
+	var sum time.Duration
+	for _, p := range t {
+		if !strings.HasPrefix(p.Name, "boot.") {
+			sum += p.Duration
+		}
+	}
+	return sum
+}
+
+// Why classes a Decision (the metrics' label).
+type Why string
+
+// Why a decision went as it did.
+const (
+	// WhyFirst: fewer than MinSamples restores measured; a new app starts
+	// by restoring (its first deploy produces the checkpoint).
+	WhyFirst Why = "first"
+	// WhyLearn: a boot to measure what booting costs.
+	WhyLearn Why = "learn"
+	// WhyFaster: the kind whose median is lower (restore only when
+	// restoring is faster).
+	WhyFaster Why = "faster"
+	// WhyExplore: the other kind, every ExploreEvery-th choice.
+	WhyExplore Why = "explore"
+	// WhyCannotBoot: the node cannot boot apps without an engine.
+	WhyCannotBoot Why = "cannot_boot"
+)
+
+// Decision is the choice for one deploy of mode auto.
+type Decision struct {
+	// Mode is deploy.ModeBoot or deploy.ModeRestore.
+	Mode string `json:"mode"`
+	Why  Why    `json:"why"`
+	// Reason says it for the deployment's status, e.g. "auto: boot 0.15 s
+	// < restore 0.60 s (medians of 5 and 7 runs)".
+	Reason string `json:"reason"`
+}
+
+// Decide chooses between a boot and a restore from the costs of the app on
+// the node. cannotBoot, when not empty, says why the node cannot boot apps
+// without an engine: then it restores. Otherwise:
+//
+//   - fewer than MinSamples restores measured: restore (a new app starts by
+//     restoring);
+//   - fewer than MinSamples boots: boot to measure it, at once when no boot
+//     was measured or booting looks faster so far, else once per
+//     MinSamples restores;
+//   - both measured: restore only if its median is lower than the boot's;
+//     every ExploreEvery-th choice of mode auto takes the other kind.
+func Decide(c Costs, cannotBoot string) Decision {
+	nb, nr := len(c.Boot), len(c.Restore)
+	mb, mr := c.Boot.Median(), c.Restore.Median()
+	boot := func(why Why, format string, args ...any) Decision {
+		return Decision{Mode: deploy.ModeBoot, Why: why, Reason: "auto: " + fmt.Sprintf(format, args...)}
+	}
+	restore := func(why Why, format string, args ...any) Decision {
+		return Decision{Mode: deploy.ModeRestore, Why: why, Reason: "auto: " + fmt.Sprintf(format, args...)}
+	}
+	bootFaster := mb <= mr // restore only when restoring is faster
+	// cmp compares both medians, the lower first; runs says of how many.
+	cmp := fmt.Sprintf("boot %s %s restore %s", secs(mb), lessOrEqual(mb, mr), secs(mr))
+	runs := fmt.Sprintf("medians of %d and %d runs", nb, nr)
+	if !bootFaster {
+		cmp = fmt.Sprintf("restore %s < boot %s", secs(mr), secs(mb))
+		runs = fmt.Sprintf("medians of %d and %d runs", nr, nb)
+	}
+	switch {
+	case cannotBoot != "":
+		return restore(WhyCannotBoot, "restore: this node cannot boot apps without an engine (%s)", cannotBoot)
+	case nr < MinSamples:
+		return restore(WhyFirst, "restore first (%d of %d restores measured on this node)", nr, MinSamples)
+	case nb == 0:
+		return boot(WhyLearn, "boot to measure it (none measured on this node yet; restore %s, median of %d runs)", secs(mr), nr)
+	case nb < MinSamples && bootFaster:
+		return boot(WhyLearn, "boot to measure it (so far %s, %s)", cmp, runs)
+	case nb < MinSamples && nr >= MinSamples*(nb+1):
+		return boot(WhyLearn, "boot to measure it again (so far %s, %s)", cmp, runs)
+	case nb < MinSamples:
+		return restore(WhyFaster, "%s so far (%s; boot measured again after %d restores)", cmp, runs, MinSamples*(nb+1))
+	case (c.Auto+1)%ExploreEvery == 0 && bootFaster:
+		return restore(WhyExplore, "restore to measure it again (every %dth choice takes the other; %s, %s)", ExploreEvery, cmp, runs)
+	case (c.Auto+1)%ExploreEvery == 0:
+		return boot(WhyExplore, "boot to measure it again (every %dth choice takes the other; %s, %s)", ExploreEvery, cmp, runs)
+	case bootFaster:
+		return boot(WhyFaster, "%s (%s)", cmp, runs)
+	}
+	return restore(WhyFaster, "%s (%s)", cmp, runs)
+}
+
+func secs(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
+
+func lessOrEqual(a, b time.Duration) string {
+	if a < b {
+		return "<"
+	}
+	return "="
+}

@@ -1,0 +1,92 @@
+package state_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/adaptive"
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Costs per app and node: recorded by the node's agent, concurrent records
+// all kept, restore samples reset by a new generation, boot samples by a
+// new spec, all of them forgotten with the app, and never recreated for
+// an app that is gone.
+func TestCosts(t *testing.T) {
+	st := statetest.Store(t)
+	ctx := context.Background()
+	for _, a := range []string{"web", "web2"} {
+		if err := st.CreateApp(ctx, app(a), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c, err := st.NodeCosts(ctx, "web", "n1"); err != nil || c.App != "web" || c.Node != "n1" || len(c.Boot)+len(c.Restore) != 0 {
+		t.Fatalf("costs before any deploy = %+v, %v; want none", c, err)
+	}
+	add := func(app, node, mode string, gen int, ms int, auto bool) {
+		t.Helper()
+		if err := st.AddCost(ctx, app, node, mode, gen, time.Duration(ms)*time.Millisecond, auto); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("web", "n1", deploy.ModeRestore, 1, 600, true)
+	add("web", "n1", deploy.ModeBoot, 0, 150, true)
+	add("web", "n2", deploy.ModeBoot, 0, 200, false)
+	add("web2", "n1", deploy.ModeBoot, 0, 999, false)
+	// Concurrent deploys on one node: each record is kept.
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Go(func() { add("web", "n1", deploy.ModeRestore, 1, 500+i, true) })
+	}
+	wg.Wait()
+	cs, err := st.Costs(ctx, "web")
+	if err != nil || len(cs) != 2 || cs[0].Node != "n1" || cs[1].Node != "n2" {
+		t.Fatalf("Costs(web) = %+v, %v; want n1 and n2", cs, err)
+	}
+	if c := cs[0]; len(c.Restore) != 7 || len(c.Boot) != 1 || c.Boot[0] != 150 || c.Gen != 1 || c.Auto != 8 {
+		t.Errorf("costs of web on n1 = %+v; want 7 restores of gen 1, 1 boot of 150 ms, 8 auto", c)
+	}
+	if d := adaptive.Decide(cs[0], ""); d.Mode != deploy.ModeBoot || d.Why != adaptive.WhyLearn {
+		t.Errorf("Decide after 7 restores and a faster boot = %+v; want a boot to learn", d)
+	}
+
+	// A new generation: restore samples start afresh on every node; boots stay.
+	if err := st.PutCheckpoint(ctx, deploy.Generation{App: "web", Gen: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := st.NodeCosts(ctx, "web", "n1"); len(c.Restore) != 0 || c.Gen != 2 || len(c.Boot) != 1 {
+		t.Errorf("costs of web on n1 after generation 2 = %+v; want no restores, gen 2, the boot kept", c)
+	}
+	// A restore of generation 1 that ends after generation 2 was sealed is
+	// not counted.
+	add("web", "n1", deploy.ModeRestore, 1, 100, false)
+	if c, _ := st.NodeCosts(ctx, "web", "n1"); len(c.Restore) != 0 {
+		t.Errorf("a restore of the old generation was counted: %+v", c)
+	}
+	// A new spec: boots are measured afresh.
+	if err := st.CreateApp(ctx, app("web"), true); err != nil {
+		t.Fatal(err)
+	}
+	if cs, _ := st.Costs(ctx, "web"); len(cs) != 2 || len(cs[0].Boot)+len(cs[1].Boot) != 0 || cs[0].Gen != 2 {
+		t.Errorf("costs after a new spec = %+v; want no boots", cs)
+	}
+
+	// Removing the app forgets its costs, and only its own (not web2's).
+	if err := st.DeleteApp(ctx, "web"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := st.Client().Get(ctx, state.Prefix+"costs/", clientv3.WithPrefix())
+	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Key) != state.Prefix+"costs/web2/n1" {
+		t.Errorf("cost keys after removing web = %v, %v; want web2's only", r.Kvs, err)
+	}
+	// An agent that records a deploy of the removed app writes nothing.
+	add("web", "n1", deploy.ModeBoot, 0, 150, true)
+	if cs, err := st.Costs(ctx, "web"); err != nil || len(cs) != 0 {
+		t.Errorf("costs of a removed app = %+v, %v; want none", cs, err)
+	}
+}
