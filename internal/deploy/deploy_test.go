@@ -394,6 +394,18 @@ class H(http.server.BaseHTTPRequestHandler):
         pass
 http.server.HTTPServer(("0.0.0.0", 8000), H).serve_forever()`}
 
+// tokenApp is tokenServer under DMTCP in env, named prefix-<random>.
+func tokenApp(prefix, env string) deploy.App {
+	return deploy.App{
+		Name: prefix + "-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 36), Env: env, Engine: engine.NameDMTCP,
+		Command:        tokenServer,
+		Ports:          []deploy.Port{{Port: 8000}},
+		Ready:          deploy.Readiness{Kind: deploy.ReadyHTTP, Port: 8000, Path: "/", Timeout: deploy.Duration(60 * time.Second)},
+		Resources:      deploy.Resources{CPUs: 1, Memory: "256M"},
+		CheckpointSize: "256M",
+	}
+}
+
 // TestDMTCPEnvironmentWithOnlyGlibc: an environment with python3 and a
 // glibc, without libstdc++6 or libatomic1, boots under DMTCP, checkpoints
 // and restores, because the DMTCP container brings what DMTCP needs.
@@ -407,14 +419,7 @@ func TestDMTCPEnvironmentWithOnlyGlibc(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	app := deploy.App{
-		Name: "pytoken-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 36), Env: f.Env, Engine: engine.NameDMTCP,
-		Command:        tokenServer,
-		Ports:          []deploy.Port{{Port: 8000}},
-		Ready:          deploy.Readiness{Kind: deploy.ReadyHTTP, Port: 8000, Path: "/", Timeout: deploy.Duration(60 * time.Second)},
-		Resources:      deploy.Resources{CPUs: 1, Memory: "256M"},
-		CheckpointSize: "256M",
-	}
+	app := tokenApp("pytoken", f.Env)
 	t.Cleanup(func() { f.UndeployAll(t, app.Name); f.RemoveGenerations(t, app.Name) })
 	get := func(dep deploy.Deployment) string {
 		t.Helper()
@@ -456,14 +461,7 @@ func TestBootWhenGenerationIncompatible(t *testing.T) {
 	f := deploytest.NewPythonFixture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	app := deploy.App{
-		Name: "pycompat-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 36), Env: f.Env, Engine: engine.NameDMTCP,
-		Command:        tokenServer,
-		Ports:          []deploy.Port{{Port: 8000}},
-		Ready:          deploy.Readiness{Kind: deploy.ReadyHTTP, Port: 8000, Path: "/", Timeout: deploy.Duration(60 * time.Second)},
-		Resources:      deploy.Resources{CPUs: 1, Memory: "256M"},
-		CheckpointSize: "256M",
-	}
+	app := tokenApp("pycompat", f.Env)
 	t.Cleanup(func() { f.UndeployAll(t, app.Name); f.RemoveGenerations(t, app.Name) })
 	if _, err := f.D.Deploy(ctx, app, deploy.Options{}); err != nil {
 		t.Fatal(err)
