@@ -48,7 +48,7 @@ func (d *Deployer) Boot(ctx context.Context, app App, opts Options, reason strin
 	if err != nil {
 		return Deployment{}, err
 	}
-	h, err := d.start(ctx, o, dr, Run{Mode: ModeBoot, ID: id, App: app, EnvPath: envPath,
+	h, err := d.start(ctx, o, dr, Run{Mode: RunBoot, ID: id, App: app, EnvPath: envPath,
 		ImageEnv: env.Config.Env, WorkDir: env.Config.WorkDir})
 	if err != nil {
 		return Deployment{}, err

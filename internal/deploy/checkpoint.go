@@ -57,7 +57,7 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 	if err != nil {
 		return Generation{}, err
 	}
-	h, err := d.start(ctx, o, dr, Run{Mode: ModeLaunch, ID: id, App: app, EnvPath: envPath, CkptPath: ckptPath, Gen: n,
+	h, err := d.start(ctx, o, dr, Run{Mode: RunLaunch, ID: id, App: app, EnvPath: envPath, CkptPath: ckptPath, Gen: n,
 		ImageEnv: env.Config.Env, WorkDir: env.Config.WorkDir})
 	if err != nil {
 		return Generation{}, err

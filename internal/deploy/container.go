@@ -44,7 +44,7 @@ type Container struct {
 	// by its label (DMTCPVersionLabel): the newest such image on the node,
 	// as `make dmtcp-image` built it.
 	Image string
-	// BootImage runs apps with no checkpoint engine (ModeBoot), e.g.
+	// BootImage runs apps with no checkpoint engine (RunBoot), e.g.
 	// fogdeploy/boot:latest from `dmtcp-image/build.sh -b`.
 	BootImage string
 	// StopTimeout is how long Remove lets the app stop after SIGTERM.
@@ -189,10 +189,16 @@ func escape(s string) string {
 	return strings.NewReplacer(`\`, `\\`, "\r", `\r`, "\n", `\n`, "\t", `\t`).Replace(s)
 }
 
-// Start implements Driver.
-func (c *Container) Start(ctx context.Context, r Run) (_ Handle, err error) {
+// Create implements Driver: the container, created and not started, with
+// the environment and checkpoint clones bound and its ports to publish.
+func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
+	if err := r.validate(); err != nil {
+		return Handle{}, err
+	}
 	var dc runtime.DMTCPContainer
-	if r.Mode == ModeLaunch || r.Mode == ModeRestart {
+	if r.Mode == RunBoot {
+		dc = c.spec(r, c.BootImage)
+	} else {
 		img, err := c.image(ctx)
 		if err != nil {
 			return Handle{}, err
@@ -201,48 +207,93 @@ func (c *Container) Start(ctx context.Context, r Run) (_ Handle, err error) {
 			return Handle{}, err
 		}
 		dc = c.spec(r, img.ref)
-	} else {
-		dc = c.spec(r, c.BootImage)
 	}
 	var spec runtime.Spec
 	switch r.Mode {
-	case ModeLaunch:
+	case RunLaunch:
 		spec = dc.Launch(r.App.Command)
 		spec.Cmd = append(spec.Cmd[:1:1], append([]string{"-gen", strconv.Itoa(r.Gen)}, spec.Cmd[1:]...)...)
-	case ModeRestart:
+	case RunRestart:
 		spec = dc.Restart(r.Gen)
-	case ModeBoot:
+	case RunBoot:
 		spec = dc.Boot(r.App.Command)
-	default:
-		return Handle{}, fmt.Errorf("%w: mode %q", ErrInvalidSpec, r.Mode)
 	}
-	id, err := c.RT.Create(ctx, spec)
-	if err != nil {
-		return Handle{}, err
-	}
-	h := Handle{Driver: c.Name(), Ref: id, EnvPath: r.EnvPath, CkptPath: r.CkptPath, Gen: r.Gen}
-	if r.Mode == ModeRestart {
+	h := Handle{Driver: c.Name(), EnvPath: r.EnvPath, CkptPath: r.CkptPath, Gen: r.Gen}
+	if r.Mode == RunRestart {
 		h.Gen = r.Gen + 1
 	}
-	defer func() {
-		if err != nil {
-			_ = c.RT.Remove(context.WithoutCancel(ctx), id)
-		}
-	}()
-	if err := c.RT.Start(ctx, id); err != nil {
-		return Handle{}, err
+	id, err := c.RT.Create(ctx, spec)
+	if errors.Is(err, runtime.ErrConflict) {
+		return c.existing(ctx, h, spec, err)
 	}
-	st, err := c.RT.Inspect(ctx, id)
 	if err != nil {
 		return Handle{}, err
 	}
-	h.Ports = map[string]string{}
-	for _, p := range r.App.Ports {
-		hp := st.HostPort(uint16(p.Port), p.Proto)
-		if hp == 0 && st.Running {
-			return Handle{}, fmt.Errorf("container %s publishes no host port for %s", shortRef(id), PortKey(p.Port, p.Proto))
+	h.Ref = id
+	return h, nil
+}
+
+// existing returns the handle of the container that took spec's name, if
+// it is the one spec describes (the same deployment, image and labels)
+// and has not run yet or still runs: Create is idempotent. Any other
+// container under that name is ErrExists.
+func (c *Container) existing(ctx context.Context, h Handle, spec runtime.Spec, conflict error) (Handle, error) {
+	st, err := c.RT.Inspect(ctx, spec.Name)
+	if err != nil {
+		return Handle{}, fmt.Errorf("instance of deployment %s: %w (%w)", spec.Deployment, ErrExists, conflict)
+	}
+	same := st.Image == spec.Image && st.Labels[runtime.LabelDeployment] == spec.Deployment && st.Labels[runtime.LabelApp] == spec.App
+	for k, v := range spec.Labels {
+		same = same && st.Labels[k] == v
+	}
+	if !same || (st.Status != statusCreated && !st.Running) {
+		return Handle{}, hint.With(fmt.Errorf("instance of deployment %s: container %s (%s) exists: %w", spec.Deployment, st.Name, st.Status, ErrExists),
+			"undeploy the deployment first, or deploy under another ID")
+	}
+	h.Ref = st.ID
+	return h, nil
+}
+
+// statusCreated is the status of a container that has never run.
+const statusCreated = "created"
+
+// Start implements Driver: it starts the created container and reads the
+// host ports its ports are published on.
+func (c *Container) Start(ctx context.Context, h Handle) (Handle, error) {
+	st, err := c.RT.Inspect(ctx, h.Ref)
+	if errors.Is(err, runtime.ErrNotFound) {
+		return Handle{}, fmt.Errorf("container %s: %w (%w)", shortRef(h.Ref), ErrNotFound, err)
+	}
+	if err != nil {
+		return Handle{}, err
+	}
+	switch {
+	case st.Running:
+		// Started already.
+	case st.Status == statusCreated:
+		if err := c.RT.Start(ctx, h.Ref); err != nil {
+			return Handle{}, err
 		}
-		h.Ports[PortKey(p.Port, p.Proto)] = net.JoinHostPort(runtime.DefaultHostIP, strconv.Itoa(int(hp)))
+		if st, err = c.RT.Inspect(ctx, h.Ref); err != nil {
+			return Handle{}, err
+		}
+	default:
+		return Handle{}, hint.With(fmt.Errorf("container %s has already run (%s, exit code %d); an instance starts once", shortRef(h.Ref), st.Status, st.ExitCode),
+			"remove it and create a new instance")
+	}
+	h.Ports = map[string]string{}
+	for _, p := range st.Ports {
+		key := PortKey(int(p.ContainerPort), p.Proto)
+		if _, done := h.Ports[key]; done {
+			continue
+		}
+		hp := st.HostPort(p.ContainerPort, p.Proto)
+		if hp == 0 && st.Running {
+			return Handle{}, fmt.Errorf("container %s publishes no host port for %s", shortRef(h.Ref), key)
+		}
+		// An app that exited at once has no host port; waiting for it to
+		// be ready then says that it exited, with its output.
+		h.Ports[key] = net.JoinHostPort(runtime.DefaultHostIP, strconv.Itoa(int(hp)))
 	}
 	return h, nil
 }
@@ -295,7 +346,8 @@ func (c *Container) NetPid(ctx context.Context, h Handle) (int, error) {
 	return st.Pid, nil
 }
 
-// Remove implements Driver.
+// Remove implements Driver: it stops the container if it runs and removes
+// it, whether it ever started or not.
 func (c *Container) Remove(ctx context.Context, h Handle) error {
 	if h.Ref == "" {
 		return nil

@@ -22,8 +22,9 @@
 // instance goes through), boot.go, checkpoint.go and restore.go (the three
 // ways an instance starts), undeploy.go, records.go (the journal),
 // generations.go, driver.go with container.go and host.go (where the app
-// runs), ready.go and alive.go (readiness and liveness), spec.go (app
-// specs), envcheck.go (what an environment needs under DMTCP).
+// runs: create, then start; drivertest is their behaviour suite), ready.go
+// and alive.go (readiness and liveness), spec.go (app specs), envcheck.go
+// (what an environment needs under DMTCP).
 package deploy
 
 import (

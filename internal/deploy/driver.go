@@ -31,42 +31,87 @@ var (
 	ErrBusy = errors.New("checkpoint being produced")
 )
 
-// Modes of Run.
+// RunMode says how a driver runs an instance (Run.Mode). It is a driver's
+// vocabulary, not a deployment's: a deployment restored from a generation
+// (Deployment.Mode ModeRestore) was first launched, checkpointed, then
+// restarted.
+type RunMode string
+
+// Run modes.
 const (
-	ModeLaunch  = "launch"  // boot the app under the engine
-	ModeRestart = "restart" // restore the app from a checkpoint generation
-	ModeBoot    = "boot"    // run the app with no checkpoint engine (Container only)
+	// RunLaunch boots the app under its checkpoint engine; its checkpoint
+	// goes into generation Run.Gen.
+	RunLaunch RunMode = "launch"
+	// RunRestart restores the app from checkpoint generation Run.Gen; its
+	// next checkpoint goes into Run.Gen+1.
+	RunRestart RunMode = "restart"
+	// RunBoot runs the app with no checkpoint engine (Container only).
+	RunBoot RunMode = "boot"
 )
+
+// Valid reports whether m is one of the run modes.
+func (m RunMode) Valid() bool {
+	switch m {
+	case RunLaunch, RunRestart, RunBoot:
+		return true
+	}
+	return false
+}
 
 // Driver runs app instances on this node under a checkpoint engine. It is
 // the seam between the deploy lifecycle (clones, mappings, readiness,
 // records) and where the app actually runs. Two implementations exist:
 // Container (the DMTCP container on Docker, the default for DMTCP) and
 // Host (the engines of package engine in private namespaces, used for
-// CRIU). Both pass the same behaviour suite (deploy's TestDrivers).
+// CRIU). Both pass the same behaviour suite, drivertest.RunSuite
+// (TestDriverSuiteContainer, TestDriverSuiteHost, and
+// TestDriverSuiteContainerFake over runtime.Fake).
+//
+// An instance is created, then started: Create makes everything it needs
+// without running the app, so that instances can be made ahead of the
+// request that starts them.
+//
+//	h, err := dr.Create(ctx, deploy.Run{Mode: deploy.RunRestart, ID: id, App: app, EnvPath: env, CkptPath: ckpt, Gen: 3})
+//	// record h: from here on Remove(h) undoes the instance, in any process
+//	h, err = dr.Start(ctx, h)          // the app runs; h.Ports["6379/tcp"] is where it answers
+//	ck, err := dr.Checkpoint(ctx, h)   // generation h.Gen (4) written, the app stopped
+//	err = dr.Remove(ctx, h)            // nothing left; again: still nil
 type Driver interface {
 	// Name is "container" or "host".
 	Name() string
 	// Check reports, wrapping ErrDriver, why the driver cannot run an app
 	// with the named engine here; it returns the engine's version.
 	Check(ctx context.Context, engine string) (version string, err error)
-	// Start runs an instance. Launch writes its checkpoint later into
-	// generation directory CkptPath/<Gen>; Restart restores generation Gen
-	// from CkptPath/<Gen>. On error nothing it started is left.
-	Start(ctx context.Context, r Run) (Handle, error)
+	// Create makes an instance of r without running its app: a created
+	// container whose entrypoint waits (Container), or a checked run with
+	// its checkpoint image read (Host). A run that cannot start (a mode
+	// the driver does not know, an empty command) is refused with
+	// ErrInvalidSpec. Launch writes its checkpoint later into generation
+	// directory CkptPath/<Gen>; Restart restores generation Gen from
+	// CkptPath/<Gen>. Creating a run whose instance exists returns that
+	// instance; a different instance under the same ID is ErrExists. On
+	// error nothing is left.
+	Create(ctx context.Context, r Run) (Handle, error)
+	// Start runs the app of a created instance and returns its handle with
+	// the addresses of its published ports. Starting a running instance
+	// returns it as it is; one that no longer exists is ErrNotFound. On
+	// error the instance is left for Remove.
+	Start(ctx context.Context, h Handle) (Handle, error)
 	// Checkpoint writes the image of a running instance into generation
-	// dir r.Gen (as given to Start for Launch; Start's Gen+1 for Restart)
-	// and leaves the app stopped.
+	// dir h.Gen (Run.Gen for Launch, Run.Gen+1 for Restart) and leaves the
+	// app stopped.
 	Checkpoint(ctx context.Context, h Handle) (Checkpointed, error)
-	// Running reports whether the instance's app still runs.
+	// Running reports whether the instance's app runs (false for an
+	// instance that is created but not started, or gone).
 	Running(ctx context.Context, h Handle) (bool, error)
 	// Logs returns the app's last n output lines.
 	Logs(ctx context.Context, h Handle, n int) ([]string, error)
 	// NetPid is a host PID in the instance's network namespace (for exec
 	// probes), 0 if none runs.
 	NetPid(ctx context.Context, h Handle) (int, error)
-	// Remove stops the instance and removes what Start made. It is
-	// idempotent: an instance that is already gone is not an error.
+	// Remove stops the instance, started or only created, and removes
+	// what Create and Start made. It is idempotent: an instance that is
+	// already gone is not an error.
 	Remove(ctx context.Context, h Handle) error
 }
 
@@ -77,10 +122,10 @@ type Sweeper interface {
 	RemoveDeployment(ctx context.Context, id string) error
 }
 
-// Run describes an instance to start.
+// Run describes an instance to create.
 type Run struct {
-	Mode string
-	// ID is the deployment ID; it names the container.
+	Mode RunMode
+	// ID is the deployment ID; it names the instance (its container).
 	ID  string
 	App App
 	// EnvPath and CkptPath are the host mount points of the environment
@@ -96,17 +141,45 @@ type Run struct {
 	WorkDir  string
 }
 
-// Handle identifies a running instance; it is stored in the deployment
-// record, so that Remove works from another process.
+// validate refuses, wrapping ErrInvalidSpec, a run that no driver can
+// create.
+func (r Run) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("run of app %q: "+format+": %w", append(append([]any{r.App.Name}, args...), ErrInvalidSpec)...))
+	}
+	if !r.Mode.Valid() {
+		bad("mode %q: use %s, %s or %s", r.Mode, RunLaunch, RunRestart, RunBoot)
+	}
+	if r.ID == "" {
+		bad("no deployment ID")
+	}
+	if r.EnvPath == "" {
+		bad("no environment mount")
+	}
+	if (r.Mode == RunLaunch || r.Mode == RunBoot) && len(r.App.Command) == 0 {
+		bad("the command is empty")
+	}
+	if (r.Mode == RunLaunch || r.Mode == RunRestart) && r.CkptPath == "" {
+		bad("no checkpoint mount for mode %s", r.Mode)
+	}
+	return errors.Join(errs...)
+}
+
+// Handle identifies an instance, created or running; it is stored in the
+// deployment record, so that Remove works from another process.
 type Handle struct {
 	Driver string `json:"driver"`
-	// Ref is the driver's reference: a container ID, or a PID.
+	// Ref is the driver's reference, the same from Create to Remove: a
+	// container ID (Container), or the deployment ID (Host, whose
+	// instances live in the process that created them).
 	Ref string `json:"ref"`
-	// Ports maps "6379/tcp" to the host address where it is published.
+	// Ports maps "6379/tcp" to the host address where it is published;
+	// Start fills it.
 	Ports map[string]string `json:"ports,omitempty"`
 	// Gen is the generation the instance writes at its next checkpoint.
 	Gen int `json:"gen"`
-	// EnvPath and CkptPath are where Start found the clones.
+	// EnvPath and CkptPath are where Create found the clones.
 	EnvPath  string `json:"env_path,omitempty"`
 	CkptPath string `json:"ckpt_path,omitempty"`
 }

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,15 +37,19 @@ type Host struct {
 
 var _ Driver = (*Host)(nil)
 
+// hostInst is one instance: its run from Create, and from Start its
+// process and port forwarders.
 type hostInst struct {
-	eng     engine.Engine
-	proc    engine.Process
-	tail    *engine.LogTail
+	eng  engine.Engine
+	run  Run
+	img  engine.Image // the image to restore (RunRestart)
+	tail *engine.LogTail
+
+	mu      sync.Mutex // held by Start and Remove
+	removed bool
+	proc    engine.Process // nil until started
 	proxies []net.Listener
-	ckpt    string
-	gen     int
-	delay   time.Duration // the app's checkpoint_delay
-	stopSig string        // the app's stop_signal
+	ports   map[string]string
 	wg      sync.WaitGroup
 }
 
@@ -72,37 +78,38 @@ func (d *Host) Check(ctx context.Context, eng string) (string, error) {
 	return info.Version, nil
 }
 
-// Start implements Driver.
-func (d *Host) Start(ctx context.Context, r Run) (_ Handle, err error) {
-	e, ok := d.Engines[r.App.Engine]
-	if !ok {
-		return Handle{}, fmt.Errorf("%w: no %s engine configured", ErrDriver, r.App.Engine)
+// Create implements Driver: it checks the run, reads the image a restart
+// restores and makes the directory CRIU restores at, and keeps the run for
+// Start. The handle's Ref is the deployment ID.
+func (d *Host) Create(ctx context.Context, r Run) (Handle, error) {
+	if err := r.validate(); err != nil {
+		return Handle{}, err
+	}
+	if r.Mode == RunBoot {
+		return Handle{}, fmt.Errorf("%w: mode %s: the host driver runs apps under a checkpoint engine; booting without one needs the container driver", ErrInvalidSpec, r.Mode)
 	}
 	if r.App.User != "" {
 		return Handle{}, fmt.Errorf("%w: user %q: the host driver runs apps as root; run an app that needs a user with the dmtcp engine in the container driver", ErrInvalidSpec, r.App.User)
+	}
+	for _, p := range r.App.Ports {
+		if p.Proto == "udp" {
+			return Handle{}, fmt.Errorf("%w: the host driver publishes tcp ports only (port %d/udp)", ErrInvalidSpec, p.Port)
+		}
+	}
+	e, ok := d.Engines[r.App.Engine]
+	if !ok {
+		return Handle{}, fmt.Errorf("%w: no %s engine configured", ErrDriver, r.App.Engine)
 	}
 	n := d.LogLines
 	if n <= 0 {
 		n = 200
 	}
-	in := &hostInst{eng: e, tail: engine.NewLogTail(n), ckpt: r.CkptPath, gen: r.Gen, delay: time.Duration(r.App.CheckpointDelay),
-		stopSig: r.App.StopSignal}
-	switch r.Mode {
-	case ModeLaunch:
-		env := appEnv(append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}, r.ImageEnv...), r.App.Environment)
-		comp := r.App.Compression
-		if comp == "none" {
-			comp = ""
-		}
-		in.proc, err = e.Launch(ctx, engine.LaunchSpec{Argv: r.App.Command, Env: env, Dir: firstNonEmpty(r.App.WorkDir, r.WorkDir),
-			Root: r.EnvPath, Stdout: in.tail, Stderr: in.tail, NetNS: true, Compression: comp})
-	case ModeRestart:
-		var img engine.Image
-		img, err = engine.ReadImage(genDir(r.CkptPath, r.Gen))
+	in := &hostInst{eng: e, run: r, tail: engine.NewLogTail(n)}
+	if r.Mode == RunRestart {
+		img, err := engine.ReadImage(genDir(r.CkptPath, r.Gen))
 		if err != nil {
 			return Handle{}, err
 		}
-		in.gen = r.Gen + 1
 		if img.Root != "" {
 			// CRIU restores at the root's path of checkpoint time; the
 			// engine binds this instance's root over it in the app's mount
@@ -111,9 +118,64 @@ func (d *Host) Start(ctx context.Context, r Run) (_ Handle, err error) {
 				return Handle{}, err
 			}
 		}
-		in.proc, err = e.Restore(ctx, img, engine.RestoreSpec{Root: r.EnvPath, Stdout: in.tail, Stderr: in.tail, NetNS: true})
-	default:
-		return Handle{}, fmt.Errorf("%w: mode %q", ErrInvalidSpec, r.Mode)
+		in.img = img
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.insts == nil {
+		d.insts = map[string]*hostInst{}
+	}
+	if old, ok := d.insts[r.ID]; ok {
+		if !reflect.DeepEqual(old.run, r) {
+			return Handle{}, fmt.Errorf("host instance of deployment %s: %w", r.ID, ErrExists)
+		}
+		return old.handle(d.Name()), nil
+	}
+	d.insts[r.ID] = in
+	return in.handle(d.Name()), nil
+}
+
+// handle returns the instance's handle as it is now.
+func (in *hostInst) handle(driver string) Handle {
+	r := in.run
+	h := Handle{Driver: driver, Ref: r.ID, Gen: r.Gen, EnvPath: r.EnvPath, CkptPath: r.CkptPath}
+	if r.Mode == RunRestart {
+		h.Gen = r.Gen + 1
+	}
+	if in.ports != nil {
+		h.Ports = maps.Clone(in.ports)
+	}
+	return h
+}
+
+// Start implements Driver: it launches or restores the app under its
+// engine and publishes its ports.
+func (d *Host) Start(ctx context.Context, h Handle) (_ Handle, err error) {
+	in, err := d.inst(h)
+	if err != nil {
+		return Handle{}, err
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.removed {
+		return Handle{}, fmt.Errorf("host instance %s: %w (removed)", h.Ref, ErrNotFound)
+	}
+	if in.proc != nil {
+		return in.handle(d.Name()), nil
+	}
+	r := in.run
+	var proc engine.Process
+	switch r.Mode {
+	case RunLaunch:
+		env := appEnv(append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}, r.ImageEnv...), r.App.Environment)
+		comp := r.App.Compression
+		if comp == "none" {
+			comp = ""
+		}
+		proc, err = in.eng.Launch(ctx, engine.LaunchSpec{Argv: r.App.Command, Env: env, Dir: firstNonEmpty(r.App.WorkDir, r.WorkDir),
+			Root: r.EnvPath, Stdout: in.tail, Stderr: in.tail, NetNS: true, Compression: comp})
+	case RunRestart:
+		proc, err = in.eng.Restore(ctx, in.img, engine.RestoreSpec{Root: r.EnvPath, Stdout: in.tail, Stderr: in.tail, NetNS: true})
 	}
 	if err != nil {
 		return Handle{}, err
@@ -121,28 +183,20 @@ func (d *Host) Start(ctx context.Context, r Run) (_ Handle, err error) {
 	defer func() {
 		if err != nil {
 			in.close()
-			_ = in.proc.Stop(context.WithoutCancel(ctx))
+			in.proxies = nil
+			_ = proc.Stop(context.WithoutCancel(ctx))
 		}
 	}()
-	h := Handle{Driver: d.Name(), Ref: strconv.Itoa(in.proc.Pid()), Ports: map[string]string{}, Gen: in.gen,
-		EnvPath: r.EnvPath, CkptPath: r.CkptPath}
+	ports := map[string]string{}
 	for _, p := range r.App.Ports {
-		if p.Proto == "udp" {
-			return Handle{}, fmt.Errorf("%w: the host driver publishes tcp ports only (port %d/udp)", ErrInvalidSpec, p.Port)
-		}
-		addr, err := in.forward(in.proc.Pid(), p.Port)
+		addr, err := in.forward(proc.Pid(), p.Port)
 		if err != nil {
 			return Handle{}, err
 		}
-		h.Ports[PortKey(p.Port, p.Proto)] = addr
+		ports[PortKey(p.Port, p.Proto)] = addr
 	}
-	d.mu.Lock()
-	if d.insts == nil {
-		d.insts = map[string]*hostInst{}
-	}
-	d.insts[h.Ref] = in
-	d.mu.Unlock()
-	return h, nil
+	in.proc, in.ports = proc, ports
+	return in.handle(d.Name()), nil
 }
 
 // forward listens on 127.0.0.1:0 and copies each connection to port in
@@ -204,24 +258,36 @@ func (d *Host) inst(h Handle) (*hostInst, error) {
 	return in, nil
 }
 
+// started returns the instance's process, nil while it is only created.
+func (in *hostInst) started() engine.Process {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.proc
+}
+
 // Checkpoint implements Driver.
 func (d *Host) Checkpoint(ctx context.Context, h Handle) (Checkpointed, error) {
 	in, err := d.inst(h)
 	if err != nil {
 		return Checkpointed{}, fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
-	if in.delay > 0 {
+	proc := in.started()
+	if proc == nil {
+		return Checkpointed{}, fmt.Errorf("%w: host instance %s is created but not started", ErrCheckpoint, h.Ref)
+	}
+	if delay := time.Duration(in.run.App.CheckpointDelay); delay > 0 {
 		select {
-		case <-time.After(in.delay):
+		case <-time.After(delay):
 		case <-ctx.Done():
 			return Checkpointed{}, fmt.Errorf("%w: %w", ErrCheckpoint, ctx.Err())
 		}
 	}
-	img, err := in.eng.Checkpoint(ctx, in.proc, genDir(in.ckpt, in.gen))
+	gen := in.handle(d.Name()).Gen
+	img, err := in.eng.Checkpoint(ctx, proc, genDir(in.run.CkptPath, gen))
 	if err != nil {
 		return Checkpointed{}, fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
-	return Checkpointed{Gen: in.gen, Bytes: img.Bytes, MS: float64(img.Write.Microseconds()) / 1000, EngineVersion: img.Version}, nil
+	return Checkpointed{Gen: gen, Bytes: img.Bytes, MS: float64(img.Write.Microseconds()) / 1000, EngineVersion: img.Version}, nil
 }
 
 // Running implements Driver.
@@ -230,9 +296,13 @@ func (d *Host) Running(ctx context.Context, h Handle) (bool, error) {
 	if err != nil {
 		return false, nil
 	}
+	proc := in.started()
+	if proc == nil {
+		return false, nil
+	}
 	wctx, cancel := context.WithTimeout(ctx, time.Millisecond)
 	defer cancel()
-	_, werr := in.proc.Wait(wctx)
+	_, werr := proc.Wait(wctx)
 	return errors.Is(werr, context.DeadlineExceeded), nil
 }
 
@@ -251,10 +321,14 @@ func (d *Host) NetPid(_ context.Context, h Handle) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return in.proc.Pid(), nil
+	if proc := in.started(); proc != nil {
+		return proc.Pid(), nil
+	}
+	return 0, nil
 }
 
-// Remove implements Driver.
+// Remove implements Driver: it stops the app if it was started, closes
+// its port forwarders and forgets the instance.
 func (d *Host) Remove(ctx context.Context, h Handle) error {
 	d.mu.Lock()
 	in, ok := d.insts[h.Ref]
@@ -263,8 +337,15 @@ func (d *Host) Remove(ctx context.Context, h Handle) error {
 	if !ok {
 		return nil
 	}
+	// Waits for a Start under way.
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.removed = true
+	if in.proc == nil {
+		return nil
+	}
 	in.close()
-	if sig, ok := hostStopSignals[in.stopSig]; ok {
+	if sig, ok := hostStopSignals[in.run.App.StopSignal]; ok {
 		// The engine's Stop sends SIGTERM; the app's own stop signal goes
 		// first, and Stop then finds it exiting.
 		_ = in.proc.Signal(sig)

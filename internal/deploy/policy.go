@@ -24,6 +24,9 @@ const (
 	// producing the first one if there is none; as Deployment.Mode, the
 	// instance was restored from a checkpoint generation.
 	ModeRestore = "restore"
+	// ModeBoot: the app runs with no checkpoint engine, booted normally
+	// (asked for, or Deployment.BootReason says why).
+	ModeBoot = "boot"
 	// ModeCheckpoint asks a node for a new checkpoint generation of the
 	// app (a refresh) and no instance.
 	ModeCheckpoint = "checkpoint"

@@ -43,7 +43,7 @@ func (d *Deployer) Restore(ctx context.Context, g Generation, opts Options) (_ D
 		env, _ := d.deps.Envs.Get(ctx, app.Env)
 		cfg = &env.Config
 	}
-	h, err := d.start(ctx, o, dr, Run{Mode: ModeRestart, ID: id, App: app, EnvPath: envPath, CkptPath: ckptPath, Gen: g.Gen,
+	h, err := d.start(ctx, o, dr, Run{Mode: RunRestart, ID: id, App: app, EnvPath: envPath, CkptPath: ckptPath, Gen: g.Gen,
 		ImageEnv: cfg.Env, WorkDir: cfg.WorkDir})
 	if err != nil {
 		return Deployment{}, err

@@ -1,5 +1,5 @@
 // The stages every instance goes through, whatever starts it: begin (a record), clone + map + mount
-// (cloneMapMount), start (the driver), ready and running, with undo on error.
+// (cloneMapMount), start (the driver's Create, then Start), ready and running, with undo on error.
 
 package deploy
 
@@ -154,16 +154,28 @@ func (d *Deployer) begin(id, app string, gen int, phase string, prog func(string
 	return &op{d: d, rec: rec, start: time.Now(), prog: prog}, nil
 }
 
-// start creates and starts the instance, recording its handle.
+// start creates the instance, records its handle, then starts it: a crash
+// between the two leaves a record whose Undeploy (or Recover) removes the
+// created instance. The phase "container" measures both steps.
 func (d *Deployer) start(ctx context.Context, o *op, dr Driver, r Run) (Handle, error) {
-	h, err := dr.Start(ctx, r)
+	h, err := dr.Create(ctx, r)
+	if err != nil {
+		return Handle{}, err
+	}
+	o.rec.Handle = &h
+	if err := d.save(o.rec); err != nil {
+		_ = dr.Remove(context.WithoutCancel(ctx), h)
+		return Handle{}, err
+	}
+	// From here on the record owns the instance: on error, undoOnError
+	// removes it through the record.
+	h, err = dr.Start(ctx, h)
 	if err != nil {
 		return Handle{}, err
 	}
 	o.rec.Handle = &h
 	o.rec.Ports = h.Ports
 	if err := d.save(o.rec); err != nil {
-		_ = dr.Remove(context.WithoutCancel(ctx), h)
 		return Handle{}, err
 	}
 	o.phase("container")

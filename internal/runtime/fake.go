@@ -25,7 +25,8 @@ import (
 // ports are real listeners on the host, so a test talks to a fake
 // container exactly as to a real one. Images are registered with AddImage
 // or ImportImage; FakeBusybox provides the few busybox applets that
-// runtimetest.RunSuite uses.
+// runtimetest.RunSuite uses, FakeDMTCP the DMTCP image's entrypoint and a
+// redis-server that deploy's driver suite runs.
 type Fake struct {
 	mu         sync.Mutex
 	images     map[string]fakeImage
@@ -80,6 +81,43 @@ type FakeProcess struct {
 	CapEff uint64
 
 	c *fakeContainer
+}
+
+// Signals delivers the signals sent to the container other than those
+// that end it (TERM, INT, KILL), by name without "SIG" ("USR1"). A
+// signal sent while the buffer is full is lost, as one that a process
+// does not handle is ignored.
+func (p *FakeProcess) Signals() <-chan string {
+	p.c.mu.Lock()
+	defer p.c.mu.Unlock()
+	return p.c.signals
+}
+
+// HostPath returns the host path bound at containerPath (or at a directory
+// above it), and whether one is.
+func (p *FakeProcess) HostPath(containerPath string) (string, bool) {
+	containerPath = path.Clean(containerPath)
+	best, host := -1, ""
+	for _, b := range p.c.spec.Binds {
+		cp := path.Clean(b.ContainerPath)
+		rel, ok := strings.CutPrefix(containerPath, cp)
+		if !ok || (cp != "/" && rel != "" && rel[0] != '/') || len(cp) <= best {
+			continue
+		}
+		best, host = len(cp), path.Join(b.HostPath, rel)
+	}
+	return host, best >= 0
+}
+
+// PublishedAddr returns the host address where the container's port is
+// published ("127.0.0.1:32768"), or "" when it is not.
+func (p *FakeProcess) PublishedAddr(port uint16, proto string) string {
+	p.c.mu.Lock()
+	defer p.c.mu.Unlock()
+	if l, ok := p.c.listeners[portKey(port, proto)]; ok {
+		return l.Addr().String()
+	}
+	return ""
 }
 
 // Listen returns the listener of a published container port (the host
@@ -228,6 +266,7 @@ type fakeContainer struct {
 	cancel    context.CancelCauseFunc
 	done      chan struct{}
 	removed   bool
+	signals   chan string
 }
 
 // Causes of a fake container's end, mapped to exit codes like signals.
@@ -334,7 +373,7 @@ func (f *Fake) Start(ctx context.Context, id string) error {
 		ports[i].HostPort = uint16(l.Addr().(*net.TCPAddr).Port)
 	}
 	runCtx, cancel := context.WithCancelCause(context.Background())
-	c.listeners, c.ports, c.cancel = listeners, ports, cancel
+	c.listeners, c.ports, c.cancel, c.signals = listeners, ports, cancel, make(chan string, 4)
 	c.running, c.status, c.pid, c.exitCode = true, "running", pid, 0
 	c.started, c.finished = time.Now(), time.Time{}
 	done := make(chan struct{})
@@ -499,23 +538,29 @@ func (f *Fake) Wait(ctx context.Context, id string) (int, error) {
 }
 
 // Signal implements Signaler: TERM, INT and KILL end the program; other
-// signals are ignored, like a process without a handler for them.
+// signals go to FakeProcess.Signals, where a program that does not read
+// them ignores them, like a process without a handler for them.
 func (f *Fake) Signal(ctx context.Context, id, signal string) error {
 	c, err := f.lookup(id)
 	if err != nil {
 		return fmt.Errorf("signal container %s: %w", id, err)
 	}
 	c.mu.Lock()
-	running, cancel := c.running, c.cancel
+	running, cancel, signals := c.running, c.cancel, c.signals
 	c.mu.Unlock()
 	if !running {
 		return fmt.Errorf("signal container %s: %w: not running", id, ErrConflict)
 	}
-	switch strings.TrimPrefix(strings.ToUpper(signal), "SIG") {
+	switch sig := strings.TrimPrefix(strings.ToUpper(signal), "SIG"); sig {
 	case "TERM", "INT", "15", "2":
 		cancel(errFakeTerm)
 	case "KILL", "9":
 		cancel(errFakeKill)
+	default:
+		select {
+		case signals <- sig:
+		default:
+		}
 	}
 	return nil
 }

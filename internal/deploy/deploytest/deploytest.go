@@ -48,6 +48,10 @@ type Fixture struct {
 	Ceph  *cephstore.Store
 	Env   string
 	State string
+	// Container and Host are the Deployer's drivers (Container is nil
+	// unless DMTCP apps run in the container).
+	Container *deploy.Container
+	Host      *deploy.Host
 }
 
 // NewFixture sets up a node whose DMTCP apps run with dmtcpDriver
@@ -141,8 +145,8 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 	f := &Fixture{L: l, Ceph: s, State: state}
 	dc := deploy.Config{StateDir: state + "/deploy", Pool: c.Pool, Node: "test", DMTCPDriver: dmtcpDriver}
 	ec := engine.Config{Logger: log}
-	deps := deploy.Deps{Store: l.Store, Envs: l.Manager, Mapper: l.Mapper, Log: log,
-		Host: deploy.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))}
+	f.Host = deploy.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))
+	deps := deploy.Deps{Store: l.Store, Envs: l.Manager, Mapper: l.Mapper, Log: log, Host: f.Host}
 	if dmtcpDriver == "container" {
 		f.RT = dockerForTest(t, log)
 		image := "fogdeploy/dmtcp:absent"
@@ -151,7 +155,8 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 			image = testImage
 		}
 		buildBootImage(ctx, t)
-		deps.Container = &deploy.Container{RT: f.RT, Image: image, BootImage: testBootImage, StopTimeout: 5 * time.Second}
+		f.Container = &deploy.Container{RT: f.RT, Image: image, BootImage: testBootImage, StopTimeout: 5 * time.Second}
+		deps.Container = f.Container
 	}
 	f.D, err = deploy.New(dc, deps)
 	if err != nil {
@@ -214,6 +219,52 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Helper()
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// Mount gives one instance of deployment id what the deploy path gives it,
+// for tests of a driver alone: a clone of the fixture's environment and a
+// new checkpoint image of 256 MiB (formatted), mapped and mounted as
+// fdi-<id>-env and fdi-<id>-ckpt under the fixture's state directory. The
+// test's cleanup unmounts, unmaps and removes both.
+func (f *Fixture) Mount(t testing.TB, id string) (envPath, ckptPath string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	env, err := f.L.Manager.Get(ctx, f.Env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(f.State, "instances", id)
+	paths := map[string]string{"env": filepath.Join(dir, "root"), "ckpt": filepath.Join(dir, "ckpt")}
+	for _, kind := range []string{"env", "ckpt"} {
+		img := deploy.InstancePrefix + id + "-" + kind
+		if kind == "env" {
+			err = f.L.Store.Clone(ctx, env.Ref, img)
+		} else {
+			err = f.L.Store.Create(ctx, img, 256<<20)
+		}
+		if err != nil {
+			t.Fatalf("make image %s: %v", img, err)
+		}
+		t.Cleanup(func() {
+			// Unmapped by then (the cleanups run in reverse), as Undeploy
+			// removes a deployment's clones.
+			if _, err := f.L.Store.RemoveUnmapped(context.Background(), img); err != nil {
+				t.Errorf("remove image %s: %v", img, err)
+			}
+		})
+		mid := id + "-" + kind
+		if _, err := f.L.Mapper.MapAndMount(ctx, mapper.Image{Pool: f.L.Pool, Name: img}, paths[kind],
+			mapper.MountOptions{Format: kind == "ckpt"}, mapper.WithID(mid)); err != nil {
+			t.Fatalf("map and mount %s: %v", img, err)
+		}
+		t.Cleanup(func() {
+			if err := f.L.Mapper.Release(context.Background(), mid); err != nil {
+				t.Errorf("release %s: %v", mid, err)
+			}
+		})
+	}
+	return paths["env"], paths["ckpt"]
 }
 
 // RedisApp is redis-server on port 6379, ready once PING answers PONG.

@@ -1,0 +1,42 @@
+package deploy_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/deploy/drivertest"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/runtime"
+)
+
+// TestDriverSuiteContainerFake runs the driver suite on the Container
+// driver over runtime.Fake and its fake DMTCP image (runtime.FakeDMTCP):
+// no service needed, so it runs in every `go test`.
+func TestDriverSuiteContainerFake(t *testing.T) {
+	drivertest.RunSuite(t, func(t *testing.T) drivertest.Harness {
+		rt := runtime.NewFake()
+		rt.AddLabelledImage("fogdeploy/dmtcp:fake", runtime.FakeDMTCP(), runtime.ImageConfig{
+			Labels: map[string]string{deploy.DMTCPVersionLabel: "fake", deploy.DMTCPGlibcLabel: "2.36"}})
+		// The environment needs only what the driver checks before a
+		// launch under DMTCP: a glibc.
+		env := t.TempDir()
+		libc := filepath.Join(env, "lib", "x86_64-linux-gnu", "libc.so.6")
+		if err := os.MkdirAll(filepath.Dir(libc), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(libc, []byte("GNU C Library (Debian GLIBC 2.36-9+deb12u4) stable release version 2.36.\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return drivertest.Harness{
+			Driver:    &deploy.Container{RT: rt, StopTimeout: 2 * time.Second},
+			Engine:    engine.NameDMTCP,
+			EnvPath:   env,
+			CkptPath:  t.TempDir(),
+			Leftovers: drivertest.ContainerLeftovers(rt),
+			Timeout:   time.Minute,
+		}
+	})
+}

@@ -1,0 +1,58 @@
+//go:build !no_ceph
+
+package deploy_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
+	"github.com/fogdeploy/fogdeploy/internal/deploy/drivertest"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
+)
+
+// TestDriverSuiteContainer runs the driver suite on the Container driver:
+// redis under DMTCP in the DMTCP container on the dev dockerd, from mounted
+// clones of a redis environment in the dev pool.
+func TestDriverSuiteContainer(t *testing.T) {
+	f := deploytest.NewFixture(t, "container")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := f.Container.Check(ctx, engine.NameDMTCP); err != nil {
+		testenv.Unavailable(t, testenv.DMTCP, err.Error())
+	}
+	drivertest.RunSuite(t, func(t *testing.T) drivertest.Harness {
+		env, ckpt := f.Mount(t, mountID())
+		return drivertest.Harness{Driver: f.Container, Engine: engine.NameDMTCP, EnvPath: env, CkptPath: ckpt,
+			Leftovers: drivertest.ContainerLeftovers(f.RT)}
+	})
+}
+
+// TestDriverSuiteHost runs the driver suite on the Host driver: redis
+// under CRIU, chrooted into mounted clones of a redis environment in the
+// dev pool.
+func TestDriverSuiteHost(t *testing.T) {
+	f := deploytest.NewFixture(t, "host")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := f.Host.Check(ctx, engine.NameCRIU); err != nil {
+		testenv.Unavailable(t, testenv.CRIU, err.Error())
+	}
+	drivertest.RunSuite(t, func(t *testing.T) drivertest.Harness {
+		env, ckpt := f.Mount(t, mountID())
+		// After Mount: the mapper's own processes are not the driver's.
+		return drivertest.Harness{Driver: f.Host, Engine: engine.NameCRIU, EnvPath: env, CkptPath: ckpt,
+			Leftovers: drivertest.ProcessLeftovers()}
+	})
+}
+
+var mounts atomic.Int64
+
+// mountID names the clones of one subtest of the driver suite.
+func mountID() string {
+	return "dts-" + strconv.FormatInt(time.Now().UnixNano()%1e8, 36) + "-" + strconv.FormatInt(mounts.Add(1), 10)
+}

@@ -1,0 +1,391 @@
+// Package drivertest is the behaviour suite every deploy.Driver must pass.
+//
+// RunSuite checks, through the Driver interface only, what a user of an
+// instance observes. It runs redis-server (deploy.App RedisApp) from a
+// mounted environment:
+//
+//   - Create does not run the app: Running is false, no process runs in the
+//     instance (NetPid 0), the app has printed nothing, and nothing answers
+//     on a published address. Create of the same run again returns the same
+//     instance, and another run under that ID is ErrExists.
+//   - Start runs it: it answers PING on its published port, Running is
+//     true, Logs return its output. Start again changes nothing.
+//   - Remove of a created and of a running instance leaves nothing
+//     (Harness.Leftovers: no container, no process), the port no longer
+//     answers, and a second Remove is fine; Start then is ErrNotFound.
+//   - Checkpoint after a SET, then Create and Start in restart mode from
+//     the generation written: GET returns the value, the generation
+//     numbers follow (Handle.Gen).
+//   - A bad run (empty command, unknown or empty mode) is refused at Create
+//     with ErrInvalidSpec, and leaves nothing.
+//
+// Implementations run it in their tests: TestDriverSuiteContainer (DMTCP in
+// the container) and TestDriverSuiteHost (CRIU) on real engines and a
+// mounted RBD clone, TestDriverSuiteContainerFake over runtime.Fake.
+package drivertest
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
+)
+
+// Harness is one driver under test and the node it runs instances on.
+type Harness struct {
+	// Driver is the implementation under test.
+	Driver deploy.Driver
+	// Engine is the checkpoint engine of the app (engine.NameDMTCP or
+	// engine.NameCRIU), which Driver must be able to run.
+	Engine string
+	// EnvPath is a mounted environment with redis-server, CkptPath an
+	// empty checkpoint directory beside it: one pair per subtest, as the
+	// deploy path gives each instance its own clones.
+	EnvPath, CkptPath string
+	// Leftovers lists what the instance of deployment id left on the
+	// node: containers, processes; nothing is an empty list. The suite
+	// retries it for a while (processes take a moment to go).
+	Leftovers func(t *testing.T, id string) []string
+	// Timeout bounds each subtest; 0 means 3 minutes.
+	Timeout time.Duration
+}
+
+// RedisApp is the app the suite runs: redis-server on port 6379 with a
+// PING/+PONG readiness probe, under engine eng.
+func RedisApp(eng string) deploy.App {
+	return deploy.App{
+		Name: "drivertest-redis", Env: "drivertest", Engine: eng,
+		Command: []string{"redis-server", "--port", "6379", "--protected-mode", "no", "--save", "", "--appendonly", "no",
+			"--jemalloc-bg-thread", "no", "--daemonize", "no"},
+		Ports:          []deploy.Port{{Port: 6379}},
+		Ready:          deploy.Readiness{Kind: deploy.ReadyTCP, Port: 6379, Send: "PING\r\n", Expect: "+PONG", Timeout: deploy.Duration(30 * time.Second)},
+		Resources:      deploy.Resources{CPUs: 1, Memory: "256M"},
+		CheckpointSize: "256M",
+	}.WithDefaults()
+}
+
+// readyLine is what redis-server prints once it serves.
+const readyLine = "Ready to accept connections"
+
+// RunSuite runs the suite against the harnesses newHarness returns, one
+// per subtest.
+func RunSuite(t *testing.T, newHarness func(t *testing.T) Harness) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s *suite)
+	}{
+		{"CreateDoesNotRun", testCreateDoesNotRun},
+		{"CreateIsIdempotent", testCreateIdempotent},
+		{"StartRunsApp", testStartRunsApp},
+		{"CheckpointRestart", testCheckpointRestart},
+		{"InvalidRun", testInvalidRun},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			timeout := h.Timeout
+			if timeout == 0 {
+				timeout = 3 * time.Minute
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			t.Cleanup(cancel)
+			tc.fn(t, &suite{Harness: h, ctx: ctx, app: RedisApp(h.Engine)})
+		})
+	}
+}
+
+type suite struct {
+	Harness
+	ctx context.Context
+	app deploy.App
+}
+
+var seq atomic.Int64
+
+// newID returns a deployment ID of its own for each instance.
+func newID() string {
+	return "dt-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-" + strconv.FormatInt(seq.Add(1), 10)
+}
+
+// run is a run of the suite's app in a new deployment.
+func (s *suite) run(mode deploy.RunMode, gen int) deploy.Run {
+	return deploy.Run{Mode: mode, ID: newID(), App: s.app, EnvPath: s.EnvPath, CkptPath: s.CkptPath, Gen: gen}
+}
+
+// create creates r, and removes its instance when the test ends, in case
+// the test stops before it does.
+func (s *suite) create(t *testing.T, r deploy.Run) deploy.Handle {
+	t.Helper()
+	h, err := s.Driver.Create(s.ctx, r)
+	if err != nil {
+		t.Fatalf("Create %s %s: %v", r.Mode, r.ID, err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			if lines, _ := s.Driver.Logs(context.Background(), h, 40); len(lines) > 0 {
+				t.Logf("last output of %s:\n  %s", r.ID, strings.Join(lines, "\n  "))
+			}
+		}
+		_ = s.Driver.Remove(context.Background(), h)
+	})
+	if h.Ref == "" || h.Driver != s.Driver.Name() {
+		t.Fatalf("Create %s: handle %+v, want a reference and driver %q", r.ID, h, s.Driver.Name())
+	}
+	return h
+}
+
+// start starts a created instance and returns its redis address.
+func (s *suite) start(t *testing.T, h deploy.Handle) (deploy.Handle, string) {
+	t.Helper()
+	h2, err := s.Driver.Start(s.ctx, h)
+	if err != nil {
+		t.Fatalf("Start %s: %v", h.Ref, err)
+	}
+	if h2.Ref != h.Ref {
+		t.Errorf("Start changed the reference %q to %q", h.Ref, h2.Ref)
+	}
+	addr := h2.Ports[deploy.PortKey(6379, "tcp")]
+	if addr == "" {
+		t.Fatalf("Start %s: no address for 6379/tcp in %v", h.Ref, h2.Ports)
+	}
+	return h2, addr
+}
+
+// waitRedis waits until redis answers PING at addr, and fails early when
+// the instance stops running.
+func (s *suite) waitRedis(t *testing.T, h deploy.Handle, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Duration(s.app.Ready.Timeout))
+	var last error
+	for time.Now().Before(deadline) && s.ctx.Err() == nil {
+		got, err := testenv.RedisDo(s.ctx, nil, addr, "PING")
+		if err == nil && got == "PONG" {
+			return
+		}
+		last = err
+		if ok, err := s.Driver.Running(s.ctx, h); err == nil && !ok {
+			t.Fatalf("instance %s stopped before redis answered at %s (last: %v)", h.Ref, addr, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("redis of %s never answered PING at %s: %v", h.Ref, addr, last)
+}
+
+// redis runs one command and checks the reply.
+func (s *suite) redis(t *testing.T, addr, want string, args ...string) {
+	t.Helper()
+	got, err := testenv.RedisDo(s.ctx, nil, addr, args...)
+	if err != nil || got != want {
+		t.Fatalf("redis %v at %s = %q, %v; want %q", args, addr, got, err, want)
+	}
+}
+
+// answers reports whether something at addr answers PING.
+func (s *suite) answers(addr string) bool {
+	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
+	defer cancel()
+	got, err := testenv.RedisDo(ctx, nil, addr, "PING")
+	return err == nil && got == "PONG"
+}
+
+// assertRunning checks Running against want.
+func (s *suite) assertRunning(t *testing.T, h deploy.Handle, want bool) {
+	t.Helper()
+	ok, err := s.Driver.Running(s.ctx, h)
+	if err != nil || ok != want {
+		t.Errorf("Running(%s) = %v, %v; want %v", h.Ref, ok, err, want)
+	}
+}
+
+// eventually retries check for up to 15 s and returns its last findings.
+func (s *suite) eventually(check func() []string) []string {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		bad := check()
+		if len(bad) == 0 || time.Now().After(deadline) || s.ctx.Err() != nil {
+			return bad
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// assertNothingLeft fails when instances of the IDs left anything.
+func (s *suite) assertNothingLeft(t *testing.T, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if left := s.eventually(func() []string { return s.Leftovers(t, id) }); len(left) > 0 {
+			t.Errorf("deployment %s left: %s", id, strings.Join(left, "; "))
+		}
+	}
+}
+
+// remove removes h twice (the second is a no-op) and checks that nothing is
+// left and that the instance cannot be started any more.
+func (s *suite) remove(t *testing.T, h deploy.Handle, id string) {
+	t.Helper()
+	if err := s.Driver.Remove(s.ctx, h); err != nil {
+		t.Fatalf("Remove %s: %v", h.Ref, err)
+	}
+	s.assertNothingLeft(t, id)
+	if err := s.Driver.Remove(s.ctx, h); err != nil {
+		t.Errorf("second Remove %s: %v, want nil", h.Ref, err)
+	}
+	s.assertRunning(t, h, false)
+	if _, err := s.Driver.Start(s.ctx, h); !errors.Is(err, deploy.ErrNotFound) {
+		t.Errorf("Start of removed instance %s: %v, want ErrNotFound", h.Ref, err)
+	}
+}
+
+// testCreateDoesNotRun: a created instance exists but its app does not run;
+// Remove takes it away.
+func testCreateDoesNotRun(t *testing.T, s *suite) {
+	r := s.run(deploy.RunLaunch, 1)
+	h := s.create(t, r)
+	if h.Gen != 1 || h.EnvPath != r.EnvPath || h.CkptPath != r.CkptPath {
+		t.Errorf("Create handle = %+v; want gen 1 and the run's paths", h)
+	}
+	// Give an app that was started by mistake time to show.
+	time.Sleep(500 * time.Millisecond)
+	s.assertRunning(t, h, false)
+	if pid, err := s.Driver.NetPid(s.ctx, h); err != nil || pid != 0 {
+		t.Errorf("NetPid of a created instance = %d, %v; want 0 (nothing runs)", pid, err)
+	}
+	for key, addr := range h.Ports {
+		if addr != "" && s.answers(addr) {
+			t.Errorf("%s of a created instance answers at %s before Start", key, addr)
+		}
+	}
+	if lines, err := s.Driver.Logs(s.ctx, h, 100); err != nil {
+		t.Errorf("Logs of a created instance: %v", err)
+	} else if strings.Contains(strings.Join(lines, "\n"), readyLine) {
+		t.Errorf("the app printed %q before Start:\n%s", readyLine, strings.Join(lines, "\n"))
+	}
+	s.remove(t, h, r.ID)
+}
+
+// testCreateIdempotent: Create of the same run twice makes one instance;
+// another run under the same ID is refused while it exists.
+func testCreateIdempotent(t *testing.T, s *suite) {
+	r := s.run(deploy.RunLaunch, 1)
+	h := s.create(t, r)
+	again, err := s.Driver.Create(s.ctx, r)
+	if err != nil || again.Ref != h.Ref {
+		t.Fatalf("second Create of %s = %+v, %v; want the same instance %s", r.ID, again, err, h.Ref)
+	}
+	other := r
+	other.Gen = 7
+	if h2, err := s.Driver.Create(s.ctx, other); !errors.Is(err, deploy.ErrExists) {
+		_ = s.Driver.Remove(s.ctx, h2)
+		t.Errorf("Create of another run under ID %s = %v; want ErrExists", r.ID, err)
+	}
+	h, addr := s.start(t, again)
+	s.waitRedis(t, h, addr)
+	// Create of a started instance's run still returns it, running.
+	if again, err := s.Driver.Create(s.ctx, r); err != nil || again.Ref != h.Ref {
+		t.Errorf("Create of the started %s = %+v, %v; want the same instance", r.ID, again, err)
+	}
+	s.assertRunning(t, h, true)
+	s.remove(t, h, r.ID)
+}
+
+// testStartRunsApp: Start runs the app, which answers on its published
+// port and prints its output; Remove of the running instance leaves
+// nothing.
+func testStartRunsApp(t *testing.T, s *suite) {
+	r := s.run(deploy.RunLaunch, 1)
+	created := s.create(t, r)
+	h, addr := s.start(t, created)
+	s.waitRedis(t, h, addr)
+	s.assertRunning(t, h, true)
+	if pid, err := s.Driver.NetPid(s.ctx, h); err != nil || pid <= 0 {
+		t.Errorf("NetPid of a running instance = %d, %v; want a PID", pid, err)
+	}
+	var lines []string
+	if bad := s.eventually(func() []string {
+		lines, _ = s.Driver.Logs(s.ctx, h, 200)
+		if strings.Contains(strings.Join(lines, "\n"), readyLine) {
+			return nil
+		}
+		return []string{"no " + readyLine}
+	}); len(bad) > 0 {
+		t.Errorf("Logs do not show redis's %q:\n%s", readyLine, strings.Join(lines, "\n"))
+	}
+	s.redis(t, addr, "OK", "SET", "k", "set before the second Start")
+	// Start of a running instance is a no-op: the same app, same address.
+	h2, addr2 := s.start(t, h)
+	if addr2 != addr {
+		t.Errorf("second Start moved 6379/tcp from %s to %s", addr, addr2)
+	}
+	s.redis(t, addr2, "set before the second Start", "GET", "k")
+	s.remove(t, h2, r.ID)
+	if s.answers(addr) {
+		t.Errorf("something still answers at %s after Remove", addr)
+	}
+}
+
+// testCheckpointRestart: the state written before a checkpoint is there in
+// an instance restarted from it.
+func testCheckpointRestart(t *testing.T, s *suite) {
+	r := s.run(deploy.RunLaunch, 1)
+	h, addr := s.start(t, s.create(t, r))
+	s.waitRedis(t, h, addr)
+	val := "written before the checkpoint " + r.ID
+	s.redis(t, addr, "OK", "SET", "greeting", val)
+	ck, err := s.Driver.Checkpoint(s.ctx, h)
+	if err != nil {
+		t.Fatalf("Checkpoint %s: %v", h.Ref, err)
+	}
+	if ck.Gen != 1 || ck.Bytes <= 0 {
+		t.Errorf("Checkpoint = %+v; want generation 1 with bytes", ck)
+	}
+	if bad := s.eventually(func() []string {
+		if ok, _ := s.Driver.Running(s.ctx, h); ok {
+			return []string{"running"}
+		}
+		return nil
+	}); len(bad) > 0 {
+		t.Errorf("the app of %s still runs after its checkpoint", h.Ref)
+	}
+	s.remove(t, h, r.ID)
+
+	rr := s.run(deploy.RunRestart, ck.Gen)
+	created := s.create(t, rr)
+	if created.Gen != ck.Gen+1 {
+		t.Errorf("restart handle gen = %d; want %d (its next checkpoint)", created.Gen, ck.Gen+1)
+	}
+	s.assertRunning(t, created, false)
+	h2, addr2 := s.start(t, created)
+	s.waitRedis(t, h2, addr2)
+	s.redis(t, addr2, val, "GET", "greeting")
+	s.remove(t, h2, rr.ID)
+}
+
+// testInvalidRun: runs that cannot start are refused at Create and leave
+// nothing.
+func testInvalidRun(t *testing.T, s *suite) {
+	cases := map[string]func(r *deploy.Run){
+		"empty command": func(r *deploy.Run) { r.App.Command = nil },
+		"unknown mode":  func(r *deploy.Run) { r.Mode = deploy.RunMode("fork") },
+		"no mode":       func(r *deploy.Run) { r.Mode = "" },
+	}
+	for name, mutate := range cases {
+		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
+			r := s.run(deploy.RunLaunch, 1)
+			mutate(&r)
+			h, err := s.Driver.Create(s.ctx, r)
+			if !errors.Is(err, deploy.ErrInvalidSpec) {
+				if err == nil {
+					_ = s.Driver.Remove(s.ctx, h)
+				}
+				t.Errorf("Create with %s = %v; want ErrInvalidSpec", name, err)
+			}
+			s.assertNothingLeft(t, r.ID)
+		})
+	}
+}

@@ -1,0 +1,445 @@
+package runtime
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// FakeDMTCPImageFile is the file of a fake checkpoint image in its
+// generation directory.
+const FakeDMTCPImageFile = "fake-image.json"
+
+// FakeDMTCP returns the programs of a fake DMTCP image for Fake, so that
+// what drives the DMTCP container (deploy's Container driver) runs its
+// whole lifecycle without dockerd or DMTCP:
+//
+//   - launch, restart and boot: the entrypoint's modes, with the flags
+//     DMTCPContainer passes (Launch, Restart, Boot, plus -gen N). The app
+//     is a program of the same image; its memory is what FakeDMTCP's apps
+//     keep (fakeMemory). On SIGUSR1 launch and restart stop the app and
+//     write its argv and memory into generation /fog/ckpt/<gen> (launch:
+//     -gen, default 1; restart: the generation restored + 1), print the
+//     checkpoint timing line and exit 0; restart -from N (0: the newest)
+//     runs the same argv with the memory of generation N, and exits 4 when
+//     there is none, as the real entrypoint does. With -ready ADDR they
+//     probe the published port of ADDR's port (-ready-send/-ready-expect,
+//     or -ready-http/-ready-status) and print <mode>_ready.
+//   - redis-server: PING, SET, GET and DEL of a Redis server on --port
+//     (6379), RESP or inline, with its keys in the entrypoint's memory. It
+//     prints "Ready to accept connections tcp" once it listens.
+func FakeDMTCP() map[string]FakeProgram {
+	return map[string]FakeProgram{
+		"launch":       fakeEntrypoint,
+		"restart":      fakeEntrypoint,
+		"boot":         fakeEntrypoint,
+		"redis-server": fakeRedis,
+	}
+}
+
+// fakeMemory is an app's memory: what a checkpoint saves and a restart
+// gives back.
+type fakeMemory struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+type fakeMemoryKey struct{}
+
+// memoryOf returns the memory the entrypoint gave the app, or a fresh one
+// when it runs without an entrypoint.
+func memoryOf(ctx context.Context) *fakeMemory {
+	if m, ok := ctx.Value(fakeMemoryKey{}).(*fakeMemory); ok {
+		return m
+	}
+	return &fakeMemory{m: map[string]string{}}
+}
+
+// fakeCheckpoint is the content of FakeDMTCPImageFile.
+type fakeCheckpoint struct {
+	Argv   []string          `json:"argv"`
+	Memory map[string]string `json:"memory"`
+}
+
+type fakeFlags struct {
+	gen, from           int
+	ready, send, expect string
+	httpPath            string
+	status              int
+	delay               time.Duration
+}
+
+// parseFakeFlags parses the entrypoint's flags up to "--".
+func parseFakeFlags(args []string) (fakeFlags, []string, error) {
+	var f fakeFlags
+	for len(args) > 0 {
+		name := args[0]
+		if name == "--" {
+			return f, args[1:], nil
+		}
+		if !strings.HasPrefix(name, "-") || len(args) < 2 {
+			return f, nil, fmt.Errorf("flag %q: want -NAME VALUE or --", name)
+		}
+		v := args[1]
+		args = args[2:]
+		var err error
+		switch name {
+		case "-gen":
+			f.gen, err = strconv.Atoi(v)
+		case "-from":
+			f.from, err = strconv.Atoi(v)
+		case "-ready":
+			f.ready = v
+		case "-ready-send":
+			f.send = unescapeFlag(v)
+		case "-ready-expect":
+			f.expect = unescapeFlag(v)
+		case "-ready-http":
+			f.httpPath = v
+		case "-ready-status":
+			f.status, err = strconv.Atoi(v)
+		case "-checkpoint-delay":
+			f.delay, err = time.ParseDuration(v)
+		case "-workdir", "-user", "-after-checkpoint":
+			// Accepted; the fake has no file system, users or continue.
+		default:
+			err = fmt.Errorf("unknown flag")
+		}
+		if err != nil {
+			return f, nil, fmt.Errorf("flag %s %q: %w", name, v, err)
+		}
+	}
+	return f, nil, nil
+}
+
+// unescapeFlag undoes the escapes \r, \n, \t and \\ of the ready flags.
+func unescapeFlag(s string) string {
+	return strings.NewReplacer(`\\`, `\`, `\r`, "\r", `\n`, "\n", `\t`, "\t").Replace(s)
+}
+
+func fakeEntrypoint(ctx context.Context, p *FakeProcess) int {
+	mode := path.Base(p.Args[0])
+	start := time.Now()
+	timing := func(t Timing) {
+		t.Mode = mode
+		b, _ := json.Marshal(t)
+		fmt.Fprintln(p.Stdout, string(b))
+	}
+	fl, argv, err := parseFakeFlags(p.Args[1:])
+	if err != nil {
+		fmt.Fprintln(p.Stdout, "entrypoint:", err)
+		return 2
+	}
+	mem := &fakeMemory{m: map[string]string{}}
+	gen := fl.gen
+	if gen == 0 {
+		gen = 1
+	}
+	ckpt, hasCkpt := p.HostPath(DMTCPCkptPath)
+	switch mode {
+	case "launch", "boot":
+		if len(argv) == 0 {
+			fmt.Fprintln(p.Stdout, "entrypoint: no command after --")
+			return 2
+		}
+	case "restart":
+		from, img, err := readFakeCheckpoint(ckpt, fl.from)
+		if !hasCkpt || err != nil {
+			timing(Timing{Phase: "restart", Error: "no complete checkpoint"})
+			fmt.Fprintf(p.Stdout, "entrypoint: no complete checkpoint in %s: %v\n", DMTCPCkptPath, err)
+			return 4
+		}
+		argv, mem.m, gen = img.Argv, img.Memory, from+1
+		if mem.m == nil {
+			mem.m = map[string]string{}
+		}
+	default:
+		fmt.Fprintln(p.Stdout, "entrypoint: unknown mode", mode)
+		return 2
+	}
+	appCtx, stopApp := context.WithCancel(context.WithValue(ctx, fakeMemoryKey{}, mem))
+	defer stopApp()
+	exited := make(chan int, 1)
+	go func() { exited <- p.Run(appCtx, argv, strings.NewReader(""), p.Stdout) }()
+	if fl.ready != "" {
+		go func() {
+			if fakeProbe(appCtx, p, fl) {
+				timing(Timing{Phase: mode + "_ready", MS: float64(time.Since(start).Microseconds()) / 1000})
+			}
+		}()
+	}
+	signals := p.Signals()
+	for {
+		select {
+		case code := <-exited:
+			return code
+		case <-ctx.Done():
+			stopApp()
+			return <-exited
+		case sig := <-signals:
+			if sig != "USR1" || mode == "boot" {
+				continue
+			}
+			if fl.delay > 0 {
+				time.Sleep(fl.delay)
+			}
+			t0 := time.Now()
+			stopApp()
+			<-exited
+			mem.mu.Lock()
+			b, err := json.Marshal(fakeCheckpoint{Argv: argv, Memory: mem.m})
+			mem.mu.Unlock()
+			dir := filepath.Join(ckpt, strconv.Itoa(gen))
+			if err == nil {
+				err = os.MkdirAll(dir, 0o755)
+			}
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, FakeDMTCPImageFile), b, 0o644)
+			}
+			if err != nil || !hasCkpt {
+				timing(Timing{Phase: "checkpoint", Gen: gen, Error: fmt.Sprintf("write generation %d: %v", gen, err)})
+				return 3
+			}
+			timing(Timing{Phase: "checkpoint", Gen: gen, MS: float64(time.Since(t0).Microseconds()) / 1000, Bytes: int64(len(b))})
+			return 0
+		}
+	}
+}
+
+// readFakeCheckpoint reads generation from of the checkpoint at host
+// directory ckpt (0: the newest).
+func readFakeCheckpoint(ckpt string, from int) (int, fakeCheckpoint, error) {
+	if from == 0 {
+		ents, _ := os.ReadDir(ckpt)
+		for _, e := range ents {
+			if n, err := strconv.Atoi(e.Name()); err == nil && n > from {
+				if _, err := os.Stat(filepath.Join(ckpt, e.Name(), FakeDMTCPImageFile)); err == nil {
+					from = n
+				}
+			}
+		}
+	}
+	var img fakeCheckpoint
+	b, err := os.ReadFile(filepath.Join(ckpt, strconv.Itoa(from), FakeDMTCPImageFile))
+	if err == nil {
+		err = json.Unmarshal(b, &img)
+	}
+	return from, img, err
+}
+
+// fakeProbe probes the published port of fl.ready until the app answers as
+// the flags ask, or ctx is done.
+func fakeProbe(ctx context.Context, p *FakeProcess, fl fakeFlags) bool {
+	_, port, _ := net.SplitHostPort(fl.ready)
+	n, _ := strconv.Atoi(port)
+	addr := p.PublishedAddr(uint16(n), "tcp")
+	if addr == "" {
+		return false
+	}
+	for {
+		if fakeProbeOnce(ctx, addr, fl) == nil {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func fakeProbeOnce(ctx context.Context, addr string, fl fakeFlags) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if fl.httpPath != "" {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+fl.httpPath, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if (fl.status != 0 && resp.StatusCode != fl.status) || (fl.status == 0 && resp.StatusCode/100 != 2) {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if fl.send == "" {
+		return nil
+	}
+	deadline, _ := ctx.Deadline()
+	_ = c.SetDeadline(deadline)
+	if _, err := io.WriteString(c, fl.send); err != nil {
+		return err
+	}
+	buf := make([]byte, len(fl.expect))
+	if _, err := io.ReadFull(c, buf); err != nil {
+		return err
+	}
+	if string(buf) != fl.expect {
+		return fmt.Errorf("reply %q", buf)
+	}
+	return nil
+}
+
+func fakeRedis(ctx context.Context, p *FakeProcess) int {
+	port := 6379
+	for i, a := range p.Args {
+		if a == "--port" && i+1 < len(p.Args) {
+			port, _ = strconv.Atoi(p.Args[i+1])
+		}
+	}
+	l, err := p.Listen(uint16(port), "tcp")
+	if err != nil {
+		fmt.Fprintln(p.Stdout, "# Could not create server TCP listening socket:", err)
+		return 1
+	}
+	mem := memoryOf(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	fmt.Fprintln(p.Stdout, "* Ready to accept connections tcp")
+	var mu sync.Mutex
+	conns := map[net.Conn]bool{}
+	stopped := make(chan struct{})
+	go func() {
+		<-ctx.Done()
+		_ = l.Close()
+		mu.Lock()
+		for c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		close(stopped)
+	}()
+	var wg sync.WaitGroup
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			break
+		}
+		mu.Lock()
+		if ctx.Err() != nil {
+			mu.Unlock()
+			_ = c.Close()
+			break
+		}
+		conns[c] = true
+		mu.Unlock()
+		wg.Go(func() {
+			defer func() {
+				mu.Lock()
+				delete(conns, c)
+				mu.Unlock()
+				_ = c.Close()
+			}()
+			serveFakeRedis(c, mem)
+		})
+	}
+	cancel()
+	<-stopped
+	wg.Wait()
+	return 0
+}
+
+func serveFakeRedis(c net.Conn, mem *fakeMemory) {
+	r := bufio.NewReader(c)
+	for {
+		args, err := readRedisCommand(r)
+		if err != nil {
+			return
+		}
+		if len(args) == 0 {
+			continue
+		}
+		var reply string
+		mem.mu.Lock()
+		switch strings.ToUpper(args[0]) {
+		case "PING":
+			reply = "+PONG\r\n"
+		case "SET":
+			if len(args) != 3 {
+				reply = "-ERR wrong number of arguments for 'set' command\r\n"
+				break
+			}
+			mem.m[args[1]] = args[2]
+			reply = "+OK\r\n"
+		case "GET":
+			if len(args) != 2 {
+				reply = "-ERR wrong number of arguments for 'get' command\r\n"
+			} else if v, ok := mem.m[args[1]]; ok {
+				reply = fmt.Sprintf("$%d\r\n%s\r\n", len(v), v)
+			} else {
+				reply = "$-1\r\n"
+			}
+		case "DEL":
+			n := 0
+			for _, k := range args[1:] {
+				if _, ok := mem.m[k]; ok {
+					delete(mem.m, k)
+					n++
+				}
+			}
+			reply = ":" + strconv.Itoa(n) + "\r\n"
+		default:
+			reply = fmt.Sprintf("-ERR unknown command '%s'\r\n", args[0])
+		}
+		mem.mu.Unlock()
+		if _, err := io.WriteString(c, reply); err != nil {
+			return
+		}
+	}
+}
+
+// readRedisCommand reads one command: a RESP array of bulk strings, or an
+// inline command line.
+func readRedisCommand(r *bufio.Reader) ([]string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if !strings.HasPrefix(line, "*") {
+		return strings.Fields(line), nil
+	}
+	n, err := strconv.Atoi(line[1:])
+	if err != nil || n < 0 || n > 1024 {
+		return nil, fmt.Errorf("bad array header %q", line)
+	}
+	args := make([]string, 0, n)
+	for range n {
+		h, err := r.ReadString('\n')
+		if err != nil {
+			return nil, err
+		}
+		h = strings.TrimRight(h, "\r\n")
+		size, err := strconv.Atoi(strings.TrimPrefix(h, "$"))
+		if !strings.HasPrefix(h, "$") || err != nil || size < 0 || size > 1<<20 {
+			return nil, fmt.Errorf("bad bulk header %q", h)
+		}
+		buf := make([]byte, size+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		args = append(args, string(buf[:size]))
+	}
+	return args, nil
+}
