@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -395,6 +396,9 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 		return err
 	}
 	info, err := s.Stat(ctx, name)
+	if errors.Is(err, layering.ErrNotFound) {
+		return s.finishRemoval(ctx, name, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -424,6 +428,23 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 			"it is mapped on a node: undeploy or unmap it first")
 	}
 	return s.wrap(ctx, "remove "+name, err)
+}
+
+// finishRemoval completes the removal of an image that a killed process
+// left half done: its header is gone, so it cannot be opened (notFound),
+// but the pool's directory still lists it. librbd's remove finishes it.
+// An image that is not listed either is simply not found.
+//
+// Implements: rbd_list2, rbd_remove.
+func (s *Store) finishRemoval(ctx context.Context, name string, notFound error) error {
+	names, err := rbd.GetImageNames(s.ioctx)
+	if err != nil {
+		return s.wrap(ctx, "list images", err)
+	}
+	if !slices.Contains(names, name) {
+		return notFound
+	}
+	return s.wrap(ctx, "remove "+name, rbd.RemoveImage(s.ioctx, name))
 }
 
 // checkWatchers refuses while another client (a mapping) watches the image.

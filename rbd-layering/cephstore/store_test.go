@@ -5,7 +5,10 @@ package cephstore_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"os/exec"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -98,5 +101,51 @@ func TestIOCounters(t *testing.T) {
 	d := after.Sub(before)
 	if d.Written < size || d.Read < size {
 		t.Fatalf("after writing and reading %d bytes the OSDs counted %d written and %d read", size, d.Written, d.Read)
+	}
+}
+
+// TestRemoveFinishesHalfRemoved: a removal that a killed process left half
+// done (the image's header is gone, the pool's directory still lists it,
+// so it cannot be opened) is finished by Remove instead of being reported
+// as not found and left in the pool.
+func TestRemoveFinishesHalfRemoved(t *testing.T) {
+	s := open(t)
+	c := testenv.CephCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := "t-half-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	if err := s.Create(ctx, name, 8<<20); err != nil {
+		t.Fatal(err)
+	}
+	ceph := func(tool string, args ...string) string {
+		t.Helper()
+		full := append([]string{"-c", c.Conf, "--keyring", c.Keyring, "--id", c.ID, "-p", c.Pool}, args...)
+		out, err := exec.CommandContext(ctx, tool, full...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %v: %v\n%s", tool, args, err, out)
+		}
+		return string(out)
+	}
+	var info struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(ceph("rbd", "info", name, "--format", "json")), &info); err != nil || info.ID == "" {
+		t.Fatalf("rbd info %s: id %q, %v", name, info.ID, err)
+	}
+	ceph("rados", "rm", "rbd_header."+info.ID) // as a removal killed half way leaves it
+	if _, err := s.Stat(ctx, name); !errors.Is(err, layering.ErrNotFound) {
+		t.Fatalf("Stat of a half-removed image = %v; want ErrNotFound", err)
+	}
+	if names, _ := s.List(ctx); !slices.Contains(names, name) {
+		t.Fatalf("the half-removed image %s is not listed: %v", name, names)
+	}
+	if err := s.Remove(ctx, name); err != nil {
+		t.Fatalf("Remove of a half-removed image: %v", err)
+	}
+	if names, _ := s.List(ctx); slices.Contains(names, name) {
+		t.Fatalf("%s still listed after Remove", name)
+	}
+	if err := s.Remove(ctx, name); !errors.Is(err, layering.ErrNotFound) {
+		t.Fatalf("second Remove = %v; want ErrNotFound", err)
 	}
 }
