@@ -7,72 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
-
-// proc is one entry of /proc.
-type proc struct {
-	pid, ppid, pgrp int
-	state, comm     string
-	cmdline         string
-}
-
-func procs() map[int]proc {
-	out := map[int]proc{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 3 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		pgrp, _ := strconv.Atoi(f[2])
-		comm := ""
-		if j := strings.IndexByte(s, '('); j >= 0 {
-			comm = s[j+1 : i]
-		}
-		cl, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		out[pid] = proc{pid: pid, ppid: ppid, pgrp: pgrp, state: f[0], comm: comm,
-			cmdline: strings.TrimSpace(strings.ReplaceAll(string(cl), "\x00", " "))}
-	}
-	return out
-}
-
-// descendants lists the processes below this test process.
-func descendants() []proc {
-	all := procs()
-	self := os.Getpid()
-	var out []proc
-	for pid, p := range all {
-		for q, hops := p, 0; q.ppid != 0 && hops < 64; hops++ {
-			if q.ppid == self {
-				if pid != self {
-					out = append(out, p)
-				}
-				break
-			}
-			next, ok := all[q.ppid]
-			if !ok {
-				break
-			}
-			q = next
-		}
-	}
-	return out
-}
 
 // eventually retries check for up to 10 s (exits and reaping take a moment).
 func eventually(check func() []string) []string {
@@ -92,8 +29,8 @@ func assertNoLeftovers(t *testing.T) {
 	t.Helper()
 	bad := eventually(func() []string {
 		var bad []string
-		for _, p := range descendants() {
-			bad = append(bad, fmt.Sprintf("%d [%s] (%s) ppid %d pgrp %d: %s", p.pid, p.state, p.comm, p.ppid, p.pgrp, p.cmdline))
+		for _, p := range testenv.Descendants() {
+			bad = append(bad, fmt.Sprintf("%d [%s] (%s) ppid %d pgrp %d: %s", p.PID, p.State, p.Comm, p.PPID, p.PGRP, p.Cmdline))
 		}
 		return bad
 	})
@@ -109,9 +46,9 @@ func leftoverPort(t *testing.T, port int) {
 	needle := ":" + strconv.Itoa(port)
 	bad := eventually(func() []string {
 		var bad []string
-		for _, p := range procs() {
-			if strings.Contains(p.cmdline, "redis") && strings.Contains(p.cmdline, needle) {
-				bad = append(bad, strconv.Itoa(p.pid)+" ["+p.state+"] "+p.cmdline)
+		for _, p := range testenv.Procs() {
+			if strings.Contains(p.Cmdline, "redis") && strings.Contains(p.Cmdline, needle) {
+				bad = append(bad, strconv.Itoa(p.PID)+" ["+p.State+"] "+p.Cmdline)
 			}
 		}
 		return bad
