@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/deploy/drivertest"
 	"github.com/fogdeploy/fogdeploy/internal/devenv"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
@@ -267,17 +268,12 @@ func (f *Fixture) Mount(t testing.TB, id string) (envPath, ckptPath string) {
 	return paths["env"], paths["ckpt"]
 }
 
-// RedisApp is redis-server on port 6379, ready once PING answers PONG.
+// RedisApp is redis-server on port 6379, ready once PING answers PONG
+// (drivertest.RedisApp, named name, in environment env).
 func RedisApp(name, env, eng string) deploy.App {
-	return deploy.App{
-		Name: name, Env: env, Engine: eng,
-		Command: []string{"redis-server", "--port", "6379", "--protected-mode", "no", "--save", "", "--appendonly", "no",
-			"--jemalloc-bg-thread", "no", "--daemonize", "no"},
-		Ports:          []deploy.Port{{Port: 6379}},
-		Ready:          deploy.Readiness{Kind: deploy.ReadyTCP, Port: 6379, Send: "PING\r\n", Expect: "+PONG", Timeout: deploy.Duration(30 * time.Second)},
-		Resources:      deploy.Resources{CPUs: 1, Memory: "256M"},
-		CheckpointSize: "256M",
-	}
+	a := drivertest.RedisApp(eng)
+	a.Name, a.Env = name, env
+	return a
 }
 
 // RedisAddr is where a deployment of RedisApp answers.
