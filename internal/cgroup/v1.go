@@ -1,0 +1,136 @@
+package cgroup
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+)
+
+// cgroup v1 scales: cpu.shares 2..262144 with 1024 the default; blkio.weight
+// 10..1000 with 500; blkio.bfq.weight 1..1000 with 100.
+const (
+	sharesDefault, sharesMin, sharesMax = 1024, 2, 262144
+	blkioDefault, blkioMin, blkioMax    = 500, 10, 1000
+	bfqDefault, bfqMin, bfqMax          = 100, 1, 1000
+)
+
+// v1 writes cpu.shares, cpu.idle and blkio weights.
+type v1 struct {
+	proc      string
+	cpu, blk  mount
+	hasBlkio  bool
+	knobsDesc string
+}
+
+func newV1(p Paths, ms mounts) (Priority, error) {
+	cpu, ok := ms.v1("cpu")
+	if !ok {
+		return nil, fmt.Errorf("no cgroup v1 cpu controller mounted: %w", ErrUnsupported)
+	}
+	blk, hasBlkio := ms.v1("blkio")
+	c := &v1{proc: p.Proc, cpu: cpu, blk: blk, hasBlkio: hasBlkio}
+	io := ""
+	if hasBlkio {
+		if f := blkioFile(blk.point); f != "" {
+			io = filepath.Base(f)
+		}
+	}
+	c.knobsDesc = describe(V1, "cpu.shares", exists(filepath.Join(cpu.point, "cpu.idle")), io)
+	return c, nil
+}
+
+func (c *v1) Version() Version { return V1 }
+func (c *v1) Describe() string { return c.knobsDesc }
+
+// blkioFile is the I/O weight file of a blkio cgroup, or "".
+func blkioFile(dir string) string {
+	for _, name := range []string{"blkio.weight", "blkio.bfq.weight"} {
+		if f := filepath.Join(dir, name); exists(f) {
+			return f
+		}
+	}
+	return ""
+}
+
+func (c *v1) dirs(pid int) (cpu, blk string, err error) {
+	cgs, err := procCgroups(c.proc, pid)
+	if err != nil {
+		return "", "", err
+	}
+	path, ok := cgs["cpu"]
+	if !ok {
+		return "", "", fmt.Errorf("pid %d has no cgroup v1 cpu controller: %w", pid, ErrUnsupported)
+	}
+	if filepath.Clean("/"+path) == "/" {
+		return "", "", rootRefused(pid, "cpu")
+	}
+	if cpu, err = c.cpu.dir(path); err != nil {
+		return "", "", err
+	}
+	if p, ok := cgs["blkio"]; ok && c.hasBlkio && filepath.Clean("/"+p) != "/" {
+		if blk, err = c.blk.dir(p); err != nil {
+			return "", "", err
+		}
+	}
+	return cpu, blk, nil
+}
+
+func (c *v1) Set(pid int, w Weights) (Applied, error) {
+	if err := w.Validate(); err != nil {
+		return Applied{}, err
+	}
+	cpu, blk, err := c.dirs(pid)
+	if err != nil {
+		return Applied{}, err
+	}
+	a, err := setCPU(cpu, "cpu.shares", strconv.Itoa(scale(w.CPU, sharesDefault, sharesMin, sharesMax)), w)
+	if err != nil {
+		return a, err
+	}
+	if blk == "" {
+		return a, nil
+	}
+	switch f := blkioFile(blk); filepath.Base(f) {
+	case "blkio.weight":
+		err = writeFile(f, strconv.Itoa(scale(w.IO, blkioDefault, blkioMin, blkioMax)))
+	case "blkio.bfq.weight":
+		err = writeFile(f, strconv.Itoa(scale(w.IO, bfqDefault, bfqMin, bfqMax)))
+	default:
+		return a, nil
+	}
+	if err != nil {
+		return a, err
+	}
+	a.IO = true
+	return a, nil
+}
+
+func (c *v1) Get(pid int) (Weights, error) {
+	cpu, blk, err := c.dirs(pid)
+	if err != nil {
+		return Weights{}, err
+	}
+	shares, err := readInt(filepath.Join(cpu, "cpu.shares"))
+	if err != nil {
+		return Weights{}, err
+	}
+	w := Weights{CPU: unscale(shares, sharesDefault)}
+	if blk == "" {
+		return w, nil
+	}
+	switch f := blkioFile(blk); filepath.Base(f) {
+	case "blkio.weight":
+		n, err := readInt(f)
+		if err != nil {
+			return Weights{}, err
+		}
+		w.IO = unscale(n, blkioDefault)
+	case "blkio.bfq.weight":
+		n, err := readInt(f)
+		if err != nil {
+			return Weights{}, err
+		}
+		w.IO = unscale(n, bfqDefault)
+	}
+	return w, nil
+}
