@@ -44,6 +44,7 @@ type config struct {
 	after        string        // afterExit or afterContinue
 	trigger      string        // request file that starts a checkpoint
 	timings      string        // JSON-lines timings file; "-" = stdout
+	wait         string        // wait for this order file before starting the app ("" = start at once)
 	workdir      string        // app's working directory inside the root
 	user         string        // the app's user in the root ("" = root, without capabilities)
 	logLevel     string
@@ -70,6 +71,7 @@ func parseConfig(mode string, args []string, stderr io.Writer) (*config, error) 
 	fs.DurationVar(&c.ckptDelay, "checkpoint-delay", 0, "wait this long after a checkpoint request before checkpointing (the app finishes closing connections meanwhile)")
 	fs.StringVar(&c.after, "after-checkpoint", afterExit, "exit (the checkpoint stops the app; exit 0) or continue (keep running; a later checkpoint rewrites the same generation)")
 	fs.StringVar(&c.trigger, "trigger", "", "file whose appearance requests a checkpoint (default: <ckpt>/checkpoint.request)")
+	fs.StringVar(&c.wait, "wait", "", "prepare everything (root, coordinator), then wait for this file to appear before starting the app: a pre-started slot; its JSON content names the instance")
 	fs.StringVar(&c.timings, "timings", "-", "where phase timings go as JSON lines: a file, or - for stdout")
 	fs.StringVar(&c.workdir, "workdir", "/", "app's working directory inside the root")
 	fs.StringVar(&c.user, "user", "", "run the app as this user of the root (NAME, UID, NAME:GROUP or UID:GID); needs CAP_SETUID and CAP_SETGID in the container")
@@ -115,6 +117,9 @@ func (c *config) validate() error {
 	}
 	if c.gen < 0 || c.from < 0 {
 		errs = append(errs, errors.New("-gen and -from must be >= 0"))
+	}
+	if c.wait != "" && (!strings.HasPrefix(c.wait, "/") || strings.HasSuffix(c.wait, "/")) {
+		errs = append(errs, fmt.Errorf("-wait %q: want the absolute path of a file", c.wait))
 	}
 	for name, p := range map[string]string{"-root": c.root, "-ckpt": c.ckpt, "-prefix": c.prefix, "-workdir": c.workdir} {
 		if !strings.HasPrefix(p, "/") {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -361,5 +362,63 @@ func TestHTTPReady(t *testing.T) {
 	defer c.Close()
 	if httpReady(c, "/", 0) {
 		t.Error("a non-HTTP reply counted as ready")
+	}
+}
+
+// -wait: the entrypoint waits until the order file appears (written whole
+// by a rename, as the host does), returns what it names, and records the
+// wait; a termination signal before any order ends the wait as released.
+func TestWaitOrder(t *testing.T) {
+	dir := t.TempDir()
+	orderFile := filepath.Join(dir, "order")
+	cfg, err := parseConfig(modeRestart, []string{"-wait", orderFile}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tm strings.Builder
+	s := newSupervisor(cfg, newLogger(io.Discard, "error", "text"), &tm)
+	sigs := make(chan os.Signal, 1)
+	type result struct {
+		o   order
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		o, err := s.waitOrder(sigs)
+		got <- result{o, err}
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("waitOrder returned %+v before any order", r)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := os.WriteFile(orderFile+".tmp", []byte(`{"deployment":"web-1a2b3c4d","node":"n2"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(orderFile+".tmp", orderFile); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil || r.o.Deployment != "web-1a2b3c4d" || r.o.Node != "n2" {
+			t.Errorf("waitOrder = %+v, %v; want the order's deployment and node", r.o, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waitOrder did not see the order within 5 s")
+	}
+	if !strings.Contains(tm.String(), `"phase":"order"`) {
+		t.Errorf("timings %q lack the order phase", tm.String())
+	}
+
+	// Released before an order.
+	cfg2, _ := parseConfig(modeRestart, []string{"-wait", filepath.Join(t.TempDir(), "order")}, io.Discard)
+	s2 := newSupervisor(cfg2, newLogger(io.Discard, "error", "text"), io.Discard)
+	sigs2 := make(chan os.Signal, 1)
+	sigs2 <- syscall.SIGTERM
+	if _, err := s2.waitOrder(sigs2); !errors.Is(err, errReleased) {
+		t.Errorf("waitOrder after SIGTERM = %v; want errReleased", err)
+	}
+	if _, err := parseConfig(modeRestart, []string{"-wait", "rel/order"}, io.Discard); err == nil || !strings.Contains(err.Error(), "-wait") {
+		t.Errorf("-wait with a relative path: %v; want an error naming -wait", err)
 	}
 }

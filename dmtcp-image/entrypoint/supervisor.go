@@ -71,7 +71,7 @@ func (s *supervisor) run() int {
 	}
 	s.null = null
 
-	appDone, coordDone, code := s.start()
+	appDone, coordDone, code := s.start(sigs)
 	if appDone == nil {
 		s.shutdownCoordinator()
 		return code
@@ -157,7 +157,7 @@ func (s *supervisor) run() int {
 // start prepares the root, starts the coordinator and the app, and returns
 // the channels their wait statuses arrive on. On failure it returns a nil
 // app channel and the exit status.
-func (s *supervisor) start() (app, coord <-chan syscall.WaitStatus, code int) {
+func (s *supervisor) start(sigs <-chan os.Signal) (app, coord <-chan syscall.WaitStatus, code int) {
 	self, err := os.Executable()
 	if err != nil {
 		s.log.Error("find own binary", "err", err)
@@ -165,7 +165,7 @@ func (s *supervisor) start() (app, coord <-chan syscall.WaitStatus, code int) {
 	}
 	s.self = self
 	if s.cfg.mode == modeBoot {
-		return s.boot()
+		return s.boot(sigs)
 	}
 	gens, err := generations(s.cfg.ckpt)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -209,6 +209,9 @@ func (s *supervisor) start() (app, coord <-chan syscall.WaitStatus, code int) {
 	s.tm.record("coordinator", 0, t, 0, nil)
 	s.log.Info("coordinator listening", "addr", "127.0.0.1:"+strconv.Itoa(port), "pid", pid)
 
+	if code, ok := s.awaitOrder(sigs); !ok {
+		return nil, nil, code
+	}
 	var argv []string
 	t = time.Now()
 	if s.cfg.mode == modeLaunch {
@@ -236,9 +239,12 @@ func (s *supervisor) start() (app, coord <-chan syscall.WaitStatus, code int) {
 
 // boot is start for boot mode: the root without the DMTCP prefix and the
 // checkpoint volume, no coordinator, and the app run directly by the keeper.
-func (s *supervisor) boot() (app, coord <-chan syscall.WaitStatus, code int) {
+func (s *supervisor) boot(sigs <-chan os.Signal) (app, coord <-chan syscall.WaitStatus, code int) {
 	if !s.mountRoot() {
 		return nil, nil, exitSetup
+	}
+	if code, ok := s.awaitOrder(sigs); !ok {
+		return nil, nil, code
 	}
 	t := time.Now()
 	appPid, done, err := s.startKeeper(s.cfg.app)
@@ -250,6 +256,22 @@ func (s *supervisor) boot() (app, coord <-chan syscall.WaitStatus, code int) {
 		go s.probe("boot_ready", 0, t)
 	}
 	return done, nil, exitOK
+}
+
+// awaitOrder waits for the order with -wait, and reports whether to go on
+// and, if not, the exit status: 0 for a slot released before its order.
+func (s *supervisor) awaitOrder(sigs <-chan os.Signal) (int, bool) {
+	if s.cfg.wait == "" {
+		return exitOK, true
+	}
+	if _, err := s.waitOrder(sigs); errors.Is(err, errReleased) {
+		s.log.Info("released before an order")
+		return exitOK, false
+	} else if err != nil {
+		s.log.Error("wait for an order", "err", err)
+		return exitSetup, false
+	}
+	return exitOK, true
 }
 
 // mountRoot prepares the root and drops the mount rights, which the

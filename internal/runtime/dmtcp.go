@@ -21,6 +21,12 @@ const (
 	// directory, whose creation asks the container for a checkpoint (as
 	// SIGUSR1 does).
 	DMTCPCheckpointRequest = "checkpoint.request"
+	// DMTCPCtlPath is where a pre-started container's control directory
+	// is bound (DMTCPContainer.CtlPath).
+	DMTCPCtlPath = "/fog/ctl"
+	// DMTCPOrderFile is the file, in the control directory, whose
+	// appearance starts the app of a container created with Wait.
+	DMTCPOrderFile = "order"
 )
 
 // DMTCPCapabilities returns the capabilities the DMTCP container needs,
@@ -92,6 +98,15 @@ type DMTCPContainer struct {
 	// checkpoint request and the checkpoint, for apps that are still
 	// closing connections right after they served (0: none).
 	CheckpointDelay time.Duration
+	// CtlPath, if set, is a host directory bound at DMTCPCtlPath.
+	CtlPath string
+	// Wait makes the entrypoint prepare everything (the root, the
+	// coordinator) and then wait until DMTCPOrderFile appears in CtlPath
+	// before it starts the app: a pre-started slot. Needs CtlPath.
+	Wait bool
+	// CPUShares is the container's CPU weight at creation (0: the
+	// runtime's default).
+	CPUShares int64
 	// AfterCheckpoint is "exit" (default: the app is stopped by the
 	// checkpoint and the container exits 0) or "continue".
 	AfterCheckpoint string
@@ -150,6 +165,9 @@ func (c DMTCPContainer) flags(from int) []string {
 	if from > 0 {
 		f = append(f, "-from", strconv.Itoa(from))
 	}
+	if c.Wait {
+		f = append(f, "-wait", DMTCPCtlPath+"/"+DMTCPOrderFile)
+	}
 	return f
 }
 
@@ -180,6 +198,7 @@ func (c DMTCPContainer) spec(args []string, mode string) Spec {
 		SecurityOpt: []string{"no-new-privileges"},
 		NanoCPUs:    c.NanoCPUs,
 		MemoryBytes: c.MemoryBytes,
+		CPUShares:   c.CPUShares,
 		Labels:      labels,
 		StopSignal:  stopSignal,
 	}
@@ -189,6 +208,9 @@ func (c DMTCPContainer) binds() []Bind {
 	b := []Bind{{HostPath: c.EnvPath, ContainerPath: DMTCPRootPath}}
 	if c.CkptPath != "" {
 		b = append(b, Bind{HostPath: c.CkptPath, ContainerPath: DMTCPCkptPath})
+	}
+	if c.CtlPath != "" {
+		b = append(b, Bind{HostPath: c.CtlPath, ContainerPath: DMTCPCtlPath})
 	}
 	return b
 }

@@ -205,9 +205,10 @@ func dockerConfig(spec Spec, netMode string) (*container.Config, *container.Host
 		Init:         &noInit,
 		AutoRemove:   false,
 		Resources: container.Resources{
-			NanoCPUs: spec.NanoCPUs,
-			Memory:   spec.MemoryBytes,
-			Devices:  devices,
+			NanoCPUs:  spec.NanoCPUs,
+			Memory:    spec.MemoryBytes,
+			CPUShares: spec.CPUShares,
+			Devices:   devices,
 		},
 	}
 	return cfg, host

@@ -78,6 +78,7 @@ type fakeFlags struct {
 	httpPath            string
 	status              int
 	delay               time.Duration
+	wait                string
 }
 
 // parseFakeFlags parses the entrypoint's flags up to "--".
@@ -111,6 +112,8 @@ func parseFakeFlags(args []string) (fakeFlags, []string, error) {
 			f.status, err = strconv.Atoi(v)
 		case "-checkpoint-delay":
 			f.delay, err = time.ParseDuration(v)
+		case "-wait":
+			f.wait = v
 		case "-workdir", "-user", "-after-checkpoint":
 			// Accepted; the fake has no file system, users or continue.
 		default:
@@ -167,6 +170,28 @@ func fakeEntrypoint(ctx context.Context, p *FakeProcess) int {
 	default:
 		fmt.Fprintln(p.Stdout, "entrypoint: unknown mode", mode)
 		return 2
+	}
+	if fl.wait != "" {
+		// As the real entrypoint: everything is ready, the app starts when
+		// the order file appears in the bound control directory.
+		ctl, ok := p.HostPath(path.Dir(fl.wait))
+		if !ok {
+			fmt.Fprintf(p.Stdout, "entrypoint: -wait %s: its directory is not bound\n", fl.wait)
+			return 3
+		}
+		t0 := time.Now()
+		for {
+			if _, err := os.Stat(filepath.Join(ctl, path.Base(fl.wait))); err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return 0
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+		timing(Timing{Phase: "order", MS: float64(time.Since(t0).Microseconds()) / 1000})
+		start = time.Now()
 	}
 	appCtx, stopApp := context.WithCancel(context.WithValue(ctx, fakeMemoryKey{}, mem))
 	defer stopApp()

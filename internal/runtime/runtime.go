@@ -192,6 +192,10 @@ type Spec struct {
 	NanoCPUs int64
 	// MemoryBytes limits memory; 0 = no limit.
 	MemoryBytes int64
+	// CPUShares is the container's relative CPU weight at creation (1024
+	// is the default; 2 is the lowest, for work that waits, such as a
+	// warm pool's slot); 0 leaves the runtime's default.
+	CPUShares int64
 	// Labels are added to the fogdeploy labels (which win on conflict).
 	Labels map[string]string
 	// Network is NetworkBridge (the default when empty) or NetworkNone.
@@ -298,7 +302,7 @@ func (s Spec) Validate() error {
 	if s.Network == NetworkNone && len(s.Ports) > 0 {
 		bad("ports cannot be published with network %s", NetworkNone)
 	}
-	if s.NanoCPUs < 0 || s.MemoryBytes < 0 {
+	if s.NanoCPUs < 0 || s.MemoryBytes < 0 || s.CPUShares < 0 {
 		bad("negative CPU or memory limit")
 	}
 	for _, c := range append(append([]string{}, s.CapAdd...), s.CapDrop...) {

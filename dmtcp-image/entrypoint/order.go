@@ -1,0 +1,86 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// order is what the host writes into the -wait file to start a slot's app:
+// the instance it becomes. Every field is optional.
+type order struct {
+	Deployment string `json:"deployment,omitempty"`
+	Node       string `json:"node,omitempty"`
+}
+
+// errReleased: the slot was released (a termination signal) before any
+// order came.
+var errReleased = errors.New("released before an order")
+
+// waitOrder blocks until the file -wait names appears, and returns what it
+// holds. A pre-started slot (a warm pool's) has its root mounted and its
+// coordinator listening while it waits, so that only the app's own start
+// remains when a deployment binds it. A termination signal ends the wait
+// with errReleased; SIGCHLD is reaped meanwhile.
+func (s *supervisor) waitOrder(sigs <-chan os.Signal) (order, error) {
+	t := time.Now()
+	dir, name := filepath.Split(s.cfg.wait)
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if err != nil {
+		return order{}, fmt.Errorf("inotify: %w", err)
+	}
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE); err != nil {
+		_ = unix.Close(fd)
+		return order{}, fmt.Errorf("watch %s: %w", dir, err)
+	}
+	events := make(chan struct{}, 1)
+	go func() {
+		defer unix.Close(fd)
+		buf := make([]byte, 4096)
+		for {
+			n, err := unix.Read(fd, buf)
+			if err != nil && !errors.Is(err, unix.EINTR) {
+				return
+			}
+			if n > 0 {
+				select {
+				case events <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	s.log.Info("waiting for an order", "file", s.cfg.wait)
+	for {
+		// Checked after the watch is in place, so that no order is missed.
+		if b, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
+			var o order
+			if len(b) > 0 {
+				if err := json.Unmarshal(b, &o); err != nil {
+					return order{}, fmt.Errorf("order %s: %w", s.cfg.wait, err)
+				}
+			}
+			s.tm.record("order", 0, t, 0, nil)
+			s.log.Info("order received", "deployment", o.Deployment, "node", o.Node)
+			return o, nil
+		}
+		select {
+		case <-events:
+		case sig := <-sigs:
+			if sig == syscall.SIGCHLD {
+				s.reaper.reap()
+				continue
+			}
+			if sig == syscall.SIGUSR1 {
+				continue
+			}
+			return order{}, errReleased
+		}
+	}
+}
