@@ -47,8 +47,12 @@ func NewCmdNode(f *Factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			pools, err := st.Pools(cmd.Context(), "")
+			if err != nil {
+				return err
+			}
 			return printOut(f, nodes, func(w io.Writer) {
-				fmt.Fprintln(w, "NAME\tSTATUS\tINSTANCES\tCAPACITY\tMAPPER\tENGINES\tAPI")
+				fmt.Fprintln(w, "NAME\tSTATUS\tINSTANCES\tPOOL\tCAPACITY\tMAPPER\tENGINES\tAPI")
 				for _, n := range nodes {
 					count := 0
 					for _, d := range deps {
@@ -64,10 +68,21 @@ func NewCmdNode(f *Factory) *cobra.Command {
 					if engines == "" {
 						engines = "none (boots only)"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", n.Name, status, count, n.Capacity, n.Mapper, engines, n.API)
+					idle := 0
+					for _, p := range pools {
+						if p.Node == n.Name {
+							idle += p.Idle + p.Provisioning
+						}
+					}
+					fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", n.Name, status, count, idle, n.Capacity, n.Mapper, engines, n.API)
 				}
 				// What a node cannot run, and why: a missing DMTCP image,
 				// engine or boot image.
+				for _, n := range nodes {
+					if n.Priority != "" {
+						fmt.Fprintf(w, "# %s: warm-pool refill priority: %s\n", n.Name, n.Priority)
+					}
+				}
 				for _, n := range nodes {
 					for _, what := range slices.Sorted(maps.Keys(n.Problems)) {
 						fmt.Fprintf(w, "! %s: no %s: %s\n", n.Name, what, n.Problems[what])
@@ -88,6 +103,8 @@ type AppCreateOptions struct {
 	Ports   []int
 	Ready   string
 	Timeout time.Duration
+	// Pool, when >= 0, sets the spec's pool.
+	Pool int
 }
 
 // NewCmdApp groups the app commands.
@@ -111,6 +128,7 @@ func NewCmdApp(f *Factory) *cobra.Command {
 	fl.StringVar(&o.App.Engine, "engine", "", "checkpoint engine: dmtcp (default) or criu")
 	fl.Float64Var(&o.App.Resources.CPUs, "cpus", 0, "CPU limit per instance")
 	fl.StringVar(&o.App.Resources.Memory, "memory", "", "memory limit per instance, e.g. 512M")
+	fl.IntVar(&o.Pool, "pool", -1, "idle slots of the app each node keeps ready (a warm pool; default: the node's agent.pool_size); overrides the spec's pool")
 	fl.StringVar(&o.App.Mode, "mode", "", "mode of its deployments that ask for none: auto (default: boot or restore, whichever has been faster on the node), restore or boot")
 	_ = create.RegisterFlagCompletionFunc("engine", fixedCompletion("dmtcp", "criu"))
 	_ = create.RegisterFlagCompletionFunc("mode", fixedCompletion(deploy.ModeAuto, deploy.ModeRestore, deploy.ModeBoot))
@@ -163,7 +181,7 @@ func NewCmdApp(f *Factory) *cobra.Command {
 			fmt.Fprintf(f.ErrOut, "Removed app %s\n", args[0])
 			return nil
 		})}
-	cmd.AddCommand(create, ls, inspect, newCmdAppCosts(f), rm)
+	cmd.AddCommand(create, ls, inspect, newCmdAppCosts(f), newCmdAppPool(f), rm)
 	return cmd
 }
 
@@ -187,12 +205,21 @@ func appCreateRun(ctx context.Context, o *AppCreateOptions, args []string) error
 			return fmt.Errorf("%s: %w: %w", o.File, layering.ErrInvalid, err)
 		}
 		app = a
+		if o.Pool >= 0 {
+			app.Pool = &o.Pool
+			if err := app.Validate(); err != nil {
+				return fmt.Errorf("%w: %w", layering.ErrInvalid, err)
+			}
+		}
 	} else {
 		if len(args) < 2 {
 			return usageError{fmt.Errorf("give -f FILE, or NAME -- COMMAND")}
 		}
 		app = o.App
 		app.Name, app.Command = args[0], args[1:]
+		if o.Pool >= 0 {
+			app.Pool = &o.Pool
+		}
 		for _, p := range o.Ports {
 			app.Ports = append(app.Ports, deploy.Port{Port: p})
 		}

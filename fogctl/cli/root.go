@@ -172,7 +172,7 @@ logs, which asks the agent of the deployment's node).
 	root.AddCommand(envCmd)
 	root.AddGroup(&cobra.Group{ID: "pop", Title: "Point of presence:"})
 	for _, c := range []*cobra.Command{NewCmdNode(f), NewCmdApp(f), NewCmdDeploy(f), NewCmdPs(f), NewCmdUndeploy(f),
-		NewCmdLogs(f), NewCmdCheckpoint(f), NewCmdGC(f)} {
+		NewCmdLogs(f), NewCmdCheckpoint(f), NewCmdPool(f), NewCmdGC(f)} {
 		c.GroupID = "pop"
 		root.AddCommand(c)
 	}

@@ -43,8 +43,12 @@ type Etcd struct {
 
 // Agent tunes pop-agent.
 type Agent struct {
-	// Capacity is how many instances this node takes.
+	// Capacity is how many instances this node takes; the warm pool's
+	// idle slots count against it.
 	Capacity int `yaml:"capacity"`
+	// PoolSize is how many idle slots per app this node keeps ready by
+	// default (an app's `pool:` wins); 0, the default, keeps none.
+	PoolSize int `yaml:"pool_size"`
 	// LeaseTTL is the node lease in seconds: a killed agent's node turns
 	// NotReady after it.
 	LeaseTTL int `yaml:"lease_ttl"`
@@ -239,6 +243,9 @@ func (c Config) Validate() error {
 	}
 	if c.Agent.Capacity < 1 || c.Agent.Capacity > 1000 {
 		add("agent.capacity %d: give the number of instances this node takes (1-1000)", c.Agent.Capacity)
+	}
+	if c.Agent.PoolSize < 0 || c.Agent.PoolSize > c.Agent.Capacity {
+		add("agent.pool_size %d: give the idle slots per app this node keeps ready, 0 to agent.capacity (%d)", c.Agent.PoolSize, c.Agent.Capacity)
 	}
 	if c.Agent.ReconcileInterval < time.Second || c.Agent.ReconcileInterval > time.Hour {
 		add("agent.reconcile_interval %s: give a duration between 1s and 1h, e.g. 10s", c.Agent.ReconcileInterval)

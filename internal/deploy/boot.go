@@ -1,17 +1,18 @@
 // Boot: an instance started normally, with no checkpoint engine, from a writable clone of its
-// environment.
+// environment: provision, start (boot), ready, bind.
 
 package deploy
 
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
-// Boot runs an instance of app with no checkpoint engine: a writable clone
-// of its environment, mapped and mounted, and the app booted in the boot
-// image's container. reason is recorded in Deployment.BootReason. On error
-// nothing of it is left.
+// Boot runs an instance of app with no checkpoint engine: a slot with a
+// writable clone of its environment, mapped and mounted, and the app
+// booted in the boot image's container. reason is recorded in
+// Deployment.BootReason. On error nothing of it is left.
 func (d *Deployer) Boot(ctx context.Context, app App, opts Options, reason string) (_ Deployment, err error) {
 	app = app.WithDefaults()
 	if err := app.Validate(); err != nil {
@@ -33,29 +34,20 @@ func (d *Deployer) Boot(ctx context.Context, app App, opts Options, reason strin
 	if err := d.CheckBoot(ctx); err != nil {
 		return Deployment{}, err
 	}
-	dr := d.deps.Container
-	o, err := d.begin(opts.ID, app.Name, 0, PhaseBooting, opts.Progress)
+	rec := &Deployment{ID: opts.ID, App: app.Name, Node: d.cfg.Node, Phase: PhaseBooting, Mode: ModeBoot, BootReason: reason,
+		Created: time.Now().UTC()}
+	if err := d.create(rec); err != nil {
+		return Deployment{}, err
+	}
+	defer d.undoOnError(ctx, rec, &err)
+	o := d.newOp(&rec.Timings, opts.Progress)
+	s, err := d.provisionFor(ctx, o, rec, app, RunBoot, 0, nil, slotSource{app: app, env: env.Ref, config: env.Config})
 	if err != nil {
 		return Deployment{}, err
 	}
-	o.rec.Mode, o.rec.BootReason = ModeBoot, reason
-	defer o.undoOnError(ctx, &err)
-	id := opts.ID
-	if err := o.own([]string{InstancePrefix + id + "-env"}, []string{id + "-env"}); err != nil {
-		return Deployment{}, err
-	}
-	envPath, _, err := o.cloneMapMount(ctx, env.Ref, nil, 0)
+	dr, _, err := d.startReady(ctx, o, s, rec.ID, app, false)
 	if err != nil {
 		return Deployment{}, err
 	}
-	h, err := d.start(ctx, o, dr, Run{Mode: RunBoot, ID: id, App: app, EnvPath: envPath,
-		ImageEnv: env.Config.Env, WorkDir: env.Config.WorkDir})
-	if err != nil {
-		return Deployment{}, err
-	}
-	if err := d.waitReady(ctx, dr, h, app, false); err != nil {
-		return Deployment{}, err
-	}
-	o.phase("ready")
-	return d.running(ctx, o, dr, h, app, "boot_ready")
+	return d.bind(ctx, o, s, rec, dr, app, "boot_ready")
 }

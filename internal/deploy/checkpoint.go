@@ -6,7 +6,9 @@ package deploy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -39,42 +41,34 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 	if err != nil {
 		return Generation{}, err
 	}
-	id := fmt.Sprintf("boot-%s-%d", app.Name, n)
-	if len(id) > 60 {
-		id = fmt.Sprintf("boot-%s-%d", NewID(app.Name)[:20], n)
-	}
-	o, err := d.begin(id, app.Name, n, PhaseBooting, opts.Progress)
-	if err != nil {
-		return Generation{}, err
-	}
-	defer o.undoOnError(ctx, &err)
 	envImg, ckptImg := GenImage(app.Name, n, "env"), GenImage(app.Name, n, "ckpt")
-	if err := o.own([]string{envImg, ckptImg}, []string{id + "-env", id + "-ckpt"}); err != nil {
-		return Generation{}, err
-	}
-	d.log.Info("booting app for its checkpoint", "app", app.Name, "gen", n, "env", env.Ref.String(), "driver", dr.Name())
-	envPath, ckptPath, err := o.cloneMapMount(ctx, env.Ref, nil, app.checkpointBytes())
+	// The slot's images are the generation's: they are sealed in place.
+	s, err := d.newSlot(app.Name, n, RunLaunch, false, "", []string{envImg, ckptImg})
 	if err != nil {
 		return Generation{}, err
 	}
-	h, err := d.start(ctx, o, dr, Run{Mode: RunLaunch, ID: id, App: app, EnvPath: envPath, CkptPath: ckptPath, Gen: n,
-		ImageEnv: env.Config.Env, WorkDir: env.Config.WorkDir})
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, d.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
+		}
+	}()
+	o := d.newOp(&s.Timings, opts.Progress)
+	d.log.Info("booting app for its checkpoint", "app", app.Name, "gen", n, "env", env.Ref.String(), "driver", dr.Name(), "slot", s.ID)
+	if err := d.provision(ctx, o, s, slotSource{app: app, engine: app.Engine, env: env.Ref, ckptSize: app.checkpointBytes(),
+		config: env.Config}); err != nil {
+		return Generation{}, err
+	}
+	dr, h, err := d.startReady(ctx, o, s, "", app, false)
 	if err != nil {
 		return Generation{}, err
 	}
-	if err := d.waitReady(ctx, dr, h, app, false); err != nil {
-		return Generation{}, err
-	}
-	o.phase("ready")
-	bootReady := o.rec.Timings[len(o.rec.Timings)-1].Duration
+	bootReady := s.Timings[len(s.Timings)-1].Duration
 	if opts.Prepare != nil {
-		if err := opts.Prepare(ctx, Target{Ports: h.Ports, Root: envPath}); err != nil {
+		if err := opts.Prepare(ctx, Target{Ports: h.Ports, Root: h.EnvPath}); err != nil {
 			return Generation{}, fmt.Errorf("prepare app %s for its checkpoint: %w", app.Name, err)
 		}
 		o.phase("prepare")
 	}
-	o.rec.Phase = PhaseCheckpoint
-	_ = d.save(o.rec)
 	ck, err := dr.Checkpoint(ctx, h)
 	if err != nil {
 		return Generation{}, err
@@ -89,7 +83,7 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 	if err := dr.Remove(ctx, h); err != nil {
 		return Generation{}, err
 	}
-	if err := d.release(ctx, o.rec); err != nil {
+	if err := d.releaseMappings(ctx, s.Mappings); err != nil {
 		return Generation{}, err
 	}
 	g := Generation{App: app.Name, Gen: n, Env: app.Env, EnvFrom: env.Ref,
@@ -103,7 +97,7 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 		}
 	}
 	o.phase("seal")
-	g.Created, g.Timings = time.Now().UTC(), o.rec.Timings
+	g.Created, g.Timings = time.Now().UTC(), s.Timings
 	raw, err := json.Marshal(g)
 	if err != nil {
 		return Generation{}, err
@@ -114,11 +108,12 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 		return Generation{}, err
 	}
 	// The images now belong to the generation.
-	o.rec.Images, o.rec.Mappings = nil, nil
-	if err := d.save(o.rec); err != nil {
+	s.Images, s.Mappings, s.Handle = nil, nil, nil
+	if err := d.slots.save(s.ID, s); err != nil {
 		return Generation{}, err
 	}
-	if err := d.remove(o.rec.ID); err != nil {
+	_ = os.RemoveAll(s.Dir)
+	if err := d.slots.remove(s.ID); err != nil {
 		return Generation{}, err
 	}
 	d.log.Info("checkpoint generation sealed", "app", app.Name, "gen", n, "bytes", ck.Bytes, "timings", g.Timings.String())

@@ -2,14 +2,18 @@ package deploy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/cgroup"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
@@ -49,6 +53,9 @@ type Container struct {
 	BootImage string
 	// StopTimeout is how long Remove lets the app stop after SIGTERM.
 	StopTimeout time.Duration
+	// Priority raises a background slot's container to normal priority
+	// when Start binds it (nil: it keeps the weight it was created with).
+	Priority cgroup.Priority
 
 	mu    sync.Mutex
 	found dmtcpImage // what Check found last
@@ -189,11 +196,17 @@ func escape(s string) string {
 	return strings.NewReplacer(`\`, `\\`, "\r", `\r`, "\n", `\n`, "\t", `\t`).Replace(s)
 }
 
-// Create implements Driver: the container, created and not started, with
-// the environment and checkpoint clones bound and its ports to publish.
+// Create implements Driver: the container, started, with the environment
+// and checkpoint clones bound, its ports published, its root prepared and
+// (for DMTCP) its coordinator listening, and its entrypoint waiting for the
+// order that Start writes into Run.CtlPath. Everything but the app's own
+// start is done here, ahead of the request that Start serves.
 func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 	if err := r.validate(); err != nil {
 		return Handle{}, err
+	}
+	if r.CtlPath == "" {
+		return Handle{}, fmt.Errorf("run of app %q: no control directory (Run.CtlPath): %w", r.App.Name, ErrInvalidSpec)
 	}
 	var dc runtime.DMTCPContainer
 	if r.Mode == RunBoot {
@@ -208,6 +221,10 @@ func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 		}
 		dc = c.spec(r, img.ref)
 	}
+	dc.CtlPath, dc.Wait = r.CtlPath, true
+	if r.Background {
+		dc.CPUShares = backgroundShares
+	}
 	var spec runtime.Spec
 	switch r.Mode {
 	case RunLaunch:
@@ -218,20 +235,50 @@ func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 	case RunBoot:
 		spec = dc.Boot(r.App.Command)
 	}
-	h := Handle{Driver: c.Name(), EnvPath: r.EnvPath, CkptPath: r.CkptPath, Gen: r.Gen}
+	h := Handle{Driver: c.Name(), EnvPath: r.EnvPath, CkptPath: r.CkptPath, CtlPath: r.CtlPath, Gen: r.Gen, Background: r.Background}
 	if r.Mode == RunRestart {
 		h.Gen = r.Gen + 1
 	}
 	id, err := c.RT.Create(ctx, spec)
 	if errors.Is(err, runtime.ErrConflict) {
-		return c.existing(ctx, h, spec, err)
-	}
-	if err != nil {
+		h, err = c.existing(ctx, h, spec, err)
+		if err != nil {
+			return Handle{}, err
+		}
+		id = h.Ref
+	} else if err != nil {
 		return Handle{}, err
 	}
 	h.Ref = id
+	// From here on, an error leaves the container to the caller's Remove
+	// (it has the handle's Ref only if it recorded it): remove it here.
+	defer func() {
+		if err != nil {
+			_ = c.Remove(context.WithoutCancel(ctx), h)
+		}
+	}()
+	st, err := c.RT.Inspect(ctx, id)
+	if err != nil {
+		return Handle{}, err
+	}
+	if st.Status == statusCreated {
+		if err := c.RT.Start(ctx, id); err != nil {
+			return Handle{}, err
+		}
+		if st, err = c.RT.Inspect(ctx, id); err != nil {
+			return Handle{}, err
+		}
+	}
+	if h.Ports, err = c.ports(st); err != nil {
+		return Handle{}, err
+	}
 	return h, nil
 }
+
+// backgroundShares is the CPU weight (cpu.shares) of a waiting slot's
+// container: the lowest, so that the pool's refill never competes with the
+// serving instances.
+const backgroundShares = 2
 
 // existing returns the handle of the container that took spec's name, if
 // it is the one spec describes (the same deployment, image and labels)
@@ -257,9 +304,33 @@ func (c *Container) existing(ctx context.Context, h Handle, spec runtime.Spec, c
 // statusCreated is the status of a container that has never run.
 const statusCreated = "created"
 
-// Start implements Driver: it starts the created container and reads the
-// host ports its ports are published on.
+// ports reads the host addresses of a running container's published ports.
+func (c *Container) ports(st runtime.State) (map[string]string, error) {
+	ports := map[string]string{}
+	for _, p := range st.Ports {
+		key := PortKey(int(p.ContainerPort), p.Proto)
+		if _, done := ports[key]; done {
+			continue
+		}
+		hp := st.HostPort(p.ContainerPort, p.Proto)
+		if hp == 0 && st.Running {
+			return nil, fmt.Errorf("container %s publishes no host port for %s", shortRef(st.ID), key)
+		}
+		// An app that exited at once has no host port; waiting for it to
+		// be ready then says that it exited, with its output.
+		ports[key] = net.JoinHostPort(runtime.DefaultHostIP, strconv.Itoa(int(hp)))
+	}
+	return ports, nil
+}
+
+// Start implements Driver: it orders the waiting entrypoint to start the
+// app (a file in the control directory, naming h.Deployment) and, for a
+// background slot, raises its CPU priority to normal first. It costs a
+// file write and one inspect: everything else was done by Create.
 func (c *Container) Start(ctx context.Context, h Handle) (Handle, error) {
+	if h.CtlPath == "" {
+		return Handle{}, fmt.Errorf("container %s has no control directory: %w", shortRef(h.Ref), ErrInvalidSpec)
+	}
 	st, err := c.RT.Inspect(ctx, h.Ref)
 	if errors.Is(err, runtime.ErrNotFound) {
 		return Handle{}, fmt.Errorf("container %s: %w (%w)", shortRef(h.Ref), ErrNotFound, err)
@@ -267,35 +338,48 @@ func (c *Container) Start(ctx context.Context, h Handle) (Handle, error) {
 	if err != nil {
 		return Handle{}, err
 	}
-	switch {
-	case st.Running:
-		// Started already.
-	case st.Status == statusCreated:
-		if err := c.RT.Start(ctx, h.Ref); err != nil {
-			return Handle{}, err
-		}
-		if st, err = c.RT.Inspect(ctx, h.Ref); err != nil {
-			return Handle{}, err
-		}
-	default:
-		return Handle{}, hint.With(fmt.Errorf("container %s has already run (%s, exit code %d); an instance starts once", shortRef(h.Ref), st.Status, st.ExitCode),
+	if st.Running && ordered(h) {
+		return h, nil // started already
+	}
+	if !st.Running {
+		return Handle{}, hint.With(fmt.Errorf("container %s is not waiting for an order (%s, exit code %d); an instance starts once", shortRef(h.Ref), st.Status, st.ExitCode),
 			"remove it and create a new instance")
 	}
-	h.Ports = map[string]string{}
-	for _, p := range st.Ports {
-		key := PortKey(int(p.ContainerPort), p.Proto)
-		if _, done := h.Ports[key]; done {
-			continue
+	if h.Background && c.Priority != nil {
+		if _, err := c.Priority.Set(st.Pid, cgroup.Normal); err != nil {
+			return Handle{}, fmt.Errorf("raise the priority of container %s: %w", shortRef(h.Ref), err)
 		}
-		hp := st.HostPort(p.ContainerPort, p.Proto)
-		if hp == 0 && st.Running {
-			return Handle{}, fmt.Errorf("container %s publishes no host port for %s", shortRef(h.Ref), key)
-		}
-		// An app that exited at once has no host port; waiting for it to
-		// be ready then says that it exited, with its output.
-		h.Ports[key] = net.JoinHostPort(runtime.DefaultHostIP, strconv.Itoa(int(hp)))
+		h.Background = false
+	}
+	if err := writeOrder(h); err != nil {
+		return Handle{}, err
 	}
 	return h, nil
+}
+
+// ordered reports whether Start has ordered the instance to run.
+func ordered(h Handle) bool {
+	_, err := os.Stat(filepath.Join(h.CtlPath, runtime.DMTCPOrderFile))
+	return err == nil
+}
+
+// writeOrder writes the order file whole (a rename), so that the
+// entrypoint never reads half of it.
+func writeOrder(h Handle) error {
+	b, err := json.Marshal(struct {
+		Deployment string `json:"deployment,omitempty"`
+	}{h.Deployment})
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(h.CtlPath, "."+runtime.DMTCPOrderFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("order the instance to start: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(h.CtlPath, runtime.DMTCPOrderFile)); err != nil {
+		return fmt.Errorf("order the instance to start: %w", err)
+	}
+	return nil
 }
 
 // Checkpoint implements Driver: SIGUSR1 to the entrypoint, which writes
@@ -318,13 +402,14 @@ func (c *Container) Checkpoint(ctx context.Context, h Handle) (Checkpointed, err
 		"the container", lastLines(logs, 20))
 }
 
-// Running implements Driver.
+// Running implements Driver: the container runs and was ordered to start
+// its app (a created instance's container runs too, waiting).
 func (c *Container) Running(ctx context.Context, h Handle) (bool, error) {
 	st, err := c.RT.Inspect(ctx, h.Ref)
 	if errors.Is(err, runtime.ErrNotFound) {
 		return false, nil
 	}
-	return st.Running, err
+	return st.Running && (h.CtlPath == "" || ordered(h)), err
 }
 
 // Logs implements Driver.
@@ -337,8 +422,11 @@ func (c *Container) Logs(ctx context.Context, h Handle, n int) ([]string, error)
 }
 
 // NetPid implements Driver: the entrypoint's PID, which shares the app's
-// network namespace.
+// network namespace; 0 before Start ordered the app to run.
 func (c *Container) NetPid(ctx context.Context, h Handle) (int, error) {
+	if h.CtlPath != "" && !ordered(h) {
+		return 0, nil
+	}
 	st, err := c.RT.Inspect(ctx, h.Ref)
 	if err != nil {
 		return 0, err

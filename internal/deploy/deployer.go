@@ -32,8 +32,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/engine"
@@ -92,6 +92,11 @@ type Deployer struct {
 	deps Deps
 	log  *slog.Logger
 
+	// deployments and slots are the record store (journal.go).
+	deployments journal[Deployment]
+	slots       journal[Slot]
+	// slotMu serializes claims of idle slots.
+	slotMu sync.Mutex
 	// appLock: one producer of an app's first checkpoint on this node.
 	appLock keyedmutex.Map[string]
 	// platform is this node's, recorded in the generations it seals.
@@ -115,12 +120,13 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	if deps.Log == nil {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
-	for _, dir := range []string{"deployments", "instances"} {
-		if err := os.MkdirAll(filepath.Join(cfg.StateDir, dir), 0o700); err != nil {
-			return nil, fmt.Errorf("deploy state dir: %w", err)
-		}
+	if err := mkdirs(cfg.StateDir); err != nil {
+		return nil, err
 	}
-	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: HostPlatform()}, nil
+	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: HostPlatform(),
+		deployments: journal[Deployment]{dir: filepath.Join(cfg.StateDir, "deployments"), what: "deployment", notFound: ErrNotFound},
+		slots:       journal[Slot]{dir: filepath.Join(cfg.StateDir, "slots"), what: "slot", notFound: ErrNoSlot},
+	}, nil
 }
 
 func (d *Deployer) driver(eng string) (Driver, error) {
@@ -135,6 +141,18 @@ func (d *Deployer) driver(eng string) (Driver, error) {
 		return nil, fmt.Errorf("%w: no driver configured for the %s engine", ErrDriver, eng)
 	}
 	return dr, nil
+}
+
+// driverByRun is the driver of an instance in mode of an app with engine
+// eng: the Container driver boots apps without an engine.
+func (d *Deployer) driverByRun(mode RunMode, eng string) (Driver, error) {
+	if mode != RunBoot {
+		return d.driver(eng)
+	}
+	if d.deps.Container == nil {
+		return nil, fmt.Errorf("%w: booting without an engine needs the container driver", ErrDriver)
+	}
+	return d.deps.Container, nil
 }
 
 // Host returns the host driver (nil if none).

@@ -139,6 +139,13 @@ type Run struct {
 	// WORKDIR steps); the app's own settings win.
 	ImageEnv []string
 	WorkDir  string
+	// CtlPath is a host directory of the instance's own, through which
+	// Start orders a created instance to run (the Container driver's
+	// entrypoint waits for an order file there).
+	CtlPath string
+	// Background creates the instance at the lowest CPU priority, for a
+	// warm pool's slot that waits; Start raises it to normal.
+	Background bool
 }
 
 // validate refuses, wrapping ErrInvalidSpec, a run that no driver can
@@ -182,6 +189,13 @@ type Handle struct {
 	// EnvPath and CkptPath are where Create found the clones.
 	EnvPath  string `json:"env_path,omitempty"`
 	CkptPath string `json:"ckpt_path,omitempty"`
+	// CtlPath is Run.CtlPath, and Background Run.Background.
+	CtlPath    string `json:"ctl_path,omitempty"`
+	Background bool   `json:"background,omitempty"`
+	// Deployment is the deployment that Start runs the instance as (its
+	// identity inside the instance); the deployer sets it when a
+	// deployment binds the instance's slot.
+	Deployment string `json:"deployment,omitempty"`
 }
 
 // Checkpointed reports a finished checkpoint.

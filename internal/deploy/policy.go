@@ -179,8 +179,7 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 	if len(boot) == 0 {
 		// Automatic cold-boot fallback: a generation this node cannot
 		// restore (another engine version, missing CPU features).
-		_, version, _ := d.CheckEngine(ctx, gen.Engine)
-		if why := gen.restorableOn(d.platform, version); why != nil {
+		if why := d.Restorable(ctx, gen); why != nil {
 			d.log.Warn("booting: this node cannot restore the app's generation", "app", app.Name, "gen", gen.Gen, "reason", why)
 			return d.Boot(ctx, app, opts, strings.TrimPrefix(why.Error(), ErrIncompatible.Error()+": "))
 		}
@@ -195,6 +194,14 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 		_ = d.save(&dep)
 	}
 	return dep, err
+}
+
+// Restorable reports, wrapping ErrIncompatible, why this node cannot
+// restore generation g (another engine version, missing CPU features), or
+// nil.
+func (d *Deployer) Restorable(ctx context.Context, g Generation) error {
+	_, version, _ := d.CheckEngine(ctx, g.Engine)
+	return g.restorableOn(d.platform, version)
 }
 
 // produceOnce returns the app's newest generation, producing it under the

@@ -8,11 +8,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -49,13 +46,14 @@ type Deployment struct {
 	Reason     string `json:"reason,omitempty"`
 	// Booted is set when this deploy had to produce the generation first.
 	Booted bool `json:"booted,omitempty"`
-	// Images are the RBD images this deployment owns.
-	Images []string `json:"images,omitempty"`
-	// Mappings are the mapper IDs of its mapped images.
-	Mappings []string `json:"mappings,omitempty"`
-	// Dir holds its mount points.
-	Dir    string  `json:"dir,omitempty"`
-	Handle *Handle `json:"handle,omitempty"`
+	// Slot is the slot the deployment binds (its resources are named
+	// after it); Pool says whether it came from the warm pool (PoolHit)
+	// or was provisioned for this deploy (PoolMiss).
+	Slot string     `json:"slot,omitempty"`
+	Pool PoolResult `json:"pool,omitempty"`
+	// Owned is what the deployment owns once it has bound its slot;
+	// until then, the slot's record owns them.
+	Owned
 	// Ports maps "6379/tcp" to the address where the instance answers.
 	Ports map[string]string `json:"ports,omitempty"`
 	// Timings are this deploy's phases in order; EngineReadyMS is the
@@ -141,9 +139,13 @@ func (d *Deployer) Adopt(ctx context.Context) (kept, removed []string, err error
 	return kept, removed, errors.Join(errs...)
 }
 
-// Mappings returns the mapping IDs that deployment records own.
+// Mappings returns the mapping IDs that deployment and slot records own.
 func (d *Deployer) Mappings() (map[string]bool, error) {
 	recs, err := d.List()
+	if err != nil {
+		return nil, err
+	}
+	slots, err := d.Slots()
 	if err != nil {
 		return nil, err
 	}
@@ -153,44 +155,25 @@ func (d *Deployer) Mappings() (map[string]bool, error) {
 			out[m] = true
 		}
 	}
+	for _, s := range slots {
+		for _, m := range s.Mappings {
+			out[m] = true
+		}
+	}
 	return out, nil
 }
 
 // List returns this node's deployment records, by ID.
 func (d *Deployer) List() ([]Deployment, error) {
-	ents, err := os.ReadDir(filepath.Join(d.cfg.StateDir, "deployments"))
-	if err != nil {
-		return nil, err
-	}
-	var out []Deployment
-	for _, e := range ents {
-		id, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok {
-			continue
-		}
-		if rec, err := d.Load(id); err == nil {
-			out = append(out, rec)
-		}
-	}
-	return out, nil
+	return d.deployments.list()
 }
 
 // Load reads a deployment record.
 func (d *Deployer) Load(id string) (Deployment, error) {
-	if err := ValidateID(id); err != nil && !strings.HasPrefix(id, "boot-") {
+	if err := ValidateID(id); err != nil {
 		return Deployment{}, err
 	}
-	b, err := os.ReadFile(d.recordPath(id))
-	if errors.Is(err, os.ErrNotExist) {
-		return Deployment{}, fmt.Errorf("deployment %s: %w", id, ErrNotFound)
-	} else if err != nil {
-		return Deployment{}, err
-	}
-	var rec Deployment
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return Deployment{}, fmt.Errorf("deployment record %s: %w", id, err)
-	}
-	return rec, nil
+	return d.deployments.load(id)
 }
 
 // Recover undoes every deployment record left in a state other than
@@ -215,53 +198,8 @@ func (d *Deployer) Recover(ctx context.Context) ([]string, error) {
 	return done, errors.Join(errs...)
 }
 
-func (d *Deployer) recordPath(id string) string {
-	return filepath.Join(d.cfg.StateDir, "deployments", id+".json")
-}
+func (d *Deployer) create(rec *Deployment) error { return d.deployments.create(rec.ID, rec) }
 
-func (d *Deployer) create(rec *Deployment) error {
-	b, err := json.MarshalIndent(rec, "", "  ")
-	if err != nil {
-		return err
-	}
-	f, err := os.OpenFile(d.recordPath(rec.ID), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("deployment %s: %w", rec.ID, ErrExists)
-	} else if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
-		// A record cut short (a full disk) is unreadable, and would
-		// stay behind with its ID taken.
-		_ = os.Remove(d.recordPath(rec.ID))
-	}
-	return err
-}
+func (d *Deployer) save(rec *Deployment) error { return d.deployments.save(rec.ID, rec) }
 
-// save replaces a record atomically.
-func (d *Deployer) save(rec *Deployment) error {
-	b, err := json.MarshalIndent(rec, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := d.recordPath(rec.ID) + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, d.recordPath(rec.ID))
-}
-
-func (d *Deployer) remove(id string) error {
-	err := os.Remove(d.recordPath(id))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	return err
-}
+func (d *Deployer) remove(id string) error { return d.deployments.remove(id) }

@@ -1,14 +1,22 @@
-// Restore: an instance restored from clones of a generation's sealed snapshots.
+// Restore: an instance restored from a generation's sealed snapshots, in a warm pool's slot when
+// one is idle (start, ready, bind), else in a slot provisioned for it (provision first).
 
 package deploy
 
 import (
 	"context"
+	"errors"
+	"time"
+
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
-// Restore runs a new instance from generation g: clone both snapshots, map
-// and mount the clones, restart the app from its checkpoint and wait until
-// it is ready. On error nothing of it is left.
+// Restore runs a new instance from generation g: it takes an idle pool
+// slot of g if there is one (a pool hit: only start, ready and bind are
+// left), else provisions a slot of its own (clones of both snapshots,
+// mapped and mounted, the instance created), then restarts the app from
+// its checkpoint and waits until it is ready. On error nothing of it is
+// left.
 func (d *Deployer) Restore(ctx context.Context, g Generation, opts Options) (_ Deployment, err error) {
 	app := g.Spec.WithDefaults()
 	if opts.ID == "" {
@@ -20,37 +28,73 @@ func (d *Deployer) Restore(ctx context.Context, g Generation, opts Options) (_ D
 	if _, err := d.deps.Envs.CheckDepth(ctx, g.EnvSnap, app.Env); err != nil {
 		return Deployment{}, err
 	}
-	dr, err := d.driver(g.Engine)
-	if err != nil {
+	if _, err := d.driver(g.Engine); err != nil {
 		return Deployment{}, err
 	}
-	o, err := d.begin(opts.ID, app.Name, g.Gen, PhaseRestoring, opts.Progress)
-	if err != nil {
-		return Deployment{}, err
-	}
-	o.rec.Mode = ModeRestore
-	defer o.undoOnError(ctx, &err)
 	id := opts.ID
-	if err := o.own([]string{InstancePrefix + id + "-env", InstancePrefix + id + "-ckpt"}, []string{id + "-env", id + "-ckpt"}); err != nil {
+	rec := &Deployment{ID: id, App: app.Name, Node: d.cfg.Node, Phase: PhaseRestoring, Gen: g.Gen, Mode: ModeRestore,
+		Created: time.Now().UTC()}
+	o := d.newOp(&rec.Timings, opts.Progress)
+	s, err := d.claim(app.Name, g.Gen, id)
+	switch {
+	case err == nil:
+		rec.Slot, rec.Pool = s.ID, PoolHit
+	case errors.Is(err, ErrNoSlot):
+		rec.Pool = PoolMiss
+	default:
 		return Deployment{}, err
 	}
-	envPath, ckptPath, err := o.cloneMapMount(ctx, g.EnvSnap, &g.CkptSnap, 0)
+	if err := d.create(rec); err != nil {
+		if s != nil {
+			d.unclaim(s)
+		}
+		return Deployment{}, err
+	}
+	defer d.undoOnError(ctx, rec, &err)
+	if s == nil {
+		if s, err = d.provisionFor(ctx, o, rec, app, RunRestart, g.Gen, nil, slotSource{app: app, engine: g.Engine,
+			env: g.EnvSnap, ckpt: &g.CkptSnap, config: d.genConfig(ctx, g)}); err != nil {
+			return Deployment{}, err
+		}
+	}
+	dr, _, err := d.startReady(ctx, o, s, id, app, true)
 	if err != nil {
 		return Deployment{}, err
 	}
-	cfg := g.EnvConfig
-	if cfg == nil {
-		env, _ := d.deps.Envs.Get(ctx, app.Env)
-		cfg = &env.Config
-	}
-	h, err := d.start(ctx, o, dr, Run{Mode: RunRestart, ID: id, App: app, EnvPath: envPath, CkptPath: ckptPath, Gen: g.Gen,
-		ImageEnv: cfg.Env, WorkDir: cfg.WorkDir})
+	return d.bind(ctx, o, s, rec, dr, app, "restart_ready")
+}
+
+// provisionFor provisions a slot for deployment rec (a pool miss, a boot):
+// the deployment's record names the slot before the slot is made.
+func (d *Deployer) provisionFor(ctx context.Context, o *op, rec *Deployment, app App, mode RunMode, gen int, images []string, src slotSource) (*Slot, error) {
+	s, err := d.newSlot(app.Name, gen, mode, false, rec.ID, images)
 	if err != nil {
-		return Deployment{}, err
+		return nil, err
 	}
-	if err := d.waitReady(ctx, dr, h, app, true); err != nil {
-		return Deployment{}, err
+	rec.Slot = s.ID
+	if err := d.save(rec); err != nil {
+		_ = d.ReleaseSlot(context.WithoutCancel(ctx), s.ID)
+		return nil, err
 	}
-	o.phase("ready")
-	return d.running(ctx, o, dr, h, app, "restart_ready")
+	return s, d.provision(ctx, o, s, src)
+}
+
+// genConfig is the ENV and WORKDIR generation g was launched with (the
+// environment's current ones for generations that did not record them).
+func (d *Deployer) genConfig(ctx context.Context, g Generation) layering.ImageConfig {
+	if g.EnvConfig != nil {
+		return *g.EnvConfig
+	}
+	env, _ := d.deps.Envs.Get(ctx, g.Env)
+	return env.Config
+}
+
+// undoOnError marks the record Failed and undeploys it when *err is set.
+func (d *Deployer) undoOnError(ctx context.Context, rec *Deployment, err *error) {
+	if *err == nil {
+		return
+	}
+	rec.Phase, rec.Error = PhaseFailed, (*err).Error()
+	_ = d.save(rec)
+	*err = errors.Join(*err, d.Undeploy(context.WithoutCancel(ctx), rec.ID))
 }

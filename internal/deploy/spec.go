@@ -84,7 +84,14 @@ type App struct {
 	// (default: boot or restore, whichever has been faster on the node),
 	// restore or boot.
 	Mode string `yaml:"mode,omitempty" json:"mode,omitempty"`
+	// Pool is how many idle slots of the app's newest generation each
+	// node keeps ready (a warm pool: a restore that takes one waits only
+	// for its engine); nil is the node's default (agent.pool_size).
+	Pool *int `yaml:"pool,omitempty" json:"pool,omitempty"`
 }
+
+// MaxPool bounds App.Pool.
+const MaxPool = 64
 
 // Port is one port of the app.
 type Port struct {
@@ -283,6 +290,9 @@ func (a App) Validate() error {
 	}
 	if err := ValidateMode(a.Mode); err != nil {
 		bad("mode", "%q: %s", a.Mode, ModeHelp)
+	}
+	if a.Pool != nil && (*a.Pool < 0 || *a.Pool > MaxPool) {
+		bad("pool", "%d: give the number of idle slots each node keeps, 0 to %d (0: no pool)", *a.Pool, MaxPool)
 	}
 	if a.CheckpointSize != "" {
 		if n, err := layering.ParseSize("checkpoint_size", a.CheckpointSize); err != nil {

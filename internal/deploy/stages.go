@@ -1,11 +1,26 @@
-// The stages every instance goes through, whatever starts it: begin (a record), clone + map + mount
-// (cloneMapMount), start (the driver's Create, then Start), ready and running, with undo on error.
+// The stages of every instance, whatever starts it, over a slot:
+//
+//	provision (clone, map, mount, create) → start (launch, restart or boot) → ready → bind → release
+//
+// provision makes a slot: the instance's clones, mapped and mounted, and its
+// instance created with everything but the app's own start done (the
+// Container driver's entrypoint waits for an order). start orders it to run,
+// ready waits until the app answers, and bind hands the slot's resources to
+// the deployment (release, in undeploy.go, removes them). Boot, the first
+// deploy's checkpoint and restore are this one pipeline with a different run
+// mode; a warm pool's slot (pool.go) is provisioned before any request, and
+// a deploy that takes one runs only start, ready and bind.
+//
+// Every step is written to the record that owns what it makes (the slot's,
+// then the deployment's) before it is made, and each stage can be run again.
 
 package deploy
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -14,18 +29,42 @@ import (
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
 
-// running marks an instance that answered Running, with the engine's own
-// time to ready (timing phase) when its driver reports it.
-func (d *Deployer) running(ctx context.Context, o *op, dr Driver, h Handle, app App, phase string) (Deployment, error) {
-	if c, ok := dr.(*Container); ok {
-		o.rec.EngineReadyMS = c.engineReady(ctx, h, app, phase)
+// Names of the timed steps (Deployment.Timings, Slot.Timings).
+const (
+	StepClone     = "clone"
+	StepMap       = "map"
+	StepMount     = "mount"
+	StepContainer = "container" // the driver's Create
+	StepStart     = "start"     // the driver's Start
+	StepReady     = "ready"
+	StepBind      = "bind"
+)
+
+// ProvisionSteps are the steps of provision, which a pool hit does not wait
+// for.
+var ProvisionSteps = []string{StepClone, StepMap, StepMount, StepContainer}
+
+// op times the steps of one pipeline run: each phase goes to *timings and
+// to prog.
+type op struct {
+	d       *Deployer
+	start   time.Time
+	timings *layering.Timings
+	prog    func(string, time.Duration)
+}
+
+func (d *Deployer) newOp(timings *layering.Timings, prog func(string, time.Duration)) *op {
+	return &op{d: d, start: time.Now(), timings: timings, prog: prog}
+}
+
+func (o *op) phase(name string) {
+	now := time.Now()
+	took := now.Sub(o.start)
+	*o.timings = append(*o.timings, layering.Phase{Name: name, Duration: took})
+	o.start = now
+	if o.prog != nil {
+		o.prog(name, took)
 	}
-	o.rec.Phase = PhaseRunning
-	if err := d.save(o.rec); err != nil {
-		return Deployment{}, err
-	}
-	d.log.Info("deployed", "id", o.rec.ID, "app", o.rec.App, "mode", o.rec.Mode, "gen", o.rec.Gen, "ports", h.Ports, "timings", o.rec.Timings.String())
-	return *o.rec, nil
 }
 
 func prefixed(p string, t layering.Timings) layering.Timings {
@@ -36,102 +75,104 @@ func prefixed(p string, t layering.Timings) layering.Timings {
 	return out
 }
 
-// op is one multi-step operation: a record written before each step, and
-// the timing of each phase.
-type op struct {
-	d     *Deployer
-	rec   *Deployment
-	start time.Time
-	prog  func(string, time.Duration)
-}
-
-func (o *op) phase(name string) {
-	now := time.Now()
-	took := now.Sub(o.start)
-	o.rec.Timings = append(o.rec.Timings, layering.Phase{Name: name, Duration: took})
-	o.start = now
-	if o.prog != nil {
-		o.prog(name, took)
-	}
-}
-
-// own records images and mappings before they are made.
-func (o *op) own(images []string, mappings []string) error {
-	o.rec.Images = append(o.rec.Images, images...)
-	o.rec.Mappings = append(o.rec.Mappings, mappings...)
-	return o.d.save(o.rec)
-}
-
-// undoOnError marks the record Failed and undeploys it when *err is set.
-func (o *op) undoOnError(ctx context.Context, err *error) {
-	if *err == nil {
-		return
-	}
-	o.rec.Phase, o.rec.Error = PhaseFailed, (*err).Error()
-	_ = o.d.save(o.rec)
-	*err = errors.Join(*err, o.d.Undeploy(context.WithoutCancel(ctx), o.rec.ID))
-}
-
-// cloneMapMount clones (or creates) the env and ckpt images of a
-// deployment (o.rec.Images) and mounts them under its dir. A record that
-// owns only an env image (a boot) gets no checkpoint image.
-func (o *op) cloneMapMount(ctx context.Context, env layering.SnapRef, ckpt *layering.SnapRef, ckptSize int64) (envPath, ckptPath string, err error) {
-	id := o.rec.ID
-	envImg, withCkpt := o.rec.Images[0], len(o.rec.Images) > 1
-	st, mp := o.d.deps.Store, o.d.deps.Mapper
-	// ckptStep runs f on the checkpoint image, if the record has one.
+// provision runs the provision stage of slot s (a record already created,
+// in SlotProvisioning, owning its images and mappings): clone or create its
+// images, map and mount them under s.Dir, and create its instance. src
+// says where the images come from. It leaves s in SlotIdle.
+func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource) error {
+	st, mp := d.deps.Store, d.deps.Mapper
+	withCkpt := len(s.Images) > 1
 	ckptStep := func(f func(img string) error) func() error {
 		return func() error {
 			if !withCkpt {
 				return nil
 			}
-			return f(o.rec.Images[1])
+			return f(s.Images[1])
 		}
 	}
 	// The two images are independent: each step runs on both at once.
 	if err := both(
-		func() error { return st.Clone(ctx, env, envImg) },
+		func() error { return st.Clone(ctx, src.env, s.Images[0]) },
 		ckptStep(func(img string) error {
-			if ckpt != nil {
-				return st.Clone(ctx, *ckpt, img)
+			if src.ckpt != nil {
+				return st.Clone(ctx, *src.ckpt, img)
 			}
-			return st.Create(ctx, img, ckptSize)
+			return st.Create(ctx, img, src.ckptSize)
 		})); err != nil {
-		return "", "", err
+		return err
 	}
-	for _, img := range o.rec.Images {
-		_ = st.SetMeta(ctx, img, MetaDeployment, id)
-		if o.d.cfg.Node != "" {
-			_ = st.SetMeta(ctx, img, MetaNode, o.d.cfg.Node)
+	for _, img := range s.Images {
+		_ = st.SetMeta(ctx, img, MetaSlot, s.ID)
+		if s.Deployment != "" {
+			_ = st.SetMeta(ctx, img, MetaDeployment, s.Deployment)
+		}
+		if d.cfg.Node != "" {
+			_ = st.SetMeta(ctx, img, MetaNode, d.cfg.Node)
 		}
 	}
-	o.phase("clone")
+	o.phase(StepClone)
 	var envMap, ckptMap *mapper.Mapping
 	if err := both(
 		func() (err error) {
-			envMap, err = mp.Map(ctx, mapper.Image{Pool: o.d.cfg.Pool, Name: envImg}, mapper.WithID(id+"-env"))
+			envMap, err = mp.Map(ctx, mapper.Image{Pool: d.cfg.Pool, Name: s.Images[0]}, mapper.WithID(s.Mappings[0]))
 			return err
 		},
 		ckptStep(func(img string) (err error) {
-			ckptMap, err = mp.Map(ctx, mapper.Image{Pool: o.d.cfg.Pool, Name: img}, mapper.WithID(id+"-ckpt"))
+			ckptMap, err = mp.Map(ctx, mapper.Image{Pool: d.cfg.Pool, Name: img}, mapper.WithID(s.Mappings[1]))
 			return err
 		})); err != nil {
-		return "", "", err
+		return err
 	}
-	o.phase("map")
-	envPath = filepath.Join(o.rec.Dir, "root")
+	o.phase(StepMap)
+	envPath, ckptPath := filepath.Join(s.Dir, "root"), ""
 	if withCkpt {
-		ckptPath = filepath.Join(o.rec.Dir, "ckpt")
+		ckptPath = filepath.Join(s.Dir, "ckpt")
 	}
 	if err := both(
 		func() error { return mp.Mount(ctx, envMap, envPath, mapper.MountOptions{}) },
 		ckptStep(func(string) error {
-			return mp.Mount(ctx, ckptMap, ckptPath, mapper.MountOptions{Format: ckpt == nil})
+			return mp.Mount(ctx, ckptMap, ckptPath, mapper.MountOptions{Format: src.ckpt == nil})
 		})); err != nil {
-		return "", "", err
+		return err
 	}
-	o.phase("mount")
-	return envPath, ckptPath, nil
+	o.phase(StepMount)
+	ctl := filepath.Join(s.Dir, "ctl")
+	if err := os.MkdirAll(ctl, 0o755); err != nil {
+		return fmt.Errorf("slot %s control directory: %w", s.ID, err)
+	}
+	dr, err := d.driverByRun(s.Mode, src.engine)
+	if err != nil {
+		return err
+	}
+	run := Run{Mode: s.Mode, ID: s.ID, App: src.app, EnvPath: envPath, CkptPath: ckptPath, Gen: s.Gen,
+		ImageEnv: src.config.Env, WorkDir: src.config.WorkDir, CtlPath: ctl, Background: s.Pool}
+	h, err := dr.Create(ctx, run)
+	if err != nil {
+		return err
+	}
+	s.Handle, s.Ports = &h, h.Ports
+	if err := d.slots.save(s.ID, s); err != nil {
+		_ = dr.Remove(context.WithoutCancel(ctx), h)
+		return err
+	}
+	o.phase(StepContainer)
+	s.Phase = SlotIdle
+	return d.slots.save(s.ID, s)
+}
+
+// slotSource is what a slot's images and instance are made from.
+type slotSource struct {
+	app App
+	// engine is the checkpoint engine (RunLaunch, RunRestart).
+	engine string
+	// env is the environment snapshot to clone; ckpt the checkpoint
+	// snapshot (RunRestart), or nil for a fresh checkpoint image of
+	// ckptSize bytes (RunLaunch).
+	env      layering.SnapRef
+	ckpt     *layering.SnapRef
+	ckptSize int64
+	// config is the environment's ENV and WORKDIR.
+	config layering.ImageConfig
 }
 
 // both runs a and b concurrently and joins their errors.
@@ -144,40 +185,56 @@ func both(a, b func() error) error {
 	return errors.Join(ea, eb)
 }
 
-// begin creates the record of a new deployment or boot.
-func (d *Deployer) begin(id, app string, gen int, phase string, prog func(string, time.Duration)) (*op, error) {
-	rec := &Deployment{ID: id, App: app, Node: d.cfg.Node, Phase: phase, Gen: gen, Created: time.Now().UTC(),
-		Dir: filepath.Join(d.cfg.StateDir, "instances", id)}
-	if err := d.create(rec); err != nil {
-		return nil, err
+// startReady runs the start and ready stages of slot s for deployment
+// dep: it orders the instance to run as dep and waits until its app is
+// ready. restored says whether the app comes from a checkpoint.
+func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, app App, restored bool) (Driver, Handle, error) {
+	if s.Handle == nil {
+		return nil, Handle{}, fmt.Errorf("slot %s has no instance", s.ID)
 	}
-	return &op{d: d, rec: rec, start: time.Now(), prog: prog}, nil
+	dr := d.driverByName(s.Handle.Driver)
+	if dr == nil {
+		return nil, Handle{}, fmt.Errorf("%w: driver %q of slot %s", ErrDriver, s.Handle.Driver, s.ID)
+	}
+	h := *s.Handle
+	h.Deployment = dep
+	h, err := dr.Start(ctx, h)
+	if err != nil {
+		return nil, Handle{}, err
+	}
+	s.Handle, s.Ports = &h, h.Ports
+	if err := d.slots.save(s.ID, s); err != nil {
+		return nil, Handle{}, err
+	}
+	o.phase(StepStart)
+	if err := d.waitReady(ctx, dr, h, app, restored); err != nil {
+		return nil, Handle{}, err
+	}
+	o.phase(StepReady)
+	return dr, h, nil
 }
 
-// start creates the instance, records its handle, then starts it: a crash
-// between the two leaves a record whose Undeploy (or Recover) removes the
-// created instance. The phase "container" measures both steps.
-func (d *Deployer) start(ctx context.Context, o *op, dr Driver, r Run) (Handle, error) {
-	h, err := dr.Create(ctx, r)
-	if err != nil {
-		return Handle{}, err
+// bind hands slot s to deployment rec: the deployment's record takes the
+// slot's resources and is Running, then the slot's record goes. A crash in
+// between leaves both records naming the same resources; RecoverSlots then
+// drops the slot's record.
+func (d *Deployer) bind(ctx context.Context, o *op, s *Slot, rec *Deployment, dr Driver, app App, readyPhase string) (Deployment, error) {
+	rec.Owned, rec.Ports, rec.Phase = s.Owned, s.Ports, PhaseRunning
+	if err := d.save(rec); err != nil {
+		return Deployment{}, err
 	}
-	o.rec.Handle = &h
-	if err := d.save(o.rec); err != nil {
-		_ = dr.Remove(context.WithoutCancel(ctx), h)
-		return Handle{}, err
+	o.phase(StepBind)
+	if err := d.slots.remove(s.ID); err != nil {
+		d.log.Warn("removing a bound slot's record; recovery drops it", "slot", s.ID, "err", err)
 	}
-	// From here on the record owns the instance: on error, undoOnError
-	// removes it through the record.
-	h, err = dr.Start(ctx, h)
-	if err != nil {
-		return Handle{}, err
+	// The engine's own time to ready, as the instance measured it, is
+	// read once the deploy is done: it is not part of what it waits for.
+	if c, ok := dr.(*Container); ok {
+		rec.EngineReadyMS = c.engineReady(ctx, *s.Handle, app, readyPhase)
 	}
-	o.rec.Handle = &h
-	o.rec.Ports = h.Ports
-	if err := d.save(o.rec); err != nil {
-		return Handle{}, err
-	}
-	o.phase("container")
-	return h, nil
+	_ = d.save(rec) // with the bind's timing
+
+	d.log.Info("deployed", "id", rec.ID, "app", rec.App, "mode", rec.Mode, "gen", rec.Gen, "slot", s.ID, "pool", rec.Pool,
+		"ports", rec.Ports, "timings", rec.Timings.String())
+	return *rec, nil
 }

@@ -15,8 +15,9 @@ import (
 )
 
 // Undeploy stops a deployment's instance, unmounts and unmaps its clones,
-// removes them and its record. It is idempotent and finishes what a failed
-// or interrupted deploy left.
+// removes them and its record; a slot it had not bound yet is released
+// too. It is idempotent and finishes what a failed or interrupted deploy
+// left.
 func (d *Deployer) Undeploy(ctx context.Context, id string) error {
 	rec, err := d.Load(id)
 	if err != nil {
@@ -25,40 +26,65 @@ func (d *Deployer) Undeploy(ctx context.Context, id string) error {
 	rec.Phase = PhaseRemoving
 	_ = d.save(&rec)
 	var errs []error
-	if rec.Handle != nil {
-		dr := d.driverByName(rec.Handle.Driver)
-		if dr != nil {
-			if err := dr.Remove(ctx, *rec.Handle); err != nil {
+	if rec.Slot != "" {
+		if s, err := d.slots.load(rec.Slot); err == nil && s.Deployment == id {
+			errs = append(errs, d.ReleaseSlot(ctx, s.ID))
+		}
+	}
+	errs = append(errs, d.releaseResources(ctx, id, rec.Owned, id, rec.Slot))
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return d.remove(id)
+}
+
+// releaseResources removes what an instance owns: its instance (and any
+// instance the drivers find labelled with one of sweep, which a crash may
+// have left unrecorded), its mappings, its images and its directory.
+func (d *Deployer) releaseResources(ctx context.Context, who string, res Owned, sweep ...string) error {
+	var errs []error
+	if res.Handle != nil {
+		if dr := d.driverByName(res.Handle.Driver); dr != nil {
+			if err := dr.Remove(ctx, *res.Handle); err != nil {
 				errs = append(errs, fmt.Errorf("remove instance: %w", err))
 			}
 		}
 	}
 	for _, dr := range []Driver{d.deps.Container, d.deps.Host} {
-		if s, ok := dr.(Sweeper); ok && dr != nil {
+		s, ok := dr.(Sweeper)
+		if !ok || dr == nil {
+			continue
+		}
+		for _, id := range sweep {
+			if id == "" {
+				continue
+			}
 			if err := s.RemoveDeployment(ctx, id); err != nil {
 				errs = append(errs, fmt.Errorf("remove unrecorded instances: %w", err))
 			}
 		}
 	}
-	if err := d.release(ctx, &rec); err != nil {
+	if err := d.releaseMappings(ctx, res.Mappings); err != nil {
 		errs = append(errs, err)
 	}
-	rmErrs := make([]error, len(rec.Images))
+	rmErrs := make([]error, len(res.Images))
 	var wg sync.WaitGroup
-	for i, img := range rec.Images {
-		wg.Go(func() { rmErrs[i] = d.removeImage(ctx, id, img) })
+	for i, img := range res.Images {
+		wg.Go(func() { rmErrs[i] = d.removeImage(ctx, who, img) })
 	}
 	wg.Wait()
 	for i, err := range rmErrs {
 		if err != nil && !errors.Is(err, layering.ErrNotFound) {
-			errs = append(errs, fmt.Errorf("remove image %s: %w", rec.Images[i], err))
+			errs = append(errs, fmt.Errorf("remove image %s: %w", res.Images[i], err))
 		}
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	_ = os.RemoveAll(rec.Dir)
-	return d.remove(id)
+	if res.Dir != "" {
+		_ = os.RemoveAll(res.Dir)
+	}
+	return nil
 }
 
 // removeImage removes an image of deployment id. Its mappings are
@@ -86,10 +112,10 @@ func (d *Deployer) removeImage(ctx context.Context, id, img string) error {
 	return err
 }
 
-// release unmounts and unmaps a record's mappings.
-func (d *Deployer) release(ctx context.Context, rec *Deployment) error {
+// releaseMappings unmounts and unmaps mappings.
+func (d *Deployer) releaseMappings(ctx context.Context, mappings []string) error {
 	var errs []error
-	for _, m := range rec.Mappings {
+	for _, m := range mappings {
 		if err := d.deps.Mapper.Release(ctx, m); err != nil && !errors.Is(err, mapper.ErrNotMapped) {
 			errs = append(errs, fmt.Errorf("release mapping %s: %w", m, err))
 		}

@@ -61,12 +61,23 @@ func Score(n Node, deps []Deployment, app string) (score float64, ok bool) {
 	return 100*float64(capacity-total)/float64(capacity) - 25*float64(same), true
 }
 
-// Place picks the ready node with the best Score (ties: the lexically
-// first). It returns ErrNoNode when every node is NotReady or full, also
-// wrapping ErrFull when some node is ready (and so every ready one full).
-func Place(nodes []Node, deps []Deployment, app string) (string, error) {
+// Placement is where a deployment goes and why.
+type Placement struct {
+	Node string
+	// Reason says why: "requested", "pool: ...", or "capacity: ...".
+	Reason string
+}
+
+// Place picks, among the ready nodes that have room, the one with an idle
+// warm-pool slot of app (the most idle slots first), else the one with
+// the best Score (ties: the lexically first). idle maps a node to its idle
+// pool slots of app's newest generation. It returns ErrNoNode when every
+// node is NotReady or full, also wrapping ErrFull when some node is ready
+// (and so every ready one full).
+func Place(nodes []Node, deps []Deployment, app string, idle map[string]int) (Placement, error) {
 	type cand struct {
 		name  string
+		idle  int
 		score float64
 	}
 	var cs []cand
@@ -78,40 +89,50 @@ func Place(nodes []Node, deps []Deployment, app string) (string, error) {
 		ready++
 		capacity += capacityOf(n)
 		if s, ok := Score(n, deps, app); ok {
-			cs = append(cs, cand{n.Name, s})
+			cs = append(cs, cand{n.Name, idle[n.Name], s})
 		}
 	}
 	if ready == 0 {
-		return "", hint.With(fmt.Errorf("app %s: %w (%d node(s) registered, none ready)", app, ErrNoNode, len(nodes)),
+		return Placement{}, hint.With(fmt.Errorf("app %s: %w (%d node(s) registered, none ready)", app, ErrNoNode, len(nodes)),
 			"`fogctl node ls` shows the nodes; start a pop-agent")
 	}
 	if len(cs) == 0 {
-		return "", hint.With(fmt.Errorf("app %s: %w: every ready node is %w (%d of %d registered node(s) ready, capacity %d in all)",
+		return Placement{}, hint.With(fmt.Errorf("app %s: %w: every ready node is %w (%d of %d registered node(s) ready, capacity %d in all)",
 			app, ErrNoNode, ErrFull, ready, len(nodes), capacity),
 			"`fogctl ps` lists the deployments: undeploy one with `fogctl undeploy ID`, or start a pop-agent on another node")
 	}
 	sort.SliceStable(cs, func(i, j int) bool {
+		if (cs[i].idle > 0) != (cs[j].idle > 0) {
+			return cs[i].idle > 0
+		}
+		if cs[i].idle != cs[j].idle {
+			return cs[i].idle > cs[j].idle
+		}
 		if cs[i].score != cs[j].score {
 			return cs[i].score > cs[j].score
 		}
 		return cs[i].name < cs[j].name
 	})
-	return cs[0].name, nil
+	c := cs[0]
+	if c.idle > 0 {
+		return Placement{Node: c.name, Reason: fmt.Sprintf("pool: %d idle slot(s) of %s on %s", c.idle, app, c.name)}, nil
+	}
+	return Placement{Node: c.name, Reason: fmt.Sprintf("capacity: no node has an idle pool slot of %s; %s has the most room (score %.0f)", app, c.name, c.score)}, nil
 }
 
 // Choose returns node when it is registered, Ready and has room for one
 // more instance of app, or, when node is "", the node Place picks. A full
 // node is refused with an error wrapping ErrFull and ErrNoNode.
-func Choose(nodes []Node, deps []Deployment, app, node string) (string, error) {
+func Choose(nodes []Node, deps []Deployment, app, node string, idle map[string]int) (Placement, error) {
 	if node == "" {
-		return Place(nodes, deps, app)
+		return Place(nodes, deps, app, idle)
 	}
 	for _, n := range nodes {
 		if n.Name != node {
 			continue
 		}
 		if !n.Ready {
-			return "", fmt.Errorf("node %s is NotReady: %w", node, ErrNoNode)
+			return Placement{}, fmt.Errorf("node %s is NotReady: %w", node, ErrNoNode)
 		}
 		if _, ok := Score(n, deps, app); !ok {
 			total := 0
@@ -120,12 +141,12 @@ func Choose(nodes []Node, deps []Deployment, app, node string) (string, error) {
 					total++
 				}
 			}
-			return "", hint.With(fmt.Errorf("app %s: %w: node %s is %w (%d deployment(s), capacity %d)", app, ErrNoNode, node, ErrFull, total, capacityOf(n)),
+			return Placement{}, hint.With(fmt.Errorf("app %s: %w: node %s is %w (%d deployment(s), capacity %d)", app, ErrNoNode, node, ErrFull, total, capacityOf(n)),
 				"undeploy an instance on "+node+" (`fogctl ps` lists them), or deploy without --node to let the PoP place it")
 		}
-		return node, nil
+		return Placement{Node: node, Reason: "requested: --node " + node}, nil
 	}
-	return "", hint.With(fmt.Errorf("node %s: %w", node, ErrNotFound), "`fogctl node ls` lists the nodes")
+	return Placement{}, hint.With(fmt.Errorf("node %s: %w", node, ErrNotFound), "`fogctl node ls` lists the nodes")
 }
 
 // placementKey changes (its value: the last deployment recorded on node)
@@ -140,6 +161,8 @@ type placementView struct {
 	// infoRev and placedRev are the mod revisions of each node's info
 	// and placement keys (absent: 0).
 	infoRev, placedRev map[string]int64
+	// pools are the warm pools the agents report.
+	pools []Pool
 }
 
 func (s *Store) readPlacement(ctx context.Context) (placementView, error) {
@@ -148,6 +171,7 @@ func (s *Store) readPlacement(ctx context.Context) (placementView, error) {
 		clientv3.OpGet(Prefix+"nodes/", clientv3.WithPrefix()),
 		clientv3.OpGet(DeploymentsPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(Prefix+"placement/", clientv3.WithPrefix()),
+		clientv3.OpGet(PoolsPrefix, clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return v, wrapUnavailable(err)
@@ -170,6 +194,12 @@ func (s *Store) readPlacement(ctx context.Context) (placementView, error) {
 	}
 	for _, kv := range r.Responses[2].GetResponseRange().Kvs {
 		v.placedRev[strings.TrimPrefix(string(kv.Key), Prefix+"placement/")] = kv.ModRevision
+	}
+	for _, kv := range r.Responses[3].GetResponseRange().Kvs {
+		var p Pool
+		if err := json.Unmarshal(kv.Value, &p); err == nil {
+			v.pools = append(v.pools, p)
+		}
 	}
 	return v, nil
 }
@@ -213,12 +243,13 @@ func (s *Store) CreatePlaced(ctx context.Context, d Desired, eligible func(Node)
 				}
 			}
 		}
-		node, err := Choose(nodes, v.deps, d.App, d.Node)
+		pl, err := Choose(nodes, v.deps, d.App, d.Node, IdleSlots(v.pools, d.App))
 		if err != nil {
 			return Desired{}, err
 		}
+		node := pl.Node
 		placed := d
-		placed.Node = node
+		placed.Node, placed.Placement = node, pl.Reason
 		ok, err := s.commitDeployment(ctx, placed,
 			clientv3.Compare(clientv3.ModRevision(placementKey(node)), "=", v.placedRev[node]),
 			clientv3.Compare(clientv3.ModRevision(nodeInfoKey(node)), "=", v.infoRev[node]),

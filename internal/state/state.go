@@ -258,7 +258,11 @@ type Node struct {
 	// Problems says, per engine ("dmtcp", "criu") or "boot", why the node
 	// cannot run it (e.g. no DMTCP image), with a hint.
 	Problems map[string]string `json:"problems,omitempty"`
-	Started  time.Time         `json:"started"`
+	// Priority says how the node lowers the priority of its warm pool's
+	// waiting slots (e.g. "cgroup v1: cpu.shares, cpu.idle; no I/O
+	// weight").
+	Priority string    `json:"priority,omitempty"`
+	Started  time.Time `json:"started"`
 	// Ready is set by Nodes: the agent's lease is alive.
 	Ready bool `json:"ready"`
 }
@@ -330,8 +334,11 @@ type Desired struct {
 	// node), "restore" (checkpointing first if needed), "boot" (normally,
 	// without a checkpoint engine), "checkpoint" (a refresh), or "" (the
 	// app's mode, else auto).
-	Mode    string    `json:"mode,omitempty"`
-	Created time.Time `json:"created"`
+	Mode string `json:"mode,omitempty"`
+	// Placement says why the deployment went to Node (a free pool slot,
+	// capacity, or --node).
+	Placement string    `json:"placement,omitempty"`
+	Created   time.Time `json:"created"`
 }
 
 // Status is a deployment as its agent observes it.
@@ -342,10 +349,14 @@ type Status struct {
 	// Mode is how the instance started: restore or boot (BootReason
 	// says why; Reason says why mode auto chose a restore); Booted is set
 	// when it produced the first checkpoint.
-	Mode          string            `json:"mode,omitempty"`
-	BootReason    string            `json:"boot_reason,omitempty"`
-	Reason        string            `json:"reason,omitempty"`
-	Booted        bool              `json:"booted,omitempty"`
+	Mode       string `json:"mode,omitempty"`
+	BootReason string `json:"boot_reason,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	Booted     bool   `json:"booted,omitempty"`
+	// Pool is "hit" when the instance took an idle warm-pool slot
+	// (Slot), "miss" when it provisioned its own.
+	Pool          string            `json:"pool,omitempty"`
+	Slot          string            `json:"slot,omitempty"`
 	Ports         map[string]string `json:"ports,omitempty"`
 	Timings       layering.Timings  `json:"timings,omitempty"`
 	EngineReadyMS float64           `json:"engine_ready_ms,omitempty"`

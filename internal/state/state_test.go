@@ -164,10 +164,11 @@ func TestPlace(t *testing.T) {
 	var deps []state.Deployment
 	counts := map[string]int{}
 	for i := range 6 {
-		n, err := state.Place(nodes, deps, "web")
+		pl, err := state.Place(nodes, deps, "web", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
+		n := pl.Node
 		counts[n]++
 		deps = append(deps, state.Deployment{Desired: state.Desired{ID: strconv.Itoa(i), App: "web", Node: n}})
 	}
@@ -176,7 +177,7 @@ func TestPlace(t *testing.T) {
 	}
 	// Full nodes take nothing.
 	deps = append(deps, state.Deployment{Desired: state.Desired{ID: "x", App: "db", Node: "a"}}, state.Deployment{Desired: state.Desired{ID: "y", App: "db", Node: "b"}})
-	if _, err := state.Place(nodes, deps, "web"); !errors.Is(err, state.ErrNoNode) {
+	if _, err := state.Place(nodes, deps, "web", nil); !errors.Is(err, state.ErrNoNode) {
 		t.Errorf("place on full nodes = %v; want ErrNoNode", err)
 	}
 	// A lone node takes instances of one app up to its capacity, however
@@ -184,13 +185,46 @@ func TestPlace(t *testing.T) {
 	one := []state.Node{{Name: "solo", Capacity: 8, Ready: true}}
 	deps = nil
 	for i := range 8 {
-		if _, err := state.Place(one, deps, "web"); err != nil {
+		if _, err := state.Place(one, deps, "web", nil); err != nil {
 			t.Fatalf("instance %d on a node with capacity 8: %v", i+1, err)
 		}
 		deps = append(deps, state.Deployment{Desired: state.Desired{ID: strconv.Itoa(i), App: "web", Node: "solo"}})
 	}
-	if _, err := state.Place(one, deps, "web"); !errors.Is(err, state.ErrNoNode) {
+	if _, err := state.Place(one, deps, "web", nil); !errors.Is(err, state.ErrNoNode) {
 		t.Errorf("a 9th instance on a node with capacity 8 = %v; want ErrNoNode", err)
+	}
+}
+
+// TestPlacePrefersPoolSlot: a node with an idle pool slot of the app wins
+// over one with more room, and the placement says why; a full node's pool
+// does not make it take more than its capacity.
+func TestPlacePrefersPoolSlot(t *testing.T) {
+	nodes := []state.Node{{Name: "a", Capacity: 4, Ready: true}, {Name: "b", Capacity: 4, Ready: true}, {Name: "c", Capacity: 4, Ready: true}}
+	deps := []state.Deployment{
+		{Desired: state.Desired{ID: "1", App: "db", Node: "c"}}, {Desired: state.Desired{ID: "2", App: "db", Node: "c"}},
+	}
+	pl, err := state.Place(nodes, deps, "web", map[string]int{"c": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.Node != "c" || !strings.HasPrefix(pl.Reason, "pool:") {
+		t.Errorf("placement = %+v; want node c (its idle pool slot), with a pool reason", pl)
+	}
+	pl, err = state.Place(nodes, deps, "web", map[string]int{"b": 1, "c": 2})
+	if err != nil || pl.Node != "c" {
+		t.Errorf("placement = %+v, %v; want c, the node with the most idle slots", pl, err)
+	}
+	pl, err = state.Place(nodes, deps, "web", nil)
+	if err != nil || pl.Node != "a" || !strings.HasPrefix(pl.Reason, "capacity:") {
+		t.Errorf("placement without pools = %+v, %v; want a by capacity", pl, err)
+	}
+	full := append(deps, state.Deployment{Desired: state.Desired{ID: "3", App: "db", Node: "c"}},
+		state.Deployment{Desired: state.Desired{ID: "4", App: "db", Node: "c"}})
+	if pl, err := state.Place(nodes, full, "web", map[string]int{"c": 1}); err != nil || pl.Node == "c" {
+		t.Errorf("placement with c full = %+v, %v; want another node", pl, err)
+	}
+	if pl, err := state.Choose(nodes, deps, "web", "b", map[string]int{"c": 1}); err != nil || pl.Node != "b" || !strings.HasPrefix(pl.Reason, "requested") {
+		t.Errorf("placement with --node b = %+v, %v; want b, requested", pl, err)
 	}
 }
 

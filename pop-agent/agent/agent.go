@@ -148,6 +148,10 @@ type metrics struct {
 	deploys     *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
 	auto        *prometheus.CounterVec
+	poolHits    *prometheus.CounterVec
+	poolMisses  *prometheus.CounterVec
+	poolRefill  *prometheus.HistogramVec
+	poolIdle    *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -171,8 +175,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		auto: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fogdeploy_auto_decisions_total", Help: "Choices of mode auto on this node, by choice (boot or restore) and why (first: fewer than 3 restores measured; learn: a boot to measure it; faster: the lower median; explore: every 10th choice takes the other; cannot_boot: the node cannot boot apps).",
 		}, []string{"choice", "why"}),
+		poolHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fogdeploy_pool_hits_total", Help: "Restores that found an idle warm-pool slot of their app's generation on this node, by app.",
+		}, []string{"app"}),
+		poolMisses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fogdeploy_pool_misses_total", Help: "Restores that found no idle warm-pool slot and provisioned their own, by app.",
+		}, []string{"app"}),
+		poolRefill: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "fogdeploy_pool_refill_seconds", Help: "Time to provision one warm-pool slot (clone, map, mount, create), by app.",
+			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8},
+		}, []string{"app"}),
+		poolIdle: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fogdeploy_pool_idle_slots", Help: "Idle warm-pool slots on this node, by app.",
+		}, []string{"app"}),
 	}
-	reg.MustRegister(m.backend, m.recovered, m.checkpoints, m.deploys, m.duration, m.auto,
+	reg.MustRegister(m.backend, m.recovered, m.checkpoints, m.deploys, m.duration, m.auto, m.poolHits, m.poolMisses, m.poolRefill, m.poolIdle,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

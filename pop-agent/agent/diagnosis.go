@@ -37,7 +37,7 @@ func (a *agent) explain(ctx context.Context, err error) error {
 		return err
 	}
 	var why error
-	if d, ok := a.pool.(layering.Diagnoser); ok {
+	if d, ok := a.store.(layering.Diagnoser); ok {
 		why = d.Diagnose(ctx)
 	}
 	first, _, _ := strings.Cut(err.Error(), "\n")

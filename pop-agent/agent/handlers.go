@@ -63,6 +63,8 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		}
 		_ = a.setStatus(ctx, dsr.ID, st)
 	}
+	a.makeRoom(ctx, app.Name)
+	a.pool.inflight.Add(1)
 	dep, err := a.d.Deploy(ctx, app, deploy.Options{
 		ID:         dsr.ID,
 		Mode:       mode,
@@ -91,9 +93,14 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 			a.event(ctx, dsr.ID, "checkpointed", fmt.Sprintf("app %s generation %d (%d bytes)", g.App, g.Gen, g.Bytes))
 			err := a.st.PutCheckpoint(ctx, g)
 			a.retain(ctx, g.App)
+			a.pool.refillSoon() // the pool follows the new generation
 			return err
 		},
 	})
+	a.pool.inflight.Add(-1)
+	if err == nil && dep.Mode == deploy.ModeRestore {
+		a.poolDeployed(app.Name, dep.Pool)
+	}
 	if err != nil {
 		if _, lerr := a.d.Load(dsr.ID); lerr == nil {
 			// The deployer's own undo did not finish.
@@ -118,6 +125,9 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		log.Warn("writing status", "err", err)
 	}
 	what := fmt.Sprintf("restored gen %d", dep.Gen)
+	if dep.Pool == deploy.PoolHit {
+		what += " in warm-pool slot " + dep.Slot
+	}
 	if dep.Reason != "" {
 		what += " (" + dep.Reason + ")"
 	}
@@ -152,7 +162,8 @@ func (a *agent) event(ctx context.Context, id, reason, msg string) {
 // runningStatus is the status of a Running deployment record.
 func runningStatus(dep deploy.Deployment) state.Status {
 	return state.Status{Phase: deploy.PhaseRunning, Node: dep.Node, Gen: dep.Gen, Mode: dep.Mode, BootReason: dep.BootReason,
-		Reason: dep.Reason, Booted: dep.Booted, Ports: dep.Ports, Timings: dep.Timings, EngineReadyMS: dep.EngineReadyMS}
+		Reason: dep.Reason, Booted: dep.Booted, Pool: string(dep.Pool), Slot: dep.Slot, Ports: dep.Ports, Timings: dep.Timings,
+		EngineReadyMS: dep.EngineReadyMS}
 }
 
 // refresh produces a new checkpoint generation of app under the PoP-wide

@@ -12,7 +12,7 @@ import (
 // retain removes the generations of app beyond agent.keep_generations that
 // no deployment uses; the caller holds the app's checkpoint lock.
 func (a *agent) retain(ctx context.Context, app string) {
-	items, err := gc.Retain(ctx, a.pool, app, a.c.Agent.KeepGenerations, false)
+	items, err := gc.Retain(ctx, a.store, app, a.c.Agent.KeepGenerations, false)
 	for _, it := range items {
 		if it.Skip {
 			a.log.Info("keeping an old generation", "generation", it.Name, "reason", it.Reason)

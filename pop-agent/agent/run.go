@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/fogdeploy/fogdeploy/internal/cgroup"
 	"github.com/fogdeploy/fogdeploy/internal/config"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
@@ -44,8 +45,9 @@ type agent struct {
 	node   state.Node
 	d      *deploy.Deployer
 	m      *metrics
-	pool   layering.Store
+	store  layering.Store
 	mapper *mapper.Mapper
+	pool   *poolKeeper
 
 	busy keyedmutex.Map[string] // one operation per deployment ID at a time
 	wg   sync.WaitGroup
@@ -75,11 +77,25 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	deps := deploy.Deps{Store: l.Store, Envs: l.Manager, Mapper: l.Mapper, Log: log,
 		Host: deploy.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))}
 	engines := []string{}
+	var ctr *deploy.Container
 	if rt, err := runtime.Dial(ctx, c.Docker.Host, log); err != nil {
 		log.Warn("dockerd unavailable: DMTCP apps cannot run in the DMTCP container", "err", err)
 	} else {
-		deps.Container = &deploy.Container{RT: rt, Image: c.Agent.DMTCPImage, BootImage: c.Agent.BootImage}
+		ctr = &deploy.Container{RT: rt, Image: c.Agent.DMTCPImage, BootImage: c.Agent.BootImage}
+		deps.Container = ctr
 	}
+	// The warm pool's slots wait at the lowest CPU weight and are raised
+	// when a deployment binds them.
+	priority := "none: this node's cgroups cannot be reweighted; warm-pool slots wait at the runtime's lowest CPU shares only"
+	if p, err := cgroup.Detect(cgroup.Paths{}); err != nil {
+		log.Warn("warm-pool slots cannot be raised to normal priority when bound; they are created at normal priority", "err", err)
+	} else {
+		priority = p.Describe()
+		if ctr != nil {
+			ctr.Priority = p
+		}
+	}
+	log.Info("warm-pool refill priority", "cgroup", priority)
 	d, err := deploy.New(deploy.Config{StateDir: filepath.Join(c.Node.StateDir, "deploy"), Pool: c.Ceph.Pool,
 		Node: c.Node.Name, DMTCPDriver: c.Agent.DMTCPDriver}, deps)
 	if err != nil {
@@ -122,6 +138,11 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 			}
 		}
 	}
+	if released, err := d.RecoverSlots(ctx); err != nil {
+		log.Warn("releasing the slots a previous run left; retried at the next start", "err", err)
+	} else if len(released) > 0 {
+		log.Info("released the slots a previous run left (the warm pool provisions anew)", "slots", released)
+	}
 	kept, removed, err := d.Adopt(ctx)
 	if err != nil {
 		log.Warn("recovering deployments left by a previous run", "err", err)
@@ -140,13 +161,13 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	}
 	api := ln.Addr().String()
 	node := state.Node{Name: c.Node.Name, API: api, Capacity: c.Agent.Capacity,
-		Mapper: l.Mapper.Choice().Backend, Engines: engines, Fingerprint: fingerprint, Problems: problems, Started: time.Now().UTC()}
+		Mapper: l.Mapper.Choice().Backend, Engines: engines, Fingerprint: fingerprint, Problems: problems, Priority: priority, Started: time.Now().UTC()}
 	sess, err := st.Register(ctx, node, c.Agent.LeaseTTL)
 	if err != nil {
 		return err
 	}
 
-	a := &agent{c: c, o: o, log: log, st: st, node: node, sess: sess, d: d, m: m, pool: l.Store, mapper: l.Mapper}
+	a := &agent{c: c, o: o, log: log, st: st, node: node, sess: sess, d: d, m: m, store: l.Store, mapper: l.Mapper, pool: newPoolKeeper()}
 	defer func() { a.session().Close() }()
 	token, err := readToken(c.Agent.TokenFile)
 	if err != nil {
@@ -171,6 +192,11 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	go func() { errc <- srv.Serve(ln) }()
 	go func() { errc <- a.reconcile(ctx) }()
 	go a.keepRegistered(ctx)
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.keepPool(ctx)
+	}()
 	log.Info("pop-agent ready", "api", api, "engines", engines, "version", version.String())
 
 	select {
@@ -185,6 +211,13 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	defer cancel()
 	err = srv.Shutdown(sctx)
 	a.wg.Wait()
+	// The warm pool's waiting slots go with the agent; the next start
+	// provisions anew (a killed agent's are released by RecoverSlots).
+	if released, rerr := d.ReleasePool(sctx); rerr != nil {
+		log.Warn("releasing the warm pool's slots; the next start releases the rest", "err", rerr)
+	} else if len(released) > 0 {
+		log.Info("released the warm pool's slots", "slots", len(released))
+	}
 	return err
 }
 

@@ -24,15 +24,15 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
-// TestChaosBoot kills the agent (SIGKILL) right after each step of a boot
-// deploy and at several moments of an undeploy, 4 rounds in a row, on a
+// TestChaosBoot kills the agent (SIGKILL) right after each stage of a boot
+// deploy (provision: clone, map, mount, container; then start) and at several moments of an undeploy, 4 rounds in a row, on a
 // node without a checkpoint engine (so it runs in CI). After each kill the
 // restarted agent must bring the deployment to Running (or gone); at the
 // end nothing may be left.
 func TestChaosBoot(t *testing.T) {
 	f := deploytest.NewBootFixture(t)
 	app := deploytest.BusyboxHTTPApp("chaos-web-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env)
-	chaos(t, f, app, "fogdeploy/dmtcp:absent", []string{"clone", "map", "mount", "container"}, 4)
+	chaos(t, f, app, "fogdeploy/dmtcp:absent", []string{"clone", "map", "mount", "container", "start"}, 4)
 }
 
 // TestChaosCheckpoint does the same with DMTCP: kills after each step of
@@ -45,7 +45,7 @@ func TestChaosCheckpoint(t *testing.T) {
 	}
 	app := deploytest.RedisApp("chaos-redis-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, engine.NameDMTCP)
 	chaos(t, f, app, "fogdeploy/dmtcp:deploytest", []string{"boot.clone", "boot.map", "boot.mount", "boot.container",
-		"boot.ready", "boot.checkpoint", "clone", "map", "mount", "container"}, 2)
+		"boot.start", "boot.ready", "boot.checkpoint", "clone", "map", "mount", "container", "start"}, 2)
 }
 
 // leaks counts what deployments of app can leave: RBD images named after

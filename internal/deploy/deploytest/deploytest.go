@@ -53,6 +53,20 @@ type Fixture struct {
 	// unless DMTCP apps run in the container).
 	Container *deploy.Container
 	Host      *deploy.Host
+
+	cfg  deploy.Config
+	deps deploy.Deps
+}
+
+// Reopen returns a new Deployer over the fixture's state and components,
+// as a restarted agent has.
+func (f *Fixture) Reopen(t testing.TB) *deploy.Deployer {
+	t.Helper()
+	d, err := deploy.New(f.cfg, f.deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // NewFixture sets up a node whose DMTCP apps run with dmtcpDriver
@@ -163,6 +177,7 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.cfg, f.deps = dc, deps
 
 	if src == nil {
 		return f
@@ -336,6 +351,15 @@ func (f *Fixture) Leftovers(t testing.TB, app string) Leftovers {
 			lo.Records = append(lo.Records, r.ID+" ("+r.Phase+")")
 		}
 	}
+	slots, err := f.D.Slots()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range slots {
+		if s.App == app {
+			lo.Records = append(lo.Records, "slot "+s.ID+" ("+string(s.Phase)+")")
+		}
+	}
 	return lo
 }
 
@@ -387,8 +411,17 @@ func RepoRoot() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
-// UndeployAll removes what a failed test left of app's deployments.
+// UndeployAll removes what a failed test left of app's deployments and
+// slots.
 func (f *Fixture) UndeployAll(t testing.TB, app string) {
+	slots, _ := f.D.Slots()
+	for _, s := range slots {
+		if s.App == app && s.Deployment == "" {
+			if err := f.D.ReleaseSlot(context.Background(), s.ID); err != nil {
+				t.Errorf("cleanup: release slot %s: %v", s.ID, err)
+			}
+		}
+	}
 	recs, _ := f.D.List()
 	for _, r := range recs {
 		if r.App == app {

@@ -114,8 +114,8 @@ func newID() string {
 }
 
 // run is a run of the suite's app in a new deployment.
-func (s *suite) run(mode deploy.RunMode, gen int) deploy.Run {
-	return deploy.Run{Mode: mode, ID: newID(), App: s.app, EnvPath: s.EnvPath, CkptPath: s.CkptPath, Gen: gen}
+func (s *suite) run(t *testing.T, mode deploy.RunMode, gen int) deploy.Run {
+	return deploy.Run{Mode: mode, ID: newID(), App: s.app, EnvPath: s.EnvPath, CkptPath: s.CkptPath, Gen: gen, CtlPath: t.TempDir()}
 }
 
 // create creates r, and removes its instance when the test ends, in case
@@ -245,7 +245,7 @@ func (s *suite) remove(t *testing.T, h deploy.Handle, id string) {
 // testCreateDoesNotRun: a created instance exists but its app does not run;
 // Remove takes it away.
 func testCreateDoesNotRun(t *testing.T, s *suite) {
-	r := s.run(deploy.RunLaunch, 1)
+	r := s.run(t, deploy.RunLaunch, 1)
 	h := s.create(t, r)
 	if h.Gen != 1 || h.EnvPath != r.EnvPath || h.CkptPath != r.CkptPath {
 		t.Errorf("Create handle = %+v; want gen 1 and the run's paths", h)
@@ -272,7 +272,7 @@ func testCreateDoesNotRun(t *testing.T, s *suite) {
 // testCreateIdempotent: Create of the same run twice makes one instance;
 // another run under the same ID is refused while it exists.
 func testCreateIdempotent(t *testing.T, s *suite) {
-	r := s.run(deploy.RunLaunch, 1)
+	r := s.run(t, deploy.RunLaunch, 1)
 	h := s.create(t, r)
 	again, err := s.Driver.Create(s.ctx, r)
 	if err != nil || again.Ref != h.Ref {
@@ -298,7 +298,7 @@ func testCreateIdempotent(t *testing.T, s *suite) {
 // port and prints its output; Remove of the running instance leaves
 // nothing.
 func testStartRunsApp(t *testing.T, s *suite) {
-	r := s.run(deploy.RunLaunch, 1)
+	r := s.run(t, deploy.RunLaunch, 1)
 	created := s.create(t, r)
 	h, addr := s.start(t, created)
 	s.waitRedis(t, h, addr)
@@ -332,7 +332,7 @@ func testStartRunsApp(t *testing.T, s *suite) {
 // testCheckpointRestart: the state written before a checkpoint is there in
 // an instance restarted from it.
 func testCheckpointRestart(t *testing.T, s *suite) {
-	r := s.run(deploy.RunLaunch, 1)
+	r := s.run(t, deploy.RunLaunch, 1)
 	h, addr := s.start(t, s.create(t, r))
 	s.waitRedis(t, h, addr)
 	val := "written before the checkpoint " + r.ID
@@ -354,7 +354,7 @@ func testCheckpointRestart(t *testing.T, s *suite) {
 	}
 	s.remove(t, h, r.ID)
 
-	rr := s.run(deploy.RunRestart, ck.Gen)
+	rr := s.run(t, deploy.RunRestart, ck.Gen)
 	created := s.create(t, rr)
 	if created.Gen != ck.Gen+1 {
 		t.Errorf("restart handle gen = %d; want %d (its next checkpoint)", created.Gen, ck.Gen+1)
@@ -376,7 +376,7 @@ func testInvalidRun(t *testing.T, s *suite) {
 	}
 	for name, mutate := range cases {
 		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
-			r := s.run(deploy.RunLaunch, 1)
+			r := s.run(t, deploy.RunLaunch, 1)
 			mutate(&r)
 			h, err := s.Driver.Create(s.ctx, r)
 			if !errors.Is(err, deploy.ErrInvalidSpec) {

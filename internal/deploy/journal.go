@@ -1,0 +1,112 @@
+// The record store: one JSON file per record, written before each step of the lifecycle (create
+// refuses an existing record; save replaces one atomically), so that Undeploy, Recover and Adopt,
+// in any process, undo exactly what was made. Deployments and slots are its two kinds of record.
+
+package deploy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// journal stores records of one kind (what) in dir, by ID.
+type journal[T any] struct {
+	dir string
+	// what names the kind in errors ("deployment", "slot").
+	what string
+	// notFound is the sentinel a missing record wraps.
+	notFound error
+}
+
+func (j journal[T]) path(id string) string { return filepath.Join(j.dir, id+".json") }
+
+// create writes a new record; one that exists is ErrExists.
+func (j journal[T]) create(id string, v *T) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(j.path(id), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("%s %s: %w", j.what, id, ErrExists)
+	} else if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
+		// A record cut short (a full disk) is unreadable, and would
+		// stay behind with its ID taken.
+		_ = os.Remove(j.path(id))
+	}
+	return err
+}
+
+// save replaces a record atomically.
+func (j journal[T]) save(id string, v *T) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := j.path(id) + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, j.path(id))
+}
+
+// load reads a record; a missing one wraps j.notFound.
+func (j journal[T]) load(id string) (T, error) {
+	var v T
+	b, err := os.ReadFile(j.path(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return v, fmt.Errorf("%s %s: %w", j.what, id, j.notFound)
+	} else if err != nil {
+		return v, err
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return v, fmt.Errorf("%s record %s: %w", j.what, id, err)
+	}
+	return v, nil
+}
+
+// list returns every readable record, by ID.
+func (j journal[T]) list() ([]T, error) {
+	ents, err := os.ReadDir(j.dir)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range ents {
+		if id, ok := strings.CutSuffix(e.Name(), ".json"); ok {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	var out []T
+	for _, id := range ids {
+		if v, err := j.load(id); err == nil {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+// remove deletes a record; a missing one is not an error.
+func (j journal[T]) remove(id string) error {
+	err := os.Remove(j.path(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,238 @@
+package deploy_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+)
+
+func TestPoolHitDMTCPContainer(t *testing.T) { testPoolHit(t, "container", engine.NameDMTCP) }
+func TestPoolHitCRIU(t *testing.T)           { testPoolHit(t, "host", engine.NameCRIU) }
+
+// testPoolHit is what a warm pool promises: a restore that finds an idle
+// slot of the app's generation runs only start, ready and bind, answers
+// with the checkpoint's state, and leaves the slot's resources to the
+// deployment; without a slot it provisions its own; released or dropped
+// slots leave nothing.
+func testPoolHit(t *testing.T, driver, eng string) {
+	f := deploytest.NewFixture(t, driver)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if _, err := f.D.Host().Check(ctx, eng); err != nil && driver == "host" {
+		testenv.Unavailable(t, eng, err.Error())
+	}
+	app := deploytest.RedisApp("pool-"+eng+"-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, eng)
+	t.Cleanup(func() { f.RemoveGenerations(t, app.Name) })
+	t.Cleanup(func() { f.UndeployAll(t, app.Name) })
+
+	first, err := f.D.Deploy(ctx, app, deploy.Options{Prepare: func(ctx context.Context, tg deploy.Target) error {
+		_, err := testenv.RedisDo(ctx, nil, tg.Ports["6379/tcp"], "SET", "greeting", "from the checkpoint")
+		return err
+	}})
+	if err != nil {
+		t.Fatalf("first deploy: %v", err)
+	}
+	if first.Pool != deploy.PoolMiss {
+		t.Errorf("first deploy: pool %q; want %q (the pool was empty)", first.Pool, deploy.PoolMiss)
+	}
+	g, err := f.D.Latest(ctx, app.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var pooled []deploy.Slot
+	for range 2 {
+		s, err := f.D.ProvisionPoolSlot(ctx, g)
+		if err != nil {
+			t.Fatalf("provision a pool slot: %v", err)
+		}
+		pooled = append(pooled, s)
+	}
+	slots, err := f.D.PoolSlots()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(slots) != 2 || slots[0].Phase != deploy.SlotIdle || slots[1].Phase != deploy.SlotIdle {
+		t.Fatalf("pool slots = %+v; want 2 idle", slots)
+	}
+	for _, step := range deploy.ProvisionSteps {
+		if !hasPhase(slots[0].Timings, step) {
+			t.Errorf("slot %s timings %s lack %q", slots[0].ID, slots[0].Timings, step)
+		}
+	}
+	// An idle slot's app does not run yet: nothing answers on its port.
+	if addr := slots[0].Ports["6379/tcp"]; driver == "container" {
+		if addr == "" {
+			t.Errorf("idle slot %s publishes no port: %+v", slots[0].ID, slots[0].Ports)
+		} else if got, err := testenv.RedisDo(ctx, nil, addr, "PING"); err == nil {
+			t.Errorf("idle slot %s answered PING with %q before any deploy", slots[0].ID, got)
+		}
+	}
+
+	check := func(dep deploy.Deployment) {
+		t.Helper()
+		got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "GET", "greeting")
+		if err != nil || got != "from the checkpoint" {
+			t.Errorf("%s: GET greeting = %q, %v", dep.ID, got, err)
+		}
+	}
+	var deps []deploy.Deployment
+	for i, want := range pooled {
+		var phases []string
+		dep, err := f.D.Deploy(ctx, app, deploy.Options{Progress: func(p string, _ time.Duration) { phases = append(phases, p) }})
+		if err != nil {
+			t.Fatalf("deploy %d: %v", i+1, err)
+		}
+		deps = append(deps, dep)
+		t.Logf("pool hit %d: %s (total %s)", i+1, dep.Timings, dep.Total().Round(time.Millisecond))
+		if dep.Pool != deploy.PoolHit || dep.Slot != want.ID {
+			t.Errorf("deploy %d: pool %q slot %s; want a hit of the oldest idle slot %s", i+1, dep.Pool, dep.Slot, want.ID)
+		}
+		for _, step := range deploy.ProvisionSteps {
+			if hasPhase(dep.Timings, step) || slices.Contains(phases, step) {
+				t.Errorf("pool hit %d waited for %q: %s", i+1, step, dep.Timings)
+			}
+		}
+		for _, step := range []string{deploy.StepStart, deploy.StepReady, deploy.StepBind} {
+			if !hasPhase(dep.Timings, step) {
+				t.Errorf("pool hit %d timings %s lack %q", i+1, dep.Timings, step)
+			}
+		}
+		// The deployment owns the slot's resources now.
+		if !slices.Equal(dep.Images, want.Images) || dep.Handle == nil || dep.Handle.Ref != want.Handle.Ref {
+			t.Errorf("deploy %d owns %v (handle %+v); want the slot's %v (%s)", i+1, dep.Images, dep.Handle, want.Images, want.Handle.Ref)
+		}
+		if _, err := f.D.LoadSlot(want.ID); err == nil {
+			t.Errorf("slot %s still has a record after deployment %s bound it", want.ID, dep.ID)
+		}
+		check(dep)
+	}
+	// The pool is empty: the next restore provisions its own slot.
+	miss, err := f.D.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps = append(deps, miss)
+	if miss.Pool != deploy.PoolMiss || !hasPhase(miss.Timings, deploy.StepClone) || !hasPhase(miss.Timings, deploy.StepBind) {
+		t.Errorf("deploy on an empty pool: pool %q, timings %s; want a miss that provisions and binds", miss.Pool, miss.Timings)
+	}
+	check(miss)
+
+	// Dropping and releasing idle slots leaves nothing of them.
+	for range 2 {
+		if _, err := f.D.ProvisionPoolSlot(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dropped, err := f.D.DropPool(ctx, app.Name, func(s deploy.Slot) bool { return s.Gen == g.Gen })
+	if err != nil || len(dropped) != 2 {
+		t.Errorf("DropPool = %v, %v; want both idle slots", dropped, err)
+	}
+	for _, dep := range deps {
+		if err := f.D.Undeploy(ctx, dep.ID); err != nil {
+			t.Errorf("undeploy %s: %v", dep.ID, err)
+		}
+	}
+	if err := f.D.Undeploy(ctx, first.ID); err != nil {
+		t.Errorf("undeploy %s: %v", first.ID, err)
+	}
+	deploytest.AssertNothingLeft(t, f, app.Name, true)
+}
+
+// TestPoolRecoverSlots: what a killed agent left in the slot records is
+// finished at its next start: an idle slot, a slot claimed by a
+// deployment that never got its record, and a bind cut short between the
+// deployment's record and the slot's removal.
+func TestPoolRecoverSlots(t *testing.T) {
+	f := deploytest.NewFixture(t, "container")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	app := deploytest.RedisApp("poolrec-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, engine.NameDMTCP)
+	t.Cleanup(func() { f.RemoveGenerations(t, app.Name) })
+	t.Cleanup(func() { f.UndeployAll(t, app.Name) })
+	first, err := f.D.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := f.D.Latest(ctx, app.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle, err := f.D.ProvisionPoolSlot(ctx, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := f.D.ProvisionPoolSlot(ctx, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A claim whose deployment never wrote its record.
+	claimed.Phase, claimed.Deployment = deploy.SlotClaimed, "ghost-1"
+	writeSlot(t, f, claimed)
+	dep, err := f.D.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dep.Slot != idle.ID || dep.Pool != deploy.PoolHit {
+		t.Fatalf("deploy took slot %s (%s); want a hit of the oldest idle slot %s", dep.Slot, dep.Pool, idle.ID)
+	}
+	// A bind cut short: the deployment's record owns the slot's resources,
+	// and the slot's record is still there.
+	bound := idle
+	bound.Phase, bound.Deployment = deploy.SlotClaimed, dep.ID
+	writeSlot(t, f, bound)
+
+	// A new process over the same state, as an agent restarted.
+	d2 := f.Reopen(t)
+	released, err := d2.RecoverSlots(ctx)
+	if err != nil {
+		t.Fatalf("RecoverSlots: %v", err)
+	}
+	if !slices.Contains(released, claimed.ID) || slices.Contains(released, bound.ID) {
+		t.Errorf("RecoverSlots released %v; want %s (claimed by a deployment without a record) and not %s (bound)", released, claimed.ID, bound.ID)
+	}
+	if s, err := d2.Slots(); err != nil || len(s) != 0 {
+		t.Errorf("slot records after recovery: %+v, %v; want none", s, err)
+	}
+	// The bound deployment still runs and still owns what it had.
+	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "PING"); err != nil || got != "PONG" {
+		t.Errorf("deployment %s after recovery: PING = %q, %v", dep.ID, got, err)
+	}
+	for _, id := range []string{first.ID, dep.ID} {
+		if err := d2.Undeploy(ctx, id); err != nil {
+			t.Errorf("undeploy %s: %v", id, err)
+		}
+	}
+	deploytest.AssertNothingLeft(t, f, app.Name, true)
+}
+
+func writeSlot(t *testing.T, f *deploytest.Fixture, s deploy.Slot) {
+	t.Helper()
+	writeJSON(t, filepath.Join(f.State, "deploy", "slots", s.ID+".json"), s)
+}
+
+func writeJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func hasPhase(t layering.Timings, name string) bool {
+	return slices.ContainsFunc(t, func(p layering.Phase) bool { return p.Name == name })
+}

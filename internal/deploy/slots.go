@@ -1,0 +1,222 @@
+// Slots: what an instance lives in on a node (its clones, mapped and mounted, its instance created
+// and waiting), journaled in StateDir/slots/<id>.json. Resources are named after the slot; a
+// deployment binds a slot (stages.go) and owns its resources from then on.
+
+package deploy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+)
+
+// ErrNoSlot: the warm pool has no idle slot for the app's generation.
+var ErrNoSlot = errors.New("no idle slot")
+
+// MetaSlot names the slot an instance clone was made for.
+const MetaSlot = "fogdeploy.slot"
+
+// SlotPhase is where a slot is in its life.
+type SlotPhase string
+
+// Slot phases.
+const (
+	// SlotProvisioning: its images, mappings and instance are being made.
+	SlotProvisioning SlotPhase = "Provisioning"
+	// SlotIdle: provisioned, its instance waiting for an order.
+	SlotIdle SlotPhase = "Idle"
+	// SlotClaimed: a deployment (Slot.Deployment) is starting it.
+	SlotClaimed SlotPhase = "Claimed"
+)
+
+// PoolResult says where a deployment's slot came from.
+type PoolResult string
+
+// Pool results (Deployment.Pool).
+const (
+	// PoolHit: a warm pool's slot, provisioned before the request.
+	PoolHit PoolResult = "hit"
+	// PoolMiss: no pool slot was free; the deploy provisioned its own.
+	PoolMiss PoolResult = "miss"
+)
+
+// Owned is what an instance owns on this node: its RBD images, their
+// mappings, the directory of its mount points, and its instance.
+type Owned struct {
+	// Images are the RBD images it owns.
+	Images []string `json:"images,omitempty"`
+	// Mappings are the mapper IDs of its mapped images.
+	Mappings []string `json:"mappings,omitempty"`
+	// Dir holds its mount points and control directory.
+	Dir    string  `json:"dir,omitempty"`
+	Handle *Handle `json:"handle,omitempty"`
+}
+
+// Slot is the record of one slot on this node.
+type Slot struct {
+	ID   string `json:"id"`
+	App  string `json:"app"`
+	Node string `json:"node,omitempty"`
+	// Gen is the generation it restores (RunRestart) or writes
+	// (RunLaunch); 0 for RunBoot.
+	Gen   int       `json:"gen"`
+	Mode  RunMode   `json:"mode"`
+	Phase SlotPhase `json:"phase"`
+	// Pool is set on a warm pool's slot, provisioned ahead of any request
+	// and at background priority.
+	Pool bool `json:"pool,omitempty"`
+	// Deployment is the deployment the slot is provisioned for or claimed
+	// by ("" for an idle pool slot).
+	Deployment string `json:"deployment,omitempty"`
+	Owned
+	Ports   map[string]string `json:"ports,omitempty"`
+	Timings layering.Timings  `json:"timings"`
+	Created time.Time         `json:"created"`
+}
+
+// NewSlotID returns a fresh slot ID for app: <app>-s<8 hex digits>, so
+// that an app's clones share the prefix fdi-<app>-.
+func NewSlotID(app string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	if len(app) > MaxIDLen-10 {
+		app = strings.TrimRight(app[:MaxIDLen-10], "-._")
+	}
+	return app + "-s" + hex.EncodeToString(b)
+}
+
+// newSlot creates the record of a slot of app in mode, owning images
+// named after it (or the given ones) before any is made.
+func (d *Deployer) newSlot(app string, gen int, mode RunMode, pool bool, dep string, images []string) (*Slot, error) {
+	id := NewSlotID(app)
+	if images == nil {
+		images = []string{InstancePrefix + id + "-env"}
+		if mode != RunBoot {
+			images = append(images, InstancePrefix+id+"-ckpt")
+		}
+	}
+	maps := []string{id + "-env"}
+	if len(images) > 1 {
+		maps = append(maps, id+"-ckpt")
+	}
+	s := &Slot{ID: id, App: app, Node: d.cfg.Node, Gen: gen, Mode: mode, Phase: SlotProvisioning, Pool: pool, Deployment: dep,
+		Owned:   Owned{Images: images, Mappings: maps, Dir: filepath.Join(d.cfg.StateDir, "instances", id)},
+		Created: time.Now().UTC()}
+	if err := d.slots.create(id, s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Slots returns this node's slot records: the warm pool's idle slots and
+// those being provisioned or started.
+func (d *Deployer) Slots() ([]Slot, error) { return d.slots.list() }
+
+// LoadSlot reads a slot's record.
+func (d *Deployer) LoadSlot(id string) (Slot, error) {
+	if err := ValidateID(id); err != nil {
+		return Slot{}, err
+	}
+	return d.slots.load(id)
+}
+
+// ReleaseSlot removes a slot that no deployment has bound: its instance,
+// mounts, mappings, images and record. It is idempotent.
+func (d *Deployer) ReleaseSlot(ctx context.Context, id string) error {
+	s, err := d.slots.load(id)
+	if errors.Is(err, ErrNoSlot) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := d.releaseResources(ctx, id, s.Owned, id); err != nil {
+		return err
+	}
+	return d.slots.remove(id)
+}
+
+// claim takes the oldest idle pool slot of app's generation gen for
+// deployment dep, or returns ErrNoSlot.
+func (d *Deployer) claim(app string, gen int, dep string) (*Slot, error) {
+	d.slotMu.Lock()
+	defer d.slotMu.Unlock()
+	slots, err := d.slots.list()
+	if err != nil {
+		return nil, err
+	}
+	var best *Slot
+	for i := range slots {
+		s := &slots[i]
+		if s.App == app && s.Gen == gen && s.Mode == RunRestart && s.Pool && s.Phase == SlotIdle && s.Handle != nil &&
+			(best == nil || s.Created.Before(best.Created)) {
+			best = s
+		}
+	}
+	if best == nil {
+		return nil, fmt.Errorf("app %s generation %d: %w", app, gen, ErrNoSlot)
+	}
+	best.Phase, best.Deployment = SlotClaimed, dep
+	if err := d.slots.save(best.ID, best); err != nil {
+		return nil, err
+	}
+	return best, nil
+}
+
+// unclaim gives a claimed slot back to the pool.
+func (d *Deployer) unclaim(s *Slot) {
+	d.slotMu.Lock()
+	defer d.slotMu.Unlock()
+	s.Phase, s.Deployment = SlotIdle, ""
+	_ = d.slots.save(s.ID, s)
+}
+
+// RecoverSlots, at start, finishes what a previous run left in the slot
+// records: a slot whose deployment's record owns its resources (a bind cut
+// short) loses its record only; every other slot, idle ones included, is
+// released (the warm pool provisions anew). It returns the released IDs.
+func (d *Deployer) RecoverSlots(ctx context.Context) ([]string, error) {
+	slots, err := d.slots.list()
+	if err != nil {
+		return nil, err
+	}
+	var done []string
+	var errs []error
+	for _, s := range slots {
+		if s.Deployment != "" {
+			if rec, err := d.Load(s.Deployment); err == nil && rec.Slot == s.ID && len(rec.Images) > 0 {
+				_ = d.slots.remove(s.ID)
+				continue
+			}
+		}
+		if err := d.ReleaseSlot(ctx, s.ID); err != nil {
+			errs = append(errs, fmt.Errorf("slot %s: %w", s.ID, err))
+			continue
+		}
+		done = append(done, s.ID)
+	}
+	return done, errors.Join(errs...)
+}
+
+// slotDirs are the record directories of the deployer.
+func slotDirs(stateDir string) []string {
+	return []string{filepath.Join(stateDir, "deployments"), filepath.Join(stateDir, "slots"), filepath.Join(stateDir, "instances")}
+}
+
+// mkdirs makes the state directories.
+func mkdirs(stateDir string) error {
+	for _, dir := range slotDirs(stateDir) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("deploy state dir: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,270 @@
+// The warm pool's keeper: for each app, keep the node's idle slots of its newest generation at the
+// app's pool size (`pool:` in its spec, else agent.pool_size), within the node's capacity, and
+// publish them for placement and `fogctl pool ls`. Refilling runs one slot at a time, waits while
+// deploys are under way, and provisions each slot's instance at background CPU priority until a
+// deployment binds it (deploy.Run.Background).
+
+package agent
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+)
+
+// poolKeeper is the warm pool's state in the agent.
+type poolKeeper struct {
+	// kick asks for a refill now (after a deploy, a new generation).
+	kick chan struct{}
+	// inflight counts the deploys under way: refilling waits for them.
+	inflight atomic.Int64
+
+	mu           sync.Mutex
+	hits, misses map[string]int
+	lastRefillMS map[string]float64
+	provisioning map[string]int
+}
+
+func newPoolKeeper() *poolKeeper {
+	return &poolKeeper{kick: make(chan struct{}, 1), hits: map[string]int{}, misses: map[string]int{},
+		lastRefillMS: map[string]float64{}, provisioning: map[string]int{}}
+}
+
+// refillSoon asks the keeper to refill at its next chance.
+func (p *poolKeeper) refillSoon() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// poolSize is how many idle slots of app this node keeps.
+func (a *agent) poolSize(app deploy.App) int {
+	if app.Pool != nil {
+		return *app.Pool
+	}
+	if app.Mode == deploy.ModeBoot {
+		return 0 // its deploys never restore
+	}
+	return a.c.Agent.PoolSize
+}
+
+// keepPool refills the warm pool when kicked and every reconcile
+// interval, until ctx ends.
+func (a *agent) keepPool(ctx context.Context) {
+	tick := time.NewTicker(a.c.Agent.ReconcileInterval)
+	defer tick.Stop()
+	for {
+		a.refill(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.pool.kick:
+		case <-tick.C:
+		}
+	}
+}
+
+// refill brings every app's pool on this node to its size: slots of apps
+// that are gone, of generations that are not the newest, and beyond the
+// size are dropped; missing ones are provisioned while the node has room.
+func (a *agent) refill(ctx context.Context) {
+	apps, err := a.st.Apps(ctx)
+	if err != nil {
+		a.log.Debug("warm pool: listing apps", "err", err)
+		return
+	}
+	known := map[string]bool{}
+	for _, app := range apps {
+		known[app.Name] = true
+	}
+	if slots, err := a.d.PoolSlots(); err == nil {
+		for _, s := range slots {
+			if !known[s.App] {
+				a.dropPool(ctx, s.App, nil, "its app was removed")
+				_ = a.st.DeletePool(ctx, a.c.Node.Name, s.App)
+				known[s.App] = true
+			}
+		}
+	}
+	for _, app := range apps {
+		if ctx.Err() != nil {
+			return
+		}
+		a.refillApp(ctx, app)
+	}
+}
+
+// refillApp keeps app's pool on this node.
+func (a *agent) refillApp(ctx context.Context, app deploy.App) {
+	size := a.poolSize(app)
+	g, err := a.d.Latest(ctx, app.Name)
+	if err == nil && size > 0 {
+		if why := a.d.Restorable(ctx, g); why != nil {
+			a.log.Debug("warm pool: this node cannot restore the app's generation", "app", app.Name, "gen", g.Gen, "reason", why)
+			size = 0
+		}
+	}
+	if err != nil || size == 0 {
+		// No generation (yet), or no pool: none of its slots stays.
+		a.dropPool(ctx, app.Name, nil, "no pool for it on this node")
+		a.publishPool(ctx, app.Name, 0, 0)
+		return
+	}
+	a.dropPool(ctx, app.Name, func(s deploy.Slot) bool { return s.Gen != g.Gen }, "a newer generation was sealed")
+	for ctx.Err() == nil {
+		idle := a.idleSlots(app.Name, g.Gen)
+		if len(idle) > size {
+			extra := map[string]bool{}
+			for _, s := range idle[size:] {
+				extra[s.ID] = true
+			}
+			a.dropPool(ctx, app.Name, func(s deploy.Slot) bool { return extra[s.ID] }, "beyond the pool size")
+			break
+		}
+		if len(idle) == size || a.room() <= 0 {
+			break
+		}
+		if !a.waitIdle(ctx) {
+			return
+		}
+		a.pool.mu.Lock()
+		a.pool.provisioning[app.Name]++
+		a.pool.mu.Unlock()
+		a.publishPool(ctx, app.Name, g.Gen, size)
+		start := time.Now()
+		s, err := a.d.ProvisionPoolSlot(ctx, g)
+		took := time.Since(start)
+		a.pool.mu.Lock()
+		a.pool.provisioning[app.Name]--
+		if err == nil {
+			a.pool.lastRefillMS[app.Name] = float64(took.Microseconds()) / 1000
+		}
+		a.pool.mu.Unlock()
+		if err != nil {
+			a.log.Warn("warm pool: provisioning a slot failed; retried at the next refill", "app", app.Name, "gen", g.Gen, "err", err)
+			break
+		}
+		a.m.poolRefill.WithLabelValues(app.Name).Observe(took.Seconds())
+		a.log.Info("warm pool: slot ready", "app", app.Name, "gen", g.Gen, "slot", s.ID, "took", took.Round(time.Millisecond))
+	}
+	a.publishPool(ctx, app.Name, g.Gen, size)
+}
+
+// idleSlots are app's idle pool slots of generation gen, oldest first.
+func (a *agent) idleSlots(app string, gen int) []deploy.Slot {
+	slots, err := a.d.PoolSlots()
+	if err != nil {
+		return nil
+	}
+	var out []deploy.Slot
+	for _, s := range slots {
+		if s.App == app && s.Gen == gen && s.Phase == deploy.SlotIdle {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// room is how many more instances or slots this node takes: its capacity
+// minus its deployments and its pool's slots.
+func (a *agent) room() int {
+	recs, err := a.d.List()
+	if err != nil {
+		return 0
+	}
+	slots, err := a.d.PoolSlots()
+	if err != nil {
+		return 0
+	}
+	return a.c.Agent.Capacity - len(recs) - len(slots)
+}
+
+// makeRoom drops the oldest idle pool slot of another app when the node
+// is at capacity, so that the pool never keeps a deployment out. A deploy
+// that will take one of app's own slots needs no room.
+func (a *agent) makeRoom(ctx context.Context, app string) {
+	if a.room() > 0 {
+		return
+	}
+	slots, err := a.d.PoolSlots()
+	if err != nil {
+		return
+	}
+	for _, s := range slots {
+		if s.App == app && s.Phase == deploy.SlotIdle {
+			return
+		}
+	}
+	for _, s := range slots {
+		if s.Phase == deploy.SlotIdle {
+			a.dropPool(ctx, s.App, func(o deploy.Slot) bool { return o.ID == s.ID }, "the node is at capacity and a deploy of "+app+" needs room")
+			return
+		}
+	}
+}
+
+// waitIdle waits until no deploy is under way on the node: refilling
+// never competes with a deploy. It reports false when ctx ended.
+func (a *agent) waitIdle(ctx context.Context) bool {
+	for a.pool.inflight.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return ctx.Err() == nil
+}
+
+// dropPool releases app's idle slots that drop selects (nil: all).
+func (a *agent) dropPool(ctx context.Context, app string, drop func(deploy.Slot) bool, why string) {
+	ids, err := a.d.DropPool(ctx, app, drop)
+	if len(ids) > 0 {
+		a.log.Info("warm pool: slots released", "app", app, "slots", ids, "why", why)
+	}
+	if err != nil {
+		a.log.Warn("warm pool: releasing slots; retried at the next refill", "app", app, "err", err)
+	}
+}
+
+// poolDeployed records what a deploy of app found in the pool, and asks
+// for a refill.
+func (a *agent) poolDeployed(app string, res deploy.PoolResult) {
+	a.pool.mu.Lock()
+	switch res {
+	case deploy.PoolHit:
+		a.pool.hits[app]++
+		a.m.poolHits.WithLabelValues(app).Inc()
+	case deploy.PoolMiss:
+		a.pool.misses[app]++
+		a.m.poolMisses.WithLabelValues(app).Inc()
+	}
+	a.pool.mu.Unlock()
+	a.pool.refillSoon()
+}
+
+// publishPool writes app's pool on this node to etcd (for placement and
+// `fogctl pool ls`), or withdraws it when it has no size and no slot.
+func (a *agent) publishPool(ctx context.Context, app string, gen, size int) {
+	idle := a.idleSlots(app, gen)
+	a.m.poolIdle.WithLabelValues(app).Set(float64(len(idle)))
+	a.pool.mu.Lock()
+	p := state.Pool{Node: a.c.Node.Name, App: app, Gen: gen, Size: size, Idle: len(idle), Provisioning: a.pool.provisioning[app],
+		Hits: a.pool.hits[app], Misses: a.pool.misses[app], LastRefillMS: a.pool.lastRefillMS[app]}
+	a.pool.mu.Unlock()
+	for _, s := range idle {
+		p.Slots = append(p.Slots, s.ID)
+	}
+	if size == 0 && p.Idle == 0 && p.Provisioning == 0 && p.Hits == 0 && p.Misses == 0 {
+		_ = a.st.DeletePool(ctx, a.c.Node.Name, app)
+		return
+	}
+	if err := a.st.PutPool(ctx, a.session(), p); err != nil {
+		a.log.Debug("warm pool: publishing", "app", app, "err", err)
+	}
+}

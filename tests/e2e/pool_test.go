@@ -1,0 +1,173 @@
+//go:build !no_ceph
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/scheduler"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
+)
+
+// TestPoolPoP: an app with `pool: 2` on a 3-node PoP. Once its generation
+// is sealed every node keeps 2 idle slots; deploys without --node go to a
+// node with an idle slot and say so, wait for no clone, map, mount or
+// container step, and answer with the checkpoint's state; the pool is full
+// again shortly after; killing an agent while it refills leaks nothing,
+// and its restart provisions the pool anew; `fogctl pool ls` and `fogctl
+// node ls` show it; pool 0 releases every slot.
+func TestPoolPoP(t *testing.T) {
+	f := deploytest.NewFixture(t, "container")
+	if _, _, err := f.D.CheckEngine(context.Background(), engine.NameDMTCP); err != nil {
+		testenv.Unavailable(t, testenv.DMTCP, err.Error())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	app := deploytest.RedisApp("e2e-pool-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, engine.NameDMTCP)
+	two := 2
+	app.Pool = &two
+	p := startPoP(ctx, t, f, app.Name, "fogdeploy/dmtcp:deploytest", "", "n1", "n2", "n3")
+	st := p.st
+	if err := st.CreateApp(ctx, app, false); err != nil {
+		t.Fatal(err)
+	}
+	// The first deploy produces the generation (no pool can exist before).
+	first, err := scheduler.Create(ctx, st, scheduler.Request{App: app.Name, Mode: deploy.ModeRestore}, "e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.waitAll(ctx, app.Name, 1)
+	nodes := []string{"n1", "n2", "n3"}
+	waitPools := func(why string) []state.Pool {
+		t.Helper()
+		start := time.Now()
+		for ctx.Err() == nil {
+			pools, err := st.Pools(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			full := 0
+			for _, pl := range pools {
+				if pl.App == app.Name && pl.Idle == 2 && pl.Gen == 1 {
+					full++
+				}
+			}
+			if full == len(nodes) {
+				t.Logf("pools full %s in %s", why, time.Since(start).Round(time.Millisecond))
+				return pools
+			}
+			if time.Since(start) > 90*time.Second {
+				t.Fatalf("pools not full %s after 90 s: %+v", why, pools)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return nil
+	}
+	waitPools("after the first checkpoint")
+
+	out, errOut, code := p.fogctl(ctx, "pool", "ls", app.Name, "-o", "json")
+	var listed []state.Pool
+	if err := json.Unmarshal([]byte(out), &listed); code != 0 || err != nil || len(listed) != 3 {
+		t.Errorf("fogctl pool ls -o json = %d, %v, %d pools; want 3\n%s%s", code, err, len(listed), out, errOut)
+	}
+	if out, _, _ := p.fogctl(ctx, "node", "ls"); !strings.Contains(out, "POOL") || !strings.Contains(out, "refill priority: cgroup") {
+		t.Errorf("fogctl node ls shows no pool or refill priority:\n%s", out)
+	}
+
+	// Deploys without --node take pool slots.
+	var ids []string
+	for i := range 3 {
+		out, errOut, code := p.fogctl(ctx, "deploy", app.Name, "--wait", "-o", "json")
+		var d state.Deployment
+		if err := json.Unmarshal([]byte(out), &d); code != 0 || err != nil {
+			t.Fatalf("deploy %d = %d, %v\n%s", i+1, code, err, errOut)
+		}
+		ids = append(ids, d.ID)
+		t.Logf("deploy %d on %s (%s): %s", i+1, d.Node, d.Placement, d.Status.Timings)
+		if !strings.HasPrefix(d.Placement, "pool:") {
+			t.Errorf("deploy %d placed on %s because %q; want a node with an idle pool slot", i+1, d.Node, d.Placement)
+		}
+		if d.Status.Pool != string(deploy.PoolHit) || d.Status.Slot == "" {
+			t.Errorf("deploy %d: pool %q slot %q; want a hit", i+1, d.Status.Pool, d.Status.Slot)
+		}
+		for _, ph := range d.Status.Timings {
+			if slices.Contains(deploy.ProvisionSteps, ph.Name) {
+				t.Errorf("deploy %d (a pool hit) waited for %s: %s", i+1, ph.Name, d.Status.Timings)
+			}
+		}
+		if got, err := testenv.RedisDo(ctx, nil, d.Status.Ports["6379/tcp"], "PING"); err != nil || got != "PONG" {
+			t.Errorf("deploy %d: PING = %q, %v", i+1, got, err)
+		}
+	}
+	pools := waitPools("after 3 hits")
+	hits := 0
+	for _, pl := range pools {
+		if pl.App == app.Name {
+			hits += pl.Hits
+		}
+	}
+	if hits != 3 {
+		t.Errorf("pools report %d hits; want 3: %+v", hits, pools)
+	}
+
+	// Kill n1 while it refills after a hit; its restart leaks nothing and
+	// fills the pool again.
+	d, err := scheduler.Create(ctx, st, scheduler.Request{App: app.Name, Node: "n1"}, "e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids = append(ids, d.ID)
+	refilling := false
+	for ctx.Err() == nil {
+		pl, _ := st.Pools(ctx, "n1")
+		for _, x := range pl {
+			if x.App == app.Name && x.Provisioning > 0 {
+				refilling = true
+			}
+		}
+		if refilling {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	p.stopAgent("n1", syscall.SIGKILL)
+	t.Logf("n1 killed while refilling: %v", refilling)
+	p.startAgent("n1", "")
+	p.waitAll(ctx, app.Name, 1+len(ids))
+	waitPools("after n1 was killed while it refilled")
+
+	// Pool 0: every slot goes.
+	if _, errOut, code := p.fogctl(ctx, "app", "pool", app.Name, "0"); code != 0 {
+		t.Fatalf("fogctl app pool %s 0 = %d\n%s", app.Name, code, errOut)
+	}
+	if _, errOut, code := p.fogctl(ctx, "app", "pool", app.Name, "65"); code == 0 || !strings.Contains(errOut, "pool") {
+		t.Errorf("fogctl app pool %s 65 = %d; want an error naming pool\n%s", app.Name, code, errOut)
+	}
+	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+		pools, _ := st.Pools(ctx, "")
+		idle := 0
+		for _, pl := range pools {
+			if pl.App == app.Name {
+				idle += pl.Idle + pl.Provisioning
+			}
+		}
+		if idle == 0 {
+			break
+		}
+		if time.Since(start) > 60*time.Second {
+			t.Fatalf("pool slots still there 60 s after pool 0: %+v", pools)
+		}
+	}
+	_ = first
+}
