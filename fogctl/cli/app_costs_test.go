@@ -50,7 +50,7 @@ func TestModesAndAppCosts(t *testing.T) {
 		t.Errorf("app costs before any deploy = exit %d, %q; want the header only\n%s", code, out, errOut)
 	}
 	for i, c := range []struct {
-		mode string
+		mode deploy.Mode
 		ms   int
 	}{{deploy.ModeRestore, 600}, {deploy.ModeRestore, 620}, {deploy.ModeRestore, 580}, {deploy.ModeBoot, 150}, {deploy.ModeBoot, 160}, {deploy.ModeBoot, 140}} {
 		if err := st.AddCost(ctx, "web", "n1", c.mode, 1, time.Duration(c.ms)*time.Millisecond, i > 0); err != nil {
@@ -78,7 +78,7 @@ func TestModesAndAppCosts(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || len(got) != 2 || got[0].Node != "n1" ||
 		got[0].BootMedianMS != 150 || got[0].RestoreMedianMS != 600 || len(got[0].Boot) != 3 || got[0].Auto != 5 ||
-		got[0].Next.Mode != deploy.ModeBoot || got[0].Next.Why != "faster" {
+		got[0].Next.Mode != string(deploy.ModeBoot) || got[0].Next.Why != "faster" {
 		t.Errorf("app costs -o json = exit %d, %v, %+v\n%s%s", code, err, got, out, errOut)
 	}
 	if code, out, _ := run("app", "inspect", "web"); code != 0 || !strings.Contains(out, "costs on n1: boot 0.15 s (3 runs), restore 0.60 s (3 runs); next boot, auto: boot 0.15 s") {

@@ -129,9 +129,9 @@ func NewCmdApp(f *Factory) *cobra.Command {
 	fl.Float64Var(&o.App.Resources.CPUs, "cpus", 0, "CPU limit per instance")
 	fl.StringVar(&o.App.Resources.Memory, "memory", "", "memory limit per instance, e.g. 512M")
 	fl.IntVar(&o.Pool, "pool", -1, "idle slots of the app each node keeps ready (a warm pool; default: the node's agent.pool_size); overrides the spec's pool")
-	fl.StringVar(&o.App.Mode, "mode", "", "mode of its deployments that ask for none: auto (default: boot or restore, whichever has been faster on the node), restore or boot")
+	fl.StringVar((*string)(&o.App.Mode), "mode", "", "mode of its deployments that ask for none: auto (default: boot or restore, whichever has been faster on the node), restore or boot")
 	_ = create.RegisterFlagCompletionFunc("engine", fixedCompletion("dmtcp", "criu"))
-	_ = create.RegisterFlagCompletionFunc("mode", fixedCompletion(deploy.ModeAuto, deploy.ModeRestore, deploy.ModeBoot))
+	_ = create.RegisterFlagCompletionFunc("mode", fixedCompletion(string(deploy.ModeAuto), string(deploy.ModeRestore), string(deploy.ModeBoot)))
 
 	ls := &cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: "List apps", Args: cobra.NoArgs,
 		RunE: withState(f, func(cmd *cobra.Command, args []string, st *state.Store) error {
@@ -282,7 +282,7 @@ func parseReady(s string) (deploy.Readiness, error) {
 type DeployOptions struct {
 	F    *Factory
 	Node string
-	Mode string
+	Mode deploy.Mode
 	Wait bool
 }
 
@@ -308,9 +308,9 @@ A node without an engine boots too, unless its agent has if_no_engine: fail.
 		RunE: func(cmd *cobra.Command, args []string) error { return deployRun(cmd.Context(), o, args[0]) },
 	}
 	cmd.Flags().StringVar(&o.Node, "node", "", "node to deploy on (default: the best-scored ready node)")
-	cmd.Flags().StringVar(&o.Mode, "mode", "", "auto, restore or boot (default: the app's mode, else auto)")
+	cmd.Flags().StringVar((*string)(&o.Mode), "mode", "", "auto, restore or boot (default: the app's mode, else auto)")
 	cmd.Flags().BoolVar(&o.Wait, "wait", false, "wait until the deployment is Running (or Failed)")
-	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{deploy.ModeAuto, deploy.ModeRestore, deploy.ModeBoot}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{string(deploy.ModeAuto), string(deploy.ModeRestore), string(deploy.ModeBoot)}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 

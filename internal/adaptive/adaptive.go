@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -76,16 +76,16 @@ type Costs struct {
 	Updated time.Time `json:"updated"`
 }
 
-// Add records one deploy of mode (deploy.ModeBoot or deploy.ModeRestore;
+// Add records one deploy of mode (spec.ModeBoot or spec.ModeRestore;
 // others are ignored) that cost d; gen is the generation a restore
 // restored. A restore of an older generation than Gen is not counted, and
 // one of a newer generation replaces the restore samples. auto says that
 // mode auto chose it.
-func (c *Costs) Add(mode string, gen int, d time.Duration, auto bool) {
+func (c *Costs) Add(mode spec.Mode, gen int, d time.Duration, auto bool) {
 	switch mode {
-	case deploy.ModeBoot:
+	case spec.ModeBoot:
 		c.Boot = c.Boot.add(d)
-	case deploy.ModeRestore:
+	case spec.ModeRestore:
 		if gen < c.Gen {
 			break
 		}
@@ -132,9 +132,9 @@ const (
 
 // Decision is the choice for one deploy of mode auto.
 type Decision struct {
-	// Mode is deploy.ModeBoot or deploy.ModeRestore.
-	Mode string `json:"mode"`
-	Why  Why    `json:"why"`
+	// Mode is spec.ModeBoot or spec.ModeRestore.
+	Mode spec.Mode `json:"mode"`
+	Why  Why       `json:"why"`
 	// Reason says it for the deployment's status, e.g. "auto: boot 0.15 s
 	// < restore 0.60 s (medians of 5 and 7 runs)".
 	Reason string `json:"reason"`
@@ -155,10 +155,10 @@ func Decide(c Costs, cannotBoot string) Decision {
 	nb, nr := len(c.Boot), len(c.Restore)
 	mb, mr := c.Boot.Median(), c.Restore.Median()
 	boot := func(why Why, format string, args ...any) Decision {
-		return Decision{Mode: deploy.ModeBoot, Why: why, Reason: "auto: " + fmt.Sprintf(format, args...)}
+		return Decision{Mode: spec.ModeBoot, Why: why, Reason: "auto: " + fmt.Sprintf(format, args...)}
 	}
 	restore := func(why Why, format string, args ...any) Decision {
-		return Decision{Mode: deploy.ModeRestore, Why: why, Reason: "auto: " + fmt.Sprintf(format, args...)}
+		return Decision{Mode: spec.ModeRestore, Why: why, Reason: "auto: " + fmt.Sprintf(format, args...)}
 	}
 	bootFaster := mb <= mr // restore only when restoring is faster
 	// cmp compares both medians, the lower first; runs says of how many.

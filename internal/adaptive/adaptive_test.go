@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -16,42 +16,42 @@ func TestDecide(t *testing.T) {
 		name       string
 		c          Costs
 		cannotBoot string
-		mode       string
+		mode       spec.Mode
 		why        Why
 		reason     string // the whole reason, or a part of it
 	}{
 		{"a new app restores", Costs{}, "",
-			deploy.ModeRestore, WhyFirst, "auto: restore first (0 of 3 restores measured on this node)"},
+			spec.ModeRestore, WhyFirst, "auto: restore first (0 of 3 restores measured on this node)"},
 		{"still fewer than 3 restores, even with boots measured", Costs{Restore: ms(600, 700), Boot: ms(100, 100, 100)}, "",
-			deploy.ModeRestore, WhyFirst, "auto: restore first (2 of 3 restores measured on this node)"},
+			spec.ModeRestore, WhyFirst, "auto: restore first (2 of 3 restores measured on this node)"},
 		{"3 restores and no boot: boot once to measure it", Costs{Restore: ms(600, 500, 700)}, "",
-			deploy.ModeBoot, WhyLearn, "auto: boot to measure it (none measured on this node yet; restore 0.60 s, median of 3 runs)"},
+			spec.ModeBoot, WhyLearn, "auto: boot to measure it (none measured on this node yet; restore 0.60 s, median of 3 runs)"},
 		{"booting looks faster so far: measure it again at once", Costs{Restore: ms(600, 500, 700), Boot: ms(150)}, "",
-			deploy.ModeBoot, WhyLearn, "auto: boot to measure it (so far boot 0.15 s < restore 0.60 s, medians of 1 and 3 runs)"},
+			spec.ModeBoot, WhyLearn, "auto: boot to measure it (so far boot 0.15 s < restore 0.60 s, medians of 1 and 3 runs)"},
 		{"booting looks slower so far: restore meanwhile", Costs{Restore: ms(400, 400, 400, 400), Boot: ms(5400)}, "",
-			deploy.ModeRestore, WhyFaster, "auto: restore 0.40 s < boot 5.40 s so far (medians of 4 and 1 runs; boot measured again after 6 restores)"},
+			spec.ModeRestore, WhyFaster, "auto: restore 0.40 s < boot 5.40 s so far (medians of 4 and 1 runs; boot measured again after 6 restores)"},
 		{"after 3 more restores, boot again to measure it", Costs{Restore: ms(400, 400, 400, 400, 400, 400), Boot: ms(5400)}, "",
-			deploy.ModeBoot, WhyLearn, "auto: boot to measure it again (so far restore 0.40 s < boot 5.40 s, medians of 6 and 1 runs)"},
+			spec.ModeBoot, WhyLearn, "auto: boot to measure it again (so far restore 0.40 s < boot 5.40 s, medians of 6 and 1 runs)"},
 		{"third boot once 9 restores are kept", Costs{Restore: ms(4, 4, 4, 4, 4, 4, 4, 4, 4), Boot: ms(5400, 5300)}, "",
-			deploy.ModeBoot, WhyLearn, "again"},
+			spec.ModeBoot, WhyLearn, "again"},
 		{"both measured, boot faster", Costs{Restore: ms(600, 620, 580, 700, 590, 610, 650), Boot: ms(150, 140, 160, 155, 145)}, "",
-			deploy.ModeBoot, WhyFaster, "auto: boot 0.15 s < restore 0.61 s (medians of 5 and 7 runs)"},
+			spec.ModeBoot, WhyFaster, "auto: boot 0.15 s < restore 0.61 s (medians of 5 and 7 runs)"},
 		{"both measured, restore faster", Costs{Restore: ms(400, 410, 390, 400, 420, 380, 400), Boot: ms(5400, 5300, 5500, 5400, 5450)}, "",
-			deploy.ModeRestore, WhyFaster, "auto: restore 0.40 s < boot 5.40 s (medians of 7 and 5 runs)"},
+			spec.ModeRestore, WhyFaster, "auto: restore 0.40 s < boot 5.40 s (medians of 7 and 5 runs)"},
 		{"a tie boots: restore only when it is faster", Costs{Restore: ms(500, 500, 500), Boot: ms(500, 500, 500)}, "",
-			deploy.ModeBoot, WhyFaster, "auto: boot 0.50 s = restore 0.50 s (medians of 3 and 3 runs)"},
+			spec.ModeBoot, WhyFaster, "auto: boot 0.50 s = restore 0.50 s (medians of 3 and 3 runs)"},
 		{"even counts: the mean of the middle two", Costs{Restore: ms(100, 300, 900, 1000), Boot: ms(700, 700, 700)}, "",
-			deploy.ModeRestore, WhyFaster, "restore 0.60 s < boot 0.70 s"},
+			spec.ModeRestore, WhyFaster, "restore 0.60 s < boot 0.70 s"},
 		{"every 10th choice explores the other kind (boot faster)", Costs{Restore: ms(600, 600, 600), Boot: ms(150, 150, 150), Auto: 9}, "",
-			deploy.ModeRestore, WhyExplore, "auto: restore to measure it again (every 10th choice takes the other; boot 0.15 s < restore 0.60 s, medians of 3 and 3 runs)"},
+			spec.ModeRestore, WhyExplore, "auto: restore to measure it again (every 10th choice takes the other; boot 0.15 s < restore 0.60 s, medians of 3 and 3 runs)"},
 		{"every 10th choice explores the other kind (restore faster)", Costs{Restore: ms(400, 400, 400), Boot: ms(900, 900, 900), Auto: 19}, "",
-			deploy.ModeBoot, WhyExplore, "auto: boot to measure it again (every 10th choice takes the other; restore 0.40 s < boot 0.90 s"},
+			spec.ModeBoot, WhyExplore, "auto: boot to measure it again (every 10th choice takes the other; restore 0.40 s < boot 0.90 s"},
 		{"the 11th does not explore", Costs{Restore: ms(600, 600, 600), Boot: ms(150, 150, 150), Auto: 10}, "",
-			deploy.ModeBoot, WhyFaster, "auto: boot 0.15 s < restore 0.60 s"},
+			spec.ModeBoot, WhyFaster, "auto: boot 0.15 s < restore 0.60 s"},
 		{"no exploring while learning", Costs{Restore: ms(400, 400, 400, 400), Boot: ms(5400), Auto: 9}, "",
-			deploy.ModeRestore, WhyFaster, "so far"},
+			spec.ModeRestore, WhyFaster, "so far"},
 		{"a node that cannot boot restores", Costs{Restore: ms(600, 600, 600), Boot: ms(150, 150, 150)}, "no boot image",
-			deploy.ModeRestore, WhyCannotBoot, "auto: restore: this node cannot boot apps without an engine (no boot image)"},
+			spec.ModeRestore, WhyCannotBoot, "auto: restore: this node cannot boot apps without an engine (no boot image)"},
 	} {
 		d := Decide(tc.c, tc.cannotBoot)
 		if d.Mode != tc.mode || d.Why != tc.why || !strings.Contains(d.Reason, tc.reason) {
@@ -64,12 +64,12 @@ func TestDecide(t *testing.T) {
 // measured (when booting looks faster), then settles on the faster kind and
 // explores the other one every 10th choice.
 func TestDecideSequence(t *testing.T) {
-	cost := map[string]time.Duration{deploy.ModeBoot: 150 * time.Millisecond, deploy.ModeRestore: 600 * time.Millisecond}
+	cost := map[spec.Mode]time.Duration{spec.ModeBoot: 150 * time.Millisecond, spec.ModeRestore: 600 * time.Millisecond}
 	var c Costs
 	var got []string
 	for range 21 {
 		d := Decide(c, "")
-		got = append(got, d.Mode)
+		got = append(got, string(d.Mode))
 		c.Add(d.Mode, 1, cost[d.Mode], true)
 	}
 	want := "restore restore restore boot boot boot boot boot boot restore boot boot boot boot boot boot boot boot boot restore boot"
@@ -84,27 +84,27 @@ func TestDecideSequence(t *testing.T) {
 func TestCostsAdd(t *testing.T) {
 	var c Costs
 	for i := range 12 {
-		c.Add(deploy.ModeBoot, 0, time.Duration(i+1)*time.Millisecond, false)
+		c.Add(spec.ModeBoot, 0, time.Duration(i+1)*time.Millisecond, false)
 	}
 	if len(c.Boot) != MaxSamples || c.Boot[0] != 4 || c.Boot[MaxSamples-1] != 12 || c.Auto != 0 {
 		t.Errorf("boot samples after 12 = %v (auto %d); want the last %d, 4..12", c.Boot, c.Auto, MaxSamples)
 	}
-	c.Add(deploy.ModeRestore, 2, 500*time.Millisecond, true)
-	c.Add(deploy.ModeRestore, 2, 700*time.Millisecond, true)
+	c.Add(spec.ModeRestore, 2, 500*time.Millisecond, true)
+	c.Add(spec.ModeRestore, 2, 700*time.Millisecond, true)
 	if c.Gen != 2 || len(c.Restore) != 2 || c.Auto != 2 {
 		t.Errorf("after 2 restores of gen 2: %+v", c)
 	}
 	// A restore of an older generation that ends after a newer one was
 	// sealed does not count; a newer generation starts afresh.
-	c.Add(deploy.ModeRestore, 1, 100*time.Millisecond, false)
+	c.Add(spec.ModeRestore, 1, 100*time.Millisecond, false)
 	if len(c.Restore) != 2 {
 		t.Errorf("a restore of an older generation was counted: %v", c.Restore)
 	}
-	c.Add(deploy.ModeRestore, 3, 300*time.Millisecond, false)
+	c.Add(spec.ModeRestore, 3, 300*time.Millisecond, false)
 	if c.Gen != 3 || len(c.Restore) != 1 || c.Restore[0] != 300 {
 		t.Errorf("a restore of a newer generation: gen %d, %v; want gen 3, [300]", c.Gen, c.Restore)
 	}
-	c.Add(deploy.ModeCheckpoint, 4, time.Second, false)
+	c.Add(spec.ModeCheckpoint, 4, time.Second, false)
 	if c.Gen != 3 || len(c.Restore) != 1 {
 		t.Errorf("a checkpoint refresh was counted: %+v", c)
 	}

@@ -54,7 +54,7 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 	}()
 	o := d.newOp(&s.Timings, opts.Progress)
 	d.log.Info("booting app for its checkpoint", "app", app.Name, "gen", n, "env", env.Ref.String(), "driver", dr.Name(), "slot", s.ID)
-	if err := d.provision(ctx, o, s, slotSource{app: app, engine: app.Engine, env: env.Ref, ckptSize: app.checkpointBytes(),
+	if err := d.provision(ctx, o, s, slotSource{app: app, engine: app.Engine, env: env.Ref, ckptSize: app.CheckpointBytes(),
 		config: env.Config}); err != nil {
 		return Generation{}, err
 	}

@@ -35,7 +35,7 @@ func TestRestorableOn(t *testing.T) {
 		{"cpu flags", gen(&Platform{Arch: "amd64", CPUFlags: []string{"avx", "avx512f", "sha_ni"}}, "4.2.0"), "lacks (avx512f, sha_ni)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.g.restorableOn(node, "4.2.0")
+			err := restorableOn(tc.g, node, "4.2.0")
 			if tc.want == "" {
 				if err != nil {
 					t.Fatalf("restorableOn = %v; want restorable", err)
@@ -51,7 +51,7 @@ func TestRestorableOn(t *testing.T) {
 	for i := range many {
 		many[i] = "zz" + string(rune('a'+i))
 	}
-	err := gen(&Platform{Arch: "amd64", CPUFlags: many}, "").restorableOn(node, "4.2.0")
+	err := restorableOn(gen(&Platform{Arch: "amd64", CPUFlags: many}, ""), node, "4.2.0")
 	if err == nil || !strings.Contains(err.Error(), "and 4 more") {
 		t.Fatalf("ten missing flags: %v; want six named and 'and 4 more'", err)
 	}

@@ -166,7 +166,7 @@ func (c *Container) spec(r Run, image string) runtime.DMTCPContainer {
 		// Waited for inside the container, after SIGUSR1.
 		CheckpointDelay: time.Duration(r.App.CheckpointDelay),
 		NanoCPUs:        int64(r.App.Resources.CPUs * 1e9),
-		MemoryBytes:     r.App.memoryBytes(),
+		MemoryBytes:     r.App.MemoryBytes(),
 		Labels:          map[string]string{"io.fogdeploy.gen": strconv.Itoa(r.Gen)},
 	}
 	for _, p := range r.App.Ports {

@@ -5,18 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
 // Errors of the deploy path. They are wrapped together with the cause, so
 // callers branch with errors.Is.
 var (
-	// ErrInvalidSpec: an app spec (or deploy request) failed validation;
-	// nothing was created.
-	ErrInvalidSpec = errors.New("invalid app spec")
+	ErrInvalidSpec = spec.ErrInvalidSpec
 	// ErrNoCheckpoint: the app has no complete checkpoint generation.
 	ErrNoCheckpoint = errors.New("no checkpoint")
-	// ErrNotFound: no deployment with that ID on this node.
-	ErrNotFound = errors.New("deployment not found")
+	ErrNotFound     = spec.ErrNotFound
 	// ErrExists: a deployment with that ID exists.
 	ErrExists = errors.New("deployment exists")
 	// ErrDriver: the driver cannot run the app here (engine or image
@@ -27,8 +26,7 @@ var (
 	ErrNotReady = errors.New("app not ready")
 	// ErrCheckpoint: writing the checkpoint failed.
 	ErrCheckpoint = errors.New("checkpoint failed")
-	// ErrBusy: another deploy is producing the app's checkpoint.
-	ErrBusy = errors.New("checkpoint being produced")
+	ErrBusy       = spec.ErrBusy
 )
 
 // RunMode says how a driver runs an instance (Run.Mode). It is a driver's

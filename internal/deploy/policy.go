@@ -14,74 +14,13 @@ import (
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
-// Deployment modes (Deployment.Mode, Options.Mode).
-const (
-	// ModeAuto boots or restores, whichever has been faster on the node:
-	// the agent chooses (internal/adaptive) and asks Deploy for ModeBoot
-	// or ModeRestore. Deploy itself restores in ModeAuto.
-	ModeAuto = "auto"
-	// ModeRestore restores from the newest checkpoint generation,
-	// producing the first one if there is none; as Deployment.Mode, the
-	// instance was restored from a checkpoint generation.
-	ModeRestore = "restore"
-	// ModeBoot: the app runs with no checkpoint engine, booted normally
-	// (asked for, or Deployment.BootReason says why).
-	ModeBoot = "boot"
-	// ModeCheckpoint asks a node for a new checkpoint generation of the
-	// app (a refresh) and no instance.
-	ModeCheckpoint = "checkpoint"
-)
-
-// What Deploy does when it cannot restore at once (Options.IfBusy,
-// Options.IfNoEngine).
-const (
-	// PolicyWait waits for the deploy that produces the checkpoint.
-	PolicyWait = "wait"
-	// PolicyBoot boots the app normally, with no checkpoint engine.
-	PolicyBoot = "boot"
-	// PolicyFail fails the deploy.
-	PolicyFail = "fail"
-)
-
-// ModeHelp says which modes a deployment may ask for.
-const ModeHelp = "use auto (boot or restore, whichever has been faster on the node), restore (from the checkpoint, producing it first if needed) or boot (without a checkpoint engine)"
-
-// ValidateMode checks the mode a deployment asks for ("" is the default:
-// the app's mode, else auto).
-func ValidateMode(mode string) error {
-	switch mode {
-	case "", ModeAuto, ModeRestore, ModeBoot:
-		return nil
-	}
-	return fmt.Errorf("mode %q: %s: %w", mode, ModeHelp, ErrInvalidSpec)
-}
-
-// ValidatePolicies checks Options.Mode, IfBusy and IfNoEngine values.
-func ValidatePolicies(mode, ifBusy, ifNoEngine string) error {
-	var errs []error
-	if err := ValidateMode(mode); err != nil {
-		errs = append(errs, err)
-	}
-	switch ifBusy {
-	case "", PolicyWait, PolicyBoot:
-	default:
-		errs = append(errs, fmt.Errorf("if_busy %q: use wait or boot: %w", ifBusy, ErrInvalidSpec))
-	}
-	switch ifNoEngine {
-	case "", PolicyFail, PolicyBoot:
-	default:
-		errs = append(errs, fmt.Errorf("if_no_engine %q: use fail or boot: %w", ifNoEngine, ErrInvalidSpec))
-	}
-	return errors.Join(errs...)
-}
-
 // Options tune one Deploy.
 type Options struct {
 	// ID is the deployment ID; "" generates one from the app name.
 	ID string
 	// Mode is ModeRestore or ModeAuto (default: both restore here) or
 	// ModeBoot (always boot, no engine).
-	Mode string
+	Mode Mode
 	// Reason says why the caller chose Mode (mode auto's choice), for
 	// Deployment.BootReason of a boot ("" is "requested") and
 	// Deployment.Reason of a restore.
@@ -201,7 +140,7 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 // nil.
 func (d *Deployer) Restorable(ctx context.Context, g Generation) error {
 	_, version, _ := d.CheckEngine(ctx, g.Engine)
-	return g.restorableOn(d.platform, version)
+	return restorableOn(g, d.platform, version)
 }
 
 // produceOnce returns the app's newest generation, producing it under the

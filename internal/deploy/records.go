@@ -16,32 +16,18 @@ import (
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
-// Phases of a deployment.
-const (
-	PhaseCreating   = "Creating"
-	PhaseBooting    = "Booting"
-	PhaseRestoring  = "Restoring"
-	PhaseRunning    = "Running"
-	PhaseFailed     = "Failed"
-	PhaseRemoving   = "Removing"
-	PhaseCheckpoint = "Checkpointing"
-	// PhaseCheckpointed ends a checkpoint refresh: a new generation is
-	// sealed and no instance runs.
-	PhaseCheckpointed = "Checkpointed"
-)
-
 // Deployment is the record of one instance on this node.
 type Deployment struct {
 	ID    string `json:"id"`
 	App   string `json:"app"`
 	Node  string `json:"node,omitempty"`
-	Phase string `json:"phase"`
+	Phase Phase  `json:"phase"`
 	// Gen is the checkpoint generation restored (0 while booting).
 	Gen int `json:"gen"`
 	// Mode is ModeRestore (from a checkpoint generation) or ModeBoot (the
 	// app booted with no checkpoint engine; BootReason says why). Reason
 	// says why a restore was chosen, when the caller said (mode auto).
-	Mode       string `json:"mode"`
+	Mode       Mode   `json:"mode"`
 	BootReason string `json:"boot_reason,omitempty"`
 	Reason     string `json:"reason,omitempty"`
 	// Booted is set when this deploy had to produce the generation first.

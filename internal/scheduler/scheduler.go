@@ -26,7 +26,7 @@ type Request struct {
 	// node), "restore" (checkpointing first if needed) or "boot" (normally,
 	// without a checkpoint engine); "" is the app's mode, else auto.
 	// "checkpoint" seals a new generation (fogctl checkpoint refresh).
-	Mode string `json:"mode,omitempty"`
+	Mode deploy.Mode `json:"mode,omitempty"`
 }
 
 // Create places and records a deployment. Placement (or the check of

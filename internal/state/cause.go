@@ -5,7 +5,7 @@ import (
 	"errors"
 	"syscall"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
@@ -29,9 +29,9 @@ const (
 // not found, then unavailable.
 func CauseOf(err error) string {
 	switch {
-	case errors.Is(err, layering.ErrInvalid), errors.Is(err, deploy.ErrInvalidSpec):
+	case errors.Is(err, layering.ErrInvalid), errors.Is(err, spec.ErrInvalidSpec):
 		return CauseInvalid
-	case errors.Is(err, layering.ErrNotFound), errors.Is(err, ErrNotFound), errors.Is(err, deploy.ErrNotFound):
+	case errors.Is(err, layering.ErrNotFound), errors.Is(err, ErrNotFound), errors.Is(err, spec.ErrNotFound):
 		return CauseNotFound
 	case errors.Is(err, layering.ErrUnavailable), errors.Is(err, layering.ErrFull), errors.Is(err, mapper.ErrStalled),
 		errors.Is(err, syscall.ENOSPC), errors.Is(err, context.DeadlineExceeded), errors.Is(err, ErrUnavailable),

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fogdeploy/fogdeploy/internal/adaptive"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
 func costsPrefix(app string) string   { return Prefix + "costs/" + app + "/" }
@@ -48,7 +49,7 @@ func (s *Store) NodeCosts(ctx context.Context, app, node string) (adaptive.Costs
 // chose it). Only node's agent calls it; the update is a compare-and-swap,
 // so that it never undoes a reset made meanwhile by another process. It
 // records nothing once the app is gone.
-func (s *Store) AddCost(ctx context.Context, app, node, mode string, gen int, d time.Duration, auto bool) error {
+func (s *Store) AddCost(ctx context.Context, app, node string, mode spec.Mode, gen int, d time.Duration, auto bool) error {
 	return s.updateCosts(ctx, app, []string{costKey(app, node)}, true, func(c *adaptive.Costs) {
 		c.App, c.Node = app, node
 		c.Add(mode, gen, d, auto)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/adaptive"
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -28,20 +28,20 @@ func TestCosts(t *testing.T) {
 	if c, err := st.NodeCosts(ctx, "web", "n1"); err != nil || c.App != "web" || c.Node != "n1" || len(c.Boot)+len(c.Restore) != 0 {
 		t.Fatalf("costs before any deploy = %+v, %v; want none", c, err)
 	}
-	add := func(app, node, mode string, gen int, ms int, auto bool) {
+	add := func(app, node string, mode spec.Mode, gen int, ms int, auto bool) {
 		t.Helper()
 		if err := st.AddCost(ctx, app, node, mode, gen, time.Duration(ms)*time.Millisecond, auto); err != nil {
 			t.Fatal(err)
 		}
 	}
-	add("web", "n1", deploy.ModeRestore, 1, 600, true)
-	add("web", "n1", deploy.ModeBoot, 0, 150, true)
-	add("web", "n2", deploy.ModeBoot, 0, 200, false)
-	add("web2", "n1", deploy.ModeBoot, 0, 999, false)
+	add("web", "n1", spec.ModeRestore, 1, 600, true)
+	add("web", "n1", spec.ModeBoot, 0, 150, true)
+	add("web", "n2", spec.ModeBoot, 0, 200, false)
+	add("web2", "n1", spec.ModeBoot, 0, 999, false)
 	// Concurrent deploys on one node: each record is kept.
 	var wg sync.WaitGroup
 	for i := range 6 {
-		wg.Go(func() { add("web", "n1", deploy.ModeRestore, 1, 500+i, true) })
+		wg.Go(func() { add("web", "n1", spec.ModeRestore, 1, 500+i, true) })
 	}
 	wg.Wait()
 	cs, err := st.Costs(ctx, "web")
@@ -51,12 +51,12 @@ func TestCosts(t *testing.T) {
 	if c := cs[0]; len(c.Restore) != 7 || len(c.Boot) != 1 || c.Boot[0] != 150 || c.Gen != 1 || c.Auto != 8 {
 		t.Errorf("costs of web on n1 = %+v; want 7 restores of gen 1, 1 boot of 150 ms, 8 auto", c)
 	}
-	if d := adaptive.Decide(cs[0], ""); d.Mode != deploy.ModeBoot || d.Why != adaptive.WhyLearn {
+	if d := adaptive.Decide(cs[0], ""); d.Mode != spec.ModeBoot || d.Why != adaptive.WhyLearn {
 		t.Errorf("Decide after 7 restores and a faster boot = %+v; want a boot to learn", d)
 	}
 
 	// A new generation: restore samples start afresh on every node; boots stay.
-	if err := st.PutCheckpoint(ctx, deploy.Generation{App: "web", Gen: 2}); err != nil {
+	if err := st.PutCheckpoint(ctx, spec.Generation{App: "web", Gen: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if c, _ := st.NodeCosts(ctx, "web", "n1"); len(c.Restore) != 0 || c.Gen != 2 || len(c.Boot) != 1 {
@@ -64,7 +64,7 @@ func TestCosts(t *testing.T) {
 	}
 	// A restore of generation 1 that ends after generation 2 was sealed is
 	// not counted.
-	add("web", "n1", deploy.ModeRestore, 1, 100, false)
+	add("web", "n1", spec.ModeRestore, 1, 100, false)
 	if c, _ := st.NodeCosts(ctx, "web", "n1"); len(c.Restore) != 0 {
 		t.Errorf("a restore of the old generation was counted: %+v", c)
 	}
@@ -85,7 +85,7 @@ func TestCosts(t *testing.T) {
 		t.Errorf("cost keys after removing web = %v, %v; want web2's only", r.Kvs, err)
 	}
 	// An agent that records a deploy of the removed app writes nothing.
-	add("web", "n1", deploy.ModeBoot, 0, 150, true)
+	add("web", "n1", spec.ModeBoot, 0, 150, true)
 	if cs, err := st.Costs(ctx, "web"); err != nil || len(cs) != 0 {
 		t.Errorf("costs of a removed app = %+v, %v; want none", cs, err)
 	}

@@ -11,7 +11,7 @@
 //	/fogdeploy/deployments/<id>           Desired (JSON)
 //	/fogdeploy/status/<id>                Status (JSON)
 //	/fogdeploy/placement/<node>           last deployment ID recorded on node
-//	/fogdeploy/checkpoints/<app>/<gen>    deploy.Generation (JSON)
+//	/fogdeploy/checkpoints/<app>/<gen>    spec.Generation (JSON)
 //	/fogdeploy/costs/<app>/<node>         adaptive.Costs (JSON): what deploys cost there
 //	/fogdeploy/events/<unix-nano>-<id>    Event (JSON), leased for a day
 //	/fogdeploy/locks/checkpoint/<app>     etcd mutex of the first deploy
@@ -36,7 +36,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -173,7 +173,7 @@ func listJSON[T any](ctx context.Context, cli *clientv3.Client, prefix string) (
 
 // CreateApp stores a new app; ErrExists if the name is taken (unless
 // replace).
-func (s *Store) CreateApp(ctx context.Context, a deploy.App, replace bool) error {
+func (s *Store) CreateApp(ctx context.Context, a spec.App, replace bool) error {
 	a = a.WithDefaults()
 	if err := a.Validate(); err != nil {
 		return err
@@ -204,8 +204,8 @@ func (s *Store) CreateApp(ctx context.Context, a deploy.App, replace bool) error
 }
 
 // App returns an app.
-func (s *Store) App(ctx context.Context, name string) (deploy.App, error) {
-	var a deploy.App
+func (s *Store) App(ctx context.Context, name string) (spec.App, error) {
+	var a spec.App
 	if err := getJSON(ctx, s.cli, appKey(name), &a); err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return a, hint.With(fmt.Errorf("app %s: %w", name, ErrNotFound), "`fogctl app ls` lists the apps; `fogctl app create` adds one")
@@ -216,8 +216,8 @@ func (s *Store) App(ctx context.Context, name string) (deploy.App, error) {
 }
 
 // Apps lists the apps by name.
-func (s *Store) Apps(ctx context.Context) ([]deploy.App, error) {
-	return listJSON[deploy.App](ctx, s.cli, Prefix+"apps/")
+func (s *Store) Apps(ctx context.Context) ([]spec.App, error) {
+	return listJSON[spec.App](ctx, s.cli, Prefix+"apps/")
 }
 
 // DeleteApp removes an app, and what its deploys cost on each node;
@@ -334,7 +334,7 @@ type Desired struct {
 	// node), "restore" (checkpointing first if needed), "boot" (normally,
 	// without a checkpoint engine), "checkpoint" (a refresh), or "" (the
 	// app's mode, else auto).
-	Mode string `json:"mode,omitempty"`
+	Mode spec.Mode `json:"mode,omitempty"`
 	// Placement says why the deployment went to Node (a free pool slot,
 	// capacity, or --node).
 	Placement string    `json:"placement,omitempty"`
@@ -343,16 +343,16 @@ type Desired struct {
 
 // Status is a deployment as its agent observes it.
 type Status struct {
-	Phase string `json:"phase"`
-	Node  string `json:"node"`
-	Gen   int    `json:"gen,omitempty"`
+	Phase spec.Phase `json:"phase"`
+	Node  string     `json:"node"`
+	Gen   int        `json:"gen,omitempty"`
 	// Mode is how the instance started: restore or boot (BootReason
 	// says why; Reason says why mode auto chose a restore); Booted is set
 	// when it produced the first checkpoint.
-	Mode       string `json:"mode,omitempty"`
-	BootReason string `json:"boot_reason,omitempty"`
-	Reason     string `json:"reason,omitempty"`
-	Booted     bool   `json:"booted,omitempty"`
+	Mode       spec.Mode `json:"mode,omitempty"`
+	BootReason string    `json:"boot_reason,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+	Booted     bool      `json:"booted,omitempty"`
 	// Pool is "hit" when the instance took an idle warm-pool slot
 	// (Slot), "miss" when it provisioned its own.
 	Pool          string            `json:"pool,omitempty"`
@@ -482,7 +482,7 @@ func (s *Store) ForgetStatus(ctx context.Context, id string) error {
 
 // PutCheckpoint records a checkpoint generation. Restores of it cost what
 // they cost: the restore samples of the app on every node start afresh.
-func (s *Store) PutCheckpoint(ctx context.Context, g deploy.Generation) error {
+func (s *Store) PutCheckpoint(ctx context.Context, g spec.Generation) error {
 	b, err := json.Marshal(g)
 	if err != nil {
 		return err
@@ -503,12 +503,12 @@ func (s *Store) PutCheckpoint(ctx context.Context, g deploy.Generation) error {
 }
 
 // Checkpoints lists the generations recorded for app ("" = all apps).
-func (s *Store) Checkpoints(ctx context.Context, app string) ([]deploy.Generation, error) {
+func (s *Store) Checkpoints(ctx context.Context, app string) ([]spec.Generation, error) {
 	p := Prefix + "checkpoints/"
 	if app != "" {
 		p += app + "/"
 	}
-	return listJSON[deploy.Generation](ctx, s.cli, p)
+	return listJSON[spec.Generation](ctx, s.cli, p)
 }
 
 // DeleteCheckpoint removes a generation's record.
@@ -519,7 +519,7 @@ func (s *Store) DeleteCheckpoint(ctx context.Context, app string, gen int) error
 
 // LockCheckpoint takes the PoP-wide lock under which an app's checkpoint
 // is produced; unlock releases it. The lock dies with sess (the agent).
-// With wait false it fails at once, wrapping deploy.ErrBusy, while another
+// With wait false it fails at once, wrapping spec.ErrBusy, while another
 // session holds it.
 func (s *Store) LockCheckpoint(ctx context.Context, sess *concurrency.Session, app string, wait bool) (unlock func(), err error) {
 	m := concurrency.NewMutex(sess, Prefix+"locks/checkpoint/"+app)
@@ -528,7 +528,7 @@ func (s *Store) LockCheckpoint(ctx context.Context, sess *concurrency.Session, a
 		lock = m.TryLock
 	}
 	if err := lock(ctx); errors.Is(err, concurrency.ErrLocked) {
-		return nil, fmt.Errorf("app %s: another node holds the checkpoint lock: %w", app, deploy.ErrBusy)
+		return nil, fmt.Errorf("app %s: another node holds the checkpoint lock: %w", app, spec.ErrBusy)
 	} else if err != nil {
 		return nil, wrapUnavailable(err)
 	}

@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
 )
 
-func app(name string) deploy.App {
-	return deploy.App{Name: name, Env: "e", Command: []string{"x"}, Ready: deploy.Readiness{Kind: deploy.ReadyOutput, Phrase: "up"}}
+func app(name string) spec.App {
+	return spec.App{Name: name, Env: "e", Command: []string{"x"}, Ready: spec.Readiness{Kind: spec.ReadyOutput, Phrase: "up"}}
 }
 
 func TestApps(t *testing.T) {
@@ -31,7 +31,7 @@ func TestApps(t *testing.T) {
 	}
 	bad := app("bad")
 	bad.Command = nil
-	if err := st.CreateApp(ctx, bad, false); !errors.Is(err, deploy.ErrInvalidSpec) {
+	if err := st.CreateApp(ctx, bad, false); !errors.Is(err, spec.ErrInvalidSpec) {
 		t.Errorf("invalid app = %v; want ErrInvalidSpec", err)
 	}
 	if _, err := st.App(ctx, "bad"); !errors.Is(err, state.ErrNotFound) {
@@ -69,17 +69,17 @@ func TestDeploymentsAndStatus(t *testing.T) {
 	if err != nil || got.Status.Phase != "Pending" {
 		t.Errorf("new deployment = %+v, %v; want Pending", got, err)
 	}
-	if err := st.SetStatus(ctx, "a-1", state.Status{Phase: deploy.PhaseRunning, Node: "n1"}); err != nil {
+	if err := st.SetStatus(ctx, "a-1", state.Status{Phase: spec.PhaseRunning, Node: "n1"}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := st.Deployment(ctx, "a-1"); got.Status.Phase != deploy.PhaseRunning {
+	if got, _ := st.Deployment(ctx, "a-1"); got.Status.Phase != spec.PhaseRunning {
 		t.Errorf("status = %q", got.Status.Phase)
 	}
 	if err := st.DeleteDeployment(ctx, "a-1"); err != nil {
 		t.Fatal(err)
 	}
 	// A status written after the withdrawal does not bring it back.
-	if err := st.SetStatus(ctx, "a-1", state.Status{Phase: deploy.PhaseRunning}); err != nil {
+	if err := st.SetStatus(ctx, "a-1", state.Status{Phase: spec.PhaseRunning}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Deployment(ctx, "a-1"); !errors.Is(err, state.ErrNotFound) {
@@ -135,8 +135,8 @@ func TestLockCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A deploy that would rather boot than wait is told at once.
-	if _, err := st.LockCheckpoint(ctx, s2, "web", false); !errors.Is(err, deploy.ErrBusy) {
-		t.Errorf("try-lock while held = %v; want deploy.ErrBusy", err)
+	if _, err := st.LockCheckpoint(ctx, s2, "web", false); !errors.Is(err, spec.ErrBusy) {
+		t.Errorf("try-lock while held = %v; want spec.ErrBusy", err)
 	}
 	got := make(chan struct{})
 	go func() {

@@ -15,7 +15,7 @@ import (
 // chooseMode resolves the mode of a deployment: its own, else its app's,
 // else auto. For auto it chooses a boot or a restore from what they cost
 // this node (adaptive.Decide) and says why; auto reports that it did.
-func (a *agent) chooseMode(ctx context.Context, dsr state.Desired, app deploy.App) (mode, reason string, auto bool) {
+func (a *agent) chooseMode(ctx context.Context, dsr state.Desired, app deploy.App) (mode deploy.Mode, reason string, auto bool) {
 	mode = dsr.Mode
 	if mode == "" {
 		mode = app.Mode
@@ -32,7 +32,7 @@ func (a *agent) chooseMode(ctx context.Context, dsr state.Desired, app deploy.Ap
 		c = adaptive.Costs{}
 	}
 	d := adaptive.Decide(c, a.node.Problems["boot"])
-	a.m.auto.WithLabelValues(d.Mode, string(d.Why)).Inc()
+	a.m.auto.WithLabelValues(string(d.Mode), string(d.Why)).Inc()
 	a.log.Info("mode auto", "deployment", dsr.ID, "app", app.Name, "mode", d.Mode, "reason", d.Reason)
 	return d.Mode, d.Reason, true
 }

@@ -33,7 +33,7 @@ func TestChooseModeAndRecordCost(t *testing.T) {
 	a := &agent{c: c, st: st, log: slog.New(slog.DiscardHandler), m: newMetrics(prometheus.NewRegistry()), node: state.Node{Name: "n1"}}
 	dsr := state.Desired{ID: "web-1", App: "web", Node: "n1"}
 	// A deploy that cost total: its phases until ready.
-	ran := func(mode string, gen int, total time.Duration, first bool) deploy.Deployment {
+	ran := func(mode deploy.Mode, gen int, total time.Duration, first bool) deploy.Deployment {
 		dep := deploy.Deployment{ID: "web-1", App: "web", Mode: mode, Gen: gen, Timings: layering.Timings{
 			{Name: "clone", Duration: total / 4}, {Name: "map", Duration: total / 4}, {Name: "mount", Duration: total / 4},
 			{Name: "container", Duration: total / 8}, {Name: "ready", Duration: total / 8}}}
@@ -48,8 +48,8 @@ func TestChooseModeAndRecordCost(t *testing.T) {
 		if !auto || !strings.HasPrefix(reason, "auto: ") {
 			t.Fatalf("deploy %d: chooseMode = %s, %q, %v; want a reason from mode auto", i, mode, reason, auto)
 		}
-		got = append(got, mode)
-		cost := map[string]time.Duration{deploy.ModeBoot: 160 * time.Millisecond, deploy.ModeRestore: 640 * time.Millisecond}[mode]
+		got = append(got, string(mode))
+		cost := map[deploy.Mode]time.Duration{deploy.ModeBoot: 160 * time.Millisecond, deploy.ModeRestore: 640 * time.Millisecond}[mode]
 		a.recordCost(ctx, ran(mode, 1, cost, i == 0), auto)
 		if i == 6 && (mode != deploy.ModeBoot || reason != "auto: boot 0.16 s < restore 0.64 s (medians of 3 and 3 runs)") {
 			t.Errorf("deploy 7: %s, %q; want a boot citing both medians", mode, reason)
@@ -58,10 +58,10 @@ func TestChooseModeAndRecordCost(t *testing.T) {
 	if s := strings.Join(got, " "); s != "restore restore restore boot boot boot boot" {
 		t.Errorf("mode auto chose %s; want 3 restores (the first with the checkpoint's boot not counted), then boots", s)
 	}
-	if n := counter(t, a.m.auto.WithLabelValues(deploy.ModeRestore, "first")); n != 3 {
+	if n := counter(t, a.m.auto.WithLabelValues(string(deploy.ModeRestore), "first")); n != 3 {
 		t.Errorf("fogdeploy_auto_decisions_total{choice=restore,why=first} = %v; want 3", n)
 	}
-	if n := counter(t, a.m.auto.WithLabelValues(deploy.ModeBoot, "faster")); n != 1 {
+	if n := counter(t, a.m.auto.WithLabelValues(string(deploy.ModeBoot), "faster")); n != 1 {
 		t.Errorf("fogdeploy_auto_decisions_total{choice=boot,why=faster} = %v; want 1", n)
 	}
 	costs, err := st.NodeCosts(ctx, "web", "n1")

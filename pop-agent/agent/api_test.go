@@ -94,8 +94,8 @@ func TestHooks(t *testing.T) {
 	if nodes["n1"] != 2 || nodes["n2"] != 2 {
 		t.Errorf("placement = %v; want 2 per node", nodes)
 	}
-	for _, mode := range []string{deploy.ModeAuto, deploy.ModeRestore, deploy.ModeBoot} {
-		code, body := do("POST", "/v1/deployments", token, `{"app":"web","mode":"`+mode+`"}`)
+	for _, mode := range []deploy.Mode{deploy.ModeAuto, deploy.ModeRestore, deploy.ModeBoot} {
+		code, body := do("POST", "/v1/deployments", token, `{"app":"web","mode":"`+string(mode)+`"}`)
 		if code != 201 {
 			t.Fatalf("create of mode %s: %d %v", mode, code, body)
 		}

@@ -98,9 +98,6 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		},
 	})
 	a.pool.inflight.Add(-1)
-	if err == nil && dep.Mode == deploy.ModeRestore {
-		a.poolDeployed(app.Name, dep.Pool)
-	}
 	if err != nil {
 		if _, lerr := a.d.Load(dsr.ID); lerr == nil {
 			// The deployer's own undo did not finish.
@@ -114,7 +111,7 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		a.fail(ctx, dsr, &st, err)
 		return
 	}
-	done := dep.Mode // restore or boot
+	done := string(dep.Mode) // restore or boot
 	if dep.Booted {
 		done = "checkpoint" // produced the first checkpoint, then restored
 	}
@@ -123,6 +120,9 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 	st = runningStatus(dep)
 	if err := a.setStatus(ctx, dsr.ID, st); err != nil {
 		log.Warn("writing status", "err", err)
+	}
+	if dep.Mode == deploy.ModeRestore {
+		a.poolDeployed(ctx, app, dep)
 	}
 	what := fmt.Sprintf("restored gen %d", dep.Gen)
 	if dep.Pool == deploy.PoolHit {
@@ -188,8 +188,8 @@ func (a *agent) refresh(ctx context.Context, dsr state.Desired, app deploy.App) 
 		return
 	}
 	a.m.checkpoints.Inc()
-	a.m.deploys.WithLabelValues(deploy.ModeCheckpoint, "ok").Inc()
-	a.m.duration.WithLabelValues(deploy.ModeCheckpoint).Observe(time.Since(start).Seconds())
+	a.m.deploys.WithLabelValues(string(deploy.ModeCheckpoint), "ok").Inc()
+	a.m.duration.WithLabelValues(string(deploy.ModeCheckpoint)).Observe(time.Since(start).Seconds())
 	if err := a.st.PutCheckpoint(ctx, g); err != nil {
 		a.fail(ctx, dsr, &st, fmt.Errorf("generation %d of %s is sealed in the pool but not recorded: %w", g.Gen, g.App, err))
 		return

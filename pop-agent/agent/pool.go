@@ -232,19 +232,23 @@ func (a *agent) dropPool(ctx context.Context, app string, drop func(deploy.Slot)
 	}
 }
 
-// poolDeployed records what a deploy of app found in the pool, and asks
-// for a refill.
-func (a *agent) poolDeployed(app string, res deploy.PoolResult) {
+// poolDeployed records what a restore of app found in the pool, publishes
+// the pool as the restore left it (once the deployment's status is
+// written: nobody waits for it), and asks for a refill.
+func (a *agent) poolDeployed(ctx context.Context, app deploy.App, dep deploy.Deployment) {
 	a.pool.mu.Lock()
-	switch res {
+	switch dep.Pool {
 	case deploy.PoolHit:
-		a.pool.hits[app]++
-		a.m.poolHits.WithLabelValues(app).Inc()
+		a.pool.hits[app.Name]++
+		a.m.poolHits.WithLabelValues(app.Name).Inc()
 	case deploy.PoolMiss:
-		a.pool.misses[app]++
-		a.m.poolMisses.WithLabelValues(app).Inc()
+		a.pool.misses[app.Name]++
+		a.m.poolMisses.WithLabelValues(app.Name).Inc()
 	}
 	a.pool.mu.Unlock()
+	if size := a.poolSize(app); size > 0 {
+		a.publishPool(ctx, app.Name, dep.Gen, size)
+	}
 	a.pool.refillSoon()
 }
 

@@ -67,7 +67,7 @@ func TestAutoModeSettlesOnFaster(t *testing.T) {
 		if st.Mode == deploy.ModeBoot {
 			reason = st.BootReason
 		}
-		row := st.Mode + ": " + reason + " (" + adaptive.Cost(st.Timings).Round(time.Millisecond).String() + ")"
+		row := string(st.Mode) + ": " + reason + " (" + adaptive.Cost(st.Timings).Round(time.Millisecond).String() + ")"
 		table = append(table, row)
 		t.Logf("deploy %2d: %s", i, row)
 		switch {
@@ -104,7 +104,7 @@ func TestAutoModeSettlesOnFaster(t *testing.T) {
 		Next            struct{ Mode string }
 	}
 	if err := json.Unmarshal([]byte(out), &costs); code != 0 || err != nil || len(costs) != 1 || costs[0].Node != "n1" ||
-		len(costs[0].BootMS) < 3 || len(costs[0].RestoreMS) < 3 || costs[0].BootMedianMS >= costs[0].RestoreMedianMS || costs[0].Next.Mode != deploy.ModeBoot {
+		len(costs[0].BootMS) < 3 || len(costs[0].RestoreMS) < 3 || costs[0].BootMedianMS >= costs[0].RestoreMedianMS || costs[0].Next.Mode != string(deploy.ModeBoot) {
 		t.Errorf("fogctl app costs -o json = exit %d, %v, %+v; want n1's medians, boot the lower, boot next\n%s%s", code, err, costs, out, errOut)
 	}
 	if out, _, code := p.fogctl(ctx, "app", "costs", app.Name); code != 0 || !strings.Contains(out, "auto: boot ") {
@@ -122,7 +122,7 @@ func TestAutoModeSettlesOnFaster(t *testing.T) {
 		}
 	}
 	// A deployment of mode restore restores, whatever the numbers say.
-	if st := deployOnce("--mode", deploy.ModeRestore); st.Mode != deploy.ModeRestore || st.Reason != "" {
+	if st := deployOnce("--mode", string(deploy.ModeRestore)); st.Mode != deploy.ModeRestore || st.Reason != "" {
 		t.Errorf("--mode restore: mode %q, reason %q; want a restore, as requested", st.Mode, st.Reason)
 	}
 }

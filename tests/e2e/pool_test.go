@@ -49,7 +49,9 @@ func TestPoolPoP(t *testing.T) {
 	}
 	p.waitAll(ctx, app.Name, 1)
 	nodes := []string{"n1", "n2", "n3"}
-	waitPools := func(why string) []state.Pool {
+	// waitPools waits until every node's pool is full and the pools have
+	// counted at least hits hits.
+	waitPools := func(why string, hits int) []state.Pool {
 		t.Helper()
 		start := time.Now()
 		for ctx.Err() == nil {
@@ -57,13 +59,16 @@ func TestPoolPoP(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			full := 0
+			full, counted := 0, 0
 			for _, pl := range pools {
 				if pl.App == app.Name && pl.Idle == 2 && pl.Gen == 1 {
 					full++
 				}
+				if pl.App == app.Name {
+					counted += pl.Hits
+				}
 			}
-			if full == len(nodes) {
+			if full == len(nodes) && counted >= hits {
 				t.Logf("pools full %s in %s", why, time.Since(start).Round(time.Millisecond))
 				return pools
 			}
@@ -74,7 +79,7 @@ func TestPoolPoP(t *testing.T) {
 		}
 		return nil
 	}
-	waitPools("after the first checkpoint")
+	waitPools("after the first checkpoint", 0)
 
 	out, errOut, code := p.fogctl(ctx, "pool", "ls", app.Name, "-o", "json")
 	var listed []state.Pool
@@ -110,7 +115,7 @@ func TestPoolPoP(t *testing.T) {
 			t.Errorf("deploy %d: PING = %q, %v", i+1, got, err)
 		}
 	}
-	pools := waitPools("after 3 hits")
+	pools := waitPools("after 3 hits", 3)
 	hits := 0
 	for _, pl := range pools {
 		if pl.App == app.Name {
@@ -145,7 +150,7 @@ func TestPoolPoP(t *testing.T) {
 	t.Logf("n1 killed while refilling: %v", refilling)
 	p.startAgent("n1", "")
 	p.waitAll(ctx, app.Name, 1+len(ids))
-	waitPools("after n1 was killed while it refilled")
+	waitPools("after n1 was killed while it refilled", 0)
 
 	// Pool 0: every slot goes.
 	if _, errOut, code := p.fogctl(ctx, "app", "pool", app.Name, "0"); code != 0 {

@@ -348,7 +348,7 @@ func (f *Fixture) Leftovers(t testing.TB, app string) Leftovers {
 	}
 	for _, r := range recs {
 		if r.App == app {
-			lo.Records = append(lo.Records, r.ID+" ("+r.Phase+")")
+			lo.Records = append(lo.Records, r.ID+" ("+string(r.Phase)+")")
 		}
 	}
 	slots, err := f.D.Slots()

@@ -1,4 +1,4 @@
-package deploy
+package spec
 
 import (
 	"errors"
@@ -24,8 +24,8 @@ func TestParseApp(t *testing.T) {
 	if a.Engine != "dmtcp" || a.Ports[0].Proto != "tcp" || a.CheckpointSize != DefaultCheckpointSize || a.Ready.Send != "PING\r\n" {
 		t.Errorf("defaults not applied: %+v", a)
 	}
-	if a.memoryBytes() != 256<<20 {
-		t.Errorf("memory = %d", a.memoryBytes())
+	if a.MemoryBytes() != 256<<20 {
+		t.Errorf("memory = %d", a.MemoryBytes())
 	}
 	if a, err := ParseApp(strings.NewReader(goodSpec + "stop_signal: SIGQUIT\n")); err != nil || a.StopSignal != "SIGQUIT" {
 		t.Errorf("stop_signal: %q, %v", a.StopSignal, err)
@@ -33,8 +33,8 @@ func TestParseApp(t *testing.T) {
 	if a, err := ParseApp(strings.NewReader(goodSpec + "checkpoint_delay: 300ms\n")); err != nil || time.Duration(a.CheckpointDelay) != 300*time.Millisecond {
 		t.Errorf("checkpoint_delay: %v, %v", a.CheckpointDelay, err)
 	}
-	for _, m := range []string{ModeAuto, ModeRestore, ModeBoot} {
-		if a, err := ParseApp(strings.NewReader(goodSpec + "mode: " + m + "\n")); err != nil || a.Mode != m {
+	for _, m := range []Mode{ModeAuto, ModeRestore, ModeBoot} {
+		if a, err := ParseApp(strings.NewReader(goodSpec + "mode: " + string(m) + "\n")); err != nil || a.Mode != m {
 			t.Errorf("mode %s: %q, %v", m, a.Mode, err)
 		}
 	}

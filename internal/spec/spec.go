@@ -1,4 +1,9 @@
-package deploy
+// Package spec is the vocabulary every layer of fogdeploy shares: an app's
+// spec, a checkpoint generation, a node's platform, deployment modes and
+// phases, and the errors callers branch on. It depends on nothing above
+// the layering library, so the lifecycle (internal/deploy), the PoP state
+// (internal/state), the agent and the CLI all import it.
+package spec
 
 import (
 	"bytes"
@@ -83,7 +88,7 @@ type App struct {
 	// Mode is the mode of the app's deployments that ask for none: auto
 	// (default: boot or restore, whichever has been faster on the node),
 	// restore or boot.
-	Mode string `yaml:"mode,omitempty" json:"mode,omitempty"`
+	Mode Mode `yaml:"mode,omitempty" json:"mode,omitempty"`
 	// Pool is how many idle slots of the app's newest generation each
 	// node keeps ready (a warm pool: a restore that takes one waits only
 	// for its engine); nil is the node's default (agent.pool_size).
@@ -370,8 +375,8 @@ func validateUser(u string) error {
 // userPart is a user or group name (as useradd accepts it) or a number.
 var userPart = regexp.MustCompile(`^(?:[a-z_][a-z0-9_.-]{0,30}[$]?|[0-9]{1,10})$`)
 
-// memoryBytes returns the memory limit in bytes (0: none).
-func (a App) memoryBytes() int64 {
+// MemoryBytes returns the memory limit in bytes (0: none).
+func (a App) MemoryBytes() int64 {
 	if a.Resources.Memory == "" {
 		return 0
 	}
@@ -379,8 +384,8 @@ func (a App) memoryBytes() int64 {
 	return n
 }
 
-// checkpointBytes returns the checkpoint image size.
-func (a App) checkpointBytes() int64 {
+// CheckpointBytes returns the checkpoint image size.
+func (a App) CheckpointBytes() int64 {
 	n, err := layering.ParseSize("checkpoint_size", a.CheckpointSize)
 	if err != nil {
 		n, _ = layering.ParseSize("checkpoint_size", DefaultCheckpointSize)

@@ -1,0 +1,99 @@
+package spec
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors every layer branches on with errors.Is.
+var (
+	// ErrInvalidSpec: an app spec (or deploy request) failed validation;
+	// nothing was created.
+	ErrInvalidSpec = errors.New("invalid app spec")
+	// ErrNotFound: no deployment with that ID on this node.
+	ErrNotFound = errors.New("deployment not found")
+	// ErrBusy: another deploy is producing the app's checkpoint.
+	ErrBusy = errors.New("checkpoint being produced")
+)
+
+// Mode is how a deployment runs its app (Deployment.Mode, Options.Mode,
+// App.Mode).
+type Mode string
+
+// Deployment modes.
+const (
+	// ModeAuto boots or restores, whichever has been faster on the node:
+	// the agent chooses (internal/adaptive) and asks Deploy for ModeBoot
+	// or ModeRestore. Deploy itself restores in ModeAuto.
+	ModeAuto Mode = "auto"
+	// ModeRestore restores from the newest checkpoint generation,
+	// producing the first one if there is none; as Deployment.Mode, the
+	// instance was restored from a checkpoint generation.
+	ModeRestore Mode = "restore"
+	// ModeBoot: the app runs with no checkpoint engine, booted normally
+	// (asked for, or Deployment.BootReason says why).
+	ModeBoot Mode = "boot"
+	// ModeCheckpoint asks a node for a new checkpoint generation of the
+	// app (a refresh) and no instance.
+	ModeCheckpoint Mode = "checkpoint"
+)
+
+// What Deploy does when it cannot restore at once (Options.IfBusy,
+// Options.IfNoEngine).
+const (
+	// PolicyWait waits for the deploy that produces the checkpoint.
+	PolicyWait = "wait"
+	// PolicyBoot boots the app normally, with no checkpoint engine.
+	PolicyBoot = "boot"
+	// PolicyFail fails the deploy.
+	PolicyFail = "fail"
+)
+
+// ModeHelp says which modes a deployment may ask for.
+const ModeHelp = "use auto (boot or restore, whichever has been faster on the node), restore (from the checkpoint, producing it first if needed) or boot (without a checkpoint engine)"
+
+// ValidateMode checks the mode a deployment asks for ("" is the default:
+// the app's mode, else auto).
+func ValidateMode(mode Mode) error {
+	switch mode {
+	case "", ModeAuto, ModeRestore, ModeBoot:
+		return nil
+	}
+	return fmt.Errorf("mode %q: %s: %w", mode, ModeHelp, ErrInvalidSpec)
+}
+
+// ValidatePolicies checks Options.Mode, IfBusy and IfNoEngine values.
+func ValidatePolicies(mode Mode, ifBusy, ifNoEngine string) error {
+	var errs []error
+	if err := ValidateMode(mode); err != nil {
+		errs = append(errs, err)
+	}
+	switch ifBusy {
+	case "", PolicyWait, PolicyBoot:
+	default:
+		errs = append(errs, fmt.Errorf("if_busy %q: use wait or boot: %w", ifBusy, ErrInvalidSpec))
+	}
+	switch ifNoEngine {
+	case "", PolicyFail, PolicyBoot:
+	default:
+		errs = append(errs, fmt.Errorf("if_no_engine %q: use fail or boot: %w", ifNoEngine, ErrInvalidSpec))
+	}
+	return errors.Join(errs...)
+}
+
+// Phase is where a deployment is in its life (Deployment.Phase).
+type Phase string
+
+// Phases of a deployment.
+const (
+	PhaseCreating   Phase = "Creating"
+	PhaseBooting    Phase = "Booting"
+	PhaseRestoring  Phase = "Restoring"
+	PhaseRunning    Phase = "Running"
+	PhaseFailed     Phase = "Failed"
+	PhaseRemoving   Phase = "Removing"
+	PhaseCheckpoint Phase = "Checkpointing"
+	// PhaseCheckpointed ends a checkpoint refresh: a new generation is
+	// sealed and no instance runs.
+	PhaseCheckpointed Phase = "Checkpointed"
+)
