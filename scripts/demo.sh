@@ -149,6 +149,23 @@ deploy_one() {
 	echo
 }
 
+# wait_pool APP: wait until every node that runs APP's engine has an idle
+# warm-pool slot of it (at most 120 s).
+wait_pool() {
+	local app=$1 nodes idle t0
+	t0=$(fd_now_us)
+	nodes=$("$FOGCTL" node ls -o json | jq '[.[] | select(.ready != false and ((.engines // ["dmtcp"]) | index("dmtcp")))] | length')
+	for _ in $(seq 600); do
+		idle=$("$FOGCTL" pool ls "$app" -o json | jq '[.[] | select(.idle >= 1)] | length')
+		if ((idle >= nodes)); then
+			fd_info "$app: an idle slot on each of the $nodes nodes after $(fd_since "$t0") s"
+			return 0
+		fi
+		sleep 0.2
+	done
+	fd_warn "$app: the warm pool is not full after 120 s (fogctl pool ls $app; the agents' logs in $DEV/agents)"
+}
+
 for app in "${APPS[@]}"; do
 	"$FOGCTL" app create -f "configs/apps/$app.yaml" --replace >/dev/null
 	# Start from a cold PoP: no instance and no checkpoint of the app.
@@ -171,6 +188,11 @@ for app in "${APPS[@]}"; do
 	if $engine; then
 		deploy_one "$app" "$app, the first deploy: no checkpoint yet, so the agent boots it, checkpoints it, seals both images and restores"
 		deploy_one "$app" "$app, restored from clones of the checkpoint"
+		fd_info "$app: a warm pool of one slot per node (fogctl app pool $app 1): each agent provisions it in the background" \
+			"at the lowest CPU weight (clone, map, mount, a container waiting for its order)"
+		"$FOGCTL" app pool "$app" 1 >/dev/null
+		wait_pool "$app"
+		deploy_one "$app" "$app, restored in a warm-pool slot: only start, ready and bind are left for the deploy"
 	else
 		deploy_one "$app" "$app, a deploy in the default mode (auto): without an engine on the node, the agent boots it (if_no_engine: boot)"
 	fi
@@ -211,6 +233,7 @@ jq -r '
 			if .status.boot_reason == "requested" then "plain boot (requested: --mode boot)"
 			else "boot (" + (.status.boot_reason // "reason not given") + ")" end
 		elif .status.mode == "restore" and .status.booted then "boot + checkpoint as gen \(.status.gen)"
+		elif .status.mode == "restore" and .status.pool == "hit" then "restore from gen \(.status.gen), warm-pool hit"
 		elif .status.mode == "restore" then "restore from gen \(.status.gen)"
 		elif .status.mode == "checkpoint" then "checkpoint (gen \(.status.gen))"
 		else "? mode \(.status.mode // "none"), phase \(.status.phase)" end;
@@ -240,13 +263,16 @@ if $engine; then
 		group_by(.app) | .[] | select(length > 0) | .[0].app as $app |
 		map(select(.status.phase == "Running")) as $r |
 		($r | map(select(.status.mode == "boot" and .status.boot_reason == "requested")) | first) as $b |
-		($r | map(select(.status.mode == "restore" and (.status.booted | not))) | last) as $x |
+		($r | map(select(.status.mode == "restore" and (.status.booted | not) and .status.pool != "hit")) | last) as $x |
+		($r | map(select(.status.mode == "restore" and .status.pool == "hit")) | last) as $p |
 		($r | map(select(.status.booted)) | first) as $f |
 		if $b == null or $x == null then "  \($app): no plain boot and restore to compare (a deploy failed)"
 		else
 			"  \($app)\tready \($b | ready | s) -> \($x | ready | s)\t\(ratio($b | ready; $x | ready))" +
 			"\tdeploy \($b | total | s) -> \($x | total | s)\t\(ratio($b | total; $x | total))" +
-			(if $f then "\t(first deploy \([$f.status.timings[].duration_ns] | add | s))" else "" end)
+			(if $f then "\t(first deploy \([$f.status.timings[].duration_ns] | add | s))" else "" end),
+			(if $p then "  \($app), warm-pool hit\tready \($b | ready | s) -> \($p | ready | s)\t\(ratio($b | ready; $p | ready))" +
+				"\tdeploy \($b | total | s) -> \($p | total | s)\t\(ratio($b | total; $p | total))" else empty end)
 		end' <<<"$recs" | column -t -s $'\t'
 	# The sentence under the numbers, from the numbers.
 	jq -r --arg main "$MAIN" '
@@ -255,13 +281,15 @@ if $engine; then
 		def s: . / 1e7 | round | "\(. / 100 | floor).\(. % 100 | if . < 10 then "0\(.)" else tostring end)";
 		group_by(.app) | .[] | .[0].app as $app | map(select(.status.phase == "Running")) as $r |
 		($r | map(select(.status.mode == "boot" and .status.boot_reason == "requested")) | first) as $b |
-		($r | map(select(.status.mode == "restore" and (.status.booted | not))) | last) as $x |
+		($r | map(select(.status.mode == "restore" and (.status.booted | not) and .status.pool != "hit")) | last) as $x |
+		($r | map(select(.status.mode == "restore" and .status.pool == "hit")) | last) as $p |
 		select($b != null and $x != null) |
 		if ($x | total) < ($b | total) then
 			"demo: restoring \($app) saves \((($b | total) - ($x | total)) | s) s per deploy: the restore skips the \($b | ready | s) s boot."
 		else
 			"demo: restoring \($app) costs \((($x | total) - ($b | total)) | s) s more than booting it: its \($b | ready | s) s boot is quicker than the restart of its checkpoint."
-		end' <<<"$recs"
+		end,
+		(if $p then "demo: in a warm-pool slot, restoring \($app) takes \($p | total | s) s: \(($p | total) - ($p | ready) | s) s beyond the \($p | ready | s) s restart of its checkpoint (\(($x | total) - ($x | ready) | s) s without the pool)." else empty end)' <<<"$recs"
 	echo
 	fd_info "the checkpoints (each sealed as protected RBD snapshots, which restores clone):"
 	"$FOGCTL" checkpoint ls | awk -v apps=" ${APPS[*]} " 'NR == 1 || index(apps, " " $1 " ")'

@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/mountinfo"
 )
 
 // Version is a cgroup hierarchy version.
@@ -179,7 +180,7 @@ func readMounts(path string) (mounts, error) {
 		if len(f) < 5 || len(g) < 1 {
 			continue
 		}
-		m := mount{root: unescape(f[3]), point: unescape(f[4])}
+		m := mount{root: mountinfo.Unescape(f[3]), point: mountinfo.Unescape(f[4])}
 		switch g[0] {
 		case "cgroup2":
 			m.v2 = true
@@ -193,25 +194,6 @@ func readMounts(path string) (mounts, error) {
 		ms = append(ms, m)
 	}
 	return ms, nil
-}
-
-// unescape undoes mountinfo's octal escapes of spaces, tabs and newlines.
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func (ms mounts) v1(controller string) (mount, bool) {

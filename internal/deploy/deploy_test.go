@@ -27,21 +27,30 @@ import (
 func TestDeployRedisDMTCPContainer(t *testing.T) { testDeployRedis(t, "container", engine.NameDMTCP) }
 func TestDeployRedisCRIU(t *testing.T)           { testDeployRedis(t, "host", engine.NameCRIU) }
 
+// redisFixture returns a node fixture with driver, a context of 10
+// minutes, and a redis app of engine eng named after prefix, whose
+// deployments and generations the test's end removes. It skips (or fails,
+// when required) without the engine.
+func redisFixture(t *testing.T, driver, eng, prefix string) (*deploytest.Fixture, context.Context, deploy.App) {
+	t.Helper()
+	f := deploytest.NewFixture(t, driver)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
+	if _, err := f.D.Host().Check(ctx, eng); err != nil && driver == "host" {
+		testenv.Unavailable(t, eng, err.Error())
+	}
+	app := deploytest.RedisApp(prefix+"-"+eng+"-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, eng)
+	t.Cleanup(func() { f.RemoveGenerations(t, app.Name) })
+	t.Cleanup(func() { f.UndeployAll(t, app.Name) })
+	return f, ctx, app
+}
+
 // testDeployRedis is what an operator checks: the first deploy boots redis,
 // a key is written, the checkpoint is sealed in the pool; 5 sequential and
 // then 5 concurrent restores each answer GET with the key as distinct
 // instances; undeploy leaves nothing.
 func testDeployRedis(t *testing.T, driver, eng string) {
-	f := deploytest.NewFixture(t, driver)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	if _, err := f.D.Host().Check(ctx, eng); err != nil && driver == "host" {
-		testenv.Unavailable(t, eng, err.Error())
-	}
-	app := deploytest.RedisApp("redis-"+eng+"-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, eng)
-	t.Cleanup(func() { f.RemoveGenerations(t, app.Name) })
-
-	t.Cleanup(func() { f.UndeployAll(t, app.Name) })
+	f, ctx, app := redisFixture(t, driver, eng, "redis")
 
 	var phases []string
 	first, err := f.D.Deploy(ctx, app, deploy.Options{

@@ -26,15 +26,7 @@ func TestPoolHitCRIU(t *testing.T)           { testPoolHit(t, "host", engine.Nam
 // deployment; without a slot it provisions its own; released or dropped
 // slots leave nothing.
 func testPoolHit(t *testing.T, driver, eng string) {
-	f := deploytest.NewFixture(t, driver)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	if _, err := f.D.Host().Check(ctx, eng); err != nil && driver == "host" {
-		testenv.Unavailable(t, eng, err.Error())
-	}
-	app := deploytest.RedisApp("pool-"+eng+"-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, eng)
-	t.Cleanup(func() { f.RemoveGenerations(t, app.Name) })
-	t.Cleanup(func() { f.UndeployAll(t, app.Name) })
+	f, ctx, app := redisFixture(t, driver, eng, "pool")
 
 	first, err := f.D.Deploy(ctx, app, deploy.Options{Prepare: func(ctx context.Context, tg deploy.Target) error {
 		_, err := testenv.RedisDo(ctx, nil, tg.Ports["6379/tcp"], "SET", "greeting", "from the checkpoint")

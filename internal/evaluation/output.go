@@ -107,6 +107,9 @@ var appColumns = []struct {
 	{"image_mib", func(a App) Stats { return a.ImageMiB }},
 	{"restore_ms", func(a App) Stats { return a.RestoreMS }},
 	{"engine_restart_ms", func(a App) Stats { return a.EngineRestartMS }},
+	{"pool_hit_ms", func(a App) Stats { return a.PoolHitMS }},
+	{"pool_overhead_ms", func(a App) Stats { return a.PoolOverheadMS }},
+	{"pool_refill_ms", func(a App) Stats { return a.PoolRefillMS }},
 	{"checkpoint_osd_read_mib", func(a App) Stats { return a.CheckpointIO.ReadMiB }},
 	{"checkpoint_osd_written_mib", func(a App) Stats { return a.CheckpointIO.WrittenMiB }},
 	{"restore_osd_read_mib", func(a App) Stats { return a.RestoreIO.ReadMiB }},
@@ -120,7 +123,7 @@ func WriteAppsCSV(w io.Writer, apps []App) error {
 	for _, col := range appColumns {
 		head = append(head, statsCols(col.name)...)
 	}
-	head = append(head, "speedup", "state_check")
+	head = append(head, "speedup", "pool_speedup", "state_check")
 	if err := c.Write(head); err != nil {
 		return err
 	}
@@ -129,7 +132,7 @@ func WriteAppsCSV(w io.Writer, apps []App) error {
 		for _, col := range appColumns {
 			row = append(row, statsVals(col.get(a))...)
 		}
-		row = append(row, num(a.Speedup), a.StateCheck)
+		row = append(row, num(a.Speedup), num(a.PoolSpeedup), a.StateCheck)
 		if err := c.Write(row); err != nil {
 			return err
 		}
@@ -158,12 +161,13 @@ func WritePhasesCSV(w io.Writer, apps []App) error {
 // WriteInterferenceCSV writes the interference rows.
 func WriteInterferenceCSV(w io.Writer, in *Interference) error {
 	c := csv.NewWriter(w)
-	if err := c.Write([]string{"concurrency", "baseline_rps", "loaded_rps", "overhead_pct", "deploys", "failed"}); err != nil {
+	if err := c.Write([]string{"concurrency", "baseline_rps", "loaded_rps", "overhead_pct", "deploys", "failed",
+		"refill_rps", "refill_overhead_pct", "refills"}); err != nil {
 		return err
 	}
 	for _, r := range in.Rows {
 		if err := c.Write([]string{strconv.Itoa(r.Concurrency), num(r.BaselineRPS), num(r.LoadedRPS), num(r.OverheadPct),
-			strconv.Itoa(r.Deploys), strconv.Itoa(r.Failed)}); err != nil {
+			strconv.Itoa(r.Deploys), strconv.Itoa(r.Failed), num(r.RefillRPS), num(r.RefillOverheadPct), strconv.Itoa(r.Refills)}); err != nil {
 			return err
 		}
 	}
@@ -174,11 +178,13 @@ func WriteInterferenceCSV(w io.Writer, in *Interference) error {
 // WriteConcurrencyCSV writes restore latency against simultaneous restores.
 func WriteConcurrencyCSV(w io.Writer, co *Concurrency) error {
 	c := csv.NewWriter(w)
-	if err := c.Write(append([]string{"app", "simultaneous", "n"}, statsCols("restore_ms")...)); err != nil {
+	head := append([]string{"app", "simultaneous", "n"}, statsCols("restore_ms")...)
+	if err := c.Write(append(append(head, "pool_n"), statsCols("pool_hit_ms")...)); err != nil {
 		return err
 	}
 	for _, r := range co.Rows {
-		if err := c.Write(append([]string{co.App, strconv.Itoa(r.N), strconv.Itoa(r.RestoreMS.N)}, statsVals(r.RestoreMS)...)); err != nil {
+		row := append([]string{co.App, strconv.Itoa(r.N), strconv.Itoa(r.RestoreMS.N)}, statsVals(r.RestoreMS)...)
+		if err := c.Write(append(append(row, strconv.Itoa(r.PoolHitMS.N)), statsVals(r.PoolHitMS)...)); err != nil {
 			return err
 		}
 	}
@@ -193,6 +199,22 @@ func seconds(s Stats) string {
 	}
 	sec := Stats{N: s.N, Min: s.Min / 1000, Median: s.Median / 1000, Max: s.Max / 1000}
 	return sec.String() + " s"
+}
+
+// millis renders ms: "12.3 ms", with min–max when they differ.
+func millis(s Stats) string {
+	if s.N == 0 {
+		return "–"
+	}
+	return s.String() + " ms"
+}
+
+// ratio renders v/base as "1.8x", or "–" without a base.
+func ratio(v, base float64) string {
+	if base <= 0 || v <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1fx", v/base)
 }
 
 // WriteMarkdown writes the tables of r, with links to the plots.
@@ -219,6 +241,16 @@ func WriteMarkdown(w io.Writer, r Results) error {
 		}
 		fmt.Fprintf(&b, "\nPlain boot is a deploy that boots the app in a plain container of a clone of the same environment. "+
 			"Speedup = plain boot / restore.\n\n![boot vs restore](%s)\n\n", PlotBootRestore)
+
+		b.WriteString("## Warm pool: restores that find a slot waiting\n\n")
+		b.WriteString("| app | restore (pool miss) | restore (pool hit) | beyond the engine's restart | speedup (pool hit) | refilling one slot |\n")
+		b.WriteString("|---|---:|---:|---:|---:|---:|\n")
+		for _, a := range r.Apps {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %.1fx | %s |\n", a.Name, seconds(a.RestoreMS), seconds(a.PoolHitMS),
+				millis(a.PoolOverheadMS), a.PoolSpeedup, seconds(a.PoolRefillMS))
+		}
+		b.WriteString("\nA pool hit runs only start, ready and bind: the slot's clone, mapping, mount and container were made before " +
+			"the deploy (refilling one slot), at the lowest CPU weight. Speedup = plain boot / pool hit.\n\n")
 
 		b.WriteString("## Checkpoints (Fig. 7)\n\n| app | image (MiB) | checkpoint time | app boot under the engine |\n|---|---:|---:|---:|\n")
 		for _, a := range r.Apps {
@@ -252,17 +284,22 @@ func WriteMarkdown(w io.Writer, r Results) error {
 		fmt.Fprintf(&b, "## Interference (Table II)\n\n%s serving a %d-byte page, `ab` for %.0f s per run, "+
 			"without and with concurrent deployments of %s on the same node (%d deploy-undeploy loops side by side).\n\n",
 			in.Server, in.PageBytes, in.Seconds, in.Deploying, in.Parallel)
-		b.WriteString("| concurrency | alone (req/s) | with deployments (req/s) | overhead | deployments | failed requests |\n|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString("| concurrency | alone (req/s) | with deployments (req/s) | overhead | deployments | with a pool refilling (req/s) | overhead | slots refilled | failed requests |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, row := range in.Rows {
-			fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.1f%% | %d | %d |\n", row.Concurrency, row.BaselineRPS, row.LoadedRPS,
-				row.OverheadPct, row.Deploys, row.Failed)
+			fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.1f%% | %d | %.0f | %.1f%% | %d | %d |\n", row.Concurrency, row.BaselineRPS, row.LoadedRPS,
+				row.OverheadPct, row.Deploys, row.RefillRPS, row.RefillOverheadPct, row.Refills, row.Failed)
 		}
 		fmt.Fprintf(&b, "\n![interference](%s)\n\n", PlotInterference)
 	}
 	if co := r.Concurrency; co != nil {
-		fmt.Fprintf(&b, "## Simultaneous restores of %s on one node\n\n| simultaneous | restore-to-ready |\n|---:|---:|\n", co.App)
+		fmt.Fprintf(&b, "## Simultaneous restores of %s on one node\n\n| simultaneous | restore-to-ready (pool miss) | ratio to one | restore-to-ready (pool of N) | ratio to one |\n|---:|---:|---:|---:|---:|\n", co.App)
+		var one, onePool float64
 		for _, row := range co.Rows {
-			fmt.Fprintf(&b, "| %d | %s |\n", row.N, seconds(row.RestoreMS))
+			if row.N == 1 {
+				one, onePool = row.RestoreMS.Median, row.PoolHitMS.Median
+			}
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s |\n", row.N, seconds(row.RestoreMS), ratio(row.RestoreMS.Median, one),
+				seconds(row.PoolHitMS), ratio(row.PoolHitMS.Median, onePool))
 		}
 		fmt.Fprintf(&b, "\n![latency vs concurrency](%s)\n\n", PlotConcurrency)
 	}

@@ -137,6 +137,7 @@ func bootRestorePlot(apps []App) *plot.Plot {
 			{"plain boot", medians(apps, func(a App) Stats { return a.PlainBootMS }, 1e-3)},
 			{"first deploy (boot + checkpoint)", medians(apps, func(a App) Stats { return a.FirstDeployMS }, 1e-3)},
 			{"restore", medians(apps, func(a App) Stats { return a.RestoreMS }, 1e-3)},
+			{"restore (pool hit)", medians(apps, func(a App) Stats { return a.PoolHitMS }, 1e-3)},
 		})
 }
 
@@ -205,13 +206,13 @@ func phasesPlot(apps []App) *plot.Plot {
 
 func interferencePlot(in *Interference) *plot.Plot {
 	names := make([]string, len(in.Rows))
-	alone, loaded := make([]float64, len(in.Rows)), make([]float64, len(in.Rows))
+	alone, loaded, refill := make([]float64, len(in.Rows)), make([]float64, len(in.Rows)), make([]float64, len(in.Rows))
 	for i, r := range in.Rows {
-		names[i] = fmt.Sprintf("c=%d\n%.1f%%", r.Concurrency, r.OverheadPct)
-		alone[i], loaded[i] = r.BaselineRPS, r.LoadedRPS
+		names[i] = fmt.Sprintf("c=%d\n%.1f%% / %.1f%%", r.Concurrency, r.OverheadPct, r.RefillOverheadPct)
+		alone[i], loaded[i], refill[i] = r.BaselineRPS, r.LoadedRPS, r.RefillRPS
 	}
 	return grouped(fmt.Sprintf("%s throughput under ab (%d-byte page)", in.Server, in.PageBytes), "requests/s", names,
-		[]bars{{"alone", alone}, {"with deployments of " + in.Deploying, loaded}})
+		[]bars{{"alone", alone}, {"with deployments of " + in.Deploying, loaded}, {"with a pool of " + in.Deploying + " refilling", refill}})
 }
 
 // concurrencyPlot draws median restore-to-ready with min–max error bars.
@@ -220,28 +221,44 @@ func concurrencyPlot(co *Concurrency) *plot.Plot {
 	p.Title.Text = fmt.Sprintf("Restore-to-ready of %s vs simultaneous restores", co.App)
 	p.X.Label.Text = "simultaneous restores on one node"
 	p.Y.Label.Text = "seconds"
-	pts := make(plotter.XYs, len(co.Rows))
-	errs := make(plotter.YErrors, len(co.Rows))
 	ticks := make([]plot.Tick, len(co.Rows))
 	for i, r := range co.Rows {
-		pts[i] = plotter.XY{X: float64(r.N), Y: r.RestoreMS.Median / 1000}
-		errs[i].Low = (r.RestoreMS.Median - r.RestoreMS.Min) / 1000
-		errs[i].High = (r.RestoreMS.Max - r.RestoreMS.Median) / 1000
 		ticks[i] = plot.Tick{Value: float64(r.N), Label: strconv.Itoa(r.N)}
 	}
-	if line, points, err := plotter.NewLinePoints(pts); err == nil {
-		line.Color, points.Color = plotutil.Color(0), plotutil.Color(0)
-		p.Add(line, points)
-		p.Legend.Add("median", line, points)
+	for k, series := range []struct {
+		name string
+		get  func(ConcurrencyRow) Stats
+	}{
+		{"pool miss (median)", func(r ConcurrencyRow) Stats { return r.RestoreMS }},
+		{"pool of N (median)", func(r ConcurrencyRow) Stats { return r.PoolHitMS }},
+	} {
+		var pts plotter.XYs
+		var errs plotter.YErrors
+		for _, r := range co.Rows {
+			s := series.get(r)
+			if s.N == 0 {
+				continue
+			}
+			pts = append(pts, plotter.XY{X: float64(r.N), Y: s.Median / 1000})
+			errs = append(errs, struct{ Low, High float64 }{(s.Median - s.Min) / 1000, (s.Max - s.Median) / 1000})
+		}
+		if len(pts) == 0 {
+			continue
+		}
+		if line, points, err := plotter.NewLinePoints(pts); err == nil {
+			line.Color, points.Color = plotutil.Color(k), plotutil.Color(k)
+			p.Add(line, points)
+			p.Legend.Add(series.name, line, points)
+		}
+		if eb, err := plotter.NewYErrorBars(struct {
+			plotter.XYs
+			plotter.YErrors
+		}{pts, errs}); err == nil {
+			eb.Color = plotutil.Color(k)
+			p.Add(eb)
+		}
 	}
-	if eb, err := plotter.NewYErrorBars(struct {
-		plotter.XYs
-		plotter.YErrors
-	}{pts, errs}); err == nil {
-		eb.Color = plotutil.Color(0)
-		p.Add(eb)
-		p.Title.Text += " (bars: min–max)"
-	}
+	p.Title.Text += " (bars: min–max)"
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
 	p.X.Min, p.X.Max = 0.5, float64(co.Rows[len(co.Rows)-1].N)+0.5
 	p.Y.Min = 0

@@ -100,6 +100,16 @@ type App struct {
 	EngineRestartMS Stats `json:"engine_restart_ms"`
 	// Speedup is PlainBootMS / RestoreMS (medians).
 	Speedup float64 `json:"speedup"`
+	// PoolHitMS is restore-to-ready when a warm-pool slot was waiting
+	// (start, ready, bind); PoolOverheadMS what it adds to the engine's own
+	// restart (EngineRestartMS of the same deploys): what the user waits
+	// for beyond the engine. PoolRefillMS is provisioning one slot (clone,
+	// map, mount, container), done before the user arrives.
+	// PoolSpeedup is PlainBootMS / PoolHitMS (medians).
+	PoolHitMS      Stats   `json:"pool_hit_ms"`
+	PoolOverheadMS Stats   `json:"pool_overhead_ms"`
+	PoolRefillMS   Stats   `json:"pool_refill_ms"`
+	PoolSpeedup    float64 `json:"pool_speedup"`
 	// Phases break the restores down, in the order they run.
 	Phases       []Phase `json:"phases"`
 	CheckpointIO IO      `json:"checkpoint_io"`
@@ -119,6 +129,13 @@ type InterferenceRow struct {
 	Deploys int `json:"deploys"`
 	// Failed counts failed requests in both runs.
 	Failed int `json:"failed"`
+	// RefillRPS is throughput while the node refills a warm pool (slots
+	// provisioned and released in a loop, at the pool's background
+	// priority); RefillOverheadPct its loss against BaselineRPS; Refills
+	// how many slots were provisioned meanwhile.
+	RefillRPS         float64 `json:"refill_rps"`
+	RefillOverheadPct float64 `json:"refill_overhead_pct"`
+	Refills           int     `json:"refills"`
 }
 
 // Interference is throughput of a web server under ab, with and without
@@ -133,10 +150,13 @@ type Interference struct {
 	Rows     []InterferenceRow `json:"rows"`
 }
 
-// ConcurrencyRow is restore-to-ready with N simultaneous restores.
+// ConcurrencyRow is restore-to-ready with N simultaneous restores: on a
+// pool miss (RestoreMS: every restore provisions its slot) and with a warm
+// pool of N slots (PoolHitMS).
 type ConcurrencyRow struct {
 	N         int   `json:"n"`
 	RestoreMS Stats `json:"restore_ms"`
+	PoolHitMS Stats `json:"pool_hit_ms"`
 }
 
 // Concurrency is restore latency against simultaneous restores on one node.

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/mountinfo"
 )
 
 // This file reads what the kernel says about processes, mounts and loop
@@ -142,31 +144,12 @@ func parseMountinfo(s string) []mountEntry {
 		}
 		out = append(out, mountEntry{
 			Dev:    f[2],
-			Target: unescapeMount(f[4]),
+			Target: mountinfo.Unescape(f[4]),
 			FSType: f[sep+1],
-			Source: unescapeMount(f[sep+2]),
+			Source: mountinfo.Unescape(f[sep+2]),
 		})
 	}
 	return out
-}
-
-// unescapeMount undoes the octal escapes (\040 etc.) of mountinfo.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // mountsAt returns the mounts whose mount point is target.

@@ -315,6 +315,11 @@ func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deplo
 			return a, err
 		}
 	}
+	hit, overhead, refill, err := evalPool(ctx, t, f, app, catalogName, last, check, reps)
+	if err != nil {
+		return a, err
+	}
+	a.PoolHitMS, a.PoolOverheadMS, a.PoolRefillMS = evaluation.Summarize(hit), evaluation.Summarize(overhead), evaluation.Summarize(refill)
 	a.PlainBootMS, a.PlainAppMS = evaluation.Summarize(plain), evaluation.Summarize(plainApp)
 	a.FirstDeployMS, a.BootReadyMS = evaluation.Summarize(first), evaluation.Summarize(bootReady)
 	a.CheckpointMS, a.ImageMiB = evaluation.Summarize(ckptMS), evaluation.Summarize(image)
@@ -323,6 +328,9 @@ func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deplo
 	a.RestoreIO = evaluation.IO{ReadMiB: evaluation.Summarize(rsR), WrittenMiB: evaluation.Summarize(rsW)}
 	if a.RestoreMS.Median > 0 {
 		a.Speedup = a.PlainBootMS.Median / a.RestoreMS.Median
+	}
+	if a.PoolHitMS.Median > 0 {
+		a.PoolSpeedup = a.PlainBootMS.Median / a.PoolHitMS.Median
 	}
 	// The ready phase runs from the container's start to the probe's
 	// success. When the engine reported its own restart-to-ready for every
@@ -343,38 +351,115 @@ func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deplo
 	return a, nil
 }
 
+// poolArrival is how long after a slot's refill a user arrives in the
+// evaluation: a pool slot waits for its deploy, and the user does not wait
+// for it to settle.
+const poolArrival = time.Second
+
+// evalPool measures restores that find a warm-pool slot waiting: per
+// repetition, one slot is provisioned (the refill), then a deploy claims
+// it. It returns restore-to-ready of the hits, what each added to the
+// engine's own restart, and the refills' times.
+func evalPool(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deploy.App, catalogName string, g deploy.Generation,
+	check stateCheck, reps int) (hit, overhead, refill []float64, err error) {
+	for i := range reps {
+		start := time.Now()
+		s, err := f.D.ProvisionPoolSlot(ctx, g)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("pool refill %d: %w", i+1, err)
+		}
+		refill = append(refill, ms(time.Since(start)))
+		time.Sleep(poolArrival)
+		dep, err := f.D.Deploy(ctx, app, deploy.Options{})
+		if err != nil {
+			_ = f.D.ReleaseSlot(ctx, s.ID)
+			return nil, nil, nil, fmt.Errorf("pool hit %d: %w", i+1, err)
+		}
+		if dep.Pool != deploy.PoolHit || dep.Slot != s.ID {
+			_ = f.D.Undeploy(ctx, dep.ID)
+			_ = f.D.ReleaseSlot(ctx, s.ID)
+			return nil, nil, nil, fmt.Errorf("pool hit %d: deploy %s found pool %q in slot %q; want a hit of slot %s", i+1, dep.ID, dep.Pool, dep.Slot, s.ID)
+		}
+		if check != nil {
+			if err := check.after(ctx, dep); err != nil {
+				_ = f.D.Undeploy(ctx, dep.ID)
+				return nil, nil, nil, fmt.Errorf("pool hit %d does not carry the state written before the checkpoint: %w", i+1, err)
+			}
+		}
+		total := ms(dep.Total())
+		hit = append(hit, total)
+		if dep.EngineReadyMS > 0 {
+			overhead = append(overhead, max(0, total-dep.EngineReadyMS))
+		}
+		t.Logf("  %s pool hit %d/%d: %s (engine %s), refill %s (%s)", catalogName, i+1, reps, secs(total),
+			secs(dep.EngineReadyMS), secs(refill[i]), dep.Timings)
+		if err := f.D.Undeploy(ctx, dep.ID); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return hit, overhead, refill, nil
+}
+
 // evalConcurrency restores app 1, 2, 4 and 8 times at once on the node
-// (it has a generation from evalApp).
+// (it has a generation from evalApp): with no pool, then with a warm pool
+// of as many slots.
 func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deploy.App, catalogName string) (*evaluation.Concurrency, error) {
 	co := &evaluation.Concurrency{App: catalogName}
+	g, err := f.D.Latest(ctx, app.Name)
+	if err != nil {
+		return co, err
+	}
 	for _, n := range simultaneous {
-		deps := make([]deploy.Deployment, n)
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Go(func() { deps[i], errs[i] = f.D.Deploy(ctx, app, deploy.Options{}) })
+		miss, err := restoreAtOnce(ctx, f, app, n, deploy.PoolMiss)
+		if err != nil {
+			return co, fmt.Errorf("%d simultaneous restores: %w", n, err)
 		}
-		wg.Wait()
-		var restoreMS []float64
-		var firstErr error
 		for i := range n {
-			if errs[i] != nil {
-				firstErr = cmpErr(firstErr, errs[i])
-				continue
-			}
-			restoreMS = append(restoreMS, ms(deps[i].Total()))
-			if err := f.D.Undeploy(ctx, deps[i].ID); err != nil {
-				firstErr = cmpErr(firstErr, err)
+			if _, err := f.D.ProvisionPoolSlot(ctx, g); err != nil {
+				_, _ = f.D.DropPool(ctx, app.Name, nil)
+				return co, fmt.Errorf("pool slot %d of %d: %w", i+1, n, err)
 			}
 		}
-		if firstErr != nil {
-			return co, fmt.Errorf("%d simultaneous restores: %w", n, firstErr)
+		time.Sleep(poolArrival)
+		hit, err := restoreAtOnce(ctx, f, app, n, deploy.PoolHit)
+		if err != nil {
+			_, _ = f.D.DropPool(ctx, app.Name, nil)
+			return co, fmt.Errorf("%d simultaneous restores with a pool of %d: %w", n, n, err)
 		}
-		s := evaluation.Summarize(restoreMS)
-		co.Rows = append(co.Rows, evaluation.ConcurrencyRow{N: n, RestoreMS: s})
-		t.Logf("  %d simultaneous restores of %s: %s median, %s max", n, catalogName, secs(s.Median), secs(s.Max))
+		row := evaluation.ConcurrencyRow{N: n, RestoreMS: evaluation.Summarize(miss), PoolHitMS: evaluation.Summarize(hit)}
+		co.Rows = append(co.Rows, row)
+		t.Logf("  %d simultaneous restores of %s: %s median, %s max; with a pool of %d: %s median, %s max", n, catalogName,
+			secs(row.RestoreMS.Median), secs(row.RestoreMS.Max), n, secs(row.PoolHitMS.Median), secs(row.PoolHitMS.Max))
 	}
 	return co, nil
+}
+
+// restoreAtOnce deploys app n times at once, checks that each found the
+// pool as want says, undeploys them, and returns their restore-to-ready.
+func restoreAtOnce(ctx context.Context, f *deploytest.Fixture, app deploy.App, n int, want deploy.PoolResult) ([]float64, error) {
+	deps := make([]deploy.Deployment, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { deps[i], errs[i] = f.D.Deploy(ctx, app, deploy.Options{}) })
+	}
+	wg.Wait()
+	var restoreMS []float64
+	var firstErr error
+	for i := range n {
+		if errs[i] != nil {
+			firstErr = cmpErr(firstErr, errs[i])
+			continue
+		}
+		if deps[i].Pool != want {
+			firstErr = cmpErr(firstErr, fmt.Errorf("deploy %s found the pool %q; want %q", deps[i].ID, deps[i].Pool, want))
+		}
+		restoreMS = append(restoreMS, ms(deps[i].Total()))
+		if err := f.D.Undeploy(ctx, deps[i].ID); err != nil {
+			firstErr = cmpErr(firstErr, err)
+		}
+	}
+	return restoreMS, firstErr
 }
 
 func cmpErr(first, err error) error {
@@ -412,6 +497,10 @@ func evalInterference(ctx context.Context, t *testing.T, f *deploytest.Fixture, 
 	page, err := httpGet(ctx, nil, "http://"+addr+"/")
 	if err != nil {
 		return nil, err
+	}
+	loadGen, err := f.D.Latest(ctx, load.Name)
+	if err != nil {
+		return nil, fmt.Errorf("%s has no generation to refill a pool with: %w", loadName, err)
 	}
 	in := &evaluation.Interference{Server: "nginx", PageBytes: len(page), Deploying: loadName, Parallel: deployLoops, Seconds: float64(abSecs)}
 	run := func(c int) (evaluation.AB, error) {
@@ -465,16 +554,57 @@ func evalInterference(ctx context.Context, t *testing.T, f *deploytest.Fixture, 
 		if loadErr != nil {
 			return in, fmt.Errorf("deployments of %s during ab -c %d: %w", loadName, c, loadErr)
 		}
+		refilled, refills, err := abWhileRefilling(ctx, f, loadGen, func() (evaluation.AB, error) { return run(c) })
+		if err != nil {
+			return in, fmt.Errorf("ab -c %d while a pool of %s refills: %w", c, loadName, err)
+		}
 		row := evaluation.InterferenceRow{Concurrency: c, BaselineRPS: alone.RPS, LoadedRPS: loaded.RPS, Deploys: deploys,
-			Failed: alone.Failed + loaded.Failed + alone.Non2xx + loaded.Non2xx}
+			Failed:    alone.Failed + loaded.Failed + refilled.Failed + alone.Non2xx + loaded.Non2xx + refilled.Non2xx,
+			RefillRPS: refilled.RPS, Refills: refills}
 		if alone.RPS > 0 {
 			row.OverheadPct = (alone.RPS - loaded.RPS) / alone.RPS * 100
+			row.RefillOverheadPct = (alone.RPS - refilled.RPS) / alone.RPS * 100
 		}
 		in.Rows = append(in.Rows, row)
-		t.Logf("  ab -c %d: %.0f req/s alone, %.0f req/s with %d deployments of %s (%.1f%%)", c, alone.RPS, loaded.RPS,
-			deploys, loadName, row.OverheadPct)
+		t.Logf("  ab -c %d: %.0f req/s alone, %.0f req/s with %d deployments of %s (%.1f%%), %.0f req/s with %d pool slots of it refilled (%.1f%%)",
+			c, alone.RPS, loaded.RPS, deploys, loadName, row.OverheadPct, refilled.RPS, refills, row.RefillOverheadPct)
 	}
 	return in, nil
+}
+
+// abWhileRefilling runs ab while the node refills a warm pool of g's app
+// as an agent does after hits: one slot at a time, each provisioned at the
+// pool's background priority, then released to make room for the next.
+func abWhileRefilling(ctx context.Context, f *deploytest.Fixture, g deploy.Generation, ab func() (evaluation.AB, error)) (evaluation.AB, int, error) {
+	stop := make(chan struct{})
+	var refills int
+	var refillErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			s, err := f.D.ProvisionPoolSlot(ctx, g)
+			if err == nil {
+				refills++
+				err = f.D.ReleaseSlot(ctx, s.ID)
+			}
+			if err != nil {
+				refillErr = err
+				return
+			}
+		}
+	})
+	res, err := ab()
+	close(stop)
+	wg.Wait()
+	if err == nil {
+		err = refillErr
+	}
+	return res, refills, err
 }
 
 func lastLines(s string, n int) string {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/mountinfo"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
 
@@ -158,27 +159,12 @@ func mountsUnder(dir string) []string {
 		if len(f) < 5 {
 			continue
 		}
-		m := unescape(f[4])
+		m := mountinfo.Unescape(f[4])
 		if m == dir || strings.HasPrefix(m, dir+"/") {
 			out = append(out, m)
 		}
 	}
 	return out
-}
-
-func unescape(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func loopBacking(dev string) (string, bool) {

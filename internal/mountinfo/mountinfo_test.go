@@ -1,0 +1,19 @@
+package mountinfo
+
+import "testing"
+
+func TestUnescape(t *testing.T) {
+	for in, want := range map[string]string{
+		`/plain`:                  `/plain`,
+		`/with\040space`:          `/with space`,
+		`/tab\011and\012newline`:  "/tab\tand\nnewline",
+		`/back\134slash`:          `/back\slash`,
+		`/not\0xyescape`:          `/not\0xyescape`,
+		`/short\04`:               `/short\04`,
+		`/mnt/a\040b/c\040d\040e`: `/mnt/a b/c d e`,
+	} {
+		if got := Unescape(in); got != want {
+			t.Errorf("Unescape(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
