@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
@@ -56,7 +57,9 @@ func failedStep(passed layering.Timings) string {
 	if len(passed) == 0 {
 		return ""
 	}
-	steps := []string{"clone", "map", "mount", "container", "ready"} // docs/design.md
+	// The stages' steps in order (docs/design.md); after ready comes bind,
+	// or post_restore, whose error says itself which it was.
+	steps := []string{deploy.StepClone, deploy.StepMap, deploy.StepMount, deploy.StepContainer, deploy.StepStart, deploy.StepReady}
 	last, booting := strings.CutPrefix(passed[len(passed)-1].Name, "boot.")
 	switch last {
 	case "ready", "prepare":

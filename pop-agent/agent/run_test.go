@@ -21,8 +21,11 @@ func TestFailedStep(t *testing.T) {
 	}{
 		{nil, ""},
 		{phases("clone"), "map"},
-		{phases("clone", "map", "mount", "container"), "ready"},
-		{phases("clone", "map", "mount", "container", "ready"), ""},
+		{phases("clone", "map", "mount", "container"), "start"},
+		{phases("clone", "map", "mount", "container", "start"), "ready"},
+		{phases("start"), "ready"}, // a pool hit
+		{phases("clone", "map", "mount", "container", "start", "ready"), ""},
+		{phases("boot.container"), "boot.start"},
 		{phases("boot.clone", "boot.map"), "boot.mount"},
 		{phases("boot.clone", "boot.map", "boot.mount", "boot.container", "boot.ready"), "boot.checkpoint"},
 		{phases("boot.ready", "boot.prepare"), "boot.checkpoint"},

@@ -49,8 +49,13 @@ func TestRestartRemovesWatchedClone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.waitAll(ctx, app.Name, 1)
-	img := deploy.InstancePrefix + d.ID + "-env"
+	running := p.waitAll(ctx, app.Name, 1)
+	// The instance's resources are named after its slot.
+	slot := running[0].Status.Slot
+	if slot == "" {
+		t.Fatalf("deployment %s has no slot in its status: %+v", d.ID, running[0].Status)
+	}
+	img := deploy.InstancePrefix + slot + "-env"
 
 	p.stopAgent("n1", syscall.SIGKILL)
 	killed := 0
@@ -68,9 +73,9 @@ func TestRestartRemovesWatchedClone(t *testing.T) {
 	if killed != 1 {
 		t.Fatalf("killed %d rbd-fuse processes of %s; want 1", killed, img)
 	}
-	sts, err := f.RT.List(ctx, map[string]string{runtime.LabelDeployment: d.ID})
+	sts, err := f.RT.List(ctx, map[string]string{runtime.LabelDeployment: slot})
 	if err != nil || len(sts) != 1 {
-		t.Fatalf("containers of %s: %v, %v; want 1", d.ID, sts, err)
+		t.Fatalf("containers of %s (slot %s): %v, %v; want 1", d.ID, slot, sts, err)
 	}
 	if err := f.RT.Signal(ctx, sts[0].ID, "KILL"); err != nil {
 		t.Fatal(err)

@@ -49,9 +49,9 @@ func TestPoolPoP(t *testing.T) {
 	}
 	p.waitAll(ctx, app.Name, 1)
 	nodes := []string{"n1", "n2", "n3"}
-	// waitPools waits until every node's pool is full and the pools have
-	// counted at least hits hits.
-	waitPools := func(why string, hits int) []state.Pool {
+	// waitPoolsOf waits until every node's pool holds size idle slots of
+	// generation gen and the pools have counted at least hits hits.
+	waitPoolsOf := func(why string, hits, gen, size int) []state.Pool {
 		t.Helper()
 		start := time.Now()
 		for ctx.Err() == nil {
@@ -61,7 +61,7 @@ func TestPoolPoP(t *testing.T) {
 			}
 			full, counted := 0, 0
 			for _, pl := range pools {
-				if pl.App == app.Name && pl.Idle == 2 && pl.Gen == 1 {
+				if pl.App == app.Name && pl.Idle == size && pl.Gen == gen {
 					full++
 				}
 				if pl.App == app.Name {
@@ -79,6 +79,7 @@ func TestPoolPoP(t *testing.T) {
 		}
 		return nil
 	}
+	waitPools := func(why string, hits int) []state.Pool { return waitPoolsOf(why, hits, 1, 2) }
 	waitPools("after the first checkpoint", 0)
 
 	out, errOut, code := p.fogctl(ctx, "pool", "ls", app.Name, "-o", "json")
@@ -152,6 +153,12 @@ func TestPoolPoP(t *testing.T) {
 	p.waitAll(ctx, app.Name, 1+len(ids))
 	waitPools("after n1 was killed while it refilled", 0)
 
+	// A refresh seals generation 2: every pool follows it.
+	if _, errOut, code := p.fogctl(ctx, "checkpoint", "refresh", app.Name); code != 0 {
+		t.Fatalf("fogctl checkpoint refresh %s = %d\n%s", app.Name, code, errOut)
+	}
+	waitPoolsOf("with generation 2 after the refresh", 0, 2, 2)
+
 	// Pool 0: every slot goes.
 	if _, errOut, code := p.fogctl(ctx, "app", "pool", app.Name, "0"); code != 0 {
 		t.Fatalf("fogctl app pool %s 0 = %d\n%s", app.Name, code, errOut)
@@ -174,5 +181,37 @@ func TestPoolPoP(t *testing.T) {
 			t.Fatalf("pool slots still there 60 s after pool 0: %+v", pools)
 		}
 	}
-	_ = first
+
+	// Removing the app removes its pools: with one slot per node again,
+	// every deployment withdrawn, then the app.
+	if _, errOut, code := p.fogctl(ctx, "app", "pool", app.Name, "1"); code != 0 {
+		t.Fatalf("fogctl app pool %s 1 = %d\n%s", app.Name, code, errOut)
+	}
+	waitPoolsOf("of one slot", 0, 2, 1)
+	for _, id := range append(ids, first.ID) {
+		if _, errOut, code := p.fogctl(ctx, "undeploy", "--wait", "--timeout", "60s", id); code != 0 {
+			t.Fatalf("fogctl undeploy %s = %d\n%s", id, code, errOut)
+		}
+	}
+	if _, errOut, code := p.fogctl(ctx, "app", "rm", app.Name); code != 0 {
+		t.Fatalf("fogctl app rm %s = %d\n%s", app.Name, code, errOut)
+	}
+	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+		pools, err := st.Pools(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := 0
+		for _, pl := range pools {
+			if pl.App == app.Name {
+				left++
+			}
+		}
+		if left == 0 {
+			break
+		}
+		if time.Since(start) > 60*time.Second {
+			t.Fatalf("pools of removed app %s still there after 60 s: %+v", app.Name, pools)
+		}
+	}
 }

@@ -412,7 +412,7 @@ func TestPoPWithoutEngine(t *testing.T) {
 	}
 	id := body["id"].(string)
 	p.waitAll(ctx, app.Name, 5)
-	if code, body := hook(t, "GET", api2+"/"+id, token, ""); code != 200 || body["status"].(map[string]any)["phase"] != deploy.PhaseRunning ||
+	if code, body := hook(t, "GET", api2+"/"+id, token, ""); code != 200 || body["status"].(map[string]any)["phase"] != string(deploy.PhaseRunning) ||
 		body["status"].(map[string]any)["boot_reason"] != "requested" {
 		t.Errorf("hook get: %d %v; want Running, booted as requested", code, body)
 	}

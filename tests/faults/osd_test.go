@@ -4,6 +4,7 @@ package faults
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/state"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // failBound bounds a deploy that Ceph stops serving: the readiness wait,
@@ -34,6 +36,15 @@ func TestOSDStoppedDuringDeploy(t *testing.T) {
 	app := p.app(ctx, "osd", 0)
 	before := p.leaks(ctx, app)
 
+	// Watch the deployment's status, so that the OSD stops the moment the
+	// clone is reported, while the deploy maps it (polling `fogctl ps`
+	// could see the clone only once the app had started on it, and a
+	// process blocked on a dead cluster holds its loop device).
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	cloned := make(chan string, 1)
+	events := p.st.Client().Watch(watchCtx, state.Prefix+"status/"+app+"-", clientv3.WithPrefix())
+
 	// The operator's `fogctl deploy --wait`, running while the OSD stops.
 	cmd := exec.CommandContext(ctx, filepath.Join(s.bin, "fogctl"), "deploy", app, "--node", "n1", "--mode", "boot", "--wait")
 	cmd.Env = p.env
@@ -44,24 +55,34 @@ func TestOSDStoppedDuringDeploy(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	var id string
-	waitFor(ctx, t, 30*time.Second, "the deploy clones its image", func() error {
-		for _, d := range p.ps(ctx) {
-			if d.App != app {
-				continue
-			}
-			id = d.ID
-			for _, ph := range d.Status.Timings {
-				if ph.Name == "clone" {
-					return nil
+	go func() {
+		for resp := range events {
+			for _, ev := range resp.Events {
+				var st state.Status
+				if json.Unmarshal(ev.Kv.Value, &st) != nil {
+					continue
+				}
+				for _, ph := range st.Timings {
+					if ph.Name == "clone" {
+						select {
+						case cloned <- strings.TrimPrefix(string(ev.Kv.Key), state.Prefix+"status/"):
+						default:
+						}
+						return
+					}
 				}
 			}
-			if d.Status.Phase == deploy.PhaseRunning || d.Status.Phase == deploy.PhaseFailed {
-				t.Fatalf("%s is %s before the OSD could be stopped", d.ID, d.Status.Phase)
-			}
 		}
-		return fmt.Errorf("no clone phase yet (deployment %q)", id)
-	})
+	}()
+	var id string
+	select {
+	case id = <-cloned:
+	case err := <-done:
+		t.Fatalf("fogctl deploy ended before any clone: %v\n%s", err, stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the deploy cloned nothing within 30 s")
+	}
+	stopWatch()
 	s.stopOSD(t)
 	stopped := time.Now()
 	t.Logf("osd.0 stopped after the clone of %s", id)
