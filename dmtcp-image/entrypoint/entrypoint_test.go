@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -420,5 +421,41 @@ func TestWaitOrder(t *testing.T) {
 	}
 	if _, err := parseConfig(modeRestart, []string{"-wait", "rel/order"}, io.Discard); err == nil || !strings.Contains(err.Error(), "-wait") {
 		t.Errorf("-wait with a relative path: %v; want an error naming -wait", err)
+	}
+}
+
+// TestWarm: a slot waiting for its order reads its generation's images
+// once and says how many bytes it read; a missing image is reported.
+func TestWarm(t *testing.T) {
+	ckpt := t.TempDir()
+	dir := filepath.Join(ckpt, "3")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, size := range map[string]int{"ckpt_a_1.dmtcp": 3 << 20, "ckpt_b_2.dmtcp": 12345, restartScript: 10} {
+		if err := os.WriteFile(filepath.Join(dir, name), make([]byte, size), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, err := readGeneration(ckpt, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tm strings.Builder
+	s := newSupervisor(&config{}, newLogger(io.Discard, "error", "text"), &tm)
+	s.warm(g)
+	var line timing
+	if err := json.Unmarshal([]byte(strings.TrimSpace(tm.String())), &line); err != nil {
+		t.Fatalf("timings %q: %v", tm.String(), err)
+	}
+	if line.Phase != "warm" || line.Gen != 3 || line.Bytes != 3<<20+12345 || line.Error != "" {
+		t.Errorf("warm timing = %+v; want phase warm, gen 3, %d bytes, no error", line, 3<<20+12345)
+	}
+
+	g.images = append(g.images, filepath.Join(dir, "ckpt_gone_3.dmtcp"))
+	tm.Reset()
+	s.warm(g)
+	if !strings.Contains(tm.String(), `"error":`) {
+		t.Errorf("warm of a missing image: timings %q; want an error", tm.String())
 	}
 }

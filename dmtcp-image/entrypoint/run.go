@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -75,6 +76,17 @@ func Main(args []string) int {
 		return exitSetup
 	}
 	defer closeTimings()
+	if cfg.wait != "" && (cfg.timings == "" || cfg.timings == "-") {
+		// A slot's host reads its timings from the control directory, a
+		// file, rather than through the container's logs.
+		ctl, closeCtl, err := openTimings(filepath.Join(filepath.Dir(cfg.wait), TimingsFile))
+		if err != nil {
+			log.Error("timings", "err", err)
+			return exitSetup
+		}
+		defer closeCtl()
+		tw = io.MultiWriter(tw, ctl)
+	}
 	s := newSupervisor(cfg, log, tw)
 	return s.run()
 }

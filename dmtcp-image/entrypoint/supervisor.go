@@ -209,6 +209,13 @@ func (s *supervisor) start(sigs <-chan os.Signal) (app, coord <-chan syscall.Wai
 	s.tm.record("coordinator", 0, t, 0, nil)
 	s.log.Info("coordinator listening", "addr", "127.0.0.1:"+strconv.Itoa(port), "pid", pid)
 
+	if s.cfg.mode == modeRestart && s.cfg.wait != "" {
+		// A slot that waits (a warm pool's) reads its checkpoint ahead;
+		// one whose order is already there restarts at once.
+		if _, err := os.Stat(s.cfg.wait); err != nil {
+			go s.warm(from)
+		}
+	}
 	if code, ok := s.awaitOrder(sigs); !ok {
 		return nil, nil, code
 	}

@@ -25,6 +25,7 @@ type ContainerRuntime interface {
 	runtime.Runtime
 	runtime.Signaler
 	runtime.ImageInspector
+	runtime.Execer
 }
 
 // Labels of the DMTCP image (dmtcp-image/Dockerfile). An image with
@@ -412,6 +413,28 @@ func (c *Container) Running(ctx context.Context, h Handle) (bool, error) {
 	return st.Running && (h.CtlPath == "" || ordered(h)), err
 }
 
+// Exec implements Driver: through the runtime's exec, the entrypoint's
+// keeper chroots into the environment, takes the app's user, drops every
+// capability and runs e.Argv, as it runs the app.
+func (c *Container) Exec(ctx context.Context, h Handle, e Exec) (runtime.ExecResult, error) {
+	if len(e.Argv) == 0 {
+		return runtime.ExecResult{}, fmt.Errorf("exec in container %s: no command: %w", shortRef(h.Ref), ErrInvalidSpec)
+	}
+	if h.CtlPath != "" && !ordered(h) {
+		return runtime.ExecResult{}, fmt.Errorf("container %s: %w (created, not started)", shortRef(h.Ref), ErrNotFound)
+	}
+	cmd := []string{runtime.DMTCPEntrypoint, "keep"}
+	if e.User != "" {
+		cmd = append(cmd, "-user", e.User)
+	}
+	cmd = append(append(cmd, runtime.DMTCPRootPath, "/"), e.Argv...)
+	r, err := c.RT.Exec(ctx, h.Ref, runtime.ExecSpec{Cmd: cmd, Env: e.Env})
+	if errors.Is(err, runtime.ErrNotFound) || errors.Is(err, runtime.ErrConflict) {
+		return r, fmt.Errorf("container %s: %w (%w)", shortRef(h.Ref), ErrNotFound, err)
+	}
+	return r, err
+}
+
 // Logs implements Driver.
 func (c *Container) Logs(ctx context.Context, h Handle, n int) ([]string, error) {
 	logs, err := c.RT.Logs(ctx, h.Ref, n)
@@ -467,6 +490,18 @@ func (c *Container) RemoveDeployment(ctx context.Context, id string) error {
 
 // Timings returns the entrypoint's phase timings of an instance.
 func (c *Container) Timings(ctx context.Context, h Handle) ([]runtime.Timing, error) {
+	if h.CtlPath != "" {
+		// A slot's entrypoint writes them into its control directory too:
+		// a file read, not a Docker call, on every readiness probe.
+		b, err := os.ReadFile(filepath.Join(h.CtlPath, runtime.DMTCPTimingsFile))
+		if err == nil {
+			return runtime.ParseTimings(string(b)), nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		// An image older than the timings file: its logs.
+	}
 	logs, err := c.RT.Logs(ctx, h.Ref, 0)
 	if err != nil {
 		return nil, err

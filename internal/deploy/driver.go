@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
@@ -107,10 +108,25 @@ type Driver interface {
 	// NetPid is a host PID in the instance's network namespace (for exec
 	// probes), 0 if none runs.
 	NetPid(ctx context.Context, h Handle) (int, error)
+	// Exec runs a command inside the started instance, in its root and
+	// network namespace, as its app's user and without capabilities where
+	// the driver runs the app so, and waits until it exits. A command that
+	// runs and fails is not an error (the result's exit code says it); an
+	// instance that does not run is ErrNotFound.
+	Exec(ctx context.Context, h Handle, e Exec) (runtime.ExecResult, error)
 	// Remove stops the instance, started or only created, and removes
 	// what Create and Start made. It is idempotent: an instance that is
 	// already gone is not an error.
 	Remove(ctx context.Context, h Handle) error
+}
+
+// Exec is a command to run inside an instance (Driver.Exec).
+type Exec struct {
+	Argv []string
+	// Env holds KEY=VALUE variables added to the app's.
+	Env []string
+	// User is the app's user (App.User); "" is root.
+	User string
 }
 
 // Sweeper is implemented by drivers that can find a deployment's instances

@@ -37,6 +37,7 @@ func TestDriverSuiteContainerFake(t *testing.T) {
 			CkptPath:  t.TempDir(),
 			Leftovers: drivertest.ContainerLeftovers(rt),
 			Timeout:   time.Minute,
+			NoExec:    "the fake DMTCP image has no shell nor redis-cli to exec (TestDriverSuiteContainer runs it on dockerd)",
 		}
 	})
 }

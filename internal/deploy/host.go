@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/runtime"
 )
 
 // Host runs instances as supervised processes of this process, under the
@@ -197,6 +200,47 @@ func (d *Host) Start(ctx context.Context, h Handle) (_ Handle, err error) {
 	}
 	in.proc, in.ports = proc, ports
 	return in.handle(d.Name()), nil
+}
+
+// Exec implements Driver: argv runs chrooted into the instance's clone in
+// its network namespace (nsenter), with the app's environment, as root like
+// the host driver's apps.
+func (d *Host) Exec(ctx context.Context, h Handle, e Exec) (runtime.ExecResult, error) {
+	if len(e.Argv) == 0 {
+		return runtime.ExecResult{}, fmt.Errorf("exec in host instance %s: no command: %w", h.Ref, ErrInvalidSpec)
+	}
+	if e.User != "" {
+		return runtime.ExecResult{}, fmt.Errorf("exec in host instance %s as %q: %w: the host driver runs apps as root", h.Ref, e.User, ErrInvalidSpec)
+	}
+	in, err := d.inst(h)
+	if err != nil {
+		return runtime.ExecResult{}, err
+	}
+	in.mu.Lock()
+	proc, run := in.proc, in.run
+	in.mu.Unlock()
+	if proc == nil {
+		return runtime.ExecResult{}, fmt.Errorf("host instance %s: %w (not started)", h.Ref, ErrNotFound)
+	}
+	argv := append([]string{"nsenter", "--net=/proc/" + strconv.Itoa(proc.Pid()) + "/ns/net", "--", "chroot", run.EnvPath}, e.Argv...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(appEnv(append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"},
+		run.ImageEnv...), run.App.Environment), e.Env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	res := runtime.ExecResult{Output: out.String()}
+	if len(res.Output) > runtime.MaxExecOutput {
+		res.Output = res.Output[:runtime.MaxExecOutput]
+	}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee) && ctx.Err() == nil:
+		res.ExitCode = ee.ExitCode()
+	case err != nil:
+		return res, fmt.Errorf("exec in host instance %s: %w", h.Ref, err)
+	}
+	return res, nil
 }
 
 // forward listens on 127.0.0.1:0 and copies each connection to port in

@@ -123,7 +123,7 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 			return d.Boot(ctx, app, opts, strings.TrimPrefix(why.Error(), ErrIncompatible.Error()+": "))
 		}
 	}
-	dep, err := d.Restore(ctx, gen, opts)
+	dep, err := d.restore(ctx, gen, opts, app)
 	if len(boot) > 0 {
 		dep.Booted = true
 		dep.Timings = append(prefixed("boot.", boot), dep.Timings...)

@@ -65,6 +65,10 @@ func (p outputProbe) Probe(ctx context.Context) error {
 
 func (p outputProbe) String() string { return fmt.Sprintf("output %q", p.phrase) }
 
+// runningInterval is how often waitReady asks the driver whether the
+// instance still runs.
+const runningInterval = 100 * time.Millisecond
+
 // waitReady probes until the app is ready, its instance stops, or the
 // app's ready.timeout passes; the error then carries the app's last lines.
 func (d *Deployer) waitReady(ctx context.Context, dr Driver, h Handle, app App, restored bool) error {
@@ -83,13 +87,19 @@ func (d *Deployer) waitReady(ctx context.Context, dr Driver, h Handle, app App, 
 			"check the app's command and its ready settings (fogctl logs shows its output); raise ready.timeout for a slow boot"),
 			"the app", lines)
 	}
+	var checked time.Time
 	for {
 		last := p.Probe(ctx)
 		if last == nil {
 			return nil
 		}
-		if ok, err := dr.Running(ctx, h); err == nil && !ok {
-			return fail("failed: the instance exited", last)
+		// Whether the instance still runs costs a runtime call: asked at
+		// most every runningInterval, not at every probe.
+		if time.Since(checked) >= runningInterval {
+			checked = time.Now()
+			if ok, err := dr.Running(ctx, h); err == nil && !ok {
+				return fail("failed: the instance exited", last)
+			}
 		}
 		select {
 		case <-ctx.Done():

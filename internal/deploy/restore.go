@@ -17,8 +17,15 @@ import (
 // mapped and mounted, the instance created), then restarts the app from
 // its checkpoint and waits until it is ready. On error nothing of it is
 // left.
-func (d *Deployer) Restore(ctx context.Context, g Generation, opts Options) (_ Deployment, err error) {
+func (d *Deployer) Restore(ctx context.Context, g Generation, opts Options) (Deployment, error) {
+	return d.restore(ctx, g, opts, g.Spec)
+}
+
+// restore is Restore with the post_restore command of current, the app's
+// spec as it is now: the command is not part of the checkpoint.
+func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, current App) (_ Deployment, err error) {
 	app := g.Spec.WithDefaults()
+	app.PostRestore = current.PostRestore
 	if opts.ID == "" {
 		opts.ID = NewID(app.Name)
 	}

@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
@@ -37,7 +38,9 @@ const (
 	StepContainer = "container" // the driver's Create
 	StepStart     = "start"     // the driver's Start
 	StepReady     = "ready"
-	StepBind      = "bind"
+	// StepPostRestore runs App.PostRestore in a restored instance.
+	StepPostRestore = "post_restore"
+	StepBind        = "bind"
 )
 
 // ProvisionSteps are the steps of provision, which a pool hit does not wait
@@ -198,6 +201,15 @@ func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, a
 	}
 	h := *s.Handle
 	h.Deployment = dep
+	id := spec.Identity{Instance: dep, App: app.Name, Node: d.cfg.Node, Slot: s.ID, Seed: newSeed(), Started: time.Now().UTC()}
+	if restored {
+		id.Gen = s.Gen
+	}
+	if h.EnvPath != "" {
+		if err := writeIdentity(h.EnvPath, id); err != nil {
+			return nil, Handle{}, err
+		}
+	}
 	h, err := dr.Start(ctx, h)
 	if err != nil {
 		return nil, Handle{}, err
@@ -211,6 +223,12 @@ func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, a
 		return nil, Handle{}, err
 	}
 	o.phase(StepReady)
+	if restored && len(app.PostRestore) > 0 {
+		if err := d.postRestore(ctx, dr, h, app, id); err != nil {
+			return nil, Handle{}, err
+		}
+		o.phase(StepPostRestore)
+	}
 	return dr, h, nil
 }
 

@@ -14,6 +14,9 @@ const (
 	// DMTCPRootPath is where the mounted environment clone is bound; the
 	// app runs chrooted into it.
 	DMTCPRootPath = "/fog/root"
+	// DMTCPEntrypoint is the entrypoint's binary in the DMTCP and boot
+	// images; its keep mode runs a command in the root as the app does.
+	DMTCPEntrypoint = "/fog/entrypoint"
 	// DMTCPCkptPath is where the checkpoint clone is bound; generation N of
 	// the checkpoint is written to DMTCPCkptPath/N.
 	DMTCPCkptPath = "/fog/ckpt"
@@ -27,6 +30,10 @@ const (
 	// DMTCPOrderFile is the file, in the control directory, whose
 	// appearance starts the app of a container created with Wait.
 	DMTCPOrderFile = "order"
+	// DMTCPTimingsFile is the file, in the control directory, where a
+	// container created with Wait also writes its timings (JSON lines, as
+	// on its standard output).
+	DMTCPTimingsFile = "timings"
 )
 
 // DMTCPCapabilities returns the capabilities the DMTCP container needs,

@@ -50,6 +50,9 @@ type DockerClient interface {
 	ImageList(ctx context.Context, options image.ListOptions) ([]image.Summary, error)
 	ImageRemove(ctx context.Context, imageID string, options image.RemoveOptions) ([]image.DeleteResponse, error)
 	NetworkInspect(ctx context.Context, networkID string, options network.InspectOptions) (network.Inspect, error)
+	ContainerExecCreate(ctx context.Context, containerID string, options container.ExecOptions) (container.ExecCreateResponse, error)
+	ContainerExecAttach(ctx context.Context, execID string, config container.ExecAttachOptions) (types.HijackedResponse, error)
+	ContainerExecInspect(ctx context.Context, execID string) (container.ExecInspect, error)
 }
 
 var _ DockerClient = (*client.Client)(nil)
@@ -68,6 +71,7 @@ var (
 	_ Signaler       = (*Docker)(nil)
 	_ ImageImporter  = (*Docker)(nil)
 	_ ImageInspector = (*Docker)(nil)
+	_ Execer         = (*Docker)(nil)
 )
 
 // NewDocker returns a Runtime that uses api (a *client.Client made with API
@@ -358,6 +362,61 @@ func (d *Docker) Logs(ctx context.Context, id string, tail int) (string, error) 
 		return buf.String(), fmt.Errorf("read logs of container %s: %w", id, err)
 	}
 	return buf.String(), nil
+}
+
+// Exec implements Execer.
+//
+// Implements: POST /containers/{id}/exec, POST /exec/{id}/start (attached),
+// GET /exec/{id}/json.
+func (d *Docker) Exec(ctx context.Context, id string, spec ExecSpec) (ExecResult, error) {
+	if len(spec.Cmd) == 0 {
+		return ExecResult{}, fmt.Errorf("exec in container %s: no command: %w", id, ErrInvalidSpec)
+	}
+	st, err := d.Inspect(ctx, id)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	if !st.Running {
+		return ExecResult{}, fmt.Errorf("exec in container %s: %w: it is %s", id, ErrConflict, st.Status)
+	}
+	created, err := d.api.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: spec.Cmd, Env: spec.Env,
+		AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		return ExecResult{}, d.wrap("exec in container", id, err)
+	}
+	att, err := d.api.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return ExecResult{}, d.wrap("exec in container", id, err)
+	}
+	defer att.Close()
+	// The stream ends when the command exits; ctx ends it sooner.
+	stop := context.AfterFunc(ctx, func() { _ = att.Conn.Close() })
+	defer stop()
+	out := &cappedBuffer{max: MaxExecOutput}
+	if _, err := stdcopy.StdCopy(out, out, att.Reader); err != nil && ctx.Err() == nil {
+		return ExecResult{Output: out.String()}, fmt.Errorf("exec in container %s: read its output: %w", id, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return ExecResult{Output: out.String()}, fmt.Errorf("exec in container %s: %w", id, err)
+	}
+	insp, err := d.api.ContainerExecInspect(ctx, created.ID)
+	if err != nil {
+		return ExecResult{Output: out.String()}, d.wrap("exec in container", id, err)
+	}
+	return ExecResult{ExitCode: insp.ExitCode, Output: out.String()}, nil
+}
+
+// cappedBuffer keeps the first max bytes written to it and drops the rest.
+type cappedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.Len(); room > 0 {
+		b.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
 }
 
 // Wait implements Runtime.

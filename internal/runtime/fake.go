@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,6 +41,7 @@ var (
 	_ Signaler       = (*Fake)(nil)
 	_ ImageImporter  = (*Fake)(nil)
 	_ ImageInspector = (*Fake)(nil)
+	_ Execer         = (*Fake)(nil)
 )
 
 // FakeOption configures a Fake.
@@ -398,6 +400,32 @@ func (f *Fake) Start(ctx context.Context, id string) error {
 		close(done)
 	}()
 	return nil
+}
+
+// Exec implements Execer: it runs a program of the container's image with
+// the container's environment plus spec.Env.
+func (f *Fake) Exec(ctx context.Context, id string, spec ExecSpec) (ExecResult, error) {
+	if len(spec.Cmd) == 0 {
+		return ExecResult{}, fmt.Errorf("exec in container %s: no command: %w", id, ErrInvalidSpec)
+	}
+	c, err := f.lookup(id)
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("exec in container %s: %w", id, err)
+	}
+	c.mu.Lock()
+	running, status := c.running, c.status
+	env := append(slices.Clone(c.spec.Env), spec.Env...)
+	c.mu.Unlock()
+	if !running {
+		return ExecResult{}, fmt.Errorf("exec in container %s: %w: it is %s", id, ErrConflict, status)
+	}
+	out := &cappedBuffer{max: MaxExecOutput}
+	p := &FakeProcess{Env: env, CapEff: c.capEff, c: c}
+	code := p.Run(ctx, spec.Cmd, strings.NewReader(""), out)
+	if err := ctx.Err(); err != nil {
+		return ExecResult{Output: out.String()}, fmt.Errorf("exec in container %s: %w", id, err)
+	}
+	return ExecResult{ExitCode: code, Output: out.String()}, nil
 }
 
 // Stop implements Runtime.

@@ -24,6 +24,7 @@ func FakeBusybox() map[string]FakeProgram {
 	return map[string]FakeProgram{
 		"echo":  fakeEcho,
 		"cat":   fakeCat,
+		"env":   fakeEnv,
 		"true":  func(context.Context, *FakeProcess) int { return 0 },
 		"false": func(context.Context, *FakeProcess) int { return 1 },
 		"seq":   fakeSeq,
@@ -35,6 +36,13 @@ func FakeBusybox() map[string]FakeProgram {
 
 func fakeEcho(_ context.Context, p *FakeProcess) int {
 	fmt.Fprintln(p.Stdout, strings.Join(p.Args[1:], " "))
+	return 0
+}
+
+func fakeEnv(_ context.Context, p *FakeProcess) int {
+	for _, kv := range p.Env {
+		fmt.Fprintln(p.Stdout, kv)
+	}
 	return 0
 }
 

@@ -109,6 +109,34 @@ type Signaler interface {
 	Signal(ctx context.Context, id, signal string) error
 }
 
+// Execer is implemented by runtimes that can run a command in a running
+// container, in its namespaces and with its capabilities (docker exec).
+type Execer interface {
+	// Exec runs spec in container id and waits until it exits. A command
+	// that runs and fails is not an error: ExecResult.ExitCode says so.
+	// A container that does not exist is ErrNotFound; one that is not
+	// running, ErrConflict.
+	Exec(ctx context.Context, id string, spec ExecSpec) (ExecResult, error)
+}
+
+// ExecSpec is a command to run in a container.
+type ExecSpec struct {
+	Cmd []string
+	// Env holds KEY=VALUE variables added to the container's.
+	Env []string
+}
+
+// ExecResult is how an Exec ended.
+type ExecResult struct {
+	ExitCode int
+	// Output is its standard output and error, interleaved, up to
+	// MaxExecOutput bytes (the first ones).
+	Output string
+}
+
+// MaxExecOutput bounds ExecResult.Output.
+const MaxExecOutput = 64 << 10
+
 // ImageInspector is implemented by runtimes that can tell whether an image
 // is on the node, and with which labels.
 type ImageInspector interface {

@@ -93,6 +93,15 @@ type App struct {
 	// node keeps ready (a warm pool: a restore that takes one waits only
 	// for its engine); nil is the node's default (agent.pool_size).
 	Pool *int `yaml:"pool,omitempty" json:"pool,omitempty"`
+	// PostRestore is a command run inside each instance restored from a
+	// checkpoint once its app is ready, before the deploy counts it as
+	// ready: where an app takes an identity of its own (a reseed of its
+	// random state, a new instance ID), which a checkpoint shares with
+	// every instance restored from it. It runs as the app's user, in the
+	// app's root and network, with the instance's identity in
+	// FOGDEPLOY_* variables and in IdentityFile. A non-zero exit fails the
+	// deploy.
+	PostRestore []string `yaml:"post_restore,omitempty" json:"post_restore,omitempty"`
 }
 
 // MaxPool bounds App.Pool.
@@ -230,6 +239,10 @@ func (a App) Validate() error {
 		}
 	}
 	checkArgs("command", a.Command)
+	if a.PostRestore != nil && (len(a.PostRestore) == 0 || strings.TrimSpace(a.PostRestore[0]) == "") {
+		bad("post_restore", "is empty: give the command each restored instance runs, e.g. [sh, -c, \"redis-cli SET instance $FOGDEPLOY_INSTANCE\"], or leave it out")
+	}
+	checkArgs("post_restore", a.PostRestore)
 	checkArgs("environment", a.Environment)
 	for i, kv := range a.Environment {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsAny(k, " \t\n") {

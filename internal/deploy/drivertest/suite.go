@@ -54,6 +54,9 @@ type Harness struct {
 	Leftovers func(t *testing.T, id string) []string
 	// Timeout bounds each subtest; 0 means 3 minutes.
 	Timeout time.Duration
+	// NoExec, when set, says why Exec cannot be checked here (a fake
+	// image with no shell and no redis-cli); the real drivers have none.
+	NoExec string
 }
 
 // RedisApp is the app the suite runs: redis-server on port 6379 with a
@@ -85,6 +88,7 @@ func RunSuite(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"StartRunsApp", testStartRunsApp},
 		{"CheckpointRestart", testCheckpointRestart},
 		{"InvalidRun", testInvalidRun},
+		{"ExecRunsInInstance", testExec},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -326,6 +330,38 @@ func testStartRunsApp(t *testing.T, s *suite) {
 	s.remove(t, h2, r.ID)
 	if s.answers(addr) {
 		t.Errorf("something still answers at %s after Remove", addr)
+	}
+}
+
+// testExec: a command runs inside a started instance, reaches its app on
+// the instance's own network, gets the variables it is given, and reports
+// its exit code; an instance that is not started, or removed, has no Exec.
+func testExec(t *testing.T, s *suite) {
+	if s.NoExec != "" {
+		t.Skip(s.NoExec)
+	}
+	r := s.run(t, deploy.RunLaunch, 1)
+	created := s.create(t, r)
+	if _, err := s.Driver.Exec(s.ctx, created, deploy.Exec{Argv: []string{"true"}}); !errors.Is(err, deploy.ErrNotFound) {
+		t.Errorf("Exec in a created instance = %v; want ErrNotFound", err)
+	}
+	h, addr := s.start(t, created)
+	s.waitRedis(t, h, addr)
+	s.redis(t, addr, "OK", "SET", "k", "set from outside")
+	res, err := s.Driver.Exec(s.ctx, h, deploy.Exec{User: s.app.User, Env: []string{"FOG_TEST=inside"},
+		Argv: []string{"sh", "-c", `redis-cli -p 6379 GET k && echo "$FOG_TEST"`}})
+	if err != nil || res.ExitCode != 0 || res.Output != "set from outside\ninside\n" {
+		t.Errorf("Exec(redis-cli GET k; echo $FOG_TEST) = %+v, %v; want exit 0 and both lines", res, err)
+	}
+	if res, err := s.Driver.Exec(s.ctx, h, deploy.Exec{User: s.app.User, Argv: []string{"sh", "-c", "exit 3"}}); err != nil || res.ExitCode != 3 {
+		t.Errorf("Exec(exit 3) = %+v, %v; want exit code 3 and no error", res, err)
+	}
+	if _, err := s.Driver.Exec(s.ctx, h, deploy.Exec{}); !errors.Is(err, deploy.ErrInvalidSpec) {
+		t.Errorf("Exec without a command = %v; want ErrInvalidSpec", err)
+	}
+	s.remove(t, h, r.ID)
+	if _, err := s.Driver.Exec(s.ctx, h, deploy.Exec{Argv: []string{"true"}}); err == nil {
+		t.Errorf("Exec in a removed instance succeeded")
 	}
 }
 

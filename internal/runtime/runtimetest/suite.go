@@ -40,7 +40,7 @@ type Harness struct {
 // BusyboxApplets are the applets the suite runs; BusyboxTar links each to
 // /bin/busybox.
 func BusyboxApplets() []string {
-	return []string{"sh", "echo", "cat", "true", "false", "seq", "sleep", "grep", "nc"}
+	return []string{"sh", "echo", "cat", "env", "true", "false", "seq", "sleep", "grep", "nc"}
 }
 
 // BusyboxTar returns a root filesystem tarball holding the static busybox
@@ -107,6 +107,7 @@ func RunSuite(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"InvalidSpec", testInvalidSpec},
 		{"CapabilitiesExact", testCapabilities},
 		{"NotFound", testNotFound},
+		{"Exec", testExec},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -484,6 +485,42 @@ func testWaitExitCode(t *testing.T, s *suite) {
 		}
 	case <-s.ctx.Done():
 		t.Fatal("Wait did not return after Stop")
+	}
+}
+
+// testExec runs commands in a running container (for runtimes that are
+// Execers): their output, exit code and environment; a stopped or missing
+// container is refused.
+func testExec(t *testing.T, s *suite) {
+	ex, ok := s.rt.(runtime.Execer)
+	if !ok {
+		t.Skip("the runtime cannot exec")
+	}
+	spec := s.spec("exec", "sleep", "3600")
+	spec.Env = []string{"FROM_SPEC=1"}
+	id := s.run(t, spec)
+	r, err := ex.Exec(s.ctx, id, runtime.ExecSpec{Cmd: []string{"echo", "in", "the", "container"}})
+	if err != nil || r.ExitCode != 0 || r.Output != "in the container\n" {
+		t.Fatalf("Exec(echo) = %+v, %v; want exit 0 and its line", r, err)
+	}
+	if r, err := ex.Exec(s.ctx, id, runtime.ExecSpec{Cmd: []string{"false"}}); err != nil || r.ExitCode != 1 {
+		t.Errorf("Exec(false) = %+v, %v; want exit 1 and no error", r, err)
+	}
+	r, err = ex.Exec(s.ctx, id, runtime.ExecSpec{Cmd: []string{"env"}, Env: []string{"FROM_EXEC=2"}})
+	if err != nil || !strings.Contains(r.Output, "FROM_SPEC=1\n") || !strings.Contains(r.Output, "FROM_EXEC=2\n") {
+		t.Errorf("Exec(env) = %+v, %v; want the container's and the exec's variables", r, err)
+	}
+	if _, err := ex.Exec(s.ctx, id, runtime.ExecSpec{}); !errors.Is(err, runtime.ErrInvalidSpec) {
+		t.Errorf("Exec without a command = %v; want ErrInvalidSpec", err)
+	}
+	if err := s.rt.Stop(s.ctx, id, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ex.Exec(s.ctx, id, runtime.ExecSpec{Cmd: []string{"true"}}); !errors.Is(err, runtime.ErrConflict) {
+		t.Errorf("Exec in a stopped container = %v; want ErrConflict", err)
+	}
+	if _, err := ex.Exec(s.ctx, "fogdeploy-no-such-"+randHex(4), runtime.ExecSpec{Cmd: []string{"true"}}); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("Exec in a missing container = %v; want ErrNotFound", err)
 	}
 }
 

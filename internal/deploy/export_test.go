@@ -1,0 +1,4 @@
+package deploy
+
+// WriteIdentity is writeIdentity, for the external tests.
+var WriteIdentity = writeIdentity

@@ -1,0 +1,127 @@
+// Identity after restore: every instance restored from one checkpoint
+// starts as the same process, with the same random state and the same idea
+// of who it is. Before an instance starts, its identity (spec.Identity) is
+// written into its root; after a restore, the app's post_restore command
+// runs inside it, before the deploy counts it as ready.
+
+package deploy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+)
+
+// ErrPostRestore: the app's post_restore command failed in a restored
+// instance (the error carries its output).
+var ErrPostRestore = errors.New("post-restore command failed")
+
+// newSeed draws 16 random bytes as hex.
+func newSeed() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// writeIdentity writes id as spec.IdentityFile inside root. The path is
+// resolved without following symbolic links, which the environment
+// controls: an environment whose /run is a link is refused.
+func writeIdentity(root string, id spec.Identity) error {
+	b, err := json.MarshalIndent(id, "", "  ")
+	if err != nil {
+		return err
+	}
+	rel := strings.TrimPrefix(spec.IdentityFile, "/")
+	if err := writeInRoot(root, rel, append(b, '\n')); err != nil {
+		return fmt.Errorf("write the instance's identity %s: %w", spec.IdentityFile, err)
+	}
+	return nil
+}
+
+// writeInRoot writes data as file rel under root (mode 0644, directories
+// 0755 made as needed), atomically, never leaving root nor following a
+// symbolic link.
+func writeInRoot(root, rel string, data []byte) error {
+	how := func(flags uint64, mode uint64) *unix.OpenHow {
+		return &unix.OpenHow{Flags: flags | unix.O_CLOEXEC | unix.O_NOFOLLOW, Mode: mode,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	}
+	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open root %s: %w", root, err)
+	}
+	defer func() { _ = unix.Close(dir) }()
+	for _, comp := range strings.Split(path.Dir(rel), "/") {
+		if err := unix.Mkdirat(dir, comp, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("mkdir %s: %w", comp, err)
+		}
+		next, err := unix.Openat2(dir, comp, how(unix.O_PATH|unix.O_DIRECTORY, 0))
+		if err != nil {
+			return fmt.Errorf("open %s: %w (a symbolic link is not followed)", comp, err)
+		}
+		_ = unix.Close(dir)
+		dir = next
+	}
+	name := path.Base(rel)
+	tmp := "." + name + ".tmp"
+	fd, err := unix.Openat2(dir, tmp, how(unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, 0o644))
+	if err != nil {
+		return fmt.Errorf("create %s: %w", tmp, err)
+	}
+	for b := data; len(b) > 0; {
+		n, err := unix.Write(fd, b)
+		if err != nil {
+			_ = unix.Close(fd)
+			return fmt.Errorf("write %s: %w", tmp, err)
+		}
+		b = b[n:]
+	}
+	if err := unix.Fchmod(fd, 0o644); err != nil {
+		_ = unix.Close(fd)
+		return err
+	}
+	if err := unix.Close(fd); err != nil {
+		return err
+	}
+	return unix.Renameat(dir, tmp, dir, name)
+}
+
+// postRestore runs app's post_restore command in restored instance h, with
+// id in its environment, within the app's ready timeout.
+func (d *Deployer) postRestore(ctx context.Context, dr Driver, h Handle, app App, id spec.Identity) error {
+	timeout := time.Duration(app.Ready.Timeout)
+	if timeout <= 0 {
+		timeout = DefaultReadyTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	res, err := dr.Exec(ctx, h, Exec{Argv: app.PostRestore, Env: id.Env(), User: app.User})
+	if err == nil && res.ExitCode == 0 {
+		return nil
+	}
+	why := fmt.Sprintf("exited with code %d", res.ExitCode)
+	if err != nil {
+		why = err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(res.Output, "\n"), "\n")
+	if len(lines) > 20 {
+		lines = lines[len(lines)-20:]
+	}
+	return engine.WithOutput(hint.With(fmt.Errorf("app %s: post_restore %q %s after %s: %w", app.Name, strings.Join(app.PostRestore, " "), why,
+		time.Since(start).Round(time.Millisecond), ErrPostRestore),
+		"check post_restore in the app spec: it runs in the restored instance as the app's user, with FOGDEPLOY_* variables"),
+		"post_restore", lines)
+}
