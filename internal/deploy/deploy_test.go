@@ -298,12 +298,7 @@ func TestDeployBootWithoutEngine(t *testing.T) {
 // produces the app's first checkpoint boots normally when IfBusy says so,
 // and never produces a second checkpoint; one that waits restores.
 func TestDeployBootWhileCheckpointing(t *testing.T) {
-	f := deploytest.NewFixture(t, "container")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	app := deploytest.RedisApp("busy-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, engine.NameDMTCP)
-	t.Cleanup(func() { f.RemoveGenerations(t, app.Name) })
-	t.Cleanup(func() { f.UndeployAll(t, app.Name) })
+	f, ctx, app := redisFixture(t, "container", engine.NameDMTCP, "busy")
 
 	producing := make(chan struct{})
 	var once sync.Once

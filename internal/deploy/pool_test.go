@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -147,12 +146,7 @@ func testPoolHit(t *testing.T, driver, eng string) {
 // deployment that never got its record, and a bind cut short between the
 // deployment's record and the slot's removal.
 func TestPoolRecoverSlots(t *testing.T) {
-	f := deploytest.NewFixture(t, "container")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	app := deploytest.RedisApp("poolrec-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, engine.NameDMTCP)
-	t.Cleanup(func() { f.RemoveGenerations(t, app.Name) })
-	t.Cleanup(func() { f.UndeployAll(t, app.Name) })
+	f, ctx, app := redisFixture(t, "container", engine.NameDMTCP, "poolrec")
 	first, err := f.D.Deploy(ctx, app, deploy.Options{})
 	if err != nil {
 		t.Fatal(err)
