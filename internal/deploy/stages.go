@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
@@ -207,7 +208,10 @@ func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, a
 	}
 	if h.EnvPath != "" {
 		if err := writeIdentity(h.EnvPath, id); err != nil {
-			return nil, Handle{}, err
+			if restored && len(app.PostRestore) > 0 {
+				return nil, Handle{}, hint.With(err, "post_restore reads the identity: give the environment a /run directory that is not a symbolic link")
+			}
+			d.log.Warn("the instance gets no identity file", "slot", s.ID, "deployment", dep, "err", err)
 		}
 	}
 	h, err := dr.Start(ctx, h)

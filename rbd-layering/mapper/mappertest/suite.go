@@ -443,7 +443,9 @@ func testRecoverStaleRecord(t *testing.T, e *env) {
 	}
 	for _, mnt := range mountsUnder(filepath.Join(e.stateDir, "fuse")) {
 		if strings.Contains(mnt, tr.Mapping.ID) {
-			run(t, "umount", mnt)
+			// The loop device lets go of the rbd-fuse file a moment
+			// after losetup -d returns.
+			umountWhenFree(t, mnt)
 		}
 	}
 	waitNoProcesses(t, img.Name)
@@ -602,6 +604,22 @@ func run(t *testing.T, name string, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// umountWhenFree unmounts mnt, retrying for up to 5 s while it is busy.
+func umountWhenFree(t *testing.T, mnt string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out, err := exec.Command("umount", mnt).CombinedOutput()
+		if err == nil {
+			return
+		}
+		if !strings.Contains(string(out), "busy") || time.Now().After(deadline) {
+			t.Fatalf("umount %s: %v: %s", mnt, err, out)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
