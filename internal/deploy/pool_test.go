@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/cgroup"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
@@ -71,6 +72,29 @@ func testPoolHit(t *testing.T, driver, eng string) {
 		}
 	}
 
+	// A waiting slot's container has the lowest CPU weight; a bound one,
+	// the normal weight (TestPoolPoP checks the same through the agent).
+	weight := func(ref string) int {
+		t.Helper()
+		if f.Container == nil || f.Container.Priority == nil {
+			return -1
+		}
+		st, err := f.RT.Inspect(ctx, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := f.Container.Priority.Get(st.Pid)
+		if err != nil {
+			t.Fatalf("weights of container %s (pid %d): %v", ref, st.Pid, err)
+		}
+		return w.CPU
+	}
+	if driver == "container" {
+		if w := weight(slots[0].Handle.Ref); w != -1 && w != cgroup.Background.CPU {
+			t.Errorf("idle slot %s has CPU weight %d; want %d (background)", slots[0].ID, w, cgroup.Background.CPU)
+		}
+	}
+
 	check := func(dep deploy.Deployment) {
 		t.Helper()
 		got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "GET", "greeting")
@@ -108,6 +132,11 @@ func testPoolHit(t *testing.T, driver, eng string) {
 			t.Errorf("slot %s still has a record after deployment %s bound it", want.ID, dep.ID)
 		}
 		check(dep)
+		if driver == "container" {
+			if w := weight(dep.Handle.Ref); w != -1 && w != cgroup.Normal.CPU {
+				t.Errorf("deploy %d: bound slot's CPU weight %d; want %d (normal)", i+1, w, cgroup.Normal.CPU)
+			}
+		}
 	}
 	// The pool is empty: the next restore provisions its own slot.
 	miss, err := f.D.Deploy(ctx, app, deploy.Options{})

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/cgroup"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/drivertest"
 	"github.com/fogdeploy/fogdeploy/internal/devenv"
@@ -171,6 +172,11 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 		}
 		buildBootImage(ctx, t)
 		f.Container = &deploy.Container{RT: f.RT, Image: image, BootImage: testBootImage, StopTimeout: 5 * time.Second}
+		// As an agent does: pool slots wait at the lowest weight and are
+		// raised when bound, where the node's cgroups allow it.
+		if p, err := cgroup.Detect(cgroup.Paths{}); err == nil {
+			f.Container.Priority = p
+		}
 		deps.Container = f.Container
 	}
 	f.D, err = deploy.New(dc, deps)
