@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -158,7 +159,7 @@ func (p *process) supervise() {
 		}
 		p.sb.close()
 		if p.inst != "" {
-			if err := os.RemoveAll(p.inst); err != nil {
+			if err := removeAllSettled(p.inst); err != nil {
 				p.log.Warn("remove instance directory", "dir", p.inst, "err", err)
 			}
 		}
@@ -387,4 +388,18 @@ func (p *process) beginCheckpoint(dir string) (abs string, log *slog.Logger, unl
 		return "", nil, nil, err
 	}
 	return abs, log, p.checkpointing.Unlock, nil
+}
+
+// removeAllSettled removes dir, retrying for up to a second while a process
+// that is still exiting (the engine's last writes: a log, its stats) adds
+// to it ("directory not empty").
+func removeAllSettled(dir string) error {
+	deadline := time.Now().Add(time.Second)
+	for {
+		err := os.RemoveAll(dir)
+		if err == nil || !errors.Is(err, syscall.ENOTEMPTY) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
