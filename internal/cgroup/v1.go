@@ -31,8 +31,8 @@ func newV1(p Paths, ms mounts) (Priority, error) {
 	c := &v1{proc: p.Proc, cpu: cpu, blk: blk, hasBlkio: hasBlkio}
 	io := ""
 	if hasBlkio {
-		if f := blkioFile(blk.point); f != "" {
-			io = filepath.Base(f)
+		if k, ok := ioKnobOf(blk.point, v1IO); ok {
+			io = k.file
 		}
 	}
 	c.knobsDesc = describe(V1, "cpu.shares", exists(filepath.Join(cpu.point, "cpu.idle")), io)
@@ -41,16 +41,6 @@ func newV1(p Paths, ms mounts) (Priority, error) {
 
 func (c *v1) Version() Version { return V1 }
 func (c *v1) Describe() string { return c.knobsDesc }
-
-// blkioFile is the I/O weight file of a blkio cgroup, or "".
-func blkioFile(dir string) string {
-	for _, name := range []string{"blkio.weight", "blkio.bfq.weight"} {
-		if f := filepath.Join(dir, name); exists(f) {
-			return f
-		}
-	}
-	return ""
-}
 
 func (c *v1) dirs(pid int) (cpu, blk string, err error) {
 	cgs, err := procCgroups(c.proc, pid)
@@ -87,22 +77,10 @@ func (c *v1) Set(pid int, w Weights) (Applied, error) {
 	if err != nil {
 		return a, err
 	}
-	if blk == "" {
-		return a, nil
+	if blk != "" {
+		a.IO, err = setIO(blk, v1IO, w.IO)
 	}
-	switch f := blkioFile(blk); filepath.Base(f) {
-	case "blkio.weight":
-		err = writeFile(f, strconv.Itoa(scale(w.IO, blkioDefault, blkioMin, blkioMax)))
-	case "blkio.bfq.weight":
-		err = writeFile(f, strconv.Itoa(scale(w.IO, bfqDefault, bfqMin, bfqMax)))
-	default:
-		return a, nil
-	}
-	if err != nil {
-		return a, err
-	}
-	a.IO = true
-	return a, nil
+	return a, err
 }
 
 func (c *v1) Get(pid int) (Weights, error) {
@@ -115,22 +93,10 @@ func (c *v1) Get(pid int) (Weights, error) {
 		return Weights{}, err
 	}
 	w := Weights{CPU: unscale(shares, sharesDefault)}
-	if blk == "" {
-		return w, nil
-	}
-	switch f := blkioFile(blk); filepath.Base(f) {
-	case "blkio.weight":
-		n, err := readInt(f)
-		if err != nil {
+	if blk != "" {
+		if w.IO, err = getIO(blk, v1IO); err != nil {
 			return Weights{}, err
 		}
-		w.IO = unscale(n, blkioDefault)
-	case "blkio.bfq.weight":
-		n, err := readInt(f)
-		if err != nil {
-			return Weights{}, err
-		}
-		w.IO = unscale(n, bfqDefault)
 	}
 	return w, nil
 }

@@ -29,8 +29,8 @@ func newV2(p Paths, ms mounts) (Priority, error) {
 	idle, io := false, ""
 	if child := childWith(m.point, "cpu.weight"); child != "" {
 		idle = exists(filepath.Join(child, "cpu.idle"))
-		if f := ioFile(child); f != "" {
-			io = filepath.Base(f)
+		if k, ok := ioKnobOf(child, v2IO); ok {
+			io = k.file
 		}
 	}
 	c.knobsDesc = describe(V2, "cpu.weight", idle, io)
@@ -49,16 +49,6 @@ func childWith(dir, file string) string {
 	for _, e := range entries {
 		if d := filepath.Join(dir, e.Name()); e.IsDir() && exists(filepath.Join(d, file)) {
 			return d
-		}
-	}
-	return ""
-}
-
-// ioFile is the I/O weight file of a v2 cgroup, or "".
-func ioFile(dir string) string {
-	for _, name := range []string{"io.weight", "io.bfq.weight"} {
-		if f := filepath.Join(dir, name); exists(f) {
-			return f
 		}
 	}
 	return ""
@@ -99,19 +89,8 @@ func (c *v2) Set(pid int, w Weights) (Applied, error) {
 	if err != nil {
 		return a, err
 	}
-	switch f := ioFile(dir); filepath.Base(f) {
-	case "io.weight":
-		err = writeFile(f, "default "+strconv.Itoa(w.IO))
-	case "io.bfq.weight":
-		err = writeFile(f, "default "+strconv.Itoa(min(w.IO, bfqMax)))
-	default:
-		return a, nil
-	}
-	if err != nil {
-		return a, err
-	}
-	a.IO = true
-	return a, nil
+	a.IO, err = setIO(dir, v2IO, w.IO)
+	return a, err
 }
 
 func (c *v2) Get(pid int) (Weights, error) {
@@ -124,10 +103,8 @@ func (c *v2) Get(pid int) (Weights, error) {
 		return Weights{}, err
 	}
 	w := Weights{CPU: cpu}
-	if f := ioFile(dir); f != "" {
-		if w.IO, err = readInt(f); err != nil {
-			return Weights{}, err
-		}
+	if w.IO, err = getIO(dir, v2IO); err != nil {
+		return Weights{}, err
 	}
 	return w, nil
 }
