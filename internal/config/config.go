@@ -77,6 +77,27 @@ type Agent struct {
 	// TokenFile holds the bearer token of the hook API (required outside
 	// --dev).
 	TokenFile string `yaml:"token_file"`
+	// CheckpointCache is the byte budget of the node's copies of the
+	// checkpoint generations its restores read ("4GiB"; "0": no limit).
+	CheckpointCache string `yaml:"checkpoint_cache"`
+	// Fetch is when the node copies a generation's checkpoint: on its
+	// first use by a restore or a warm-pool slot (first-use, the default),
+	// or as soon as it is sealed (sealed).
+	Fetch string `yaml:"fetch"`
+}
+
+// Fetch policies (Agent.Fetch).
+const (
+	FetchFirstUse = "first-use"
+	FetchSealed   = "sealed"
+)
+
+// CheckpointCacheBytes is Agent.CheckpointCache in bytes (0: no limit).
+func (a Agent) CheckpointCacheBytes() (int64, error) {
+	if strings.TrimSpace(a.CheckpointCache) == "0" {
+		return 0, nil
+	}
+	return layering.ParseSize("agent.checkpoint_cache", a.CheckpointCache)
 }
 
 // Ceph says how to reach the cluster.
@@ -141,7 +162,7 @@ func Default() Config {
 		Node:     Node{Name: host, StateDir: filepath.Join(devenv.Dir(), "node", host)},
 		Etcd:     Etcd{Endpoints: []string{devenv.EtcdEndpoint}, DialTimeout: 5 * time.Second},
 		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: "container",
-			BootImage: "fogdeploy/boot:latest", IfBusy: "wait", IfNoEngine: "boot"},
+			BootImage: "fogdeploy/boot:latest", IfBusy: "wait", IfNoEngine: "boot", CheckpointCache: "4GiB", Fetch: FetchFirstUse},
 	}
 }
 
@@ -255,6 +276,12 @@ func (c Config) Validate() error {
 	}
 	if c.Agent.LeaseTTL < 2 || c.Agent.LeaseTTL > 300 {
 		add("agent.lease_ttl %d: give seconds between 2 and 300", c.Agent.LeaseTTL)
+	}
+	if _, err := c.Agent.CheckpointCacheBytes(); err != nil {
+		add("agent.checkpoint_cache %q: give the bytes of checkpoints a node keeps, e.g. 4GiB, or 0 for no limit (%v)", c.Agent.CheckpointCache, err)
+	}
+	if c.Agent.Fetch != FetchFirstUse && c.Agent.Fetch != FetchSealed {
+		add("agent.fetch %q: use first-use (copy a checkpoint to the node when a restore needs it) or sealed (as soon as it is sealed)", c.Agent.Fetch)
 	}
 	if c.Agent.IfBusy != "wait" && c.Agent.IfBusy != "boot" {
 		add("agent.if_busy %q: use wait (for the first checkpoint) or boot (normally, meanwhile)", c.Agent.IfBusy)

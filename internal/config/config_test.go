@@ -21,6 +21,13 @@ func TestLoadAndValidate(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	if n, err := c.Agent.CheckpointCacheBytes(); err != nil || n != 4<<30 {
+		t.Errorf("default checkpoint cache = %d, %v; want 4 GiB", n, err)
+	}
+	c.Agent.CheckpointCache = "0"
+	if n, err := c.Agent.CheckpointCacheBytes(); err != nil || n != 0 {
+		t.Errorf("checkpoint cache 0 = %d, %v; want no limit", n, err)
+	}
 
 	unknown := filepath.Join(dir, "unknown.yaml")
 	os.WriteFile(unknown, []byte("ceph:\n  pol: x\n"), 0o600)
@@ -36,8 +43,11 @@ func TestLoadAndValidate(t *testing.T) {
 	c.Node.StateDir = "relative"
 	c.Layering.DefaultSize = "-3G"
 	c.Mapper.Timeout = 0
+	c.Agent.CheckpointCache = "lots"
+	c.Agent.Fetch = "eager"
 	err = c.Validate()
-	for _, want := range []string{"ceph.id", "ceph.pool", "mapper.backend", "mapper.timeout", "soft_depth", "node.state_dir", "layering.default_size"} {
+	for _, want := range []string{"ceph.id", "ceph.pool", "mapper.backend", "mapper.timeout", "soft_depth", "node.state_dir", "layering.default_size",
+		"agent.checkpoint_cache", "agent.fetch"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to name %s", err, want)
 		}

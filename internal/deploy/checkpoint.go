@@ -83,6 +83,10 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 	if err := dr.Remove(ctx, h); err != nil {
 		return Generation{}, err
 	}
+	// This node keeps a copy of what was just written (in the page
+	// cache), for its restores to read instead of fetching it.
+	stage := d.stageCheckpoint(ctx, s, h.CkptPath)
+	o.phase("stage")
 	if err := d.releaseMappings(ctx, s.Mappings); err != nil {
 		return Generation{}, err
 	}
@@ -107,6 +111,7 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 	if err := d.deps.Store.SetMeta(ctx, ckptImg, MetaGeneration, string(raw)); err != nil {
 		return Generation{}, err
 	}
+	d.adoptCheckpoint(g, stage)
 	// The images now belong to the generation.
 	s.Images, s.Mappings, s.Handle = nil, nil, nil
 	if err := d.slots.save(s.ID, s); err != nil {

@@ -160,6 +160,7 @@ func (c *Container) spec(r Run, image string) runtime.DMTCPContainer {
 		Name:       "fd-" + r.ID,
 		EnvPath:    r.EnvPath,
 		CkptPath:   r.CkptPath,
+		CkptSource: r.CkptSource,
 		Env:        appEnv(r.ImageEnv, r.App.Environment),
 		WorkingDir: firstNonEmpty(r.App.WorkDir, r.WorkDir),
 		User:       r.App.User,
@@ -232,6 +233,12 @@ func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 		spec = dc.Launch(r.App.Command)
 		spec.Cmd = append(spec.Cmd[:1:1], append([]string{"-gen", strconv.Itoa(r.Gen)}, spec.Cmd[1:]...)...)
 	case RunRestart:
+		if r.CkptSource != "" {
+			// The mount point of the generation's read-only bind.
+			if err := os.MkdirAll(genDir(r.CkptPath, r.Gen), 0o755); err != nil {
+				return Handle{}, fmt.Errorf("checkpoint directory of %s: %w", r.ID, err)
+			}
+		}
 		spec = dc.Restart(r.Gen)
 	case RunBoot:
 		spec = dc.Boot(r.App.Command)

@@ -19,6 +19,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/gencache"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -91,9 +92,39 @@ func testDeployRedis(t *testing.T, driver, eng string) {
 			t.Errorf("%s snapshots = %+v; want one protected %q", ref.Image, info.Snapshots, layering.SealedSnap)
 		}
 	}
+	// The node that checkpointed keeps a copy of the generation, which
+	// every restore on it reads: no fetch, and no clone of the checkpoint.
 	pattern := map[string]string{engine.NameDMTCP: "ckpt_*.dmtcp", engine.NameCRIU: "pages-*.img"}[eng]
-	if files, _ := filepath.Glob(filepath.Join(first.Dir, "ckpt", "1", pattern)); len(files) == 0 {
-		t.Errorf("the restored instance's checkpoint clone holds no %s in generation 1", pattern)
+	cachedGen := func() string {
+		t.Helper()
+		es, err := f.D.Cached()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dirs []string
+		for _, e := range es {
+			if e.App == app.Name && e.Gen == g.Gen && e.Key == deploy.CacheKey(g) {
+				dirs = append(dirs, e.Dir)
+			}
+		}
+		if len(dirs) != 1 {
+			t.Fatalf("the node's checkpoint cache holds %d copies of generation %d (%+v); want 1", len(dirs), g.Gen, es)
+		}
+		if files, _ := filepath.Glob(filepath.Join(dirs[0], pattern)); len(files) == 0 {
+			t.Errorf("the node's copy of generation %d (%s) holds no %s", g.Gen, dirs[0], pattern)
+		}
+		return dirs[0]
+	}
+	cachedGen()
+	onlyEnv := func(dep deploy.Deployment) {
+		t.Helper()
+		if len(dep.Images) != 1 || !strings.HasSuffix(dep.Images[0], "-env") {
+			t.Errorf("%s owns images %v; want its environment clone only (the checkpoint is the node's copy)", dep.ID, dep.Images)
+		}
+	}
+	onlyEnv(first)
+	if first.Fetched {
+		t.Errorf("the first deploy fetched the checkpoint it had just written")
 	}
 
 	check := func(dep deploy.Deployment) {
@@ -120,13 +151,24 @@ func testDeployRedis(t *testing.T, driver, eng string) {
 		if driver == "container" && dep.EngineReadyMS <= 0 {
 			t.Errorf("restore %d: no engine restart time (engine_ready_ms %v)", i+1, dep.EngineReadyMS)
 		}
+		if dep.Fetched {
+			t.Errorf("restore %d fetched the generation the node holds", i+1)
+		}
+		onlyEnv(dep)
 		check(dep)
 		all = append(all, dep)
 	}
 
+	// Without its copy (a node that did not checkpoint, or one that
+	// evicted it), concurrent restores fetch it from the sealed snapshot
+	// once, and all of them read it.
+	if dropped, err := f.D.TrimCache(func(k gencache.Key) bool { return k.App != app.Name }); err != nil || len(dropped) != 1 {
+		t.Fatalf("dropping the node's copy: dropped %+v, %v; want generation %d", dropped, err, g.Gen)
+	}
 	var wg sync.WaitGroup
 	conc := make([]deploy.Deployment, 5)
 	errs := make([]error, 5)
+	fetched := 0
 	for i := range conc {
 		wg.Go(func() { conc[i], errs[i] = f.D.Deploy(ctx, app, deploy.Options{}) })
 	}
@@ -136,10 +178,17 @@ func testDeployRedis(t *testing.T, driver, eng string) {
 			t.Errorf("concurrent restore %d: %v", i+1, errs[i])
 			continue
 		}
-		t.Logf("concurrent restore %d: %s", i+1, dep.Timings)
+		t.Logf("concurrent restore %d: %s (fetched %v)", i+1, dep.Timings, dep.Fetched)
+		if dep.Fetched {
+			fetched++
+		}
 		check(dep)
 		all = append(all, dep)
 	}
+	if fetched != 1 {
+		t.Errorf("%d of 5 concurrent restores fetched the checkpoint; want exactly 1", fetched)
+	}
+	cachedGen()
 
 	// Distinct instances: handles and host addresses.
 	refs, addrs := map[string]bool{}, map[string]bool{}

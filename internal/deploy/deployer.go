@@ -2,8 +2,9 @@
 // an app boots it under a checkpoint engine on a clone of its environment,
 // waits until it is ready, checkpoints it into a fresh checkpoint image and
 // seals both images with a protected snapshot (a checkpoint generation).
-// Every later deploy clones both snapshots (copy-on-write, metadata only),
-// maps and mounts the clones and restores the app from the checkpoint.
+// Every later deploy clones the environment's snapshot (copy-on-write,
+// metadata only), maps and mounts the clone, and restores the app from the
+// node's one read-only copy of the checkpoint (cache.go).
 //
 //	d, _ := deploy.New(deploy.Config{StateDir: dir, Pool: "fogdeploy", Node: "n1"}, deploy.Deps{...})
 //	dep, err := d.Deploy(ctx, app, deploy.Options{})  // boot+checkpoint once, then restore
@@ -21,7 +22,7 @@
 // drivers), policy.go (Deploy's choice), stages.go (the stages every
 // instance goes through), boot.go, checkpoint.go and restore.go (the three
 // ways an instance starts), undeploy.go, records.go (the journal),
-// generations.go, driver.go with container.go and host.go (where the app
+// generations.go, cache.go (the node's copies of generations), driver.go with container.go and host.go (where the app
 // runs: create, then start; drivertest is their behaviour suite), ready.go
 // and alive.go (readiness and liveness), spec.go (app specs), envcheck.go
 // (what an environment needs under DMTCP).
@@ -37,6 +38,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/gencache"
 	"github.com/fogdeploy/fogdeploy/internal/keyedmutex"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
@@ -54,6 +56,10 @@ type Config struct {
 	DMTCPDriver string
 	// ReadyInterval is the pause between readiness probes (default 10ms).
 	ReadyInterval time.Duration
+	// CacheBytes is the byte budget of the node's checkpoint cache
+	// (StateDir/gens, gencache): every restore of a generation on this
+	// node reads its files from one local copy. 0: no limit.
+	CacheBytes int64
 }
 
 // Validate reports every problem at once.
@@ -61,6 +67,9 @@ func (c Config) Validate() error {
 	var errs []error
 	if !filepath.IsAbs(c.StateDir) {
 		errs = append(errs, fmt.Errorf("deploy state dir %q: give an absolute path", c.StateDir))
+	}
+	if c.CacheBytes < 0 {
+		errs = append(errs, fmt.Errorf("checkpoint cache budget %d bytes: give 0 (no limit) or more", c.CacheBytes))
 	}
 	if c.Pool == "" {
 		errs = append(errs, errors.New("deploy pool is empty: name the RBD pool"))
@@ -101,6 +110,9 @@ type Deployer struct {
 	appLock keyedmutex.Map[string]
 	// platform is this node's, recorded in the generations it seals.
 	platform Platform
+	// cache is the node's read-only copies of the generations its
+	// restores read (cache.go).
+	cache *gencache.Cache
 }
 
 // New returns a Deployer.
@@ -123,7 +135,17 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	if err := mkdirs(cfg.StateDir); err != nil {
 		return nil, err
 	}
-	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: HostPlatform(),
+	cache, err := gencache.New(filepath.Join(cfg.StateDir, "gens"), cfg.CacheBytes)
+	if err != nil {
+		return nil, err
+	}
+	// Copies that a killed process left half made.
+	if removed, err := cache.Recover(); err != nil {
+		deps.Log.Warn("checkpoint cache: removing what interrupted fills left", "err", err)
+	} else if len(removed) > 0 {
+		deps.Log.Info("checkpoint cache: removed what interrupted fills left", "paths", removed)
+	}
+	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: HostPlatform(), cache: cache,
 		deployments: journal[Deployment]{dir: filepath.Join(cfg.StateDir, "deployments"), what: "deployment", notFound: ErrNotFound},
 		slots:       journal[Slot]{dir: filepath.Join(cfg.StateDir, "slots"), what: "slot", notFound: ErrNoSlot},
 	}, nil

@@ -146,6 +146,11 @@ type Run struct {
 	// clone and the checkpoint clone.
 	EnvPath  string
 	CkptPath string
+	// CkptSource is the node's read-only copy of the generation a restart
+	// restores (the checkpoint cache); restart reads it instead of
+	// CkptPath/Gen, and CkptPath is the instance's own (a later checkpoint
+	// of it goes there).
+	CkptSource string
 	// Gen is the checkpoint generation to write (launch) or to restore
 	// (restart).
 	Gen int

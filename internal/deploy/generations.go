@@ -1,5 +1,6 @@
 // Checkpoint generations: the sealed snapshot pairs (environment + checkpoint image) an app's
-// restores clone, their names, listing and removal.
+// restores come from (a clone of the environment, the node's copy of the checkpoint), their
+// names, listing and removal.
 
 package deploy
 
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fogdeploy/fogdeploy/internal/gencache"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -144,8 +146,13 @@ func (d *Deployer) nextGen(ctx context.Context, app string) (int, error) {
 
 // RemoveGeneration removes a checkpoint generation. It refuses, wrapping
 // layering.ErrHasChildren, while deployments still use it.
+// This node's copy of it goes too.
 func (d *Deployer) RemoveGeneration(ctx context.Context, app string, gen int) error {
-	return RemoveGeneration(ctx, d.deps.Store, app, gen)
+	if err := RemoveGeneration(ctx, d.deps.Store, app, gen); err != nil {
+		return err
+	}
+	_, err := d.TrimCache(func(k gencache.Key) bool { return k.App != app || k.Gen != gen })
+	return err
 }
 
 // RemoveGeneration removes generation gen of app from the pool; it refuses,

@@ -109,7 +109,11 @@ func (d *Host) Create(ctx context.Context, r Run) (Handle, error) {
 	}
 	in := &hostInst{eng: e, run: r, tail: engine.NewLogTail(n)}
 	if r.Mode == RunRestart {
-		img, err := engine.ReadImage(genDir(r.CkptPath, r.Gen))
+		dir := genDir(r.CkptPath, r.Gen)
+		if r.CkptSource != "" {
+			dir = r.CkptSource
+		}
+		img, err := engine.ReadImage(dir)
 		if err != nil {
 			return Handle{}, err
 		}

@@ -36,7 +36,7 @@ func (d *Deployer) ProvisionPoolSlot(ctx context.Context, g Generation) (_ Slot,
 		}
 	}()
 	o := d.newOp(&s.Timings, nil)
-	if err := d.provision(ctx, o, s, slotSource{app: app, engine: g.Engine, env: g.EnvSnap, ckpt: &g.CkptSnap,
+	if err := d.provision(ctx, o, s, slotSource{app: app, engine: g.Engine, env: g.EnvSnap, gen: &g,
 		config: d.genConfig(ctx, g)}); err != nil {
 		return Slot{}, err
 	}

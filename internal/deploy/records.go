@@ -37,6 +37,10 @@ type Deployment struct {
 	// or was provisioned for this deploy (PoolMiss).
 	Slot string     `json:"slot,omitempty"`
 	Pool PoolResult `json:"pool,omitempty"`
+	// Fetched: this deploy brought the generation's checkpoint to the
+	// node, which held no copy (a first restore on the node); otherwise
+	// the restore read the node's copy.
+	Fetched bool `json:"fetched,omitempty"`
 	// Owned is what the deployment owns once it has bound its slot;
 	// until then, the slot's record owns them.
 	Owned

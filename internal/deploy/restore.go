@@ -60,7 +60,7 @@ func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, curr
 	defer d.undoOnError(ctx, rec, &err)
 	if s == nil {
 		if s, err = d.provisionFor(ctx, o, rec, app, RunRestart, g.Gen, nil, slotSource{app: app, engine: g.Engine,
-			env: g.EnvSnap, ckpt: &g.CkptSnap, config: d.genConfig(ctx, g)}); err != nil {
+			env: g.EnvSnap, gen: &g, config: d.genConfig(ctx, g)}); err != nil {
 			return Deployment{}, err
 		}
 	}

@@ -77,6 +77,9 @@ type Slot struct {
 	// by ("" for an idle pool slot).
 	Deployment string `json:"deployment,omitempty"`
 	Owned
+	// Fetched: provisioning brought the generation's checkpoint to the
+	// node (it held no copy).
+	Fetched bool              `json:"fetched,omitempty"`
 	Ports   map[string]string `json:"ports,omitempty"`
 	Timings layering.Timings  `json:"timings"`
 	Created time.Time         `json:"created"`
@@ -99,7 +102,8 @@ func (d *Deployer) newSlot(app string, gen int, mode RunMode, pool bool, dep str
 	id := NewSlotID(app)
 	if images == nil {
 		images = []string{InstancePrefix + id + "-env"}
-		if mode != RunBoot {
+		// A restore reads the node's copy of its checkpoint (cache.go).
+		if mode == RunLaunch {
 			images = append(images, InstancePrefix+id+"-ckpt")
 		}
 	}

@@ -1,6 +1,6 @@
 // The stages of every instance, whatever starts it, over a slot:
 //
-//	provision (clone, map, mount, create) → start (launch, restart or boot) → ready → bind → release
+//	provision (clone, map, mount, fetch, create) → start (launch, restart or boot) → ready → bind → release
 //
 // provision makes a slot: the instance's clones, mapped and mounted, and its
 // instance created with everything but the app's own start done (the
@@ -46,7 +46,7 @@ const (
 
 // ProvisionSteps are the steps of provision, which a pool hit does not wait
 // for.
-var ProvisionSteps = []string{StepClone, StepMap, StepMount, StepContainer}
+var ProvisionSteps = []string{StepClone, StepMap, StepMount, StepFetch, StepContainer}
 
 // op times the steps of one pipeline run: each phase goes to *timings and
 // to prog.
@@ -81,10 +81,33 @@ func prefixed(p string, t layering.Timings) layering.Timings {
 
 // provision runs the provision stage of slot s (a record already created,
 // in SlotProvisioning, owning its images and mappings): clone or create its
-// images, map and mount them under s.Dir, and create its instance. src
-// says where the images come from. It leaves s in SlotIdle.
-func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource) error {
+// images, map and mount them under s.Dir, bring a restore's checkpoint to
+// the node (meanwhile), and create its instance. src says where the images
+// come from. It leaves s in SlotIdle.
+func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource) (err error) {
 	st, mp := d.deps.Store, d.deps.Mapper
+	// A restore reads its checkpoint from the node's copy (cache.go),
+	// fetched while the environment is cloned, mapped and mounted.
+	var source string
+	var fetched bool
+	wait := func() error { return nil }
+	if src.gen != nil {
+		done := make(chan error, 1)
+		go func() {
+			e, f, err := d.ckptSource(ctx, *src.gen)
+			source, fetched = e.Dir, f
+			done <- err
+		}()
+		var fetchErr error
+		waited := false
+		wait = func() error {
+			if !waited {
+				fetchErr, waited = <-done, true
+			}
+			return fetchErr
+		}
+		defer func() { _ = wait() }()
+	}
 	withCkpt := len(s.Images) > 1
 	ckptStep := func(f func(img string) error) func() error {
 		return func() error {
@@ -97,12 +120,7 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 	// The two images are independent: each step runs on both at once.
 	if err := both(
 		func() error { return st.Clone(ctx, src.env, s.Images[0]) },
-		ckptStep(func(img string) error {
-			if src.ckpt != nil {
-				return st.Clone(ctx, *src.ckpt, img)
-			}
-			return st.Create(ctx, img, src.ckptSize)
-		})); err != nil {
+		ckptStep(func(img string) error { return st.Create(ctx, img, src.ckptSize) })); err != nil {
 		return err
 	}
 	for _, img := range s.Images {
@@ -129,17 +147,28 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 	}
 	o.phase(StepMap)
 	envPath, ckptPath := filepath.Join(s.Dir, "root"), ""
-	if withCkpt {
+	if s.Mode != RunBoot {
 		ckptPath = filepath.Join(s.Dir, "ckpt")
 	}
 	if err := both(
 		func() error { return mp.Mount(ctx, envMap, envPath, mapper.MountOptions{}) },
-		ckptStep(func(string) error {
-			return mp.Mount(ctx, ckptMap, ckptPath, mapper.MountOptions{Format: src.ckpt == nil})
-		})); err != nil {
+		ckptStep(func(string) error { return mp.Mount(ctx, ckptMap, ckptPath, mapper.MountOptions{Format: true}) })); err != nil {
 		return err
 	}
 	o.phase(StepMount)
+	if src.gen != nil {
+		// The instance's own checkpoint directory (where a later
+		// checkpoint of it would go); the generation it restores is
+		// bound read-only inside it.
+		if err := os.MkdirAll(ckptPath, 0o755); err != nil {
+			return fmt.Errorf("slot %s checkpoint directory: %w", s.ID, err)
+		}
+		if err := wait(); err != nil {
+			return err
+		}
+		s.Fetched = fetched
+		o.phase(StepFetch)
+	}
 	ctl := filepath.Join(s.Dir, "ctl")
 	if err := os.MkdirAll(ctl, 0o755); err != nil {
 		return fmt.Errorf("slot %s control directory: %w", s.ID, err)
@@ -148,7 +177,7 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 	if err != nil {
 		return err
 	}
-	run := Run{Mode: s.Mode, ID: s.ID, App: src.app, EnvPath: envPath, CkptPath: ckptPath, Gen: s.Gen,
+	run := Run{Mode: s.Mode, ID: s.ID, App: src.app, EnvPath: envPath, CkptPath: ckptPath, CkptSource: source, Gen: s.Gen,
 		ImageEnv: src.config.Env, WorkDir: src.config.WorkDir, CtlPath: ctl, Background: s.Pool}
 	h, err := dr.Create(ctx, run)
 	if err != nil {
@@ -169,11 +198,12 @@ type slotSource struct {
 	app App
 	// engine is the checkpoint engine (RunLaunch, RunRestart).
 	engine string
-	// env is the environment snapshot to clone; ckpt the checkpoint
-	// snapshot (RunRestart), or nil for a fresh checkpoint image of
-	// ckptSize bytes (RunLaunch).
-	env      layering.SnapRef
-	ckpt     *layering.SnapRef
+	// env is the environment snapshot to clone.
+	env layering.SnapRef
+	// gen is the generation a RunRestart slot restores (its checkpoint
+	// comes from the node's cache); a RunLaunch slot writes a fresh
+	// checkpoint image of ckptSize bytes instead.
+	gen      *Generation
 	ckptSize int64
 	// config is the environment's ENV and WORKDIR.
 	config layering.ImageConfig
@@ -242,6 +272,7 @@ func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, a
 // drops the slot's record.
 func (d *Deployer) bind(ctx context.Context, o *op, s *Slot, rec *Deployment, dr Driver, app App, readyPhase string) (Deployment, error) {
 	rec.Owned, rec.Ports, rec.Phase = s.Owned, s.Ports, PhaseRunning
+	rec.Fetched = s.Fetched && rec.Pool != PoolHit // a pool slot fetched before the request
 	if err := d.save(rec); err != nil {
 		return Deployment{}, err
 	}

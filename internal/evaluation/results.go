@@ -100,6 +100,14 @@ type App struct {
 	EngineRestartMS Stats `json:"engine_restart_ms"`
 	// Speedup is PlainBootMS / RestoreMS (medians).
 	Speedup float64 `json:"speedup"`
+	// FirstRestoreMS is restore-to-ready on a node that holds no copy of
+	// the checkpoint (it fetches it, in parallel with the clone, map and
+	// mount of the environment); FirstRestoreIO what the OSDs moved for
+	// it. RestoreMS and RestoreIO are of restores on a node that holds
+	// it. FirstSpeedup is PlainBootMS / FirstRestoreMS (medians).
+	FirstRestoreMS Stats   `json:"first_restore_ms"`
+	FirstRestoreIO IO      `json:"first_restore_io"`
+	FirstSpeedup   float64 `json:"first_speedup"`
 	// PoolHitMS is restore-to-ready when a warm-pool slot was waiting
 	// (start, ready, bind); PoolOverheadMS what it adds to the engine's own
 	// restart (EngineRestartMS of the same deploys): what the user waits

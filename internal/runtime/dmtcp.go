@@ -67,6 +67,13 @@ type DMTCPContainer struct {
 	EnvPath string
 	// CkptPath is the host path where the checkpoint clone is mounted.
 	CkptPath string
+	// CkptSource, when set, is a host directory holding the generation
+	// Restart restores; it is bound read-only over that generation's
+	// directory inside CkptPath (the node's one copy of it, shared by
+	// every restore of the generation).
+	CkptSource string
+	// sourceGen is the generation CkptSource is bound as.
+	sourceGen int
 	// Ports are the app's ports to publish.
 	Ports []Port
 	// ReadyAddr, if set, is an address inside the container
@@ -128,6 +135,7 @@ func (c DMTCPContainer) Launch(argv []string) Spec {
 // Restart returns the spec of a container that restores generation gen of
 // the checkpoint (0: the newest complete one).
 func (c DMTCPContainer) Restart(gen int) Spec {
+	c.sourceGen = gen
 	return c.spec(c.flags(gen), "restart")
 }
 
@@ -215,6 +223,9 @@ func (c DMTCPContainer) binds() []Bind {
 	b := []Bind{{HostPath: c.EnvPath, ContainerPath: DMTCPRootPath}}
 	if c.CkptPath != "" {
 		b = append(b, Bind{HostPath: c.CkptPath, ContainerPath: DMTCPCkptPath})
+		if c.CkptSource != "" && c.sourceGen > 0 {
+			b = append(b, Bind{HostPath: c.CkptSource, ContainerPath: DMTCPGenerationDir(DMTCPCkptPath, c.sourceGen), ReadOnly: true})
+		}
 	}
 	if c.CtlPath != "" {
 		b = append(b, Bind{HostPath: c.CtlPath, ContainerPath: DMTCPCtlPath})

@@ -157,7 +157,7 @@ func fakeEntrypoint(ctx context.Context, p *FakeProcess) int {
 			return 2
 		}
 	case "restart":
-		from, img, err := readFakeCheckpoint(ckpt, fl.from)
+		from, img, err := readFakeCheckpoint(p, ckpt, fl.from)
 		if !hasCkpt || err != nil {
 			timing(Timing{Phase: "restart", Error: "no complete checkpoint"})
 			fmt.Fprintf(p.Stdout, "entrypoint: no complete checkpoint in %s: %v\n", DMTCPCkptPath, err)
@@ -243,20 +243,27 @@ func fakeEntrypoint(ctx context.Context, p *FakeProcess) int {
 }
 
 // readFakeCheckpoint reads generation from of the checkpoint at host
-// directory ckpt (0: the newest).
-func readFakeCheckpoint(ckpt string, from int) (int, fakeCheckpoint, error) {
+// directory ckpt (0: the newest), where p's binds put it: a generation
+// may be bound on its own inside the checkpoint directory.
+func readFakeCheckpoint(p *FakeProcess, ckpt string, from int) (int, fakeCheckpoint, error) {
+	file := func(gen string) string {
+		if h, ok := p.HostPath(path.Join(DMTCPCkptPath, gen, FakeDMTCPImageFile)); ok {
+			return h
+		}
+		return filepath.Join(ckpt, gen, FakeDMTCPImageFile)
+	}
 	if from == 0 {
 		ents, _ := os.ReadDir(ckpt)
 		for _, e := range ents {
 			if n, err := strconv.Atoi(e.Name()); err == nil && n > from {
-				if _, err := os.Stat(filepath.Join(ckpt, e.Name(), FakeDMTCPImageFile)); err == nil {
+				if _, err := os.Stat(file(e.Name())); err == nil {
 					from = n
 				}
 			}
 		}
 	}
 	var img fakeCheckpoint
-	b, err := os.ReadFile(filepath.Join(ckpt, strconv.Itoa(from), FakeDMTCPImageFile))
+	b, err := os.ReadFile(file(strconv.Itoa(from)))
 	if err == nil {
 		err = json.Unmarshal(b, &img)
 	}

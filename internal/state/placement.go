@@ -41,8 +41,8 @@ func capacityOf(n Node) int {
 // Score rates a node for one more instance of app: its free capacity (in
 // percent), minus a penalty per instance of the same app already there so
 // that an app spreads over the PoP (the score may go below zero). ok is
-// false when the node is full. Later work adds locality (layers and
-// checkpoints already mapped on the node) as further terms.
+// false when the node is full. Locality (idle pool slots, a local copy of
+// the checkpoint) ranks before it (Place).
 func Score(n Node, deps []Deployment, app string) (score float64, ok bool) {
 	total, same := 0, 0
 	for _, d := range deps {
@@ -64,20 +64,23 @@ func Score(n Node, deps []Deployment, app string) (score float64, ok bool) {
 // Placement is where a deployment goes and why.
 type Placement struct {
 	Node string
-	// Reason says why: "requested", "pool: ...", or "capacity: ...".
+	// Reason says why: "requested", "pool: ...", "local: ..." or
+	// "capacity: ...".
 	Reason string
 }
 
-// Place picks, among the ready nodes that have room, the one with an idle
-// warm-pool slot of app (the most idle slots first), else the one with
-// the best Score (ties: the lexically first). idle maps a node to its idle
-// pool slots of app's newest generation. It returns ErrNoNode when every
-// node is NotReady or full, also wrapping ErrFull when some node is ready
-// (and so every ready one full).
-func Place(nodes []Node, deps []Deployment, app string, idle map[string]int) (Placement, error) {
+// Place picks, among the ready nodes that have room, by locality (paper
+// 002): first a node with an idle warm-pool slot of app (the most idle
+// slots first), then a node that holds the app's newest generation's
+// checkpoint (its restore fetches nothing), then the one with the best
+// Score (ties: the lexically first). loc maps a node to what it holds of
+// app (Localities). It returns ErrNoNode when every node is NotReady or
+// full, also wrapping ErrFull when some node is ready (and so every ready
+// one full).
+func Place(nodes []Node, deps []Deployment, app string, loc map[string]Locality) (Placement, error) {
 	type cand struct {
 		name  string
-		idle  int
+		loc   Locality
 		score float64
 	}
 	var cs []cand
@@ -89,7 +92,7 @@ func Place(nodes []Node, deps []Deployment, app string, idle map[string]int) (Pl
 		ready++
 		capacity += capacityOf(n)
 		if s, ok := Score(n, deps, app); ok {
-			cs = append(cs, cand{n.Name, idle[n.Name], s})
+			cs = append(cs, cand{n.Name, loc[n.Name], s})
 		}
 	}
 	if ready == 0 {
@@ -102,30 +105,37 @@ func Place(nodes []Node, deps []Deployment, app string, idle map[string]int) (Pl
 			"`fogctl ps` lists the deployments: undeploy one with `fogctl undeploy ID`, or start a pop-agent on another node")
 	}
 	sort.SliceStable(cs, func(i, j int) bool {
-		if (cs[i].idle > 0) != (cs[j].idle > 0) {
-			return cs[i].idle > 0
+		a, b := cs[i], cs[j]
+		if (a.loc.Idle > 0) != (b.loc.Idle > 0) {
+			return a.loc.Idle > 0
 		}
-		if cs[i].idle != cs[j].idle {
-			return cs[i].idle > cs[j].idle
+		if a.loc.Idle != b.loc.Idle {
+			return a.loc.Idle > b.loc.Idle
 		}
-		if cs[i].score != cs[j].score {
-			return cs[i].score > cs[j].score
+		if a.loc.Local != b.loc.Local {
+			return a.loc.Local
 		}
-		return cs[i].name < cs[j].name
+		if a.score != b.score {
+			return a.score > b.score
+		}
+		return a.name < b.name
 	})
 	c := cs[0]
-	if c.idle > 0 {
-		return Placement{Node: c.name, Reason: fmt.Sprintf("pool: %d idle slot(s) of %s on %s", c.idle, app, c.name)}, nil
+	switch {
+	case c.loc.Idle > 0:
+		return Placement{Node: c.name, Reason: fmt.Sprintf("pool: %d idle slot(s) of %s on %s", c.loc.Idle, app, c.name)}, nil
+	case c.loc.Local:
+		return Placement{Node: c.name, Reason: fmt.Sprintf("local: no node has an idle pool slot of %s; %s holds its checkpoint (score %.0f)", app, c.name, c.score)}, nil
 	}
-	return Placement{Node: c.name, Reason: fmt.Sprintf("capacity: no node has an idle pool slot of %s; %s has the most room (score %.0f)", app, c.name, c.score)}, nil
+	return Placement{Node: c.name, Reason: fmt.Sprintf("capacity: no node has an idle pool slot or the checkpoint of %s; %s has the most room (score %.0f)", app, c.name, c.score)}, nil
 }
 
 // Choose returns node when it is registered, Ready and has room for one
 // more instance of app, or, when node is "", the node Place picks. A full
 // node is refused with an error wrapping ErrFull and ErrNoNode.
-func Choose(nodes []Node, deps []Deployment, app, node string, idle map[string]int) (Placement, error) {
+func Choose(nodes []Node, deps []Deployment, app, node string, loc map[string]Locality) (Placement, error) {
 	if node == "" {
-		return Place(nodes, deps, app, idle)
+		return Place(nodes, deps, app, loc)
 	}
 	for _, n := range nodes {
 		if n.Name != node {
@@ -243,7 +253,7 @@ func (s *Store) CreatePlaced(ctx context.Context, d Desired, eligible func(Node)
 				}
 			}
 		}
-		pl, err := Choose(nodes, v.deps, d.App, d.Node, IdleSlots(v.pools, d.App))
+		pl, err := Choose(nodes, v.deps, d.App, d.Node, Localities(v.pools, d.App))
 		if err != nil {
 			return Desired{}, err
 		}

@@ -31,6 +31,9 @@ type Pool struct {
 	// found an idle slot, and that did not, since the agent started.
 	Hits   int `json:"hits"`
 	Misses int `json:"misses"`
+	// Local: the node holds generation Gen's checkpoint (its restores
+	// fetch nothing).
+	Local bool `json:"local,omitempty"`
 	// LastRefill is how long the last slot took to provision.
 	LastRefillMS float64   `json:"last_refill_ms,omitempty"`
 	Updated      time.Time `json:"updated"`
@@ -64,13 +67,25 @@ func (s *Store) Pools(ctx context.Context, node string) ([]Pool, error) {
 	return listJSON[Pool](ctx, s.cli, p)
 }
 
-// IdleSlots maps each node to its idle pool slots of app.
-func IdleSlots(pools []Pool, app string) map[string]int {
-	out := map[string]int{}
+// Locality is what a node holds of an app ahead of its deploys.
+type Locality struct {
+	// Idle is its idle warm-pool slots of the app.
+	Idle int
+	// Local: it holds the app's newest generation's checkpoint.
+	Local bool
+}
+
+// Localities maps each node to what it holds of app.
+func Localities(pools []Pool, app string) map[string]Locality {
+	out := map[string]Locality{}
 	for _, p := range pools {
-		if p.App == app && p.Idle > 0 {
-			out[p.Node] += p.Idle
+		if p.App != app {
+			continue
 		}
+		l := out[p.Node]
+		l.Idle += p.Idle
+		l.Local = l.Local || p.Local
+		out[p.Node] = l
 	}
 	return out
 }

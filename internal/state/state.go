@@ -354,9 +354,11 @@ type Status struct {
 	Reason     string    `json:"reason,omitempty"`
 	Booted     bool      `json:"booted,omitempty"`
 	// Pool is "hit" when the instance took an idle warm-pool slot
-	// (Slot), "miss" when it provisioned its own.
+	// (Slot), "miss" when it provisioned its own. Fetched: the deploy
+	// copied the checkpoint to its node, which held none.
 	Pool          string            `json:"pool,omitempty"`
 	Slot          string            `json:"slot,omitempty"`
+	Fetched       bool              `json:"fetched,omitempty"`
 	Ports         map[string]string `json:"ports,omitempty"`
 	Timings       layering.Timings  `json:"timings,omitempty"`
 	EngineReadyMS float64           `json:"engine_ready_ms,omitempty"`

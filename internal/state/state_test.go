@@ -203,14 +203,14 @@ func TestPlacePrefersPoolSlot(t *testing.T) {
 	deps := []state.Deployment{
 		{Desired: state.Desired{ID: "1", App: "db", Node: "c"}}, {Desired: state.Desired{ID: "2", App: "db", Node: "c"}},
 	}
-	pl, err := state.Place(nodes, deps, "web", map[string]int{"c": 1})
+	pl, err := state.Place(nodes, deps, "web", map[string]state.Locality{"c": {Idle: 1}, "a": {Local: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if pl.Node != "c" || !strings.HasPrefix(pl.Reason, "pool:") {
 		t.Errorf("placement = %+v; want node c (its idle pool slot), with a pool reason", pl)
 	}
-	pl, err = state.Place(nodes, deps, "web", map[string]int{"b": 1, "c": 2})
+	pl, err = state.Place(nodes, deps, "web", map[string]state.Locality{"b": {Idle: 1}, "c": {Idle: 2}})
 	if err != nil || pl.Node != "c" {
 		t.Errorf("placement = %+v, %v; want c, the node with the most idle slots", pl, err)
 	}
@@ -218,12 +218,21 @@ func TestPlacePrefersPoolSlot(t *testing.T) {
 	if err != nil || pl.Node != "a" || !strings.HasPrefix(pl.Reason, "capacity:") {
 		t.Errorf("placement without pools = %+v, %v; want a by capacity", pl, err)
 	}
+	// Without idle slots, a node that holds the checkpoint wins over one
+	// with more room.
+	pl, err = state.Place(nodes, deps, "web", map[string]state.Locality{"c": {Local: true}, "b": {Local: false}})
+	if err != nil || pl.Node != "c" || !strings.HasPrefix(pl.Reason, "local:") {
+		t.Errorf("placement with c holding the checkpoint = %+v, %v; want c, with a local reason", pl, err)
+	}
+	if got := state.Localities([]state.Pool{{Node: "a", App: "web", Idle: 1}, {Node: "b", App: "web", Local: true}, {Node: "b", App: "db", Idle: 3}}, "web"); got["a"].Idle != 1 || got["a"].Local || !got["b"].Local || got["b"].Idle != 0 {
+		t.Errorf("Localities = %+v; want a: 1 idle, b: local and no idle slot of web", got)
+	}
 	full := append(deps, state.Deployment{Desired: state.Desired{ID: "3", App: "db", Node: "c"}},
 		state.Deployment{Desired: state.Desired{ID: "4", App: "db", Node: "c"}})
-	if pl, err := state.Place(nodes, full, "web", map[string]int{"c": 1}); err != nil || pl.Node == "c" {
+	if pl, err := state.Place(nodes, full, "web", map[string]state.Locality{"c": {Idle: 1, Local: true}}); err != nil || pl.Node == "c" {
 		t.Errorf("placement with c full = %+v, %v; want another node", pl, err)
 	}
-	if pl, err := state.Choose(nodes, deps, "web", "b", map[string]int{"c": 1}); err != nil || pl.Node != "b" || !strings.HasPrefix(pl.Reason, "requested") {
+	if pl, err := state.Choose(nodes, deps, "web", "b", map[string]state.Locality{"c": {Idle: 1}}); err != nil || pl.Node != "b" || !strings.HasPrefix(pl.Reason, "requested") {
 		t.Errorf("placement with --node b = %+v, %v; want b, requested", pl, err)
 	}
 }

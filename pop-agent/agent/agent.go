@@ -152,6 +152,10 @@ type metrics struct {
 	poolMisses  *prometheus.CounterVec
 	poolRefill  *prometheus.HistogramVec
 	poolIdle    *prometheus.GaugeVec
+	cacheBytes  prometheus.Gauge
+	cacheGens   prometheus.Gauge
+	fetches     *prometheus.CounterVec
+	evictions   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -189,7 +193,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "fogdeploy_pool_idle_slots", Help: "Idle warm-pool slots on this node, by app.",
 		}, []string{"app"}),
 	}
+	m.cacheBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fogdeploy_checkpoint_cache_bytes", Help: "Bytes of checkpoint generations this node holds for its restores (agent.checkpoint_cache is the budget).",
+	})
+	m.cacheGens = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fogdeploy_checkpoint_cache_generations", Help: "Checkpoint generations this node holds for its restores.",
+	})
+	m.fetches = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fogdeploy_checkpoint_fetches_total", Help: "Checkpoint generations copied to this node from the cluster, by what asked (restore: a deploy waited for it; ahead: a warm-pool slot or agent.fetch sealed).",
+	}, []string{"by"})
+	m.evictions = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fogdeploy_checkpoint_cache_evictions_total", Help: "Checkpoint generations dropped from this node: removed generations, and the least recently used beyond the budget.",
+	})
 	reg.MustRegister(m.backend, m.recovered, m.checkpoints, m.deploys, m.duration, m.auto, m.poolHits, m.poolMisses, m.poolRefill, m.poolIdle,
+		m.cacheBytes, m.cacheGens, m.fetches, m.evictions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -97,22 +97,29 @@ func (a *agent) refill(ctx context.Context) {
 		}
 		a.refillApp(ctx, app)
 	}
+	a.trimCache(ctx, apps)
 }
 
 // refillApp keeps app's pool on this node.
 func (a *agent) refillApp(ctx context.Context, app deploy.App) {
 	size := a.poolSize(app)
 	g, err := a.d.Latest(ctx, app.Name)
-	if err == nil && size > 0 {
+	if err == nil {
 		if why := a.d.Restorable(ctx, g); why != nil {
 			a.log.Debug("warm pool: this node cannot restore the app's generation", "app", app.Name, "gen", g.Gen, "reason", why)
 			size = 0
+		} else {
+			a.prefetch(ctx, g)
 		}
 	}
 	if err != nil || size == 0 {
 		// No generation (yet), or no pool: none of its slots stays.
 		a.dropPool(ctx, app.Name, nil, "no pool for it on this node")
-		a.publishPool(ctx, app.Name, 0, 0)
+		gen := 0
+		if err == nil {
+			gen = g.Gen
+		}
+		a.publishPool(ctx, app.Name, gen, 0)
 		return
 	}
 	a.dropPool(ctx, app.Name, func(s deploy.Slot) bool { return s.Gen != g.Gen }, "a newer generation was sealed")
@@ -246,14 +253,17 @@ func (a *agent) poolDeployed(ctx context.Context, app deploy.App, dep deploy.Dep
 		a.m.poolMisses.WithLabelValues(app.Name).Inc()
 	}
 	a.pool.mu.Unlock()
-	if size := a.poolSize(app); size > 0 {
-		a.publishPool(ctx, app.Name, dep.Gen, size)
+	if dep.Fetched {
+		a.m.fetches.WithLabelValues("restore").Inc()
+		a.exportCache()
 	}
+	a.publishPool(ctx, app.Name, dep.Gen, a.poolSize(app))
 	a.pool.refillSoon()
 }
 
 // publishPool writes app's pool on this node to etcd (for placement and
-// `fogctl pool ls`), or withdraws it when it has no size and no slot.
+// `fogctl pool ls`), with whether the node holds generation gen's
+// checkpoint, or withdraws it when it has no size, no slot and no copy.
 func (a *agent) publishPool(ctx context.Context, app string, gen, size int) {
 	idle := a.idleSlots(app, gen)
 	a.m.poolIdle.WithLabelValues(app).Set(float64(len(idle)))
@@ -261,10 +271,11 @@ func (a *agent) publishPool(ctx context.Context, app string, gen, size int) {
 	p := state.Pool{Node: a.c.Node.Name, App: app, Gen: gen, Size: size, Idle: len(idle), Provisioning: a.pool.provisioning[app],
 		Hits: a.pool.hits[app], Misses: a.pool.misses[app], LastRefillMS: a.pool.lastRefillMS[app]}
 	a.pool.mu.Unlock()
+	p.Local = gen > 0 && a.holds(app, gen)
 	for _, s := range idle {
 		p.Slots = append(p.Slots, s.ID)
 	}
-	if size == 0 && p.Idle == 0 && p.Provisioning == 0 && p.Hits == 0 && p.Misses == 0 {
+	if size == 0 && p.Idle == 0 && p.Provisioning == 0 && p.Hits == 0 && p.Misses == 0 && !p.Local {
 		_ = a.st.DeletePool(ctx, a.c.Node.Name, app)
 		return
 	}

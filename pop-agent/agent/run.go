@@ -96,10 +96,17 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 		}
 	}
 	log.Info("warm-pool refill priority", "cgroup", priority)
-	d, err := deploy.New(deploy.Config{StateDir: filepath.Join(c.Node.StateDir, "deploy"), Pool: c.Ceph.Pool,
-		Node: c.Node.Name, DMTCPDriver: c.Agent.DMTCPDriver}, deps)
+	cacheBytes, err := c.Agent.CheckpointCacheBytes()
 	if err != nil {
 		return err
+	}
+	d, err := deploy.New(deploy.Config{StateDir: filepath.Join(c.Node.StateDir, "deploy"), Pool: c.Ceph.Pool,
+		Node: c.Node.Name, DMTCPDriver: c.Agent.DMTCPDriver, CacheBytes: cacheBytes}, deps)
+	if err != nil {
+		return err
+	}
+	if held, err := d.Cached(); err == nil {
+		log.Info("checkpoint cache", "budget", c.Agent.CheckpointCache, "fetch", c.Agent.Fetch, "generations", len(held))
 	}
 	fingerprint := map[string]string{"arch": goruntime.GOARCH, "kernel": kernelRelease()}
 	problems := map[string]string{}

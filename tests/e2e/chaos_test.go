@@ -36,8 +36,9 @@ func TestChaosBoot(t *testing.T) {
 }
 
 // TestChaosCheckpoint does the same with DMTCP: kills after each step of
-// the first deploy's boot and checkpoint (boot.clone … boot.seal), of the
-// restore that follows, and during undeploys.
+// the first deploy's boot and checkpoint (boot.clone … boot.stage, the
+// copy of the checkpoint the node keeps), of the restore that follows,
+// and during undeploys.
 func TestChaosCheckpoint(t *testing.T) {
 	f := deploytest.NewFixture(t, "container")
 	if _, _, err := f.D.CheckEngine(context.Background(), engine.NameDMTCP); err != nil {
@@ -45,14 +46,15 @@ func TestChaosCheckpoint(t *testing.T) {
 	}
 	app := deploytest.RedisApp("chaos-redis-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, engine.NameDMTCP)
 	chaos(t, f, app, "fogdeploy/dmtcp:deploytest", []string{"boot.clone", "boot.map", "boot.mount", "boot.container",
-		"boot.start", "boot.ready", "boot.checkpoint", "clone", "map", "mount", "container", "start"}, 2)
+		"boot.start", "boot.ready", "boot.checkpoint", "boot.stage", "clone", "map", "mount", "fetch", "container", "start"}, 2)
 }
 
 // leaks counts what deployments of app can leave: RBD images named after
 // it, rbd-fuse processes, loop devices and mounts of the PoP's state dirs,
-// its containers, and the PoP's deployment, status and lock keys in etcd.
+// its containers, the PoP's deployment, status and lock keys in etcd, and
+// the nodes' copies of its checkpoints, whole or cut short.
 type leaks struct {
-	Images, Fuse, Loops, Mounts, Containers, Keys int
+	Images, Fuse, Loops, Mounts, Containers, Keys, Copies int
 }
 
 func countLeaks(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture, app string) leaks {
@@ -82,6 +84,8 @@ func countLeaks(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture
 		}
 	}
 	l.Mounts = len(deploytest.MountsUnder(t, p.dir))
+	copies, _ := filepath.Glob(filepath.Join(p.dir, "*", "deploy", "gens", app, "*"))
+	l.Copies = len(copies)
 	sts, err := f.RT.List(ctx, map[string]string{runtime.LabelApp: app})
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +214,12 @@ func chaos(t *testing.T, f *deploytest.Fixture, app deploy.App, dmtcpImage strin
 	for _, g := range gens {
 		_ = st.DeleteCheckpoint(ctx, g.App, g.Gen)
 	}
+	// The node drops its copies of removed generations at its next
+	// refill (agent.reconcile_interval).
 	after := countLeaks(ctx, t, p, f, app.Name)
+	for start := time.Now(); after != before && time.Since(start) < 30*time.Second; after = countLeaks(ctx, t, p, f, app.Name) {
+		time.Sleep(500 * time.Millisecond)
+	}
 	if after != before {
 		t.Errorf("after %d kills: %+v; at the start: %+v", kills, after, before)
 	}

@@ -315,6 +315,8 @@ type Leftovers struct {
 	Mounts     []string
 	Containers []string
 	Records    []string
+	// Cached are the generations of the app in the node's checkpoint cache.
+	Cached []string
 }
 
 // Leftovers reports what deployments of app left.
@@ -366,6 +368,15 @@ func (f *Fixture) Leftovers(t testing.TB, app string) Leftovers {
 			lo.Records = append(lo.Records, "slot "+s.ID+" ("+string(s.Phase)+")")
 		}
 	}
+	cached, err := f.D.Cached()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range cached {
+		if e.App == app {
+			lo.Cached = append(lo.Cached, e.Key.String())
+		}
+	}
 	return lo
 }
 
@@ -389,7 +400,7 @@ func MountsUnder(t testing.TB, dir string) []string {
 
 // Empty reports whether nothing is left.
 func (lo Leftovers) Empty() bool {
-	return len(lo.Images)+len(lo.Mappings)+len(lo.Mounts)+len(lo.Containers)+len(lo.Records) == 0
+	return len(lo.Images)+len(lo.Mappings)+len(lo.Mounts)+len(lo.Containers)+len(lo.Records)+len(lo.Cached) == 0
 }
 
 // AssertNothingLeft fails t if deployments of app left anything (but
@@ -404,7 +415,7 @@ func AssertNothingLeft(t testing.TB, f *Fixture, app string, keepGen bool) {
 				rest = append(rest, n)
 			}
 		}
-		lo.Images = rest
+		lo.Images, lo.Cached = rest, nil
 	}
 	if !lo.Empty() {
 		t.Errorf("left behind: %+v", lo)

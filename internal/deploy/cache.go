@@ -1,0 +1,135 @@
+// The node's checkpoint cache: every restore of a generation on this node reads its checkpoint
+// from one read-only local copy (gencache), filled once: from the image the checkpoint was just
+// written to, on the node that produced it, or from the sealed snapshot, mapped and mounted
+// read-only, on first use elsewhere. A restore's slot then clones only the environment.
+
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/gencache"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
+)
+
+// StepFetch is the wait for a generation's checkpoint to be on the node
+// (Deployment.Timings): about 0 once the node holds it.
+const StepFetch = "fetch"
+
+// CacheKey is generation g's key in the node's checkpoint cache.
+func CacheKey(g Generation) gencache.Key { return gencache.KeyOf(g.App, g.Gen, g.Created) }
+
+// ckptSource returns the node's copy of generation g's checkpoint files,
+// fetching it first when the node does not hold it (fetched).
+func (d *Deployer) ckptSource(ctx context.Context, g Generation) (e gencache.Entry, fetched bool, err error) {
+	start := time.Now()
+	e, fetched, err = d.cache.Get(ctx, CacheKey(g), func(ctx context.Context, dst string) error { return d.fetch(ctx, g, dst) })
+	if err != nil {
+		return e, fetched, err
+	}
+	if fetched {
+		d.log.Info("checkpoint fetched to the node", "app", g.App, "gen", g.Gen, "bytes", e.Bytes,
+			"ms", time.Since(start).Milliseconds(), "dir", e.Dir)
+	}
+	return e, fetched, nil
+}
+
+// fetch copies generation g's checkpoint files into dst from its sealed
+// snapshot, mapped and mounted read-only for the copy only.
+func (d *Deployer) fetch(ctx context.Context, g Generation, dst string) (err error) {
+	id := "fetch-" + g.App + "-" + strconv.Itoa(g.Gen)
+	if len(id) > 64 {
+		id = id[:64]
+	}
+	target := filepath.Join(d.cfg.StateDir, "fetch", id)
+	mapRO := func(img mapper.Image) (*mapper.Mapping, error) {
+		return d.deps.Mapper.MapAndMount(ctx, img, target, mapper.MountOptions{ReadOnly: true}, mapper.WithID(id), mapper.WithReadOnly())
+	}
+	img := mapper.Image{Pool: d.cfg.Pool, Name: g.CkptSnap.Image, Snap: g.CkptSnap.Snap}
+	mp, err := mapRO(img)
+	if errors.Is(err, mapper.ErrUnsupported) {
+		// rbd-fuse cannot expose a snapshot. A sealed generation's image
+		// is never written after its seal (restores copy it; a refresh
+		// writes a generation of its own), so its head is the snapshot.
+		img.Snap = ""
+		mp, err = mapRO(img)
+	}
+	if err != nil {
+		return err
+	}
+	defer func() {
+		rerr := d.deps.Mapper.Release(context.WithoutCancel(ctx), mp.ID)
+		if rerr != nil && !errors.Is(rerr, mapper.ErrNotMapped) {
+			err = errors.Join(err, rerr)
+		}
+		_ = os.Remove(target)
+	}()
+	src := genDir(target, g.Gen)
+	if _, err := os.Stat(src); err != nil {
+		return fmt.Errorf("generation %d of %s: its checkpoint image holds no generation directory: %w", g.Gen, g.App, err)
+	}
+	return gencache.CopyTree(ctx, src, dst)
+}
+
+// Prefetch brings generation g's checkpoint to this node ahead of its
+// restores (fetched: it was not here).
+func (d *Deployer) Prefetch(ctx context.Context, g Generation) (fetched bool, err error) {
+	_, fetched, err = d.ckptSource(ctx, g)
+	return fetched, err
+}
+
+// Cached lists the generations whose checkpoint this node holds, least
+// recently used first.
+func (d *Deployer) Cached() ([]gencache.Entry, error) { return d.cache.List() }
+
+// CacheBudget is the cache's byte budget (0: none).
+func (d *Deployer) CacheBudget() int64 { return d.cache.Budget() }
+
+// TrimCache drops the cached generations that keep rejects (nil: none is
+// rejected) and then the least recently used ones beyond the budget; the
+// generations of this node's slots stay.
+func (d *Deployer) TrimCache(keep func(gencache.Key) bool) ([]gencache.Entry, error) {
+	slots, err := d.slots.list()
+	if err != nil {
+		return nil, err
+	}
+	used := map[gencache.Key]bool{}
+	for _, s := range slots {
+		if s.Mode == RunRestart {
+			used[gencache.Key{App: s.App, Gen: s.Gen}] = true
+		}
+	}
+	return d.cache.Trim(keep, func(k gencache.Key) bool { return used[gencache.Key{App: k.App, Gen: k.Gen}] })
+}
+
+// stageCheckpoint copies the generation a checkpoint just wrote (under
+// ckptPath) next to the slot, so that it can enter the cache once the
+// generation is sealed (adoptCheckpoint); on error the node fetches it on
+// first use instead.
+func (d *Deployer) stageCheckpoint(ctx context.Context, s *Slot, ckptPath string) string {
+	stage := filepath.Join(s.Dir, "stage")
+	if err := os.MkdirAll(stage, 0o755); err == nil {
+		if err = gencache.CopyTree(ctx, genDir(ckptPath, s.Gen), stage); err == nil {
+			return stage
+		}
+		d.log.Warn("keeping the checkpoint on the node; it is fetched on first use instead", "app", s.App, "gen", s.Gen, "err", err)
+	}
+	_ = os.RemoveAll(stage)
+	return ""
+}
+
+// adoptCheckpoint makes the staged copy of sealed generation g the node's.
+func (d *Deployer) adoptCheckpoint(g Generation, stage string) {
+	if stage == "" {
+		return
+	}
+	if _, err := d.cache.Adopt(CacheKey(g), stage); err != nil {
+		d.log.Warn("keeping the checkpoint on the node; it is fetched on first use instead", "app", g.App, "gen", g.Gen, "err", err)
+	}
+}

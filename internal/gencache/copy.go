@@ -1,0 +1,145 @@
+package gencache
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// CopyTree copies the directory src into dst (an existing directory) as a
+// Fill does: regular files, directories and symbolic links, with their
+// modes and owners (an engine may have written them as the app's user, and
+// restores as that user must read them). Other kinds of files are refused.
+func CopyTree(ctx context.Context, src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			if rel != "." {
+				if err := os.Mkdir(to, info.Mode().Perm()); err != nil {
+					return err
+				}
+			}
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(target, to); err != nil {
+				return err
+			}
+		case d.Type().IsRegular():
+			if err := copyFile(p, to, info.Mode().Perm()); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("copy %s: %s is not a regular file, directory or link", p, info.Mode().Type())
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			if err := os.Lchown(to, int(st.Uid), int(st.Gid)); err != nil {
+				return err
+			}
+		}
+		if d.Type()&fs.ModeSymlink == 0 {
+			// After Lchown, which clears set-ID bits.
+			return os.Chmod(to, info.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky))
+		}
+		return nil
+	})
+}
+
+func copyFile(from, to string, perm fs.FileMode) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// syncTree flushes every file and directory under dir to disk and returns
+// the bytes its regular files hold.
+func syncTree(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			return nil
+		}
+		if d.Type().IsRegular() {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			n += info.Size()
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return f.Sync()
+	})
+	if err != nil {
+		return 0, err
+	}
+	// The entry's name in its app's directory.
+	return n, syncDir(filepath.Dir(dir))
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// writeFileSync writes b to name and flushes it and its directory.
+func writeFileSync(name string, b []byte) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(name))
+}

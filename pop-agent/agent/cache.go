@@ -1,0 +1,102 @@
+// The node's checkpoint cache in the agent: fetch a newly sealed generation ahead of its
+// restores (agent.fetch sealed), drop what no generation needs and what exceeds the budget
+// (agent.checkpoint_cache), report what the node holds (for placement and `fogctl pool ls`), and
+// export it as metrics.
+
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/config"
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/gencache"
+)
+
+// prefetch copies generation g's checkpoint to the node ahead of any
+// restore when agent.fetch is sealed; a warm pool's slot fetches it on
+// its own. It waits while deploys are under way.
+func (a *agent) prefetch(ctx context.Context, g deploy.Generation) {
+	if a.c.Agent.Fetch != config.FetchSealed || a.holds(g.App, g.Gen) || !a.waitIdle(ctx) {
+		return
+	}
+	start := time.Now()
+	fetched, err := a.d.Prefetch(ctx, g)
+	if err != nil {
+		a.log.Warn("fetching a sealed checkpoint; its first restore fetches it", "app", g.App, "gen", g.Gen, "err", err)
+		return
+	}
+	if fetched {
+		a.m.fetches.WithLabelValues("ahead").Inc()
+		a.log.Info("sealed checkpoint fetched to the node", "app", g.App, "gen", g.Gen, "took", time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// holds reports whether the node has a copy of generation gen of app.
+func (a *agent) holds(app string, gen int) bool {
+	es, err := a.d.Cached()
+	if err != nil {
+		return false
+	}
+	for _, e := range es {
+		if e.App == app && e.Gen == gen {
+			return true
+		}
+	}
+	return false
+}
+
+// trimCache drops the copies of generations that are gone (their app
+// removed, or the generation itself) and then the least recently used
+// beyond the budget, and exports what is left.
+func (a *agent) trimCache(ctx context.Context, apps []deploy.App) {
+	es, err := a.d.Cached()
+	if err != nil {
+		a.log.Warn("listing the checkpoint cache", "err", err)
+		return
+	}
+	known := map[string]bool{}
+	for _, app := range apps {
+		known[app.Name] = true
+	}
+	// The generations that exist, of the apps the cache holds.
+	exists := map[gencache.Key]bool{}
+	listed := map[string]bool{}
+	for _, e := range es {
+		if !known[e.App] || listed[e.App] {
+			continue
+		}
+		listed[e.App] = true
+		gens, err := a.d.Generations(ctx, e.App)
+		if err != nil {
+			return // keep everything while the cluster does not answer
+		}
+		for _, g := range gens {
+			exists[deploy.CacheKey(g)] = true
+		}
+	}
+	dropped, err := a.d.TrimCache(func(k gencache.Key) bool { return exists[k] })
+	for _, e := range dropped {
+		a.m.evictions.Inc()
+		a.log.Info("checkpoint cache: generation dropped", "app", e.App, "gen", e.Gen, "bytes", e.Bytes)
+	}
+	if err != nil {
+		a.log.Warn("trimming the checkpoint cache; retried at the next refill", "err", err)
+	}
+	a.exportCache()
+}
+
+// exportCache sets the cache's metrics.
+func (a *agent) exportCache() {
+	es, err := a.d.Cached()
+	if err != nil {
+		return
+	}
+	var n int64
+	for _, e := range es {
+		n += e.Bytes
+	}
+	a.m.cacheBytes.Set(float64(n))
+	a.m.cacheGens.Set(float64(len(es)))
+}
