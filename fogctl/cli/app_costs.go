@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fogdeploy/fogdeploy/internal/adaptive"
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 )
 
@@ -19,10 +22,26 @@ type nodeCosts struct {
 	BootMedianMS    float64           `json:"boot_median_ms"`
 	RestoreMedianMS float64           `json:"restore_median_ms"`
 	Next            adaptive.Decision `json:"next"`
+	// NextEngine is, for an app of engine auto, the engine whose
+	// generation a restore would take (among those measured on the node).
+	NextEngine string `json:"next_engine,omitempty"`
 }
 
-func (c nodeCosts) boot() string    { return median(c.Costs.Boot) }
-func (c nodeCosts) restore() string { return median(c.Costs.Restore) }
+func (c nodeCosts) boot() string { return median(c.Costs.Boot) }
+
+// restore is the restores' median, per engine for an app of engine auto.
+func (c nodeCosts) restore() string {
+	if len(c.EngineRestore) == 0 {
+		return median(c.Costs.Restore)
+	}
+	var parts []string
+	for _, e := range spec.Engines {
+		if s, ok := c.EngineRestore[e]; ok {
+			parts = append(parts, e+" "+median(s))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
 
 func median(s adaptive.Samples) string {
 	if len(s) == 0 {
@@ -51,10 +70,21 @@ func appCosts(ctx context.Context, st *state.Store, app string) ([]nodeCosts, er
 	}
 	out := make([]nodeCosts, 0, len(cs))
 	for _, c := range cs {
-		out = append(out, nodeCosts{Costs: c,
-			BootMedianMS:    float64(c.Boot.Median()) / float64(time.Millisecond),
-			RestoreMedianMS: float64(c.Restore.Median()) / float64(time.Millisecond),
-			Next:            adaptive.Decide(c, cannotBoot[c.Node])})
+		nc := nodeCosts{Costs: c, BootMedianMS: float64(c.Boot.Median()) / float64(time.Millisecond)}
+		view := c
+		if len(c.EngineRestore) > 0 {
+			var measured []string
+			for _, e := range spec.Engines {
+				if _, ok := c.EngineRestore[e]; ok {
+					measured = append(measured, e)
+				}
+			}
+			nc.NextEngine, _, _ = adaptive.ChooseEngine(c, measured)
+			view = c.ForEngine(nc.NextEngine)
+		}
+		nc.RestoreMedianMS = float64(view.Restore.Median()) / float64(time.Millisecond)
+		nc.Next = adaptive.Decide(view, cannotBoot[c.Node])
+		out = append(out, nc)
 	}
 	return out, nil
 }
@@ -81,7 +111,11 @@ starts the restores afresh, a new app spec the boots.`,
 			return printOut(f, costs, func(w io.Writer) {
 				fmt.Fprintln(w, "NODE\tBOOT\tRESTORE\tGEN\tNEXT\tWHY")
 				for _, c := range costs {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", c.Node, c.boot(), c.restore(), c.Gen, c.Next.Mode, c.Next.Reason)
+					next := string(c.Next.Mode)
+					if c.NextEngine != "" && c.Next.Mode == deploy.ModeRestore {
+						next += " (" + c.NextEngine + ")"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", c.Node, c.boot(), c.restore(), c.Gen, next, c.Next.Reason)
 				}
 			})
 		}),

@@ -53,11 +53,11 @@ func TestModesAndAppCosts(t *testing.T) {
 		mode deploy.Mode
 		ms   int
 	}{{deploy.ModeRestore, 600}, {deploy.ModeRestore, 620}, {deploy.ModeRestore, 580}, {deploy.ModeBoot, 150}, {deploy.ModeBoot, 160}, {deploy.ModeBoot, 140}} {
-		if err := st.AddCost(ctx, "web", "n1", c.mode, 1, time.Duration(c.ms)*time.Millisecond, i > 0); err != nil {
+		if err := st.AddCost(ctx, "web", "n1", c.mode, "", 1, time.Duration(c.ms)*time.Millisecond, i > 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := st.AddCost(ctx, "web", "n2", deploy.ModeRestore, 1, 700*time.Millisecond, false); err != nil {
+	if err := st.AddCost(ctx, "web", "n2", deploy.ModeRestore, "", 1, 700*time.Millisecond, false); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errOut := run("app", "costs", "web")

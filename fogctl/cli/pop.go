@@ -125,12 +125,12 @@ func NewCmdApp(f *Factory) *cobra.Command {
 	fl.IntSliceVar(&o.Ports, "port", nil, "tcp port of the app (repeatable)")
 	fl.StringVar(&o.Ready, "ready", "", "readiness: tcp:PORT, http:PORT/PATH, exec:CMD or output:PHRASE")
 	fl.DurationVar(&o.Timeout, "ready-timeout", 0, "how long to wait for ready (default 60s)")
-	fl.StringVar(&o.App.Engine, "engine", "", "checkpoint engine: dmtcp (default) or criu")
+	fl.StringVar(&o.App.Engine, "engine", "", "checkpoint engine: dmtcp (default), criu, or auto (each the node has; restores take the fastest)")
 	fl.Float64Var(&o.App.Resources.CPUs, "cpus", 0, "CPU limit per instance")
 	fl.StringVar(&o.App.Resources.Memory, "memory", "", "memory limit per instance, e.g. 512M")
 	fl.IntVar(&o.Pool, "pool", -1, "idle slots of the app each node keeps ready (a warm pool; default: the node's agent.pool_size); overrides the spec's pool")
 	fl.StringVar((*string)(&o.App.Mode), "mode", "", "mode of its deployments that ask for none: auto (default: boot or restore, whichever has been faster on the node), restore or boot")
-	_ = create.RegisterFlagCompletionFunc("engine", fixedCompletion("dmtcp", "criu"))
+	_ = create.RegisterFlagCompletionFunc("engine", fixedCompletion("dmtcp", "criu", "auto"))
 	_ = create.RegisterFlagCompletionFunc("mode", fixedCompletion(string(deploy.ModeAuto), string(deploy.ModeRestore), string(deploy.ModeBoot)))
 
 	ls := &cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: "List apps", Args: cobra.NoArgs,

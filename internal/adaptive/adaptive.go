@@ -71,6 +71,11 @@ type Costs struct {
 	// Gen is the checkpoint generation the restore samples are of: a new
 	// generation restores another image, so its samples start afresh.
 	Gen int `json:"gen,omitempty"`
+	// EngineRestore are, for an app of engine auto, the last MaxSamples
+	// restores of each engine's generation (EngineGen: the generation
+	// they are of); Restore is then unused.
+	EngineRestore map[string]Samples `json:"engine_restore_ms,omitempty"`
+	EngineGen     map[string]int     `json:"engine_gen,omitempty"`
 	// Auto counts the deploys of mode auto recorded (for ExploreEvery).
 	Auto    int       `json:"auto,omitempty"`
 	Updated time.Time `json:"updated"`
@@ -97,6 +102,75 @@ func (c *Costs) Add(mode spec.Mode, gen int, d time.Duration, auto bool) {
 	if auto {
 		c.Auto++
 	}
+}
+
+// AddEngine records one restore of generation gen, checkpointed by eng,
+// of an app of engine auto, that cost d. A newer generation of eng
+// replaces its samples; an older one is not counted.
+func (c *Costs) AddEngine(eng string, gen int, d time.Duration, auto bool) {
+	if c.EngineRestore == nil {
+		c.EngineRestore, c.EngineGen = map[string]Samples{}, map[string]int{}
+	}
+	switch {
+	case gen < c.EngineGen[eng]:
+	case gen > c.EngineGen[eng]:
+		c.EngineRestore[eng], c.EngineGen[eng] = Samples(nil).add(d), gen
+	default:
+		c.EngineRestore[eng] = c.EngineRestore[eng].add(d)
+	}
+	if auto {
+		c.Auto++
+	}
+}
+
+// ForEngine is c as mode auto's choice between a boot and a restore sees
+// it when the restore would be of engine eng's generation.
+func (c Costs) ForEngine(eng string) Costs {
+	c.Restore = c.EngineRestore[eng]
+	return c
+}
+
+// ChooseEngine picks, for an app of engine auto, the engine whose
+// generation a restore on the node takes, among engines (those with a
+// generation the node can restore, in order of preference): first each
+// engine with fewer than MinSamples restores measured, to measure it; then
+// the one with the lowest median, but every ExploreEvery-th choice (half
+// way between those of the mode) the second best, to measure it again.
+func ChooseEngine(c Costs, engines []string) (eng string, why Why, reason string) {
+	if len(engines) == 0 {
+		return "", "", ""
+	}
+	for _, e := range engines {
+		if n := len(c.EngineRestore[e]); n < MinSamples && len(engines) > 1 {
+			return e, WhyFirst, fmt.Sprintf("engine %s: measuring its restores (%d of %d on this node)", e, n, MinSamples)
+		}
+	}
+	ranked := slices.Clone(engines)
+	slices.SortStableFunc(ranked, func(a, b string) int {
+		return cmpDuration(c.EngineRestore[a].Median(), c.EngineRestore[b].Median())
+	})
+	if len(ranked) == 1 {
+		return ranked[0], WhyFaster, "engine " + ranked[0] + ": the only one with a generation this node can restore"
+	}
+	var parts []string
+	for _, e := range ranked {
+		parts = append(parts, fmt.Sprintf("%s %s", e, secs(c.EngineRestore[e].Median())))
+	}
+	medians := strings.Join(parts, " < ")
+	if (c.Auto+1)%ExploreEvery == ExploreEvery/2 {
+		return ranked[1], WhyExplore, fmt.Sprintf("engine %s: to measure it again (every %dth choice; restores %s)", ranked[1], ExploreEvery, medians)
+	}
+	return ranked[0], WhyFaster, fmt.Sprintf("engine %s: restores %s (medians)", ranked[0], medians)
+}
+
+func cmpDuration(a, b time.Duration) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // Cost is what a deploy cost the user: the sum of its phases until ready,

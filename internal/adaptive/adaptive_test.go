@@ -125,3 +125,50 @@ func TestCost(t *testing.T) {
 		t.Errorf("median of nothing = %s", got)
 	}
 }
+
+// TestChooseEngine: an app of engine auto measures each engine's restores
+// first, then takes the one with the lowest median and says why, and every
+// so often the second best, to measure it again.
+func TestChooseEngine(t *testing.T) {
+	engines := []string{"dmtcp", "criu"}
+	var c Costs
+	var got []string
+	for i := range 8 {
+		eng, why, reason := ChooseEngine(c, engines)
+		got = append(got, eng)
+		if i < 6 && (why != WhyFirst || !strings.Contains(reason, "measuring its restores")) {
+			t.Errorf("choice %d: %s, %s, %q; want measuring", i, eng, why, reason)
+		}
+		cost := map[string]time.Duration{"dmtcp": 800 * time.Millisecond, "criu": 120 * time.Millisecond}[eng]
+		c.AddEngine(eng, map[string]int{"dmtcp": 1, "criu": 2}[eng], cost, false)
+	}
+	if s := strings.Join(got, " "); s != "dmtcp dmtcp dmtcp criu criu criu criu criu" {
+		t.Errorf("choices = %s; want 3 of each engine measured, then criu (faster)", s)
+	}
+	if _, why, reason := ChooseEngine(c, engines); why != WhyFaster || reason != "engine criu: restores criu 0.12 s < dmtcp 0.80 s (medians)" {
+		t.Errorf("settled: %s, %q", why, reason)
+	}
+	c.Auto = ExploreEvery/2 - 1
+	if eng, why, _ := ChooseEngine(c, engines); eng != "dmtcp" || why != WhyExplore {
+		t.Errorf("the explore turn chose %s (%s); want dmtcp, to measure it again", eng, why)
+	}
+	// A newer generation of an engine measures it afresh; an older one is
+	// not counted.
+	c.AddEngine("criu", 4, 90*time.Millisecond, true)
+	c.AddEngine("criu", 2, time.Second, true)
+	if s := c.EngineRestore["criu"]; len(s) != 1 || s[0] != 90 || c.EngineGen["criu"] != 4 || c.Auto != ExploreEvery/2+1 {
+		t.Errorf("after generation 4 of criu: %+v", c)
+	}
+	if eng, why, _ := ChooseEngine(c, engines); eng != "criu" || why != WhyFirst {
+		t.Errorf("with 1 restore of criu's new generation: %s (%s); want criu, measuring", eng, why)
+	}
+	if eng, _, reason := ChooseEngine(c, []string{"dmtcp"}); eng != "dmtcp" || !strings.Contains(reason, "only one") {
+		t.Errorf("one engine: %s, %q", eng, reason)
+	}
+	if eng, _, _ := ChooseEngine(c, nil); eng != "" {
+		t.Errorf("no generation: %q; want none", eng)
+	}
+	if v := c.ForEngine("dmtcp"); len(v.Restore) != 3 {
+		t.Errorf("ForEngine(dmtcp).Restore = %v; want its 3 samples", v.Restore)
+	}
+}

@@ -14,6 +14,46 @@ import (
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
+// CheckpointAll produces app's next generation with its engine, or, for an
+// app of engine auto, one with each engine this node has that can
+// checkpoint it (in spec.Engines' order). It fails only when none could.
+func (d *Deployer) CheckpointAll(ctx context.Context, app App, opts CheckpointOptions) ([]Generation, error) {
+	app = app.WithDefaults()
+	if app.Engine != EngineAuto {
+		g, err := d.Checkpoint(ctx, app, opts)
+		if err != nil {
+			return nil, err
+		}
+		return []Generation{g}, nil
+	}
+	var gens []Generation
+	var errs []error
+	for _, eng := range d.Engines(ctx) {
+		if why := app.CanCheckpointWith(eng); why != "" {
+			d.log.Info("engine auto: not checkpointing with this engine", "app", app.Name, "engine", eng, "reason", why)
+			continue
+		}
+		o := opts
+		if opts.Progress != nil {
+			o.Progress = func(phase string, took time.Duration) { opts.Progress(eng+"."+phase, took) }
+		}
+		g, err := d.Checkpoint(ctx, app.WithEngine(eng), o)
+		if err != nil {
+			d.log.Warn("engine auto: checkpointing with this engine failed; the others are used", "app", app.Name, "engine", eng, "err", err)
+			errs = append(errs, fmt.Errorf("%s: %w", eng, err))
+			continue
+		}
+		gens = append(gens, g)
+	}
+	if len(gens) == 0 {
+		if len(errs) == 0 {
+			return nil, fmt.Errorf("%w: app %s (engine auto): no engine on this node can checkpoint it", ErrDriver, app.Name)
+		}
+		return nil, fmt.Errorf("app %s (engine auto): no engine could checkpoint it: %w", app.Name, errors.Join(errs...))
+	}
+	return gens, nil
+}
+
 // Checkpoint boots app on a clone of its environment, waits until it is
 // ready, checkpoints it into a new checkpoint image and seals both images:
 // the next generation. On error nothing of it is left.
@@ -21,6 +61,9 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 	app = app.WithDefaults()
 	if err := app.Validate(); err != nil {
 		return Generation{}, err
+	}
+	if app.Engine == EngineAuto {
+		return Generation{}, fmt.Errorf("app %s: checkpoint with one engine (CheckpointAll checkpoints with each): %w", app.Name, ErrInvalidSpec)
 	}
 	env, err := d.deps.Envs.Get(ctx, app.Env)
 	if err != nil {

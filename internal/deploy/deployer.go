@@ -40,6 +40,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/gencache"
 	"github.com/fogdeploy/fogdeploy/internal/keyedmutex"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
@@ -190,7 +191,26 @@ func (d *Deployer) Check(ctx context.Context, app App) (driver, version string, 
 	if _, err := d.deps.Envs.Get(ctx, app.Env); err != nil {
 		return "", "", fmt.Errorf("env %q of app %s: %w", app.Env, app.Name, err)
 	}
+	if app.Engine == EngineAuto {
+		engs := d.Engines(ctx)
+		if len(engs) == 0 {
+			return "", "", fmt.Errorf("%w: app %s (engine auto): this node has no checkpoint engine", ErrDriver, app.Name)
+		}
+		return d.CheckEngine(ctx, engs[0])
+	}
 	return d.CheckEngine(ctx, app.Engine)
+}
+
+// Engines lists the checkpoint engines this node can run (spec.Engines'
+// order).
+func (d *Deployer) Engines(ctx context.Context) []string {
+	var out []string
+	for _, e := range spec.Engines {
+		if _, _, err := d.CheckEngine(ctx, e); err == nil {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // CheckEngine reports whether this node can run apps with the named engine,

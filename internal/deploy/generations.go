@@ -120,6 +120,25 @@ func (d *Deployer) Latest(ctx context.Context, app string) (Generation, error) {
 	return gens[len(gens)-1], nil
 }
 
+// LatestOf returns app's newest complete generation of engine eng (any
+// engine when eng is ""), else its newest of any engine, or
+// ErrNoCheckpoint.
+func (d *Deployer) LatestOf(ctx context.Context, app, eng string) (Generation, error) {
+	gens, err := d.Generations(ctx, app)
+	if err != nil {
+		return Generation{}, err
+	}
+	if len(gens) == 0 {
+		return Generation{}, fmt.Errorf("app %s: %w", app, ErrNoCheckpoint)
+	}
+	for i := len(gens) - 1; i >= 0 && eng != ""; i-- {
+		if gens[i].Engine == eng {
+			return gens[i], nil
+		}
+	}
+	return gens[len(gens)-1], nil
+}
+
 // nextGen is one past the highest generation number in use, sealed or not.
 func (d *Deployer) nextGen(ctx context.Context, app string) (int, error) {
 	names, err := d.deps.Store.List(ctx)

@@ -1,5 +1,5 @@
-// The deploy decision: Deploy restores the newest generation, producing it once per app if there is
-// none, or boots normally when the options or the node say so (Mode, IfBusy, IfNoEngine). Which of
+// The deploy decision: Deploy restores the newest generation (of the engine the caller chose, for an
+// app of engine auto), producing it once per app if there is none (one per engine, for auto), or boots normally when the options or the node say so (Mode, IfBusy, IfNoEngine). Which of
 // the two is faster for an app (mode auto) is the caller's choice (internal/adaptive, in the agent).
 
 package deploy
@@ -32,6 +32,10 @@ type Options struct {
 	// IfNoEngine says what a deploy does when this node cannot run the
 	// app's checkpoint engine: PolicyFail (default) or PolicyBoot.
 	IfNoEngine string
+	// Engine, for an app of engine auto, is the engine whose newest
+	// generation to restore (the caller's choice, internal/adaptive); ""
+	// or an engine without a generation restores the newest of any.
+	Engine string
 	// Progress receives each phase as it ends.
 	Progress func(phase string, took time.Duration)
 	// Prepare, if set, runs when a deploy has to produce the checkpoint
@@ -102,7 +106,7 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 		}
 		return Deployment{}, err
 	}
-	gen, err := d.Latest(ctx, app.Name)
+	gen, err := d.LatestOf(ctx, app.Name, opts.Engine)
 	var boot layering.Timings
 	if errors.Is(err, ErrNoCheckpoint) {
 		// One producer per app on this node; the others wait and reuse.
@@ -164,18 +168,32 @@ func (d *Deployer) produceOnce(ctx context.Context, app App, opts Options) (Gene
 		}
 		defer unlock()
 	}
-	gen, err := d.Latest(ctx, app.Name)
+	gen, err := d.LatestOf(ctx, app.Name, opts.Engine)
 	if !errors.Is(err, ErrNoCheckpoint) {
 		return gen, nil, err
 	}
-	gen, err = d.Checkpoint(ctx, app, CheckpointOptions{Progress: opts.Progress, Prepare: opts.Prepare})
+	gens, err := d.CheckpointAll(ctx, app, CheckpointOptions{Progress: opts.Progress, Prepare: opts.Prepare})
 	if err != nil {
 		return Generation{}, nil, err
 	}
-	if opts.Sealed != nil {
-		if err := opts.Sealed(ctx, gen); err != nil {
-			d.log.Warn("recording the new generation", "app", app.Name, "gen", gen.Gen, "err", err)
+	gen = gens[0]
+	var timings layering.Timings
+	for _, g := range gens {
+		if opts.Sealed != nil {
+			if err := opts.Sealed(ctx, g); err != nil {
+				d.log.Warn("recording the new generation", "app", app.Name, "gen", g.Gen, "err", err)
+			}
+		}
+		if g.Engine == opts.Engine {
+			gen = g
+		}
+		if len(gens) > 1 {
+			// engine auto: each engine's boot and checkpoint.
+			timings = append(timings, prefixed(g.Engine+".", g.Timings)...)
 		}
 	}
-	return gen, gen.Timings, nil
+	if len(gens) == 1 {
+		timings = gen.Timings
+	}
+	return gen, timings, nil
 }

@@ -22,8 +22,10 @@ type Deployment struct {
 	App   string `json:"app"`
 	Node  string `json:"node,omitempty"`
 	Phase Phase  `json:"phase"`
-	// Gen is the checkpoint generation restored (0 while booting).
-	Gen int `json:"gen"`
+	// Gen is the checkpoint generation restored (0 while booting), and
+	// Engine the engine that checkpointed it.
+	Gen    int    `json:"gen"`
+	Engine string `json:"engine,omitempty"`
 	// Mode is ModeRestore (from a checkpoint generation) or ModeBoot (the
 	// app booted with no checkpoint engine; BootReason says why). Reason
 	// says why a restore was chosen, when the caller said (mode auto).

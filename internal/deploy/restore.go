@@ -39,7 +39,7 @@ func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, curr
 		return Deployment{}, err
 	}
 	id := opts.ID
-	rec := &Deployment{ID: id, App: app.Name, Node: d.cfg.Node, Phase: PhaseRestoring, Gen: g.Gen, Mode: ModeRestore,
+	rec := &Deployment{ID: id, App: app.Name, Node: d.cfg.Node, Phase: PhaseRestoring, Gen: g.Gen, Engine: g.Engine, Mode: ModeRestore,
 		Created: time.Now().UTC()}
 	o := d.newOp(&rec.Timings, opts.Progress)
 	s, err := d.claim(app.Name, g.Gen, id)

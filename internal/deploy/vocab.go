@@ -22,6 +22,7 @@ type (
 
 // Modes, phases, policies, readiness kinds and errors of internal/spec.
 const (
+	EngineAuto     = spec.EngineAuto
 	ModeAuto       = spec.ModeAuto
 	ModeRestore    = spec.ModeRestore
 	ModeBoot       = spec.ModeBoot

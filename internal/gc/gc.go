@@ -250,12 +250,20 @@ func Retain(ctx context.Context, store layering.Store, app string, keep int, dry
 	if err != nil {
 		return nil, err
 	}
+	// The newest keep of each engine (an app of engine auto has a
+	// generation per engine at each checkpoint).
+	newer := map[string]int{}
+	var old []deploy.Generation
+	for i := len(gens) - 1; i >= 0; i-- {
+		if newer[gens[i].Engine]++; newer[gens[i].Engine] > keep {
+			old = append([]deploy.Generation{gens[i]}, old...)
+		}
+	}
 	var out []Item
-	for i := 0; i < len(gens)-keep; i++ {
-		g := gens[i]
+	for _, g := range old {
 		it := Item{Kind: KindGeneration, Name: fmt.Sprintf("%s/%d", app, g.Gen), App: app, Gen: g.Gen,
 			Images: []string{g.EnvSnap.Image, g.CkptSnap.Image},
-			Reason: fmt.Sprintf("older than the newest %d", keep)}
+			Reason: fmt.Sprintf("older than the newest %d of %s", keep, g.Engine)}
 		users := 0
 		for _, ref := range []layering.SnapRef{g.EnvSnap, g.CkptSnap} {
 			kids, err := store.Children(ctx, ref)
@@ -265,7 +273,7 @@ func Retain(ctx context.Context, store layering.Store, app string, keep int, dry
 			users = max(users, len(kids))
 		}
 		if users > 0 {
-			it.Skip, it.Reason = true, fmt.Sprintf("older than the newest %d, but used by %d deployment(s)", keep, users)
+			it.Skip, it.Reason = true, fmt.Sprintf("older than the newest %d of %s, but used by %d deployment(s)", keep, g.Engine, users)
 		} else if !dryRun {
 			if err := deploy.RemoveGeneration(ctx, store, app, g.Gen); err != nil {
 				return out, err

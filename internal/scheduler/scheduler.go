@@ -47,6 +47,10 @@ func Create(ctx context.Context, st *state.Store, req Request, requester string)
 		// Only a node with the app's engine can make its checkpoint.
 		eng := app.WithDefaults().Engine
 		eligible = func(n state.Node) bool { return slices.Contains(n.Engines, eng) }
+		if eng == deploy.EngineAuto {
+			eng = "checkpoint" // for the error below
+			eligible = func(n state.Node) bool { return len(n.Engines) > 0 }
+		}
 		nodes, err := st.Nodes(ctx)
 		if err != nil {
 			return state.Desired{}, err

@@ -67,7 +67,10 @@ type App struct {
 	Ready Readiness `yaml:"ready" json:"ready"`
 	// Resources limit each instance.
 	Resources Resources `yaml:"resources,omitempty" json:"resources,omitempty"`
-	// Engine is the checkpoint engine: "dmtcp" (default) or "criu".
+	// Engine is the checkpoint engine: "dmtcp" (default), "criu", or
+	// "auto" (EngineAuto): the first deploy checkpoints the app with each
+	// engine the node has that can, and later deploys restore the
+	// generation of the engine that restores it fastest on their node.
 	Engine string `yaml:"engine,omitempty" json:"engine,omitempty"`
 	// Compression of checkpoint images: "none" (default) or "gzip" (DMTCP).
 	Compression string `yaml:"compression,omitempty" json:"compression,omitempty"`
@@ -186,6 +189,31 @@ func ParseApp(r io.Reader) (App, error) {
 	return a, nil
 }
 
+// EngineAuto is App.Engine for "each engine that can, then the fastest".
+const EngineAuto = "auto"
+
+// Engines are the checkpoint engines, in the order mode auto tries them.
+var Engines = []string{engine.NameDMTCP, engine.NameCRIU}
+
+// WithEngine is a with its engine set to eng (one of Engines), as a
+// checkpoint of an app of engine auto runs it.
+func (a App) WithEngine(eng string) App {
+	a.Engine = eng
+	if eng != engine.NameDMTCP {
+		a.Compression = "none"
+	}
+	return a
+}
+
+// CanCheckpointWith reports why an app of engine auto cannot be
+// checkpointed by eng ("" if it can).
+func (a App) CanCheckpointWith(eng string) string {
+	if eng == engine.NameCRIU && a.User != "" {
+		return "it runs as user " + a.User + " and CRIU apps run as root under the host driver"
+	}
+	return ""
+}
+
 // WithDefaults fills the optional fields.
 func (a App) WithDefaults() App {
 	if a.Engine == "" {
@@ -257,7 +285,7 @@ func (a App) Validate() error {
 			bad("user", "%v", err)
 		}
 		if a.Engine == engine.NameCRIU {
-			bad("user", "is only available with the dmtcp engine: CRIU apps run as root under the host driver")
+			bad("user", "is only available with the dmtcp engine (or auto, which then uses dmtcp only): CRIU apps run as root under the host driver")
 		}
 	}
 	seen := map[string]bool{}
@@ -287,9 +315,9 @@ func (a App) Validate() error {
 		}
 	}
 	switch a.Engine {
-	case "", engine.NameDMTCP, engine.NameCRIU:
+	case "", engine.NameDMTCP, engine.NameCRIU, EngineAuto:
 	default:
-		bad("engine", "%q is not an engine: use dmtcp or criu", a.Engine)
+		bad("engine", "%q is not an engine: use dmtcp, criu or auto (each the node has, the fastest restore)", a.Engine)
 	}
 	switch a.Compression {
 	case "", "none":

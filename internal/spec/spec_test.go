@@ -122,3 +122,29 @@ func FuzzParseApp(f *testing.F) {
 		}
 	})
 }
+
+// TestEngineAuto: engine auto is accepted, with a user and with gzip (both
+// apply to the engines that take them), and its checkpoints run with each
+// engine in turn.
+func TestEngineAuto(t *testing.T) {
+	a, err := ParseApp(strings.NewReader(goodSpec + "engine: auto\nuser: redis\ncompression: gzip\n"))
+	if err != nil {
+		t.Fatalf("engine auto with a user and gzip: %v", err)
+	}
+	if a.WithDefaults().Engine != EngineAuto {
+		t.Errorf("WithDefaults changed engine auto to %q", a.WithDefaults().Engine)
+	}
+	if why := a.CanCheckpointWith("criu"); !strings.Contains(why, "user redis") {
+		t.Errorf("CRIU with a user: %q; want why not", why)
+	}
+	if why := a.CanCheckpointWith("dmtcp"); why != "" {
+		t.Errorf("DMTCP with a user: %q; want none", why)
+	}
+	c := a.WithEngine("criu")
+	if c.Engine != "criu" || c.Compression != "none" {
+		t.Errorf("WithEngine(criu) = engine %q, compression %q; want criu, none", c.Engine, c.Compression)
+	}
+	if d := a.WithEngine("dmtcp"); d.Compression != "gzip" {
+		t.Errorf("WithEngine(dmtcp) compression %q; want gzip kept", d.Compression)
+	}
+}

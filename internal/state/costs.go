@@ -48,10 +48,16 @@ func (s *Store) NodeCosts(ctx context.Context, app, node string) (adaptive.Costs
 // mode boot or restore, gen the generation restored, auto when mode auto
 // chose it). Only node's agent calls it; the update is a compare-and-swap,
 // so that it never undoes a reset made meanwhile by another process. It
-// records nothing once the app is gone.
-func (s *Store) AddCost(ctx context.Context, app, node string, mode spec.Mode, gen int, d time.Duration, auto bool) error {
+// records nothing once the app is gone. A restore of an app of engine auto
+// names the engine of its generation (eng; "" otherwise): its samples are
+// kept per engine.
+func (s *Store) AddCost(ctx context.Context, app, node string, mode spec.Mode, eng string, gen int, d time.Duration, auto bool) error {
 	return s.updateCosts(ctx, app, []string{costKey(app, node)}, true, func(c *adaptive.Costs) {
 		c.App, c.Node = app, node
+		if mode == spec.ModeRestore && eng != "" {
+			c.AddEngine(eng, gen, d, auto)
+			return
+		}
 		c.Add(mode, gen, d, auto)
 	})
 }

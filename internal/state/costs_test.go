@@ -30,7 +30,7 @@ func TestCosts(t *testing.T) {
 	}
 	add := func(app, node string, mode spec.Mode, gen int, ms int, auto bool) {
 		t.Helper()
-		if err := st.AddCost(ctx, app, node, mode, gen, time.Duration(ms)*time.Millisecond, auto); err != nil {
+		if err := st.AddCost(ctx, app, node, mode, "", gen, time.Duration(ms)*time.Millisecond, auto); err != nil {
 			t.Fatal(err)
 		}
 	}

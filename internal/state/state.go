@@ -356,9 +356,11 @@ type Status struct {
 	// Pool is "hit" when the instance took an idle warm-pool slot
 	// (Slot), "miss" when it provisioned its own. Fetched: the deploy
 	// copied the checkpoint to its node, which held none.
-	Pool          string            `json:"pool,omitempty"`
-	Slot          string            `json:"slot,omitempty"`
-	Fetched       bool              `json:"fetched,omitempty"`
+	Pool    string `json:"pool,omitempty"`
+	Slot    string `json:"slot,omitempty"`
+	Fetched bool   `json:"fetched,omitempty"`
+	// Engine is the engine of the restored generation.
+	Engine        string            `json:"engine,omitempty"`
 	Ports         map[string]string `json:"ports,omitempty"`
 	Timings       layering.Timings  `json:"timings,omitempty"`
 	EngineReadyMS float64           `json:"engine_ready_ms,omitempty"`
@@ -497,6 +499,10 @@ func (s *Store) PutCheckpoint(ctx context.Context, g spec.Generation) error {
 	if err := s.resetCosts(ctx, g.App, func(c *adaptive.Costs) {
 		if g.Gen > c.Gen {
 			c.Restore, c.Gen = nil, g.Gen
+		}
+		if n, ok := c.EngineGen[g.Engine]; ok && g.Gen > n {
+			delete(c.EngineRestore, g.Engine)
+			c.EngineGen[g.Engine] = g.Gen
 		}
 	}); err != nil {
 		return fmt.Errorf("generation %d of %s is recorded, but its restore costs are not reset: %w", g.Gen, g.App, err)

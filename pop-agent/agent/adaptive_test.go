@@ -44,13 +44,14 @@ func TestChooseModeAndRecordCost(t *testing.T) {
 	}
 	var got []string
 	for i := range 7 {
-		mode, reason, auto := a.chooseMode(ctx, dsr, web)
-		if !auto || !strings.HasPrefix(reason, "auto: ") {
-			t.Fatalf("deploy %d: chooseMode = %s, %q, %v; want a reason from mode auto", i, mode, reason, auto)
+		ch := a.choose(ctx, dsr, web)
+		mode, reason, auto := ch.mode, ch.reason, ch.auto
+		if !auto || !strings.HasPrefix(reason, "auto: ") || ch.engine != "" {
+			t.Fatalf("deploy %d: choose = %+v; want a reason from mode auto and no engine choice", i, ch)
 		}
 		got = append(got, string(mode))
 		cost := map[deploy.Mode]time.Duration{deploy.ModeBoot: 160 * time.Millisecond, deploy.ModeRestore: 640 * time.Millisecond}[mode]
-		a.recordCost(ctx, ran(mode, 1, cost, i == 0), auto)
+		a.recordCost(ctx, ran(mode, 1, cost, i == 0), auto, false)
 		if i == 6 && (mode != deploy.ModeBoot || reason != "auto: boot 0.16 s < restore 0.64 s (medians of 3 and 3 runs)") {
 			t.Errorf("deploy 7: %s, %q; want a boot citing both medians", mode, reason)
 		}
@@ -71,24 +72,24 @@ func TestChooseModeAndRecordCost(t *testing.T) {
 
 	// Given modes are not chosen, and their deploys count without
 	// advancing mode auto's count.
-	if mode, reason, auto := a.chooseMode(ctx, state.Desired{ID: "web-2", App: "web", Mode: deploy.ModeRestore}, web); mode != deploy.ModeRestore || reason != "" || auto {
-		t.Errorf("mode restore: chooseMode = %s, %q, %v", mode, reason, auto)
+	if ch := a.choose(ctx, state.Desired{ID: "web-2", App: "web", Mode: deploy.ModeRestore}, web); ch.mode != deploy.ModeRestore || ch.reason != "" || ch.auto {
+		t.Errorf("mode restore: choose = %+v", ch)
 	}
-	a.recordCost(ctx, ran(deploy.ModeRestore, 1, 640*time.Millisecond, false), false)
+	a.recordCost(ctx, ran(deploy.ModeRestore, 1, 640*time.Millisecond, false), false, false)
 	if costs, _ := st.NodeCosts(ctx, "web", "n1"); len(costs.Restore) != 4 || costs.Auto != 7 {
 		t.Errorf("after a deploy of mode restore: %+v; want 4 restores, 7 auto", costs)
 	}
 	pinned := web
 	pinned.Mode = deploy.ModeRestore
-	if mode, _, auto := a.chooseMode(ctx, dsr, pinned); mode != deploy.ModeRestore || auto {
-		t.Errorf("an app of mode restore: chooseMode = %s, %v", mode, auto)
+	if ch := a.choose(ctx, dsr, pinned); ch.mode != deploy.ModeRestore || ch.auto {
+		t.Errorf("an app of mode restore: choose = %+v", ch)
 	}
-	if mode, _, auto := a.chooseMode(ctx, state.Desired{ID: "web-3", App: "web", Mode: deploy.ModeAuto}, pinned); mode != deploy.ModeBoot || !auto {
-		t.Errorf("mode auto asked for, of an app of mode restore: chooseMode = %s, %v; want auto's boot", mode, auto)
+	if ch := a.choose(ctx, state.Desired{ID: "web-3", App: "web", Mode: deploy.ModeAuto}, pinned); ch.mode != deploy.ModeBoot || !ch.auto {
+		t.Errorf("mode auto asked for, of an app of mode restore: choose = %+v; want auto's boot", ch)
 	}
 	a.node.Problems = map[string]string{"boot": "no boot image"}
-	if mode, reason, _ := a.chooseMode(ctx, dsr, web); mode != deploy.ModeRestore || !strings.Contains(reason, "cannot boot") {
-		t.Errorf("a node that cannot boot: chooseMode = %s, %q; want a restore", mode, reason)
+	if ch := a.choose(ctx, dsr, web); ch.mode != deploy.ModeRestore || !strings.Contains(ch.reason, "cannot boot") {
+		t.Errorf("a node that cannot boot: choose = %+v; want a restore", ch)
 	}
 }
 

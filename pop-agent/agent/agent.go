@@ -148,6 +148,7 @@ type metrics struct {
 	deploys     *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
 	auto        *prometheus.CounterVec
+	autoEngine  *prometheus.CounterVec
 	poolHits    *prometheus.CounterVec
 	poolMisses  *prometheus.CounterVec
 	poolRefill  *prometheus.HistogramVec
@@ -193,6 +194,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "fogdeploy_pool_idle_slots", Help: "Idle warm-pool slots on this node, by app.",
 		}, []string{"app"}),
 	}
+	m.autoEngine = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fogdeploy_auto_engine_decisions_total", Help: "Engines chosen for apps of engine auto on this node, by engine and why (first: measuring it; faster: the lowest median restore; explore: the second best, to measure it again).",
+	}, []string{"engine", "why"})
 	m.cacheBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fogdeploy_checkpoint_cache_bytes", Help: "Bytes of checkpoint generations this node holds for its restores (agent.checkpoint_cache is the budget).",
 	})
@@ -206,7 +210,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "fogdeploy_checkpoint_cache_evictions_total", Help: "Checkpoint generations dropped from this node: removed generations, and the least recently used beyond the budget.",
 	})
 	reg.MustRegister(m.backend, m.recovered, m.checkpoints, m.deploys, m.duration, m.auto, m.poolHits, m.poolMisses, m.poolRefill, m.poolIdle,
-		m.cacheBytes, m.cacheGens, m.fetches, m.evictions,
+		m.autoEngine, m.cacheBytes, m.cacheGens, m.fetches, m.evictions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -35,7 +35,8 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		a.refresh(ctx, dsr, app)
 		return
 	}
-	mode, reason, auto := a.chooseMode(ctx, dsr, app)
+	ch := a.choose(ctx, dsr, app)
+	mode, reason, auto := ch.mode, ch.reason, ch.auto
 	st := state.Status{Phase: deploy.PhaseCreating, Node: a.c.Node.Name}
 	if auto {
 		// Say what mode auto chose, and why, from the start.
@@ -58,9 +59,6 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 			name = "boot." + phase
 		}
 		st.Timings = append(st.Timings, layering.Phase{Name: name, Duration: took})
-		if phase == "seal" {
-			booting = false
-		}
 		_ = a.setStatus(ctx, dsr.ID, st)
 	}
 	a.makeRoom(ctx, app.Name)
@@ -71,6 +69,7 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		Reason:     reason,
 		IfBusy:     a.c.Agent.IfBusy,
 		IfNoEngine: a.c.Agent.IfNoEngine,
+		Engine:     ch.engine,
 		Progress:   progress,
 		LockCheckpoint: func(ctx context.Context, wait bool) (func(), error) {
 			unlock, err := a.st.LockCheckpoint(ctx, a.session(), app.Name, wait)
@@ -136,7 +135,7 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 	}
 	a.event(ctx, dsr.ID, "running", fmt.Sprintf("%s, %s", what, dep.Timings))
 	log.Info("deployment running", "mode", dep.Mode, "gen", dep.Gen, "booted", dep.Booted, "ports", dep.Ports, "timings", dep.Timings.String())
-	a.recordCost(ctx, dep, auto)
+	a.recordCost(ctx, dep, auto, app.Engine == deploy.EngineAuto)
 	// Withdrawn while we deployed? Then undo at once (without etcd, resync
 	// does when it answers again).
 	wctx, cancel := context.WithTimeout(ctx, a.etcdTimeout())
@@ -162,7 +161,7 @@ func (a *agent) event(ctx context.Context, id, reason, msg string) {
 // runningStatus is the status of a Running deployment record.
 func runningStatus(dep deploy.Deployment) state.Status {
 	return state.Status{Phase: deploy.PhaseRunning, Node: dep.Node, Gen: dep.Gen, Mode: dep.Mode, BootReason: dep.BootReason,
-		Reason: dep.Reason, Booted: dep.Booted, Pool: string(dep.Pool), Slot: dep.Slot, Fetched: dep.Fetched, Ports: dep.Ports, Timings: dep.Timings,
+		Reason: dep.Reason, Booted: dep.Booted, Pool: string(dep.Pool), Slot: dep.Slot, Fetched: dep.Fetched, Engine: dep.Engine, Ports: dep.Ports, Timings: dep.Timings,
 		EngineReadyMS: dep.EngineReadyMS}
 }
 
@@ -179,7 +178,8 @@ func (a *agent) refresh(ctx context.Context, dsr state.Desired, app deploy.App) 
 	}
 	defer unlock()
 	start := time.Now()
-	g, err := a.d.Checkpoint(ctx, app, deploy.CheckpointOptions{Progress: func(phase string, took time.Duration) {
+	// One generation, or one per engine for an app of engine auto.
+	gens, err := a.d.CheckpointAll(ctx, app, deploy.CheckpointOptions{Progress: func(phase string, took time.Duration) {
 		st.Timings = append(st.Timings, layering.Phase{Name: phase, Duration: took})
 		_ = a.setStatus(ctx, dsr.ID, st)
 	}})
@@ -187,15 +187,18 @@ func (a *agent) refresh(ctx context.Context, dsr state.Desired, app deploy.App) 
 		a.fail(ctx, dsr, &st, err)
 		return
 	}
-	a.m.checkpoints.Inc()
+	a.m.checkpoints.Add(float64(len(gens)))
 	a.m.deploys.WithLabelValues(string(deploy.ModeCheckpoint), "ok").Inc()
 	a.m.duration.WithLabelValues(string(deploy.ModeCheckpoint)).Observe(time.Since(start).Seconds())
-	if err := a.st.PutCheckpoint(ctx, g); err != nil {
-		a.fail(ctx, dsr, &st, fmt.Errorf("generation %d of %s is sealed in the pool but not recorded: %w", g.Gen, g.App, err))
-		return
+	for _, g := range gens {
+		if err := a.st.PutCheckpoint(ctx, g); err != nil {
+			a.fail(ctx, dsr, &st, fmt.Errorf("generation %d of %s is sealed in the pool but not recorded: %w", g.Gen, g.App, err))
+			return
+		}
 	}
+	g := gens[len(gens)-1]
 	a.retain(ctx, g.App)
-	st.Phase, st.Gen, st.Timings = deploy.PhaseCheckpointed, g.Gen, g.Timings
+	st.Phase, st.Gen = deploy.PhaseCheckpointed, g.Gen
 	_ = a.setStatus(ctx, dsr.ID, st)
 	a.event(ctx, dsr.ID, "checkpointed", fmt.Sprintf("app %s generation %d (%d bytes), refreshed", g.App, g.Gen, g.Bytes))
 	a.log.Info("checkpoint refreshed", "deployment", dsr.ID, "app", app.Name, "gen", g.Gen, "timings", g.Timings.String())

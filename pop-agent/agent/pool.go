@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/adaptive"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 )
@@ -103,7 +104,7 @@ func (a *agent) refill(ctx context.Context) {
 // refillApp keeps app's pool on this node.
 func (a *agent) refillApp(ctx context.Context, app deploy.App) {
 	size := a.poolSize(app)
-	g, err := a.d.Latest(ctx, app.Name)
+	g, err := a.poolGeneration(ctx, app)
 	if err == nil {
 		if why := a.d.Restorable(ctx, g); why != nil {
 			a.log.Debug("warm pool: this node cannot restore the app's generation", "app", app.Name, "gen", g.Gen, "reason", why)
@@ -160,6 +161,22 @@ func (a *agent) refillApp(ctx context.Context, app deploy.App) {
 		a.log.Info("warm pool: slot ready", "app", app.Name, "gen", g.Gen, "slot", s.ID, "took", took.Round(time.Millisecond))
 	}
 	a.publishPool(ctx, app.Name, g.Gen, size)
+}
+
+// poolGeneration is the generation app's pool slots restore: its newest,
+// or, for an app of engine auto, the newest of the engine its next
+// restore on this node would choose.
+func (a *agent) poolGeneration(ctx context.Context, app deploy.App) (deploy.Generation, error) {
+	eng := ""
+	if app.Engine == deploy.EngineAuto {
+		cctx, cancel := context.WithTimeout(ctx, a.etcdTimeout())
+		c, err := a.st.NodeCosts(cctx, app.Name, a.c.Node.Name)
+		cancel()
+		if err == nil {
+			eng, _, _ = adaptive.ChooseEngine(c, a.restorableEngines(ctx, app.Name))
+		}
+	}
+	return a.d.LatestOf(ctx, app.Name, eng)
 }
 
 // idleSlots are app's idle pool slots of generation gen, oldest first.
