@@ -182,7 +182,8 @@ func (d *Host) Start(ctx context.Context, h Handle) (_ Handle, err error) {
 		proc, err = in.eng.Launch(ctx, engine.LaunchSpec{Argv: r.App.Command, Env: env, Dir: firstNonEmpty(r.App.WorkDir, r.WorkDir),
 			Root: r.EnvPath, Stdout: in.tail, Stderr: in.tail, NetNS: true, Compression: comp})
 	case RunRestart:
-		proc, err = in.eng.Restore(ctx, in.img, engine.RestoreSpec{Root: r.EnvPath, Stdout: in.tail, Stderr: in.tail, NetNS: true})
+		proc, err = in.eng.Restore(ctx, in.img, engine.RestoreSpec{Root: r.EnvPath, Stdout: in.tail, Stderr: in.tail, NetNS: true,
+			Lazy: r.App.Lazy && in.eng.Name() == engine.NameCRIU})
 	}
 	if err != nil {
 		return Handle{}, err

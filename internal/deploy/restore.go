@@ -8,6 +8,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -21,11 +22,12 @@ func (d *Deployer) Restore(ctx context.Context, g Generation, opts Options) (Dep
 	return d.restore(ctx, g, opts, g.Spec)
 }
 
-// restore is Restore with the post_restore command of current, the app's
-// spec as it is now: the command is not part of the checkpoint.
+// restore is Restore with the post_restore command and lazy of current,
+// the app's spec as it is now.
 func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, current App) (_ Deployment, err error) {
 	app := g.Spec.WithDefaults()
-	app.PostRestore = current.PostRestore
+	// Neither is part of the checkpoint: the app's spec as it is now says.
+	app.PostRestore, app.Lazy = current.PostRestore, current.Lazy && g.Engine == engine.NameCRIU
 	if opts.ID == "" {
 		opts.ID = NewID(app.Name)
 	}

@@ -103,6 +103,9 @@ func (c *CRIU) Check(ctx context.Context) (Info, error) {
 type criuProc struct {
 	*process
 	init *exec.Cmd // the PID namespace's placeholder init (restored processes)
+	// lazy is the page server of a lazy restore (`criu lazy-pages`); it
+	// exits once every page is in the app.
+	lazy *lazyPages
 	// dumping is held while criu dump runs: criu dump kills the app before
 	// it has finished, and the teardown that follows must not kill the PID
 	// namespace (and criu in it) under it.
@@ -186,6 +189,7 @@ func (p *criuProc) abort() {
 		_ = p.init.Process.Kill()
 		_ = p.init.Wait()
 	}
+	p.lazy.stop()
 	if p.out != nil {
 		p.out.started()
 		p.out.finish(time.Second)
@@ -385,6 +389,12 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 	}
 	args := []string{"restore", "-d", "-S", "-D", "/proc/self/fd/3", "--work-dir", inst, "-o", "restore.log",
 		"--tcp-established", "--file-locks"}
+	if spec.Lazy {
+		if p.lazy, err = startLazyPages(ctx, info.Binaries["criu"], imgDir, inst, log); err != nil {
+			return nil, fmt.Errorf("restore %s: %w (%w)", img.Dir, ErrRestore, err)
+		}
+		args = append(args, "--lazy-pages")
+	}
 	seen := map[string]bool{}
 	for _, fd := range slices.Sorted(maps.Keys(img.Stdio)) {
 		pipe := img.Stdio[fd]
@@ -432,6 +442,7 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 	initCmd := p.init
 	p.wait = func() (*os.ProcessState, error) { return app.Wait() }
 	p.kill = func() { _ = app.Kill() }
+	lazy := p.lazy
 	p.teardown = func() {
 		// Let a running criu dump finish before the namespace goes.
 		p.dumping.Lock()
@@ -439,10 +450,11 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 		// The init's death kills whatever else is left in the namespace.
 		_ = initCmd.Process.Kill()
 		_ = initCmd.Wait()
+		lazy.stop()
 	}
 	p.supervise()
 	p.timings.Restore = time.Since(start)
-	log.Info("restored", "pid", p.pid, "root", spec.Root, "netns", spec.NetNS, "ms", p.timings.Restore.Milliseconds())
+	log.Info("restored", "pid", p.pid, "root", spec.Root, "netns", spec.NetNS, "lazy", spec.Lazy, "ms", p.timings.Restore.Milliseconds())
 	return p, nil
 }
 

@@ -570,6 +570,9 @@ func (d *DMTCP) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Pro
 	if err := img.check(NameDMTCP); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
+	if spec.Lazy {
+		return nil, withHint(fmt.Errorf("restore %s: DMTCP cannot restore lazily: %w", img.Dir, ErrInvalid), "lazy restore needs the criu engine")
+	}
 	if err := validateRoot(spec.Root); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}

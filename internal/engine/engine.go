@@ -137,6 +137,12 @@ type RestoreSpec struct {
 	Stdout, Stderr io.Writer
 	// NetNS restores into a fresh network namespace with only lo up.
 	NetNS bool
+	// Lazy restores the process without its memory pages, which a page
+	// server then serves from the image on first touch (and in the
+	// background until all are in): the app runs before the whole image is
+	// read. Only CRIU restores lazily (userfaultfd, `criu lazy-pages`);
+	// other engines refuse it (ErrInvalid).
+	Lazy bool
 }
 
 // Info describes an installed engine.

@@ -55,6 +55,8 @@ func sample() evaluation.Results {
 				{Concurrency: 100, BaselineRPS: 4200, LoadedRPS: 3900, OverheadPct: 7.14, Deploys: 4}}},
 		Concurrency: &evaluation.Concurrency{App: "redis", Rows: []evaluation.ConcurrencyRow{
 			{N: 1, RestoreMS: s(1200)}, {N: 2, RestoreMS: s(1300, 1400)}, {N: 4, RestoreMS: s(1500, 1600, 1700, 1900)}}},
+		Lazy: &evaluation.Lazy{App: "codesearch", Engine: "criu", ImageMiB: 88, FullWarm: s(300), LazyWarm: s(150),
+			FullCold: s(900), LazyCold: s(200)},
 		Notes: []string{"a note"},
 	}
 }
@@ -123,6 +125,7 @@ func TestWriteAgrees(t *testing.T) {
 		"| pgindex | dmtcp | 3 | 9.00 (8.10–9.90) s |", "| 6.0x |",
 		"| 100 | 4200 | 3900 | 7.1% | 4 | 0 |",
 		"| 4 | 1.65 (1.50–1.90) s |",
+		"| cold | 0.90 s | 0.20 s | 0.2x |",
 		"](" + evaluation.PlotBootRestore + ")", "- a note",
 	} {
 		if !strings.Contains(md, s) {

@@ -196,6 +196,21 @@ type Results struct {
 	Apps         []App         `json:"apps"`
 	Interference *Interference `json:"interference,omitempty"`
 	Concurrency  *Concurrency  `json:"concurrency,omitempty"`
+	Lazy         *Lazy         `json:"lazy,omitempty"`
 	// Notes say what was left out of this run and why.
 	Notes []string `json:"notes,omitempty"`
+}
+
+// Lazy compares, for the largest image CRIU can checkpoint in the run, a
+// full restore with a lazy one (CRIU's lazy pages): restore-to-ready (the
+// first answer) of each, with the node's copy of the checkpoint in the
+// page cache (warm) and dropped from it (cold: read from the node's disk).
+type Lazy struct {
+	App      string  `json:"app"`
+	Engine   string  `json:"engine"`
+	ImageMiB float64 `json:"image_mib"`
+	FullWarm Stats   `json:"full_warm_ms"`
+	LazyWarm Stats   `json:"lazy_warm_ms"`
+	FullCold Stats   `json:"full_cold_ms"`
+	LazyCold Stats   `json:"lazy_cold_ms"`
 }

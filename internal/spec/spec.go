@@ -105,6 +105,12 @@ type App struct {
 	// FOGDEPLOY_* variables and in IdentityFile. A non-zero exit fails the
 	// deploy.
 	PostRestore []string `yaml:"post_restore,omitempty" json:"post_restore,omitempty"`
+	// Lazy restores the app's memory lazily (CRIU's lazy pages, engine
+	// criu, or auto's CRIU generation): the restored app runs at once and
+	// each page is read from the node's copy of the checkpoint on first
+	// touch, the rest in the background, so that a large app answers
+	// before its whole image is read.
+	Lazy bool `yaml:"lazy,omitempty" json:"lazy,omitempty"`
 }
 
 // MaxPool bounds App.Pool.
@@ -318,6 +324,9 @@ func (a App) Validate() error {
 	case "", engine.NameDMTCP, engine.NameCRIU, EngineAuto:
 	default:
 		bad("engine", "%q is not an engine: use dmtcp, criu or auto (each the node has, the fastest restore)", a.Engine)
+	}
+	if a.Lazy && a.Engine != engine.NameCRIU && a.Engine != EngineAuto {
+		bad("lazy", "needs engine criu (or auto): only CRIU restores lazily")
 	}
 	switch a.Compression {
 	case "", "none":

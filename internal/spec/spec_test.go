@@ -72,6 +72,7 @@ func TestParseAppRefuses(t *testing.T) {
 		"uid 0":               {`{name: a, env: e, command: [x], user: "0:100", ready: {kind: output, phrase: up}}`, "user"},
 		"mode":                {`{name: a, env: e, command: [x], mode: fast, ready: {kind: output, phrase: up}}`, "mode"},
 		"mode checkpoint":     {`{name: a, env: e, command: [x], mode: checkpoint, ready: {kind: output, phrase: up}}`, "mode"},
+		"lazy with dmtcp":     {`{name: a, env: e, command: [x], lazy: true, ready: {kind: output, phrase: up}}`, "lazy"},
 	}
 	for name, c := range cases {
 		_, err := ParseApp(strings.NewReader(c.spec))

@@ -3,8 +3,10 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,12 +19,17 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/evaluation"
 	"github.com/fogdeploy/fogdeploy/internal/gencache"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/cephstore"
 )
 
 // The evaluation's knobs, set by `make bench` (scripts/bench.sh).
@@ -172,6 +179,11 @@ func TestEvaluation(t *testing.T) {
 	} else {
 		res.Notes = append(res.Notes, "interference (Table II) left out: it needs nginx in APPS")
 	}
+	if lz, why := evalLazy(ctx, t, f, apps, res.Apps, cfg.reps); lz != nil {
+		res.Lazy = lz
+	} else {
+		res.Notes = append(res.Notes, why)
+	}
 	if cfg.reps < 5 {
 		res.Notes = append(res.Notes, fmt.Sprintf("%d repetitions per measurement (BENCH_REPS); the evaluation's default is 5", cfg.reps))
 	}
@@ -272,23 +284,14 @@ func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deplo
 		if _, err := f.D.TrimCache(func(k gencache.Key) bool { return k.App != app.Name }); err != nil {
 			return a, err
 		}
-		before, err := f.Ceph.IOCounters(ctx)
-		if err != nil {
-			return a, err
-		}
-		dep, err := f.D.Deploy(ctx, app, deploy.Options{})
+		dep, io, err := deployMeasured(ctx, f, app)
 		if err != nil {
 			return a, fmt.Errorf("first restore on the node %d: %w", i+1, err)
-		}
-		after, err := f.Ceph.IOCounters(ctx)
-		if err != nil {
-			return a, err
 		}
 		if dep.Mode != deploy.ModeRestore || !dep.Fetched {
 			return a, fmt.Errorf("first restore on the node %d: deploy %s has mode %q, fetched %v; want a restore that fetched the checkpoint",
 				i+1, dep.ID, dep.Mode, dep.Fetched)
 		}
-		io := after.Sub(before)
 		firstRestore, frR, frW = append(firstRestore, ms(dep.Total())), append(frR, mib(io.Read)), append(frW, mib(io.Written))
 		t.Logf("  %s first restore on the node %d/%d: %s (engine %s), OSDs read %.1f MiB (%s)", catalogName, i+1, reps,
 			secs(firstRestore[i]), secs(dep.EngineReadyMS), frR[i], dep.Timings)
@@ -306,23 +309,14 @@ func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deplo
 		phases[name] = append(phases[name], ms)
 	}
 	for i := range reps {
-		before, err := f.Ceph.IOCounters(ctx)
-		if err != nil {
-			return a, err
-		}
-		dep, err := f.D.Deploy(ctx, app, deploy.Options{})
+		dep, io, err := deployMeasured(ctx, f, app)
 		if err != nil {
 			return a, fmt.Errorf("restore %d: %w", i+1, err)
-		}
-		after, err := f.Ceph.IOCounters(ctx)
-		if err != nil {
-			return a, err
 		}
 		if dep.Mode != deploy.ModeRestore || dep.Gen != last.Gen || dep.Booted {
 			return a, fmt.Errorf("restore %d: deploy %s has mode %q, generation %d, booted %v; want a restore of generation %d",
 				i+1, dep.ID, dep.Mode, dep.Gen, dep.Booted, last.Gen)
 		}
-		io := after.Sub(before)
 		rsR, rsW = append(rsR, mib(io.Read)), append(rsW, mib(io.Written))
 		if check != nil {
 			if err := check.after(ctx, dep); err != nil {
@@ -385,6 +379,21 @@ func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deplo
 		a.Phases = append(a.Phases, evaluation.Phase{Name: n, MS: evaluation.Summarize(phases[n])})
 	}
 	return a, nil
+}
+
+// deployMeasured deploys app and returns what the OSDs read and wrote
+// meanwhile.
+func deployMeasured(ctx context.Context, f *deploytest.Fixture, app deploy.App) (deploy.Deployment, cephstore.IOCounters, error) {
+	before, err := f.Ceph.IOCounters(ctx)
+	if err != nil {
+		return deploy.Deployment{}, cephstore.IOCounters{}, err
+	}
+	dep, err := f.D.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		return dep, cephstore.IOCounters{}, err
+	}
+	after, err := f.Ceph.IOCounters(ctx)
+	return dep, after.Sub(before), err
 }
 
 // poolArrival is how long after a slot's refill a user arrives in the
@@ -714,4 +723,101 @@ func cephObjectStore(ctx context.Context, c testenv.CephConn) string {
 		}
 	}
 	return ""
+}
+
+// evalLazy compares full and lazy restores (CRIU's lazy pages) of the
+// largest image among the run's apps that CRIU can checkpoint (those with
+// a user run under DMTCP only): from the order to the first answer (start
+// and ready), with the node's copy of the checkpoint in the page cache and
+// dropped from it. It returns nil and why when no app qualifies.
+func evalLazy(ctx context.Context, t *testing.T, f *deploytest.Fixture, apps map[string]deploy.App, evaluated []evaluation.App, reps int) (*evaluation.Lazy, string) {
+	ranked := slices.Clone(evaluated)
+	slices.SortFunc(ranked, func(a, b evaluation.App) int { return cmp.Compare(b.ImageMiB.Median, a.ImageMiB.Median) })
+	var skipped []string
+	for _, a := range ranked {
+		app := apps[a.Name]
+		if why := app.CanCheckpointWith(engine.NameCRIU); why != "" {
+			skipped = append(skipped, a.Name+": "+why)
+			continue
+		}
+		lz := app.WithEngine(engine.NameCRIU)
+		lz.Name = app.Name + "-criu"
+		t.Cleanup(func() { f.UndeployAll(t, lz.Name); f.RemoveGenerations(t, lz.Name) })
+		g, err := f.D.Checkpoint(ctx, lz, deploy.CheckpointOptions{})
+		if err != nil {
+			skipped = append(skipped, a.Name+": CRIU could not checkpoint it: "+hint.Sentence(err))
+			continue
+		}
+		check := stateCheckFor(deploy.App{Name: a.Name, Command: app.Command, WorkDir: app.WorkDir, Ports: app.Ports})
+		run := func(lazy, cold bool) (float64, error) {
+			if cold {
+				if err := dropFromPageCache(f, lz.Name); err != nil {
+					return 0, err
+				}
+			}
+			spec := lz
+			spec.Lazy = lazy
+			dep, err := f.D.Deploy(ctx, spec, deploy.Options{Mode: deploy.ModeRestore})
+			if err != nil {
+				return 0, err
+			}
+			defer func() { _ = f.D.Undeploy(ctx, dep.ID) }()
+			if check != nil {
+				if err := check.after(ctx, dep); err != nil {
+					return 0, fmt.Errorf("lazy %v: the restore does not carry the checkpoint's state: %w", lazy, err)
+				}
+			}
+			start, _ := dep.Timings.Get(deploy.StepStart)
+			ready, _ := dep.Timings.Get(deploy.StepReady)
+			return ms(start + ready), nil
+		}
+		var fw, lw, fc, lc []float64
+		for i := range reps {
+			for _, m := range []struct {
+				lazy, cold bool
+				into       *[]float64
+			}{{false, false, &fw}, {true, false, &lw}, {false, true, &fc}, {true, true, &lc}} {
+				v, err := run(m.lazy, m.cold)
+				if err != nil {
+					return nil, fmt.Sprintf("lazy restore of %s left out: %v", a.Name, err)
+				}
+				*m.into = append(*m.into, v)
+			}
+			t.Logf("  lazy restore of %s %d/%d: warm full %s lazy %s; cold full %s lazy %s", a.Name, i+1, reps,
+				secs(fw[i]), secs(lw[i]), secs(fc[i]), secs(lc[i]))
+		}
+		return &evaluation.Lazy{App: a.Name, Engine: engine.NameCRIU, ImageMiB: mib(uint64(g.Bytes)),
+			FullWarm: evaluation.Summarize(fw), LazyWarm: evaluation.Summarize(lw),
+			FullCold: evaluation.Summarize(fc), LazyCold: evaluation.Summarize(lc)}, ""
+	}
+	return nil, "lazy restore left out: no app of the run can be checkpointed by CRIU (" + strings.Join(skipped, "; ") + ")"
+}
+
+// dropFromPageCache drops the node's copies of app's checkpoints from the
+// page cache, so that the next restore reads them from the node's disk.
+func dropFromPageCache(f *deploytest.Fixture, app string) error {
+	es, err := f.D.Cached()
+	if err != nil {
+		return err
+	}
+	for _, e := range es {
+		if e.App != app {
+			continue
+		}
+		err := filepath.WalkDir(e.Dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || !d.Type().IsRegular() {
+				return err
+			}
+			fh, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer fh.Close()
+			return unix.Fadvise(int(fh.Fd()), 0, 0, unix.FADV_DONTNEED)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

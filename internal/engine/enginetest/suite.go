@@ -13,6 +13,7 @@ package enginetest
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"net"
 	"os"
@@ -43,6 +44,7 @@ func RunSuite(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 	t.Run("LaunchMissingBinary", func(t *testing.T) { testMissingBinary(t, newEngine) })
 	t.Run("CheckpointNonEmptyDir", func(t *testing.T) { testNonEmptyDir(t, newEngine) })
 	t.Run("RestoreWithoutImage", func(t *testing.T) { testNoImage(t, newEngine) })
+	t.Run("LazyRestore", func(t *testing.T) { testLazy(t, newEngine) })
 }
 
 // setup returns a checked engine and a bounded context.
@@ -405,4 +407,48 @@ func testNoImage(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 	if _, err := e.Restore(ctx, engine.Image{Engine: other, Dir: dir, Files: []string{"x"}}, engine.RestoreSpec{}); !errors.Is(err, engine.ErrInvalid) {
 		t.Fatalf("restore of a %s image: %v, want ErrInvalid", other, err)
 	}
+}
+
+// testLazy: a lazy restore (RestoreSpec.Lazy) of an app holding 64 MiB
+// of data answers with all of it, and its page server is gone once the
+// app is; an engine that cannot restore lazily refuses at once.
+func testLazy(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
+	e, ctx := setup(t, newEngine)
+	needRedis(t, e, "")
+	port := freePort(t)
+	first := launch(t, ctx, e, "", port)
+	chunk := make([]byte, 4<<20)
+	for i := range 16 {
+		_, _ = rand.Read(chunk)
+		if got := first.do(t, ctx, "SET", "blob"+strconv.Itoa(i), string(chunk)); got != "OK" {
+			t.Fatalf("SET blob%d: %q", i, got)
+		}
+	}
+	sum := first.do(t, ctx, "GETRANGE", "blob15", "1000", "1015")
+	img := checkpoint(t, ctx, e, first, 1)
+
+	in := &instance{port: port, netns: true, log: engine.NewLogTail(200), called: time.Now()}
+	p, err := e.Restore(ctx, img, engine.RestoreSpec{NetNS: true, Lazy: true, Stdout: in.log, Stderr: in.log})
+	if e.Name() != engine.NameCRIU {
+		if !errors.Is(err, engine.ErrInvalid) {
+			t.Fatalf("lazy restore with %s = %v; want ErrInvalid (only CRIU restores lazily)", e.Name(), err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("lazy restore: %v", err)
+	}
+	in.p = p
+	stopOnCleanup(t, p)
+	in.waitReady(t, ctx)
+	t.Logf("lazy restore of %d MiB answered PING after %s", img.Bytes>>20, in.ready.Round(time.Millisecond))
+	if got := in.do(t, ctx, "GETRANGE", "blob15", "1000", "1015"); got != sum {
+		t.Errorf("blob15 after a lazy restore = %q; want %q", got, sum)
+	}
+	if got := in.do(t, ctx, "STRLEN", "blob7"); got != strconv.Itoa(len(chunk)) {
+		t.Errorf("STRLEN blob7 = %s; want %d", got, len(chunk))
+	}
+	in.stop(t, ctx)
+	assertNoLeftovers(t)
+	leftoverPort(t, port)
 }
