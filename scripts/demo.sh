@@ -187,7 +187,7 @@ for app in "${APPS[@]}"; do
 	deploy_one "$app" "$app, a plain boot (--mode boot): the baseline, without a checkpoint engine" --mode boot
 	if $engine; then
 		deploy_one "$app" "$app, the first deploy: no checkpoint yet, so the agent boots it, checkpoints it, seals both images and restores"
-		deploy_one "$app" "$app, restored from clones of the checkpoint"
+		deploy_one "$app" "$app, restored from the checkpoint (placed where a node holds it: a clone of the environment, the node's copy of the checkpoint)"
 		fd_info "$app: a warm pool of one slot per node (fogctl app pool $app 1): each agent provisions it in the background" \
 			"at the lowest CPU weight (clone, map, mount, a container waiting for its order)"
 		"$FOGCTL" app pool "$app" 1 >/dev/null
@@ -291,7 +291,7 @@ if $engine; then
 		end,
 		(if $p then "demo: in a warm-pool slot, restoring \($app) takes \($p | total | s) s: \(($p | total) - ($p | ready) | s) s beyond the \($p | ready | s) s restart of its checkpoint (\(($x | total) - ($x | ready) | s) s without the pool)." else empty end)' <<<"$recs"
 	echo
-	fd_info "the checkpoints (each sealed as protected RBD snapshots, which restores clone):"
+	fd_info "the checkpoints (each sealed as protected RBD snapshots; restores clone the environment's and read a node's copy of the checkpoint):"
 	"$FOGCTL" checkpoint ls | awk -v apps=" ${APPS[*]} " 'NR == 1 || index(apps, " " $1 " ")'
 else
 	fd_warn "no checkpoint was made, so there is no restore to compare: every row above is a boot."

@@ -313,7 +313,7 @@ func WriteMarkdown(w io.Writer, r Results) error {
 		fmt.Fprintf(&b, "\n![latency vs concurrency](%s)\n\n", PlotConcurrency)
 	}
 	if lz := r.Lazy; lz != nil {
-		fmt.Fprintf(&b, "## Lazy restore: time to the first answer\n\n%s (%s, %.0f MiB image), restore-to-ready, a full restore against CRIU's lazy pages, "+
+		fmt.Fprintf(&b, "## Lazy restore: time to the first answer\n\n%s (%s, %.0f MiB image), from the order to the first answer (start + ready), a full restore against CRIU's lazy pages, "+
 			"with the node's copy of the checkpoint in the page cache (warm) and dropped from it (cold).\n\n", lz.App, lz.Engine, lz.ImageMiB)
 		b.WriteString("| | full restore | lazy restore | ratio |\n|---|---:|---:|---:|\n")
 		fmt.Fprintf(&b, "| warm | %s | %s | %s |\n", seconds(lz.FullWarm), seconds(lz.LazyWarm), ratio(lz.LazyWarm.Median, lz.FullWarm.Median))

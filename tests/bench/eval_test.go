@@ -743,12 +743,16 @@ func evalLazy(ctx context.Context, t *testing.T, f *deploytest.Fixture, apps map
 		lz := app.WithEngine(engine.NameCRIU)
 		lz.Name = app.Name + "-criu"
 		t.Cleanup(func() { f.UndeployAll(t, lz.Name); f.RemoveGenerations(t, lz.Name) })
-		g, err := f.D.Checkpoint(ctx, lz, deploy.CheckpointOptions{})
+		check := stateCheckFor(deploy.App{Name: a.Name, Command: app.Command, WorkDir: app.WorkDir, Ports: app.Ports})
+		var prepare deploy.PrepareFunc
+		if check != nil {
+			prepare = check.before
+		}
+		g, err := f.D.Checkpoint(ctx, lz, deploy.CheckpointOptions{Prepare: prepare})
 		if err != nil {
 			skipped = append(skipped, a.Name+": CRIU could not checkpoint it: "+hint.Sentence(err))
 			continue
 		}
-		check := stateCheckFor(deploy.App{Name: a.Name, Command: app.Command, WorkDir: app.WorkDir, Ports: app.Ports})
 		run := func(lazy, cold bool) (float64, error) {
 			if cold {
 				if err := dropFromPageCache(f, lz.Name); err != nil {
