@@ -213,6 +213,8 @@ func (c *Config) ApplyEnv() {
 	set(&c.Agent.DMTCPImage, "FOGDEPLOY_DMTCP_IMAGE")
 	set(&c.Agent.BootImage, "FOGDEPLOY_BOOT_IMAGE")
 	set(&c.Agent.TokenFile, "FOGDEPLOY_TOKEN_FILE")
+	set(&c.Agent.Fetch, "FOGDEPLOY_FETCH")
+	set(&c.Agent.CheckpointCache, "FOGDEPLOY_CHECKPOINT_CACHE")
 	if v := os.Getenv("FOGDEPLOY_ETCD_ENDPOINTS"); v != "" {
 		c.Etcd.Endpoints = strings.Split(v, ",")
 	}

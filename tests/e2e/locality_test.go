@@ -20,12 +20,13 @@ import (
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
-// TestPlaceLocalCheckpoint: on a 3-node PoP without a warm pool, the node
-// that produced an app's checkpoint keeps a copy of it, and a deploy
-// without --node goes there and says why ("local"), fetching nothing; a
-// deploy on another node fetches the checkpoint once, and that node holds
-// it from then on (`fogctl pool ls` says LOCAL yes); removing the app
-// removes every node's copy.
+// TestPlaceLocalCheckpoint: on a 4-node PoP without a warm pool, the node
+// that produced an app's checkpoint keeps a copy of it, a node with
+// agent.fetch sealed copies it as soon as it is sealed, and a deploy
+// without --node goes to one of them and says why ("local"), fetching
+// nothing; a deploy on another node fetches the checkpoint once, and that
+// node holds it from then on (`fogctl pool ls` says LOCAL yes); removing
+// the app removes every node's copy.
 func TestPlaceLocalCheckpoint(t *testing.T) {
 	f := deploytest.NewFixture(t, "container")
 	if _, _, err := f.D.CheckEngine(context.Background(), engine.NameDMTCP); err != nil {
@@ -37,6 +38,10 @@ func TestPlaceLocalCheckpoint(t *testing.T) {
 	zero := 0
 	app.Pool = &zero
 	p := startPoP(ctx, t, f, app.Name, "fogdeploy/dmtcp:deploytest", "", "n1", "n2", "n3")
+	env := p.env
+	p.env = append(p.env, "FOGDEPLOY_FETCH=sealed")
+	p.startAgent("n4", "")
+	p.env = env
 	if err := p.st.CreateApp(ctx, app, false); err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +55,7 @@ func TestPlaceLocalCheckpoint(t *testing.T) {
 		t.Logf("deploy %v on %s (%s): fetched %v, %s", args, d.Node, d.Placement, d.Status.Fetched, d.Status.Timings)
 		return d
 	}
-	first := deployed("--mode", "restore")
+	first := deployed("--mode", "restore", "--node", "n1")
 	home := first.Node
 	if first.Status.Fetched {
 		t.Errorf("the first deploy fetched the checkpoint its node had just written")
@@ -71,18 +76,16 @@ func TestPlaceLocalCheckpoint(t *testing.T) {
 		}
 	}
 	waitLocal(home)
+	waitLocal("n4") // agent.fetch sealed
 
 	second := deployed()
-	if second.Node != home || !strings.HasPrefix(second.Placement, "local:") {
-		t.Errorf("deploy without --node placed on %s because %q; want %s, the node that holds the checkpoint", second.Node, second.Placement, home)
+	if (second.Node != home && second.Node != "n4") || !strings.HasPrefix(second.Placement, "local:") {
+		t.Errorf("deploy without --node placed on %s because %q; want %s or n4, the nodes that hold the checkpoint", second.Node, second.Placement, home)
 	}
 	if second.Status.Fetched {
 		t.Errorf("a restore on the node that holds the checkpoint fetched it")
 	}
-	other := "n1"
-	if home == "n1" {
-		other = "n2"
-	}
+	other := "n2"
 	third := deployed("--node", other)
 	if !third.Status.Fetched || !hasPhase(third.Status.Timings, deploy.StepFetch) {
 		t.Errorf("the first restore on %s: fetched %v, timings %s; want it to fetch the checkpoint", other, third.Status.Fetched, third.Status.Timings)
@@ -107,7 +110,7 @@ func TestPlaceLocalCheckpoint(t *testing.T) {
 	}
 	for start := time.Now(); ; time.Sleep(500 * time.Millisecond) {
 		var left []string
-		for _, n := range []string{"n1", "n2", "n3"} {
+		for _, n := range []string{"n1", "n2", "n3", "n4"} {
 			if _, err := os.Stat(filepath.Join(p.dir, n, "deploy", "gens", app.Name)); err == nil {
 				left = append(left, n)
 			}
