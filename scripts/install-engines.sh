@@ -18,6 +18,12 @@
 # With FOGDEPLOY_ENGINES_OPTIONAL=1 a missing source is a warning, not an
 # error (make demo uses this: it then runs the boot path only).
 #
+# The patches in scripts/patches/<engine>-<version>-*.patch are applied to
+# the source before the build, and named in the prefix's stamp: an install
+# without them is rebuilt. (dmtcp-4.2.0-tcp-nodelay.patch: the coordinator
+# protocol's sockets get TCP_NODELAY; without it every exchange of a
+# restart waited for a delayed ACK, 0.37 s of redis's 0.42 s restart.)
+#
 # As root it installs the Debian build dependencies it misses. Building both
 # takes 5-6 minutes on 2 cores. Nothing is written inside the repository.
 set -euo pipefail
@@ -36,10 +42,11 @@ DMTCP_PREFIX=${FOGDEPLOY_DMTCP_PREFIX:-/opt/dmtcp}
 CRIU_PREFIX=${FOGDEPLOY_CRIU_PREFIX:-/opt/criu}
 JOBS=${FOGDEPLOY_ENGINES_JOBS:-$(nproc)}
 STAMP=.fogdeploy-engine # written into a prefix after a complete install
+PATCHES_DIR=$FD_SCRIPTS_DIR/patches
 
 # Debian build dependencies (bookworm).
-DMTCP_BUILD_DEPS=(build-essential python3)
-CRIU_BUILD_DEPS=(build-essential pkg-config python3 libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev
+DMTCP_BUILD_DEPS=(build-essential patch python3)
+CRIU_BUILD_DEPS=(build-essential patch pkg-config python3 libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev
 	protobuf-compiler libnl-3-dev libnet1-dev libcap-dev libbsd-dev libgnutls28-dev libaio-dev
 	libnftables-dev uuid-dev iproute2)
 
@@ -48,11 +55,47 @@ usage() {
 	exit 2
 }
 
-# installed NAME PREFIX VERSION: the engine is installed there at VERSION.
+# patches NAME VERSION: the patches of that engine release, in order.
+patches() {
+	local p
+	for p in "$PATCHES_DIR/$1-$2"-*.patch; do
+		[[ -f $p ]] && printf '%s\n' "$p"
+	done
+	return 0
+}
+
+# stamp_line NAME VERSION: what the prefix's stamp says of a complete
+# install: the release, then the patches applied.
+stamp_line() {
+	local line="$1 $2" p
+	while read -r p; do
+		[[ -n $p ]] && line+=" +$(basename -- "$p" .patch)"
+	done < <(patches "$1" "$2")
+	printf '%s\n' "$line"
+}
+
+# apply_patches NAME VERSION DIR: apply the engine's patches to its source
+# in DIR (a source that already has one is left as it is).
+apply_patches() {
+	local p
+	while read -r p; do
+		[[ -n $p ]] || continue
+		if patch -d "$3" -p1 --force --dry-run -R <"$p" >/dev/null 2>&1; then
+			fd_info "$1: $(basename -- "$p") is already in the source"
+			continue
+		fi
+		patch -d "$3" -p1 --batch --forward <"$p" >>"$3/fogdeploy-build.log" 2>&1 ||
+			fd_die "$1: $(basename -- "$p") does not apply to the source (see $3/fogdeploy-build.log)"
+		fd_info "$1: applied $(basename -- "$p")"
+	done < <(patches "$1" "$2")
+}
+
+# installed NAME PREFIX VERSION: the engine is installed there at VERSION,
+# with the patches of this repository.
 installed() {
 	local stamp=$2/$STAMP
 	[[ ${FOGDEPLOY_ENGINES_REBUILD:-0} == 1 ]] && return 1
-	[[ -r $stamp ]] && grep -qx "$1 $3" "$stamp" || return 1
+	[[ -r $stamp ]] && grep -qxF "$(stamp_line "$1" "$3")" "$stamp" || return 1
 	case $1 in
 	dmtcp) "$2/bin/dmtcp_launch" --version 2>/dev/null | head -n1 | grep -q -- "$3" ;;
 	criu) "$2/sbin/criu" --version 2>/dev/null | grep -q "Version: $3" ;;
@@ -155,7 +198,7 @@ build_dmtcp() {
 		{ tail -n 30 "$work/fogdeploy-build.log" >&2 && fd_die "dmtcp: build failed"; }
 	"$DMTCP_PREFIX/bin/dmtcp_launch" --version >/dev/null || fd_die "dmtcp: the installed dmtcp_launch does not run"
 	check_glibc_only "$DMTCP_PREFIX"
-	printf 'dmtcp %s\n' "$DMTCP_VERSION" >"$DMTCP_PREFIX/$STAMP"
+	stamp_line dmtcp "$DMTCP_VERSION" >"$DMTCP_PREFIX/$STAMP"
 }
 
 build_criu() {
@@ -167,7 +210,7 @@ build_criu() {
 		>"$work/fogdeploy-build.log" 2>&1 ||
 		{ tail -n 30 "$work/fogdeploy-build.log" >&2 && fd_die "criu: build failed"; }
 	"$CRIU_PREFIX/sbin/criu" --version >/dev/null || fd_die "criu: the installed criu does not run"
-	printf 'criu %s\n' "$CRIU_VERSION" >"$CRIU_PREFIX/$STAMP"
+	stamp_line criu "$CRIU_VERSION" >"$CRIU_PREFIX/$STAMP"
 }
 
 # engine NAME: make sure one engine is installed.
@@ -190,6 +233,7 @@ engine() {
 		[[ ${FOGDEPLOY_ENGINES_OPTIONAL:-0} == 1 ]] && return 0
 		return "$rc"
 	fi
+	apply_patches "$name" "$version" "$work"
 	"build_$name" "$work"
 	fd_info "$name $version installed in $prefix in $(fd_since "$start")s"
 }
