@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/adaptive"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
-	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
@@ -30,17 +28,7 @@ import (
 // restoring again. `fogctl app costs` shows the numbers, the agent's
 // metrics count the choices, and --mode restore still restores.
 func TestAutoModeSettlesOnFaster(t *testing.T) {
-	f := deploytest.NewFixture(t, "container")
-	if _, _, err := f.D.CheckEngine(context.Background(), engine.NameDMTCP); err != nil {
-		testenv.Unavailable(t, testenv.DMTCP, err.Error())
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	app := deploytest.RedisApp("e2e-auto-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, engine.NameDMTCP)
-	p := startPoP(ctx, t, f, app.Name, "fogdeploy/dmtcp:deploytest", "", "n1")
-	if err := p.st.CreateApp(ctx, app, false); err != nil {
-		t.Fatal(err)
-	}
+	ctx, p, _, app := redisOnPoP(t, "e2e-auto", engine.NameDMTCP, nil, "n1")
 	// deploy runs one deploy to Running, checks that it serves, withdraws
 	// it, and returns its status.
 	deployOnce := func(args ...string) state.Status {

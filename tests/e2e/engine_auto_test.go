@@ -3,16 +3,12 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
-	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
@@ -25,20 +21,8 @@ import (
 // restores it faster on the node, saying so in the status; every restore
 // answers with the key written before the checkpoint.
 func TestEngineAutoSettlesOnFaster(t *testing.T) {
-	f := deploytest.NewFixture(t, "container")
-	for _, e := range []string{engine.NameDMTCP, engine.NameCRIU} {
-		if _, _, err := f.D.CheckEngine(context.Background(), e); err != nil {
-			testenv.Unavailable(t, e, err.Error())
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	app := deploytest.RedisApp("e2e-engine-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, deploy.EngineAuto)
-	app.Mode = deploy.ModeRestore // the engines' choice only
-	p := startPoP(ctx, t, f, app.Name, "fogdeploy/dmtcp:deploytest", "", "n1")
-	if err := p.st.CreateApp(ctx, app, false); err != nil {
-		t.Fatal(err)
-	}
+	// Mode restore: the engines' choice only.
+	ctx, p, _, app := redisOnPoP(t, "e2e-engine", deploy.EngineAuto, func(a *deploy.App) { a.Mode = deploy.ModeRestore }, "n1")
 	faster := regexp.MustCompile(`^engine (dmtcp|criu): restores (dmtcp|criu) \d+\.\d\d s < (dmtcp|criu) \d+\.\d\d s \(medians\)$`)
 	var last state.Status
 	counts := map[string]int{}

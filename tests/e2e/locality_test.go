@@ -3,17 +3,14 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
-	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
@@ -28,23 +25,11 @@ import (
 // node holds it from then on (`fogctl pool ls` says LOCAL yes); removing
 // the app removes every node's copy.
 func TestPlaceLocalCheckpoint(t *testing.T) {
-	f := deploytest.NewFixture(t, "container")
-	if _, _, err := f.D.CheckEngine(context.Background(), engine.NameDMTCP); err != nil {
-		testenv.Unavailable(t, testenv.DMTCP, err.Error())
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	app := deploytest.RedisApp("e2e-local-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, engine.NameDMTCP)
-	zero := 0
-	app.Pool = &zero
-	p := startPoP(ctx, t, f, app.Name, "fogdeploy/dmtcp:deploytest", "", "n1", "n2", "n3")
+	ctx, p, _, app := redisOnPoP(t, "e2e-local", engine.NameDMTCP, func(a *deploy.App) { zero := 0; a.Pool = &zero }, "n1", "n2", "n3")
 	env := p.env
 	p.env = append(p.env, "FOGDEPLOY_FETCH=sealed")
 	p.startAgent("n4", "")
 	p.env = env
-	if err := p.st.CreateApp(ctx, app, false); err != nil {
-		t.Fatal(err)
-	}
 	deployed := func(args ...string) state.Deployment {
 		t.Helper()
 		out, errOut, code := p.fogctl(ctx, append([]string{"deploy", app.Name, "--wait", "-o", "json"}, args...)...)

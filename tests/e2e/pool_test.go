@@ -3,17 +3,14 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
-	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/scheduler"
 	"github.com/fogdeploy/fogdeploy/internal/state"
@@ -28,20 +25,8 @@ import (
 // and its restart provisions the pool anew; `fogctl pool ls` and `fogctl
 // node ls` show it; pool 0 releases every slot.
 func TestPoolPoP(t *testing.T) {
-	f := deploytest.NewFixture(t, "container")
-	if _, _, err := f.D.CheckEngine(context.Background(), engine.NameDMTCP); err != nil {
-		testenv.Unavailable(t, testenv.DMTCP, err.Error())
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	app := deploytest.RedisApp("e2e-pool-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, engine.NameDMTCP)
-	two := 2
-	app.Pool = &two
-	p := startPoP(ctx, t, f, app.Name, "fogdeploy/dmtcp:deploytest", "", "n1", "n2", "n3")
+	ctx, p, _, app := redisOnPoP(t, "e2e-pool", engine.NameDMTCP, func(a *deploy.App) { two := 2; a.Pool = &two }, "n1", "n2", "n3")
 	st := p.st
-	if err := st.CreateApp(ctx, app, false); err != nil {
-		t.Fatal(err)
-	}
 	// The first deploy produces the generation (no pool can exist before).
 	first, err := scheduler.Create(ctx, st, scheduler.Request{App: app.Name, Mode: deploy.ModeRestore}, "e2e")
 	if err != nil {

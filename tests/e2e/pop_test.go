@@ -479,3 +479,33 @@ func createDeployment(ctx context.Context, st *state.Store, app string) (state.D
 func clientCountOnly() []clientv3.OpOption {
 	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCountOnly()}
 }
+
+// redisOnPoP is the start of the PoP tests of a redis app: a node fixture
+// with the DMTCP container driver, each engine the app needs (skipping, or
+// failing when required, without one), a context of 15 minutes, and
+// RedisApp of engine eng named prefix-<random>, which configure adjusts
+// before the PoP of nodes starts and the app is created in its state.
+func redisOnPoP(t *testing.T, prefix, eng string, configure func(*deploy.App), nodes ...string) (context.Context, *pop, *deploytest.Fixture, deploy.App) {
+	t.Helper()
+	f := deploytest.NewFixture(t, "container")
+	need := []string{eng}
+	if eng == deploy.EngineAuto {
+		need = []string{engine.NameDMTCP, engine.NameCRIU}
+	}
+	for _, e := range need {
+		if _, _, err := f.D.CheckEngine(context.Background(), e); err != nil {
+			testenv.Unavailable(t, e, err.Error())
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	t.Cleanup(cancel)
+	app := deploytest.RedisApp(prefix+"-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, eng)
+	if configure != nil {
+		configure(&app)
+	}
+	p := startPoP(ctx, t, f, app.Name, "fogdeploy/dmtcp:deploytest", "", nodes...)
+	if err := p.st.CreateApp(ctx, app, false); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, p, f, app
+}
