@@ -1,0 +1,157 @@
+// The private dmtcp_coordinator of each DMTCP instance: started in the instance's sandbox, asked
+// for its peers and their state, and stopped with it.
+
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// coordinator is a private dmtcp_coordinator.
+type coordinator struct {
+	cmd  *exec.Cmd
+	port int
+	done chan struct{}
+	bin  string   // dmtcp_command
+	log  *LogTail // its stderr
+}
+
+// startCoordinator starts dmtcp_coordinator inside sb, listening on a
+// 127.0.0.1 socket the engine made (handed over as fd 821).
+func (d *DMTCP) startCoordinator(sb *sandbox, lay dmtcpLayout) (*coordinator, error) {
+	info := *d.info
+	c := &coordinator{bin: info.Binaries["dmtcp_command"], done: make(chan struct{}), log: NewLogTail(20)}
+	err := sb.do(func() error {
+		l, port, err := listenLoopback()
+		if err != nil {
+			return fmt.Errorf("coordinator socket: %w", err)
+		}
+		defer l.Close()
+		c.port = port
+		extra := make([]*os.File, coordFD-2) // ExtraFiles[i] is fd 3+i
+		extra[coordFD-3] = l
+		c.cmd = &exec.Cmd{
+			Path: info.Binaries["dmtcp_coordinator"],
+			Args: []string{"dmtcp_coordinator", "--exit-on-last", "-q", "--coord-port", strconv.Itoa(port),
+				"--tmpdir", lay.coordTmp, "--ckptdir", lay.nsCkpt},
+			Env:        []string{"PATH=" + defaultPath, "LC_ALL=C"},
+			Dir:        "/",
+			Stdout:     nil, // only its "dmtcp> " prompts
+			Stderr:     c.log,
+			ExtraFiles: extra,
+		}
+		return c.cmd.Start()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start dmtcp_coordinator: %w (%w)", ErrUnavailable, err)
+	}
+	go func() {
+		_ = c.cmd.Wait()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+func (c *coordinator) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// command runs dmtcp_command against the coordinator, inside sb.
+func (c *coordinator) command(ctx context.Context, sb *sandbox, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, c.bin, append([]string{"--coord-host", "127.0.0.1", "--coord-port", strconv.Itoa(c.port)}, args...)...)
+	cmd.Env = []string{"PATH=" + defaultPath, "LC_ALL=C"}
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = time.Second
+	if err := sb.do(cmd.Start); err != nil {
+		return "", err
+	}
+	err := cmd.Wait()
+	return out.String(), err
+}
+
+// status returns NUM_PEERS and RUNNING from dmtcp_command -s.
+func (c *coordinator) status(ctx context.Context, sb *sandbox) (peers int, running bool, err error) {
+	out, err := c.command(ctx, sb, "-s")
+	if err != nil {
+		return 0, false, fmt.Errorf("dmtcp_command -s: %w: %s", err, lastLine([]byte(strings.TrimSpace(out))))
+	}
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		if v, ok := strings.CutPrefix(l, "NUM_PEERS="); ok {
+			peers, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+		if v, ok := strings.CutPrefix(l, "RUNNING="); ok {
+			running = strings.TrimSpace(v) == "yes"
+		}
+	}
+	return peers, running, nil
+}
+
+// stop ends the coordinator: it exits by itself once its last client is
+// gone (--exit-on-last); otherwise dmtcp_command -q, then SIGKILL (it
+// ignores SIGTERM).
+func (c *coordinator) stop(d *DMTCP, sb *sandbox) {
+	select {
+	case <-c.done:
+		return
+	case <-time.After(2 * time.Second):
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.command(ctx, sb, "-q"); err != nil {
+		d.cfg.Logger.Debug("dmtcp_command -q", "err", err)
+	}
+	select {
+	case <-c.done:
+		return
+	case <-time.After(2 * time.Second):
+	}
+	c.kill()
+	<-c.done
+}
+
+func (c *coordinator) kill() {
+	if c.cmd != nil && c.cmd.Process != nil && !c.exited() {
+		_ = c.cmd.Process.Kill()
+	}
+}
+
+// waitPeers waits until n processes have joined the coordinator and the
+// computation runs, or the app exits.
+func (d *DMTCP) waitPeers(ctx context.Context, p *process, sb *sandbox, c *coordinator, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+	defer cancel()
+	var last error
+	err := pollUntil(ctx, 10*time.Millisecond, p.done, func() (bool, error) {
+		if c.exited() {
+			return false, errors.New("dmtcp_coordinator exited")
+		}
+		peers, running, err := c.status(ctx, sb)
+		last = err
+		return err == nil && peers >= n && running, nil
+	})
+	if errors.Is(err, ErrExited) {
+		return fmt.Errorf("app exited with status %d before it joined the coordinator", p.code)
+	}
+	if err != nil && last != nil {
+		return fmt.Errorf("%w (last status: %w)", err, last)
+	}
+	return err
+}
