@@ -14,6 +14,11 @@ POOL=${FOGDEPLOY_CEPH_POOL:-fogdeploy}
 STORE=${FOGDEPLOY_CEPH_STORE:-memstore}
 NOSDS=${FOGDEPLOY_CEPH_OSDS:-1}
 PG_NUM=${FOGDEPLOY_CEPH_PG_NUM:-32}
+# A second pool for the tests that compare a whole pool before and after
+# (internal/testenv.PrivatePool), made here with the cluster: a pool created
+# or removed while another client unprotects a snapshot can stall it (librbd
+# looks for clones in every pool).
+TESTPOOL=$POOL-envtest
 MEMSTORE_BYTES=${FOGDEPLOY_CEPH_MEMSTORE_BYTES:-8589934592}    # 8 GiB reported size; RAM is used as data is written
 BLUESTORE_BYTES=${FOGDEPLOY_CEPH_BLUESTORE_BYTES:-21474836480} # 20 GiB sparse file per OSD
 # The mgr imports every module it can see at start-up (~4 s here). It sees only the always-on ones plus these.
@@ -310,13 +315,18 @@ print_where() {
 }
 
 ensure_pool() {
-	if ! cceph osd pool ls 2>/dev/null | grep -qx -- "$POOL"; then
-		fd_info "creating pool $POOL"
-		cceph osd pool create "$POOL" "$PG_NUM" "$PG_NUM" replicated >>"$C/log/setup.log" 2>&1 ||
-			fd_die "creating pool $POOL failed (see $C/log/setup.log)"
-		timeout 60 rbd -c "$CONF" pool init "$POOL" >>"$C/log/setup.log" 2>&1 ||
-			fd_die "rbd pool init $POOL failed (see $C/log/setup.log)"
-	fi
+	local pool pgs pools
+	pools=$(cceph osd pool ls 2>/dev/null)
+	for pool in "$POOL" "$TESTPOOL"; do
+		grep -qx -- "$pool" <<<"$pools" && continue
+		pgs=$PG_NUM
+		[[ $pool == "$TESTPOOL" ]] && pgs=8
+		fd_info "creating pool $pool"
+		cceph osd pool create "$pool" "$pgs" "$pgs" replicated >>"$C/log/setup.log" 2>&1 ||
+			fd_die "creating pool $pool failed (see $C/log/setup.log)"
+		timeout 60 rbd -c "$CONF" pool init "$pool" >>"$C/log/setup.log" 2>&1 ||
+			fd_die "rbd pool init $pool failed (see $C/log/setup.log)"
+	done
 }
 
 fail_up() {
@@ -335,7 +345,7 @@ fail_up() {
 }
 
 cmd_up() {
-	local start t fsid i
+	local start t fsid i p
 	start=$(fd_now_us)
 	[[ $STORE == memstore || $STORE == bluestore ]] || fd_die "FOGDEPLOY_CEPH_STORE must be memstore or bluestore, not '$STORE'"
 	[[ $NOSDS =~ ^[1-9]$ ]] || fd_die "FOGDEPLOY_CEPH_OSDS must be 1-9, not '$NOSDS'"
@@ -346,7 +356,7 @@ cmd_up() {
 	# Fast path: all daemons alive and the mon answers (one CLI process for both queries).
 	local out
 	if daemons_alive && out=$(printf 'osd pool ls\nhealth\n' | cceph_quick) && [[ $out == *HEALTH_* ]]; then
-		grep -qx -- "$POOL" <<<"$out" || ensure_pool
+		{ grep -qx -- "$POOL" <<<"$out" && grep -qx -- "$TESTPOOL" <<<"$out"; } || ensure_pool
 		fd_info "already running (${out##*$'\n'}) in $(fd_since "$start")s"
 		print_where
 		return 0
@@ -413,6 +423,7 @@ cmd_up() {
 		echo "osd pool create device_health_metrics 1 1 replicated"
 		echo "osd pool application enable device_health_metrics mgr_devicehealth"
 		echo "osd pool create $POOL $PG_NUM $PG_NUM replicated"
+		echo "osd pool create $TESTPOOL 8 8 replicated"
 	} | cceph >"$C/log/setup.log" 2>&1 || fail_up "creating OSDs and pools failed (see $C/log/setup.log)"
 	# In this batch mode the CLI exits 0 even when a command fails.
 	if grep -q '^Error' "$C/log/setup.log"; then
@@ -423,8 +434,10 @@ cmd_up() {
 	for ((i = 0; i < NOSDS; i++)); do
 		ceph-osd -c "$CONF" -i "$i" >>"$C/log/daemons.out" 2>&1 9>&- || fail_up "ceph-osd.$i did not start"
 	done
-	timeout 60 rbd -c "$CONF" pool init "$POOL" >>"$C/log/setup.log" 2>&1 ||
-		fail_up "rbd pool init $POOL failed (see $C/log/setup.log)"
+	for p in "$POOL" "$TESTPOOL"; do
+		timeout 60 rbd -c "$CONF" pool init "$p" >>"$C/log/setup.log" 2>&1 ||
+			fail_up "rbd pool init $p failed (see $C/log/setup.log)"
+	done
 
 	t=$(fd_now_us)
 	while ! cluster_ready; do
