@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/procprio"
 )
 
 // fuseBackend exposes one image as a file with one rbd-fuse process and
@@ -103,6 +105,11 @@ func (b *fuseBackend) Attach(ctx context.Context, img Image, rec *Record, save f
 		return "", fmt.Errorf("map %s: start rbd-fuse: %w", img, err)
 	}
 	pid := cmd.Process.Pid
+	// rbd-fuse is deployment work: it runs at the background CPU and I/O
+	// priority, below the instances that serve users.
+	if err := procprio.Set(pid, procprio.Background); err != nil {
+		b.log.Warn("rbd-fuse runs at normal priority", "image", img.String(), "err", err)
+	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }() // reap it if it dies while we live
 	pstart, _ := procStart(pid)

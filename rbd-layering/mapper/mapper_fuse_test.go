@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/devenv"
+	"github.com/fogdeploy/fogdeploy/internal/procprio"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper/mappertest"
 )
@@ -261,7 +262,15 @@ func TestFuseUsers(t *testing.T) {
 	}
 	users, err := m.Users(img)
 	if err != nil || len(users) != 2 || !strings.HasPrefix(users[0], "mapping "+mp.ID) || !strings.HasPrefix(users[1], "rbd-fuse pid ") {
-		t.Errorf("Users of a mapped image = %q, %v; want its mapping and its rbd-fuse", users, err)
+		t.Fatalf("Users of a mapped image = %q, %v; want its mapping and its rbd-fuse", users, err)
+	}
+	// rbd-fuse is deployment work: it runs below the instances that serve.
+	var pid int
+	if _, err := fmt.Sscanf(users[1], "rbd-fuse pid %d", &pid); err != nil {
+		t.Fatalf("Users: %q names no rbd-fuse pid: %v", users[1], err)
+	}
+	if got, err := procprio.Of(pid); err != nil || got != procprio.Background {
+		t.Errorf("rbd-fuse (pid %d) runs at priority %+v, %v; want the background priority %+v", pid, got, err, procprio.Background)
 	}
 	other := img
 	other.Name += "-other"
