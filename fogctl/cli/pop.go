@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -173,12 +174,41 @@ func NewCmdApp(f *Factory) *cobra.Command {
 				}
 			})
 		})}
-	rm := &cobra.Command{Use: "rm NAME", Short: "Remove an app (refused while it has deployments)", Args: exactArgs(1, "an app name"),
+	rm := &cobra.Command{Use: "rm NAME", Short: "Remove an app and its checkpoint generations (refused while it has deployments)",
+		Long: `Removes the app, what its deploys cost, and its checkpoint generations (their
+images and records): an app created again under the name starts afresh.
+A generation that clones still use (the app's warm-pool slots, which the
+agents release once the app is gone) stays until ` + "`fogctl gc`" + ` removes it.`,
+		Args: exactArgs(1, "an app name"),
 		RunE: withState(f, func(cmd *cobra.Command, args []string, st *state.Store) error {
-			if err := st.DeleteApp(cmd.Context(), args[0]); err != nil {
+			ctx := cmd.Context()
+			gens, err := st.Checkpoints(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if err := st.DeleteApp(ctx, args[0]); err != nil {
 				return err
 			}
 			fmt.Fprintf(f.ErrOut, "Removed app %s\n", args[0])
+			if len(gens) == 0 {
+				return nil
+			}
+			l, err := f.Layering(ctx)
+			if err != nil {
+				return fmt.Errorf("the app's %d checkpoint generation(s) stay until `fogctl gc` removes them: %w", len(gens), err)
+			}
+			defer l.Close()
+			for _, g := range gens {
+				err := deploy.RemoveGeneration(ctx, l.Store, g.App, g.Gen)
+				if err == nil || errors.Is(err, layering.ErrNotFound) {
+					err = st.DeleteCheckpoint(ctx, g.App, g.Gen)
+				}
+				if err != nil {
+					fmt.Fprintf(f.ErrOut, "Generation %d of %s stays until `fogctl gc` removes it: %v\n", g.Gen, g.App, err)
+					continue
+				}
+				fmt.Fprintf(f.ErrOut, "Removed generation %d of %s\n", g.Gen, g.App)
+			}
 			return nil
 		})}
 	cmd.AddCommand(create, ls, inspect, newCmdAppCosts(f), newCmdAppPool(f), rm)

@@ -560,3 +560,38 @@ func TestBootWhenGenerationIncompatible(t *testing.T) {
 		t.Fatalf("with the original record: %+v, %v; want a restore of generation %d", dep, err, gen.Gen)
 	}
 }
+
+// TestDeployAfterSpecChange: an app removed and created again under its
+// name with another command must not restore the old app's checkpoint.
+// Its next deploy boots and seals a generation of its own; a deploy of the
+// old spec still restores the old generation.
+func TestDeployAfterSpecChange(t *testing.T) {
+	f, ctx, app := redisFixture(t, "host", engine.NameCRIU, "respec")
+	first, err := f.D.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatalf("first deploy: %v", err)
+	}
+	if err := f.D.Undeploy(ctx, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	changed := app
+	changed.Command = append(slices.Clone(app.Command), "--maxclients", "1000")
+	dep, err := f.D.Deploy(ctx, changed, deploy.Options{})
+	if err != nil {
+		t.Fatalf("deploy of the changed spec: %v", err)
+	}
+	if !dep.Booted || dep.Gen == first.Gen {
+		t.Errorf("deploy of the changed spec: booted %v, generation %d; want a boot that seals a generation other than %d",
+			dep.Booted, dep.Gen, first.Gen)
+	}
+	if err := f.D.Undeploy(ctx, dep.ID); err != nil {
+		t.Fatal(err)
+	}
+	again, err := f.D.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatalf("deploy of the first spec again: %v", err)
+	}
+	if again.Booted || again.Gen != first.Gen {
+		t.Errorf("deploy of the first spec again: booted %v, generation %d; want a restore of generation %d", again.Booted, again.Gen, first.Gen)
+	}
+}

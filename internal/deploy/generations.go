@@ -120,23 +120,35 @@ func (d *Deployer) Latest(ctx context.Context, app string) (Generation, error) {
 	return gens[len(gens)-1], nil
 }
 
-// LatestOf returns app's newest complete generation of engine eng (any
-// engine when eng is ""), else its newest of any engine, or
-// ErrNoCheckpoint.
-func (d *Deployer) LatestOf(ctx context.Context, app, eng string) (Generation, error) {
-	gens, err := d.Generations(ctx, app)
+// CurrentOf returns the newest complete generation of app of engine eng
+// (any engine when eng is "", else the newest of any engine when eng has
+// none), among those that can stand for app as it is now
+// (spec.App.SameProcess): the checkpoints of an app that was removed and
+// created again with another command, user or environment are not
+// restored, and its next deploy produces a new one. ErrNoCheckpoint when
+// there is none.
+func (d *Deployer) CurrentOf(ctx context.Context, app App, eng string) (Generation, error) {
+	gens, err := d.Generations(ctx, app.Name)
 	if err != nil {
 		return Generation{}, err
 	}
-	if len(gens) == 0 {
-		return Generation{}, fmt.Errorf("app %s: %w", app, ErrNoCheckpoint)
-	}
-	for i := len(gens) - 1; i >= 0 && eng != ""; i-- {
-		if gens[i].Engine == eng {
-			return gens[i], nil
+	var newest *Generation
+	for i := len(gens) - 1; i >= 0; i-- {
+		g := gens[i]
+		if len(g.Spec.Command) > 0 && !g.Spec.SameProcess(app) {
+			continue
+		}
+		if newest == nil {
+			newest = &gens[i]
+		}
+		if eng == "" || g.Engine == eng {
+			return g, nil
 		}
 	}
-	return gens[len(gens)-1], nil
+	if newest == nil {
+		return Generation{}, fmt.Errorf("app %s (as it is now): %w", app.Name, ErrNoCheckpoint)
+	}
+	return *newest, nil
 }
 
 // nextGen is one past the highest generation number in use, sealed or not.

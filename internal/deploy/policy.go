@@ -106,7 +106,7 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 		}
 		return Deployment{}, err
 	}
-	gen, err := d.LatestOf(ctx, app.Name, opts.Engine)
+	gen, err := d.CurrentOf(ctx, app, opts.Engine)
 	var boot layering.Timings
 	if errors.Is(err, ErrNoCheckpoint) {
 		// One producer per app on this node; the others wait and reuse.
@@ -168,7 +168,7 @@ func (d *Deployer) produceOnce(ctx context.Context, app App, opts Options) (Gene
 		}
 		defer unlock()
 	}
-	gen, err := d.LatestOf(ctx, app.Name, opts.Engine)
+	gen, err := d.CurrentOf(ctx, app, opts.Engine)
 	if !errors.Is(err, ErrNoCheckpoint) {
 		return gen, nil, err
 	}

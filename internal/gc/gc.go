@@ -147,7 +147,21 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 	if err != nil {
 		return nil, err
 	}
+	removed := func(app string) bool {
+		return !slices.ContainsFunc(registered, func(a deploy.App) bool { return a.Name == app }) &&
+			(len(c.Apps) == 0 || slices.Contains(c.Apps, app))
+	}
 	for _, g := range recs {
+		if removed(g.App) {
+			// A generation of an app removed from this PoP (its record is
+			// in this PoP's etcd): it goes with its images.
+			it, err := removedAppGeneration(ctx, c.Store, g)
+			if err != nil {
+				return nil, err
+			}
+			plan = append(plan, it)
+			continue
+		}
 		if !want(g.App) {
 			continue
 		}
@@ -170,6 +184,26 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 		return plan[i].Name < plan[j].Name
 	})
 	return plan, nil
+}
+
+// removedAppGeneration is the item of generation g of an app that was
+// removed: skipped while clones of it remain (the pool slots its agents
+// are releasing).
+func removedAppGeneration(ctx context.Context, store layering.Store, g deploy.Generation) (Item, error) {
+	it := Item{Kind: KindGeneration, Name: fmt.Sprintf("%s/%d", g.App, g.Gen), App: g.App, Gen: g.Gen,
+		Images: []string{g.EnvSnap.Image, g.CkptSnap.Image}, Reason: "its app was removed"}
+	users := 0
+	for _, ref := range []layering.SnapRef{g.EnvSnap, g.CkptSnap} {
+		kids, err := store.Children(ctx, ref)
+		if err != nil && !errors.Is(err, layering.ErrNotFound) {
+			return it, err
+		}
+		users = max(users, len(kids))
+	}
+	if users > 0 {
+		it.Skip, it.Reason = true, fmt.Sprintf("its app was removed, but %d clone(s) of it remain", users)
+	}
+	return it, nil
 }
 
 // partial returns an item for an image of a generation that was never

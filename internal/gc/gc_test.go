@@ -172,6 +172,43 @@ func testGC(t *testing.T, s layering.Store) {
 	if fmt.Sprint(gens) != "[1 3 4]" {
 		t.Errorf("checkpoint records = %v; want [1 3 4]", gens)
 	}
+
+	// The app is removed from the PoP (its deployment first): its
+	// generations go with it, but one that a clone still uses stays.
+	if err := st.DeleteDeployment(ctx, "gc-used"+sfx); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteApp(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	plan, err = gc.Plan(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = map[string]string{}
+	for _, it := range plan {
+		if it.Kind == gc.KindGeneration {
+			key := it.Name
+			if it.Skip {
+				key += " (kept)"
+			}
+			got[key] = it.Reason
+		}
+	}
+	want := map[string]string{app + "/1 (kept)": "its app was removed, but 1 clone(s) of it remain",
+		app + "/3": "its app was removed", app + "/4": "its app was removed"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("generations in the plan after the app was removed = %v; want %v", got, want)
+	}
+	if _, err := gc.Apply(ctx, cfg, plan); err != nil {
+		t.Fatal(err)
+	}
+	if exists(deploy.GenImage(app, 3, "ckpt")) || exists(deploy.GenImage(app, 4, "env")) || !exists(deploy.GenImage(app, 1, "ckpt")) {
+		t.Errorf("after gc of the removed app: generations 3 and 4 must be gone, generation 1 (cloned) kept")
+	}
+	if recs, _ := st.Checkpoints(ctx, app); len(recs) != 1 || recs[0].Gen != 1 {
+		t.Errorf("checkpoint records after gc of the removed app = %+v; want generation 1 only", recs)
+	}
 	// Cleanup order: the clone before its parent.
 	_ = s.Remove(ctx, used)
 }

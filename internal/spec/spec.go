@@ -220,6 +220,17 @@ func (a App) CanCheckpointWith(eng string) string {
 	return ""
 }
 
+// SameProcess reports whether a checkpoint of app a can stand for app b:
+// the same environment, command, variables, working directory, user and
+// engine (after defaults), so that restoring it gives what booting b
+// would. An app removed and created again under its name with another
+// command, say, must not restore the old app's checkpoints.
+func (a App) SameProcess(b App) bool {
+	a, b = a.WithDefaults(), b.WithDefaults()
+	return a.Env == b.Env && slices.Equal(a.Command, b.Command) && slices.Equal(a.Environment, b.Environment) &&
+		a.WorkDir == b.WorkDir && a.User == b.User && (a.Engine == b.Engine || b.Engine == EngineAuto)
+}
+
 // WithDefaults fills the optional fields.
 func (a App) WithDefaults() App {
 	if a.Engine == "" {

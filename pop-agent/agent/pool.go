@@ -176,7 +176,7 @@ func (a *agent) poolGeneration(ctx context.Context, app deploy.App) (deploy.Gene
 			eng, _, _ = adaptive.ChooseEngine(c, a.restorableEngines(ctx, app.Name))
 		}
 	}
-	return a.d.LatestOf(ctx, app.Name, eng)
+	return a.d.CurrentOf(ctx, app, eng)
 }
 
 // idleSlots are app's idle pool slots of generation gen, oldest first.

@@ -199,4 +199,21 @@ func TestPoolPoP(t *testing.T) {
 			t.Fatalf("pools of removed app %s still there after 60 s: %+v", app.Name, pools)
 		}
 	}
+	// Its generations go with it: what the pool slots still used when the
+	// app was removed, fogctl gc removes once the slots are released.
+	for start := time.Now(); ; time.Sleep(500 * time.Millisecond) {
+		if _, errOut, code := p.fogctl(ctx, "gc", "--min-age", "0s"); code != 0 {
+			t.Fatalf("fogctl gc = %d\n%s", code, errOut)
+		}
+		out, errOut, code := p.fogctl(ctx, "checkpoint", "ls", app.Name, "-o", "json")
+		if code != 0 {
+			t.Fatalf("fogctl checkpoint ls %s = %d\n%s", app.Name, code, errOut)
+		}
+		if o := strings.TrimSpace(out); o == "[]" || o == "null" {
+			break
+		}
+		if time.Since(start) > 60*time.Second {
+			t.Fatalf("generations of removed app %s still there 60 s after its pools went: %s", app.Name, out)
+		}
+	}
 }
