@@ -60,7 +60,13 @@ func (a *agent) choose(ctx context.Context, dsr state.Desired, app deploy.App) c
 		ch.reason = engReason
 		return ch
 	}
-	d := adaptive.Decide(c, a.node.Problems["boot"])
+	// The node could not boot apps when the agent started (no boot
+	// image): look again, since an operator may have built it since.
+	cannotBoot := a.node.Problems["boot"]
+	if cannotBoot != "" && a.d != nil && a.d.CheckBoot(ctx) == nil {
+		cannotBoot = ""
+	}
+	d := adaptive.Decide(c, cannotBoot)
 	a.m.auto.WithLabelValues(string(d.Mode), string(d.Why)).Inc()
 	ch.mode, ch.reason, ch.auto = d.Mode, d.Reason, true
 	if d.Mode == deploy.ModeRestore && engReason != "" {
