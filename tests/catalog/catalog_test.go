@@ -1,7 +1,8 @@
 // Package catalog checks the app catalog of the evaluation (configs/apps,
 // configs/envs) without any service: every app spec parses and validates,
 // its environment has a build file that parses and whose COPY sources exist
-// (Python sources among them parse, where python3 is installed), and that
+// (Python and JavaScript sources among them parse, where python3 and node
+// are installed), and that
 // build file installs the Debian package the app comes from.
 package catalog
 
@@ -28,6 +29,8 @@ var packages = map[string][]string{
 	"tomcat":     {"tomcat10", "tomcat10-examples"},
 	"pgindex":    {"postgresql-15"},
 	"codesearch": {"python3"},
+	"routes":     {"nodejs"},
+	"fleet":      {"nodejs"},
 }
 
 const configs = "../../configs"
@@ -85,6 +88,8 @@ func TestCatalog(t *testing.T) {
 					t.Errorf("%s:%d: COPY %s: %v", build, s.Line, s.Args[0], err)
 				} else if strings.HasSuffix(src, ".py") {
 					checkPython(t, src)
+				} else if strings.HasSuffix(src, ".js") {
+					checkNode(t, src)
 				}
 			}
 		}
@@ -109,6 +114,20 @@ func TestCatalog(t *testing.T) {
 	sort.Strings(names)
 	if !slices.Equal(names, want) {
 		t.Errorf("catalog apps %v, want %v", names, want)
+	}
+}
+
+// checkNode parses a JavaScript source that an environment copies (node
+// --check), where node is installed.
+func checkNode(t *testing.T, path string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Logf("%s: not parsed: no node on PATH", path)
+		return
+	}
+	if out, err := exec.Command(node, "--check", path).CombinedOutput(); err != nil {
+		t.Errorf("%s does not parse as JavaScript: %v\n%s", path, err, out)
 	}
 }
 
