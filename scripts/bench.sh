@@ -15,7 +15,7 @@ FD_PROG=bench
 cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
 FOGCTL=${FOGCTL:-bin/fogctl}
 GO=${GO:-go}
-CATALOG=(redis pyhttp nginx postgres mariadb tomcat pgindex codesearch)
+CATALOG=(redis pyhttp nginx postgres mariadb tomcat pgindex codesearch routes fleet)
 DMTCP_PREFIX=${FOGDEPLOY_DMTCP_PREFIX:-${DMTCP_PREFIX:-/opt/dmtcp}}
 
 fd_is_root || fd_die "the evaluation maps and mounts RBD images: run it as root"
@@ -60,7 +60,7 @@ APPS=$(
 	IFS=,
 	echo "${apps[*]}"
 ) FOGDEPLOY_BENCH=1 FOGDEPLOY_BENCH_RESULTS=$(readlink -f "$RESULTS") FOGDEPLOY_DMTCP_PREFIX=$DMTCP_PREFIX \
-	"$GO" test -tags="${CEPH_TAGS:-pacific}" -count=1 -v -run '^TestEvaluation$' -timeout 30m ./tests/bench/ 2>&1 |
+	"$GO" test -tags="${CEPH_TAGS:-pacific}" -count=1 -v -run '^TestEvaluation$' -timeout 45m ./tests/bench/ 2>&1 |
 	tee "$log" | grep --line-buffered -E 'eval_test\.go|^(--- |FAIL|ok |PASS)' | sed -u 's/^ *eval_test\.go:[0-9]*: //'
 rc=${PIPESTATUS[0]}
 set -e

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,15 +45,24 @@ func sample() evaluation.Results {
 			Phases:         []evaluation.Phase{{Name: "clone", MS: s(20, 25, 21)}, {Name: "engine restart", MS: s(restore / 2)}},
 			CheckpointIO:   evaluation.IO{ReadMiB: s(1), WrittenMiB: s(31, 32, 30)},
 			RestoreIO:      evaluation.IO{ReadMiB: s(29, 30, 31), WrittenMiB: s(0.5)},
-			StateCheck:     "GET returns the key, " + name}
+			AutoMode:       "restore", AutoReason: "auto: restore 0.10 s < boot 0.70 s", AutoMS: s(100), AutoSpeedup: boot / 100,
+			StateCheck: "GET returns the key, " + name}
 	}
 	return evaluation.Results{
 		Started: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC), Seconds: 612,
 		Host: evaluation.Host{CPUs: 2, MemoryMiB: 24000, Kernel: "6.1", Ceph: "16.2.15", OSDs: 1, ObjectStore: "memstore", Mapper: "fuse"},
 		Apps: []evaluation.App{app("redis", 700, 1200), app("pgindex", 9000, 1500)},
 		Interference: &evaluation.Interference{Server: "nginx", PageBytes: 5120, Deploying: "redis", Seconds: 5,
-			Rows: []evaluation.InterferenceRow{{Concurrency: 10, BaselineRPS: 4000, LoadedRPS: 3800, OverheadPct: 5, Deploys: 3},
-				{Concurrency: 100, BaselineRPS: 4200, LoadedRPS: 3900, OverheadPct: 7.14, Deploys: 4}}},
+			Priority: "at background priority",
+			Rows: []evaluation.InterferenceRow{
+				{Concurrency: 10, BaselineRPS: 4000, Runs: []evaluation.RateRun{
+					{Rate: evaluation.RateHalf, IntervalS: 2, RPS: 3800, OverheadPct: 5, Deploys: 3, PerSecond: 0.5},
+					{Rate: evaluation.RateMax, RPS: 3000, OverheadPct: 25, Deploys: 9, PerSecond: 1.8}}},
+				{Concurrency: 100, BaselineRPS: 4200, Runs: []evaluation.RateRun{
+					{Rate: evaluation.RateHalf, IntervalS: 2, RPS: 3900, OverheadPct: 7.14, Deploys: 4, PerSecond: 0.5},
+					{Rate: evaluation.RateMax, RPS: 3100, OverheadPct: 26.19, Deploys: 8, PerSecond: 1.6, Failed: 2}}}},
+			Costs: []evaluation.DeployCost{{Kind: evaluation.DeployPoolHit, CPUSeconds: s(0.31, 0.35, 0.33), WallMS: s(900),
+				OSDReadMiB: 0.2, OSDWroteMiB: 1.5, ByProcess: []evaluation.ProcessCPU{{Name: "dockerd", Seconds: 0.2}, {Name: "rbd-fuse", Seconds: 0.1}}}}},
 		Concurrency: &evaluation.Concurrency{App: "redis", Rows: []evaluation.ConcurrencyRow{
 			{N: 1, RestoreMS: s(1200)}, {N: 2, RestoreMS: s(1300, 1400)}, {N: 4, RestoreMS: s(1500, 1600, 1700, 1900)}}},
 		Lazy: &evaluation.Lazy{App: "codesearch", Engine: "criu", ImageMiB: 88, FullWarm: s(300), LazyWarm: s(150),
@@ -71,7 +81,7 @@ func TestWriteAgrees(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{evaluation.FileJSON, evaluation.FileMarkdown, evaluation.FileAppsCSV, evaluation.FilePhasesCSV,
-		evaluation.FileInterfCSV, evaluation.FileConcurrCSV, evaluation.PlotBootRestore, evaluation.PlotCheckpoint,
+		evaluation.FileInterfCSV, evaluation.FileCostsCSV, evaluation.FileConcurrCSV, evaluation.PlotBootRestore, evaluation.PlotCheckpoint,
 		evaluation.PlotPhases, evaluation.PlotIO, evaluation.PlotInterference, evaluation.PlotConcurrency}
 	if len(paths) != len(want) {
 		t.Errorf("Write wrote %d files, want %d: %v", len(paths), len(want), paths)
@@ -88,7 +98,8 @@ func TestWriteAgrees(t *testing.T) {
 	if err := json.Unmarshal(read(evaluation.FileJSON), &back); err != nil {
 		t.Fatal(err)
 	}
-	if back.Apps[1].RestoreMS != r.Apps[1].RestoreMS || back.Interference.Rows[1] != r.Interference.Rows[1] {
+	if back.Apps[1].RestoreMS != r.Apps[1].RestoreMS || back.Interference.Rows[1].Runs[1] != r.Interference.Rows[1].Runs[1] ||
+		!reflect.DeepEqual(back.Interference.Costs, r.Interference.Costs) {
 		t.Errorf("JSON round trip differs: %+v", back.Apps[1].RestoreMS)
 	}
 
@@ -118,13 +129,26 @@ func TestWriteAgrees(t *testing.T) {
 		}
 	}
 
+	irows, err := csv.NewReader(strings.NewReader(string(read(evaluation.FileInterfCSV)))).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A header, then per degree the run alone and one per rate.
+	if len(irows) != 1+2*3 || strings.Join(irows[5], ",") != "100,1/2s,2.000,3900.000,7.140,4,0.500,0,3.800" {
+		t.Errorf("interference.csv = %v", irows)
+	}
+
 	md := string(read(evaluation.FileMarkdown))
 	for _, s := range []string{
 		"| redis | dmtcp | 3 | 0.70 (0.63–0.77) s | 1.40 (1.26–1.75) s | 2.40 s | 0.3x | 1.20 (1.14–1.44) s | 0.6x |",
 		"| redis | 30.0 (30.0–31.0) | 1.00 | 31.0 (30.0–32.0) | 31.0 | 30.0 (29.0–31.0) | 100 % | 0.50 |",
 		"| pgindex | dmtcp | 3 | 9.00 (8.10–9.90) s |", "| 6.0x |",
-		"| 100 | 4200 | 3900 | 7.1% | 4 | 0 |",
+		"| concurrency | alone (req/s) | deploys at 1/2s (req/s) | loss | deploys at max (req/s) | loss | the paper's loss |",
+		"| 100 | 4200 | 3900 (4 deploys, 0.50/s) | 7.1% | 3100 (8 deploys, 1.60/s) | 26.2% | 3.8% |",
+		"Failed or non-2xx requests in all these runs: 2.",
+		"| pool hit | 0.33 (0.31–0.35) | 0.90 s | 0.2 MiB | 1.5 MiB |", "- pool hit: dockerd 0.20, rbd-fuse 0.10",
 		"| 4 | 1.65 (1.50–1.90) s |",
+		"| restore | 0.10 s | 7.0x |", "- redis: auto: restore 0.10 s < boot 0.70 s",
 		"| cold | 0.90 s | 0.20 s | 0.2x |",
 		"](" + evaluation.PlotBootRestore + ")", "- a note",
 	} {

@@ -18,6 +18,7 @@ const (
 	FileAppsCSV      = "apps.csv"
 	FilePhasesCSV    = "phases.csv"
 	FileInterfCSV    = "interference.csv"
+	FileCostsCSV     = "deploy_costs.csv"
 	FileConcurrCSV   = "concurrency.csv"
 	PlotBootRestore  = "boot_vs_restore.svg"
 	PlotCheckpoint   = "checkpoint.svg"
@@ -62,6 +63,7 @@ func Write(dir string, r Results) ([]string, error) {
 		{FileAppsCSV, func(w io.Writer) error { return WriteAppsCSV(w, r.Apps) }, len(r.Apps) == 0},
 		{FilePhasesCSV, func(w io.Writer) error { return WritePhasesCSV(w, r.Apps) }, len(r.Apps) == 0},
 		{FileInterfCSV, func(w io.Writer) error { return WriteInterferenceCSV(w, r.Interference) }, r.Interference == nil},
+		{FileCostsCSV, func(w io.Writer) error { return WriteCostsCSV(w, r.Interference.Costs) }, r.Interference == nil || len(r.Interference.Costs) == 0},
 		{FileConcurrCSV, func(w io.Writer) error { return WriteConcurrencyCSV(w, r.Concurrency) }, r.Concurrency == nil},
 		{FileMarkdown, func(w io.Writer) error { return WriteMarkdown(w, r) }, false},
 	}
@@ -117,6 +119,7 @@ var appColumns = []struct {
 	{"first_restore_osd_written_mib", func(a App) Stats { return a.FirstRestoreIO.WrittenMiB }},
 	{"restore_osd_read_mib", func(a App) Stats { return a.RestoreIO.ReadMiB }},
 	{"restore_osd_written_mib", func(a App) Stats { return a.RestoreIO.WrittenMiB }},
+	{"auto_ms", func(a App) Stats { return a.AutoMS }},
 }
 
 // WriteAppsCSV writes one row per app with min/median/max of each quantity.
@@ -126,7 +129,7 @@ func WriteAppsCSV(w io.Writer, apps []App) error {
 	for _, col := range appColumns {
 		head = append(head, statsCols(col.name)...)
 	}
-	head = append(head, "speedup", "first_speedup", "pool_speedup", "state_check")
+	head = append(head, "speedup", "first_speedup", "pool_speedup", "pool_slot_mib", "auto_mode", "auto_speedup", "state_check")
 	if err := c.Write(head); err != nil {
 		return err
 	}
@@ -135,7 +138,7 @@ func WriteAppsCSV(w io.Writer, apps []App) error {
 		for _, col := range appColumns {
 			row = append(row, statsVals(col.get(a))...)
 		}
-		row = append(row, num(a.Speedup), num(a.FirstSpeedup), num(a.PoolSpeedup), a.StateCheck)
+		row = append(row, num(a.Speedup), num(a.FirstSpeedup), num(a.PoolSpeedup), num(a.PoolSlotMiB), a.AutoMode, num(a.AutoSpeedup), a.StateCheck)
 		if err := c.Write(row); err != nil {
 			return err
 		}
@@ -161,16 +164,44 @@ func WritePhasesCSV(w io.Writer, apps []App) error {
 	return c.Error()
 }
 
-// WriteInterferenceCSV writes the interference rows.
+// WriteInterferenceCSV writes the interference runs: one line per
+// concurrency degree and deploy rate, the first of each degree alone.
 func WriteInterferenceCSV(w io.Writer, in *Interference) error {
 	c := csv.NewWriter(w)
-	if err := c.Write([]string{"concurrency", "baseline_rps", "loaded_rps", "overhead_pct", "deploys", "failed",
-		"refill_rps", "refill_overhead_pct", "refills"}); err != nil {
+	if err := c.Write([]string{"concurrency", "rate", "interval_s", "rps", "overhead_pct", "deploys", "deploys_per_s",
+		"failed", "paper_overhead_pct"}); err != nil {
 		return err
 	}
 	for _, r := range in.Rows {
-		if err := c.Write([]string{strconv.Itoa(r.Concurrency), num(r.BaselineRPS), num(r.LoadedRPS), num(r.OverheadPct),
-			strconv.Itoa(r.Deploys), strconv.Itoa(r.Failed), num(r.RefillRPS), num(r.RefillOverheadPct), strconv.Itoa(r.Refills)}); err != nil {
+		paper := ""
+		if v, ok := PaperTableII[r.Concurrency]; ok {
+			paper = num(v)
+		}
+		if err := c.Write([]string{strconv.Itoa(r.Concurrency), "none", "", num(r.BaselineRPS), "0", "0", "0",
+			strconv.Itoa(r.BaselineFailed), paper}); err != nil {
+			return err
+		}
+		for _, x := range r.Runs {
+			if err := c.Write([]string{strconv.Itoa(r.Concurrency), x.Rate, num(x.IntervalS), num(x.RPS), num(x.OverheadPct),
+				strconv.Itoa(x.Deploys), num(x.PerSecond), strconv.Itoa(x.Failed), paper}); err != nil {
+				return err
+			}
+		}
+	}
+	c.Flush()
+	return c.Error()
+}
+
+// WriteCostsCSV writes what one deploy costs the node, by kind.
+func WriteCostsCSV(w io.Writer, costs []DeployCost) error {
+	c := csv.NewWriter(w)
+	head := append(append([]string{"kind", "n"}, statsCols("cpu_seconds")...), statsCols("wall_ms")...)
+	if err := c.Write(append(head, "osd_read_mib", "osd_wrote_mib")); err != nil {
+		return err
+	}
+	for _, k := range costs {
+		row := append(append([]string{k.Kind, strconv.Itoa(k.CPUSeconds.N)}, statsVals(k.CPUSeconds)...), statsVals(k.WallMS)...)
+		if err := c.Write(append(row, num(k.OSDReadMiB), num(k.OSDWroteMiB))); err != nil {
 			return err
 		}
 	}
@@ -248,14 +279,22 @@ func WriteMarkdown(w io.Writer, r Results) error {
 			"later restores there read the node's copy. Speedup = plain boot / restore.\n\n![boot vs restore](%s)\n\n", PlotBootRestore)
 
 		b.WriteString("## Warm pool: restores that find a slot waiting\n\n")
-		b.WriteString("| app | restore (pool miss) | restore (pool hit) | beyond the engine's restart | speedup (pool hit) | refilling one slot |\n")
-		b.WriteString("|---|---:|---:|---:|---:|---:|\n")
+		b.WriteString("| app | restore (pool miss) | restore (pool hit) | beyond the engine's restart | speedup (pool hit) | refilling one slot | memory of an idle slot | auto chose | auto | speedup (auto) |\n")
+		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|\n")
 		for _, a := range r.Apps {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %.1fx | %s |\n", a.Name, seconds(a.RestoreMS), seconds(a.PoolHitMS),
-				millis(a.PoolOverheadMS), a.PoolSpeedup, seconds(a.PoolRefillMS))
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %.1fx | %s | %.1f MiB | %s | %s | %.1fx |\n", a.Name, seconds(a.RestoreMS), seconds(a.PoolHitMS),
+				millis(a.PoolOverheadMS), a.PoolSpeedup, seconds(a.PoolRefillMS), a.PoolSlotMiB, a.AutoMode, seconds(a.AutoMS), a.AutoSpeedup)
 		}
 		b.WriteString("\nA pool hit runs only start, ready and bind: the slot's clone, mapping, mount and container were made before " +
-			"the deploy (refilling one slot), at the lowest CPU weight. Speedup = plain boot / pool hit.\n\n")
+			"the deploy (refilling one slot), at the lowest CPU weight. Speedup = plain boot / pool hit. Auto is mode auto: " +
+			"its policy chose from the plain boots and pool hits above (restore only when restoring is faster), and one deploy " +
+			"ran as it chose.\n\n")
+		for _, a := range r.Apps {
+			if a.AutoReason != "" {
+				fmt.Fprintf(&b, "- %s: %s\n", a.Name, a.AutoReason)
+			}
+		}
+		b.WriteString("\n")
 
 		b.WriteString("## Checkpoints (Fig. 7)\n\n| app | image (MiB) | checkpoint time | app boot under the engine |\n|---|---:|---:|---:|\n")
 		for _, a := range r.Apps {
@@ -290,15 +329,7 @@ func WriteMarkdown(w io.Writer, r Results) error {
 		b.WriteString("\n")
 	}
 	if in := r.Interference; in != nil {
-		fmt.Fprintf(&b, "## Interference (Table II)\n\n%s serving a %d-byte page, `ab` for %.0f s per run, "+
-			"without and with concurrent deployments of %s on the same node (%d deploy-undeploy loops side by side).\n\n",
-			in.Server, in.PageBytes, in.Seconds, in.Deploying, in.Parallel)
-		b.WriteString("| concurrency | alone (req/s) | with deployments (req/s) | overhead | deployments | with a pool refilling (req/s) | overhead | slots refilled | failed requests |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, row := range in.Rows {
-			fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.1f%% | %d | %.0f | %.1f%% | %d | %d |\n", row.Concurrency, row.BaselineRPS, row.LoadedRPS,
-				row.OverheadPct, row.Deploys, row.RefillRPS, row.RefillOverheadPct, row.Refills, row.Failed)
-		}
-		fmt.Fprintf(&b, "\n![interference](%s)\n\n", PlotInterference)
+		writeInterference(&b, in)
 	}
 	if co := r.Concurrency; co != nil {
 		fmt.Fprintf(&b, "## Simultaneous restores of %s on one node\n\n| simultaneous | restore-to-ready (pool miss) | ratio to one | restore-to-ready (pool of N) | ratio to one |\n|---:|---:|---:|---:|---:|\n", co.App)
@@ -327,4 +358,65 @@ func WriteMarkdown(w io.Writer, r Results) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeInterference renders Table II: throughput alone and at each deploy
+// rate, its loss, and the paper's loss beside it; then what a deploy costs.
+func writeInterference(b *strings.Builder, in *Interference) {
+	rates := in.RateNames()
+	fmt.Fprintf(b, "## Interference (Table II)\n\n%s serving a %d-byte page under `ab` (%.0f s per run), alone and while the "+
+		"same node deploys and undeploys %s at a stated rate, as an agent with a warm pool of one slot does: each deploy "+
+		"takes the waiting slot, and the slot is refilled after it. %s\n\n", in.Server, in.PageBytes, in.Seconds, in.Deploying, in.Priority)
+	b.WriteString("| concurrency | alone (req/s) |")
+	sep := "|---:|---:|"
+	for _, rate := range rates {
+		fmt.Fprintf(b, " deploys at %s (req/s) | loss |", rate)
+		sep += "---:|---:|"
+	}
+	b.WriteString(" the paper's loss |\n" + sep + "---:|\n")
+	for _, row := range in.Rows {
+		fmt.Fprintf(b, "| %d | %.0f |", row.Concurrency, row.BaselineRPS)
+		for _, rate := range rates {
+			if x, ok := row.Run(rate); ok {
+				fmt.Fprintf(b, " %.0f (%d deploys, %.2f/s) | %.1f%% |", x.RPS, x.Deploys, x.PerSecond, x.OverheadPct)
+			} else {
+				b.WriteString(" – | – |")
+			}
+		}
+		if v, ok := PaperTableII[row.Concurrency]; ok {
+			fmt.Fprintf(b, " %.1f%% |\n", v)
+		} else {
+			b.WriteString(" – |\n")
+		}
+	}
+	var failed int
+	for _, row := range in.Rows {
+		failed += row.BaselineFailed
+		for _, x := range row.Runs {
+			failed += x.Failed
+		}
+	}
+	fmt.Fprintf(b, "\nFailed or non-2xx requests in all these runs: %d.\n\n![interference](%s)\n\n", failed, PlotInterference)
+	if len(in.Costs) > 0 {
+		fmt.Fprintf(b, "What one deploy of %s costs the node: CPU time of every process of the machine (agent work, rbd-fuse, "+
+			"dockerd, the engine, the OSD) over the deploy, its undeploy and, on a pool hit, the slot's refill, less what the "+
+			"idle node uses in as long; and what the OSDs moved for it.\n\n"+
+			"| deploy | CPU-seconds | wall time (deploy to undeployed) | OSD read | OSD written |\n|---|---:|---:|---:|---:|\n", in.Deploying)
+		for _, k := range in.Costs {
+			fmt.Fprintf(b, "| %s | %.2f (%.2f–%.2f) | %s | %.1f MiB | %.1f MiB |\n", k.Kind, k.CPUSeconds.Median, k.CPUSeconds.Min,
+				k.CPUSeconds.Max, seconds(k.WallMS), k.OSDReadMiB, k.OSDWroteMiB)
+		}
+		b.WriteString("\nWhere the CPU time goes (CPU-seconds per deploy, the mean of the runs; the six largest):\n\n")
+		for _, k := range in.Costs {
+			var parts []string
+			for i, p := range k.ByProcess {
+				if i == 6 {
+					break
+				}
+				parts = append(parts, fmt.Sprintf("%s %.2f", p.Name, p.Seconds))
+			}
+			fmt.Fprintf(b, "- %s: %s\n", k.Kind, strings.Join(parts, ", "))
+		}
+		b.WriteString("\n")
+	}
 }

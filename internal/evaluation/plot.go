@@ -206,13 +206,23 @@ func phasesPlot(apps []App) *plot.Plot {
 
 func interferencePlot(in *Interference) *plot.Plot {
 	names := make([]string, len(in.Rows))
-	alone, loaded, refill := make([]float64, len(in.Rows)), make([]float64, len(in.Rows)), make([]float64, len(in.Rows))
-	for i, r := range in.Rows {
-		names[i] = fmt.Sprintf("c=%d\n%.1f%% / %.1f%%", r.Concurrency, r.OverheadPct, r.RefillOverheadPct)
-		alone[i], loaded[i], refill[i] = r.BaselineRPS, r.LoadedRPS, r.RefillRPS
+	series := []bars{{"alone", make([]float64, len(in.Rows))}}
+	rates := in.RateNames()
+	for _, rate := range rates {
+		series = append(series, bars{"deploys at " + rate, make([]float64, len(in.Rows))})
 	}
-	return grouped(fmt.Sprintf("%s throughput under ab (%d-byte page)", in.Server, in.PageBytes), "requests/s", names,
-		[]bars{{"alone", alone}, {"with deployments of " + in.Deploying, loaded}, {"with a pool of " + in.Deploying + " refilling", refill}})
+	for i, r := range in.Rows {
+		names[i] = fmt.Sprintf("c=%d", r.Concurrency)
+		series[0].values[i] = r.BaselineRPS
+		for j, rate := range rates {
+			if x, ok := r.Run(rate); ok {
+				series[j+1].values[i] = x.RPS
+				names[i] += fmt.Sprintf("\n%s %.1f%%", rate, x.OverheadPct)
+			}
+		}
+	}
+	return grouped(fmt.Sprintf("%s throughput under ab (%d-byte page) while %s deploys", in.Server, in.PageBytes, in.Deploying),
+		"requests/s", names, series)
 }
 
 // concurrencyPlot draws median restore-to-ready with min–max error bars.

@@ -118,6 +118,18 @@ type App struct {
 	PoolOverheadMS Stats   `json:"pool_overhead_ms"`
 	PoolRefillMS   Stats   `json:"pool_refill_ms"`
 	PoolSpeedup    float64 `json:"pool_speedup"`
+	// PoolSlotMiB is the memory one idle pool slot takes: the resident
+	// memory of the processes it runs (its container's shim and waiting
+	// entrypoint, its rbd-fuse), measured with 4 slots provisioned.
+	PoolSlotMiB float64 `json:"pool_slot_mib"`
+	// AutoMode is what mode auto's policy chose from the plain boots and
+	// the pool hits measured (boot or restore), AutoReason why, AutoMS the
+	// time of a deploy as it chose, and AutoSpeedup PlainBootMS / AutoMS
+	// (medians).
+	AutoMode    string  `json:"auto_mode"`
+	AutoReason  string  `json:"auto_reason"`
+	AutoMS      Stats   `json:"auto_ms"`
+	AutoSpeedup float64 `json:"auto_speedup"`
 	// Phases break the restores down, in the order they run.
 	Phases       []Phase `json:"phases"`
 	CheckpointIO IO      `json:"checkpoint_io"`
@@ -127,36 +139,112 @@ type App struct {
 	StateCheck string `json:"state_check"`
 }
 
+// RateRun is a web server's throughput under ab while the node deploys and
+// undeploys the load app at one rate, as an agent with a warm pool does:
+// each deploy takes the waiting slot, and the slot is refilled at the
+// pool's background priority afterwards.
+type RateRun struct {
+	// Rate names the deploy rate (RateNames); IntervalS is the target
+	// seconds from one deploy to the next, 0 for back to back.
+	Rate      string  `json:"rate"`
+	IntervalS float64 `json:"interval_s"`
+	RPS       float64 `json:"rps"`
+	// OverheadPct is the loss against the row's BaselineRPS.
+	OverheadPct float64 `json:"overhead_pct"`
+	// Deploys is how many deploys ran during the ab run, PerSecond the
+	// rate they reached.
+	Deploys   int     `json:"deploys"`
+	PerSecond float64 `json:"per_second"`
+	// Failed counts failed and non-2xx requests.
+	Failed int `json:"failed"`
+}
+
+// Deploy rates of the interference test.
+const (
+	RateHalf = "1/2s" // one deploy every 2 s
+	RateOne  = "1/s"  // one every second
+	RateMax  = "max"  // back to back: the highest rate the node sustains
+)
+
 // InterferenceRow is one concurrency degree of the interference test.
 type InterferenceRow struct {
 	Concurrency int     `json:"concurrency"`
 	BaselineRPS float64 `json:"baseline_rps"`
-	LoadedRPS   float64 `json:"loaded_rps"`
-	OverheadPct float64 `json:"overhead_pct"`
-	// Deploys is how many deployments ran during the loaded run.
-	Deploys int `json:"deploys"`
-	// Failed counts failed requests in both runs.
-	Failed int `json:"failed"`
-	// RefillRPS is throughput while the node refills a warm pool (slots
-	// provisioned and released in a loop, at the pool's background
-	// priority); RefillOverheadPct its loss against BaselineRPS; Refills
-	// how many slots were provisioned meanwhile.
-	RefillRPS         float64 `json:"refill_rps"`
-	RefillOverheadPct float64 `json:"refill_overhead_pct"`
-	Refills           int     `json:"refills"`
+	// BaselineFailed counts failed and non-2xx requests of the run alone.
+	BaselineFailed int       `json:"baseline_failed"`
+	Runs           []RateRun `json:"runs"`
 }
 
-// Interference is throughput of a web server under ab, with and without
-// concurrent deployments on the same node (Table II of the paper).
-type Interference struct {
-	Server    string `json:"server"`
-	PageBytes int    `json:"page_bytes"`
-	Deploying string `json:"deploying"`
-	// Parallel is how many deploy-undeploy loops ran side by side.
-	Parallel int               `json:"parallel"`
-	Seconds  float64           `json:"seconds"`
-	Rows     []InterferenceRow `json:"rows"`
+// Run returns the row's run at rate, if any.
+func (r InterferenceRow) Run(rate string) (RateRun, bool) {
+	for _, x := range r.Runs {
+		if x.Rate == rate {
+			return x, true
+		}
+	}
+	return RateRun{}, false
 }
+
+// DeployCost is what one deploy costs the node, by kind: the CPU time of
+// every process of the machine (the agent's work, rbd-fuse, dockerd, the
+// engine, the OSD) over the deploy, its undeploy and, on a pool hit, the
+// refill of the slot, less what the idle node uses in as long; and the
+// bytes the OSDs moved for it.
+type DeployCost struct {
+	// Kind is DeployPoolHit, DeployPoolMiss or DeployBoot.
+	Kind        string  `json:"kind"`
+	CPUSeconds  Stats   `json:"cpu_seconds"`
+	WallMS      Stats   `json:"wall_ms"`
+	OSDReadMiB  float64 `json:"osd_read_mib"`
+	OSDWroteMiB float64 `json:"osd_wrote_mib"`
+	// ByProcess splits CPUSeconds by what ran (the mean over the runs),
+	// most first.
+	ByProcess []ProcessCPU `json:"by_process,omitempty"`
+}
+
+// ProcessCPU is the CPU time of one kind of process.
+type ProcessCPU struct {
+	Name    string  `json:"name"`
+	Seconds float64 `json:"seconds"`
+}
+
+// Kinds of deploy (DeployCost.Kind).
+const (
+	DeployPoolHit  = "pool hit"
+	DeployPoolMiss = "pool miss"
+	DeployBoot     = "boot"
+)
+
+// Interference is throughput of a web server under ab, alone and while the
+// same node deploys at stated rates (Table II of the paper), and what one
+// deploy costs the node.
+type Interference struct {
+	Server    string  `json:"server"`
+	PageBytes int     `json:"page_bytes"`
+	Deploying string  `json:"deploying"`
+	Seconds   float64 `json:"seconds"`
+	// Priority says at what priority the deployment work ran.
+	Priority string            `json:"priority"`
+	Rows     []InterferenceRow `json:"rows"`
+	Costs    []DeployCost      `json:"costs,omitempty"`
+}
+
+// RateNames are the deploy rates of the rows, in order of first use.
+func (in *Interference) RateNames() []string {
+	var names []string
+	for _, r := range in.Rows {
+		for _, x := range r.Runs {
+			if !slices.Contains(names, x.Rate) {
+				names = append(names, x.Rate)
+			}
+		}
+	}
+	return names
+}
+
+// PaperTableII is the paper's Table II: Apache's throughput overhead at
+// each concurrency degree while a container deployed beside it.
+var PaperTableII = map[int]float64{10: 3.6, 100: 3.8, 200: 5.0, 500: 5.5, 1000: 6.7}
 
 // ConcurrencyRow is restore-to-ready with N simultaneous restores: on a
 // pool miss (RestoreMS: every restore provisions its slot) and with a warm

@@ -3,6 +3,7 @@
 package bench
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -21,12 +22,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fogdeploy/fogdeploy/internal/adaptive"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/evaluation"
 	"github.com/fogdeploy/fogdeploy/internal/gencache"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/cephstore"
@@ -43,14 +46,11 @@ const (
 )
 
 // catalog is the order of the evaluation's apps (configs/apps/<name>.yaml).
-var catalog = []string{"redis", "pyhttp", "nginx", "postgres", "mariadb", "tomcat", "pgindex", "codesearch"}
+var catalog = []string{"redis", "pyhttp", "nginx", "postgres", "mariadb", "tomcat", "pgindex", "codesearch", "routes", "fleet"}
 
 var (
 	interferenceConcurrency = []int{10, 100, 200, 500, 1000}
 	simultaneous            = []int{1, 2, 4, 8}
-	// deployLoops deploy and undeploy the load app side by side during the
-	// loaded ab runs.
-	deployLoops = 2
 )
 
 type evalConfig struct {
@@ -171,7 +171,7 @@ func TestEvaluation(t *testing.T) {
 				break
 			}
 		}
-		in, err := evalInterference(ctx, t, f, apps["nginx"], apps[load], load, cfg.abSecs)
+		in, err := evalInterference(ctx, t, f, apps["nginx"], apps[load], load, cfg.abSecs, cfg.reps)
 		if err != nil {
 			t.Fatalf("interference: %v", err)
 		}
@@ -345,6 +345,13 @@ func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deplo
 		return a, err
 	}
 	a.PoolHitMS, a.PoolOverheadMS, a.PoolRefillMS = evaluation.Summarize(hit), evaluation.Summarize(overhead), evaluation.Summarize(refill)
+	if err := evalAuto(ctx, t, f, app, catalogName, last, plain, hit, &a); err != nil {
+		return a, err
+	}
+	if a.PoolSlotMiB, err = poolMemory(ctx, f, last, poolSlotsMeasured); err != nil {
+		return a, fmt.Errorf("memory of %d pool slots: %w", poolSlotsMeasured, err)
+	}
+	t.Logf("  %s: %d idle pool slots take %.1f MiB of the node's memory each", catalogName, poolSlotsMeasured, a.PoolSlotMiB)
 	a.PlainBootMS, a.PlainAppMS = evaluation.Summarize(plain), evaluation.Summarize(plainApp)
 	a.FirstDeployMS, a.BootReadyMS = evaluation.Summarize(first), evaluation.Summarize(bootReady)
 	a.CheckpointMS, a.ImageMiB = evaluation.Summarize(ckptMS), evaluation.Summarize(image)
@@ -379,6 +386,98 @@ func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deplo
 		a.Phases = append(a.Phases, evaluation.Phase{Name: n, MS: evaluation.Summarize(phases[n])})
 	}
 	return a, nil
+}
+
+// poolSlotsMeasured is how many idle slots poolMemory provisions.
+const poolSlotsMeasured = 4
+
+// poolMemory provisions n idle pool slots of g and returns the memory each
+// takes: the resident memory of the processes that appeared with them (per
+// slot, its container's shim and waiting entrypoint, its rbd-fuse, a
+// docker-proxy per published port), over n. The page cache their mounts
+// fill is not counted: the node reclaims it. It removes them again.
+func poolMemory(ctx context.Context, f *deploytest.Fixture, g deploy.Generation, n int) (float64, error) {
+	before := map[string]bool{}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range ents {
+		before[e.Name()] = true
+	}
+	var ids []string
+	defer func() {
+		for _, id := range ids {
+			_ = f.D.ReleaseSlot(context.Background(), id)
+		}
+	}()
+	for range n {
+		s, err := f.D.ProvisionPoolSlot(ctx, g)
+		if err != nil {
+			return 0, err
+		}
+		ids = append(ids, s.ID)
+	}
+	ents, err = os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	var kb uint64
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil || before[e.Name()] {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
+				v, _ := strconv.ParseUint(f[1], 10, 64)
+				kb += v
+			}
+		}
+	}
+	return float64(kb) / 1024 / float64(n), nil
+}
+
+// evalAuto asks mode auto's policy (internal/adaptive, what an agent with
+// a warm pool asks) to choose from the plain boots and the pool hits just
+// measured, then deploys once as it chose: a pool hit for a restore.
+func evalAuto(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deploy.App, catalogName string, g deploy.Generation,
+	boots, hits []float64, a *evaluation.App) error {
+	var c adaptive.Costs
+	dur := func(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
+	for _, v := range boots {
+		c.Add(spec.ModeBoot, 0, dur(v), false)
+	}
+	for _, v := range hits {
+		c.Add(spec.ModeRestore, g.Gen, dur(v), false)
+	}
+	dec := adaptive.Decide(c, "")
+	opts := deploy.Options{Mode: dec.Mode, Reason: dec.Reason}
+	var slot string
+	if dec.Mode == spec.ModeRestore {
+		s, err := f.D.ProvisionPoolSlot(ctx, g)
+		if err != nil {
+			return fmt.Errorf("auto: pool slot: %w", err)
+		}
+		slot = s.ID
+		time.Sleep(poolArrival)
+	}
+	dep, err := f.D.Deploy(ctx, app, opts)
+	if err != nil {
+		if slot != "" {
+			_ = f.D.ReleaseSlot(ctx, slot)
+		}
+		return fmt.Errorf("auto (%s): %w", dec.Reason, err)
+	}
+	a.AutoMode, a.AutoReason, a.AutoMS = string(dep.Mode), dec.Reason, evaluation.Summarize([]float64{ms(dep.Total())})
+	if a.AutoMS.Median > 0 {
+		a.AutoSpeedup = evaluation.Summarize(boots).Median / a.AutoMS.Median
+	}
+	t.Logf("  %s auto: %s in %s (%s)", catalogName, dep.Mode, secs(a.AutoMS.Median), dec.Reason)
+	return f.D.Undeploy(ctx, dep.ID)
 }
 
 // deployMeasured deploys app and returns what the OSDs read and wrote
@@ -514,10 +613,17 @@ func cmpErr(first, err error) error {
 	return err
 }
 
+// deployRates are the rates of the interference test: one deploy every
+// interval (0: back to back, the highest rate the node sustains).
+var deployRates = []struct {
+	name     string
+	interval time.Duration
+}{{evaluation.RateHalf, 2 * time.Second}, {evaluation.RateOne, time.Second}, {evaluation.RateMax, 0}}
+
 // evalInterference runs ab against a restored nginx at each concurrency,
-// alone and while the node deploys and undeploys load in deployLoops
-// loops side by side.
-func evalInterference(ctx context.Context, t *testing.T, f *deploytest.Fixture, server, load deploy.App, loadName string, abSecs int) (*evaluation.Interference, error) {
+// alone and while the node deploys load at each of deployRates as an agent
+// with a warm pool does; then it measures what one deploy of load costs.
+func evalInterference(ctx context.Context, t *testing.T, f *deploytest.Fixture, server, load deploy.App, loadName string, abSecs, reps int) (*evaluation.Interference, error) {
 	ab, err := exec.LookPath("ab")
 	if err != nil {
 		return nil, fmt.Errorf("ab (Debian package apache2-utils) is not installed: %w", err)
@@ -547,7 +653,9 @@ func evalInterference(ctx context.Context, t *testing.T, f *deploytest.Fixture, 
 	if err != nil {
 		return nil, fmt.Errorf("%s has no generation to refill a pool with: %w", loadName, err)
 	}
-	in := &evaluation.Interference{Server: "nginx", PageBytes: len(page), Deploying: loadName, Parallel: deployLoops, Seconds: float64(abSecs)}
+	in := &evaluation.Interference{Server: "nginx", PageBytes: len(page), Deploying: loadName, Seconds: float64(abSecs),
+		Priority: "The deployment work runs below the server: the pool's slots at the lowest cgroup CPU weight until a " +
+			"deploy binds them, rbd-fuse at nice 10 and the lowest best-effort I/O level; the server and ab at normal priority."}
 	run := func(c int) (evaluation.AB, error) {
 		out, err := exec.CommandContext(ctx, ab, "-q", "-t", strconv.Itoa(abSecs), "-n", "10000000", "-c", strconv.Itoa(c),
 			"-s", "30", "http://"+addr+"/").CombinedOutput()
@@ -561,95 +669,269 @@ func evalInterference(ctx context.Context, t *testing.T, f *deploytest.Fixture, 
 		if err != nil {
 			return in, err
 		}
-		stop := make(chan struct{})
-		var mu sync.Mutex
-		var deploys int
-		var loadErr error
-		var wg sync.WaitGroup
-		for range deployLoops {
-			wg.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					dep, err := f.D.Deploy(ctx, load, deploy.Options{})
-					if err == nil {
-						err = f.D.Undeploy(ctx, dep.ID)
-					}
-					mu.Lock()
-					deploys++
-					if err != nil && loadErr == nil {
-						loadErr = err
-					}
-					mu.Unlock()
-					if err != nil {
-						return
-					}
-				}
-			})
-		}
-		loaded, err := run(c)
-		close(stop)
-		wg.Wait()
-		if err != nil {
-			return in, err
-		}
-		if loadErr != nil {
-			return in, fmt.Errorf("deployments of %s during ab -c %d: %w", loadName, c, loadErr)
-		}
-		refilled, refills, err := abWhileRefilling(ctx, f, loadGen, func() (evaluation.AB, error) { return run(c) })
-		if err != nil {
-			return in, fmt.Errorf("ab -c %d while a pool of %s refills: %w", c, loadName, err)
-		}
-		row := evaluation.InterferenceRow{Concurrency: c, BaselineRPS: alone.RPS, LoadedRPS: loaded.RPS, Deploys: deploys,
-			Failed:    alone.Failed + loaded.Failed + refilled.Failed + alone.Non2xx + loaded.Non2xx + refilled.Non2xx,
-			RefillRPS: refilled.RPS, Refills: refills}
-		if alone.RPS > 0 {
-			row.OverheadPct = (alone.RPS - loaded.RPS) / alone.RPS * 100
-			row.RefillOverheadPct = (alone.RPS - refilled.RPS) / alone.RPS * 100
+		row := evaluation.InterferenceRow{Concurrency: c, BaselineRPS: alone.RPS, BaselineFailed: alone.Failed + alone.Non2xx}
+		line := fmt.Sprintf("  ab -c %d: %.0f req/s alone", c, alone.RPS)
+		for _, rate := range deployRates {
+			res, deploys, took, err := abWhileDeploying(ctx, f, load, loadGen, rate.interval, func() (evaluation.AB, error) { return run(c) })
+			if err != nil {
+				return in, fmt.Errorf("ab -c %d while %s deploys at %s: %w", c, loadName, rate.name, err)
+			}
+			x := evaluation.RateRun{Rate: rate.name, IntervalS: rate.interval.Seconds(), RPS: res.RPS, Deploys: deploys,
+				PerSecond: float64(deploys) / took.Seconds(), Failed: res.Failed + res.Non2xx}
+			if alone.RPS > 0 {
+				x.OverheadPct = (alone.RPS - res.RPS) / alone.RPS * 100
+			}
+			row.Runs = append(row.Runs, x)
+			line += fmt.Sprintf(", %.0f at %s (%d deploys, %.1f%%)", x.RPS, rate.name, deploys, x.OverheadPct)
 		}
 		in.Rows = append(in.Rows, row)
-		t.Logf("  ab -c %d: %.0f req/s alone, %.0f req/s with %d deployments of %s (%.1f%%), %.0f req/s with %d pool slots of it refilled (%.1f%%)",
-			c, alone.RPS, loaded.RPS, deploys, loadName, row.OverheadPct, refilled.RPS, refills, row.RefillOverheadPct)
+		t.Log(line)
 	}
-	return in, nil
+	in.Costs, err = deployCosts(ctx, t, f, load, loadName, loadGen, reps)
+	return in, err
 }
 
-// abWhileRefilling runs ab while the node refills a warm pool of g's app
-// as an agent does after hits: one slot at a time, each provisioned at the
-// pool's background priority, then released to make room for the next.
-func abWhileRefilling(ctx context.Context, f *deploytest.Fixture, g deploy.Generation, ab func() (evaluation.AB, error)) (evaluation.AB, int, error) {
+// abWhileDeploying runs ab while the node deploys and undeploys app at one
+// deploy per interval (0: back to back), as an agent with a warm pool of
+// one slot does: a slot waits before the first deploy, each deploy takes
+// it, and it is refilled (at the pool's background priority) after the
+// undeploy. It returns ab's result, how many deploys ran, and for how long.
+func abWhileDeploying(ctx context.Context, f *deploytest.Fixture, app deploy.App, g deploy.Generation, interval time.Duration,
+	ab func() (evaluation.AB, error)) (evaluation.AB, int, time.Duration, error) {
+	slot, err := f.D.ProvisionPoolSlot(ctx, g)
+	if err != nil {
+		return evaluation.AB{}, 0, 0, fmt.Errorf("pool slot: %w", err)
+	}
+	free := slot.ID // the waiting slot, "" while none waits
 	stop := make(chan struct{})
-	var refills int
-	var refillErr error
+	var deploys int
+	var loopErr error
 	var wg sync.WaitGroup
+	start := time.Now()
 	wg.Go(func() {
+		next := time.Now()
 		for {
+			if wait := time.Until(next); wait > 0 {
+				select {
+				case <-stop:
+					return
+				case <-time.After(wait):
+				}
+			}
 			select {
 			case <-stop:
 				return
 			default:
 			}
-			s, err := f.D.ProvisionPoolSlot(ctx, g)
-			if err == nil {
-				refills++
-				err = f.D.ReleaseSlot(ctx, s.ID)
+			if next = next.Add(interval); next.Before(time.Now()) {
+				next = time.Now() // late: the next deploy starts at once, without a burst to catch up
 			}
+			dep, err := f.D.Deploy(ctx, app, deploy.Options{})
+			if err == nil {
+				if dep.Pool == deploy.PoolHit {
+					free = ""
+				}
+				err = f.D.Undeploy(ctx, dep.ID)
+			}
+			if err == nil && free == "" {
+				var s deploy.Slot
+				if s, err = f.D.ProvisionPoolSlot(ctx, g); err == nil {
+					free = s.ID
+				}
+			}
+			deploys++
 			if err != nil {
-				refillErr = err
+				loopErr = err
 				return
 			}
 		}
 	})
 	res, err := ab()
+	took := time.Since(start)
 	close(stop)
 	wg.Wait()
-	if err == nil {
-		err = refillErr
+	if free != "" {
+		if rerr := f.D.ReleaseSlot(ctx, free); rerr != nil && err == nil {
+			err = rerr
+		}
 	}
-	return res, refills, err
+	if err == nil {
+		err = loopErr
+	}
+	return res, deploys, took, err
+}
+
+// deployCosts measures what one deploy of app costs the node, reps times
+// per kind: a pool hit (the deploy, its undeploy and the slot's refill), a
+// pool miss (deploy and undeploy) and a plain boot (the same).
+func deployCosts(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deploy.App, name string, g deploy.Generation, reps int) ([]evaluation.DeployCost, error) {
+	idle, err := idleCPURate(time.Duration(3) * time.Second)
+	if err != nil {
+		return nil, err
+	}
+	kinds := []struct {
+		kind string
+		mode deploy.Mode
+		pool bool
+	}{{evaluation.DeployPoolHit, "", true}, {evaluation.DeployPoolMiss, "", false}, {evaluation.DeployBoot, deploy.ModeBoot, false}}
+	var costs []evaluation.DeployCost
+	for _, k := range kinds {
+		var cpu, wall, read, wrote []float64
+		byProc := map[string]float64{}
+		for i := range reps {
+			if k.pool { // the slot this deploy takes, refilled by the last one
+				s, err := f.D.ProvisionPoolSlot(ctx, g)
+				if err != nil {
+					return costs, err
+				}
+				time.Sleep(poolArrival)
+				defer func() { _ = f.D.ReleaseSlot(context.Background(), s.ID) }()
+			}
+			io0, err := f.Ceph.IOCounters(ctx)
+			if err != nil {
+				return costs, err
+			}
+			c0, err := busyCPUSeconds()
+			if err != nil {
+				return costs, err
+			}
+			p0 := processCPU()
+			start := time.Now()
+			dep, err := f.D.Deploy(ctx, app, deploy.Options{Mode: k.mode})
+			if err != nil {
+				return costs, fmt.Errorf("%s %d: %w", k.kind, i+1, err)
+			}
+			if k.pool && dep.Pool != deploy.PoolHit {
+				_ = f.D.Undeploy(ctx, dep.ID)
+				return costs, fmt.Errorf("%s %d: deploy %s found the pool %q", k.kind, i+1, dep.ID, dep.Pool)
+			}
+			if err := f.D.Undeploy(ctx, dep.ID); err != nil {
+				return costs, err
+			}
+			if k.pool { // the refill after the hit
+				s, err := f.D.ProvisionPoolSlot(ctx, g)
+				if err != nil {
+					return costs, err
+				}
+				if err := f.D.ReleaseSlot(ctx, s.ID); err != nil {
+					return costs, err
+				}
+			}
+			took := time.Since(start)
+			c1, err := busyCPUSeconds()
+			if err != nil {
+				return costs, err
+			}
+			idleShare := idle * took.Seconds()
+			var accounted float64
+			for name, v := range processCPU() {
+				if d := v - p0[name]; d > 0.005 {
+					byProc[name] += d / float64(reps)
+					accounted += d
+				}
+			}
+			byProc["(exited processes, interrupts; less the idle node)"] += (c1 - c0 - accounted - idleShare) / float64(reps)
+			io1, err := f.Ceph.IOCounters(ctx)
+			if err != nil {
+				return costs, err
+			}
+			io := io1.Sub(io0)
+			cpu = append(cpu, max(0, c1-c0-idleShare))
+			wall = append(wall, ms(took))
+			read, wrote = append(read, mib(io.Read)), append(wrote, mib(io.Written))
+		}
+		c := evaluation.DeployCost{Kind: k.kind, CPUSeconds: evaluation.Summarize(cpu), WallMS: evaluation.Summarize(wall),
+			OSDReadMiB: evaluation.Summarize(read).Median, OSDWroteMiB: evaluation.Summarize(wrote).Median}
+		for name, v := range byProc {
+			c.ByProcess = append(c.ByProcess, evaluation.ProcessCPU{Name: name, Seconds: v})
+		}
+		slices.SortFunc(c.ByProcess, func(x, y evaluation.ProcessCPU) int { return cmp.Compare(y.Seconds, x.Seconds) })
+		costs = append(costs, c)
+		t.Logf("  one %s of %s costs %.2f CPU-seconds (%s from deploy to undeployed), OSDs read %.1f MiB, wrote %.1f MiB",
+			k.kind, name, c.CPUSeconds.Median, secs(c.WallMS.Median), c.OSDReadMiB, c.OSDWroteMiB)
+	}
+	return costs, nil
+}
+
+// busyCPUSeconds is the CPU time the whole machine has spent busy (user,
+// nice, system, irq, softirq, steal) since it booted, from /proc/stat.
+func busyCPUSeconds() (float64, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var busy float64
+	for i, v := range f[1:9] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %q: %w", line, err)
+		}
+		busy += n
+	}
+	return busy / 100, nil // USER_HZ
+}
+
+// processCPU is the CPU time every process now running has used, in
+// seconds, summed by what it is (its command name, kernel threads by kind).
+func processCPU() map[string]float64 {
+	out := map[string]float64{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ... utime stime: comm may hold spaces.
+		open, close := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+		if open < 0 || close < open {
+			continue
+		}
+		f := strings.Fields(string(b[close+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		ut, _ := strconv.ParseFloat(f[11], 64)
+		st, _ := strconv.ParseFloat(f[12], 64)
+		out[processGroup(string(b[open+1:close]))] += (ut + st) / 100 // USER_HZ
+	}
+	return out
+}
+
+// processGroup names what a process is for the cost breakdown.
+func processGroup(comm string) string {
+	for _, g := range []struct{ prefix, name string }{
+		{"kworker", "kernel workers"}, {"loop", "loop devices (kernel)"}, {"ksoftirqd", "kernel softirq"},
+		{"dmtcp", "DMTCP"}, {"mtcp_restart", "DMTCP"}, {"containerd-shim", "containerd-shim"}, {"runc", "runc"},
+		{"bench.test", "the deploying process (agent's work)"}, {"criu", "CRIU"},
+	} {
+		if strings.HasPrefix(comm, g.prefix) {
+			return g.name
+		}
+	}
+	return comm
+}
+
+// idleCPURate is the CPU-seconds per second the node spends with nothing
+// deploying (the cluster, dockerd, etcd, the instances left running).
+func idleCPURate(d time.Duration) (float64, error) {
+	c0, err := busyCPUSeconds()
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(d)
+	c1, err := busyCPUSeconds()
+	return (c1 - c0) / d.Seconds(), err
 }
 
 func lastLines(s string, n int) string {

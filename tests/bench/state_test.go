@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -54,6 +55,8 @@ func stateCheckFor(app deploy.App) stateCheck {
 		return &sessionCheck{}
 	case "codesearch":
 		return &builtAtCheck{port: app.Ports[0].Port}
+	case "routes", "fleet":
+		return &reseedCheck{builtAtCheck: builtAtCheck{port: app.Ports[0].Port}, seen: map[string]string{}}
 	}
 	return nil
 }
@@ -403,7 +406,7 @@ func (c *sessionCheck) after(ctx context.Context, dep deploy.Deployment) error {
 	return nil
 }
 
-// builtAtCheck: codesearch's index lives only in memory and /healthz says
+// builtAtCheck: the index of codesearch, routes and fleet lives only in memory and /healthz says
 // when it was built; every restore must report the checkpointed boot's.
 type builtAtCheck struct {
 	port    int
@@ -443,5 +446,53 @@ func (c *builtAtCheck) after(ctx context.Context, dep deploy.Deployment) error {
 	if got != c.builtAt {
 		return fmt.Errorf("restored index built at %s, want the checkpointed one, built at %s", got, c.builtAt)
 	}
+	return nil
+}
+
+// reseedCheck: routes and fleet keep their index (the checkpointed boot's
+// built_at), and their post_restore reseeds each restored instance's token
+// generator: no two restores draw the same first token, and each knows
+// its identity.
+type reseedCheck struct {
+	builtAtCheck
+	seen map[string]string // first token -> deployment
+}
+
+func (c *reseedCheck) String() string {
+	return c.builtAtCheck.String() + "; every restore's first /instance token differs (post_restore reseeds it) and names the deployment"
+}
+
+func (c *reseedCheck) after(ctx context.Context, dep deploy.Deployment) error {
+	if err := c.builtAtCheck.after(ctx, dep); err != nil {
+		return err
+	}
+	addr, err := port(dep.Ports, c.port)
+	if err != nil {
+		return err
+	}
+	body, err := httpGet(ctx, nil, "http://"+addr+"/instance")
+	if err != nil {
+		return err
+	}
+	var inst struct {
+		Identity *struct {
+			Instance string `json:"instance"`
+		} `json:"identity"`
+		Reseeded *string `json:"reseeded_at"`
+		Token    string  `json:"token"`
+	}
+	if err := json.Unmarshal([]byte(body), &inst); err != nil {
+		return fmt.Errorf("GET /instance = %q: %w", body, err)
+	}
+	if inst.Reseeded == nil {
+		return fmt.Errorf("GET /instance = %s: not reseeded after the restore (post_restore)", body)
+	}
+	if inst.Identity == nil || inst.Identity.Instance != dep.ID {
+		return fmt.Errorf("GET /instance = %s: want the identity of deployment %s", body, dep.ID)
+	}
+	if other, ok := c.seen[inst.Token]; ok {
+		return fmt.Errorf("the first token of %s, %s, is that of %s: the restores share their random state", dep.ID, inst.Token, other)
+	}
+	c.seen[inst.Token] = dep.ID
 	return nil
 }
