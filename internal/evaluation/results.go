@@ -151,8 +151,8 @@ type RateRun struct {
 	RPS       float64 `json:"rps"`
 	// OverheadPct is the loss against the row's BaselineRPS.
 	OverheadPct float64 `json:"overhead_pct"`
-	// Deploys is how many deploys ran during the ab run, PerSecond the
-	// rate they reached.
+	// Deploys is how many deploys started during the ab run, PerSecond
+	// the rate they reached (starts per second, first to last).
 	Deploys   int     `json:"deploys"`
 	PerSecond float64 `json:"per_second"`
 	// Failed counts failed and non-2xx requests.

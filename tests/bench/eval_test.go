@@ -672,12 +672,12 @@ func evalInterference(ctx context.Context, t *testing.T, f *deploytest.Fixture, 
 		row := evaluation.InterferenceRow{Concurrency: c, BaselineRPS: alone.RPS, BaselineFailed: alone.Failed + alone.Non2xx}
 		line := fmt.Sprintf("  ab -c %d: %.0f req/s alone", c, alone.RPS)
 		for _, rate := range deployRates {
-			res, deploys, took, err := abWhileDeploying(ctx, f, load, loadGen, rate.interval, func() (evaluation.AB, error) { return run(c) })
+			res, deploys, perSecond, err := abWhileDeploying(ctx, f, load, loadGen, rate.interval, func() (evaluation.AB, error) { return run(c) })
 			if err != nil {
 				return in, fmt.Errorf("ab -c %d while %s deploys at %s: %w", c, loadName, rate.name, err)
 			}
 			x := evaluation.RateRun{Rate: rate.name, IntervalS: rate.interval.Seconds(), RPS: res.RPS, Deploys: deploys,
-				PerSecond: float64(deploys) / took.Seconds(), Failed: res.Failed + res.Non2xx}
+				PerSecond: perSecond, Failed: res.Failed + res.Non2xx}
 			if alone.RPS > 0 {
 				x.OverheadPct = (alone.RPS - res.RPS) / alone.RPS * 100
 			}
@@ -695,19 +695,20 @@ func evalInterference(ctx context.Context, t *testing.T, f *deploytest.Fixture, 
 // deploy per interval (0: back to back), as an agent with a warm pool of
 // one slot does: a slot waits before the first deploy, each deploy takes
 // it, and it is refilled (at the pool's background priority) after the
-// undeploy. It returns ab's result, how many deploys ran, and for how long.
+// undeploy. It returns ab's result, how many deploys started during it,
+// and the rate they reached (starts per second, from the first start to
+// the last).
 func abWhileDeploying(ctx context.Context, f *deploytest.Fixture, app deploy.App, g deploy.Generation, interval time.Duration,
-	ab func() (evaluation.AB, error)) (evaluation.AB, int, time.Duration, error) {
+	ab func() (evaluation.AB, error)) (evaluation.AB, int, float64, error) {
 	slot, err := f.D.ProvisionPoolSlot(ctx, g)
 	if err != nil {
 		return evaluation.AB{}, 0, 0, fmt.Errorf("pool slot: %w", err)
 	}
 	free := slot.ID // the waiting slot, "" while none waits
 	stop := make(chan struct{})
-	var deploys int
+	var starts []time.Time
 	var loopErr error
 	var wg sync.WaitGroup
-	start := time.Now()
 	wg.Go(func() {
 		next := time.Now()
 		for {
@@ -726,6 +727,7 @@ func abWhileDeploying(ctx context.Context, f *deploytest.Fixture, app deploy.App
 			if next = next.Add(interval); next.Before(time.Now()) {
 				next = time.Now() // late: the next deploy starts at once, without a burst to catch up
 			}
+			starts = append(starts, time.Now())
 			dep, err := f.D.Deploy(ctx, app, deploy.Options{})
 			if err == nil {
 				if dep.Pool == deploy.PoolHit {
@@ -739,7 +741,6 @@ func abWhileDeploying(ctx context.Context, f *deploytest.Fixture, app deploy.App
 					free = s.ID
 				}
 			}
-			deploys++
 			if err != nil {
 				loopErr = err
 				return
@@ -747,7 +748,6 @@ func abWhileDeploying(ctx context.Context, f *deploytest.Fixture, app deploy.App
 		}
 	})
 	res, err := ab()
-	took := time.Since(start)
 	close(stop)
 	wg.Wait()
 	if free != "" {
@@ -758,7 +758,11 @@ func abWhileDeploying(ctx context.Context, f *deploytest.Fixture, app deploy.App
 	if err == nil {
 		err = loopErr
 	}
-	return res, deploys, took, err
+	var rate float64
+	if n := len(starts); n > 1 {
+		rate = float64(n-1) / starts[n-1].Sub(starts[0]).Seconds()
+	}
+	return res, len(starts), rate, err
 }
 
 // deployCosts measures what one deploy of app costs the node, reps times
