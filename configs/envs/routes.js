@@ -9,8 +9,9 @@
 // farthest from those already picked, each with a Dijkstra over the whole
 // network whose travel times it keeps (A*, Landmarks and the Triangle
 // inequality; Goldberg and Harrelson, 2005). That is seconds of CPU in
-// V8's JIT (about 5 s for the defaults on a 2-core node), and the index
-// lives only in the process's memory. Only then does it listen, so its
+// V8's JIT (1-2 s for the defaults; the catalog's routes and fleet apps
+// ask for 7 s and 22 s of it), and the index lives only in the process's
+// memory. Only then does it listen, so its
 // readiness probe (GET /healthz) passes once the index is built; a restored
 // instance answers at once, with the index (and the build time it reports)
 // of the instance that was checkpointed. With --hubs, a fleet's depots, it

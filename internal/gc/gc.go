@@ -192,18 +192,28 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 func removedAppGeneration(ctx context.Context, store layering.Store, g deploy.Generation) (Item, error) {
 	it := Item{Kind: KindGeneration, Name: fmt.Sprintf("%s/%d", g.App, g.Gen), App: g.App, Gen: g.Gen,
 		Images: []string{g.EnvSnap.Image, g.CkptSnap.Image}, Reason: "its app was removed"}
-	users := 0
-	for _, ref := range []layering.SnapRef{g.EnvSnap, g.CkptSnap} {
-		kids, err := store.Children(ctx, ref)
-		if err != nil && !errors.Is(err, layering.ErrNotFound) {
-			return it, err
-		}
-		users = max(users, len(kids))
+	users, err := generationUsers(ctx, store, g)
+	if err != nil {
+		return it, err
 	}
 	if users > 0 {
 		it.Skip, it.Reason = true, fmt.Sprintf("its app was removed, but %d clone(s) of it remain", users)
 	}
 	return it, nil
+}
+
+// generationUsers is how many clones use g's sealed images (the most of
+// either).
+func generationUsers(ctx context.Context, store layering.Store, g deploy.Generation) (int, error) {
+	users := 0
+	for _, ref := range []layering.SnapRef{g.EnvSnap, g.CkptSnap} {
+		kids, err := store.Children(ctx, ref)
+		if err != nil && !errors.Is(err, layering.ErrNotFound) {
+			return 0, err
+		}
+		users = max(users, len(kids))
+	}
+	return users, nil
 }
 
 // partial returns an item for an image of a generation that was never
@@ -298,13 +308,9 @@ func Retain(ctx context.Context, store layering.Store, app string, keep int, dry
 		it := Item{Kind: KindGeneration, Name: fmt.Sprintf("%s/%d", app, g.Gen), App: app, Gen: g.Gen,
 			Images: []string{g.EnvSnap.Image, g.CkptSnap.Image},
 			Reason: fmt.Sprintf("older than the newest %d of %s", keep, g.Engine)}
-		users := 0
-		for _, ref := range []layering.SnapRef{g.EnvSnap, g.CkptSnap} {
-			kids, err := store.Children(ctx, ref)
-			if err != nil && !errors.Is(err, layering.ErrNotFound) {
-				return nil, err
-			}
-			users = max(users, len(kids))
+		users, err := generationUsers(ctx, store, g)
+		if err != nil {
+			return nil, err
 		}
 		if users > 0 {
 			it.Skip, it.Reason = true, fmt.Sprintf("older than the newest %d of %s, but used by %d deployment(s)", keep, g.Engine, users)
