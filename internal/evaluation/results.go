@@ -118,9 +118,10 @@ type App struct {
 	PoolOverheadMS Stats   `json:"pool_overhead_ms"`
 	PoolRefillMS   Stats   `json:"pool_refill_ms"`
 	PoolSpeedup    float64 `json:"pool_speedup"`
-	// PoolSlotMiB is the memory one idle pool slot takes: the resident
-	// memory of the processes it runs (its container's shim and waiting
-	// entrypoint, its rbd-fuse), measured with 4 slots provisioned.
+	// PoolSlotMiB is the memory one idle pool slot takes: the
+	// proportional set size of the processes it runs (its container's
+	// shim and waiting entrypoint, its rbd-fuse), measured with 4 slots
+	// provisioned.
 	PoolSlotMiB float64 `json:"pool_slot_mib"`
 	// AutoMode is what mode auto's policy chose from the plain boots and
 	// the pool hits measured (boot or restore), AutoReason why, AutoMS the

@@ -392,10 +392,12 @@ func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deplo
 const poolSlotsMeasured = 4
 
 // poolMemory provisions n idle pool slots of g and returns the memory each
-// takes: the resident memory of the processes that appeared with them (per
-// slot, its container's shim and waiting entrypoint, its rbd-fuse, a
-// docker-proxy per published port), over n. The page cache their mounts
-// fill is not counted: the node reclaims it. It removes them again.
+// takes: the proportional set size (Pss: private pages, and shared ones
+// split among the processes that map them) of the processes that appeared
+// with them (per slot, its container's shim and waiting entrypoint, its
+// rbd-fuse, a docker-proxy per published port), over n. The page cache
+// their mounts fill is not counted: the node reclaims it. It removes them
+// again.
 func poolMemory(ctx context.Context, f *deploytest.Fixture, g deploy.Generation, n int) (float64, error) {
 	before := map[string]bool{}
 	ents, err := os.ReadDir("/proc")
@@ -427,12 +429,12 @@ func poolMemory(ctx context.Context, f *deploytest.Fixture, g deploy.Generation,
 		if _, err := strconv.Atoi(e.Name()); err != nil || before[e.Name()] {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		b, err := os.ReadFile("/proc/" + e.Name() + "/smaps_rollup")
 		if err != nil {
 			continue
 		}
 		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
+			if f := strings.Fields(line); len(f) == 3 && f[0] == "Pss:" {
 				v, _ := strconv.ParseUint(f[1], 10, 64)
 				kb += v
 			}
