@@ -398,13 +398,12 @@ func randomID(n int) string {
 }
 
 func (m *Manager) tagImage(ctx context.Context, image, kind, step string) {
-	for k, v := range map[string]string{MetaKind: kind, MetaStep: step, MetaCreated: time.Now().UTC().Format(time.RFC3339)} {
-		if v == "" {
-			continue
-		}
-		if err := m.b.SetMeta(ctx, image, k, v); err != nil {
-			m.log.Warn("set image metadata", "image", image, "key", k, "err", err)
-		}
+	meta := map[string]string{MetaKind: kind, MetaCreated: time.Now().UTC().Format(time.RFC3339)}
+	if step != "" {
+		meta[MetaStep] = step
+	}
+	if err := m.b.SetMeta(ctx, image, meta); err != nil {
+		m.log.Warn("set image metadata", "image", image, "err", err)
 	}
 }
 

@@ -99,8 +99,9 @@ type Store interface {
 	// then wraps ErrBusy. It returns the watchers it evicted, also with
 	// an error. The bound is the implementation's, and ctx's if sooner.
 	RemoveUnmapped(ctx context.Context, name string) ([]Eviction, error)
-	// SetMeta sets a metadata key on an image (an empty value deletes it).
-	SetMeta(ctx context.Context, name, key, value string) error
+	// SetMeta sets metadata keys on an image, all in one opening of it
+	// (an empty value deletes its key).
+	SetMeta(ctx context.Context, name string, meta map[string]string) error
 	// Close releases the connection.
 	Close() error
 }

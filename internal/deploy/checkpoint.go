@@ -151,7 +151,7 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 	}
 	// The record on the checkpoint image is what makes the generation
 	// visible: it is written last.
-	if err := d.deps.Store.SetMeta(ctx, ckptImg, MetaGeneration, string(raw)); err != nil {
+	if err := d.deps.Store.SetMeta(ctx, ckptImg, map[string]string{MetaGeneration: string(raw)}); err != nil {
 		return Generation{}, err
 	}
 	d.adoptCheckpoint(g, stage)

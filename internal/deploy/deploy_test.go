@@ -526,7 +526,7 @@ func TestBootWhenGenerationIncompatible(t *testing.T) {
 	rewrite := func(g deploy.Generation) {
 		t.Helper()
 		raw, _ := json.Marshal(g)
-		if err := f.Ceph.SetMeta(ctx, g.CkptSnap.Image, deploy.MetaGeneration, string(raw)); err != nil {
+		if err := f.Ceph.SetMeta(ctx, g.CkptSnap.Image, map[string]string{deploy.MetaGeneration: string(raw)}); err != nil {
 			t.Fatal(err)
 		}
 	}

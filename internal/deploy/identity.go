@@ -22,6 +22,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
 
 // ErrPostRestore: the app's post_restore command failed in a restored
@@ -48,6 +49,25 @@ func writeIdentity(root string, id spec.Identity) error {
 		return fmt.Errorf("write the instance's identity %s: %w", spec.IdentityFile, err)
 	}
 	return nil
+}
+
+// writeIdentityWithin is writeIdentity bounded by bound: root is the
+// mount of an RBD mapping, whose I/O stalls while the cluster does not
+// serve the image, and a deploy must then fail in bounded time. The write
+// left behind ends when the I/O does, or with the mapping.
+func writeIdentityWithin(ctx context.Context, root string, id spec.Identity, bound time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- writeIdentity(root, id) }()
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return fmt.Errorf("write the instance's identity %s: no answer within %s: %w", spec.IdentityFile, bound, mapper.ErrStalled)
+	case <-ctx.Done():
+		return fmt.Errorf("write the instance's identity %s: %w", spec.IdentityFile, ctx.Err())
+	}
 }
 
 // writeInRoot writes data as file rel under root (mode 0644, directories
@@ -101,10 +121,7 @@ func writeInRoot(root, rel string, data []byte) error {
 // postRestore runs app's post_restore command in restored instance h, with
 // id in its environment, within the app's ready timeout.
 func (d *Deployer) postRestore(ctx context.Context, dr Driver, h Handle, app App, id spec.Identity) error {
-	timeout := time.Duration(app.Ready.Timeout)
-	if timeout <= 0 {
-		timeout = DefaultReadyTimeout
-	}
+	timeout := readyTimeout(app)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
@@ -124,4 +141,12 @@ func (d *Deployer) postRestore(ctx context.Context, dr Driver, h Handle, app App
 		time.Since(start).Round(time.Millisecond), ErrPostRestore),
 		"check post_restore in the app spec: it runs in the restored instance as the app's user, with FOGDEPLOY_* variables"),
 		"post_restore", lines)
+}
+
+// readyTimeout is app's readiness timeout, or DefaultReadyTimeout.
+func readyTimeout(app App) time.Duration {
+	if t := time.Duration(app.Ready.Timeout); t > 0 {
+		return t
+	}
+	return DefaultReadyTimeout
 }

@@ -76,7 +76,7 @@ func (d *Deployer) waitReady(ctx context.Context, dr Driver, h Handle, app App, 
 	if err != nil {
 		return err
 	}
-	timeout := time.Duration(app.Ready.Timeout)
+	timeout := readyTimeout(app)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -123,14 +123,15 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 		ckptStep(func(img string) error { return st.Create(ctx, img, src.ckptSize) })); err != nil {
 		return err
 	}
+	meta := map[string]string{MetaSlot: s.ID}
+	if s.Deployment != "" {
+		meta[MetaDeployment] = s.Deployment
+	}
+	if d.cfg.Node != "" {
+		meta[MetaNode] = d.cfg.Node
+	}
 	for _, img := range s.Images {
-		_ = st.SetMeta(ctx, img, MetaSlot, s.ID)
-		if s.Deployment != "" {
-			_ = st.SetMeta(ctx, img, MetaDeployment, s.Deployment)
-		}
-		if d.cfg.Node != "" {
-			_ = st.SetMeta(ctx, img, MetaNode, d.cfg.Node)
-		}
+		_ = st.SetMeta(ctx, img, meta)
 	}
 	o.phase(StepClone)
 	var envMap, ckptMap *mapper.Mapping
@@ -237,7 +238,10 @@ func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, a
 		id.Gen = s.Gen
 	}
 	if h.EnvPath != "" {
-		if err := writeIdentity(h.EnvPath, id); err != nil {
+		if err := writeIdentityWithin(ctx, h.EnvPath, id, readyTimeout(app)); err != nil {
+			if errors.Is(err, mapper.ErrStalled) || ctx.Err() != nil {
+				return nil, Handle{}, err
+			}
 			if restored && len(app.PostRestore) > 0 {
 				return nil, Handle{}, hint.With(err, "post_restore reads the identity: give the environment a /run directory that is not a symbolic link")
 			}

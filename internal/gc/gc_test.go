@@ -44,10 +44,8 @@ func testGC(t *testing.T, s layering.Store) {
 		if err := s.Create(ctx, name, 4*mib); err != nil {
 			t.Fatal(err)
 		}
-		for k, v := range meta {
-			if err := s.SetMeta(ctx, name, k, v); err != nil {
-				t.Fatal(err)
-			}
+		if err := s.SetMeta(ctx, name, meta); err != nil {
+			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = s.Remove(context.Background(), name) })
 	}
@@ -67,7 +65,7 @@ func testGC(t *testing.T, s layering.Store) {
 			}
 		}
 		raw, _ := json.Marshal(gen)
-		if err := s.SetMeta(ctx, ckpt, deploy.MetaGeneration, string(raw)); err != nil {
+		if err := s.SetMeta(ctx, ckpt, map[string]string{deploy.MetaGeneration: string(raw)}); err != nil {
 			t.Fatal(err)
 		}
 		if err := st.PutCheckpoint(ctx, gen); err != nil {
@@ -83,9 +81,7 @@ func testGC(t *testing.T, s layering.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Remove(context.Background(), used) })
-	for k, v := range map[string]string{deploy.MetaNode: "gc-n1", deploy.MetaDeployment: "gc-used" + sfx} {
-		_ = s.SetMeta(ctx, used, k, v)
-	}
+	_ = s.SetMeta(ctx, used, map[string]string{deploy.MetaNode: "gc-n1", deploy.MetaDeployment: "gc-used" + sfx})
 	if err := st.CreateDeployment(ctx, state.Desired{ID: "gc-used" + sfx, App: app, Node: "gc-n1"}); err != nil {
 		t.Fatal(err)
 	}

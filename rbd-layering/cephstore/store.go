@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -474,23 +475,32 @@ func (s *Store) checkWatchers(ctx context.Context, name string) error {
 // SetMeta implements layering.Store.
 //
 // Implements: rbd_metadata_set, rbd_metadata_remove.
-func (s *Store) SetMeta(ctx context.Context, name, key, value string) error {
+func (s *Store) SetMeta(ctx context.Context, name string, meta map[string]string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	// One opening for all keys: opening an image opens its whole parent
+	// chain, and librbd copies its configuration for each image it opens.
 	img, err := rbd.OpenImage(s.ioctx, name, rbd.NoSnapshot)
 	if err != nil {
 		return s.wrap(ctx, "set metadata on "+name, err)
 	}
 	defer img.Close()
-	if value == "" {
-		err = img.RemoveMetadata(key)
-		if errno(err) == eNOENT {
-			err = nil
+	keys := slices.Sorted(maps.Keys(meta))
+	for _, key := range keys {
+		if value := meta[key]; value == "" {
+			err = img.RemoveMetadata(key)
+			if errno(err) == eNOENT {
+				err = nil
+			}
+			if err != nil {
+				return s.wrap(ctx, "remove metadata "+key+" of "+name, err)
+			}
+		} else if err := img.SetMetadata(key, value); err != nil {
+			return s.wrap(ctx, "set metadata "+key+" on "+name, err)
 		}
-		return s.wrap(ctx, "remove metadata "+key+" of "+name, err)
 	}
-	return s.wrap(ctx, "set metadata "+key+" on "+name, img.SetMetadata(key, value))
+	return nil
 }
 
 // Tag implements layering.Catalog.

@@ -422,17 +422,19 @@ func loopOf(path string) string {
 }
 
 // SetMeta implements layering.Store.
-func (s *Store) SetMeta(ctx context.Context, name, key, value string) error {
+func (s *Store) SetMeta(ctx context.Context, name string, meta map[string]string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	img, err := s.get(name)
 	if err != nil {
 		return err
 	}
-	if value == "" {
-		delete(img.meta, key)
-	} else {
-		img.meta[key] = value
+	for key, value := range meta {
+		if value == "" {
+			delete(img.meta, key)
+		} else {
+			img.meta[key] = value
+		}
 	}
 	return nil
 }

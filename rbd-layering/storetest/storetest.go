@@ -216,16 +216,21 @@ func testFlatten(t *testing.T, b layering.Backend, p string) {
 func testMeta(t *testing.T, b layering.Backend, p string) {
 	ctx := context.Background()
 	must(t, b.Create(ctx, p+"m", mib))
-	must(t, b.SetMeta(ctx, p+"m", "fogdeploy.kind", "env"))
+	must(t, b.SetMeta(ctx, p+"m", map[string]string{"fogdeploy.kind": "env", "fogdeploy.node": "n1"}))
 	info, err := b.Stat(ctx, p+"m")
 	must(t, err)
-	if info.Meta["fogdeploy.kind"] != "env" {
+	if info.Meta["fogdeploy.kind"] != "env" || info.Meta["fogdeploy.node"] != "n1" {
 		t.Fatalf("meta = %v", info.Meta)
 	}
-	must(t, b.SetMeta(ctx, p+"m", "fogdeploy.kind", ""))
+	// One call sets one key, deletes another, and deleting a key that is
+	// not there is no error.
+	must(t, b.SetMeta(ctx, p+"m", map[string]string{"fogdeploy.kind": "", "fogdeploy.node": "n2", "fogdeploy.none": ""}))
 	info, _ = b.Stat(ctx, p+"m")
-	if _, ok := info.Meta["fogdeploy.kind"]; ok {
-		t.Fatalf("meta key survives deletion: %v", info.Meta)
+	if _, ok := info.Meta["fogdeploy.kind"]; ok || info.Meta["fogdeploy.node"] != "n2" {
+		t.Fatalf("meta after deleting kind and setting node = %v", info.Meta)
+	}
+	if err := b.SetMeta(ctx, p+"absent", map[string]string{"k": "v"}); !errors.Is(err, layering.ErrNotFound) {
+		t.Fatalf("SetMeta on a missing image = %v, want ErrNotFound", err)
 	}
 }
 

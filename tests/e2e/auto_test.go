@@ -19,16 +19,20 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
-// TestAutoModeSettlesOnFaster: one agent with DMTCP deploys redis (which
-// boots faster than DMTCP restores it in its container) again and again in
-// mode auto, one at a time, through `fogctl deploy --wait`. The agent
+// TestAutoModeSettlesOnFaster: one agent with DMTCP deploys redis again and
+// again in mode auto, one at a time, through `fogctl deploy --wait`. A
+// redis restore from a node's copy costs about what its boot does here
+// (0.5 s), so the app's post_restore sleeps 0.4 s: booting is then clearly
+// the faster. The agent
 // restores first (the first deploy produces the checkpoint), boots to
 // measure booting once it has 3 restores, then settles on booting with a
 // status reason citing both medians; the 10th choice restores to measure
 // restoring again. `fogctl app costs` shows the numbers, the agent's
 // metrics count the choices, and --mode restore still restores.
 func TestAutoModeSettlesOnFaster(t *testing.T) {
-	ctx, p, _, app := redisOnPoP(t, "e2e-auto", engine.NameDMTCP, nil, "n1")
+	ctx, p, _, app := redisOnPoP(t, "e2e-auto", engine.NameDMTCP, func(a *deploy.App) {
+		a.PostRestore = []string{"sh", "-c", "sleep 0.4"}
+	}, "n1")
 	// deploy runs one deploy to Running, checks that it serves, withdraws
 	// it, and returns its status.
 	deployOnce := func(args ...string) state.Status {
