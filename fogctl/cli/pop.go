@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -18,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/gc"
 	hintpkg "github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/scheduler"
 	"github.com/fogdeploy/fogdeploy/internal/state"
@@ -199,11 +199,7 @@ agents release once the app is gone) stays until ` + "`fogctl gc`" + ` removes i
 			}
 			defer l.Close()
 			for _, g := range gens {
-				err := deploy.RemoveGeneration(ctx, l.Store, g.App, g.Gen)
-				if err == nil || errors.Is(err, layering.ErrNotFound) {
-					err = st.DeleteCheckpoint(ctx, g.App, g.Gen)
-				}
-				if err != nil {
+				if err := gc.RemoveGeneration(ctx, l.Store, st, g.App, g.Gen); err != nil {
 					fmt.Fprintf(f.ErrOut, "Generation %d of %s stays until `fogctl gc` removes it: %v\n", g.Gen, g.App, err)
 					continue
 				}
@@ -598,15 +594,23 @@ func NewCmdCheckpoint(f *Factory) *cobra.Command {
 				return err
 			}
 			defer l.Close()
-			if err := deploy.RemoveGeneration(ctx, l.Store, args[0], gen); err != nil {
-				return err
-			}
 			st, err := f.State(ctx)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			if err := st.DeleteCheckpoint(ctx, args[0], gen); err != nil {
+			gens, err := st.Checkpoints(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			// A recorded generation goes with its record even when its
+			// images are gone; one without a record must have images.
+			if slices.ContainsFunc(gens, func(g deploy.Generation) bool { return g.Gen == gen }) {
+				err = gc.RemoveGeneration(ctx, l.Store, st, args[0], gen)
+			} else {
+				err = deploy.RemoveGeneration(ctx, l.Store, args[0], gen)
+			}
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(f.ErrOut, "Removed generation %d of %s\n", gen, args[0])

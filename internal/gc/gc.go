@@ -186,6 +186,16 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 	return plan, nil
 }
 
+// RemoveGeneration removes generation gen of app: its images (refused,
+// wrapping layering.ErrHasChildren, while clones use them), then its
+// record; a generation whose images are gone loses its record.
+func RemoveGeneration(ctx context.Context, store layering.Store, st *state.Store, app string, gen int) error {
+	if err := deploy.RemoveGeneration(ctx, store, app, gen); err != nil && !errors.Is(err, layering.ErrNotFound) {
+		return err
+	}
+	return st.DeleteCheckpoint(ctx, app, gen)
+}
+
 // removedAppGeneration is the item of generation g of an app that was
 // removed: skipped while clones of it remain (the pool slots its agents
 // are releasing).
@@ -336,9 +346,7 @@ func Apply(ctx context.Context, c Config, plan []Item) ([]Item, error) {
 		var err error
 		switch it.Kind {
 		case KindGeneration:
-			if err = deploy.RemoveGeneration(ctx, c.Store, it.App, it.Gen); err == nil || errors.Is(err, layering.ErrNotFound) {
-				err = c.State.DeleteCheckpoint(ctx, it.App, it.Gen)
-			}
+			err = RemoveGeneration(ctx, c.Store, c.State, it.App, it.Gen)
 		case KindPartial, KindClone:
 			for _, img := range it.Images {
 				if e := c.Store.Remove(ctx, img); e != nil && !errors.Is(e, layering.ErrNotFound) {
