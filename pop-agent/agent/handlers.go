@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -233,7 +235,19 @@ func (a *agent) clean(ctx context.Context, id string) error {
 	if lerr != nil {
 		return err
 	}
-	for _, m := range rec.Mappings {
+	// Its own mappings, and those of the slot it was starting in (a
+	// deploy that failed before it bound its slot owns none yet).
+	maps := slices.Clone(rec.Mappings)
+	if rec.Slot != "" {
+		if all, lerr := a.mapper.List(); lerr == nil {
+			for _, mp := range all {
+				if strings.HasPrefix(mp.ID, rec.Slot+"-") {
+					maps = append(maps, mp.ID)
+				}
+			}
+		}
+	}
+	for _, m := range maps {
 		if aerr := a.mapper.Abort(ctx, m); aerr != nil && !errors.Is(aerr, mapper.ErrNotMapped) {
 			a.log.Warn("cutting off a mapping", "deployment", id, "mapping", m, "err", aerr)
 		}
