@@ -99,10 +99,11 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 	if err != nil {
 		return nil, err
 	}
-	want := func(app string) bool {
-		return slices.ContainsFunc(registered, func(a deploy.App) bool { return a.Name == app }) &&
-			(len(c.Apps) == 0 || slices.Contains(c.Apps, app))
+	isRegistered := func(app string) bool {
+		return slices.ContainsFunc(registered, func(a deploy.App) bool { return a.Name == app })
 	}
+	selected := func(app string) bool { return len(c.Apps) == 0 || slices.Contains(c.Apps, app) }
+	want := func(app string) bool { return isRegistered(app) && selected(app) }
 	var plan []Item
 	apps := map[string]bool{}
 	partial := map[string]*Item{}
@@ -147,12 +148,8 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 	if err != nil {
 		return nil, err
 	}
-	removed := func(app string) bool {
-		return !slices.ContainsFunc(registered, func(a deploy.App) bool { return a.Name == app }) &&
-			(len(c.Apps) == 0 || slices.Contains(c.Apps, app))
-	}
 	for _, g := range recs {
-		if removed(g.App) {
+		if !isRegistered(g.App) && selected(g.App) {
 			// A generation of an app removed from this PoP (its record is
 			// in this PoP's etcd): it goes with its images.
 			it, err := removedAppGeneration(ctx, c.Store, g)
