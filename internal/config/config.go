@@ -84,7 +84,18 @@ type Agent struct {
 	// first use by a restore or a warm-pool slot (first-use, the default),
 	// or as soon as it is sealed (sealed).
 	Fetch string `yaml:"fetch"`
+	// EnvRead is where restores read their environment from: shared (the
+	// default: one read-only copy of a generation's environment per node,
+	// under an overlay whose writes go to the instance's own clone) or
+	// clone (the instance's own clone only).
+	EnvRead string `yaml:"env_read"`
 }
+
+// Environment read paths (Agent.EnvRead).
+const (
+	EnvReadShared = "shared"
+	EnvReadClone  = "clone"
+)
 
 // Fetch policies (Agent.Fetch).
 const (
@@ -162,7 +173,8 @@ func Default() Config {
 		Node:     Node{Name: host, StateDir: filepath.Join(devenv.Dir(), "node", host)},
 		Etcd:     Etcd{Endpoints: []string{devenv.EtcdEndpoint}, DialTimeout: 5 * time.Second},
 		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: "container",
-			BootImage: "fogdeploy/boot:latest", IfBusy: "wait", IfNoEngine: "boot", CheckpointCache: "4GiB", Fetch: FetchFirstUse},
+			BootImage: "fogdeploy/boot:latest", IfBusy: "wait", IfNoEngine: "boot", CheckpointCache: "4GiB", Fetch: FetchFirstUse,
+			EnvRead: EnvReadShared},
 	}
 }
 
@@ -214,6 +226,7 @@ func (c *Config) ApplyEnv() {
 	set(&c.Agent.BootImage, "FOGDEPLOY_BOOT_IMAGE")
 	set(&c.Agent.TokenFile, "FOGDEPLOY_TOKEN_FILE")
 	set(&c.Agent.Fetch, "FOGDEPLOY_FETCH")
+	set(&c.Agent.EnvRead, "FOGDEPLOY_ENV_READ")
 	set(&c.Agent.CheckpointCache, "FOGDEPLOY_CHECKPOINT_CACHE")
 	if v := os.Getenv("FOGDEPLOY_ETCD_ENDPOINTS"); v != "" {
 		c.Etcd.Endpoints = strings.Split(v, ",")
@@ -284,6 +297,9 @@ func (c Config) Validate() error {
 	}
 	if c.Agent.Fetch != FetchFirstUse && c.Agent.Fetch != FetchSealed {
 		add("agent.fetch %q: use first-use (copy a checkpoint to the node when a restore needs it) or sealed (as soon as it is sealed)", c.Agent.Fetch)
+	}
+	if c.Agent.EnvRead != EnvReadShared && c.Agent.EnvRead != EnvReadClone {
+		add("agent.env_read %q: use shared (a restore reads its environment from the node's copy of its generation's) or clone (from its own clone only)", c.Agent.EnvRead)
 	}
 	if c.Agent.IfBusy != "wait" && c.Agent.IfBusy != "boot" {
 		add("agent.if_busy %q: use wait (for the first checkpoint) or boot (normally, meanwhile)", c.Agent.IfBusy)

@@ -61,6 +61,9 @@ type Config struct {
 	// (StateDir/gens, gencache): every restore of a generation on this
 	// node reads its files from one local copy. 0: no limit.
 	CacheBytes int64
+	// EnvRead is where restores read their environment from (default
+	// EnvShared).
+	EnvRead EnvRead
 }
 
 // Validate reports every problem at once.
@@ -74,6 +77,11 @@ func (c Config) Validate() error {
 	}
 	if c.Pool == "" {
 		errs = append(errs, errors.New("deploy pool is empty: name the RBD pool"))
+	}
+	switch c.EnvRead {
+	case "", EnvShared, EnvClone:
+	default:
+		errs = append(errs, fmt.Errorf("environment read path %q: use %s or %s", c.EnvRead, EnvShared, EnvClone))
 	}
 	switch c.DMTCPDriver {
 	case "", "container", "host":
@@ -114,6 +122,10 @@ type Deployer struct {
 	// cache is the node's read-only copies of the generations its
 	// restores read (cache.go).
 	cache *gencache.Cache
+	// lowers are the node's read-only copies of generations'
+	// environments (lower.go), one maker of each at a time.
+	lowers    journal[Lower]
+	lowerLock keyedmutex.Map[string]
 }
 
 // New returns a Deployer.
@@ -129,6 +141,9 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	}
 	if cfg.DMTCPDriver == "" {
 		cfg.DMTCPDriver = "container"
+	}
+	if cfg.EnvRead == "" {
+		cfg.EnvRead = EnvShared
 	}
 	if deps.Log == nil {
 		deps.Log = slog.New(slog.DiscardHandler)
@@ -149,6 +164,7 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: HostPlatform(), cache: cache,
 		deployments: journal[Deployment]{dir: filepath.Join(cfg.StateDir, "deployments"), what: "deployment", notFound: ErrNotFound},
 		slots:       journal[Slot]{dir: filepath.Join(cfg.StateDir, "slots"), what: "slot", notFound: ErrNoSlot},
+		lowers:      journal[Lower]{dir: filepath.Join(cfg.StateDir, "lowers", "records"), what: "environment copy", notFound: ErrNoLower},
 	}, nil
 }
 

@@ -177,8 +177,11 @@ func (d *Deployer) nextGen(ctx context.Context, app string) (int, error) {
 
 // RemoveGeneration removes a checkpoint generation. It refuses, wrapping
 // layering.ErrHasChildren, while deployments still use it.
-// This node's copy of it goes too.
+// This node's copies of it go too (its environment's first: it is a clone).
 func (d *Deployer) RemoveGeneration(ctx context.Context, app string, gen int) error {
+	if _, err := d.TrimLowers(ctx, func(l Lower) bool { return l.App != app || l.Gen != gen }); err != nil {
+		return err
+	}
 	if err := RemoveGeneration(ctx, d.deps.Store, app, gen); err != nil {
 		return err
 	}
@@ -196,7 +199,20 @@ func RemoveGeneration(ctx context.Context, store layering.Store, app string, gen
 	for _, kind := range []string{"ckpt", "env"} {
 		img := GenImage(app, gen, kind)
 		if kids, err := store.Children(ctx, layering.SnapRef{Image: img, Snap: layering.SealedSnap}); err == nil && len(kids) > 0 {
-			return fmt.Errorf("generation %d of %s is used by %d deployment(s) (%s): %w", gen, app, len(kids), strings.Join(kids, ", "), layering.ErrHasChildren)
+			var copies, users []string
+			for _, k := range kids {
+				if strings.HasPrefix(k, InstancePrefix+app+"-l"+strconv.Itoa(gen)+"-") {
+					copies = append(copies, k)
+				} else {
+					users = append(users, k)
+				}
+			}
+			if len(users) == 0 {
+				return layering.WithHint(fmt.Errorf("generation %d of %s is held by %d node(s) as their read-only copy of its environment (%s): %w",
+					gen, app, len(copies), strings.Join(copies, ", "), layering.ErrHasChildren),
+					"an agent drops its copy within a minute once the generation is not its app's current one and no instance uses it; run fogctl gc again then")
+			}
+			return fmt.Errorf("generation %d of %s is used by %d instance(s) (%s): %w", gen, app, len(users), strings.Join(users, ", "), layering.ErrHasChildren)
 		}
 	}
 	for _, kind := range []string{"ckpt", "env"} {

@@ -152,6 +152,14 @@ func (d *Deployer) Mappings() (map[string]bool, error) {
 			out[m] = true
 		}
 	}
+	// The node's copies of environments are kept across restarts.
+	lowers, err := d.lowers.list()
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range lowers {
+		out[l.ID] = true
+	}
 	return out, nil
 }
 

@@ -58,6 +58,10 @@ type Owned struct {
 	// Dir holds its mount points and control directory.
 	Dir    string  `json:"dir,omitempty"`
 	Handle *Handle `json:"handle,omitempty"`
+	// Lower is the ID of the node's read-only copy of the generation's
+	// environment that its root reads from (lower.go); "" when its root
+	// is its own clone.
+	Lower string `json:"lower,omitempty"`
 }
 
 // Slot is the record of one slot on this node.
@@ -114,6 +118,10 @@ func (d *Deployer) newSlot(app string, gen int, mode RunMode, pool bool, dep str
 	s := &Slot{ID: id, App: app, Node: d.cfg.Node, Gen: gen, Mode: mode, Phase: SlotProvisioning, Pool: pool, Deployment: dep,
 		Owned:   Owned{Images: images, Mappings: maps, Dir: filepath.Join(d.cfg.StateDir, "instances", id)},
 		Created: time.Now().UTC()}
+	// Named before it is made, so that TrimLowers sees it in use.
+	if mode == RunRestart && d.cfg.EnvRead == EnvShared {
+		s.Lower = lowerID(app, gen)
+	}
 	if err := d.slots.create(id, s); err != nil {
 		return nil, err
 	}
@@ -212,7 +220,8 @@ func (d *Deployer) RecoverSlots(ctx context.Context) ([]string, error) {
 
 // slotDirs are the record directories of the deployer.
 func slotDirs(stateDir string) []string {
-	return []string{filepath.Join(stateDir, "deployments"), filepath.Join(stateDir, "slots"), filepath.Join(stateDir, "instances")}
+	return []string{filepath.Join(stateDir, "deployments"), filepath.Join(stateDir, "slots"), filepath.Join(stateDir, "instances"),
+		filepath.Join(stateDir, "lowers", "records")}
 }
 
 // mkdirs makes the state directories.

@@ -1,6 +1,6 @@
 // The stages of every instance, whatever starts it, over a slot:
 //
-//	provision (clone, map, mount, fetch, create) → start (launch, restart or boot) → ready → bind → release
+//	provision (clone, map, mount, lower, fetch, create) → start (launch, restart or boot) → ready → bind → release
 //
 // provision makes a slot: the instance's clones, mapped and mounted, and its
 // instance created with everything but the app's own start done (the
@@ -46,7 +46,7 @@ const (
 
 // ProvisionSteps are the steps of provision, which a pool hit does not wait
 // for.
-var ProvisionSteps = []string{StepClone, StepMap, StepMount, StepFetch, StepContainer}
+var ProvisionSteps = []string{StepClone, StepMap, StepMount, StepLower, StepFetch, StepContainer}
 
 // op times the steps of one pipeline run: each phase goes to *timings and
 // to prog.
@@ -92,21 +92,23 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 	var fetched bool
 	wait := func() error { return nil }
 	if src.gen != nil {
-		done := make(chan error, 1)
-		go func() {
+		wait = async(func() error {
 			e, f, err := d.ckptSource(ctx, *src.gen)
 			source, fetched = e.Dir, f
-			done <- err
-		}()
-		var fetchErr error
-		waited := false
-		wait = func() error {
-			if !waited {
-				fetchErr, waited = <-done, true
-			}
-			return fetchErr
-		}
+			return err
+		})
 		defer func() { _ = wait() }()
+	}
+	// With the shared read path, its environment is read from the node's
+	// copy of the generation's (lower.go), made meanwhile on first use.
+	var lower Lower
+	waitLower := func() error { return nil }
+	if s.Lower != "" && src.gen != nil {
+		waitLower = async(func() (err error) {
+			lower, err = d.lowerFor(ctx, *src.gen)
+			return err
+		})
+		defer func() { _ = waitLower() }()
 	}
 	withCkpt := len(s.Images) > 1
 	ckptStep := func(f func(img string) error) func() error {
@@ -148,6 +150,10 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 	}
 	o.phase(StepMap)
 	envPath, ckptPath := filepath.Join(s.Dir, "root"), ""
+	if s.Lower != "" {
+		// The clone takes the overlay's upper directory.
+		envPath = filepath.Join(s.Dir, "disk")
+	}
 	if s.Mode != RunBoot {
 		ckptPath = filepath.Join(s.Dir, "ckpt")
 	}
@@ -157,6 +163,15 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 		return err
 	}
 	o.phase(StepMount)
+	if s.Lower != "" {
+		if err := waitLower(); err != nil {
+			return err
+		}
+		if envPath, err = overlayRoot(ctx, lower, s.Dir); err != nil {
+			return err
+		}
+		o.phase(StepLower)
+	}
 	if src.gen != nil {
 		// The instance's own checkpoint directory (where a later
 		// checkpoint of it would go); the generation it restores is
@@ -208,6 +223,21 @@ type slotSource struct {
 	ckptSize int64
 	// config is the environment's ENV and WORKDIR.
 	config layering.ImageConfig
+}
+
+// async runs f in the background; the function it returns waits for f's
+// error (once; later calls return it again).
+func async(f func() error) (wait func() error) {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	var err error
+	waited := false
+	return func() error {
+		if !waited {
+			err, waited = <-done, true
+		}
+		return err
+	}
 }
 
 // both runs a and b concurrently and joins their errors.

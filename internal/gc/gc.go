@@ -86,9 +86,9 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 	if err != nil {
 		return nil, err
 	}
-	known := map[string]bool{}
+	known, down := map[string]bool{}, map[string]bool{}
 	for _, n := range nodes {
-		known[n.Name] = true
+		known[n.Name], down[n.Name] = true, !n.Ready
 	}
 	desired := map[string]bool{}
 	for _, d := range deps {
@@ -125,7 +125,7 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 			continue
 		}
 		if strings.HasPrefix(n, deploy.InstancePrefix) {
-			it, err := c.clone(ctx, n, known, desired)
+			it, err := c.clone(ctx, n, known, down, desired)
 			if err != nil {
 				return nil, err
 			}
@@ -252,8 +252,11 @@ func (c Config) partial(ctx context.Context, name, app string, gen int, known ma
 }
 
 // clone returns an item for an instance clone made by a node of this PoP
-// for a deployment that is neither desired nor has a status.
-func (c Config) clone(ctx context.Context, name string, known, desired map[string]bool) (*Item, error) {
+// for a deployment that is neither desired nor has a status, or for a
+// node's read-only copy of a generation's environment while its node is
+// NotReady (a node that is back makes it again; removing it refuses while
+// its node still maps it).
+func (c Config) clone(ctx context.Context, name string, known, down, desired map[string]bool) (*Item, error) {
 	info, err := c.Store.Stat(ctx, name)
 	if errors.Is(err, layering.ErrNotFound) {
 		return nil, nil
@@ -261,6 +264,13 @@ func (c Config) clone(ctx context.Context, name string, known, desired map[strin
 		return nil, err
 	}
 	node, id := info.Meta[deploy.MetaNode], info.Meta[deploy.MetaDeployment]
+	if deploy.IsLowerImage(info.Meta) {
+		if !known[node] || !down[node] || time.Since(info.Created) < c.MinAge {
+			return nil, nil
+		}
+		return &Item{Kind: KindClone, Name: name, Images: []string{name},
+			Reason: fmt.Sprintf("node %s's copy of %s's environment, and the node is NotReady", node, info.Meta[deploy.MetaLower])}, nil
+	}
 	// Only clones this PoP's nodes made: a pool may serve more than one.
 	if !known[node] || id == "" || desired[id] || time.Since(info.Created) < c.MinAge {
 		return nil, nil

@@ -90,6 +90,16 @@ func testGC(t *testing.T, s layering.Store) {
 	mk(orphan, map[string]string{deploy.MetaNode: "gc-n1", deploy.MetaDeployment: "gc-gone" + sfx})
 	foreign := deploy.InstancePrefix + "gc-foreign" + sfx + "-env"
 	mk(foreign, map[string]string{deploy.MetaNode: "elsewhere", deploy.MetaDeployment: "gc-foreign" + sfx})
+	// The nodes' read-only copies of generation 3's environment: a Ready
+	// node's stays, a NotReady node's goes.
+	down, err := st.Register(ctx, state.Node{Name: "gc-n2", Capacity: 4}, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	down.Close()
+	liveCopy, downCopy := deploy.LowerImage(app, 3, "gc-n1"), deploy.LowerImage(app, 3, "gc-n2")
+	mk(liveCopy, map[string]string{deploy.MetaNode: "gc-n1", deploy.MetaLower: app + "/3"})
+	mk(downCopy, map[string]string{deploy.MetaNode: "gc-n2", deploy.MetaLower: app + "/3"})
 	// A checkpoint record whose images are gone.
 	if err := st.PutCheckpoint(ctx, deploy.Generation{App: app, Gen: 9, CkptSnap: layering.SnapRef{Image: deploy.GenImage(app, 9, "ckpt")}}); err != nil {
 		t.Fatal(err)
@@ -114,14 +124,15 @@ func testGC(t *testing.T, s layering.Store) {
 		"generation " + app + "/2",        // beyond the newest 2
 		"partial-generation " + app + "/5",
 		"clone " + orphan,
+		"clone " + downCopy,
 		"checkpoint-record " + app + "/9",
 	} {
 		if _, ok := got[want]; !ok {
 			t.Errorf("plan lacks %q", want)
 		}
 	}
-	if len(got) != 5 {
-		t.Errorf("plan has %d items; want exactly those 5", len(got))
+	if len(got) != 6 {
+		t.Errorf("plan has %d items; want exactly those 6", len(got))
 	}
 
 	// A young orphan is spared; a held checkpoint lock spares partials.
@@ -143,19 +154,19 @@ func testGC(t *testing.T, s layering.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(done) != 4 {
-		t.Errorf("applied %d items; want 4 (the kept generation is not)", len(done))
+	if len(done) != 5 {
+		t.Errorf("applied %d items; want 5 (the kept generation is not)", len(done))
 	}
 	exists := func(name string) bool {
 		_, err := s.Stat(ctx, name)
 		return err == nil
 	}
-	for _, name := range []string{deploy.GenImage(app, 2, "env"), deploy.GenImage(app, 2, "ckpt"), deploy.GenImage(app, 5, "ckpt"), orphan} {
+	for _, name := range []string{deploy.GenImage(app, 2, "env"), deploy.GenImage(app, 2, "ckpt"), deploy.GenImage(app, 5, "ckpt"), orphan, downCopy} {
 		if exists(name) {
 			t.Errorf("%s is still there", name)
 		}
 	}
-	for _, name := range []string{deploy.GenImage(app, 1, "ckpt"), deploy.GenImage(app, 3, "ckpt"), deploy.GenImage(app, 4, "env"), used, foreign} {
+	for _, name := range []string{deploy.GenImage(app, 1, "ckpt"), deploy.GenImage(app, 3, "ckpt"), deploy.GenImage(app, 4, "env"), used, foreign, liveCopy} {
 		if !exists(name) {
 			t.Errorf("%s was removed", name)
 		}

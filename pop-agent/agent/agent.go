@@ -157,6 +157,7 @@ type metrics struct {
 	cacheGens   prometheus.Gauge
 	fetches     *prometheus.CounterVec
 	evictions   prometheus.Counter
+	envCopies   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -209,7 +210,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.evictions = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fogdeploy_checkpoint_cache_evictions_total", Help: "Checkpoint generations dropped from this node: removed generations, and the least recently used beyond the budget.",
 	})
-	reg.MustRegister(m.backend, m.recovered, m.checkpoints, m.deploys, m.duration, m.auto, m.poolHits, m.poolMisses, m.poolRefill, m.poolIdle,
+	m.envCopies = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fogdeploy_env_copies", Help: "Generations whose environment this node holds as a read-only copy that its restores share (agent.env_read shared).",
+	})
+	reg.MustRegister(m.envCopies, m.backend, m.recovered, m.checkpoints, m.deploys, m.duration, m.auto, m.poolHits, m.poolMisses, m.poolRefill, m.poolIdle,
 		m.autoEngine, m.cacheBytes, m.cacheGens, m.fetches, m.evictions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -7,6 +7,8 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/config"
@@ -84,7 +86,40 @@ func (a *agent) trimCache(ctx context.Context, apps []deploy.App) {
 	if err != nil {
 		a.log.Warn("trimming the checkpoint cache; retried at the next refill", "err", err)
 	}
+	a.trimLowers(ctx, apps)
 	a.exportCache()
+}
+
+// trimLowers drops the node's read-only copies of environments that no
+// instance uses, but for the current generation of each app (the one its
+// pool and its restores take here): a copy is a clone, which keeps gc
+// from removing its generation.
+func (a *agent) trimLowers(ctx context.Context, apps []deploy.App) {
+	ls, err := a.d.Lowers()
+	if err != nil {
+		a.log.Warn("listing the node's copies of environments", "err", err)
+		return
+	}
+	current := map[string]int{}
+	for _, app := range apps {
+		if !slices.ContainsFunc(ls, func(l deploy.Lower) bool { return l.App == app.Name }) {
+			continue
+		}
+		g, err := a.poolGeneration(ctx, app)
+		if errors.Is(err, deploy.ErrNoCheckpoint) {
+			continue
+		} else if err != nil {
+			return // keep everything while the cluster does not answer
+		}
+		current[app.Name] = g.Gen
+	}
+	dropped, err := a.d.TrimLowers(ctx, func(l deploy.Lower) bool { g, ok := current[l.App]; return ok && g == l.Gen })
+	for _, l := range dropped {
+		a.log.Info("node copy of an environment dropped", "app", l.App, "gen", l.Gen, "image", l.Image)
+	}
+	if err != nil {
+		a.log.Warn("dropping the node's copies of environments; retried at the next refill", "err", err)
+	}
 }
 
 // exportCache sets the cache's metrics.
@@ -99,4 +134,7 @@ func (a *agent) exportCache() {
 	}
 	a.m.cacheBytes.Set(float64(n))
 	a.m.cacheGens.Set(float64(len(es)))
+	if ls, err := a.d.Lowers(); err == nil {
+		a.m.envCopies.Set(float64(len(ls)))
+	}
 }

@@ -101,12 +101,12 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 		return err
 	}
 	d, err := deploy.New(deploy.Config{StateDir: filepath.Join(c.Node.StateDir, "deploy"), Pool: c.Ceph.Pool,
-		Node: c.Node.Name, DMTCPDriver: c.Agent.DMTCPDriver, CacheBytes: cacheBytes}, deps)
+		Node: c.Node.Name, DMTCPDriver: c.Agent.DMTCPDriver, CacheBytes: cacheBytes, EnvRead: deploy.EnvRead(c.Agent.EnvRead)}, deps)
 	if err != nil {
 		return err
 	}
 	if held, err := d.Cached(); err == nil {
-		log.Info("checkpoint cache", "budget", c.Agent.CheckpointCache, "fetch", c.Agent.Fetch, "generations", len(held))
+		log.Info("checkpoint cache", "budget", c.Agent.CheckpointCache, "fetch", c.Agent.Fetch, "generations", len(held), "env_read", c.Agent.EnvRead)
 	}
 	fingerprint := map[string]string{"arch": goruntime.GOARCH, "kernel": kernelRelease()}
 	problems := map[string]string{}

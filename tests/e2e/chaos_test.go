@@ -65,25 +65,29 @@ func countLeaks(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture
 		t.Fatal(err)
 	}
 	for _, n := range names {
-		if strings.HasPrefix(n, deploy.InstancePrefix+app+"-") || strings.HasPrefix(n, deploy.GenPrefix+app+"-") {
+		if (strings.HasPrefix(n, deploy.InstancePrefix+app+"-") && !deploy.IsLowerName(n)) || strings.HasPrefix(n, deploy.GenPrefix+app+"-") {
 			l.Images++
 		}
 	}
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, c := range procs {
 		b, _ := os.ReadFile(c)
-		if strings.HasPrefix(string(b), "rbd-fuse\x00") && strings.Contains(string(b), p.dir) {
+		if strings.HasPrefix(string(b), "rbd-fuse\x00") && strings.Contains(string(b), p.dir) && !deploytest.OfLower(string(b)) {
 			l.Fuse++
 		}
 	}
 	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	for _, bf := range loops {
 		b, _ := os.ReadFile(bf)
-		if strings.HasPrefix(string(b), p.dir) {
+		if strings.HasPrefix(string(b), p.dir) && !deploytest.OfLower(string(b)) {
 			l.Loops++
 		}
 	}
-	l.Mounts = len(deploytest.MountsUnder(t, p.dir))
+	for _, m := range deploytest.MountsUnder(t, p.dir) {
+		if !deploytest.OfLower(m) {
+			l.Mounts++
+		}
+	}
 	copies, _ := filepath.Glob(filepath.Join(p.dir, "*", "deploy", "gens", app, "*"))
 	l.Copies = len(copies)
 	sts, err := f.RT.List(ctx, map[string]string{runtime.LabelApp: app})

@@ -488,26 +488,27 @@ type leaks struct {
 }
 
 // nodeLeaks counts what is on the node (no Ceph call, so it works while
-// the cluster does not answer).
+// the cluster does not answer); the nodes' copies of environments are not
+// leaks (deploytest.OfLower).
 func (p *pop) nodeLeaks(ctx context.Context, app string, except ...string) leaks {
 	p.t.Helper()
 	var l leaks
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, c := range procs {
 		b, _ := os.ReadFile(c)
-		if strings.HasPrefix(string(b), "rbd-fuse\x00") && strings.Contains(string(b), p.dir+"/") {
+		if strings.HasPrefix(string(b), "rbd-fuse\x00") && strings.Contains(string(b), p.dir+"/") && !deploytest.OfLower(string(b)) {
 			l.Fuse++
 		}
 	}
 	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	for _, bf := range loops {
 		b, _ := os.ReadFile(bf)
-		if strings.HasPrefix(string(b), p.dir+"/") {
+		if strings.HasPrefix(string(b), p.dir+"/") && !deploytest.OfLower(string(b)) {
 			l.Loops++
 		}
 	}
 	for _, m := range mountsUnder(p.dir) {
-		skip := false
+		skip := deploytest.OfLower(m)
 		for _, e := range except {
 			skip = skip || m == e
 		}
@@ -546,7 +547,7 @@ func (p *pop) images(ctx context.Context, app string) (int, error) {
 	}
 	n := 0
 	for _, name := range strings.Fields(string(out)) {
-		if strings.HasPrefix(name, deploy.InstancePrefix+app+"-") {
+		if strings.HasPrefix(name, deploy.InstancePrefix+app+"-") && !deploy.IsLowerName(name) {
 			n++
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -64,6 +65,19 @@ type Fixture struct {
 func (f *Fixture) Reopen(t testing.TB) *deploy.Deployer {
 	t.Helper()
 	d, err := deploy.New(f.cfg, f.deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// ReopenWith is Reopen with the deployer's configuration changed by
+// change.
+func (f *Fixture) ReopenWith(t testing.TB, change func(*deploy.Config)) *deploy.Deployer {
+	t.Helper()
+	c := f.cfg
+	change(&c)
+	d, err := deploy.New(c, f.deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,6 +331,9 @@ type Leftovers struct {
 	Records    []string
 	// Cached are the generations of the app in the node's checkpoint cache.
 	Cached []string
+	// Lowers are the node's read-only copies of the app's generations'
+	// environments (their IDs).
+	Lowers []string
 }
 
 // Leftovers reports what deployments of app left.
@@ -377,6 +394,51 @@ func (f *Fixture) Leftovers(t testing.TB, app string) Leftovers {
 			lo.Cached = append(lo.Cached, e.Key.String())
 		}
 	}
+	lowers, err := f.D.Lowers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range lowers {
+		if l.App == app {
+			lo.Lowers = append(lo.Lowers, l.ID)
+		}
+	}
+	return lo
+}
+
+// OfLower reports whether a path or a command line is of a node's
+// read-only copy of a generation's environment (its mapping, mount, loop
+// device or rbd-fuse), which the node keeps while the generation is its
+// app's current one: leak counts leave it out (TestSharedEnvReadPath
+// checks its life).
+func OfLower(s string) bool { return strings.Contains(s, "/"+deploy.LowerIDPrefix) }
+
+// withoutLowers drops from lo what the node's copies of the app's
+// generations' environments hold: their images, mappings and mounts.
+func (lo Leftovers) withoutLowers(f *Fixture, t testing.TB) Leftovers {
+	lowers, err := f.D.Lowers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]bool{}
+	for _, l := range lowers {
+		if slices.Contains(lo.Lowers, l.ID) {
+			held[l.ID], held[l.Image] = true, true
+		}
+	}
+	keep := func(xs []string, ofLower func(string) bool) []string {
+		var out []string
+		for _, x := range xs {
+			if !ofLower(x) {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	lo.Images = keep(lo.Images, func(n string) bool { return held[n] })
+	lo.Mappings = keep(lo.Mappings, func(id string) bool { return held[id] })
+	lo.Mounts = keep(lo.Mounts, func(m string) bool { return held[filepath.Base(m)] })
+	lo.Lowers = nil
 	return lo
 }
 
@@ -400,7 +462,7 @@ func MountsUnder(t testing.TB, dir string) []string {
 
 // Empty reports whether nothing is left.
 func (lo Leftovers) Empty() bool {
-	return len(lo.Images)+len(lo.Mappings)+len(lo.Mounts)+len(lo.Containers)+len(lo.Records)+len(lo.Cached) == 0
+	return len(lo.Images)+len(lo.Mappings)+len(lo.Mounts)+len(lo.Containers)+len(lo.Records)+len(lo.Cached)+len(lo.Lowers) == 0
 }
 
 // AssertNothingLeft fails t if deployments of app left anything (but
@@ -416,6 +478,8 @@ func AssertNothingLeft(t testing.TB, f *Fixture, app string, keepGen bool) {
 			}
 		}
 		lo.Images, lo.Cached = rest, nil
+		// The node keeps its copy of a generation's environment with it.
+		lo = lo.withoutLowers(f, t)
 	}
 	if !lo.Empty() {
 		t.Errorf("left behind: %+v", lo)

@@ -1,0 +1,270 @@
+// The node's read path for environments: every restore of a generation on a node reads the
+// generation's environment from one node-level read-only copy of it (a clone of its sealed
+// snapshot, mapped and mounted read-only once), through an overlay whose upper directory lives in
+// the instance's own clone. The page cache of those files is then shared by every instance of the
+// generation on the node, and a repeated restore reads next to nothing from the OSDs. The copy is a
+// clone, so that gc sees the generation in use while a node holds it; it is journaled in
+// StateDir/lowers/<id>.json before it is made, kept while an instance uses it or its generation is
+// current, and dropped by TrimLowers.
+
+package deploy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/overlay"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
+)
+
+// EnvRead is where a restore reads its environment from (Config.EnvRead).
+type EnvRead string
+
+// Environment read paths.
+const (
+	// EnvShared: the node's read-only copy of the generation's
+	// environment, under an overlay whose writes go to the instance's own
+	// clone (the default).
+	EnvShared EnvRead = "shared"
+	// EnvClone: the instance's own clone only, read through its own
+	// mapping (every restore reads the environment from the OSDs).
+	EnvClone EnvRead = "clone"
+)
+
+// MetaLower marks a node's read-only copy of a generation's environment
+// ("<app>/<gen>").
+const MetaLower = "fogdeploy.lower"
+
+// StepLower is the wait for the node's read-only copy of the
+// generation's environment (made on first use; about 0 after).
+const StepLower = "lower"
+
+// Lower is the record of the node's read-only copy of a generation's
+// environment.
+type Lower struct {
+	// ID is the record's and the mapping's ID.
+	ID  string `json:"id"`
+	App string `json:"app"`
+	Gen int    `json:"gen"`
+	// Sealed is when the generation was sealed (with App and Gen, its
+	// identity: a generation number taken again after a removal is
+	// another generation).
+	Sealed time.Time `json:"sealed"`
+	// Image is the clone of the generation's environment snapshot.
+	Image string `json:"image"`
+	// Root is where it is mounted read-only.
+	Root string `json:"root"`
+	// Ready: mapped and mounted.
+	Ready   bool      `json:"ready"`
+	Created time.Time `json:"created"`
+}
+
+// LowerIDPrefix starts the record and mapping IDs of the node's copies
+// (and so the names of their mount directories).
+const LowerIDPrefix = "lower-"
+
+// lowerID is the lower record and mapping ID of generation gen of app.
+func lowerID(app string, gen int) string {
+	id := LowerIDPrefix + app + "-" + strconv.Itoa(gen)
+	if len(id) > MaxIDLen {
+		sum := sha256.Sum256([]byte(id))
+		id = id[:MaxIDLen-9] + "-" + hex.EncodeToString(sum[:4])
+	}
+	return id
+}
+
+// LowerImage is the name of node's read-only copy of generation gen of
+// app: fdi-<app>-l<gen>-<8 hex digits of the node's name>.
+func LowerImage(app string, gen int, node string) string {
+	sum := sha256.Sum256([]byte(node))
+	return InstancePrefix + app + "-l" + strconv.Itoa(gen) + "-" + hex.EncodeToString(sum[:4])
+}
+
+// IsLowerImage reports whether an image is a node's read-only copy of a
+// generation's environment, by its metadata (as Stat returns it).
+func IsLowerImage(meta map[string]string) bool { return meta[MetaLower] != "" }
+
+// lowerName matches the names LowerImage gives.
+var lowerName = regexp.MustCompile(`^` + InstancePrefix + `.+-l[0-9]+-[0-9a-f]{8}$`)
+
+// IsLowerName reports whether an image name is one that LowerImage gives.
+func IsLowerName(name string) bool { return lowerName.MatchString(name) }
+
+// lowerFor returns the root of the node's read-only copy of generation
+// g's environment, making it first if the node has none.
+func (d *Deployer) lowerFor(ctx context.Context, g Generation) (Lower, error) {
+	id := lowerID(g.App, g.Gen)
+	unlock := d.lowerLock.Lock(id)
+	defer unlock()
+	rec, err := d.lowers.load(id)
+	if err == nil && rec.Ready && rec.Sealed.Equal(g.Created) {
+		if ok, err := lowerMounted(rec.Root); err == nil && ok {
+			return rec, nil
+		}
+	}
+	if err == nil {
+		// Half made, of another generation of that number, or its
+		// mount is gone: made again.
+		if err := d.dropLower(ctx, rec); err != nil {
+			return Lower{}, err
+		}
+	} else if !errors.Is(err, ErrNoLower) {
+		return Lower{}, err
+	}
+	rec = Lower{ID: id, App: g.App, Gen: g.Gen, Sealed: g.Created, Image: LowerImage(g.App, g.Gen, d.cfg.Node),
+		Root: filepath.Join(d.cfg.StateDir, "lowers", id), Created: time.Now().UTC()}
+	if err := d.lowers.create(id, &rec); err != nil {
+		return Lower{}, err
+	}
+	if err := d.makeLower(ctx, g, &rec); err != nil {
+		return Lower{}, errors.Join(err, d.dropLower(context.WithoutCancel(ctx), rec))
+	}
+	d.log.Info("node copy of a generation's environment made", "app", g.App, "gen", g.Gen, "image", rec.Image, "root", rec.Root)
+	return rec, nil
+}
+
+func (d *Deployer) makeLower(ctx context.Context, g Generation, rec *Lower) error {
+	st := d.deps.Store
+	if err := st.Clone(ctx, g.EnvSnap, rec.Image); err != nil && !errors.Is(err, layering.ErrExists) {
+		return err
+	}
+	meta := map[string]string{MetaLower: g.App + "/" + strconv.Itoa(g.Gen)}
+	if d.cfg.Node != "" {
+		meta[MetaNode] = d.cfg.Node
+	}
+	if err := st.SetMeta(ctx, rec.Image, meta); err != nil {
+		return err
+	}
+	if _, err := d.deps.Mapper.MapAndMount(ctx, mapper.Image{Pool: d.cfg.Pool, Name: rec.Image}, rec.Root,
+		mapper.MountOptions{ReadOnly: true}, mapper.WithID(rec.ID), mapper.WithReadOnly()); err != nil {
+		return err
+	}
+	rec.Ready = true
+	return d.lowers.save(rec.ID, rec)
+}
+
+// dropLower releases a lower's mapping, removes its image and its record.
+func (d *Deployer) dropLower(ctx context.Context, rec Lower) error {
+	if err := d.deps.Mapper.Release(ctx, rec.ID); err != nil && !errors.Is(err, mapper.ErrNotMapped) {
+		return fmt.Errorf("release the node copy of %s generation %d: %w", rec.App, rec.Gen, err)
+	}
+	if err := d.removeImage(ctx, rec.ID, rec.Image); err != nil && !errors.Is(err, layering.ErrNotFound) {
+		return fmt.Errorf("remove the node copy of %s generation %d: %w", rec.App, rec.Gen, err)
+	}
+	_ = os.Remove(rec.Root)
+	return d.lowers.remove(rec.ID)
+}
+
+// ErrNoLower: the node holds no copy of that generation's environment.
+var ErrNoLower = errors.New("no node copy of the environment")
+
+// Lowers lists the node's read-only copies of generations' environments.
+func (d *Deployer) Lowers() ([]Lower, error) { return d.lowers.list() }
+
+// TrimLowers drops the node's copies of generations' environments that no
+// instance on the node uses and that keep rejects (nil: every unused one),
+// and returns them.
+func (d *Deployer) TrimLowers(ctx context.Context, keep func(Lower) bool) ([]Lower, error) {
+	recs, err := d.lowers.list()
+	if err != nil {
+		return nil, err
+	}
+	var dropped []Lower
+	var errs []error
+	for _, rec := range recs {
+		if keep != nil && keep(rec) {
+			continue
+		}
+		unlock := d.lowerLock.Lock(rec.ID)
+		used, err := d.lowerUsed(rec.ID)
+		if err == nil && !used {
+			err = d.dropLower(ctx, rec)
+			if err == nil {
+				dropped = append(dropped, rec)
+			}
+		}
+		unlock()
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return dropped, errors.Join(errs...)
+}
+
+// lowerUsed reports whether a slot or a deployment of this node reads
+// from lower id.
+func (d *Deployer) lowerUsed(id string) (bool, error) {
+	slots, err := d.slots.list()
+	if err != nil {
+		return false, err
+	}
+	for _, s := range slots {
+		if s.Lower == id {
+			return true, nil
+		}
+	}
+	recs, err := d.deployments.list()
+	if err != nil {
+		return false, err
+	}
+	for _, r := range recs {
+		if r.Lower == id {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// lowerMounted reports whether root is a mount point.
+func lowerMounted(root string) (bool, error) {
+	st, err := os.Stat(root)
+	if err != nil {
+		return false, nil
+	}
+	parent, err := os.Stat(filepath.Dir(root))
+	if err != nil {
+		return false, err
+	}
+	return devOf(st) != devOf(parent), nil
+}
+
+func devOf(fi os.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Dev
+	}
+	return 0
+}
+
+// overlayRoot mounts slot s's root (dir/root) as the overlay of lower
+// over its own clone (mounted at dir/disk).
+func overlayRoot(ctx context.Context, lower Lower, dir string) (string, error) {
+	root := filepath.Join(dir, "root")
+	if err := overlay.Mount(ctx, overlay.Layers{Lower: lower.Root, Disk: filepath.Join(dir, "disk")}, root); err != nil {
+		return "", err
+	}
+	return root, nil
+}
+
+// unmountRoot unmounts an instance's overlay root under dir, and its
+// copies in the mount namespaces of the apps run there, if it has one.
+func unmountRoot(ctx context.Context, dir string) error {
+	if dir == "" {
+		return nil
+	}
+	root := filepath.Join(dir, "root")
+	if ok, err := overlay.Mounted(root); err != nil || !ok {
+		return err
+	}
+	_, _ = mapper.DetachCopies(root)
+	return overlay.Unmount(ctx, root)
+}
