@@ -174,11 +174,14 @@ func NewCmdApp(f *Factory) *cobra.Command {
 				}
 			})
 		})}
+	var appRmWait time.Duration
 	rm := &cobra.Command{Use: "rm NAME", Short: "Remove an app and its checkpoint generations (refused while it has deployments)",
 		Long: `Removes the app, what its deploys cost, and its checkpoint generations (their
 images and records): an app created again under the name starts afresh.
 A generation that clones still use (the app's warm-pool slots, which the
-agents release once the app is gone) stays until ` + "`fogctl gc`" + ` removes it.`,
+agents release once the app is gone) stays until ` + "`fogctl gc`" + ` removes it; one
+that only the nodes' read-only copies of its environment hold is waited
+for (--wait) while the agents drop them.`,
 		Args: exactArgs(1, "an app name"),
 		RunE: withState(f, func(cmd *cobra.Command, args []string, st *state.Store) error {
 			ctx := cmd.Context()
@@ -199,7 +202,7 @@ agents release once the app is gone) stays until ` + "`fogctl gc`" + ` removes i
 			}
 			defer l.Close()
 			for _, g := range gens {
-				if err := gc.RemoveGeneration(ctx, l.Store, st, g.App, g.Gen); err != nil {
+				if err := gc.RemoveGenerationWaiting(ctx, l.Store, st, g.App, g.Gen, appRmWait, progressTo(f)); err != nil {
 					fmt.Fprintf(f.ErrOut, "Generation %d of %s stays until `fogctl gc` removes it: %v\n", g.Gen, g.App, err)
 					continue
 				}
@@ -207,6 +210,7 @@ agents release once the app is gone) stays until ` + "`fogctl gc`" + ` removes i
 			}
 			return nil
 		})}
+	rm.Flags().DurationVar(&appRmWait, "wait", time.Minute, "how long to wait for the nodes to drop their copies of a generation's environment")
 	cmd.AddCommand(create, ls, inspect, newCmdAppCosts(f), newCmdAppPool(f), rm)
 	return cmd
 }
@@ -582,7 +586,13 @@ func NewCmdCheckpoint(f *Factory) *cobra.Command {
 				}
 			})
 		})}
-	rm := &cobra.Command{Use: "rm APP GEN", Short: "Remove a checkpoint generation (refused while deployments use it)", Args: exactArgs(2, "an app and a generation"),
+	var rmWait time.Duration
+	rm := &cobra.Command{Use: "rm APP GEN", Short: "Remove a checkpoint generation (refused while deployments use it)",
+		Long: `Removes a checkpoint generation: its images and record. It is refused while
+instances or warm-pool slots use it. When only the nodes' read-only copies
+of its environment hold it, the generation is retired (no deploy restores
+it any more), and the command waits (--wait) while each agent drops its
+copy at its next pool refill.`, Args: exactArgs(2, "an app and a generation"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			gen, err := strconv.Atoi(args[1])
@@ -606,7 +616,7 @@ func NewCmdCheckpoint(f *Factory) *cobra.Command {
 			// A recorded generation goes with its record even when its
 			// images are gone; one without a record must have images.
 			if slices.ContainsFunc(gens, func(g deploy.Generation) bool { return g.Gen == gen }) {
-				err = gc.RemoveGeneration(ctx, l.Store, st, args[0], gen)
+				err = gc.RemoveGenerationWaiting(ctx, l.Store, st, args[0], gen, rmWait, progressTo(f))
 			} else {
 				err = deploy.RemoveGeneration(ctx, l.Store, args[0], gen)
 			}
@@ -652,6 +662,7 @@ generation; running instances keep theirs. The phases are shown as they pass.`,
 			return fmt.Errorf("generation %d of %s was sealed by %s but is not recorded", dep.Status.Gen, args[0], d.Node)
 		})}
 	refresh.Flags().StringVar(&node, "node", "", "node to produce it on (default: the best-scored ready node with the app's engine)")
+	rm.Flags().DurationVar(&rmWait, "wait", time.Minute, "how long to wait for the nodes to drop their copies of the generation's environment")
 	cmd.AddCommand(ls, refresh, rm)
 	return cmd
 }
@@ -667,4 +678,9 @@ func withState(f *Factory, run func(cmd *cobra.Command, args []string, st *state
 		defer st.Close()
 		return run(cmd, args, st)
 	}
+}
+
+// progressTo prints progress lines on f's error output.
+func progressTo(f *Factory) func(string) {
+	return func(s string) { fmt.Fprintf(f.ErrOut, "==> %s\n", s) }
 }

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/gencache"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -30,6 +31,10 @@ const (
 	MetaGeneration = "fogdeploy.generation"
 	// MetaDeployment names the deployment that owns an instance clone.
 	MetaDeployment = "fogdeploy.deployment"
+	// MetaRetired marks a generation whose removal was asked while nodes
+	// held copies of it (RemoveGeneration): no deploy restores it, and
+	// the nodes drop their copies.
+	MetaRetired = "fogdeploy.retired"
 	// MetaNode names the node that made an instance clone or a generation.
 	MetaNode = "fogdeploy.node"
 	// MaxIDLen bounds deployment IDs.
@@ -102,22 +107,26 @@ func Generations(ctx context.Context, store layering.Store, app string) ([]Gener
 		if err := json.Unmarshal([]byte(raw), &gr); err != nil {
 			return nil, fmt.Errorf("generation record of %s: %w", n, err)
 		}
+		gr.Retired = info.Meta[MetaRetired] != ""
 		out = append(out, gr)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Gen < out[j].Gen })
 	return out, nil
 }
 
-// Latest returns app's newest complete generation, or ErrNoCheckpoint.
+// Latest returns app's newest complete generation that is not retired,
+// or ErrNoCheckpoint.
 func (d *Deployer) Latest(ctx context.Context, app string) (Generation, error) {
 	gens, err := d.Generations(ctx, app)
 	if err != nil {
 		return Generation{}, err
 	}
-	if len(gens) == 0 {
-		return Generation{}, fmt.Errorf("app %s: %w", app, ErrNoCheckpoint)
+	for i := len(gens) - 1; i >= 0; i-- {
+		if !gens[i].Retired {
+			return gens[i], nil
+		}
 	}
-	return gens[len(gens)-1], nil
+	return Generation{}, fmt.Errorf("app %s: %w", app, ErrNoCheckpoint)
 }
 
 // CurrentOf returns the newest complete generation of app of engine eng
@@ -135,7 +144,7 @@ func (d *Deployer) CurrentOf(ctx context.Context, app App, eng string) (Generati
 	var newest *Generation
 	for i := len(gens) - 1; i >= 0; i-- {
 		g := gens[i]
-		if len(g.Spec.Command) > 0 && !g.Spec.SameProcess(app) {
+		if g.Retired || (len(g.Spec.Command) > 0 && !g.Spec.SameProcess(app)) {
 			continue
 		}
 		if newest == nil {
@@ -189,8 +198,15 @@ func (d *Deployer) RemoveGeneration(ctx context.Context, app string, gen int) er
 	return err
 }
 
+// ErrHeldByNodes: a generation's removal waits for nodes to drop their
+// read-only copies of its environment (it wraps layering.ErrHasChildren).
+var ErrHeldByNodes = fmt.Errorf("held by nodes' copies: %w", layering.ErrHasChildren)
+
 // RemoveGeneration removes generation gen of app from the pool; it refuses,
-// wrapping layering.ErrHasChildren, while deployments still use it.
+// wrapping layering.ErrHasChildren, while deployments still use it. When
+// only nodes' copies of its environment hold it, it retires the generation
+// (MetaRetired: no deploy restores it, and the agents drop their copies)
+// and returns ErrHeldByNodes: removing it again then succeeds.
 func RemoveGeneration(ctx context.Context, store layering.Store, app string, gen int) error {
 	if _, err := store.Stat(ctx, GenImage(app, gen, "ckpt")); err != nil {
 		return fmt.Errorf("generation %d of %s: %w", gen, app, err)
@@ -208,9 +224,14 @@ func RemoveGeneration(ctx context.Context, store layering.Store, app string, gen
 				}
 			}
 			if len(users) == 0 {
+				// Retired: no deploy takes it any more, so the nodes
+				// drop their copies at their next pool refill.
+				if err := store.SetMeta(ctx, GenImage(app, gen, "ckpt"), map[string]string{MetaRetired: time.Now().UTC().Format(time.RFC3339)}); err != nil {
+					return err
+				}
 				return layering.WithHint(fmt.Errorf("generation %d of %s is held by %d node(s) as their read-only copy of its environment (%s): %w",
-					gen, app, len(copies), strings.Join(copies, ", "), layering.ErrHasChildren),
-					"an agent drops its copy within a minute once the generation is not its app's current one and no instance uses it; run fogctl gc again then")
+					gen, app, len(copies), strings.Join(copies, ", "), ErrHeldByNodes),
+					"it is retired: no deploy restores it now, and each agent drops its copy at its next pool refill (agent.reconcile_interval); remove it again then, or let fogctl gc do it")
 			}
 			return fmt.Errorf("generation %d of %s is used by %d instance(s) (%s): %w", gen, app, len(users), strings.Join(users, ", "), layering.ErrHasChildren)
 		}

@@ -127,7 +127,18 @@ func TestSharedEnvReadPath(t *testing.T) {
 		t.Error(err)
 	}
 
-	// The generation goes with the node's copy.
+	// Removed from elsewhere (fogctl) while only the node's copy holds
+	// it: retired, so that no deploy takes it and the node drops its copy.
+	if err := deploy.RemoveGeneration(ctx, f.L.Store, app.Name, g.Gen); !errors.Is(err, deploy.ErrHeldByNodes) {
+		t.Fatalf("RemoveGeneration held by the node's copy only = %v; want ErrHeldByNodes", err)
+	}
+	if _, err := f.D.Latest(ctx, app.Name); !errors.Is(err, deploy.ErrNoCheckpoint) {
+		t.Errorf("Latest of a retired generation = %v; want ErrNoCheckpoint", err)
+	}
+	if gens, err := f.D.Generations(ctx, app.Name); err != nil || len(gens) != 1 || !gens[0].Retired {
+		t.Errorf("Generations = %+v, %v; want generation %d retired", gens, err, g.Gen)
+	}
+	// The node drops its copy, and the generation goes.
 	if err := f.D.RemoveGeneration(ctx, app.Name, g.Gen); err != nil {
 		t.Fatalf("RemoveGeneration: %v", err)
 	}

@@ -193,6 +193,28 @@ func RemoveGeneration(ctx context.Context, store layering.Store, st *state.Store
 	return st.DeleteCheckpoint(ctx, app, gen)
 }
 
+// RemoveGenerationWaiting is RemoveGeneration retried, for up to wait,
+// while nodes drop their copies of the generation's environment
+// (deploy.ErrHeldByNodes; the first try retired it). progress, if not
+// nil, is told once that it waits.
+func RemoveGenerationWaiting(ctx context.Context, store layering.Store, st *state.Store, app string, gen int, wait time.Duration, progress func(string)) error {
+	deadline := time.Now().Add(wait)
+	for told := false; ; told = true {
+		err := RemoveGeneration(ctx, store, st, app, gen)
+		if !errors.Is(err, deploy.ErrHeldByNodes) || time.Now().After(deadline) {
+			return err
+		}
+		if !told && progress != nil {
+			progress(fmt.Sprintf("generation %d of %s is retired; waiting up to %s for the nodes to drop their copies of it", gen, app, wait.Round(time.Second)))
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 // removedAppGeneration is the item of generation g of an app that was
 // removed: skipped while clones of it remain (the pool slots its agents
 // are releasing).
@@ -313,24 +335,30 @@ func Retain(ctx context.Context, store layering.Store, app string, keep int, dry
 	}
 	// The newest keep of each engine (an app of engine auto has a
 	// generation per engine at each checkpoint).
+	// Retired ones (their removal was asked) do not count.
 	newer := map[string]int{}
 	var old []deploy.Generation
 	for i := len(gens) - 1; i >= 0; i-- {
-		if newer[gens[i].Engine]++; newer[gens[i].Engine] > keep {
+		if gens[i].Retired {
+			old = append([]deploy.Generation{gens[i]}, old...)
+		} else if newer[gens[i].Engine]++; newer[gens[i].Engine] > keep {
 			old = append([]deploy.Generation{gens[i]}, old...)
 		}
 	}
 	var out []Item
 	for _, g := range old {
+		why := fmt.Sprintf("older than the newest %d of %s", keep, g.Engine)
+		if g.Retired {
+			why = "retired (its removal was asked)"
+		}
 		it := Item{Kind: KindGeneration, Name: fmt.Sprintf("%s/%d", app, g.Gen), App: app, Gen: g.Gen,
-			Images: []string{g.EnvSnap.Image, g.CkptSnap.Image},
-			Reason: fmt.Sprintf("older than the newest %d of %s", keep, g.Engine)}
+			Images: []string{g.EnvSnap.Image, g.CkptSnap.Image}, Reason: why}
 		users, err := generationUsers(ctx, store, g)
 		if err != nil {
 			return nil, err
 		}
 		if users > 0 {
-			it.Skip, it.Reason = true, fmt.Sprintf("older than the newest %d of %s, but used by %d deployment(s)", keep, g.Engine, users)
+			it.Skip, it.Reason = true, fmt.Sprintf("%s, but used by %d instance(s) or node copies", why, users)
 		} else if !dryRun {
 			if err := deploy.RemoveGeneration(ctx, store, app, g.Gen); err != nil {
 				return out, err

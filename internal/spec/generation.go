@@ -41,4 +41,8 @@ type Generation struct {
 	// match (restorableOn). Nil for generations sealed before it was
 	// recorded.
 	Platform *Platform `json:"platform,omitempty"`
+	// Retired: its removal was asked while nodes held copies of it; no
+	// deploy restores it any more, and it goes once they dropped them.
+	// Read from the checkpoint image's metadata, not from the record.
+	Retired bool `json:"-"`
 }

@@ -225,6 +225,13 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	} else if len(released) > 0 {
 		log.Info("released the warm pool's slots", "slots", len(released))
 	}
+	// So do the node's copies of environments that no running instance
+	// uses (a killed agent's stay recorded and are kept at its next start).
+	if dropped, rerr := d.TrimLowers(sctx, nil); rerr != nil {
+		log.Warn("dropping the node's unused copies of environments; the next start keeps or drops them", "err", rerr)
+	} else if len(dropped) > 0 {
+		log.Info("dropped the node's unused copies of environments", "copies", len(dropped))
+	}
 	return err
 }
 

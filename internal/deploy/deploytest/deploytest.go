@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -513,11 +514,18 @@ func (f *Fixture) UndeployAll(t testing.TB, app string) {
 	}
 }
 
-// RemoveGenerations removes every checkpoint generation of app.
+// RemoveGenerations removes every checkpoint generation of app, waiting
+// (up to a minute, as fogctl checkpoint rm does) while running agents drop
+// their copies of a generation's environment.
 func (f *Fixture) RemoveGenerations(t testing.TB, app string) {
 	gens, _ := f.D.Generations(context.Background(), app)
 	for _, g := range gens {
-		if err := f.D.RemoveGeneration(context.Background(), app, g.Gen); err != nil {
+		err := f.D.RemoveGeneration(context.Background(), app, g.Gen)
+		for start := time.Now(); errors.Is(err, deploy.ErrHeldByNodes) && time.Since(start) < time.Minute; {
+			time.Sleep(500 * time.Millisecond)
+			err = f.D.RemoveGeneration(context.Background(), app, g.Gen)
+		}
+		if err != nil {
 			t.Errorf("remove generation %d of %s: %v", g.Gen, app, err)
 		}
 	}
