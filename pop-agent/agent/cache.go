@@ -7,8 +7,6 @@ package agent
 
 import (
 	"context"
-	"errors"
-	"slices"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/config"
@@ -52,7 +50,7 @@ func (a *agent) holds(app string, gen int) bool {
 // trimCache drops the copies of generations that are gone (their app
 // removed, or the generation itself) and then the least recently used
 // beyond the budget, and exports what is left.
-func (a *agent) trimCache(ctx context.Context, apps []deploy.App) {
+func (a *agent) trimCache(ctx context.Context, apps []deploy.App, current map[string]int) {
 	es, err := a.d.Cached()
 	if err != nil {
 		a.log.Warn("listing the checkpoint cache", "err", err)
@@ -86,34 +84,19 @@ func (a *agent) trimCache(ctx context.Context, apps []deploy.App) {
 	if err != nil {
 		a.log.Warn("trimming the checkpoint cache; retried at the next refill", "err", err)
 	}
-	a.trimLowers(ctx, apps)
+	a.trimLowers(ctx, current)
 	a.exportCache()
 }
 
 // trimLowers drops the node's read-only copies of environments that no
-// instance uses, but for the current generation of each app (the one its
-// pool and its restores take here): a copy is a clone, which keeps gc
-// from removing its generation.
-func (a *agent) trimLowers(ctx context.Context, apps []deploy.App) {
-	ls, err := a.d.Lowers()
-	if err != nil {
-		a.log.Warn("listing the node's copies of environments", "err", err)
-		return
-	}
-	current := map[string]int{}
-	for _, app := range apps {
-		if !slices.ContainsFunc(ls, func(l deploy.Lower) bool { return l.App == app.Name }) {
-			continue
-		}
-		g, err := a.poolGeneration(ctx, app)
-		if errors.Is(err, deploy.ErrNoCheckpoint) {
-			continue
-		} else if err != nil {
-			return // keep everything while the cluster does not answer
-		}
-		current[app.Name] = g.Gen
-	}
-	dropped, err := a.d.TrimLowers(ctx, func(l deploy.Lower) bool { g, ok := current[l.App]; return ok && g == l.Gen })
+// instance uses, but for the current generation of each app (current: the
+// one its pool and its restores take here; unknownGen keeps them all): a
+// copy is a clone, which keeps gc from removing its generation.
+func (a *agent) trimLowers(ctx context.Context, current map[string]int) {
+	dropped, err := a.d.TrimLowers(ctx, func(l deploy.Lower) bool {
+		g, ok := current[l.App]
+		return ok && (g == l.Gen || g == unknownGen)
+	})
 	for _, l := range dropped {
 		a.log.Info("node copy of an environment dropped", "app", l.App, "gen", l.Gen, "image", l.Image)
 	}

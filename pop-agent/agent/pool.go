@@ -8,6 +8,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,17 +93,30 @@ func (a *agent) refill(ctx context.Context) {
 			}
 		}
 	}
+	// Each app's pool generation: the one whose node copies stay.
+	current := map[string]int{}
 	for _, app := range apps {
 		if ctx.Err() != nil {
 			return
 		}
-		a.refillApp(ctx, app)
+		gen, err := a.refillApp(ctx, app)
+		switch {
+		case err == nil:
+			current[app.Name] = gen
+		case !errors.Is(err, deploy.ErrNoCheckpoint):
+			current[app.Name] = unknownGen
+		}
 	}
-	a.trimCache(ctx, apps)
+	a.trimCache(ctx, apps, current)
 }
 
-// refillApp keeps app's pool on this node.
-func (a *agent) refillApp(ctx context.Context, app deploy.App) {
+// unknownGen stands for an app's pool generation while the cluster does
+// not tell it: its node copies all stay.
+const unknownGen = -1
+
+// refillApp keeps app's pool on this node, and returns the generation
+// its pool restores (the error of finding it, if any).
+func (a *agent) refillApp(ctx context.Context, app deploy.App) (int, error) {
 	size := a.poolSize(app)
 	g, err := a.poolGeneration(ctx, app)
 	if err == nil {
@@ -121,7 +135,7 @@ func (a *agent) refillApp(ctx context.Context, app deploy.App) {
 			gen = g.Gen
 		}
 		a.publishPool(ctx, app.Name, gen, 0)
-		return
+		return gen, err
 	}
 	a.dropPool(ctx, app.Name, func(s deploy.Slot) bool { return s.Gen != g.Gen }, "a newer generation was sealed")
 	for ctx.Err() == nil {
@@ -138,7 +152,7 @@ func (a *agent) refillApp(ctx context.Context, app deploy.App) {
 			break
 		}
 		if !a.waitIdle(ctx) {
-			return
+			return g.Gen, nil
 		}
 		a.pool.mu.Lock()
 		a.pool.provisioning[app.Name]++
@@ -161,6 +175,7 @@ func (a *agent) refillApp(ctx context.Context, app deploy.App) {
 		a.log.Info("warm pool: slot ready", "app", app.Name, "gen", g.Gen, "slot", s.ID, "took", took.Round(time.Millisecond))
 	}
 	a.publishPool(ctx, app.Name, g.Gen, size)
+	return g.Gen, nil
 }
 
 // poolGeneration is the generation app's pool slots restore: its newest,
