@@ -217,7 +217,7 @@ func RemoveGeneration(ctx context.Context, store layering.Store, app string, gen
 		if kids, err := store.Children(ctx, layering.SnapRef{Image: img, Snap: layering.SealedSnap}); err == nil && len(kids) > 0 {
 			var copies, users []string
 			for _, k := range kids {
-				if strings.HasPrefix(k, InstancePrefix+app+"-l"+strconv.Itoa(gen)+"-") {
+				if IsLowerName(k) {
 					copies = append(copies, k)
 				} else {
 					users = append(users, k)

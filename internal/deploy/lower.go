@@ -4,7 +4,7 @@
 // the instance's own clone. The page cache of those files is then shared by every instance of the
 // generation on the node, and a repeated restore reads next to nothing from the OSDs. The copy is a
 // clone, so that gc sees the generation in use while a node holds it; it is journaled in
-// StateDir/lowers/<id>.json before it is made, kept while an instance uses it or its generation is
+// StateDir/lowers/records/<id>.json before it is made, kept while an instance uses it or its generation is
 // current, and dropped by TrimLowers.
 
 package deploy
