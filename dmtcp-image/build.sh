@@ -12,6 +12,11 @@
 # symlinks, and the static entrypoint built with CGO_ENABLED=0) and runs
 # `docker build --network none`. It prints the image tag on stdout.
 # It never builds DMTCP itself.
+# When CRIU is installed too ($CRIU_PREFIX, else /opt/criu, holding
+# sbin/criu; CRIU_PREFIX=none leaves it out), the image also carries CRIU,
+# the shared libraries it needs and a static busybox for sh, mount and
+# sleep, and is labelled io.fogdeploy.criu.version: the container then runs
+# apps of either engine (`entrypoint launch -engine criu ...`).
 # With -b it builds the boot image instead (TAG defaults to
 # fogdeploy/boot:latest): the same entrypoint and no DMTCP, for nodes and
 # deploys that run apps without a checkpoint engine (`entrypoint boot`).
@@ -151,6 +156,31 @@ for lib in "${libs[@]}"; do
 done
 info "copied ${#libs[@]} shared libraries: $(printf '%s ' "${libs[@]##*/}")"
 
+# CRIU, when installed: dump and restore run in the image's own root.
+criu_prefix=${CRIU_PREFIX:-/opt/criu}
+criu_version=""
+if [[ $criu_prefix != none && -x $criu_prefix/sbin/criu ]]; then
+	criu_version=$("$criu_prefix/sbin/criu" --version 2>/dev/null | awk '/^Version:/ {print $2}')
+	[[ -n $criu_version ]] || die "$criu_prefix/sbin/criu --version printed no version"
+	command -v busybox >/dev/null || die "CRIU in the image needs a static busybox (Debian package busybox-static) for sh, mount and sleep"
+	! ldd "$(command -v busybox)" >/dev/null 2>&1 || die "$(command -v busybox) is not statically linked: install busybox-static"
+	info "staging $criu_prefix (CRIU $criu_version)"
+	mkdir -p "$rootfs$criu_prefix" "$rootfs/bin" "$rootfs/run"
+	cp -a -- "$criu_prefix/sbin" "$rootfs$criu_prefix/"
+	[[ ! -d $criu_prefix/libexec ]] || cp -a -- "$criu_prefix/libexec" "$rootfs$criu_prefix/"
+	mapfile -t clibs < <(ldd "$criu_prefix/sbin/criu" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u)
+	for lib in "${clibs[@]}"; do
+		copy_with_links "$lib"
+	done
+	cp -- "$(command -v busybox)" "$rootfs/bin/busybox.static"
+	for tool in sh mount sleep; do
+		ln -sf busybox.static "$rootfs/bin/$tool"
+	done
+	info "copied ${#clibs[@]} shared libraries for criu"
+elif [[ $criu_prefix != none ]]; then
+	info "no CRIU at $criu_prefix (want $criu_prefix/sbin/criu): the image runs DMTCP apps only"
+fi
+
 info "building the entrypoint"
 (cd "$repo" && CGO_ENABLED=0 "$go" build -trimpath -ldflags='-s -w' -o "$ctx/entrypoint" ./dmtcp-image/entrypoint)
 cp -- "$here/Dockerfile" "$ctx/Dockerfile"
@@ -162,6 +192,8 @@ DOCKER_HOST=$host DOCKER_BUILDKIT=0 docker build --network none -q -t "$tag" \
 	--build-arg "DMTCP_PREFIX=$prefix" \
 	--build-arg "DMTCP_VERSION=$dmtcp_version" \
 	--build-arg "DMTCP_GLIBC=$dmtcp_glibc" \
+	--build-arg "CRIU_VERSION=$criu_version" \
+	--build-arg "CRIU_PREFIX=${criu_prefix/#none/}" \
 	--build-arg "REVISION=$revision" \
 	--build-arg "CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
 	"$ctx" >&2

@@ -14,6 +14,7 @@ const (
 	modeLaunch  = "launch"
 	modeRestart = "restart"
 	modeBoot    = "boot"   // run the app with no checkpoint engine
+	modeCheck   = "check"  // can the engine run in this container? (criu check)
 	modeKeep    = "keep"   // internal: the app's parent, see keeper.go
 	modeNoCaps  = "nocaps" // internal: exec without capabilities, see keeper.go
 )
@@ -49,8 +50,17 @@ type config struct {
 	user         string        // the app's user in the root ("" = root, without capabilities)
 	logLevel     string
 	logFormat    string
+	engine       string   // engineDMTCP or engineCRIU
+	criuPrefix   string   // installed CRIU prefix (engine criu)
+	lazy         bool     // restart with CRIU's lazy pages
 	app          []string // launch: the app's argv
 }
+
+// Checkpoint engines the entrypoint runs.
+const (
+	engineDMTCP = "dmtcp"
+	engineCRIU  = "criu"
+)
 
 func parseConfig(mode string, args []string, stderr io.Writer) (*config, error) {
 	c := &config{mode: mode}
@@ -75,6 +85,9 @@ func parseConfig(mode string, args []string, stderr io.Writer) (*config, error) 
 	fs.StringVar(&c.timings, "timings", "-", "where phase timings go as JSON lines: a file, or - for stdout")
 	fs.StringVar(&c.workdir, "workdir", "/", "app's working directory inside the root")
 	fs.StringVar(&c.user, "user", "", "run the app as this user of the root (NAME, UID, NAME:GROUP or UID:GID); needs CAP_SETUID and CAP_SETGID in the container")
+	fs.StringVar(&c.engine, "engine", engineDMTCP, "checkpoint engine: dmtcp (a coordinator in the container) or criu (criu dump and criu restore run by this process; needs the capabilities of runtime.CRIUCapabilities)")
+	fs.StringVar(&c.criuPrefix, "criu-prefix", envOr("FOG_CRIU_PREFIX", "/opt/criu"), "installed CRIU prefix (engine criu)")
+	fs.BoolVar(&c.lazy, "lazy", false, "restart: with engine criu, restore with lazy pages (the app runs before all its memory is in)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json (logs go to stderr)")
 	if err := fs.Parse(args); err != nil {
@@ -121,7 +134,25 @@ func (c *config) validate() error {
 	if c.wait != "" && (!strings.HasPrefix(c.wait, "/") || strings.HasSuffix(c.wait, "/")) {
 		errs = append(errs, fmt.Errorf("-wait %q: want the absolute path of a file", c.wait))
 	}
-	for name, p := range map[string]string{"-root": c.root, "-ckpt": c.ckpt, "-prefix": c.prefix, "-workdir": c.workdir} {
+	switch c.engine {
+	case engineDMTCP:
+		if c.lazy {
+			errs = append(errs, errors.New("-lazy needs -engine criu: DMTCP has no lazy restore"))
+		}
+	case engineCRIU:
+		if c.after == afterContinue {
+			errs = append(errs, errors.New("-after-checkpoint continue needs -engine dmtcp: criu dump stops the app; use exit"))
+		}
+		if c.user != "" {
+			errs = append(errs, fmt.Errorf("-user %q needs -engine dmtcp: under criu the app runs as root (with no capability); drop -user", c.user))
+		}
+		if c.lazy && c.mode != modeRestart {
+			errs = append(errs, errors.New("-lazy is for restart only"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("-engine %q: want %s or %s", c.engine, engineDMTCP, engineCRIU))
+	}
+	for name, p := range map[string]string{"-root": c.root, "-ckpt": c.ckpt, "-prefix": c.prefix, "-workdir": c.workdir, "-criu-prefix": c.criuPrefix} {
 		if !strings.HasPrefix(p, "/") {
 			errs = append(errs, fmt.Errorf("%s %q must be an absolute path", name, p))
 		}

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/runtime"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -38,6 +40,12 @@ func TestParseConfig(t *testing.T) {
 		{modeRestart, []string{"redis-server"}, "restart takes no command"},
 		{modeLaunch, []string{"-after-checkpoint", "pause", "app"}, `-after-checkpoint "pause"`},
 		{modeLaunch, []string{"-root", "rel", "app"}, `-root "rel" must be an absolute path`},
+		{modeLaunch, []string{"-engine", "podman", "app"}, `-engine "podman": want dmtcp or criu`},
+		{modeRestart, []string{"-lazy"}, "-lazy needs -engine criu"},
+		{modeLaunch, []string{"-engine", "criu", "-lazy", "app"}, "-lazy is for restart only"},
+		{modeLaunch, []string{"-engine", "criu", "-after-checkpoint", "continue", "app"}, "criu dump stops the app"},
+		{modeRestart, []string{"-engine", "criu", "-user", "www-data"}, "under criu the app runs as root"},
+		{modeLaunch, []string{"-engine", "criu", "-criu-prefix", "opt/criu", "app"}, `-criu-prefix "opt/criu" must be an absolute path`},
 		{modeLaunch, []string{"--", "-x"}, "looks like a flag"},
 		{modeLaunch, []string{"-ready-http", "health", "app"}, `-ready-http "health"`},
 		{modeLaunch, []string{"-ready-http", "/", "-ready-expect", "x", "app"}, "drop -ready-send and -ready-expect"},
@@ -457,5 +465,35 @@ func TestWarm(t *testing.T) {
 	s.warm(g)
 	if !strings.Contains(tm.String(), `"error":`) {
 		t.Errorf("warm of a missing image: timings %q; want an error", tm.String())
+	}
+}
+
+// TestAppCapsMatchRuntime: the capabilities a CRIU container's app keeps
+// are the ones the runtime documents and grants the container.
+func TestAppCapsMatchRuntime(t *testing.T) {
+	names := strings.Split(appCapNames, ",")
+	if want := runtime.CRIUAppCapabilities(); !slices.Equal(names, want) {
+		t.Fatalf("appCapNames = %v; runtime.CRIUAppCapabilities = %v", names, want)
+	}
+	if len(appCaps) != len(names) {
+		t.Fatalf("appCaps has %d entries, appCapNames %d", len(appCaps), len(names))
+	}
+	for _, n := range names {
+		m, err := runtime.CapMask([]string{n})
+		if err != nil || m != 1<<appCaps[n] {
+			t.Errorf("capability %s: number %d here, mask %#x, %v in the runtime", n, appCaps[n], m, err)
+		}
+	}
+	granted, _ := runtime.CapMask(runtime.CRIUCapabilities())
+	kept, _ := runtime.CapMask(names)
+	if kept&^granted != 0 {
+		t.Errorf("the app keeps %#x that the CRIU container is not granted", kept&^granted)
+	}
+}
+
+// TestNoCapsKeepRefusesOthers: an app may keep only the documented set.
+func TestNoCapsKeepRefusesOthers(t *testing.T) {
+	if code := noCaps([]string{"-keep", "SYS_ADMIN", "/bin/true"}); code != exitUsage {
+		t.Fatalf("nocaps -keep SYS_ADMIN = %d; want %d", code, exitUsage)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -17,8 +18,8 @@ import (
 // PID 1, so dmtcp_restart stays in the foreground and becomes the app
 // (it execs mtcp_restart), and the keeper's exit status is the app's.
 //
-// The keeper chroots itself into the root, drops CAP_SYS_CHROOT, CAP_SYS_ADMIN
-// and CAP_SETPCAP from all its sets (the app never holds them), starts
+// The keeper chroots itself into the root, drops every capability from all
+// its sets (the app never holds one), starts
 // argv with the environment it was given, forwards SIGTERM, SIGINT, SIGHUP,
 // SIGQUIT and SIGUSR2, and exits with the app's status.
 //
@@ -62,13 +63,20 @@ func keep(args []string) int {
 		fmt.Fprintf(os.Stderr, "entrypoint keep: chdir / inside the root: %v\n", err)
 		return exitSetup
 	}
-	drop := []int{capSysChroot, capSysAdmin, capSetpcap}
+	// Every capability goes (a CRIU container has more than the DMTCP
+	// container's), CAP_SETPCAP last; with -user, CAP_SETUID and
+	// CAP_SETGID stay until the app has started.
+	var drop []int
+	for c := capLast; c >= 0; c-- {
+		if c != capSetpcap && (user == "" || (c != capSetuid && c != capSetgid)) {
+			drop = append(drop, c)
+		}
+	}
+	drop = append(drop, capSetpcap)
 	if user != "" {
 		if err := dropBounding(capSetuid, capSetgid); err != nil {
 			fmt.Fprintf(os.Stderr, "entrypoint keep: warning: %v\n", err)
 		}
-	} else {
-		drop = append([]int{capSetuid, capSetgid}, drop...)
 	}
 	if err := dropCaps(drop...); err != nil {
 		fmt.Fprintf(os.Stderr, "entrypoint keep: warning: %v; the app keeps these capabilities\n", err)
@@ -121,24 +129,52 @@ func keep(args []string) int {
 // noCaps is the "nocaps" mode: drop every capability and exec argv. The
 // coordinator and dmtcp_command run through it, so that only PID 1 holds
 // capabilities in the container (it needs CAP_SYS_CHROOT and CAP_SETPCAP to
-// start the keeper). Descriptors are inherited as they are (fd 821).
+// start the keeper), and so does a CRIU container's app (started inside
+// its root as /proc/1/exe, PID 1's own binary, with -keep), whose image then
+// records only the capabilities it kept. Descriptors are inherited as they are (fd 821). An argv[0]
+// without a slash is looked up in PATH.
 //
-//	entrypoint nocaps ARGV...
+// With -keep, the listed capabilities (names of appCaps, comma-separated)
+// stay: a CRIU container's app keeps the set of appCapNames.
+//
+//	entrypoint nocaps [-keep CAP,...] ARGV...
 func noCaps(args []string) int {
+	keep := map[int]bool{}
+	if len(args) >= 2 && args[0] == "-keep" {
+		for _, name := range strings.Split(args[1], ",") {
+			c, ok := appCaps[strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(name)), "CAP_")]
+			if !ok {
+				fmt.Fprintf(os.Stderr, "entrypoint nocaps: -keep %q: an app may keep only %s\n", name, appCapNames)
+				return exitUsage
+			}
+			keep[c] = true
+		}
+		args = args[2:]
+	}
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "entrypoint nocaps: want ARGV...")
+		fmt.Fprintln(os.Stderr, "entrypoint nocaps: want [-keep CAP,...] ARGV...")
 		return exitUsage
 	}
 	all := make([]int, 0, capLast+1)
 	for c := capLast; c >= 0; c-- { // CAP_SETPCAP (8) goes after the higher ones
-		if c != capSetpcap {
+		if c != capSetpcap && !keep[c] {
 			all = append(all, c)
 		}
 	}
 	if err := dropCaps(append(all, capSetpcap)...); err != nil {
 		fmt.Fprintf(os.Stderr, "entrypoint nocaps: warning: %v\n", err)
 	}
-	err := syscall.Exec(args[0], args, os.Environ())
+	path := args[0]
+	if !strings.Contains(path, "/") {
+		// The app of a CRIU container is started by name, in the root's PATH.
+		p, err := exec.LookPath(path)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "entrypoint nocaps: %v\n", err)
+			return exitSetup
+		}
+		path = p
+	}
+	err := syscall.Exec(path, args, os.Environ())
 	fmt.Fprintf(os.Stderr, "entrypoint nocaps: exec %s: %v\n", args[0], err)
 	return exitSetup
 }

@@ -17,7 +17,8 @@ import (
 //	<prefix>    -> <root>/<prefix>   (read-only bind: DMTCP at the same path inside)
 //	<ckpt>      -> <root>/<ckpt>     (bind: images are written by the app itself)
 //
-// In boot mode (no checkpoint engine) only proc, /dev and /tmp are mounted.
+// In boot mode (no checkpoint engine) and under CRIU (whose dump and restore
+// run outside the root) only proc, /dev and /tmp are mounted.
 // The mount points are created in the clone when missing. Nothing here
 // propagates to the host: the namespace is made recursively private first.
 func prepareRoot(cfg *config) error {
@@ -31,7 +32,7 @@ func prepareRoot(cfg *config) error {
 	if _, err := os.Stat(filepath.Join(cfg.root, "bin")); err != nil {
 		return fmt.Errorf("environment clone %s has no /bin: is the clone mounted? (%w)", cfg.root, err)
 	}
-	boot := cfg.mode == modeBoot
+	boot := cfg.mode == modeBoot || cfg.engine == engineCRIU
 	if !boot {
 		if err := os.MkdirAll(cfg.ckpt, 0o755); err != nil {
 			return fmt.Errorf("checkpoint dir %s: %w", cfg.ckpt, err)

@@ -37,6 +37,7 @@ const usage = `usage:
   entrypoint launch  [flags] [--] APP [ARGS...]   run APP under DMTCP, chrooted into -root
   entrypoint restart [flags]                      restore the newest generation in -ckpt
   entrypoint boot    [flags] [--] APP [ARGS...]   run APP chrooted into -root with no checkpoint engine
+  entrypoint check   -engine criu                 run criu check as a launch or restart would, and exit
 Send SIGUSR1 (docker kill -s USR1) or create -trigger to checkpoint into -ckpt/<gen>.
 Run "entrypoint launch -h" for the flags.
 `
@@ -53,7 +54,7 @@ func Main(args []string) int {
 		return keep(args[1:])
 	case modeNoCaps:
 		return noCaps(args[1:])
-	case modeLaunch, modeRestart, modeBoot:
+	case modeLaunch, modeRestart, modeBoot, modeCheck:
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(os.Stdout, usage)
 		return exitOK
@@ -70,6 +71,9 @@ func Main(args []string) int {
 		return exitUsage
 	}
 	log := newLogger(os.Stderr, cfg.logLevel, cfg.logFormat)
+	if cfg.mode == modeCheck {
+		return checkEngine(cfg, log)
+	}
 	tw, closeTimings, err := openTimings(cfg.timings)
 	if err != nil {
 		log.Error("timings", "err", err)

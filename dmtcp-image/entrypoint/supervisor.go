@@ -62,6 +62,9 @@ type ckptResult struct {
 
 // run does the whole life of the container and returns its exit status.
 func (s *supervisor) run() int {
+	if s.cfg.engine == engineCRIU && s.cfg.mode != modeBoot {
+		return s.runCRIU()
+	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1)
 	null, err := os.Open(os.DevNull)
@@ -290,6 +293,12 @@ func (s *supervisor) mountRoot() bool {
 		s.log.Error("prepare the environment clone", "root", s.cfg.root, "err", err)
 		return false
 	}
+	if s.cfg.engine == engineCRIU {
+		// criu dump and criu restore need it; the app never holds it
+		// (nocaps).
+		s.tm.record("mount", 0, t, 0, nil)
+		return true
+	}
 	if err := dropCaps(capSysAdmin); err != nil {
 		s.log.Warn("could not drop CAP_SYS_ADMIN for good; add CAP_SETPCAP to the container", "err", err)
 	}
@@ -337,7 +346,7 @@ func (s *supervisor) appEnv() []string {
 	if !hasPath {
 		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	}
-	if s.cfg.mode == modeBoot {
+	if s.cfg.mode == modeBoot || s.cfg.engine == engineCRIU {
 		return append(env, "LC_ALL=C") // the same locale as under DMTCP
 	}
 	return append(env, "LC_ALL=C", "DMTCP_COORD_HOST=127.0.0.1", "DMTCP_COORD_PORT="+strconv.Itoa(s.coordPort),

@@ -62,6 +62,10 @@ type Agent struct {
 	DMTCPImage string `yaml:"dmtcp_image"`
 	// DMTCPDriver is "container" (default) or "host".
 	DMTCPDriver string `yaml:"dmtcp_driver"`
+	// CRIUDriver is "container" (default: CRIU runs in the light
+	// container, whose image carries it when CRIU was installed at its
+	// build) or "host" (the agent runs criu; instances end with it).
+	CRIUDriver string `yaml:"criu_driver"`
 	// BootImage runs apps with no checkpoint engine
 	// (`dmtcp-image/build.sh -b`).
 	BootImage string `yaml:"boot_image"`
@@ -172,7 +176,7 @@ func Default() Config {
 		Docker:   Docker{Host: devenv.DockerHost()},
 		Node:     Node{Name: host, StateDir: filepath.Join(devenv.Dir(), "node", host)},
 		Etcd:     Etcd{Endpoints: []string{devenv.EtcdEndpoint}, DialTimeout: 5 * time.Second},
-		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: "container",
+		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: "container", CRIUDriver: "container",
 			BootImage: "fogdeploy/boot:latest", IfBusy: "wait", IfNoEngine: "boot", CheckpointCache: "4GiB", Fetch: FetchFirstUse,
 			EnvRead: EnvReadShared},
 	}
@@ -227,6 +231,7 @@ func (c *Config) ApplyEnv() {
 	set(&c.Agent.TokenFile, "FOGDEPLOY_TOKEN_FILE")
 	set(&c.Agent.Fetch, "FOGDEPLOY_FETCH")
 	set(&c.Agent.EnvRead, "FOGDEPLOY_ENV_READ")
+	set(&c.Agent.CRIUDriver, "FOGDEPLOY_CRIU_DRIVER")
 	set(&c.Agent.CheckpointCache, "FOGDEPLOY_CHECKPOINT_CACHE")
 	if v := os.Getenv("FOGDEPLOY_ETCD_ENDPOINTS"); v != "" {
 		c.Etcd.Endpoints = strings.Split(v, ",")
@@ -309,6 +314,9 @@ func (c Config) Validate() error {
 	}
 	if c.Agent.DMTCPDriver != "container" && c.Agent.DMTCPDriver != "host" {
 		add("agent.dmtcp_driver %q: use container or host", c.Agent.DMTCPDriver)
+	}
+	if c.Agent.CRIUDriver != "container" && c.Agent.CRIUDriver != "host" {
+		add("agent.criu_driver %q: use container or host", c.Agent.CRIUDriver)
 	}
 	if c.Docker.Host != "" && !strings.Contains(c.Docker.Host, "://") {
 		add("docker.host %q: give a URL such as unix:///var/run/docker.sock", c.Docker.Host)

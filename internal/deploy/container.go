@@ -36,13 +36,19 @@ const (
 	// DMTCPGlibcLabel holds the oldest glibc its DMTCP runs on ("2.36"):
 	// DMTCP's tools run on the environment's C library.
 	DMTCPGlibcLabel = "io.fogdeploy.dmtcp.glibc"
+	// CRIUVersionLabel holds the version of the CRIU the image carries
+	// too ("" or absent: none); such an image runs CRIU apps as well.
+	CRIUVersionLabel = "io.fogdeploy.criu.version"
 )
 
 // Container runs instances in the DMTCP container (dmtcp-image/): the
 // environment clone bound at /fog/root, the checkpoint clone at /fog/ckpt,
 // the app's ports published on 127.0.0.1, capabilities SYS_ADMIN,
 // SYS_CHROOT and SETPCAP only (all dropped for the app). Instances survive
-// a restart of the process that started them.
+// a restart of the process that started them. An image that carries CRIU
+// too (CRIUVersionLabel) runs apps of the criu engine in the same
+// container, whose entrypoint then runs criu dump and criu restore itself,
+// with runtime.CRIUCapabilities (again none for the app).
 type Container struct {
 	RT ContainerRuntime
 	// Image is the DMTCP image, e.g. fogdeploy/dmtcp:4.2.0. "" finds it
@@ -60,11 +66,14 @@ type Container struct {
 
 	mu    sync.Mutex
 	found dmtcpImage // what Check found last
+	// criuChecked is the image whose check container passed criu check.
+	criuChecked string
 }
 
 // dmtcpImage is the DMTCP image that Check found.
 type dmtcpImage struct {
 	ref, version, glibc string
+	criu                string // CRIU's version, "" if the image has none
 }
 
 var _ Driver = (*Container)(nil)
@@ -75,8 +84,8 @@ func (c *Container) Name() string { return "container" }
 // Check implements Driver: the engine must be DMTCP and a DMTCP image
 // present (Image, or the newest image labelled as one).
 func (c *Container) Check(ctx context.Context, eng string) (string, error) {
-	if eng != engine.NameDMTCP {
-		return "", fmt.Errorf("%w: the container driver runs the dmtcp engine only, not %q; use the host driver for criu", ErrDriver, eng)
+	if eng != engine.NameDMTCP && eng != engine.NameCRIU {
+		return "", fmt.Errorf("%w: the container driver runs the dmtcp and criu engines, not %q", ErrDriver, eng)
 	}
 	img, err := c.findImage(ctx)
 	if err != nil {
@@ -85,7 +94,57 @@ func (c *Container) Check(ctx context.Context, eng string) (string, error) {
 	c.mu.Lock()
 	c.found = img
 	c.mu.Unlock()
-	return img.version, nil
+	if eng == engine.NameDMTCP {
+		return img.version, nil
+	}
+	if img.criu == "" {
+		return "", hint.With(fmt.Errorf("%w: image %s carries no CRIU (no label %s)", ErrDriver, img.ref, CRIUVersionLabel),
+			"install CRIU (make engines) and rebuild the image with `make dmtcp-image`, or set agent.criu_driver: host")
+	}
+	if err := c.checkCRIU(ctx, img.ref); err != nil {
+		return "", err
+	}
+	return img.criu, nil
+}
+
+// checkCRIU runs `entrypoint check -engine criu` once per image, in a
+// container with a CRIU instance's capabilities: criu check must pass
+// there, on this node's kernel, before a CRIU app is deployed in one.
+func (c *Container) checkCRIU(ctx context.Context, ref string) (err error) {
+	c.mu.Lock()
+	done := c.criuChecked == ref
+	c.mu.Unlock()
+	if done {
+		return nil
+	}
+	spec := runtime.DMTCPContainer{Image: ref, Name: "fd-criucheck-" + strconv.FormatInt(time.Now().UnixNano(), 36),
+		App: "criu-check", Deployment: "criu-check", Engine: runtime.EngineCRIU}.Check()
+	id, err := c.RT.Create(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("%w: criu check container: %w", ErrDriver, err)
+	}
+	defer func() {
+		if rerr := c.RT.Remove(context.WithoutCancel(ctx), id); rerr != nil && err == nil {
+			err = fmt.Errorf("%w: remove the criu check container: %w", ErrDriver, rerr)
+		}
+	}()
+	if err := c.RT.Start(ctx, id); err != nil {
+		return fmt.Errorf("%w: criu check container: %w", ErrDriver, err)
+	}
+	code, err := c.RT.Wait(ctx, id)
+	if err != nil {
+		return fmt.Errorf("%w: criu check container: %w", ErrDriver, err)
+	}
+	if code != 0 {
+		logs, _ := c.RT.Logs(context.WithoutCancel(ctx), id, 20)
+		return hint.With(engine.WithOutput(fmt.Errorf("%w: criu check failed in the container (exit %d)", ErrDriver, code),
+			"the check container", lastLines(logs, 10)),
+			"CRIU 4.x needs a kernel with its features; run `criu check` on the node, or set agent.criu_driver: host")
+	}
+	c.mu.Lock()
+	c.criuChecked = ref
+	c.mu.Unlock()
+	return nil
 }
 
 // findImage finds the DMTCP image this node runs.
@@ -100,7 +159,8 @@ func (c *Container) findImage(ctx context.Context) (dmtcpImage, error) {
 			return dmtcpImage{}, hint.With(fmt.Errorf("%w: no DMTCP image on this node (none labelled %s)", ErrDriver, DMTCPVersionLabel), build)
 		}
 		im := ims[0]
-		return dmtcpImage{ref: im.Ref, version: im.Labels[DMTCPVersionLabel], glibc: im.Labels[DMTCPGlibcLabel]}, nil
+		return dmtcpImage{ref: im.Ref, version: im.Labels[DMTCPVersionLabel], glibc: im.Labels[DMTCPGlibcLabel],
+			criu: im.Labels[CRIUVersionLabel]}, nil
 	}
 	labels, err := c.RT.ImageLabels(ctx, c.Image)
 	if errors.Is(err, runtime.ErrImageNotFound) {
@@ -115,7 +175,7 @@ func (c *Container) findImage(ctx context.Context) (dmtcpImage, error) {
 		return dmtcpImage{}, hint.With(fmt.Errorf("%w: image %s is not a fogdeploy DMTCP image (no label %s)", ErrDriver, c.Image, DMTCPVersionLabel),
 			build+", and set agent.dmtcp_image to its tag or leave it empty")
 	}
-	return dmtcpImage{ref: c.Image, version: v, glibc: labels[DMTCPGlibcLabel]}, nil
+	return dmtcpImage{ref: c.Image, version: v, glibc: labels[DMTCPGlibcLabel], criu: labels[CRIUVersionLabel]}, nil
 }
 
 // image returns the DMTCP image to run: the one Check found last, else
@@ -218,10 +278,19 @@ func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 		if err != nil {
 			return Handle{}, err
 		}
-		if err := checkEnvForDMTCP(r.EnvPath, r.App.Env, img.glibc); err != nil {
-			return Handle{}, err
-		}
 		dc = c.spec(r, img.ref)
+		switch {
+		case r.App.Engine != engine.NameCRIU:
+			if err := checkEnvForDMTCP(r.EnvPath, r.App.Env, img.glibc); err != nil {
+				return Handle{}, err
+			}
+		case img.criu == "":
+			return Handle{}, fmt.Errorf("%w: app %s (engine criu): image %s carries no CRIU", ErrDriver, r.App.Name, img.ref)
+		case r.App.User != "":
+			return Handle{}, fmt.Errorf("%w: user %q: CRIU apps run as root (with no capability); run an app that needs a user with the dmtcp engine", ErrInvalidSpec, r.App.User)
+		default:
+			dc.Engine, dc.Lazy = runtime.EngineCRIU, r.App.Lazy && r.Mode == RunRestart
+		}
 	}
 	dc.CtlPath, dc.Wait = r.CtlPath, true
 	if r.Background {

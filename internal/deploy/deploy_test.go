@@ -27,6 +27,7 @@ import (
 
 func TestDeployRedisDMTCPContainer(t *testing.T) { testDeployRedis(t, "container", engine.NameDMTCP) }
 func TestDeployRedisCRIU(t *testing.T)           { testDeployRedis(t, "host", engine.NameCRIU) }
+func TestDeployRedisCRIUContainer(t *testing.T)  { testDeployRedis(t, "container", engine.NameCRIU) }
 
 // redisFixture returns a node fixture with driver, a context of 10
 // minutes, and a redis app of engine eng named after prefix, whose

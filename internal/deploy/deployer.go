@@ -55,6 +55,9 @@ type Config struct {
 	Node string
 	// DMTCPDriver is "container" (default) or "host".
 	DMTCPDriver string
+	// CRIUDriver is "container" (default: CRIU in the light container,
+	// whose image must carry it) or "host".
+	CRIUDriver string
 	// ReadyInterval is the pause between readiness probes (default 10ms).
 	ReadyInterval time.Duration
 	// CacheBytes is the byte budget of the node's checkpoint cache
@@ -83,10 +86,12 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("environment read path %q: use %s or %s", c.EnvRead, EnvShared, EnvClone))
 	}
-	switch c.DMTCPDriver {
-	case "", "container", "host":
-	default:
-		errs = append(errs, fmt.Errorf("dmtcp driver %q: use container or host", c.DMTCPDriver))
+	for eng, dr := range map[string]string{engine.NameDMTCP: c.DMTCPDriver, engine.NameCRIU: c.CRIUDriver} {
+		switch dr {
+		case "", "container", "host":
+		default:
+			errs = append(errs, fmt.Errorf("%s driver %q: use container or host", eng, dr))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -96,9 +101,10 @@ type Deps struct {
 	Store  layering.Backend
 	Envs   *layering.Manager
 	Mapper *mapper.Mapper
-	// Container runs DMTCP apps (may be nil when DMTCPDriver is "host").
+	// Container runs DMTCP and CRIU apps (may be nil when DMTCPDriver
+	// and CRIUDriver are "host").
 	Container Driver
-	// Host runs CRIU apps (and DMTCP apps with DMTCPDriver "host"); may be
+	// Host runs the apps of an engine whose driver is "host"; may be
 	// nil when no app needs it.
 	Host Driver
 	Log  *slog.Logger
@@ -142,6 +148,9 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	if cfg.DMTCPDriver == "" {
 		cfg.DMTCPDriver = "container"
 	}
+	if cfg.CRIUDriver == "" {
+		cfg.CRIUDriver = "container"
+	}
 	if cfg.EnvRead == "" {
 		cfg.EnvRead = EnvShared
 	}
@@ -171,7 +180,8 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 func (d *Deployer) driver(eng string) (Driver, error) {
 	var dr Driver
 	switch {
-	case eng == engine.NameDMTCP && d.cfg.DMTCPDriver == "container":
+	case eng == engine.NameDMTCP && d.cfg.DMTCPDriver == "container",
+		eng == engine.NameCRIU && d.cfg.CRIUDriver == "container":
 		dr = d.deps.Container
 	default:
 		dr = d.deps.Host

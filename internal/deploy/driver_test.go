@@ -12,6 +12,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/drivertest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
@@ -28,7 +29,24 @@ func TestDriverSuiteContainer(t *testing.T) {
 	drivertest.RunSuite(t, func(t *testing.T) drivertest.Harness {
 		env, ckpt := f.Mount(t, mountID())
 		return drivertest.Harness{Driver: f.Container, Engine: engine.NameDMTCP, EnvPath: env, CkptPath: ckpt,
-			Leftovers: drivertest.ContainerLeftovers(f.RT)}
+			Leftovers: drivertest.ContainerLeftovers(f.RT), CheckAppCaps: true}
+	})
+}
+
+// TestDriverSuiteContainerCRIU runs the driver suite on the Container
+// driver with the criu engine: redis under CRIU in the light container,
+// whose entrypoint runs criu check, dump and restore itself.
+func TestDriverSuiteContainerCRIU(t *testing.T) {
+	f := deploytest.NewFixture(t, "container")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := f.Container.Check(ctx, engine.NameCRIU); err != nil {
+		testenv.Unavailable(t, testenv.CRIU, err.Error())
+	}
+	drivertest.RunSuite(t, func(t *testing.T) drivertest.Harness {
+		env, ckpt := f.Mount(t, mountID())
+		return drivertest.Harness{Driver: f.Container, Engine: engine.NameCRIU, EnvPath: env, CkptPath: ckpt,
+			Leftovers: drivertest.ContainerLeftovers(f.RT), CheckAppCaps: true, AppCaps: runtime.CRIUAppCapabilities()}
 	})
 }
 

@@ -123,7 +123,10 @@ func TestContainerFindsDMTCPImage(t *testing.T) {
 	if _, err := missing.Check(ctx, engine.NameDMTCP); !errors.Is(err, ErrDriver) || !strings.Contains(err.Error(), "not on this node") {
 		t.Fatalf("missing image: %v", err)
 	}
-	if _, err := c.Check(ctx, engine.NameCRIU); !errors.Is(err, ErrDriver) {
-		t.Fatalf("criu on the container driver: %v, want ErrDriver", err)
+	if _, err := c.Check(ctx, engine.NameCRIU); !errors.Is(err, ErrDriver) || !strings.Contains(err.Error(), "carries no CRIU") {
+		t.Fatalf("criu on the container driver with an image without CRIU: %v, want ErrDriver saying so", err)
+	}
+	if _, err := c.Check(ctx, "podman"); !errors.Is(err, ErrDriver) {
+		t.Fatalf("an unknown engine on the container driver: %v, want ErrDriver", err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 func TestPostRestoreDMTCPContainer(t *testing.T) { testPostRestore(t, "container", engine.NameDMTCP) }
 func TestPostRestoreCRIU(t *testing.T)           { testPostRestore(t, "host", engine.NameCRIU) }
+func TestPostRestoreCRIUContainer(t *testing.T)  { testPostRestore(t, "container", engine.NameCRIU) }
 
 // testPostRestore: instances restored from one checkpoint keep its state
 // but each takes an identity of its own: the file it reads names it, and

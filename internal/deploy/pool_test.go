@@ -19,6 +19,7 @@ import (
 
 func TestPoolHitDMTCPContainer(t *testing.T) { testPoolHit(t, "container", engine.NameDMTCP) }
 func TestPoolHitCRIU(t *testing.T)           { testPoolHit(t, "host", engine.NameCRIU) }
+func TestPoolHitCRIUContainer(t *testing.T)  { testPoolHit(t, "container", engine.NameCRIU) }
 
 // testPoolHit is what a warm pool promises: a restore that finds an idle
 // slot of the app's generation runs only start, ready and bind, answers

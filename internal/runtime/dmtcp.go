@@ -46,6 +46,50 @@ const (
 // Use them with CapDrop: {"ALL"}.
 func DMTCPCapabilities() []string { return []string{"SYS_ADMIN", "SYS_CHROOT", "SETPCAP"} }
 
+// CRIUCapabilities returns the capabilities the light container needs
+// to run an app under CRIU (DMTCPContainer.Engine "criu"), where criu dump
+// and criu restore run inside the container, measured on Docker 20.10:
+// those of DMTCP plus what criu needs to read and rebuild a process tree
+// (SYS_PTRACE, DAC_READ_SEARCH and the app's own, CRIUAppCapabilities),
+// its TCP sockets (NET_ADMIN: repair mode) and the time namespace
+// it always restores into (SYS_TIME: the clock offsets; the entrypoint
+// drops it once the app is restored). SYS_RESOURCE (which would let criu
+// raise RLIMIT_NOFILE) is left out: hosts whose bounding set lacks it
+// refuse to create the container. The app itself is started with only
+// CRIUAppCapabilities (the entrypoint's nocaps mode), so its image records
+// no more and the restored app holds no more. Use them with
+// CRIUSecurityOpt and CRIUDevices.
+func CRIUCapabilities() []string {
+	return append(append(DMTCPCapabilities(), "SYS_PTRACE", "DAC_READ_SEARCH", "NET_ADMIN", "SYS_TIME"),
+		CRIUAppCapabilities()...)
+}
+
+// CRIUAppCapabilities returns the capabilities a CRIU container's app
+// keeps: what a daemon started as root needs to give its workers another
+// user and to own its files (nginx: a root master, www-data workers),
+// which Docker gives every root container by default; never SYS_ADMIN,
+// SYS_PTRACE, NET_ADMIN or SYS_TIME. (A DMTCP app keeps none; one that
+// needs a user has DMTCPContainer.User.)
+func CRIUAppCapabilities() []string {
+	return []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "NET_BIND_SERVICE"}
+}
+
+// CRIUSecurityOpt returns the security options of a CRIU container:
+// no-new-privileges, and no seccomp filter, since criu cannot suspend the
+// app's filter while it runs under one itself ("suspending seccomp failed:
+// Operation not permitted").
+func CRIUSecurityOpt() []string { return []string{"no-new-privileges", "seccomp=unconfined"} }
+
+// CRIUDevices returns the devices of a CRIU container: /dev/net/tun,
+// which `criu check` opens (Docker's default device rules allow it).
+func CRIUDevices() []Device { return []Device{{HostPath: "/dev/net/tun"}} }
+
+// CRIUTmpfs is the tmpfs a CRIU container gets at /run, where criu keeps
+// its kernel-feature cache (criu.kdat, kept on tmpfs only): the check a
+// slot runs while it waits fills it, and its restore reads it instead of
+// probing the kernel again.
+func CRIUTmpfs() map[string]string { return map[string]string{"/run": "size=1m,mode=0755"} }
+
 // DMTCPUserCapabilities returns what a container whose app runs as a user
 // of its environment (DMTCPContainer.User) needs on top of
 // DMTCPCapabilities: SETUID and SETGID, used by the entrypoint's keeper to
@@ -122,9 +166,20 @@ type DMTCPContainer struct {
 	// runtime's default).
 	CPUShares int64
 	// AfterCheckpoint is "exit" (default: the app is stopped by the
-	// checkpoint and the container exits 0) or "continue".
+	// checkpoint and the container exits 0) or "continue" (DMTCP only).
 	AfterCheckpoint string
+	// Engine is the checkpoint engine that runs in the container:
+	// "" or "dmtcp" (its coordinator), or "criu" (criu dump and restore
+	// run by the entrypoint; the image must carry CRIU, see
+	// CRIUVersionLabel). A CRIU container gets CRIUCapabilities and
+	// CRIUTmpfs; its app runs as root (User must be "").
+	Engine string
+	// Lazy restores with CRIU's lazy pages (Engine "criu", Restart only).
+	Lazy bool
 }
+
+// EngineCRIU is DMTCPContainer.Engine for CRIU.
+const EngineCRIU = "criu"
 
 // Launch returns the spec of a container that runs argv under DMTCP. It
 // checkpoints into the next generation on SIGUSR1 or DMTCPCheckpointRequest.
@@ -144,8 +199,18 @@ func (c DMTCPContainer) Restart(gen int) Spec {
 // `dmtcp-image/build.sh -b`. CkptPath is not bound; the ready probe reports
 // boot_ready.
 func (c DMTCPContainer) Boot(argv []string) Spec {
-	c.CkptPath, c.AfterCheckpoint, c.CheckpointDelay = "", "", 0
+	c.CkptPath, c.AfterCheckpoint, c.CheckpointDelay, c.Engine, c.Lazy = "", "", 0, "", false
 	return c.spec(append(append(c.flags(0), "--"), argv...), "boot")
+}
+
+// Check returns the spec of a container that only checks that its engine
+// can run (for CRIU: criu check, with a CRIU instance's capabilities) and
+// exits 0 if so. Nothing is bound and no network is needed.
+func (c DMTCPContainer) Check() Spec {
+	c.EnvPath, c.CkptPath, c.CtlPath, c.Ports, c.ReadyAddr, c.Wait = "", "", "", nil, "", false
+	s := c.spec(c.flags(0), "check")
+	s.Network = NetworkNone
+	return s
 }
 
 func (c DMTCPContainer) flags(from int) []string {
@@ -183,6 +248,12 @@ func (c DMTCPContainer) flags(from int) []string {
 	if c.Wait {
 		f = append(f, "-wait", DMTCPCtlPath+"/"+DMTCPOrderFile)
 	}
+	if c.Engine == EngineCRIU {
+		f = append(f, "-engine", EngineCRIU)
+		if c.Lazy {
+			f = append(f, "-lazy")
+		}
+	}
 	return f
 }
 
@@ -195,6 +266,14 @@ func (c DMTCPContainer) spec(args []string, mode string) Spec {
 	caps := DMTCPCapabilities()
 	if c.User != "" {
 		caps = append(caps, DMTCPUserCapabilities()...)
+	}
+	var (
+		tmpfs   map[string]string
+		devices []Device
+	)
+	secOpt := []string{"no-new-privileges"}
+	if c.Engine == EngineCRIU && mode != "boot" {
+		caps, tmpfs, devices, secOpt = CRIUCapabilities(), CRIUTmpfs(), CRIUDevices(), CRIUSecurityOpt()
 	}
 	for k, v := range c.Labels {
 		labels[k] = v
@@ -210,7 +289,9 @@ func (c DMTCPContainer) spec(args []string, mode string) Spec {
 		Ports:       c.Ports,
 		CapDrop:     []string{"ALL"},
 		CapAdd:      caps,
-		SecurityOpt: []string{"no-new-privileges"},
+		SecurityOpt: secOpt,
+		Tmpfs:       tmpfs,
+		Devices:     devices,
 		NanoCPUs:    c.NanoCPUs,
 		MemoryBytes: c.MemoryBytes,
 		CPUShares:   c.CPUShares,
@@ -220,7 +301,10 @@ func (c DMTCPContainer) spec(args []string, mode string) Spec {
 }
 
 func (c DMTCPContainer) binds() []Bind {
-	b := []Bind{{HostPath: c.EnvPath, ContainerPath: DMTCPRootPath}}
+	var b []Bind
+	if c.EnvPath != "" {
+		b = append(b, Bind{HostPath: c.EnvPath, ContainerPath: DMTCPRootPath})
+	}
 	if c.CkptPath != "" {
 		b = append(b, Bind{HostPath: c.CkptPath, ContainerPath: DMTCPCkptPath})
 		if c.CkptSource != "" && c.sourceGen > 0 {

@@ -205,6 +205,7 @@ func dockerConfig(spec Spec, netMode string) (*container.Config, *container.Host
 		CapAdd:       spec.CapAdd,
 		CapDrop:      spec.CapDrop,
 		SecurityOpt:  spec.SecurityOpt,
+		Tmpfs:        spec.Tmpfs,
 		Privileged:   false,
 		Init:         &noInit,
 		AutoRemove:   false,

@@ -214,6 +214,9 @@ type Spec struct {
 	CapDrop []string
 	// SecurityOpt are passed as-is ("no-new-privileges", "apparmor=...").
 	SecurityOpt []string
+	// Tmpfs are fresh tmpfs mounts of the container: path -> mount options
+	// ("size=1m,mode=0755"; "" for the defaults).
+	Tmpfs map[string]string
 	// Devices are host devices made available in the container.
 	Devices []Device
 	// NanoCPUs limits CPU (1e9 = one CPU); 0 = no limit.
@@ -307,6 +310,11 @@ func (s Spec) Validate() error {
 		}
 		if strings.ContainsAny(b.HostPath+b.ContainerPath, ":,") {
 			bad("bind %q -> %q: paths must not contain ':' or ','", b.HostPath, b.ContainerPath)
+		}
+	}
+	for path, opts := range s.Tmpfs {
+		if !strings.HasPrefix(path, "/") || strings.ContainsAny(path, ":,") || strings.ContainsAny(opts, " \t\n") {
+			bad("tmpfs %q (%q): want an absolute path without ':' or ',', and options without spaces", path, opts)
 		}
 	}
 	for _, p := range s.Ports {

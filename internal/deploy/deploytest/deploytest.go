@@ -174,7 +174,7 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 	t.Cleanup(func() { l.Close() })
 
 	f := &Fixture{L: l, Ceph: s, State: state}
-	dc := deploy.Config{StateDir: state + "/deploy", Pool: c.Pool, Node: "test", DMTCPDriver: dmtcpDriver}
+	dc := deploy.Config{StateDir: state + "/deploy", Pool: c.Pool, Node: "test", DMTCPDriver: dmtcpDriver, CRIUDriver: dmtcpDriver}
 	ec := engine.Config{Logger: log}
 	f.Host = deploy.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))
 	deps := deploy.Deps{Store: l.Store, Envs: l.Manager, Mapper: l.Mapper, Log: log, Host: f.Host}

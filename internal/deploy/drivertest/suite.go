@@ -18,15 +18,20 @@
 //     numbers follow (Handle.Gen).
 //   - A bad run (empty command, unknown or empty mode) is refused at Create
 //     with ErrInvalidSpec, and leaves nothing.
+//   - With Harness.CheckAppCaps, no process of the instance but its PID 1
+//     and CRIU's own holds a capability beyond AppCaps, launched and
+//     restored.
 //
 // Implementations run it in their tests: TestDriverSuiteContainer (DMTCP in
-// the container) and TestDriverSuiteHost (CRIU) on real engines and a
-// mounted RBD clone, TestDriverSuiteContainerFake over runtime.Fake.
+// the container), TestDriverSuiteContainerCRIU (CRIU in the container) and
+// TestDriverSuiteHost (CRIU) on real engines and a mounted RBD clone,
+// TestDriverSuiteContainerFake over runtime.Fake.
 package drivertest
 
 import (
 	"context"
 	"errors"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -34,6 +39,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
@@ -57,6 +63,11 @@ type Harness struct {
 	// NoExec, when set, says why Exec cannot be checked here (a fake
 	// image with no shell and no redis-cli); the real drivers have none.
 	NoExec string
+	// CheckAppCaps makes the suite read the effective capabilities of
+	// every process below the instance's NetPid (the container driver's
+	// promise): none may hold more than AppCaps (names, e.g. "SETUID").
+	CheckAppCaps bool
+	AppCaps      []string
 }
 
 // RedisApp is the app the suite runs: redis-server on port 6379 with a
@@ -320,6 +331,7 @@ func testStartRunsApp(t *testing.T, s *suite) {
 	}); len(bad) > 0 {
 		t.Errorf("Logs do not show redis's %q:\n%s", readyLine, strings.Join(lines, "\n"))
 	}
+	s.assertAppCaps(t, h)
 	s.redis(t, addr, "OK", "SET", "k", "set before the second Start")
 	// Start of a running instance is a no-op: the same app, same address.
 	h2, addr2 := s.start(t, h)
@@ -399,7 +411,82 @@ func testCheckpointRestart(t *testing.T, s *suite) {
 	h2, addr2 := s.start(t, created)
 	s.waitRedis(t, h2, addr2)
 	s.redis(t, addr2, val, "GET", "greeting")
+	s.assertAppCaps(t, h2)
 	s.remove(t, h2, rr.ID)
+}
+
+// assertAppCaps checks, with Harness.CheckAppCaps, that no process below
+// the instance's NetPid (the app, its keeper, DMTCP's coordinator) holds
+// an effective capability beyond AppCaps, except CRIU's own: criu itself
+// and the placeholder init of a restore's PID namespace (sleep).
+func (s *suite) assertAppCaps(t *testing.T, h deploy.Handle) {
+	t.Helper()
+	if !s.CheckAppCaps {
+		return
+	}
+	allowed, err := runtime.CapMask(s.AppCaps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := s.Driver.NetPid(s.ctx, h)
+	if err != nil || root <= 0 {
+		t.Fatalf("NetPid of %s = %d, %v", h.Ref, root, err)
+	}
+	seen := 0
+	for _, pid := range descendants(root) {
+		comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+		name := strings.TrimSpace(string(comm))
+		if name == "criu" || name == "sleep" || name == "" {
+			continue
+		}
+		eff, err := strconv.ParseUint(procField(pid, "CapEff"), 16, 64)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		seen++
+		if extra := eff &^ allowed; extra != 0 {
+			t.Errorf("%s (pid %d) of %s holds capabilities %#x beyond %v", name, pid, h.Ref, extra, s.AppCaps)
+		}
+	}
+	if seen == 0 {
+		t.Errorf("no process below pid %d of %s", root, h.Ref)
+	}
+}
+
+// descendants lists the processes below pid (children, theirs, ...).
+func descendants(pid int) []int {
+	kids := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pp, err := strconv.Atoi(procField(p, "PPid")); err == nil {
+			kids[pp] = append(kids[pp], p)
+		}
+	}
+	var out []int
+	for todo := kids[pid]; len(todo) > 0; {
+		p := todo[0]
+		todo = append(todo[1:], kids[p]...)
+		out = append(out, p)
+	}
+	return out
+}
+
+// procField is a field of /proc/PID/status ("" if unreadable).
+func procField(pid int, field string) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
 
 // testInvalidRun: runs that cannot start are refused at Create and leave

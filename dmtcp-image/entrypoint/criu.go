@@ -1,0 +1,318 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+)
+
+// runCRIU is the life of a container whose engine is CRIU (-engine criu).
+// This process runs criu itself, through the engine package that the host
+// driver uses too: criu check (its kernel-feature cache goes to /run, a
+// tmpfs of the container), then the app launched inside the root, or the
+// newest complete generation restored into a fresh PID namespace; a
+// checkpoint request runs criu dump, which stops the app. Probes, timings,
+// orders and generations are those of the DMTCP container.
+//
+// The app is started through this binary's nocaps mode as /proc/1/exe,
+// keeping only what a root daemon needs to drop its own privileges
+// (appCapNames), so that its image records no more; only this process and
+// criu hold the rest of the container's capabilities.
+func (s *supervisor) runCRIU() int {
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1)
+	ctx := context.Background()
+	self, err := os.Executable()
+	if err != nil {
+		s.log.Error("find own binary", "err", err)
+		return exitSetup
+	}
+	s.self = self
+	t := time.Now()
+	eng, info, err := newCRIU(ctx, s.cfg, s.log)
+	s.tm.record("check", 0, t, 0, err)
+	if err != nil {
+		s.log.Error("criu cannot run in this container", "err", err)
+		return exitSetup
+	}
+	s.log.Info("criu found", "version", info.Version, "prefix", info.Prefix)
+
+	gens, err := generations(s.cfg.ckpt)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Error("checkpoint dir", "err", err)
+		return exitSetup
+	}
+	var img engine.Image
+	if s.cfg.mode == modeRestart {
+		if img, err = pickImage(s.cfg.ckpt, gens, s.cfg.from); err != nil {
+			s.log.Error("nothing to restore", "err", err)
+			return exitNoCheckpoint
+		}
+	}
+	s.gen = s.cfg.gen
+	if s.gen == 0 {
+		s.gen = nextGeneration(gens)
+	}
+	if img.Root != "" && img.Root != s.cfg.root {
+		// An image written elsewhere (the host driver) restores at the
+		// root's path of its checkpoint: the engine binds this root there.
+		if err := os.MkdirAll(img.Root, 0o755); err != nil {
+			s.log.Error("mount point of the checkpoint's root", "root", img.Root, "err", err)
+			return exitSetup
+		}
+	}
+	if !s.mountRoot() {
+		return exitSetup
+	}
+	if s.cfg.mode == modeRestart && s.cfg.wait != "" {
+		if _, err := os.Stat(s.cfg.wait); err != nil {
+			go s.warm(generation{n: img.Generation, images: imageFiles(img)})
+		}
+	}
+	stopOrphans := s.reapOrphans()
+	defer stopOrphans()
+	if code, ok := s.awaitOrder(sigs); !ok {
+		return code
+	}
+
+	t = time.Now()
+	var proc engine.Process
+	phase := "launch_ready"
+	if s.cfg.mode == modeLaunch {
+		argv := append([]string{"/proc/1/exe", modeNoCaps, "-keep", appCapNames}, s.cfg.app...)
+		proc, err = eng.Launch(ctx, engine.LaunchSpec{Argv: argv, Env: s.appEnv(), Dir: s.cfg.workdir, Root: s.cfg.root,
+			Stdout: os.Stdout, Stderr: os.Stderr})
+	} else {
+		phase = "restart_ready"
+		s.log.Info("restoring", "gen", img.Generation, "dir", img.Dir, "lazy", s.cfg.lazy)
+		proc, err = eng.Restore(ctx, img, engine.RestoreSpec{Root: s.cfg.root, Stdout: os.Stdout, Stderr: os.Stderr, Lazy: s.cfg.lazy})
+	}
+	if err != nil {
+		s.log.Error("start the app under criu", "err", err)
+		return exitSetup
+	}
+	// Only criu restore needed CAP_SYS_TIME (the restored app's time
+	// namespace); a later criu dump does not.
+	if err := dropCaps(capSysTime); err != nil {
+		s.log.Warn("could not drop CAP_SYS_TIME", "err", err)
+	}
+	s.appPid = proc.Pid()
+	s.log.Info("app started", "pid", s.appPid, "engine", engine.NameCRIU, "next_gen", s.gen)
+	if s.cfg.ready != "" {
+		go s.probe(phase, img.Generation, t)
+	}
+	appDone := make(chan int, 1)
+	go func() {
+		code, _ := proc.Wait(ctx)
+		appDone <- code
+	}()
+	return s.superviseCRIU(ctx, eng, proc, sigs, appDone)
+}
+
+// newCRIU returns the CRIU engine once criu check passed in this
+// container. criu writes /proc/sys/kernel/ns_last_pid, which the
+// container's /proc has read-only: a fresh procfs of the container's PID
+// namespace goes over it first, in the container's own mount namespace.
+func newCRIU(ctx context.Context, cfg *config, log *slog.Logger) (*engine.CRIU, engine.Info, error) {
+	if err := mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
+		return nil, engine.Info{}, fmt.Errorf("mount a fresh /proc for criu: %w", err)
+	}
+	eng := engine.NewCRIU(engine.Config{Prefix: cfg.criuPrefix, Logger: log, Timeout: cfg.ckptTimeout})
+	info, err := eng.Check(ctx)
+	return eng, info, err
+}
+
+// checkEngine is the check mode: it reports on stdout whether the engine
+// can run in this container (for CRIU: criu check passes, with the
+// container's capabilities) and exits 0 if so, exitSetup if not.
+func checkEngine(cfg *config, log *slog.Logger) int {
+	if cfg.engine != engineCRIU {
+		fmt.Println("dmtcp: the coordinator needs no check")
+		return exitOK
+	}
+	_, info, err := newCRIU(context.Background(), cfg, log)
+	if err != nil {
+		fmt.Printf("criu: %v\n", err)
+		return exitSetup
+	}
+	fmt.Printf("criu %s: check passed\n", info.Version)
+	return exitOK
+}
+
+// superviseCRIU forwards signals to the app, runs the checkpoint that a
+// request asks for, and returns the container's exit status.
+func (s *supervisor) superviseCRIU(ctx context.Context, eng *engine.CRIU, proc engine.Process, sigs <-chan os.Signal, appDone <-chan int) int {
+	trigger := time.NewTicker(50 * time.Millisecond)
+	defer trigger.Stop()
+	var (
+		ckptDone   chan ckptResult
+		terminated bool
+		appStatus  = -1
+	)
+	request := func(by string) {
+		if ckptDone != nil || appStatus >= 0 || terminated {
+			return
+		}
+		ckptDone = make(chan ckptResult, 1)
+		go func() { ckptDone <- s.dumpCRIU(ctx, eng, proc, by) }()
+	}
+	for {
+		select {
+		case sig := <-sigs:
+			if sig == syscall.SIGUSR1 {
+				request("SIGUSR1")
+				continue
+			}
+			terminated = true
+			s.log.Info("forwarding signal to the app", "signal", sig.String())
+			_ = proc.Signal(sig)
+		case <-trigger.C:
+			if _, err := os.Stat(s.cfg.trigger); err == nil {
+				_ = os.Remove(s.cfg.trigger)
+				request(s.cfg.trigger)
+			}
+		case appStatus = <-appDone:
+			appDone = nil
+			s.log.Info("app exited", "status", appStatus, "during_checkpoint", ckptDone != nil)
+			if ckptDone == nil {
+				s.tm.record("exit", 0, s.started, 0, nil)
+				return appStatus
+			}
+		case res := <-ckptDone:
+			ckptDone = nil
+			s.tm.record("checkpoint", res.gen.n, res.gen.startedAt(), res.gen.bytes(), res.err)
+			if res.err != nil {
+				// criu resumes the app when a dump fails; the container
+				// was asked to stop after its checkpoint, so it stops.
+				s.log.Error("checkpoint failed", "gen", res.gen.n, "err", res.err)
+				_ = proc.Stop(context.WithoutCancel(ctx))
+				return exitCheckpoint
+			}
+			s.log.Info("checkpoint complete", "gen", res.gen.n, "dir", res.gen.dir, "images", len(res.gen.images), "bytes", res.gen.bytes())
+			s.tm.record("exit", res.gen.n, s.started, 0, nil)
+			return exitOK
+		}
+	}
+}
+
+// dumpCRIU writes generation s.gen with criu dump, after -checkpoint-delay.
+func (s *supervisor) dumpCRIU(ctx context.Context, eng *engine.CRIU, proc engine.Process, by string) ckptResult {
+	gen := generation{n: s.gen, dir: filepath.Join(s.cfg.ckpt, strconv.Itoa(s.gen))}
+	s.log.Info("checkpoint requested", "by", by, "gen", gen.n, "dir", gen.dir, "delay", s.cfg.ckptDelay)
+	time.Sleep(s.cfg.ckptDelay)
+	gen.started = time.Now()
+	img, err := eng.Checkpoint(ctx, proc, gen.dir)
+	if err != nil {
+		return ckptResult{gen: gen, err: fmt.Errorf("%w: %w", errCheckpoint, err)}
+	}
+	gen.images = imageFiles(img)
+	return ckptResult{gen: gen}
+}
+
+// pickImage returns the image of generation from (0: the newest complete
+// one): a CRIU generation is complete once its manifest is written.
+func pickImage(ckpt string, gens []generation, from int) (engine.Image, error) {
+	for i := len(gens) - 1; i >= 0; i-- {
+		g := gens[i]
+		if from != 0 && g.n != from {
+			continue
+		}
+		img, err := engine.ReadImage(g.dir)
+		if err == nil && img.Engine != engine.NameCRIU {
+			err = fmt.Errorf("generation %s was written by %s, not criu", g.dir, img.Engine)
+		}
+		if err == nil {
+			img.Dir, img.Generation = g.dir, g.n
+			return img, nil
+		}
+		if from != 0 {
+			return engine.Image{}, fmt.Errorf("generation %s: %w (%w)", g.dir, errNoCheckpoint, err)
+		}
+	}
+	if from != 0 {
+		return engine.Image{}, fmt.Errorf("generation %d not found in %s: %w", from, ckpt, errNoCheckpoint)
+	}
+	return engine.Image{}, fmt.Errorf("%s: %w; launch the app first and checkpoint it", ckpt, errNoCheckpoint)
+}
+
+// imageFiles are the absolute paths of an image's files.
+func imageFiles(img engine.Image) []string {
+	out := make([]string, 0, len(img.Files))
+	for _, f := range img.Files {
+		out = append(out, filepath.Join(img.Dir, f))
+	}
+	return out
+}
+
+// reapOrphans collects, once a second, the zombies among this process's
+// children that nobody waits for: orphans of the app that the container's
+// PID 1 inherits. The engine waits for its own children (criu, the PID
+// namespace's init, the app) the moment they exit, so a child that is
+// still a zombie a second later is an orphan. It returns the stop function.
+func (s *supervisor) reapOrphans() (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		seen := map[int]bool{}
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			now := map[int]bool{}
+			for _, pid := range zombieChildren(os.Getpid()) {
+				if !seen[pid] {
+					now[pid] = true
+					continue
+				}
+				var ws syscall.WaitStatus
+				if p, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); err == nil && p == pid {
+					s.log.Debug("reaped orphan", "pid", pid, "status", exitStatus(ws))
+				}
+			}
+			seen = now
+		}
+	}()
+	return func() { close(done) }
+}
+
+// zombieChildren lists the zombie children of ppid.
+func zombieChildren(ppid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) >= 2 && f[0] == "Z" && f[1] == strconv.Itoa(ppid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
