@@ -127,7 +127,9 @@ func newCRIU(ctx context.Context, cfg *config, log *slog.Logger) (*engine.CRIU, 
 	if err := mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
 		return nil, engine.Info{}, fmt.Errorf("mount a fresh /proc for criu: %w", err)
 	}
-	eng := engine.NewCRIU(engine.Config{Prefix: cfg.criuPrefix, Logger: log, Timeout: cfg.ckptTimeout})
+	// Connections open at the checkpoint are restored closed: a restored
+	// instance has another address, and the container has no iptables.
+	eng := engine.NewCRIU(engine.Config{Prefix: cfg.criuPrefix, Logger: log, Timeout: cfg.ckptTimeout, TCPClose: true})
 	info, err := eng.Check(ctx)
 	return eng, info, err
 }

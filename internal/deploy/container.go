@@ -475,7 +475,7 @@ func (c *Container) Checkpoint(ctx context.Context, h Handle) (Checkpointed, err
 			return Checkpointed{Gen: t.Gen, Bytes: t.Bytes, MS: t.MS}, nil
 		}
 	}
-	return Checkpointed{}, engine.WithOutput(fmt.Errorf("%w: the DMTCP container exited %d without a complete checkpoint", ErrCheckpoint, code),
+	return Checkpointed{}, engine.WithOutput(fmt.Errorf("%w: the light container exited %d without a complete checkpoint", ErrCheckpoint, code),
 		"the container", lastLines(logs, 20))
 }
 

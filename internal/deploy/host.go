@@ -26,8 +26,9 @@ import (
 // engines of package engine: each app chrooted into its environment clone,
 // in private mount, PID and network namespaces. Each published port is a
 // listener on 127.0.0.1 that forwards into the app's network namespace.
-// It is the driver of the CRIU engine (CRIU needs more privilege than the
-// DMTCP container has). Instances end with the process that started them.
+// It runs the engines whose driver is "host" (Config.DMTCPDriver,
+// Config.CRIUDriver), as root with the process's own capabilities.
+// Instances end with the process that started them.
 type Host struct {
 	// Engines by name (engine.NameDMTCP, engine.NameCRIU).
 	Engines map[string]engine.Engine

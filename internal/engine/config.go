@@ -44,6 +44,13 @@ type Config struct {
 	// Timeout bounds each wait inside Launch, Checkpoint and Restore (on top
 	// of the caller's context). 0 means 2 min.
 	Timeout time.Duration
+	// TCPClose (CRIU) dumps no state of the app's established TCP
+	// connections and restores them closed (criu --tcp-close), instead of
+	// dumping them locked by iptables and restoring them open
+	// (--tcp-established). The light container sets it: a restored
+	// instance has another address than the one its connections had, and
+	// the container has no iptables to lock them with.
+	TCPClose bool
 }
 
 // Validate returns every problem with the configuration.

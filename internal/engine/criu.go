@@ -29,7 +29,8 @@ import (
 // exit status (criu's would always be 0).
 //
 // Implements: criu check; criu dump --tcp-established --file-locks;
-// criu restore -d -S --tcp-established --file-locks --inherit-fd.
+// criu restore -d -S --tcp-established --file-locks --inherit-fd
+// (--tcp-close instead of --tcp-established with Config.TCPClose).
 type CRIU struct {
 	cfg Config
 
@@ -264,7 +265,7 @@ func (c *CRIU) Checkpoint(ctx context.Context, proc Process, dir string) (img Im
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, info.Binaries["criu"], "dump", "-t", strconv.Itoa(target),
 		"-D", "/proc/self/fd/3", "--work-dir", p.inst, "-o", logName,
-		"--tcp-established", "--file-locks")
+		c.tcpFlag(), "--file-locks")
 	cmd.ExtraFiles = []*os.File{d}
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -310,6 +311,14 @@ func (c *CRIU) Checkpoint(ctx context.Context, proc Process, dir string) (img Im
 	log.Info("checkpoint complete", "files", len(img.Files), "bytes", img.Bytes, "ms", write.Milliseconds(),
 		"generation", img.Generation)
 	return img, nil
+}
+
+// tcpFlag is how criu handles established TCP connections (Config.TCPClose).
+func (c *CRIU) tcpFlag() string {
+	if c.cfg.TCPClose {
+		return "--tcp-close"
+	}
+	return "--tcp-established"
 }
 
 // initScript is the placeholder init of a restore's PID namespace: it
@@ -388,7 +397,7 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 		errFD = 5
 	}
 	args := []string{"restore", "-d", "-S", "-D", "/proc/self/fd/3", "--work-dir", inst, "-o", "restore.log",
-		"--tcp-established", "--file-locks"}
+		c.tcpFlag(), "--file-locks"}
 	if spec.Lazy {
 		if p.lazy, err = startLazyPages(ctx, info.Binaries["criu"], imgDir, inst, log); err != nil {
 			return nil, fmt.Errorf("restore %s: %w (%w)", img.Dir, ErrRestore, err)

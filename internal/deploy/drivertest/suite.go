@@ -13,9 +13,9 @@
 //   - Remove of a created and of a running instance leaves nothing
 //     (Harness.Leftovers: no container, no process), the port no longer
 //     answers, and a second Remove is fine; Start then is ErrNotFound.
-//   - Checkpoint after a SET, then Create and Start in restart mode from
-//     the generation written: GET returns the value, the generation
-//     numbers follow (Handle.Gen).
+//   - Checkpoint after a SET, with a client still connected, then Create
+//     and Start in restart mode from the generation written: GET returns
+//     the value, the generation numbers follow (Handle.Gen).
 //   - A bad run (empty command, unknown or empty mode) is refused at Create
 //     with ErrInvalidSpec, and leaves nothing.
 //   - With Harness.CheckAppCaps, no process of the instance but its PID 1
@@ -31,6 +31,8 @@ package drivertest
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -385,6 +387,21 @@ func testCheckpointRestart(t *testing.T, s *suite) {
 	s.waitRedis(t, h, addr)
 	val := "written before the checkpoint " + r.ID
 	s.redis(t, addr, "OK", "SET", "greeting", val)
+	// A client still connected during the checkpoint: a restored
+	// instance has other addresses, and its engine must not fail on it.
+	idle, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", addr, err)
+	}
+	defer idle.Close()
+	_ = idle.SetDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 16)
+	if _, err := io.WriteString(idle, "PING\r\n"); err != nil {
+		t.Fatalf("PING on the connection kept open: %v", err)
+	}
+	if n, err := idle.Read(buf); err != nil || !strings.HasPrefix(string(buf[:n]), "+PONG") {
+		t.Fatalf("PING on the connection kept open: %q, %v", buf[:n], err)
+	}
 	ck, err := s.Driver.Checkpoint(s.ctx, h)
 	if err != nil {
 		t.Fatalf("Checkpoint %s: %v", h.Ref, err)
