@@ -31,7 +31,7 @@ const (
 // Write writes r into dir (created if needed) as JSON, CSV, Markdown and
 // SVG plots, and returns the paths it wrote.
 func Write(dir string, r Results) ([]string, error) {
-	if len(r.Apps) == 0 && r.Interference == nil && r.Concurrency == nil {
+	if len(r.Apps) == 0 && r.Interference == nil && len(r.Concurrency) == 0 {
 		return nil, ErrNoResults
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -64,7 +64,7 @@ func Write(dir string, r Results) ([]string, error) {
 		{FilePhasesCSV, func(w io.Writer) error { return WritePhasesCSV(w, r.Apps) }, len(r.Apps) == 0},
 		{FileInterfCSV, func(w io.Writer) error { return WriteInterferenceCSV(w, r.Interference) }, r.Interference == nil},
 		{FileCostsCSV, func(w io.Writer) error { return WriteCostsCSV(w, r.Interference.Costs) }, r.Interference == nil || len(r.Interference.Costs) == 0},
-		{FileConcurrCSV, func(w io.Writer) error { return WriteConcurrencyCSV(w, r.Concurrency) }, r.Concurrency == nil},
+		{FileConcurrCSV, func(w io.Writer) error { return WriteConcurrencyCSV(w, r.Concurrency) }, len(r.Concurrency) == 0},
 		{FileMarkdown, func(w io.Writer) error { return WriteMarkdown(w, r) }, false},
 	}
 	for _, s := range steps {
@@ -209,17 +209,20 @@ func WriteCostsCSV(w io.Writer, costs []DeployCost) error {
 	return c.Error()
 }
 
-// WriteConcurrencyCSV writes restore latency against simultaneous restores.
-func WriteConcurrencyCSV(w io.Writer, co *Concurrency) error {
+// WriteConcurrencyCSV writes restore latency against simultaneous
+// restores, one row per series and number.
+func WriteConcurrencyCSV(w io.Writer, cos []*Concurrency) error {
 	c := csv.NewWriter(w)
-	head := append([]string{"app", "simultaneous", "n"}, statsCols("restore_ms")...)
+	head := append([]string{"app", "engine", "simultaneous", "n"}, statsCols("restore_ms")...)
 	if err := c.Write(append(append(head, "pool_n"), statsCols("pool_hit_ms")...)); err != nil {
 		return err
 	}
-	for _, r := range co.Rows {
-		row := append([]string{co.App, strconv.Itoa(r.N), strconv.Itoa(r.RestoreMS.N)}, statsVals(r.RestoreMS)...)
-		if err := c.Write(append(append(row, strconv.Itoa(r.PoolHitMS.N)), statsVals(r.PoolHitMS)...)); err != nil {
-			return err
+	for _, co := range cos {
+		for _, r := range co.Rows {
+			row := append([]string{co.App, co.Engine, strconv.Itoa(r.N), strconv.Itoa(r.RestoreMS.N)}, statsVals(r.RestoreMS)...)
+			if err := c.Write(append(append(row, strconv.Itoa(r.PoolHitMS.N)), statsVals(r.PoolHitMS)...)); err != nil {
+				return err
+			}
 		}
 	}
 	c.Flush()
@@ -331,8 +334,8 @@ func WriteMarkdown(w io.Writer, r Results) error {
 	if in := r.Interference; in != nil {
 		writeInterference(&b, in)
 	}
-	if co := r.Concurrency; co != nil {
-		fmt.Fprintf(&b, "## Simultaneous restores of %s on one node\n\n| simultaneous | restore-to-ready (pool miss) | ratio to one | restore-to-ready (pool of N) | ratio to one |\n|---:|---:|---:|---:|---:|\n", co.App)
+	for _, co := range r.Concurrency {
+		fmt.Fprintf(&b, "## Simultaneous restores of %s on one node\n\n| simultaneous | restore-to-ready (pool miss) | ratio to one | restore-to-ready (pool of N) | ratio to one |\n|---:|---:|---:|---:|---:|\n", co.Label())
 		var one, onePool float64
 		for _, row := range co.Rows {
 			if row.N == 1 {
@@ -341,7 +344,10 @@ func WriteMarkdown(w io.Writer, r Results) error {
 			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s |\n", row.N, seconds(row.RestoreMS), ratio(row.RestoreMS.Median, one),
 				seconds(row.PoolHitMS), ratio(row.PoolHitMS.Median, onePool))
 		}
-		fmt.Fprintf(&b, "\n![latency vs concurrency](%s)\n\n", PlotConcurrency)
+		b.WriteString("\n")
+	}
+	if len(r.Concurrency) > 0 {
+		fmt.Fprintf(&b, "![latency vs concurrency](%s)\n\n", PlotConcurrency)
 	}
 	if lz := r.Lazy; lz != nil {
 		fmt.Fprintf(&b, "## Lazy restore: time to the first answer\n\n%s (%s, %.0f MiB image), from the order to the first answer (start + ready), a full restore against CRIU's lazy pages, "+

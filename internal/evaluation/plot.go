@@ -31,7 +31,7 @@ func Plot(dir string, r Results) ([]string, error) {
 	if r.Interference != nil && len(r.Interference.Rows) > 0 {
 		figs = append(figs, figure{PlotInterference, []*plot.Plot{interferencePlot(r.Interference)}})
 	}
-	if r.Concurrency != nil && len(r.Concurrency.Rows) > 0 {
+	if len(r.Concurrency) > 0 {
 		figs = append(figs, figure{PlotConcurrency, []*plot.Plot{concurrencyPlot(r.Concurrency)}})
 	}
 	var paths []string
@@ -225,26 +225,36 @@ func interferencePlot(in *Interference) *plot.Plot {
 		"requests/s", names, series)
 }
 
-// concurrencyPlot draws median restore-to-ready with min–max error bars.
-func concurrencyPlot(co *Concurrency) *plot.Plot {
+// concurrencyPlot draws median restore-to-ready with min–max error bars,
+// a pool miss and a pool of N for each series.
+func concurrencyPlot(cos []*Concurrency) *plot.Plot {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Restore-to-ready of %s vs simultaneous restores", co.App)
+	p.Title.Text = "Restore-to-ready vs simultaneous restores"
 	p.X.Label.Text = "simultaneous restores on one node"
 	p.Y.Label.Text = "seconds"
-	ticks := make([]plot.Tick, len(co.Rows))
-	for i, r := range co.Rows {
-		ticks[i] = plot.Tick{Value: float64(r.N), Label: strconv.Itoa(r.N)}
-	}
-	for k, series := range []struct {
+	var ticks []plot.Tick
+	seen := map[int]bool{}
+	type line struct {
 		name string
+		rows []ConcurrencyRow
 		get  func(ConcurrencyRow) Stats
-	}{
-		{"pool miss (median)", func(r ConcurrencyRow) Stats { return r.RestoreMS }},
-		{"pool of N (median)", func(r ConcurrencyRow) Stats { return r.PoolHitMS }},
-	} {
+	}
+	var lines []line
+	for _, co := range cos {
+		for _, r := range co.Rows {
+			if !seen[r.N] {
+				seen[r.N] = true
+				ticks = append(ticks, plot.Tick{Value: float64(r.N), Label: strconv.Itoa(r.N)})
+			}
+		}
+		lines = append(lines,
+			line{co.Label() + ": pool miss (median)", co.Rows, func(r ConcurrencyRow) Stats { return r.RestoreMS }},
+			line{co.Label() + ": pool of N (median)", co.Rows, func(r ConcurrencyRow) Stats { return r.PoolHitMS }})
+	}
+	for k, series := range lines {
 		var pts plotter.XYs
 		var errs plotter.YErrors
-		for _, r := range co.Rows {
+		for _, r := range series.rows {
 			s := series.get(r)
 			if s.N == 0 {
 				continue
@@ -270,7 +280,11 @@ func concurrencyPlot(co *Concurrency) *plot.Plot {
 	}
 	p.Title.Text += " (bars: min–max)"
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
-	p.X.Min, p.X.Max = 0.5, float64(co.Rows[len(co.Rows)-1].N)+0.5
+	maxN := 1.0
+	for _, t := range ticks {
+		maxN = max(maxN, t.Value)
+	}
+	p.X.Min, p.X.Max = 0.5, maxN+0.5
 	p.Y.Min = 0
 	p.Y.Max *= 1.2
 	p.Legend.Top, p.Legend.Left = true, true

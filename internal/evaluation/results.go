@@ -256,10 +256,20 @@ type ConcurrencyRow struct {
 	PoolHitMS Stats `json:"pool_hit_ms"`
 }
 
-// Concurrency is restore latency against simultaneous restores on one node.
+// Concurrency is restore latency against simultaneous restores on one
+// node, of one app under one engine.
 type Concurrency struct {
-	App  string           `json:"app"`
-	Rows []ConcurrencyRow `json:"rows"`
+	App    string           `json:"app"`
+	Engine string           `json:"engine,omitempty"`
+	Rows   []ConcurrencyRow `json:"rows"`
+}
+
+// Label is the series' name: "redis (dmtcp)".
+func (c *Concurrency) Label() string {
+	if c.Engine == "" {
+		return c.App
+	}
+	return c.App + " (" + c.Engine + ")"
 }
 
 // Host describes where the evaluation ran.
@@ -284,8 +294,9 @@ type Results struct {
 	Host         Host          `json:"host"`
 	Apps         []App         `json:"apps"`
 	Interference *Interference `json:"interference,omitempty"`
-	Concurrency  *Concurrency  `json:"concurrency,omitempty"`
-	Lazy         *Lazy         `json:"lazy,omitempty"`
+	// Concurrency has one series per engine the app ran under.
+	Concurrency []*Concurrency `json:"concurrency,omitempty"`
+	Lazy        *Lazy          `json:"lazy,omitempty"`
 	// Notes say what was left out of this run and why.
 	Notes []string `json:"notes,omitempty"`
 }

@@ -161,7 +161,12 @@ func TestEvaluation(t *testing.T) {
 	if err != nil {
 		t.Fatalf("simultaneous restores: %v", err)
 	}
-	res.Concurrency = co
+	res.Concurrency = append(res.Concurrency, co)
+	if alt, why := evalConcurrencyCRIU(ctx, t, f, apps[concApp], concApp); alt != nil {
+		res.Concurrency = append(res.Concurrency, alt)
+	} else if why != "" {
+		res.Notes = append(res.Notes, why)
+	}
 
 	if _, ok := apps["nginx"]; ok {
 		load := "nginx"
@@ -549,8 +554,35 @@ func evalPool(ctx context.Context, t *testing.T, f *deploytest.Fixture, app depl
 // evalConcurrency restores app 1, 2, 4 and 8 times at once on the node
 // (it has a generation from evalApp): with no pool, then with a warm pool
 // of as many slots.
+// evalConcurrencyCRIU measures simultaneous restores of the same app
+// under CRIU too, when its engine is another and CRIU can checkpoint it
+// here: the engine's own restore is the work that 8 restores at once
+// share the node's cores for. It returns nil and why not otherwise.
+func evalConcurrencyCRIU(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deploy.App, catalogName string) (*evaluation.Concurrency, string) {
+	if app.Engine == engine.NameCRIU {
+		return nil, ""
+	}
+	if why := app.CanCheckpointWith(engine.NameCRIU); why != "" {
+		return nil, "simultaneous restores under CRIU left out: " + catalogName + ": " + why
+	}
+	if _, _, err := f.D.CheckEngine(ctx, engine.NameCRIU); err != nil {
+		return nil, "simultaneous restores under CRIU left out: " + hint.Sentence(err)
+	}
+	alt := app.WithEngine(engine.NameCRIU)
+	alt.Name = app.Name + "-conc-criu"
+	t.Cleanup(func() { f.UndeployAll(t, alt.Name); f.RemoveGenerations(t, alt.Name) })
+	if _, err := f.D.Checkpoint(ctx, alt, deploy.CheckpointOptions{}); err != nil {
+		return nil, "simultaneous restores under CRIU left out: CRIU could not checkpoint " + catalogName + ": " + hint.Sentence(err)
+	}
+	co, err := evalConcurrency(ctx, t, f, alt, catalogName)
+	if err != nil {
+		t.Fatalf("simultaneous restores under CRIU: %v", err)
+	}
+	return co, ""
+}
+
 func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deploy.App, catalogName string) (*evaluation.Concurrency, error) {
-	co := &evaluation.Concurrency{App: catalogName}
+	co := &evaluation.Concurrency{App: catalogName, Engine: app.Engine}
 	g, err := f.D.Latest(ctx, app.Name)
 	if err != nil {
 		return co, err
@@ -574,7 +606,7 @@ func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, a
 		}
 		row := evaluation.ConcurrencyRow{N: n, RestoreMS: evaluation.Summarize(miss), PoolHitMS: evaluation.Summarize(hit)}
 		co.Rows = append(co.Rows, row)
-		t.Logf("  %d simultaneous restores of %s: %s median, %s max; with a pool of %d: %s median, %s max", n, catalogName,
+		t.Logf("  %d simultaneous restores of %s: %s median, %s max; with a pool of %d: %s median, %s max", n, co.Label(),
 			secs(row.RestoreMS.Median), secs(row.RestoreMS.Max), n, secs(row.PoolHitMS.Median), secs(row.PoolHitMS.Max))
 	}
 	return co, nil
