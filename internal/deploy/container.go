@@ -66,9 +66,29 @@ type Container struct {
 
 	mu    sync.Mutex
 	found dmtcpImage // what Check found last
-	// criuChecked is the image whose check container passed criu check.
-	criuChecked string
+	// criuMu serializes criu checks; criu is the last one's outcome.
+	criuMu sync.Mutex
+	criu   criuCheck
 }
+
+// criuCheck is the outcome of a criu check container for an image: a
+// pass holds, a failure is tried again after criuRecheck.
+type criuCheck struct {
+	ref string
+	err error
+	at  time.Time
+}
+
+// criuRecheck is how long a failed criu check stands before a Check runs
+// it again.
+const criuRecheck = time.Minute
+
+// checkRole is the io.fogdeploy.role label of a check container; one
+// older than staleCheck is what a killed process left.
+const (
+	checkRole  = "dmtcp-check"
+	staleCheck = 2 * time.Minute
+)
 
 // dmtcpImage is the DMTCP image that Check found.
 type dmtcpImage struct {
@@ -107,15 +127,32 @@ func (c *Container) Check(ctx context.Context, eng string) (string, error) {
 	return img.criu, nil
 }
 
-// checkCRIU runs `entrypoint check -engine criu` once per image, in a
-// container with a CRIU instance's capabilities: criu check must pass
-// there, on this node's kernel, before a CRIU app is deployed in one.
-func (c *Container) checkCRIU(ctx context.Context, ref string) (err error) {
-	c.mu.Lock()
-	done := c.criuChecked == ref
-	c.mu.Unlock()
-	if done {
-		return nil
+// checkCRIU runs `entrypoint check -engine criu` in a container with a
+// CRIU instance's capabilities, once per image if it passes: criu check
+// must pass there, on this node's kernel, before a CRIU app is deployed
+// in one. A failure stands for criuRecheck.
+func (c *Container) checkCRIU(ctx context.Context, ref string) error {
+	c.criuMu.Lock()
+	defer c.criuMu.Unlock()
+	if last := c.criu; last.ref == ref && (last.err == nil || time.Since(last.at) < criuRecheck) {
+		return last.err
+	}
+	err := c.runCRIUCheck(ctx, ref)
+	if ctx.Err() == nil {
+		c.criu = criuCheck{ref: ref, err: err, at: time.Now()}
+	}
+	return err
+}
+
+// runCRIUCheck runs one check container and removes it, and any that a
+// killed process left.
+func (c *Container) runCRIUCheck(ctx context.Context, ref string) (err error) {
+	if sts, err := c.RT.List(ctx, map[string]string{"io.fogdeploy.role": checkRole}); err == nil {
+		for _, st := range sts {
+			if !st.StartedAt.IsZero() && time.Since(st.StartedAt) > staleCheck {
+				_ = c.RT.Remove(ctx, st.ID)
+			}
+		}
 	}
 	spec := runtime.DMTCPContainer{Image: ref, Name: "fd-criucheck-" + strconv.FormatInt(time.Now().UnixNano(), 36),
 		App: "criu-check", Deployment: "criu-check", Engine: runtime.EngineCRIU}.Check()
@@ -141,9 +178,6 @@ func (c *Container) checkCRIU(ctx context.Context, ref string) (err error) {
 			"the check container", lastLines(logs, 10)),
 			"CRIU 4.x needs a kernel with its features; run `criu check` on the node, or set agent.criu_driver: host")
 	}
-	c.mu.Lock()
-	c.criuChecked = ref
-	c.mu.Unlock()
 	return nil
 }
 

@@ -130,3 +130,41 @@ func TestContainerFindsDMTCPImage(t *testing.T) {
 		t.Fatalf("an unknown engine on the container driver: %v, want ErrDriver", err)
 	}
 }
+
+// TestContainerChecksCRIU: the container driver offers the criu engine
+// only with an image that carries CRIU and once a check container with a
+// CRIU instance's capabilities passed; the check container is removed,
+// and a pass is not checked again.
+func TestContainerChecksCRIU(t *testing.T) {
+	ctx := context.Background()
+	rt := runtime.NewFake()
+	rt.AddLabelledImage("fogdeploy/dmtcp:criu", runtime.FakeDMTCP(), runtime.ImageConfig{
+		Labels: map[string]string{DMTCPVersionLabel: "4.2.0", CRIUVersionLabel: "4.2"}})
+	c := &Container{RT: rt}
+	v, err := c.Check(ctx, engine.NameCRIU)
+	if err != nil || v != "4.2" {
+		t.Fatalf("Check criu = %q, %v; want CRIU's version from the image's label", v, err)
+	}
+	if sts, err := rt.List(ctx, nil); err != nil || len(sts) != 0 {
+		t.Fatalf("containers left after the check: %v, %v", sts, err)
+	}
+	// A pass stands: no check container runs again, even if one could
+	// not be created now.
+	if err := rt.RemoveImage(ctx, "fogdeploy/dmtcp:criu"); err != nil {
+		t.Fatal(err)
+	}
+	rt.AddLabelledImage("fogdeploy/dmtcp:criu", runtime.FakeBusybox(), runtime.ImageConfig{
+		Labels: map[string]string{DMTCPVersionLabel: "4.2.0", CRIUVersionLabel: "4.2"}})
+	if v, err := c.Check(ctx, engine.NameCRIU); err != nil || v != "4.2" {
+		t.Fatalf("second Check criu = %q, %v", v, err)
+	}
+	// An image whose check cannot run (here: no check program) is
+	// refused, and nothing is left.
+	other := &Container{RT: rt}
+	if _, err := other.Check(ctx, engine.NameCRIU); !errors.Is(err, ErrDriver) || !strings.Contains(err.Error(), "criu check") {
+		t.Fatalf("a failing check: %v, want ErrDriver naming the criu check", err)
+	}
+	if sts, err := rt.List(ctx, nil); err != nil || len(sts) != 0 {
+		t.Fatalf("containers left after a failed check: %v, %v", sts, err)
+	}
+}

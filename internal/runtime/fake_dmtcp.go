@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,9 @@ const FakeDMTCPImageFile = "fake-image.json"
 //     there is none, as the real entrypoint does. With -ready ADDR they
 //     probe the published port of ADDR's port (-ready-send/-ready-expect,
 //     or -ready-http/-ready-status) and print <mode>_ready.
+//   - check -engine criu: passes (exit 0) when the container holds what
+//     criu needs to dump and restore (CRIUCapabilities), fails (exit 3)
+//     otherwise, as `criu check` in a container without them does.
 //   - redis-server: PING, SET, GET and DEL of a Redis server on --port
 //     (6379), RESP or inline, with its keys in the entrypoint's memory. It
 //     prints "Ready to accept connections tcp" once it listens.
@@ -44,6 +48,7 @@ func FakeDMTCP() map[string]FakeProgram {
 		"launch":       fakeEntrypoint,
 		"restart":      fakeEntrypoint,
 		"boot":         fakeEntrypoint,
+		"check":        fakeCheck,
 		"redis-server": fakeRedis,
 	}
 }
@@ -129,6 +134,20 @@ func parseFakeFlags(args []string) (fakeFlags, []string, error) {
 // unescapeFlag undoes the escapes \r, \n, \t and \\ of the ready flags.
 func unescapeFlag(s string) string {
 	return strings.NewReplacer(`\\`, `\`, `\r`, "\r", `\n`, "\n", `\t`, "\t").Replace(s)
+}
+
+func fakeCheck(_ context.Context, p *FakeProcess) int {
+	if !slices.Contains(p.Args, "criu") {
+		fmt.Fprintln(p.Stdout, "dmtcp: the coordinator needs no check")
+		return 0
+	}
+	need, _ := CapMask(CRIUCapabilities())
+	if p.CapEff&need != need {
+		fmt.Fprintf(p.Stdout, "criu: check failed: the container lacks capabilities %#x\n", need&^p.CapEff)
+		return 3
+	}
+	fmt.Fprintln(p.Stdout, "criu 4.2: check passed")
+	return 0
 }
 
 func fakeEntrypoint(ctx context.Context, p *FakeProcess) int {
