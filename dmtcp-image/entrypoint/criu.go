@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -274,7 +273,7 @@ func (s *supervisor) reapOrphans() (stop func()) {
 			case <-tick.C:
 			}
 			now := map[int]bool{}
-			for _, pid := range zombieChildren(os.Getpid()) {
+			for _, pid := range engine.ZombieChildren(os.Getpid()) {
 				if !seen[pid] {
 					now[pid] = true
 					continue
@@ -288,33 +287,4 @@ func (s *supervisor) reapOrphans() (stop func()) {
 		}
 	}()
 	return func() { close(done) }
-}
-
-// zombieChildren lists the zombie children of ppid.
-func zombieChildren(ppid int) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) >= 2 && f[0] == "Z" && f[1] == strconv.Itoa(ppid) {
-			out = append(out, pid)
-		}
-	}
-	return out
 }

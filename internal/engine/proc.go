@@ -284,6 +284,18 @@ func childrenOf(ppid int) []int {
 	return out
 }
 
+// ZombieChildren lists the children of ppid that have exited and wait to
+// be reaped (state Z).
+func ZombieChildren(ppid int) []int {
+	var out []int
+	for _, pid := range childrenOf(ppid) {
+		if st, err := procStatus(pid, "State"); err == nil && strings.HasPrefix(st, "Z") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
 // nsID returns the namespace link of a process, e.g. "mnt:[4026532]".
 func nsID(pid int, ns string) string {
 	s, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/" + ns)
