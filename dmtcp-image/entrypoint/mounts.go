@@ -11,7 +11,8 @@ import (
 // prepareRoot makes cfg.root usable as the app's root, inside the
 // container's private mount namespace:
 //
-//	proc        -> <root>/proc       (fresh procfs of the container's PID namespace)
+//	proc        -> <root>/proc       (fresh procfs of the container's PID namespace;
+//	                                  its sys/ bound read-only over itself)
 //	/dev        -> <root>/dev        (recursive bind: pts, shm, mqueue come along)
 //	tmpfs       -> <root>/tmp        (mode 1777; DMTCP's --tmpdir)
 //	<prefix>    -> <root>/<prefix>   (read-only bind: DMTCP at the same path inside)
@@ -49,6 +50,10 @@ func prepareRoot(cfg *config) error {
 		engine           bool // only when a checkpoint engine runs
 	}{
 		{"proc", "/proc", "proc", syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC, "", false, false},
+		// A fresh procfs has /proc/sys writable, where uid 0 can change
+		// some of the host's own settings even without capabilities: it is
+		// read-only, as Docker's /proc/sys is.
+		{filepath.Join(cfg.root, "proc", "sys"), "/proc/sys", "", syscall.MS_BIND, "", true, false},
 		{"/dev", "/dev", "", syscall.MS_BIND | syscall.MS_REC, "", false, false},
 		{"tmpfs", "/tmp", "tmpfs", syscall.MS_NOSUID | syscall.MS_NODEV, "mode=1777", false, false},
 		{cfg.prefix, cfg.prefix, "", syscall.MS_BIND | syscall.MS_REC, "", true, true},

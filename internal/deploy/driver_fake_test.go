@@ -31,13 +31,14 @@ func TestDriverSuiteContainerFake(t *testing.T) {
 			t.Fatal(err)
 		}
 		return drivertest.Harness{
-			Driver:    &deploy.Container{RT: rt, StopTimeout: 2 * time.Second},
-			Engine:    engine.NameDMTCP,
-			EnvPath:   env,
-			CkptPath:  t.TempDir(),
-			Leftovers: drivertest.ContainerLeftovers(rt),
-			Timeout:   time.Minute,
-			NoExec:    "the fake DMTCP image has no shell nor redis-cli to exec (TestDriverSuiteContainer runs it on dockerd)",
+			Driver:      &deploy.Container{RT: rt, StopTimeout: 2 * time.Second},
+			Engine:      engine.NameDMTCP,
+			EnvPath:     env,
+			CkptPath:    t.TempDir(),
+			Leftovers:   drivertest.ContainerLeftovers(rt),
+			Timeout:     time.Minute,
+			NoExec:      "the fake DMTCP image has no shell nor redis-cli to exec (TestDriverSuiteContainer runs it on dockerd)",
+			NoProcesses: "the fake runtime runs no processes (TestDriverSuiteContainer reads them on dockerd)",
 		}
 	})
 }

@@ -323,10 +323,15 @@ func (c *CRIU) tcpFlag() string {
 
 // initScript is the placeholder init of a restore's PID namespace: it
 // mounts the namespace's /proc (criu needs it; only a process inside can
-// mount it), says so, and sleeps until the engine kills it.
+// mount it) and the app root's, whose sys/ it makes read-only, says so,
+// and sleeps until the engine kills it.
 const initScript = `set -e
 mount -t proc proc /proc
-if [ "$1" != - ]; then mount -t proc proc "$1/proc"; fi
+if [ "$1" != - ]; then
+  mount -t proc proc "$1/proc"
+  mount -o bind "$1/proc/sys" "$1/proc/sys"
+  mount -o remount,bind,ro "$1/proc/sys"
+fi
 echo ready
 exec sleep infinity`
 

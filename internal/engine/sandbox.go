@@ -150,6 +150,15 @@ func mountRoot(root string, mkdirs []string) error {
 	if err := unix.Mount("proc", filepath.Join(root, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount proc in %s: %w", root, err)
 	}
+	// The app's /proc/sys is read-only, as Docker's is: in a fresh procfs
+	// uid 0 could change some of the host's settings without capabilities.
+	sys := filepath.Join(root, "proc", "sys")
+	if err := unix.Mount(sys, sys, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", sys, err)
+	}
+	if err := unix.Mount("", sys, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("remount %s read-only: %w", sys, err)
+	}
 	if err := unix.Mount("/dev", filepath.Join(root, "dev"), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("bind /dev in %s: %w", root, err)
 	}

@@ -20,7 +20,7 @@
 //     with ErrInvalidSpec, and leaves nothing.
 //   - With Harness.CheckAppCaps, no process of the instance but its PID 1
 //     and CRIU's own holds a capability beyond AppCaps, launched and
-//     restored.
+//     restored; and on every driver the app sees /proc/sys read-only.
 //
 // Implementations run it in their tests: TestDriverSuiteContainer (DMTCP in
 // the container), TestDriverSuiteContainerCRIU (CRIU in the container) and
@@ -65,6 +65,10 @@ type Harness struct {
 	// NoExec, when set, says why Exec cannot be checked here (a fake
 	// image with no shell and no redis-cli); the real drivers have none.
 	NoExec string
+	// NoProcesses, when set, says why the instance's processes cannot be
+	// read here (a fake runtime runs none): the checks of their
+	// capabilities and mounts are left out; the real drivers have them.
+	NoProcesses string
 	// CheckAppCaps makes the suite read the effective capabilities of
 	// every process below the instance's NetPid (the container driver's
 	// promise): none may hold more than AppCaps (names, e.g. "SETUID").
@@ -334,6 +338,7 @@ func testStartRunsApp(t *testing.T, s *suite) {
 		t.Errorf("Logs do not show redis's %q:\n%s", readyLine, strings.Join(lines, "\n"))
 	}
 	s.assertAppCaps(t, h)
+	s.assertProcSysReadOnly(t, h)
 	s.redis(t, addr, "OK", "SET", "k", "set before the second Start")
 	// Start of a running instance is a no-op: the same app, same address.
 	h2, addr2 := s.start(t, h)
@@ -429,6 +434,7 @@ func testCheckpointRestart(t *testing.T, s *suite) {
 	s.waitRedis(t, h2, addr2)
 	s.redis(t, addr2, val, "GET", "greeting")
 	s.assertAppCaps(t, h2)
+	s.assertProcSysReadOnly(t, h2)
 	s.remove(t, h2, rr.ID)
 }
 
@@ -467,6 +473,45 @@ func (s *suite) assertAppCaps(t *testing.T, h deploy.Handle) {
 	}
 	if seen == 0 {
 		t.Errorf("no process below pid %d of %s", root, h.Ref)
+	}
+}
+
+// assertProcSysReadOnly checks that the app sees its /proc/sys read-only,
+// as in any Docker container: every process of the instance that is
+// chrooted into the environment (its mount table has /proc/sys) has the
+// top mount there read-only, and there is at least one.
+func (s *suite) assertProcSysReadOnly(t *testing.T, h deploy.Handle) {
+	t.Helper()
+	if s.NoProcesses != "" {
+		return
+	}
+	root, err := s.Driver.NetPid(s.ctx, h)
+	if err != nil || root <= 0 {
+		t.Fatalf("NetPid of %s = %d, %v", h.Ref, root, err)
+	}
+	seen := 0
+	for _, pid := range append([]int{root}, descendants(root)...) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/mountinfo")
+		if err != nil {
+			continue
+		}
+		opts := ""
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 5 && f[4] == "/proc/sys" {
+				opts = f[5]
+			}
+		}
+		if opts == "" {
+			continue
+		}
+		seen++
+		if !strings.HasPrefix(opts, "ro") {
+			comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+			t.Errorf("%s (pid %d) of %s has /proc/sys %s; want it read-only", strings.TrimSpace(string(comm)), pid, h.Ref, opts)
+		}
+	}
+	if seen == 0 {
+		t.Errorf("no process of %s is chrooted with a /proc/sys", h.Ref)
 	}
 }
 
