@@ -215,7 +215,7 @@ func (a App) WithEngine(eng string) App {
 // checkpointed by eng ("" if it can).
 func (a App) CanCheckpointWith(eng string) string {
 	if eng == engine.NameCRIU && a.User != "" {
-		return "it runs as user " + a.User + " and CRIU apps run as root under the host driver"
+		return "it runs as user " + a.User + " and CRIU apps run as root"
 	}
 	return ""
 }
@@ -302,7 +302,7 @@ func (a App) Validate() error {
 			bad("user", "%v", err)
 		}
 		if a.Engine == engine.NameCRIU {
-			bad("user", "is only available with the dmtcp engine (or auto, which then uses dmtcp only): CRIU apps run as root under the host driver")
+			bad("user", "is only available with the dmtcp engine (or auto, which then uses dmtcp only): CRIU apps run as root")
 		}
 	}
 	seen := map[string]bool{}
