@@ -42,6 +42,9 @@ func TestParseConfig(t *testing.T) {
 		{modeLaunch, []string{"-root", "rel", "app"}, `-root "rel" must be an absolute path`},
 		{modeLaunch, []string{"-engine", "podman", "app"}, `-engine "podman": want dmtcp or criu`},
 		{modeRestart, []string{"-lazy"}, "-lazy needs -engine criu"},
+		{modeRestart, []string{"-recycle"}, "-recycle is for restart with -wait"},
+		{modeRestart, []string{"-recycle", "-wait", "/fog/ctl/order", "-engine", "criu"}, "-recycle is for restart with -wait and -engine dmtcp"},
+		{modeLaunch, []string{"-recycle", "-wait", "/fog/ctl/order", "app"}, "-recycle is for restart"},
 		{modeLaunch, []string{"-engine", "criu", "-lazy", "app"}, "-lazy is for restart only"},
 		{modeLaunch, []string{"-engine", "criu", "-after-checkpoint", "continue", "app"}, "criu dump stops the app"},
 		{modeRestart, []string{"-engine", "criu", "-user", "www-data"}, "under criu the app runs as root"},
@@ -495,5 +498,46 @@ func TestAppCapsMatchRuntime(t *testing.T) {
 func TestNoCapsKeepRefusesOthers(t *testing.T) {
 	if code := noCaps([]string{"-keep", "SYS_ADMIN", "/bin/true"}); code != exitUsage {
 		t.Fatalf("nocaps -keep SYS_ADMIN = %d; want %d", code, exitUsage)
+	}
+}
+
+// TestControlFilesMatchRuntime: the control files a recycled container
+// answers are those the runtime writes and reads.
+func TestControlFilesMatchRuntime(t *testing.T) {
+	for here, there := range map[string]string{releaseFile: runtime.DMTCPReleaseFile, releasedFile: runtime.DMTCPReleasedFile,
+		rearmFile: runtime.DMTCPRearmFile, timingsFile: runtime.DMTCPTimingsFile} {
+		if here != there {
+			t.Errorf("control file %q here, %q in the runtime", here, there)
+		}
+	}
+}
+
+// TestLingering reads the socket table the way a release does: a socket
+// that does not listen on a listening port lingers, others do not.
+func TestLingering(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	if !listeningPorts()[port] {
+		t.Fatalf("listeningPorts lacks %d", port)
+	}
+	if p := lingering(map[int]bool{port: true}); p != 0 {
+		t.Fatalf("lingering = %d with only a listener", p)
+	}
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if p := lingering(map[int]bool{port: true}); p != port {
+		t.Errorf("lingering = %d with a connection accepted on %d; want %d", p, port, port)
 	}
 }

@@ -21,7 +21,9 @@ import (
 // In boot mode (no checkpoint engine) and under CRIU (whose dump and restore
 // run outside the root) only proc, /dev and /tmp are mounted.
 // The mount points are created in the clone when missing. Nothing here
-// propagates to the host: the namespace is made recursively private first.
+// propagates to the host: the namespace is made recursively private first
+// (with -recycle, a slave: the host's unmount and mount of the root between
+// two instances still show up here).
 func prepareRoot(cfg *config) error {
 	st, err := os.Stat(cfg.root)
 	if err != nil {
@@ -39,7 +41,11 @@ func prepareRoot(cfg *config) error {
 			return fmt.Errorf("checkpoint dir %s: %w", cfg.ckpt, err)
 		}
 	}
-	if err := mount("(make-rprivate)", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+	prop := uintptr(syscall.MS_PRIVATE)
+	if cfg.recycle {
+		prop = syscall.MS_SLAVE
+	}
+	if err := mount("(make-rprivate)", "/", "", syscall.MS_REC|prop, ""); err != nil {
 		return err
 	}
 	steps := []struct {
@@ -81,7 +87,7 @@ func prepareRoot(cfg *config) error {
 
 func mount(src, dst, fstype string, flags uintptr, data string) error {
 	sysSrc := src
-	if flags&(syscall.MS_REMOUNT|syscall.MS_PRIVATE) != 0 {
+	if flags&(syscall.MS_REMOUNT|syscall.MS_PRIVATE|syscall.MS_SLAVE) != 0 {
 		sysSrc = ""
 	}
 	err := syscall.Mount(sysSrc, dst, fstype, flags, data)

@@ -30,25 +30,58 @@ var errReleased = errors.New("released before an order")
 // with errReleased; SIGCHLD is reaped meanwhile.
 func (s *supervisor) waitOrder(sigs <-chan os.Signal) (order, error) {
 	t := time.Now()
-	dir, name := filepath.Split(s.cfg.wait)
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	s.log.Info("waiting for an order", "file", s.cfg.wait)
+	b, err := s.waitFile(s.cfg.wait, sigs)
 	if err != nil {
-		return order{}, fmt.Errorf("inotify: %w", err)
+		return order{}, err
+	}
+	var o order
+	if len(b) > 0 {
+		if err := json.Unmarshal(b, &o); err != nil {
+			return order{}, fmt.Errorf("order %s: %w", s.cfg.wait, err)
+		}
+	}
+	s.tm.record("order", 0, t, 0, nil)
+	s.log.Info("order received", "deployment", o.Deployment, "node", o.Node)
+	return o, nil
+}
+
+// waitFile blocks until path appears, and returns what it holds. A
+// termination signal ends the wait with errReleased; SIGCHLD is reaped
+// meanwhile.
+func (s *supervisor) waitFile(path string, sigs <-chan os.Signal) ([]byte, error) {
+	dir := filepath.Dir(path)
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("inotify: %w", err)
 	}
 	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE); err != nil {
 		_ = unix.Close(fd)
-		return order{}, fmt.Errorf("watch %s: %w", dir, err)
+		return nil, fmt.Errorf("watch %s: %w", dir, err)
 	}
-	events := make(chan struct{}, 1)
+	events, done := make(chan struct{}, 1), make(chan struct{})
+	defer close(done)
 	go func() {
+		// The watch ends with the wait (a recycled container waits again
+		// and again): poll, so that the descriptor is closed once done.
 		defer unix.Close(fd)
 		buf := make([]byte, 4096)
 		for {
-			n, err := unix.Read(fd, buf)
+			select {
+			case <-done:
+				return
+			default:
+			}
+			n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 100)
 			if err != nil && !errors.Is(err, unix.EINTR) {
 				return
 			}
-			if n > 0 {
+			if n <= 0 {
+				continue
+			}
+			if n, err := unix.Read(fd, buf); err != nil && !errors.Is(err, unix.EINTR) && !errors.Is(err, unix.EAGAIN) {
+				return
+			} else if n > 0 {
 				select {
 				case events <- struct{}{}:
 				default:
@@ -56,19 +89,10 @@ func (s *supervisor) waitOrder(sigs <-chan os.Signal) (order, error) {
 			}
 		}
 	}()
-	s.log.Info("waiting for an order", "file", s.cfg.wait)
 	for {
-		// Checked after the watch is in place, so that no order is missed.
-		if b, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
-			var o order
-			if len(b) > 0 {
-				if err := json.Unmarshal(b, &o); err != nil {
-					return order{}, fmt.Errorf("order %s: %w", s.cfg.wait, err)
-				}
-			}
-			s.tm.record("order", 0, t, 0, nil)
-			s.log.Info("order received", "deployment", o.Deployment, "node", o.Node)
-			return o, nil
+		// Checked after the watch is in place, so that no file is missed.
+		if b, err := os.ReadFile(path); err == nil {
+			return b, nil
 		}
 		select {
 		case <-events:
@@ -80,7 +104,7 @@ func (s *supervisor) waitOrder(sigs <-chan os.Signal) (order, error) {
 			if sig == syscall.SIGUSR1 {
 				continue
 			}
-			return order{}, errReleased
+			return nil, errReleased
 		}
 	}
 }

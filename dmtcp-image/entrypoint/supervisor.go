@@ -73,11 +73,23 @@ func (s *supervisor) run() int {
 		return exitSetup
 	}
 	s.null = null
+	for {
+		code, again := s.life(sigs)
+		if !again {
+			return code
+		}
+	}
+}
 
+// life runs one instance: the root prepared, the order awaited, the app
+// run until it exits or is checkpointed. It returns the container's exit
+// status, or again once a recycled container has given its instance back
+// and been rearmed for the next (-recycle).
+func (s *supervisor) life(sigs <-chan os.Signal) (code int, again bool) {
 	appDone, coordDone, code := s.start(sigs)
 	if appDone == nil {
 		s.shutdownCoordinator()
-		return code
+		return code, false
 	}
 
 	trigger := time.NewTicker(50 * time.Millisecond)
@@ -108,6 +120,9 @@ func (s *supervisor) run() int {
 				_ = syscall.Kill(s.appPid, sig.(syscall.Signal))
 			}
 		case <-trigger.C:
+			if s.cfg.recycle && ckptDone == nil && appStatus < 0 && !terminated && exists(s.ctlFile(releaseFile)) {
+				return s.recycle(sigs)
+			}
 			if s.cfg.mode != modeBoot && ckptDone == nil && appStatus < 0 && !terminated {
 				if _, err := os.Stat(s.cfg.trigger); err == nil {
 					_ = os.Remove(s.cfg.trigger)
@@ -126,7 +141,7 @@ func (s *supervisor) run() int {
 			if ckptDone == nil {
 				s.shutdownCoordinator()
 				s.tm.record("exit", 0, s.started, 0, nil)
-				return appStatus
+				return appStatus, false
 			}
 		case res := <-ckptDone:
 			ckptDone = nil
@@ -136,7 +151,7 @@ func (s *supervisor) run() int {
 				if appStatus >= 0 || exitAfter {
 					s.stopApp(appDone)
 					s.shutdownCoordinator()
-					return exitCheckpoint
+					return exitCheckpoint, false
 				}
 				continue
 			}
@@ -145,11 +160,11 @@ func (s *supervisor) run() int {
 				s.stopApp(appDone)
 				s.shutdownCoordinator()
 				s.tm.record("exit", res.gen.n, s.started, 0, nil)
-				return exitOK
+				return exitOK, false
 			}
 			if appStatus >= 0 {
 				s.shutdownCoordinator()
-				return appStatus
+				return appStatus, false
 			}
 			// -after-checkpoint=continue: DMTCP fixed the image directory at
 			// launch, so the next checkpoint rewrites this generation.
@@ -293,9 +308,10 @@ func (s *supervisor) mountRoot() bool {
 		s.log.Error("prepare the environment clone", "root", s.cfg.root, "err", err)
 		return false
 	}
-	if s.cfg.engine == engineCRIU {
-		// criu dump and criu restore need it; the app never holds it
-		// (nocaps).
+	if s.cfg.engine == engineCRIU || s.cfg.recycle {
+		// criu dump and criu restore need it, and a recycled container
+		// unmounts the root's mounts after each instance; the app never
+		// holds it (nocaps, the keeper).
 		s.tm.record("mount", 0, t, 0, nil)
 		return true
 	}

@@ -66,6 +66,15 @@ type Agent struct {
 	// container, whose image carries it when CRIU was installed at its
 	// build) or "host" (the agent runs criu; instances end with it).
 	CRIUDriver string `yaml:"criu_driver"`
+	// Recycle is "on" (default: an undeployed instance of an app with a
+	// pool goes back to the pool in its container, its root reset,
+	// instead of being removed, so that the next deploys need no slot
+	// provisioned anew) or "off".
+	Recycle string `yaml:"recycle"`
+	// RecycleKeep is how long the pool keeps idle slots beyond its size
+	// (recycled ones) before it releases them; at most as many as its
+	// size are kept beyond it. Default 2m.
+	RecycleKeep time.Duration `yaml:"recycle_keep"`
 	// BootImage runs apps with no checkpoint engine
 	// (`dmtcp-image/build.sh -b`).
 	BootImage string `yaml:"boot_image"`
@@ -176,7 +185,7 @@ func Default() Config {
 		Docker:   Docker{Host: devenv.DockerHost()},
 		Node:     Node{Name: host, StateDir: filepath.Join(devenv.Dir(), "node", host)},
 		Etcd:     Etcd{Endpoints: []string{devenv.EtcdEndpoint}, DialTimeout: 5 * time.Second},
-		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: "container", CRIUDriver: "container",
+		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: "container", CRIUDriver: "container", Recycle: "on", RecycleKeep: 2 * time.Minute,
 			BootImage: "fogdeploy/boot:latest", IfBusy: "wait", IfNoEngine: "boot", CheckpointCache: "4GiB", Fetch: FetchFirstUse,
 			EnvRead: EnvReadShared},
 	}
@@ -232,6 +241,7 @@ func (c *Config) ApplyEnv() {
 	set(&c.Agent.Fetch, "FOGDEPLOY_FETCH")
 	set(&c.Agent.EnvRead, "FOGDEPLOY_ENV_READ")
 	set(&c.Agent.CRIUDriver, "FOGDEPLOY_CRIU_DRIVER")
+	set(&c.Agent.Recycle, "FOGDEPLOY_RECYCLE")
 	set(&c.Agent.CheckpointCache, "FOGDEPLOY_CHECKPOINT_CACHE")
 	if v := os.Getenv("FOGDEPLOY_ETCD_ENDPOINTS"); v != "" {
 		c.Etcd.Endpoints = strings.Split(v, ",")
@@ -317,6 +327,12 @@ func (c Config) Validate() error {
 	}
 	if c.Agent.CRIUDriver != "container" && c.Agent.CRIUDriver != "host" {
 		add("agent.criu_driver %q: use container or host", c.Agent.CRIUDriver)
+	}
+	if c.Agent.Recycle != "on" && c.Agent.Recycle != "off" {
+		add("agent.recycle %q: use on or off", c.Agent.Recycle)
+	}
+	if c.Agent.RecycleKeep < 0 || c.Agent.RecycleKeep > time.Hour {
+		add("agent.recycle_keep %s: give a duration between 0s and 1h, e.g. 2m", c.Agent.RecycleKeep)
 	}
 	if c.Docker.Host != "" && !strings.Contains(c.Docker.Host, "://") {
 		add("docker.host %q: give a URL such as unix:///var/run/docker.sock", c.Docker.Host)

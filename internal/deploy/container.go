@@ -39,6 +39,9 @@ const (
 	// CRIUVersionLabel holds the version of the CRIU the image carries
 	// too ("" or absent: none); such an image runs CRIU apps as well.
 	CRIUVersionLabel = "io.fogdeploy.criu.version"
+	// RecycleLabel marks an image whose entrypoint serves instance after
+	// instance (its -recycle flag).
+	RecycleLabel = "io.fogdeploy.recycle"
 )
 
 // Container runs instances in the DMTCP container (dmtcp-image/): the
@@ -94,6 +97,7 @@ const (
 type dmtcpImage struct {
 	ref, version, glibc string
 	criu                string // CRIU's version, "" if the image has none
+	recycle             bool   // its entrypoint has -recycle
 }
 
 var _ Driver = (*Container)(nil)
@@ -194,7 +198,7 @@ func (c *Container) findImage(ctx context.Context) (dmtcpImage, error) {
 		}
 		im := ims[0]
 		return dmtcpImage{ref: im.Ref, version: im.Labels[DMTCPVersionLabel], glibc: im.Labels[DMTCPGlibcLabel],
-			criu: im.Labels[CRIUVersionLabel]}, nil
+			criu: im.Labels[CRIUVersionLabel], recycle: im.Labels[RecycleLabel] != ""}, nil
 	}
 	labels, err := c.RT.ImageLabels(ctx, c.Image)
 	if errors.Is(err, runtime.ErrImageNotFound) {
@@ -209,7 +213,8 @@ func (c *Container) findImage(ctx context.Context) (dmtcpImage, error) {
 		return dmtcpImage{}, hint.With(fmt.Errorf("%w: image %s is not a fogdeploy DMTCP image (no label %s)", ErrDriver, c.Image, DMTCPVersionLabel),
 			build+", and set agent.dmtcp_image to its tag or leave it empty")
 	}
-	return dmtcpImage{ref: c.Image, version: v, glibc: labels[DMTCPGlibcLabel], criu: labels[CRIUVersionLabel]}, nil
+	return dmtcpImage{ref: c.Image, version: v, glibc: labels[DMTCPGlibcLabel], criu: labels[CRIUVersionLabel],
+		recycle: labels[RecycleLabel] != ""}, nil
 }
 
 // image returns the DMTCP image to run: the one Check found last, else
@@ -305,6 +310,7 @@ func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 		return Handle{}, fmt.Errorf("run of app %q: no control directory (Run.CtlPath): %w", r.App.Name, ErrInvalidSpec)
 	}
 	var dc runtime.DMTCPContainer
+	recyclable := false
 	if r.Mode == RunBoot {
 		dc = c.spec(r, c.BootImage)
 	} else {
@@ -313,6 +319,7 @@ func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 			return Handle{}, err
 		}
 		dc = c.spec(r, img.ref)
+		recyclable = img.recycle
 		switch {
 		case r.App.Engine != engine.NameCRIU:
 			if err := checkEnvForDMTCP(r.EnvPath, r.App.Env, img.glibc); err != nil {
@@ -326,6 +333,9 @@ func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 			dc.Engine, dc.Lazy = runtime.EngineCRIU, r.App.Lazy && r.Mode == RunRestart
 		}
 	}
+	// A DMTCP restore whose root the deployer can reset serves again
+	// after its app ends (Recycle), where the image's entrypoint can.
+	dc.Recycle = r.Resettable && r.Mode == RunRestart && dc.Engine == "" && recyclable
 	dc.CtlPath, dc.Wait = r.CtlPath, true
 	if r.Background {
 		dc.CPUShares = backgroundShares
@@ -346,7 +356,8 @@ func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 	case RunBoot:
 		spec = dc.Boot(r.App.Command)
 	}
-	h := Handle{Driver: c.Name(), EnvPath: r.EnvPath, CkptPath: r.CkptPath, CtlPath: r.CtlPath, Gen: r.Gen, Background: r.Background}
+	h := Handle{Driver: c.Name(), EnvPath: r.EnvPath, CkptPath: r.CkptPath, CtlPath: r.CtlPath, Gen: r.Gen, Background: r.Background,
+		Recycle: dc.Recycle}
 	if r.Mode == RunRestart {
 		h.Gen = r.Gen + 1
 	}
@@ -474,23 +485,102 @@ func ordered(h Handle) bool {
 	return err == nil
 }
 
-// writeOrder writes the order file whole (a rename), so that the
-// entrypoint never reads half of it.
+// writeOrder writes the order file.
 func writeOrder(h Handle) error {
-	b, err := json.Marshal(struct {
+	return writeCtl(h.CtlPath, runtime.DMTCPOrderFile, struct {
 		Deployment string `json:"deployment,omitempty"`
 	}{h.Deployment})
+}
+
+// writeCtl writes v as JSON to control file name in dir, whole (a
+// rename), so that the entrypoint never reads half of it.
+func writeCtl(dir, name string, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(h.CtlPath, "."+runtime.DMTCPOrderFile+".tmp")
+	tmp := filepath.Join(dir, "."+name+".tmp")
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return fmt.Errorf("order the instance to start: %w", err)
+		return fmt.Errorf("control file %s of the instance: %w", name, err)
 	}
-	if err := os.Rename(tmp, filepath.Join(h.CtlPath, runtime.DMTCPOrderFile)); err != nil {
-		return fmt.Errorf("order the instance to start: %w", err)
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("control file %s of the instance: %w", name, err)
 	}
 	return nil
+}
+
+var _ Recycler = (*Container)(nil)
+
+// recycleWait bounds the wait for a recycled container's entrypoint to
+// release its instance.
+const recycleWait = 15 * time.Second
+
+// Recycle implements Recycler: it asks the entrypoint to end the app
+// (DMTCPReleaseFile), waits for its answer, resets the root while the
+// container holds no mount in it, lowers the container to background
+// priority and rearms it (DMTCPRearmFile): its entrypoint prepares the root
+// and the coordinator again and waits for Start's next order. An instance
+// created without Handle.Recycle, or whose entrypoint found it cannot serve
+// again, is ErrNotRecyclable.
+func (c *Container) Recycle(ctx context.Context, h Handle, reset func(context.Context) error) (Handle, error) {
+	if !h.Recycle || h.CtlPath == "" {
+		return Handle{}, fmt.Errorf("container %s: created to serve once: %w", shortRef(h.Ref), ErrNotRecyclable)
+	}
+	ctl := func(name string) string { return filepath.Join(h.CtlPath, name) }
+	for _, f := range []string{runtime.DMTCPReleasedFile, runtime.DMTCPRearmFile} {
+		if err := os.Remove(ctl(f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return Handle{}, err
+		}
+	}
+	if err := writeCtl(h.CtlPath, runtime.DMTCPReleaseFile, struct{}{}); err != nil {
+		return Handle{}, err
+	}
+	deadline := time.Now().Add(recycleWait)
+	var b []byte
+	for {
+		var err error
+		if b, err = os.ReadFile(ctl(runtime.DMTCPReleasedFile)); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return Handle{}, fmt.Errorf("container %s did not release its instance within %s: %w", shortRef(h.Ref), recycleWait, ErrNotRecyclable)
+		}
+		if st, err := c.RT.Inspect(ctx, h.Ref); err != nil || !st.Running {
+			return Handle{}, fmt.Errorf("container %s ended instead of releasing its instance: %w", shortRef(h.Ref), errors.Join(err, ErrNotRecyclable))
+		}
+		select {
+		case <-ctx.Done():
+			return Handle{}, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	var ans struct {
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(b, &ans); err != nil {
+		return Handle{}, fmt.Errorf("container %s: release answer %q: %w", shortRef(h.Ref), b, ErrNotRecyclable)
+	}
+	if ans.Error != "" {
+		return Handle{}, fmt.Errorf("container %s: %s: %w", shortRef(h.Ref), ans.Error, ErrNotRecyclable)
+	}
+	if err := reset(ctx); err != nil {
+		return Handle{}, err
+	}
+	if c.Priority != nil {
+		st, err := c.RT.Inspect(ctx, h.Ref)
+		if err != nil {
+			return Handle{}, err
+		}
+		if _, err := c.Priority.Set(st.Pid, cgroup.Background); err != nil {
+			return Handle{}, fmt.Errorf("lower the priority of container %s: %w", shortRef(h.Ref), err)
+		}
+		h.Background = true
+	}
+	if err := writeCtl(h.CtlPath, runtime.DMTCPRearmFile, struct{}{}); err != nil {
+		return Handle{}, err
+	}
+	h.Deployment = ""
+	return h, nil
 }
 
 // Checkpoint implements Driver: SIGUSR1 to the entrypoint, which writes
@@ -537,7 +627,7 @@ func (c *Container) Exec(ctx context.Context, h Handle, e Exec) (runtime.ExecRes
 	if e.User != "" {
 		cmd = append(cmd, "-user", e.User)
 	}
-	cmd = append(append(cmd, runtime.DMTCPRootPath, "/"), e.Argv...)
+	cmd = append(append(cmd, runtime.DMTCPRoot(h.EnvPath, h.Recycle), "/"), e.Argv...)
 	r, err := c.RT.Exec(ctx, h.Ref, runtime.ExecSpec{Cmd: cmd, Env: e.Env})
 	if errors.Is(err, runtime.ErrNotFound) || errors.Is(err, runtime.ErrConflict) {
 		return r, fmt.Errorf("container %s: %w (%w)", shortRef(h.Ref), ErrNotFound, err)

@@ -165,6 +165,11 @@ type Run struct {
 	// Background creates the instance at the lowest CPU priority, for a
 	// warm pool's slot that waits; Start raises it to normal.
 	Background bool
+	// Resettable: EnvPath is a mount that the deployer can reset between
+	// two instances (an overlay under a shared mount directory, its
+	// parent), so that a Recycler may serve instance after instance in
+	// the same instance.
+	Resettable bool
 }
 
 // validate refuses, wrapping ErrInvalidSpec, a run that no driver can
@@ -215,6 +220,25 @@ type Handle struct {
 	// identity inside the instance); the deployer sets it when a
 	// deployment binds the instance's slot.
 	Deployment string `json:"deployment,omitempty"`
+	// Recycle: the instance can serve again after its app ends
+	// (Recycler).
+	Recycle bool `json:"recycle,omitempty"`
+}
+
+// ErrNotRecyclable: the instance cannot serve another deployment; it is
+// removed instead.
+var ErrNotRecyclable = errors.New("instance cannot be recycled")
+
+// Recycler is implemented by drivers whose instances can serve one
+// deployment after another (Handle.Recycle), so that an undeployed
+// instance goes back to the warm pool instead of being removed and made
+// anew: Recycle ends the app, calls reset (which resets the instance's
+// root to the generation's) once nothing in the instance uses the root,
+// and leaves the instance created, at background priority and waiting for
+// Start's next order, as Create does. An instance that cannot serve again
+// is ErrNotRecyclable, and is left to Remove.
+type Recycler interface {
+	Recycle(ctx context.Context, h Handle, reset func(context.Context) error) (Handle, error)
 }
 
 // Checkpointed reports a finished checkpoint.

@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -19,17 +20,10 @@ func TestDriverSuiteContainerFake(t *testing.T) {
 	drivertest.RunSuite(t, func(t *testing.T) drivertest.Harness {
 		rt := runtime.NewFake()
 		rt.AddLabelledImage("fogdeploy/dmtcp:fake", runtime.FakeDMTCP(), runtime.ImageConfig{
-			Labels: map[string]string{deploy.DMTCPVersionLabel: "fake", deploy.DMTCPGlibcLabel: "2.36"}})
+			Labels: map[string]string{deploy.DMTCPVersionLabel: "fake", deploy.DMTCPGlibcLabel: "2.36", deploy.RecycleLabel: "1"}})
 		// The environment needs only what the driver checks before a
 		// launch under DMTCP: a glibc.
-		env := t.TempDir()
-		libc := filepath.Join(env, "lib", "x86_64-linux-gnu", "libc.so.6")
-		if err := os.MkdirAll(filepath.Dir(libc), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(libc, []byte("GNU C Library (Debian GLIBC 2.36-9+deb12u4) stable release version 2.36.\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		env := fakeEnv(t, t.TempDir())
 		return drivertest.Harness{
 			Driver:      &deploy.Container{RT: rt, StopTimeout: 2 * time.Second},
 			Engine:      engine.NameDMTCP,
@@ -39,6 +33,25 @@ func TestDriverSuiteContainerFake(t *testing.T) {
 			Timeout:     time.Minute,
 			NoExec:      "the fake DMTCP image has no shell nor redis-cli to exec (TestDriverSuiteContainer runs it on dockerd)",
 			NoProcesses: "the fake runtime runs no processes (TestDriverSuiteContainer reads them on dockerd)",
+			// The fake mounts nothing: the root is a directory of its own,
+			// and resetting it leaves it as it is.
+			ResettableRoot: func(t *testing.T) (string, func(context.Context) error) {
+				return fakeEnv(t, filepath.Join(t.TempDir(), "mnt", "root")), func(context.Context) error { return nil }
+			},
 		}
 	})
+}
+
+// fakeEnv makes dir an environment with what the driver checks before a
+// run under DMTCP: a glibc.
+func fakeEnv(t *testing.T, dir string) string {
+	t.Helper()
+	libc := filepath.Join(dir, "lib", "x86_64-linux-gnu", "libc.so.6")
+	if err := os.MkdirAll(filepath.Dir(libc), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(libc, []byte("GNU C Library (Debian GLIBC 2.36-9+deb12u4) stable release version 2.36.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

@@ -4,6 +4,8 @@ package deploy_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -12,8 +14,10 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/drivertest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/overlay"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // TestDriverSuiteContainer runs the driver suite on the Container driver:
@@ -29,7 +33,7 @@ func TestDriverSuiteContainer(t *testing.T) {
 	drivertest.RunSuite(t, func(t *testing.T) drivertest.Harness {
 		env, ckpt := f.Mount(t, mountID())
 		return drivertest.Harness{Driver: f.Container, Engine: engine.NameDMTCP, EnvPath: env, CkptPath: ckpt,
-			Leftovers: drivertest.ContainerLeftovers(f.RT), CheckAppCaps: true}
+			Leftovers: drivertest.ContainerLeftovers(f.RT), CheckAppCaps: true, ResettableRoot: resettableRoot(env)}
 	})
 }
 
@@ -46,7 +50,8 @@ func TestDriverSuiteContainerCRIU(t *testing.T) {
 	drivertest.RunSuite(t, func(t *testing.T) drivertest.Harness {
 		env, ckpt := f.Mount(t, mountID())
 		return drivertest.Harness{Driver: f.Container, Engine: engine.NameCRIU, EnvPath: env, CkptPath: ckpt,
-			Leftovers: drivertest.ContainerLeftovers(f.RT), CheckAppCaps: true, AppCaps: runtime.CRIUAppCapabilities()}
+			Leftovers: drivertest.ContainerLeftovers(f.RT), CheckAppCaps: true, AppCaps: runtime.CRIUAppCapabilities(),
+			ResettableRoot: resettableRoot(env)}
 	})
 }
 
@@ -66,6 +71,38 @@ func TestDriverSuiteHost(t *testing.T) {
 		return drivertest.Harness{Driver: f.Host, Engine: engine.NameCRIU, EnvPath: env, CkptPath: ckpt,
 			Leftovers: drivertest.ProcessLeftovers()}
 	})
+}
+
+// resettableRoot binds env at a root under a shared mount directory, as
+// a slot's overlay root is mounted; its reset unmounts and binds it again,
+// which an instance that binds the directory with slave propagation sees.
+func resettableRoot(env string) func(t *testing.T) (string, func(context.Context) error) {
+	return func(t *testing.T) (string, func(context.Context) error) {
+		mnt := filepath.Join(t.TempDir(), "mnt")
+		if err := overlay.MountShared(mnt); err != nil {
+			t.Fatal(err)
+		}
+		root := filepath.Join(mnt, "root")
+		bind := func() error {
+			if err := os.MkdirAll(root, 0o755); err != nil {
+				return err
+			}
+			return unix.Mount(env, root, "", unix.MS_BIND, "")
+		}
+		if err := bind(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = unix.Unmount(root, unix.MNT_DETACH)
+			_ = overlay.UnmountShared(mnt)
+		})
+		return root, func(context.Context) error {
+			if err := unix.Unmount(root, 0); err != nil {
+				return err
+			}
+			return bind()
+		}
+	}
 }
 
 var mounts atomic.Int64

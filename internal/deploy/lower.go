@@ -245,26 +245,50 @@ func devOf(fi os.FileInfo) uint64 {
 	return 0
 }
 
-// overlayRoot mounts slot s's root (dir/root) as the overlay of lower
-// over its own clone (mounted at dir/disk).
+// overlayRoot mounts slot s's root (dir/mnt/root) as the overlay of lower
+// over its own clone (mounted at dir/disk). dir/mnt is a shared mount, so
+// that an instance that binds it with slave propagation sees resetRoot's
+// unmount and mount of the root.
 func overlayRoot(ctx context.Context, lower Lower, dir string) (string, error) {
-	root := filepath.Join(dir, "root")
-	if err := overlay.Mount(ctx, overlay.Layers{Lower: lower.Root, Disk: filepath.Join(dir, "disk")}, root); err != nil {
+	if err := overlay.MountShared(filepath.Join(dir, "mnt")); err != nil {
+		return "", err
+	}
+	root := filepath.Join(dir, "mnt", "root")
+	if err := overlay.Mount(ctx, rootLayers(lower, dir), root); err != nil {
 		return "", err
 	}
 	return root, nil
 }
 
-// unmountRoot unmounts an instance's overlay root under dir, and its
-// copies in the mount namespaces of the apps run there, if it has one.
+func rootLayers(lower Lower, dir string) overlay.Layers {
+	return overlay.Layers{Lower: lower.Root, Disk: filepath.Join(dir, "disk")}
+}
+
+// resetRoot drops what an instance wrote into its overlay root under dir:
+// the root is the generation's again.
+func resetRoot(ctx context.Context, lower Lower, dir string) error {
+	return overlay.Reset(ctx, rootLayers(lower, dir), filepath.Join(dir, "mnt", "root"))
+}
+
+// unmountRoot unmounts an instance's overlay root under dir (dir/mnt/root,
+// or dir/root where an earlier version mounted it), and its copies in the
+// mount namespaces of the apps run there, if it has one, then dir/mnt.
 func unmountRoot(ctx context.Context, dir string) error {
 	if dir == "" {
 		return nil
 	}
-	root := filepath.Join(dir, "root")
-	if ok, err := overlay.Mounted(root); err != nil || !ok {
-		return err
+	for _, root := range []string{filepath.Join(dir, "mnt", "root"), filepath.Join(dir, "root")} {
+		ok, err := overlay.Mounted(root)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		_, _ = mapper.DetachCopies(root)
+		if err := overlay.Unmount(ctx, root); err != nil {
+			return err
+		}
 	}
-	_, _ = mapper.DetachCopies(root)
-	return overlay.Unmount(ctx, root)
+	return overlay.UnmountShared(filepath.Join(dir, "mnt"))
 }

@@ -57,7 +57,7 @@ func TestSharedEnvReadPath(t *testing.T) {
 		t.Fatalf("Lowers() = %+v, %v; want one ready copy %s", lowers, err, a.Lower)
 	}
 	l := lowers[0]
-	rootA, rootB := filepath.Join(a.Dir, "root"), filepath.Join(b.Dir, "root")
+	rootA, rootB := a.Handle.EnvPath, b.Handle.EnvPath
 	for _, root := range []string{rootA, rootB} {
 		if ok, err := overlay.Mounted(root); err != nil || !ok {
 			t.Errorf("%s: overlay mounted = %v, %v; want the instance's root as an overlay", root, ok, err)

@@ -157,7 +157,7 @@ func TestWriteAgrees(t *testing.T) {
 		"| concurrency | alone (req/s) | deploys at 1/2s (req/s) | loss | deploys at max (req/s) | loss | the paper's loss |",
 		"| 100 | 4200 | 3900 (4 deploys, 0.50/s) | 7.1% | 3100 (8 deploys, 1.60/s) | 26.2% | 3.8% |",
 		"Failed or non-2xx requests in all these runs: 2.",
-		"| pool hit | 0.33 (0.31–0.35) | 0.90 s | 0.2 MiB | 1.5 MiB |", "- pool hit: dockerd 0.20, rbd-fuse 0.10",
+		"| pool hit, refilled | 0.33 (0.31–0.35) | 0.90 s | 0.2 MiB | 1.5 MiB |", "- pool hit, refilled: dockerd 0.20, rbd-fuse 0.10",
 		"| 4 | 1.65 (1.50–1.90) s |", "## Simultaneous restores of redis (criu) on one node",
 		"| 8 | 2.00 s | 2.2x | 0.07 (0.07–0.08) s | 1.9x |",
 		"| restore | 0.10 s | 7.0x |", "- redis: auto: restore 0.10 s < boot 0.70 s",

@@ -372,7 +372,8 @@ func writeInterference(b *strings.Builder, in *Interference) {
 	rates := in.RateNames()
 	fmt.Fprintf(b, "## Interference (Table II)\n\n%s serving a %d-byte page under `ab` (%.0f s per run), alone and while the "+
 		"same node deploys and undeploys %s at a stated rate, as an agent with a warm pool of one slot does: each deploy "+
-		"takes the waiting slot, and the slot is refilled after it. %s\n\n", in.Server, in.PageBytes, in.Seconds, in.Deploying, in.Priority)
+		"takes the waiting slot, and its undeploy gives the instance back to the pool, recycled in its container (a slot is "+
+		"provisioned anew only where that fails). %s\n\n", in.Server, in.PageBytes, in.Seconds, in.Deploying, in.Priority)
 	b.WriteString("| concurrency | alone (req/s) |")
 	sep := "|---:|---:|"
 	for _, rate := range rates {
@@ -405,7 +406,8 @@ func writeInterference(b *strings.Builder, in *Interference) {
 	fmt.Fprintf(b, "\nFailed or non-2xx requests in all these runs: %d.\n\n![interference](%s)\n\n", failed, PlotInterference)
 	if len(in.Costs) > 0 {
 		fmt.Fprintf(b, "What one deploy of %s costs the node: CPU time of every process of the machine (agent work, rbd-fuse, "+
-			"dockerd, the engine, the OSD) over the deploy, its undeploy and, on a pool hit, the slot's refill, less what the "+
+			"dockerd, the engine, the OSD) over the deploy and its undeploy (recycled: the instance goes back to the pool; "+
+			"refilled: it is removed and a slot provisioned anew), less what the "+
 			"idle node uses in as long; and what the OSDs moved for it.\n\n"+
 			"| deploy | CPU-seconds | wall time (deploy to undeployed) | OSD read | OSD written |\n|---|---:|---:|---:|---:|\n", in.Deploying)
 		for _, k := range in.Costs {

@@ -142,8 +142,9 @@ type App struct {
 
 // RateRun is a web server's throughput under ab while the node deploys and
 // undeploys the load app at one rate, as an agent with a warm pool does:
-// each deploy takes the waiting slot, and the slot is refilled at the
-// pool's background priority afterwards.
+// each deploy takes the waiting slot, and its undeploy gives the instance
+// back to the pool (recycled in its container; where that fails, a slot is
+// provisioned at the pool's background priority).
 type RateRun struct {
 	// Rate names the deploy rate (RateNames); IntervalS is the target
 	// seconds from one deploy to the next, 0 for back to back.
@@ -192,7 +193,8 @@ func (r InterferenceRow) Run(rate string) (RateRun, bool) {
 // refill of the slot, less what the idle node uses in as long; and the
 // bytes the OSDs moved for it.
 type DeployCost struct {
-	// Kind is DeployPoolHit, DeployPoolMiss or DeployBoot.
+	// Kind is DeployPoolRecycled, DeployPoolHit, DeployPoolMiss or
+	// DeployBoot.
 	Kind        string  `json:"kind"`
 	CPUSeconds  Stats   `json:"cpu_seconds"`
 	WallMS      Stats   `json:"wall_ms"`
@@ -211,7 +213,11 @@ type ProcessCPU struct {
 
 // Kinds of deploy (DeployCost.Kind).
 const (
-	DeployPoolHit  = "pool hit"
+	// DeployPoolRecycled: a pool hit whose undeploy recycles the instance
+	// into the pool (no refill).
+	DeployPoolRecycled = "pool hit, recycled"
+	// DeployPoolHit: a pool hit, its undeploy, and a slot provisioned anew.
+	DeployPoolHit  = "pool hit, refilled"
 	DeployPoolMiss = "pool miss"
 	DeployBoot     = "boot"
 )

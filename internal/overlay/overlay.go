@@ -125,6 +125,20 @@ func Unmount(ctx context.Context, target string) error {
 
 // Mounted reports whether an overlay is mounted at target.
 func Mounted(target string) (bool, error) {
+	return findMount(target, func(fields []string) bool {
+		for i := 6; i+1 < len(fields); i++ {
+			if fields[i] == "-" && fields[i+1] == "overlay" {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// findMount reports whether a mount at target (made absolute, symbolic
+// links resolved) matches: match gets its mountinfo fields
+// (ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPER).
+func findMount(target string, match func(fields []string) bool) (bool, error) {
 	abs, err := filepath.Abs(target)
 	if err != nil {
 		return false, err
@@ -140,16 +154,69 @@ func Mounted(target string) (bool, error) {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPER
 		fields := strings.Fields(sc.Text())
-		if len(fields) < 7 || mountinfo.Unescape(fields[4]) != abs {
-			continue
-		}
-		for i := 6; i+1 < len(fields); i++ {
-			if fields[i] == "-" && fields[i+1] == "overlay" {
-				return true, nil
-			}
+		if len(fields) >= 7 && mountinfo.Unescape(fields[4]) == abs && match(fields) {
+			return true, nil
 		}
 	}
 	return false, sc.Err()
+}
+
+// Reset gives the overlay at target an empty upper directory again: the
+// instance's writes are dropped and the merged root is the lower one.
+// Nothing may use target meanwhile.
+func Reset(ctx context.Context, l Layers, target string) error {
+	if err := l.validate(target); err != nil {
+		return err
+	}
+	if err := Unmount(ctx, target); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(filepath.Join(l.Disk, Dir)); err != nil {
+		return fmt.Errorf("reset overlay at %s: %w", target, err)
+	}
+	return Mount(ctx, l, target)
+}
+
+// MountShared makes dir (created if missing) a mount point of its own
+// with shared propagation, so that what is mounted under it later also
+// appears where a container binds it with slave propagation. It is
+// idempotent.
+func MountShared(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("shared mount %s: %w", dir, err)
+	}
+	ok, err := mountPoint(dir)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s on itself: %w", dir, err)
+		}
+	}
+	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
+		_ = unix.Unmount(dir, unix.MNT_DETACH)
+		return fmt.Errorf("make %s shared: %w", dir, err)
+	}
+	return nil
+}
+
+// UnmountShared undoes MountShared, once what was mounted under dir is
+// unmounted. A dir that is not a mount point is not an error.
+func UnmountShared(dir string) error {
+	for {
+		ok, err := mountPoint(dir)
+		if err != nil || !ok {
+			return err
+		}
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("unmount %s: %w", dir, err)
+		}
+	}
+}
+
+// mountPoint reports whether something is mounted at dir.
+func mountPoint(dir string) (bool, error) {
+	return findMount(dir, func([]string) bool { return true })
 }

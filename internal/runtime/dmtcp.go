@@ -34,6 +34,18 @@ const (
 	// container created with Wait also writes its timings (JSON lines, as
 	// on its standard output).
 	DMTCPTimingsFile = "timings"
+	// DMTCPMntPath is where a recyclable container's mount directory is
+	// bound (DMTCPContainer.Recycle): the root is its subdirectory, which
+	// the host unmounts and mounts again between two instances.
+	DMTCPMntPath = "/fog/mnt"
+	// DMTCPReleaseFile, in the control directory, asks a recyclable
+	// container's entrypoint to end its app and give the container back;
+	// it answers with DMTCPReleasedFile ({} or {"error": ...}) and then
+	// waits for DMTCPRearmFile, written once the host has reset the root,
+	// to prepare for the next order.
+	DMTCPReleaseFile  = "release"
+	DMTCPReleasedFile = "released"
+	DMTCPRearmFile    = "rearm"
 )
 
 // DMTCPCapabilities returns the capabilities the DMTCP container needs,
@@ -176,6 +188,12 @@ type DMTCPContainer struct {
 	Engine string
 	// Lazy restores with CRIU's lazy pages (Engine "criu", Restart only).
 	Lazy bool
+	// Recycle makes the container serve instance after instance (DMTCP,
+	// Restart with Wait): EnvPath's parent directory, a shared mount on
+	// the host, is bound at DMTCPMntPath with PropagationSlave and the root
+	// is EnvPath's name under it, so that the host can reset the root
+	// between two instances (DMTCPReleaseFile).
+	Recycle bool
 }
 
 // EngineCRIU is DMTCPContainer.Engine for CRIU.
@@ -184,6 +202,7 @@ const EngineCRIU = "criu"
 // Launch returns the spec of a container that runs argv under DMTCP. It
 // checkpoints into the next generation on SIGUSR1 or DMTCPCheckpointRequest.
 func (c DMTCPContainer) Launch(argv []string) Spec {
+	c.Recycle = false
 	return c.spec(append(append(c.flags(0), "--"), argv...), "launch")
 }
 
@@ -199,7 +218,7 @@ func (c DMTCPContainer) Restart(gen int) Spec {
 // `dmtcp-image/build.sh -b`. CkptPath is not bound; the ready probe reports
 // boot_ready.
 func (c DMTCPContainer) Boot(argv []string) Spec {
-	c.CkptPath, c.AfterCheckpoint, c.CheckpointDelay, c.Engine, c.Lazy = "", "", 0, "", false
+	c.CkptPath, c.AfterCheckpoint, c.CheckpointDelay, c.Engine, c.Lazy, c.Recycle = "", "", 0, "", false, false
 	return c.spec(append(append(c.flags(0), "--"), argv...), "boot")
 }
 
@@ -207,7 +226,7 @@ func (c DMTCPContainer) Boot(argv []string) Spec {
 // can run (for CRIU: criu check, with a CRIU instance's capabilities) and
 // exits 0 if so. Nothing is bound and no network is needed.
 func (c DMTCPContainer) Check() Spec {
-	c.EnvPath, c.CkptPath, c.CtlPath, c.Ports, c.ReadyAddr, c.Wait = "", "", "", nil, "", false
+	c.EnvPath, c.CkptPath, c.CtlPath, c.Ports, c.ReadyAddr, c.Wait, c.Recycle = "", "", "", nil, "", false, false
 	s := c.spec(c.flags(0), "check")
 	s.Network = NetworkNone
 	return s
@@ -247,6 +266,9 @@ func (c DMTCPContainer) flags(from int) []string {
 	}
 	if c.Wait {
 		f = append(f, "-wait", DMTCPCtlPath+"/"+DMTCPOrderFile)
+	}
+	if c.Recycle && c.EnvPath != "" {
+		f = append(f, "-recycle", "-root", DMTCPRoot(c.EnvPath, true))
 	}
 	if c.Engine == EngineCRIU {
 		f = append(f, "-engine", EngineCRIU)
@@ -302,7 +324,10 @@ func (c DMTCPContainer) spec(args []string, mode string) Spec {
 
 func (c DMTCPContainer) binds() []Bind {
 	var b []Bind
-	if c.EnvPath != "" {
+	switch {
+	case c.EnvPath != "" && c.Recycle:
+		b = append(b, Bind{HostPath: filepath.Dir(c.EnvPath), ContainerPath: DMTCPMntPath, Propagation: PropagationSlave})
+	case c.EnvPath != "":
 		b = append(b, Bind{HostPath: c.EnvPath, ContainerPath: DMTCPRootPath})
 	}
 	if c.CkptPath != "" {
@@ -315,6 +340,16 @@ func (c DMTCPContainer) binds() []Bind {
 		b = append(b, Bind{HostPath: c.CtlPath, ContainerPath: DMTCPCtlPath})
 	}
 	return b
+}
+
+// DMTCPRoot is the path inside the container of the root mounted at host
+// path envPath: DMTCPRootPath, or, in a recyclable container
+// (DMTCPContainer.Recycle), envPath's name under DMTCPMntPath.
+func DMTCPRoot(envPath string, recycle bool) string {
+	if recycle {
+		return DMTCPMntPath + "/" + filepath.Base(envPath)
+	}
+	return DMTCPRootPath
 }
 
 // DMTCPGenerationDir is the host directory of checkpoint generation gen.

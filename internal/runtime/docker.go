@@ -174,7 +174,11 @@ func dockerConfig(spec Spec, netMode string) (*container.Config, *container.Host
 	}
 	mounts := make([]mount.Mount, 0, len(spec.Binds))
 	for _, b := range spec.Binds {
-		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: b.HostPath, Target: b.ContainerPath, ReadOnly: b.ReadOnly})
+		m := mount.Mount{Type: mount.TypeBind, Source: b.HostPath, Target: b.ContainerPath, ReadOnly: b.ReadOnly}
+		if b.Propagation != "" {
+			m.BindOptions = &mount.BindOptions{Propagation: mount.Propagation(b.Propagation)}
+		}
+		mounts = append(mounts, m)
 	}
 	devices := make([]container.DeviceMapping, 0, len(spec.Devices))
 	for _, dv := range spec.Devices {

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -128,12 +129,34 @@ func (p *FakeProcess) PublishedAddr(port uint16, proto string) string {
 func (p *FakeProcess) Listen(port uint16, proto string) (net.Listener, error) {
 	key := portKey(port, proto)
 	p.c.mu.Lock()
+	defer p.c.mu.Unlock()
 	l, ok := p.c.listeners[key]
-	p.c.mu.Unlock()
-	if ok {
-		return l, nil
+	if !ok {
+		return net.Listen("tcp", "127.0.0.1:0")
 	}
-	return net.Listen("tcp", "127.0.0.1:0")
+	if fl, ok := l.(*fakeListener); ok && fl.closed.Load() {
+		// An app before this one in the same container (a recycled one)
+		// closed it: the published port is listened on again.
+		nl, err := net.Listen("tcp", fl.Addr().String())
+		if err != nil {
+			return nil, err
+		}
+		l = &fakeListener{Listener: nl}
+		p.c.listeners[key] = l
+	}
+	return l, nil
+}
+
+// fakeListener is a published port's listener; it knows whether an app
+// closed it.
+type fakeListener struct {
+	net.Listener
+	closed atomic.Bool
+}
+
+func (l *fakeListener) Close() error {
+	l.closed.Store(true)
+	return l.Listener.Close()
 }
 
 // Run runs another program of the container's image (like exec from a
@@ -371,7 +394,7 @@ func (f *Fake) Start(ctx context.Context, id string) error {
 			}
 			return fmt.Errorf("start container %s: publish %d/tcp: %w (%w)", c.id[:12], p.ContainerPort, ErrConflict, err)
 		}
-		listeners[portKey(p.ContainerPort, p.Proto)] = l
+		listeners[portKey(p.ContainerPort, p.Proto)] = &fakeListener{Listener: l}
 		ports[i].HostPort = uint16(l.Addr().(*net.TCPAddr).Port)
 	}
 	runCtx, cancel := context.WithCancelCause(context.Background())

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -84,6 +85,7 @@ type fakeFlags struct {
 	status              int
 	delay               time.Duration
 	wait                string
+	recycle             bool
 }
 
 // parseFakeFlags parses the entrypoint's flags up to "--".
@@ -93,6 +95,10 @@ func parseFakeFlags(args []string) (fakeFlags, []string, error) {
 		name := args[0]
 		if name == "--" {
 			return f, args[1:], nil
+		}
+		if name == "-recycle" { // the one flag without a value
+			f.recycle, args = true, args[1:]
+			continue
 		}
 		if !strings.HasPrefix(name, "-") || len(args) < 2 {
 			return f, nil, fmt.Errorf("flag %q: want -NAME VALUE or --", name)
@@ -119,7 +125,7 @@ func parseFakeFlags(args []string) (fakeFlags, []string, error) {
 			f.delay, err = time.ParseDuration(v)
 		case "-wait":
 			f.wait = v
-		case "-workdir", "-user", "-after-checkpoint":
+		case "-workdir", "-user", "-after-checkpoint", "-root":
 			// Accepted; the fake has no file system, users or continue.
 		default:
 			err = fmt.Errorf("unknown flag")
@@ -169,6 +175,7 @@ func fakeEntrypoint(ctx context.Context, p *FakeProcess) int {
 		gen = 1
 	}
 	ckpt, hasCkpt := p.HostPath(DMTCPCkptPath)
+	var restored map[string]string // the restored image's memory
 	switch mode {
 	case "launch", "boot":
 		if len(argv) == 0 {
@@ -182,21 +189,45 @@ func fakeEntrypoint(ctx context.Context, p *FakeProcess) int {
 			fmt.Fprintf(p.Stdout, "entrypoint: no complete checkpoint in %s: %v\n", DMTCPCkptPath, err)
 			return 4
 		}
-		argv, mem.m, gen = img.Argv, img.Memory, from+1
+		argv, mem.m, gen = img.Argv, maps.Clone(img.Memory), from+1
 		if mem.m == nil {
 			mem.m = map[string]string{}
 		}
+		restored = img.Memory
 	default:
 		fmt.Fprintln(p.Stdout, "entrypoint: unknown mode", mode)
 		return 2
 	}
+	for {
+		code, again := fakeLife(ctx, p, fl, mode, argv, mem, ckpt, hasCkpt, gen, start, timing)
+		if !again {
+			return code
+		}
+		// Recycled (-recycle): the next instance starts from the image.
+		mem.mu.Lock()
+		mem.m = maps.Clone(restored)
+		if mem.m == nil {
+			mem.m = map[string]string{}
+		}
+		mem.mu.Unlock()
+		start = time.Now()
+	}
+}
+
+// fakeLife is one instance of the fake entrypoint: the order awaited, the
+// app run until it exits, is checkpointed, or (-recycle) is released; it
+// reports again once released and rearmed.
+func fakeLife(ctx context.Context, p *FakeProcess, fl fakeFlags, mode string, argv []string, mem *fakeMemory, ckpt string,
+	hasCkpt bool, gen int, start time.Time, timing func(Timing)) (int, bool) {
+	var ctl string
 	if fl.wait != "" {
 		// As the real entrypoint: everything is ready, the app starts when
 		// the order file appears in the bound control directory.
-		ctl, ok := p.HostPath(path.Dir(fl.wait))
+		var ok bool
+		ctl, ok = p.HostPath(path.Dir(fl.wait))
 		if !ok {
 			fmt.Fprintf(p.Stdout, "entrypoint: -wait %s: its directory is not bound\n", fl.wait)
-			return 3
+			return 3, false
 		}
 		t0 := time.Now()
 		for {
@@ -205,7 +236,7 @@ func fakeEntrypoint(ctx context.Context, p *FakeProcess) int {
 			}
 			select {
 			case <-ctx.Done():
-				return 0
+				return 0, false
 			case <-time.After(2 * time.Millisecond):
 			}
 		}
@@ -224,13 +255,42 @@ func fakeEntrypoint(ctx context.Context, p *FakeProcess) int {
 		}()
 	}
 	signals := p.Signals()
+	release := time.NewTicker(10 * time.Millisecond)
+	defer release.Stop()
 	for {
 		select {
+		case <-release.C:
+			if !fl.recycle || ctl == "" {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(ctl, DMTCPReleaseFile)); err != nil {
+				continue
+			}
+			stopApp()
+			<-exited
+			_ = os.Remove(filepath.Join(ctl, path.Base(fl.wait)))
+			if err := os.WriteFile(filepath.Join(ctl, DMTCPReleasedFile), []byte("{}"), 0o644); err != nil {
+				return 3, false
+			}
+			for {
+				if _, err := os.Stat(filepath.Join(ctl, DMTCPRearmFile)); err == nil {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return 0, false
+				case <-time.After(2 * time.Millisecond):
+				}
+			}
+			for _, f := range []string{DMTCPReleaseFile, DMTCPReleasedFile, DMTCPRearmFile} {
+				_ = os.Remove(filepath.Join(ctl, f))
+			}
+			return 0, true
 		case code := <-exited:
-			return code
+			return code, false
 		case <-ctx.Done():
 			stopApp()
-			return <-exited
+			return <-exited, false
 		case sig := <-signals:
 			if sig != "USR1" || mode == "boot" {
 				continue
@@ -253,10 +313,10 @@ func fakeEntrypoint(ctx context.Context, p *FakeProcess) int {
 			}
 			if err != nil || !hasCkpt {
 				timing(Timing{Phase: "checkpoint", Gen: gen, Error: fmt.Sprintf("write generation %d: %v", gen, err)})
-				return 3
+				return 3, false
 			}
 			timing(Timing{Phase: "checkpoint", Gen: gen, MS: float64(time.Since(t0).Microseconds()) / 1000, Bytes: int64(len(b))})
-			return 0
+			return 0, false
 		}
 	}
 }

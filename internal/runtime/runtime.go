@@ -240,7 +240,15 @@ type Bind struct {
 	HostPath      string
 	ContainerPath string
 	ReadOnly      bool
+	// Propagation is the bind's mount propagation: "" (private) or
+	// PropagationSlave, where mounts and unmounts made later under
+	// HostPath on the host (which must be a shared mount) show up in the
+	// container, and none made in the container reach the host.
+	Propagation string
 }
+
+// PropagationSlave is Bind.Propagation for host-to-container propagation.
+const PropagationSlave = "rslave"
 
 // Port publishes ContainerPort/Proto on HostIP:HostPort.
 type Port struct {

@@ -152,6 +152,7 @@ type metrics struct {
 	poolHits    *prometheus.CounterVec
 	poolMisses  *prometheus.CounterVec
 	poolRefill  *prometheus.HistogramVec
+	recycled    *prometheus.CounterVec
 	poolIdle    *prometheus.GaugeVec
 	cacheBytes  prometheus.Gauge
 	cacheGens   prometheus.Gauge
@@ -187,6 +188,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		poolMisses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fogdeploy_pool_misses_total", Help: "Restores that found no idle warm-pool slot and provisioned their own, by app.",
 		}, []string{"app"}),
+		recycled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fogdeploy_pool_recycled_total", Help: "Undeployed instances given back to their app's warm pool in their container, by app and outcome (recycled, or removed: it could not serve again).",
+		}, []string{"app", "outcome"}),
 		poolRefill: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "fogdeploy_pool_refill_seconds", Help: "Time to provision one warm-pool slot (clone, map, mount, create), by app.",
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8},
@@ -213,7 +217,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.envCopies = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fogdeploy_env_copies", Help: "Generations whose environment this node holds as a read-only copy that its restores share (agent.env_read shared).",
 	})
-	reg.MustRegister(m.envCopies, m.backend, m.recovered, m.checkpoints, m.deploys, m.duration, m.auto, m.poolHits, m.poolMisses, m.poolRefill, m.poolIdle,
+	reg.MustRegister(m.envCopies, m.backend, m.recovered, m.checkpoints, m.deploys, m.duration, m.auto, m.poolHits, m.poolMisses, m.poolRefill, m.recycled, m.poolIdle,
 		m.autoEngine, m.cacheBytes, m.cacheGens, m.fetches, m.evictions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -314,6 +314,12 @@ func (a *agent) revive(ctx context.Context, dsr state.Desired) {
 }
 
 func (a *agent) undeploy(ctx context.Context, id string) {
+	if a.recycle(ctx, id) {
+		_ = a.st.ForgetStatus(ctx, id)
+		a.event(ctx, id, "undeployed", "its instance went back to the warm pool")
+		a.log.Info("undeployed; instance recycled into the warm pool", "deployment", id)
+		return
+	}
 	err := a.clean(ctx, id)
 	if err != nil {
 		a.log.Error("undeploy failed", "deployment", id, "err", err)

@@ -141,11 +141,9 @@ func (a *agent) refillApp(ctx context.Context, app deploy.App) (int, error) {
 	for ctx.Err() == nil {
 		idle := a.idleSlots(app.Name, g.Gen)
 		if len(idle) > size {
-			extra := map[string]bool{}
-			for _, s := range idle[size:] {
-				extra[s.ID] = true
+			if extra := a.extraSlots(idle, size); len(extra) > 0 {
+				a.dropPool(ctx, app.Name, func(s deploy.Slot) bool { return extra[s.ID] }, "beyond the pool size")
 			}
-			a.dropPool(ctx, app.Name, func(s deploy.Slot) bool { return extra[s.ID] }, "beyond the pool size")
 			break
 		}
 		if len(idle) == size || a.room() <= 0 {
@@ -176,6 +174,25 @@ func (a *agent) refillApp(ctx context.Context, app deploy.App) (int, error) {
 	}
 	a.publishPool(ctx, app.Name, g.Gen, size)
 	return g.Gen, nil
+}
+
+// extraSlots picks, among idle (oldest first) beyond size, the slots to
+// release: those beyond twice the size at once, and the others (recycled
+// instances, kept for the deploys to come) once idle longer than
+// agent.recycle_keep.
+func (a *agent) extraSlots(idle []deploy.Slot, size int) map[string]bool {
+	extra := map[string]bool{}
+	keep := len(idle)
+	for _, s := range idle {
+		if keep <= size {
+			break
+		}
+		if keep > 2*size || time.Since(s.Created) > a.c.Agent.RecycleKeep {
+			extra[s.ID] = true
+			keep--
+		}
+	}
+	return extra
 }
 
 // poolGeneration is the generation app's pool slots restore: its newest,
@@ -313,5 +330,55 @@ func (a *agent) publishPool(ctx context.Context, app string, gen, size int) {
 	}
 	if err := a.st.PutPool(ctx, a.session(), p); err != nil {
 		a.log.Debug("warm pool: publishing", "app", app, "err", err)
+	}
+}
+
+// recycle gives deployment id's instance back to its app's warm pool
+// (deploy.Deployer.Recycle) when the deployment restored the pool's
+// current generation and the pool holds fewer than twice its size, and
+// reports whether it did. An instance that cannot serve again is left to
+// clean.
+func (a *agent) recycle(ctx context.Context, id string) bool {
+	if a.c.Agent.Recycle == "off" {
+		return false
+	}
+	rec, err := a.d.Load(id)
+	if err != nil || rec.Phase != deploy.PhaseRunning || rec.Mode != deploy.ModeRestore {
+		return false
+	}
+	spec, err := a.st.App(ctx, rec.App)
+	if err != nil {
+		return false
+	}
+	app := spec.WithDefaults()
+	size := a.poolSize(app)
+	if size == 0 {
+		return false
+	}
+	g, err := a.poolGeneration(ctx, app)
+	if err != nil || g.Gen != rec.Gen || g.Engine != rec.Engine {
+		return false
+	}
+	// Up to twice the pool's size: the extra ones serve the next deploys
+	// without a refill, and go after agent.recycle_keep.
+	if len(a.idleSlots(app.Name, g.Gen)) >= 2*size {
+		return false
+	}
+	s, err := a.d.Recycle(ctx, id)
+	switch {
+	case err == nil:
+		a.m.recycled.WithLabelValues(app.Name, "recycled").Inc()
+		a.log.Debug("warm pool: instance recycled", "deployment", id, "slot", s.ID, "timings", s.Timings.String())
+		a.publishPool(ctx, app.Name, g.Gen, size)
+		return true
+	case errors.Is(err, deploy.ErrNotRecyclable):
+		a.log.Debug("warm pool: instance not recyclable", "deployment", id, "err", err)
+		return false
+	default:
+		// Recycle released what it could not give back; clean finishes.
+		a.m.recycled.WithLabelValues(app.Name, "removed").Inc()
+		a.log.Warn("warm pool: recycling an instance failed; it is removed", "deployment", id, "err", err)
+		a.pool.refillSoon()
+		return false
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -767,7 +768,7 @@ func abWhileDeploying(ctx context.Context, f *deploytest.Fixture, app deploy.App
 				if dep.Pool == deploy.PoolHit {
 					free = ""
 				}
-				err = f.D.Undeploy(ctx, dep.ID)
+				err = undeployToPool(ctx, f, dep.ID, &free)
 			}
 			if err == nil && free == "" {
 				var s deploy.Slot
@@ -799,6 +800,23 @@ func abWhileDeploying(ctx context.Context, f *deploytest.Fixture, app deploy.App
 	return res, len(starts), rate, err
 }
 
+// undeployToPool undeploys id as an agent whose pool lacks a slot does:
+// the instance is recycled into the pool (free takes its slot), or, if it
+// cannot serve again, removed.
+func undeployToPool(ctx context.Context, f *deploytest.Fixture, id string, free *string) error {
+	if *free != "" {
+		return f.D.Undeploy(ctx, id)
+	}
+	s, err := f.D.Recycle(ctx, id)
+	if errors.Is(err, deploy.ErrNotRecyclable) {
+		return f.D.Undeploy(ctx, id)
+	}
+	if err == nil {
+		*free = s.ID
+	}
+	return err
+}
+
 // deployCosts measures what one deploy of app costs the node, reps times
 // per kind: a pool hit (the deploy, its undeploy and the slot's refill), a
 // pool miss (deploy and undeploy) and a plain boot (the same).
@@ -810,19 +828,29 @@ func deployCosts(ctx context.Context, t *testing.T, f *deploytest.Fixture, app d
 	// A slot a failed hit left idle goes with the rest of the app's pool.
 	defer func() { _, _ = f.D.DropPool(context.Background(), app.Name, nil) }()
 	kinds := []struct {
-		kind string
-		mode deploy.Mode
-		pool bool
-	}{{evaluation.DeployPoolHit, "", true}, {evaluation.DeployPoolMiss, "", false}, {evaluation.DeployBoot, deploy.ModeBoot, false}}
+		kind          string
+		mode          deploy.Mode
+		pool, recycle bool
+	}{{evaluation.DeployPoolRecycled, "", true, true}, {evaluation.DeployPoolHit, "", true, false},
+		{evaluation.DeployPoolMiss, "", false, false}, {evaluation.DeployBoot, deploy.ModeBoot, false, false}}
 	var costs []evaluation.DeployCost
 	for _, k := range kinds {
+		// Each kind starts from an empty pool.
+		if _, err := f.D.DropPool(ctx, app.Name, nil); err != nil {
+			return costs, err
+		}
 		var cpu, wall, read, wrote []float64
 		byProc := map[string]float64{}
+		free := ""
 		for i := range reps {
-			if k.pool { // the slot this deploy takes, refilled by the last one
-				if _, err := f.D.ProvisionPoolSlot(ctx, g); err != nil {
+			if k.pool && free == "" { // the slot this deploy takes; a recycled one is reused
+				s, err := f.D.ProvisionPoolSlot(ctx, g)
+				if err != nil {
 					return costs, err
 				}
+				free = s.ID
+			}
+			if k.pool {
 				time.Sleep(poolArrival)
 			}
 			io0, err := f.Ceph.IOCounters(ctx)
@@ -843,10 +871,21 @@ func deployCosts(ctx context.Context, t *testing.T, f *deploytest.Fixture, app d
 				_ = f.D.Undeploy(ctx, dep.ID)
 				return costs, fmt.Errorf("%s %d: deploy %s found the pool %q", k.kind, i+1, dep.ID, dep.Pool)
 			}
-			if err := f.D.Undeploy(ctx, dep.ID); err != nil {
+			if k.pool {
+				free = ""
+			}
+			if k.recycle {
+				err = undeployToPool(ctx, f, dep.ID, &free)
+			} else {
+				err = f.D.Undeploy(ctx, dep.ID)
+			}
+			if err != nil {
 				return costs, err
 			}
-			if k.pool { // the refill after the hit
+			if k.recycle && free == "" {
+				return costs, fmt.Errorf("%s %d: deployment %s was not recycled", k.kind, i+1, dep.ID)
+			}
+			if k.pool && !k.recycle { // the refill after the hit
 				s, err := f.D.ProvisionPoolSlot(ctx, g)
 				if err != nil {
 					return costs, err

@@ -173,6 +173,32 @@ func TestPoolPoP(t *testing.T) {
 		t.Fatalf("fogctl app pool %s 1 = %d\n%s", app.Name, code, errOut)
 	}
 	waitPoolsOf("of one slot", 0, 2, 1)
+
+	// An undeployed instance goes back to its node's pool in its
+	// container, beyond the pool's size (kept for agent.recycle_keep).
+	out, errOut, code = p.fogctl(ctx, "deploy", app.Name, "--node", "n2", "--wait", "-o", "json")
+	var hit state.Deployment
+	if err := json.Unmarshal([]byte(out), &hit); code != 0 || err != nil || hit.Status.Pool != string(deploy.PoolHit) {
+		t.Fatalf("deploy on n2 = %d, %v, pool %q; want a hit\n%s", code, err, hit.Status.Pool, errOut)
+	}
+	waitPoolsOf("after a hit on n2", 0, 2, 1)
+	if _, errOut, code := p.fogctl(ctx, "undeploy", "--wait", "--timeout", "60s", hit.ID); code != 0 {
+		t.Fatalf("fogctl undeploy %s = %d\n%s", hit.ID, code, errOut)
+	}
+	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		pl, err := st.Pools(ctx, "n2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(pl, func(x state.Pool) bool { return x.App == app.Name })
+		if i >= 0 && pl[i].Idle == 2 && slices.Contains(pl[i].Slots, hit.Status.Slot) {
+			t.Logf("undeployed %s: its slot %s is idle again on n2", hit.ID, hit.Status.Slot)
+			break
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("n2's pool after undeploying %s: %+v; want its slot %s idle beside the refilled one", hit.ID, pl, hit.Status.Slot)
+		}
+	}
 	for _, id := range append(ids, first.ID) {
 		if _, errOut, code := p.fogctl(ctx, "undeploy", "--wait", "--timeout", "60s", id); code != 0 {
 			t.Fatalf("fogctl undeploy %s = %d\n%s", id, code, errOut)

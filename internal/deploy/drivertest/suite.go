@@ -74,6 +74,12 @@ type Harness struct {
 	// promise): none may hold more than AppCaps (names, e.g. "SETUID").
 	CheckAppCaps bool
 	AppCaps      []string
+	// ResettableRoot, when set, gives a root with the environment that
+	// can be reset between two instances (deploy.Run.Resettable: root is
+	// the subdirectory of a shared mount directory) and its reset; the
+	// suite then checks that a deploy.Recycler serves instance after
+	// instance in one instance.
+	ResettableRoot func(t *testing.T) (root string, reset func(context.Context) error)
 }
 
 // RedisApp is the app the suite runs: redis-server on port 6379 with a
@@ -106,6 +112,7 @@ func RunSuite(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"CheckpointRestart", testCheckpointRestart},
 		{"InvalidRun", testInvalidRun},
 		{"ExecRunsInInstance", testExec},
+		{"RecycleServesAgain", testRecycle},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -436,6 +443,76 @@ func testCheckpointRestart(t *testing.T, s *suite) {
 	s.assertAppCaps(t, h2)
 	s.assertProcSysReadOnly(t, h2)
 	s.remove(t, h2, rr.ID)
+}
+
+// testRecycle: a Recycler's instance of a resettable root, once its app
+// is released, waits again (nothing answers, the root was reset while it
+// held no mount there) and serves the next instance from the checkpoint,
+// nothing of the one before; an instance that serves once is
+// ErrNotRecyclable and keeps running.
+func testRecycle(t *testing.T, s *suite) {
+	rc, ok := s.Driver.(deploy.Recycler)
+	if !ok {
+		t.Skipf("driver %s serves each instance once (no Recycle)", s.Driver.Name())
+	}
+	if s.ResettableRoot == nil {
+		t.Skip("the harness gives no resettable root")
+	}
+	r := s.run(t, deploy.RunLaunch, 1)
+	h, addr := s.start(t, s.create(t, r))
+	s.waitRedis(t, h, addr)
+	val := "written before the checkpoint " + r.ID
+	s.redis(t, addr, "OK", "SET", "greeting", val)
+	// A launched instance serves once.
+	if _, err := rc.Recycle(s.ctx, h, func(context.Context) error { return nil }); !errors.Is(err, deploy.ErrNotRecyclable) {
+		t.Errorf("Recycle of a launched instance: %v; want ErrNotRecyclable", err)
+	}
+	if !s.answers(addr) {
+		t.Errorf("the launched instance %s stopped answering after a refused Recycle", h.Ref)
+	}
+	ck, err := s.Driver.Checkpoint(s.ctx, h)
+	if err != nil {
+		t.Fatalf("Checkpoint %s: %v", h.Ref, err)
+	}
+	s.remove(t, h, r.ID)
+
+	root, reset := s.ResettableRoot(t)
+	rr := s.run(t, deploy.RunRestart, ck.Gen)
+	rr.EnvPath, rr.Resettable = root, true
+	h = s.create(t, rr)
+	if !h.Recycle {
+		// An engine whose instances serve once (CRIU's).
+		h, addr = s.start(t, h)
+		s.waitRedis(t, h, addr)
+		if _, err := rc.Recycle(s.ctx, h, reset); !errors.Is(err, deploy.ErrNotRecyclable) {
+			t.Errorf("Recycle of an instance created to serve once: %v; want ErrNotRecyclable", err)
+		}
+		s.redis(t, addr, val, "GET", "greeting")
+		s.remove(t, h, rr.ID)
+		return
+	}
+	for round := 1; round <= 2; round++ {
+		h.Deployment = rr.ID + "-" + strconv.Itoa(round)
+		h, addr = s.start(t, h)
+		s.waitRedis(t, h, addr)
+		s.redis(t, addr, val, "GET", "greeting")
+		s.redis(t, addr, "0", "DEL", "scratch") // the instance before set it
+		s.redis(t, addr, "OK", "SET", "scratch", h.Deployment)
+		resets := 0
+		h2, err := rc.Recycle(s.ctx, h, func(ctx context.Context) error { resets++; return reset(ctx) })
+		if err != nil {
+			t.Fatalf("round %d: Recycle %s: %v", round, h.Ref, err)
+		}
+		if h2.Ref != h.Ref || h2.Deployment != "" || resets != 1 {
+			t.Errorf("round %d: Recycle = %+v after %d resets; want the same instance %s, bound to no deployment, reset once", round, h2, resets, h.Ref)
+		}
+		if s.answers(addr) {
+			t.Errorf("round %d: the recycled instance %s still answers before its next start", round, h.Ref)
+		}
+		s.assertRunning(t, h2, false)
+		h = h2
+	}
+	s.remove(t, h, rr.ID)
 }
 
 // assertAppCaps checks, with Harness.CheckAppCaps, that no process below

@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fogdeploy/fogdeploy/internal/mountinfo"
+)
+
+// The control files of a recycled container (-recycle), in the directory
+// of -wait; runtime.DMTCPReleaseFile and the rest name the same files.
+const (
+	releaseFile  = "release"
+	releasedFile = "released"
+	rearmFile    = "rearm"
+	timingsFile  = "timings"
+)
+
+// Bounds of a release.
+var (
+	// reapWait bounds the wait for the killed processes to be reaped.
+	reapWait = 5 * time.Second
+	// lingerWait bounds the wait for the app's connections to close.
+	lingerWait = time.Second
+)
+
+// released is what the entrypoint answers a release with.
+type released struct {
+	// Error says why the container cannot serve another instance; the
+	// host then removes it.
+	Error string `json:"error,omitempty"`
+}
+
+func (s *supervisor) ctlFile(name string) string { return filepath.Join(filepath.Dir(s.cfg.wait), name) }
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// recycle gives the instance back (-recycle): every process of the
+// container but this one is killed, the mounts that prepareRoot made in
+// the root are unmounted, what the app left in the container's IPC
+// namespace and /dev/shm is removed, the order and the timings are
+// cleared, and the answer is written. Then it waits for the rearm, which
+// the host writes once it has reset the root, and returns to serve the
+// next order; or, if the container cannot serve again, it exits and the
+// host removes it.
+func (s *supervisor) recycle(sigs <-chan os.Signal) (int, bool) {
+	t := time.Now()
+	err := s.release()
+	ans := released{}
+	if err != nil {
+		ans.Error = err.Error()
+		s.log.Error("the container cannot serve another instance", "err", err)
+	}
+	if werr := writeJSON(s.ctlFile(releasedFile), ans); werr != nil {
+		s.log.Error("answer the release", "err", werr)
+		return exitSetup, false
+	}
+	if err != nil {
+		return exitSetup, false
+	}
+	s.log.Info("instance released; waiting for the rearm", "ms", time.Since(t).Milliseconds())
+	if _, err := s.waitFile(s.ctlFile(rearmFile), sigs); errors.Is(err, errReleased) {
+		return exitOK, false
+	} else if err != nil {
+		s.log.Error("wait for the rearm", "err", err)
+		return exitSetup, false
+	}
+	for _, f := range []string{releaseFile, releasedFile, rearmFile} {
+		_ = os.Remove(s.ctlFile(f))
+	}
+	s.appGone, s.appPid, s.coordPid, s.coordPort = make(chan struct{}), 0, 0, 0
+	s.started = time.Now()
+	return exitOK, true
+}
+
+// release ends the instance and clears what it left in the container.
+func (s *supervisor) release() error {
+	ports := listeningPorts()
+	// The coordinator's connections with the app's processes: the next
+	// coordinator listens on another port.
+	delete(ports, s.coordPort)
+	// PID 1 of the container's PID namespace: -1 is every other process
+	// in it (the keeper, the app, the coordinator, helpers).
+	_ = syscall.Kill(-1, syscall.SIGKILL)
+	deadline := time.Now().Add(reapWait)
+	for {
+		s.reaper.reap()
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		if errors.Is(err, unix.ECHILD) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes still alive %s after SIGKILL", reapWait)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if err := unmountUnder(s.cfg.root); err != nil {
+		return err
+	}
+	removeIPC()
+	clearDir("/dev/shm")
+	clearDir("/dev/mqueue")
+	_ = os.Remove(s.cfg.wait)
+	_ = os.Truncate(s.ctlFile(timingsFile), 0)
+	// A connection of the app that lingers (TIME_WAIT after the app
+	// closed it first) on one of its listening ports would make the next
+	// instance's listen fail if it did not set SO_REUSEADDR.
+	deadline = time.Now().Add(lingerWait)
+	for {
+		p := lingering(ports)
+		if p == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("a connection on the app's port %d lingers after it ended: the next instance could not listen there", p)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// writeJSON writes v to path whole (a rename).
+func writeJSON(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// unmountUnder unmounts every mount below root (not root itself), the
+// deepest first.
+func unmountUnder(root string) error {
+	for range 3 {
+		points, err := mountsUnder(root)
+		if err != nil {
+			return err
+		}
+		if len(points) == 0 {
+			return nil
+		}
+		sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+		for _, p := range points {
+			_ = unix.Unmount(p, unix.MNT_DETACH)
+		}
+	}
+	if points, _ := mountsUnder(root); len(points) > 0 {
+		return fmt.Errorf("mounts left under the root: %s", strings.Join(points, ", "))
+	}
+	return nil
+}
+
+// mountsUnder lists the mount points below root in this mount namespace.
+func mountsUnder(root string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	prefix := strings.TrimRight(root, "/") + "/"
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		if p := mountinfo.Unescape(fields[4]); strings.HasPrefix(p, prefix) {
+			out = append(out, p)
+		}
+	}
+	return out, sc.Err()
+}
+
+// removeIPC removes the System V shared memory segments, semaphore sets
+// and message queues of the container's IPC namespace.
+func removeIPC() {
+	for _, k := range []struct {
+		file string
+		rm   func(id int)
+	}{
+		{"/proc/sysvipc/shm", func(id int) { _, _ = unix.SysvShmCtl(id, unix.IPC_RMID, nil) }},
+		{"/proc/sysvipc/sem", func(id int) { _, _, _ = unix.Syscall6(unix.SYS_SEMCTL, uintptr(id), 0, unix.IPC_RMID, 0, 0, 0) }},
+		{"/proc/sysvipc/msg", func(id int) { _, _, _ = unix.Syscall(unix.SYS_MSGCTL, uintptr(id), unix.IPC_RMID, 0) }},
+	} {
+		b, err := os.ReadFile(k.file)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(string(b), "\n")
+		for _, l := range lines[min(1, len(lines)):] {
+			f := strings.Fields(l)
+			if len(f) < 2 {
+				continue
+			}
+			if id, err := strconv.Atoi(f[1]); err == nil {
+				k.rm(id)
+			}
+		}
+	}
+}
+
+// clearDir removes what dir holds, not dir itself.
+func clearDir(dir string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
+}
+
+// TCP socket states of /proc/net/tcp.
+const (
+	tcpListen = "0A"
+	tcpClose  = "07"
+)
+
+// listeningPorts returns the ports that TCP sockets listen on in the
+// container's network namespace.
+func listeningPorts() map[int]bool {
+	ports := map[int]bool{}
+	eachSocket(func(port int, state string) {
+		if state == tcpListen {
+			ports[port] = true
+		}
+	})
+	return ports
+}
+
+// lingering returns one of ports on which a TCP socket that does not
+// listen is still open, or 0.
+func lingering(ports map[int]bool) int {
+	found := 0
+	eachSocket(func(port int, state string) {
+		if found == 0 && ports[port] && state != tcpListen && state != tcpClose {
+			found = port
+		}
+	})
+	return found
+}
+
+// eachSocket calls f with the local port and state of every TCP socket in
+// /proc/net/tcp and /proc/net/tcp6.
+func eachSocket(f func(port int, state string)) {
+	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(string(b), "\n")
+		for _, l := range lines[min(1, len(lines)):] {
+			fields := strings.Fields(l)
+			if len(fields) < 4 {
+				continue
+			}
+			_, port, ok := strings.Cut(fields[1], ":")
+			if !ok {
+				continue
+			}
+			if p, err := strconv.ParseUint(port, 16, 16); err == nil {
+				f(int(p), fields[3])
+			}
+		}
+	}
+}

@@ -1,0 +1,90 @@
+// The recycle stage: an undeployed instance goes back to the warm pool as an idle slot, its
+// container kept, its root reset to the generation's, instead of being removed while another slot
+// is provisioned anew (clone, map, mount, container).
+
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// SlotRecycling: a deployment's instance is being given back to the pool.
+const SlotRecycling SlotPhase = "Recycling"
+
+// StepRecycle is the recycle stage's timing (a slot's Timings).
+const StepRecycle = "recycle"
+
+// Recycle undeploys deployment id into an idle warm-pool slot of its
+// generation on this node: its app ends, its root is reset to the
+// generation's (what the instance wrote is dropped), and its instance
+// waits for the next deployment, at background priority. Its resources
+// pass to the slot's record before the deployment's goes; a crash on the
+// way leaves a slot that RecoverSlots releases.
+//
+// A deployment whose instance cannot serve again (another driver, a boot,
+// its own clone as root, an image without the entrypoint's -recycle) is
+// ErrNotRecyclable and left as it was: Undeploy it. When recycling fails
+// half way, everything is released as Undeploy does, and the error is
+// returned.
+func (d *Deployer) Recycle(ctx context.Context, id string) (Slot, error) {
+	rec, err := d.Load(id)
+	if err != nil {
+		return Slot{}, err
+	}
+	dr, err := d.recycler(rec)
+	if err != nil {
+		return Slot{}, err
+	}
+	lower, err := d.lowers.load(rec.Lower)
+	if err != nil {
+		return Slot{}, fmt.Errorf("deployment %s: node copy %s: %w (%w)", id, rec.Lower, err, ErrNotRecyclable)
+	}
+	start := time.Now()
+	s := &Slot{ID: rec.Slot, App: rec.App, Node: d.cfg.Node, Gen: rec.Gen, Mode: RunRestart, Phase: SlotRecycling, Pool: true,
+		Deployment: id, Owned: rec.Owned, Ports: rec.Ports, Created: time.Now().UTC()}
+	if err := d.slots.save(s.ID, s); err != nil {
+		return Slot{}, err
+	}
+	// From here the slot's record owns the resources (RecoverSlots keeps
+	// the deployment's while both exist).
+	if err := d.remove(id); err != nil {
+		_ = d.slots.remove(s.ID)
+		return Slot{}, err
+	}
+	o := d.newOp(&s.Timings, nil)
+	h, err := dr.Recycle(ctx, *rec.Handle, func(ctx context.Context) error { return resetRoot(ctx, lower, s.Dir) })
+	if err == nil {
+		o.phase(StepRecycle)
+		s.Handle, s.Phase, s.Deployment = &h, SlotIdle, ""
+		err = d.slots.save(s.ID, s)
+	}
+	if err != nil {
+		return Slot{}, errors.Join(fmt.Errorf("recycle deployment %s: %w", id, err), d.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
+	}
+	d.log.Info("deployment recycled into a pool slot", "id", id, "slot", s.ID, "app", s.App, "gen", s.Gen, "ms", time.Since(start).Milliseconds())
+	return *s, nil
+}
+
+// recycler returns the driver that can recycle rec's instance, or
+// ErrNotRecyclable with the reason.
+func (d *Deployer) recycler(rec Deployment) (Recycler, error) {
+	no := func(why string) error { return fmt.Errorf("deployment %s: %s: %w", rec.ID, why, ErrNotRecyclable) }
+	switch {
+	case rec.Phase != PhaseRunning:
+		return nil, no("not running (" + string(rec.Phase) + ")")
+	case rec.Mode != ModeRestore || rec.Slot == "":
+		return nil, no("not a restore into a slot")
+	case rec.Lower == "":
+		return nil, no("its root is its own clone, not an overlay of the node's copy")
+	case rec.Handle == nil || !rec.Handle.Recycle:
+		return nil, no("its instance serves once")
+	}
+	dr, ok := d.driverByName(rec.Handle.Driver).(Recycler)
+	if !ok {
+		return nil, no("driver " + rec.Handle.Driver + " cannot recycle")
+	}
+	return dr, nil
+}
