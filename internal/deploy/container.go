@@ -515,10 +515,10 @@ var _ Recycler = (*Container)(nil)
 // release its instance.
 const recycleWait = 15 * time.Second
 
-// Recycle implements Recycler: it asks the entrypoint to end the app
-// (DMTCPReleaseFile), waits for its answer, resets the root while the
-// container holds no mount in it, lowers the container to background
-// priority and rearms it (DMTCPRearmFile): its entrypoint prepares the root
+// Recycle implements Recycler: it lowers the container to background
+// priority, asks the entrypoint to end the app (DMTCPReleaseFile), waits
+// for its answer, resets the root while the container holds no mount in
+// it, and rearms it (DMTCPRearmFile): its entrypoint prepares the root
 // and the coordinator again and waits for Start's next order. An instance
 // created without Handle.Recycle, or whose entrypoint found it cannot serve
 // again, is ErrNotRecyclable.
@@ -531,6 +531,18 @@ func (c *Container) Recycle(ctx context.Context, h Handle, reset func(context.Co
 		if err := os.Remove(ctl(f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return Handle{}, err
 		}
+	}
+	// The release, the entrypoint's preparation for the next order and
+	// its warm read run below the serving instances already.
+	if c.Priority != nil {
+		st, err := c.RT.Inspect(ctx, h.Ref)
+		if err != nil {
+			return Handle{}, err
+		}
+		if _, err := c.Priority.Set(st.Pid, cgroup.Background); err != nil {
+			return Handle{}, fmt.Errorf("lower the priority of container %s: %w", shortRef(h.Ref), err)
+		}
+		h.Background = true
 	}
 	if err := writeCtl(h.CtlPath, runtime.DMTCPReleaseFile, struct{}{}); err != nil {
 		return Handle{}, err
@@ -565,16 +577,6 @@ func (c *Container) Recycle(ctx context.Context, h Handle, reset func(context.Co
 	}
 	if err := reset(ctx); err != nil {
 		return Handle{}, err
-	}
-	if c.Priority != nil {
-		st, err := c.RT.Inspect(ctx, h.Ref)
-		if err != nil {
-			return Handle{}, err
-		}
-		if _, err := c.Priority.Set(st.Pid, cgroup.Background); err != nil {
-			return Handle{}, fmt.Errorf("lower the priority of container %s: %w", shortRef(h.Ref), err)
-		}
-		h.Background = true
 	}
 	if err := writeCtl(h.CtlPath, runtime.DMTCPRearmFile, struct{}{}); err != nil {
 		return Handle{}, err

@@ -497,6 +497,7 @@ func testRecycle(t *testing.T, s *suite) {
 		s.waitRedis(t, h, addr)
 		s.redis(t, addr, val, "GET", "greeting")
 		s.redis(t, addr, "0", "DEL", "scratch") // the instance before set it
+		s.assertAppCaps(t, h)
 		s.redis(t, addr, "OK", "SET", "scratch", h.Deployment)
 		resets := 0
 		h2, err := rc.Recycle(s.ctx, h, func(ctx context.Context) error { resets++; return reset(ctx) })
