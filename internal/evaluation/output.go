@@ -366,6 +366,14 @@ func WriteMarkdown(w io.Writer, r Results) error {
 	return err
 }
 
+// repsNote says how the interference cells were repeated.
+func repsNote(reps int) string {
+	if reps < 2 {
+		return ""
+	}
+	return fmt.Sprintf(" Each cell is the median of %d runs, alone and at each rate in turn, round after round; deploys are their sum.", reps)
+}
+
 // writeInterference renders Table II: throughput alone and at each deploy
 // rate, its loss, and the paper's loss beside it; then what a deploy costs.
 func writeInterference(b *strings.Builder, in *Interference) {
@@ -373,7 +381,7 @@ func writeInterference(b *strings.Builder, in *Interference) {
 	fmt.Fprintf(b, "## Interference (Table II)\n\n%s serving a %d-byte page under `ab` (%.0f s per run), alone and while the "+
 		"same node deploys and undeploys %s at a stated rate, as an agent with a warm pool of one slot does: each deploy "+
 		"takes the waiting slot, and its undeploy gives the instance back to the pool, recycled in its container (a slot is "+
-		"provisioned anew only where that fails). %s\n\n", in.Server, in.PageBytes, in.Seconds, in.Deploying, in.Priority)
+		"provisioned anew only where that fails). %s%s\n\n", in.Server, in.PageBytes, in.Seconds, in.Deploying, in.Priority, repsNote(in.Reps))
 	b.WriteString("| concurrency | alone (req/s) |")
 	sep := "|---:|---:|"
 	for _, rate := range rates {

@@ -150,7 +150,10 @@ type RateRun struct {
 	// seconds from one deploy to the next, 0 for back to back.
 	Rate      string  `json:"rate"`
 	IntervalS float64 `json:"interval_s"`
-	RPS       float64 `json:"rps"`
+	// RPS is the median over the repetitions (Interference.Reps),
+	// RPSStats all of them.
+	RPS      float64 `json:"rps"`
+	RPSStats Stats   `json:"rps_stats"`
 	// OverheadPct is the loss against the row's BaselineRPS.
 	OverheadPct float64 `json:"overhead_pct"`
 	// Deploys is how many deploys started during the ab run, PerSecond
@@ -172,6 +175,8 @@ const (
 type InterferenceRow struct {
 	Concurrency int     `json:"concurrency"`
 	BaselineRPS float64 `json:"baseline_rps"`
+	// BaselineStats are the runs alone (BaselineRPS is their median).
+	BaselineStats Stats `json:"baseline_stats"`
 	// BaselineFailed counts failed and non-2xx requests of the run alone.
 	BaselineFailed int       `json:"baseline_failed"`
 	Runs           []RateRun `json:"runs"`
@@ -230,6 +235,9 @@ type Interference struct {
 	PageBytes int     `json:"page_bytes"`
 	Deploying string  `json:"deploying"`
 	Seconds   float64 `json:"seconds"`
+	// Reps is how many times each cell ran, alone and at each rate in
+	// turn; the rows give medians.
+	Reps int `json:"reps,omitempty"`
 	// Priority says at what priority the deployment work ran.
 	Priority string            `json:"priority"`
 	Rows     []InterferenceRow `json:"rows"`

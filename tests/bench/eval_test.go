@@ -699,25 +699,42 @@ func evalInterference(ctx context.Context, t *testing.T, f *deploytest.Fixture, 
 		}
 		return evaluation.ParseAB(string(out))
 	}
+	in.Reps = reps
 	for _, c := range interferenceConcurrency {
-		alone, err := run(c)
-		if err != nil {
-			return in, err
-		}
-		row := evaluation.InterferenceRow{Concurrency: c, BaselineRPS: alone.RPS, BaselineFailed: alone.Failed + alone.Non2xx}
-		line := fmt.Sprintf("  ab -c %d: %.0f req/s alone", c, alone.RPS)
-		for _, rate := range deployRates {
-			res, deploys, perSecond, err := abWhileDeploying(ctx, f, load, loadGen, rate.interval, func() (evaluation.AB, error) { return run(c) })
+		// reps rounds, each alone and then at every rate, so that the
+		// machine's drift spreads over all of them alike.
+		var alone []float64
+		rps := make([][]float64, len(deployRates))
+		perSec := make([][]float64, len(deployRates))
+		deploys, failed := make([]int, len(deployRates)), make([]int, len(deployRates))
+		baseFailed := 0
+		for range reps {
+			res, err := run(c)
 			if err != nil {
-				return in, fmt.Errorf("ab -c %d while %s deploys at %s: %w", c, loadName, rate.name, err)
+				return in, err
 			}
-			x := evaluation.RateRun{Rate: rate.name, IntervalS: rate.interval.Seconds(), RPS: res.RPS, Deploys: deploys,
-				PerSecond: perSecond, Failed: res.Failed + res.Non2xx}
-			if alone.RPS > 0 {
-				x.OverheadPct = (alone.RPS - res.RPS) / alone.RPS * 100
+			alone, baseFailed = append(alone, res.RPS), baseFailed+res.Failed+res.Non2xx
+			for i, rate := range deployRates {
+				res, n, perSecond, err := abWhileDeploying(ctx, f, load, loadGen, rate.interval, func() (evaluation.AB, error) { return run(c) })
+				if err != nil {
+					return in, fmt.Errorf("ab -c %d while %s deploys at %s: %w", c, loadName, rate.name, err)
+				}
+				rps[i], perSec[i] = append(rps[i], res.RPS), append(perSec[i], perSecond)
+				deploys[i], failed[i] = deploys[i]+n, failed[i]+res.Failed+res.Non2xx
+			}
+		}
+		base := evaluation.Summarize(alone)
+		row := evaluation.InterferenceRow{Concurrency: c, BaselineRPS: base.Median, BaselineStats: base, BaselineFailed: baseFailed}
+		line := fmt.Sprintf("  ab -c %d: %.0f req/s alone", c, base.Median)
+		for i, rate := range deployRates {
+			st := evaluation.Summarize(rps[i])
+			x := evaluation.RateRun{Rate: rate.name, IntervalS: rate.interval.Seconds(), RPS: st.Median, RPSStats: st, Deploys: deploys[i],
+				PerSecond: evaluation.Summarize(perSec[i]).Median, Failed: failed[i]}
+			if base.Median > 0 {
+				x.OverheadPct = (base.Median - x.RPS) / base.Median * 100
 			}
 			row.Runs = append(row.Runs, x)
-			line += fmt.Sprintf(", %.0f at %s (%d deploys, %.1f%%)", x.RPS, rate.name, deploys, x.OverheadPct)
+			line += fmt.Sprintf(", %.0f at %s (%d deploys, %.1f%%)", x.RPS, rate.name, x.Deploys, x.OverheadPct)
 		}
 		in.Rows = append(in.Rows, row)
 		t.Log(line)
