@@ -42,7 +42,9 @@ type released struct {
 	Error string `json:"error,omitempty"`
 }
 
-func (s *supervisor) ctlFile(name string) string { return filepath.Join(filepath.Dir(s.cfg.wait), name) }
+func (s *supervisor) ctlFile(name string) string {
+	return filepath.Join(filepath.Dir(s.cfg.wait), name)
+}
 
 func exists(path string) bool {
 	_, err := os.Stat(path)
@@ -201,13 +203,7 @@ func removeIPC() {
 		{"/proc/sysvipc/sem", func(id int) { _, _, _ = unix.Syscall6(unix.SYS_SEMCTL, uintptr(id), 0, unix.IPC_RMID, 0, 0, 0) }},
 		{"/proc/sysvipc/msg", func(id int) { _, _, _ = unix.Syscall(unix.SYS_MSGCTL, uintptr(id), unix.IPC_RMID, 0) }},
 	} {
-		b, err := os.ReadFile(k.file)
-		if err != nil {
-			continue
-		}
-		lines := strings.Split(string(b), "\n")
-		for _, l := range lines[min(1, len(lines)):] {
-			f := strings.Fields(l)
+		for _, f := range procRows(k.file) {
 			if len(f) < 2 {
 				continue
 			}
@@ -263,13 +259,7 @@ func lingering(ports map[int]bool) int {
 // /proc/net/tcp and /proc/net/tcp6.
 func eachSocket(f func(port int, state string)) {
 	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			continue
-		}
-		lines := strings.Split(string(b), "\n")
-		for _, l := range lines[min(1, len(lines)):] {
-			fields := strings.Fields(l)
+		for _, fields := range procRows(file) {
 			if len(fields) < 4 {
 				continue
 			}
@@ -282,4 +272,21 @@ func eachSocket(f func(port int, state string)) {
 			}
 		}
 	}
+}
+
+// procRows returns the fields of each line of a /proc table after its
+// header line (none if it cannot be read).
+func procRows(file string) [][]string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil
+	}
+	lines := strings.Split(string(b), "\n")
+	var rows [][]string
+	for _, l := range lines[min(1, len(lines)):] {
+		if f := strings.Fields(l); len(f) > 0 {
+			rows = append(rows, f)
+		}
+	}
+	return rows
 }
