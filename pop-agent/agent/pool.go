@@ -372,7 +372,15 @@ func (a *agent) recycle(ctx context.Context, id string) bool {
 		a.publishPool(ctx, app.Name, g.Gen, size)
 		return true
 	case errors.Is(err, deploy.ErrNotRecyclable):
-		a.log.Debug("warm pool: instance not recyclable", "deployment", id, "err", err)
+		if _, lerr := a.d.Load(id); errors.Is(lerr, deploy.ErrNotFound) {
+			// Its instance found it could not serve again (a connection
+			// still lingering on its port): Recycle released it.
+			a.m.recycled.WithLabelValues(app.Name, "removed").Inc()
+			a.log.Info("warm pool: the instance could not serve again; removed", "deployment", id, "err", err)
+			a.pool.refillSoon()
+		} else {
+			a.log.Debug("warm pool: instance not recyclable", "deployment", id, "err", err)
+		}
 		return false
 	default:
 		// Recycle released what it could not give back; clean finishes.
