@@ -166,6 +166,35 @@ wait_pool() {
 	fd_warn "$app: the warm pool is not full after 120 s (fogctl pool ls $app; the agents' logs in $DEV/agents)"
 }
 
+# recycle_one APP: one more pool-hit deploy of APP, then its undeploy: the
+# agent recycles the instance into its node's pool (its container kept, its
+# root reset) instead of removing it and provisioning a new slot.
+recycle_one() {
+	local app=$1 dep id slot node t0
+	fd_info "$app: undeploying a pool-hit instance recycles it into its node's pool (agent.recycle): the container is" \
+		"kept, the app ended, its root reset to the checkpoint's, instead of a removal and a new slot's clone, map, mount and container"
+	if ! dep=$("$FOGCTL" deploy "$app" --wait -o json); then
+		fd_warn "$app: the deploy to recycle failed; the demo goes on"
+		return 0
+	fi
+	id=$(jq -r '.id' <<<"$dep")
+	slot=$(jq -r '.status.slot // empty' <<<"$dep")
+	node=$(jq -r '.node' <<<"$dep")
+	t0=$(fd_now_us)
+	"$FOGCTL" undeploy --wait --timeout 60s "$id" >/dev/null
+	fd_info "$app: $id (slot $slot on $node) undeployed in $(fd_since "$t0") s"
+	for _ in $(seq 50); do
+		if "$FOGCTL" pool ls "$app" --node "$node" -o json | jq -e --arg s "$slot" '[.[].slots[]?] | index($s)' >/dev/null; then
+			fd_info "$app: slot $slot is idle again in $node's pool, in the same container:"
+			"$FOGCTL" pool ls "$app"
+			echo
+			return 0
+		fi
+		sleep 0.2
+	done
+	fd_warn "$app: slot $slot did not come back to $node's pool (fogctl pool ls $app)"
+}
+
 for app in "${APPS[@]}"; do
 	"$FOGCTL" app create -f "configs/apps/$app.yaml" --replace >/dev/null
 	# Start from a cold PoP: no instance and no checkpoint of the app.
@@ -193,6 +222,9 @@ for app in "${APPS[@]}"; do
 		"$FOGCTL" app pool "$app" 1 >/dev/null
 		wait_pool "$app"
 		deploy_one "$app" "$app, restored in a warm-pool slot: only start, ready and bind are left for the deploy"
+		if [[ $app == "$MAIN" ]]; then
+			recycle_one "$app"
+		fi
 	else
 		deploy_one "$app" "$app, a deploy in the default mode (auto): without an engine on the node, the agent boots it (if_no_engine: boot)"
 	fi

@@ -22,7 +22,10 @@
 # the source before the build, and named in the prefix's stamp: an install
 # without them is rebuilt. (dmtcp-4.2.0-tcp-nodelay.patch: the coordinator
 # protocol's sockets get TCP_NODELAY; without it every exchange of a
-# restart waited for a delayed ACK, 0.37 s of redis's 0.42 s restart.)
+# restart waited for a delayed ACK, 0.37 s of redis's 0.42 s restart.
+# dmtcp-4.2.0-listen-reuseaddr.patch: a restored listener is bound with
+# SO_REUSEADDR, as CRIU does, so that connections of an earlier instance in
+# TIME_WAIT on its port, in a recycled container, do not refuse the bind.)
 #
 # As root it installs the Debian build dependencies it misses. Building both
 # takes 5-6 minutes on 2 cores. Nothing is written inside the repository.

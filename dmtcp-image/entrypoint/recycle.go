@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -92,9 +93,9 @@ func (s *supervisor) recycle(sigs <-chan os.Signal) (int, bool) {
 // release ends the instance and clears what it left in the container.
 func (s *supervisor) release() error {
 	ports := listeningPorts()
-	// The coordinator's connections with the app's processes: the next
-	// coordinator listens on another port.
-	delete(ports, s.coordPort)
+	// The coordinator's: the next coordinator listens on another port.
+	delete(ports, listener{s.coordPort, false})
+	delete(ports, listener{s.coordPort, true})
 	// PID 1 of the container's PID namespace: -1 is every other process
 	// in it (the keeper, the app, the coordinator, helpers).
 	_ = syscall.Kill(-1, syscall.SIGKILL)
@@ -119,17 +120,18 @@ func (s *supervisor) release() error {
 	clearDir("/dev/mqueue")
 	_ = os.Remove(s.cfg.wait)
 	_ = os.Truncate(s.ctlFile(timingsFile), 0)
-	// A connection of the app that lingers (TIME_WAIT after the app
-	// closed it first) on one of its listening ports would make the next
-	// instance's listen fail if it did not set SO_REUSEADDR.
+	// The next instance binds its listeners again with SO_REUSEADDR (DMTCP
+	// with the project's patch, as CRIU does): connections of this one
+	// in TIME_WAIT do not stop it, but one that an app without
+	// SO_REUSEADDR left would. The same bind is tried here.
 	deadline = time.Now().Add(lingerWait)
 	for {
-		p := lingering(ports)
-		if p == 0 {
+		l := unbindable(ports)
+		if l == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("a connection on the app's port %d lingers after it ended: the next instance could not listen there", p)
+			return fmt.Errorf("the app's port %d cannot be bound again after it ended (%v): a connection it left lingers there", l.port, l.err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -225,40 +227,55 @@ func clearDir(dir string) {
 	}
 }
 
-// TCP socket states of /proc/net/tcp.
-const (
-	tcpListen = "0A"
-	tcpClose  = "07"
-)
+// tcpListen is the state of a listening socket in /proc/net/tcp.
+const tcpListen = "0A"
+
+// listener is a port that TCP sockets listened on, by address family.
+type listener struct {
+	port int
+	v6   bool
+}
 
 // listeningPorts returns the ports that TCP sockets listen on in the
 // container's network namespace.
-func listeningPorts() map[int]bool {
-	ports := map[int]bool{}
-	eachSocket(func(port int, state string) {
+func listeningPorts() map[listener]bool {
+	ports := map[listener]bool{}
+	eachSocket(func(port int, state string, v6 bool) {
 		if state == tcpListen {
-			ports[port] = true
+			ports[listener{port, v6}] = true
 		}
 	})
 	return ports
 }
 
-// lingering returns one of ports on which a TCP socket that does not
-// listen is still open, or 0.
-func lingering(ports map[int]bool) int {
-	found := 0
-	eachSocket(func(port int, state string) {
-		if found == 0 && ports[port] && state != tcpListen && state != tcpClose {
-			found = port
+// unbound is a listener that cannot be bound again, and why.
+type unbound struct {
+	port int
+	err  error
+}
+
+// unbindable tries to bind each of ports again on its family's wildcard
+// address with SO_REUSEADDR (as Go's listeners set it), and returns the
+// first that fails, or nil.
+func unbindable(ports map[listener]bool) *unbound {
+	for l := range ports {
+		network, addr := "tcp4", "0.0.0.0:"+strconv.Itoa(l.port)
+		if l.v6 {
+			network, addr = "tcp6", "[::]:"+strconv.Itoa(l.port)
 		}
-	})
-	return found
+		ln, err := net.Listen(network, addr)
+		if err != nil {
+			return &unbound{port: l.port, err: err}
+		}
+		_ = ln.Close()
+	}
+	return nil
 }
 
 // eachSocket calls f with the local port and state of every TCP socket in
-// /proc/net/tcp and /proc/net/tcp6.
-func eachSocket(f func(port int, state string)) {
-	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+// /proc/net/tcp and /proc/net/tcp6 (v6).
+func eachSocket(f func(port int, state string, v6 bool)) {
+	for i, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
 		for _, fields := range procRows(file) {
 			if len(fields) < 4 {
 				continue
@@ -268,7 +285,7 @@ func eachSocket(f func(port int, state string)) {
 				continue
 			}
 			if p, err := strconv.ParseUint(port, 16, 16); err == nil {
-				f(int(p), fields[3])
+				f(int(p), fields[3], i == 1)
 			}
 		}
 	}
