@@ -374,7 +374,8 @@ func (a *agent) recycle(ctx context.Context, id string) bool {
 	case errors.Is(err, deploy.ErrNotRecyclable):
 		if _, lerr := a.d.Load(id); errors.Is(lerr, deploy.ErrNotFound) {
 			// Its instance found it could not serve again (a connection
-			// still lingering on its port): Recycle released it.
+			// left on a listening port that cannot be bound again): Recycle
+			// released it.
 			a.m.recycled.WithLabelValues(app.Name, "removed").Inc()
 			a.log.Info("warm pool: the instance could not serve again; removed", "deployment", id, "err", err)
 			a.pool.refillSoon()
