@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -476,112 +475,6 @@ func (c *Container) Start(ctx context.Context, h Handle) (Handle, error) {
 	if err := writeOrder(h); err != nil {
 		return Handle{}, err
 	}
-	return h, nil
-}
-
-// ordered reports whether Start has ordered the instance to run.
-func ordered(h Handle) bool {
-	_, err := os.Stat(filepath.Join(h.CtlPath, runtime.DMTCPOrderFile))
-	return err == nil
-}
-
-// writeOrder writes the order file.
-func writeOrder(h Handle) error {
-	return writeCtl(h.CtlPath, runtime.DMTCPOrderFile, struct {
-		Deployment string `json:"deployment,omitempty"`
-	}{h.Deployment})
-}
-
-// writeCtl writes v as JSON to control file name in dir, whole (a
-// rename), so that the entrypoint never reads half of it.
-func writeCtl(dir, name string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(dir, "."+name+".tmp")
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return fmt.Errorf("control file %s of the instance: %w", name, err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("control file %s of the instance: %w", name, err)
-	}
-	return nil
-}
-
-var _ Recycler = (*Container)(nil)
-
-// recycleWait bounds the wait for a recycled container's entrypoint to
-// release its instance.
-const recycleWait = 15 * time.Second
-
-// Recycle implements Recycler: it lowers the container to background
-// priority, asks the entrypoint to end the app (DMTCPReleaseFile), waits
-// for its answer, resets the root while the container holds no mount in
-// it, and rearms it (DMTCPRearmFile): its entrypoint prepares the root
-// and the coordinator again and waits for Start's next order. An instance
-// created without Handle.Recycle, or whose entrypoint found it cannot serve
-// again, is ErrNotRecyclable.
-func (c *Container) Recycle(ctx context.Context, h Handle, reset func(context.Context) error) (Handle, error) {
-	if !h.Recycle || h.CtlPath == "" {
-		return Handle{}, fmt.Errorf("container %s: created to serve once: %w", shortRef(h.Ref), ErrNotRecyclable)
-	}
-	ctl := func(name string) string { return filepath.Join(h.CtlPath, name) }
-	for _, f := range []string{runtime.DMTCPReleasedFile, runtime.DMTCPRearmFile} {
-		if err := os.Remove(ctl(f)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return Handle{}, err
-		}
-	}
-	// The release, the entrypoint's preparation for the next order and
-	// its warm read run below the serving instances already.
-	if c.Priority != nil {
-		st, err := c.RT.Inspect(ctx, h.Ref)
-		if err != nil {
-			return Handle{}, err
-		}
-		if _, err := c.Priority.Set(st.Pid, cgroup.Background); err != nil {
-			return Handle{}, fmt.Errorf("lower the priority of container %s: %w", shortRef(h.Ref), err)
-		}
-		h.Background = true
-	}
-	if err := writeCtl(h.CtlPath, runtime.DMTCPReleaseFile, struct{}{}); err != nil {
-		return Handle{}, err
-	}
-	deadline := time.Now().Add(recycleWait)
-	var b []byte
-	for {
-		var err error
-		if b, err = os.ReadFile(ctl(runtime.DMTCPReleasedFile)); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return Handle{}, fmt.Errorf("container %s did not release its instance within %s: %w", shortRef(h.Ref), recycleWait, ErrNotRecyclable)
-		}
-		if st, err := c.RT.Inspect(ctx, h.Ref); err != nil || !st.Running {
-			return Handle{}, fmt.Errorf("container %s ended instead of releasing its instance: %w", shortRef(h.Ref), errors.Join(err, ErrNotRecyclable))
-		}
-		select {
-		case <-ctx.Done():
-			return Handle{}, ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	var ans struct {
-		Error string `json:"error"`
-	}
-	if err := json.Unmarshal(b, &ans); err != nil {
-		return Handle{}, fmt.Errorf("container %s: release answer %q: %w", shortRef(h.Ref), b, ErrNotRecyclable)
-	}
-	if ans.Error != "" {
-		return Handle{}, fmt.Errorf("container %s: %s: %w", shortRef(h.Ref), ans.Error, ErrNotRecyclable)
-	}
-	if err := reset(ctx); err != nil {
-		return Handle{}, err
-	}
-	if err := writeCtl(h.CtlPath, runtime.DMTCPRearmFile, struct{}{}); err != nil {
-		return Handle{}, err
-	}
-	h.Deployment = ""
 	return h, nil
 }
 

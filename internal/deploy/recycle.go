@@ -42,7 +42,6 @@ func (d *Deployer) Recycle(ctx context.Context, id string) (Slot, error) {
 	if err != nil {
 		return Slot{}, fmt.Errorf("deployment %s: node copy %s: %w (%w)", id, rec.Lower, err, ErrNotRecyclable)
 	}
-	start := time.Now()
 	s := &Slot{ID: rec.Slot, App: rec.App, Node: d.cfg.Node, Gen: rec.Gen, Mode: RunRestart, Phase: SlotRecycling, Pool: true,
 		Deployment: id, Owned: rec.Owned, Ports: rec.Ports, Created: time.Now().UTC()}
 	if err := d.slots.save(s.ID, s); err != nil {
@@ -64,7 +63,7 @@ func (d *Deployer) Recycle(ctx context.Context, id string) (Slot, error) {
 	if err != nil {
 		return Slot{}, errors.Join(fmt.Errorf("recycle deployment %s: %w", id, err), d.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
 	}
-	d.log.Info("deployment recycled into a pool slot", "id", id, "slot", s.ID, "app", s.App, "gen", s.Gen, "ms", time.Since(start).Milliseconds())
+	d.log.Info("deployment recycled into a pool slot", "id", id, "slot", s.ID, "app", s.App, "gen", s.Gen, "timings", s.Timings.String())
 	return *s, nil
 }
 
