@@ -57,6 +57,13 @@ else
 fi
 repo_revision() { git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown; }
 
+# One build at a time on this machine: a build prunes the intermediate
+# stage images it labels, which another build running meanwhile still needs
+# ("invalid from flag value assemble: No such image").
+lock=${TMPDIR:-/tmp}/fogdeploy-dmtcp-image.lock
+exec 9>"$lock"
+flock -w 600 9 || die "timed out after 10 minutes waiting for another image build ($lock)"
+
 if $boot; then
 	host=${1:-${DOCKER_HOST:-unix://$dev_dir/docker/docker.sock}}
 	tag=${tag:-fogdeploy/boot:latest}
