@@ -505,7 +505,7 @@ func TestNoCapsKeepRefusesOthers(t *testing.T) {
 // answers are those the runtime writes and reads.
 func TestControlFilesMatchRuntime(t *testing.T) {
 	for here, there := range map[string]string{releaseFile: runtime.DMTCPReleaseFile, releasedFile: runtime.DMTCPReleasedFile,
-		rearmFile: runtime.DMTCPRearmFile, timingsFile: runtime.DMTCPTimingsFile} {
+		rearmFile: runtime.DMTCPRearmFile, TimingsFile: runtime.DMTCPTimingsFile} {
 		if here != there {
 			t.Errorf("control file %q here, %q in the runtime", here, there)
 		}

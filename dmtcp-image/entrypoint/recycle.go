@@ -25,14 +25,14 @@ const (
 	releaseFile  = "release"
 	releasedFile = "released"
 	rearmFile    = "rearm"
-	timingsFile  = "timings"
 )
 
 // Bounds of a release.
 var (
 	// reapWait bounds the wait for the killed processes to be reaped.
 	reapWait = 5 * time.Second
-	// lingerWait bounds the wait for the app's connections to close.
+	// lingerWait bounds the wait for the app's listening ports to be
+	// bindable again.
 	lingerWait = time.Second
 )
 
@@ -119,7 +119,7 @@ func (s *supervisor) release() error {
 	clearDir("/dev/shm")
 	clearDir("/dev/mqueue")
 	_ = os.Remove(s.cfg.wait)
-	_ = os.Truncate(s.ctlFile(timingsFile), 0)
+	_ = os.Truncate(s.ctlFile(TimingsFile), 0)
 	// The next instance binds its listeners again with SO_REUSEADDR (DMTCP
 	// with the project's patch, as CRIU does): connections of this one
 	// in TIME_WAIT do not stop it, but one that an app without

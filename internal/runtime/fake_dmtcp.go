@@ -230,15 +230,8 @@ func fakeLife(ctx context.Context, p *FakeProcess, fl fakeFlags, mode string, ar
 			return 3, false
 		}
 		t0 := time.Now()
-		for {
-			if _, err := os.Stat(filepath.Join(ctl, path.Base(fl.wait))); err == nil {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return 0, false
-			case <-time.After(2 * time.Millisecond):
-			}
+		if !waitForFile(ctx, filepath.Join(ctl, path.Base(fl.wait))) {
+			return 0, false
 		}
 		timing(Timing{Phase: "order", MS: float64(time.Since(t0).Microseconds()) / 1000})
 		start = time.Now()
@@ -272,15 +265,8 @@ func fakeLife(ctx context.Context, p *FakeProcess, fl fakeFlags, mode string, ar
 			if err := os.WriteFile(filepath.Join(ctl, DMTCPReleasedFile), []byte("{}"), 0o644); err != nil {
 				return 3, false
 			}
-			for {
-				if _, err := os.Stat(filepath.Join(ctl, DMTCPRearmFile)); err == nil {
-					break
-				}
-				select {
-				case <-ctx.Done():
-					return 0, false
-				case <-time.After(2 * time.Millisecond):
-				}
+			if !waitForFile(ctx, filepath.Join(ctl, DMTCPRearmFile)) {
+				return 0, false
 			}
 			for _, f := range []string{DMTCPReleaseFile, DMTCPReleasedFile, DMTCPRearmFile} {
 				_ = os.Remove(filepath.Join(ctl, f))
@@ -317,6 +303,21 @@ func fakeLife(ctx context.Context, p *FakeProcess, fl fakeFlags, mode string, ar
 			}
 			timing(Timing{Phase: "checkpoint", Gen: gen, MS: float64(time.Since(t0).Microseconds()) / 1000, Bytes: int64(len(b))})
 			return 0, false
+		}
+	}
+}
+
+// waitForFile polls until file exists, and reports false if ctx ends
+// first.
+func waitForFile(ctx context.Context, file string) bool {
+	for {
+		if _, err := os.Stat(file); err == nil {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(2 * time.Millisecond):
 		}
 	}
 }
