@@ -6,12 +6,16 @@ import (
 	"io"
 )
 
-// CopyChunk is the block size of CopySparse.
+// CopyChunk is the size of CopySparse's reads.
 const CopyChunk = 1 << 20
 
-// CopySparse copies size bytes from src to dst, skipping chunks that are all
-// zero (the destination is thin-provisioned and reads back zeros there). It
-// checks ctx between chunks.
+// SparseBlock is the granularity at which CopySparse skips zeros.
+const SparseBlock = 4 << 10
+
+// CopySparse copies size bytes from src to dst, skipping blocks of
+// SparseBlock bytes that are all zero (the destination is thin-provisioned
+// and reads back zeros there): each run of other blocks is one write. It
+// checks ctx between chunks, and returns the bytes it wrote.
 func CopySparse(ctx context.Context, dst io.WriterAt, src io.ReaderAt, size int64) (written int64, err error) {
 	buf := make([]byte, CopyChunk)
 	for off := int64(0); off < size; off += CopyChunk {
@@ -25,15 +29,32 @@ func CopySparse(ctx context.Context, dst io.WriterAt, src io.ReaderAt, size int6
 		if _, err := src.ReadAt(buf[:n], off); err != nil && err != io.EOF {
 			return written, fmt.Errorf("read at %d: %w", off, err)
 		}
-		if allZero(buf[:n]) {
-			continue
+		for _, r := range dataRuns(buf[:n]) {
+			if _, err := dst.WriteAt(buf[r[0]:r[1]], off+int64(r[0])); err != nil {
+				return written, fmt.Errorf("write at %d: %w", off+int64(r[0]), err)
+			}
+			written += int64(r[1] - r[0])
 		}
-		if _, err := dst.WriteAt(buf[:n], off); err != nil {
-			return written, fmt.Errorf("write at %d: %w", off, err)
-		}
-		written += n
 	}
 	return written, nil
+}
+
+// dataRuns returns the [start, end) ranges of b made of SparseBlock blocks
+// that are not all zero, adjacent blocks joined.
+func dataRuns(b []byte) [][2]int {
+	var runs [][2]int
+	for i := 0; i < len(b); i += SparseBlock {
+		end := min(i+SparseBlock, len(b))
+		if allZero(b[i:end]) {
+			continue
+		}
+		if k := len(runs) - 1; k >= 0 && runs[k][1] == i {
+			runs[k][1] = end
+			continue
+		}
+		runs = append(runs, [2]int{i, end})
+	}
+	return runs
 }
 
 func allZero(b []byte) bool {

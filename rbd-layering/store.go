@@ -44,6 +44,9 @@ type ImageInfo struct {
 	Name string `json:"name"`
 	// Size is the provisioned size in bytes.
 	Size int64 `json:"size"`
+	// ObjectSize is the size of the image's objects in bytes (a clone
+	// takes its parent's).
+	ObjectSize int64 `json:"object_size,omitempty"`
 	// Used is the number of bytes this image has written itself, not
 	// counting what it shares with its parent.
 	Used int64 `json:"used"`
@@ -61,7 +64,7 @@ type ImageInfo struct {
 // Every method returns errors that wrap the sentinels of this package.
 type Store interface {
 	// Create makes an empty image of size bytes. ErrExists if it exists.
-	Create(ctx context.Context, name string, size int64) error
+	Create(ctx context.Context, name string, size int64, opts ...CreateOption) error
 	// Write copies size bytes of src into the image from offset 0,
 	// skipping blocks that are all zero.
 	Write(ctx context.Context, name string, src io.ReaderAt, size int64) error
@@ -104,6 +107,39 @@ type Store interface {
 	SetMeta(ctx context.Context, name string, meta map[string]string) error
 	// Close releases the connection.
 	Close() error
+}
+
+// CreateOptions are the layout of a new image (Store.Create).
+type CreateOptions struct {
+	// ObjectSize is the size of the image's objects in bytes: a power of
+	// two from MinObjectSize to MaxObjectSize, or 0 for the pool's default
+	// (4 MiB). A write to a clone first copies the parent's data of each
+	// object it touches (copy-up): small objects copy little.
+	ObjectSize int64
+}
+
+// Object sizes an image may have.
+const (
+	MinObjectSize = 4 << 10
+	MaxObjectSize = 32 << 20
+)
+
+// CreateOption sets one of CreateOptions.
+type CreateOption func(*CreateOptions)
+
+// WithObjectSize gives a new image objects of n bytes.
+func WithObjectSize(n int64) CreateOption { return func(o *CreateOptions) { o.ObjectSize = n } }
+
+// NewCreateOptions applies opts and validates the result.
+func NewCreateOptions(opts ...CreateOption) (CreateOptions, error) {
+	var o CreateOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if n := o.ObjectSize; n != 0 && (n < MinObjectSize || n > MaxObjectSize || n&(n-1) != 0) {
+		return o, fmt.Errorf("object size %d: want a power of two from %s to %s: %w", n, FormatSize(MinObjectSize), FormatSize(MaxObjectSize), ErrInvalid)
+	}
+	return o, nil
 }
 
 // Eviction is a watcher that Store.RemoveUnmapped evicted: a client that

@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -132,6 +133,10 @@ type Deployer struct {
 	// environments (lower.go), one maker of each at a time.
 	lowers    journal[Lower]
 	lowerLock keyedmutex.Map[string]
+	// blanks are the pool's blank filesystems by size (lower.go), as
+	// found or made: one per environment size.
+	blankMu sync.Mutex
+	blanks  map[int64]layering.SnapRef
 }
 
 // New returns a Deployer.
@@ -160,6 +165,12 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	if err := mkdirs(cfg.StateDir); err != nil {
 		return nil, err
 	}
+	// Blank filesystems that a killed process was making (upperSource).
+	if left, _ := filepath.Glob(filepath.Join(cfg.StateDir, "tmp", "blank-*")); len(left) > 0 {
+		for _, p := range left {
+			_ = os.RemoveAll(p)
+		}
+	}
 	cache, err := gencache.New(filepath.Join(cfg.StateDir, "gens"), cfg.CacheBytes)
 	if err != nil {
 		return nil, err
@@ -170,7 +181,7 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	} else if len(removed) > 0 {
 		deps.Log.Info("checkpoint cache: removed what interrupted fills left", "paths", removed)
 	}
-	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: HostPlatform(), cache: cache,
+	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{},
 		deployments: journal[Deployment]{dir: filepath.Join(cfg.StateDir, "deployments"), what: "deployment", notFound: ErrNotFound},
 		slots:       journal[Slot]{dir: filepath.Join(cfg.StateDir, "slots"), what: "slot", notFound: ErrNoSlot},
 		lowers:      journal[Lower]{dir: filepath.Join(cfg.StateDir, "lowers", "records"), what: "environment copy", notFound: ErrNoLower},

@@ -35,6 +35,10 @@ const (
 	// held copies of it (RemoveGeneration): no deploy restores it, and
 	// the nodes drop their copies.
 	MetaRetired = "fogdeploy.retired"
+	// MetaRestores names the generation ("<app>/<gen>") whose node copy an
+	// instance's writable image lies under (the shared read path: the
+	// image is a clone of a blank filesystem, not of the generation).
+	MetaRestores = "fogdeploy.restores"
 	// MetaNode names the node that made an instance clone or a generation.
 	MetaNode = "fogdeploy.node"
 	// MaxIDLen bounds deployment IDs.
@@ -224,6 +228,13 @@ func RemoveGeneration(ctx context.Context, store layering.Store, app string, gen
 				}
 			}
 			if len(users) == 0 {
+				// Instances whose writable image is not a clone of the
+				// generation's (the shared read path) still read it.
+				if users, err = restoring(ctx, store, app, gen); err != nil {
+					return err
+				}
+			}
+			if len(users) == 0 {
 				// Retired: no deploy takes it any more, so the nodes
 				// drop their copies at their next pool refill.
 				if err := store.SetMeta(ctx, GenImage(app, gen, "ckpt"), map[string]string{MetaRetired: time.Now().UTC().Format(time.RFC3339)}); err != nil {
@@ -242,4 +253,31 @@ func RemoveGeneration(ctx context.Context, store layering.Store, app string, gen
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// restoring returns the instance images of app that say they restore
+// generation gen (MetaRestores).
+func restoring(ctx context.Context, store layering.Store, app string, gen int) ([]string, error) {
+	names, err := store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	want := app + "/" + strconv.Itoa(gen)
+	var users []string
+	for _, n := range names {
+		if !strings.HasPrefix(n, InstancePrefix+app+"-") || IsLowerName(n) {
+			continue
+		}
+		info, err := store.Stat(ctx, n)
+		if errors.Is(err, layering.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if info.Meta[MetaRestores] == want {
+			users = append(users, n)
+		}
+	}
+	return users, nil
 }

@@ -1,11 +1,12 @@
 // The node's read path for environments: every restore of a generation on a node reads the
 // generation's environment from one node-level read-only copy of it (a clone of its sealed
 // snapshot, mapped and mounted read-only once), through an overlay whose upper directory lives in
-// the instance's own clone. The page cache of those files is then shared by every instance of the
-// generation on the node, and a repeated restore reads next to nothing from the OSDs. The copy is a
-// clone, so that gc sees the generation in use while a node holds it; it is journaled in
-// StateDir/lowers/records/<id>.json before it is made, kept while an instance uses it or its generation is
-// current, and dropped by TrimLowers.
+// the instance's own writable image, a clone of the pool's blank filesystem (upperSource). The page
+// cache of those files is then shared by every instance of the generation on the node, and a
+// repeated restore reads next to nothing from the OSDs. The copy is a clone, so that gc sees the
+// generation in use while a node holds it; it is journaled in StateDir/lowers/records/<id>.json
+// before it is made, kept while an instance uses it or its generation is current, and dropped by
+// TrimLowers.
 
 package deploy
 
@@ -64,6 +65,9 @@ type Lower struct {
 	Image string `json:"image"`
 	// Root is where it is mounted read-only.
 	Root string `json:"root"`
+	// Size is the environment's size in bytes: the size of the blank
+	// filesystem that takes an instance's writes over it.
+	Size int64 `json:"size,omitempty"`
 	// Ready: mapped and mounted.
 	Ready   bool      `json:"ready"`
 	Created time.Time `json:"created"`
@@ -109,7 +113,11 @@ func (d *Deployer) lowerFor(ctx context.Context, g Generation) (Lower, error) {
 	rec, err := d.lowers.load(id)
 	if err == nil && rec.Ready && rec.Sealed.Equal(g.Created) {
 		if ok, err := lowerMounted(rec.Root); err == nil && ok {
-			return rec, nil
+			if rec.Size == 0 {
+				// Recorded before its size was.
+				err = d.sizeLower(ctx, &rec)
+			}
+			return rec, err
 		}
 	}
 	if err == nil {
@@ -150,7 +158,55 @@ func (d *Deployer) makeLower(ctx context.Context, g Generation, rec *Lower) erro
 		return err
 	}
 	rec.Ready = true
+	return d.sizeLower(ctx, rec)
+}
+
+// sizeLower records the size of rec's image in rec.
+func (d *Deployer) sizeLower(ctx context.Context, rec *Lower) error {
+	info, err := d.deps.Store.Stat(ctx, rec.Image)
+	if err != nil {
+		return fmt.Errorf("size of the node copy %s: %w", rec.Image, err)
+	}
+	rec.Size = info.Size
 	return d.lowers.save(rec.ID, rec)
+}
+
+// upperSource is the snapshot that an instance's writable image over
+// lower is cloned from: the pool's blank filesystem of the environment's
+// size (layering.Blank), made on first use. A clone of the generation's
+// environment would do too, but every object of it that the instance
+// first writes (the filesystem's metadata, its journal) is read whole
+// from the cluster first; a clone of the blank reads next to nothing.
+func (d *Deployer) upperSource(ctx context.Context, lower Lower) (layering.SnapRef, error) {
+	d.blankMu.Lock()
+	ref, ok := d.blanks[lower.Size]
+	d.blankMu.Unlock()
+	if ok {
+		return ref, nil
+	}
+	work := filepath.Join(d.cfg.StateDir, "tmp")
+	if err := os.MkdirAll(work, 0o700); err != nil {
+		return layering.SnapRef{}, err
+	}
+	ref, err := layering.Blank(ctx, d.deps.Store, lower.Size, work)
+	if err != nil {
+		return layering.SnapRef{}, fmt.Errorf("blank filesystem for the writes of %s generation %d: %w", lower.App, lower.Gen, err)
+	}
+	d.blankMu.Lock()
+	d.blanks[lower.Size] = ref
+	d.blankMu.Unlock()
+	return ref, nil
+}
+
+// forgetBlank drops a remembered blank snapshot (gone from the pool).
+func (d *Deployer) forgetBlank(ref layering.SnapRef) {
+	d.blankMu.Lock()
+	defer d.blankMu.Unlock()
+	for size, r := range d.blanks {
+		if r == ref {
+			delete(d.blanks, size)
+		}
+	}
 }
 
 // dropLower releases a lower's mapping, removes its image and its record.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
@@ -93,6 +94,23 @@ func TestSharedEnvReadPath(t *testing.T) {
 	kids, err := f.L.Store.Children(ctx, g.EnvSnap)
 	if err != nil || !slices.Contains(kids, deploy.LowerImage(app.Name, g.Gen, "test")) {
 		t.Errorf("children of %s = %v, %v; want the node copy among them", g.EnvSnap, kids, err)
+	}
+	// Each instance's writes go to a clone of the pool's one blank
+	// filesystem of the environment's size, which says what it restores.
+	env, err := f.L.Store.Stat(ctx, g.EnvSnap.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dep := range deps {
+		info, err := f.L.Store.Stat(ctx, dep.Images[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := layering.SnapRef{Image: layering.BlankImage(env.Size), Snap: layering.SealedSnap}
+		if info.Parent == nil || *info.Parent != want || info.Meta[deploy.MetaRestores] != app.Name+"/"+strconv.Itoa(g.Gen) {
+			t.Errorf("writable image %s: parent %v, %s %q; want a clone of %s restoring %s/%d", dep.Images[0], info.Parent,
+				deploy.MetaRestores, info.Meta[deploy.MetaRestores], want, app.Name, g.Gen)
+		}
 	}
 	if dropped, err := f.D.TrimLowers(ctx, nil); err != nil || len(dropped) != 0 {
 		t.Errorf("TrimLowers while instances use the copy = %v, %v; want it kept", dropped, err)

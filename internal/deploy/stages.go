@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -46,7 +47,7 @@ const (
 
 // ProvisionSteps are the steps of provision, which a pool hit does not wait
 // for.
-var ProvisionSteps = []string{StepClone, StepMap, StepMount, StepLower, StepFetch, StepContainer}
+var ProvisionSteps = []string{StepLower, StepClone, StepMap, StepMount, StepFetch, StepContainer}
 
 // op times the steps of one pipeline run: each phase goes to *timings and
 // to prog.
@@ -100,15 +101,20 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 		defer func() { _ = wait() }()
 	}
 	// With the shared read path, its environment is read from the node's
-	// copy of the generation's (lower.go), made meanwhile on first use.
+	// copy of the generation's (lower.go), made on first use, and its
+	// writable image is a clone of a blank filesystem.
+	env := src.env
 	var lower Lower
-	waitLower := func() error { return nil }
-	if s.Lower != "" && src.gen != nil {
-		waitLower = async(func() (err error) {
-			lower, err = d.lowerFor(ctx, *src.gen)
+	shared := s.Lower != "" && src.gen != nil
+	if shared {
+		var err error
+		if lower, err = d.lowerFor(ctx, *src.gen); err != nil {
 			return err
-		})
-		defer func() { _ = waitLower() }()
+		}
+		if env, err = d.upperSource(ctx, lower); err != nil {
+			return err
+		}
+		o.phase(StepLower)
 	}
 	withCkpt := len(s.Images) > 1
 	ckptStep := func(f func(img string) error) func() error {
@@ -121,11 +127,24 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 	}
 	// The two images are independent: each step runs on both at once.
 	if err := both(
-		func() error { return st.Clone(ctx, src.env, s.Images[0]) },
+		func() error {
+			err := st.Clone(ctx, env, s.Images[0])
+			if shared && errors.Is(err, layering.ErrNotFound) {
+				// The blank went from the pool since it was found.
+				d.forgetBlank(env)
+				if env, err = d.upperSource(ctx, lower); err == nil {
+					err = st.Clone(ctx, env, s.Images[0])
+				}
+			}
+			return err
+		},
 		ckptStep(func(img string) error { return st.Create(ctx, img, src.ckptSize) })); err != nil {
 		return err
 	}
 	meta := map[string]string{MetaSlot: s.ID}
+	if shared {
+		meta[MetaRestores] = lower.App + "/" + strconv.Itoa(lower.Gen)
+	}
 	if s.Deployment != "" {
 		meta[MetaDeployment] = s.Deployment
 	}
@@ -162,16 +181,12 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 		ckptStep(func(string) error { return mp.Mount(ctx, ckptMap, ckptPath, mapper.MountOptions{Format: true}) })); err != nil {
 		return err
 	}
-	o.phase(StepMount)
-	if s.Lower != "" {
-		if err := waitLower(); err != nil {
-			return err
-		}
+	if shared {
 		if envPath, err = overlayRoot(ctx, lower, s.Dir); err != nil {
 			return err
 		}
-		o.phase(StepLower)
 	}
+	o.phase(StepMount)
 	if src.gen != nil {
 		// The instance's own checkpoint directory (where a later
 		// checkpoint of it would go); the generation it restores is

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/bits"
 	"slices"
 	"sort"
 	"strconv"
@@ -159,15 +160,24 @@ func wrap(op string, err error) error {
 // Create implements layering.Store.
 //
 // Implements: rbd_create4.
-func (s *Store) Create(ctx context.Context, name string, size int64) error {
+func (s *Store) Create(ctx context.Context, name string, size int64, options ...layering.CreateOption) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if size <= 0 {
 		return fmt.Errorf("create %q: size %d: %w", name, size, layering.ErrInvalid)
 	}
+	co, err := layering.NewCreateOptions(options...)
+	if err != nil {
+		return fmt.Errorf("create %q: %w", name, err)
+	}
 	opts := rbd.NewRbdImageOptions()
 	defer opts.Destroy()
+	if co.ObjectSize != 0 {
+		if err := opts.SetUint64(rbd.ImageOptionOrder, uint64(bits.TrailingZeros64(uint64(co.ObjectSize)))); err != nil {
+			return err
+		}
+	}
 	return s.wrap(ctx, "create "+name, rbd.CreateImage(s.ioctx, name, uint64(size), opts))
 }
 
@@ -228,6 +238,11 @@ func (s *Store) Stat(ctx context.Context, name string) (layering.ImageInfo, erro
 		return info, s.wrap(ctx, "stat "+name, err)
 	}
 	info.Size = int64(size)
+	if st, err := img.Stat(); err == nil {
+		info.ObjectSize = int64(st.Obj_size)
+	} else {
+		return info, s.wrap(ctx, "stat "+name, err)
+	}
 	if p, err := img.GetParent(); err == nil {
 		info.Parent = &layering.SnapRef{Image: p.Image.ImageName, Snap: p.Snap.SnapName}
 	} else if errno(err) != eNOENT {

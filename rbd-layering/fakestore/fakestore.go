@@ -26,11 +26,15 @@ import (
 
 type image struct {
 	size    int64
+	objSize int64
 	parent  *layering.SnapRef
 	snaps   []string
 	meta    map[string]string
 	created time.Time
 }
+
+// defaultObjectSize is Ceph's default object size (rbd_default_order 22).
+const defaultObjectSize = 4 << 20
 
 // Store is the fake. The zero value is not usable; call New.
 type Store struct {
@@ -81,9 +85,16 @@ func (img *image) hasSnap(snap string) bool {
 }
 
 // Create implements layering.Store.
-func (s *Store) Create(ctx context.Context, name string, size int64) error {
+func (s *Store) Create(ctx context.Context, name string, size int64, options ...layering.CreateOption) error {
 	if size <= 0 {
 		return fmt.Errorf("create %q: size %d: %w", name, size, layering.ErrInvalid)
+	}
+	co, err := layering.NewCreateOptions(options...)
+	if err != nil {
+		return fmt.Errorf("create %q: %w", name, err)
+	}
+	if co.ObjectSize == 0 {
+		co.ObjectSize = defaultObjectSize
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -98,7 +109,7 @@ func (s *Store) Create(ctx context.Context, name string, size int64) error {
 	if err := f.Truncate(size); err != nil {
 		return err
 	}
-	s.images[name] = &image{size: size, meta: map[string]string{}, created: time.Now()}
+	s.images[name] = &image{size: size, objSize: co.ObjectSize, meta: map[string]string{}, created: time.Now()}
 	return nil
 }
 
@@ -162,7 +173,7 @@ func (s *Store) Stat(ctx context.Context, name string) (layering.ImageInfo, erro
 	if err != nil {
 		return layering.ImageInfo{}, err
 	}
-	info := layering.ImageInfo{Name: name, Size: img.size, Parent: img.parent, Created: img.created, Meta: map[string]string{}}
+	info := layering.ImageInfo{Name: name, Size: img.size, ObjectSize: img.objSize, Parent: img.parent, Created: img.created, Meta: map[string]string{}}
 	for k, v := range img.meta {
 		info.Meta[k] = v
 	}
@@ -265,7 +276,7 @@ func (s *Store) Clone(ctx context.Context, parent layering.SnapRef, child string
 		return err
 	}
 	ref := parent
-	s.images[child] = &image{size: p.size, parent: &ref, meta: map[string]string{}, created: time.Now()}
+	s.images[child] = &image{size: p.size, objSize: p.objSize, parent: &ref, meta: map[string]string{}, created: time.Now()}
 	return nil
 }
 

@@ -36,6 +36,8 @@ func RunSuite(t *testing.T, newB NewBackend) {
 		{"Catalog", testCatalog},
 		{"Errors", testErrors},
 		{"RemoveUnmapped", testRemoveUnmapped},
+		{"ObjectSize", testObjectSize},
+		{"Blank", testBlank},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -397,4 +399,95 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+func testObjectSize(t *testing.T, b layering.Backend, p string) {
+	ctx := context.Background()
+	must(t, b.Create(ctx, p+"d", 8*mib))
+	must(t, b.Create(ctx, p+"s", 8*mib, layering.WithObjectSize(64<<10)))
+	for name, want := range map[string]int64{p + "d": 4 * mib, p + "s": 64 << 10} {
+		info, err := b.Stat(ctx, name)
+		must(t, err)
+		if info.ObjectSize != want {
+			t.Fatalf("object size of %s = %d, want %d", name, info.ObjectSize, want)
+		}
+	}
+	must(t, b.Snapshot(ctx, layering.SnapRef{Image: p + "s", Snap: "s"}))
+	must(t, b.Clone(ctx, layering.SnapRef{Image: p + "s", Snap: "s"}, p+"c"))
+	if info, err := b.Stat(ctx, p+"c"); err != nil || info.ObjectSize != 64<<10 {
+		t.Fatalf("clone of a 64 KiB-object image: %+v, %v; want its parent's object size", info, err)
+	}
+	for _, bad := range []int64{1000, 2 << 10, 64 << 20, 3 << 16} {
+		err := b.Create(ctx, p+"bad", 8*mib, layering.WithObjectSize(bad))
+		if !errors.Is(err, layering.ErrInvalid) {
+			t.Fatalf("Create with object size %d = %v, want ErrInvalid", bad, err)
+		}
+	}
+	if names, _ := b.List(ctx); contains(names, p+"bad") {
+		t.Fatal("a refused Create left its image")
+	}
+}
+
+// testBlank: concurrent callers get one sealed blank image, of small
+// objects, holding an ext4 filesystem and little else.
+func testBlank(t *testing.T, b layering.Backend, _ string) {
+	ctx := context.Background()
+	size := int64(64*mib + (rand.Int64N(1<<10)+1)*4096)
+	name := layering.BlankImage(size)
+	t.Cleanup(func() {
+		for _, c := range mustChildren(t, b, layering.SnapRef{Image: name, Snap: layering.SealedSnap}) {
+			_ = b.Remove(ctx, c)
+		}
+		_ = b.Remove(ctx, name)
+	})
+	refs := make([]layering.SnapRef, 3)
+	errs := make([]error, 3)
+	done := make(chan int)
+	for i := range refs {
+		go func() { refs[i], errs[i] = layering.Blank(ctx, b, size, t.TempDir()); done <- i }()
+	}
+	for range refs {
+		<-done
+	}
+	for i := range refs {
+		if errs[i] != nil || refs[i] != (layering.SnapRef{Image: name, Snap: layering.SealedSnap}) {
+			t.Fatalf("Blank #%d = %v, %v; want %s@%s", i, refs[i], errs[i], name, layering.SealedSnap)
+		}
+	}
+	info, err := b.Stat(ctx, name)
+	must(t, err)
+	if info.Size != size || info.ObjectSize != layering.BlankObjectSize || !slicesContainsSealed(info) {
+		t.Fatalf("blank image = %+v; want %d bytes, %d-byte objects, sealed", info, size, layering.BlankObjectSize)
+	}
+	if info.Used > 2*mib {
+		t.Fatalf("blank image of %d MiB uses %d bytes; want its filesystem's metadata only", size/mib, info.Used)
+	}
+	if !layering.IsBlankName(name) || layering.IsBlankName(name+"x") {
+		t.Fatalf("IsBlankName(%q) does not recognize it alone", name)
+	}
+	must(t, b.Clone(ctx, refs[0], name+"-child"))
+	magic := read(t, b, name+"-child", 1080, 2)
+	if magic[0] != 0x53 || magic[1] != 0xef {
+		t.Fatalf("clone of the blank image has no ext4 superblock (magic %x)", magic)
+	}
+	if _, err := layering.Blank(ctx, b, 0, t.TempDir()); !errors.Is(err, layering.ErrInvalid) {
+		t.Fatalf("Blank of 0 bytes = %v, want ErrInvalid", err)
+	}
+}
+
+func slicesContainsSealed(info layering.ImageInfo) bool {
+	for _, s := range info.Snapshots {
+		if s.Name == layering.SealedSnap && s.Protected {
+			return true
+		}
+	}
+	return false
+}
+
+func mustChildren(t *testing.T, b layering.Backend, ref layering.SnapRef) []string {
+	c, err := b.Children(context.Background(), ref)
+	if err != nil {
+		return nil
+	}
+	return c
 }
