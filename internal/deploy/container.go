@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -393,7 +394,22 @@ func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 	if h.Ports, err = c.ports(st); err != nil {
 		return Handle{}, err
 	}
+	h.Pid = st.Pid
 	return h, nil
+}
+
+// state is the runtime's state of h's container, or, while h.Pid is still
+// a process of that container (its cgroup names the container), a running
+// state without asking the runtime: Start and the ready wait are on a
+// deploy's critical path, and a runtime call there costs dockerd CPU and
+// waits behind every other call of a busy node.
+func (c *Container) state(ctx context.Context, h Handle) (runtime.State, error) {
+	if h.Pid > 0 && len(h.Ref) >= 12 {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", h.Pid)); err == nil && bytes.Contains(b, []byte(h.Ref)) {
+			return runtime.State{ID: h.Ref, Status: "running", Running: true, Pid: h.Pid}, nil
+		}
+	}
+	return c.RT.Inspect(ctx, h.Ref)
 }
 
 // backgroundShares is the CPU weight (cpu.shares) of a waiting slot's
@@ -452,7 +468,7 @@ func (c *Container) Start(ctx context.Context, h Handle) (Handle, error) {
 	if h.CtlPath == "" {
 		return Handle{}, fmt.Errorf("container %s has no control directory: %w", shortRef(h.Ref), ErrInvalidSpec)
 	}
-	st, err := c.RT.Inspect(ctx, h.Ref)
+	st, err := c.state(ctx, h)
 	if errors.Is(err, runtime.ErrNotFound) {
 		return Handle{}, fmt.Errorf("container %s: %w (%w)", shortRef(h.Ref), ErrNotFound, err)
 	}
@@ -501,7 +517,7 @@ func (c *Container) Checkpoint(ctx context.Context, h Handle) (Checkpointed, err
 // Running implements Driver: the container runs and was ordered to start
 // its app (a created instance's container runs too, waiting).
 func (c *Container) Running(ctx context.Context, h Handle) (bool, error) {
-	st, err := c.RT.Inspect(ctx, h.Ref)
+	st, err := c.state(ctx, h)
 	if errors.Is(err, runtime.ErrNotFound) {
 		return false, nil
 	}

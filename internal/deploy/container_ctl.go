@@ -72,7 +72,7 @@ func (c *Container) Recycle(ctx context.Context, h Handle, reset func(context.Co
 	// The release, the entrypoint's preparation for the next order and
 	// its warm read run below the serving instances already.
 	if c.Priority != nil {
-		st, err := c.RT.Inspect(ctx, h.Ref)
+		st, err := c.state(ctx, h)
 		if err != nil {
 			return Handle{}, err
 		}

@@ -223,6 +223,10 @@ type Handle struct {
 	// Recycle: the instance can serve again after its app ends
 	// (Recycler).
 	Recycle bool `json:"recycle,omitempty"`
+	// Pid is the host PID of the container's main process as Create found
+	// it running (Container): while that process is still the container's,
+	// Start and Running need no runtime call.
+	Pid int `json:"pid,omitempty"`
 }
 
 // ErrNotRecyclable: the instance cannot serve another deployment; it is

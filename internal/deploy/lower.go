@@ -143,6 +143,9 @@ func (d *Deployer) lowerFor(ctx context.Context, g Generation) (Lower, error) {
 
 func (d *Deployer) makeLower(ctx context.Context, g Generation, rec *Lower) error {
 	st := d.deps.Store
+	if _, err := d.deps.Envs.CheckDepth(ctx, g.EnvSnap, g.Spec.Env); err != nil {
+		return err
+	}
 	if err := st.Clone(ctx, g.EnvSnap, rec.Image); err != nil && !errors.Is(err, layering.ErrExists) {
 		return err
 	}

@@ -20,9 +20,6 @@ const SlotReleasing SlotPhase = "Releasing"
 // left.
 func (d *Deployer) ProvisionPoolSlot(ctx context.Context, g Generation) (_ Slot, err error) {
 	app := g.Spec.WithDefaults()
-	if _, err := d.deps.Envs.CheckDepth(ctx, g.EnvSnap, app.Env); err != nil {
-		return Slot{}, err
-	}
 	if _, err := d.driver(g.Engine); err != nil {
 		return Slot{}, err
 	}

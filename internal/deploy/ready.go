@@ -87,7 +87,9 @@ func (d *Deployer) waitReady(ctx context.Context, dr Driver, h Handle, app App, 
 			"check the app's command and its ready settings (fogctl logs shows its output); raise ready.timeout for a slow boot"),
 			"the app", lines)
 	}
-	var checked time.Time
+	// The first check waits a runningInterval too: most instances are
+	// ready before it, and it costs the runtime a call on the critical path.
+	checked := time.Now()
 	for {
 		last := p.Probe(ctx)
 		if last == nil {

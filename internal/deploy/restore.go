@@ -34,9 +34,6 @@ func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, curr
 	if err := ValidateID(opts.ID); err != nil {
 		return Deployment{}, err
 	}
-	if _, err := d.deps.Envs.CheckDepth(ctx, g.EnvSnap, app.Env); err != nil {
-		return Deployment{}, err
-	}
 	if _, err := d.driver(g.Engine); err != nil {
 		return Deployment{}, err
 	}

@@ -115,6 +115,12 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 			return err
 		}
 		o.phase(StepLower)
+	} else if src.gen != nil {
+		// The generation's environment is cloned for this slot (the
+		// node's copy checks it once, makeLower).
+		if _, err := d.deps.Envs.CheckDepth(ctx, src.env, src.app.Env); err != nil {
+			return err
+		}
 	}
 	withCkpt := len(s.Images) > 1
 	ckptStep := func(f func(img string) error) func() error {
