@@ -30,6 +30,10 @@ type supervisor struct {
 	coordPid  int
 	coordPort int
 	appPid    int // the keeper, parent of the app
+	// restarted: a restart ran in this container already (-recycle), so
+	// its checkpoint's images are in the page cache and no warm read is
+	// needed before the next.
+	restarted bool
 
 	// appGone is closed once the app has exited: a checkpoint still
 	// waiting for its images then gives up after appGoneGrace instead of
@@ -230,7 +234,7 @@ func (s *supervisor) start(sigs <-chan os.Signal) (app, coord <-chan syscall.Wai
 	if s.cfg.mode == modeRestart && s.cfg.wait != "" {
 		// A slot that waits (a warm pool's) reads its checkpoint ahead;
 		// one whose order is already there restarts at once.
-		if _, err := os.Stat(s.cfg.wait); err != nil {
+		if _, err := os.Stat(s.cfg.wait); err != nil && !s.restarted {
 			go s.warm(from)
 		}
 	}
@@ -251,6 +255,7 @@ func (s *supervisor) start(sigs <-chan os.Signal) (app, coord <-chan syscall.Wai
 	if err != nil {
 		return nil, nil, exitSetup
 	}
+	s.restarted = s.restarted || s.cfg.mode == modeRestart
 	s.log.Info("app started", "pid", appPid, "argv", argv, "next_gen", s.gen)
 	if s.cfg.ready != "" {
 		phase := "launch_ready"

@@ -561,7 +561,7 @@ func (c *Container) NetPid(ctx context.Context, h Handle) (int, error) {
 	if h.CtlPath != "" && !ordered(h) {
 		return 0, nil
 	}
-	st, err := c.RT.Inspect(ctx, h.Ref)
+	st, err := c.state(ctx, h)
 	if err != nil {
 		return 0, err
 	}

@@ -94,7 +94,7 @@ func (c *Container) Recycle(ctx context.Context, h Handle, reset func(context.Co
 		if time.Now().After(deadline) {
 			return Handle{}, fmt.Errorf("container %s did not release its instance within %s: %w", shortRef(h.Ref), recycleWait, ErrNotRecyclable)
 		}
-		if st, err := c.RT.Inspect(ctx, h.Ref); err != nil || !st.Running {
+		if st, err := c.state(ctx, h); err != nil || !st.Running {
 			return Handle{}, fmt.Errorf("container %s ended instead of releasing its instance: %w", shortRef(h.Ref), errors.Join(err, ErrNotRecyclable))
 		}
 		select {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/cgroup"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
@@ -107,6 +108,20 @@ func TestPoolRecycle(t *testing.T) {
 			}
 			if w, err := f.Container.Priority.Get(st.Pid); err != nil || w.CPU != cgroup.Background.CPU {
 				t.Errorf("round %d: recycled slot's CPU weight %+v, %v; want %d (background)", round, w, err, cgroup.Background.CPU)
+			}
+		}
+		// Rearmed, the container waits for its next order without reading
+		// the checkpoint again: the restart just read it.
+		if f.Container != nil {
+			time.Sleep(300 * time.Millisecond)
+			tm, err := f.Container.Timings(ctx, *s.Handle)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, x := range tm {
+				if x.Phase == "warm" {
+					t.Errorf("round %d: the recycled container read its checkpoint ahead again (%+v)", round, x)
+				}
 			}
 		}
 		t.Logf("round %d: hit %s; recycled in %s", round, dep.Timings, s.Timings)
