@@ -3,6 +3,8 @@ package layering
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -47,5 +49,42 @@ func TestCopySparseSkipsZeroBlocks(t *testing.T) {
 	}
 	if n != total {
 		t.Fatalf("written = %d, want %d", n, total)
+	}
+}
+
+// TestCopySparseFileHoles: a sparse file is read where it holds data only,
+// and copies whole.
+func TestCopySparseFileHoles(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const size = 1 << 30
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	data := map[int64]byte{5000: 1, 300 << 20: 2, size - 1: 3}
+	for off, b := range data {
+		if _, err := f.WriteAt([]byte{b}, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &recorder{buf: make([]byte, size)}
+	if _, err := CopySparse(context.Background(), r, f, size); err != nil {
+		t.Fatal(err)
+	}
+	for off, b := range data {
+		if r.buf[off] != b {
+			t.Errorf("byte at %d = %d, want %d", off, r.buf[off], b)
+		}
+	}
+	if len(r.writes) != len(data) {
+		t.Errorf("writes = %v; want one 4 KiB block per byte written", r.writes)
+	}
+	for _, w := range r.writes {
+		if w[0]%SparseBlock != 0 || w[1] > SparseBlock {
+			t.Errorf("write %v: want one block at a block boundary", w)
+		}
 	}
 }
