@@ -83,12 +83,8 @@ func Blank(ctx context.Context, st Store, size int64, workDir string) (SnapRef, 
 }
 
 func sealed(info ImageInfo) bool {
-	for _, s := range info.Snapshots {
-		if s.Name == SealedSnap && s.Protected {
-			return true
-		}
-	}
-	return false
+	s, ok := info.Snapshot(SealedSnap)
+	return ok && s.Protected
 }
 
 // makeBlank makes ref's image; ErrExists if another maker created it first.

@@ -138,10 +138,8 @@ func (m *Manager) sealed(ctx context.Context, image string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	for _, s := range info.Snapshots {
-		if s.Name == SealedSnap {
-			return true, nil
-		}
+	if _, ok := info.Snapshot(SealedSnap); ok {
+		return true, nil
 	}
 	m.log.Warn("removing the unsealed image of an interrupted build step", "image", image)
 	if err := m.b.Remove(ctx, image); err != nil {

@@ -57,6 +57,16 @@ type ImageInfo struct {
 	Created   time.Time         `json:"created"`
 }
 
+// Snapshot returns the image's snapshot of that name, if it has one.
+func (i ImageInfo) Snapshot(name string) (SnapInfo, bool) {
+	for _, s := range i.Snapshots {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return SnapInfo{}, false
+}
+
 // Store manages images, snapshots and clones in one pool.
 //
 // Implementations: the go-ceph store (package cephstore) and a file-backed

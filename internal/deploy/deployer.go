@@ -166,10 +166,9 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 		return nil, err
 	}
 	// Blank filesystems that a killed process was making (upperSource).
-	if left, _ := filepath.Glob(filepath.Join(cfg.StateDir, "tmp", "blank-*")); len(left) > 0 {
-		for _, p := range left {
-			_ = os.RemoveAll(p)
-		}
+	left, _ := filepath.Glob(filepath.Join(cfg.StateDir, "tmp", "blank-*"))
+	for _, p := range left {
+		_ = os.RemoveAll(p)
 	}
 	cache, err := gencache.New(filepath.Join(cfg.StateDir, "gens"), cfg.CacheBytes)
 	if err != nil {

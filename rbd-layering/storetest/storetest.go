@@ -456,7 +456,7 @@ func testBlank(t *testing.T, b layering.Backend, _ string) {
 	}
 	info, err := b.Stat(ctx, name)
 	must(t, err)
-	if info.Size != size || info.ObjectSize != layering.BlankObjectSize || !slicesContainsSealed(info) {
+	if info.Size != size || info.ObjectSize != layering.BlankObjectSize || !isSealed(info) {
 		t.Fatalf("blank image = %+v; want %d bytes, %d-byte objects, sealed", info, size, layering.BlankObjectSize)
 	}
 	if info.Used > 2*mib {
@@ -475,13 +475,9 @@ func testBlank(t *testing.T, b layering.Backend, _ string) {
 	}
 }
 
-func slicesContainsSealed(info layering.ImageInfo) bool {
-	for _, s := range info.Snapshots {
-		if s.Name == layering.SealedSnap && s.Protected {
-			return true
-		}
-	}
-	return false
+func isSealed(info layering.ImageInfo) bool {
+	s, ok := info.Snapshot(layering.SealedSnap)
+	return ok && s.Protected
 }
 
 func mustChildren(t *testing.T, b layering.Backend, ref layering.SnapRef) []string {
