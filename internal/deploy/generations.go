@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -211,48 +212,99 @@ var ErrHeldByNodes = fmt.Errorf("held by nodes' copies: %w", layering.ErrHasChil
 // only nodes' copies of its environment hold it, it retires the generation
 // (MetaRetired: no deploy restores it, and the agents drop their copies)
 // and returns ErrHeldByNodes: removing it again then succeeds.
+//
+// The checkpoint image names the generation (Generations lists it), so it
+// goes last, after the generation is retired and its environment is gone:
+// a removal cut short leaves a retired generation that removing again
+// finishes, never an environment image that nothing lists. It wraps
+// layering.ErrNotFound only when both images are gone.
 func RemoveGeneration(ctx context.Context, store layering.Store, app string, gen int) error {
-	if _, err := store.Stat(ctx, GenImage(app, gen, "ckpt")); err != nil {
-		return fmt.Errorf("generation %d of %s: %w", gen, app, err)
-	}
-	var errs []error
-	for _, kind := range []string{"ckpt", "env"} {
+	kinds := []string{"env", "ckpt"} // the order of removal
+	var present, copies, users []string
+	for _, kind := range kinds {
 		img := GenImage(app, gen, kind)
-		if kids, err := store.Children(ctx, layering.SnapRef{Image: img, Snap: layering.SealedSnap}); err == nil && len(kids) > 0 {
-			var copies, users []string
-			for _, k := range kids {
-				if IsLowerName(k) {
-					copies = append(copies, k)
-				} else {
-					users = append(users, k)
-				}
+		info, err := store.Stat(ctx, img)
+		if errors.Is(err, layering.ErrNotFound) {
+			continue
+		} else if err != nil {
+			return fmt.Errorf("generation %d of %s: %w", gen, app, err)
+		}
+		present = append(present, kind)
+		if _, sealed := info.Snapshot(layering.SealedSnap); !sealed {
+			continue // never sealed, or a removal cut short took its snapshot
+		}
+		kids, err := store.Children(ctx, layering.SnapRef{Image: img, Snap: layering.SealedSnap})
+		if err != nil {
+			return fmt.Errorf("generation %d of %s: %w", gen, app, err)
+		}
+		for _, k := range kids {
+			if IsLowerName(k) {
+				copies = append(copies, k)
+			} else {
+				users = append(users, k)
 			}
-			if len(users) == 0 {
-				// Instances whose writable image is not a clone of the
-				// generation's (the shared read path) still read it.
-				if users, err = restoring(ctx, store, app, gen); err != nil {
-					return err
-				}
-			}
-			if len(users) == 0 {
-				// Retired: no deploy takes it any more, so the nodes
-				// drop their copies at their next pool refill.
-				if err := store.SetMeta(ctx, GenImage(app, gen, "ckpt"), map[string]string{MetaRetired: time.Now().UTC().Format(time.RFC3339)}); err != nil {
-					return err
-				}
-				return layering.WithHint(fmt.Errorf("generation %d of %s is held by %d node(s) as their read-only copy of its environment (%s): %w",
-					gen, app, len(copies), strings.Join(copies, ", "), ErrHeldByNodes),
-					"it is retired: no deploy restores it now, and each agent drops its copy at its next pool refill (agent.reconcile_interval); remove it again then, or let fogctl gc do it")
-			}
-			return fmt.Errorf("generation %d of %s is used by %d instance(s) (%s): %w", gen, app, len(users), strings.Join(users, ", "), layering.ErrHasChildren)
 		}
 	}
-	for _, kind := range []string{"ckpt", "env"} {
-		if err := store.Remove(ctx, GenImage(app, gen, kind)); err != nil && !errors.Is(err, layering.ErrNotFound) {
-			errs = append(errs, err)
+	if len(users) == 0 && len(copies) > 0 {
+		// Instances whose writable image is not a clone of the
+		// generation's (the shared read path) still read it.
+		var err error
+		if users, err = restoring(ctx, store, app, gen); err != nil {
+			return err
 		}
 	}
-	return errors.Join(errs...)
+	if len(users) > 0 {
+		return fmt.Errorf("generation %d of %s is used by %d instance(s) (%s): %w", gen, app, len(users), strings.Join(users, ", "), layering.ErrHasChildren)
+	}
+	if len(copies) > 0 {
+		// Retired: no deploy takes it any more, so the nodes drop their
+		// copies at their next pool refill.
+		if err := retire(ctx, store, app, gen); err != nil {
+			return err
+		}
+		return layering.WithHint(fmt.Errorf("generation %d of %s is held by %d node(s) as their read-only copy of its environment (%s): %w",
+			gen, app, len(copies), strings.Join(copies, ", "), ErrHeldByNodes),
+			"it is retired: no deploy restores it now, and each agent drops its copy at its next pool refill (agent.reconcile_interval); remove it again then, or let fogctl gc do it")
+	}
+	if len(present) == 0 {
+		return fmt.Errorf("generation %d of %s: %w", gen, app, layering.ErrNotFound)
+	}
+	if slices.Contains(present, "ckpt") {
+		if err := retire(ctx, store, app, gen); err != nil {
+			return err
+		}
+	}
+	for _, kind := range present {
+		img := GenImage(app, gen, kind)
+		if err := store.Remove(ctx, img); err != nil && !errors.Is(err, layering.ErrNotFound) {
+			return fmt.Errorf("generation %d of %s: %w", gen, app, err)
+		}
+		// "Not found" from a removal may come from inside it (a snapshot,
+		// a clone's parent): the checkpoint image, which lists the
+		// generation, goes only once the environment is really gone.
+		if _, err := store.Stat(ctx, img); err == nil {
+			return fmt.Errorf("generation %d of %s: %s is still there after its removal: %w", gen, app, img, layering.ErrBusy)
+		} else if !errors.Is(err, layering.ErrNotFound) {
+			return fmt.Errorf("generation %d of %s: %w", gen, app, err)
+		}
+	}
+	return nil
+}
+
+// retire marks generation gen of app retired (MetaRetired), once. A
+// generation whose checkpoint image is gone is not listed anyway.
+func retire(ctx context.Context, store layering.Store, app string, gen int) error {
+	img := GenImage(app, gen, "ckpt")
+	info, err := store.Stat(ctx, img)
+	if errors.Is(err, layering.ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if info.Meta[MetaRetired] != "" {
+		return nil
+	}
+	return store.SetMeta(ctx, img, map[string]string{MetaRetired: time.Now().UTC().Format(time.RFC3339)})
 }
 
 // restoring returns the instance images of app that say they restore

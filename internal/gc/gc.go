@@ -104,13 +104,27 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 	}
 	selected := func(app string) bool { return len(c.Apps) == 0 || slices.Contains(c.Apps, app) }
 	want := func(app string) bool { return isRegistered(app) && selected(app) }
+	recs, err := c.State.Checkpoints(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	recorded := map[string]bool{}
+	for _, g := range recs {
+		recorded[g.App+"/"+strconv.Itoa(g.Gen)] = true
+	}
 	var plan []Item
 	apps := map[string]bool{}
 	partial := map[string]*Item{}
 	for _, n := range names {
-		if app, gen, _, ok := deploy.ParseGenImage(n); ok && want(app) {
-			apps[app] = true
-			it, err := c.partial(ctx, n, app, gen, known)
+		app, gen, _, ok := deploy.ParseGenImage(n)
+		if ok && (want(app) || !isRegistered(app) && selected(app) && !recorded[app+"/"+strconv.Itoa(gen)]) {
+			var it *Item
+			if isRegistered(app) {
+				apps[app] = true
+				it, err = c.partial(ctx, n, app, gen, known)
+			} else {
+				it, err = c.unrecorded(ctx, n, app, gen, known)
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -143,10 +157,6 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 			return nil, err
 		}
 		plan = append(plan, items...)
-	}
-	recs, err := c.State.Checkpoints(ctx, "")
-	if err != nil {
-		return nil, err
 	}
 	for _, g := range recs {
 		if !isRegistered(g.App) && selected(g.App) {
@@ -271,6 +281,29 @@ func (c Config) partial(ctx context.Context, name, app string, gen int, known ma
 	}
 	return &Item{Kind: KindPartial, Name: fmt.Sprintf("%s/%d", app, gen), Images: []string{name}, App: app, Gen: gen,
 		Reason: "never sealed, and no agent is checkpointing " + app}, nil
+}
+
+// unrecorded returns an item for an image of a generation of an app that
+// is not registered here and that no checkpoint record names (a removal
+// cut short left it), if a node of this PoP made it and it is old enough.
+func (c Config) unrecorded(ctx context.Context, name, app string, gen int, known map[string]bool) (*Item, error) {
+	info, err := c.Store.Stat(ctx, name)
+	if errors.Is(err, layering.ErrNotFound) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	if !known[info.Meta[deploy.MetaNode]] || time.Since(info.Created) < c.MinAge {
+		return nil, nil
+	}
+	if users, err := generationUsers(ctx, c.Store, deploy.Generation{
+		EnvSnap:  layering.SnapRef{Image: deploy.GenImage(app, gen, "env"), Snap: layering.SealedSnap},
+		CkptSnap: layering.SnapRef{Image: deploy.GenImage(app, gen, "ckpt"), Snap: layering.SealedSnap},
+	}); err != nil || users > 0 {
+		return nil, err
+	}
+	return &Item{Kind: KindPartial, Name: fmt.Sprintf("%s/%d", app, gen), Images: []string{name}, App: app, Gen: gen,
+		Reason: "its app was removed, and no checkpoint record names it"}, nil
 }
 
 // clone returns an item for an instance clone made by a node of this PoP

@@ -180,6 +180,20 @@ func testGC(t *testing.T, s layering.Store) {
 		t.Errorf("checkpoint records = %v; want [1 3 4]", gens)
 	}
 
+	// Removals cut short: generation 6 lost its checkpoint image but kept
+	// its environment and record; generation 7's environment has neither.
+	for g := 6; g <= 7; g++ {
+		mk(deploy.GenImage(app, g, "env"), map[string]string{deploy.MetaNode: "gc-n1"})
+		if err := s.Snapshot(ctx, layering.SnapRef{Image: deploy.GenImage(app, g, "env"), Snap: layering.SealedSnap}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.PutCheckpoint(ctx, deploy.Generation{App: app, Gen: 6,
+		EnvSnap:  layering.SnapRef{Image: deploy.GenImage(app, 6, "env"), Snap: layering.SealedSnap},
+		CkptSnap: layering.SnapRef{Image: deploy.GenImage(app, 6, "ckpt"), Snap: layering.SealedSnap}}); err != nil {
+		t.Fatal(err)
+	}
+
 	// The app is removed from the PoP (its deployment first): its
 	// generations go with it, but one that a clone still uses stays.
 	if err := st.DeleteDeployment(ctx, "gc-used"+sfx); err != nil {
@@ -194,7 +208,7 @@ func testGC(t *testing.T, s layering.Store) {
 	}
 	got = map[string]string{}
 	for _, it := range plan {
-		if it.Kind == gc.KindGeneration {
+		if it.Kind == gc.KindGeneration || it.Kind == gc.KindPartial {
 			key := it.Name
 			if it.Skip {
 				key += " (kept)"
@@ -203,15 +217,21 @@ func testGC(t *testing.T, s layering.Store) {
 		}
 	}
 	want := map[string]string{app + "/1 (kept)": "its app was removed, but 1 clone(s) of it remain",
-		app + "/3": "its app was removed", app + "/4": "its app was removed"}
+		app + "/3": "its app was removed", app + "/4": "its app was removed", app + "/6": "its app was removed",
+		app + "/7": "its app was removed, and no checkpoint record names it"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("generations in the plan after the app was removed = %v; want %v", got, want)
 	}
 	if _, err := gc.Apply(ctx, cfg, plan); err != nil {
 		t.Fatal(err)
 	}
-	if exists(deploy.GenImage(app, 3, "ckpt")) || exists(deploy.GenImage(app, 4, "env")) || !exists(deploy.GenImage(app, 1, "ckpt")) {
-		t.Errorf("after gc of the removed app: generations 3 and 4 must be gone, generation 1 (cloned) kept")
+	for _, g := range []int{3, 4, 6, 7} {
+		if exists(deploy.GenImage(app, g, "ckpt")) || exists(deploy.GenImage(app, g, "env")) {
+			t.Errorf("after gc of the removed app: an image of generation %d is still there", g)
+		}
+	}
+	if !exists(deploy.GenImage(app, 1, "ckpt")) {
+		t.Errorf("after gc of the removed app: generation 1 (cloned) was removed")
 	}
 	if recs, _ := st.Checkpoints(ctx, app); len(recs) != 1 || recs[0].Gen != 1 {
 		t.Errorf("checkpoint records after gc of the removed app = %+v; want generation 1 only", recs)

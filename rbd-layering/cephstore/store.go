@@ -351,13 +351,34 @@ func (s *Store) Children(ctx context.Context, parent layering.SnapRef) ([]string
 		return nil, s.wrap(ctx, "children of "+parent.String(), err)
 	}
 	defer img.Close()
-	_, names, err := img.ListChildren()
-	if err != nil {
-		return nil, s.wrap(ctx, "children of "+parent.String(), err)
+	// The parent is there: ENOENT from the listing means a clone is half
+	// removed (attached still, its name gone), which lasts milliseconds.
+	// It must not read as "no such parent", which callers take as "no
+	// clones".
+	for wait := childListRetry; ; wait *= 2 {
+		_, names, err := img.ListChildren()
+		if err == nil {
+			sort.Strings(names)
+			return names, nil
+		}
+		if errno(err) != eNOENT && !errors.Is(err, rbd.ErrNotFound) {
+			return nil, s.wrap(ctx, "children of "+parent.String(), err)
+		}
+		if wait > time.Second {
+			return nil, layering.WithHint(fmt.Errorf("children of %s: a clone of it is being removed: %w (ceph: %w)", parent, layering.ErrBusy, err),
+				"try again once the removal ends")
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
 	}
-	sort.Strings(names)
-	return names, nil
 }
+
+// childListRetry is the first wait before listing a snapshot's clones again
+// while one of them is half removed.
+const childListRetry = 50 * time.Millisecond
 
 // Flatten implements layering.Store.
 //

@@ -206,6 +206,8 @@ func TestPoolPoP(t *testing.T) {
 	}
 	if _, errOut, code := p.fogctl(ctx, "app", "rm", app.Name); code != 0 {
 		t.Fatalf("fogctl app rm %s = %d\n%s", app.Name, code, errOut)
+	} else {
+		t.Logf("fogctl app rm %s:\n%s", app.Name, errOut)
 	}
 	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
 		pools, err := st.Pools(ctx, "")
@@ -228,8 +230,10 @@ func TestPoolPoP(t *testing.T) {
 	// Its generations go with it: what the pool slots still used when the
 	// app was removed, fogctl gc removes once the slots are released.
 	for start := time.Now(); ; time.Sleep(500 * time.Millisecond) {
-		if _, errOut, code := p.fogctl(ctx, "gc", "--min-age", "0s"); code != 0 {
+		if out, errOut, code := p.fogctl(ctx, "gc", "--min-age", "0s"); code != 0 {
 			t.Fatalf("fogctl gc = %d\n%s", code, errOut)
+		} else if strings.Contains(out, app.Name) {
+			t.Logf("fogctl gc:\n%s", out)
 		}
 		out, errOut, code := p.fogctl(ctx, "checkpoint", "ls", app.Name, "-o", "json")
 		if code != 0 {
