@@ -18,7 +18,7 @@ func NewCmdPool(f *Factory) *cobra.Command {
 	var node string
 	ls := &cobra.Command{
 		Use: "ls [APP]", Aliases: []string{"list"}, Args: cobra.MaximumNArgs(1),
-		Short: "List each node's warm pool per app: size, idle and provisioning slots, hits, misses, last refill, and whether it holds the checkpoint",
+		Short: "List each node's warm pool per app: size, idle slots (and how many were restored ahead), provisioning slots, hits, misses, last refill, and whether it holds the checkpoint",
 		Example: `  fogctl pool ls
   fogctl pool ls redis -o json`,
 		RunE: withState(f, func(cmd *cobra.Command, args []string, st *state.Store) error {
@@ -39,7 +39,7 @@ func NewCmdPool(f *Factory) *cobra.Command {
 				pools = []state.Pool{}
 			}
 			return printOut(f, pools, func(w io.Writer) {
-				fmt.Fprintln(w, "NODE\tAPP\tGEN\tLOCAL\tSIZE\tIDLE\tPROVISIONING\tHITS\tMISSES\tLAST REFILL")
+				fmt.Fprintln(w, "NODE\tAPP\tGEN\tLOCAL\tSIZE\tIDLE\tRESTORED AHEAD\tPROVISIONING\tHITS\tMISSES\tLAST REFILL")
 				for _, p := range pools {
 					refill := "-"
 					if p.LastRefillMS > 0 {
@@ -49,7 +49,7 @@ func NewCmdPool(f *Factory) *cobra.Command {
 					if p.Local {
 						local = "yes"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", p.Node, p.App, p.Gen, local, p.Size, p.Idle, p.Provisioning, p.Hits, p.Misses, refill)
+					fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", p.Node, p.App, p.Gen, local, p.Size, p.Idle, p.Ahead, p.Provisioning, p.Hits, p.Misses, refill)
 				}
 				if len(pools) == 0 {
 					fmt.Fprintln(w, "(no warm pool and no local checkpoint: set `pool:` in an app's spec, `fogctl app pool APP N`, or agent.pool_size)")

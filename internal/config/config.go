@@ -71,6 +71,13 @@ type Agent struct {
 	// instead of being removed, so that the next deploys need no slot
 	// provisioned anew) or "off".
 	Recycle string `yaml:"recycle"`
+	// PoolAhead is "on" (default: a warm pool's slot is restored before
+	// any request, at background priority, and waits frozen, so that a
+	// deploy that takes it only thaws it; it holds the app's memory
+	// meanwhile) or "off" (slots wait with their instance created, and a
+	// deploy that takes one restarts the app). Nodes without a cgroup
+	// freezer keep slots unstarted either way.
+	PoolAhead string `yaml:"pool_ahead"`
 	// RecycleKeep is how long the pool keeps idle slots beyond its size
 	// (recycled ones) before it releases them; at most as many as its
 	// size are kept beyond it. Default 2m.
@@ -185,7 +192,7 @@ func Default() Config {
 		Docker:   Docker{Host: devenv.DockerHost()},
 		Node:     Node{Name: host, StateDir: filepath.Join(devenv.Dir(), "node", host)},
 		Etcd:     Etcd{Endpoints: []string{devenv.EtcdEndpoint}, DialTimeout: 5 * time.Second},
-		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: "container", CRIUDriver: "container", Recycle: "on", RecycleKeep: 2 * time.Minute,
+		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: "container", CRIUDriver: "container", Recycle: "on", PoolAhead: "on", RecycleKeep: 2 * time.Minute,
 			BootImage: "fogdeploy/boot:latest", IfBusy: "wait", IfNoEngine: "boot", CheckpointCache: "4GiB", Fetch: FetchFirstUse,
 			EnvRead: EnvReadShared},
 	}
@@ -242,6 +249,7 @@ func (c *Config) ApplyEnv() {
 	set(&c.Agent.EnvRead, "FOGDEPLOY_ENV_READ")
 	set(&c.Agent.CRIUDriver, "FOGDEPLOY_CRIU_DRIVER")
 	set(&c.Agent.Recycle, "FOGDEPLOY_RECYCLE")
+	set(&c.Agent.PoolAhead, "FOGDEPLOY_POOL_AHEAD")
 	set(&c.Agent.CheckpointCache, "FOGDEPLOY_CHECKPOINT_CACHE")
 	if v := os.Getenv("FOGDEPLOY_ETCD_ENDPOINTS"); v != "" {
 		c.Etcd.Endpoints = strings.Split(v, ",")
@@ -330,6 +338,9 @@ func (c Config) Validate() error {
 	}
 	if c.Agent.Recycle != "on" && c.Agent.Recycle != "off" {
 		add("agent.recycle %q: use on or off", c.Agent.Recycle)
+	}
+	if c.Agent.PoolAhead != "on" && c.Agent.PoolAhead != "off" {
+		add("agent.pool_ahead %q: use on or off", c.Agent.PoolAhead)
 	}
 	if c.Agent.RecycleKeep < 0 || c.Agent.RecycleKeep > time.Hour {
 		add("agent.recycle_keep %s: give a duration between 0s and 1h, e.g. 2m", c.Agent.RecycleKeep)

@@ -66,6 +66,9 @@ type Container struct {
 	// Priority raises a background slot's container to normal priority
 	// when Start binds it (nil: it keeps the weight it was created with).
 	Priority cgroup.Priority
+	// Freezer freezes a container restored ahead of a deployment (nil:
+	// Freeze is ErrUnsupported, and pool slots wait unstarted).
+	Freezer cgroup.Freezer
 
 	mu    sync.Mutex
 	found dmtcpImage // what Check found last
@@ -494,6 +497,48 @@ func (c *Container) Start(ctx context.Context, h Handle) (Handle, error) {
 	return h, nil
 }
 
+var _ Freezer = (*Container)(nil)
+
+// Freeze implements Freezer with the cgroup freezer of the container.
+func (c *Container) Freeze(ctx context.Context, h Handle) error {
+	if c.Freezer == nil {
+		return fmt.Errorf("freeze container %s: no cgroup freezer on this node: %w", shortRef(h.Ref), cgroup.ErrUnsupported)
+	}
+	st, err := c.state(ctx, h)
+	if err != nil {
+		return err
+	}
+	if !st.Running {
+		return fmt.Errorf("freeze container %s: it is not running (%s): %w", shortRef(h.Ref), st.Status, ErrNotFound)
+	}
+	return c.Freezer.Freeze(ctx, st.Pid)
+}
+
+// Thaw implements Freezer: the container's weight is raised to normal
+// first, so that it runs at once as a serving instance.
+func (c *Container) Thaw(ctx context.Context, h Handle) (Handle, error) {
+	if c.Freezer == nil {
+		return Handle{}, fmt.Errorf("thaw container %s: no cgroup freezer on this node: %w", shortRef(h.Ref), cgroup.ErrUnsupported)
+	}
+	st, err := c.state(ctx, h)
+	if err != nil {
+		return Handle{}, err
+	}
+	if !st.Running {
+		return Handle{}, fmt.Errorf("thaw container %s: it is not running (%s): %w", shortRef(h.Ref), st.Status, ErrNotFound)
+	}
+	if h.Background && c.Priority != nil {
+		if _, err := c.Priority.Set(st.Pid, cgroup.Normal); err != nil {
+			return Handle{}, fmt.Errorf("raise the priority of container %s: %w", shortRef(h.Ref), err)
+		}
+		h.Background = false
+	}
+	if err := c.Freezer.Thaw(st.Pid); err != nil {
+		return Handle{}, err
+	}
+	return h, nil
+}
+
 // Checkpoint implements Driver: SIGUSR1 to the entrypoint, which writes
 // generation h.Gen with `dmtcp_command -kc` and exits 0.
 func (c *Container) Checkpoint(ctx context.Context, h Handle) (Checkpointed, error) {
@@ -569,10 +614,18 @@ func (c *Container) NetPid(ctx context.Context, h Handle) (int, error) {
 }
 
 // Remove implements Driver: it stops the container if it runs and removes
-// it, whether it ever started or not.
+// it, whether it ever started or not (a frozen one is thawed first: its
+// processes could not take the signals).
 func (c *Container) Remove(ctx context.Context, h Handle) error {
 	if h.Ref == "" {
 		return nil
+	}
+	if c.Freezer != nil {
+		if st, err := c.state(ctx, h); err == nil && st.Running && st.Pid > 0 {
+			if frozen, err := c.Freezer.Frozen(st.Pid); err == nil && frozen {
+				_ = c.Freezer.Thaw(st.Pid)
+			}
+		}
 	}
 	timeout := c.StopTimeout
 	if timeout == 0 {

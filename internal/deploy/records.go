@@ -39,6 +39,9 @@ type Deployment struct {
 	// or was provisioned for this deploy (PoolMiss).
 	Slot string     `json:"slot,omitempty"`
 	Pool PoolResult `json:"pool,omitempty"`
+	// Ahead: its pool slot's app was restored before the request
+	// (StartAhead); the deploy thawed it.
+	Ahead bool `json:"ahead,omitempty"`
 	// Fetched: this deploy brought the generation's checkpoint to the
 	// node, which held no copy (a first restore on the node); otherwise
 	// the restore read the node's copy.

@@ -63,7 +63,13 @@ func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, curr
 			return Deployment{}, err
 		}
 	}
-	dr, _, err := d.startReady(ctx, o, s, id, app, true)
+	var dr Driver
+	if s.Ahead {
+		rec.Ahead = true
+		dr, _, err = d.thawReady(ctx, o, s, id, app)
+	} else {
+		dr, _, err = d.startReady(ctx, o, s, id, app, true)
+	}
 	if err != nil {
 		return Deployment{}, err
 	}

@@ -81,6 +81,9 @@ type Slot struct {
 	// by ("" for an idle pool slot).
 	Deployment string `json:"deployment,omitempty"`
 	Owned
+	// Ahead: its app was restored before any request and waits frozen
+	// (StartAhead).
+	Ahead bool `json:"ahead,omitempty"`
 	// Fetched: provisioning brought the generation's checkpoint to the
 	// node (it held no copy).
 	Fetched bool              `json:"fetched,omitempty"`
@@ -157,7 +160,7 @@ func (d *Deployer) ReleaseSlot(ctx context.Context, id string) error {
 }
 
 // claim takes the oldest idle pool slot of app's generation gen for
-// deployment dep, or returns ErrNoSlot.
+// deployment dep, one restored ahead first, or returns ErrNoSlot.
 func (d *Deployer) claim(app string, gen int, dep string) (*Slot, error) {
 	d.slotMu.Lock()
 	defer d.slotMu.Unlock()
@@ -169,7 +172,7 @@ func (d *Deployer) claim(app string, gen int, dep string) (*Slot, error) {
 	for i := range slots {
 		s := &slots[i]
 		if s.App == app && s.Gen == gen && s.Mode == RunRestart && s.Pool && s.Phase == SlotIdle && s.Handle != nil &&
-			(best == nil || s.Created.Before(best.Created)) {
+			(best == nil || s.Ahead && !best.Ahead || s.Ahead == best.Ahead && s.Created.Before(best.Created)) {
 			best = s
 		}
 	}

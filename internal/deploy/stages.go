@@ -337,7 +337,7 @@ func (d *Deployer) bind(ctx context.Context, o *op, s *Slot, rec *Deployment, dr
 	}
 	// The engine's own time to ready, as the instance measured it, is
 	// read once the deploy is done: it is not part of what it waits for.
-	if c, ok := dr.(*Container); ok {
+	if c, ok := dr.(*Container); ok && !rec.Ahead {
 		rec.EngineReadyMS = c.engineReady(ctx, *s.Handle, app, readyPhase)
 	}
 	_ = d.save(rec) // with the bind's timing

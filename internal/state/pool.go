@@ -25,6 +25,9 @@ type Pool struct {
 	Size         int `json:"size"`
 	Idle         int `json:"idle"`
 	Provisioning int `json:"provisioning,omitempty"`
+	// Ahead is how many of the idle slots were restored ahead and wait
+	// frozen (a hit only thaws them).
+	Ahead int `json:"ahead,omitempty"`
 	// Slots are the idle slots' IDs.
 	Slots []string `json:"slots,omitempty"`
 	// Hits and Misses count the restores of the app on the node that

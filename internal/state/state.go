@@ -356,7 +356,10 @@ type Status struct {
 	// Pool is "hit" when the instance took an idle warm-pool slot
 	// (Slot), "miss" when it provisioned its own. Fetched: the deploy
 	// copied the checkpoint to its node, which held none.
-	Pool    string `json:"pool,omitempty"`
+	Pool string `json:"pool,omitempty"`
+	// Ahead: the pool slot's app was restored before the request; the
+	// deploy only thawed it.
+	Ahead   bool   `json:"ahead,omitempty"`
 	Slot    string `json:"slot,omitempty"`
 	Fetched bool   `json:"fetched,omitempty"`
 	// Engine is the engine of the restored generation.

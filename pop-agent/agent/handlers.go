@@ -163,7 +163,7 @@ func (a *agent) event(ctx context.Context, id, reason, msg string) {
 // runningStatus is the status of a Running deployment record.
 func runningStatus(dep deploy.Deployment) state.Status {
 	return state.Status{Phase: deploy.PhaseRunning, Node: dep.Node, Gen: dep.Gen, Mode: dep.Mode, BootReason: dep.BootReason,
-		Reason: dep.Reason, Booted: dep.Booted, Pool: string(dep.Pool), Slot: dep.Slot, Fetched: dep.Fetched, Engine: dep.Engine, Ports: dep.Ports, Timings: dep.Timings,
+		Reason: dep.Reason, Booted: dep.Booted, Pool: string(dep.Pool), Ahead: dep.Ahead, Slot: dep.Slot, Fetched: dep.Fetched, Engine: dep.Engine, Ports: dep.Ports, Timings: dep.Timings,
 		EngineReadyMS: dep.EngineReadyMS}
 }
 

@@ -138,6 +138,7 @@ func (a *agent) refillApp(ctx context.Context, app deploy.App) (int, error) {
 		return gen, err
 	}
 	a.dropPool(ctx, app.Name, func(s deploy.Slot) bool { return s.Gen != g.Gen }, "a newer generation was sealed")
+	a.startAhead(ctx, g)
 	for ctx.Err() == nil {
 		idle := a.idleSlots(app.Name, g.Gen)
 		if len(idle) > size {
@@ -158,6 +159,9 @@ func (a *agent) refillApp(ctx context.Context, app deploy.App) (int, error) {
 		a.publishPool(ctx, app.Name, g.Gen, size)
 		start := time.Now()
 		s, err := a.d.ProvisionPoolSlot(ctx, g)
+		if err == nil && a.ahead(g) {
+			s, err = a.d.StartAhead(ctx, g, s.ID)
+		}
 		took := time.Since(start)
 		a.pool.mu.Lock()
 		a.pool.provisioning[app.Name]--
@@ -174,6 +178,34 @@ func (a *agent) refillApp(ctx context.Context, app deploy.App) (int, error) {
 	}
 	a.publishPool(ctx, app.Name, g.Gen, size)
 	return g.Gen, nil
+}
+
+// ahead says whether the pool's slots of generation g are restored ahead
+// on this node (agent.pool_ahead and a cgroup freezer).
+func (a *agent) ahead(g deploy.Generation) bool {
+	return a.c.Agent.PoolAhead == "on" && a.d.CanStartAhead(g) == nil
+}
+
+// startAhead restores ahead the idle slots of g that wait unstarted
+// (recycled instances), one at a time, at background priority.
+func (a *agent) startAhead(ctx context.Context, g deploy.Generation) {
+	if !a.ahead(g) {
+		return
+	}
+	for _, s := range a.idleSlots(g.App, g.Gen) {
+		if s.Ahead || ctx.Err() != nil {
+			continue
+		}
+		if !a.waitIdle(ctx) {
+			return
+		}
+		if _, err := a.d.StartAhead(ctx, g, s.ID); err != nil {
+			if !errors.Is(err, deploy.ErrNotAhead) { // taken meanwhile
+				a.log.Warn("warm pool: restoring a slot ahead failed; the slot was released", "app", g.App, "gen", g.Gen, "slot", s.ID, "err", err)
+			}
+			continue
+		}
+	}
 }
 
 // extraSlots picks, among idle (oldest first) beyond size, the slots to
@@ -296,7 +328,11 @@ func (a *agent) poolDeployed(ctx context.Context, app deploy.App, dep deploy.Dep
 	switch dep.Pool {
 	case deploy.PoolHit:
 		a.pool.hits[app.Name]++
-		a.m.poolHits.WithLabelValues(app.Name).Inc()
+		ahead := "no"
+		if dep.Ahead {
+			ahead = "yes"
+		}
+		a.m.poolHits.WithLabelValues(app.Name, ahead).Inc()
 	case deploy.PoolMiss:
 		a.pool.misses[app.Name]++
 		a.m.poolMisses.WithLabelValues(app.Name).Inc()
@@ -323,6 +359,9 @@ func (a *agent) publishPool(ctx context.Context, app string, gen, size int) {
 	p.Local = gen > 0 && a.holds(app, gen)
 	for _, s := range idle {
 		p.Slots = append(p.Slots, s.ID)
+		if s.Ahead {
+			p.Ahead++
+		}
 	}
 	if size == 0 && p.Idle == 0 && p.Provisioning == 0 && p.Hits == 0 && p.Misses == 0 && !p.Local {
 		_ = a.st.DeletePool(ctx, a.c.Node.Name, app)

@@ -96,6 +96,15 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 		}
 	}
 	log.Info("warm-pool refill priority", "cgroup", priority)
+	// Slots restored ahead wait frozen until a deployment binds them.
+	if ctr != nil && c.Agent.PoolAhead == "on" {
+		if fr, err := cgroup.DetectFreezer(cgroup.Paths{}); err != nil {
+			log.Warn("warm-pool slots cannot be restored ahead: no cgroup freezer; a pool hit restarts its app", "err", err)
+		} else {
+			ctr.Freezer = fr
+			log.Info("warm-pool slots are restored ahead and wait frozen", "freezer", "cgroup "+string(fr.Version()))
+		}
+	}
 	cacheBytes, err := c.Agent.CheckpointCacheBytes()
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/scheduler"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
 // TestPoolPoP: an app with `pool: 2` on a 3-node PoP. Once its generation
@@ -72,6 +73,12 @@ func TestPoolPoP(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &listed); code != 0 || err != nil || len(listed) != 3 {
 		t.Errorf("fogctl pool ls -o json = %d, %v, %d pools; want 3\n%s%s", code, err, len(listed), out, errOut)
 	}
+	// The agents restore their slots ahead (agent.pool_ahead: on).
+	for _, pl := range listed {
+		if pl.Ahead != pl.Idle {
+			t.Errorf("pool of %s on %s: %d of %d idle slots restored ahead; want all", pl.App, pl.Node, pl.Ahead, pl.Idle)
+		}
+	}
 	if out, _, _ := p.fogctl(ctx, "node", "ls"); !strings.Contains(out, "POOL") || !strings.Contains(out, "refill priority: cgroup") {
 		t.Errorf("fogctl node ls shows no pool or refill priority:\n%s", out)
 	}
@@ -89,8 +96,11 @@ func TestPoolPoP(t *testing.T) {
 		if !strings.HasPrefix(d.Placement, "pool:") {
 			t.Errorf("deploy %d placed on %s because %q; want a node with an idle pool slot", i+1, d.Node, d.Placement)
 		}
-		if d.Status.Pool != string(deploy.PoolHit) || d.Status.Slot == "" {
-			t.Errorf("deploy %d: pool %q slot %q; want a hit", i+1, d.Status.Pool, d.Status.Slot)
+		if d.Status.Pool != string(deploy.PoolHit) || d.Status.Slot == "" || !d.Status.Ahead {
+			t.Errorf("deploy %d: pool %q slot %q ahead %v; want a hit of a slot restored ahead", i+1, d.Status.Pool, d.Status.Slot, d.Status.Ahead)
+		}
+		if slices.ContainsFunc(d.Status.Timings, func(ph layering.Phase) bool { return ph.Name == deploy.StepStart }) {
+			t.Errorf("deploy %d (a slot restored ahead) restarted its app: %s", i+1, d.Status.Timings)
 		}
 		for _, ph := range d.Status.Timings {
 			if slices.Contains(deploy.ProvisionSteps, ph.Name) {

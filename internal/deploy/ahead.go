@@ -1,0 +1,137 @@
+// The ahead stage: a warm pool's idle slot restored before any request, at background
+// priority, then frozen. A deploy that takes it thaws it (start), waits for one ready probe and
+// binds it: the engine's restart is off its critical path. The price is the app's memory for as
+// long as the slot waits.
+
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+)
+
+// Slot phases and steps of the ahead stage.
+const (
+	// SlotStarting: an idle pool slot being restored ahead (StartAhead);
+	// no deploy takes it meanwhile.
+	SlotStarting SlotPhase = "Starting"
+	// StepFreeze: the slot's instance frozen after its restore ahead.
+	StepFreeze = "freeze"
+	// StepThaw: a deploy thawed the instance of a slot restored ahead.
+	StepThaw = "thaw"
+)
+
+// ErrNotAhead: a slot cannot be restored ahead (its driver cannot freeze,
+// or it is not an idle pool slot waiting for an order).
+var ErrNotAhead = errors.New("cannot restore ahead")
+
+// CanStartAhead says why slots of generation g cannot be restored ahead on
+// this node (nil: they can).
+func (d *Deployer) CanStartAhead(g Generation) error {
+	dr, err := d.driver(g.Engine)
+	if err != nil {
+		return err
+	}
+	if _, ok := dr.(Freezer); !ok {
+		return fmt.Errorf("driver %s cannot freeze an instance: %w", dr.Name(), ErrNotAhead)
+	}
+	if c, ok := dr.(*Container); ok && c.Freezer == nil {
+		return fmt.Errorf("this node has no cgroup freezer: %w", ErrNotAhead)
+	}
+	return nil
+}
+
+// StartAhead restores the app of idle pool slot id (of generation g) before
+// any request, at the slot's background priority, and freezes it once it
+// is ready. A deploy that takes the slot then thaws it, at normal priority,
+// and runs the app's post_restore with its own identity. On error the
+// slot is released.
+func (d *Deployer) StartAhead(ctx context.Context, g Generation, id string) (_ Slot, err error) {
+	if err := d.CanStartAhead(g); err != nil {
+		return Slot{}, err
+	}
+	d.slotMu.Lock()
+	s, err := d.slots.load(id)
+	if err == nil && (!s.Pool || s.Phase != SlotIdle || s.Ahead || s.Mode != RunRestart || s.Handle == nil || s.Gen != g.Gen || s.App != g.App) {
+		err = fmt.Errorf("slot %s (%s, generation %d of %s): not an idle pool slot waiting for an order: %w", id, s.Phase, s.Gen, s.App, ErrNotAhead)
+	}
+	if err == nil {
+		s.Phase = SlotStarting
+		err = d.slots.save(id, &s)
+	}
+	d.slotMu.Unlock()
+	if err != nil {
+		return Slot{}, err
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(fmt.Errorf("restore slot %s ahead: %w", id, err), d.ReleaseSlot(context.WithoutCancel(ctx), id))
+		}
+	}()
+	app := g.Spec.WithDefaults()
+	app.PostRestore = nil // it runs when a deployment binds the slot, with its identity
+	var timings = s.Timings
+	o := d.newOp(&timings, nil)
+	// Start must not raise the slot's weight: the restore runs at
+	// background priority, and Thaw raises it.
+	bg := s.Handle.Background
+	s.Handle.Background = false
+	dr, h, err := d.startReady(ctx, o, &s, s.ID, app, true)
+	if err != nil {
+		return Slot{}, err
+	}
+	h.Background = bg
+	if err := dr.(Freezer).Freeze(ctx, h); err != nil {
+		return Slot{}, err
+	}
+	o.phase(StepFreeze)
+	d.slotMu.Lock()
+	s.Handle, s.Ahead, s.Phase, s.Timings = &h, true, SlotIdle, timings
+	err = d.slots.save(id, &s)
+	d.slotMu.Unlock()
+	if err != nil {
+		return Slot{}, err
+	}
+	d.log.Info("pool slot restored ahead", "slot", s.ID, "app", s.App, "gen", s.Gen, "timings", timings.String())
+	return s, nil
+}
+
+// thawReady is startReady for a slot restored ahead: the instance is
+// thawed (start), probed once ready, and its post_restore runs with
+// deployment dep's identity.
+func (d *Deployer) thawReady(ctx context.Context, o *op, s *Slot, dep string, app App) (Driver, Handle, error) {
+	dr := d.driverByName(s.Handle.Driver)
+	fz, ok := dr.(Freezer)
+	if !ok {
+		return nil, Handle{}, fmt.Errorf("slot %s: driver %s: %w", s.ID, s.Handle.Driver, ErrNotAhead)
+	}
+	h := *s.Handle
+	h.Deployment = dep
+	id := spec.Identity{Instance: dep, App: app.Name, Node: d.cfg.Node, Slot: s.ID, Seed: newSeed(), Started: time.Now().UTC(), Gen: s.Gen}
+	if h.EnvPath != "" && len(app.PostRestore) > 0 {
+		if err := writeIdentityWithin(ctx, h.EnvPath, id, readyTimeout(app)); err != nil {
+			return nil, Handle{}, err
+		}
+	}
+	h, err := fz.Thaw(ctx, h)
+	if err != nil {
+		return nil, Handle{}, err
+	}
+	s.Handle = &h
+	o.phase(StepThaw)
+	if err := d.waitReady(ctx, dr, h, app, true); err != nil {
+		return nil, Handle{}, err
+	}
+	o.phase(StepReady)
+	if len(app.PostRestore) > 0 {
+		if err := d.postRestore(ctx, dr, h, app, id); err != nil {
+			return nil, Handle{}, err
+		}
+		o.phase(StepPostRestore)
+	}
+	return dr, h, nil
+}

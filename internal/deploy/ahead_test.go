@@ -1,0 +1,136 @@
+package deploy_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/cgroup"
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
+)
+
+func TestPoolAheadDMTCPContainer(t *testing.T) { testPoolAhead(t, engine.NameDMTCP) }
+func TestPoolAheadCRIUContainer(t *testing.T)  { testPoolAhead(t, engine.NameCRIU) }
+
+// testPoolAhead is what a slot restored ahead promises: its app is
+// restored before any request and waits frozen at background priority (it
+// answers nothing); a deploy that takes it only thaws it, with no engine
+// restart, and gets the checkpoint's state, its own identity and the
+// normal priority; a frozen slot released leaves nothing.
+func testPoolAhead(t *testing.T, eng string) {
+	f, ctx, app := redisFixture(t, "container", eng, "ahead")
+	if f.Container.Freezer == nil {
+		testenv.Unavailable(t, testenv.Root, "no cgroup freezer on this machine")
+	}
+	first, err := f.D.Deploy(ctx, app, deploy.Options{Prepare: func(ctx context.Context, tg deploy.Target) error {
+		_, err := testenv.RedisDo(ctx, nil, tg.Ports["6379/tcp"], "SET", "greeting", "from the checkpoint")
+		return err
+	}})
+	if err != nil {
+		t.Fatalf("first deploy: %v", err)
+	}
+	if err := f.D.Undeploy(ctx, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	g, err := f.D.Latest(ctx, app.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.D.CanStartAhead(g); err != nil {
+		t.Fatalf("CanStartAhead: %v", err)
+	}
+
+	// A slot still being provisioned, or unknown, is refused.
+	if _, err := f.D.StartAhead(ctx, g, "no-such-slot"); err == nil {
+		t.Errorf("StartAhead of an unknown slot succeeded")
+	}
+	s, err := f.D.ProvisionPoolSlot(ctx, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err = f.D.StartAhead(ctx, g, s.ID)
+	if err != nil {
+		t.Fatalf("StartAhead: %v", err)
+	}
+	t.Logf("slot %s restored ahead: %s", s.ID, s.Timings)
+	if !s.Ahead || s.Phase != deploy.SlotIdle || !hasPhase(s.Timings, deploy.StepFreeze) {
+		t.Fatalf("slot after StartAhead: ahead %v, phase %s, timings %s; want an idle slot restored ahead", s.Ahead, s.Phase, s.Timings)
+	}
+	if _, err := f.D.StartAhead(ctx, g, s.ID); !errors.Is(err, deploy.ErrNotAhead) {
+		t.Errorf("StartAhead twice = %v; want ErrNotAhead", err)
+	}
+	st, err := f.RT.Inspect(ctx, s.Handle.Ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if frozen, err := f.Container.Freezer.Frozen(st.Pid); err != nil || !frozen {
+		t.Errorf("the slot's container: frozen %v, %v; want frozen", frozen, err)
+	}
+	if f.Container.Priority != nil {
+		if w, err := f.Container.Priority.Get(st.Pid); err != nil || w.CPU != cgroup.Background.CPU {
+			t.Errorf("the waiting slot's CPU weight = %+v, %v; want %d", w, err, cgroup.Background.CPU)
+		}
+	}
+	// Frozen, the app takes the connection (the kernel does) but answers
+	// nothing.
+	pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	if got, err := testenv.RedisDo(pctx, nil, s.Ports["6379/tcp"], "PING"); err == nil {
+		t.Errorf("a frozen slot answered PING with %q", got)
+	}
+	cancel()
+
+	var phases []string
+	dep, err := f.D.Deploy(ctx, app, deploy.Options{Progress: func(p string, _ time.Duration) { phases = append(phases, p) }})
+	if err != nil {
+		t.Fatalf("deploy: %v", err)
+	}
+	t.Logf("pool hit of a slot restored ahead: %s (total %s)", dep.Timings, dep.Total().Round(time.Millisecond))
+	if dep.Pool != deploy.PoolHit || !dep.Ahead || dep.Slot != s.ID {
+		t.Errorf("deploy: pool %q, ahead %v, slot %s; want a hit of %s restored ahead", dep.Pool, dep.Ahead, dep.Slot, s.ID)
+	}
+	for _, step := range append(slices.Clone(deploy.ProvisionSteps), deploy.StepStart) {
+		if hasPhase(dep.Timings, step) || slices.Contains(phases, step) {
+			t.Errorf("the hit waited for %q: %s", step, dep.Timings)
+		}
+	}
+	for _, step := range []string{deploy.StepThaw, deploy.StepReady, deploy.StepBind} {
+		if !hasPhase(dep.Timings, step) {
+			t.Errorf("the hit's timings %s lack %q", dep.Timings, step)
+		}
+	}
+	if dep.EngineReadyMS != 0 {
+		t.Errorf("the hit reports the engine's restart (%v ms) though it ran before the request", dep.EngineReadyMS)
+	}
+	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "GET", "greeting"); err != nil || got != "from the checkpoint" {
+		t.Errorf("GET greeting = %q, %v", got, err)
+	}
+	if frozen, err := f.Container.Freezer.Frozen(st.Pid); err != nil || frozen {
+		t.Errorf("the bound container: frozen %v, %v; want thawed", frozen, err)
+	}
+	if f.Container.Priority != nil {
+		if w, err := f.Container.Priority.Get(st.Pid); err != nil || w.CPU != cgroup.Normal.CPU {
+			t.Errorf("the bound instance's CPU weight = %+v, %v; want %d", w, err, cgroup.Normal.CPU)
+		}
+	}
+	if err := f.D.Undeploy(ctx, dep.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// A slot restored ahead and released frozen leaves nothing.
+	s, err = f.D.ProvisionPoolSlot(ctx, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.D.StartAhead(ctx, g, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := f.D.DropPool(ctx, app.Name, nil); err != nil || len(ids) != 1 {
+		t.Fatalf("DropPool = %v, %v; want the one slot", ids, err)
+	}
+	deploytest.AssertNothingLeft(t, f, app.Name, true)
+}
