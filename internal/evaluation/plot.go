@@ -249,7 +249,8 @@ func concurrencyPlot(cos []*Concurrency) *plot.Plot {
 		}
 		lines = append(lines,
 			line{co.Label() + ": pool miss (median)", co.Rows, func(r ConcurrencyRow) Stats { return r.RestoreMS }},
-			line{co.Label() + ": pool of N (median)", co.Rows, func(r ConcurrencyRow) Stats { return r.PoolHitMS }})
+			line{co.Label() + ": pool of N (median)", co.Rows, func(r ConcurrencyRow) Stats { return r.PoolHitMS }},
+			line{co.Label() + ": pool of N restored ahead (median)", co.Rows, func(r ConcurrencyRow) Stats { return r.AheadMS }})
 	}
 	for k, series := range lines {
 		var pts plotter.XYs

@@ -109,15 +109,21 @@ type App struct {
 	FirstRestoreIO IO      `json:"first_restore_io"`
 	FirstSpeedup   float64 `json:"first_speedup"`
 	// PoolHitMS is restore-to-ready when a warm-pool slot was waiting
-	// (start, ready, bind); PoolOverheadMS what it adds to the engine's own
-	// restart (EngineRestartMS of the same deploys): what the user waits
-	// for beyond the engine. PoolRefillMS is provisioning one slot (clone,
+	// (thaw or start, ready, bind); PoolOverheadMS what a hit that
+	// restarts the app (PoolRestartMS) adds to the engine's own restart
+	// (EngineRestartMS of the same deploys): what the user waits for
+	// beyond the engine. PoolRefillMS is provisioning one slot (clone,
 	// map, mount, container), done before the user arrives.
 	// PoolSpeedup is PlainBootMS / PoolHitMS (medians).
-	PoolHitMS      Stats   `json:"pool_hit_ms"`
-	PoolOverheadMS Stats   `json:"pool_overhead_ms"`
-	PoolRefillMS   Stats   `json:"pool_refill_ms"`
-	PoolSpeedup    float64 `json:"pool_speedup"`
+	PoolHitMS      Stats `json:"pool_hit_ms"`
+	PoolOverheadMS Stats `json:"pool_overhead_ms"`
+	// PoolRestartMS is a pool hit of a slot that waited unstarted
+	// (agent.pool_ahead: off): the deploy restarts the app. PoolHitMS is
+	// of a slot restored ahead where the node can freeze it (the
+	// agent's default), the deploy thawing it.
+	PoolRestartMS Stats   `json:"pool_restart_ms"`
+	PoolRefillMS  Stats   `json:"pool_refill_ms"`
+	PoolSpeedup   float64 `json:"pool_speedup"`
 	// PoolSlotMiB is the memory one idle pool slot takes: the
 	// proportional set size of the processes it runs (its container's
 	// shim and waiting entrypoint, its rbd-fuse), measured with 4 slots
@@ -268,6 +274,9 @@ type ConcurrencyRow struct {
 	N         int   `json:"n"`
 	RestoreMS Stats `json:"restore_ms"`
 	PoolHitMS Stats `json:"pool_hit_ms"`
+	// AheadMS is with a pool of N slots restored ahead (each deploy
+	// thaws one); PoolHitMS with slots that wait unstarted.
+	AheadMS Stats `json:"ahead_ms"`
 }
 
 // Concurrency is restore latency against simultaneous restores on one

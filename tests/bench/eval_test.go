@@ -346,11 +346,19 @@ func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deplo
 			return a, err
 		}
 	}
-	hit, overhead, refill, err := evalPool(ctx, t, f, app, catalogName, last, check, reps)
+	// Pool hits of slots that wait unstarted (the deploy restarts the
+	// app: what it waits for beyond the engine's restart), then of slots
+	// restored ahead (the agent's default).
+	restartHit, overhead, _, err := evalPool(ctx, t, f, app, catalogName, last, check, reps, false)
+	if err != nil {
+		return a, err
+	}
+	hit, _, refill, err := evalPool(ctx, t, f, app, catalogName, last, check, reps, true)
 	if err != nil {
 		return a, err
 	}
 	a.PoolHitMS, a.PoolOverheadMS, a.PoolRefillMS = evaluation.Summarize(hit), evaluation.Summarize(overhead), evaluation.Summarize(refill)
+	a.PoolRestartMS = evaluation.Summarize(restartHit)
 	if err := evalAuto(ctx, t, f, app, catalogName, last, plain, hit, &a); err != nil {
 		return a, err
 	}
@@ -420,7 +428,7 @@ func poolMemory(ctx context.Context, f *deploytest.Fixture, g deploy.Generation,
 		}
 	}()
 	for range n {
-		s, err := f.D.ProvisionPoolSlot(ctx, g)
+		s, err := provisionSlot(ctx, f, g, true)
 		if err != nil {
 			return 0, err
 		}
@@ -466,7 +474,7 @@ func evalAuto(ctx context.Context, t *testing.T, f *deploytest.Fixture, app depl
 	opts := deploy.Options{Mode: dec.Mode, Reason: dec.Reason}
 	var slot string
 	if dec.Mode == spec.ModeRestore {
-		s, err := f.D.ProvisionPoolSlot(ctx, g)
+		s, err := provisionSlot(ctx, f, g, true)
 		if err != nil {
 			return fmt.Errorf("auto: pool slot: %w", err)
 		}
@@ -503,6 +511,27 @@ func deployMeasured(ctx context.Context, f *deploytest.Fixture, app deploy.App) 
 	return dep, after.Sub(before), err
 }
 
+// provisionSlot refills the pool by one slot of g as an agent does: the
+// slot is provisioned and, with ahead where the node can freeze it
+// (agent.pool_ahead: on, the default), its app restored ahead and frozen.
+func provisionSlot(ctx context.Context, f *deploytest.Fixture, g deploy.Generation, ahead bool) (deploy.Slot, error) {
+	s, err := f.D.ProvisionPoolSlot(ctx, g)
+	if err != nil || !ahead || f.D.CanStartAhead(g) != nil {
+		return s, err
+	}
+	return f.D.StartAhead(ctx, g, s.ID)
+}
+
+// startAheadRecycled restores ahead a slot that recycling left unstarted,
+// as the agent's next refill does.
+func startAheadRecycled(ctx context.Context, f *deploytest.Fixture, g deploy.Generation, id string) error {
+	if id == "" || f.D.CanStartAhead(g) != nil {
+		return nil
+	}
+	_, err := f.D.StartAhead(ctx, g, id)
+	return err
+}
+
 // poolArrival is how long after a slot's refill a user arrives in the
 // evaluation: a pool slot waits for its deploy, and the user does not wait
 // for it to settle.
@@ -513,10 +542,10 @@ const poolArrival = time.Second
 // it. It returns restore-to-ready of the hits, what each added to the
 // engine's own restart, and the refills' times.
 func evalPool(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deploy.App, catalogName string, g deploy.Generation,
-	check stateCheck, reps int) (hit, overhead, refill []float64, err error) {
+	check stateCheck, reps int, ahead bool) (hit, overhead, refill []float64, err error) {
 	for i := range reps {
 		start := time.Now()
-		s, err := f.D.ProvisionPoolSlot(ctx, g)
+		s, err := provisionSlot(ctx, f, g, ahead)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("pool refill %d: %w", i+1, err)
 		}
@@ -543,7 +572,7 @@ func evalPool(ctx context.Context, t *testing.T, f *deploytest.Fixture, app depl
 		if dep.EngineReadyMS > 0 {
 			overhead = append(overhead, max(0, total-dep.EngineReadyMS))
 		}
-		t.Logf("  %s pool hit %d/%d: %s (engine %s), refill %s (%s)", catalogName, i+1, reps, secs(total),
+		t.Logf("  %s pool hit %d/%d (restored ahead: %v): %s (engine %s), refill %s (%s)", catalogName, i+1, reps, dep.Ahead, secs(total),
 			secs(dep.EngineReadyMS), secs(refill[i]), dep.Timings)
 		if err := f.D.Undeploy(ctx, dep.ID); err != nil {
 			return nil, nil, nil, err
@@ -593,22 +622,29 @@ func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, a
 		if err != nil {
 			return co, fmt.Errorf("%d simultaneous restores: %w", n, err)
 		}
-		for i := range n {
-			if _, err := f.D.ProvisionPoolSlot(ctx, g); err != nil {
+		var hits [2][]float64
+		for k, ahead := range []bool{false, true} {
+			if ahead && f.D.CanStartAhead(g) != nil {
+				break
+			}
+			for i := range n {
+				if _, err := provisionSlot(ctx, f, g, ahead); err != nil {
+					_, _ = f.D.DropPool(ctx, app.Name, nil)
+					return co, fmt.Errorf("pool slot %d of %d: %w", i+1, n, err)
+				}
+			}
+			time.Sleep(poolArrival)
+			if hits[k], err = restoreAtOnce(ctx, f, app, n, deploy.PoolHit); err != nil {
 				_, _ = f.D.DropPool(ctx, app.Name, nil)
-				return co, fmt.Errorf("pool slot %d of %d: %w", i+1, n, err)
+				return co, fmt.Errorf("%d simultaneous restores with a pool of %d (restored ahead: %v): %w", n, n, ahead, err)
 			}
 		}
-		time.Sleep(poolArrival)
-		hit, err := restoreAtOnce(ctx, f, app, n, deploy.PoolHit)
-		if err != nil {
-			_, _ = f.D.DropPool(ctx, app.Name, nil)
-			return co, fmt.Errorf("%d simultaneous restores with a pool of %d: %w", n, n, err)
-		}
-		row := evaluation.ConcurrencyRow{N: n, RestoreMS: evaluation.Summarize(miss), PoolHitMS: evaluation.Summarize(hit)}
+		row := evaluation.ConcurrencyRow{N: n, RestoreMS: evaluation.Summarize(miss), PoolHitMS: evaluation.Summarize(hits[0]),
+			AheadMS: evaluation.Summarize(hits[1])}
 		co.Rows = append(co.Rows, row)
-		t.Logf("  %d simultaneous restores of %s: %s median, %s max; with a pool of %d: %s median, %s max", n, co.Label(),
-			secs(row.RestoreMS.Median), secs(row.RestoreMS.Max), n, secs(row.PoolHitMS.Median), secs(row.PoolHitMS.Max))
+		t.Logf("  %d simultaneous restores of %s: %s median, %s max; with a pool of %d: %s median, %s max; restored ahead: %s median, %s max", n, co.Label(),
+			secs(row.RestoreMS.Median), secs(row.RestoreMS.Max), n, secs(row.PoolHitMS.Median), secs(row.PoolHitMS.Max),
+			secs(row.AheadMS.Median), secs(row.AheadMS.Max))
 	}
 	return co, nil
 }
@@ -752,7 +788,7 @@ func evalInterference(ctx context.Context, t *testing.T, f *deploytest.Fixture, 
 // the last).
 func abWhileDeploying(ctx context.Context, f *deploytest.Fixture, app deploy.App, g deploy.Generation, interval time.Duration,
 	ab func() (evaluation.AB, error)) (evaluation.AB, int, float64, error) {
-	slot, err := f.D.ProvisionPoolSlot(ctx, g)
+	slot, err := provisionSlot(ctx, f, g, true)
 	if err != nil {
 		return evaluation.AB{}, 0, 0, fmt.Errorf("pool slot: %w", err)
 	}
@@ -789,9 +825,11 @@ func abWhileDeploying(ctx context.Context, f *deploytest.Fixture, app deploy.App
 			}
 			if err == nil && free == "" {
 				var s deploy.Slot
-				if s, err = f.D.ProvisionPoolSlot(ctx, g); err == nil {
+				if s, err = provisionSlot(ctx, f, g, true); err == nil {
 					free = s.ID
 				}
+			} else if err == nil {
+				err = startAheadRecycled(ctx, f, g, free)
 			}
 			if err != nil {
 				loopErr = err
@@ -861,7 +899,7 @@ func deployCosts(ctx context.Context, t *testing.T, f *deploytest.Fixture, app d
 		free := ""
 		for i := range reps {
 			if k.pool && free == "" { // the slot this deploy takes; a recycled one is reused
-				s, err := f.D.ProvisionPoolSlot(ctx, g)
+				s, err := provisionSlot(ctx, f, g, true)
 				if err != nil {
 					return costs, err
 				}
@@ -902,8 +940,13 @@ func deployCosts(ctx context.Context, t *testing.T, f *deploytest.Fixture, app d
 			if k.recycle && free == "" {
 				return costs, fmt.Errorf("%s %d: deployment %s was not recycled", k.kind, i+1, dep.ID)
 			}
+			if k.recycle { // restored ahead again, as the agent's refill does
+				if err := startAheadRecycled(ctx, f, g, free); err != nil {
+					return costs, err
+				}
+			}
 			if k.pool && !k.recycle { // the refill after the hit
-				s, err := f.D.ProvisionPoolSlot(ctx, g)
+				s, err := provisionSlot(ctx, f, g, true)
 				if err != nil {
 					return costs, err
 				}
