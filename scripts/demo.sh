@@ -218,10 +218,11 @@ for app in "${APPS[@]}"; do
 		deploy_one "$app" "$app, the first deploy: no checkpoint yet, so the agent boots it, checkpoints it, seals both images and restores"
 		deploy_one "$app" "$app, restored from the checkpoint (placed where a node holds it: a clone of the environment, the node's copy of the checkpoint)"
 		fd_info "$app: a warm pool of one slot per node (fogctl app pool $app 1): each agent provisions it in the background" \
-			"at the lowest CPU weight (clone, map, mount, a container waiting for its order)"
+			"at the lowest CPU weight (clone, map, mount, a container) and restores the app in it ahead, at that weight (agent.pool_ahead)"
 		"$FOGCTL" app pool "$app" 1 >/dev/null
 		wait_pool "$app"
-		deploy_one "$app" "$app, restored in a warm-pool slot: only start, ready and bind are left for the deploy"
+		"$FOGCTL" pool ls "$app"
+		deploy_one "$app" "$app, restored ahead in a warm-pool slot: only raise (to the normal CPU weight), ready and bind are left for the deploy"
 		if [[ $app == "$MAIN" ]]; then
 			recycle_one "$app"
 		fi
@@ -265,6 +266,7 @@ jq -r '
 			if .status.boot_reason == "requested" then "plain boot (requested: --mode boot)"
 			else "boot (" + (.status.boot_reason // "reason not given") + ")" end
 		elif .status.mode == "restore" and .status.booted then "boot + checkpoint as gen \(.status.gen)"
+		elif .status.mode == "restore" and .status.pool == "hit" and .status.ahead then "restore from gen \(.status.gen), warm-pool hit (restored ahead)"
 		elif .status.mode == "restore" and .status.pool == "hit" then "restore from gen \(.status.gen), warm-pool hit"
 		elif .status.mode == "restore" then "restore from gen \(.status.gen)"
 		elif .status.mode == "checkpoint" then "checkpoint (gen \(.status.gen))"
@@ -321,7 +323,8 @@ if $engine; then
 		else
 			"demo: restoring \($app) costs \((($x | total) - ($b | total)) | s) s more than booting it: its \($b | ready | s) s boot is quicker than the restart of its checkpoint."
 		end,
-		(if $p then "demo: in a warm-pool slot, restoring \($app) takes \($p | total | s) s: \(($p | total) - ($p | ready) | s) s beyond the \($p | ready | s) s restart of its checkpoint (\(($x | total) - ($x | ready) | s) s without the pool)." else empty end)' <<<"$recs"
+		(if $p and $p.status.ahead then "demo: in a warm-pool slot restored ahead, deploying \($app) takes \($p | total | s) s: the slot was restored before the request, and the deploy raised it to the normal CPU weight (\($x | total | s) s without the pool)."
+		elif $p then "demo: in a warm-pool slot, restoring \($app) takes \($p | total | s) s: \(($p | total) - ($p | ready) | s) s beyond the \($p | ready | s) s restart of its checkpoint (\(($x | total) - ($x | ready) | s) s without the pool)." else empty end)' <<<"$recs"
 	echo
 	fd_info "the checkpoints (each sealed as protected RBD snapshots; restores clone the environment's and read a node's copy of the checkpoint):"
 	"$FOGCTL" checkpoint ls | awk -v apps=" ${APPS[*]} " 'NR == 1 || index(apps, " " $1 " ")'

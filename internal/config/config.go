@@ -72,11 +72,11 @@ type Agent struct {
 	// provisioned anew) or "off".
 	Recycle string `yaml:"recycle"`
 	// PoolAhead is "on" (default: a warm pool's slot is restored before
-	// any request, at background priority, and waits frozen, so that a
-	// deploy that takes it only thaws it; it holds the app's memory
+	// any request and waits running at the background CPU weight, so that
+	// a deploy that takes it only raises it; it holds the app's memory
 	// meanwhile) or "off" (slots wait with their instance created, and a
-	// deploy that takes one restarts the app). Nodes without a cgroup
-	// freezer keep slots unstarted either way.
+	// deploy that takes one restarts the app). Nodes whose cgroups cannot
+	// be reweighted keep slots unstarted either way.
 	PoolAhead string `yaml:"pool_ahead"`
 	// RecycleKeep is how long the pool keeps idle slots beyond its size
 	// (recycled ones) before it releases them; at most as many as its

@@ -1,7 +1,7 @@
-// The ahead stage: a warm pool's idle slot restored before any request, at background
-// priority, then frozen. A deploy that takes it thaws it (start), waits for one ready probe and
-// binds it: the engine's restart is off its critical path. The price is the app's memory for as
-// long as the slot waits.
+// The ahead stage: a warm pool's idle slot whose app is restored before any request, at the
+// background CPU weight, and then waits, running at that weight. A deploy that takes it raises it
+// to the normal weight, probes it once (ready) and binds it: the engine's restart is off its
+// critical path. The price is the app's memory for as long as the slot waits.
 
 package deploy
 
@@ -19,37 +19,37 @@ const (
 	// SlotStarting: an idle pool slot being restored ahead (StartAhead);
 	// no deploy takes it meanwhile.
 	SlotStarting SlotPhase = "Starting"
-	// StepFreeze: the slot's instance frozen after its restore ahead.
-	StepFreeze = "freeze"
-	// StepThaw: a deploy thawed the instance of a slot restored ahead.
-	StepThaw = "thaw"
+	// StepRaise: a deploy raised the instance of a slot restored ahead to
+	// the normal CPU weight.
+	StepRaise = "raise"
 )
 
-// ErrNotAhead: a slot cannot be restored ahead (its driver cannot freeze,
-// or it is not an idle pool slot waiting for an order).
+// ErrNotAhead: a slot cannot be restored ahead (its driver cannot keep an
+// instance at background priority, or it is not an idle pool slot waiting
+// for an order).
 var ErrNotAhead = errors.New("cannot restore ahead")
 
 // CanStartAhead says why slots of generation g cannot be restored ahead on
-// this node (nil: they can).
+// this node (nil: they can): their app would wait at normal priority,
+// competing with the serving instances.
 func (d *Deployer) CanStartAhead(g Generation) error {
 	dr, err := d.driver(g.Engine)
 	if err != nil {
 		return err
 	}
-	if _, ok := dr.(Freezer); !ok {
-		return fmt.Errorf("driver %s cannot freeze an instance: %w", dr.Name(), ErrNotAhead)
+	if _, ok := dr.(Raiser); !ok {
+		return fmt.Errorf("driver %s cannot run an instance at background priority: %w", dr.Name(), ErrNotAhead)
 	}
-	if c, ok := dr.(*Container); ok && c.Freezer == nil {
-		return fmt.Errorf("this node has no cgroup freezer: %w", ErrNotAhead)
+	if c, ok := dr.(*Container); ok && c.Priority == nil {
+		return fmt.Errorf("this node's cgroups cannot be reweighted: %w", ErrNotAhead)
 	}
 	return nil
 }
 
 // StartAhead restores the app of idle pool slot id (of generation g) before
-// any request, at the slot's background priority, and freezes it once it
-// is ready. A deploy that takes the slot then thaws it, at normal priority,
-// and runs the app's post_restore with its own identity. On error the
-// slot is released.
+// any request and leaves it running at the slot's background CPU weight. A
+// deploy that takes the slot raises it to the normal weight and runs the
+// app's post_restore with its own identity. On error the slot is released.
 func (d *Deployer) StartAhead(ctx context.Context, g Generation, id string) (_ Slot, err error) {
 	if err := d.CanStartAhead(g); err != nil {
 		return Slot{}, err
@@ -74,21 +74,17 @@ func (d *Deployer) StartAhead(ctx context.Context, g Generation, id string) (_ S
 	}()
 	app := g.Spec.WithDefaults()
 	app.PostRestore = nil // it runs when a deployment binds the slot, with its identity
-	var timings = s.Timings
+	timings := s.Timings
 	o := d.newOp(&timings, nil)
-	// Start must not raise the slot's weight: the restore runs at
-	// background priority, and Thaw raises it.
+	// Start must not raise the slot's weight: the app restores and waits
+	// at background priority, and the deploy that binds it raises it.
 	bg := s.Handle.Background
 	s.Handle.Background = false
-	dr, h, err := d.startReady(ctx, o, &s, s.ID, app, true)
+	_, h, err := d.startReady(ctx, o, &s, s.ID, app, true)
 	if err != nil {
 		return Slot{}, err
 	}
 	h.Background = bg
-	if err := dr.(Freezer).Freeze(ctx, h); err != nil {
-		return Slot{}, err
-	}
-	o.phase(StepFreeze)
 	d.slotMu.Lock()
 	s.Handle, s.Ahead, s.Phase, s.Timings = &h, true, SlotIdle, timings
 	err = d.slots.save(id, &s)
@@ -100,12 +96,12 @@ func (d *Deployer) StartAhead(ctx context.Context, g Generation, id string) (_ S
 	return s, nil
 }
 
-// thawReady is startReady for a slot restored ahead: the instance is
-// thawed (start), probed once ready, and its post_restore runs with
-// deployment dep's identity.
-func (d *Deployer) thawReady(ctx context.Context, o *op, s *Slot, dep string, app App) (Driver, Handle, error) {
+// raiseReady is startReady for a slot restored ahead: its instance is
+// raised to the normal weight, probed once ready, and its post_restore
+// runs with deployment dep's identity.
+func (d *Deployer) raiseReady(ctx context.Context, o *op, s *Slot, dep string, app App) (Driver, Handle, error) {
 	dr := d.driverByName(s.Handle.Driver)
-	fz, ok := dr.(Freezer)
+	r, ok := dr.(Raiser)
 	if !ok {
 		return nil, Handle{}, fmt.Errorf("slot %s: driver %s: %w", s.ID, s.Handle.Driver, ErrNotAhead)
 	}
@@ -117,12 +113,12 @@ func (d *Deployer) thawReady(ctx context.Context, o *op, s *Slot, dep string, ap
 			return nil, Handle{}, err
 		}
 	}
-	h, err := fz.Thaw(ctx, h)
+	h, err := r.Raise(ctx, h)
 	if err != nil {
 		return nil, Handle{}, err
 	}
 	s.Handle = &h
-	o.phase(StepThaw)
+	o.phase(StepRaise)
 	if err := d.waitReady(ctx, dr, h, app, true); err != nil {
 		return nil, Handle{}, err
 	}

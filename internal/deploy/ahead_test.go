@@ -18,14 +18,14 @@ func TestPoolAheadDMTCPContainer(t *testing.T) { testPoolAhead(t, engine.NameDMT
 func TestPoolAheadCRIUContainer(t *testing.T)  { testPoolAhead(t, engine.NameCRIU) }
 
 // testPoolAhead is what a slot restored ahead promises: its app is
-// restored before any request and waits frozen at background priority (it
-// answers nothing); a deploy that takes it only thaws it, with no engine
-// restart, and gets the checkpoint's state, its own identity and the
-// normal priority; a frozen slot released leaves nothing.
+// restored before any request and waits at the background CPU weight; a
+// deploy that takes it only raises it, with no engine restart, and gets
+// the checkpoint's state and the normal weight; a slot restored ahead and
+// released leaves nothing.
 func testPoolAhead(t *testing.T, eng string) {
 	f, ctx, app := redisFixture(t, "container", eng, "ahead")
-	if f.Container.Freezer == nil {
-		testenv.Unavailable(t, testenv.Root, "no cgroup freezer on this machine")
+	if f.Container.Priority == nil {
+		testenv.Unavailable(t, testenv.Root, "this machine's cgroups cannot be reweighted")
 	}
 	first, err := f.D.Deploy(ctx, app, deploy.Options{Prepare: func(ctx context.Context, tg deploy.Target) error {
 		_, err := testenv.RedisDo(ctx, nil, tg.Ports["6379/tcp"], "SET", "greeting", "from the checkpoint")
@@ -58,7 +58,7 @@ func testPoolAhead(t *testing.T, eng string) {
 		t.Fatalf("StartAhead: %v", err)
 	}
 	t.Logf("slot %s restored ahead: %s", s.ID, s.Timings)
-	if !s.Ahead || s.Phase != deploy.SlotIdle || !hasPhase(s.Timings, deploy.StepFreeze) {
+	if !s.Ahead || s.Phase != deploy.SlotIdle || !hasPhase(s.Timings, deploy.StepReady) {
 		t.Fatalf("slot after StartAhead: ahead %v, phase %s, timings %s; want an idle slot restored ahead", s.Ahead, s.Phase, s.Timings)
 	}
 	if _, err := f.D.StartAhead(ctx, g, s.ID); !errors.Is(err, deploy.ErrNotAhead) {
@@ -68,21 +68,13 @@ func testPoolAhead(t *testing.T, eng string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if frozen, err := f.Container.Freezer.Frozen(st.Pid); err != nil || !frozen {
-		t.Errorf("the slot's container: frozen %v, %v; want frozen", frozen, err)
+	if w, err := f.Container.Priority.Get(st.Pid); err != nil || w.CPU != cgroup.Background.CPU {
+		t.Errorf("the waiting slot's CPU weight = %+v, %v; want %d", w, err, cgroup.Background.CPU)
 	}
-	if f.Container.Priority != nil {
-		if w, err := f.Container.Priority.Get(st.Pid); err != nil || w.CPU != cgroup.Background.CPU {
-			t.Errorf("the waiting slot's CPU weight = %+v, %v; want %d", w, err, cgroup.Background.CPU)
-		}
+	// Its app runs already, with the checkpoint's state.
+	if got, err := testenv.RedisDo(ctx, nil, s.Ports["6379/tcp"], "GET", "greeting"); err != nil || got != "from the checkpoint" {
+		t.Errorf("the slot restored ahead: GET greeting = %q, %v", got, err)
 	}
-	// Frozen, the app takes the connection (the kernel does) but answers
-	// nothing.
-	pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	if got, err := testenv.RedisDo(pctx, nil, s.Ports["6379/tcp"], "PING"); err == nil {
-		t.Errorf("a frozen slot answered PING with %q", got)
-	}
-	cancel()
 
 	var phases []string
 	dep, err := f.D.Deploy(ctx, app, deploy.Options{Progress: func(p string, _ time.Duration) { phases = append(phases, p) }})
@@ -98,7 +90,7 @@ func testPoolAhead(t *testing.T, eng string) {
 			t.Errorf("the hit waited for %q: %s", step, dep.Timings)
 		}
 	}
-	for _, step := range []string{deploy.StepThaw, deploy.StepReady, deploy.StepBind} {
+	for _, step := range []string{deploy.StepRaise, deploy.StepReady, deploy.StepBind} {
 		if !hasPhase(dep.Timings, step) {
 			t.Errorf("the hit's timings %s lack %q", dep.Timings, step)
 		}
@@ -109,19 +101,42 @@ func testPoolAhead(t *testing.T, eng string) {
 	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "GET", "greeting"); err != nil || got != "from the checkpoint" {
 		t.Errorf("GET greeting = %q, %v", got, err)
 	}
-	if frozen, err := f.Container.Freezer.Frozen(st.Pid); err != nil || frozen {
-		t.Errorf("the bound container: frozen %v, %v; want thawed", frozen, err)
+	if w, err := f.Container.Priority.Get(st.Pid); err != nil || w.CPU != cgroup.Normal.CPU {
+		t.Errorf("the bound instance's CPU weight = %+v, %v; want %d", w, err, cgroup.Normal.CPU)
 	}
-	if f.Container.Priority != nil {
-		if w, err := f.Container.Priority.Get(st.Pid); err != nil || w.CPU != cgroup.Normal.CPU {
-			t.Errorf("the bound instance's CPU weight = %+v, %v; want %d", w, err, cgroup.Normal.CPU)
+	// Recycled (DMTCP), the instance is restored ahead again in its
+	// container: the next user gets the checkpoint's state, not the key
+	// the one before wrote.
+	if eng == engine.NameDMTCP {
+		if _, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "SET", "mine", "first user"); err != nil {
+			t.Fatal(err)
+		}
+		rs, err := f.D.Recycle(ctx, dep.ID)
+		if err != nil {
+			t.Fatalf("Recycle: %v", err)
+		}
+		if _, err := f.D.StartAhead(ctx, g, rs.ID); err != nil {
+			t.Fatalf("StartAhead of the recycled slot: %v", err)
+		}
+		if dep, err = f.D.Deploy(ctx, app, deploy.Options{}); err != nil {
+			t.Fatalf("deploy after recycling: %v", err)
+		}
+		if dep.Slot != rs.ID || !dep.Ahead {
+			t.Errorf("deploy after recycling: slot %s ahead %v; want the recycled slot %s, restored ahead", dep.Slot, dep.Ahead, rs.ID)
+		}
+		addr := deploytest.RedisAddr(t, dep)
+		if got, err := testenv.RedisDo(ctx, nil, addr, "GET", "greeting"); err != nil || got != "from the checkpoint" {
+			t.Errorf("after recycling: GET greeting = %q, %v", got, err)
+		}
+		if got, err := testenv.RedisDo(ctx, nil, addr, "EXISTS", "mine"); err != nil || got != "0" {
+			t.Errorf("after recycling: EXISTS mine = %q, %v; want 0 (the user before wrote it)", got, err)
 		}
 	}
 	if err := f.D.Undeploy(ctx, dep.ID); err != nil {
 		t.Fatal(err)
 	}
 
-	// A slot restored ahead and released frozen leaves nothing.
+	// A slot restored ahead and released leaves nothing.
 	s, err = f.D.ProvisionPoolSlot(ctx, g)
 	if err != nil {
 		t.Fatal(err)

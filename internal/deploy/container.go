@@ -66,9 +66,6 @@ type Container struct {
 	// Priority raises a background slot's container to normal priority
 	// when Start binds it (nil: it keeps the weight it was created with).
 	Priority cgroup.Priority
-	// Freezer freezes a container restored ahead of a deployment (nil:
-	// Freeze is ErrUnsupported, and pool slots wait unstarted).
-	Freezer cgroup.Freezer
 
 	mu    sync.Mutex
 	found dmtcpImage // what Check found last
@@ -485,11 +482,8 @@ func (c *Container) Start(ctx context.Context, h Handle) (Handle, error) {
 		return Handle{}, hint.With(fmt.Errorf("container %s is not waiting for an order (%s, exit code %d); an instance starts once", shortRef(h.Ref), st.Status, st.ExitCode),
 			"remove it and create a new instance")
 	}
-	if h.Background && c.Priority != nil {
-		if _, err := c.Priority.Set(st.Pid, cgroup.Normal); err != nil {
-			return Handle{}, fmt.Errorf("raise the priority of container %s: %w", shortRef(h.Ref), err)
-		}
-		h.Background = false
+	if h, err = c.raise(st.Pid, h); err != nil {
+		return Handle{}, err
 	}
 	if err := writeOrder(h); err != nil {
 		return Handle{}, err
@@ -497,45 +491,33 @@ func (c *Container) Start(ctx context.Context, h Handle) (Handle, error) {
 	return h, nil
 }
 
-var _ Freezer = (*Container)(nil)
+var _ Raiser = (*Container)(nil)
 
-// Freeze implements Freezer with the cgroup freezer of the container.
-func (c *Container) Freeze(ctx context.Context, h Handle) error {
-	if c.Freezer == nil {
-		return fmt.Errorf("freeze container %s: no cgroup freezer on this node: %w", shortRef(h.Ref), cgroup.ErrUnsupported)
+// Raise implements Raiser: the container's cgroup gets the normal weights.
+func (c *Container) Raise(ctx context.Context, h Handle) (Handle, error) {
+	if !h.Background || c.Priority == nil {
+		return h, nil
 	}
 	st, err := c.state(ctx, h)
 	if err != nil {
-		return err
+		return Handle{}, err
 	}
 	if !st.Running {
-		return fmt.Errorf("freeze container %s: it is not running (%s): %w", shortRef(h.Ref), st.Status, ErrNotFound)
+		return Handle{}, fmt.Errorf("raise container %s: it is not running (%s): %w", shortRef(h.Ref), st.Status, ErrNotFound)
 	}
-	return c.Freezer.Freeze(ctx, st.Pid)
+	return c.raise(st.Pid, h)
 }
 
-// Thaw implements Freezer: the container's weight is raised to normal
-// first, so that it runs at once as a serving instance.
-func (c *Container) Thaw(ctx context.Context, h Handle) (Handle, error) {
-	if c.Freezer == nil {
-		return Handle{}, fmt.Errorf("thaw container %s: no cgroup freezer on this node: %w", shortRef(h.Ref), cgroup.ErrUnsupported)
+// raise gives the cgroup of pid, h's container's, the normal weights if h
+// waited at background priority.
+func (c *Container) raise(pid int, h Handle) (Handle, error) {
+	if !h.Background || c.Priority == nil {
+		return h, nil
 	}
-	st, err := c.state(ctx, h)
-	if err != nil {
-		return Handle{}, err
+	if _, err := c.Priority.Set(pid, cgroup.Normal); err != nil {
+		return Handle{}, fmt.Errorf("raise the priority of container %s: %w", shortRef(h.Ref), err)
 	}
-	if !st.Running {
-		return Handle{}, fmt.Errorf("thaw container %s: it is not running (%s): %w", shortRef(h.Ref), st.Status, ErrNotFound)
-	}
-	if h.Background && c.Priority != nil {
-		if _, err := c.Priority.Set(st.Pid, cgroup.Normal); err != nil {
-			return Handle{}, fmt.Errorf("raise the priority of container %s: %w", shortRef(h.Ref), err)
-		}
-		h.Background = false
-	}
-	if err := c.Freezer.Thaw(st.Pid); err != nil {
-		return Handle{}, err
-	}
+	h.Background = false
 	return h, nil
 }
 
@@ -614,18 +596,10 @@ func (c *Container) NetPid(ctx context.Context, h Handle) (int, error) {
 }
 
 // Remove implements Driver: it stops the container if it runs and removes
-// it, whether it ever started or not (a frozen one is thawed first: its
-// processes could not take the signals).
+// it, whether it ever started or not.
 func (c *Container) Remove(ctx context.Context, h Handle) error {
 	if h.Ref == "" {
 		return nil
-	}
-	if c.Freezer != nil {
-		if st, err := c.state(ctx, h); err == nil && st.Running && st.Pid > 0 {
-			if frozen, err := c.Freezer.Frozen(st.Pid); err == nil && frozen {
-				_ = c.Freezer.Thaw(st.Pid)
-			}
-		}
 	}
 	timeout := c.StopTimeout
 	if timeout == 0 {

@@ -245,16 +245,13 @@ type Recycler interface {
 	Recycle(ctx context.Context, h Handle, reset func(context.Context) error) (Handle, error)
 }
 
-// Freezer is a Driver whose started instances can wait frozen, using no
-// CPU, until a deployment binds them: a warm pool's slot restored ahead of
-// any request (StartAhead).
-type Freezer interface {
-	// Freeze stops every process of h's instance; it returns once they
-	// are all stopped.
-	Freeze(ctx context.Context, h Handle) error
-	// Thaw lets them run again, at normal priority if h waited at
-	// background priority.
-	Thaw(ctx context.Context, h Handle) (Handle, error)
+// Raiser is a Driver whose instances can run at background priority ahead
+// of a deployment (a warm pool's slot restored ahead, StartAhead) and be
+// raised to normal priority when one binds them.
+type Raiser interface {
+	// Raise gives h's instance the normal CPU and I/O weight; h says
+	// whether it ran at background priority.
+	Raise(ctx context.Context, h Handle) (Handle, error)
 }
 
 // Checkpointed reports a finished checkpoint.

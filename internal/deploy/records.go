@@ -40,7 +40,7 @@ type Deployment struct {
 	Slot string     `json:"slot,omitempty"`
 	Pool PoolResult `json:"pool,omitempty"`
 	// Ahead: its pool slot's app was restored before the request
-	// (StartAhead); the deploy thawed it.
+	// (StartAhead); the deploy raised it to the normal weight.
 	Ahead bool `json:"ahead,omitempty"`
 	// Fetched: this deploy brought the generation's checkpoint to the
 	// node, which held no copy (a first restore on the node); otherwise

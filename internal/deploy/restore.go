@@ -66,7 +66,7 @@ func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, curr
 	var dr Driver
 	if s.Ahead {
 		rec.Ahead = true
-		dr, _, err = d.thawReady(ctx, o, s, id, app)
+		dr, _, err = d.raiseReady(ctx, o, s, id, app)
 	} else {
 		dr, _, err = d.startReady(ctx, o, s, id, app, true)
 	}

@@ -293,7 +293,7 @@ func WriteMarkdown(w io.Writer, r Results) error {
 		}
 		b.WriteString("\nA pool hit runs only start, ready and bind: the slot's clone, mapping, mount and container were made before " +
 			"the deploy (refilling one slot), at the lowest CPU weight. A slot restored ahead (the agent's default, agent.pool_ahead) " +
-			"also ran the engine's restart before the deploy and waited frozen: the hit thaws it; its refill includes the restart, and its memory the app's. " +
+			"also ran the engine's restart before the deploy and waited at that weight: the hit raises it; its refill includes the restart, and its memory the app's. " +
 			"Speedup = plain boot / pool hit (restored ahead). Auto is mode auto: " +
 			"its policy chose from the plain boots and pool hits above (restore only when restoring is faster), and one deploy " +
 			"ran as it chose.\n\n")

@@ -109,7 +109,7 @@ type App struct {
 	FirstRestoreIO IO      `json:"first_restore_io"`
 	FirstSpeedup   float64 `json:"first_speedup"`
 	// PoolHitMS is restore-to-ready when a warm-pool slot was waiting
-	// (thaw or start, ready, bind); PoolOverheadMS what a hit that
+	// (raise or start, ready, bind); PoolOverheadMS what a hit that
 	// restarts the app (PoolRestartMS) adds to the engine's own restart
 	// (EngineRestartMS of the same deploys): what the user waits for
 	// beyond the engine. PoolRefillMS is provisioning one slot (clone,
@@ -119,8 +119,8 @@ type App struct {
 	PoolOverheadMS Stats `json:"pool_overhead_ms"`
 	// PoolRestartMS is a pool hit of a slot that waited unstarted
 	// (agent.pool_ahead: off): the deploy restarts the app. PoolHitMS is
-	// of a slot restored ahead where the node can freeze it (the
-	// agent's default), the deploy thawing it.
+	// of a slot restored ahead where the node can reweight it (the
+	// agent's default), the deploy raising it.
 	PoolRestartMS Stats   `json:"pool_restart_ms"`
 	PoolRefillMS  Stats   `json:"pool_refill_ms"`
 	PoolSpeedup   float64 `json:"pool_speedup"`
@@ -275,7 +275,7 @@ type ConcurrencyRow struct {
 	RestoreMS Stats `json:"restore_ms"`
 	PoolHitMS Stats `json:"pool_hit_ms"`
 	// AheadMS is with a pool of N slots restored ahead (each deploy
-	// thaws one); PoolHitMS with slots that wait unstarted.
+	// raises one); PoolHitMS with slots that wait unstarted.
 	AheadMS Stats `json:"ahead_ms"`
 }
 

@@ -26,7 +26,7 @@ type Pool struct {
 	Idle         int `json:"idle"`
 	Provisioning int `json:"provisioning,omitempty"`
 	// Ahead is how many of the idle slots were restored ahead and wait
-	// frozen (a hit only thaws them).
+	// at the background weight (a hit only raises them).
 	Ahead int `json:"ahead,omitempty"`
 	// Slots are the idle slots' IDs.
 	Slots []string `json:"slots,omitempty"`

@@ -358,7 +358,7 @@ type Status struct {
 	// copied the checkpoint to its node, which held none.
 	Pool string `json:"pool,omitempty"`
 	// Ahead: the pool slot's app was restored before the request; the
-	// deploy only thawed it.
+	// deploy only raised it to the normal weight.
 	Ahead   bool   `json:"ahead,omitempty"`
 	Slot    string `json:"slot,omitempty"`
 	Fetched bool   `json:"fetched,omitempty"`

@@ -183,7 +183,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "fogdeploy_auto_decisions_total", Help: "Choices of mode auto on this node, by choice (boot or restore) and why (first: fewer than 3 restores measured; learn: a boot to measure it; faster: the lower median; explore: every 10th choice takes the other; cannot_boot: the node cannot boot apps).",
 		}, []string{"choice", "why"}),
 		poolHits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fogdeploy_pool_hits_total", Help: "Restores that found an idle warm-pool slot of their app's generation on this node, by app and whether the slot was restored ahead (ahead: yes, the deploy only thawed it; no: it restarted the app).",
+			Name: "fogdeploy_pool_hits_total", Help: "Restores that found an idle warm-pool slot of their app's generation on this node, by app and whether the slot was restored ahead (ahead: yes, the deploy only raised it; no: it restarted the app).",
 		}, []string{"app", "ahead"}),
 		poolMisses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fogdeploy_pool_misses_total", Help: "Restores that found no idle warm-pool slot and provisioned their own, by app.",

@@ -181,7 +181,7 @@ func (a *agent) refillApp(ctx context.Context, app deploy.App) (int, error) {
 }
 
 // ahead says whether the pool's slots of generation g are restored ahead
-// on this node (agent.pool_ahead and a cgroup freezer).
+// on this node (agent.pool_ahead, and cgroups that can be reweighted).
 func (a *agent) ahead(g deploy.Generation) bool {
 	return a.c.Agent.PoolAhead == "on" && a.d.CanStartAhead(g) == nil
 }

@@ -96,13 +96,11 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 		}
 	}
 	log.Info("warm-pool refill priority", "cgroup", priority)
-	// Slots restored ahead wait frozen until a deployment binds them.
-	if ctr != nil && c.Agent.PoolAhead == "on" {
-		if fr, err := cgroup.DetectFreezer(cgroup.Paths{}); err != nil {
-			log.Warn("warm-pool slots cannot be restored ahead: no cgroup freezer; a pool hit restarts its app", "err", err)
+	if c.Agent.PoolAhead == "on" {
+		if ctr == nil || ctr.Priority == nil {
+			log.Warn("warm-pool slots are not restored ahead: their apps could not wait below the serving instances' priority; a pool hit restarts its app")
 		} else {
-			ctr.Freezer = fr
-			log.Info("warm-pool slots are restored ahead and wait frozen", "freezer", "cgroup "+string(fr.Version()))
+			log.Info("warm-pool slots are restored ahead and wait at the background CPU weight (agent.pool_ahead)")
 		}
 	}
 	cacheBytes, err := c.Agent.CheckpointCacheBytes()

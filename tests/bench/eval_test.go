@@ -512,7 +512,7 @@ func deployMeasured(ctx context.Context, f *deploytest.Fixture, app deploy.App) 
 }
 
 // provisionSlot refills the pool by one slot of g as an agent does: the
-// slot is provisioned and, with ahead where the node can freeze it
+// slot is provisioned and, with ahead where the node can reweight it
 // (agent.pool_ahead: on, the default), its app restored ahead and frozen.
 func provisionSlot(ctx context.Context, f *deploytest.Fixture, g deploy.Generation, ahead bool) (deploy.Slot, error) {
 	s, err := f.D.ProvisionPoolSlot(ctx, g)

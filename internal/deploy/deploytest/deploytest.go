@@ -192,9 +192,6 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 		if p, err := cgroup.Detect(cgroup.Paths{}); err == nil {
 			f.Container.Priority = p
 		}
-		if fr, err := cgroup.DetectFreezer(cgroup.Paths{}); err == nil {
-			f.Container.Freezer = fr
-		}
 		deps.Container = f.Container
 	}
 	f.D, err = deploy.New(dc, deps)
