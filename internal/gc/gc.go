@@ -266,14 +266,8 @@ func (c Config) partial(ctx context.Context, name, app string, gen int, known ma
 	if err != nil && !errors.Is(err, layering.ErrNotFound) {
 		return nil, err
 	}
-	own, err := c.Store.Stat(ctx, name)
-	if errors.Is(err, layering.ErrNotFound) {
-		return nil, nil
-	} else if err != nil {
+	if ours, err := c.oursAndOld(ctx, name, known); err != nil || !ours {
 		return nil, err
-	}
-	if !known[own.Meta[deploy.MetaNode]] || time.Since(own.Created) < c.MinAge {
-		return nil, nil
 	}
 	locked, err := c.State.CheckpointLocked(ctx, app)
 	if err != nil || locked {
@@ -287,14 +281,8 @@ func (c Config) partial(ctx context.Context, name, app string, gen int, known ma
 // is not registered here and that no checkpoint record names (a removal
 // cut short left it), if a node of this PoP made it and it is old enough.
 func (c Config) unrecorded(ctx context.Context, name, app string, gen int, known map[string]bool) (*Item, error) {
-	info, err := c.Store.Stat(ctx, name)
-	if errors.Is(err, layering.ErrNotFound) {
-		return nil, nil
-	} else if err != nil {
+	if ours, err := c.oursAndOld(ctx, name, known); err != nil || !ours {
 		return nil, err
-	}
-	if !known[info.Meta[deploy.MetaNode]] || time.Since(info.Created) < c.MinAge {
-		return nil, nil
 	}
 	if users, err := generationUsers(ctx, c.Store, deploy.Generation{
 		EnvSnap:  layering.SnapRef{Image: deploy.GenImage(app, gen, "env"), Snap: layering.SealedSnap},
@@ -304,6 +292,18 @@ func (c Config) unrecorded(ctx context.Context, name, app string, gen int, known
 	}
 	return &Item{Kind: KindPartial, Name: fmt.Sprintf("%s/%d", app, gen), Images: []string{name}, App: app, Gen: gen,
 		Reason: "its app was removed, and no checkpoint record names it"}, nil
+}
+
+// oursAndOld says whether image name exists, a node of this PoP (known)
+// made it, and it is older than MinAge.
+func (c Config) oursAndOld(ctx context.Context, name string, known map[string]bool) (bool, error) {
+	info, err := c.Store.Stat(ctx, name)
+	if errors.Is(err, layering.ErrNotFound) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	return known[info.Meta[deploy.MetaNode]] && time.Since(info.Created) >= c.MinAge, nil
 }
 
 // clone returns an item for an instance clone made by a node of this PoP
