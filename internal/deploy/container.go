@@ -491,36 +491,6 @@ func (c *Container) Start(ctx context.Context, h Handle) (Handle, error) {
 	return h, nil
 }
 
-var _ Raiser = (*Container)(nil)
-
-// Raise implements Raiser: the container's cgroup gets the normal weights.
-func (c *Container) Raise(ctx context.Context, h Handle) (Handle, error) {
-	if !h.Background || c.Priority == nil {
-		return h, nil
-	}
-	st, err := c.state(ctx, h)
-	if err != nil {
-		return Handle{}, err
-	}
-	if !st.Running {
-		return Handle{}, fmt.Errorf("raise container %s: it is not running (%s): %w", shortRef(h.Ref), st.Status, ErrNotFound)
-	}
-	return c.raise(st.Pid, h)
-}
-
-// raise gives the cgroup of pid, h's container's, the normal weights if h
-// waited at background priority.
-func (c *Container) raise(pid int, h Handle) (Handle, error) {
-	if !h.Background || c.Priority == nil {
-		return h, nil
-	}
-	if _, err := c.Priority.Set(pid, cgroup.Normal); err != nil {
-		return Handle{}, fmt.Errorf("raise the priority of container %s: %w", shortRef(h.Ref), err)
-	}
-	h.Background = false
-	return h, nil
-}
-
 // Checkpoint implements Driver: SIGUSR1 to the entrypoint, which writes
 // generation h.Gen with `dmtcp_command -kc` and exits 0.
 func (c *Container) Checkpoint(ctx context.Context, h Handle) (Checkpointed, error) {

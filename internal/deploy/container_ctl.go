@@ -1,5 +1,6 @@
-// The container driver's control directory (Run.CtlPath, bound at /fog/ctl): the order that
-// starts a waiting instance, and the release and rearm that recycle it (Recycler).
+// The container driver's control of a waiting or serving instance: its control directory
+// (Run.CtlPath, bound at /fog/ctl) with the order that starts it and the release and rearm that
+// recycle it (Recycler), and the raise of an instance restored ahead to the normal weight (Raiser).
 
 package deploy
 
@@ -119,5 +120,35 @@ func (c *Container) Recycle(ctx context.Context, h Handle, reset func(context.Co
 		return Handle{}, err
 	}
 	h.Deployment = ""
+	return h, nil
+}
+
+var _ Raiser = (*Container)(nil)
+
+// Raise implements Raiser: the container's cgroup gets the normal weights.
+func (c *Container) Raise(ctx context.Context, h Handle) (Handle, error) {
+	if !h.Background || c.Priority == nil {
+		return h, nil
+	}
+	st, err := c.state(ctx, h)
+	if err != nil {
+		return Handle{}, err
+	}
+	if !st.Running {
+		return Handle{}, fmt.Errorf("raise container %s: it is not running (%s): %w", shortRef(h.Ref), st.Status, ErrNotFound)
+	}
+	return c.raise(st.Pid, h)
+}
+
+// raise gives the cgroup of pid, h's container's, the normal weights if h
+// waited at background priority.
+func (c *Container) raise(pid int, h Handle) (Handle, error) {
+	if !h.Background || c.Priority == nil {
+		return h, nil
+	}
+	if _, err := c.Priority.Set(pid, cgroup.Normal); err != nil {
+		return Handle{}, fmt.Errorf("raise the priority of container %s: %w", shortRef(h.Ref), err)
+	}
+	h.Background = false
 	return h, nil
 }
