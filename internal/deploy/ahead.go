@@ -9,9 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
-
-	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
 // Slot phases and steps of the ahead stage.
@@ -96,9 +93,9 @@ func (d *Deployer) StartAhead(ctx context.Context, g Generation, id string) (_ S
 	return s, nil
 }
 
-// raiseReady is startReady for a slot restored ahead: its instance is
-// raised to the normal weight, probed once ready, and its post_restore
-// runs with deployment dep's identity.
+// raiseReady is startReady for a slot restored ahead: the instance gets
+// deployment dep's identity, is raised to the normal weight, probed once
+// ready, and its post_restore runs.
 func (d *Deployer) raiseReady(ctx context.Context, o *op, s *Slot, dep string, app App) (Driver, Handle, error) {
 	dr := d.driverByName(s.Handle.Driver)
 	r, ok := dr.(Raiser)
@@ -107,27 +104,17 @@ func (d *Deployer) raiseReady(ctx context.Context, o *op, s *Slot, dep string, a
 	}
 	h := *s.Handle
 	h.Deployment = dep
-	id := spec.Identity{Instance: dep, App: app.Name, Node: d.cfg.Node, Slot: s.ID, Seed: newSeed(), Started: time.Now().UTC(), Gen: s.Gen}
-	if h.EnvPath != "" && len(app.PostRestore) > 0 {
-		if err := writeIdentityWithin(ctx, h.EnvPath, id, readyTimeout(app)); err != nil {
-			return nil, Handle{}, err
-		}
-	}
-	h, err := r.Raise(ctx, h)
+	id, err := d.identify(ctx, s, h, app, true)
 	if err != nil {
+		return nil, Handle{}, err
+	}
+	if h, err = r.Raise(ctx, h); err != nil {
 		return nil, Handle{}, err
 	}
 	s.Handle = &h
 	o.phase(StepRaise)
-	if err := d.waitReady(ctx, dr, h, app, true); err != nil {
+	if err := d.ready(ctx, o, dr, h, app, true, id); err != nil {
 		return nil, Handle{}, err
-	}
-	o.phase(StepReady)
-	if len(app.PostRestore) > 0 {
-		if err := d.postRestore(ctx, dr, h, app, id); err != nil {
-			return nil, Handle{}, err
-		}
-		o.phase(StepPostRestore)
 	}
 	return dr, h, nil
 }

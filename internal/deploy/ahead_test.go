@@ -3,7 +3,10 @@ package deploy_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
@@ -100,6 +104,11 @@ func testPoolAhead(t *testing.T, eng string) {
 	}
 	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "GET", "greeting"); err != nil || got != "from the checkpoint" {
 		t.Errorf("GET greeting = %q, %v", got, err)
+	}
+	// The instance knows the deployment it serves, not the slot it was
+	// restored ahead in.
+	if b, err := os.ReadFile(filepath.Join(dep.Handle.EnvPath, spec.IdentityFile)); err != nil || !strings.Contains(string(b), `"instance": "`+dep.ID+`"`) {
+		t.Errorf("%s after the hit = %q, %v; want deployment %s", spec.IdentityFile, b, err, dep.ID)
 	}
 	if w, err := f.Container.Priority.Get(st.Pid); err != nil || w.CPU != cgroup.Normal.CPU {
 		t.Errorf("the bound instance's CPU weight = %+v, %v; want %d", w, err, cgroup.Normal.CPU)

@@ -284,23 +284,11 @@ func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, a
 	}
 	h := *s.Handle
 	h.Deployment = dep
-	id := spec.Identity{Instance: dep, App: app.Name, Node: d.cfg.Node, Slot: s.ID, Seed: newSeed(), Started: time.Now().UTC()}
-	if restored {
-		id.Gen = s.Gen
-	}
-	if h.EnvPath != "" {
-		if err := writeIdentityWithin(ctx, h.EnvPath, id, readyTimeout(app)); err != nil {
-			if errors.Is(err, mapper.ErrStalled) || ctx.Err() != nil {
-				return nil, Handle{}, err
-			}
-			if restored && len(app.PostRestore) > 0 {
-				return nil, Handle{}, hint.With(err, "post_restore reads the identity: give the environment a /run directory that is not a symbolic link")
-			}
-			d.log.Warn("the instance gets no identity file", "slot", s.ID, "deployment", dep, "err", err)
-		}
-	}
-	h, err := dr.Start(ctx, h)
+	id, err := d.identify(ctx, s, h, app, restored)
 	if err != nil {
+		return nil, Handle{}, err
+	}
+	if h, err = dr.Start(ctx, h); err != nil {
 		return nil, Handle{}, err
 	}
 	s.Handle, s.Ports = &h, h.Ports
@@ -308,17 +296,45 @@ func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, a
 		return nil, Handle{}, err
 	}
 	o.phase(StepStart)
+	return dr, h, d.ready(ctx, o, dr, h, app, restored, id)
+}
+
+// identify writes the identity of deployment h.Deployment into the root
+// of slot s's instance (identity.go).
+func (d *Deployer) identify(ctx context.Context, s *Slot, h Handle, app App, restored bool) (spec.Identity, error) {
+	id := spec.Identity{Instance: h.Deployment, App: app.Name, Node: d.cfg.Node, Slot: s.ID, Seed: newSeed(), Started: time.Now().UTC()}
+	if restored {
+		id.Gen = s.Gen
+	}
+	if h.EnvPath == "" {
+		return id, nil
+	}
+	if err := writeIdentityWithin(ctx, h.EnvPath, id, readyTimeout(app)); err != nil {
+		if errors.Is(err, mapper.ErrStalled) || ctx.Err() != nil {
+			return id, err
+		}
+		if restored && len(app.PostRestore) > 0 {
+			return id, hint.With(err, "post_restore reads the identity: give the environment a /run directory that is not a symbolic link")
+		}
+		d.log.Warn("the instance gets no identity file", "slot", s.ID, "deployment", h.Deployment, "err", err)
+	}
+	return id, nil
+}
+
+// ready runs the ready stage of instance h: it waits until its app is
+// ready, then runs a restored app's post_restore with identity id.
+func (d *Deployer) ready(ctx context.Context, o *op, dr Driver, h Handle, app App, restored bool, id spec.Identity) error {
 	if err := d.waitReady(ctx, dr, h, app, restored); err != nil {
-		return nil, Handle{}, err
+		return err
 	}
 	o.phase(StepReady)
 	if restored && len(app.PostRestore) > 0 {
 		if err := d.postRestore(ctx, dr, h, app, id); err != nil {
-			return nil, Handle{}, err
+			return err
 		}
 		o.phase(StepPostRestore)
 	}
-	return dr, h, nil
+	return nil
 }
 
 // bind hands slot s to deployment rec: the deployment's record takes the
