@@ -1,7 +1,8 @@
 // The ahead stage: a warm pool's idle slot whose app is restored before any request, at the
 // background CPU weight, and then waits, running at that weight. A deploy that takes it raises it
-// to the normal weight, probes it once (ready) and binds it: the engine's restart is off its
-// critical path. The price is the app's memory for as long as the slot waits.
+// to the normal weight (its start stage, in stages.go), probes it once (ready) and binds it: the
+// engine's restart is off its critical path. The price is the app's memory for as long as the
+// slot waits.
 
 package deploy
 
@@ -91,30 +92,4 @@ func (d *Deployer) StartAhead(ctx context.Context, g Generation, id string) (_ S
 	}
 	d.log.Info("pool slot restored ahead", "slot", s.ID, "app", s.App, "gen", s.Gen, "timings", timings.String())
 	return s, nil
-}
-
-// raiseReady is startReady for a slot restored ahead: the instance gets
-// deployment dep's identity, is raised to the normal weight, probed once
-// ready, and its post_restore runs.
-func (d *Deployer) raiseReady(ctx context.Context, o *op, s *Slot, dep string, app App) (Driver, Handle, error) {
-	dr := d.driverByName(s.Handle.Driver)
-	r, ok := dr.(Raiser)
-	if !ok {
-		return nil, Handle{}, fmt.Errorf("slot %s: driver %s: %w", s.ID, s.Handle.Driver, ErrNotAhead)
-	}
-	h := *s.Handle
-	h.Deployment = dep
-	id, err := d.identify(ctx, s, h, app, true)
-	if err != nil {
-		return nil, Handle{}, err
-	}
-	if h, err = r.Raise(ctx, h); err != nil {
-		return nil, Handle{}, err
-	}
-	s.Handle = &h
-	o.phase(StepRaise)
-	if err := d.ready(ctx, o, dr, h, app, true, id); err != nil {
-		return nil, Handle{}, err
-	}
-	return dr, h, nil
 }

@@ -63,13 +63,8 @@ func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, curr
 			return Deployment{}, err
 		}
 	}
-	var dr Driver
-	if s.Ahead {
-		rec.Ahead = true
-		dr, _, err = d.raiseReady(ctx, o, s, id, app)
-	} else {
-		dr, _, err = d.startReady(ctx, o, s, id, app, true)
-	}
+	rec.Ahead = s.Ahead
+	dr, _, err := d.startReady(ctx, o, s, id, app, true)
 	if err != nil {
 		return Deployment{}, err
 	}

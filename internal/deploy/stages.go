@@ -272,8 +272,9 @@ func both(a, b func() error) error {
 }
 
 // startReady runs the start and ready stages of slot s for deployment
-// dep: it orders the instance to run as dep and waits until its app is
-// ready. restored says whether the app comes from a checkpoint.
+// dep: it orders the instance to run as dep (or, restored ahead, raises
+// it) and waits until its app is ready. restored says whether the app
+// comes from a checkpoint.
 func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, app App, restored bool) (Driver, Handle, error) {
 	if s.Handle == nil {
 		return nil, Handle{}, fmt.Errorf("slot %s has no instance", s.ID)
@@ -287,6 +288,20 @@ func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, a
 	id, err := d.identify(ctx, s, h, app, restored)
 	if err != nil {
 		return nil, Handle{}, err
+	}
+	if s.Ahead {
+		// Restored ahead (ahead.go), its app runs already: starting it
+		// is raising it to the normal weight.
+		r, ok := dr.(Raiser)
+		if !ok {
+			return nil, Handle{}, fmt.Errorf("slot %s: driver %s: %w", s.ID, s.Handle.Driver, ErrNotAhead)
+		}
+		if h, err = r.Raise(ctx, h); err != nil {
+			return nil, Handle{}, err
+		}
+		s.Handle = &h
+		o.phase(StepRaise)
+		return dr, h, d.ready(ctx, o, dr, h, app, restored, id)
 	}
 	if h, err = dr.Start(ctx, h); err != nil {
 		return nil, Handle{}, err
