@@ -193,17 +193,15 @@ func (a *agent) startAhead(ctx context.Context, g deploy.Generation) {
 		return
 	}
 	for _, s := range a.idleSlots(g.App, g.Gen) {
-		if s.Ahead || ctx.Err() != nil {
+		if s.Ahead {
 			continue
 		}
 		if !a.waitIdle(ctx) {
 			return
 		}
-		if _, err := a.d.StartAhead(ctx, g, s.ID); err != nil {
-			if !errors.Is(err, deploy.ErrNotAhead) { // taken meanwhile
-				a.log.Warn("warm pool: restoring a slot ahead failed; the slot was released", "app", g.App, "gen", g.Gen, "slot", s.ID, "err", err)
-			}
-			continue
+		// ErrNotAhead: a deploy took the slot meanwhile.
+		if _, err := a.d.StartAhead(ctx, g, s.ID); err != nil && !errors.Is(err, deploy.ErrNotAhead) {
+			a.log.Warn("warm pool: restoring a slot ahead failed; the slot was released", "app", g.App, "gen", g.Gen, "slot", s.ID, "err", err)
 		}
 	}
 }
