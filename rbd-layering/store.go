@@ -112,6 +112,9 @@ type Store interface {
 	// then wraps ErrBusy. It returns the watchers it evicted, also with
 	// an error. The bound is the implementation's, and ctx's if sooner.
 	RemoveUnmapped(ctx context.Context, name string) ([]Eviction, error)
+	// Meta returns an image's metadata keys, what Stat reports as Meta,
+	// without the rest of Stat's work. ErrNotFound if it does not exist.
+	Meta(ctx context.Context, name string) (map[string]string, error)
 	// SetMeta sets metadata keys on an image, all in one opening of it
 	// (an empty value deletes its key).
 	SetMeta(ctx context.Context, name string, meta map[string]string) error

@@ -90,6 +90,7 @@ func (d *Deployer) StartAhead(ctx context.Context, g Generation, id string) (_ S
 	if err != nil {
 		return Slot{}, err
 	}
+	d.rememberGen(id, g)
 	d.log.Info("pool slot restored ahead", "slot", s.ID, "app", s.App, "gen", s.Gen, "timings", timings.String())
 	return s, nil
 }

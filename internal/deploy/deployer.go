@@ -120,8 +120,11 @@ type Deployer struct {
 	// deployments and slots are the record store (journal.go).
 	deployments journal[Deployment]
 	slots       journal[Slot]
-	// slotMu serializes claims of idle slots.
+	// slotMu serializes claims of idle slots, and guards slotGens.
 	slotMu sync.Mutex
+	// slotGens holds the generation each idle pool slot was filled with
+	// (ProvisionPoolSlot, StartAhead), for a pool hit's lookup (pooledGen).
+	slotGens map[string]Generation
 	// appLock: one producer of an app's first checkpoint on this node.
 	appLock keyedmutex.Map[string]
 	// platform is this node's, recorded in the generations it seals.
@@ -180,7 +183,7 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	} else if len(removed) > 0 {
 		deps.Log.Info("checkpoint cache: removed what interrupted fills left", "paths", removed)
 	}
-	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{},
+	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{}, slotGens: map[string]Generation{},
 		deployments: journal[Deployment]{dir: filepath.Join(cfg.StateDir, "deployments"), what: "deployment", notFound: ErrNotFound},
 		slots:       journal[Slot]{dir: filepath.Join(cfg.StateDir, "slots"), what: "slot", notFound: ErrNoSlot},
 		lowers:      journal[Lower]{dir: filepath.Join(cfg.StateDir, "lowers", "records"), what: "environment copy", notFound: ErrNoLower},
@@ -227,14 +230,27 @@ func (d *Deployer) Check(ctx context.Context, app App) (driver, version string, 
 	if _, err := d.deps.Envs.Get(ctx, app.Env); err != nil {
 		return "", "", fmt.Errorf("env %q of app %s: %w", app.Env, app.Name, err)
 	}
-	if app.Engine == EngineAuto {
+	eng, version, err := d.engineOf(ctx, app)
+	if err != nil {
+		return "", "", err
+	}
+	dr, _ := d.driver(eng)
+	return dr.Name(), version, nil
+}
+
+// engineOf checks the engine app (validated) runs under on this node, the
+// first this node has for engine auto, and returns it with its version.
+func (d *Deployer) engineOf(ctx context.Context, app App) (eng, version string, err error) {
+	eng = app.Engine
+	if eng == EngineAuto {
 		engs := d.Engines(ctx)
 		if len(engs) == 0 {
 			return "", "", fmt.Errorf("%w: app %s (engine auto): this node has no checkpoint engine", ErrDriver, app.Name)
 		}
-		return d.CheckEngine(ctx, engs[0])
+		eng = engs[0]
 	}
-	return d.CheckEngine(ctx, app.Engine)
+	_, version, err = d.CheckEngine(ctx, eng)
+	return eng, version, err
 }
 
 // Engines lists the checkpoint engines this node can run (spec.Engines'

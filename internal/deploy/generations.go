@@ -83,11 +83,31 @@ func (d *Deployer) Generations(ctx context.Context, app string) ([]Generation, e
 // Generations returns the complete checkpoint generations of app in the
 // store's pool, oldest first.
 func Generations(ctx context.Context, store layering.Store, app string) ([]Generation, error) {
-	names, err := store.List(ctx)
+	nums, err := genNumbers(ctx, store, app)
 	if err != nil {
 		return nil, err
 	}
 	var out []Generation
+	for _, n := range nums {
+		g, ok, err := readGen(ctx, store, app, n)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, g)
+		}
+	}
+	return out, nil
+}
+
+// genNumbers returns the numbers of app's generations whose checkpoint
+// image is in the store's pool (sealed or not), ascending.
+func genNumbers(ctx context.Context, store layering.Store, app string) ([]int, error) {
+	names, err := store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var nums []int
 	pre := GenPrefix + app + "-"
 	for _, n := range names {
 		rest, ok := strings.CutPrefix(n, pre)
@@ -98,25 +118,32 @@ func Generations(ctx context.Context, store layering.Store, app string) ([]Gener
 		if err != nil || GenImage(app, g, "ckpt") != n {
 			continue
 		}
-		info, err := store.Stat(ctx, n)
-		if errors.Is(err, layering.ErrNotFound) {
-			continue
-		} else if err != nil {
-			return nil, err
-		}
-		raw := info.Meta[MetaGeneration]
-		if raw == "" {
-			continue // not sealed yet (or a crash before sealing)
-		}
-		var gr Generation
-		if err := json.Unmarshal([]byte(raw), &gr); err != nil {
-			return nil, fmt.Errorf("generation record of %s: %w", n, err)
-		}
-		gr.Retired = info.Meta[MetaRetired] != ""
-		out = append(out, gr)
+		nums = append(nums, g)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Gen < out[j].Gen })
-	return out, nil
+	sort.Ints(nums)
+	return nums, nil
+}
+
+// readGen reads the record of generation gen of app from its checkpoint
+// image's metadata; ok is false while it is not sealed (or gone).
+func readGen(ctx context.Context, store layering.Store, app string, gen int) (Generation, bool, error) {
+	img := GenImage(app, gen, "ckpt")
+	md, err := store.Meta(ctx, img)
+	if errors.Is(err, layering.ErrNotFound) {
+		return Generation{}, false, nil
+	} else if err != nil {
+		return Generation{}, false, err
+	}
+	raw := md[MetaGeneration]
+	if raw == "" {
+		return Generation{}, false, nil // not sealed yet (or a crash before sealing)
+	}
+	var g Generation
+	if err := json.Unmarshal([]byte(raw), &g); err != nil {
+		return Generation{}, false, fmt.Errorf("generation record of %s: %w", img, err)
+	}
+	g.Retired = md[MetaRetired] != ""
+	return g, true, nil
 }
 
 // Latest returns app's newest complete generation that is not retired,
@@ -142,18 +169,23 @@ func (d *Deployer) Latest(ctx context.Context, app string) (Generation, error) {
 // restored, and its next deploy produces a new one. ErrNoCheckpoint when
 // there is none.
 func (d *Deployer) CurrentOf(ctx context.Context, app App, eng string) (Generation, error) {
-	gens, err := d.Generations(ctx, app.Name)
+	// Newest first, each record read only if no newer one stands: a
+	// deploy reads one as a rule.
+	nums, err := genNumbers(ctx, d.deps.Store, app.Name)
 	if err != nil {
 		return Generation{}, err
 	}
 	var newest *Generation
-	for i := len(gens) - 1; i >= 0; i-- {
-		g := gens[i]
-		if g.Retired || (len(g.Spec.Command) > 0 && !g.Spec.SameProcess(app)) {
+	for i := len(nums) - 1; i >= 0; i-- {
+		g, ok, err := readGen(ctx, d.deps.Store, app.Name, nums[i])
+		if err != nil {
+			return Generation{}, err
+		}
+		if !ok || g.Retired || (len(g.Spec.Command) > 0 && !g.Spec.SameProcess(app)) {
 			continue
 		}
 		if newest == nil {
-			newest = &gens[i]
+			newest = &g
 		}
 		if eng == "" || g.Engine == eng {
 			return g, nil

@@ -27,7 +27,7 @@ func (j journal[T]) path(id string) string { return filepath.Join(j.dir, id+".js
 
 // create writes a new record; one that exists is ErrExists.
 func (j journal[T]) create(id string, v *T) error {
-	b, err := json.MarshalIndent(v, "", "  ")
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
@@ -46,9 +46,17 @@ func (j journal[T]) create(id string, v *T) error {
 	return err
 }
 
-// save replaces a record atomically.
-func (j journal[T]) save(id string, v *T) error {
-	b, err := json.MarshalIndent(v, "", "  ")
+// save replaces a record atomically and durably: it is on disk when save
+// returns. A record is saved before what it names is made or handed to it.
+func (j journal[T]) save(id string, v *T) error { return j.replace(id, v, true) }
+
+// note replaces a record atomically without waiting for the disk: for a
+// change that recovery does not depend on (a claim, a timing), which a
+// crash of the machine may lose while a crash of the process cannot.
+func (j journal[T]) note(id string, v *T) error { return j.replace(id, v, false) }
+
+func (j journal[T]) replace(id string, v *T, sync bool) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
@@ -58,7 +66,10 @@ func (j journal[T]) save(id string, v *T) error {
 		return err
 	}
 	_, err = f.Write(b)
-	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
+	if sync {
+		err = errors.Join(err, f.Sync())
+	}
+	if err = errors.Join(err, f.Close()); err != nil {
 		_ = os.Remove(tmp)
 		return err
 	}

@@ -76,6 +76,7 @@ type CheckpointOptions struct {
 // IfNoEngine). On error nothing of the deployment is left on the node or in
 // the pool.
 func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deployment, error) {
+	start := time.Now()
 	app = app.WithDefaults()
 	if err := app.Validate(); err != nil {
 		return Deployment{}, err
@@ -99,35 +100,16 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 		}
 		return d.Boot(ctx, app, opts, reason)
 	}
-	if _, _, err := d.Check(ctx, app); err != nil {
-		if errors.Is(err, ErrDriver) && opts.IfNoEngine == PolicyBoot {
-			d.log.Info("booting without a checkpoint engine", "app", app.Name, "reason", err)
-			return d.Boot(ctx, app, opts, "no checkpoint engine ("+app.Engine+") on this node")
-		}
-		return Deployment{}, err
-	}
-	gen, err := d.CurrentOf(ctx, app, opts.Engine)
-	var boot layering.Timings
-	if errors.Is(err, ErrNoCheckpoint) {
-		// One producer per app on this node; the others wait and reuse.
-		gen, boot, err = d.produceOnce(ctx, app, opts)
-		if errors.Is(err, ErrBusy) {
-			d.log.Info("booting while another deploy produces the checkpoint", "app", app.Name)
-			return d.Boot(ctx, app, opts, "the first checkpoint is being produced by another deploy")
-		}
+	gen, boot, producing, why, err := d.resolve(ctx, app, opts)
+	if why != "" {
+		return d.Boot(ctx, app, opts, why)
 	}
 	if err != nil {
 		return Deployment{}, err
 	}
-	if len(boot) == 0 {
-		// Automatic cold-boot fallback: a generation this node cannot
-		// restore (another engine version, missing CPU features).
-		if why := d.Restorable(ctx, gen); why != nil {
-			d.log.Warn("booting: this node cannot restore the app's generation", "app", app.Name, "gen", gen.Gen, "reason", why)
-			return d.Boot(ctx, app, opts, strings.TrimPrefix(why.Error(), ErrIncompatible.Error()+": "))
-		}
-	}
-	dep, err := d.restore(ctx, gen, opts, app)
+	// What the deploy waited for before the restore's own steps (the
+	// engine's check, the generation's lookup) is its first phase.
+	dep, err := d.restore(ctx, gen, opts, app, time.Since(start)-producing)
 	if len(boot) > 0 {
 		dep.Booted = true
 		dep.Timings = append(prefixed("boot.", boot), dep.Timings...)
@@ -137,6 +119,53 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 		_ = d.save(&dep)
 	}
 	return dep, err
+}
+
+// resolve returns the generation a deploy of app restores: on a pool hit
+// the one its idle slot was filled with (pooledGen), else the app's newest
+// once the engine is checked, produced first if there is none (boot holds
+// the producing deploy's boot and checkpoint, producing its time). why,
+// when set, is why the deploy boots instead.
+func (d *Deployer) resolve(ctx context.Context, app App, opts Options) (gen Generation, boot layering.Timings, producing time.Duration, why string, err error) {
+	if g, ok := d.pooledGen(ctx, app, opts.Engine); ok {
+		return g, nil, 0, "", nil
+	}
+	// The engine only: a restore needs no environment but the
+	// generation's, and a boot or a first checkpoint looks the app's up.
+	checked, version, err := d.engineOf(ctx, app)
+	if err != nil {
+		if errors.Is(err, ErrDriver) && opts.IfNoEngine == PolicyBoot {
+			d.log.Info("booting without a checkpoint engine", "app", app.Name, "reason", err)
+			return gen, nil, 0, "no checkpoint engine (" + app.Engine + ") on this node", nil
+		}
+		return gen, nil, 0, "", err
+	}
+	gen, err = d.CurrentOf(ctx, app, opts.Engine)
+	if errors.Is(err, ErrNoCheckpoint) {
+		// One producer per app on this node; the others wait and reuse.
+		p := time.Now()
+		gen, boot, err = d.produceOnce(ctx, app, opts)
+		producing = time.Since(p)
+		if errors.Is(err, ErrBusy) {
+			d.log.Info("booting while another deploy produces the checkpoint", "app", app.Name)
+			return gen, nil, 0, "the first checkpoint is being produced by another deploy", nil
+		}
+	}
+	if err != nil {
+		return gen, nil, 0, "", err
+	}
+	if len(boot) == 0 {
+		if gen.Engine != checked {
+			_, version, _ = d.CheckEngine(ctx, gen.Engine)
+		}
+		// Automatic cold-boot fallback: a generation this node cannot
+		// restore (another engine version, missing CPU features).
+		if why := restorableOn(gen, d.platform, version); why != nil {
+			d.log.Warn("booting: this node cannot restore the app's generation", "app", app.Name, "gen", gen.Gen, "reason", why)
+			return gen, nil, 0, strings.TrimPrefix(why.Error(), ErrIncompatible.Error()+": "), nil
+		}
+	}
+	return gen, boot, producing, "", nil
 }
 
 // Restorable reports, wrapping ErrIncompatible, why this node cannot

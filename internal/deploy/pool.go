@@ -37,8 +37,58 @@ func (d *Deployer) ProvisionPoolSlot(ctx context.Context, g Generation) (_ Slot,
 		config: d.genConfig(ctx, g)}); err != nil {
 		return Slot{}, err
 	}
+	d.rememberGen(s.ID, g)
 	d.log.Info("pool slot provisioned", "slot", s.ID, "app", s.App, "gen", s.Gen, "timings", s.Timings.String())
 	return *s, nil
+}
+
+// rememberGen records that pool slot id holds generation g.
+func (d *Deployer) rememberGen(id string, g Generation) {
+	d.slotMu.Lock()
+	d.slotGens[id] = g
+	d.slotMu.Unlock()
+}
+
+// forgetGen drops what rememberGen recorded of slot id (it is bound or
+// released).
+func (d *Deployer) forgetGen(id string) {
+	d.slotMu.Lock()
+	delete(d.slotGens, id)
+	d.slotMu.Unlock()
+}
+
+// pooledGen returns the generation of app that an idle pool slot on this
+// node was filled with, if it is still the app's newest and, with eng
+// set, of that engine: a deploy that finds one needs none of a full
+// deploy's lookups (the engine's check, the generation's record and
+// whether this node can restore it), which the refill made before the
+// request. Only the pool's listing is read, to see whether a generation
+// was made since. A generation retired since the refill is still
+// restored until the agent's next refill drops its slots (its removal
+// waits for the deployment, as for any other).
+func (d *Deployer) pooledGen(ctx context.Context, app App, eng string) (Generation, bool) {
+	d.slotMu.Lock()
+	var found []Generation
+	for _, g := range d.slotGens {
+		if g.App == app.Name && (eng == "" || g.Engine == eng) && (len(g.Spec.Command) == 0 || g.Spec.SameProcess(app)) {
+			found = append(found, g)
+		}
+	}
+	d.slotMu.Unlock()
+	if len(found) == 0 {
+		return Generation{}, false
+	}
+	nums, err := genNumbers(ctx, d.deps.Store, app.Name)
+	if err != nil || len(nums) == 0 {
+		return Generation{}, false
+	}
+	newest := nums[len(nums)-1]
+	for _, g := range found {
+		if g.Gen == newest {
+			return g, true
+		}
+	}
+	return Generation{}, false
 }
 
 // PoolSlots returns the warm pool's slots on this node, oldest first:

@@ -112,6 +112,10 @@ func testPoolHit(t *testing.T, driver, eng string) {
 		}
 		deps = append(deps, dep)
 		t.Logf("pool hit %d: %s (total %s)", i+1, dep.Timings, dep.Total().Round(time.Millisecond))
+		// What the deploy did before its slot's stages counts too.
+		if len(dep.Timings) == 0 || dep.Timings[0].Name != deploy.StepResolve || len(phases) == 0 || phases[0] != deploy.StepResolve {
+			t.Errorf("pool hit %d: timings %s (progress %v); want %q first", i+1, dep.Timings, phases, deploy.StepResolve)
+		}
 		if dep.Pool != deploy.PoolHit || dep.Slot != want.ID {
 			t.Errorf("deploy %d: pool %q slot %s; want a hit of the oldest idle slot %s", i+1, dep.Pool, dep.Slot, want.ID)
 		}
@@ -149,6 +153,28 @@ func testPoolHit(t *testing.T, driver, eng string) {
 		t.Errorf("deploy on an empty pool: pool %q, timings %s; want a miss that provisions and binds", miss.Pool, miss.Timings)
 	}
 	check(miss)
+
+	// A slot filled before a newer generation was sealed is not taken:
+	// the deploy restores the newer one.
+	old, err := f.D.ProvisionPoolSlot(ctx, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.D.Checkpoint(ctx, app, deploy.CheckpointOptions{}); err != nil {
+		t.Fatalf("a second generation: %v", err)
+	}
+	newer, err := f.D.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps = append(deps, newer)
+	if newer.Gen == g.Gen || newer.Slot == old.ID || newer.Pool != deploy.PoolMiss {
+		t.Errorf("deploy after generation %d was sealed: generation %d, slot %s (%s); want the newer generation, not slot %s of %d",
+			g.Gen+1, newer.Gen, newer.Slot, newer.Pool, old.ID, g.Gen)
+	}
+	if _, err := f.D.DropPool(ctx, app.Name, nil); err != nil {
+		t.Fatal(err)
+	}
 
 	// Dropping and releasing idle slots leaves nothing of them.
 	for range 2 {

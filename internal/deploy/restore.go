@@ -19,12 +19,13 @@ import (
 // its checkpoint and waits until it is ready. On error nothing of it is
 // left.
 func (d *Deployer) Restore(ctx context.Context, g Generation, opts Options) (Deployment, error) {
-	return d.restore(ctx, g, opts, g.Spec)
+	return d.restore(ctx, g, opts, g.Spec, 0)
 }
 
 // restore is Restore with the post_restore command and lazy of current,
-// the app's spec as it is now.
-func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, current App) (_ Deployment, err error) {
+// the app's spec as it is now; resolved is how long its deploy took to
+// look up the generation (its first phase, StepResolve, when not 0).
+func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, current App, resolved time.Duration) (_ Deployment, err error) {
 	app := g.Spec.WithDefaults()
 	// Neither is part of the checkpoint: the app's spec as it is now says.
 	app.PostRestore, app.Lazy = current.PostRestore, current.Lazy && g.Engine == engine.NameCRIU
@@ -40,6 +41,12 @@ func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, curr
 	id := opts.ID
 	rec := &Deployment{ID: id, App: app.Name, Node: d.cfg.Node, Phase: PhaseRestoring, Gen: g.Gen, Engine: g.Engine, Mode: ModeRestore,
 		Created: time.Now().UTC()}
+	if resolved > 0 {
+		rec.Timings = layering.Timings{{Name: StepResolve, Duration: resolved}}
+		if opts.Progress != nil {
+			opts.Progress(StepResolve, resolved)
+		}
+	}
 	o := d.newOp(&rec.Timings, opts.Progress)
 	s, err := d.claim(app.Name, g.Gen, id)
 	switch {

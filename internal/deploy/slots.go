@@ -146,6 +146,7 @@ func (d *Deployer) LoadSlot(id string) (Slot, error) {
 // ReleaseSlot removes a slot that no deployment has bound: its instance,
 // mounts, mappings, images and record. It is idempotent.
 func (d *Deployer) ReleaseSlot(ctx context.Context, id string) error {
+	d.forgetGen(id)
 	s, err := d.slots.load(id)
 	if errors.Is(err, ErrNoSlot) {
 		return nil
@@ -180,7 +181,9 @@ func (d *Deployer) claim(app string, gen int, dep string) (*Slot, error) {
 		return nil, fmt.Errorf("app %s generation %d: %w", app, gen, ErrNoSlot)
 	}
 	best.Phase, best.Deployment = SlotClaimed, dep
-	if err := d.slots.save(best.ID, best); err != nil {
+	// Recovery releases a slot unless a deployment's record owns it: a
+	// claim lost with the machine leaves nothing to undo.
+	if err := d.slots.note(best.ID, best); err != nil {
 		return nil, err
 	}
 	return best, nil
@@ -191,7 +194,7 @@ func (d *Deployer) unclaim(s *Slot) {
 	d.slotMu.Lock()
 	defer d.slotMu.Unlock()
 	s.Phase, s.Deployment = SlotIdle, ""
-	_ = d.slots.save(s.ID, s)
+	_ = d.slots.note(s.ID, s)
 }
 
 // RecoverSlots, at start, finishes what a previous run left in the slot

@@ -34,6 +34,9 @@ import (
 
 // Names of the timed steps (Deployment.Timings, Slot.Timings).
 const (
+	// StepResolve: a deploy's checks and lookups before its restore's own
+	// steps (the engine, the app's newest generation).
+	StepResolve   = "resolve"
 	StepClone     = "clone"
 	StepMap       = "map"
 	StepMount     = "mount"
@@ -363,6 +366,7 @@ func (d *Deployer) bind(ctx context.Context, o *op, s *Slot, rec *Deployment, dr
 		return Deployment{}, err
 	}
 	o.phase(StepBind)
+	d.forgetGen(s.ID)
 	if err := d.slots.remove(s.ID); err != nil {
 		d.log.Warn("removing a bound slot's record; recovery drops it", "slot", s.ID, "err", err)
 	}
@@ -371,7 +375,7 @@ func (d *Deployer) bind(ctx context.Context, o *op, s *Slot, rec *Deployment, dr
 	if c, ok := dr.(*Container); ok && !rec.Ahead {
 		rec.EngineReadyMS = c.engineReady(ctx, *s.Handle, app, readyPhase)
 	}
-	_ = d.save(rec) // with the bind's timing
+	_ = d.deployments.note(rec.ID, rec) // with the bind's timing
 
 	d.log.Info("deployed", "id", rec.ID, "app", rec.App, "mode", rec.Mode, "gen", rec.Gen, "slot", s.ID, "pool", rec.Pool,
 		"ports", rec.Ports, "timings", rec.Timings.String())

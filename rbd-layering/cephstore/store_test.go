@@ -149,3 +149,41 @@ func TestRemoveFinishesHalfRemoved(t *testing.T) {
 		t.Fatalf("second Remove = %v; want ErrNotFound", err)
 	}
 }
+
+// Meta reads an image's metadata from its header object, without opening
+// the image, and finds what librbd reports (Stat lists it through librbd).
+func TestMetaReadsHeader(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	name := "fdt-headermeta-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if err := s.Create(ctx, name, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Remove(context.Background(), name) })
+	want := map[string]string{"fogdeploy.generation": `{"app":"x","gen":3,"spec":{"command":["a b","c"]}}`, "fogdeploy.node": "n1",
+		"fogdeploy.long": string(bytes.Repeat([]byte("é"), 3000))}
+	if err := s.SetMeta(ctx, name, want); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := s.HeaderMeta(name)
+	if err != nil || !ok {
+		t.Fatalf("header metadata of %s: ok %v, %v; want it read from the header", name, ok, err)
+	}
+	info, err := s.Stat(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []map[string]string{got, info.Meta} {
+		if len(m) != len(want) {
+			t.Fatalf("metadata %v, want %v", m, want)
+		}
+		for k, v := range want {
+			if m[k] != v {
+				t.Fatalf("metadata %s = %q, want %q", k, m[k], v)
+			}
+		}
+	}
+	if _, _, err := s.HeaderMeta(name + "-absent"); !errors.Is(err, layering.ErrNotFound) {
+		t.Fatalf("header metadata of a missing image: %v, want ErrNotFound", err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -430,6 +431,17 @@ func loopOf(path string) string {
 		}
 	}
 	return ""
+}
+
+// Meta implements layering.Store.
+func (s *Store) Meta(ctx context.Context, name string) (map[string]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	img, err := s.get(name)
+	if err != nil {
+		return nil, err
+	}
+	return maps.Clone(img.meta), nil
 }
 
 // SetMeta implements layering.Store.

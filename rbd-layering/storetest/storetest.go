@@ -231,6 +231,15 @@ func testMeta(t *testing.T, b layering.Backend, p string) {
 	if _, ok := info.Meta["fogdeploy.kind"]; ok || info.Meta["fogdeploy.node"] != "n2" {
 		t.Fatalf("meta after deleting kind and setting node = %v", info.Meta)
 	}
+	// Meta reads the same keys as Stat.
+	md, err := b.Meta(ctx, p+"m")
+	must(t, err)
+	if len(md) != len(info.Meta) || md["fogdeploy.node"] != "n2" {
+		t.Fatalf("Meta = %v, Stat's Meta = %v", md, info.Meta)
+	}
+	if _, err := b.Meta(ctx, p+"absent"); !errors.Is(err, layering.ErrNotFound) {
+		t.Fatalf("Meta of a missing image = %v, want ErrNotFound", err)
+	}
 	if err := b.SetMeta(ctx, p+"absent", map[string]string{"k": "v"}); !errors.Is(err, layering.ErrNotFound) {
 		t.Fatalf("SetMeta on a missing image = %v, want ErrNotFound", err)
 	}
