@@ -81,8 +81,8 @@ type Slot struct {
 	// by ("" for an idle pool slot).
 	Deployment string `json:"deployment,omitempty"`
 	Owned
-	// Ahead: its app was restored before any request and waits frozen
-	// (StartAhead).
+	// Ahead: its app was restored before any request and waits running
+	// at the background CPU weight (StartAhead).
 	Ahead bool `json:"ahead,omitempty"`
 	// Fetched: provisioning brought the generation's checkpoint to the
 	// node (it held no copy).
