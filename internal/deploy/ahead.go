@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Slot phases and steps of the ahead stage.
@@ -54,12 +55,20 @@ func (d *Deployer) StartAhead(ctx context.Context, g Generation, id string) (_ S
 	}
 	d.slotMu.Lock()
 	s, err := d.slots.load(id)
-	if err == nil && (!s.Pool || s.Phase != SlotIdle || s.Ahead || s.Mode != RunRestart || s.Handle == nil || s.Gen != g.Gen || s.App != g.App) {
+	if err == nil && (!s.Pool || s.Phase != SlotIdle || s.Ahead || s.Mode != RunRestart || s.Handle == nil || s.Gen != g.Gen || s.App != g.App ||
+		!d.withdraw(id)) {
 		err = fmt.Errorf("slot %s (%s, generation %d of %s): not an idle pool slot waiting for an order: %w", id, s.Phase, s.Gen, s.App, ErrNotAhead)
 	}
 	if err == nil {
 		s.Phase = SlotStarting
 		err = d.slots.save(id, &s)
+	}
+	var st *startingSlot
+	if err == nil {
+		// A deploy that finds no idle slot meanwhile waits for this one
+		// (awaitStarting) rather than provisioning its own.
+		st = &startingSlot{app: s.App, gen: s.Gen, filled: g, handle: *s.Handle, done: make(chan struct{})}
+		d.starting[id] = st
 	}
 	d.slotMu.Unlock()
 	if err != nil {
@@ -69,7 +78,14 @@ func (d *Deployer) StartAhead(ctx context.Context, g Generation, id string) (_ S
 		if err != nil {
 			err = errors.Join(fmt.Errorf("restore slot %s ahead: %w", id, err), d.ReleaseSlot(context.WithoutCancel(ctx), id))
 		}
+		d.slotMu.Lock()
+		delete(d.starting, id)
+		d.slotMu.Unlock()
+		close(st.done)
 	}()
+	if d.aheadPause > 0 {
+		time.Sleep(d.aheadPause) // tests: a deploy arrives meanwhile
+	}
 	app := g.Spec.WithDefaults()
 	app.PostRestore = nil // it runs when a deployment binds the slot, with its identity
 	timings := s.Timings
@@ -90,7 +106,62 @@ func (d *Deployer) StartAhead(ctx context.Context, g Generation, id string) (_ S
 	if err != nil {
 		return Slot{}, err
 	}
-	d.rememberGen(id, g)
+	d.offer(&s, &g)
 	d.log.Info("pool slot restored ahead", "slot", s.ID, "app", s.App, "gen", s.Gen, "timings", timings.String())
 	return s, nil
+}
+
+// startingSlot is a pool slot being restored ahead (StartAhead), as a
+// deploy that finds no idle slot sees it.
+type startingSlot struct {
+	app    string
+	gen    int
+	filled Generation
+	// handle is its instance, running its entrypoint at background
+	// priority: a deploy that waits for it raises it.
+	handle Handle
+	// promised is set once a deploy waits for it: one waiter per slot.
+	promised bool
+	// done is closed when StartAhead ends (the slot idle, or released).
+	done chan struct{}
+}
+
+// StepAwait: a deploy that found no idle slot waited for one being
+// restored ahead (raised to the normal weight meanwhile).
+const StepAwait = "await"
+
+// awaitStarting waits for a slot of app's generation gen that is being
+// restored ahead and that no other deploy waits for, raising it to the
+// normal weight first so that its restore no longer runs in the
+// background; it reports whether there was one. The slot is then offered
+// like any other idle slot, for the caller's next claim.
+func (d *Deployer) awaitStarting(ctx context.Context, app string, gen int) bool {
+	d.slotMu.Lock()
+	var st *startingSlot
+	for _, c := range d.starting {
+		if c.app == app && c.gen == gen && !c.promised {
+			st = c
+			break
+		}
+	}
+	if st != nil {
+		st.promised = true
+	}
+	d.slotMu.Unlock()
+	if st == nil {
+		return false
+	}
+	if r, ok := d.driverByName(st.handle.Driver).(Raiser); ok {
+		h := st.handle
+		h.Background = true
+		if _, err := r.Raise(ctx, h); err != nil {
+			d.log.Debug("raising a slot being restored ahead for a waiting deploy", "app", app, "err", err)
+		}
+	}
+	select {
+	case <-st.done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

@@ -145,6 +145,53 @@ func testPoolAhead(t *testing.T, eng string) {
 		t.Fatal(err)
 	}
 
+	// A deploy that finds no idle slot while one is being restored ahead
+	// waits for it (raising it) instead of provisioning its own.
+	s, err = f.D.ProvisionPoolSlot(ctx, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deploy.PauseAhead(f.D, 300*time.Millisecond)
+	ahead := make(chan error, 1)
+	go func() { _, err := f.D.StartAhead(ctx, g, s.ID); ahead <- err }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if ls, err := f.D.LoadSlot(s.ID); err == nil && ls.Phase == deploy.SlotStarting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slot %s never was being restored ahead", s.ID)
+		}
+	}
+	dep, err = f.D.Deploy(ctx, app, deploy.Options{})
+	deploy.PauseAhead(f.D, 0)
+	if aerr := <-ahead; aerr != nil {
+		t.Fatalf("StartAhead with a deploy waiting: %v", aerr)
+	}
+	if err != nil {
+		t.Fatalf("deploy while the slot is restored ahead: %v", err)
+	}
+	t.Logf("deploy that waited for a slot restored ahead: %s", dep.Timings)
+	if dep.Pool != deploy.PoolHit || !dep.Ahead || dep.Slot != s.ID || !hasPhase(dep.Timings, deploy.StepAwait) {
+		t.Errorf("deploy while slot %s was restored ahead: pool %q, ahead %v, slot %s, timings %s; want a hit of it that waited (%s)",
+			s.ID, dep.Pool, dep.Ahead, dep.Slot, dep.Timings, deploy.StepAwait)
+	}
+	for _, step := range deploy.ProvisionSteps {
+		if hasPhase(dep.Timings, step) {
+			t.Errorf("the deploy that waited provisioned a slot of its own (%q): %s", step, dep.Timings)
+		}
+	}
+	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "GET", "greeting"); err != nil || got != "from the checkpoint" {
+		t.Errorf("after waiting for the slot: GET greeting = %q, %v", got, err)
+	}
+	if st, err := f.RT.Inspect(ctx, dep.Handle.Ref); err != nil {
+		t.Error(err)
+	} else if w, err := f.Container.Priority.Get(st.Pid); err != nil || w.CPU != cgroup.Normal.CPU {
+		t.Errorf("the instance that waited: CPU weight %+v, %v; want %d", w, err, cgroup.Normal.CPU)
+	}
+	if err := f.D.Undeploy(ctx, dep.ID); err != nil {
+		t.Fatal(err)
+	}
+
 	// A slot restored ahead and released leaves nothing.
 	s, err = f.D.ProvisionPoolSlot(ctx, g)
 	if err != nil {

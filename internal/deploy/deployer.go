@@ -120,11 +120,20 @@ type Deployer struct {
 	// deployments and slots are the record store (journal.go).
 	deployments journal[Deployment]
 	slots       journal[Slot]
-	// slotMu serializes claims of idle slots, and guards slotGens.
+	// slotMu guards idle, and the phase changes of the slots in it.
 	slotMu sync.Mutex
-	// slotGens holds the generation each idle pool slot was filled with
-	// (ProvisionPoolSlot, StartAhead), for a pool hit's lookup (pooledGen).
-	slotGens map[string]Generation
+	// idle indexes this process's idle pool slots (pool.go): what claims
+	// pick from, and the generation each was filled with, for a pool
+	// hit's lookup (pooledGen).
+	idle map[string]idleSlot
+	// starting are the pool slots being restored ahead (ahead.go), that
+	// a deploy finding no idle slot waits for.
+	starting map[string]*startingSlot
+	// aheadPause holds StartAhead before its restore (tests).
+	aheadPause time.Duration
+	// newest shares one listing of an app's generations among the pool
+	// hits that ask for it at once (newestGen).
+	newest coalesce[string, int]
 	// appLock: one producer of an app's first checkpoint on this node.
 	appLock keyedmutex.Map[string]
 	// platform is this node's, recorded in the generations it seals.
@@ -183,7 +192,7 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	} else if len(removed) > 0 {
 		deps.Log.Info("checkpoint cache: removed what interrupted fills left", "paths", removed)
 	}
-	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{}, slotGens: map[string]Generation{},
+	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{}, idle: map[string]idleSlot{}, starting: map[string]*startingSlot{},
 		deployments: journal[Deployment]{dir: filepath.Join(cfg.StateDir, "deployments"), what: "deployment", notFound: ErrNotFound},
 		slots:       journal[Slot]{dir: filepath.Join(cfg.StateDir, "slots"), what: "slot", notFound: ErrNoSlot},
 		lowers:      journal[Lower]{dir: filepath.Join(cfg.StateDir, "lowers", "records"), what: "environment copy", notFound: ErrNoLower},

@@ -25,8 +25,11 @@ type journal[T any] struct {
 
 func (j journal[T]) path(id string) string { return filepath.Join(j.dir, id+".json") }
 
-// create writes a new record; one that exists is ErrExists.
-func (j journal[T]) create(id string, v *T) error {
+// create writes a new record, durably when durable is set (a record that
+// names what is about to be made); one that exists is ErrExists. A record
+// that recovery does not depend on until a later save (a deployment that
+// owns nothing yet) need not wait for the disk.
+func (j journal[T]) create(id string, v *T, durable bool) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -38,7 +41,10 @@ func (j journal[T]) create(id string, v *T) error {
 		return err
 	}
 	_, err = f.Write(b)
-	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
+	if durable {
+		err = errors.Join(err, f.Sync())
+	}
+	if err = errors.Join(err, f.Close()); err != nil {
 		// A record cut short (a full disk) is unreadable, and would
 		// stay behind with its ID taken.
 		_ = os.Remove(j.path(id))

@@ -131,7 +131,7 @@ func (d *Deployer) lowerFor(ctx context.Context, g Generation) (Lower, error) {
 	}
 	rec = Lower{ID: id, App: g.App, Gen: g.Gen, Sealed: g.Created, Image: LowerImage(g.App, g.Gen, d.cfg.Node),
 		Root: filepath.Join(d.cfg.StateDir, "lowers", id), Created: time.Now().UTC()}
-	if err := d.lowers.create(id, &rec); err != nil {
+	if err := d.lowers.create(id, &rec, true); err != nil {
 		return Lower{}, err
 	}
 	if err := d.makeLower(ctx, g, &rec); err != nil {

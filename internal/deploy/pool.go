@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 )
 
 // SlotReleasing: an idle slot being released (dropped from the pool).
@@ -37,23 +38,48 @@ func (d *Deployer) ProvisionPoolSlot(ctx context.Context, g Generation) (_ Slot,
 		config: d.genConfig(ctx, g)}); err != nil {
 		return Slot{}, err
 	}
-	d.rememberGen(s.ID, g)
+	d.offer(s, &g)
 	d.log.Info("pool slot provisioned", "slot", s.ID, "app", s.App, "gen", s.Gen, "timings", s.Timings.String())
 	return *s, nil
 }
 
-// rememberGen records that pool slot id holds generation g.
-func (d *Deployer) rememberGen(id string, g Generation) {
+// idleSlot is what this process knows of one of its idle pool slots: the
+// index (Deployer.idle) that claims pick from without reading a record.
+// A slot is in it exactly while its record is SlotIdle and no stage has
+// taken it (claim, StartAhead, DropPool, ReleaseSlot take it out first,
+// under slotMu); recovery at start releases every slot a previous process
+// left, so the index of a new process starts empty and complete.
+type idleSlot struct {
+	app     string
+	gen     int
+	ahead   bool
+	created time.Time
+	// filled is the generation it was provisioned or restored ahead
+	// with, for pooledGen (nil for a recycled slot until it is restored
+	// ahead again).
+	filled *Generation
+}
+
+// offer puts idle pool slot s, of generation filled if known, in the
+// index: deploys may claim it from now on.
+func (d *Deployer) offer(s *Slot, filled *Generation) {
 	d.slotMu.Lock()
-	d.slotGens[id] = g
+	d.idle[s.ID] = idleSlot{app: s.App, gen: s.Gen, ahead: s.Ahead, created: s.Created, filled: filled}
 	d.slotMu.Unlock()
 }
 
-// forgetGen drops what rememberGen recorded of slot id (it is bound or
-// released).
-func (d *Deployer) forgetGen(id string) {
+// withdraw takes slot id out of the index, and reports whether it was
+// there (idle and untaken). The caller holds slotMu.
+func (d *Deployer) withdraw(id string) bool {
+	_, ok := d.idle[id]
+	delete(d.idle, id)
+	return ok
+}
+
+// forget takes slot id out of the index (it is bound or released).
+func (d *Deployer) forget(id string) {
 	d.slotMu.Lock()
-	delete(d.slotGens, id)
+	d.withdraw(id)
 	d.slotMu.Unlock()
 }
 
@@ -63,26 +89,32 @@ func (d *Deployer) forgetGen(id string) {
 // deploy's lookups (the engine's check, the generation's record and
 // whether this node can restore it), which the refill made before the
 // request. Only the pool's listing is read, to see whether a generation
-// was made since. A generation retired since the refill is still
-// restored until the agent's next refill drops its slots (its removal
-// waits for the deployment, as for any other).
+// was made since (one listing serves every deploy that asked while it
+// was under way: newestGen). A generation retired since the refill is
+// still restored until the agent's next refill drops its slots (its
+// removal waits for the deployment, as for any other).
 func (d *Deployer) pooledGen(ctx context.Context, app App, eng string) (Generation, bool) {
 	d.slotMu.Lock()
 	var found []Generation
-	for _, g := range d.slotGens {
-		if g.App == app.Name && (eng == "" || g.Engine == eng) && (len(g.Spec.Command) == 0 || g.Spec.SameProcess(app)) {
-			found = append(found, g)
+	pick := func(g *Generation) {
+		if g != nil && g.App == app.Name && (eng == "" || g.Engine == eng) && (len(g.Spec.Command) == 0 || g.Spec.SameProcess(app)) {
+			found = append(found, *g)
 		}
+	}
+	for _, s := range d.idle {
+		pick(s.filled)
+	}
+	for _, s := range d.starting {
+		pick(&s.filled) // restore waits for it (awaitStarting)
 	}
 	d.slotMu.Unlock()
 	if len(found) == 0 {
 		return Generation{}, false
 	}
-	nums, err := genNumbers(ctx, d.deps.Store, app.Name)
-	if err != nil || len(nums) == 0 {
+	newest, err := d.newestGen(ctx, app.Name)
+	if err != nil || newest == 0 {
 		return Generation{}, false
 	}
-	newest := nums[len(nums)-1]
 	for _, g := range found {
 		if g.Gen == newest {
 			return g, true
@@ -110,14 +142,15 @@ func (d *Deployer) PoolSlots() ([]Slot, error) {
 
 // DropPool releases the idle pool slots of app that drop says to (nil:
 // all of them), e.g. those of a generation that is no longer the newest.
-// A slot being claimed meanwhile is left to its deployment. It returns the
+// A slot being claimed or restored ahead meanwhile is left to its stage. It returns the
 // released IDs.
 func (d *Deployer) DropPool(ctx context.Context, app string, drop func(Slot) bool) ([]string, error) {
 	d.slotMu.Lock()
 	all, err := d.slots.list()
 	var picked []Slot
 	for _, s := range all {
-		if err == nil && s.Pool && s.App == app && s.Phase == SlotIdle && (drop == nil || drop(s)) {
+		if err == nil && s.Pool && s.App == app && s.Phase == SlotIdle && d.idle[s.ID].app != "" && (drop == nil || drop(s)) {
+			d.withdraw(s.ID)
 			s.Phase = SlotReleasing
 			if serr := d.slots.save(s.ID, &s); serr != nil {
 				err = serr
@@ -158,4 +191,17 @@ func (d *Deployer) ReleasePool(ctx context.Context) ([]string, error) {
 		errs = append(errs, err)
 	}
 	return out, errors.Join(errs...)
+}
+
+// newestGen is the number of app's newest generation in the pool (0 for
+// none), from a listing that started after the call.
+func (d *Deployer) newestGen(ctx context.Context, app string) (int, error) {
+	lctx := context.WithoutCancel(ctx) // a listing may answer callers other than this one
+	return d.newest.Do(ctx, app, func() (int, error) {
+		nums, err := genNumbers(lctx, d.deps.Store, app)
+		if err != nil || len(nums) == 0 {
+			return 0, err
+		}
+		return nums[len(nums)-1], nil
+	})
 }

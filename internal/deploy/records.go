@@ -201,7 +201,11 @@ func (d *Deployer) Recover(ctx context.Context) ([]string, error) {
 	return done, errors.Join(errs...)
 }
 
-func (d *Deployer) create(rec *Deployment) error { return d.deployments.create(rec.ID, rec) }
+// create writes a new deployment's record. It owns nothing yet, and the
+// save that names its slot is durable before anything is made for it
+// (provisionFor), or a claimed slot's record says whose it is: it need
+// not wait for the disk.
+func (d *Deployer) create(rec *Deployment) error { return d.deployments.create(rec.ID, rec, false) }
 
 func (d *Deployer) save(rec *Deployment) error { return d.deployments.save(rec.ID, rec) }
 

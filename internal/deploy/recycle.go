@@ -58,7 +58,9 @@ func (d *Deployer) Recycle(ctx context.Context, id string) (Slot, error) {
 	if err == nil {
 		o.phase(StepRecycle)
 		s.Handle, s.Phase, s.Deployment = &h, SlotIdle, ""
-		err = d.slots.save(s.ID, s)
+		if err = d.slots.save(s.ID, s); err == nil {
+			d.offer(s, nil)
+		}
 	}
 	if err != nil {
 		return Slot{}, errors.Join(fmt.Errorf("recycle deployment %s: %w", id, err), d.ReleaseSlot(context.WithoutCancel(ctx), s.ID))

@@ -49,6 +49,12 @@ func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, curr
 	}
 	o := d.newOp(&rec.Timings, opts.Progress)
 	s, err := d.claim(app.Name, g.Gen, id)
+	if errors.Is(err, ErrNoSlot) && d.awaitStarting(ctx, app.Name, g.Gen) {
+		// A slot was being restored ahead: it is idle now, unless another
+		// deploy took it first.
+		s, err = d.claim(app.Name, g.Gen, id)
+		o.phase(StepAwait)
+	}
 	switch {
 	case err == nil:
 		rec.Slot, rec.Pool = s.ID, PoolHit

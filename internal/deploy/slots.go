@@ -125,7 +125,7 @@ func (d *Deployer) newSlot(app string, gen int, mode RunMode, pool bool, dep str
 	if mode == RunRestart && d.cfg.EnvRead == EnvShared {
 		s.Lower = lowerID(app, gen)
 	}
-	if err := d.slots.create(id, s); err != nil {
+	if err := d.slots.create(id, s, true); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -146,7 +146,7 @@ func (d *Deployer) LoadSlot(id string) (Slot, error) {
 // ReleaseSlot removes a slot that no deployment has bound: its instance,
 // mounts, mappings, images and record. It is idempotent.
 func (d *Deployer) ReleaseSlot(ctx context.Context, id string) error {
-	d.forgetGen(id)
+	d.forget(id)
 	s, err := d.slots.load(id)
 	if errors.Is(err, ErrNoSlot) {
 		return nil
@@ -161,40 +161,48 @@ func (d *Deployer) ReleaseSlot(ctx context.Context, id string) error {
 }
 
 // claim takes the oldest idle pool slot of app's generation gen for
-// deployment dep, one restored ahead first, or returns ErrNoSlot.
+// deployment dep, one restored ahead first, or returns ErrNoSlot. It picks
+// from the index of idle slots (offer), so that simultaneous deploys do not
+// each read every slot's record while holding slotMu.
 func (d *Deployer) claim(app string, gen int, dep string) (*Slot, error) {
 	d.slotMu.Lock()
-	defer d.slotMu.Unlock()
-	slots, err := d.slots.list()
+	var best string
+	var b idleSlot
+	for id, s := range d.idle {
+		if s.app == app && s.gen == gen && (best == "" || s.ahead && !b.ahead || s.ahead == b.ahead && s.created.Before(b.created)) {
+			best, b = id, s
+		}
+	}
+	if best != "" {
+		d.withdraw(best)
+	}
+	d.slotMu.Unlock()
+	if best == "" {
+		return nil, fmt.Errorf("app %s generation %d: %w", app, gen, ErrNoSlot)
+	}
+	s, err := d.slots.load(best)
 	if err != nil {
 		return nil, err
 	}
-	var best *Slot
-	for i := range slots {
-		s := &slots[i]
-		if s.App == app && s.Gen == gen && s.Mode == RunRestart && s.Pool && s.Phase == SlotIdle && s.Handle != nil &&
-			(best == nil || s.Ahead && !best.Ahead || s.Ahead == best.Ahead && s.Created.Before(best.Created)) {
-			best = s
-		}
+	if !s.Pool || s.Phase != SlotIdle || s.Handle == nil || s.Mode != RunRestart {
+		return nil, fmt.Errorf("app %s generation %d: slot %s is %s: %w", app, gen, best, s.Phase, ErrNoSlot)
 	}
-	if best == nil {
-		return nil, fmt.Errorf("app %s generation %d: %w", app, gen, ErrNoSlot)
-	}
-	best.Phase, best.Deployment = SlotClaimed, dep
+	s.Phase, s.Deployment = SlotClaimed, dep
 	// Recovery releases a slot unless a deployment's record owns it: a
 	// claim lost with the machine leaves nothing to undo.
-	if err := d.slots.note(best.ID, best); err != nil {
+	if err := d.slots.note(s.ID, &s); err != nil {
+		d.offer(&s, b.filled)
 		return nil, err
 	}
-	return best, nil
+	return &s, nil
 }
 
 // unclaim gives a claimed slot back to the pool.
 func (d *Deployer) unclaim(s *Slot) {
-	d.slotMu.Lock()
-	defer d.slotMu.Unlock()
 	s.Phase, s.Deployment = SlotIdle, ""
-	_ = d.slots.note(s.ID, s)
+	if err := d.slots.note(s.ID, s); err == nil {
+		d.offer(s, nil)
+	}
 }
 
 // RecoverSlots, at start, finishes what a previous run left in the slot

@@ -366,7 +366,7 @@ func (d *Deployer) bind(ctx context.Context, o *op, s *Slot, rec *Deployment, dr
 		return Deployment{}, err
 	}
 	o.phase(StepBind)
-	d.forgetGen(s.ID)
+	d.forget(s.ID)
 	if err := d.slots.remove(s.ID); err != nil {
 		d.log.Warn("removing a bound slot's record; recovery drops it", "slot", s.ID, "err", err)
 	}
