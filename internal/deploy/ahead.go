@@ -61,7 +61,10 @@ func (d *Deployer) StartAhead(ctx context.Context, g Generation, id string) (_ S
 	}
 	if err == nil {
 		s.Phase = SlotStarting
-		err = d.slots.save(id, &s)
+		if err = d.slots.save(id, &s); err != nil {
+			s.Phase = SlotIdle
+			d.idle[id] = idleSlot{app: s.App, gen: s.Gen, created: s.Created, filled: &g} // still idle
+		}
 	}
 	var st *startingSlot
 	if err == nil {
