@@ -55,15 +55,13 @@ func (d *Deployer) StartAhead(ctx context.Context, g Generation, id string) (_ S
 	}
 	d.slotMu.Lock()
 	s, err := d.slots.load(id)
-	if err == nil && (!s.Pool || s.Phase != SlotIdle || s.Ahead || s.Mode != RunRestart || s.Handle == nil || s.Gen != g.Gen || s.App != g.App ||
-		!d.withdraw(id)) {
+	if _, idle := d.idle[id]; err == nil && (!s.Pool || s.Phase != SlotIdle || s.Ahead || s.Mode != RunRestart || s.Handle == nil || s.Gen != g.Gen || s.App != g.App || !idle) {
 		err = fmt.Errorf("slot %s (%s, generation %d of %s): not an idle pool slot waiting for an order: %w", id, s.Phase, s.Gen, s.App, ErrNotAhead)
 	}
 	if err == nil {
 		s.Phase = SlotStarting
-		if err = d.slots.save(id, &s); err != nil {
-			s.Phase = SlotIdle
-			d.idle[id] = idleSlot{app: s.App, gen: s.Gen, created: s.Created, filled: &g} // still idle
+		if err = d.slots.save(id, &s); err == nil {
+			d.withdraw(id) // no deploy claims it while it is Starting
 		}
 	}
 	var st *startingSlot

@@ -149,13 +149,13 @@ func (d *Deployer) DropPool(ctx context.Context, app string, drop func(Slot) boo
 	all, err := d.slots.list()
 	var picked []Slot
 	for _, s := range all {
-		if err == nil && s.Pool && s.App == app && s.Phase == SlotIdle && d.idle[s.ID].app != "" && (drop == nil || drop(s)) {
-			d.withdraw(s.ID)
+		if _, idle := d.idle[s.ID]; err == nil && s.Pool && s.App == app && s.Phase == SlotIdle && idle && (drop == nil || drop(s)) {
 			s.Phase = SlotReleasing
 			if serr := d.slots.save(s.ID, &s); serr != nil {
 				err = serr
 				break
 			}
+			d.withdraw(s.ID)
 			picked = append(picked, s)
 		}
 	}
