@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -505,10 +507,14 @@ func TestNoCapsKeepRefusesOthers(t *testing.T) {
 // answers are those the runtime writes and reads.
 func TestControlFilesMatchRuntime(t *testing.T) {
 	for here, there := range map[string]string{releaseFile: runtime.DMTCPReleaseFile, releasedFile: runtime.DMTCPReleasedFile,
-		rearmFile: runtime.DMTCPRearmFile, TimingsFile: runtime.DMTCPTimingsFile} {
+		rearmFile: runtime.DMTCPRearmFile, TimingsFile: runtime.DMTCPTimingsFile,
+		identityCtlDir: runtime.DMTCPIdentityDir, identityBound: runtime.DMTCPIdentityBound} {
 		if here != there {
 			t.Errorf("control file %q here, %q in the runtime", here, there)
 		}
+	}
+	if want := path.Dir(spec.IdentityFile); "/"+identityDir != want {
+		t.Errorf("the identity is bound at /%s; the deployer names %s", identityDir, want)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -17,6 +18,9 @@ import (
 //	tmpfs       -> <root>/tmp        (mode 1777; DMTCP's --tmpdir)
 //	<prefix>    -> <root>/<prefix>   (read-only bind: DMTCP at the same path inside)
 //	<ckpt>      -> <root>/<ckpt>     (bind: images are written by the app itself)
+//	<ctl>/identity -> <root>/run/fogdeploy (read-only bind, with -wait: the
+//	                                  instance's identity, written by the host
+//	                                  on a node-local file system; bindIdentity)
 //
 // In boot mode (no checkpoint engine) and under CRIU (whose dump and restore
 // run outside the root) only proc, /dev and /tmp are mounted.
@@ -82,7 +86,55 @@ func prepareRoot(cfg *config) error {
 			}
 		}
 	}
+	bindIdentity(cfg)
 	return nil
+}
+
+// identityDir is where, inside the root, the app reads its identity
+// (spec.IdentityFile's directory); identityCtlDir the control directory's
+// directory bound there, and identityBound the control file that says it
+// is (runtime.DMTCPIdentityDir, runtime.DMTCPIdentityBound).
+const (
+	identityDir    = "run/fogdeploy"
+	identityCtlDir = "identity"
+	identityBound  = "identity.bound"
+)
+
+// bindIdentity binds the control directory's identity/ (-wait's
+// directory) read-only at <root>/run/fogdeploy and says so in the control
+// directory: the host then writes an instance's identity there, on its own
+// file system, instead of through the root's. Where the root's /run or
+// /run/fogdeploy is not a directory (a symbolic link, which is not
+// followed), nothing is bound and the host writes into the root.
+func bindIdentity(cfg *config) {
+	if cfg.wait == "" {
+		return
+	}
+	ctl := filepath.Dir(cfg.wait)
+	marker := filepath.Join(ctl, identityBound)
+	_ = os.Remove(marker)
+	src := filepath.Join(ctl, identityCtlDir)
+	if st, err := os.Lstat(src); err != nil || !st.IsDir() {
+		return
+	}
+	dst := cfg.root
+	for _, comp := range strings.Split(identityDir, "/") {
+		dst = filepath.Join(dst, comp)
+		if err := os.Mkdir(dst, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return
+		}
+		if st, err := os.Lstat(dst); err != nil || !st.IsDir() {
+			return
+		}
+	}
+	if mount(src, dst, "", syscall.MS_BIND, "") != nil {
+		return
+	}
+	if mount("(remount read-only)", dst, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY|syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "") != nil {
+		_ = syscall.Unmount(dst, syscall.MNT_DETACH)
+		return
+	}
+	_ = os.WriteFile(marker, nil, 0o644)
 }
 
 func mount(src, dst, fstype string, flags uintptr, data string) error {

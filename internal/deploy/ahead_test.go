@@ -107,8 +107,13 @@ func testPoolAhead(t *testing.T, eng string) {
 	}
 	// The instance knows the deployment it serves, not the slot it was
 	// restored ahead in.
-	if b, err := os.ReadFile(filepath.Join(dep.Handle.EnvPath, spec.IdentityFile)); err != nil || !strings.Contains(string(b), `"instance": "`+dep.ID+`"`) {
-		t.Errorf("%s after the hit = %q, %v; want deployment %s", spec.IdentityFile, b, err, dep.ID)
+	if id := f.Identity(ctx, t, dep, app.User); id.Instance != dep.ID || id.Slot != s.ID {
+		t.Errorf("%s after the hit = %+v; want deployment %s in slot %s", spec.IdentityFile, id, dep.ID, s.ID)
+	}
+	// The hit wrote it on the node's own file system, not through the
+	// instance's clone.
+	if b, err := os.ReadFile(filepath.Join(dep.Handle.EnvPath, spec.IdentityFile)); err == nil && strings.Contains(string(b), dep.ID) {
+		t.Errorf("the hit wrote the identity through the instance's clone: %s", b)
 	}
 	if w, err := f.Container.Priority.Get(st.Pid); err != nil || w.CPU != cgroup.Normal.CPU {
 		t.Errorf("the bound instance's CPU weight = %+v, %v; want %d", w, err, cgroup.Normal.CPU)

@@ -309,6 +309,10 @@ func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 	if r.CtlPath == "" {
 		return Handle{}, fmt.Errorf("run of app %q: no control directory (Run.CtlPath): %w", r.App.Name, ErrInvalidSpec)
 	}
+	// The entrypoint binds it where the app reads its identity (identity.go).
+	if err := os.MkdirAll(filepath.Join(r.CtlPath, runtime.DMTCPIdentityDir), 0o755); err != nil {
+		return Handle{}, fmt.Errorf("control directory of the instance: %w", err)
+	}
 	var dc runtime.DMTCPContainer
 	recyclable := false
 	if r.Mode == RunBoot {
@@ -394,7 +398,7 @@ func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 	if h.Ports, err = c.ports(st); err != nil {
 		return Handle{}, err
 	}
-	h.Pid = st.Pid
+	h.Pid, h.IP = st.Pid, st.IP
 	return h, nil
 }
 

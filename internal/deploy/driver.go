@@ -208,6 +208,10 @@ type Handle struct {
 	// Ports maps "6379/tcp" to the host address where it is published;
 	// Start fills it.
 	Ports map[string]string `json:"ports,omitempty"`
+	// IP is the instance's own address, where the host reaches its ports
+	// without the runtime's port proxy (Container; "" when it has none):
+	// the ready probe's.
+	IP string `json:"ip,omitempty"`
 	// Gen is the generation the instance writes at its next checkpoint.
 	Gen int `json:"gen"`
 	// EnvPath and CkptPath are where Create found the clones.

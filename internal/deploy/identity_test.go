@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
@@ -76,8 +78,16 @@ func testPostRestore(t *testing.T, driver, eng string) {
 		if id.Instance != dep.ID || id.App != app.Name || id.Seed != seed || id.Gen != dep.Gen || id.Slot != dep.Slot {
 			t.Errorf("restore %d: identity %+v; want instance %s, app %s, its seed, gen %d, slot %s", i+1, id, dep.ID, app.Name, dep.Gen, dep.Slot)
 		}
-		// The host sees the same file in the instance's clone.
-		if b, err := os.ReadFile(filepath.Join(dep.Handle.EnvPath, spec.IdentityFile)); err != nil || !strings.Contains(string(b), dep.ID) {
+		// A light container's is written on the node's own file system
+		// and bound into the root (and, while its entrypoint has not bound
+		// it yet, into the root too); the host driver's is in the clone.
+		inClone := filepath.Join(dep.Handle.EnvPath, spec.IdentityFile)
+		if dep.Handle.CtlPath != "" {
+			b, err := os.ReadFile(filepath.Join(dep.Handle.CtlPath, runtime.DMTCPIdentityDir, path.Base(spec.IdentityFile)))
+			if err != nil || !strings.Contains(string(b), dep.ID) {
+				t.Errorf("restore %d: the identity in the control directory = %q, %v", i+1, b, err)
+			}
+		} else if b, err := os.ReadFile(inClone); err != nil || !strings.Contains(string(b), dep.ID) {
 			t.Errorf("restore %d: %s in the clone = %q, %v", i+1, spec.IdentityFile, b, err)
 		}
 	}

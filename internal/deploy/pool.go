@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
 // SlotReleasing: an idle slot being released (dropped from the pool).
@@ -88,17 +90,18 @@ func (d *Deployer) forget(id string) {
 // set, of that engine: a deploy that finds one needs none of a full
 // deploy's lookups (the engine's check, the generation's record and
 // whether this node can restore it), which the refill made before the
-// request. Only the pool's listing is read, to see whether a generation
-// was made since (one listing serves every deploy that asked while it
-// was under way: newestGen). A generation retired since the refill is
-// still restored until the agent's next refill drops its slots (its
-// removal waits for the deployment, as for any other).
+// request. Whether a generation was made since is one read of the pool
+// (newerGen). A generation retired since the refill is still restored
+// until the agent's next refill drops its slots (its removal waits for
+// the deployment, as for any other).
 func (d *Deployer) pooledGen(ctx context.Context, app App, eng string) (Generation, bool) {
 	d.slotMu.Lock()
-	var found []Generation
+	var best *Generation
 	pick := func(g *Generation) {
-		if g != nil && g.App == app.Name && (eng == "" || g.Engine == eng) && (len(g.Spec.Command) == 0 || g.Spec.SameProcess(app)) {
-			found = append(found, *g)
+		if g != nil && g.App == app.Name && (eng == "" || g.Engine == eng) && (len(g.Spec.Command) == 0 || g.Spec.SameProcess(app)) &&
+			(best == nil || g.Gen > best.Gen) {
+			c := *g
+			best = &c
 		}
 	}
 	for _, s := range d.idle {
@@ -108,19 +111,30 @@ func (d *Deployer) pooledGen(ctx context.Context, app App, eng string) (Generati
 		pick(&s.filled) // restore waits for it (awaitStarting)
 	}
 	d.slotMu.Unlock()
-	if len(found) == 0 {
+	if best == nil {
 		return Generation{}, false
 	}
-	newest, err := d.newestGen(ctx, app.Name)
-	if err != nil || newest == 0 {
+	if newer, err := d.newerGen(ctx, app.Name, best.Gen); err != nil || newer {
 		return Generation{}, false
 	}
-	for _, g := range found {
-		if g.Gen == newest {
-			return g, true
-		}
+	return *best, true
+}
+
+// newerGen says whether app has a generation newer than gen in the pool,
+// sealed or being made. Generation numbers are given in order (nextGen:
+// one past the highest in use), so a newer one exists only if gen+1 does:
+// one read of an object that is not there, where a listing of the pool
+// reads every image's name. Where gen+1 exists, the pool's listing says
+// whether it is newer than every other (newestGen).
+func (d *Deployer) newerGen(ctx context.Context, app string, gen int) (bool, error) {
+	_, err := d.deps.Store.Meta(ctx, GenImage(app, gen+1, "ckpt"))
+	if errors.Is(err, layering.ErrNotFound) {
+		return false, nil
+	} else if err != nil {
+		return false, err
 	}
-	return Generation{}, false
+	newest, err := d.newestGen(ctx, app)
+	return newest != gen, err
 }
 
 // PoolSlots returns the warm pool's slots on this node, oldest first:

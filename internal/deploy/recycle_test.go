@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
-	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
@@ -76,9 +74,8 @@ func TestPoolRecycle(t *testing.T) {
 		if _, err := os.Stat(marker); err == nil {
 			t.Errorf("round %d: %s, written by the deployment before, is still in the root", round, marker)
 		}
-		b, err := os.ReadFile(filepath.Join(dep.Handle.EnvPath, spec.IdentityFile))
-		if err != nil || !strings.Contains(string(b), dep.ID) {
-			t.Errorf("round %d: identity %q, %v; want deployment %s", round, b, err, dep.ID)
+		if id := f.Identity(ctx, t, dep, app.User); id.Instance != dep.ID {
+			t.Errorf("round %d: identity %+v; want deployment %s", round, id, dep.ID)
 		}
 		if _, err := testenv.RedisDo(ctx, nil, addr, "SET", "scratch", dep.ID); err != nil {
 			t.Fatal(err)

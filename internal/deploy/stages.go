@@ -317,8 +317,8 @@ func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, a
 	return dr, h, d.ready(ctx, o, dr, h, app, restored, id)
 }
 
-// identify writes the identity of deployment h.Deployment into the root
-// of slot s's instance (identity.go).
+// identify writes the identity of deployment h.Deployment where slot s's
+// instance reads it (identity.go).
 func (d *Deployer) identify(ctx context.Context, s *Slot, h Handle, app App, restored bool) (spec.Identity, error) {
 	id := spec.Identity{Instance: h.Deployment, App: app.Name, Node: d.cfg.Node, Slot: s.ID, Seed: newSeed(), Started: time.Now().UTC()}
 	if restored {
@@ -326,6 +326,9 @@ func (d *Deployer) identify(ctx context.Context, s *Slot, h Handle, app App, res
 	}
 	if h.EnvPath == "" {
 		return id, nil
+	}
+	if bound, err := writeIdentityCtl(h, id); bound || err != nil {
+		return id, err
 	}
 	if err := writeIdentityWithin(ctx, h.EnvPath, id, readyTimeout(app)); err != nil {
 		if errors.Is(err, mapper.ErrStalled) || ctx.Err() != nil {

@@ -46,6 +46,13 @@ const (
 	DMTCPReleaseFile  = "release"
 	DMTCPReleasedFile = "released"
 	DMTCPRearmFile    = "rearm"
+	// DMTCPIdentityDir, a directory in the control directory, is bound
+	// read-only at the root's /run/fogdeploy (spec.IdentityFile's
+	// directory) by an entrypoint that waits for an order, which then
+	// writes DMTCPIdentityBound: the host writes an instance's identity
+	// there, on a node-local file system, not through the root's.
+	DMTCPIdentityDir   = "identity"
+	DMTCPIdentityBound = "identity.bound"
 )
 
 // DMTCPCapabilities returns the capabilities the DMTCP container needs,

@@ -283,6 +283,13 @@ func stateFromInspect(r container.InspectResponse) State {
 			st.Network = string(r.HostConfig.NetworkMode)
 		}
 	}
+	if r.NetworkSettings != nil && st.Running {
+		if ep := r.NetworkSettings.Networks[st.Network]; ep != nil {
+			st.IP = ep.IPAddress
+		} else if ep := r.NetworkSettings.Networks[NetworkBridge]; ep != nil && st.Network == "default" {
+			st.IP = ep.IPAddress
+		}
+	}
 	if r.Config != nil {
 		st.Image = r.Config.Image
 		st.Labels = r.Config.Labels

@@ -285,8 +285,12 @@ type State struct {
 	Pid int
 	// Ports are the published ports; HostPort is the port actually bound
 	// once the container runs.
-	Ports      []Port
-	Network    string
+	Ports   []Port
+	Network string
+	// IP is the container's own address on its network while it runs
+	// ("" when it has none or the runtime does not say): the host reaches
+	// its ports there without the runtime's port proxy.
+	IP         string
 	StartedAt  time.Time
 	FinishedAt time.Time
 }

@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +30,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/runtime/runtimetest"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	"github.com/fogdeploy/fogdeploy/internal/wire"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -544,4 +546,27 @@ func BusyboxHTTPApp(name, env string) deploy.App {
 		Ready:     deploy.Readiness{Kind: deploy.ReadyHTTP, Port: 8080, Path: "/", Timeout: deploy.Duration(30 * time.Second)},
 		Resources: deploy.Resources{CPUs: 0.5, Memory: "64M"},
 	}
+}
+
+// Identity is the identity file of deployment dep as its app reads it
+// (spec.IdentityFile, read by `cat` inside the instance, as the app's
+// user).
+func (f *Fixture) Identity(ctx context.Context, t testing.TB, dep deploy.Deployment, user string) spec.Identity {
+	t.Helper()
+	if dep.Handle == nil {
+		t.Fatalf("deployment %s has no instance", dep.ID)
+	}
+	var dr deploy.Driver = f.Host
+	if dep.Handle.Driver == f.Container.Name() {
+		dr = f.Container
+	}
+	res, err := dr.Exec(ctx, *dep.Handle, deploy.Exec{Argv: []string{"cat", spec.IdentityFile}, User: user})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("cat %s in deployment %s: exit %d, %v: %s", spec.IdentityFile, dep.ID, res.ExitCode, err, res.Output)
+	}
+	var id spec.Identity
+	if err := json.Unmarshal([]byte(res.Output), &id); err != nil {
+		t.Fatalf("%s in deployment %s: %v: %q", spec.IdentityFile, dep.ID, err, res.Output)
+	}
+	return id
 }
