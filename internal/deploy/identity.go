@@ -43,12 +43,16 @@ func newSeed() string {
 // resolved without following symbolic links, which the environment
 // controls: an environment whose /run is a link is refused.
 func writeIdentity(root string, id spec.Identity) error {
+	return writeIdentityAs(root, strings.TrimPrefix(spec.IdentityFile, "/"), id)
+}
+
+// writeIdentityAs writes id as file rel under dir (writeInRoot).
+func writeIdentityAs(dir, rel string, id spec.Identity) error {
 	b, err := json.MarshalIndent(id, "", "  ")
 	if err != nil {
 		return err
 	}
-	rel := strings.TrimPrefix(spec.IdentityFile, "/")
-	if err := writeInRoot(root, rel, append(b, '\n')); err != nil {
+	if err := writeInRoot(dir, rel, append(b, '\n')); err != nil {
 		return fmt.Errorf("write the instance's identity %s: %w", spec.IdentityFile, err)
 	}
 	return nil
@@ -70,12 +74,8 @@ func writeIdentityCtl(h Handle, id spec.Identity) (bound bool, err error) {
 	if _, err := os.Stat(dir); err != nil {
 		return false, nil // made before this kind of control directory
 	}
-	b, err := json.MarshalIndent(id, "", "  ")
-	if err != nil {
+	if err := writeIdentityAs(dir, path.Base(spec.IdentityFile), id); err != nil {
 		return false, err
-	}
-	if err := writeInRoot(dir, path.Base(spec.IdentityFile), append(b, '\n')); err != nil {
-		return false, fmt.Errorf("write the instance's identity %s: %w", spec.IdentityFile, err)
 	}
 	_, err = os.Stat(filepath.Join(h.CtlPath, runtime.DMTCPIdentityBound))
 	return err == nil, nil
