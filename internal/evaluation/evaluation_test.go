@@ -159,7 +159,7 @@ func TestWriteAgrees(t *testing.T) {
 		"Failed or non-2xx requests in all these runs: 2.",
 		"| pool hit, refilled | 0.33 (0.31–0.35) | 0.90 s | 0.2 MiB | 1.5 MiB |", "- pool hit, refilled: dockerd 0.20, rbd-fuse 0.10",
 		"| 4 | 1.65 (1.50–1.90) s |", "## Simultaneous restores of redis (criu) on one node",
-		"| 8 | 2.00 s | 2.2x | 0.07 (0.07–0.08) s | 1.9x |",
+		"| 8 | 2.00 s | 2.2x | 75.0 (70.0–80.0) ms | 1.9x |",
 		"| restore | 0.10 s | 7.0x |", "- redis: auto: restore 0.10 s < boot 0.70 s",
 		"| cold | 0.90 s | 0.20 s | 0.2x |",
 		"](" + evaluation.PlotBootRestore + ")", "- a note",

@@ -237,6 +237,9 @@ func seconds(s Stats) string {
 	if s.N == 0 {
 		return "–"
 	}
+	if s.Max < 100 {
+		return millis(s) // a pool hit: 0.00 s says nothing
+	}
 	sec := Stats{N: s.N, Min: s.Min / 1000, Median: s.Median / 1000, Max: s.Max / 1000}
 	return sec.String() + " s"
 }
@@ -350,6 +353,9 @@ func WriteMarkdown(w io.Writer, r Results) error {
 				seconds(row.PoolHitMS), ratio(row.PoolHitMS.Median, onePool), seconds(row.AheadMS), ratio(row.AheadMS.Median, oneAhead))
 		}
 		b.WriteString("\n")
+		if co.Rounds > 1 {
+			fmt.Fprintf(&b, "The pool series ran %d rounds per row (each round: N slots provisioned, N deploys at once); medians and ranges are over every deploy of every round.\n\n", co.Rounds)
+		}
 	}
 	if len(r.Concurrency) > 0 {
 		fmt.Fprintf(&b, "![latency vs concurrency](%s)\n\n", PlotConcurrency)

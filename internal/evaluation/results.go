@@ -282,8 +282,11 @@ type ConcurrencyRow struct {
 // Concurrency is restore latency against simultaneous restores on one
 // node, of one app under one engine.
 type Concurrency struct {
-	App    string           `json:"app"`
-	Engine string           `json:"engine,omitempty"`
+	App    string `json:"app"`
+	Engine string `json:"engine,omitempty"`
+	// Rounds is how many rounds of N deploys at once each pool series
+	// ran per row (the pool miss runs one).
+	Rounds int              `json:"rounds,omitempty"`
 	Rows   []ConcurrencyRow `json:"rows"`
 }
 
