@@ -71,10 +71,9 @@ func writeIdentityCtl(h Handle, id spec.Identity) (bound bool, err error) {
 		return false, nil
 	}
 	dir := filepath.Join(h.CtlPath, runtime.DMTCPIdentityDir)
-	if _, err := os.Stat(dir); err != nil {
-		return false, nil // made before this kind of control directory
-	}
-	if err := writeIdentityAs(dir, path.Base(spec.IdentityFile), id); err != nil {
+	if err := writeIdentityAs(dir, path.Base(spec.IdentityFile), id); errors.Is(err, unix.ENOENT) {
+		return false, nil // a control directory made before it had one
+	} else if err != nil {
 		return false, err
 	}
 	_, err = os.Stat(filepath.Join(h.CtlPath, runtime.DMTCPIdentityBound))
