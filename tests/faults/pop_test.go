@@ -38,6 +38,10 @@ const (
 	leaseTTL          = 3                // agent.lease_ttl, seconds
 	reconcileInterval = 2 * time.Second  // agent.reconcile_interval
 	readyTimeout      = 15 * time.Second // the app's readiness
+	// fogctlBound bounds one fogctl call of a test: one that runs longer
+	// waits on an agent that hangs, and fails the test with the agents'
+	// long-waiting goroutines.
+	fogctlBound = 2 * time.Minute
 )
 
 // pop is one PoP: a `pop-agent etcd` process and pop-agent processes, with
@@ -52,6 +56,7 @@ type pop struct {
 	st     *state.Store
 	agents map[string]*agentProc
 	atEnd  []func() // run by cleanup once the agents are stopped
+	hung   string   // what hung (a fogctl call over fogctlBound), said last
 }
 
 type agentProc struct {
@@ -79,7 +84,8 @@ func newPoP(ctx context.Context, t *testing.T, s *services, nodes ...string) *po
 	p := &pop{t: t, s: s, dir: dir, agents: map[string]*agentProc{}}
 	p.startEtcd(ctx)
 	p.env = append(append(os.Environ(), s.clientEnv()...), "FOGDEPLOY_CONFIG="+filepath.Join(dir, "fogdeploy.yaml"),
-		"FOGDEPLOY_ETCD_ENDPOINTS="+p.addr, "FOGDEPLOY_BOOT_IMAGE="+bootImage, "FOGDEPLOY_DMTCP_IMAGE=fogdeploy/dmtcp:absent")
+		"FOGDEPLOY_ETCD_ENDPOINTS="+p.addr, "FOGDEPLOY_BOOT_IMAGE="+bootImage, "FOGDEPLOY_DMTCP_IMAGE=fogdeploy/dmtcp:absent",
+		"GOTRACEBACK=all") // dumpAgents: every goroutine
 	t.Cleanup(p.cleanup)
 	for _, n := range nodes {
 		p.startAgent(ctx, n, filepath.Join(dir, n))
@@ -127,6 +133,10 @@ func (p *pop) cleanup() {
 		for _, a := range p.agentLogs() {
 			t.Logf("%s", a)
 		}
+		if p.hung != "" {
+			// Last, where a truncated output still shows it.
+			t.Logf("%s; the agents' goroutines that waited a minute or more:\n%s", p.hung, strings.Join(p.longWaits(), "\n"))
+		}
 		return
 	}
 	_ = os.RemoveAll(p.dir)
@@ -143,6 +153,55 @@ func (p *pop) agentLogs() []string {
 			lines = lines[len(lines)-40:]
 		}
 		out = append(out, "--- "+filepath.Base(l)+"\n"+strings.Join(lines, "\n"))
+	}
+	return out
+}
+
+// dumpAgents makes every agent print its goroutines (SIGQUIT: the Go
+// runtime writes them to the agent's log and exits); cleanup starts them
+// again to undo their part.
+func (p *pop) dumpAgents() {
+	for n, a := range p.agents {
+		if !p.alive(n) {
+			continue
+		}
+		_ = a.cmd.Process.Signal(syscall.SIGQUIT)
+		for deadline := time.Now().Add(5 * time.Second); p.alive(n) && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// longWaits returns, from the goroutine dumps in the agents' logs, the
+// goroutines blocked for a minute or more: their header and the project's
+// frames.
+func (p *pop) longWaits() []string {
+	var out []string
+	logs, _ := filepath.Glob(filepath.Join(p.dir, "*.log"))
+	for _, l := range logs {
+		n := strings.TrimSuffix(filepath.Base(l), ".log")
+		b, _ := os.ReadFile(l)
+		for _, g := range strings.Split(string(b), "\n\n") {
+			head, rest, _ := strings.Cut(strings.TrimSpace(g), "\n")
+			if !strings.HasPrefix(head, "goroutine ") || !strings.Contains(head, "minutes]") {
+				continue
+			}
+			// The innermost two calls (a cgo call into Ceph shows there),
+			// then the project's own.
+			frames, calls := []string{n + ": " + head}, 0
+			for _, l := range strings.Split(rest, "\n") {
+				if strings.HasPrefix(l, "\t") || l == "" {
+					continue
+				}
+				if calls++; (calls <= 2 || strings.Contains(l, "fogdeploy/")) && len(frames) < 10 {
+					frames = append(frames, "    "+l)
+				}
+			}
+			out = append(out, strings.Join(frames, "\n"))
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, "(none)")
 	}
 	return out
 }
@@ -390,11 +449,19 @@ func serves(ctx context.Context, d state.Deployment) error {
 // fogctl runs fogctl against the PoP: stdout, stderr and exit code.
 func (p *pop) fogctl(ctx context.Context, args ...string) (string, string, int) {
 	p.t.Helper()
-	cmd := exec.CommandContext(ctx, filepath.Join(p.s.bin, "fogctl"), args...)
+	cctx, cancel := context.WithTimeout(ctx, fogctlBound)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, filepath.Join(p.s.bin, "fogctl"), args...)
 	cmd.Env = p.env
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
 	err := cmd.Run()
+	if cctx.Err() != nil {
+		p.hung = fmt.Sprintf("fogctl %s ran %s without end (%v)", strings.Join(args, " "), time.Since(start).Round(time.Second), cctx.Err())
+		p.dumpAgents()
+		p.t.Fatalf("%s\n%s%s", p.hung, stdout.String(), stderr.String())
+	}
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee):
