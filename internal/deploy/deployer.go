@@ -68,13 +68,25 @@ type Config struct {
 	// EnvRead is where restores read their environment from (default
 	// EnvShared).
 	EnvRead EnvRead
+	// StopGrace bounds removing an instance beyond its driver's stop
+	// timeout (default DefaultStopGrace). A process blocked in the kernel
+	// (on the I/O of an image the cluster stopped serving) never exits,
+	// and Docker waits for it without end; past the bound, Undeploy fails
+	// and its caller cuts the mappings off, which ends the wait.
+	StopGrace time.Duration
 }
+
+// DefaultStopGrace is the default Config.StopGrace.
+const DefaultStopGrace = 30 * time.Second
 
 // Validate reports every problem at once.
 func (c Config) Validate() error {
 	var errs []error
 	if !filepath.IsAbs(c.StateDir) {
 		errs = append(errs, fmt.Errorf("deploy state dir %q: give an absolute path", c.StateDir))
+	}
+	if c.StopGrace < 0 {
+		errs = append(errs, fmt.Errorf("stop grace %s: give 0 (the default, %s) or more", c.StopGrace, DefaultStopGrace))
 	}
 	if c.CacheBytes < 0 {
 		errs = append(errs, fmt.Errorf("checkpoint cache budget %d bytes: give 0 (no limit) or more", c.CacheBytes))

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
@@ -45,8 +47,8 @@ func (d *Deployer) releaseResources(ctx context.Context, who string, res Owned, 
 	var errs []error
 	if res.Handle != nil {
 		if dr := d.driverByName(res.Handle.Driver); dr != nil {
-			if err := dr.Remove(ctx, *res.Handle); err != nil {
-				errs = append(errs, fmt.Errorf("remove instance: %w", err))
+			if err := d.removeInstance(ctx, dr, *res.Handle); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}
@@ -87,6 +89,33 @@ func (d *Deployer) releaseResources(ctx context.Context, who string, res Owned, 
 	}
 	if res.Dir != "" {
 		_ = os.RemoveAll(res.Dir)
+	}
+	return nil
+}
+
+// removeInstance removes instance h within its driver's stop timeout and
+// Config.StopGrace: an instance whose process does not exit (blocked in
+// the kernel on a mapping whose I/O stalled) fails with
+// context.DeadlineExceeded instead of waiting without end.
+func (d *Deployer) removeInstance(ctx context.Context, dr Driver, h Handle) error {
+	bound := d.cfg.StopGrace
+	if bound == 0 {
+		bound = DefaultStopGrace
+	}
+	stop := 10 * time.Second // the engines' and Docker's default
+	if c, ok := dr.(*Container); ok && c.StopTimeout > 0 {
+		stop = c.StopTimeout
+	}
+	bound += stop
+	rctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	err := dr.Remove(rctx, h)
+	if err != nil && ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
+		return hint.With(fmt.Errorf("remove instance %s: it did not exit within %s: %w", h.Ref, bound, context.DeadlineExceeded),
+			"a process of it is blocked in the kernel, most likely on its image's I/O (`ceph -s`): cutting its mappings off ends the wait (the agent does, then retries)")
+	}
+	if err != nil {
+		return fmt.Errorf("remove instance: %w", err)
 	}
 	return nil
 }

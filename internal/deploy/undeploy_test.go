@@ -5,12 +5,19 @@ package deploy_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -53,4 +60,90 @@ func TestUndeployAfterKilledRbdFuse(t *testing.T) {
 		t.Errorf("undeploy took %s; want well under the 30 s watch timeout", took)
 	}
 	t.Logf("undeploy of %s after its rbd-fuse was killed: %s", dep.ID, took.Round(time.Millisecond))
+}
+
+// TestUndeployInstanceThatDoesNotExit: the rbd-fuse of a running
+// instance stops answering (SIGSTOP, as a cluster that stops serving the
+// image does), while its app syncs a file: the app blocks in the kernel
+// and cannot exit, and Docker waits for it without end. Undeploy fails
+// within the stop timeout and Config.StopGrace, with a hint, instead of
+// hanging; once the mappings are cut off (what the agent does then),
+// Undeploy removes everything.
+func TestUndeployInstanceThatDoesNotExit(t *testing.T) {
+	f := deploytest.NewBootFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	app := deploytest.BusyboxHTTPApp("stuck-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env)
+	app.Command = []string{"/bin/sh", "-c", `busybox mkdir -p /www && echo "served by $HOSTNAME" > /www/index.html || exit 1
+(while :; do busybox dd if=/dev/zero of=/www/f bs=4k count=16 conv=fsync 2>/dev/null; busybox sleep 0.1; done) &
+exec busybox httpd -f -p 8080 -h /www`}
+	t.Cleanup(func() { f.UndeployAll(t, app.Name) })
+
+	dep, err := f.D.Deploy(ctx, app, deploy.Options{Mode: deploy.ModeBoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := fusePIDs(t, dep.Mappings)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	t.Cleanup(func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+	time.Sleep(time.Second) // the app's next sync blocks
+
+	d := f.ReopenWith(t, func(c *deploy.Config) { c.StopGrace = 2 * time.Second })
+	start := time.Now()
+	err = d.Undeploy(ctx, dep.ID)
+	took := time.Since(start)
+	t.Logf("undeploy of an instance blocked on its image: %s: %v", took.Round(time.Millisecond), err)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "did not exit within 7s") || !strings.Contains(hint.Of(err), "mappings off") {
+		t.Errorf("undeploy of an instance that cannot exit = %v (hint %q); want it did not exit within 7s (5 s stop timeout + 2 s), with a hint", err, hint.Of(err))
+	}
+	if took > time.Minute {
+		t.Errorf("undeploy of an instance that cannot exit took %s; want it bounded", took)
+	}
+	if _, err := d.Load(dep.ID); err != nil {
+		t.Errorf("the record after a failed undeploy: %v; want it kept for the retry", err)
+	}
+
+	for _, m := range dep.Mappings {
+		if err := f.L.Mapper.Abort(ctx, m); err != nil {
+			t.Fatalf("cut mapping %s off: %v", m, err)
+		}
+	}
+	if err := d.Undeploy(ctx, dep.ID); err != nil {
+		t.Fatalf("undeploy once its mappings are cut off: %v", err)
+	}
+	deploytest.AssertNothingLeft(t, f, app.Name, false)
+}
+
+// fusePIDs returns the rbd-fuse processes of mappings (their directory,
+// <state>/fuse/<id>, is on their command line).
+func fusePIDs(t *testing.T, mappings []string) []int {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		args := strings.Split(string(b), "\x00")
+		if len(args) == 0 || filepath.Base(args[0]) != "rbd-fuse" {
+			continue
+		}
+		for _, m := range mappings {
+			if slices.Contains(args, "fuse/"+m) || slices.ContainsFunc(args, func(a string) bool { return strings.HasSuffix(a, "/fuse/"+m) }) {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	if len(pids) == 0 {
+		t.Fatalf("no rbd-fuse process of mappings %v", mappings)
+	}
+	return pids
 }
