@@ -17,6 +17,7 @@ const (
 	modeCheck   = "check"  // can the engine run in this container? (criu check)
 	modeKeep    = "keep"   // internal: the app's parent, see keeper.go
 	modeNoCaps  = "nocaps" // internal: exec without capabilities, see keeper.go
+	modeRead    = "read"   // internal: read files as their owner, see warm.go
 )
 
 // What to do once a checkpoint is complete.

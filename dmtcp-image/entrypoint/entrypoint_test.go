@@ -20,6 +20,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -549,5 +550,64 @@ func TestUnbindable(t *testing.T) {
 	_ = c.Close()
 	if u := unbindable(ports); u != nil {
 		t.Errorf("port %d after its listener and connection closed: %v; want bindable", port, u.err)
+	}
+}
+
+// asEntrypoint, set in a child's environment, makes this test binary run
+// as the entrypoint (TestMain): the internal modes a test starts (read).
+const asEntrypoint = "FOGDEPLOY_TEST_AS_ENTRYPOINT"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asEntrypoint) == "1" {
+		os.Exit(Main(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// TestReadAs: images that only their owner may read (a user's app, 0600)
+// are read by a child running as that owner, which says how many bytes it
+// read; a file the owner cannot read either is an error naming the uid.
+func TestReadAs(t *testing.T) {
+	testenv.NeedRoot(t)
+	t.Setenv(asEntrypoint, "1")
+	// Not t.TempDir: its parent is root's alone, and the child must reach
+	// the files and run the binary.
+	dir, err := os.MkdirTemp("", "entrypoint-read-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const nobody = 65534
+	theirs, roots := filepath.Join(dir, "ckpt_a_1.dmtcp"), filepath.Join(dir, "ckpt_b_2.dmtcp")
+	for _, f := range []string{theirs, roots} {
+		if err := os.WriteFile(f, make([]byte, 12345), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(theirs, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	// The test binary's own directory is root's alone: a copy the owner
+	// may run.
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSupervisor(&config{}, newLogger(io.Discard, "error", "text"), io.Discard)
+	s.self = filepath.Join(dir, "entrypoint")
+	if err := os.WriteFile(s.self, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := ownerOf(theirs); !ok || o != (owner{nobody, nobody}) {
+		t.Errorf("owner of %s = %+v, %v; want uid and gid %d", theirs, o, ok, nobody)
+	}
+	if n, err := s.readAs(owner{nobody, nobody}, []string{theirs, theirs}); err != nil || n != 2*12345 {
+		t.Errorf("read as its owner = %d bytes, %v; want %d, no error", n, err, 2*12345)
+	}
+	if _, err := s.readAs(owner{nobody, nobody}, []string{theirs, roots}); err == nil || !strings.Contains(err.Error(), "uid 65534") || !strings.Contains(err.Error(), "permission denied") {
+		t.Errorf("read of root's 0600 file as uid %d = %v; want permission denied naming the uid", nobody, err)
 	}
 }

@@ -54,6 +54,8 @@ func Main(args []string) int {
 		return keep(args[1:])
 	case modeNoCaps:
 		return noCaps(args[1:])
+	case modeRead:
+		return readFiles(args[1:])
 	case modeLaunch, modeRestart, modeBoot, modeCheck:
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(os.Stdout, usage)

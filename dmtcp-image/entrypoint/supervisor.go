@@ -23,7 +23,7 @@ type supervisor struct {
 	tm      *timings
 	reaper  *reaper
 	null    *os.File
-	self    string // this binary, for the keep and nocaps modes
+	self    string // this binary, for the keep, nocaps and read modes
 	started time.Time
 
 	gen       int // generation the next checkpoint writes

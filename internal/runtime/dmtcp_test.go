@@ -166,6 +166,37 @@ func TestDMTCPContainerUser(t *testing.T) {
 	if st, err := d.Inspect(ctx, b); err != nil || st.ExitCode != 0 || time.Since(t0) > 5*time.Second {
 		t.Errorf("after Stop (%s): %+v, %v; want exit 0 at once (SIGTERM reaches the app)", time.Since(t0).Round(time.Millisecond), st, err)
 	}
+
+	// A slot restored from the same generation waits for its order and
+	// reads the images ahead meanwhile. They are redis's (0600) and PID 1
+	// has no CAP_DAC_OVERRIDE: it reads them as redis.
+	w := c
+	w.Deployment += "-slot"
+	w.CtlPath, w.Wait = t.TempDir(), true
+	runContainer(ctx, t, d, w.Restart(0))
+	warm := waitTiming(ctx, t, filepath.Join(w.CtlPath, runtime.DMTCPTimingsFile), "warm")
+	if warm.Error != "" || warm.Bytes == 0 {
+		t.Errorf("read ahead of a user's images: %+v; want their bytes read, no error", warm)
+	}
+}
+
+// waitTiming waits up to 30 s for the entrypoint's timing of phase in its
+// timings file.
+func waitTiming(ctx context.Context, t *testing.T, file, phase string) runtime.Timing {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, _ := os.ReadFile(file)
+		for _, x := range runtime.ParseTimings(string(b)) {
+			if x.Phase == phase {
+				return x
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("no %s timing in %s after 30 s:\n%s", phase, file, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // passwdUID returns the uid of name in root's /etc/passwd.
