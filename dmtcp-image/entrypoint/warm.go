@@ -29,15 +29,11 @@ func (s *supervisor) warm(g generation) {
 	var n int64
 	var err error
 	theirs := map[owner][]string{}
-	var order []owner
 	for _, img := range g.images {
 		c, rerr := readFile(img)
 		n += c
 		if errors.Is(rerr, fs.ErrPermission) {
 			if o, ok := ownerOf(img); ok && o.uid != 0 {
-				if _, seen := theirs[o]; !seen {
-					order = append(order, o)
-				}
 				theirs[o] = append(theirs[o], img)
 				continue
 			}
@@ -46,12 +42,12 @@ func (s *supervisor) warm(g generation) {
 			break
 		}
 	}
-	for _, o := range order {
+	for o, files := range theirs {
 		if err != nil {
 			break
 		}
 		var c int64
-		c, err = s.readAs(o, theirs[o])
+		c, err = s.readAs(o, files)
 		n += c
 	}
 	if err != nil {

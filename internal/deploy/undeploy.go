@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -102,11 +101,11 @@ func (d *Deployer) removeInstance(ctx context.Context, dr Driver, h Handle) erro
 	if bound == 0 {
 		bound = DefaultStopGrace
 	}
-	stop := 10 * time.Second // the engines' and Docker's default
-	if c, ok := dr.(*Container); ok && c.StopTimeout > 0 {
-		stop = c.StopTimeout
+	if c, ok := dr.(*Container); ok {
+		bound += c.stopTimeout()
+	} else {
+		bound += defaultStopTimeout
 	}
-	bound += stop
 	rctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	err := dr.Remove(rctx, h)
