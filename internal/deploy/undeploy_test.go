@@ -5,9 +5,6 @@ package deploy_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,7 +80,15 @@ exec busybox httpd -f -p 8080 -h /www`}
 	if err != nil {
 		t.Fatal(err)
 	}
-	pids := fusePIDs(t, dep.Mappings)
+	// Their directory, <state>/fuse/<mapping>, is on their command line.
+	pids := deploytest.FusePIDs(func(argv []string) bool {
+		return slices.ContainsFunc(dep.Mappings, func(m string) bool {
+			return slices.ContainsFunc(argv, func(a string) bool { return strings.HasSuffix(a, "/fuse/"+m) })
+		})
+	})
+	if len(pids) == 0 {
+		t.Fatalf("no rbd-fuse process of mappings %v", dep.Mappings)
+	}
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGSTOP)
 	}
@@ -118,32 +123,4 @@ exec busybox httpd -f -p 8080 -h /www`}
 		t.Fatalf("undeploy once its mappings are cut off: %v", err)
 	}
 	deploytest.AssertNothingLeft(t, f, app.Name, false)
-}
-
-// fusePIDs returns the rbd-fuse processes of mappings (their directory,
-// <state>/fuse/<id>, is on their command line).
-func fusePIDs(t *testing.T, mappings []string) []int {
-	t.Helper()
-	ents, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		args := strings.Split(string(b), "\x00")
-		if len(args) == 0 || filepath.Base(args[0]) != "rbd-fuse" {
-			continue
-		}
-		for _, m := range mappings {
-			if slices.Contains(args, "fuse/"+m) || slices.ContainsFunc(args, func(a string) bool { return strings.HasSuffix(a, "/fuse/"+m) }) {
-				pids = append(pids, pid)
-			}
-		}
-	}
-	if len(pids) == 0 {
-		t.Fatalf("no rbd-fuse process of mappings %v", mappings)
-	}
-	return pids
 }

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -59,15 +58,9 @@ func TestRestartRemovesWatchedClone(t *testing.T) {
 
 	p.stopAgent("n1", syscall.SIGKILL)
 	killed := 0
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, c := range procs {
-		b, _ := os.ReadFile(c)
-		argv := strings.Split(string(b), "\x00")
-		if len(argv) > 0 && filepath.Base(argv[0]) == "rbd-fuse" && slices.Contains(argv, img) {
-			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(c)))
-			if syscall.Kill(pid, syscall.SIGKILL) == nil {
-				killed++
-			}
+	for _, pid := range deploytest.FusePIDs(func(argv []string) bool { return slices.Contains(argv, img) }) {
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed++
 		}
 	}
 	if killed != 1 {

@@ -445,6 +445,24 @@ func (lo Leftovers) withoutLowers(f *Fixture, t testing.TB) Leftovers {
 	return lo
 }
 
+// FusePIDs returns the rbd-fuse processes whose command line (its
+// arguments, the program first) match says to.
+func FusePIDs(match func(argv []string) bool) []int {
+	var pids []int
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, c := range procs {
+		b, _ := os.ReadFile(c)
+		argv := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+		if filepath.Base(argv[0]) != "rbd-fuse" || !match(argv) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(c))); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
 // MountsUnder lists the mount points below dir in our mount namespace.
 func MountsUnder(t testing.TB, dir string) []string {
 	t.Helper()
