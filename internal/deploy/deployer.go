@@ -35,6 +35,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"time"
 
@@ -74,7 +75,19 @@ type Config struct {
 	// and Docker waits for it without end; past the bound, Undeploy fails
 	// and its caller cuts the mappings off, which ends the wait.
 	StopGrace time.Duration
+	// HitConcurrency is how many pool hits run their stages (start, ready,
+	// bind) at once on this node; the others wait in arrival order
+	// (StepQueue). 0: the number of CPUs plus one (DefaultHitConcurrency).
+	// Hits are short and mostly CPU: served all at once they share the
+	// CPUs and end together, each as late as the last; served a few at a
+	// time, the first end first, and the last no later.
+	HitConcurrency int
 }
+
+// DefaultHitConcurrency is the default Config.HitConcurrency: the number
+// of CPUs plus one, so that the CPUs stay busy while one hit waits for the
+// disk or the cluster.
+func DefaultHitConcurrency() int { return runtime.NumCPU() + 1 }
 
 // DefaultStopGrace is the default Config.StopGrace.
 const DefaultStopGrace = 30 * time.Second
@@ -87,6 +100,9 @@ func (c Config) Validate() error {
 	}
 	if c.StopGrace < 0 {
 		errs = append(errs, fmt.Errorf("stop grace %s: give 0 (the default, %s) or more", c.StopGrace, DefaultStopGrace))
+	}
+	if c.HitConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("hit concurrency %d: give 0 (the default, the number of CPUs plus one) or more", c.HitConcurrency))
 	}
 	if c.CacheBytes < 0 {
 		errs = append(errs, fmt.Errorf("checkpoint cache budget %d bytes: give 0 (no limit) or more", c.CacheBytes))
@@ -132,20 +148,29 @@ type Deployer struct {
 	// deployments and slots are the record store (journal.go).
 	deployments journal[Deployment]
 	slots       journal[Slot]
-	// slotMu guards idle, and the phase changes of the slots in it.
+	// slotMu guards idle and claimed, and the phase changes of the slots
+	// in them.
 	slotMu sync.Mutex
 	// idle indexes this process's idle pool slots (pool.go): what claims
 	// pick from, and the generation each was filled with, for a pool
 	// hit's lookup (pooledGen).
 	idle map[string]idleSlot
+	// claimed are the pool slots that a deploy claimed and has not bound
+	// or released yet, by slot ID: the deployment's ID. A claim is kept
+	// here only (claim, in slots.go).
+	claimed map[string]string
+	// hits admits Config.HitConcurrency pool hits at a time (hitTurn).
+	hits chan struct{}
 	// starting are the pool slots being restored ahead (ahead.go), that
 	// a deploy finding no idle slot waits for.
 	starting map[string]*startingSlot
 	// aheadPause holds StartAhead before its restore (tests).
 	aheadPause time.Duration
 	// newest shares one listing of an app's generations among the pool
-	// hits that ask for it at once (newestGen).
+	// hits that ask for it at once (newestGen), and newer one read of the
+	// next generation's image (newerGen).
 	newest coalesce[string, int]
+	newer  coalesce[appGen, bool]
 	// appLock: one producer of an app's first checkpoint on this node.
 	appLock keyedmutex.Map[string]
 	// platform is this node's, recorded in the generations it seals.
@@ -173,6 +198,9 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	}
 	if cfg.ReadyInterval <= 0 {
 		cfg.ReadyInterval = 10 * time.Millisecond
+	}
+	if cfg.HitConcurrency == 0 {
+		cfg.HitConcurrency = DefaultHitConcurrency()
 	}
 	if cfg.DMTCPDriver == "" {
 		cfg.DMTCPDriver = "container"
@@ -204,7 +232,7 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	} else if len(removed) > 0 {
 		deps.Log.Info("checkpoint cache: removed what interrupted fills left", "paths", removed)
 	}
-	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{}, idle: map[string]idleSlot{}, starting: map[string]*startingSlot{},
+	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{}, idle: map[string]idleSlot{}, claimed: map[string]string{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
 		deployments: journal[Deployment]{dir: filepath.Join(cfg.StateDir, "deployments"), what: "deployment", notFound: ErrNotFound},
 		slots:       journal[Slot]{dir: filepath.Join(cfg.StateDir, "slots"), what: "slot", notFound: ErrNoSlot},
 		lowers:      journal[Lower]{dir: filepath.Join(cfg.StateDir, "lowers", "records"), what: "environment copy", notFound: ErrNoLower},

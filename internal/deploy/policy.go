@@ -100,25 +100,34 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 		}
 		return d.Boot(ctx, app, opts, reason)
 	}
-	gen, boot, producing, why, err := d.resolve(ctx, app, opts)
-	if why != "" {
-		return d.Boot(ctx, app, opts, why)
+	// A pool hit checks for a newer generation while it starts (fresh);
+	// where there is one, the deploy looks the newest up and restores it.
+	var dep Deployment
+	for pooled := true; ; pooled = false {
+		gen, fresh, boot, producing, why, err := d.resolve(ctx, app, opts, pooled)
+		if why != "" {
+			return d.Boot(ctx, app, opts, why)
+		}
+		if err != nil {
+			return Deployment{}, err
+		}
+		// What the deploy waited for before the restore's own steps
+		// (the engine's check, the generation's lookup) is its first
+		// phase.
+		dep, err = d.restore(ctx, gen, opts, app, time.Since(start)-producing, fresh)
+		if errors.Is(err, errNewerGen) && pooled {
+			d.log.Info("a newer generation than the pool's: restoring the newest", "app", app.Name, "gen", gen.Gen)
+			continue
+		}
+		if len(boot) > 0 {
+			dep.Booted = true
+			dep.Timings = append(prefixed("boot.", boot), dep.Timings...)
+			if err == nil {
+				_ = d.save(&dep)
+			}
+		}
+		return dep, err
 	}
-	if err != nil {
-		return Deployment{}, err
-	}
-	// What the deploy waited for before the restore's own steps (the
-	// engine's check, the generation's lookup) is its first phase.
-	dep, err := d.restore(ctx, gen, opts, app, time.Since(start)-producing)
-	if len(boot) > 0 {
-		dep.Booted = true
-		dep.Timings = append(prefixed("boot.", boot), dep.Timings...)
-	}
-	if err == nil && (len(boot) > 0 || opts.Reason != "") {
-		dep.Reason = opts.Reason
-		_ = d.save(&dep)
-	}
-	return dep, err
 }
 
 // resolve returns the generation a deploy of app restores: on a pool hit
@@ -126,10 +135,19 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 // once the engine is checked, produced first if there is none (boot holds
 // the producing deploy's boot and checkpoint, producing its time). why,
 // when set, is why the deploy boots instead.
-func (d *Deployer) resolve(ctx context.Context, app App, opts Options) (gen Generation, boot layering.Timings, producing time.Duration, why string, err error) {
-	if g, ok := d.pooledGen(ctx, app, opts.Engine); ok {
-		return g, nil, 0, "", nil
+func (d *Deployer) resolve(ctx context.Context, app App, opts Options, pooled bool) (gen Generation, fresh func() error, boot layering.Timings, producing time.Duration, why string, err error) {
+	if pooled {
+		if g, fresh, ok := d.pooledGen(ctx, app, opts.Engine); ok {
+			return g, fresh, nil, 0, "", nil
+		}
 	}
+	gen, boot, producing, why, err = d.lookup(ctx, app, opts)
+	return gen, nil, boot, producing, why, err
+}
+
+// lookup is resolve without the pool: the app's newest generation, once
+// the engine is checked, produced first if there is none.
+func (d *Deployer) lookup(ctx context.Context, app App, opts Options) (gen Generation, boot layering.Timings, producing time.Duration, why string, err error) {
 	// The engine only: a restore needs no environment but the
 	// generation's, and a boot or a first checkpoint looks the app's up.
 	checked, version, err := d.engineOf(ctx, app)

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"time"
 
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -52,21 +51,19 @@ func (d *Deployer) ProvisionPoolSlot(ctx context.Context, g Generation) (_ Slot,
 // under slotMu); recovery at start releases every slot a previous process
 // left, so the index of a new process starts empty and complete.
 type idleSlot struct {
-	app     string
-	gen     int
-	ahead   bool
-	created time.Time
+	// slot is its record as last saved: a claim takes it from here.
+	slot Slot
 	// filled is the generation it was provisioned or restored ahead
 	// with, for pooledGen (nil for a recycled slot until it is restored
 	// ahead again).
 	filled *Generation
 }
 
-// offer puts idle pool slot s, of generation filled if known, in the
-// index: deploys may claim it from now on.
+// offer puts idle pool slot s (its record as saved), of generation filled
+// if known, in the index: deploys may claim it from now on.
 func (d *Deployer) offer(s *Slot, filled *Generation) {
 	d.slotMu.Lock()
-	d.idle[s.ID] = idleSlot{app: s.App, gen: s.Gen, ahead: s.Ahead, created: s.Created, filled: filled}
+	d.idle[s.ID] = idleSlot{slot: *s, filled: filled}
 	d.slotMu.Unlock()
 }
 
@@ -78,23 +75,26 @@ func (d *Deployer) withdraw(id string) bool {
 	return ok
 }
 
-// forget takes slot id out of the index (it is bound or released).
+// forget takes slot id out of the index and its claim (it is bound or
+// released).
 func (d *Deployer) forget(id string) {
 	d.slotMu.Lock()
 	d.withdraw(id)
+	delete(d.claimed, id)
 	d.slotMu.Unlock()
 }
 
 // pooledGen returns the generation of app that an idle pool slot on this
-// node was filled with, if it is still the app's newest and, with eng
-// set, of that engine: a deploy that finds one needs none of a full
-// deploy's lookups (the engine's check, the generation's record and
-// whether this node can restore it), which the refill made before the
-// request. Whether a generation was made since is one read of the pool
-// (newerGen). A generation retired since the refill is still restored
-// until the agent's next refill drops its slots (its removal waits for
-// the deployment, as for any other).
-func (d *Deployer) pooledGen(ctx context.Context, app App, eng string) (Generation, bool) {
+// node was filled with, and, with eng set, of that engine: a deploy that
+// finds one needs none of a full deploy's lookups (the engine's check, the
+// generation's record and whether this node can restore it), which the
+// refill made before the request. Whether a generation was made since is
+// one read of the pool (newerGen), which runs meanwhile: fresh waits for
+// its answer and returns errNewerGen when there is one, and the deploy
+// restores the newest instead. A generation retired since the refill is
+// still restored until the agent's next refill drops its slots (its
+// removal waits for the deployment, as for any other).
+func (d *Deployer) pooledGen(ctx context.Context, app App, eng string) (g Generation, fresh func() error, ok bool) {
 	d.slotMu.Lock()
 	var best *Generation
 	pick := func(g *Generation) {
@@ -112,13 +112,24 @@ func (d *Deployer) pooledGen(ctx context.Context, app App, eng string) (Generati
 	}
 	d.slotMu.Unlock()
 	if best == nil {
-		return Generation{}, false
+		return Generation{}, nil, false
 	}
-	if newer, err := d.newerGen(ctx, app.Name, best.Gen); err != nil || newer {
-		return Generation{}, false
-	}
-	return *best, true
+	newer := async(func() error {
+		switch newer, err := d.newerGen(ctx, app.Name, best.Gen); {
+		case err != nil:
+			// The full lookup says what is wrong.
+			return fmt.Errorf("app %s: whether a generation is newer than %d: %w (%w)", app.Name, best.Gen, err, errNewerGen)
+		case newer:
+			return fmt.Errorf("app %s: a generation newer than %d: %w", app.Name, best.Gen, errNewerGen)
+		}
+		return nil
+	})
+	return *best, newer, true
 }
+
+// errNewerGen: the app may have a generation newer than its pool slots'
+// (pooledGen); the deploy looks the newest up and restores it.
+var errNewerGen = errors.New("newer generation")
 
 // newerGen says whether app has a generation newer than gen in the pool,
 // sealed or being made. Generation numbers are given in order (nextGen:
@@ -126,15 +137,28 @@ func (d *Deployer) pooledGen(ctx context.Context, app App, eng string) (Generati
 // one read of an object that is not there, where a listing of the pool
 // reads every image's name. Where gen+1 exists, the pool's listing says
 // whether it is newer than every other (newestGen).
+//
+// Simultaneous hits share one read that started after each asked
+// (coalesce): eight deploys arriving at once make one or two round trips
+// to the cluster, not eight.
 func (d *Deployer) newerGen(ctx context.Context, app string, gen int) (bool, error) {
-	_, err := d.deps.Store.Meta(ctx, GenImage(app, gen+1, "ckpt"))
-	if errors.Is(err, layering.ErrNotFound) {
-		return false, nil
-	} else if err != nil {
-		return false, err
-	}
-	newest, err := d.newestGen(ctx, app)
-	return newest != gen, err
+	lctx := context.WithoutCancel(ctx) // a read may answer callers other than this one
+	return d.newer.Do(ctx, appGen{app, gen}, func() (bool, error) {
+		_, err := d.deps.Store.Meta(lctx, GenImage(app, gen+1, "ckpt"))
+		if errors.Is(err, layering.ErrNotFound) {
+			return false, nil
+		} else if err != nil {
+			return false, err
+		}
+		newest, err := d.newestGen(lctx, app)
+		return newest != gen, err
+	})
+}
+
+// appGen names one generation of an app.
+type appGen struct {
+	app string
+	gen int
 }
 
 // PoolSlots returns the warm pool's slots on this node, oldest first:

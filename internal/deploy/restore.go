@@ -19,13 +19,19 @@ import (
 // its checkpoint and waits until it is ready. On error nothing of it is
 // left.
 func (d *Deployer) Restore(ctx context.Context, g Generation, opts Options) (Deployment, error) {
-	return d.restore(ctx, g, opts, g.Spec, 0)
+	return d.restore(ctx, g, opts, g.Spec, 0, nil)
 }
 
 // restore is Restore with the post_restore command and lazy of current,
 // the app's spec as it is now; resolved is how long its deploy took to
 // look up the generation (its first phase, StepResolve, when not 0).
-func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, current App, resolved time.Duration) (_ Deployment, err error) {
+// fresh, when set, says whether g is still the app's newest (pooledGen):
+// a pool hit starts meanwhile and waits for it before it binds, a miss
+// before it provisions.
+func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, current App, resolved time.Duration, fresh func() error) (_ Deployment, err error) {
+	if fresh == nil {
+		fresh = func() error { return nil }
+	}
 	app := g.Spec.WithDefaults()
 	// Neither is part of the checkpoint: the app's spec as it is now says.
 	app.PostRestore, app.Lazy = current.PostRestore, current.Lazy && g.Engine == engine.NameCRIU
@@ -40,7 +46,7 @@ func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, curr
 	}
 	id := opts.ID
 	rec := &Deployment{ID: id, App: app.Name, Node: d.cfg.Node, Phase: PhaseRestoring, Gen: g.Gen, Engine: g.Engine, Mode: ModeRestore,
-		Created: time.Now().UTC()}
+		Reason: opts.Reason, Created: time.Now().UTC()}
 	if resolved > 0 {
 		rec.Timings = layering.Timings{{Name: StepResolve, Duration: resolved}}
 		if opts.Progress != nil {
@@ -58,27 +64,41 @@ func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, curr
 	switch {
 	case err == nil:
 		rec.Slot, rec.Pool = s.ID, PoolHit
+		// A pool hit writes its deployment's record once, when it binds
+		// the slot: until then the slot's record owns everything, and an
+		// error releases the slot.
+		defer func() {
+			if err != nil {
+				err = errors.Join(err, d.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
+			}
+		}()
+		done, terr := d.hitTurn(ctx, o)
+		if terr != nil {
+			return Deployment{}, terr
+		}
+		defer done()
 	case errors.Is(err, ErrNoSlot):
 		rec.Pool = PoolMiss
-	default:
-		return Deployment{}, err
-	}
-	if err := d.create(rec); err != nil {
-		if s != nil {
-			d.unclaim(s)
+		if err := fresh(); err != nil {
+			return Deployment{}, err
 		}
-		return Deployment{}, err
-	}
-	defer d.undoOnError(ctx, rec, &err)
-	if s == nil {
+		if err := d.create(rec); err != nil {
+			return Deployment{}, err
+		}
+		defer d.undoOnError(ctx, rec, &err)
 		if s, err = d.provisionFor(ctx, o, rec, app, RunRestart, g.Gen, nil, slotSource{app: app, engine: g.Engine,
 			env: g.EnvSnap, gen: &g, config: d.genConfig(ctx, g)}); err != nil {
 			return Deployment{}, err
 		}
+	default:
+		return Deployment{}, err
 	}
 	rec.Ahead = s.Ahead
 	dr, _, err := d.startReady(ctx, o, s, id, app, true)
 	if err != nil {
+		return Deployment{}, err
+	}
+	if err := fresh(); err != nil {
 		return Deployment{}, err
 	}
 	return d.bind(ctx, o, s, rec, dr, app, "restart_ready")
@@ -117,4 +137,21 @@ func (d *Deployer) undoOnError(ctx context.Context, rec *Deployment, err *error)
 	rec.Phase, rec.Error = PhaseFailed, (*err).Error()
 	_ = d.save(rec)
 	*err = errors.Join(*err, d.Undeploy(context.WithoutCancel(ctx), rec.ID))
+}
+
+// hitTurn waits until a pool hit may run its stages: at most
+// Config.HitConcurrency at once, the others in arrival order. A wait is
+// the phase StepQueue. done ends the turn.
+func (d *Deployer) hitTurn(ctx context.Context, o *op) (done func(), err error) {
+	select {
+	case d.hits <- struct{}{}:
+	default:
+		select {
+		case d.hits <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		o.phase(StepQueue)
+	}
+	return func() { <-d.hits }, nil
 }

@@ -132,15 +132,43 @@ func (d *Deployer) newSlot(app string, gen int, mode RunMode, pool bool, dep str
 }
 
 // Slots returns this node's slot records: the warm pool's idle slots and
-// those being provisioned or started.
-func (d *Deployer) Slots() ([]Slot, error) { return d.slots.list() }
+// those being provisioned or started. A slot claimed by a deploy under
+// way is SlotClaimed, with its deployment, though its record says Idle
+// (claim).
+func (d *Deployer) Slots() ([]Slot, error) {
+	all, err := d.slots.list()
+	if err != nil {
+		return nil, err
+	}
+	d.slotMu.Lock()
+	defer d.slotMu.Unlock()
+	for i := range all {
+		d.withClaim(&all[i])
+	}
+	return all, nil
+}
 
-// LoadSlot reads a slot's record.
+// LoadSlot reads a slot's record (with its claim, as Slots).
 func (d *Deployer) LoadSlot(id string) (Slot, error) {
 	if err := ValidateID(id); err != nil {
 		return Slot{}, err
 	}
-	return d.slots.load(id)
+	s, err := d.slots.load(id)
+	if err != nil {
+		return Slot{}, err
+	}
+	d.slotMu.Lock()
+	defer d.slotMu.Unlock()
+	d.withClaim(&s)
+	return s, nil
+}
+
+// withClaim marks s claimed if a deploy of this process claimed it. The
+// caller holds slotMu.
+func (d *Deployer) withClaim(s *Slot) {
+	if dep, ok := d.claimed[s.ID]; ok && s.Phase == SlotIdle {
+		s.Phase, s.Deployment = SlotClaimed, dep
+	}
 }
 
 // ReleaseSlot removes a slot that no deployment has bound: its instance,
@@ -162,51 +190,37 @@ func (d *Deployer) ReleaseSlot(ctx context.Context, id string) error {
 
 // claim takes the oldest idle pool slot of app's generation gen for
 // deployment dep, one restored ahead first, or returns ErrNoSlot. It picks
-// from the index of idle slots (offer), so that simultaneous deploys do not
-// each read every slot's record while holding slotMu.
+// from the index of idle slots (offer), which holds each slot's record as
+// saved, and writes nothing: the slot's record still says Idle, and the
+// claim lives in this process only (Deployer.claimed) until the deploy
+// binds the slot, when the deployment's record takes its resources, or
+// releases it on error. A claim lost with the process leaves an idle
+// slot's record, which recovery releases.
 func (d *Deployer) claim(app string, gen int, dep string) (*Slot, error) {
 	d.slotMu.Lock()
-	var best string
-	var b idleSlot
-	for id, s := range d.idle {
-		if s.app == app && s.gen == gen && (best == "" || s.ahead && !b.ahead || s.ahead == b.ahead && s.created.Before(b.created)) {
-			best, b = id, s
+	defer d.slotMu.Unlock()
+	var best *Slot
+	for _, c := range d.idle {
+		s := &c.slot
+		if s.App == app && s.Gen == gen && s.Pool && s.Phase == SlotIdle && s.Handle != nil && s.Mode == RunRestart &&
+			(best == nil || s.Ahead && !best.Ahead || s.Ahead == best.Ahead && s.Created.Before(best.Created)) {
+			best = s
 		}
 	}
-	if best != "" {
-		d.withdraw(best)
-	}
-	d.slotMu.Unlock()
-	if best == "" {
+	if best == nil {
 		return nil, fmt.Errorf("app %s generation %d: %w", app, gen, ErrNoSlot)
 	}
-	s, err := d.slots.load(best)
-	if err != nil {
-		return nil, err
-	}
-	if !s.Pool || s.Phase != SlotIdle || s.Handle == nil || s.Mode != RunRestart {
-		return nil, fmt.Errorf("app %s generation %d: slot %s is %s: %w", app, gen, best, s.Phase, ErrNoSlot)
-	}
+	d.withdraw(best.ID)
+	s := *best
+	h := *s.Handle
+	s.Handle = &h
 	s.Phase, s.Deployment = SlotClaimed, dep
-	// Recovery releases a slot unless a deployment's record owns it: a
-	// claim lost with the machine leaves nothing to undo.
-	if err := d.slots.note(s.ID, &s); err != nil {
-		d.offer(&s, b.filled)
-		return nil, err
-	}
+	d.claimed[s.ID] = dep
 	return &s, nil
 }
 
-// unclaim gives a claimed slot back to the pool.
-func (d *Deployer) unclaim(s *Slot) {
-	s.Phase, s.Deployment = SlotIdle, ""
-	if err := d.slots.note(s.ID, s); err == nil {
-		d.offer(s, nil)
-	}
-}
-
 // RecoverSlots, at start, finishes what a previous run left in the slot
-// records: a slot whose deployment's record owns its resources (a bind cut
+// records: a slot whose resources a deployment's record owns (a bind cut
 // short) loses its record only; every other slot, idle ones included, is
 // released (the warm pool provisions anew). It returns the released IDs.
 func (d *Deployer) RecoverSlots(ctx context.Context) ([]string, error) {
@@ -214,14 +228,22 @@ func (d *Deployer) RecoverSlots(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	recs, err := d.List()
+	if err != nil {
+		return nil, err
+	}
+	bound := map[string]bool{}
+	for _, r := range recs {
+		if r.Slot != "" && len(r.Images) > 0 {
+			bound[r.Slot] = true
+		}
+	}
 	var done []string
 	var errs []error
 	for _, s := range slots {
-		if s.Deployment != "" {
-			if rec, err := d.Load(s.Deployment); err == nil && rec.Slot == s.ID && len(rec.Images) > 0 {
-				_ = d.slots.remove(s.ID)
-				continue
-			}
+		if bound[s.ID] {
+			_ = d.slots.remove(s.ID)
+			continue
 		}
 		if err := d.ReleaseSlot(ctx, s.ID); err != nil {
 			errs = append(errs, fmt.Errorf("slot %s: %w", s.ID, err))

@@ -46,6 +46,8 @@ const (
 	// StepPostRestore runs App.PostRestore in a restored instance.
 	StepPostRestore = "post_restore"
 	StepBind        = "bind"
+	// StepQueue: a pool hit waited for its turn (Config.HitConcurrency).
+	StepQueue = "queue"
 )
 
 // ProvisionSteps are the steps of provision, which a pool hit does not wait
@@ -365,7 +367,15 @@ func (d *Deployer) ready(ctx context.Context, o *op, dr Driver, h Handle, app Ap
 func (d *Deployer) bind(ctx context.Context, o *op, s *Slot, rec *Deployment, dr Driver, app App, readyPhase string) (Deployment, error) {
 	rec.Owned, rec.Ports, rec.Phase = s.Owned, s.Ports, PhaseRunning
 	rec.Fetched = s.Fetched && rec.Pool != PoolHit // a pool slot fetched before the request
-	if err := d.save(rec); err != nil {
+	var err error
+	if rec.Pool == PoolHit {
+		// A pool hit's first record (restore): refused if a deployment
+		// took the ID meanwhile.
+		err = d.deployments.create(rec.ID, rec, true)
+	} else {
+		err = d.save(rec)
+	}
+	if err != nil {
 		return Deployment{}, err
 	}
 	o.phase(StepBind)
@@ -375,10 +385,15 @@ func (d *Deployer) bind(ctx context.Context, o *op, s *Slot, rec *Deployment, dr
 	}
 	// The engine's own time to ready, as the instance measured it, is
 	// read once the deploy is done: it is not part of what it waits for.
-	if c, ok := dr.(*Container); ok && !rec.Ahead {
-		rec.EngineReadyMS = c.engineReady(ctx, *s.Handle, app, readyPhase)
+	// A slot restored ahead has none; its record keeps the phases up to
+	// ready (the deploy's answer and status have the bind's too): a pool
+	// hit writes one record.
+	if !rec.Ahead {
+		if c, ok := dr.(*Container); ok {
+			rec.EngineReadyMS = c.engineReady(ctx, *s.Handle, app, readyPhase)
+		}
+		_ = d.deployments.note(rec.ID, rec) // with the bind's timing
 	}
-	_ = d.deployments.note(rec.ID, rec) // with the bind's timing
 
 	d.log.Info("deployed", "id", rec.ID, "app", rec.App, "mode", rec.Mode, "gen", rec.Gen, "slot", s.ID, "pool", rec.Pool,
 		"ports", rec.Ports, "timings", rec.Timings.String())
