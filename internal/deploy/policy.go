@@ -130,11 +130,13 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 	}
 }
 
-// resolve returns the generation a deploy of app restores: on a pool hit
-// the one its idle slot was filled with (pooledGen), else the app's newest
-// once the engine is checked, produced first if there is none (boot holds
-// the producing deploy's boot and checkpoint, producing its time). why,
-// when set, is why the deploy boots instead.
+// resolve returns the generation a deploy of app restores: with pooled
+// set and an idle slot on the node, the one that slot was filled with
+// (pooledGen), and fresh, which says whether it is still the app's newest;
+// else the app's newest once the engine is checked (lookup), produced
+// first if there is none (boot holds the producing deploy's boot and
+// checkpoint, producing its time). why, when set, is why the deploy boots
+// instead.
 func (d *Deployer) resolve(ctx context.Context, app App, opts Options, pooled bool) (gen Generation, fresh func() error, boot layering.Timings, producing time.Duration, why string, err error) {
 	if pooled {
 		if g, fresh, ok := d.pooledGen(ctx, app, opts.Engine); ok {
