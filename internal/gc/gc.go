@@ -33,7 +33,9 @@ const (
 	KindGeneration = "generation"
 	// KindPartial: the images of a generation that was never sealed.
 	KindPartial = "partial-generation"
-	// KindClone: an instance clone whose deployment is gone.
+	// KindClone: an instance clone whose deployment is gone, a NotReady
+	// node's read-only copy of a generation, or a NotReady node's pool
+	// slot that no deployment holds.
 	KindClone = "clone"
 	// KindRecord: an etcd checkpoint record whose images are gone.
 	KindRecord = "checkpoint-record"
@@ -94,6 +96,10 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 	for _, d := range deps {
 		desired[d.ID] = true
 	}
+	slots, err := slotOwners(ctx, c.State, deps)
+	if err != nil {
+		return nil, err
+	}
 	// Only this PoP's apps: a pool may serve more than one PoP.
 	registered, err := c.State.Apps(ctx)
 	if err != nil {
@@ -139,7 +145,7 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 			continue
 		}
 		if strings.HasPrefix(n, deploy.InstancePrefix) {
-			it, err := c.clone(ctx, n, known, down, desired)
+			it, err := c.clone(ctx, n, known, down, desired, slots)
 			if err != nil {
 				return nil, err
 			}
@@ -311,14 +317,24 @@ func (c Config) oursAndOld(ctx context.Context, name string, known map[string]bo
 // node's read-only copy of a generation's environment while its node is
 // NotReady (a node that is back makes it again; removing it refuses while
 // its node still maps it).
-func (c Config) clone(ctx context.Context, name string, known, down, desired map[string]bool) (*Item, error) {
+func (c Config) clone(ctx context.Context, name string, known, down, desired map[string]bool, slots slotUse) (*Item, error) {
 	info, err := c.Store.Stat(ctx, name)
 	if errors.Is(err, layering.ErrNotFound) {
 		return nil, nil
 	} else if err != nil {
 		return nil, err
 	}
-	node, id := info.Meta[deploy.MetaNode], info.Meta[deploy.MetaDeployment]
+	node, id, slot := info.Meta[deploy.MetaNode], info.Meta[deploy.MetaDeployment], info.Meta[deploy.MetaSlot]
+	if id == "" && slot != "" {
+		// A warm pool's slot, or the slot a pool hit bound (its clones
+		// keep the slot's name and metadata): while its node is away,
+		// nobody else releases it, and it holds its generation.
+		if !known[node] || !down[node] || slots.held(node, slot) || time.Since(info.Created) < c.MinAge {
+			return nil, nil
+		}
+		return &Item{Kind: KindClone, Name: name, Images: []string{name},
+			Reason: fmt.Sprintf("node %s's pool slot %s, bound to no deployment, and the node is NotReady", node, slot)}, nil
+	}
 	if deploy.IsLowerImage(info.Meta) {
 		if !known[node] || !down[node] || time.Since(info.Created) < c.MinAge {
 			return nil, nil
@@ -339,6 +355,38 @@ func (c Config) clone(ctx context.Context, name string, known, down, desired map
 	}
 	return &Item{Kind: KindClone, Name: name, Images: []string{name},
 		Reason: fmt.Sprintf("deployment %s (node %s) is gone", id, node)}, nil
+}
+
+// slotUse says which pool slots deployments hold, from their statuses.
+type slotUse struct {
+	// bound: "node/slot" that a deployment's status names.
+	bound map[string]bool
+	// unsure: nodes with a deployment that has no status yet (a pool hit
+	// that bound a slot may not have said which).
+	unsure map[string]bool
+}
+
+func (u slotUse) held(node, slot string) bool { return u.unsure[node] || u.bound[node+"/"+slot] }
+
+// slotOwners reads which slots the statuses of deps (and of withdrawn
+// deployments not forgotten yet) name.
+func slotOwners(ctx context.Context, st *state.Store, deps []state.Deployment) (slotUse, error) {
+	sts, err := st.Statuses(ctx)
+	if err != nil {
+		return slotUse{}, err
+	}
+	u := slotUse{bound: map[string]bool{}, unsure: map[string]bool{}}
+	for _, s := range sts {
+		if s.Slot != "" {
+			u.bound[s.Node+"/"+s.Slot] = true
+		}
+	}
+	for _, d := range deps {
+		if _, ok := sts[d.ID]; !ok {
+			u.unsure[d.Node] = true
+		}
+	}
+	return u, nil
 }
 
 func staleStatuses(ctx context.Context, st *state.Store, nodes []state.Node) ([]Item, error) {

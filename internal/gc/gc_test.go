@@ -100,6 +100,19 @@ func testGC(t *testing.T, s layering.Store) {
 	liveCopy, downCopy := deploy.LowerImage(app, 3, "gc-n1"), deploy.LowerImage(app, 3, "gc-n2")
 	mk(liveCopy, map[string]string{deploy.MetaNode: "gc-n1", deploy.MetaLower: app + "/3"})
 	mk(downCopy, map[string]string{deploy.MetaNode: "gc-n2", deploy.MetaLower: app + "/3"})
+	// Pool slots' clones: a NotReady node's idle slot goes; its slot that
+	// a pool hit bound (the deployment's status names it) and a Ready
+	// node's slot stay.
+	idleSlot, boundSlot, liveSlot := deploy.InstancePrefix+"s-idle"+sfx+"-env", deploy.InstancePrefix+"s-bound"+sfx+"-env", deploy.InstancePrefix+"s-live"+sfx+"-env"
+	mk(idleSlot, map[string]string{deploy.MetaNode: "gc-n2", deploy.MetaSlot: "s-idle" + sfx})
+	mk(boundSlot, map[string]string{deploy.MetaNode: "gc-n2", deploy.MetaSlot: "s-bound" + sfx})
+	mk(liveSlot, map[string]string{deploy.MetaNode: "gc-n1", deploy.MetaSlot: "s-live" + sfx})
+	if err := st.CreateDeployment(ctx, state.Desired{ID: "gc-hit" + sfx, App: app, Node: "gc-n2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetStatus(ctx, "gc-hit"+sfx, state.Status{Phase: deploy.PhaseRunning, Node: "gc-n2", Pool: "hit", Slot: "s-bound" + sfx}); err != nil {
+		t.Fatal(err)
+	}
 	// A checkpoint record whose images are gone.
 	if err := st.PutCheckpoint(ctx, deploy.Generation{App: app, Gen: 9, CkptSnap: layering.SnapRef{Image: deploy.GenImage(app, 9, "ckpt")}}); err != nil {
 		t.Fatal(err)
@@ -125,14 +138,15 @@ func testGC(t *testing.T, s layering.Store) {
 		"partial-generation " + app + "/5",
 		"clone " + orphan,
 		"clone " + downCopy,
+		"clone " + idleSlot,
 		"checkpoint-record " + app + "/9",
 	} {
 		if _, ok := got[want]; !ok {
 			t.Errorf("plan lacks %q", want)
 		}
 	}
-	if len(got) != 6 {
-		t.Errorf("plan has %d items; want exactly those 6", len(got))
+	if len(got) != 7 {
+		t.Errorf("plan has %d items; want exactly those 7", len(got))
 	}
 
 	// A young orphan is spared; a held checkpoint lock spares partials.
@@ -154,19 +168,19 @@ func testGC(t *testing.T, s layering.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(done) != 5 {
-		t.Errorf("applied %d items; want 5 (the kept generation is not)", len(done))
+	if len(done) != 6 {
+		t.Errorf("applied %d items; want 6 (the kept generation is not)", len(done))
 	}
 	exists := func(name string) bool {
 		_, err := s.Stat(ctx, name)
 		return err == nil
 	}
-	for _, name := range []string{deploy.GenImage(app, 2, "env"), deploy.GenImage(app, 2, "ckpt"), deploy.GenImage(app, 5, "ckpt"), orphan, downCopy} {
+	for _, name := range []string{deploy.GenImage(app, 2, "env"), deploy.GenImage(app, 2, "ckpt"), deploy.GenImage(app, 5, "ckpt"), orphan, downCopy, idleSlot} {
 		if exists(name) {
 			t.Errorf("%s is still there", name)
 		}
 	}
-	for _, name := range []string{deploy.GenImage(app, 1, "ckpt"), deploy.GenImage(app, 3, "ckpt"), deploy.GenImage(app, 4, "env"), used, foreign, liveCopy} {
+	for _, name := range []string{deploy.GenImage(app, 1, "ckpt"), deploy.GenImage(app, 3, "ckpt"), deploy.GenImage(app, 4, "env"), used, foreign, liveCopy, boundSlot, liveSlot} {
 		if !exists(name) {
 			t.Errorf("%s was removed", name)
 		}
@@ -196,8 +210,10 @@ func testGC(t *testing.T, s layering.Store) {
 
 	// The app is removed from the PoP (its deployment first): its
 	// generations go with it, but one that a clone still uses stays.
-	if err := st.DeleteDeployment(ctx, "gc-used"+sfx); err != nil {
-		t.Fatal(err)
+	for _, id := range []string{"gc-used" + sfx, "gc-hit" + sfx} {
+		if err := st.DeleteDeployment(ctx, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := st.DeleteApp(ctx, app); err != nil {
 		t.Fatal(err)

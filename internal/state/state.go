@@ -410,6 +410,21 @@ func (s *Store) Deployments(ctx context.Context) ([]Deployment, error) {
 	if err != nil {
 		return nil, err
 	}
+	byID, err := s.Statuses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Deployment, len(ds))
+	for i, d := range ds {
+		out[i] = Deployment{Desired: d, Status: byID[d.ID]}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	return out, nil
+}
+
+// Statuses returns every deployment status by deployment ID, including
+// those of withdrawn deployments that their agents have not forgotten yet.
+func (s *Store) Statuses(ctx context.Context) (map[string]Status, error) {
 	sts, err := s.cli.Get(ctx, Prefix+"status/", clientv3.WithPrefix())
 	if err != nil {
 		return nil, wrapUnavailable(err)
@@ -421,12 +436,7 @@ func (s *Store) Deployments(ctx context.Context) ([]Deployment, error) {
 			byID[strings.TrimPrefix(string(kv.Key), Prefix+"status/")] = st
 		}
 	}
-	out := make([]Deployment, len(ds))
-	for i, d := range ds {
-		out[i] = Deployment{Desired: d, Status: byID[d.ID]}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
-	return out, nil
+	return byID, nil
 }
 
 // SetStatus writes a deployment's status, unless the deployment is gone
