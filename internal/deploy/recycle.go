@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
 // SlotRecycling: a deployment's instance is being given back to the pool.
@@ -46,6 +48,13 @@ func (d *Deployer) Recycle(ctx context.Context, id string) (Slot, error) {
 		Deployment: id, Owned: rec.Owned, Ports: rec.Ports, Created: time.Now().UTC()}
 	if err := d.slots.save(s.ID, s); err != nil {
 		return Slot{}, err
+	}
+	// Its images no longer name the deployment: gc takes a clone of a
+	// deployment that is gone for an orphan.
+	for _, img := range s.Images {
+		if err := d.deps.Store.SetMeta(ctx, img, map[string]string{MetaDeployment: ""}); err != nil && !errors.Is(err, layering.ErrNotFound) {
+			return Slot{}, errors.Join(fmt.Errorf("recycle deployment %s: unmark image %s: %w", id, img, err), d.slots.remove(s.ID))
+		}
 	}
 	// From here the slot's record owns the resources (RecoverSlots keeps
 	// the deployment's while both exist).

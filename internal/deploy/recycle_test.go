@@ -94,6 +94,14 @@ func TestPoolRecycle(t *testing.T) {
 		if _, err := f.D.Load(dep.ID); !errors.Is(err, deploy.ErrNotFound) {
 			t.Errorf("round %d: deployment %s still has a record after its recycle: %v", round, dep.ID, err)
 		}
+		// Its clones name its slot, not the deployment that is gone (gc
+		// would take them for orphans).
+		for _, img := range s.Images {
+			meta, err := f.L.Store.Meta(ctx, img)
+			if err != nil || meta[deploy.MetaDeployment] != "" || meta[deploy.MetaSlot] != s.ID {
+				t.Errorf("round %d: recycled slot's image %s has metadata %v (%v); want slot %s and no deployment", round, img, meta, err, s.ID)
+			}
+		}
 		// Its app has ended: nothing answers until the next deployment.
 		if got, err := testenv.RedisDo(ctx, nil, addr, "PING"); err == nil {
 			t.Errorf("round %d: recycled slot answered PING with %q before any deployment", round, got)
@@ -124,12 +132,35 @@ func TestPoolRecycle(t *testing.T) {
 		t.Logf("round %d: hit %s; recycled in %s", round, dep.Timings, s.Timings)
 	}
 
-	// A recycle cut short by a crash: the slot record holds the resources,
-	// the deployment's record is gone. A new process releases it all.
+	// A pool miss recycled: its own slot joins the pool, and its clones
+	// stop naming it (gc would take them for a gone deployment's).
 	dep, err := f.D.Deploy(ctx, app, deploy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	miss, err := f.D.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if miss.Pool != deploy.PoolMiss {
+		t.Fatalf("deploy %s with the only slot taken: pool %q; want a miss", miss.ID, miss.Pool)
+	}
+	own, err := f.D.Recycle(ctx, miss.ID)
+	if err != nil {
+		t.Fatalf("recycle the pool miss %s: %v", miss.ID, err)
+	}
+	for _, img := range own.Images {
+		meta, err := f.L.Store.Meta(ctx, img)
+		if err != nil || meta[deploy.MetaDeployment] != "" || meta[deploy.MetaSlot] != own.ID {
+			t.Errorf("recycled pool miss's image %s has metadata %v (%v); want slot %s and no deployment", img, meta, err, own.ID)
+		}
+	}
+	if _, err := f.D.DropPool(ctx, app.Name, func(s deploy.Slot) bool { return s.ID == own.ID }); err != nil {
+		t.Fatal(err)
+	}
+
+	// A recycle cut short by a crash: the slot record holds the resources,
+	// the deployment's record is gone. A new process releases it all.
 	if dep.Slot != slot.ID {
 		t.Fatalf("deploy %s took slot %s; want %s", dep.ID, dep.Slot, slot.ID)
 	}
