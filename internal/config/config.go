@@ -78,6 +78,10 @@ type Agent struct {
 	// deploy that takes one restarts the app). Nodes whose cgroups cannot
 	// be reweighted keep slots unstarted either way.
 	PoolAhead string `yaml:"pool_ahead"`
+	// HitConcurrency is how many pool hits run their stages at once on
+	// this node; more wait in arrival order (their `queue` phase). 0 (the
+	// default) is the node's CPUs plus one.
+	HitConcurrency int `yaml:"hit_concurrency"`
 	// RecycleKeep is how long the pool keeps idle slots beyond its size
 	// (recycled ones) before it releases them; at most as many as its
 	// size are kept beyond it. Default 2m.
@@ -341,6 +345,9 @@ func (c Config) Validate() error {
 	}
 	if c.Agent.PoolAhead != "on" && c.Agent.PoolAhead != "off" {
 		add("agent.pool_ahead %q: use on or off", c.Agent.PoolAhead)
+	}
+	if c.Agent.HitConcurrency < 0 || c.Agent.HitConcurrency > 1000 {
+		add("agent.hit_concurrency %d: give how many pool hits run at once (1-1000), or 0 for the node's CPUs plus one", c.Agent.HitConcurrency)
 	}
 	if c.Agent.RecycleKeep < 0 || c.Agent.RecycleKeep > time.Hour {
 		add("agent.recycle_keep %s: give a duration between 0s and 1h, e.g. 2m", c.Agent.RecycleKeep)

@@ -45,9 +45,10 @@ func TestLoadAndValidate(t *testing.T) {
 	c.Mapper.Timeout = 0
 	c.Agent.CheckpointCache = "lots"
 	c.Agent.Fetch = "eager"
+	c.Agent.HitConcurrency = -2
 	err = c.Validate()
 	for _, want := range []string{"ceph.id", "ceph.pool", "mapper.backend", "mapper.timeout", "soft_depth", "node.state_dir", "layering.default_size",
-		"agent.checkpoint_cache", "agent.fetch"} {
+		"agent.checkpoint_cache", "agent.fetch", "agent.hit_concurrency"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to name %s", err, want)
 		}

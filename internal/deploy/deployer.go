@@ -156,9 +156,9 @@ type Deployer struct {
 	// hit's lookup (pooledGen).
 	idle map[string]idleSlot
 	// claimed are the pool slots that a deploy claimed and has not bound
-	// or released yet, by slot ID: the deployment's ID. A claim is kept
-	// here only (claim, in slots.go).
-	claimed map[string]string
+	// or released yet, by slot ID: the deployment's ID and the slot's
+	// entry in idle. A claim is kept here only (claim, in slots.go).
+	claimed map[string]claimedSlot
 	// hits admits Config.HitConcurrency pool hits at a time (hitTurn).
 	hits chan struct{}
 	// starting are the pool slots being restored ahead (ahead.go), that
@@ -232,7 +232,7 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	} else if len(removed) > 0 {
 		deps.Log.Info("checkpoint cache: removed what interrupted fills left", "paths", removed)
 	}
-	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{}, idle: map[string]idleSlot{}, claimed: map[string]string{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
+	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{}, idle: map[string]idleSlot{}, claimed: map[string]claimedSlot{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
 		deployments: journal[Deployment]{dir: filepath.Join(cfg.StateDir, "deployments"), what: "deployment", notFound: ErrNotFound},
 		slots:       journal[Slot]{dir: filepath.Join(cfg.StateDir, "slots"), what: "slot", notFound: ErrNoSlot},
 		lowers:      journal[Lower]{dir: filepath.Join(cfg.StateDir, "lowers", "records"), what: "environment copy", notFound: ErrNoLower},

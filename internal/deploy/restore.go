@@ -67,16 +67,18 @@ func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, curr
 		// A pool hit writes its deployment's record once, when it binds
 		// the slot: until then the slot's record owns everything, and an
 		// error releases the slot.
+		done, terr := d.hitTurn(ctx, o)
+		if terr != nil {
+			// Cancelled while it waited: the slot is as it was claimed.
+			d.unclaim(s.ID)
+			return Deployment{}, terr
+		}
+		defer done()
 		defer func() {
 			if err != nil {
 				err = errors.Join(err, d.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
 			}
 		}()
-		done, terr := d.hitTurn(ctx, o)
-		if terr != nil {
-			return Deployment{}, terr
-		}
-		defer done()
 	case errors.Is(err, ErrNoSlot):
 		rec.Pool = PoolMiss
 		if err := fresh(); err != nil {

@@ -166,8 +166,8 @@ func (d *Deployer) LoadSlot(id string) (Slot, error) {
 // withClaim marks s claimed if a deploy of this process claimed it. The
 // caller holds slotMu.
 func (d *Deployer) withClaim(s *Slot) {
-	if dep, ok := d.claimed[s.ID]; ok && s.Phase == SlotIdle {
-		s.Phase, s.Deployment = SlotClaimed, dep
+	if c, ok := d.claimed[s.ID]; ok && s.Phase == SlotIdle {
+		s.Phase, s.Deployment = SlotClaimed, c.dep
 	}
 }
 
@@ -210,13 +210,32 @@ func (d *Deployer) claim(app string, gen int, dep string) (*Slot, error) {
 	if best == nil {
 		return nil, fmt.Errorf("app %s generation %d: %w", app, gen, ErrNoSlot)
 	}
+	d.claimed[best.ID] = claimedSlot{dep: dep, idle: d.idle[best.ID]}
 	d.withdraw(best.ID)
 	s := *best
 	h := *s.Handle
 	s.Handle = &h
 	s.Phase, s.Deployment = SlotClaimed, dep
-	d.claimed[s.ID] = dep
 	return &s, nil
+}
+
+// claimedSlot is a claim (claim): the deployment that took the slot, and
+// what the index knew of it, should the deploy give it back untouched.
+type claimedSlot struct {
+	dep  string
+	idle idleSlot
+}
+
+// unclaim gives slot id back to the index as it was claimed: the deploy
+// that claimed it ended before any stage touched it (cancelled while it
+// waited for its turn).
+func (d *Deployer) unclaim(id string) {
+	d.slotMu.Lock()
+	defer d.slotMu.Unlock()
+	if c, ok := d.claimed[id]; ok {
+		delete(d.claimed, id)
+		d.idle[id] = c.idle
+	}
 }
 
 // RecoverSlots, at start, finishes what a previous run left in the slot

@@ -108,7 +108,8 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 		return err
 	}
 	d, err := deploy.New(deploy.Config{StateDir: filepath.Join(c.Node.StateDir, "deploy"), Pool: c.Ceph.Pool,
-		Node: c.Node.Name, DMTCPDriver: c.Agent.DMTCPDriver, CRIUDriver: c.Agent.CRIUDriver, CacheBytes: cacheBytes, EnvRead: deploy.EnvRead(c.Agent.EnvRead)}, deps)
+		Node: c.Node.Name, DMTCPDriver: c.Agent.DMTCPDriver, CRIUDriver: c.Agent.CRIUDriver, CacheBytes: cacheBytes, EnvRead: deploy.EnvRead(c.Agent.EnvRead),
+		HitConcurrency: c.Agent.HitConcurrency}, deps)
 	if err != nil {
 		return err
 	}
