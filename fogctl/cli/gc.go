@@ -25,11 +25,14 @@ func NewCmdGC(f *Factory) *cobra.Command {
 		Use:   "gc [APP...]",
 		Short: "Remove orphaned clones, unsealed generations and stale records, and old generations beyond --keep",
 		Long: `Compares the pool with the PoP's etcd and removes what has no owner:
-instance clones made by this PoP's nodes whose deployment is gone, images of
-generations that were never sealed (when no agent holds the app's checkpoint
-lock), checkpoint records whose images are gone, statuses of withdrawn
-deployments on NotReady nodes, and the generations of each app beyond the
-newest --keep that no deployment uses. Generations in use are listed as kept.
+instance clones made by this PoP's nodes whose deployment is gone, a NotReady
+node's copies of environments and its pool slots that no deployment holds,
+images of generations that were never sealed (when no agent holds the app's
+checkpoint lock), checkpoint records whose images are gone, statuses of
+withdrawn deployments on NotReady nodes, the generations of each app beyond
+the newest --keep that no deployment uses, and (without APP arguments) the
+pool's blank filesystem images that no clone uses. Generations in use are
+listed as kept.
 Nothing younger than --min-age is touched. --dry-run only shows the plan.
 Node-local leftovers (containers, mappings, mounts) are swept by each pop-agent.`,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -129,6 +129,31 @@ func TestSharedEnvReadPath(t *testing.T) {
 	}
 	deploytest.AssertNothingLeft(t, f, app.Name, true)
 
+	// The blank filesystem removed from the pool (fogctl gc, once no
+	// clone uses it): the next restore, whose deployer knew it, makes it
+	// again.
+	blank := layering.BlankImage(env.Size)
+	switch err := f.L.Store.Remove(ctx, blank); {
+	case errors.Is(err, layering.ErrHasChildren):
+		t.Logf("blank %s is in use by another test's instance; not removed", blank)
+	case err != nil:
+		t.Fatalf("remove blank %s: %v", blank, err)
+	default:
+		again, err := f.D.Deploy(ctx, app, deploy.Options{})
+		if err != nil {
+			t.Fatalf("restore after the blank filesystem went: %v", err)
+		}
+		if info, err := f.L.Store.Stat(ctx, again.Images[0]); err != nil || info.Parent == nil || info.Parent.Image != blank {
+			t.Errorf("restore after the blank went: writable image %v, %v; want a clone of %s made again", info.Parent, err, blank)
+		}
+		if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, again), "GET", "greeting"); err != nil || got != "from the checkpoint" {
+			t.Errorf("restore after the blank went: GET greeting = %q, %v", got, err)
+		}
+		if err := f.D.Undeploy(ctx, again.ID); err != nil {
+			t.Error(err)
+		}
+	}
+
 	// Without the shared path, a restore reads its own clone: no overlay.
 	dc := f.ReopenWith(t, func(c *deploy.Config) { c.EnvRead = deploy.EnvClone })
 	own, err := dc.Deploy(ctx, app, deploy.Options{})

@@ -41,6 +41,9 @@ const (
 	KindRecord = "checkpoint-record"
 	// KindStatus: the status of a withdrawn deployment on a NotReady node.
 	KindStatus = "status"
+	// KindBlank: a blank filesystem image of the pool that no clone uses
+	// (a node makes it again when it needs it).
+	KindBlank = "blank"
 )
 
 // Item is one thing to remove (or, with Skip, kept on purpose).
@@ -66,7 +69,8 @@ type Config struct {
 	// minutes): a deploy or checkpoint may still be making them.
 	MinAge time.Duration
 	// Apps limits retention and partial generations to these apps (all
-	// when empty).
+	// when empty); blank filesystem images, which belong to no app, are
+	// collected only when it is empty.
 	Apps []string
 }
 
@@ -141,6 +145,19 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 				} else {
 					partial[key] = it
 				}
+			}
+			continue
+		}
+		if layering.IsBlankName(n) {
+			if len(c.Apps) > 0 {
+				continue // the pool's, no app's
+			}
+			it, err := c.blank(ctx, n)
+			if err != nil {
+				return nil, err
+			}
+			if it != nil {
+				plan = append(plan, *it)
 			}
 			continue
 		}
@@ -389,6 +406,31 @@ func slotOwners(ctx context.Context, st *state.Store, deps []state.Deployment) (
 	return u, nil
 }
 
+// blank returns an item for the pool's blank filesystem image name if no
+// clone uses it and it is older than MinAge. Removing it is safe against
+// a clone made meanwhile: the removal refuses while its snapshot has
+// clones, and a node whose clone finds it gone makes it again.
+func (c Config) blank(ctx context.Context, name string) (*Item, error) {
+	info, err := c.Store.Stat(ctx, name)
+	if errors.Is(err, layering.ErrNotFound) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	if time.Since(info.Created) < c.MinAge {
+		return nil, nil
+	}
+	kids, err := c.Store.Children(ctx, layering.SnapRef{Image: name, Snap: layering.SealedSnap})
+	if err != nil && !errors.Is(err, layering.ErrNotFound) {
+		return nil, err
+	}
+	if len(kids) > 0 {
+		return nil, nil
+	}
+	return &Item{Kind: KindBlank, Name: name, Images: []string{name},
+		Reason: fmt.Sprintf("the pool's blank filesystem of %s, and no clone uses it", strings.TrimPrefix(name, layering.BlankPrefix)+" bytes")}, nil
+}
+
 func staleStatuses(ctx context.Context, st *state.Store, nodes []state.Node) ([]Item, error) {
 	var out []Item
 	for _, n := range nodes {
@@ -468,6 +510,14 @@ func Apply(ctx context.Context, c Config, plan []Item) ([]Item, error) {
 				if e := c.Store.Remove(ctx, img); e != nil && !errors.Is(e, layering.ErrNotFound) {
 					err = errors.Join(err, e)
 				}
+			}
+		case KindBlank:
+			e := c.Store.Remove(ctx, it.Name)
+			if errors.Is(e, layering.ErrHasChildren) {
+				continue // cloned since the plan: in use again
+			}
+			if !errors.Is(e, layering.ErrNotFound) {
+				err = e
 			}
 		case KindRecord:
 			err = c.State.DeleteCheckpoint(ctx, it.App, it.Gen)

@@ -113,6 +113,22 @@ func testGC(t *testing.T, s layering.Store) {
 	if err := st.SetStatus(ctx, "gc-hit"+sfx, state.Status{Phase: deploy.PhaseRunning, Node: "gc-n2", Pool: "hit", Slot: "s-bound" + sfx}); err != nil {
 		t.Fatal(err)
 	}
+	// Blank filesystems: one no clone uses goes, one a slot's upper
+	// image is cloned from stays. (Sizes no other test's pool uses.)
+	blankFree, blankUsed := layering.BlankImage(4*mib+int64(len(sfx))*4096+8192), layering.BlankImage(4*mib+int64(len(sfx))*4096+12288)
+	for _, b := range []string{blankFree, blankUsed} {
+		_ = s.Remove(ctx, b)
+		mk(b, nil)
+		if err := s.Snapshot(ctx, layering.SnapRef{Image: b, Snap: layering.SealedSnap}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	upper := deploy.InstancePrefix + "s-live" + sfx + "-upper"
+	if err := s.Clone(ctx, layering.SnapRef{Image: blankUsed, Snap: layering.SealedSnap}, upper); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Remove(context.Background(), upper) })
+	_ = s.SetMeta(ctx, upper, map[string]string{deploy.MetaNode: "gc-n1", deploy.MetaSlot: "s-live" + sfx})
 	// A checkpoint record whose images are gone.
 	if err := st.PutCheckpoint(ctx, deploy.Generation{App: app, Gen: 9, CkptSnap: layering.SnapRef{Image: deploy.GenImage(app, 9, "ckpt")}}); err != nil {
 		t.Fatal(err)
@@ -185,6 +201,36 @@ func testGC(t *testing.T, s layering.Store) {
 			t.Errorf("%s was removed", name)
 		}
 	}
+	// Blank filesystems belong to no app: a plan for all apps lists the
+	// one no clone uses (and not the other); a plan for some apps neither.
+	all := cfg
+	all.Apps = nil
+	p, err := gc.Plan(ctx, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blanks []gc.Item
+	for _, it := range p {
+		if it.Name == blankFree || it.Name == blankUsed {
+			if it.Kind != gc.KindBlank {
+				t.Errorf("%s planned as %s; want %s", it.Name, it.Kind, gc.KindBlank)
+			}
+			blanks = append(blanks, it)
+		}
+	}
+	if len(blanks) != 1 || blanks[0].Name != blankFree {
+		t.Errorf("blank images in the plan: %+v; want %s only", blanks, blankFree)
+	}
+	if slices.ContainsFunc(plan, func(it gc.Item) bool { return it.Kind == gc.KindBlank }) {
+		t.Errorf("a plan limited to app %s lists blank images", app)
+	}
+	if done, err := gc.Apply(ctx, all, blanks); err != nil || len(done) != len(blanks) {
+		t.Errorf("apply the blank items: %v, %v", done, err)
+	}
+	if exists(blankFree) || !exists(blankUsed) {
+		t.Errorf("after gc: unused blank there %v, used blank there %v; want false, true", exists(blankFree), exists(blankUsed))
+	}
+
 	recs, _ := st.Checkpoints(ctx, app)
 	var gens []int
 	for _, r := range recs {
