@@ -16,6 +16,7 @@ type GCOptions struct {
 	DryRun bool
 	Keep   int
 	MinAge time.Duration
+	Blanks bool
 }
 
 // NewCmdGC builds `fogctl gc [APP...]`.
@@ -30,9 +31,10 @@ node's copies of environments and its pool slots that no deployment holds,
 images of generations that were never sealed (when no agent holds the app's
 checkpoint lock), checkpoint records whose images are gone, statuses of
 withdrawn deployments on NotReady nodes, the generations of each app beyond
-the newest --keep that no deployment uses, and (without APP arguments) the
-pool's blank filesystem images that no clone uses. Generations in use are
-listed as kept.
+the newest --keep that no deployment uses, and with --blanks the pool's blank
+filesystem images that no clone uses (every PoP of the pool shares them; a
+node makes one again when it needs it). Generations in use are listed as
+kept.
 Nothing younger than --min-age is touched. --dry-run only shows the plan.
 Node-local leftovers (containers, mappings, mounts) are swept by each pop-agent.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -53,7 +55,7 @@ Node-local leftovers (containers, mappings, mounts) are swept by each pop-agent.
 				return err
 			}
 			defer st.Close()
-			cfg := gc.Config{Store: l.Store, State: st, Keep: o.Keep, MinAge: o.MinAge, Apps: args}
+			cfg := gc.Config{Store: l.Store, State: st, Keep: o.Keep, MinAge: o.MinAge, Apps: args, Blanks: o.Blanks}
 			plan, err := gc.Plan(ctx, cfg)
 			if err != nil {
 				return err
@@ -95,5 +97,6 @@ Node-local leftovers (containers, mappings, mounts) are swept by each pop-agent.
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "show what would be removed, remove nothing")
 	cmd.Flags().IntVar(&o.Keep, "keep", 3, "checkpoint generations to keep per app")
 	cmd.Flags().DurationVar(&o.MinAge, "min-age", 10*time.Minute, "spare orphans younger than this")
+	cmd.Flags().BoolVar(&o.Blanks, "blanks", false, "also remove the pool's blank filesystem images that no clone uses (shared by every PoP of the pool)")
 	return cmd
 }

@@ -69,9 +69,12 @@ type Config struct {
 	// minutes): a deploy or checkpoint may still be making them.
 	MinAge time.Duration
 	// Apps limits retention and partial generations to these apps (all
-	// when empty); blank filesystem images, which belong to no app, are
-	// collected only when it is empty.
+	// when empty).
 	Apps []string
+	// Blanks also removes the pool's sealed blank filesystem images that
+	// no clone uses. They belong to the pool, not to a PoP: every PoP of
+	// the pool shares them, and a node makes one again when it needs it.
+	Blanks bool
 }
 
 // Plan lists what Apply would remove, and the generations beyond
@@ -149,8 +152,8 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 			continue
 		}
 		if layering.IsBlankName(n) {
-			if len(c.Apps) > 0 {
-				continue // the pool's, no app's
+			if !c.Blanks {
+				continue
 			}
 			it, err := c.blank(ctx, n)
 			if err != nil {
@@ -406,8 +409,8 @@ func slotOwners(ctx context.Context, st *state.Store, deps []state.Deployment) (
 	return u, nil
 }
 
-// blank returns an item for the pool's blank filesystem image name if no
-// clone uses it and it is older than MinAge. Removing it is safe against
+// blank returns an item for the pool's blank filesystem image name if it
+// is sealed, no clone uses it and it is older than MinAge. Removing it is safe against
 // a clone made meanwhile: the removal refuses while its snapshot has
 // clones, and a node whose clone finds it gone makes it again.
 func (c Config) blank(ctx context.Context, name string) (*Item, error) {
@@ -417,8 +420,9 @@ func (c Config) blank(ctx context.Context, name string) (*Item, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	if time.Since(info.Created) < c.MinAge {
-		return nil, nil
+	snap, ok := info.Snapshot(layering.SealedSnap)
+	if !ok || !snap.Protected || time.Since(info.Created) < c.MinAge {
+		return nil, nil // being made (a killed maker's remains go at the next make)
 	}
 	kids, err := c.Store.Children(ctx, layering.SnapRef{Image: name, Snap: layering.SealedSnap})
 	if err != nil && !errors.Is(err, layering.ErrNotFound) {

@@ -201,17 +201,20 @@ func testGC(t *testing.T, s layering.Store) {
 			t.Errorf("%s was removed", name)
 		}
 	}
-	// Blank filesystems belong to no app: a plan for all apps lists the
-	// one no clone uses (and not the other); a plan for some apps neither.
+	// Blank filesystems, with Blanks: the one no clone uses is listed
+	// (and not the other, nor one being made); without, neither.
+	making := layering.BlankImage(4*mib + int64(len(sfx))*4096 + 16384)
+	_ = s.Remove(ctx, making)
+	mk(making, nil)
 	all := cfg
-	all.Apps = nil
+	all.Blanks = true
 	p, err := gc.Plan(ctx, all)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var blanks []gc.Item
 	for _, it := range p {
-		if it.Name == blankFree || it.Name == blankUsed {
+		if it.Name == blankFree || it.Name == blankUsed || it.Name == making {
 			if it.Kind != gc.KindBlank {
 				t.Errorf("%s planned as %s; want %s", it.Name, it.Kind, gc.KindBlank)
 			}
@@ -222,7 +225,7 @@ func testGC(t *testing.T, s layering.Store) {
 		t.Errorf("blank images in the plan: %+v; want %s only", blanks, blankFree)
 	}
 	if slices.ContainsFunc(plan, func(it gc.Item) bool { return it.Kind == gc.KindBlank }) {
-		t.Errorf("a plan limited to app %s lists blank images", app)
+		t.Errorf("a plan without Blanks lists blank images")
 	}
 	if done, err := gc.Apply(ctx, all, blanks); err != nil || len(done) != len(blanks) {
 		t.Errorf("apply the blank items: %v, %v", done, err)
