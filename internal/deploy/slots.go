@@ -219,8 +219,9 @@ func (d *Deployer) claim(app string, gen int, dep string) (*Slot, error) {
 	return &s, nil
 }
 
-// claimedSlot is a claim (claim): the deployment that took the slot, and
-// what the index knew of it, should the deploy give it back untouched.
+// claimedSlot is what claim keeps of a claimed slot: the deployment that
+// took it, and its entry in the index, should the deploy give it back
+// untouched (unclaim).
 type claimedSlot struct {
 	dep  string
 	idle idleSlot

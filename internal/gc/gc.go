@@ -410,9 +410,10 @@ func slotOwners(ctx context.Context, st *state.Store, deps []state.Deployment) (
 }
 
 // blank returns an item for the pool's blank filesystem image name if it
-// is sealed, no clone uses it and it is older than MinAge. Removing it is safe against
-// a clone made meanwhile: the removal refuses while its snapshot has
-// clones, and a node whose clone finds it gone makes it again.
+// is sealed, no clone uses it and it is older than MinAge. Removing it is
+// safe against a clone made meanwhile: the removal refuses while its
+// snapshot has clones, and a node whose clone finds it gone makes it
+// again.
 func (c Config) blank(ctx context.Context, name string) (*Item, error) {
 	info, err := c.Store.Stat(ctx, name)
 	if errors.Is(err, layering.ErrNotFound) {
