@@ -49,14 +49,21 @@ func writeIdentity(root string, id spec.Identity) error {
 
 // writeIdentityAs writes id as file rel under dir (writeInRoot).
 func writeIdentityAs(dir, rel string, id spec.Identity) error {
-	b, err := json.MarshalIndent(id, "", "  ")
+	b, err := identityJSON(id)
 	if err != nil {
 		return err
 	}
-	if err := writeInRoot(dir, rel, append(b, '\n')); err != nil {
+	if err := writeInRoot(dir, rel, b); err != nil {
 		return fmt.Errorf("write the instance's identity %s: %w", spec.IdentityFile, err)
 	}
 	return nil
+}
+
+// identityJSON is the content of an identity file: id, indented, with a
+// final newline.
+func identityJSON(id spec.Identity) ([]byte, error) {
+	b, err := json.MarshalIndent(id, "", "  ")
+	return append(b, '\n'), err
 }
 
 // writeIdentityCtl writes id into the control directory of instance h
@@ -105,11 +112,10 @@ func overwriteIdentity(file string, id spec.Identity) (bool, error) {
 	if err != nil || !st.Mode().IsRegular() {
 		return false, nil
 	}
-	b, err := json.MarshalIndent(id, "", "  ")
+	b, err := identityJSON(id)
 	if err != nil {
 		return false, err
 	}
-	b = append(b, '\n')
 	if pad := int(st.Size()) - len(b); pad > 0 {
 		b = append(b, bytes.Repeat([]byte(" "), pad)...)
 	}
