@@ -39,6 +39,10 @@ func (d *Deployer) ProvisionPoolSlot(ctx context.Context, g Generation) (_ Slot,
 		config: d.genConfig(ctx, g)}); err != nil {
 		return Slot{}, err
 	}
+	// The record of the deployment that binds the slot is written there.
+	if err := d.slots.reserve(s.ID); err != nil {
+		return Slot{}, fmt.Errorf("pool slot %s: %w", s.ID, err)
+	}
 	d.offer(s, &g)
 	d.log.Info("pool slot provisioned", "slot", s.ID, "app", s.App, "gen", s.Gen, "timings", s.Timings.String())
 	return *s, nil

@@ -67,7 +67,11 @@ func (d *Deployer) Recycle(ctx context.Context, id string) (Slot, error) {
 	if err == nil {
 		o.phase(StepRecycle)
 		s.Handle, s.Phase, s.Deployment = &h, SlotIdle, ""
-		if err = d.slots.save(s.ID, s); err == nil {
+		err = d.slots.reserve(s.ID)
+		if err == nil {
+			err = d.slots.save(s.ID, s)
+		}
+		if err == nil {
 			d.offer(s, nil)
 		}
 	}

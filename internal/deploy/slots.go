@@ -185,6 +185,9 @@ func (d *Deployer) ReleaseSlot(ctx context.Context, id string) error {
 	if err := d.releaseResources(ctx, id, s.Owned, id); err != nil {
 		return err
 	}
+	if err := d.slots.unreserve(id); err != nil {
+		return err
+	}
 	return d.slots.remove(id)
 }
 
@@ -270,6 +273,9 @@ func (d *Deployer) RecoverSlots(ctx context.Context) ([]string, error) {
 			continue
 		}
 		done = append(done, s.ID)
+	}
+	if err := d.slots.dropSpares(); err != nil {
+		errs = append(errs, err)
 	}
 	return done, errors.Join(errs...)
 }

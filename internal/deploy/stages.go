@@ -369,9 +369,10 @@ func (d *Deployer) bind(ctx context.Context, o *op, s *Slot, rec *Deployment, dr
 	rec.Fetched = s.Fetched && rec.Pool != PoolHit // a pool slot fetched before the request
 	var err error
 	if rec.Pool == PoolHit {
-		// A pool hit's first record (restore): refused if a deployment
-		// took the ID meanwhile.
-		err = d.deployments.create(rec.ID, rec, true)
+		// A pool hit's first record (restore), written into the spare
+		// its slot was given ahead: refused if a deployment took the ID
+		// meanwhile.
+		err = d.deployments.createFrom(d.slots.sparePath(s.ID), rec.ID, rec)
 	} else {
 		err = d.save(rec)
 	}

@@ -388,6 +388,11 @@ func (f *Fixture) Leftovers(t testing.TB, app string) Leftovers {
 			lo.Records = append(lo.Records, "slot "+s.ID+" ("+string(s.Phase)+")")
 		}
 	}
+	// The files a pool slot keeps for the record of its deployment.
+	spares, _ := filepath.Glob(filepath.Join(f.State, "deploy", "slots", app+"-*.spare"))
+	for _, sp := range spares {
+		lo.Records = append(lo.Records, "spare "+filepath.Base(sp))
+	}
 	cached, err := f.D.Cached()
 	if err != nil {
 		t.Fatal(err)
