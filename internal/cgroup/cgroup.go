@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/mountinfo"
@@ -276,9 +277,14 @@ func rootRefused(pid int, controller string) error {
 		"reweighting it would reweight the whole machine; run the process in a container or a child cgroup")
 }
 
-// writeFile writes one value to a control file.
+// writeFile writes one value to a control file, which must exist.
 func writeFile(path, value string) error {
-	if err := os.WriteFile(path, []byte(value), 0); err != nil {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err == nil {
+		_, err = f.WriteString(value)
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
 		return fmt.Errorf("write %q to %s: %w", value, path, err)
 	}
 	return nil
@@ -320,27 +326,68 @@ func unscale(v, def int) int {
 // setCPU writes a cgroup's CPU weight file and, where the kernel has it,
 // cpu.idle. An idle cgroup refuses a weight (EINVAL), so leaving idle comes
 // first and entering it last.
-func setCPU(dir, weightFile, weight string, w Weights) (Applied, error) {
-	var a Applied
-	idle := filepath.Join(dir, "cpu.idle")
-	hasIdle := exists(idle)
-	if hasIdle && idleValue(w) == "0" {
-		if err := writeFile(idle, "0"); err != nil {
+func setCPU(k *knobs, dir, weightFile, weight string, w Weights) (a Applied, err error) {
+	if idleValue(w) == "0" {
+		if a.Idle, err = k.write(dir, "cpu.idle", "0"); err != nil {
 			return a, err
 		}
-		a.Idle = true
 	}
 	if err := writeFile(filepath.Join(dir, weightFile), weight); err != nil {
 		return a, err
 	}
 	a.CPU = true
-	if hasIdle && idleValue(w) == "1" {
-		if err := writeFile(idle, "1"); err != nil {
+	if idleValue(w) == "1" {
+		if a.Idle, err = k.write(dir, "cpu.idle", "1"); err != nil {
 			return a, err
 		}
-		a.Idle = true
 	}
 	return a, nil
+}
+
+// knobs remembers which optional control files (cpu.idle, the I/O weight
+// files) the cgroups of one hierarchy have, so that a reweight, on a pool
+// hit's critical path, writes them without looking for them first: the
+// kernel gives the cgroups of a hierarchy the same files. One not seen yet
+// is looked for each time (a scheduler loaded later adds its files), and
+// one that a cgroup lacks after all is forgotten (cgroup v2 gives a cgroup
+// the files of the controllers its parent enables).
+type knobs struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// known says whether file was seen in a cgroup of the hierarchy.
+func (k *knobs) known(file string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.seen[file]
+}
+
+func (k *knobs) mark(file string, seen bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.seen == nil {
+		k.seen = map[string]bool{}
+	}
+	k.seen[file] = seen
+}
+
+// write writes value to the control file of cgroup dir, if the cgroup has
+// it; applied is false where it has not.
+func (k *knobs) write(dir, file, value string) (applied bool, err error) {
+	known := k.known(file)
+	if !known {
+		if !exists(filepath.Join(dir, file)) {
+			return false, nil
+		}
+		k.mark(file, true)
+	}
+	err = writeFile(filepath.Join(dir, file), value)
+	if known && errors.Is(err, os.ErrNotExist) && exists(dir) {
+		k.mark(file, false)
+		return k.write(dir, file, value)
+	}
+	return err == nil, err
 }
 
 // idleValue is cpu.idle's value for w: the lowest CPU weight also takes

@@ -326,3 +326,64 @@ func TestMountRoot(t *testing.T) {
 		t.Fatalf("Set on a cgroup outside the mount = %v, want ErrUnsupported", err)
 	}
 }
+
+// TestKnobsPerCgroup: a reweight writes the optional files (cpu.idle, the
+// I/O weight) that the process's own cgroup has, though an earlier one of
+// the same hierarchy had others (cgroup v2 gives a cgroup the files of the
+// controllers its parent enables), and fails for a cgroup that is gone.
+func TestKnobsPerCgroup(t *testing.T) {
+	f := newFakeTree(t, cgroup.V2, "io.weight")
+	p, err := cgroup.Detect(f.paths())
+	if err != nil {
+		t.Fatal(err)
+	}
+	withIO := func() (int, string) {
+		name := fmt.Sprintf("docker/c%d", f.next)
+		f.cgroup(t, name)
+		return f.process(t, name), filepath.Join(f.mount("unified"), name)
+	}
+	read := func(path string) string {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	first, dir1 := withIO()
+	if a, err := p.Set(first, cgroup.Background); err != nil || !a.IO || !a.Idle {
+		t.Fatalf("Set(background) on a cgroup with io.weight = %+v, %v; want the I/O weight and cpu.idle applied", a, err)
+	}
+	if got := read(filepath.Join(dir1, "io.weight")); got != "default 10" {
+		t.Fatalf("io.weight = %q, want default 10", got)
+	}
+
+	// A cgroup whose parent does not enable io: no io.weight there.
+	second, dir2 := withIO()
+	if err := os.Remove(filepath.Join(dir2, "io.weight")); err != nil {
+		t.Fatal(err)
+	}
+	a, err := p.Set(second, cgroup.Background)
+	if err != nil || a.IO || !a.CPU {
+		t.Fatalf("Set(background) on a cgroup without io.weight = %+v, %v; want the CPU weight only", a, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir2, "io.weight")); err == nil {
+		t.Fatal("Set made an io.weight file in a cgroup that had none")
+	}
+
+	third, dir3 := withIO()
+	if a, err := p.Set(third, cgroup.Normal); err != nil || !a.IO {
+		t.Fatalf("Set(normal) after a cgroup without io.weight = %+v, %v; want the I/O weight applied", a, err)
+	}
+	if got := read(filepath.Join(dir3, "io.weight")); got != "default 100" {
+		t.Fatalf("io.weight = %q, want default 100", got)
+	}
+
+	// The container exited: its cgroup is gone.
+	if err := os.RemoveAll(dir1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Set(first, cgroup.Normal); err == nil {
+		t.Fatal("Set on a cgroup that is gone succeeded")
+	}
+}

@@ -37,17 +37,23 @@ func ioKnobOf(dir string, knobs []ioKnob) (ioKnob, bool) {
 	return ioKnob{}, false
 }
 
-// setIO writes I/O weight w to dir's weight file; applied is false where
-// dir has none.
-func setIO(dir string, knobs []ioKnob, w int) (applied bool, err error) {
-	k, ok := ioKnobOf(dir, knobs)
-	if !ok {
-		return false, nil
+// setIO writes I/O weight w to dir's weight file, the first of list it
+// has; applied is false where it has none.
+func setIO(k *knobs, dir string, list []ioKnob, w int) (applied bool, err error) {
+	// One seen in the hierarchy before is written without a look.
+	for _, kn := range list {
+		if k.known(kn.file) {
+			if applied, err = k.write(dir, kn.file, kn.value(w)); applied || err != nil {
+				return applied, err
+			}
+		}
 	}
-	if err := writeFile(filepath.Join(dir, k.file), k.value(w)); err != nil {
-		return false, err
+	for _, kn := range list {
+		if applied, err = k.write(dir, kn.file, kn.value(w)); applied || err != nil {
+			return applied, err
+		}
 	}
-	return true, nil
+	return false, nil
 }
 
 // getIO reads dir's I/O weight, or 0 where it has no weight file.

@@ -20,6 +20,8 @@ type v1 struct {
 	cpu, blk  mount
 	hasBlkio  bool
 	knobsDesc string
+	cpuKnobs  knobs
+	blkKnobs  knobs
 }
 
 func newV1(p Paths, ms mounts) (Priority, error) {
@@ -73,12 +75,12 @@ func (c *v1) Set(pid int, w Weights) (Applied, error) {
 	if err != nil {
 		return Applied{}, err
 	}
-	a, err := setCPU(cpu, "cpu.shares", strconv.Itoa(scale(w.CPU, sharesDefault, sharesMin, sharesMax)), w)
+	a, err := setCPU(&c.cpuKnobs, cpu, "cpu.shares", strconv.Itoa(scale(w.CPU, sharesDefault, sharesMin, sharesMax)), w)
 	if err != nil {
 		return a, err
 	}
 	if blk != "" {
-		a.IO, err = setIO(blk, v1IO, w.IO)
+		a.IO, err = setIO(&c.blkKnobs, blk, v1IO, w.IO)
 	}
 	return a, err
 }

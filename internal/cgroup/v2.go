@@ -17,6 +17,7 @@ type v2 struct {
 	proc      string
 	m         mount
 	knobsDesc string
+	knobs     knobs
 }
 
 func newV2(p Paths, ms mounts) (Priority, error) {
@@ -85,11 +86,11 @@ func (c *v2) Set(pid int, w Weights) (Applied, error) {
 	if err != nil {
 		return Applied{}, err
 	}
-	a, err := setCPU(dir, "cpu.weight", strconv.Itoa(w.CPU), w)
+	a, err := setCPU(&c.knobs, dir, "cpu.weight", strconv.Itoa(w.CPU), w)
 	if err != nil {
 		return a, err
 	}
-	a.IO, err = setIO(dir, v2IO, w.IO)
+	a.IO, err = setIO(&c.knobs, dir, v2IO, w.IO)
 	return a, err
 }
 
