@@ -354,7 +354,7 @@ func WriteMarkdown(w io.Writer, r Results) error {
 		}
 		b.WriteString("\n")
 		if co.Rounds > 1 {
-			fmt.Fprintf(&b, "The pool series ran %d rounds per row (each round: N slots provisioned, N deploys at once); medians and ranges are over every deploy of every round.\n\n", co.Rounds)
+			fmt.Fprintf(&b, "The pool series ran %d rounds in the row of the largest N, and in each other row as many rounds as give it as many deploys (each round: N slots provisioned, N deploys at once); medians and ranges are over every deploy of every round.\n\n", co.Rounds)
 		}
 	}
 	if len(r.Concurrency) > 0 {

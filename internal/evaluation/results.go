@@ -285,7 +285,8 @@ type Concurrency struct {
 	App    string `json:"app"`
 	Engine string `json:"engine,omitempty"`
 	// Rounds is how many rounds of N deploys at once each pool series
-	// ran per row (the pool miss runs one).
+	// ran in the row of the largest N; a row of a smaller N ran as many
+	// more as give it the same number of deploys (the pool miss runs one).
 	Rounds int              `json:"rounds,omitempty"`
 	Rows   []ConcurrencyRow `json:"rows"`
 }
