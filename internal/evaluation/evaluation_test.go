@@ -66,7 +66,10 @@ func sample() evaluation.Results {
 		Concurrency: []*evaluation.Concurrency{{App: "redis", Engine: "dmtcp", Rows: []evaluation.ConcurrencyRow{
 			{N: 1, RestoreMS: s(1200)}, {N: 2, RestoreMS: s(1300, 1400)}, {N: 4, RestoreMS: s(1500, 1600, 1700, 1900)}}},
 			{App: "redis", Engine: "criu", Rows: []evaluation.ConcurrencyRow{
-				{N: 1, RestoreMS: s(900), PoolHitMS: s(40)}, {N: 8, RestoreMS: s(2000), PoolHitMS: s(70, 80)}}}},
+				{N: 1, RestoreMS: s(900), PoolHitMS: s(40), AheadMS: s(3),
+					AheadPhases: []evaluation.PhaseStats{{Name: "raise", MS: s(0.3)}, {Name: "ready", MS: s(0.6)}}},
+				{N: 8, RestoreMS: s(2000), PoolHitMS: s(70, 80), AheadMS: s(5, 7),
+					AheadPhases: []evaluation.PhaseStats{{Name: "queue", MS: s(2.5)}, {Name: "raise", MS: s(0.2, 0.4)}, {Name: "ready", MS: s(1, 1.2)}}}}}},
 		Lazy: &evaluation.Lazy{App: "codesearch", Engine: "criu", ImageMiB: 88, FullWarm: s(300), LazyWarm: s(150),
 			FullCold: s(900), LazyCold: s(200)},
 		Notes: []string{"a note"},
@@ -160,6 +163,8 @@ func TestWriteAgrees(t *testing.T) {
 		"| pool hit, refilled | 0.33 (0.31–0.35) | 0.90 s | 0.2 MiB | 1.5 MiB |", "- pool hit, refilled: dockerd 0.20, rbd-fuse 0.10",
 		"| 4 | 1.65 (1.50–1.90) s |", "## Simultaneous restores of redis (criu) on one node",
 		"| 8 | 2.00 s | 2.2x | 75.0 (70.0–80.0) ms | 1.9x |",
+		"| simultaneous | raise | ready | queue |",
+		"| 1 | 0.30 | 0.60 | – |", "| 8 | 0.30 (0.20–0.40) | 1.10 (1.00–1.20) | 2.50 in 1 of 2 |",
 		"| restore | 0.10 s | 7.0x |", "- redis: auto: restore 0.10 s < boot 0.70 s",
 		"| cold | 0.90 s | 0.20 s | 0.2x |",
 		"](" + evaluation.PlotBootRestore + ")", "- a note",
@@ -212,5 +217,30 @@ Requests per second:    4173.52 [#/sec] (mean)
 	}
 	if _, err := evaluation.ParseAB("apr_socket_recv: Connection refused (111)"); !errors.Is(err, evaluation.ErrParse) {
 		t.Errorf("ParseAB of an error = %v, want ErrParse", err)
+	}
+}
+
+// TestPhases: phases of many deploys keep the order they first ran in,
+// and each is summarized over the deploys that had it.
+func TestPhases(t *testing.T) {
+	var p evaluation.Phases
+	for _, dep := range [][]string{{"resolve", "raise", "ready", "bind"}, {"resolve", "queue", "raise", "ready", "bind"}} {
+		for i, name := range dep {
+			p.Add(name, float64(i+1))
+		}
+	}
+	got := p.Summary()
+	var names []string
+	for _, ph := range got {
+		names = append(names, ph.Name)
+	}
+	if strings.Join(names, ",") != "resolve,raise,ready,bind,queue" {
+		t.Fatalf("phases in order %v; want resolve, raise, ready, bind, queue", names)
+	}
+	if q := got[4].MS; q.N != 1 || q.Median != 2 {
+		t.Errorf("queue = %+v; want one deploy of 2 ms", q)
+	}
+	if r := got[1].MS; r.N != 2 || r.Min != 2 || r.Max != 3 {
+		t.Errorf("raise = %+v; want 2 deploys, 2-3 ms", r)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -353,6 +354,7 @@ func WriteMarkdown(w io.Writer, r Results) error {
 				seconds(row.PoolHitMS), ratio(row.PoolHitMS.Median, onePool), seconds(row.AheadMS), ratio(row.AheadMS.Median, oneAhead))
 		}
 		b.WriteString("\n")
+		writeAheadPhases(&b, co)
 		if co.Rounds > 1 {
 			fmt.Fprintf(&b, "The pool series ran %d rounds in the row of the largest N, and in each other row as many rounds as give it as many deploys (each round: N slots provisioned, N deploys at once); medians and ranges are over every deploy of every round.\n\n", co.Rounds)
 		}
@@ -446,4 +448,43 @@ func writeInterference(b *strings.Builder, in *Interference) {
 		}
 		b.WriteString("\n")
 	}
+}
+
+// writeAheadPhases tabulates the phases of the deploys that took slots
+// restored ahead, per number of simultaneous deploys: where their time
+// went (a phase that not every deploy had, such as queue, says in how
+// many).
+func writeAheadPhases(b *strings.Builder, co *Concurrency) {
+	var names []string
+	for _, row := range co.Rows {
+		for _, p := range row.AheadPhases {
+			if !slices.Contains(names, p.Name) {
+				names = append(names, p.Name)
+			}
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "Phases of the deploys restored ahead (ms, median (min–max); a phase that not every deploy had says in how many):\n\n| simultaneous | %s |\n|---:|%s\n",
+		strings.Join(names, " | "), strings.Repeat("---:|", len(names)))
+	for _, row := range co.Rows {
+		if len(row.AheadPhases) == 0 {
+			continue
+		}
+		cells := make([]string, len(names))
+		for i, name := range names {
+			cells[i] = "–"
+			for _, p := range row.AheadPhases {
+				if p.Name == name {
+					cells[i] = p.MS.String()
+					if p.MS.N < row.AheadMS.N {
+						cells[i] += fmt.Sprintf(" in %d of %d", p.MS.N, row.AheadMS.N)
+					}
+				}
+			}
+		}
+		fmt.Fprintf(b, "| %d | %s |\n", row.N, strings.Join(cells, " | "))
+	}
+	b.WriteString("\n")
 }

@@ -277,6 +277,42 @@ type ConcurrencyRow struct {
 	// AheadMS is with a pool of N slots restored ahead (each deploy
 	// raises one); PoolHitMS with slots that wait unstarted.
 	AheadMS Stats `json:"ahead_ms"`
+	// AheadPhases are the phases of those deploys restored ahead, each
+	// over the deploys that had it (Stats.N), in the order they run.
+	AheadPhases []PhaseStats `json:"ahead_phases,omitempty"`
+}
+
+// PhaseStats summarizes one named phase of many deploys, in milliseconds.
+type PhaseStats struct {
+	Name string `json:"name"`
+	MS   Stats  `json:"ms"`
+}
+
+// Phases collects the phases of many deploys: for each name, its
+// durations in milliseconds, names in the order they first appeared.
+type Phases struct {
+	order []string
+	ms    map[string][]float64
+}
+
+// Add records one deploy's phase.
+func (p *Phases) Add(name string, ms float64) {
+	if p.ms == nil {
+		p.ms = map[string][]float64{}
+	}
+	if _, ok := p.ms[name]; !ok {
+		p.order = append(p.order, name)
+	}
+	p.ms[name] = append(p.ms[name], ms)
+}
+
+// Summary is every phase's statistics, in the order the phases appeared.
+func (p *Phases) Summary() []PhaseStats {
+	var out []PhaseStats
+	for _, name := range p.order {
+		out = append(out, PhaseStats{Name: name, MS: Summarize(p.ms[name])})
+	}
+	return out
 }
 
 // Concurrency is restore latency against simultaneous restores on one

@@ -619,7 +619,7 @@ func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, a
 		return co, err
 	}
 	for _, n := range simultaneous {
-		miss, err := restoreAtOnce(ctx, f, app, n, deploy.PoolMiss)
+		miss, err := restoreAtOnce(ctx, f, app, n, deploy.PoolMiss, nil)
 		if err != nil {
 			return co, fmt.Errorf("%d simultaneous restores: %w", n, err)
 		}
@@ -631,6 +631,7 @@ func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, a
 		// the median of a handful.
 		rounds := reps * max(1, simultaneous[len(simultaneous)-1]/n)
 		var hits [2][]float64
+		var aheadPhases evaluation.Phases
 		for k, ahead := range []bool{false, true} {
 			if ahead && f.D.CanStartAhead(g) != nil {
 				break
@@ -643,7 +644,11 @@ func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, a
 					}
 				}
 				time.Sleep(poolArrival)
-				round, err := restoreAtOnce(ctx, f, app, n, deploy.PoolHit)
+				phases := &aheadPhases
+				if !ahead {
+					phases = nil
+				}
+				round, err := restoreAtOnce(ctx, f, app, n, deploy.PoolHit, phases)
 				if err != nil {
 					_, _ = f.D.DropPool(ctx, app.Name, nil)
 					return co, fmt.Errorf("%d simultaneous restores with a pool of %d (restored ahead: %v): %w", n, n, ahead, err)
@@ -652,7 +657,7 @@ func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, a
 			}
 		}
 		row := evaluation.ConcurrencyRow{N: n, RestoreMS: evaluation.Summarize(miss), PoolHitMS: evaluation.Summarize(hits[0]),
-			AheadMS: evaluation.Summarize(hits[1])}
+			AheadMS: evaluation.Summarize(hits[1]), AheadPhases: aheadPhases.Summary()}
 		co.Rows = append(co.Rows, row)
 		t.Logf("  %d simultaneous restores of %s: %s median, %s max; with a pool of %d: %s median, %s max; restored ahead: %s median, %s max", n, co.Label(),
 			secs(row.RestoreMS.Median), secs(row.RestoreMS.Max), n, secs(row.PoolHitMS.Median), secs(row.PoolHitMS.Max),
@@ -662,8 +667,9 @@ func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, a
 }
 
 // restoreAtOnce deploys app n times at once, checks that each found the
-// pool as want says, undeploys them, and returns their restore-to-ready.
-func restoreAtOnce(ctx context.Context, f *deploytest.Fixture, app deploy.App, n int, want deploy.PoolResult) ([]float64, error) {
+// pool as want says, undeploys them, and returns their restore-to-ready;
+// phases, when not nil, gets their phases.
+func restoreAtOnce(ctx context.Context, f *deploytest.Fixture, app deploy.App, n int, want deploy.PoolResult, phases *evaluation.Phases) ([]float64, error) {
 	deps := make([]deploy.Deployment, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -682,6 +688,11 @@ func restoreAtOnce(ctx context.Context, f *deploytest.Fixture, app deploy.App, n
 			firstErr = cmpErr(firstErr, fmt.Errorf("deploy %s found the pool %q; want %q", deps[i].ID, deps[i].Pool, want))
 		}
 		restoreMS = append(restoreMS, ms(deps[i].Total()))
+		if phases != nil {
+			for _, p := range deps[i].Timings {
+				phases.Add(p.Name, ms(p.Duration))
+			}
+		}
 		if err := f.D.Undeploy(ctx, deps[i].ID); err != nil {
 			firstErr = cmpErr(firstErr, err)
 		}
