@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // order is what the host writes into the -wait file to start a slot's app:
@@ -50,52 +48,18 @@ func (s *supervisor) waitOrder(sigs <-chan os.Signal) (order, error) {
 // termination signal ends the wait with errReleased; SIGCHLD is reaped
 // meanwhile.
 func (s *supervisor) waitFile(path string, sigs <-chan os.Signal) ([]byte, error) {
-	dir := filepath.Dir(path)
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
-	if err != nil {
-		return nil, fmt.Errorf("inotify: %w", err)
+	w := watchDirs([]string{filepath.Dir(path)}, watchSafety, watchFallback)
+	defer w.stop()
+	if !w.watching() {
+		s.log.Warn("cannot watch the directory; looking for the file every "+watchFallback.String(), "file", path)
 	}
-	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE); err != nil {
-		_ = unix.Close(fd)
-		return nil, fmt.Errorf("watch %s: %w", dir, err)
-	}
-	events, done := make(chan struct{}, 1), make(chan struct{})
-	defer close(done)
-	go func() {
-		// The watch ends with the wait (a recycled container waits again
-		// and again): poll, so that the descriptor is closed once done.
-		defer unix.Close(fd)
-		buf := make([]byte, 4096)
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 100)
-			if err != nil && !errors.Is(err, unix.EINTR) {
-				return
-			}
-			if n <= 0 {
-				continue
-			}
-			if n, err := unix.Read(fd, buf); err != nil && !errors.Is(err, unix.EINTR) && !errors.Is(err, unix.EAGAIN) {
-				return
-			} else if n > 0 {
-				select {
-				case events <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}()
 	for {
 		// Checked after the watch is in place, so that no file is missed.
 		if b, err := os.ReadFile(path); err == nil {
 			return b, nil
 		}
 		select {
-		case <-events:
+		case <-w.C:
 		case sig := <-sigs:
 			if sig == syscall.SIGCHLD {
 				s.reaper.reap()

@@ -96,8 +96,24 @@ func (s *supervisor) life(sigs <-chan os.Signal) (code int, again bool) {
 		return code, false
 	}
 
-	trigger := time.NewTicker(50 * time.Millisecond)
-	defer trigger.Stop()
+	// A release (-recycle) and a checkpoint request are files that
+	// appear in the control and checkpoint directories.
+	var dirs []string
+	if s.cfg.recycle {
+		dirs = append(dirs, filepath.Dir(s.cfg.wait))
+	}
+	if s.cfg.mode != modeBoot {
+		dirs = append(dirs, filepath.Dir(s.cfg.trigger))
+	}
+	var trigger <-chan struct{}
+	if len(dirs) > 0 {
+		w := watchDirs(dirs, watchSafety, watchFallback)
+		defer w.stop()
+		trigger = w.C
+		if !w.watching() {
+			s.log.Warn("cannot watch the control directories; looking for requests every "+watchFallback.String(), "dirs", dirs)
+		}
+	}
 	var (
 		ckptDone   chan ckptResult
 		exitAfter  bool // the app is being stopped by a checkpoint
@@ -123,7 +139,7 @@ func (s *supervisor) life(sigs <-chan os.Signal) (code int, again bool) {
 				s.log.Info("forwarding signal to the app", "signal", sig.String())
 				_ = syscall.Kill(s.appPid, sig.(syscall.Signal))
 			}
-		case <-trigger.C:
+		case <-trigger:
 			if s.cfg.recycle && ckptDone == nil && appStatus < 0 && !terminated && exists(s.ctlFile(releaseFile)) {
 				return s.recycle(sigs)
 			}

@@ -131,7 +131,7 @@ func WriteAppsCSV(w io.Writer, apps []App) error {
 	for _, col := range appColumns {
 		head = append(head, statsCols(col.name)...)
 	}
-	head = append(head, "speedup", "first_speedup", "pool_speedup", "pool_slot_mib", "auto_mode", "auto_speedup", "state_check")
+	head = append(head, "speedup", "first_speedup", "pool_speedup", "pool_slot_mib", "pool_slot_cpu_ms_per_s", "auto_mode", "auto_speedup", "state_check")
 	if err := c.Write(head); err != nil {
 		return err
 	}
@@ -140,7 +140,7 @@ func WriteAppsCSV(w io.Writer, apps []App) error {
 		for _, col := range appColumns {
 			row = append(row, statsVals(col.get(a))...)
 		}
-		row = append(row, num(a.Speedup), num(a.FirstSpeedup), num(a.PoolSpeedup), num(a.PoolSlotMiB), a.AutoMode, num(a.AutoSpeedup), a.StateCheck)
+		row = append(row, num(a.Speedup), num(a.FirstSpeedup), num(a.PoolSpeedup), num(a.PoolSlotMiB), num(a.PoolSlotCPU), a.AutoMode, num(a.AutoSpeedup), a.StateCheck)
 		if err := c.Write(row); err != nil {
 			return err
 		}
@@ -289,15 +289,17 @@ func WriteMarkdown(w io.Writer, r Results) error {
 			"later restores there read the node's copy. Speedup = plain boot / restore.\n\n![boot vs restore](%s)\n\n", PlotBootRestore)
 
 		b.WriteString("## Warm pool: restores that find a slot waiting\n\n")
-		b.WriteString("| app | restore (pool miss) | pool hit, restart on request | pool hit (restored ahead) | beyond the engine's restart | speedup (pool hit) | refilling one slot | memory of an idle slot | auto chose | auto | speedup (auto) |\n")
-		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n")
+		b.WriteString("| app | restore (pool miss) | pool hit, restart on request | pool hit (restored ahead) | beyond the engine's restart | speedup (pool hit) | refilling one slot | memory of an idle slot | CPU of an idle slot | auto chose | auto | speedup (auto) |\n")
+		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n")
 		for _, a := range r.Apps {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.1fx | %s | %.1f MiB | %s | %s | %.1fx |\n", a.Name, seconds(a.RestoreMS), seconds(a.PoolRestartMS), seconds(a.PoolHitMS),
-				millis(a.PoolOverheadMS), a.PoolSpeedup, seconds(a.PoolRefillMS), a.PoolSlotMiB, a.AutoMode, seconds(a.AutoMS), a.AutoSpeedup)
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.1fx | %s | %.1f MiB | %.1f ms/s | %s | %s | %.1fx |\n", a.Name, seconds(a.RestoreMS), seconds(a.PoolRestartMS), seconds(a.PoolHitMS),
+				millis(a.PoolOverheadMS), a.PoolSpeedup, seconds(a.PoolRefillMS), a.PoolSlotMiB, a.PoolSlotCPU, a.AutoMode, seconds(a.AutoMS), a.AutoSpeedup)
 		}
 		b.WriteString("\nA pool hit runs only start, ready and bind: the slot's clone, mapping, mount and container were made before " +
 			"the deploy (refilling one slot), at the lowest CPU weight. A slot restored ahead (the agent's default, agent.pool_ahead) " +
 			"also ran the engine's restart before the deploy and waited at that weight: the hit raises it; its refill includes the restart, and its memory the app's. " +
+			"The memory and CPU of an idle slot are those of the processes 4 slots restored ahead added (shim, entrypoint, app, " +
+			"coordinator, rbd-fuse, port proxies), per slot; the CPU is counted over 5 s once they have settled. " +
 			"Speedup = plain boot / pool hit (restored ahead). Auto is mode auto: " +
 			"its policy chose from the plain boots and pool hits above (restore only when restoring is faster), and one deploy " +
 			"ran as it chose.\n\n")

@@ -129,6 +129,9 @@ type App struct {
 	// shim and waiting entrypoint, its rbd-fuse), measured with 4 slots
 	// provisioned.
 	PoolSlotMiB float64 `json:"pool_slot_mib"`
+	// PoolSlotCPU is the CPU time (ms) one idle pool slot's processes
+	// spend per second while they wait, measured with the same slots.
+	PoolSlotCPU float64 `json:"pool_slot_cpu_ms_per_s"`
 	// AutoMode is what mode auto's policy chose from the plain boots and
 	// the pool hits measured (boot or restore), AutoReason why, AutoMS the
 	// time of a deploy as it chose, and AutoSpeedup PlainBootMS / AutoMS

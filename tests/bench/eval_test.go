@@ -362,10 +362,11 @@ func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deplo
 	if err := evalAuto(ctx, t, f, app, catalogName, last, plain, hit, &a); err != nil {
 		return a, err
 	}
-	if a.PoolSlotMiB, err = poolMemory(ctx, f, last, poolSlotsMeasured); err != nil {
-		return a, fmt.Errorf("memory of %d pool slots: %w", poolSlotsMeasured, err)
+	if a.PoolSlotMiB, a.PoolSlotCPU, err = poolCost(ctx, f, last, poolSlotsMeasured); err != nil {
+		return a, fmt.Errorf("cost of %d idle pool slots: %w", poolSlotsMeasured, err)
 	}
-	t.Logf("  %s: %d idle pool slots take %.1f MiB of the node's memory each", catalogName, poolSlotsMeasured, a.PoolSlotMiB)
+	t.Logf("  %s: %d idle pool slots take %.1f MiB of the node's memory and %.1f ms of CPU a second each", catalogName, poolSlotsMeasured,
+		a.PoolSlotMiB, a.PoolSlotCPU)
 	a.PlainBootMS, a.PlainAppMS = evaluation.Summarize(plain), evaluation.Summarize(plainApp)
 	a.FirstDeployMS, a.BootReadyMS = evaluation.Summarize(first), evaluation.Summarize(bootReady)
 	a.CheckpointMS, a.ImageMiB = evaluation.Summarize(ckptMS), evaluation.Summarize(image)
@@ -402,21 +403,30 @@ func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deplo
 	return a, nil
 }
 
-// poolSlotsMeasured is how many idle slots poolMemory provisions.
+// poolSlotsMeasured is how many idle slots poolCost provisions.
 const poolSlotsMeasured = 4
 
-// poolMemory provisions n idle pool slots of g and returns the memory each
-// takes: the proportional set size (Pss: private pages, and shared ones
-// split among the processes that map them) of the processes that appeared
-// with them (per slot, its container's shim and waiting entrypoint, its
-// rbd-fuse, a docker-proxy per published port), over n. The page cache
-// their mounts fill is not counted: the node reclaims it. It removes them
-// again.
-func poolMemory(ctx context.Context, f *deploytest.Fixture, g deploy.Generation, n int) (float64, error) {
+// How long poolCost lets the slots settle after their restore, and then
+// counts the CPU they spend while they wait.
+const (
+	poolSettle    = 2 * time.Second
+	poolCPUWindow = 5 * time.Second
+)
+
+// poolCost provisions n idle pool slots of g (restored ahead where the
+// node can) and returns what each costs while it waits: the memory, the
+// proportional set size (Pss: private pages, and shared ones split among
+// the processes that map them) of the processes that appeared with them
+// (per slot, its container's shim, its entrypoint and keeper, the app and
+// its DMTCP coordinator, its rbd-fuse, a docker-proxy per published port),
+// and the CPU time those processes spend per second, over n. The page
+// cache their mounts fill is not counted: the node reclaims it. It removes
+// them again.
+func poolCost(ctx context.Context, f *deploytest.Fixture, g deploy.Generation, n int) (mib, cpuMSPerS float64, err error) {
 	before := map[string]bool{}
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	for _, e := range ents {
 		before[e.Name()] = true
@@ -430,19 +440,21 @@ func poolMemory(ctx context.Context, f *deploytest.Fixture, g deploy.Generation,
 	for range n {
 		s, err := provisionSlot(ctx, f, g, true)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		ids = append(ids, s.ID)
 	}
 	ents, err = os.ReadDir("/proc")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var kb uint64
+	var pids []string
 	for _, e := range ents {
 		if _, err := strconv.Atoi(e.Name()); err != nil || before[e.Name()] {
 			continue
 		}
+		pids = append(pids, e.Name())
 		b, err := os.ReadFile("/proc/" + e.Name() + "/smaps_rollup")
 		if err != nil {
 			continue
@@ -454,7 +466,23 @@ func poolMemory(ctx context.Context, f *deploytest.Fixture, g deploy.Generation,
 			}
 		}
 	}
-	return float64(kb) / 1024 / float64(n), nil
+	time.Sleep(poolSettle)
+	c0 := procsCPU(pids)
+	time.Sleep(poolCPUWindow)
+	c1 := procsCPU(pids)
+	return float64(kb) / 1024 / float64(n), (c1 - c0) / poolCPUWindow.Seconds() / float64(n), nil
+}
+
+// procsCPU is the CPU time (user and system, ms) pids have used so far;
+// a process that exited meanwhile counts for nothing.
+func procsCPU(pids []string) float64 {
+	var secs float64
+	for _, pid := range pids {
+		if _, v, ok := procCPU(pid); ok {
+			secs += v
+		}
+	}
+	return secs * 1000
 }
 
 // evalAuto asks mode auto's policy (internal/adaptive, what an agent with
@@ -1048,24 +1076,32 @@ func processCPU() map[string]float64 {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
+		if comm, secs, ok := procCPU(e.Name()); ok {
+			out[processGroup(comm)] += secs
 		}
-		// pid (comm) state ppid ... utime stime: comm may hold spaces.
-		open, close := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-		if open < 0 || close < open {
-			continue
-		}
-		f := strings.Fields(string(b[close+1:]))
-		if len(f) < 13 {
-			continue
-		}
-		ut, _ := strconv.ParseFloat(f[11], 64)
-		st, _ := strconv.ParseFloat(f[12], 64)
-		out[processGroup(string(b[open+1:close]))] += (ut + st) / 100 // USER_HZ
 	}
 	return out
+}
+
+// procCPU is the command name of process pid and the CPU time (user and
+// system, seconds) it has used; ok is false once it is gone.
+func procCPU(pid string) (comm string, secs float64, ok bool) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return "", 0, false
+	}
+	// pid (comm) state ppid ... utime stime: comm may hold spaces.
+	open, close := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || close < open {
+		return "", 0, false
+	}
+	f := strings.Fields(string(b[close+1:]))
+	if len(f) < 13 {
+		return "", 0, false
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return string(b[open+1 : close]), (ut + st) / 100, true // USER_HZ
 }
 
 // processGroup names what a process is for the cost breakdown.
