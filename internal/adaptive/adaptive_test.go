@@ -38,6 +38,8 @@ func TestDecide(t *testing.T) {
 			spec.ModeBoot, WhyFaster, "auto: boot 0.15 s < restore 0.61 s (medians of 5 and 7 runs)"},
 		{"both measured, restore faster", Costs{Restore: ms(400, 410, 390, 400, 420, 380, 400), Boot: ms(5400, 5300, 5500, 5400, 5450)}, "",
 			spec.ModeRestore, WhyFaster, "auto: restore 0.40 s < boot 5.40 s (medians of 7 and 5 runs)"},
+		{"milliseconds below 0.1 s (a pool hit restored ahead)", Costs{Restore: ms(2, 3, 2), Boot: ms(690, 700, 710)}, "",
+			spec.ModeRestore, WhyFaster, "auto: restore 2.0 ms < boot 0.70 s (medians of 3 and 3 runs)"},
 		{"a tie boots: restore only when it is faster", Costs{Restore: ms(500, 500, 500), Boot: ms(500, 500, 500)}, "",
 			spec.ModeBoot, WhyFaster, "auto: boot 0.50 s = restore 0.50 s (medians of 3 and 3 runs)"},
 		{"even counts: the mean of the middle two", Costs{Restore: ms(100, 300, 900, 1000), Boot: ms(700, 700, 700)}, "",

@@ -366,19 +366,19 @@ func (c Config) clone(ctx context.Context, name string, known, down, desired map
 	if !known[node] || id == "" || desired[id] || time.Since(info.Created) < c.MinAge {
 		return nil, nil
 	}
-	r, err := c.State.Client().Get(ctx, state.Prefix+"status/"+id)
-	if err != nil {
-		return nil, err
-	}
-	if len(r.Kvs) > 0 {
+	if slots.status[id] {
 		return nil, nil // its agent is still undeploying it
 	}
 	return &Item{Kind: KindClone, Name: name, Images: []string{name},
 		Reason: fmt.Sprintf("deployment %s (node %s) is gone", id, node)}, nil
 }
 
-// slotUse says which pool slots deployments hold, from their statuses.
+// slotUse says which pool slots deployments hold, from their statuses,
+// read once per plan.
 type slotUse struct {
+	// status: the deployments that have a status, withdrawn ones too
+	// (their agents have not forgotten them yet).
+	status map[string]bool
 	// bound: "node/slot" that a deployment's status names.
 	bound map[string]bool
 	// unsure: nodes with a deployment that has no status yet (a pool hit
@@ -395,8 +395,9 @@ func slotOwners(ctx context.Context, st *state.Store, deps []state.Deployment) (
 	if err != nil {
 		return slotUse{}, err
 	}
-	u := slotUse{bound: map[string]bool{}, unsure: map[string]bool{}}
-	for _, s := range sts {
+	u := slotUse{status: map[string]bool{}, bound: map[string]bool{}, unsure: map[string]bool{}}
+	for id, s := range sts {
+		u.status[id] = true
 		if s.Slot != "" {
 			u.bound[s.Node+"/"+s.Slot] = true
 		}
