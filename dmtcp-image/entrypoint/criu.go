@@ -156,7 +156,7 @@ func (s *supervisor) superviseCRIU(ctx context.Context, eng *engine.CRIU, proc e
 	trigger := watchDirs([]string{filepath.Dir(s.cfg.trigger)}, watchSafety, watchFallback)
 	defer trigger.stop()
 	if !trigger.watching() {
-		s.log.Warn("cannot watch the checkpoint directory; looking for requests every "+watchFallback.String(), "file", s.cfg.trigger)
+		s.log.Warn("cannot watch the checkpoint directory; looking for a request at every tick", "file", s.cfg.trigger, "every", watchFallback)
 	}
 	var (
 		ckptDone   chan ckptResult

@@ -51,7 +51,7 @@ func (s *supervisor) waitFile(path string, sigs <-chan os.Signal) ([]byte, error
 	w := watchDirs([]string{filepath.Dir(path)}, watchSafety, watchFallback)
 	defer w.stop()
 	if !w.watching() {
-		s.log.Warn("cannot watch the directory; looking for the file every "+watchFallback.String(), "file", path)
+		s.log.Warn("cannot watch the directory; looking for the file at every tick", "file", path, "every", watchFallback)
 	}
 	for {
 		// Checked after the watch is in place, so that no file is missed.

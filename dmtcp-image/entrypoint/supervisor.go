@@ -111,7 +111,7 @@ func (s *supervisor) life(sigs <-chan os.Signal) (code int, again bool) {
 		defer w.stop()
 		trigger = w.C
 		if !w.watching() {
-			s.log.Warn("cannot watch the control directories; looking for requests every "+watchFallback.String(), "dirs", dirs)
+			s.log.Warn("cannot watch the control directories; looking for requests at every tick", "dirs", dirs, "every", watchFallback)
 		}
 	}
 	var (
