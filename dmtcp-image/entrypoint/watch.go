@@ -11,9 +11,9 @@ import (
 // dirWatch wakes a loop that waits for a file (an order, a release, a
 // checkpoint request) to appear in one of a few directories. It watches
 // them with inotify, so that an instance waiting in a warm pool spends no
-// CPU while nothing happens: the 50 ms ticker it replaces cost each slot
-// about 9 ms of CPU a second, its entrypoint and the Go runtime woken 20
-// times a second. It also ticks every `every`, for what a watch cannot see
+// CPU while nothing happens (looking every 50 ms costs a slot about 9 ms
+// of CPU a second: its entrypoint and the Go runtime woken 20 times a
+// second). It also ticks every `every`, for what a watch cannot see
 // (a directory replaced or mounted over after the watch was added); where
 // no directory can be watched it ticks every `fallback` instead.
 type dirWatch struct {
