@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -95,7 +96,11 @@ type HTTPProbe struct {
 	Dial   DialFunc // nil: dial from the host's network namespace
 }
 
-// Probe implements Probe.
+// Probe implements Probe: one GET on a connection of its own, closed after
+// the answer; redirects are not followed. There is no client: a transport
+// per attempt would start two goroutines for its one connection, and a
+// pool hit's probe is on the deploy's critical path, sharing the node's
+// cores with every other deploy.
 func (p HTTPProbe) Probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
@@ -103,12 +108,26 @@ func (p HTTPProbe) Probe(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("probe %s: %w: %w", p, ErrInvalid, err)
 	}
-	tr := &http.Transport{DialContext: dialer(p.Dial), DisableKeepAlives: true}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
-		return http.ErrUseLastResponse
-	}}
-	resp, err := client.Do(req)
+	if req.URL.Scheme != "http" {
+		return fmt.Errorf("probe %s: %w: scheme %q (give an http:// URL)", p, ErrInvalid, req.URL.Scheme)
+	}
+	req.Close = true
+	addr := req.URL.Host
+	if req.URL.Port() == "" {
+		addr = net.JoinHostPort(req.URL.Hostname(), "80")
+	}
+	c, err := dialer(p.Dial)(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	if err := req.Write(c); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), req)
 	if err != nil {
 		return err
 	}

@@ -3,11 +3,13 @@ package engine
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -96,6 +98,55 @@ func TestHTTPProbe(t *testing.T) {
 		if (err == nil) != c.ok {
 			t.Errorf("GET %s want %d: err = %v, want ok=%v", c.path, c.status, err, c.ok)
 		}
+	}
+}
+
+// The probe's one connection: dialed with Dial, to the URL's host, asking
+// the server to close it; other schemes are refused as invalid.
+func TestHTTPProbeConnection(t *testing.T) {
+	var closeAsked atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		closeAsked.Store(r.Close)
+		io.WriteString(w, strings.Repeat("x", 100000)) // more than the probe reads
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	var dialed []string
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dialed = append(dialed, addr)
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	if err := (HTTPProbe{URL: srv.URL + "/", Dial: dial}).Probe(ctx); err != nil {
+		t.Fatalf("probe: %v", err)
+	}
+	if want := strings.TrimPrefix(srv.URL, "http://"); len(dialed) != 1 || dialed[0] != want {
+		t.Errorf("dialed %q, want one connection to %s", dialed, want)
+	}
+	if !closeAsked.Load() {
+		t.Error("the request did not ask the server to close the connection")
+	}
+	err := (HTTPProbe{URL: "https://127.0.0.1:1/"}).Probe(ctx)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "http://") {
+		t.Errorf("https URL: %v, want ErrInvalid asking for an http:// URL", err)
+	}
+	// A server that closes without answering is not ready.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	if err := (HTTPProbe{URL: "http://" + ln.Addr().String() + "/"}).Probe(ctx); err == nil {
+		t.Error("a server that closes at once: ready")
 	}
 }
 
