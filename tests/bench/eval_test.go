@@ -123,7 +123,20 @@ func TestEvaluation(t *testing.T) {
 	}
 	ctx := context.Background()
 	start := time.Now()
-	f := deploytest.NewNodeFixture(t)
+	dir := filepath.Join(cfg.out, start.UTC().Format("20060102-150405"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The node logs to a file, as an agent does: through the test's
+	// output every line would cost the CPU that simultaneous pool hits
+	// share.
+	agentLog, err := os.Create(filepath.Join(dir, "agent.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = agentLog.Close() })
+	t.Logf("the node's log: %s", agentLog.Name())
+	f := deploytest.NewNodeFixtureWith(t, deploytest.Options{Log: agentLog})
 	res := evaluation.Results{Started: start.UTC(), Host: hostInfo(ctx, t, f)}
 
 	apps := map[string]deploy.App{}
@@ -195,7 +208,6 @@ func TestEvaluation(t *testing.T) {
 	}
 
 	res.Seconds = time.Since(start).Seconds()
-	dir := filepath.Join(cfg.out, start.UTC().Format("20060102-150405"))
 	paths, err := evaluation.Write(dir, res)
 	if err != nil {
 		t.Fatal(err)
