@@ -153,11 +153,8 @@ func checkEngine(cfg *config, log *slog.Logger) int {
 // superviseCRIU forwards signals to the app, runs the checkpoint that a
 // request asks for, and returns the container's exit status.
 func (s *supervisor) superviseCRIU(ctx context.Context, eng *engine.CRIU, proc engine.Process, sigs <-chan os.Signal, appDone <-chan int) int {
-	trigger := watchDirs([]string{filepath.Dir(s.cfg.trigger)}, watchSafety, watchFallback)
+	trigger := watchDirs(s.log, []string{filepath.Dir(s.cfg.trigger)}, watchSafety, watchFallback)
 	defer trigger.stop()
-	if !trigger.watching() {
-		s.log.Warn("cannot watch the checkpoint directory; looking for a request at every tick", "file", s.cfg.trigger, "every", watchFallback)
-	}
 	var (
 		ckptDone   chan ckptResult
 		terminated bool

@@ -48,11 +48,8 @@ func (s *supervisor) waitOrder(sigs <-chan os.Signal) (order, error) {
 // termination signal ends the wait with errReleased; SIGCHLD is reaped
 // meanwhile.
 func (s *supervisor) waitFile(path string, sigs <-chan os.Signal) ([]byte, error) {
-	w := watchDirs([]string{filepath.Dir(path)}, watchSafety, watchFallback)
+	w := watchDirs(s.log, []string{filepath.Dir(path)}, watchSafety, watchFallback)
 	defer w.stop()
-	if !w.watching() {
-		s.log.Warn("cannot watch the directory; looking for the file at every tick", "file", path, "every", watchFallback)
-	}
 	for {
 		// Checked after the watch is in place, so that no file is missed.
 		if b, err := os.ReadFile(path); err == nil {

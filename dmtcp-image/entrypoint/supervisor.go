@@ -107,12 +107,9 @@ func (s *supervisor) life(sigs <-chan os.Signal) (code int, again bool) {
 	}
 	var trigger <-chan struct{}
 	if len(dirs) > 0 {
-		w := watchDirs(dirs, watchSafety, watchFallback)
+		w := watchDirs(s.log, dirs, watchSafety, watchFallback)
 		defer w.stop()
 		trigger = w.C
-		if !w.watching() {
-			s.log.Warn("cannot watch the control directories; looking for requests at every tick", "dirs", dirs, "every", watchFallback)
-		}
 	}
 	var (
 		ckptDone   chan ckptResult

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -41,8 +42,9 @@ const watchEvents = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_CLOSE_WRITE
 
 // watchDirs watches dirs (at least one); the caller looks for its files at
 // every value of C, the first of which is there at once. stop ends the
-// watch.
-func watchDirs(dirs []string, every, fallback time.Duration) *dirWatch {
+// watch. Where the directories cannot be watched, it says so in log, with
+// why, and ticks every fallback.
+func watchDirs(log *slog.Logger, dirs []string, every, fallback time.Duration) *dirWatch {
 	c := make(chan struct{}, 1)
 	c <- struct{}{}
 	w := &dirWatch{C: c, done: make(chan struct{}), read: make(chan struct{})}
@@ -54,6 +56,7 @@ func watchDirs(dirs []string, every, fallback time.Duration) *dirWatch {
 	}
 	f, err := inotifyOn(dirs)
 	if err != nil {
+		log.Warn("cannot watch the control directories; looking for their files at every tick", "dirs", dirs, "every", fallback, "err", err)
 		every = fallback
 		close(w.read)
 	} else {

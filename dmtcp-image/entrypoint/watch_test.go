@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -13,8 +16,10 @@ import (
 // cannot be watched is looked at every fallback instead. A stopped watch
 // leaves no reader behind.
 func TestDirWatch(t *testing.T) {
+	var logged bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
 	dir := t.TempDir()
-	w := watchDirs([]string{t.TempDir(), dir}, time.Hour, time.Millisecond)
+	w := watchDirs(log, []string{t.TempDir(), dir}, time.Hour, time.Millisecond)
 	if !w.watching() {
 		t.Fatal("watchDirs on two directories: not watching; want an inotify watch")
 	}
@@ -61,10 +66,13 @@ func TestDirWatch(t *testing.T) {
 		t.Fatal("the watch's reader still runs 5 s after stop")
 	}
 
-	gone := watchDirs([]string{filepath.Join(dir, "missing")}, time.Hour, 10*time.Millisecond)
+	gone := watchDirs(log, []string{filepath.Join(dir, "missing")}, time.Hour, 10*time.Millisecond)
 	defer gone.stop()
 	if gone.watching() {
 		t.Fatal("watchDirs on a missing directory: watching; want the fallback tick")
+	}
+	if out := logged.String(); !strings.Contains(out, "cannot watch") || !strings.Contains(out, "missing") || !strings.Contains(out, "no such file") {
+		t.Errorf("log %q: want a warning naming the directory and why it cannot be watched", out)
 	}
 	<-gone.C
 	select {
