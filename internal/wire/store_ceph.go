@@ -4,12 +4,15 @@ package wire
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/fogdeploy/fogdeploy/internal/config"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/cephstore"
 )
 
-func openStore(ctx context.Context, c config.Config) (layering.Backend, error) {
-	return cephstore.Open(ctx, CephConfig(c))
+func openStore(ctx context.Context, c config.Config, log *slog.Logger) (layering.Backend, error) {
+	cfg := CephConfig(c)
+	cfg.Log = log
+	return cephstore.Open(ctx, cfg)
 }

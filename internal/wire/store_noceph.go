@@ -5,12 +5,13 @@ package wire
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/fogdeploy/fogdeploy/internal/config"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
-func openStore(ctx context.Context, c config.Config) (layering.Backend, error) {
+func openStore(ctx context.Context, c config.Config, _ *slog.Logger) (layering.Backend, error) {
 	return nil, layering.WithHint(fmt.Errorf("this binary was built without Ceph support (-tags no_ceph): %w", layering.ErrUnavailable),
 		"rebuild with `make build`")
 }

@@ -57,7 +57,7 @@ func OpenLayering(ctx context.Context, c config.Config, log *slog.Logger) (*Laye
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", layering.ErrInvalid, err)
 	}
-	store, err := openStore(ctx, c)
+	store, err := openStore(ctx, c, log)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"time"
 )
@@ -25,6 +26,13 @@ type Config struct {
 	// Timeout bounds connecting and each monitor or OSD operation, so a
 	// cluster that is down gives an error instead of a hang (default 10s).
 	Timeout time.Duration
+	// Stall bounds one librbd call that opens an image (every image
+	// operation starts with one): one that has not returned by then is
+	// given up on, and the store connects again (default 3 × Timeout).
+	Stall time.Duration
+	// Log receives what the store recovers from on its own, such as a
+	// stalled call (default: discarded).
+	Log *slog.Logger
 	// BusyWait bounds Store.RemoveUnmapped, which evicts the watchers of
 	// dead clients and retries while an image is busy (default
 	// DefaultBusyWait).
@@ -54,6 +62,9 @@ func (c Config) WithDefaults() Config {
 	if c.BusyWait == 0 {
 		c.BusyWait = DefaultBusyWait
 	}
+	if c.Stall == 0 {
+		c.Stall = 3 * c.Timeout
+	}
 	return c
 }
 
@@ -74,6 +85,9 @@ func (c Config) Validate() error {
 	}
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("ceph timeout %s is negative: use a positive duration such as 10s", c.Timeout))
+	}
+	if c.Stall < 0 {
+		errs = append(errs, fmt.Errorf("ceph stall bound %s is negative: use a positive duration such as 30s", c.Stall))
 	}
 	if c.BusyWait < 0 {
 		errs = append(errs, fmt.Errorf("ceph busy wait %s is negative: use a positive duration such as 40s", c.BusyWait))

@@ -44,7 +44,7 @@ func (s *Store) IOCounters(ctx context.Context) (IOCounters, error) {
 		if err := ctx.Err(); err != nil {
 			return c, err
 		}
-		out, status, err := s.conn.OsdCommand(o.ID, [][]byte{cmd})
+		out, status, err := s.cur().conn.OsdCommand(o.ID, [][]byte{cmd})
 		if err != nil {
 			return c, wrap("osd."+strconv.Itoa(o.ID)+" perf dump", fmt.Errorf("%w (%s)", err, status))
 		}
@@ -64,7 +64,7 @@ func (s *Store) monJSON(ctx context.Context, cmd map[string]any, v any) error {
 		return err
 	}
 	raw, _ := json.Marshal(cmd)
-	out, status, err := s.conn.MonCommand(raw)
+	out, status, err := s.cur().conn.MonCommand(raw)
 	if err != nil {
 		return wrap(fmt.Sprint(cmd["prefix"]), fmt.Errorf("%w (%s)", err, status))
 	}

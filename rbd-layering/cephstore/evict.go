@@ -109,7 +109,7 @@ func (s *Store) evictDead(ctx context.Context, name string, tried map[string]boo
 	if err != nil {
 		return nil, nil, err
 	}
-	self := s.conn.GetInstanceID()
+	self := s.cur().conn.GetInstanceID()
 	var others []rbd.ImageWatcher
 	for _, w := range ws {
 		// An address evicted already stays listed until the OSD has the
@@ -126,7 +126,7 @@ func (s *Store) evictDead(ctx context.Context, name string, tried map[string]boo
 	}
 	// An empty payload is librbd's "header updated" notification: a live
 	// client re-reads the header and answers.
-	acks, timeouts, err := s.ioctx.NotifyWithTimeout(header, nil, answerWithin)
+	acks, timeouts, err := s.cur().ioctx.NotifyWithTimeout(header, nil, answerWithin)
 	if err != nil && errno(err) != eTIMEDOUT { // ETIMEDOUT: some did not answer
 		return nil, nil, wrap("notify the watchers of "+name, err)
 	}
@@ -162,9 +162,9 @@ func (s *Store) evictDead(ctx context.Context, name string, tried map[string]boo
 //
 // Implements: rbd_get_id, rbd_watchers_list.
 func (s *Store) watchers(ctx context.Context, name string) (string, []rbd.ImageWatcher, error) {
-	img, err := rbd.OpenImageReadOnly(s.ioctx, name, rbd.NoSnapshot)
+	img, err := s.openImage(ctx, "watchers of "+name, name, rbd.NoSnapshot, true)
 	if err != nil {
-		return "", nil, s.wrap(ctx, "watchers of "+name, err)
+		return "", nil, err
 	}
 	defer img.Close()
 	id, err := img.GetId()
@@ -195,7 +195,7 @@ func (s *Store) blocklist(ctx context.Context, addr string) error {
 		// The monitors want a float for expire: 120.0, not 120.
 		expire := json.Number(strconv.FormatFloat(blocklistFor.Seconds(), 'f', 1, 64))
 		raw, _ := json.Marshal(map[string]any{"prefix": c.prefix, c.op: "add", "addr": addr, "expire": expire})
-		_, status, err := s.conn.MonCommand(raw)
+		_, status, err := s.cur().conn.MonCommand(raw)
 		if err == nil {
 			return nil
 		}

@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"math/bits"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,9 +24,12 @@ import (
 
 // Store is a layering.Backend on one RBD pool.
 type Store struct {
-	cfg   Config
-	conn  *rados.Conn
-	ioctx *rados.IOContext
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	sess    *session   // the connection calls use
+	retired []*session // connections left after a stall, closed by Close
 
 	diagMu sync.Mutex
 	diag   diagnosis // the last Diagnose, reused for diagnosisTTL
@@ -48,60 +51,19 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", layering.ErrInvalid, err)
 	}
-	conn, err := rados.NewConnWithUser(cfg.ID)
+	se, err := dial(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("ceph: new connection: %w", err)
+		return nil, err
 	}
-	if err := conn.ReadConfigFile(cfg.Conf); err != nil {
-		return nil, fmt.Errorf("ceph: read %s: %w", cfg.Conf, err)
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	secs := strconv.Itoa(int(cfg.Timeout.Seconds() + 0.5))
-	opts := map[string]string{
-		"client_mount_timeout": secs,
-		"rados_mon_op_timeout": secs,
-		"rados_osd_op_timeout": secs,
-		"log_to_stderr":        "false",
-		"err_to_stderr":        "false",
-	}
-	if cfg.Keyring != "" {
-		opts["keyring"] = cfg.Keyring
-	}
-	for k, v := range opts {
-		if err := conn.SetConfigOption(k, v); err != nil {
-			return nil, fmt.Errorf("ceph: set %s: %w", k, err)
-		}
-	}
-	done := make(chan error, 1)
-	go func() { done <- conn.Connect() }()
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		go func() { <-done; conn.Shutdown() }()
-		return nil, fmt.Errorf("ceph: connect via %s: %w (%w)", cfg.Conf, layering.ErrUnavailable, ctx.Err())
-	}
-	if err != nil {
-		return nil, layering.WithHint(
-			fmt.Errorf("ceph: connect via %s as client.%s: %w (ceph: %w)", cfg.Conf, cfg.ID, layering.ErrUnavailable, err),
-			"is the cluster up? `ceph -c "+cfg.Conf+" -s`; for the local one run `make dev-up`")
-	}
-	ioctx, err := conn.OpenIOContext(cfg.Pool)
-	if err != nil {
-		conn.Shutdown()
-		return nil, layering.WithHint(fmt.Errorf("ceph: open pool %q: %w (ceph: %w)", cfg.Pool, layering.ErrNotFound, err),
-			"create it with `ceph osd pool create "+cfg.Pool+" && rbd pool init "+cfg.Pool+"` or pass --ceph-pool")
-	}
-	return &Store{cfg: cfg, conn: conn, ioctx: ioctx}, nil
+	return &Store{cfg: cfg, log: log, sess: se}, nil
 }
 
 // Pool returns the pool name.
 func (s *Store) Pool() string { return s.cfg.Pool }
-
-// Close implements layering.Store.
-func (s *Store) Close() error {
-	s.ioctx.Destroy()
-	s.conn.Shutdown()
-	return nil
-}
 
 type errnoer interface{ ErrorCode() int }
 
@@ -178,16 +140,16 @@ func (s *Store) Create(ctx context.Context, name string, size int64, options ...
 			return err
 		}
 	}
-	return s.wrap(ctx, "create "+name, rbd.CreateImage(s.ioctx, name, uint64(size), opts))
+	return s.wrap(ctx, "create "+name, rbd.CreateImage(s.cur().ioctx, name, uint64(size), opts))
 }
 
 // Write implements layering.Store.
 //
 // Implements: rbd_open, rbd_write2, rbd_flush.
 func (s *Store) Write(ctx context.Context, name string, src io.ReaderAt, size int64) error {
-	img, err := rbd.OpenImage(s.ioctx, name, rbd.NoSnapshot)
+	img, err := s.openImage(ctx, "open "+name, name, rbd.NoSnapshot, false)
 	if err != nil {
-		return s.wrap(ctx, "open "+name, err)
+		return err
 	}
 	defer img.Close()
 	if _, err := layering.CopySparse(ctx, img, src, size); err != nil {
@@ -207,9 +169,9 @@ func (s *Store) ReadAt(ctx context.Context, name string, p []byte, off int64) (i
 	if ref, err := layering.ParseSnapRef(name); err == nil {
 		img, snap = ref.Image, ref.Snap
 	}
-	h, err := rbd.OpenImageReadOnly(s.ioctx, img, snap)
+	h, err := s.openImage(ctx, "read "+name, img, snap, true)
 	if err != nil {
-		return 0, s.wrap(ctx, "read "+name, err)
+		return 0, err
 	}
 	defer h.Close()
 	n, err := h.ReadAt(p, off)
@@ -227,9 +189,9 @@ func (s *Store) Stat(ctx context.Context, name string) (layering.ImageInfo, erro
 	if err := ctx.Err(); err != nil {
 		return layering.ImageInfo{}, err
 	}
-	img, err := rbd.OpenImageReadOnly(s.ioctx, name, rbd.NoSnapshot)
+	img, err := s.openImage(ctx, "stat "+name, name, rbd.NoSnapshot, true)
 	if err != nil {
-		return layering.ImageInfo{}, s.wrap(ctx, "stat "+name, err)
+		return layering.ImageInfo{}, err
 	}
 	defer img.Close()
 	info := layering.ImageInfo{Name: name}
@@ -289,7 +251,7 @@ func (s *Store) List(ctx context.Context) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	names, err := rbd.GetImageNames(s.ioctx)
+	names, err := rbd.GetImageNames(s.cur().ioctx)
 	if err != nil {
 		return nil, s.wrap(ctx, "list pool "+s.cfg.Pool, err)
 	}
@@ -307,9 +269,9 @@ func (s *Store) Snapshot(ctx context.Context, ref layering.SnapRef) (err error) 
 	if ref.Snap == "" {
 		return fmt.Errorf("snapshot %s: empty name: %w", ref, layering.ErrInvalid)
 	}
-	img, err := rbd.OpenImage(s.ioctx, ref.Image, rbd.NoSnapshot)
+	img, err := s.openImage(ctx, "snapshot "+ref.String(), ref.Image, rbd.NoSnapshot, false)
 	if err != nil {
-		return s.wrap(ctx, "snapshot "+ref.String(), err)
+		return err
 	}
 	defer img.Close()
 	snap, err := img.CreateSnapshot(ref.Snap)
@@ -330,13 +292,18 @@ func (s *Store) Clone(ctx context.Context, parent layering.SnapRef, child string
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	opts := rbd.NewRbdImageOptions()
-	defer opts.Destroy()
-	if err := opts.SetUint64(rbd.ImageOptionFeatures, rbd.FeatureLayering|rbd.FeatureExclusiveLock|rbd.FeatureObjectMap|rbd.FeatureFastDiff|rbd.FeatureDeepFlatten); err != nil {
-		return err
-	}
-	err := rbd.CloneImage(s.ioctx, parent.Image, parent.Snap, s.ioctx, child, opts)
-	return s.wrap(ctx, fmt.Sprintf("clone %s to %s", parent, child), err)
+	// Bounded as an open is (it opens the parent), but not run again: a
+	// clone given up on may still be made. What the call uses is its own,
+	// for it may outlive this function.
+	_, err := bounded(ctx, s, fmt.Sprintf("clone %s to %s", parent, child), false, func(io *rados.IOContext) (struct{}, error) {
+		opts := rbd.NewRbdImageOptions()
+		defer opts.Destroy()
+		if err := opts.SetUint64(rbd.ImageOptionFeatures, rbd.FeatureLayering|rbd.FeatureExclusiveLock|rbd.FeatureObjectMap|rbd.FeatureFastDiff|rbd.FeatureDeepFlatten); err != nil {
+			return struct{}{}, err
+		}
+		return struct{}{}, rbd.CloneImage(io, parent.Image, parent.Snap, io, child, opts)
+	}, nil)
+	return err
 }
 
 // Children implements layering.Store.
@@ -346,9 +313,9 @@ func (s *Store) Children(ctx context.Context, parent layering.SnapRef) ([]string
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	img, err := rbd.OpenImageReadOnly(s.ioctx, parent.Image, parent.Snap)
+	img, err := s.openImage(ctx, "children of "+parent.String(), parent.Image, parent.Snap, true)
 	if err != nil {
-		return nil, s.wrap(ctx, "children of "+parent.String(), err)
+		return nil, err
 	}
 	defer img.Close()
 	// The parent is there: ENOENT from the listing means a clone is half
@@ -387,9 +354,9 @@ func (s *Store) Flatten(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	img, err := rbd.OpenImage(s.ioctx, name, rbd.NoSnapshot)
+	img, err := s.openImage(ctx, "flatten "+name, name, rbd.NoSnapshot, false)
 	if err != nil {
-		return s.wrap(ctx, "flatten "+name, err)
+		return err
 	}
 	defer img.Close()
 	return s.wrap(ctx, "flatten "+name, img.Flatten())
@@ -409,9 +376,9 @@ func (s *Store) RemoveSnapshot(ctx context.Context, ref layering.SnapRef) error 
 	if len(kids) > 0 {
 		return fmt.Errorf("snapshot %s has clones %s: %w", ref, strings.Join(kids, ", "), layering.ErrHasChildren)
 	}
-	img, err := rbd.OpenImage(s.ioctx, ref.Image, rbd.NoSnapshot)
+	img, err := s.openImage(ctx, "remove snapshot "+ref.String(), ref.Image, rbd.NoSnapshot, false)
 	if err != nil {
-		return s.wrap(ctx, "remove snapshot "+ref.String(), err)
+		return err
 	}
 	defer img.Close()
 	snap := img.GetSnapshot(ref.Snap)
@@ -459,7 +426,7 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 			return err
 		}
 	}
-	err = rbd.RemoveImage(s.ioctx, name)
+	err = rbd.RemoveImage(s.cur().ioctx, name)
 	if errno(err) == eBUSY {
 		return layering.WithHint(fmt.Errorf("remove %s: image still has watchers: %w (ceph: %w)", name, layering.ErrBusy, err),
 			"it is mapped on a node: undeploy or unmap it first")
@@ -474,23 +441,23 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 //
 // Implements: rbd_list2, rbd_remove.
 func (s *Store) finishRemoval(ctx context.Context, name string, notFound error) error {
-	names, err := rbd.GetImageNames(s.ioctx)
+	names, err := rbd.GetImageNames(s.cur().ioctx)
 	if err != nil {
 		return s.wrap(ctx, "list images", err)
 	}
 	if !slices.Contains(names, name) {
 		return notFound
 	}
-	return s.wrap(ctx, "remove "+name, rbd.RemoveImage(s.ioctx, name))
+	return s.wrap(ctx, "remove "+name, rbd.RemoveImage(s.cur().ioctx, name))
 }
 
 // checkWatchers refuses while another client (a mapping) watches the image.
 //
 // Implements: rbd_watchers_list.
 func (s *Store) checkWatchers(ctx context.Context, name string) error {
-	img, err := rbd.OpenImageReadOnly(s.ioctx, name, rbd.NoSnapshot)
+	img, err := s.openImage(ctx, "watchers of "+name, name, rbd.NoSnapshot, true)
 	if err != nil {
-		return s.wrap(ctx, "watchers of "+name, err)
+		return err
 	}
 	defer img.Close()
 	ws, err := img.ListWatchers()
@@ -525,9 +492,9 @@ func (s *Store) Meta(ctx context.Context, name string) (map[string]string, error
 	if md, ok, err := s.headerMeta(name); ok || err != nil {
 		return md, err
 	}
-	img, err := rbd.OpenImageReadOnly(s.ioctx, name, rbd.NoSnapshot)
+	img, err := s.openImage(ctx, "metadata of "+name, name, rbd.NoSnapshot, true)
 	if err != nil {
-		return nil, s.wrap(ctx, "metadata of "+name, err)
+		return nil, err
 	}
 	defer img.Close()
 	md, err := img.ListMetadata()
@@ -545,7 +512,7 @@ func (s *Store) Meta(ctx context.Context, name string) (map[string]string, error
 func (s *Store) headerMeta(name string) (_ map[string]string, ok bool, err error) {
 	const metaPrefix = "metadata_"
 	buf := make([]byte, 128)
-	n, err := s.ioctx.Read("rbd_id."+name, buf, 0)
+	n, err := s.cur().ioctx.Read("rbd_id."+name, buf, 0)
 	if errno(err) == eNOENT {
 		return nil, true, fmt.Errorf("metadata of %s: %w", name, layering.ErrNotFound)
 	}
@@ -558,7 +525,7 @@ func (s *Store) headerMeta(name string) (_ map[string]string, ok bool, err error
 	if size == 0 || 4+size != n {
 		return nil, false, nil
 	}
-	vals, err := s.ioctx.GetAllOmapValues("rbd_header."+string(buf[4:n]), "", metaPrefix, 64)
+	vals, err := s.cur().ioctx.GetAllOmapValues("rbd_header."+string(buf[4:n]), "", metaPrefix, 64)
 	if err != nil {
 		return nil, false, nil
 	}
@@ -578,9 +545,9 @@ func (s *Store) SetMeta(ctx context.Context, name string, meta map[string]string
 	}
 	// One opening for all keys: opening an image opens its whole parent
 	// chain, and librbd copies its configuration for each image it opens.
-	img, err := rbd.OpenImage(s.ioctx, name, rbd.NoSnapshot)
+	img, err := s.openImage(ctx, "set metadata on "+name, name, rbd.NoSnapshot, false)
 	if err != nil {
-		return s.wrap(ctx, "set metadata on "+name, err)
+		return err
 	}
 	defer img.Close()
 	keys := slices.Sorted(maps.Keys(meta))
@@ -604,7 +571,7 @@ func (s *Store) SetMeta(ctx context.Context, name string, meta map[string]string
 //
 // Implements: rados_read_op_omap_get_vals_by_keys2 (via GetOmapValues).
 func (s *Store) Tag(ctx context.Context, name string) ([]byte, error) {
-	vals, err := s.ioctx.GetOmapValues(CatalogObject, "", name, 64)
+	vals, err := s.cur().ioctx.GetOmapValues(CatalogObject, "", name, 64)
 	if err != nil && errno(err) != eNOENT {
 		return nil, s.wrap(ctx, "catalog", err)
 	}
@@ -619,12 +586,12 @@ func (s *Store) Tag(ctx context.Context, name string) ([]byte, error) {
 //
 // Implements: rados_write_op_omap_set2.
 func (s *Store) SetTag(ctx context.Context, name string, record []byte) error {
-	return s.wrap(ctx, "catalog set "+name, s.ioctx.SetOmap(CatalogObject, map[string][]byte{name: record}))
+	return s.wrap(ctx, "catalog set "+name, s.cur().ioctx.SetOmap(CatalogObject, map[string][]byte{name: record}))
 }
 
 // Tags implements layering.Catalog.
 func (s *Store) Tags(ctx context.Context) (map[string][]byte, error) {
-	vals, err := s.ioctx.GetAllOmapValues(CatalogObject, "", "", 256)
+	vals, err := s.cur().ioctx.GetAllOmapValues(CatalogObject, "", "", 256)
 	if err != nil {
 		if errno(err) == eNOENT {
 			return map[string][]byte{}, nil
@@ -638,7 +605,7 @@ func (s *Store) Tags(ctx context.Context) (map[string][]byte, error) {
 //
 // Implements: rados_write_op_omap_rm_keys2.
 func (s *Store) DeleteTag(ctx context.Context, name string) error {
-	err := s.ioctx.RmOmapKeys(CatalogObject, []string{name})
+	err := s.cur().ioctx.RmOmapKeys(CatalogObject, []string{name})
 	if errno(err) == eNOENT {
 		return nil
 	}

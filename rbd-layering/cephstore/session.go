@@ -1,0 +1,211 @@
+//go:build !no_ceph
+
+package cephstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/ceph/go-ceph/rados"
+	"github.com/ceph/go-ceph/rbd"
+
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+)
+
+// session is one connection to the cluster (one librados client
+// instance) and its I/O context on the pool.
+type session struct {
+	conn  *rados.Conn
+	ioctx *rados.IOContext
+	// stuck counts the calls the store gave up on that librbd has not
+	// returned from: the connection cannot be shut down under them.
+	stuck atomic.Int32
+}
+
+// dial connects to the cluster and opens the pool, within cfg.Timeout and
+// ctx.
+//
+// Implements: rados_create2, rados_conf_read_file, rados_connect,
+// rados_ioctx_create.
+func dial(ctx context.Context, cfg Config) (*session, error) {
+	conn, err := rados.NewConnWithUser(cfg.ID)
+	if err != nil {
+		return nil, fmt.Errorf("ceph: new connection: %w", err)
+	}
+	if err := conn.ReadConfigFile(cfg.Conf); err != nil {
+		return nil, fmt.Errorf("ceph: read %s: %w", cfg.Conf, err)
+	}
+	secs := strconv.Itoa(int(cfg.Timeout.Seconds() + 0.5))
+	opts := map[string]string{
+		"client_mount_timeout": secs,
+		"rados_mon_op_timeout": secs,
+		"rados_osd_op_timeout": secs,
+		"log_to_stderr":        "false",
+		"err_to_stderr":        "false",
+	}
+	if cfg.Keyring != "" {
+		opts["keyring"] = cfg.Keyring
+	}
+	for k, v := range opts {
+		if err := conn.SetConfigOption(k, v); err != nil {
+			return nil, fmt.Errorf("ceph: set %s: %w", k, err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- conn.Connect() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		go func() { <-done; conn.Shutdown() }()
+		return nil, fmt.Errorf("ceph: connect via %s: %w (%w)", cfg.Conf, layering.ErrUnavailable, ctx.Err())
+	}
+	if err != nil {
+		return nil, layering.WithHint(
+			fmt.Errorf("ceph: connect via %s as client.%s: %w (ceph: %w)", cfg.Conf, cfg.ID, layering.ErrUnavailable, err),
+			"is the cluster up? `ceph -c "+cfg.Conf+" -s`; for the local one run `make dev-up`")
+	}
+	ioctx, err := conn.OpenIOContext(cfg.Pool)
+	if err != nil {
+		conn.Shutdown()
+		return nil, layering.WithHint(fmt.Errorf("ceph: open pool %q: %w (ceph: %w)", cfg.Pool, layering.ErrNotFound, err),
+			"create it with `ceph osd pool create "+cfg.Pool+" && rbd pool init "+cfg.Pool+"` or pass --ceph-pool")
+	}
+	return &session{conn: conn, ioctx: ioctx}, nil
+}
+
+func (se *session) close() {
+	se.ioctx.Destroy()
+	se.conn.Shutdown()
+}
+
+// cur returns the connection calls use now.
+func (s *Store) cur() *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sess
+}
+
+// Close implements layering.Store. A connection with a call that librbd
+// has not returned from (see bounded) is left open, for shutting it down
+// under that call could crash the process; Close says so, and a later
+// Close shuts it down once the call has returned.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all := s.retired
+	if s.sess != nil {
+		all = append(all, s.sess)
+	}
+	s.sess, s.retired = nil, nil
+	for _, se := range all {
+		if se.stuck.Load() > 0 {
+			s.retired = append(s.retired, se)
+			continue
+		}
+		se.close()
+	}
+	if n := len(s.retired); n > 0 {
+		return fmt.Errorf("ceph: %d connection(s) left open: librbd has not returned from a call given up on", n)
+	}
+	return nil
+}
+
+// ErrStalled is what a librbd call that did not return within
+// Config.Stall wraps, with layering.ErrUnavailable.
+var ErrStalled = errors.New("librbd did not return")
+
+// openImage opens an image (at snapshot snap, or rbd.NoSnapshot) within
+// Config.Stall: see bounded.
+//
+// Implements: rbd_open, rbd_open_read_only.
+func (s *Store) openImage(ctx context.Context, op, name, snap string, readOnly bool) (*rbd.Image, error) {
+	return bounded(ctx, s, op, true, func(io *rados.IOContext) (*rbd.Image, error) {
+		if readOnly {
+			return rbd.OpenImageReadOnly(io, name, snap)
+		}
+		return rbd.OpenImage(io, name, snap)
+	}, func(img *rbd.Image) { _ = img.Close() })
+}
+
+// bounded runs call, a librbd call that opens an image, on the store's
+// connection, and gives up on it after Config.Stall or when ctx ends.
+// rbd_open waits for librbd's state machine without a timeout of its own:
+// each OSD request in it is bounded (rados_osd_op_timeout), but the open
+// as a whole has been seen to wait for ever on a healthy cluster, where a
+// new client opens the same image at once. So a call that stalls retires
+// its connection (later calls use a new one) and, when retry is set (the
+// call changes nothing, or nothing twice), runs once more on the new
+// connection. What the call given up on returns later is released with
+// release. The call's own error is wrapped as Store.wrap does. A second
+// stall, or a failed reconnection, gives an error
+// wrapping ErrStalled and layering.ErrUnavailable.
+func bounded[T any](ctx context.Context, s *Store, op string, retry bool, call func(*rados.IOContext) (T, error), release func(T)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	var zero T
+	for attempt := 1; ; attempt++ {
+		se := s.cur()
+		done := make(chan result, 1)
+		go func() {
+			v, err := call(se.ioctx)
+			done <- result{v, err}
+		}()
+		timer := time.NewTimer(s.cfg.Stall)
+		var stalled bool
+		select {
+		case r := <-done:
+			timer.Stop()
+			return r.v, s.wrap(ctx, op, r.err)
+		case <-ctx.Done():
+			timer.Stop()
+		case <-timer.C:
+			stalled = true
+		}
+		se.stuck.Add(1)
+		go func() {
+			if r := <-done; r.err == nil && release != nil {
+				release(r.v)
+			}
+			se.stuck.Add(-1)
+		}()
+		if !stalled {
+			return zero, fmt.Errorf("%s: %w", op, ctx.Err())
+		}
+		err := s.reconnect(ctx, se)
+		s.log.Warn("a librbd call did not return: this connection is left, later calls use a new one",
+			"op", op, "after", s.cfg.Stall, "attempt", attempt, "reconnect_error", err)
+		if err != nil || !retry || attempt == 2 {
+			werr := fmt.Errorf("%s: %w within %s, attempt %d (%w)", op, ErrStalled, s.cfg.Stall, attempt, layering.ErrUnavailable)
+			if err != nil {
+				werr = fmt.Errorf("%w; connecting again: %w", werr, err)
+			}
+			return zero, layering.WithHint(werr,
+				"librbd in this process stopped answering while other clients may be served: `ceph -s` shows whether the cluster is healthy; if it is, restart the process")
+		}
+	}
+}
+
+// reconnect replaces old, the connection of a stalled call, with a new one;
+// old is closed by Close. Another call may have replaced it already.
+func (s *Store) reconnect(ctx context.Context, old *session) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sess != old {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	se, err := dial(ctx, s.cfg)
+	if err != nil {
+		return err
+	}
+	s.retired = append(s.retired, old)
+	s.sess = se
+	return nil
+}

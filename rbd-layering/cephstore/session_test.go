@@ -1,0 +1,178 @@
+//go:build !no_ceph
+
+package cephstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ceph/go-ceph/rados"
+
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+)
+
+// openStalling opens a store on the dev cluster with a short stall bound.
+func openStalling(t *testing.T) *Store {
+	t.Helper()
+	c := testenv.CephCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := Open(ctx, Config{Conf: c.Conf, Keyring: c.Keyring, ID: c.ID, Pool: c.Pool, Stall: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// stuckCall is a call that does not return until unblock is closed on
+// the connection stuckOn, or on every connection when everywhere is set;
+// it returns 1 then, and 2 at once elsewhere.
+type stuckCall struct {
+	stuckOn    *rados.IOContext
+	everywhere bool
+	unblock    chan struct{}
+	released   atomic.Int32 // stalled results handed to release
+}
+
+func (c *stuckCall) call(io *rados.IOContext) (int, error) {
+	if c.everywhere || io == c.stuckOn {
+		<-c.unblock
+		return 1, nil
+	}
+	return 2, nil
+}
+
+func (c *stuckCall) release(v int) {
+	if v == 1 {
+		c.released.Add(1)
+	}
+}
+
+func waitStuck(t *testing.T, se *session, want int32) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for se.stuck.Load() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("calls stuck on the connection = %d; want %d", se.stuck.Load(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestStalledCallReconnects: a call that librbd does not return from
+// within Config.Stall is given up on; the store connects again, runs the
+// call once more on the new connection, and serves later calls there; what
+// the stalled call returns at last is released, and Close then shuts both
+// connections down.
+func TestStalledCallReconnects(t *testing.T) {
+	s := openStalling(t)
+	first := s.cur()
+	c := &stuckCall{stuckOn: first.ioctx, unblock: make(chan struct{})}
+	v, err := bounded(t.Context(), s, "test call", true, c.call, c.release)
+	if err != nil || v != 2 {
+		t.Fatalf("bounded(a call stuck on the first connection) = %d, %v; want the second connection's answer", v, err)
+	}
+	if s.cur() == first {
+		t.Fatal("the store still uses the connection a call stalled on")
+	}
+	waitStuck(t, first, 1)
+	// The new connection serves real calls.
+	name := fmt.Sprintf("t-stall-%d", time.Now().UnixNano()%1e9)
+	if err := s.Create(t.Context(), name, 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Stat(t.Context(), name); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remove(t.Context(), name); err != nil {
+		t.Fatal(err)
+	}
+	// A store closed while librbd has not returned leaves that connection.
+	if err := s.Close(); err == nil || !strings.Contains(err.Error(), "left open") {
+		t.Fatalf("Close with a call still in librbd = %v; want an error saying a connection is left open", err)
+	}
+	close(c.unblock)
+	waitStuck(t, first, 0)
+	if c.released.Load() != 1 {
+		t.Errorf("what the stalled call returned was released %d times; want once", c.released.Load())
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("Close once the call returned = %v", err)
+	}
+}
+
+// TestStalledTwice: a call that stalls on the new connection too gives an
+// error wrapping ErrStalled and layering.ErrUnavailable, with a hint; a
+// call that must not run twice stalls once.
+func TestStalledTwice(t *testing.T) {
+	s := openStalling(t)
+	first := s.cur()
+	c := &stuckCall{everywhere: true, unblock: make(chan struct{})}
+	defer func() {
+		close(c.unblock)
+		waitStuck(t, first, 0)
+		for _, se := range s.retired {
+			waitStuck(t, se, 0)
+		}
+		if got := c.released.Load(); got != 3 {
+			t.Errorf("stalled results released = %d; want 3", got)
+		}
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	start := time.Now()
+	_, err := bounded(t.Context(), s, "clone a to b", false, c.call, c.release)
+	if !errors.Is(err, ErrStalled) || !errors.Is(err, layering.ErrUnavailable) || !strings.Contains(err.Error(), "clone a to b") {
+		t.Fatalf("bounded(a stalling call, no retry) = %v; want ErrStalled and ErrUnavailable naming the call", err)
+	}
+	if layering.Hint(err) == "" {
+		t.Errorf("the stall error %q has no hint", err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Errorf("a call that must not run twice gave up after %s; want one stall bound (300ms)", el)
+	}
+	second := s.cur()
+	if second == first {
+		t.Fatal("no new connection after a stall")
+	}
+	_, err = bounded(t.Context(), s, "open x", true, c.call, c.release)
+	if !errors.Is(err, ErrStalled) || !strings.Contains(err.Error(), "attempt 2") {
+		t.Fatalf("bounded(a call stalling on both connections) = %v; want ErrStalled after the second attempt", err)
+	}
+	if n := len(s.retired); n != 3 {
+		t.Errorf("connections retired = %d; want 3 (one per stall)", n)
+	}
+}
+
+// TestCallGivenUpOnCtx: a caller's context ends the wait without
+// retiring the connection.
+func TestCallGivenUpOnCtx(t *testing.T) {
+	s := openStalling(t)
+	s.cfg.Stall = time.Minute
+	first := s.cur()
+	c := &stuckCall{stuckOn: first.ioctx, unblock: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	_, err := bounded(ctx, s, "open y", true, c.call, c.release)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrStalled) {
+		t.Fatalf("bounded under a 100ms context = %v; want the context's error", err)
+	}
+	if s.cur() != first {
+		t.Error("the store connected again after a caller gave up; want the same connection")
+	}
+	close(c.unblock)
+	waitStuck(t, first, 0)
+	if c.released.Load() != 1 {
+		t.Errorf("released %d times; want once", c.released.Load())
+	}
+	if err := s.Close(); err != nil {
+		t.Error(err)
+	}
+}
