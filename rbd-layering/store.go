@@ -192,3 +192,10 @@ type Diagnoser interface {
 	// ErrUnavailable (OSDs are down).
 	Diagnose(ctx context.Context) error
 }
+
+// StallCounter is a Store that gives up on calls its cluster library does
+// not return from, and counts them.
+type StallCounter interface {
+	// Stalls returns how many calls were given up on since it was opened.
+	Stalls() uint64
+}

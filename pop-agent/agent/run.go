@@ -69,6 +69,11 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	}
 	defer l.Close()
 	m.backend.WithLabelValues(l.Mapper.Choice().Backend).Set(1)
+	if sc, ok := l.Store.(layering.StallCounter); ok {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "fogdeploy_ceph_stalls_total", Help: "Calls into librbd given up on after 3 x ceph.timeout; after each the agent connected to the cluster again.",
+		}, func() float64 { return float64(sc.Stalls()) }))
+	}
 
 	ec := engine.Config{Logger: log, TempDir: filepath.Join(c.Node.StateDir, "engine")}
 	if err := os.MkdirAll(ec.TempDir, 0o700); err != nil {

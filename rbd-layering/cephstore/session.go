@@ -82,6 +82,10 @@ func (se *session) close() {
 	se.conn.Shutdown()
 }
 
+// Stalls implements layering.StallCounter: the calls given up on after
+// Config.Stall (not those whose context ended).
+func (s *Store) Stalls() uint64 { return s.stalls.Load() }
+
 // cur returns the connection calls use now.
 func (s *Store) cur() *session {
 	s.mu.Lock()
@@ -177,6 +181,7 @@ func bounded[T any](ctx context.Context, s *Store, op string, retry bool, call f
 		if !stalled {
 			return zero, fmt.Errorf("%s: %w", op, ctx.Err())
 		}
+		s.stalls.Add(1)
 		err := s.reconnect(ctx, se)
 		s.log.Warn("a librbd call did not return: this connection is left, later calls use a new one",
 			"op", op, "after", s.cfg.Stall, "attempt", attempt, "reconnect_error", err)

@@ -81,6 +81,9 @@ func TestStalledCallReconnects(t *testing.T) {
 	if s.cur() == first {
 		t.Fatal("the store still uses the connection a call stalled on")
 	}
+	if n := s.Stalls(); n != 1 {
+		t.Errorf("Stalls() = %d after one stall; want 1", n)
+	}
 	waitStuck(t, first, 1)
 	// The new connection serves real calls.
 	name := fmt.Sprintf("t-stall-%d", time.Now().UnixNano()%1e9)
@@ -166,6 +169,9 @@ func TestCallGivenUpOnCtx(t *testing.T) {
 	}
 	if s.cur() != first {
 		t.Error("the store connected again after a caller gave up; want the same connection")
+	}
+	if n := s.Stalls(); n != 0 {
+		t.Errorf("Stalls() = %d after a caller gave up; want 0", n)
 	}
 	close(c.unblock)
 	waitStuck(t, first, 0)

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ceph/go-ceph/rados"
@@ -30,14 +31,16 @@ type Store struct {
 	mu      sync.Mutex
 	sess    *session   // the connection calls use
 	retired []*session // connections left after a stall, closed by Close
+	stalls  atomic.Uint64
 
 	diagMu sync.Mutex
 	diag   diagnosis // the last Diagnose, reused for diagnosisTTL
 }
 
 var (
-	_ layering.Backend   = (*Store)(nil)
-	_ layering.Diagnoser = (*Store)(nil)
+	_ layering.Backend      = (*Store)(nil)
+	_ layering.Diagnoser    = (*Store)(nil)
+	_ layering.StallCounter = (*Store)(nil)
 )
 
 // Open connects to the cluster and opens the pool. It returns an error
@@ -426,12 +429,12 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 			return err
 		}
 	}
-	err = rbd.RemoveImage(s.cur().ioctx, name)
+	err = s.removeImage(ctx, name)
 	if errno(err) == eBUSY {
 		return layering.WithHint(fmt.Errorf("remove %s: image still has watchers: %w (ceph: %w)", name, layering.ErrBusy, err),
 			"it is mapped on a node: undeploy or unmap it first")
 	}
-	return s.wrap(ctx, "remove "+name, err)
+	return err
 }
 
 // finishRemoval completes the removal of an image that a killed process
@@ -448,7 +451,19 @@ func (s *Store) finishRemoval(ctx context.Context, name string, notFound error) 
 	if !slices.Contains(names, name) {
 		return notFound
 	}
-	return s.wrap(ctx, "remove "+name, rbd.RemoveImage(s.cur().ioctx, name))
+	return s.removeImage(ctx, name)
+}
+
+// removeImage removes an image, bounded as an open is (librbd opens it
+// first), and not run twice: a removal given up on may still go on. The
+// removal of a half-removed image finishes it later (finishRemoval).
+//
+// Implements: rbd_remove.
+func (s *Store) removeImage(ctx context.Context, name string) error {
+	_, err := bounded(ctx, s, "remove "+name, false, func(io *rados.IOContext) (struct{}, error) {
+		return struct{}{}, rbd.RemoveImage(io, name)
+	}, nil)
+	return err
 }
 
 // checkWatchers refuses while another client (a mapping) watches the image.

@@ -108,7 +108,8 @@ func TestAutoModeSettlesOnFaster(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, m := range []string{`fogdeploy_auto_decisions_total{choice="restore",why="first"} 3`, `fogdeploy_auto_decisions_total{choice="boot",why="faster"}`} {
+	for _, m := range []string{`fogdeploy_auto_decisions_total{choice="restore",why="first"} 3`, `fogdeploy_auto_decisions_total{choice="boot",why="faster"}`,
+		"\nfogdeploy_ceph_stalls_total 0\n"} {
 		if !strings.Contains(string(metrics), m) {
 			t.Errorf("/metrics has no %s", m)
 		}
