@@ -23,7 +23,8 @@ type session struct {
 	ioctx *rados.IOContext
 	// stuck counts the calls the store gave up on that librbd has not
 	// returned from: the connection cannot be shut down under them.
-	stuck atomic.Int32
+	stuck  atomic.Int32
+	closed bool // by Store.Close, under Store.mu
 }
 
 // dial connects to the cluster and opens the pool, within cfg.Timeout and
@@ -80,6 +81,7 @@ func dial(ctx context.Context, cfg Config) (*session, error) {
 func (se *session) close() {
 	se.ioctx.Destroy()
 	se.conn.Shutdown()
+	se.closed = true
 }
 
 // Stalls implements layering.StallCounter: the calls given up on after
@@ -100,20 +102,18 @@ func (s *Store) cur() *session {
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	all := s.retired
-	if s.sess != nil {
-		all = append(all, s.sess)
-	}
-	s.sess, s.retired = nil, nil
-	for _, se := range all {
-		if se.stuck.Load() > 0 {
-			s.retired = append(s.retired, se)
-			continue
+	left := 0
+	for _, se := range append(s.retired, s.sess) {
+		switch {
+		case se.closed:
+		case se.stuck.Load() > 0:
+			left++
+		default:
+			se.close()
 		}
-		se.close()
 	}
-	if n := len(s.retired); n > 0 {
-		return fmt.Errorf("ceph: %d connection(s) left open: librbd has not returned from a call given up on", n)
+	if left > 0 {
+		return fmt.Errorf("ceph: %d connection(s) left open: librbd has not returned from a call given up on", left)
 	}
 	return nil
 }
