@@ -136,18 +136,21 @@ func (s *Store) openImage(ctx context.Context, op, name, snap string, readOnly b
 }
 
 // bounded runs call, a librbd call that opens an image, on the store's
-// connection, and gives up on it after Config.Stall or when ctx ends.
-// rbd_open waits for librbd's state machine without a timeout of its own:
-// each OSD request in it is bounded (rados_osd_op_timeout), but the open
-// as a whole has been seen to wait for ever on a healthy cluster, where a
-// new client opens the same image at once. So a call that stalls retires
-// its connection (later calls use a new one) and, when retry is set (the
-// call changes nothing, or nothing twice), runs once more on the new
-// connection. What the call given up on returns later is released with
-// release. The call's own error is wrapped as Store.wrap does. A second
-// stall, or a failed reconnection, gives an error
-// wrapping ErrStalled and layering.ErrUnavailable.
-func bounded[T any](ctx context.Context, s *Store, op string, retry bool, call func(*rados.IOContext) (T, error), release func(T)) (T, error) {
+// connection, and gives up on it after Config.Stall. rbd_open waits for
+// librbd's state machine without a timeout of its own: each OSD request
+// in it is bounded (rados_osd_op_timeout), but the open as a whole has
+// been seen to wait for ever on a healthy cluster, where a new client
+// opens the same image at once. So a call that stalls retires its
+// connection (later calls use a new one) and, if repeatable, runs once
+// more on the new connection. A repeatable call (one that changes nothing
+// in the pool) is also given up on when ctx ends; one that changes the
+// pool (a clone, a removal) is waited for until it returns or stalls, so
+// that its caller never undoes it before it is done. What a call given up
+// on returns later is released with release. The call's own error is
+// wrapped as Store.wrap does. A stall of a call that is not repeatable, a
+// second stall, or a failed reconnection gives an error wrapping
+// ErrStalled and layering.ErrUnavailable.
+func bounded[T any](ctx context.Context, s *Store, op string, repeatable bool, call func(*rados.IOContext) (T, error), release func(T)) (T, error) {
 	type result struct {
 		v   T
 		err error
@@ -162,11 +165,15 @@ func bounded[T any](ctx context.Context, s *Store, op string, retry bool, call f
 		}()
 		timer := time.NewTimer(s.cfg.Stall)
 		var stalled bool
+		cancelled := ctx.Done()
+		if !repeatable {
+			cancelled = nil
+		}
 		select {
 		case r := <-done:
 			timer.Stop()
 			return r.v, s.wrap(ctx, op, r.err)
-		case <-ctx.Done():
+		case <-cancelled:
 			timer.Stop()
 		case <-timer.C:
 			stalled = true
@@ -185,7 +192,7 @@ func bounded[T any](ctx context.Context, s *Store, op string, retry bool, call f
 		err := s.reconnect(ctx, se)
 		s.log.Warn("a librbd call did not return: this connection is left, later calls use a new one",
 			"op", op, "after", s.cfg.Stall, "attempt", attempt, "reconnect_error", err)
-		if err != nil || !retry || attempt == 2 {
+		if err != nil || !repeatable || attempt == 2 {
 			werr := fmt.Errorf("%s: %w within %s, attempt %d (%w)", op, ErrStalled, s.cfg.Stall, attempt, layering.ErrUnavailable)
 			if err != nil {
 				werr = fmt.Errorf("%w; connecting again: %w", werr, err)

@@ -54,6 +54,23 @@ func (c *stuckCall) release(v int) {
 	}
 }
 
+// finish lets the calls stuck in c return, checks that what each
+// returned was released once (released in all), and that the store then
+// shuts every connection down.
+func (c *stuckCall) finish(t *testing.T, s *Store, released int32) {
+	t.Helper()
+	close(c.unblock)
+	for _, se := range append(s.retired, s.cur()) {
+		waitStuck(t, se, 0)
+	}
+	if got := c.released.Load(); got != released {
+		t.Errorf("what the stalled calls returned was released %d times; want %d", got, released)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("Close once every call returned = %v", err)
+	}
+}
+
 func waitStuck(t *testing.T, se *session, want int32) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -100,36 +117,17 @@ func TestStalledCallReconnects(t *testing.T) {
 	if err := s.Close(); err == nil || !strings.Contains(err.Error(), "left open") {
 		t.Fatalf("Close with a call still in librbd = %v; want an error saying a connection is left open", err)
 	}
-	close(c.unblock)
-	waitStuck(t, first, 0)
-	if c.released.Load() != 1 {
-		t.Errorf("what the stalled call returned was released %d times; want once", c.released.Load())
-	}
-	if err := s.Close(); err != nil {
-		t.Errorf("Close once the call returned = %v", err)
-	}
+	c.finish(t, s, 1)
 }
 
 // TestStalledTwice: a call that stalls on the new connection too gives an
 // error wrapping ErrStalled and layering.ErrUnavailable, with a hint; a
-// call that must not run twice stalls once.
+// call that is not repeatable stalls once.
 func TestStalledTwice(t *testing.T) {
 	s := openStalling(t)
 	first := s.cur()
 	c := &stuckCall{everywhere: true, unblock: make(chan struct{})}
-	defer func() {
-		close(c.unblock)
-		waitStuck(t, first, 0)
-		for _, se := range s.retired {
-			waitStuck(t, se, 0)
-		}
-		if got := c.released.Load(); got != 3 {
-			t.Errorf("stalled results released = %d; want 3", got)
-		}
-		if err := s.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
+	defer c.finish(t, s, 3)
 	start := time.Now()
 	_, err := bounded(t.Context(), s, "clone a to b", false, c.call, c.release)
 	if !errors.Is(err, ErrStalled) || !errors.Is(err, layering.ErrUnavailable) || !strings.Contains(err.Error(), "clone a to b") {
@@ -139,7 +137,7 @@ func TestStalledTwice(t *testing.T) {
 		t.Errorf("the stall error %q has no hint", err)
 	}
 	if el := time.Since(start); el > 3*time.Second {
-		t.Errorf("a call that must not run twice gave up after %s; want one stall bound (300ms)", el)
+		t.Errorf("a call that is not repeatable gave up after %s; want one stall bound (300ms)", el)
 	}
 	second := s.cur()
 	if second == first {
@@ -173,10 +171,23 @@ func TestCallGivenUpOnCtx(t *testing.T) {
 	if n := s.Stalls(); n != 0 {
 		t.Errorf("Stalls() = %d after a caller gave up; want 0", n)
 	}
-	close(c.unblock)
-	waitStuck(t, first, 0)
-	if c.released.Load() != 1 {
-		t.Errorf("released %d times; want once", c.released.Load())
+	c.finish(t, s, 1)
+}
+
+// TestChangeWaitedFor: a call that changes the pool (a clone, a removal)
+// is not given up on when its caller's context ends, so that the caller
+// never undoes it before it is done; it is bounded by the stall bound.
+func TestChangeWaitedFor(t *testing.T) {
+	s := openStalling(t)
+	s.cfg.Stall = time.Minute
+	c := &stuckCall{stuckOn: s.cur().ioctx, unblock: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	time.AfterFunc(500*time.Millisecond, func() { close(c.unblock) })
+	start := time.Now()
+	v, err := bounded(ctx, s, "clone z", false, c.call, c.release)
+	if err != nil || v != 1 || time.Since(start) < 400*time.Millisecond {
+		t.Fatalf("bounded(a change, its caller's context ending first) = %d, %v after %s; want its own answer once it returned", v, err, time.Since(start))
 	}
 	if err := s.Close(); err != nil {
 		t.Error(err)

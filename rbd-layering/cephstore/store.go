@@ -295,7 +295,7 @@ func (s *Store) Clone(ctx context.Context, parent layering.SnapRef, child string
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	// Bounded as an open is (it opens the parent), but not run again: a
+	// Bounded as an open is (it opens the parent), but not repeatable: a
 	// clone given up on may still be made. What the call uses is its own,
 	// for it may outlive this function.
 	_, err := bounded(ctx, s, fmt.Sprintf("clone %s to %s", parent, child), false, func(io *rados.IOContext) (struct{}, error) {
@@ -455,7 +455,7 @@ func (s *Store) finishRemoval(ctx context.Context, name string, notFound error) 
 }
 
 // removeImage removes an image, bounded as an open is (librbd opens it
-// first), and not run twice: a removal given up on may still go on. The
+// first), and not repeatable: a removal given up on may still go on. The
 // removal of a half-removed image finishes it later (finishRemoval).
 //
 // Implements: rbd_remove.
