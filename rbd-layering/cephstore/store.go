@@ -430,9 +430,8 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 		}
 	}
 	err = s.removeImage(ctx, name)
-	if errno(err) == eBUSY {
-		return layering.WithHint(fmt.Errorf("remove %s: image still has watchers: %w (ceph: %w)", name, layering.ErrBusy, err),
-			"it is mapped on a node: undeploy or unmap it first")
+	if errno(err) == eBUSY { // "remove NAME: in use (ceph: ...)"
+		return layering.WithHint(err, "the image still has watchers: it is mapped on a node; undeploy or unmap it first")
 	}
 	return err
 }
@@ -526,8 +525,9 @@ func (s *Store) Meta(ctx context.Context, name string) (map[string]string, error
 // false when the objects are not laid out as expected.
 func (s *Store) headerMeta(name string) (_ map[string]string, ok bool, err error) {
 	const metaPrefix = "metadata_"
+	io := s.cur().ioctx
 	buf := make([]byte, 128)
-	n, err := s.cur().ioctx.Read("rbd_id."+name, buf, 0)
+	n, err := io.Read("rbd_id."+name, buf, 0)
 	if errno(err) == eNOENT {
 		return nil, true, fmt.Errorf("metadata of %s: %w", name, layering.ErrNotFound)
 	}
@@ -540,7 +540,7 @@ func (s *Store) headerMeta(name string) (_ map[string]string, ok bool, err error
 	if size == 0 || 4+size != n {
 		return nil, false, nil
 	}
-	vals, err := s.cur().ioctx.GetAllOmapValues("rbd_header."+string(buf[4:n]), "", metaPrefix, 64)
+	vals, err := io.GetAllOmapValues("rbd_header."+string(buf[4:n]), "", metaPrefix, 64)
 	if err != nil {
 		return nil, false, nil
 	}
