@@ -31,6 +31,8 @@ func (c IOCounters) Sub(o IOCounters) IOCounters {
 //
 // Implements: mon "osd dump"; osd "perf dump" (logger osd).
 func (s *Store) IOCounters(ctx context.Context) (IOCounters, error) {
+	se := s.acquire()
+	defer s.release(se)
 	var dump osdDump
 	if err := s.monJSON(ctx, map[string]any{"prefix": "osd dump", "format": "json"}, &dump); err != nil {
 		return IOCounters{}, err
@@ -44,7 +46,7 @@ func (s *Store) IOCounters(ctx context.Context) (IOCounters, error) {
 		if err := ctx.Err(); err != nil {
 			return c, err
 		}
-		out, status, err := s.cur().conn.OsdCommand(o.ID, [][]byte{cmd})
+		out, status, err := se.conn.OsdCommand(o.ID, [][]byte{cmd})
 		if err != nil {
 			return c, wrap("osd."+strconv.Itoa(o.ID)+" perf dump", fmt.Errorf("%w (%s)", err, status))
 		}
@@ -60,11 +62,13 @@ func (s *Store) IOCounters(ctx context.Context) (IOCounters, error) {
 }
 
 func (s *Store) monJSON(ctx context.Context, cmd map[string]any, v any) error {
+	se := s.acquire()
+	defer s.release(se)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	raw, _ := json.Marshal(cmd)
-	out, status, err := s.cur().conn.MonCommand(raw)
+	out, status, err := se.conn.MonCommand(raw)
 	if err != nil {
 		return wrap(fmt.Sprint(cmd["prefix"]), fmt.Errorf("%w (%s)", err, status))
 	}

@@ -105,11 +105,13 @@ type watchKey struct {
 // ADDR"). A watcher that registered after the notification went out is
 // left for the next round.
 func (s *Store) evictDead(ctx context.Context, name string, tried map[string]bool) ([]layering.Eviction, []string, error) {
+	se := s.acquire()
+	defer s.release(se)
 	header, ws, err := s.watchers(ctx, name)
 	if err != nil {
 		return nil, nil, err
 	}
-	self := s.cur().conn.GetInstanceID()
+	self := se.conn.GetInstanceID()
 	var others []rbd.ImageWatcher
 	for _, w := range ws {
 		// An address evicted already stays listed until the OSD has the
@@ -126,7 +128,7 @@ func (s *Store) evictDead(ctx context.Context, name string, tried map[string]boo
 	}
 	// An empty payload is librbd's "header updated" notification: a live
 	// client re-reads the header and answers.
-	acks, timeouts, err := s.cur().ioctx.NotifyWithTimeout(header, nil, answerWithin)
+	acks, timeouts, err := se.ioctx.NotifyWithTimeout(header, nil, answerWithin)
 	if err != nil && errno(err) != eTIMEDOUT { // ETIMEDOUT: some did not answer
 		return nil, nil, wrap("notify the watchers of "+name, err)
 	}
@@ -184,6 +186,8 @@ func (s *Store) watchers(ctx context.Context, name string) (string, []rbd.ImageW
 // Implements: mon "osd blocklist add" (Ceph 16), "osd blacklist add"
 // (before).
 func (s *Store) blocklist(ctx context.Context, addr string) error {
+	se := s.acquire()
+	defer s.release(se)
 	if err := oneClient(addr); err != nil {
 		return err
 	}
@@ -195,7 +199,7 @@ func (s *Store) blocklist(ctx context.Context, addr string) error {
 		// The monitors want a float for expire: 120.0, not 120.
 		expire := json.Number(strconv.FormatFloat(blocklistFor.Seconds(), 'f', 1, 64))
 		raw, _ := json.Marshal(map[string]any{"prefix": c.prefix, c.op: "add", "addr": addr, "expire": expire})
-		_, status, err := s.cur().conn.MonCommand(raw)
+		_, status, err := se.conn.MonCommand(raw)
 		if err == nil {
 			return nil
 		}

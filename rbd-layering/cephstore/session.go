@@ -6,8 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/ceph/go-ceph/rados"
@@ -17,14 +17,17 @@ import (
 )
 
 // session is one connection to the cluster (one librados client
-// instance) and its I/O context on the pool.
+// instance) and its I/O context on the pool. Its fields but conn and ioctx
+// are guarded by Store.mu.
 type session struct {
 	conn  *rados.Conn
 	ioctx *rados.IOContext
-	// stuck counts the calls the store gave up on that librbd has not
-	// returned from: the connection cannot be shut down under them.
-	stuck  atomic.Int32
-	closed bool // by Store.Close, under Store.mu
+	// users counts the calls running on it and the images open on it,
+	// the calls given up on included: it is shut down once it has none
+	// and is retired (after a stall, or by Store.Close), never under them.
+	users   int
+	retired bool
+	closed  bool
 }
 
 // dial connects to the cluster and opens the pool, within cfg.Timeout and
@@ -78,42 +81,65 @@ func dial(ctx context.Context, cfg Config) (*session, error) {
 	return &session{conn: conn, ioctx: ioctx}, nil
 }
 
-func (se *session) close() {
-	se.ioctx.Destroy()
-	se.conn.Shutdown()
-	se.closed = true
-}
-
 // Stalls implements layering.StallCounter: the calls given up on after
 // Config.Stall (not those whose context ended).
 func (s *Store) Stalls() uint64 { return s.stalls.Load() }
 
-// cur returns the connection calls use now.
-func (s *Store) cur() *session {
+// acquire returns the connection calls use now, counting one more use of
+// it; release ends that use.
+func (s *Store) acquire() *session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.sess.users++
 	return s.sess
 }
 
-// Close implements layering.Store. A connection with a call that librbd
-// has not returned from (see bounded) is left open, for shutting it down
-// under that call could crash the process; Close says so, and a later
-// Close shuts it down once the call has returned.
+// release ends a use of se, and shuts se down if that was the last use of
+// a retired connection.
+func (s *Store) release(se *session) {
+	s.mu.Lock()
+	se.users--
+	last := se.users == 0 && se.retired && !se.closed
+	if last {
+		se.closed = true
+		s.retired = slices.DeleteFunc(s.retired, func(r *session) bool { return r == se })
+	}
+	s.mu.Unlock()
+	if last {
+		se.shutdown()
+	}
+}
+
+func (se *session) shutdown() {
+	se.ioctx.Destroy()
+	se.conn.Shutdown()
+}
+
+// Close implements layering.Store. A connection still in use (a call that
+// librbd has not returned from, see bounded) is not shut down under that
+// use, which could crash the process: Close says so, and the connection
+// is shut down when its last use ends.
 func (s *Store) Close() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var now []*session
 	left := 0
 	for _, se := range append(s.retired, s.sess) {
 		switch {
 		case se.closed:
-		case se.stuck.Load() > 0:
+		case se.users > 0:
+			se.retired = true
 			left++
 		default:
-			se.close()
+			se.closed = true
+			now = append(now, se)
 		}
 	}
+	s.mu.Unlock()
+	for _, se := range now {
+		se.shutdown()
+	}
 	if left > 0 {
-		return fmt.Errorf("ceph: %d connection(s) left open: librbd has not returned from a call given up on", left)
+		return fmt.Errorf("ceph: %d connection(s) left open until librbd returns from the calls on them", left)
 	}
 	return nil
 }
@@ -122,17 +148,41 @@ func (s *Store) Close() error {
 // Config.Stall wraps, with layering.ErrUnavailable.
 var ErrStalled = errors.New("librbd did not return")
 
+// image is an open image; it holds a use of the connection it is open on.
+type image struct {
+	*rbd.Image
+	s  *Store
+	se *session
+}
+
+// Close closes the image and ends its use of the connection.
+func (i *image) Close() error {
+	err := i.Image.Close()
+	i.s.release(i.se)
+	return err
+}
+
 // openImage opens an image (at snapshot snap, or rbd.NoSnapshot) within
 // Config.Stall: see bounded.
 //
 // Implements: rbd_open, rbd_open_read_only.
-func (s *Store) openImage(ctx context.Context, op, name, snap string, readOnly bool) (*rbd.Image, error) {
-	return bounded(ctx, s, op, true, func(io *rados.IOContext) (*rbd.Image, error) {
+func (s *Store) openImage(ctx context.Context, op, name, snap string, readOnly bool) (*image, error) {
+	return bounded(ctx, s, op, true, func(se *session) (*image, error) {
+		var img *rbd.Image
+		var err error
 		if readOnly {
-			return rbd.OpenImageReadOnly(io, name, snap)
+			img, err = rbd.OpenImageReadOnly(se.ioctx, name, snap)
+		} else {
+			img, err = rbd.OpenImage(se.ioctx, name, snap)
 		}
-		return rbd.OpenImage(io, name, snap)
-	}, func(img *rbd.Image) { _ = img.Close() })
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		se.users++
+		s.mu.Unlock()
+		return &image{Image: img, s: s, se: se}, nil
+	}, func(img *image) { _ = img.Close() })
 }
 
 // bounded runs call, a librbd call that opens an image, on the store's
@@ -150,17 +200,17 @@ func (s *Store) openImage(ctx context.Context, op, name, snap string, readOnly b
 // wrapped as Store.wrap does. A stall of a call that is not repeatable, a
 // second stall, or a failed reconnection gives an error wrapping
 // ErrStalled and layering.ErrUnavailable.
-func bounded[T any](ctx context.Context, s *Store, op string, repeatable bool, call func(*rados.IOContext) (T, error), release func(T)) (T, error) {
+func bounded[T any](ctx context.Context, s *Store, op string, repeatable bool, call func(*session) (T, error), release func(T)) (T, error) {
 	type result struct {
 		v   T
 		err error
 	}
 	var zero T
 	for attempt := 1; ; attempt++ {
-		se := s.cur()
+		se := s.acquire()
 		done := make(chan result, 1)
 		go func() {
-			v, err := call(se.ioctx)
+			v, err := call(se)
 			done <- result{v, err}
 		}()
 		timer := time.NewTimer(s.cfg.Stall)
@@ -172,18 +222,18 @@ func bounded[T any](ctx context.Context, s *Store, op string, repeatable bool, c
 		select {
 		case r := <-done:
 			timer.Stop()
+			s.release(se)
 			return r.v, s.wrap(ctx, op, r.err)
 		case <-cancelled:
 			timer.Stop()
 		case <-timer.C:
 			stalled = true
 		}
-		se.stuck.Add(1)
 		go func() {
 			if r := <-done; r.err == nil && release != nil {
 				release(r.v)
 			}
-			se.stuck.Add(-1)
+			s.release(se)
 		}()
 		if !stalled {
 			return zero, fmt.Errorf("%s: %w", op, ctx.Err())
@@ -204,7 +254,8 @@ func bounded[T any](ctx context.Context, s *Store, op string, repeatable bool, c
 }
 
 // reconnect replaces old, the connection of a stalled call, with a new one;
-// old is closed by Close. Another call may have replaced it already.
+// old is retired, and shut down when its last use ends. Another call may
+// have replaced it already.
 func (s *Store) reconnect(ctx context.Context, old *session) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -217,7 +268,14 @@ func (s *Store) reconnect(ctx context.Context, old *session) error {
 	if err != nil {
 		return err
 	}
-	s.retired = append(s.retired, old)
+	old.retired = true
 	s.sess = se
+	if old.users > 0 {
+		s.retired = append(s.retired, old)
+		return nil
+	}
+	// Its stalled call returned meanwhile.
+	old.closed = true
+	go old.shutdown()
 	return nil
 }

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ceph/go-ceph/rados"
-
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -30,18 +28,50 @@ func openStalling(t *testing.T) *Store {
 	return s
 }
 
+// cur returns the connection calls use now.
+func (s *Store) cur() *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sess
+}
+
+// closed says whether se was shut down, and how many retired connections
+// the store still holds.
+func (s *Store) closed(se *session) (bool, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return se.closed, len(s.retired)
+}
+
+// waitClosed waits until se is shut down and the store holds no retired
+// connection.
+func waitClosed(t *testing.T, s *Store, se *session) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		closed, retired := s.closed(se)
+		if closed && retired == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("connection shut down: %v, retired connections held: %d; want it shut down and none held", closed, retired)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // stuckCall is a call that does not return until unblock is closed on
 // the connection stuckOn, or on every connection when everywhere is set;
 // it returns 1 then, and 2 at once elsewhere.
 type stuckCall struct {
-	stuckOn    *rados.IOContext
+	stuckOn    *session
 	everywhere bool
 	unblock    chan struct{}
 	released   atomic.Int32 // stalled results handed to release
 }
 
-func (c *stuckCall) call(io *rados.IOContext) (int, error) {
-	if c.everywhere || io == c.stuckOn {
+func (c *stuckCall) call(se *session) (int, error) {
+	if c.everywhere || se == c.stuckOn {
 		<-c.unblock
 		return 1, nil
 	}
@@ -54,14 +84,14 @@ func (c *stuckCall) release(v int) {
 	}
 }
 
-// finish lets the calls stuck in c return, checks that what each
-// returned was released once (released in all), and that the store then
-// shuts every connection down.
-func (c *stuckCall) finish(t *testing.T, s *Store, released int32) {
+// finish lets the calls stuck in c return, waits until each connection
+// they held is shut down, checks that what each returned was released
+// once (released in all), and closes the store.
+func (c *stuckCall) finish(t *testing.T, s *Store, held []*session, released int32) {
 	t.Helper()
 	close(c.unblock)
-	for _, se := range append(s.retired, s.cur()) {
-		waitStuck(t, se, 0)
+	for _, se := range held {
+		waitClosed(t, s, se)
 	}
 	if got := c.released.Load(); got != released {
 		t.Errorf("what the stalled calls returned was released %d times; want %d", got, released)
@@ -71,26 +101,15 @@ func (c *stuckCall) finish(t *testing.T, s *Store, released int32) {
 	}
 }
 
-func waitStuck(t *testing.T, se *session, want int32) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for se.stuck.Load() != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("calls stuck on the connection = %d; want %d", se.stuck.Load(), want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestStalledCallReconnects: a call that librbd does not return from
 // within Config.Stall is given up on; the store connects again, runs the
 // call once more on the new connection, and serves later calls there; what
-// the stalled call returns at last is released, and Close then shuts both
-// connections down.
+// the stalled call returns at last is released, and its connection is
+// shut down then.
 func TestStalledCallReconnects(t *testing.T) {
 	s := openStalling(t)
 	first := s.cur()
-	c := &stuckCall{stuckOn: first.ioctx, unblock: make(chan struct{})}
+	c := &stuckCall{stuckOn: first, unblock: make(chan struct{})}
 	v, err := bounded(t.Context(), s, "test call", true, c.call, c.release)
 	if err != nil || v != 2 {
 		t.Fatalf("bounded(a call stuck on the first connection) = %d, %v; want the second connection's answer", v, err)
@@ -101,7 +120,6 @@ func TestStalledCallReconnects(t *testing.T) {
 	if n := s.Stalls(); n != 1 {
 		t.Errorf("Stalls() = %d after one stall; want 1", n)
 	}
-	waitStuck(t, first, 1)
 	// The new connection serves real calls.
 	name := fmt.Sprintf("t-stall-%d", time.Now().UnixNano()%1e9)
 	if err := s.Create(t.Context(), name, 4<<20); err != nil {
@@ -113,11 +131,11 @@ func TestStalledCallReconnects(t *testing.T) {
 	if err := s.Remove(t.Context(), name); err != nil {
 		t.Fatal(err)
 	}
-	// A store closed while librbd has not returned leaves that connection.
-	if err := s.Close(); err == nil || !strings.Contains(err.Error(), "left open") {
-		t.Fatalf("Close with a call still in librbd = %v; want an error saying a connection is left open", err)
+	// The stalled call still holds its connection.
+	if closed, retired := s.closed(first); closed || retired != 1 {
+		t.Fatalf("while the stalled call runs: its connection shut down %v, retired held %d; want open and held", closed, retired)
 	}
-	c.finish(t, s, 1)
+	c.finish(t, s, []*session{first}, 1)
 }
 
 // TestStalledTwice: a call that stalls on the new connection too gives an
@@ -125,9 +143,8 @@ func TestStalledCallReconnects(t *testing.T) {
 // call that is not repeatable stalls once.
 func TestStalledTwice(t *testing.T) {
 	s := openStalling(t)
-	first := s.cur()
 	c := &stuckCall{everywhere: true, unblock: make(chan struct{})}
-	defer c.finish(t, s, 3)
+	held := []*session{s.cur()}
 	start := time.Now()
 	_, err := bounded(t.Context(), s, "clone a to b", false, c.call, c.release)
 	if !errors.Is(err, ErrStalled) || !errors.Is(err, layering.ErrUnavailable) || !strings.Contains(err.Error(), "clone a to b") {
@@ -139,26 +156,28 @@ func TestStalledTwice(t *testing.T) {
 	if el := time.Since(start); el > 3*time.Second {
 		t.Errorf("a call that is not repeatable gave up after %s; want one stall bound (300ms)", el)
 	}
-	second := s.cur()
-	if second == first {
+	if s.cur() == held[0] {
 		t.Fatal("no new connection after a stall")
 	}
+	held = append(held, s.cur())
 	_, err = bounded(t.Context(), s, "open x", true, c.call, c.release)
 	if !errors.Is(err, ErrStalled) || !strings.Contains(err.Error(), "attempt 2") {
 		t.Fatalf("bounded(a call stalling on both connections) = %v; want ErrStalled after the second attempt", err)
 	}
-	if n := len(s.retired); n != 3 {
-		t.Errorf("connections retired = %d; want 3 (one per stall)", n)
+	if _, retired := s.closed(held[0]); retired != 3 {
+		t.Errorf("retired connections held = %d; want 3 (one per stall)", retired)
 	}
+	c.finish(t, s, held, 3)
 }
 
-// TestCallGivenUpOnCtx: a caller's context ends the wait without
-// retiring the connection.
+// TestCallGivenUpOnCtx: a caller's context ends the wait without retiring
+// the connection; Close while the call runs leaves that connection open,
+// says so, and it is shut down when the call returns.
 func TestCallGivenUpOnCtx(t *testing.T) {
 	s := openStalling(t)
 	s.cfg.Stall = time.Minute
 	first := s.cur()
-	c := &stuckCall{stuckOn: first.ioctx, unblock: make(chan struct{})}
+	c := &stuckCall{stuckOn: first, unblock: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	_, err := bounded(ctx, s, "open y", true, c.call, c.release)
@@ -171,7 +190,10 @@ func TestCallGivenUpOnCtx(t *testing.T) {
 	if n := s.Stalls(); n != 0 {
 		t.Errorf("Stalls() = %d after a caller gave up; want 0", n)
 	}
-	c.finish(t, s, 1)
+	if err := s.Close(); err == nil || !strings.Contains(err.Error(), "left open") {
+		t.Fatalf("Close with a call still in librbd = %v; want an error saying a connection is left open", err)
+	}
+	c.finish(t, s, []*session{first}, 1)
 }
 
 // TestChangeWaitedFor: a call that changes the pool (a clone, a removal)
@@ -180,7 +202,7 @@ func TestCallGivenUpOnCtx(t *testing.T) {
 func TestChangeWaitedFor(t *testing.T) {
 	s := openStalling(t)
 	s.cfg.Stall = time.Minute
-	c := &stuckCall{stuckOn: s.cur().ioctx, unblock: make(chan struct{})}
+	c := &stuckCall{stuckOn: s.cur(), unblock: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	time.AfterFunc(500*time.Millisecond, func() { close(c.unblock) })

@@ -17,7 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ceph/go-ceph/rados"
 	"github.com/ceph/go-ceph/rbd"
 
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -30,7 +29,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	sess    *session   // the connection calls use
-	retired []*session // connections left after a stall, closed by Close
+	retired []*session // connections retired still in use, shut down by their last release
 	stalls  atomic.Uint64
 
 	diagMu sync.Mutex
@@ -126,6 +125,8 @@ func wrap(op string, err error) error {
 //
 // Implements: rbd_create4.
 func (s *Store) Create(ctx context.Context, name string, size int64, options ...layering.CreateOption) error {
+	se := s.acquire()
+	defer s.release(se)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -143,7 +144,7 @@ func (s *Store) Create(ctx context.Context, name string, size int64, options ...
 			return err
 		}
 	}
-	return s.wrap(ctx, "create "+name, rbd.CreateImage(s.cur().ioctx, name, uint64(size), opts))
+	return s.wrap(ctx, "create "+name, rbd.CreateImage(se.ioctx, name, uint64(size), opts))
 }
 
 // Write implements layering.Store.
@@ -251,10 +252,12 @@ func (s *Store) Stat(ctx context.Context, name string) (layering.ImageInfo, erro
 //
 // Implements: rbd_list2.
 func (s *Store) List(ctx context.Context) ([]string, error) {
+	se := s.acquire()
+	defer s.release(se)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	names, err := rbd.GetImageNames(s.cur().ioctx)
+	names, err := rbd.GetImageNames(se.ioctx)
 	if err != nil {
 		return nil, s.wrap(ctx, "list pool "+s.cfg.Pool, err)
 	}
@@ -298,13 +301,13 @@ func (s *Store) Clone(ctx context.Context, parent layering.SnapRef, child string
 	// Bounded as an open is (it opens the parent), but not repeatable: a
 	// clone given up on may still be made. What the call uses is its own,
 	// for it may outlive this function.
-	_, err := bounded(ctx, s, fmt.Sprintf("clone %s to %s", parent, child), false, func(io *rados.IOContext) (struct{}, error) {
+	_, err := bounded(ctx, s, fmt.Sprintf("clone %s to %s", parent, child), false, func(se *session) (struct{}, error) {
 		opts := rbd.NewRbdImageOptions()
 		defer opts.Destroy()
 		if err := opts.SetUint64(rbd.ImageOptionFeatures, rbd.FeatureLayering|rbd.FeatureExclusiveLock|rbd.FeatureObjectMap|rbd.FeatureFastDiff|rbd.FeatureDeepFlatten); err != nil {
 			return struct{}{}, err
 		}
-		return struct{}{}, rbd.CloneImage(io, parent.Image, parent.Snap, io, child, opts)
+		return struct{}{}, rbd.CloneImage(se.ioctx, parent.Image, parent.Snap, se.ioctx, child, opts)
 	}, nil)
 	return err
 }
@@ -443,7 +446,9 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 //
 // Implements: rbd_list2, rbd_remove.
 func (s *Store) finishRemoval(ctx context.Context, name string, notFound error) error {
-	names, err := rbd.GetImageNames(s.cur().ioctx)
+	se := s.acquire()
+	defer s.release(se)
+	names, err := rbd.GetImageNames(se.ioctx)
 	if err != nil {
 		return s.wrap(ctx, "list images", err)
 	}
@@ -459,8 +464,8 @@ func (s *Store) finishRemoval(ctx context.Context, name string, notFound error) 
 //
 // Implements: rbd_remove.
 func (s *Store) removeImage(ctx context.Context, name string) error {
-	_, err := bounded(ctx, s, "remove "+name, false, func(io *rados.IOContext) (struct{}, error) {
-		return struct{}{}, rbd.RemoveImage(io, name)
+	_, err := bounded(ctx, s, "remove "+name, false, func(se *session) (struct{}, error) {
+		return struct{}{}, rbd.RemoveImage(se.ioctx, name)
 	}, nil)
 	return err
 }
@@ -524,10 +529,11 @@ func (s *Store) Meta(ctx context.Context, name string) (map[string]string, error
 // headerMeta reads image name's metadata from its header object; ok is
 // false when the objects are not laid out as expected.
 func (s *Store) headerMeta(name string) (_ map[string]string, ok bool, err error) {
+	se := s.acquire()
+	defer s.release(se)
 	const metaPrefix = "metadata_"
-	io := s.cur().ioctx
 	buf := make([]byte, 128)
-	n, err := io.Read("rbd_id."+name, buf, 0)
+	n, err := se.ioctx.Read("rbd_id."+name, buf, 0)
 	if errno(err) == eNOENT {
 		return nil, true, fmt.Errorf("metadata of %s: %w", name, layering.ErrNotFound)
 	}
@@ -540,7 +546,7 @@ func (s *Store) headerMeta(name string) (_ map[string]string, ok bool, err error
 	if size == 0 || 4+size != n {
 		return nil, false, nil
 	}
-	vals, err := io.GetAllOmapValues("rbd_header."+string(buf[4:n]), "", metaPrefix, 64)
+	vals, err := se.ioctx.GetAllOmapValues("rbd_header."+string(buf[4:n]), "", metaPrefix, 64)
 	if err != nil {
 		return nil, false, nil
 	}
@@ -586,7 +592,9 @@ func (s *Store) SetMeta(ctx context.Context, name string, meta map[string]string
 //
 // Implements: rados_read_op_omap_get_vals_by_keys2 (via GetOmapValues).
 func (s *Store) Tag(ctx context.Context, name string) ([]byte, error) {
-	vals, err := s.cur().ioctx.GetOmapValues(CatalogObject, "", name, 64)
+	se := s.acquire()
+	defer s.release(se)
+	vals, err := se.ioctx.GetOmapValues(CatalogObject, "", name, 64)
 	if err != nil && errno(err) != eNOENT {
 		return nil, s.wrap(ctx, "catalog", err)
 	}
@@ -601,12 +609,16 @@ func (s *Store) Tag(ctx context.Context, name string) ([]byte, error) {
 //
 // Implements: rados_write_op_omap_set2.
 func (s *Store) SetTag(ctx context.Context, name string, record []byte) error {
-	return s.wrap(ctx, "catalog set "+name, s.cur().ioctx.SetOmap(CatalogObject, map[string][]byte{name: record}))
+	se := s.acquire()
+	defer s.release(se)
+	return s.wrap(ctx, "catalog set "+name, se.ioctx.SetOmap(CatalogObject, map[string][]byte{name: record}))
 }
 
 // Tags implements layering.Catalog.
 func (s *Store) Tags(ctx context.Context) (map[string][]byte, error) {
-	vals, err := s.cur().ioctx.GetAllOmapValues(CatalogObject, "", "", 256)
+	se := s.acquire()
+	defer s.release(se)
+	vals, err := se.ioctx.GetAllOmapValues(CatalogObject, "", "", 256)
 	if err != nil {
 		if errno(err) == eNOENT {
 			return map[string][]byte{}, nil
@@ -620,7 +632,9 @@ func (s *Store) Tags(ctx context.Context) (map[string][]byte, error) {
 //
 // Implements: rados_write_op_omap_rm_keys2.
 func (s *Store) DeleteTag(ctx context.Context, name string) error {
-	err := s.cur().ioctx.RmOmapKeys(CatalogObject, []string{name})
+	se := s.acquire()
+	defer s.release(se)
+	err := se.ioctx.RmOmapKeys(CatalogObject, []string{name})
 	if errno(err) == eNOENT {
 		return nil
 	}
