@@ -31,12 +31,12 @@ func (c IOCounters) Sub(o IOCounters) IOCounters {
 //
 // Implements: mon "osd dump"; osd "perf dump" (logger osd).
 func (s *Store) IOCounters(ctx context.Context) (IOCounters, error) {
-	se := s.acquire()
-	defer s.release(se)
 	var dump osdDump
 	if err := s.monJSON(ctx, map[string]any{"prefix": "osd dump", "format": "json"}, &dump); err != nil {
 		return IOCounters{}, err
 	}
+	se := s.acquire()
+	defer s.release(se)
 	var c IOCounters
 	cmd, _ := json.Marshal(map[string]any{"prefix": "perf dump", "logger": "osd", "format": "json"})
 	for _, o := range dump.OSDs {
