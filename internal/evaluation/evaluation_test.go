@@ -67,9 +67,9 @@ func sample() evaluation.Results {
 			{N: 1, RestoreMS: s(1200)}, {N: 2, RestoreMS: s(1300, 1400)}, {N: 4, RestoreMS: s(1500, 1600, 1700, 1900)}}},
 			{App: "redis", Engine: "criu", Rows: []evaluation.ConcurrencyRow{
 				{N: 1, RestoreMS: s(900), PoolHitMS: s(40), AheadMS: s(3),
-					AheadPhases: []evaluation.PhaseStats{{Name: "raise", MS: s(0.3)}, {Name: "ready", MS: s(0.6)}}},
+					AheadPhases: []evaluation.PhaseStats{{Name: "raise", MS: s(0.3)}, {Name: "ready", MS: s(0.6)}}, AheadCPUMS: s(2.5)},
 				{N: 8, RestoreMS: s(2000), PoolHitMS: s(70, 80), AheadMS: s(5, 7),
-					AheadPhases: []evaluation.PhaseStats{{Name: "queue", MS: s(2.5)}, {Name: "raise", MS: s(0.2, 0.4)}, {Name: "ready", MS: s(1, 1.2)}}}}}},
+					AheadPhases: []evaluation.PhaseStats{{Name: "queue", MS: s(2.5)}, {Name: "raise", MS: s(0.2, 0.4)}, {Name: "ready", MS: s(1, 1.2)}}, AheadCPUMS: s(1.5, 2.5)}}}},
 		Lazy: &evaluation.Lazy{App: "codesearch", Engine: "criu", ImageMiB: 88, FullWarm: s(300), LazyWarm: s(150),
 			FullCold: s(900), LazyCold: s(200)},
 		Notes: []string{"a note"},
@@ -150,6 +150,8 @@ func TestWriteAgrees(t *testing.T) {
 	// A header, then one row per series and number, the engine beside the app.
 	if len(crows) != 1+3+2 || strings.Join(crows[5][:4], ",") != "redis,criu,8,1" {
 		t.Errorf("concurrency.csv = %v", crows)
+	} else if last := crows[5][len(crows[5])-4:]; crows[0][len(crows[0])-3] != "ahead_cpu_ms_min" || strings.Join(last, ",") != "2,1.500,2.000,2.500" {
+		t.Errorf("concurrency.csv: the node's CPU per deploy of 8 restored ahead = %v under %v; want 2 rounds, 1.5-2.5 ms", last, crows[0])
 	}
 
 	md := string(read(evaluation.FileMarkdown))
@@ -163,8 +165,8 @@ func TestWriteAgrees(t *testing.T) {
 		"| pool hit, refilled | 0.33 (0.31–0.35) | 0.90 s | 0.2 MiB | 1.5 MiB |", "- pool hit, refilled: dockerd 0.20, rbd-fuse 0.10",
 		"| 4 | 1.65 (1.50–1.90) s |", "## Simultaneous restores of redis (criu) on one node",
 		"| 8 | 2.00 s | 2.2x | 75.0 (70.0–80.0) ms | 1.9x |",
-		"| simultaneous | raise | ready | queue |",
-		"| 1 | 0.30 | 0.60 | – |", "| 8 | 0.30 (0.20–0.40) | 1.10 (1.00–1.20) | 2.50 in 1 of 2 |",
+		"| simultaneous | raise | ready | queue | node CPU per deploy | round's CPU / 2 CPUs |",
+		"| 1 | 0.30 | 0.60 | – | 2.50 | 1.25 |", "| 8 | 0.30 (0.20–0.40) | 1.10 (1.00–1.20) | 2.50 in 1 of 2 | 2.00 (1.50–2.50) | 8.00 |",
 		"| restore | 0.10 s | 7.0x |", "- redis: auto: restore 0.10 s < boot 0.70 s",
 		"| cold | 0.90 s | 0.20 s | 0.2x |",
 		"](" + evaluation.PlotBootRestore + ")", "- a note",

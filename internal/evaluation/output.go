@@ -217,14 +217,16 @@ func WriteConcurrencyCSV(w io.Writer, cos []*Concurrency) error {
 	c := csv.NewWriter(w)
 	head := append([]string{"app", "engine", "simultaneous", "n"}, statsCols("restore_ms")...)
 	head = append(append(head, "pool_n"), statsCols("pool_hit_ms")...)
-	if err := c.Write(append(append(head, "ahead_n"), statsCols("ahead_ms")...)); err != nil {
+	head = append(append(head, "ahead_n"), statsCols("ahead_ms")...)
+	if err := c.Write(append(append(head, "ahead_rounds"), statsCols("ahead_cpu_ms")...)); err != nil {
 		return err
 	}
 	for _, co := range cos {
 		for _, r := range co.Rows {
 			row := append([]string{co.App, co.Engine, strconv.Itoa(r.N), strconv.Itoa(r.RestoreMS.N)}, statsVals(r.RestoreMS)...)
 			row = append(append(row, strconv.Itoa(r.PoolHitMS.N)), statsVals(r.PoolHitMS)...)
-			if err := c.Write(append(append(row, strconv.Itoa(r.AheadMS.N)), statsVals(r.AheadMS)...)); err != nil {
+			row = append(append(row, strconv.Itoa(r.AheadMS.N)), statsVals(r.AheadMS)...)
+			if err := c.Write(append(append(row, strconv.Itoa(r.AheadCPUMS.N)), statsVals(r.AheadCPUMS)...)); err != nil {
 				return err
 			}
 		}
@@ -356,7 +358,7 @@ func WriteMarkdown(w io.Writer, r Results) error {
 				seconds(row.PoolHitMS), ratio(row.PoolHitMS.Median, onePool), seconds(row.AheadMS), ratio(row.AheadMS.Median, oneAhead))
 		}
 		b.WriteString("\n")
-		writeAheadPhases(&b, co)
+		writeAheadPhases(&b, co, r.Host.CPUs)
 		if co.Rounds > 1 {
 			fmt.Fprintf(&b, "The pool series ran %d rounds in the row of the largest N, and in each other row as many rounds as give it as many deploys (each round: N slots provisioned, N deploys at once); medians and ranges are over every deploy of every round.\n\n", co.Rounds)
 		}
@@ -455,26 +457,33 @@ func writeInterference(b *strings.Builder, in *Interference) {
 // writeAheadPhases tabulates the phases of the deploys that took slots
 // restored ahead, per number of simultaneous deploys: where their time
 // went (a phase that not every deploy had, such as queue, says in how
-// many).
-func writeAheadPhases(b *strings.Builder, co *Concurrency) {
+// many), and, where it was measured, the node's CPU time per deploy and
+// what a round of them needs of the node's cpus.
+func writeAheadPhases(b *strings.Builder, co *Concurrency, cpus int) {
 	var names []string
+	withCPU := false
 	for _, row := range co.Rows {
 		for _, p := range row.AheadPhases {
 			if !slices.Contains(names, p.Name) {
 				names = append(names, p.Name)
 			}
 		}
+		withCPU = withCPU || (row.AheadCPUMS.N > 0 && len(row.AheadPhases) > 0)
 	}
 	if len(names) == 0 {
 		return
 	}
+	cols := slices.Clone(names)
+	if withCPU {
+		cols = append(cols, "node CPU per deploy", fmt.Sprintf("round's CPU / %d CPUs", max(cpus, 1)))
+	}
 	fmt.Fprintf(b, "Phases of the deploys restored ahead (ms, median (min–max); a phase that not every deploy had says in how many):\n\n| simultaneous | %s |\n|---:|%s\n",
-		strings.Join(names, " | "), strings.Repeat("---:|", len(names)))
+		strings.Join(cols, " | "), strings.Repeat("---:|", len(cols)))
 	for _, row := range co.Rows {
 		if len(row.AheadPhases) == 0 {
 			continue
 		}
-		cells := make([]string, len(names))
+		cells := make([]string, len(names), len(cols))
 		for i, name := range names {
 			cells[i] = "–"
 			for _, p := range row.AheadPhases {
@@ -486,7 +495,18 @@ func writeAheadPhases(b *strings.Builder, co *Concurrency) {
 				}
 			}
 		}
+		if withCPU {
+			least := "–"
+			if row.AheadCPUMS.N > 0 {
+				least = trim(float64(row.N) * row.AheadCPUMS.Median / float64(max(cpus, 1)))
+			}
+			cells = append(cells, row.AheadCPUMS.String(), least)
+		}
 		fmt.Fprintf(b, "| %d | %s |\n", row.N, strings.Join(cells, " | "))
 	}
 	b.WriteString("\n")
+	if withCPU {
+		b.WriteString("Node CPU per deploy: the CPU time the whole node spent (every process and kernel thread) from the first deploy of a round until the last returned, over N; median (min–max) over the rounds. " +
+			"N times it over the node's CPUs is the least time a round's work takes, however its deploys share the CPUs: where it nears the single deploy's time, simultaneous deploys wait for the CPUs, not for each other.\n\n")
+	}
 }

@@ -283,6 +283,12 @@ type ConcurrencyRow struct {
 	// AheadPhases are the phases of those deploys restored ahead, each
 	// over the deploys that had it (Stats.N), in the order they run.
 	AheadPhases []PhaseStats `json:"ahead_phases,omitempty"`
+	// AheadCPUMS is the CPU time the whole node spent per deploy in those
+	// rounds, one value per round: what every process and kernel thread
+	// used from the first deploy call until the last returned, over N.
+	// N times it over the node's CPUs is the least time a round's work
+	// takes however the deploys share the CPUs.
+	AheadCPUMS Stats `json:"ahead_cpu_ms"`
 }
 
 // PhaseStats summarizes one named phase of many deploys, in milliseconds.

@@ -659,7 +659,7 @@ func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, a
 		return co, err
 	}
 	for _, n := range simultaneous {
-		miss, err := restoreAtOnce(ctx, f, app, n, deploy.PoolMiss, nil)
+		miss, _, err := restoreAtOnce(ctx, f, app, n, deploy.PoolMiss, nil)
 		if err != nil {
 			return co, fmt.Errorf("%d simultaneous restores: %w", n, err)
 		}
@@ -672,6 +672,7 @@ func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, a
 		rounds := reps * max(1, simultaneous[len(simultaneous)-1]/n)
 		var hits [2][]float64
 		var aheadPhases evaluation.Phases
+		var aheadCPU []float64
 		for k, ahead := range []bool{false, true} {
 			if ahead && f.D.CanStartAhead(g) != nil {
 				break
@@ -688,35 +689,45 @@ func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, a
 				if !ahead {
 					phases = nil
 				}
-				round, err := restoreAtOnce(ctx, f, app, n, deploy.PoolHit, phases)
+				round, cpu, err := restoreAtOnce(ctx, f, app, n, deploy.PoolHit, phases)
 				if err != nil {
 					_, _ = f.D.DropPool(ctx, app.Name, nil)
 					return co, fmt.Errorf("%d simultaneous restores with a pool of %d (restored ahead: %v): %w", n, n, ahead, err)
 				}
 				hits[k] = append(hits[k], round...)
+				if ahead && cpu > 0 {
+					aheadCPU = append(aheadCPU, cpu)
+				}
 			}
 		}
 		row := evaluation.ConcurrencyRow{N: n, RestoreMS: evaluation.Summarize(miss), PoolHitMS: evaluation.Summarize(hits[0]),
-			AheadMS: evaluation.Summarize(hits[1]), AheadPhases: aheadPhases.Summary()}
+			AheadMS: evaluation.Summarize(hits[1]), AheadPhases: aheadPhases.Summary(), AheadCPUMS: evaluation.Summarize(aheadCPU)}
 		co.Rows = append(co.Rows, row)
-		t.Logf("  %d simultaneous restores of %s: %s median, %s max; with a pool of %d: %s median, %s max; restored ahead: %s median, %s max", n, co.Label(),
+		t.Logf("  %d simultaneous restores of %s: %s median, %s max; with a pool of %d: %s median, %s max; restored ahead: %s median, %s max, the node's CPU %.2f ms per deploy", n, co.Label(),
 			secs(row.RestoreMS.Median), secs(row.RestoreMS.Max), n, secs(row.PoolHitMS.Median), secs(row.PoolHitMS.Max),
-			secs(row.AheadMS.Median), secs(row.AheadMS.Max))
+			secs(row.AheadMS.Median), secs(row.AheadMS.Max), row.AheadCPUMS.Median)
 	}
 	return co, nil
 }
 
 // restoreAtOnce deploys app n times at once, checks that each found the
-// pool as want says, undeploys them, and returns their restore-to-ready;
-// phases, when not nil, gets their phases.
-func restoreAtOnce(ctx context.Context, f *deploytest.Fixture, app deploy.App, n int, want deploy.PoolResult, phases *evaluation.Phases) ([]float64, error) {
+// pool as want says, undeploys them, and returns their restore-to-ready
+// and the node's CPU time per deploy (ms) while they ran, 0 where the
+// node does not say; phases, when not nil, gets their phases.
+func restoreAtOnce(ctx context.Context, f *deploytest.Fixture, app deploy.App, n int, want deploy.PoolResult, phases *evaluation.Phases) ([]float64, float64, error) {
 	deps := make([]deploy.Deployment, n)
 	errs := make([]error, n)
+	cpu0, cpuErr := nodeCPUTime()
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() { deps[i], errs[i] = f.D.Deploy(ctx, app, deploy.Options{}) })
 	}
 	wg.Wait()
+	cpu1, err := nodeCPUTime()
+	var cpuMS float64
+	if cpuErr == nil && err == nil && cpu1 > cpu0 {
+		cpuMS = ms(cpu1-cpu0) / float64(n)
+	}
 	var restoreMS []float64
 	var firstErr error
 	for i := range n {
@@ -737,7 +748,7 @@ func restoreAtOnce(ctx context.Context, f *deploytest.Fixture, app deploy.App, n
 			firstErr = cmpErr(firstErr, err)
 		}
 	}
-	return restoreMS, firstErr
+	return restoreMS, cpuMS, firstErr
 }
 
 func cmpErr(first, err error) error {
@@ -1051,6 +1062,36 @@ func deployCosts(ctx context.Context, t *testing.T, f *deploytest.Fixture, app d
 			k.kind, name, c.CPUSeconds.Median, secs(c.WallMS.Median), c.OSDReadMiB, c.OSDWroteMiB)
 	}
 	return costs, nil
+}
+
+// nodeCPUTime is the CPU time every task of the machine has used since it
+// booted, to the nanosecond: the root cgroup's (cpuacct.usage under
+// cgroup v1, usage_usec of cpu.stat under v2). /proc/stat counts in ticks
+// of 10 ms, longer than a round of pool hits.
+func nodeCPUTime() (time.Duration, error) {
+	for _, p := range []string{"/sys/fs/cgroup/cpuacct/cpuacct.usage", "/sys/fs/cgroup/cpu,cpuacct/cpuacct.usage"} {
+		if b, err := os.ReadFile(p); err == nil {
+			v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s: %w", p, err)
+			}
+			return time.Duration(v), nil
+		}
+	}
+	b, err := os.ReadFile("/sys/fs/cgroup/cpu.stat")
+	if err != nil {
+		return 0, fmt.Errorf("the root cgroup's CPU time: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+			us, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/sys/fs/cgroup/cpu.stat: %q: %w", line, err)
+			}
+			return time.Duration(us) * time.Microsecond, nil
+		}
+	}
+	return 0, fmt.Errorf("/sys/fs/cgroup/cpu.stat has no usage_usec")
 }
 
 // busyCPUSeconds is the CPU time the whole machine has spent busy (user,
