@@ -717,16 +717,16 @@ func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, a
 func restoreAtOnce(ctx context.Context, f *deploytest.Fixture, app deploy.App, n int, want deploy.PoolResult, phases *evaluation.Phases) ([]float64, float64, error) {
 	deps := make([]deploy.Deployment, n)
 	errs := make([]error, n)
-	cpu0, cpuErr := nodeCPUTime()
+	cpu0, cpuErr := busyCPUSeconds()
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() { deps[i], errs[i] = f.D.Deploy(ctx, app, deploy.Options{}) })
 	}
 	wg.Wait()
-	cpu1, err := nodeCPUTime()
+	cpu1, err := busyCPUSeconds()
 	var cpuMS float64
 	if cpuErr == nil && err == nil && cpu1 > cpu0 {
-		cpuMS = ms(cpu1-cpu0) / float64(n)
+		cpuMS = (cpu1 - cpu0) * 1000 / float64(n)
 	}
 	var restoreMS []float64
 	var firstErr error
@@ -1064,39 +1064,32 @@ func deployCosts(ctx context.Context, t *testing.T, f *deploytest.Fixture, app d
 	return costs, nil
 }
 
-// nodeCPUTime is the CPU time every task of the machine has used since it
-// booted, to the nanosecond: the root cgroup's (cpuacct.usage under
-// cgroup v1, usage_usec of cpu.stat under v2). /proc/stat counts in ticks
-// of 10 ms, longer than a round of pool hits.
-func nodeCPUTime() (time.Duration, error) {
+// busyCPUSeconds is the CPU time the whole machine has spent busy since it
+// booted: the root cgroup's, every task's to the nanosecond (cpuacct.usage
+// under cgroup v1, usage_usec of cpu.stat under v2), else /proc/stat's
+// busy ticks (user, nice, system, irq, softirq, steal), which count 10 ms,
+// longer than a round of pool hits.
+func busyCPUSeconds() (float64, error) {
 	for _, p := range []string{"/sys/fs/cgroup/cpuacct/cpuacct.usage", "/sys/fs/cgroup/cpu,cpuacct/cpuacct.usage"} {
 		if b, err := os.ReadFile(p); err == nil {
-			v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 			if err != nil {
 				return 0, fmt.Errorf("%s: %w", p, err)
 			}
-			return time.Duration(v), nil
+			return float64(ns) / 1e9, nil
 		}
 	}
-	b, err := os.ReadFile("/sys/fs/cgroup/cpu.stat")
-	if err != nil {
-		return 0, fmt.Errorf("the root cgroup's CPU time: %w", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
-			us, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("/sys/fs/cgroup/cpu.stat: %q: %w", line, err)
+	if b, err := os.ReadFile("/sys/fs/cgroup/cpu.stat"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+				us, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("/sys/fs/cgroup/cpu.stat: %q: %w", line, err)
+				}
+				return float64(us) / 1e6, nil
 			}
-			return time.Duration(us) * time.Microsecond, nil
 		}
 	}
-	return 0, fmt.Errorf("/sys/fs/cgroup/cpu.stat has no usage_usec")
-}
-
-// busyCPUSeconds is the CPU time the whole machine has spent busy (user,
-// nice, system, irq, softirq, steal) since it booted, from /proc/stat.
-func busyCPUSeconds() (float64, error) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return 0, err
