@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # install-deps.sh [group...]: install the Debian packages fogdeploy's dev clusters, tests and demo need.
-# Groups: ceph docker etcd tools (default: all). Installs only what dpkg-query reports missing.
+# Groups: ceph docker etcd tools (default: all), and debug (gdb: CI reads the backtrace of a test
+# process that a native library crashed). Installs only what dpkg-query reports missing.
 # As root it runs apt-get (update once, noninteractive); otherwise it prints the sudo line and exits 1.
 set -euo pipefail
 FD_PROG="install-deps"
@@ -13,12 +14,13 @@ group_pkgs() {
 	docker) echo docker.io containerd runc ;;
 	etcd) echo etcd-server etcd-client ;;
 	tools) echo debootstrap e2fsprogs util-linux fuse3 zstd jq iproute2 apache2-utils curl ca-certificates busybox-static tar bsdextrautils ;;
+	debug) echo gdb ;;
 	*) return 1 ;;
 	esac
 }
 
 usage() {
-	echo "usage: ${0##*/} [ceph|docker|etcd|tools|all]..." >&2
+	echo "usage: ${0##*/} [ceph|docker|etcd|tools|debug|all]..." >&2
 	exit 2
 }
 
