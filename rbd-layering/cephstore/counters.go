@@ -35,7 +35,10 @@ func (s *Store) IOCounters(ctx context.Context) (IOCounters, error) {
 	if err := s.monJSON(ctx, map[string]any{"prefix": "osd dump", "format": "json"}, &dump); err != nil {
 		return IOCounters{}, err
 	}
-	se := s.acquire()
+	se, err := s.acquire()
+	if err != nil {
+		return IOCounters{}, err
+	}
 	defer s.release(se)
 	var c IOCounters
 	cmd, _ := json.Marshal(map[string]any{"prefix": "perf dump", "logger": "osd", "format": "json"})
@@ -62,7 +65,10 @@ func (s *Store) IOCounters(ctx context.Context) (IOCounters, error) {
 }
 
 func (s *Store) monJSON(ctx context.Context, cmd map[string]any, v any) error {
-	se := s.acquire()
+	se, err := s.acquire()
+	if err != nil {
+		return err
+	}
 	defer s.release(se)
 	if err := ctx.Err(); err != nil {
 		return err

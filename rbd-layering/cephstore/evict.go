@@ -105,7 +105,10 @@ type watchKey struct {
 // ADDR"). A watcher that registered after the notification went out is
 // left for the next round.
 func (s *Store) evictDead(ctx context.Context, name string, tried map[string]bool) ([]layering.Eviction, []string, error) {
-	se := s.acquire()
+	se, err := s.acquire()
+	if err != nil {
+		return nil, nil, err
+	}
 	defer s.release(se)
 	header, ws, err := s.watchers(ctx, name)
 	if err != nil {
@@ -186,7 +189,10 @@ func (s *Store) watchers(ctx context.Context, name string) (string, []rbd.ImageW
 // Implements: mon "osd blocklist add" (Ceph 16), "osd blacklist add"
 // (before).
 func (s *Store) blocklist(ctx context.Context, addr string) error {
-	se := s.acquire()
+	se, err := s.acquire()
+	if err != nil {
+		return err
+	}
 	defer s.release(se)
 	if err := oneClient(addr); err != nil {
 		return err

@@ -85,13 +85,22 @@ func dial(ctx context.Context, cfg Config) (*session, error) {
 // Config.Stall (not those whose context ended).
 func (s *Store) Stalls() uint64 { return s.stalls.Load() }
 
+// ErrClosed is what a call on a Store after its Close returns, with
+// layering.ErrUnavailable: the connection it would use is shut down, and
+// librados must not be called on it (its memory is freed).
+var ErrClosed = errors.New("the Ceph store is closed")
+
 // acquire returns the connection calls use now, counting one more use of
-// it; release ends that use.
-func (s *Store) acquire() *session {
+// it; release ends that use. After Close it returns an error wrapping
+// ErrClosed.
+func (s *Store) acquire() (*session, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("ceph: %w (%w)", ErrClosed, layering.ErrUnavailable)
+	}
 	s.sess.users++
-	return s.sess
+	return s.sess, nil
 }
 
 // release ends a use of se, and shuts se down if that was the last use of
@@ -118,9 +127,11 @@ func (se *session) shutdown() {
 // Close implements layering.Store. A connection still in use (a call that
 // librbd has not returned from, see bounded) is not shut down under that
 // use, which could crash the process: Close says so, and the connection
-// is shut down when its last use ends.
+// is shut down when its last use ends. Calls after Close fail with
+// ErrClosed.
 func (s *Store) Close() error {
 	s.mu.Lock()
+	s.closed = true
 	var now []*session
 	left := 0
 	for _, se := range append(s.retired, s.sess) {
@@ -207,7 +218,10 @@ func bounded[T any](ctx context.Context, s *Store, op string, repeatable bool, c
 	}
 	var zero T
 	for attempt := 1; ; attempt++ {
-		se := s.acquire()
+		se, err := s.acquire()
+		if err != nil {
+			return zero, fmt.Errorf("%s: %w", op, err)
+		}
 		done := make(chan result, 1)
 		go func() {
 			v, err := call(se)
@@ -239,7 +253,7 @@ func bounded[T any](ctx context.Context, s *Store, op string, repeatable bool, c
 			return zero, fmt.Errorf("%s: %w", op, ctx.Err())
 		}
 		s.stalls.Add(1)
-		err := s.reconnect(ctx, se)
+		err = s.reconnect(ctx, se)
 		s.log.Warn("a librbd call did not return: this connection is left, later calls use a new one",
 			"op", op, "after", s.cfg.Stall, "attempt", attempt, "reconnect_error", err)
 		if err != nil || !repeatable || attempt == 2 {
@@ -259,6 +273,9 @@ func bounded[T any](ctx context.Context, s *Store, op string, repeatable bool, c
 func (s *Store) reconnect(ctx context.Context, old *session) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("ceph: %w", ErrClosed) // Close retired old
+	}
 	if s.sess != old {
 		return nil
 	}

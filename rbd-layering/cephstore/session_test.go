@@ -35,9 +35,9 @@ func (s *Store) cur() *session {
 	return s.sess
 }
 
-// closed says whether se was shut down, and how many retired connections
+// shutDown says whether se was shut down, and how many retired connections
 // the store still holds.
-func (s *Store) closed(se *session) (bool, int) {
+func (s *Store) shutDown(se *session) (bool, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return se.closed, len(s.retired)
@@ -49,7 +49,7 @@ func waitClosed(t *testing.T, s *Store, se *session) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		closed, retired := s.closed(se)
+		closed, retired := s.shutDown(se)
 		if closed && retired == 0 {
 			return
 		}
@@ -132,7 +132,7 @@ func TestStalledCallReconnects(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The stalled call still holds its connection.
-	if closed, retired := s.closed(first); closed || retired != 1 {
+	if closed, retired := s.shutDown(first); closed || retired != 1 {
 		t.Fatalf("while the stalled call runs: its connection shut down %v, retired held %d; want open and held", closed, retired)
 	}
 	c.finish(t, s, []*session{first}, 1)
@@ -164,7 +164,7 @@ func TestStalledTwice(t *testing.T) {
 	if !errors.Is(err, ErrStalled) || !strings.Contains(err.Error(), "attempt 2") {
 		t.Fatalf("bounded(a call stalling on both connections) = %v; want ErrStalled after the second attempt", err)
 	}
-	if _, retired := s.closed(held[0]); retired != 3 {
+	if _, retired := s.shutDown(held[0]); retired != 3 {
 		t.Errorf("retired connections held = %d; want 3 (one per stall)", retired)
 	}
 	c.finish(t, s, held, 3)
@@ -213,5 +213,58 @@ func TestChangeWaitedFor(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestCallsAfterClose: a call on a closed store fails with ErrClosed and
+// layering.ErrUnavailable, naming what it was; none reaches librados,
+// whose memory for the connection is freed (a call there could crash the
+// process). A second Close is no error, and a stall after Close does not
+// connect again.
+func TestCallsAfterClose(t *testing.T) {
+	s := openStalling(t)
+	ctx := t.Context()
+	name := fmt.Sprintf("t-closed-%d", time.Now().UnixNano()%1e9)
+	if err := s.Create(ctx, name, 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		s2 := openStalling(t)
+		defer s2.Close()
+		if err := s2.Remove(context.Background(), name); err != nil {
+			t.Error(err)
+		}
+	}()
+	first := s.cur()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if shut, _ := s.shutDown(first); !shut {
+		t.Fatal("Close with no call running left the connection open")
+	}
+	calls := map[string]func() error{
+		"Create": func() error { return s.Create(ctx, name+"-b", 4<<20) },
+		"Stat":   func() error { _, err := s.Stat(ctx, name); return err },
+		"List":   func() error { _, err := s.List(ctx); return err },
+		"Remove": func() error { return s.Remove(ctx, name) },
+		"Meta":   func() error { _, err := s.Meta(ctx, name); return err },
+		"Tags":   func() error { _, err := s.Tags(ctx); return err },
+		"Clone": func() error {
+			return s.Clone(ctx, layering.SnapRef{Image: name, Snap: "s"}, name+"-c")
+		},
+		"Diagnose": func() error {
+			return s.monJSON(ctx, map[string]any{"prefix": "osd dump", "format": "json"}, &osdDump{})
+		},
+	}
+	for op, call := range calls {
+		if err := call(); !errors.Is(err, ErrClosed) || !errors.Is(err, layering.ErrUnavailable) {
+			t.Errorf("%s after Close = %v; want ErrClosed and ErrUnavailable", op, err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("a second Close = %v", err)
+	}
+	if err := s.reconnect(ctx, first); !errors.Is(err, ErrClosed) || s.cur() != first {
+		t.Errorf("reconnect after Close = %v (connection replaced: %v); want ErrClosed and no new connection", err, s.cur() != first)
 	}
 }

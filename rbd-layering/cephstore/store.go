@@ -30,6 +30,7 @@ type Store struct {
 	mu      sync.Mutex
 	sess    *session   // the connection calls use
 	retired []*session // connections retired still in use, shut down by their last release
+	closed  bool       // Close was called: calls fail with ErrClosed
 	stalls  atomic.Uint64
 
 	diagMu sync.Mutex
@@ -125,7 +126,10 @@ func wrap(op string, err error) error {
 //
 // Implements: rbd_create4.
 func (s *Store) Create(ctx context.Context, name string, size int64, options ...layering.CreateOption) error {
-	se := s.acquire()
+	se, err := s.acquire()
+	if err != nil {
+		return err
+	}
 	defer s.release(se)
 	if err := ctx.Err(); err != nil {
 		return err
@@ -252,7 +256,10 @@ func (s *Store) Stat(ctx context.Context, name string) (layering.ImageInfo, erro
 //
 // Implements: rbd_list2.
 func (s *Store) List(ctx context.Context) ([]string, error) {
-	se := s.acquire()
+	se, err := s.acquire()
+	if err != nil {
+		return nil, err
+	}
 	defer s.release(se)
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -446,7 +453,10 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 //
 // Implements: rbd_list2, rbd_remove.
 func (s *Store) finishRemoval(ctx context.Context, name string, notFound error) error {
-	se := s.acquire()
+	se, err := s.acquire()
+	if err != nil {
+		return err
+	}
 	defer s.release(se)
 	names, err := rbd.GetImageNames(se.ioctx)
 	if err != nil {
@@ -529,7 +539,10 @@ func (s *Store) Meta(ctx context.Context, name string) (map[string]string, error
 // headerMeta reads image name's metadata from its header object; ok is
 // false when the objects are not laid out as expected.
 func (s *Store) headerMeta(name string) (_ map[string]string, ok bool, err error) {
-	se := s.acquire()
+	se, err := s.acquire()
+	if err != nil {
+		return nil, true, err
+	}
 	defer s.release(se)
 	const metaPrefix = "metadata_"
 	buf := make([]byte, 128)
@@ -592,7 +605,10 @@ func (s *Store) SetMeta(ctx context.Context, name string, meta map[string]string
 //
 // Implements: rados_read_op_omap_get_vals_by_keys2 (via GetOmapValues).
 func (s *Store) Tag(ctx context.Context, name string) ([]byte, error) {
-	se := s.acquire()
+	se, err := s.acquire()
+	if err != nil {
+		return nil, err
+	}
 	defer s.release(se)
 	vals, err := se.ioctx.GetOmapValues(CatalogObject, "", name, 64)
 	if err != nil && errno(err) != eNOENT {
@@ -609,14 +625,20 @@ func (s *Store) Tag(ctx context.Context, name string) ([]byte, error) {
 //
 // Implements: rados_write_op_omap_set2.
 func (s *Store) SetTag(ctx context.Context, name string, record []byte) error {
-	se := s.acquire()
+	se, err := s.acquire()
+	if err != nil {
+		return err
+	}
 	defer s.release(se)
 	return s.wrap(ctx, "catalog set "+name, se.ioctx.SetOmap(CatalogObject, map[string][]byte{name: record}))
 }
 
 // Tags implements layering.Catalog.
 func (s *Store) Tags(ctx context.Context) (map[string][]byte, error) {
-	se := s.acquire()
+	se, err := s.acquire()
+	if err != nil {
+		return nil, err
+	}
 	defer s.release(se)
 	vals, err := se.ioctx.GetAllOmapValues(CatalogObject, "", "", 256)
 	if err != nil {
@@ -632,9 +654,12 @@ func (s *Store) Tags(ctx context.Context) (map[string][]byte, error) {
 //
 // Implements: rados_write_op_omap_rm_keys2.
 func (s *Store) DeleteTag(ctx context.Context, name string) error {
-	se := s.acquire()
+	se, err := s.acquire()
+	if err != nil {
+		return err
+	}
 	defer s.release(se)
-	err := se.ioctx.RmOmapKeys(CatalogObject, []string{name})
+	err = se.ioctx.RmOmapKeys(CatalogObject, []string{name})
 	if errno(err) == eNOENT {
 		return nil
 	}
