@@ -88,7 +88,7 @@ func (s *Store) Stalls() uint64 { return s.stalls.Load() }
 // ErrClosed is what a call on a Store after its Close returns, with
 // layering.ErrUnavailable: the connection it would use is shut down, and
 // librados must not be called on it (its memory is freed).
-var ErrClosed = errors.New("the Ceph store is closed")
+var ErrClosed = errors.New("the store is closed")
 
 // acquire returns the connection calls use now, counting one more use of
 // it; release ends that use. After Close it returns an error wrapping
