@@ -17,14 +17,14 @@ import (
 
 // reconcile handles the deployments of this node: the existing ones first,
 // then every change, until ctx ends.
-func (a *agent) reconcile(ctx context.Context) error {
+func (a *agent) reconcile(ctx context.Context) {
 	for {
 		rev, err := a.resync(ctx)
 		if err != nil {
 			a.log.Warn("listing deployments", "err", err)
 			select {
 			case <-ctx.Done():
-				return nil
+				return
 			case <-time.After(2 * time.Second):
 				continue
 			}
@@ -71,7 +71,7 @@ func (a *agent) reconcile(ctx context.Context) error {
 		}
 		tick.Stop()
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 	}
 }

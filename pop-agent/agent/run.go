@@ -208,29 +208,37 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	(&hooks{a: a, token: token}).register(mux)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second}
-	errc := make(chan error, 2)
+	// The node's loops (the reconciler, the lease's keeper, the warm
+	// pool's keeper) end with loops; each operation they or the hooks
+	// start is in a.wg. Shutting down stops the hooks, then the loops
+	// (nothing starts an operation after that), then waits for the
+	// operations: only then do the deferred closes of the store, the
+	// state and the session run.
+	loops, stopLoops := context.WithCancel(ctx)
+	defer stopLoops()
+	var loopWG sync.WaitGroup
+	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	go func() { errc <- a.reconcile(ctx) }()
-	go a.keepRegistered(ctx)
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		a.keepPool(ctx)
-	}()
+	loopWG.Go(func() { a.reconcile(loops) })
+	loopWG.Go(func() { a.keepRegistered(loops) })
+	loopWG.Go(func() { a.keepPool(loops) })
 	log.Info("pop-agent ready", "api", api, "engines", engines, "version", version.String())
 
+	var serveErr error
 	select {
 	case <-ctx.Done():
-	case err := <-errc:
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
+	case serveErr = <-errc:
 	}
 	log.Info("shutting down", "bound", o.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ShutdownTimeout)
 	defer cancel()
 	err = srv.Shutdown(sctx)
-	a.wg.Wait()
+	stopLoops()
+	loopWG.Wait()
+	a.waitOperations(sctx)
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		err = fmt.Errorf("the hook API stopped: %w", serveErr)
+	}
 	// The warm pool's waiting slots go with the agent; the next start
 	// provisions anew (a killed agent's are released by RecoverSlots).
 	if released, rerr := d.ReleasePool(sctx); rerr != nil {
@@ -246,6 +254,22 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 		log.Info("dropped the node's unused copies of environments", "copies", len(dropped))
 	}
 	return err
+}
+
+// waitOperations waits for the deploys and undeploys under way, which
+// end soon after their context (their undo runs to its end). Past the
+// shutdown's bound it says what it waits for, and waits on: closing the
+// store under them would leave their steps half done.
+func (a *agent) waitOperations(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { a.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	a.log.Warn("shutting down: operations still under way past the bound; waiting for them to end")
+	<-done
 }
 
 func kernelRelease() string {

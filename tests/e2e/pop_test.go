@@ -112,8 +112,13 @@ func (p *pop) stopAgent(name string, sig syscall.Signal) {
 		return
 	}
 	_ = cmd.Process.Signal(sig)
-	_, _ = cmd.Process.Wait()
+	ps, err := cmd.Process.Wait()
 	delete(p.agents, name)
+	// Told to stop, an agent drains its hooks, stops its loops, waits for
+	// the operations under way and exits 0.
+	if sig == syscall.SIGTERM && err == nil && !ps.Success() {
+		p.t.Errorf("agent %s: %v after SIGTERM; want a clean shutdown (exit 0)", name, ps)
+	}
 }
 
 func (p *pop) waitAll(ctx context.Context, app string, n int) []state.Deployment {
