@@ -90,7 +90,7 @@ func parseConfig(mode string, args []string, stderr io.Writer) (*config, error) 
 	fs.StringVar(&c.engine, "engine", engineDMTCP, "checkpoint engine: dmtcp (a coordinator in the container) or criu (criu dump and criu restore run by this process; needs the capabilities of runtime.CRIUCapabilities)")
 	fs.StringVar(&c.criuPrefix, "criu-prefix", envOr("FOG_CRIU_PREFIX", "/opt/criu"), "installed CRIU prefix (engine criu)")
 	fs.BoolVar(&c.lazy, "lazy", false, "restart: with engine criu, restore with lazy pages (the app runs before all its memory is in)")
-	fs.BoolVar(&c.recycle, "recycle", false, "restart with -wait and -engine dmtcp: on -wait's directory's release file, end the app and wait for its rearm file to serve the next order in the same container (the root must be a mount the host resets meanwhile, seen through slave propagation)")
+	fs.BoolVar(&c.recycle, "recycle", false, "restart with -wait: on -wait's directory's release file, end the app and wait for its rearm file to serve the next order in the same container (the root must be a mount the host resets meanwhile, seen through slave propagation)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json (logs go to stderr)")
 	if err := fs.Parse(args); err != nil {
@@ -137,8 +137,8 @@ func (c *config) validate() error {
 	if c.wait != "" && (!strings.HasPrefix(c.wait, "/") || strings.HasSuffix(c.wait, "/")) {
 		errs = append(errs, fmt.Errorf("-wait %q: want the absolute path of a file", c.wait))
 	}
-	if c.recycle && (c.mode != modeRestart || c.wait == "" || c.engine != engineDMTCP) {
-		errs = append(errs, errors.New("-recycle is for restart with -wait and -engine dmtcp: drop -recycle"))
+	if c.recycle && (c.mode != modeRestart || c.wait == "") {
+		errs = append(errs, errors.New("-recycle is for restart with -wait: drop -recycle"))
 	}
 	switch c.engine {
 	case engineDMTCP:

@@ -45,17 +45,30 @@ func (s *supervisor) runCRIU() int {
 		return exitSetup
 	}
 	s.log.Info("criu found", "version", info.Version, "prefix", info.Prefix)
+	for {
+		code, again := s.lifeCRIU(ctx, eng, sigs)
+		if !again {
+			return code
+		}
+	}
+}
 
+// lifeCRIU runs one instance under CRIU: the root prepared, the order
+// awaited, the app launched or restored and supervised until it exits, is
+// checkpointed, or (-recycle) is released. It returns the container's exit
+// status, or again once a recycled container has given its instance back
+// and been rearmed for the next.
+func (s *supervisor) lifeCRIU(ctx context.Context, eng *engine.CRIU, sigs <-chan os.Signal) (code int, again bool) {
 	gens, err := generations(s.cfg.ckpt)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		s.log.Error("checkpoint dir", "err", err)
-		return exitSetup
+		return exitSetup, false
 	}
 	var img engine.Image
 	if s.cfg.mode == modeRestart {
 		if img, err = pickImage(s.cfg.ckpt, gens, s.cfg.from); err != nil {
 			s.log.Error("nothing to restore", "err", err)
-			return exitNoCheckpoint
+			return exitNoCheckpoint, false
 		}
 	}
 	s.gen = s.cfg.gen
@@ -63,17 +76,20 @@ func (s *supervisor) runCRIU() int {
 		s.gen = nextGeneration(gens)
 	}
 	if img.Root != "" && img.Root != s.cfg.root {
-		// An image written elsewhere (the host driver) restores at the
+		// An image written elsewhere (the host driver, or a launch
+		// container whose root was not a recycled one's) restores at the
 		// root's path of its checkpoint: the engine binds this root there.
 		if err := os.MkdirAll(img.Root, 0o755); err != nil {
 			s.log.Error("mount point of the checkpoint's root", "root", img.Root, "err", err)
-			return exitSetup
+			return exitSetup, false
 		}
 	}
 	if !s.mountRoot() {
-		return exitSetup
+		return exitSetup, false
 	}
-	if s.cfg.mode == modeRestart && s.cfg.wait != "" {
+	if s.cfg.mode == modeRestart && s.cfg.wait != "" && !s.restarted {
+		// A recycled container restored this generation already: its
+		// images are in the page cache.
 		if _, err := os.Stat(s.cfg.wait); err != nil {
 			go s.warm(generation{n: img.Generation, images: imageFiles(img)})
 		}
@@ -81,10 +97,10 @@ func (s *supervisor) runCRIU() int {
 	stopOrphans := s.reapOrphans()
 	defer stopOrphans()
 	if code, ok := s.awaitOrder(sigs); !ok {
-		return code
+		return code, false
 	}
 
-	t = time.Now()
+	t := time.Now()
 	var proc engine.Process
 	phase := "launch_ready"
 	if s.cfg.mode == modeLaunch {
@@ -98,17 +114,22 @@ func (s *supervisor) runCRIU() int {
 	}
 	if err != nil {
 		s.log.Error("start the app under criu", "err", err)
-		return exitSetup
+		return exitSetup, false
 	}
-	// Only criu restore needed CAP_SYS_TIME (the restored app's time
-	// namespace); a later criu dump does not.
-	if err := dropCaps(capSysTime); err != nil {
-		s.log.Warn("could not drop CAP_SYS_TIME", "err", err)
+	s.restarted = s.restarted || s.cfg.mode == modeRestart
+	// Only criu restore needs CAP_SYS_TIME (the restored app's time
+	// namespace); a later criu dump does not. A recycled container
+	// restores again after each release, so its PID 1 keeps it (the app
+	// never holds it).
+	if !s.cfg.recycle {
+		if err := dropCaps(capSysTime); err != nil {
+			s.log.Warn("could not drop CAP_SYS_TIME", "err", err)
+		}
 	}
 	s.appPid = proc.Pid()
 	s.log.Info("app started", "pid", s.appPid, "engine", engine.NameCRIU, "next_gen", s.gen)
 	if s.cfg.ready != "" {
-		go s.probe(phase, img.Generation, t)
+		go s.probe(phase, img.Generation, t, s.appGone)
 	}
 	appDone := make(chan int, 1)
 	go func() {
@@ -151,9 +172,15 @@ func checkEngine(cfg *config, log *slog.Logger) int {
 }
 
 // superviseCRIU forwards signals to the app, runs the checkpoint that a
-// request asks for, and returns the container's exit status.
-func (s *supervisor) superviseCRIU(ctx context.Context, eng *engine.CRIU, proc engine.Process, sigs <-chan os.Signal, appDone <-chan int) int {
-	trigger := watchDirs(s.log, []string{filepath.Dir(s.cfg.trigger)}, watchSafety, watchFallback)
+// request asks for, gives the instance back on a release (-recycle), and
+// returns the container's exit status, or again after a release and the
+// rearm that follows it.
+func (s *supervisor) superviseCRIU(ctx context.Context, eng *engine.CRIU, proc engine.Process, sigs <-chan os.Signal, appDone <-chan int) (int, bool) {
+	dirs := []string{filepath.Dir(s.cfg.trigger)}
+	if s.cfg.recycle {
+		dirs = append(dirs, filepath.Dir(s.cfg.wait))
+	}
+	trigger := watchDirs(s.log, dirs, watchSafety, watchFallback)
 	defer trigger.stop()
 	var (
 		ckptDone   chan ckptResult
@@ -178,16 +205,20 @@ func (s *supervisor) superviseCRIU(ctx context.Context, eng *engine.CRIU, proc e
 			s.log.Info("forwarding signal to the app", "signal", sig.String())
 			_ = proc.Signal(sig)
 		case <-trigger.C:
+			if s.cfg.recycle && ckptDone == nil && appStatus < 0 && !terminated && exists(s.ctlFile(releaseFile)) {
+				return s.releaseCRIU(proc, appDone, sigs)
+			}
 			if _, err := os.Stat(s.cfg.trigger); err == nil {
 				_ = os.Remove(s.cfg.trigger)
 				request(s.cfg.trigger)
 			}
 		case appStatus = <-appDone:
 			appDone = nil
+			close(s.appGone)
 			s.log.Info("app exited", "status", appStatus, "during_checkpoint", ckptDone != nil)
 			if ckptDone == nil {
 				s.tm.record("exit", 0, s.started, 0, nil)
-				return appStatus
+				return appStatus, false
 			}
 		case res := <-ckptDone:
 			ckptDone = nil
@@ -197,13 +228,27 @@ func (s *supervisor) superviseCRIU(ctx context.Context, eng *engine.CRIU, proc e
 				// was asked to stop after its checkpoint, so it stops.
 				s.log.Error("checkpoint failed", "gen", res.gen.n, "err", res.err)
 				_ = proc.Stop(context.WithoutCancel(ctx))
-				return exitCheckpoint
+				return exitCheckpoint, false
 			}
 			s.log.Info("checkpoint complete", "gen", res.gen.n, "dir", res.gen.dir, "images", len(res.gen.images), "bytes", res.gen.bytes())
 			s.tm.record("exit", res.gen.n, s.started, 0, nil)
-			return exitOK
+			return exitOK, false
 		}
 	}
+}
+
+// releaseCRIU gives a CRIU instance back (-recycle): the app is killed and
+// the engine's teardown awaited (its PID namespace's init, the lazy-pages
+// daemon, the restore's own mount namespace, which held the root), then
+// the container is cleared and rearmed as a DMTCP one is (recycle).
+func (s *supervisor) releaseCRIU(proc engine.Process, appDone <-chan int, sigs <-chan os.Signal) (int, bool) {
+	_ = proc.Signal(syscall.SIGKILL)
+	select {
+	case <-appDone:
+	case <-time.After(reapWait):
+		s.log.Warn("the app's engine did not end its instance in time; killing what is left", "wait", reapWait)
+	}
+	return s.recycle(sigs)
 }
 
 // dumpCRIU writes generation s.gen with criu dump, after -checkpoint-delay.

@@ -46,7 +46,7 @@ func TestParseConfig(t *testing.T) {
 		{modeLaunch, []string{"-engine", "podman", "app"}, `-engine "podman": want dmtcp or criu`},
 		{modeRestart, []string{"-lazy"}, "-lazy needs -engine criu"},
 		{modeRestart, []string{"-recycle"}, "-recycle is for restart with -wait"},
-		{modeRestart, []string{"-recycle", "-wait", "/fog/ctl/order", "-engine", "criu"}, "-recycle is for restart with -wait and -engine dmtcp"},
+		{modeRestart, []string{"-recycle", "-engine", "criu"}, "-recycle is for restart with -wait"},
 		{modeLaunch, []string{"-recycle", "-wait", "/fog/ctl/order", "app"}, "-recycle is for restart"},
 		{modeLaunch, []string{"-engine", "criu", "-lazy", "app"}, "-lazy is for restart only"},
 		{modeLaunch, []string{"-engine", "criu", "-after-checkpoint", "continue", "app"}, "criu dump stops the app"},
@@ -60,6 +60,13 @@ func TestParseConfig(t *testing.T) {
 		_, err := parseConfig(tc.mode, tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s %q: %v, want %q", tc.mode, tc.args, err, tc.want)
+		}
+	}
+	// A recycled container serves either engine's restores.
+	for _, eng := range []string{engineDMTCP, engineCRIU} {
+		args := []string{"-recycle", "-wait", "/fog/ctl/order", "-root", "/fog/mnt/root", "-engine", eng}
+		if c, err := parseConfig(modeRestart, args, io.Discard); err != nil || !c.recycle {
+			t.Errorf("restart %q: %+v, %v; want a recycled container", args, c, err)
 		}
 	}
 }

@@ -62,6 +62,11 @@ func exists(path string) bool {
 // host removes it.
 func (s *supervisor) recycle(sigs <-chan os.Signal) (int, bool) {
 	t := time.Now()
+	select {
+	case <-s.appGone:
+	default:
+		close(s.appGone) // the instance's ready probe, if still at it, gives up
+	}
 	err := s.release()
 	ans := released{}
 	if err != nil {

@@ -275,7 +275,7 @@ func (s *supervisor) start(sigs <-chan os.Signal) (app, coord <-chan syscall.Wai
 		if s.cfg.mode == modeRestart {
 			phase = "restart_ready"
 		}
-		go s.probe(phase, from.n, t)
+		go s.probe(phase, from.n, t, s.appGone)
 	}
 	return done, coordDone, exitOK
 }
@@ -296,7 +296,7 @@ func (s *supervisor) boot(sigs <-chan os.Signal) (app, coord <-chan syscall.Wait
 	}
 	s.log.Info("app started", "pid", appPid, "argv", s.cfg.app)
 	if s.cfg.ready != "" {
-		go s.probe("boot_ready", 0, t)
+		go s.probe("boot_ready", 0, t, s.appGone)
 	}
 	return done, nil, exitOK
 }
@@ -393,9 +393,18 @@ func (s *supervisor) appEnv() []string {
 // a GET is answered with the ready status. (A restored listening socket
 // accepts connections before the app runs again, so a connect-only probe
 // is optimistic after a restart.)
-func (s *supervisor) probe(phase string, gen int, since time.Time) {
+//
+// It gives up once gone (the instance's appGone) is closed: in a recycled
+// container, a probe of an instance released before it was ready never
+// reports for the next.
+func (s *supervisor) probe(phase string, gen int, since time.Time, gone <-chan struct{}) {
 	deadline := since.Add(s.cfg.readyTimeout)
 	for time.Now().Before(deadline) {
+		select {
+		case <-gone:
+			return
+		default:
+		}
 		if s.probeOnce() {
 			s.tm.record(phase, gen, since, 0, nil)
 			s.log.Info("app ready", "addr", s.cfg.ready, "ms", time.Since(since).Milliseconds())

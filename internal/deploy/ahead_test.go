@@ -118,10 +118,10 @@ func testPoolAhead(t *testing.T, eng string) {
 	if w, err := f.Container.Priority.Get(st.Pid); err != nil || w.CPU != cgroup.Normal.CPU {
 		t.Errorf("the bound instance's CPU weight = %+v, %v; want %d", w, err, cgroup.Normal.CPU)
 	}
-	// Recycled (DMTCP), the instance is restored ahead again in its
-	// container: the next user gets the checkpoint's state, not the key
-	// the one before wrote.
-	if eng == engine.NameDMTCP {
+	// Recycled, the instance is restored ahead again in its container:
+	// the next user gets the checkpoint's state, not the key the one
+	// before wrote.
+	{
 		if _, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "SET", "mine", "first user"); err != nil {
 			t.Fatal(err)
 		}

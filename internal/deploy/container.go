@@ -40,7 +40,9 @@ const (
 	// too ("" or absent: none); such an image runs CRIU apps as well.
 	CRIUVersionLabel = "io.fogdeploy.criu.version"
 	// RecycleLabel marks an image whose entrypoint serves instance after
-	// instance (its -recycle flag).
+	// instance (its -recycle flag): the engines it does so for, comma
+	// separated ("dmtcp,criu"); "1", from images that recycled DMTCP
+	// instances only, stands for "dmtcp".
 	RecycleLabel = "io.fogdeploy.recycle"
 )
 
@@ -97,7 +99,21 @@ const (
 type dmtcpImage struct {
 	ref, version, glibc string
 	criu                string // CRIU's version, "" if the image has none
-	recycle             bool   // its entrypoint has -recycle
+	recycle             string // RecycleLabel: the engines its entrypoint's -recycle serves
+}
+
+// recycles says whether the image's entrypoint serves instance after
+// instance of engine eng.
+func (im dmtcpImage) recycles(eng string) bool {
+	if im.recycle == "1" {
+		return eng == engine.NameDMTCP
+	}
+	for e := range strings.SplitSeq(im.recycle, ",") {
+		if strings.TrimSpace(e) == eng {
+			return true
+		}
+	}
+	return false
 }
 
 var _ Driver = (*Container)(nil)
@@ -198,7 +214,7 @@ func (c *Container) findImage(ctx context.Context) (dmtcpImage, error) {
 		}
 		im := ims[0]
 		return dmtcpImage{ref: im.Ref, version: im.Labels[DMTCPVersionLabel], glibc: im.Labels[DMTCPGlibcLabel],
-			criu: im.Labels[CRIUVersionLabel], recycle: im.Labels[RecycleLabel] != ""}, nil
+			criu: im.Labels[CRIUVersionLabel], recycle: im.Labels[RecycleLabel]}, nil
 	}
 	labels, err := c.RT.ImageLabels(ctx, c.Image)
 	if errors.Is(err, runtime.ErrImageNotFound) {
@@ -214,7 +230,7 @@ func (c *Container) findImage(ctx context.Context) (dmtcpImage, error) {
 			build+", and set agent.dmtcp_image to its tag or leave it empty")
 	}
 	return dmtcpImage{ref: c.Image, version: v, glibc: labels[DMTCPGlibcLabel], criu: labels[CRIUVersionLabel],
-		recycle: labels[RecycleLabel] != ""}, nil
+		recycle: labels[RecycleLabel]}, nil
 }
 
 // image returns the DMTCP image to run: the one Check found last, else
@@ -323,7 +339,11 @@ func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 			return Handle{}, err
 		}
 		dc = c.spec(r, img.ref)
-		recyclable = img.recycle
+		eng := engine.NameDMTCP
+		if r.App.Engine == engine.NameCRIU {
+			eng = engine.NameCRIU
+		}
+		recyclable = img.recycles(eng)
 		switch {
 		case r.App.Engine != engine.NameCRIU:
 			if err := checkEnvForDMTCP(r.EnvPath, r.App.Env, img.glibc); err != nil {
@@ -337,9 +357,9 @@ func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 			dc.Engine, dc.Lazy = runtime.EngineCRIU, r.App.Lazy && r.Mode == RunRestart
 		}
 	}
-	// A DMTCP restore whose root the deployer can reset serves again
-	// after its app ends (Recycle), where the image's entrypoint can.
-	dc.Recycle = r.Resettable && r.Mode == RunRestart && dc.Engine == "" && recyclable
+	// A restore whose root the deployer can reset serves again after its
+	// app ends (Recycle), where the image's entrypoint can for its engine.
+	dc.Recycle = r.Resettable && r.Mode == RunRestart && recyclable
 	dc.CtlPath, dc.Wait = r.CtlPath, true
 	if r.Background {
 		dc.CPUShares = backgroundShares

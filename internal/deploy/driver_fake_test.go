@@ -17,10 +17,23 @@ import (
 // driver over runtime.Fake and its fake DMTCP image (runtime.FakeDMTCP):
 // no service needed, so it runs in every `go test`.
 func TestDriverSuiteContainerFake(t *testing.T) {
-	drivertest.RunSuite(t, func(t *testing.T) drivertest.Harness {
+	drivertest.RunSuite(t, fakeHarness("dmtcp,criu", false))
+}
+
+// TestDriverSuiteContainerFakeServesOnce runs the suite with an image
+// whose entrypoint recycles CRIU's instances only: the DMTCP restores it
+// runs serve once, and Recycle refuses them.
+func TestDriverSuiteContainerFakeServesOnce(t *testing.T) {
+	drivertest.RunSuite(t, fakeHarness("criu", true))
+}
+
+// fakeHarness is the Container driver over runtime.Fake, its fake DMTCP
+// image labelled with recycle (deploy.RecycleLabel).
+func fakeHarness(recycle string, servesOnce bool) func(t *testing.T) drivertest.Harness {
+	return func(t *testing.T) drivertest.Harness {
 		rt := runtime.NewFake()
 		rt.AddLabelledImage("fogdeploy/dmtcp:fake", runtime.FakeDMTCP(), runtime.ImageConfig{
-			Labels: map[string]string{deploy.DMTCPVersionLabel: "fake", deploy.DMTCPGlibcLabel: "2.36", deploy.RecycleLabel: "1"}})
+			Labels: map[string]string{deploy.DMTCPVersionLabel: "fake", deploy.DMTCPGlibcLabel: "2.36", deploy.RecycleLabel: recycle}})
 		// The environment needs only what the driver checks before a
 		// launch under DMTCP: a glibc.
 		env := fakeEnv(t, t.TempDir())
@@ -38,8 +51,9 @@ func TestDriverSuiteContainerFake(t *testing.T) {
 			ResettableRoot: func(t *testing.T) (string, func(context.Context) error) {
 				return fakeEnv(t, filepath.Join(t.TempDir(), "mnt", "root")), func(context.Context) error { return nil }
 			},
+			ServesOnce: servesOnce,
 		}
-	})
+	}
 }
 
 // fakeEnv makes dir an environment with what the driver checks before a

@@ -15,13 +15,23 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
-// TestPoolRecycle: an undeployed pool instance goes back to the pool in
-// the container it ran in; the next deployment there answers with the
+// TestPoolRecycle: under each engine (CRIU with lazy pages too), an undeployed pool instance goes
+// back to the pool in the container it ran in; the next deployment there answers with the
 // checkpoint's state and nothing of the one before (its keys, its files),
 // and knows its own identity; an instance that serves once is refused; a
 // recycle cut short by a crash is released at the next start.
 func TestPoolRecycle(t *testing.T) {
-	f, ctx, app := redisFixture(t, "container", engine.NameDMTCP, "recycle")
+	for _, tc := range []struct {
+		name, eng string
+		lazy      bool
+	}{{"dmtcp", engine.NameDMTCP, false}, {"criu", engine.NameCRIU, false}, {"criu-lazy", engine.NameCRIU, true}} {
+		t.Run(tc.name, func(t *testing.T) { testPoolRecycle(t, tc.eng, tc.lazy) })
+	}
+}
+
+func testPoolRecycle(t *testing.T, eng string, lazy bool) {
+	f, ctx, app := redisFixture(t, "container", eng, "recycle")
+	app.Lazy = lazy
 	first, err := f.D.Deploy(ctx, app, deploy.Options{Prepare: func(ctx context.Context, tg deploy.Target) error {
 		_, err := testenv.RedisDo(ctx, nil, tg.Ports["6379/tcp"], "SET", "greeting", "from the checkpoint")
 		return err

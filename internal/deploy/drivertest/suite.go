@@ -80,6 +80,11 @@ type Harness struct {
 	// suite then checks that a deploy.Recycler serves instance after
 	// instance in one instance.
 	ResettableRoot func(t *testing.T) (root string, reset func(context.Context) error)
+	// ServesOnce says that the driver's restores of Engine serve one
+	// deployment even on a resettable root (an image whose entrypoint
+	// cannot recycle that engine's instances): the suite then checks that
+	// Recycle refuses them. Unset, it requires them to serve again.
+	ServesOnce bool
 }
 
 // RedisApp is the app the suite runs: redis-server on port 6379 with a
@@ -480,8 +485,11 @@ func testRecycle(t *testing.T, s *suite) {
 	rr := s.run(t, deploy.RunRestart, ck.Gen)
 	rr.EnvPath, rr.Resettable = root, true
 	h = s.create(t, rr)
+	if !h.Recycle && !s.ServesOnce {
+		s.remove(t, h, rr.ID)
+		t.Fatalf("a %s restore on a resettable root was created to serve once; want an instance that serves again", s.Engine)
+	}
 	if !h.Recycle {
-		// An engine whose instances serve once (CRIU's).
 		h, addr = s.start(t, h)
 		s.waitRedis(t, h, addr)
 		if _, err := rc.Recycle(s.ctx, h, reset); !errors.Is(err, deploy.ErrNotRecyclable) {
