@@ -76,9 +76,10 @@ func (s *supervisor) lifeCRIU(ctx context.Context, eng *engine.CRIU, sigs <-chan
 		s.gen = nextGeneration(gens)
 	}
 	if img.Root != "" && img.Root != s.cfg.root {
-		// An image written elsewhere (the host driver, or a launch
-		// container whose root was not a recycled one's) restores at the
-		// root's path of its checkpoint: the engine binds this root there.
+		// An image written at another root path (by the host driver, or
+		// in a launch container, whose root is /fog/root where a recycled
+		// container's is under /fog/mnt) restores at the root's path of
+		// its checkpoint: the engine binds this root there.
 		if err := os.MkdirAll(img.Root, 0o755); err != nil {
 			s.log.Error("mount point of the checkpoint's root", "root", img.Root, "err", err)
 			return exitSetup, false
