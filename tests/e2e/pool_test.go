@@ -5,6 +5,7 @@ package e2e
 import (
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -256,4 +257,86 @@ func TestPoolPoP(t *testing.T) {
 			t.Fatalf("generations of removed app %s still there 60 s after its pools went: %s", app.Name, out)
 		}
 	}
+}
+
+// TestPoolRecycleCRIUPoP: an agent recycles a CRIU instance as it does a
+// DMTCP one. With `pool: 1` on one node, a deploy takes the slot restored
+// ahead (and the agent refills the pool); its undeploy gives the instance
+// back to the pool in its own slot and container, restored ahead again
+// beside the refilled one; the next two deploys take both slots, answer,
+// and neither has the key the user before wrote.
+func TestPoolRecycleCRIUPoP(t *testing.T) {
+	ctx, p, _, app := redisOnPoP(t, "e2e-recycle", engine.NameCRIU, func(a *deploy.App) { one := 1; a.Pool = &one }, "n1")
+	st := p.st
+	// The first deploy produces the generation.
+	first, err := scheduler.Create(ctx, st, scheduler.Request{App: app.Name, Mode: deploy.ModeRestore}, "e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.waitAll(ctx, app.Name, 1)
+	// waitIdle waits until n1's pool holds n idle slots, all restored
+	// ahead, and returns them.
+	waitIdle := func(why string, n int) []string {
+		t.Helper()
+		for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+			pl, err := st.Pools(ctx, "n1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			i := slices.IndexFunc(pl, func(x state.Pool) bool { return x.App == app.Name })
+			if i >= 0 && pl[i].Idle == n && pl[i].Ahead == n && len(pl[i].Slots) == n {
+				return pl[i].Slots
+			}
+			if time.Since(start) > 90*time.Second {
+				t.Fatalf("n1's pool %s: %+v; want %d idle slots restored ahead", why, pl, n)
+			}
+		}
+	}
+	deployHit := func(why string) state.Deployment {
+		t.Helper()
+		// --mode restore: mode auto would boot one deploy in a few to
+		// measure booting.
+		out, errOut, code := p.fogctl(ctx, "deploy", app.Name, "--mode", "restore", "--wait", "-o", "json")
+		var hit state.Deployment
+		if err := json.Unmarshal([]byte(out), &hit); code != 0 || err != nil || hit.Status.Pool != string(deploy.PoolHit) {
+			t.Fatalf("deploy %s = %d, %v, pool %q; want a hit\n%s\n%s", why, code, err, hit.Status.Pool, out, errOut)
+		}
+		if got, err := testenv.RedisDo(ctx, nil, hit.Status.Ports["6379/tcp"], "PING"); err != nil || got != "PONG" {
+			t.Fatalf("deployment %s (%s): PING = %q, %v", hit.ID, why, got, err)
+		}
+		return hit
+	}
+	undeploy := func(id string) {
+		t.Helper()
+		if _, errOut, code := p.fogctl(ctx, "undeploy", "--wait", "--timeout", "60s", id); code != 0 {
+			t.Fatalf("fogctl undeploy %s = %d\n%s", id, code, errOut)
+		}
+	}
+	slot := waitIdle("after the first checkpoint", 1)[0]
+	hit := deployHit("into the pool's slot")
+	if hit.Status.Slot != slot {
+		t.Fatalf("deployment %s took slot %q; want the idle one, %s", hit.ID, hit.Status.Slot, slot)
+	}
+	key := "user-" + hit.ID
+	if _, err := testenv.RedisDo(ctx, nil, hit.Status.Ports["6379/tcp"], "SET", key, "1"); err != nil {
+		t.Fatal(err)
+	}
+	undeploy(hit.ID)
+	if idle := waitIdle("after undeploying "+hit.ID, 2); !slices.Contains(idle, slot) {
+		t.Fatalf("n1's idle slots after undeploying %s: %v; want its own slot %s among them, recycled", hit.ID, idle, slot)
+	}
+	t.Logf("%s undeployed: its slot %s is idle again, restored ahead, beside the refilled one", hit.ID, slot)
+	var took []string
+	for i := range 2 {
+		h := deployHit("after the recycle " + strconv.Itoa(i+1))
+		took = append(took, h.Status.Slot)
+		if got, err := testenv.RedisDo(ctx, nil, h.Status.Ports["6379/tcp"], "EXISTS", key); err != nil || got != "0" {
+			t.Errorf("deployment %s in slot %s: EXISTS %s = %q, %v; want 0 (the deployment before wrote it)", h.ID, h.Status.Slot, key, got, err)
+		}
+		defer undeploy(h.ID)
+	}
+	if !slices.Contains(took, slot) {
+		t.Errorf("the two deploys after the recycle took slots %v; want the recycled %s among them", took, slot)
+	}
+	defer undeploy(first.ID)
 }
