@@ -10,6 +10,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
 
 // Restore runs a new instance from generation g: it takes an idle pool
@@ -132,13 +133,22 @@ func (d *Deployer) genConfig(ctx context.Context, g Generation) layering.ImageCo
 }
 
 // undoOnError marks the record Failed and undeploys it when *err is set.
+// A deploy that failed because its images' I/O stalled has its mappings
+// cut off first: its app may be blocked on them in the kernel, where no
+// signal reaches it, and stopping its instance would wait for it.
 func (d *Deployer) undoOnError(ctx context.Context, rec *Deployment, err *error) {
 	if *err == nil {
 		return
 	}
 	rec.Phase, rec.Error = PhaseFailed, (*err).Error()
 	_ = d.save(rec)
-	*err = errors.Join(*err, d.Undeploy(context.WithoutCancel(ctx), rec.ID))
+	uctx := context.WithoutCancel(ctx)
+	if errors.Is(*err, mapper.ErrStalled) {
+		if cerr := d.CutOff(uctx, rec.ID); cerr != nil {
+			d.log.Warn("cutting off the mappings of a deployment whose I/O stalled", "deployment", rec.ID, "err", cerr)
+		}
+	}
+	*err = errors.Join(*err, d.Undeploy(uctx, rec.ID))
 }
 
 // hitTurn waits until a pool hit may run its stages: at most

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/fogdeploy/fogdeploy/internal/hint"
@@ -37,6 +39,38 @@ func (d *Deployer) Undeploy(ctx context.Context, id string) error {
 		return err
 	}
 	return d.remove(id)
+}
+
+// CutOff cuts off the I/O of deployment id's mappings, and of those of
+// the slot it was starting in (a deploy that failed before it bound its
+// slot owns none yet), where their backend can block forever on a cluster
+// that stopped serving them (mapper.Mapper.Abort): every process blocked
+// on them (its app, an unmount) returns, so that Undeploy can stop the
+// instance and release them. The mappings stay recorded until then.
+func (d *Deployer) CutOff(ctx context.Context, id string) error {
+	rec, err := d.Load(id)
+	if err != nil {
+		return err
+	}
+	maps := slices.Clone(rec.Mappings)
+	if rec.Slot != "" {
+		all, err := d.deps.Mapper.List()
+		if err != nil {
+			return err
+		}
+		for _, mp := range all {
+			if strings.HasPrefix(mp.ID, rec.Slot+"-") && !slices.Contains(maps, mp.ID) {
+				maps = append(maps, mp.ID)
+			}
+		}
+	}
+	var errs []error
+	for _, m := range maps {
+		if err := d.deps.Mapper.Abort(ctx, m); err != nil && !errors.Is(err, mapper.ErrNotMapped) {
+			errs = append(errs, fmt.Errorf("cut off mapping %s: %w", m, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // releaseResources removes what an instance owns: its instance (and any

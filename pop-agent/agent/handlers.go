@@ -7,15 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
-	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
 
 func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
@@ -231,26 +228,10 @@ func (a *agent) clean(ctx context.Context, id string) error {
 	if err == nil || errors.Is(err, deploy.ErrNotFound) {
 		return nil
 	}
-	rec, lerr := a.d.Load(id)
-	if lerr != nil {
+	if cerr := a.d.CutOff(ctx, id); errors.Is(cerr, deploy.ErrNotFound) {
 		return err
-	}
-	// Its own mappings, and those of the slot it was starting in (a
-	// deploy that failed before it bound its slot owns none yet).
-	maps := slices.Clone(rec.Mappings)
-	if rec.Slot != "" {
-		if all, lerr := a.mapper.List(); lerr == nil {
-			for _, mp := range all {
-				if strings.HasPrefix(mp.ID, rec.Slot+"-") {
-					maps = append(maps, mp.ID)
-				}
-			}
-		}
-	}
-	for _, m := range maps {
-		if aerr := a.mapper.Abort(ctx, m); aerr != nil && !errors.Is(aerr, mapper.ErrNotMapped) {
-			a.log.Warn("cutting off a mapping", "deployment", id, "mapping", m, "err", aerr)
-		}
+	} else if cerr != nil {
+		a.log.Warn("cutting off the mappings of a deployment", "deployment", id, "err", cerr)
 	}
 	if err := a.d.Undeploy(ctx, id); err != nil && !errors.Is(err, deploy.ErrNotFound) {
 		return err
