@@ -53,10 +53,13 @@ func (d *Deployer) CutOff(ctx context.Context, id string) error {
 		return err
 	}
 	maps := slices.Clone(rec.Mappings)
+	var errs []error
 	if rec.Slot != "" {
+		// The deployment's own are cut off even if the slot's cannot be
+		// listed.
 		all, err := d.deps.Mapper.List()
 		if err != nil {
-			return err
+			errs = append(errs, fmt.Errorf("list the mappings of slot %s: %w", rec.Slot, err))
 		}
 		for _, mp := range all {
 			if strings.HasPrefix(mp.ID, rec.Slot+"-") && !slices.Contains(maps, mp.ID) {
@@ -64,7 +67,6 @@ func (d *Deployer) CutOff(ctx context.Context, id string) error {
 			}
 		}
 	}
-	var errs []error
 	for _, m := range maps {
 		if err := d.deps.Mapper.Abort(ctx, m); err != nil && !errors.Is(err, mapper.ErrNotMapped) {
 			errs = append(errs, fmt.Errorf("cut off mapping %s: %w", m, err))
