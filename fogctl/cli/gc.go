@@ -27,7 +27,8 @@ func NewCmdGC(f *Factory) *cobra.Command {
 		Short: "Remove orphaned clones, unsealed generations and stale records, and old generations beyond --keep",
 		Long: `Compares the pool with the PoP's etcd and removes what has no owner:
 instance clones made by this PoP's nodes whose deployment is gone, a NotReady
-node's copies of environments and its pool slots that no deployment holds,
+node's copies of environments and its pool slots that no deployment holds
+(listed as kept while a deployment there may hold one its status does not name),
 images of generations that were never sealed (when no agent holds the app's
 checkpoint lock), checkpoint records whose images are gone, statuses of
 withdrawn deployments on NotReady nodes, the generations of each app beyond

@@ -349,8 +349,14 @@ func (c Config) clone(ctx context.Context, name string, known, down, desired map
 		// A warm pool's slot, or the slot a pool hit bound (its clones
 		// keep the slot's name and metadata): while its node is away,
 		// nobody else releases it, and it holds its generation.
-		if !known[node] || !down[node] || slots.held(node, slot) || time.Since(info.Created) < c.MinAge {
+		if !known[node] || !down[node] || slots.bound[node+"/"+slot] || time.Since(info.Created) < c.MinAge {
 			return nil, nil
+		}
+		if ids := slots.unsure[node]; len(ids) > 0 {
+			// Listed, not removed: the operator learns what holds it.
+			return &Item{Kind: KindClone, Name: name, Skip: true,
+				Reason: fmt.Sprintf("node %s's pool slot %s, and the node is NotReady, but deployment(s) %s on it may have bound it "+
+					"(a status names no slot until its deploy ends): undeploy them, or bring the node back, and gc removes it", node, slot, strings.Join(ids, ", "))}, nil
 		}
 		return &Item{Kind: KindClone, Name: name, Images: []string{name},
 			Reason: fmt.Sprintf("node %s's pool slot %s, bound to no deployment, and the node is NotReady", node, slot)}, nil
@@ -381,31 +387,39 @@ type slotUse struct {
 	status map[string]bool
 	// bound: "node/slot" that a deployment's status names.
 	bound map[string]bool
-	// unsure: nodes with a deployment that has no status yet (a pool hit
-	// that bound a slot may not have said which).
-	unsure map[string]bool
+	// unsure: by node, the deployments that may hold a slot their status
+	// does not name: a deploy whose status is not written yet (a pool hit
+	// that bound a slot says which only once it runs).
+	unsure map[string][]string
 }
 
-func (u slotUse) held(node, slot string) bool { return u.unsure[node] || u.bound[node+"/"+slot] }
-
 // slotOwners reads which slots the statuses of deps (and of withdrawn
-// deployments not forgotten yet) name.
+// deployments not forgotten yet) name, and which deployments may hold one
+// that theirs does not name.
 func slotOwners(ctx context.Context, st *state.Store, deps []state.Deployment) (slotUse, error) {
 	sts, err := st.Statuses(ctx)
 	if err != nil {
 		return slotUse{}, err
 	}
-	u := slotUse{status: map[string]bool{}, bound: map[string]bool{}, unsure: map[string]bool{}}
+	u := slotUse{status: map[string]bool{}, bound: map[string]bool{}, unsure: map[string][]string{}}
 	for id, s := range sts {
 		u.status[id] = true
 		if s.Slot != "" {
 			u.bound[s.Node+"/"+s.Slot] = true
 		}
 	}
+	// A withdrawn deployment's status on a NotReady node goes with the
+	// same plan (staleStatuses): its agent, when back, undoes what its
+	// record names.
 	for _, d := range deps {
-		if _, ok := sts[d.ID]; !ok {
-			u.unsure[d.Node] = true
+		s, ok := sts[d.ID]
+		if !ok || s.Slot == "" && s.Phase != deploy.PhaseFailed && s.Phase != deploy.PhaseCheckpointed {
+			// Failed released its slot; a checkpoint run keeps none.
+			u.unsure[d.Node] = append(u.unsure[d.Node], d.ID)
 		}
+	}
+	for _, ids := range u.unsure {
+		slices.Sort(ids)
 	}
 	return u, nil
 }

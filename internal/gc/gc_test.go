@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,6 +114,18 @@ func testGC(t *testing.T, s layering.Store) {
 	if err := st.SetStatus(ctx, "gc-hit"+sfx, state.Status{Phase: deploy.PhaseRunning, Node: "gc-n2", Pool: "hit", Slot: "s-bound" + sfx}); err != nil {
 		t.Fatal(err)
 	}
+	// A NotReady node with a deployment that has no status: its pool slot
+	// is listed as kept, with the deployment that may hold it.
+	unsureNode, err := st.Register(ctx, state.Node{Name: "gc-n3", Capacity: 4}, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unsureNode.Close()
+	unsureSlot := deploy.InstancePrefix + "s-unsure" + sfx + "-env"
+	mk(unsureSlot, map[string]string{deploy.MetaNode: "gc-n3", deploy.MetaSlot: "s-unsure" + sfx})
+	if err := st.CreateDeployment(ctx, state.Desired{ID: "gc-nostatus" + sfx, App: app, Node: "gc-n3"}); err != nil {
+		t.Fatal(err)
+	}
 	// Blank filesystems: one no clone uses goes, one a slot's upper
 	// image is cloned from stays. (Sizes no other test's pool uses.)
 	blankFree, blankUsed := layering.BlankImage(4*mib+int64(len(sfx))*4096+8192), layering.BlankImage(4*mib+int64(len(sfx))*4096+12288)
@@ -156,13 +169,17 @@ func testGC(t *testing.T, s layering.Store) {
 		"clone " + downCopy,
 		"clone " + idleSlot,
 		"checkpoint-record " + app + "/9",
+		"clone " + unsureSlot + " (kept)",
 	} {
 		if _, ok := got[want]; !ok {
 			t.Errorf("plan lacks %q", want)
 		}
 	}
-	if len(got) != 7 {
-		t.Errorf("plan has %d items; want exactly those 7", len(got))
+	if len(got) != 8 {
+		t.Errorf("plan has %d items; want exactly those 8", len(got))
+	}
+	if why := got["clone "+unsureSlot+" (kept)"]; !strings.Contains(why, "gc-nostatus"+sfx) {
+		t.Errorf("the kept slot's reason %q does not name the deployment without a status", why)
 	}
 
 	// A young orphan is spared; a held checkpoint lock spares partials.
@@ -196,7 +213,7 @@ func testGC(t *testing.T, s layering.Store) {
 			t.Errorf("%s is still there", name)
 		}
 	}
-	for _, name := range []string{deploy.GenImage(app, 1, "ckpt"), deploy.GenImage(app, 3, "ckpt"), deploy.GenImage(app, 4, "env"), used, foreign, liveCopy, boundSlot, liveSlot} {
+	for _, name := range []string{deploy.GenImage(app, 1, "ckpt"), deploy.GenImage(app, 3, "ckpt"), deploy.GenImage(app, 4, "env"), used, foreign, liveCopy, boundSlot, liveSlot, unsureSlot} {
 		if !exists(name) {
 			t.Errorf("%s was removed", name)
 		}
@@ -259,7 +276,7 @@ func testGC(t *testing.T, s layering.Store) {
 
 	// The app is removed from the PoP (its deployment first): its
 	// generations go with it, but one that a clone still uses stays.
-	for _, id := range []string{"gc-used" + sfx, "gc-hit" + sfx} {
+	for _, id := range []string{"gc-used" + sfx, "gc-hit" + sfx, "gc-nostatus" + sfx} {
 		if err := st.DeleteDeployment(ctx, id); err != nil {
 			t.Fatal(err)
 		}
@@ -270,6 +287,10 @@ func testGC(t *testing.T, s layering.Store) {
 	plan, err = gc.Plan(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The deployment without a status is gone: so is what held the slot.
+	if !slices.ContainsFunc(plan, func(it gc.Item) bool { return it.Name == unsureSlot && !it.Skip }) {
+		t.Errorf("once the deployment without a status is undeployed, the plan does not remove its node's pool slot %s", unsureSlot)
 	}
 	got = map[string]string{}
 	for _, it := range plan {
