@@ -26,6 +26,10 @@ const (
 // LayerPrefix starts the name of every environment layer image.
 const LayerPrefix = "fdl-"
 
+// ExecPrefix starts the name of Exec's throwaway clones: Exec removes its
+// own, and `fogctl gc` those of an Exec killed before it could.
+const ExecPrefix = "fdx-"
+
 // Mounter maps an image on this node and mounts its filesystem. The
 // mapper package implements it with krbd, rbd-nbd or rbd-fuse + loop.
 type Mounter interface {

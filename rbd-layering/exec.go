@@ -60,7 +60,7 @@ func (m *Manager) Exec(ctx context.Context, name, command string, out io.Writer)
 		return nil, fmt.Errorf("exec: empty command: %w", ErrInvalid)
 	}
 	start := time.Now()
-	clone := "fdx-" + name + "-" + randomID(4)
+	clone := ExecPrefix + name + "-" + randomID(4)
 	if err := m.b.Clone(ctx, env.Ref, clone); err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ func NewCmdGC(f *Factory) *cobra.Command {
 instance clones made by this PoP's nodes whose deployment is gone, a NotReady
 node's copies of environments and its pool slots that no deployment holds
 (listed as kept while a deployment there may hold one its status does not name),
+the throwaway clones of a killed ` + "`fogctl env exec`" + ` (one whose exec still runs is kept),
 images of generations that were never sealed (when no agent holds the app's
 checkpoint lock), checkpoint records whose images are gone, statuses of
 withdrawn deployments on NotReady nodes, the generations of each app beyond

@@ -44,6 +44,9 @@ const (
 	// KindBlank: a blank filesystem image of the pool that no clone uses
 	// (a node makes it again when it needs it).
 	KindBlank = "blank"
+	// KindExec: a throwaway clone of `fogctl env exec` older than MinAge,
+	// which an exec killed halfway left (one still running keeps it).
+	KindExec = "exec-clone"
 )
 
 // Item is one thing to remove (or, with Skip, kept on purpose).
@@ -156,6 +159,16 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 				continue
 			}
 			it, err := c.blank(ctx, n)
+			if err != nil {
+				return nil, err
+			}
+			if it != nil {
+				plan = append(plan, *it)
+			}
+			continue
+		}
+		if strings.HasPrefix(n, layering.ExecPrefix) {
+			it, err := c.execClone(ctx, n)
 			if err != nil {
 				return nil, err
 			}
@@ -379,6 +392,23 @@ func (c Config) clone(ctx context.Context, name string, known, down, desired map
 		Reason: fmt.Sprintf("deployment %s (node %s) is gone", id, node)}, nil
 }
 
+// execClone returns an item for Exec's throwaway clone name if it is older
+// than MinAge. Which exec made it is not recorded: one still running maps
+// it, and Apply's removal then refuses and keeps it.
+func (c Config) execClone(ctx context.Context, name string) (*Item, error) {
+	info, err := c.Store.Stat(ctx, name)
+	if errors.Is(err, layering.ErrNotFound) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	if time.Since(info.Created) < c.MinAge {
+		return nil, nil
+	}
+	return &Item{Kind: KindExec, Name: name, Images: []string{name},
+		Reason: "a throwaway clone of `fogctl env exec` that its exec did not remove (it was killed)"}, nil
+}
+
 // slotUse says which pool slots deployments hold, from their statuses,
 // read once per plan.
 type slotUse struct {
@@ -513,7 +543,8 @@ func Retain(ctx context.Context, store layering.Store, app string, keep int, dry
 }
 
 // Apply removes the items of a plan that are not skipped, and returns
-// those it removed; it goes on past failures and joins their errors.
+// those it removed, and, with Skip set, an exec's clone it found in use;
+// it goes on past failures and joins their errors.
 func Apply(ctx context.Context, c Config, plan []Item) ([]Item, error) {
 	var done []Item
 	var errs []error
@@ -530,6 +561,17 @@ func Apply(ctx context.Context, c Config, plan []Item) ([]Item, error) {
 				if e := c.Store.Remove(ctx, img); e != nil && !errors.Is(e, layering.ErrNotFound) {
 					err = errors.Join(err, e)
 				}
+			}
+		case KindExec:
+			e := c.Store.Remove(ctx, it.Name)
+			if errors.Is(e, layering.ErrBusy) {
+				// An exec still runs in it.
+				it.Skip, it.Reason = true, "a throwaway clone of `fogctl env exec`, mapped: its exec still runs (or its client died under a minute ago)"
+				done = append(done, it)
+				continue
+			}
+			if !errors.Is(e, layering.ErrNotFound) {
+				err = e
 			}
 		case KindBlank:
 			e := c.Store.Remove(ctx, it.Name)

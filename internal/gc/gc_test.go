@@ -142,6 +142,9 @@ func testGC(t *testing.T, s layering.Store) {
 	}
 	t.Cleanup(func() { _ = s.Remove(context.Background(), upper) })
 	_ = s.SetMeta(ctx, upper, map[string]string{deploy.MetaNode: "gc-n1", deploy.MetaSlot: "s-live" + sfx})
+	// A throwaway clone that a killed `fogctl env exec` left.
+	execClone := layering.ExecPrefix + "gcenv" + sfx + "-dead"
+	mk(execClone, nil)
 	// A checkpoint record whose images are gone.
 	if err := st.PutCheckpoint(ctx, deploy.Generation{App: app, Gen: 9, CkptSnap: layering.SnapRef{Image: deploy.GenImage(app, 9, "ckpt")}}); err != nil {
 		t.Fatal(err)
@@ -170,13 +173,14 @@ func testGC(t *testing.T, s layering.Store) {
 		"clone " + idleSlot,
 		"checkpoint-record " + app + "/9",
 		"clone " + unsureSlot + " (kept)",
+		"exec-clone " + execClone,
 	} {
 		if _, ok := got[want]; !ok {
 			t.Errorf("plan lacks %q", want)
 		}
 	}
-	if len(got) != 8 {
-		t.Errorf("plan has %d items; want exactly those 8", len(got))
+	if len(got) != 9 {
+		t.Errorf("plan has %d items; want exactly those 9", len(got))
 	}
 	if why := got["clone "+unsureSlot+" (kept)"]; !strings.Contains(why, "gc-nostatus"+sfx) {
 		t.Errorf("the kept slot's reason %q does not name the deployment without a status", why)
@@ -185,7 +189,9 @@ func testGC(t *testing.T, s layering.Store) {
 	// A young orphan is spared; a held checkpoint lock spares partials.
 	young := cfg
 	young.MinAge = time.Hour
-	if p, _ := gc.Plan(ctx, young); slices.ContainsFunc(p, func(it gc.Item) bool { return it.Kind == gc.KindClone || it.Kind == gc.KindPartial }) {
+	if p, _ := gc.Plan(ctx, young); slices.ContainsFunc(p, func(it gc.Item) bool {
+		return it.Kind == gc.KindClone || it.Kind == gc.KindPartial || it.Kind == gc.KindExec
+	}) {
 		t.Errorf("with min-age 1h the plan still removes young images: %+v", p)
 	}
 	unlock, err := st.LockCheckpoint(ctx, sess, app, true)
@@ -201,14 +207,14 @@ func testGC(t *testing.T, s layering.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(done) != 6 {
-		t.Errorf("applied %d items; want 6 (the kept generation is not)", len(done))
+	if len(done) != 7 {
+		t.Errorf("applied %d items; want 7 (the kept generation and slot are not)", len(done))
 	}
 	exists := func(name string) bool {
 		_, err := s.Stat(ctx, name)
 		return err == nil
 	}
-	for _, name := range []string{deploy.GenImage(app, 2, "env"), deploy.GenImage(app, 2, "ckpt"), deploy.GenImage(app, 5, "ckpt"), orphan, downCopy, idleSlot} {
+	for _, name := range []string{deploy.GenImage(app, 2, "env"), deploy.GenImage(app, 2, "ckpt"), deploy.GenImage(app, 5, "ckpt"), orphan, downCopy, idleSlot, execClone} {
 		if exists(name) {
 			t.Errorf("%s is still there", name)
 		}

@@ -81,6 +81,11 @@ func NewLayering(ctx context.Context, store layering.Backend, pool string, mc ma
 	if err != nil {
 		return nil, err
 	}
+	// What a killed build or import left mapped would keep its image
+	// busy (its next build could not remove it) and its rbd-fuse running.
+	if _, err := mp.ReleaseAbandoned(ctx); err != nil {
+		log.Warn("releasing the mappings that killed processes left; retried by the next process", "err", err)
+	}
 	mgr, err := layering.NewManager(store, Mounter{M: mp, Pool: pool}, lc, log)
 	if err != nil {
 		return nil, err
@@ -96,7 +101,10 @@ type Mounter struct {
 
 // Mount implements layering.Mounter.
 func (a Mounter) Mount(ctx context.Context, image, target string, opts layering.MountOptions) (func(context.Context) error, error) {
-	mp, err := a.M.MapAndMount(ctx, mapper.Image{Pool: a.Pool, Name: image}, target, mapper.MountOptions{ReadOnly: opts.ReadOnly, Format: opts.Format})
+	// An environment's mappings last as long as the call that makes them:
+	// a process killed meanwhile leaves them to ReleaseAbandoned.
+	mp, err := a.M.MapAndMount(ctx, mapper.Image{Pool: a.Pool, Name: image}, target, mapper.MountOptions{ReadOnly: opts.ReadOnly, Format: opts.Format},
+		mapper.Ephemeral())
 	if err != nil {
 		if errors.Is(err, mapper.ErrImageNotFound) {
 			return nil, fmt.Errorf("%w: %w", layering.ErrNotFound, err)

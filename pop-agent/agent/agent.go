@@ -167,7 +167,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "fogdeploy_mapper_backend", Help: "Mapping backend chosen on this node (1 for the chosen one).",
 		}, []string{"backend"}),
 		recovered: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fogdeploy_mappings_recovered_total", Help: "Mappings left by a previous run and released at start.",
+			Name: "fogdeploy_mappings_recovered_total", Help: "Mappings left by a previous run or a killed process (an environment build) and released by this agent.",
 		}),
 		checkpoints: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fogdeploy_checkpoints_total", Help: "Checkpoint generations produced on this node.",

@@ -126,6 +126,13 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 			a.spawn(ctx, id, func(ctx context.Context) { a.undeploy(ctx, id) })
 		}
 	}
+	// What a build or import killed on this node left mapped (fogctl
+	// releases it too, at its next start).
+	if undone, err := a.mapper.ReleaseAbandoned(ctx); err != nil {
+		a.log.Warn("releasing the mappings of processes that are gone", "err", err)
+	} else {
+		a.m.recovered.Add(float64(len(undone)))
+	}
 	// Statuses of withdrawn deployments that are gone from this node (an
 	// undeploy interrupted after its instance was removed).
 	if stale, err := a.st.StaleStatuses(ctx, a.c.Node.Name); err == nil {

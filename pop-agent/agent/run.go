@@ -149,7 +149,9 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 		log.Warn("listing the mappings of deployments; orphaned mappings stay", "err", err)
 	} else if maps, err := l.Mapper.List(); err == nil {
 		for _, mp := range maps {
-			if !owned[mp.ID] {
+			// A live process's own (a build that fogctl runs now) are
+			// not this node's to release.
+			if !owned[mp.ID] && !mp.Live {
 				if err := l.Mapper.Release(ctx, mp.ID); err != nil {
 					log.Warn("releasing an orphaned mapping", "id", mp.ID, "err", err)
 				} else {

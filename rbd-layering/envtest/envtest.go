@@ -88,7 +88,7 @@ func list(t *testing.T, l *wire.Layering) []string {
 	names, err := l.Store.List(context.Background())
 	must(t, err)
 	return slices.DeleteFunc(names, func(n string) bool {
-		return !strings.HasPrefix(n, layering.LayerPrefix) && !strings.HasPrefix(n, "fdi-") && !strings.HasPrefix(n, "fdx-")
+		return !strings.HasPrefix(n, layering.LayerPrefix) && !strings.HasPrefix(n, "fdi-") && !strings.HasPrefix(n, layering.ExecPrefix)
 	})
 }
 
@@ -395,7 +395,7 @@ func testImportTar(t *testing.T, l *wire.Layering) {
 		t.Fatalf("exec in the tar-imported environment: %q, %v", out.String(), err)
 	}
 	for _, n := range list(t, l) {
-		if strings.HasPrefix(n, "fdx-") {
+		if strings.HasPrefix(n, layering.ExecPrefix) {
 			t.Errorf("exec left its clone %s", n)
 		}
 	}

@@ -21,6 +21,10 @@ type Mapping struct {
 	Target   string    // mount point, "" when not mounted
 	ReadOnly bool      // the device is read-only (snapshot or WithReadOnly)
 	Created  time.Time // when Map began
+	// Ephemeral: made with Ephemeral. Live (set by List): the process
+	// that made it still runs, or is this one.
+	Ephemeral bool
+	Live      bool
 }
 
 // MountOptions tune Mount.
@@ -40,8 +44,9 @@ type MountOptions struct {
 type MapOption func(*mapOptions)
 
 type mapOptions struct {
-	id       string
-	readOnly bool
+	id        string
+	readOnly  bool
+	ephemeral bool
 }
 
 // WithID uses id as the mapping ID instead of a random one. Map fails with
@@ -51,6 +56,13 @@ func WithID(id string) MapOption { return func(o *mapOptions) { o.id = id } }
 // WithReadOnly maps the device read-only even when the image is not a
 // snapshot.
 func WithReadOnly() MapOption { return func(o *mapOptions) { o.readOnly = true } }
+
+// Ephemeral marks a mapping that lives no longer than the call of the
+// process that made it (an environment's build step, an import): once that
+// process is gone, it is abandoned, and ReleaseAbandoned in any process
+// releases it. A mapping without it outlives its process until something
+// that knows its owner (a deployment's record) releases it.
+func Ephemeral() MapOption { return func(o *mapOptions) { o.ephemeral = true } }
 
 // Mapper maps images on this node with one backend and keeps a record of
 // every mapping under Config.StateDir. Its methods are safe for concurrent
@@ -166,13 +178,14 @@ func (m *Mapper) Map(ctx context.Context, img Image, opts ...MapOption) (_ *Mapp
 
 	start := time.Now()
 	rec := &Record{
-		Version:  recordVersion,
-		ID:       o.id,
-		Backend:  m.backend.Name(),
-		Image:    img,
-		ReadOnly: o.readOnly || img.ReadOnly(),
-		Created:  start.UTC(),
-		Owner:    m.owner,
+		Version:   recordVersion,
+		ID:        o.id,
+		Backend:   m.backend.Name(),
+		Image:     img,
+		ReadOnly:  o.readOnly || img.ReadOnly(),
+		Ephemeral: o.ephemeral,
+		Created:   start.UTC(),
+		Owner:     m.owner,
 	}
 	if err := m.store.create(rec); err != nil {
 		return nil, err
@@ -442,6 +455,18 @@ func (m *Mapper) unmount(ctx context.Context, rec *Record) error {
 			}
 			return nil
 		}
+		// What a process killed while it used the filesystem mounted
+		// inside it (a build step's /proc, /dev and resolv.conf) would
+		// keep it busy.
+		subs, err := mountsUnder(rec.Target)
+		if err != nil {
+			return err
+		}
+		for _, sub := range subs {
+			if err := m.run.umount(ctx, sub); err != nil {
+				return fmt.Errorf("release %s (%s): a mount inside its filesystem: %w", rec.ID, rec.Image, err)
+			}
+		}
 		if err := m.run.umount(ctx, rec.Target); err != nil {
 			return fmt.Errorf("release %s (%s): %w", rec.ID, rec.Image, err)
 		}
@@ -531,7 +556,9 @@ func (m *Mapper) List() ([]Mapping, error) {
 			errs = append(errs, err)
 			continue
 		}
-		out = append(out, rec.mapping())
+		mp := rec.mapping()
+		mp.Live = rec.Owner.PID == m.owner.PID || m.live(rec)
+		out = append(out, mp)
 	}
 	return out, errors.Join(errs...)
 }
@@ -544,6 +571,30 @@ func (m *Mapper) List() ([]Mapping, error) {
 // records of this process, from any Mapper instance, are undone, so call
 // Recover at start-up, before mapping anything.
 func (m *Mapper) Recover(ctx context.Context) ([]Mapping, error) {
+	undone, err := m.releaseWhere(ctx, func(*Record) bool { return true })
+	if len(undone) > 0 {
+		m.log.Info("recovered mappings", "count", len(undone))
+	}
+	return undone, err
+}
+
+// ReleaseAbandoned releases the Ephemeral mappings whose process is gone
+// (an environment build killed halfway leaves its step's image mapped and
+// mounted): no record names them, so no one else would. It returns what it
+// released; mappings of running processes, this one's included, stay.
+func (m *Mapper) ReleaseAbandoned(ctx context.Context) ([]Mapping, error) {
+	undone, err := m.releaseWhere(ctx, func(r *Record) bool { return r.Ephemeral && r.Owner.PID != m.owner.PID && !m.live(r) })
+	if len(undone) > 0 {
+		m.log.Info("released the mappings of processes that are gone", "count", len(undone))
+	}
+	return undone, err
+}
+
+// releaseWhere releases the recorded mappings that match and whose owner
+// is this process or gone, each under its lock. A record that does not
+// match as read first is passed over without its lock, which an operation
+// of this process may hold.
+func (m *Mapper) releaseWhere(ctx context.Context, match func(*Record) bool) ([]Mapping, error) {
 	ids, err := m.store.ids()
 	if err != nil {
 		return nil, err
@@ -554,6 +605,9 @@ func (m *Mapper) Recover(ctx context.Context) ([]Mapping, error) {
 		if err := ctx.Err(); err != nil {
 			errs = append(errs, err)
 			break
+		}
+		if rec, err := m.store.load(id); err == nil && !match(rec) {
+			continue
 		}
 		unlock, err := m.lock(id)
 		if err != nil {
@@ -566,21 +620,24 @@ func (m *Mapper) Recover(ctx context.Context) ([]Mapping, error) {
 			// released meanwhile
 		case err != nil:
 			errs = append(errs, err)
-		case rec.Owner.PID != m.owner.PID && procAlive(rec.Owner.PID, rec.Owner.Start):
-			m.log.Warn("not recovering a mapping of a running process", "id", id, "image", rec.Image.String(), "pid", rec.Owner.PID)
+		case !match(rec):
+		case m.live(rec):
+			m.log.Warn("not releasing a mapping of a running process", "id", id, "image", rec.Image.String(), "pid", rec.Owner.PID)
 		default:
 			if err := m.release(ctx, rec); err != nil {
-				errs = append(errs, fmt.Errorf("recover %s: %w", id, err))
+				errs = append(errs, fmt.Errorf("release %s: %w", id, err))
 			} else {
 				undone = append(undone, rec.mapping())
 			}
 		}
 		unlock()
 	}
-	if len(undone) > 0 {
-		m.log.Info("recovered mappings", "count", len(undone))
-	}
 	return undone, errors.Join(errs...)
+}
+
+// live says whether rec's owner is another process that still runs.
+func (m *Mapper) live(rec *Record) bool {
+	return rec.Owner.PID != m.owner.PID && procAlive(rec.Owner.PID, rec.Owner.Start)
 }
 
 // Freeze runs `fsfreeze -f TARGET`: writes to the filesystem mounted at

@@ -26,13 +26,16 @@ const recordVersion = 1
 // backing file, a mount's device number in /proc/self/mountinfo, a
 // process's start time and command line.
 type Record struct {
-	Version  int       `json:"version"`
-	ID       string    `json:"id"`
-	Backend  string    `json:"backend"`
-	Image    Image     `json:"image"`
-	ReadOnly bool      `json:"read_only,omitempty"`
-	Created  time.Time `json:"created"`
-	Owner    Owner     `json:"owner"`
+	Version  int    `json:"version"`
+	ID       string `json:"id"`
+	Backend  string `json:"backend"`
+	Image    Image  `json:"image"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+	// Ephemeral: the mapping lives no longer than its owner's call
+	// (Ephemeral); once the owner is gone, any process releases it.
+	Ephemeral bool      `json:"ephemeral,omitempty"`
+	Created   time.Time `json:"created"`
+	Owner     Owner     `json:"owner"`
 
 	// Device is the block device, set once the backend attached it.
 	Device string `json:"device,omitempty"`
@@ -68,13 +71,14 @@ type Owner struct {
 
 func (r *Record) mapping() Mapping {
 	return Mapping{
-		ID:       r.ID,
-		Image:    r.Image,
-		Backend:  r.Backend,
-		Device:   r.Device,
-		Target:   r.Target,
-		ReadOnly: r.ReadOnly,
-		Created:  r.Created,
+		ID:        r.ID,
+		Image:     r.Image,
+		Backend:   r.Backend,
+		Device:    r.Device,
+		Target:    r.Target,
+		ReadOnly:  r.ReadOnly,
+		Created:   r.Created,
+		Ephemeral: r.Ephemeral,
 	}
 }
 

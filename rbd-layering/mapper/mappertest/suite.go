@@ -74,6 +74,7 @@ func RunSuite(t *testing.T, h Harness) {
 		{"MapThenMount", testMapThenMount},
 		{"ReleaseTwice", testReleaseTwice},
 		{"ReleaseBusy", testReleaseBusy},
+		{"ReleaseMountsInside", testReleaseMountsInside},
 		{"MissingImage", testMissingImage},
 		{"MissingPool", testMissingPool},
 		{"MountFailureRollsBack", testMountFailureRollsBack},
@@ -273,6 +274,36 @@ func testReleaseTwice(t *testing.T, e *env) {
 	}
 	if err := e.m.Release(e.ctx, "never-mapped"); !errors.Is(err, mapper.ErrNotMapped) {
 		t.Fatalf("Release of an unknown ID: %v, want ErrNotMapped", err)
+	}
+}
+
+// Filesystems mounted inside the mapping's (a build step's /proc and
+// /dev, left by a process killed in the step) are unmounted by Release
+// with it. An Ephemeral mapping of a process that runs (this one) is not
+// abandoned: ReleaseAbandoned leaves it, and List says it is live.
+func testReleaseMountsInside(t *testing.T, e *env) {
+	img := e.image(t)
+	target := e.target("a")
+	mp, err := e.m.MapAndMount(e.ctx, img, target, mapper.MountOptions{Format: true}, mapper.Ephemeral())
+	if err != nil {
+		t.Fatalf("MapAndMount(%s, Ephemeral): %v", img, err)
+	}
+	tr := Track(t, e.stateDir, mp)
+	for _, sub := range []string{"proc", "dev", "dev/pts"} {
+		if err := os.MkdirAll(filepath.Join(target, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		run(t, "mount", "-t", "tmpfs", "tmpfs", filepath.Join(target, sub))
+	}
+	if undone, err := e.m.ReleaseAbandoned(e.ctx); err != nil || len(undone) != 0 {
+		t.Fatalf("ReleaseAbandoned with this process's mapping = %+v, %v; want nothing released", undone, err)
+	}
+	if l, err := e.m.List(); err != nil || len(l) != 1 || !l[0].Ephemeral || !l[0].Live {
+		t.Fatalf("List() = %+v, %v; want the one mapping, Ephemeral and Live", l, err)
+	}
+	e.release(t, e.m, tr)
+	if m := mountsUnder(target); len(m) > 0 || IsMountPoint(target) {
+		t.Fatalf("after Release, still mounted: %s %v", target, m)
 	}
 }
 
