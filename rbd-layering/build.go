@@ -162,7 +162,7 @@ func (m *Manager) buildLayer(ctx context.Context, parent SnapRef, image string, 
 		}
 	}()
 	m.tagImage(ctx, image, "layer", st.String())
-	target, err := m.scratch("build-")
+	target, err := m.scratch(scratchBuild)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/procstat"
 )
 
 // Metadata keys set on every image fogdeploy creates.
@@ -123,6 +125,9 @@ type Manager struct {
 	m   Mounter
 	cfg ManagerConfig
 	log *slog.Logger
+	// start is this process's start time, in the names of its scratch
+	// directories (scratch.go).
+	start uint64
 }
 
 // NewManager returns a manager over a backend and a mounter.
@@ -136,7 +141,12 @@ func NewManager(b Backend, m Mounter, cfg ManagerConfig, log *slog.Logger) (*Man
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{b: b, m: m, cfg: cfg, log: log}, nil
+	start, _ := procstat.Start(os.Getpid())
+	mgr := &Manager{b: b, m: m, cfg: cfg, log: log, start: start}
+	if _, err := mgr.sweepScratch(); err != nil {
+		log.Warn("looking for the scratch directories of processes that are gone", "dir", cfg.WorkDir, "err", err)
+	}
+	return mgr, nil
 }
 
 // Mounter returns the mounter the manager uses.
@@ -282,7 +292,7 @@ func (m *Manager) Remove(ctx context.Context, name string) ([]string, error) {
 	var removed []string
 	if len(kids) > 0 {
 		// Cached layers of superseded builds count as children; they go first.
-		if removed, err = m.Prune(ctx); err != nil {
+		if removed, err = m.Prune(ctx, PruneOptions{UnsealedMinAge: DefaultUnsealedMinAge}); err != nil {
 			return removed, err
 		}
 		if kids, err = m.b.Children(ctx, e.Ref); err != nil {
@@ -330,11 +340,23 @@ func (m *Manager) Remove(ctx context.Context, name string) ([]string, error) {
 	return removed, nil
 }
 
+// PruneOptions tune Prune.
+type PruneOptions struct {
+	// UnsealedMinAge: a layer image without its sealed snapshot, which a
+	// build step or an import killed halfway leaves, goes once it is this
+	// old and nothing has it open; a younger one may be in the making.
+	UnsealedMinAge time.Duration
+}
+
+// DefaultUnsealedMinAge is what Remove gives Prune, and fogctl's default.
+const DefaultUnsealedMinAge = 10 * time.Minute
+
 // Prune removes cached layers that no environment uses and nothing was
-// cloned from: what rebuilds with changed steps leave behind. It repeats
-// until nothing more can go, and returns the images it removed. Layers
-// without their sealed snapshot (a build in progress) are left alone.
-func (m *Manager) Prune(ctx context.Context) ([]string, error) {
+// cloned from: what rebuilds with changed steps leave behind, and the
+// unsealed layers of builds and imports that were killed (opts). It
+// repeats until nothing more can go, and returns the images it removed.
+// A layer that is mapped or open (a build or an import in progress) stays.
+func (m *Manager) Prune(ctx context.Context, opts PruneOptions) ([]string, error) {
 	var removed []string
 	for {
 		refs, err := m.refCounts(ctx, "")
@@ -351,14 +373,24 @@ func (m *Manager) Prune(ctx context.Context) ([]string, error) {
 				continue
 			}
 			info, err := m.b.Stat(ctx, img)
-			if err != nil || len(info.Snapshots) != 1 || info.Snapshots[0].Name != SealedSnap {
+			if err != nil {
 				continue
 			}
-			if kids, err := m.b.Children(ctx, SnapRef{Image: img, Snap: SealedSnap}); err != nil || len(kids) > 0 {
+			switch unsealed := len(info.Snapshots) == 0; {
+			case unsealed && time.Since(info.Created) < opts.UnsealedMinAge:
+				continue // maybe in the making
+			case unsealed:
+			case len(info.Snapshots) != 1 || info.Snapshots[0].Name != SealedSnap:
 				continue
+			default:
+				if kids, err := m.b.Children(ctx, SnapRef{Image: img, Snap: SealedSnap}); err != nil || len(kids) > 0 {
+					continue
+				}
 			}
 			if err := m.b.Remove(ctx, img); err != nil {
-				m.log.Warn("prune: keeping layer", "image", img, "err", err)
+				if !errors.Is(err, ErrBusy) {
+					m.log.Warn("prune: keeping layer", "image", img, "err", err)
+				}
 				continue
 			}
 			removed = append(removed, img)
@@ -388,11 +420,6 @@ func (m *Manager) refCounts(ctx context.Context, except string) (map[string]int,
 		}
 	}
 	return refs, nil
-}
-
-// scratch returns a fresh scratch directory under the work dir.
-func (m *Manager) scratch(prefix string) (string, error) {
-	return os.MkdirTemp(m.cfg.WorkDir, prefix)
 }
 
 func randomID(n int) string {

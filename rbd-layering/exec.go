@@ -70,7 +70,7 @@ func (m *Manager) Exec(ctx context.Context, name, command string, out io.Writer)
 		}
 	}()
 	start = t.Track("clone", start)
-	target, err := m.scratch("exec-")
+	target, err := m.scratch(scratchExec)
 	if err != nil {
 		return t, err
 	}

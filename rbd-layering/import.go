@@ -89,7 +89,7 @@ func (m *Manager) Import(ctx context.Context, name string, src Source, opts Impo
 	} else if !errors.Is(err, ErrNotFound) {
 		return env, err
 	}
-	tmp, err := m.scratch("import-")
+	tmp, err := m.scratch(scratchImport)
 	if err != nil {
 		return env, err
 	}

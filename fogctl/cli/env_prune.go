@@ -4,23 +4,34 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
 // EnvPruneOptions are the inputs of `fogctl env prune`.
 type EnvPruneOptions struct {
-	F *Factory
+	F      *Factory
+	MinAge time.Duration
 }
 
 // NewCmdEnvPrune builds `fogctl env prune`.
 func NewCmdEnvPrune(f *Factory, runF func(context.Context, *EnvPruneOptions) error) *cobra.Command {
 	opts := &EnvPruneOptions{F: f}
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "prune",
 		Short: "Remove cached layers that no environment uses",
-		Args:  cobra.NoArgs,
+		Long: `Removes the cached layers that no environment uses and nothing was cloned
+from (what rebuilds with changed steps leave), and the unsealed layers that a
+build or an import killed halfway left, once older than --min-age. A layer
+that is mapped or open (a build or an import in progress) stays.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if opts.MinAge < 0 {
+				return usageError{fmt.Errorf("--min-age %s is negative: use e.g. 10m", opts.MinAge)}
+			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -29,7 +40,7 @@ func NewCmdEnvPrune(f *Factory, runF func(context.Context, *EnvPruneOptions) err
 				return err
 			}
 			defer l.Close()
-			removed, err := l.Manager.Prune(cmd.Context())
+			removed, err := l.Manager.Prune(cmd.Context(), layering.PruneOptions{UnsealedMinAge: opts.MinAge})
 			if removed == nil {
 				removed = []string{}
 			}
@@ -41,4 +52,6 @@ func NewCmdEnvPrune(f *Factory, runF func(context.Context, *EnvPruneOptions) err
 			return err
 		},
 	}
+	cmd.Flags().DurationVar(&opts.MinAge, "min-age", layering.DefaultUnsealedMinAge, "spare unsealed layers younger than this (a build or an import may be making them)")
+	return cmd
 }

@@ -2,6 +2,7 @@
 package mountinfo
 
 import (
+	"os"
 	"strconv"
 	"strings"
 )
@@ -24,4 +25,25 @@ func Unescape(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// Under returns the mount points of this process's mount namespace that
+// are dir or below it.
+func Under(dir string) ([]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	dir = strings.TrimSuffix(dir, "/")
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 5 {
+			continue
+		}
+		if t := Unescape(f[4]); t == dir || strings.HasPrefix(t, dir+"/") {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }

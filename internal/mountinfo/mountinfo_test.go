@@ -1,6 +1,9 @@
 package mountinfo
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 func TestUnescape(t *testing.T) {
 	for in, want := range map[string]string{
@@ -15,5 +18,18 @@ func TestUnescape(t *testing.T) {
 		if got := Unescape(in); got != want {
 			t.Errorf("Unescape(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestUnder(t *testing.T) {
+	got, err := Under("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(got, "/") {
+		t.Errorf("Under(/) = %v; want the root among them", got)
+	}
+	if got, err := Under(t.TempDir()); err != nil || len(got) != 0 {
+		t.Errorf("Under(a new directory) = %v, %v; want none", got, err)
 	}
 }

@@ -70,6 +70,44 @@ func RunSuite(t *testing.T, newL NewLayering) {
 	t.Run("RemoveRefusesWhileCloned", func(t *testing.T) { testRemove(t, newL(t)) })
 	t.Run("FailedStepLeavesNothing", func(t *testing.T) { testFailedStep(t, newL(t)) })
 	t.Run("ExecLeavesNoProcess", func(t *testing.T) { testExecBackground(t, newL(t)) })
+	t.Run("PruneUnsealedLayers", func(t *testing.T) { testPruneUnsealed(t, newL(t)) })
+}
+
+// testPruneUnsealed: the layers a killed import (an image without
+// snapshot) and a killed build step (a clone of its parent, unsealed) left
+// are removed by Prune once older than its UnsealedMinAge, except while
+// mapped; then the parent environment can be removed.
+func testPruneUnsealed(t *testing.T, l *wire.Layering) {
+	ctx := context.Background()
+	base := uniq("pu")
+	removeEnvs(t, l, base)
+	env, err := l.Manager.Import(ctx, base, layering.Source{Dir: BusyboxRootfs(t)}, layering.ImportOptions{Size: 64 << 20})
+	must(t, err)
+	imported, step := layering.LayerPrefix+uniq("killed-import"), layering.LayerPrefix+uniq("killed-step")
+	must(t, l.Store.Create(ctx, imported, 4<<20))
+	must(t, l.Store.Clone(ctx, env.Ref, step))
+	t.Cleanup(func() {
+		for _, img := range []string{imported, step} {
+			_ = l.Store.Remove(context.Background(), img)
+		}
+	})
+	if removed, err := l.Manager.Prune(ctx, layering.PruneOptions{UnsealedMinAge: time.Hour}); err != nil || slices.Contains(removed, imported) || slices.Contains(removed, step) {
+		t.Fatalf("Prune sparing unsealed layers younger than 1h = %v, %v; want neither %s nor %s", removed, err, imported, step)
+	}
+	unmount, err := l.Manager.Mounter().Mount(ctx, step, t.TempDir(), layering.MountOptions{})
+	must(t, err)
+	removed, err := l.Manager.Prune(ctx, layering.PruneOptions{})
+	must(t, err)
+	if !slices.Contains(removed, imported) || slices.Contains(removed, step) || !slices.Contains(list(t, l), step) {
+		t.Fatalf("Prune with the step's layer mapped removed %v; want %s and not %s", removed, imported, step)
+	}
+	must(t, unmount(ctx))
+	if removed, err = l.Manager.Prune(ctx, layering.PruneOptions{}); err != nil || !slices.Contains(removed, step) {
+		t.Fatalf("Prune once the step's layer is unmapped = %v, %v; want %s removed", removed, err, step)
+	}
+	if _, err := l.Manager.Remove(ctx, base); err != nil {
+		t.Fatalf("Remove %s once the killed step's layer is pruned: %v", base, err)
+	}
 }
 
 func uniq(base string) string { return fmt.Sprintf("t%06x-%s", rand.Uint32()&0xffffff, base) }
@@ -100,7 +138,7 @@ func removeEnvs(t *testing.T, l *wire.Layering, names ...string) {
 				t.Errorf("cleanup: remove %s: %v", names[i], err)
 			}
 		}
-		if _, err := l.Manager.Prune(context.Background()); err != nil {
+		if _, err := l.Manager.Prune(context.Background(), layering.PruneOptions{UnsealedMinAge: layering.DefaultUnsealedMinAge}); err != nil {
 			t.Errorf("cleanup: prune: %v", err)
 		}
 	})

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/procstat"
 )
 
 // Mapping is one image mapped on this node, as List and Map report it.
@@ -112,7 +114,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Mapper, error) {
 	if err := m.store.init(); err != nil {
 		return nil, err
 	}
-	start, _ := procStart(os.Getpid())
+	start, _ := procstat.Start(os.Getpid())
 	m.owner = Owner{PID: os.Getpid(), Start: start}
 	m.all = backends(cfg, m.run, log)
 	b, choice, err := choose(ctx, cfg.backend(), m.all)
@@ -637,7 +639,7 @@ func (m *Mapper) releaseWhere(ctx context.Context, match func(*Record) bool) ([]
 
 // live says whether rec's owner is another process that still runs.
 func (m *Mapper) live(rec *Record) bool {
-	return rec.Owner.PID != m.owner.PID && procAlive(rec.Owner.PID, rec.Owner.Start)
+	return rec.Owner.PID != m.owner.PID && procstat.Alive(rec.Owner.PID, rec.Owner.Start)
 }
 
 // Freeze runs `fsfreeze -f TARGET`: writes to the filesystem mounted at

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/procprio"
+	"github.com/fogdeploy/fogdeploy/internal/procstat"
 )
 
 // fuseBackend exposes one image as a file with one rbd-fuse process and
@@ -112,7 +113,7 @@ func (b *fuseBackend) Attach(ctx context.Context, img Image, rec *Record, save f
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }() // reap it if it dies while we live
-	pstart, _ := procStart(pid)
+	pstart, _ := procstat.Start(pid)
 	rec.FusePID, rec.FuseStart = pid, pstart
 	if err := save(); err != nil {
 		return "", err
@@ -278,7 +279,7 @@ func (b *fuseBackend) Detach(ctx context.Context, rec Record) error {
 // it after the timeout (at once with SIGTERM if it never mounted).
 func (b *fuseBackend) stopProcess(ctx context.Context, rec Record, neverMounted bool) error {
 	var pids []int
-	if procAlive(rec.FusePID, rec.FuseStart) && cmdlineMatches(procCmdline(rec.FusePID), "rbd-fuse", rec.FuseDir) {
+	if procstat.Alive(rec.FusePID, rec.FuseStart) && cmdlineMatches(procCmdline(rec.FusePID), "rbd-fuse", rec.FuseDir) {
 		pids = append(pids, rec.FusePID)
 	}
 	// Started but not yet recorded when a crash hit: the mount directory
@@ -289,7 +290,7 @@ func (b *fuseBackend) stopProcess(ctx context.Context, rec Record, neverMounted 
 		}
 	}
 	for _, pid := range pids {
-		start, ok := procStart(pid)
+		start, ok := procstat.Start(pid)
 		if !ok {
 			continue
 		}
@@ -302,7 +303,7 @@ func (b *fuseBackend) stopProcess(ctx context.Context, rec Record, neverMounted 
 		if gone {
 			continue
 		}
-		if !procAlive(pid, start) || !cmdlineMatches(procCmdline(pid), "rbd-fuse", rec.FuseDir) {
+		if !procstat.Alive(pid, start) || !cmdlineMatches(procCmdline(pid), "rbd-fuse", rec.FuseDir) {
 			continue
 		}
 		b.log.Warn("rbd-fuse did not exit; killing it", "id", rec.ID, "image", rec.Image.String(), "pid", pid)
@@ -329,7 +330,7 @@ func (b *fuseBackend) Abort(ctx context.Context, rec Record) (bool, error) {
 	}
 	pids := findProcs("rbd-fuse", dir)
 	for _, pid := range pids {
-		start, ok := procStart(pid)
+		start, ok := procstat.Start(pid)
 		if !ok {
 			continue
 		}

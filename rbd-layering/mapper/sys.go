@@ -1,7 +1,6 @@
 package mapper
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,41 +13,11 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/mountinfo"
+	"github.com/fogdeploy/fogdeploy/internal/procstat"
 )
 
 // This file reads what the kernel says about processes, mounts and loop
 // devices, so that undo steps can verify identity before acting.
-
-// procStart returns the start time (in clock ticks since boot) of a live,
-// non-zombie process, or ok=false.
-func procStart(pid int) (start uint64, ok bool) {
-	if pid <= 0 {
-		return 0, false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	// Fields after "comm" (which may hold spaces) start after the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state), starttime is field 22.
-	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
-		return 0, false
-	}
-	start, err = strconv.ParseUint(f[19], 10, 64)
-	return start, err == nil
-}
-
-// procAlive reports whether pid still runs and is the process that
-// started at start.
-func procAlive(pid int, start uint64) bool {
-	s, ok := procStart(pid)
-	return ok && s == start
-}
 
 // procCmdline returns the argv of pid.
 func procCmdline(pid int) []string {
@@ -69,7 +38,7 @@ func findProcs(prog string, args ...string) []int {
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		if _, ok := procStart(pid); !ok {
+		if _, ok := procstat.Start(pid); !ok {
 			continue
 		}
 		if cmdlineMatches(procCmdline(pid), prog, args...) {
@@ -98,12 +67,12 @@ func cmdlineMatches(argv []string, prog string, args ...string) bool {
 // waitExit polls until pid (started at start) is gone or ctx is done.
 func waitExit(ctx context.Context, pid int, start uint64) bool {
 	for {
-		if !procAlive(pid, start) {
+		if !procstat.Alive(pid, start) {
 			return true
 		}
 		select {
 		case <-ctx.Done():
-			return !procAlive(pid, start)
+			return !procstat.Alive(pid, start)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/fogdeploy/fogdeploy/internal/procstat"
 )
 
 // Users returns what keeps img (any snapshot of it too) open on this node,
@@ -48,7 +50,7 @@ func (m *Mapper) Users(img Image) ([]string, error) {
 		if err != nil {
 			continue
 		}
-		if _, alive := procStart(pid); !alive {
+		if _, alive := procstat.Start(pid); !alive {
 			continue // gone, or a zombie: it holds no watch
 		}
 		if argv := procCmdline(pid); exposes(argv, img) {
