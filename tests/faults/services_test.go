@@ -34,6 +34,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/devenv"
+	"github.com/fogdeploy/fogdeploy/internal/procstat"
 	"github.com/fogdeploy/fogdeploy/internal/runtime/runtimetest"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
@@ -176,7 +177,7 @@ func start(ctx context.Context) (_ *services, err error) {
 		"FOGDEPLOY_DOCKER_IPTABLES=false", "FOGDEPLOY_DOCKER_LIVE_RESTORE=true", "FOGDEPLOY_DOCKER_STOP_TIMEOUT=10",
 	}
 	// What reapStale needs to remove them if this process dies first.
-	pstart, _ := procStart(os.Getpid())
+	pstart, _ := procstat.Start(os.Getpid())
 	owner := fmt.Sprintf("%d %d\n%s\n", os.Getpid(), pstart, strings.Join(s.scripts, "\n"))
 	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(owner), 0o600); err != nil {
 		return nil, err
@@ -288,7 +289,7 @@ func reapStale(ctx context.Context) {
 		if _, err := fmt.Sscanf(lines[0], "%d %d", &pid, &pstart); err != nil {
 			continue
 		}
-		if st, ok := procStart(pid); ok && st == pstart {
+		if st, ok := procstat.Start(pid); ok && st == pstart {
 			continue // still running: another run of these tests
 		}
 		old := &services{dir: dir, scripts: lines[1:]}
@@ -305,25 +306,6 @@ func tmpDir() string {
 		return d
 	}
 	return "/tmp"
-}
-
-// procStart returns the start time of a live process (field 22 of
-// /proc/PID/stat).
-func procStart(pid int) (uint64, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 || f[0] == "Z" {
-		return 0, false
-	}
-	v, err := strconv.ParseUint(f[19], 10, 64)
-	return v, err == nil
 }
 
 // freePorts returns two free TCP ports on 127.0.0.1 (the mon's).
@@ -375,7 +357,7 @@ func (s *services) stopOSD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start, ok := procStart(pid)
+	start, ok := procstat.Start(pid)
 	if !ok {
 		t.Fatalf("osd.0 (pid %d) does not run", pid)
 	}
@@ -393,7 +375,7 @@ func (s *services) stopOSD(t *testing.T) {
 	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if st, ok := procStart(pid); !ok || st != start {
+		if st, ok := procstat.Start(pid); !ok || st != start {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -417,7 +399,7 @@ func (s *services) osdRuns() bool {
 	if err != nil {
 		return false
 	}
-	_, ok := procStart(pid)
+	_, ok := procstat.Start(pid)
 	return ok
 }
 
