@@ -7,11 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 
+	"github.com/fogdeploy/fogdeploy/internal/procstat"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -42,12 +46,28 @@ type Exporter struct {
 
 var _ layering.ImageExporter = Exporter{}
 
-// ExportImage implements layering.ImageExporter.
+// Labels of an export's container: its role, and the process that made
+// it ("<host>/<pid>-<start>"), so that what a killed import left is told
+// from an export in progress.
+const (
+	labelRole   = "io.fogdeploy.role"
+	roleExport  = "export"
+	labelOwner  = "io.fogdeploy.owner"
+	ownerFormat = "%s/%d-%d"
+)
+
+// ExportImage implements layering.ImageExporter. It first removes the
+// export containers of processes of this host that are gone (an import
+// killed while it read the stream).
 func (e Exporter) ExportImage(ctx context.Context, ref string) (io.ReadCloser, error) {
+	host, _ := os.Hostname()
+	e.removeAbandoned(ctx, host)
+	start, _ := procstat.Start(os.Getpid())
 	created, err := e.Client.ContainerCreate(ctx, &container.Config{
-		Image:      ref,
-		Cmd:        []string{"/fogdeploy-export"},
-		Labels:     map[string]string{LabelManaged: "true", "io.fogdeploy.role": "export"},
+		Image: ref,
+		Cmd:   []string{"/fogdeploy-export"},
+		Labels: map[string]string{LabelManaged: "true", labelRole: roleExport,
+			labelOwner: fmt.Sprintf(ownerFormat, host, os.Getpid(), start)},
 		Entrypoint: []string{},
 	}, nil, nil, nil, "")
 	if err != nil {
@@ -67,6 +87,26 @@ func (e Exporter) ExportImage(ctx context.Context, ref string) (io.ReadCloser, e
 		return nil, errors.Join(fmt.Errorf("docker export of %q: %w", ref, err), remove())
 	}
 	return &closer{ReadCloser: rc, after: remove}, nil
+}
+
+// removeAbandoned removes the export containers that processes of host
+// made and that are gone. It is best effort: the export goes on whatever
+// it finds.
+func (e Exporter) removeAbandoned(ctx context.Context, host string) {
+	list, err := e.Client.ContainerList(ctx, container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", labelRole+"="+roleExport), filters.Arg("label", LabelManaged+"=true"))})
+	if err != nil {
+		return
+	}
+	for _, c := range list {
+		var h string
+		var pid int
+		var start uint64
+		if n, _ := fmt.Sscanf(strings.Replace(c.Labels[labelOwner], "/", " ", 1), "%s %d-%d", &h, &pid, &start); n != 3 || h != host || procstat.Alive(pid, start) {
+			continue
+		}
+		_ = e.Client.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+	}
 }
 
 type closer struct {

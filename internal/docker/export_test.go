@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 
 	"github.com/fogdeploy/fogdeploy/internal/docker"
+	"github.com/fogdeploy/fogdeploy/internal/procstat"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/envtest"
@@ -48,6 +50,27 @@ func TestImportDockerImage(t *testing.T) {
 	tar.Wait()
 	t.Cleanup(func() { dc.ImageRemove(context.Background(), ref, image.RemoveOptions{Force: true}) })
 
+	// Export containers an import killed on this host left (its process
+	// is gone), and one of an import in progress (this process).
+	host, _ := os.Hostname()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	self, _ := procstat.Start(os.Getpid())
+	leftover := func(owner string) string {
+		c, err := dc.ContainerCreate(ctx, &container.Config{Image: ref, Cmd: []string{"/fogdeploy-export"}, Entrypoint: []string{},
+			Labels: map[string]string{docker.LabelManaged: "true", "io.fogdeploy.role": "export", "io.fogdeploy.owner": owner}}, nil, nil, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = dc.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true}) })
+		return c.ID
+	}
+	abandoned := leftover(fmt.Sprintf("%s/%d-%d", host, dead.Process.Pid, self))
+	inProgress := leftover(fmt.Sprintf("%s/%d-%d", host, os.Getpid(), self))
+	otherHost := leftover(fmt.Sprintf("%s-elsewhere/%d-%d", host, dead.Process.Pid, self))
+
 	l := envtest.FakeLayering(t)
 	env, err := l.Manager.Import(ctx, "from-docker", layering.Source{DockerImage: ref, Exporter: docker.Exporter{Client: dc}}, layering.ImportOptions{Size: 64 << 20})
 	if err != nil {
@@ -61,8 +84,15 @@ func TestImportDockerImage(t *testing.T) {
 		t.Fatalf("exec in the imported environment: %q, %v", out.String(), err)
 	}
 	left, err := dc.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelManaged+"=true"), filters.Arg("ancestor", ref))})
-	if err != nil || len(left) != 0 {
-		t.Fatalf("export left containers: %v, %v", left, err)
+	var ids []string
+	for _, c := range left {
+		ids = append(ids, c.ID)
+	}
+	slices.Sort(ids)
+	want := []string{inProgress, otherHost}
+	slices.Sort(want)
+	if err != nil || !slices.Equal(ids, want) {
+		t.Fatalf("export containers after the import: %v, %v; want only the one of a live process and another host's (the import's own and the abandoned %s removed)", ids, err, abandoned)
 	}
 
 	_, err = l.Manager.Import(ctx, "missing", layering.Source{DockerImage: "fogdeploy-test/no-such-image:1", Exporter: docker.Exporter{Client: dc}}, layering.ImportOptions{})
