@@ -300,8 +300,11 @@ func (m *Manager) Remove(ctx context.Context, name string) ([]string, error) {
 		}
 	}
 	if len(kids) > 0 {
-		return nil, WithHint(fmt.Errorf("environment %q: snapshot %s has clones %s: %w", name, e.Ref, strings.Join(kids, ", "), ErrHasChildren),
-			"undeploy the instances and remove the environments built on it first (see `fogctl env inspect "+name+"`)")
+		hint := "undeploy the instances and remove the environments built on it first (see `fogctl env inspect " + name + "`)"
+		if slices.ContainsFunc(kids, func(k string) bool { return strings.HasPrefix(k, ExecPrefix) }) {
+			hint += "; a " + ExecPrefix + " clone is what a killed `fogctl env exec` left: `fogctl gc` removes it"
+		}
+		return nil, WithHint(fmt.Errorf("environment %q: snapshot %s has clones %s: %w", name, e.Ref, strings.Join(kids, ", "), ErrHasChildren), hint)
 	}
 	refs, err := m.refCounts(ctx, name)
 	if err != nil {

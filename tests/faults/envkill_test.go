@@ -81,6 +81,10 @@ func TestEnvCommandsKilled(t *testing.T) {
 		t.Fatalf("after a killed exec, gc plans to remove %v; want its one clone", c)
 	}
 	noneLeft(t, node, "after the killed exec, the next fogctl (gc)")
+	// Its clone holds the environment, and the refusal says what to do.
+	if _, errOut, code := p.fogctl(ctx, "env", "rm", name); code == 0 || !strings.Contains(errOut, "fogctl gc") {
+		t.Errorf("fogctl env rm %s with a killed exec's clone: exit %d, %q; want a refusal that points to fogctl gc", name, code, errOut)
+	}
 	out, errOut, code = p.fogctl(ctx, "gc", "--min-age", "0s")
 	if code != 0 || !strings.Contains(out, "exec-clone") {
 		t.Fatalf("fogctl gc: exit %d, %s%s; want the exec's clone removed", code, out, errOut)
