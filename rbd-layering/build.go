@@ -90,7 +90,7 @@ func (m *Manager) Build(ctx context.Context, name string, bf *BuildFile, opts Bu
 		}
 		key := cacheKey(cur, st, cfg, hashes[i])
 		image := LayerPrefix + key
-		cached, err := m.sealed(ctx, image)
+		cached, err := m.sealed(ctx, image, opts.Progress)
 		if err != nil {
 			return res, err
 		}
@@ -129,24 +129,49 @@ func (m *Manager) Build(ctx context.Context, name string, bf *BuildFile, opts Bu
 }
 
 // sealed reports whether image exists with its sealed snapshot. An image
-// left without one by an interrupted build is removed.
-func (m *Manager) sealed(ctx context.Context, image string) (bool, error) {
-	info, err := m.b.Stat(ctx, image)
-	if errors.Is(err, ErrNotFound) {
-		return false, nil
+// without it is another build's step in the making, or what a build
+// interrupted halfway left. The first (mapped, or made in the last
+// unsealedSettle) is waited for, until it is sealed, or gone because that
+// build failed; the other is removed, and the step is built again.
+func (m *Manager) sealed(ctx context.Context, image string, progress Progress) (bool, error) {
+	waiting := false
+	for {
+		info, err := m.b.Stat(ctx, image)
+		if errors.Is(err, ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if _, ok := info.Snapshot(SealedSnap); ok {
+			return true, nil
+		}
+		if time.Since(info.Created) >= unsealedSettle {
+			err := m.b.Remove(ctx, image)
+			if err == nil || errors.Is(err, ErrNotFound) {
+				m.log.Warn("removed the unsealed image of an interrupted build step", "image", image)
+				return false, nil
+			}
+			if !errors.Is(err, ErrBusy) {
+				return false, fmt.Errorf("remove unsealed %s: %w", image, err)
+			}
+		}
+		if !waiting {
+			progress.say("waiting for another build of this step (image %s)", image)
+			waiting = true
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
-	if err != nil {
-		return false, err
-	}
-	if _, ok := info.Snapshot(SealedSnap); ok {
-		return true, nil
-	}
-	m.log.Warn("removing the unsealed image of an interrupted build step", "image", image)
-	if err := m.b.Remove(ctx, image); err != nil {
-		return false, fmt.Errorf("remove unsealed %s: %w", image, err)
-	}
-	return false, nil
 }
+
+// unsealedSettle is how long an unsealed layer image is taken for a step
+// in the making even when nothing maps it: a build clones a step's image
+// before it maps it.
+const unsealedSettle = 10 * time.Second
 
 // buildLayer clones parent into image, applies the step in the mounted
 // clone and seals it. On failure the clone is removed.

@@ -29,6 +29,7 @@ func TestEnvSuiteCeph(t *testing.T) {
 			t.Fatal(err)
 		}
 		dir := t.TempDir()
+		envtest.UnmountLeft(t, dir)
 		mc := mapper.Config{Backend: mapper.BackendAuto, StateDir: dir + "/mapper", CephConf: c.Conf, Keyring: c.Keyring, ID: c.ID}
 		l, err := wire.NewLayering(ctx, s, c.Pool, mc, layering.DefaultManagerConfig(dir+"/work"), nil)
 		if err != nil {

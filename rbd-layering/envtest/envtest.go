@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/mountinfo"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	"github.com/fogdeploy/fogdeploy/internal/wire"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -71,6 +72,64 @@ func RunSuite(t *testing.T, newL NewLayering) {
 	t.Run("FailedStepLeavesNothing", func(t *testing.T) { testFailedStep(t, newL(t)) })
 	t.Run("ExecLeavesNoProcess", func(t *testing.T) { testExecBackground(t, newL(t)) })
 	t.Run("PruneUnsealedLayers", func(t *testing.T) { testPruneUnsealed(t, newL(t)) })
+	t.Run("ConcurrentBuildsOfOneStep", func(t *testing.T) { testConcurrentBuilds(t, newL(t)) })
+}
+
+// testConcurrentBuilds: two builds of the same step at once make one
+// layer: the second waits for the first's (it says so) and takes it as
+// cached, instead of taking it for an interrupted build's.
+func testConcurrentBuilds(t *testing.T, l *wire.Layering) {
+	ctx := context.Background()
+	base, a, b := uniq("cb"), uniq("cba"), uniq("cbb")
+	removeEnvs(t, l, base, a, b)
+	_, err := l.Manager.Import(ctx, base, layering.Source{Dir: BusyboxRootfs(t)}, layering.ImportOptions{Size: 64 << 20})
+	must(t, err)
+	pre := list(t, l)
+	file := "FROM " + base + "\nRUN echo " + a + " > /step && sleep 2\n"
+	build := func(name string, progress layering.Progress) (layering.BuildResult, error) {
+		bf, err := layering.ParseBuildFile(strings.NewReader(file))
+		must(t, err)
+		return l.Manager.Build(ctx, name, bf, layering.BuildOptions{Progress: progress})
+	}
+	first := make(chan error, 1)
+	var firstRes layering.BuildResult
+	go func() {
+		var err error
+		firstRes, err = build(a, nil)
+		first <- err
+	}()
+	// Its step mounts /proc and /dev in the work directory: a test that
+	// fails meanwhile waits for it before anything is removed.
+	var firstErr error
+	waited := false
+	wait := func() error {
+		if !waited {
+			firstErr, waited = <-first, true
+		}
+		return firstErr
+	}
+	t.Cleanup(func() { _ = wait() })
+	// The second starts once the first's step is under way (its image
+	// exists).
+	deadline := time.Now().Add(30 * time.Second)
+	for !slices.ContainsFunc(list(t, l), func(n string) bool { return strings.HasPrefix(n, layering.LayerPrefix) && !slices.Contains(pre, n) }) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first build made no layer image in 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var said []string
+	res, err := build(b, func(format string, args ...any) { said = append(said, fmt.Sprintf(format, args...)) })
+	if err != nil {
+		t.Fatalf("the second build of the same step, while the first runs: %v", err)
+	}
+	must(t, wait())
+	if len(res.Steps) != 1 || len(firstRes.Steps) != 1 || res.Steps[0].Image != firstRes.Steps[0].Image || !res.Steps[0].Cached {
+		t.Fatalf("steps: first %+v, second %+v; want one layer, the second's cached", firstRes.Steps, res.Steps)
+	}
+	if !slices.ContainsFunc(said, func(s string) bool { return strings.Contains(s, "waiting for another build of this step") }) {
+		t.Errorf("the second build said %q; want that it waited for the first", said)
+	}
 }
 
 // testPruneUnsealed: the layers a killed import (an image without
@@ -451,6 +510,7 @@ func FakeLayeringWith(t *testing.T, change func(*layering.ManagerConfig)) *wire.
 	t.Helper()
 	testenv.NeedRoot(t)
 	dir := t.TempDir()
+	UnmountLeft(t, dir)
 	lc := layering.DefaultManagerConfig(dir + "/work")
 	change(&lc)
 	fs, err := fakestore.New(dir + "/store")
@@ -469,4 +529,19 @@ func FakeLayeringWith(t *testing.T, change func(*layering.ManagerConfig)) *wire.
 		t.Fatal(err)
 	}
 	return l
+}
+
+// UnmountLeft makes the end of test t, before the removal of dir (a
+// t.TempDir made just before), fail the test and lazily unmount whatever
+// is still mounted under dir: that removal must never walk into a mount
+// (a build step's /dev is the host's devtmpfs, an image's files are its
+// data).
+func UnmountLeft(t *testing.T, dir string) {
+	t.Cleanup(func() {
+		mounts, _ := mountinfo.Under(dir)
+		for _, mnt := range slices.Backward(mounts) {
+			t.Errorf("cleanup: %s is still mounted; lazily unmounting it", mnt)
+			_ = exec.Command("umount", "-l", mnt).Run()
+		}
+	})
 }
