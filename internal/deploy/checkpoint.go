@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -160,7 +159,9 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 	if err := d.slots.save(s.ID, s); err != nil {
 		return Generation{}, err
 	}
-	_ = os.RemoveAll(s.Dir)
+	if err := removeDir(s.Dir); err != nil {
+		d.log.Warn("the sealed slot's directory stays", "slot", s.ID, "err", err)
+	}
 	if err := d.slots.remove(s.ID); err != nil {
 		return Generation{}, err
 	}

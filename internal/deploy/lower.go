@@ -20,9 +20,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/mountinfo"
 	"github.com/fogdeploy/fogdeploy/internal/overlay"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
@@ -327,6 +329,21 @@ func rootLayers(lower Lower, dir string) overlay.Layers {
 // the root is the generation's again.
 func resetRoot(ctx context.Context, lower Lower, dir string) error {
 	return overlay.Reset(ctx, rootLayers(lower, dir), filepath.Join(dir, "mnt", "root"))
+}
+
+// removeDir removes an instance's directory and what it holds, unless
+// something is still mounted under it: removing through a mount would
+// delete what the mounted filesystem holds.
+func removeDir(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if mounts, err := mountinfo.Under(dir); err != nil {
+		return err
+	} else if len(mounts) > 0 {
+		return fmt.Errorf("%s is not removed: %s still mounted under it", dir, strings.Join(mounts, ", "))
+	}
+	return os.RemoveAll(dir)
 }
 
 // unmountRoot unmounts an instance's overlay root under dir (dir/mnt/root,

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -122,10 +121,7 @@ func (d *Deployer) releaseResources(ctx context.Context, who string, res Owned, 
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	if res.Dir != "" {
-		_ = os.RemoveAll(res.Dir)
-	}
-	return nil
+	return removeDir(res.Dir)
 }
 
 // removeInstance removes instance h within its driver's stop timeout and
