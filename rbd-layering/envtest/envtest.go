@@ -82,8 +82,7 @@ func testConcurrentBuilds(t *testing.T, l *wire.Layering) {
 	ctx := context.Background()
 	base, a, b := uniq("cb"), uniq("cba"), uniq("cbb")
 	removeEnvs(t, l, base, a, b)
-	_, err := l.Manager.Import(ctx, base, layering.Source{Dir: BusyboxRootfs(t)}, layering.ImportOptions{Size: 64 << 20})
-	must(t, err)
+	importBusybox(t, l, base)
 	pre := list(t, l)
 	file := "FROM " + base + "\nRUN echo " + a + " > /step && sleep 2\n"
 	build := func(name string, progress layering.Progress) (layering.BuildResult, error) {
@@ -140,8 +139,7 @@ func testPruneUnsealed(t *testing.T, l *wire.Layering) {
 	ctx := context.Background()
 	base := uniq("pu")
 	removeEnvs(t, l, base)
-	env, err := l.Manager.Import(ctx, base, layering.Source{Dir: BusyboxRootfs(t)}, layering.ImportOptions{Size: 64 << 20})
-	must(t, err)
+	env := importBusybox(t, l, base)
 	imported, step := layering.LayerPrefix+uniq("killed-import"), layering.LayerPrefix+uniq("killed-step")
 	must(t, l.Store.Create(ctx, imported, 4<<20))
 	must(t, l.Store.Clone(ctx, env.Ref, step))
@@ -187,6 +185,14 @@ func list(t *testing.T, l *wire.Layering) []string {
 	return slices.DeleteFunc(names, func(n string) bool {
 		return !strings.HasPrefix(n, layering.LayerPrefix) && !strings.HasPrefix(n, "fdi-") && !strings.HasPrefix(n, layering.ExecPrefix)
 	})
+}
+
+// importBusybox imports the busybox root filesystem as environment name.
+func importBusybox(t *testing.T, l *wire.Layering, name string) layering.Environment {
+	t.Helper()
+	env, err := l.Manager.Import(context.Background(), name, layering.Source{Dir: BusyboxRootfs(t)}, layering.ImportOptions{Size: 64 << 20})
+	must(t, err)
+	return env
 }
 
 // removeEnvs removes environments (newest first) at the end of a test.
@@ -376,11 +382,10 @@ func testRemove(t *testing.T, l *wire.Layering) {
 	ctx := context.Background()
 	base := uniq("rm")
 	removeEnvs(t, l, base)
-	env, err := l.Manager.Import(ctx, base, layering.Source{Dir: BusyboxRootfs(t)}, layering.ImportOptions{Size: 64 << 20})
-	must(t, err)
+	env := importBusybox(t, l, base)
 	child := "fdi-" + uniq("inst")
 	must(t, l.Store.Clone(ctx, env.Ref, child))
-	_, err = l.Manager.Remove(ctx, base)
+	_, err := l.Manager.Remove(ctx, base)
 	if !errors.Is(err, layering.ErrHasChildren) || !strings.Contains(err.Error(), child) || layering.Hint(err) == "" {
 		t.Fatalf("Remove with a clone = %v, want ErrHasChildren naming %s with a hint", err, child)
 	}
@@ -399,11 +404,10 @@ func testFailedStep(t *testing.T, l *wire.Layering) {
 	ctx := context.Background()
 	base, app := uniq("fs"), uniq("fsapp")
 	removeEnvs(t, l, base)
-	_, err := l.Manager.Import(ctx, base, layering.Source{Dir: BusyboxRootfs(t)}, layering.ImportOptions{Size: 64 << 20})
-	must(t, err)
+	importBusybox(t, l, base)
 	before := list(t, l)
 	bf, _ := layering.ParseBuildFile(strings.NewReader("FROM " + base + "\nRUN echo about to fail; exit 3\n"))
-	_, err = l.Manager.Build(ctx, app, bf, layering.BuildOptions{})
+	_, err := l.Manager.Build(ctx, app, bf, layering.BuildOptions{})
 	if !errors.Is(err, layering.ErrBuildStep) || !strings.Contains(err.Error(), "about to fail") {
 		t.Fatalf("failing RUN = %v, want ErrBuildStep with the step's output", err)
 	}
@@ -423,8 +427,7 @@ func testExecBackground(t *testing.T, l *wire.Layering) {
 	defer cancel()
 	base := uniq("bg")
 	removeEnvs(t, l, base)
-	_, err := l.Manager.Import(ctx, base, layering.Source{Dir: BusyboxRootfs(t)}, layering.ImportOptions{Size: 64 << 20})
-	must(t, err)
+	importBusybox(t, l, base)
 	before := list(t, l)
 	marker := uniq("sleeper")
 	for _, cmd := range []string{
