@@ -35,7 +35,7 @@ func (m *Manager) scratch(kind string) (string, error) {
 
 // sweepScratch removes the scratch directories of processes that are
 // gone, and returns their names. One with a mount at or under it stays
-// (its mapping's release unmounts it first); a mount target is removed
+// (its mapping's release unmounts it first): a mount target is removed
 // only while empty, an import's with what it holds.
 func (m *Manager) sweepScratch() ([]string, error) {
 	ents, err := os.ReadDir(m.cfg.WorkDir)
@@ -54,14 +54,10 @@ func (m *Manager) sweepScratch() ([]string, error) {
 			continue
 		}
 		dir := filepath.Join(m.cfg.WorkDir, e.Name())
-		if mounts, err := mountinfo.Under(dir); err != nil || len(mounts) > 0 {
-			m.log.Warn("keeping the scratch directory of a process that is gone: something is mounted in it", "dir", dir, "mounts", mounts, "err", err)
-			continue
-		}
 		if g[1] == scratchImport {
-			err = os.RemoveAll(dir)
+			err = mountinfo.RemoveAll(dir)
 		} else {
-			err = os.Remove(dir)
+			err = os.Remove(dir) // a mount target: never through a mount
 		}
 		if err != nil {
 			m.log.Warn("removing the scratch directory of a process that is gone", "dir", dir, "err", err)

@@ -20,7 +20,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -332,18 +331,12 @@ func resetRoot(ctx context.Context, lower Lower, dir string) error {
 }
 
 // removeDir removes an instance's directory and what it holds, unless
-// something is still mounted under it: removing through a mount would
-// delete what the mounted filesystem holds.
+// something is still mounted under it.
 func removeDir(dir string) error {
 	if dir == "" {
 		return nil
 	}
-	if mounts, err := mountinfo.Under(dir); err != nil {
-		return err
-	} else if len(mounts) > 0 {
-		return fmt.Errorf("%s is not removed: %s still mounted under it", dir, strings.Join(mounts, ", "))
-	}
-	return os.RemoveAll(dir)
+	return mountinfo.RemoveAll(dir)
 }
 
 // unmountRoot unmounts an instance's overlay root under dir (dir/mnt/root,

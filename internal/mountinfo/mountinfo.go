@@ -2,6 +2,8 @@
 package mountinfo
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -46,4 +48,21 @@ func Under(dir string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// ErrMounted: RemoveAll found something mounted under the directory.
+var ErrMounted = errors.New("something is mounted under it")
+
+// RemoveAll removes dir and what it holds, unless something is mounted at
+// or under it (ErrMounted): removing through a mount would delete what the
+// mounted filesystem holds, and a build step's /dev is the host's.
+func RemoveAll(dir string) error {
+	mounts, err := Under(dir)
+	if err != nil {
+		return err
+	}
+	if len(mounts) > 0 {
+		return fmt.Errorf("%s is not removed: %w: %s", dir, ErrMounted, strings.Join(mounts, ", "))
+	}
+	return os.RemoveAll(dir)
 }

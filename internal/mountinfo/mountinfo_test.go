@@ -1,6 +1,10 @@
 package mountinfo
 
 import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"testing"
 )
@@ -31,5 +35,37 @@ func TestUnder(t *testing.T) {
 	}
 	if got, err := Under(t.TempDir()); err != nil || len(got) != 0 {
 		t.Errorf("Under(a new directory) = %v, %v; want none", got, err)
+	}
+}
+
+func TestRemoveAll(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "d")
+	if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sub", "f"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		if out, err := exec.Command("mount", "-t", "tmpfs", "tmpfs", filepath.Join(dir, "sub")).CombinedOutput(); err != nil {
+			t.Fatalf("mount: %v: %s", err, out)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "sub", "kept"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err := RemoveAll(dir)
+		_, serr := os.Stat(filepath.Join(dir, "sub", "kept"))
+		if out, uerr := exec.Command("umount", filepath.Join(dir, "sub")).CombinedOutput(); uerr != nil {
+			t.Fatalf("umount: %v: %s", uerr, out)
+		}
+		if !errors.Is(err, ErrMounted) || serr != nil {
+			t.Fatalf("RemoveAll with a mount inside = %v, the mounted file: %v; want ErrMounted and the file kept", err, serr)
+		}
+	}
+	if err := RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("after RemoveAll, %s: %v", dir, err)
 	}
 }

@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/mountinfo"
 	"github.com/fogdeploy/fogdeploy/internal/procstat"
 )
 
@@ -460,11 +462,14 @@ func (m *Mapper) unmount(ctx context.Context, rec *Record) error {
 		// What a process killed while it used the filesystem mounted
 		// inside it (a build step's /proc, /dev and resolv.conf) would
 		// keep it busy.
-		subs, err := mountsUnder(rec.Target)
+		subs, err := mountinfo.Under(rec.Target)
 		if err != nil {
 			return err
 		}
-		for _, sub := range subs {
+		for _, sub := range slices.Backward(subs) { // children first
+			if sub == rec.Target {
+				continue
+			}
 			if err := m.run.umount(ctx, sub); err != nil {
 				return fmt.Errorf("release %s (%s): a mount inside its filesystem: %w", rec.ID, rec.Image, err)
 			}

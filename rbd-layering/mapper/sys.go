@@ -136,23 +136,6 @@ func mountsAt(target string) ([]mountEntry, error) {
 	return out, nil
 }
 
-// mountsUnder returns the mount points strictly below target, the last
-// mounted first (children before their parents).
-func mountsUnder(target string) ([]string, error) {
-	all, err := mounts()
-	if err != nil {
-		return nil, err
-	}
-	prefix := strings.TrimSuffix(target, "/") + "/"
-	var out []string
-	for i := len(all) - 1; i >= 0; i-- {
-		if strings.HasPrefix(all[i].Target, prefix) {
-			out = append(out, all[i].Target)
-		}
-	}
-	return out, nil
-}
-
 // devNum returns the "major:minor" of a block device node.
 func devNum(dev string) (string, error) {
 	var st syscall.Stat_t
