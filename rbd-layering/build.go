@@ -283,7 +283,7 @@ func sameConfig(a, b ImageConfig) bool {
 // environment's snapshot, flattens the clone, seals it, and points the
 // name at it. The old chain stays for the clones that use it.
 func (m *Manager) Flatten(ctx context.Context, name string, progress Progress) (env Environment, err error) {
-	env, err = m.Get(ctx, name)
+	env, prev, err := m.get(ctx, name)
 	if err != nil {
 		return env, err
 	}
@@ -309,7 +309,7 @@ func (m *Manager) Flatten(ctx context.Context, name string, progress Progress) (
 	old := env.Ref
 	env.Ref = ref
 	env.History = append(env.History, "FLATTEN "+old.String())
-	if err := m.put(ctx, env); err != nil {
+	if err := m.swap(ctx, env, prev, "flattened"); err != nil {
 		return env, err
 	}
 	return env, nil

@@ -157,29 +157,56 @@ func (m *Manager) Backend() Backend { return m.b }
 
 // Get returns the catalog record of an environment.
 func (m *Manager) Get(ctx context.Context, name string) (Environment, error) {
+	e, _, err := m.get(ctx, name)
+	return e, err
+}
+
+// get is Get with the record as the catalog holds it.
+func (m *Manager) get(ctx context.Context, name string) (Environment, []byte, error) {
 	if err := ValidateName("environment", name); err != nil {
-		return Environment{}, err
+		return Environment{}, nil, err
 	}
 	raw, err := m.b.Tag(ctx, name)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
-			return Environment{}, WithHint(fmt.Errorf("environment %q: %w", name, ErrNotFound), "list environments with `fogctl env ls`")
+			return Environment{}, nil, WithHint(fmt.Errorf("environment %q: %w", name, ErrNotFound), "list environments with `fogctl env ls`")
 		}
-		return Environment{}, err
+		return Environment{}, nil, err
 	}
 	var e Environment
 	if err := json.Unmarshal(raw, &e); err != nil {
-		return Environment{}, fmt.Errorf("environment %q: corrupt catalog record: %w", name, err)
+		return Environment{}, nil, fmt.Errorf("environment %q: corrupt catalog record: %w", name, err)
 	}
-	return e, nil
+	return e, raw, nil
 }
 
+// put points e's name at e, whatever it pointed at.
 func (m *Manager) put(ctx context.Context, e Environment) error {
 	raw, err := json.Marshal(e)
 	if err != nil {
 		return err
 	}
 	return m.b.SetTag(ctx, e.Name, raw)
+}
+
+// swap points e's name at e only if its catalog record is still prev, as
+// get read it (nil: the name had none), so that a command that ran
+// meanwhile on any node is not overwritten: what did it says how.
+func (m *Manager) swap(ctx context.Context, e Environment, prev []byte, did string) error {
+	raw, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	err = m.b.SwapTag(ctx, e.Name, prev, raw)
+	switch {
+	case errors.Is(err, ErrExists):
+		return WithHint(fmt.Errorf("%w while it was %s", err, did),
+			"another command made it meanwhile: choose another name, or remove it with `fogctl env rm "+e.Name+"` first")
+	case errors.Is(err, ErrConflict), prev != nil && errors.Is(err, ErrNotFound):
+		return WithHint(fmt.Errorf("%w while it was %s", err, did),
+			"another command rebuilt, changed or removed it meanwhile: check `fogctl env ls` and run the command again")
+	}
+	return err
 }
 
 // Chain returns the snapshots from ref up to the root, ref first.

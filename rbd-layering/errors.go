@@ -24,6 +24,9 @@ var (
 	// ErrFull: the pool is full (its quota is used up, or an OSD is past
 	// its full ratio): writes are not served until space is freed.
 	ErrFull = errors.New("pool full")
+	// ErrConflict: a record changed between a command's read of it and
+	// its write (another command wrote it meanwhile).
+	ErrConflict = errors.New("changed meanwhile")
 )
 
 // HintError carries a one-line hint for the user next to the error.

@@ -160,7 +160,7 @@ func (m *Manager) Import(ctx context.Context, name string, src Source, opts Impo
 		return env, err
 	}
 	env = Environment{Name: name, Ref: ref, Source: src.String(), History: []string{"IMPORT " + src.String()}, Created: time.Now().UTC()}
-	if err := m.put(ctx, env); err != nil {
+	if err := m.swap(ctx, env, nil, "imported"); err != nil {
 		return env, err
 	}
 	m.log.Info("environment imported", "env", name, "image", image, "size", size, "ms", time.Since(start).Milliseconds())

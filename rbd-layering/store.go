@@ -1,6 +1,7 @@
 package layering
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -173,10 +174,29 @@ type Catalog interface {
 	Tag(ctx context.Context, name string) ([]byte, error)
 	// SetTag creates or replaces a record.
 	SetTag(ctx context.Context, name string, record []byte) error
+	// SwapTag writes record under name only if the name's record is
+	// still prev (nil: the name has none), in one step that every node
+	// sees: ErrExists if prev is nil and the name has a record,
+	// ErrNotFound if it has none, ErrConflict if its record is not prev.
+	SwapTag(ctx context.Context, name string, prev, record []byte) error
 	// Tags returns every record by name.
 	Tags(ctx context.Context) (map[string][]byte, error)
 	// DeleteTag removes a name; no error if absent.
 	DeleteTag(ctx context.Context, name string) error
+}
+
+// CheckSwap says whether a Catalog may replace name's record cur (nil:
+// none) by a SwapTag that expects prev: ErrExists or ErrConflict if not.
+func CheckSwap(name string, cur, prev []byte) error {
+	switch {
+	case prev == nil && cur != nil:
+		return fmt.Errorf("environment %q: %w", name, ErrExists)
+	case prev != nil && cur == nil:
+		return fmt.Errorf("environment %q: removed meanwhile: %w", name, ErrNotFound)
+	case prev != nil && !bytes.Equal(cur, prev):
+		return fmt.Errorf("environment %q: its catalog record %w", name, ErrConflict)
+	}
+	return nil
 }
 
 // Backend is a Store with its Catalog, as the environment manager needs.

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ceph/go-ceph/rados"
 	"github.com/ceph/go-ceph/rbd"
 
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -70,8 +71,12 @@ func (s *Store) Pool() string { return s.cfg.Pool }
 
 type errnoer interface{ ErrorCode() int }
 
-// errno returns the negative errno carried by a go-ceph error, or 0.
+// errno returns the negative errno carried by a go-ceph error, or 0. A
+// read or write operation's error carries it in OpError.
 func errno(err error) int {
+	if op := (rados.OperationError{}); errors.As(err, &op) && op.OpError != nil {
+		err = op.OpError
+	}
 	var e errnoer
 	if errors.As(err, &e) {
 		return e.ErrorCode()
@@ -84,6 +89,8 @@ const (
 	eACCES    = -13
 	eBUSY     = -16
 	eEXIST    = -17
+	eRANGE    = -34
+	eOVERFLOW = -75
 	eINVAL    = -22
 	eNOSPC    = -28
 	eNOTEMPTY = -39
@@ -631,6 +638,94 @@ func (s *Store) SetTag(ctx context.Context, name string, record []byte) error {
 	}
 	defer s.release(se)
 	return s.wrap(ctx, "catalog set "+name, se.ioctx.SetOmap(CatalogObject, map[string][]byte{name: record}))
+}
+
+// SwapTag implements layering.Catalog: it reads the name's record and the
+// catalog object's version, and writes the new record on the condition
+// that the object is still at that version (or, where there is no catalog
+// yet, that it creates it); a write of another record in between makes it
+// read again.
+//
+// Implements: rados_read_op_omap_get_vals_by_keys2, rados_get_last_version,
+// rados_write_op_assert_version, rados_write_op_create,
+// rados_write_op_omap_set2.
+func (s *Store) SwapTag(ctx context.Context, name string, prev, record []byte) error {
+	se, err := s.acquire()
+	if err != nil {
+		return err
+	}
+	defer s.release(se)
+	// An I/O context of its own: the version of the last object read is
+	// the I/O context's, which other calls on the session change.
+	ioctx, err := se.conn.OpenIOContext(s.cfg.Pool)
+	if err != nil {
+		return s.wrap(ctx, "catalog set "+name, err)
+	}
+	defer ioctx.Destroy()
+	for range swapAttempts {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		cur, ver, exists, err := readTag(ioctx, name)
+		if err != nil {
+			return s.wrap(ctx, "catalog read "+name, err)
+		}
+		if err := layering.CheckSwap(name, cur, prev); err != nil {
+			return err
+		}
+		op := rados.CreateWriteOp()
+		if exists {
+			op.AssertVersion(ver)
+		} else {
+			op.Create(rados.CreateExclusive)
+		}
+		op.SetOmap(map[string][]byte{name: record})
+		err = op.Operate(ioctx, CatalogObject, rados.OperationNoFlag)
+		op.Release()
+		if err == nil {
+			return nil
+		}
+		switch errno(err) {
+		case eRANGE, eOVERFLOW, eEXIST:
+			// The catalog changed since it was read: read it again.
+			continue
+		}
+		return s.wrap(ctx, "catalog set "+name, err)
+	}
+	return fmt.Errorf("catalog set %s: it kept changing under %d attempts: %w", name, swapAttempts, layering.ErrConflict)
+}
+
+// swapAttempts bounds SwapTag's reads and writes while other writers
+// change the catalog.
+const swapAttempts = 32
+
+// readTag reads the record of name (nil if it has none) and the catalog
+// object's version; exists says whether there is a catalog object.
+func readTag(ioctx *rados.IOContext, name string) (rec []byte, ver uint64, exists bool, err error) {
+	op := rados.CreateReadOp()
+	defer op.Release()
+	step := op.GetOmapValuesByKeys([]string{name})
+	if err := op.Operate(ioctx, CatalogObject, rados.OperationNoFlag); err != nil {
+		if errno(err) == eNOENT {
+			return nil, 0, false, nil
+		}
+		return nil, 0, false, err
+	}
+	if ver, err = ioctx.GetLastVersion(); err != nil {
+		return nil, 0, false, err
+	}
+	for {
+		kv, err := step.Next()
+		if err != nil {
+			return nil, 0, false, err
+		}
+		if kv == nil {
+			return rec, ver, true, nil
+		}
+		if kv.Key == name {
+			rec = kv.Value
+		}
+	}
 }
 
 // Tags implements layering.Catalog.

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,6 +74,72 @@ func RunSuite(t *testing.T, newL NewLayering) {
 	t.Run("ExecLeavesNoProcess", func(t *testing.T) { testExecBackground(t, newL(t)) })
 	t.Run("PruneUnsealedLayers", func(t *testing.T) { testPruneUnsealed(t, newL(t)) })
 	t.Run("ConcurrentBuildsOfOneStep", func(t *testing.T) { testConcurrentBuilds(t, newL(t)) })
+	t.Run("ConcurrentImportsOfOneName", func(t *testing.T) { testConcurrentImports(t, newL(t)) })
+}
+
+// testConcurrentImports: of two imports of one name that both found the
+// name free, one makes the environment and the other fails, saying so,
+// and leaves no layer behind; a flatten of an environment removed while
+// it ran does not bring it back.
+func testConcurrentImports(t *testing.T, l *wire.Layering) {
+	ctx := context.Background()
+	name := uniq("ci")
+	removeEnvs(t, l, name)
+	before := list(t, l)
+	root := BusyboxRootfs(t)
+	// Both wait, past the check that the name is free, until the other
+	// is past it too.
+	var arrived sync.WaitGroup
+	arrived.Add(2)
+	envs := make([]layering.Environment, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		var once sync.Once
+		progress := func(string, ...any) { once.Do(func() { arrived.Done(); arrived.Wait() }) }
+		wg.Go(func() {
+			envs[i], errs[i] = l.Manager.Import(ctx, name, layering.Source{Dir: root}, layering.ImportOptions{Size: 64 << 20, Progress: progress})
+		})
+	}
+	wg.Wait()
+	won, lost := 0, 1
+	if errs[0] != nil {
+		won, lost = 1, 0
+	}
+	if errs[won] != nil || !errors.Is(errs[lost], layering.ErrExists) || layering.Hint(errs[lost]) == "" {
+		t.Fatalf("two imports of %s at once = %v, %v; want one environment and one ErrExists with a hint", name, errs[0], errs[1])
+	}
+	got, err := l.Manager.Get(ctx, name)
+	if err != nil || got.Ref != envs[won].Ref {
+		t.Fatalf("Get %s = %+v, %v; want the winner's %s", name, got.Ref, err, envs[won].Ref)
+	}
+	if added := slices.DeleteFunc(list(t, l), func(n string) bool { return slices.Contains(before, n) }); len(added) != 1 || added[0] != got.Ref.Image {
+		t.Fatalf("images the imports left: %v; want only %s", added, got.Ref.Image)
+	}
+
+	// Of two flattens at once, the one that points the name last finds it
+	// changed: it fails, saying so, and removes its image.
+	before = list(t, l)
+	var inner layering.Environment
+	var innerErr error
+	var once sync.Once
+	_, err = l.Manager.Flatten(ctx, name, func(format string, _ ...any) {
+		if strings.HasPrefix(format, "flattening") {
+			once.Do(func() { inner, innerErr = l.Manager.Flatten(ctx, name, nil) })
+		}
+	})
+	if innerErr != nil {
+		t.Fatalf("the flatten that ran inside the other: %v", innerErr)
+	}
+	if !errors.Is(err, layering.ErrConflict) || layering.Hint(err) == "" {
+		t.Fatalf("a flatten whose environment changed meanwhile = %v; want ErrConflict with a hint", err)
+	}
+	if got, err := l.Manager.Get(ctx, name); err != nil || got.Ref != inner.Ref {
+		t.Fatalf("Get %s = %+v, %v; want the first flatten's %s", name, got.Ref, err, inner.Ref)
+	}
+	if added := slices.DeleteFunc(list(t, l), func(n string) bool { return slices.Contains(before, n) }); len(added) != 1 || added[0] != inner.Ref.Image {
+		t.Fatalf("images the flattens left: %v; want only %s", added, inner.Ref.Image)
+	}
 }
 
 // testConcurrentBuilds: two builds of the same step at once make one

@@ -481,6 +481,17 @@ func (s *Store) SetTag(ctx context.Context, name string, record []byte) error {
 	return nil
 }
 
+// SwapTag implements layering.Catalog.
+func (s *Store) SwapTag(ctx context.Context, name string, prev, record []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := layering.CheckSwap(name, s.tags[name], prev); err != nil {
+		return err
+	}
+	s.tags[name] = bytes.Clone(record)
+	return nil
+}
+
 // Tags implements layering.Catalog.
 func (s *Store) Tags(ctx context.Context) (map[string][]byte, error) {
 	s.mu.Lock()

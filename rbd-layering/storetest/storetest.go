@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ func RunSuite(t *testing.T, newB NewBackend) {
 		{"Flatten", testFlatten},
 		{"Metadata", testMeta},
 		{"Catalog", testCatalog},
+		{"CatalogSwap", testCatalogSwap},
 		{"Errors", testErrors},
 		{"RemoveUnmapped", testRemoveUnmapped},
 		{"ObjectSize", testObjectSize},
@@ -265,6 +267,60 @@ func testCatalog(t *testing.T, b layering.Backend, p string) {
 		t.Fatalf("Tag after delete = %v, want ErrNotFound", err)
 	}
 	must(t, b.DeleteTag(ctx, p+"tag")) // idempotent
+}
+
+// testCatalogSwap: SwapTag writes only over the record it expects, and of
+// commands that race for one name exactly one wins.
+func testCatalogSwap(t *testing.T, b layering.Backend, p string) {
+	ctx := context.Background()
+	name := p + "swap"
+	t.Cleanup(func() { _ = b.DeleteTag(context.Background(), name) })
+	if err := b.SwapTag(ctx, name, []byte(`{"v":0}`), []byte(`{"v":1}`)); !errors.Is(err, layering.ErrNotFound) {
+		t.Fatalf("SwapTag of an absent name expecting a record = %v, want ErrNotFound", err)
+	}
+	must(t, b.SwapTag(ctx, name, nil, []byte(`{"v":1}`)))
+	if err := b.SwapTag(ctx, name, nil, []byte(`{"v":9}`)); !errors.Is(err, layering.ErrExists) {
+		t.Fatalf("SwapTag creating a name that exists = %v, want ErrExists", err)
+	}
+	if err := b.SwapTag(ctx, name, []byte(`{"v":0}`), []byte(`{"v":9}`)); !errors.Is(err, layering.ErrConflict) {
+		t.Fatalf("SwapTag expecting another record = %v, want ErrConflict", err)
+	}
+	must(t, b.SwapTag(ctx, name, []byte(`{"v":1}`), []byte(`{"v":2}`)))
+	if got, err := b.Tag(ctx, name); err != nil || string(got) != `{"v":2}` {
+		t.Fatalf("Tag after the swaps = %s, %v; want {\"v\":2}", got, err)
+	}
+
+	// Eight writers at once: for a new name, and over one record.
+	for _, prev := range [][]byte{nil, []byte(`{"v":2}`)} {
+		if prev == nil {
+			must(t, b.DeleteTag(ctx, name))
+		} else {
+			must(t, b.SetTag(ctx, name, prev))
+		}
+		errs := make([]error, 8)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() { errs[i] = b.SwapTag(ctx, name, prev, fmt.Appendf(nil, `{"w":%d}`, i)) })
+		}
+		wg.Wait()
+		won := -1
+		for i, err := range errs {
+			switch {
+			case err == nil && won >= 0:
+				t.Fatalf("expecting %s: writers %d and %d both won: %v", prev, won, i, errs)
+			case err == nil:
+				won = i
+			case prev == nil && !errors.Is(err, layering.ErrExists), prev != nil && !errors.Is(err, layering.ErrConflict):
+				t.Fatalf("expecting %s: writer %d: %v", prev, i, err)
+			}
+		}
+		if won < 0 {
+			t.Fatalf("expecting %s: no writer won: %v", prev, errs)
+		}
+		if got, _ := b.Tag(ctx, name); string(got) != fmt.Sprintf(`{"w":%d}`, won) {
+			t.Fatalf("expecting %s: the record is %s, not the winner's (%d)", prev, got, won)
+		}
+	}
 }
 
 func testErrors(t *testing.T, b layering.Backend, p string) {
