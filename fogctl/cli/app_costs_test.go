@@ -11,6 +11,8 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
+	"github.com/fogdeploy/fogdeploy/internal/wire"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/envtest"
 )
 
 // The modes on the command line (app create --mode, deploy --mode) and
@@ -18,14 +20,28 @@ import (
 func TestModesAndAppCosts(t *testing.T) {
 	endpoint, st := statetest.Start(t)
 	ctx := context.Background()
+	l := envtest.FakeLayering(t)
+	if err := l.Store.SetTag(ctx, "e", []byte(`{"name":"e","ref":{"image":"fdl-e","snap":"sealed"}}`)); err != nil {
+		t.Fatal(err)
+	}
 	run := func(args ...string) (int, string, string) {
 		var out, errOut bytes.Buffer
 		f := &Factory{In: strings.NewReader(""), Out: &out, ErrOut: &errOut, Global: &GlobalOptions{}}
 		f.State = func(ctx context.Context) (*state.Store, error) {
 			return state.Open(ctx, state.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
 		}
+		f.Layering = func(context.Context) (*wire.Layering, error) { return l, nil }
 		code := run(ctx, f, args)
 		return code, out.String(), errOut.String()
+	}
+	// An app whose environment is not in the catalog is refused, and not
+	// created.
+	if code, _, errOut := run("app", "create", "web", "--env", "nosuch", "--ready", "output:up", "--", "x"); code != ExitNotFound ||
+		!strings.Contains(errOut, `environment "nosuch": not found`) || !strings.Contains(errOut, "Hint: build or import it first") {
+		t.Errorf("app create --env nosuch = exit %d:\n%s\nwant exit %d, the environment named, and a hint", code, errOut, ExitNotFound)
+	}
+	if _, err := st.App(ctx, "web"); err == nil {
+		t.Errorf("app web was created with an environment that does not exist")
 	}
 	for _, c := range []struct {
 		args []string

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -264,6 +265,9 @@ func appCreateRun(ctx context.Context, o *AppCreateOptions, args []string) error
 			return fmt.Errorf("%w: %w", layering.ErrInvalid, err)
 		}
 	}
+	if err := checkEnv(ctx, o.F, app); err != nil {
+		return err
+	}
 	st, err := o.F.State(ctx)
 	if err != nil {
 		return err
@@ -275,6 +279,23 @@ func appCreateRun(ctx context.Context, o *AppCreateOptions, args []string) error
 	return printOut(o.F, app.WithDefaults(), func(w io.Writer) {
 		fmt.Fprintf(w, "Created app %s (env %s, engine %s)\n", app.Name, app.Env, app.WithDefaults().Engine)
 	})
+}
+
+// checkEnv fails if the environment app names is not in the catalog, so
+// that a wrong name fails at app create rather than at every deploy.
+func checkEnv(ctx context.Context, f *Factory, app deploy.App) error {
+	l, err := f.Layering(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	if _, err := l.Manager.Get(ctx, app.Env); errors.Is(err, layering.ErrNotFound) {
+		return layering.WithHint(fmt.Errorf("app %s: env: %w", app.Name, err),
+			"build or import it first (`fogctl env build "+app.Env+" -f FILE`, `fogctl env import`); `fogctl env ls` lists those there are")
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 // parseReady parses --ready: tcp:PORT, http:PORT/PATH, exec:CMD or output:PHRASE.

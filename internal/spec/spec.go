@@ -116,6 +116,10 @@ type App struct {
 // MaxPool bounds App.Pool.
 const MaxPool = 64
 
+// MinCPUs is the smallest CPU limit a container runtime takes (a CFS
+// quota of 1 ms per 100 ms period).
+const MinCPUs = 0.01
+
 // Port is one port of the app.
 type Port struct {
 	Port  int    `yaml:"port" json:"port"`
@@ -143,7 +147,8 @@ type Readiness struct {
 
 // Resources limit an instance.
 type Resources struct {
-	// CPUs is a number of CPUs (0.5 = half of one); 0 = no limit.
+	// CPUs is a number of CPUs (0.5 = half of one), at least MinCPUs;
+	// 0 = no limit.
 	CPUs float64 `yaml:"cpus,omitempty" json:"cpus,omitempty"`
 	// Memory is a size ("512M"); "" = no limit.
 	Memory string `yaml:"memory,omitempty" json:"memory,omitempty"`
@@ -321,8 +326,8 @@ func (a App) Validate() error {
 		seen[key] = true
 	}
 	a.validateReady(bad)
-	if a.Resources.CPUs < 0 || math.IsNaN(a.Resources.CPUs) || math.IsInf(a.Resources.CPUs, 0) || a.Resources.CPUs > 1024 {
-		bad("resources.cpus", "%v: give a number of CPUs between 0 (no limit) and 1024", a.Resources.CPUs)
+	if c := a.Resources.CPUs; c < 0 || c > 0 && c < MinCPUs || math.IsNaN(c) || math.IsInf(c, 0) || c > 1024 {
+		bad("resources.cpus", "%v: give a number of CPUs between %v and 1024, or 0 for no limit", c, MinCPUs)
 	}
 	if a.Resources.Memory != "" {
 		if n, err := layering.ParseSize("resources.memory", a.Resources.Memory); err != nil {

@@ -59,6 +59,8 @@ func TestParseAppRefuses(t *testing.T) {
 		"unknown field":       {`{name: a, env: e, command: [x], ready: {kind: output, phrase: up}, colour: red}`, "colour"},
 		"bad timeout":         {`{name: a, env: e, command: [x], ready: {kind: output, phrase: up, timeout: soon}}`, "duration"},
 		"bad memory":          {`{name: a, env: e, command: [x], ready: {kind: output, phrase: up}, resources: {memory: lots}}`, "resources.memory"},
+		"cpus below 0.01":     {`{name: a, env: e, command: [x], ready: {kind: output, phrase: up}, resources: {cpus: 0.001}}`, "resources.cpus"},
+		"negative cpus":       {`{name: a, env: e, command: [x], ready: {kind: output, phrase: up}, resources: {cpus: -1}}`, "resources.cpus"},
 		"gzip with criu":      {`{name: a, env: e, command: [x], engine: criu, compression: gzip, ready: {kind: output, phrase: up}}`, "compression"},
 		"empty":               {``, "empty"},
 		"two documents":       {"{name: a}\n---\n{name: b}\n", "more than one"},
