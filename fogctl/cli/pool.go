@@ -22,6 +22,18 @@ func NewCmdPool(f *Factory) *cobra.Command {
 		Example: `  fogctl pool ls
   fogctl pool ls redis -o json`,
 		RunE: withState(f, func(cmd *cobra.Command, args []string, st *state.Store) error {
+			// A node or an app that is not there is an error, not an
+			// empty list.
+			if node != "" {
+				if _, err := st.Node(cmd.Context(), node); err != nil {
+					return err
+				}
+			}
+			if len(args) == 1 {
+				if _, err := st.App(cmd.Context(), args[0]); err != nil {
+					return err
+				}
+			}
 			pools, err := st.Pools(cmd.Context(), node)
 			if err != nil {
 				return err

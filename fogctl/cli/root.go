@@ -300,7 +300,7 @@ func isUsageError(err error) bool {
 		return true
 	}
 	s := err.Error()
-	return strings.HasPrefix(s, "unknown flag") || strings.HasPrefix(s, "unknown command") ||
+	return strings.HasPrefix(s, "unknown flag") || strings.HasPrefix(s, "unknown shorthand flag") || strings.HasPrefix(s, "unknown command") ||
 		strings.HasPrefix(s, "invalid argument \"") || strings.Contains(s, "flag needs an argument") ||
 		strings.HasPrefix(s, "accepts ") || strings.HasPrefix(s, "requires ") ||
 		strings.HasPrefix(s, "required flag") || strings.Contains(s, "flags in the group")
@@ -320,6 +320,11 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
 			return usageError{fmt.Errorf("%s takes %s, got %d arguments", cmd.CommandPath(), what, len(args))}
+		}
+		for i, a := range args {
+			if strings.TrimSpace(a) == "" {
+				return usageError{fmt.Errorf("%s takes %s: argument %d is empty", cmd.CommandPath(), what, i+1)}
+			}
 		}
 		return nil
 	}

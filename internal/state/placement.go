@@ -156,7 +156,7 @@ func Choose(nodes []Node, deps []Deployment, app, node string, loc map[string]Lo
 		}
 		return Placement{Node: node, Reason: "requested: --node " + node}, nil
 	}
-	return Placement{}, hint.With(fmt.Errorf("node %s: %w", node, ErrNotFound), "`fogctl node ls` lists the nodes")
+	return Placement{}, nodeNotFound(node)
 }
 
 // placementKey changes (its value: the last deployment recorded on node)

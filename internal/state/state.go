@@ -298,6 +298,29 @@ func (s *Store) Nodes(ctx context.Context) ([]Node, error) {
 	return parseNodes(r)
 }
 
+// Node returns the registered node name, with Ready set from its lease.
+func (s *Store) Node(ctx context.Context, name string) (Node, error) {
+	r, err := s.cli.Get(ctx, Prefix+"nodes/"+name+"/", clientv3.WithPrefix())
+	if err != nil {
+		return Node{}, wrapUnavailable(err)
+	}
+	nodes, err := parseNodes(r)
+	if err != nil {
+		return Node{}, err
+	}
+	for _, n := range nodes {
+		if n.Name == name {
+			return n, nil
+		}
+	}
+	return Node{}, nodeNotFound(name)
+}
+
+// nodeNotFound is the error for a node name that no node registered.
+func nodeNotFound(name string) error {
+	return hint.With(fmt.Errorf("node %s: %w", name, ErrNotFound), "`fogctl node ls` lists the nodes")
+}
+
 // parseNodes reads the node records and liveness keys of a Get of nodes/.
 func parseNodes(r *clientv3.GetResponse) ([]Node, error) {
 	alive := map[string]bool{}

@@ -102,6 +102,14 @@ func TestNodeLease(t *testing.T) {
 	if err != nil || len(nodes) != 1 || !nodes[0].Ready {
 		t.Fatalf("nodes = %+v, %v; want n1 Ready", nodes, err)
 	}
+	if n, err := st.Node(context.Background(), "n1"); err != nil || n.Name != "n1" || !n.Ready || n.Capacity != 4 {
+		t.Fatalf("Node(n1) = %+v, %v; want n1 Ready with capacity 4", n, err)
+	}
+	for _, name := range []string{"n", "n10", "nosuch"} {
+		if _, err := st.Node(context.Background(), name); !errors.Is(err, state.ErrNotFound) || hint.Of(err) == "" {
+			t.Fatalf("Node(%s) = %v; want ErrNotFound with a hint", name, err)
+		}
+	}
 	// Stop keeping the lease alive without revoking it, as a killed agent.
 	cancel()
 	_ = sess

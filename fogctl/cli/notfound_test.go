@@ -1,0 +1,54 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/state"
+	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
+)
+
+// Names that are not there, and arguments that are empty or look like
+// flags, are errors with their exit code, not empty output.
+func TestMissingNamesAndBadArguments(t *testing.T) {
+	endpoint, st := statetest.Start(t)
+	ctx := context.Background()
+	if _, err := st.Register(ctx, state.Node{Name: "node1", Capacity: 4}, 30); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (int, string) {
+		var out, errOut bytes.Buffer
+		f := &Factory{In: strings.NewReader(""), Out: &out, ErrOut: &errOut, Global: &GlobalOptions{}}
+		f.State = func(ctx context.Context) (*state.Store, error) {
+			return state.Open(ctx, state.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
+		}
+		code := run(ctx, f, args)
+		return code, errOut.String()
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"pool", "ls", "--node", "nosuch"}, ExitNotFound, "node nosuch: not found"},
+		{[]string{"pool", "ls", "--node", "node"}, ExitNotFound, "node node: not found"},
+		{[]string{"pool", "ls", "nosuch"}, ExitNotFound, "app nosuch: not found"},
+		{[]string{"undeploy", ""}, ExitInvalid, "argument 1 is empty"},
+		{[]string{"app", "inspect", " "}, ExitInvalid, "argument 1 is empty"},
+		{[]string{"app", "pool", "web", "-3"}, ExitInvalid, "unknown shorthand flag"},
+	} {
+		code, errOut := run(c.args...)
+		if code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("fogctl %q = exit %d:\n%s\nwant exit %d and %q", c.args, code, errOut, c.code, c.want)
+		}
+		if c.code == ExitNotFound && !strings.Contains(errOut, "Hint:") {
+			t.Errorf("fogctl %q: no hint:\n%s", c.args, errOut)
+		}
+	}
+	if code, errOut := run("pool", "ls", "--node", "node1"); code != 0 {
+		t.Errorf("pool ls --node node1 = exit %d:\n%s", code, errOut)
+	}
+}
