@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -9,9 +8,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
-	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
-	"github.com/fogdeploy/fogdeploy/internal/wire"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/envtest"
 )
 
@@ -24,16 +21,7 @@ func TestModesAndAppCosts(t *testing.T) {
 	if err := l.Store.SetTag(ctx, "e", []byte(`{"name":"e","ref":{"image":"fdl-e","snap":"sealed"}}`)); err != nil {
 		t.Fatal(err)
 	}
-	run := func(args ...string) (int, string, string) {
-		var out, errOut bytes.Buffer
-		f := &Factory{In: strings.NewReader(""), Out: &out, ErrOut: &errOut, Global: &GlobalOptions{}}
-		f.State = func(ctx context.Context) (*state.Store, error) {
-			return state.Open(ctx, state.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
-		}
-		f.Layering = func(context.Context) (*wire.Layering, error) { return l, nil }
-		code := run(ctx, f, args)
-		return code, out.String(), errOut.String()
-	}
+	run := runOn(endpoint, l)
 	// An app whose environment is not in the catalog is refused, and not
 	// created.
 	if code, _, errOut := run("app", "create", "web", "--env", "nosuch", "--ready", "output:up", "--", "x"); code != ExitNotFound ||

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
+	"github.com/fogdeploy/fogdeploy/internal/wire"
 )
 
 // Names that are not there, and arguments that are empty or look like
@@ -20,13 +21,8 @@ func TestMissingNamesAndBadArguments(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := func(args ...string) (int, string) {
-		var out, errOut bytes.Buffer
-		f := &Factory{In: strings.NewReader(""), Out: &out, ErrOut: &errOut, Global: &GlobalOptions{}}
-		f.State = func(ctx context.Context) (*state.Store, error) {
-			return state.Open(ctx, state.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
-		}
-		code := run(ctx, f, args)
-		return code, errOut.String()
+		code, _, errOut := runOn(endpoint, nil)(args...)
+		return code, errOut
 	}
 	for _, c := range []struct {
 		args []string
@@ -50,5 +46,23 @@ func TestMissingNamesAndBadArguments(t *testing.T) {
 	}
 	if code, errOut := run("pool", "ls", "--node", "node1"); code != 0 {
 		t.Errorf("pool ls --node node1 = exit %d:\n%s", code, errOut)
+	}
+}
+
+// runOn returns a runner of fogctl commands on the etcd at endpoint and,
+// when l is set, on that environment manager: it gives the exit code,
+// the output and the error output.
+func runOn(endpoint string, l *wire.Layering) func(args ...string) (int, string, string) {
+	return func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		f := &Factory{In: strings.NewReader(""), Out: &out, ErrOut: &errOut, Global: &GlobalOptions{}}
+		f.State = func(ctx context.Context) (*state.Store, error) {
+			return state.Open(ctx, state.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
+		}
+		if l != nil {
+			f.Layering = func(context.Context) (*wire.Layering, error) { return l, nil }
+		}
+		code := run(context.Background(), f, args)
+		return code, out.String(), errOut.String()
 	}
 }
