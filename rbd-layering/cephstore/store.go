@@ -89,11 +89,11 @@ const (
 	eACCES    = -13
 	eBUSY     = -16
 	eEXIST    = -17
-	eRANGE    = -34
-	eOVERFLOW = -75
 	eINVAL    = -22
 	eNOSPC    = -28
+	eRANGE    = -34
 	eNOTEMPTY = -39
+	eOVERFLOW = -75
 	eTIMEDOUT = -110
 	eDQUOT    = -122
 )
