@@ -32,8 +32,8 @@ build: ## Build bin/fogctl and bin/pop-agent
 	$(GO) build $(TAGS) -ldflags "$(LDFLAGS)" -o bin/pop-agent ./pop-agent
 
 # One package's tests at a time (-p 1): they share the dev cluster, and librados 16.2.15 can
-# abort a process whose librbd calls run while another process changes the OSD map (a pool
-# created or removed, a quota set, an OSD stopped); see docs/testing.md.
+# abort a process whose librbd calls run while another process changes a pool or the OSD map
+# (a pool created or removed, a quota set, an OSD stopped); see docs/testing.md.
 test: dev-up fixtures ## Run every test: unit, fake-backed and real (dev Ceph, dockerd, etcd, DMTCP and CRIU when installed)
 	$(GO) test $(TAGS) -p 1 -count=1 -timeout 45m $(GOTESTFLAGS) $(PKGS)
 
