@@ -35,6 +35,11 @@ func TestMissingNamesAndBadArguments(t *testing.T) {
 		{[]string{"undeploy", ""}, ExitInvalid, "argument 1 is empty"},
 		{[]string{"app", "inspect", " "}, ExitInvalid, "argument 1 is empty"},
 		{[]string{"app", "pool", "web", "-3"}, ExitInvalid, "unknown shorthand flag"},
+		// A --node given empty is not "any node".
+		{[]string{"deploy", "web", "--node", ""}, ExitInvalid, "--node is empty"},
+		{[]string{"deploy", "web", "--node=Node 1"}, ExitInvalid, `--node "Node 1" may only hold`},
+		{[]string{"checkpoint", "refresh", "web", "--node", ""}, ExitInvalid, "--node is empty"},
+		{[]string{"pool", "ls", "--node="}, ExitInvalid, "--node is empty"},
 	} {
 		code, errOut := run(c.args...)
 		if code != c.code || !strings.Contains(errOut, c.want) {

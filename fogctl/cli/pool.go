@@ -69,7 +69,7 @@ func NewCmdPool(f *Factory) *cobra.Command {
 			})
 		}),
 	}
-	ls.Flags().StringVar(&node, "node", "", "only this node's pools")
+	addNodeFlag(ls, &node, "only this node's pools")
 	cmd.AddCommand(ls)
 	return cmd
 }

@@ -210,7 +210,7 @@ A node without an engine boots too, unless its agent has if_no_engine: fail.
 		Args: exactArgs(1, "an app name"),
 		RunE: func(cmd *cobra.Command, args []string) error { return deployRun(cmd.Context(), o, args[0]) },
 	}
-	cmd.Flags().StringVar(&o.Node, "node", "", "node to deploy on (default: the best-scored ready node)")
+	addNodeFlag(cmd, &o.Node, "node to deploy on (default: the best-scored ready node)")
 	cmd.Flags().StringVar((*string)(&o.Mode), "mode", "", "auto, restore or boot (default: the app's mode, else auto)")
 	cmd.Flags().BoolVar(&o.Wait, "wait", false, "wait until the deployment is Running (or Failed)")
 	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{string(deploy.ModeAuto), string(deploy.ModeRestore), string(deploy.ModeBoot)}, cobra.ShellCompDirectiveNoFileComp))
@@ -534,7 +534,7 @@ generation; running instances keep theirs. The phases are shown as they pass.`,
 			}
 			return fmt.Errorf("generation %d of %s was sealed by %s but is not recorded", dep.Status.Gen, args[0], d.Node)
 		})}
-	refresh.Flags().StringVar(&node, "node", "", "node to produce it on (default: the best-scored ready node with the app's engine)")
+	addNodeFlag(refresh, &node, "node to produce it on (default: the best-scored ready node with the app's engine)")
 	rm.Flags().DurationVar(&rmWait, "wait", time.Minute, "how long to wait for the nodes to drop their copies of the generation's environment")
 	cmd.AddCommand(ls, refresh, rm)
 	return cmd
