@@ -65,7 +65,7 @@ func sample() evaluation.Results {
 				OSDReadMiB: 0.2, OSDWroteMiB: 1.5, ByProcess: []evaluation.ProcessCPU{{Name: "dockerd", Seconds: 0.2}, {Name: "rbd-fuse", Seconds: 0.1}}}}},
 		Concurrency: []*evaluation.Concurrency{{App: "redis", Engine: "dmtcp", Rows: []evaluation.ConcurrencyRow{
 			{N: 1, RestoreMS: s(1200)}, {N: 2, RestoreMS: s(1300, 1400)}, {N: 4, RestoreMS: s(1500, 1600, 1700, 1900)}}},
-			{App: "redis", Engine: "criu", Rows: []evaluation.ConcurrencyRow{
+			{App: "redis", Engine: "criu", Rounds: 2, Interleaved: true, Rows: []evaluation.ConcurrencyRow{
 				{N: 1, RestoreMS: s(900), PoolHitMS: s(40), AheadMS: s(3),
 					AheadPhases: []evaluation.PhaseStats{{Name: "raise", MS: s(0.3)}, {Name: "ready", MS: s(0.6)}}, AheadCPUMS: s(2.5)},
 				{N: 8, RestoreMS: s(2000), PoolHitMS: s(70, 80), AheadMS: s(5, 7),
@@ -104,7 +104,7 @@ func TestWriteAgrees(t *testing.T) {
 		t.Fatal(err)
 	}
 	if back.Apps[1].RestoreMS != r.Apps[1].RestoreMS || back.Interference.Rows[1].Runs[1] != r.Interference.Rows[1].Runs[1] ||
-		!reflect.DeepEqual(back.Interference.Costs, r.Interference.Costs) {
+		!reflect.DeepEqual(back.Interference.Costs, r.Interference.Costs) || !reflect.DeepEqual(back.Concurrency, r.Concurrency) {
 		t.Errorf("JSON round trip differs: %+v", back.Apps[1].RestoreMS)
 	}
 
@@ -167,6 +167,7 @@ func TestWriteAgrees(t *testing.T) {
 		"| 8 | 2.00 s | 2.2x | 75.0 (70.0–80.0) ms | 1.9x |",
 		"| simultaneous | raise | ready | queue | node CPU per deploy | round's CPU / 2 CPUs |",
 		"| 1 | 0.30 | 0.60 | – | 2.50 | 1.25 |", "| 8 | 0.30 (0.20–0.40) | 1.10 (1.00–1.20) | 2.50 in 1 of 2 | 2.00 (1.50–2.50) | 8.00 |",
+		"The pool series ran 2 rounds in the row of the largest N, and in each other row as many rounds as give it as many deploys (each round: N slots provisioned, N deploys at once), the rows' rounds alternating",
 		"| restore | 0.10 s | 7.0x |", "- redis: auto: restore 0.10 s < boot 0.70 s",
 		"| cold | 0.90 s | 0.20 s | 0.2x |",
 		"](" + evaluation.PlotBootRestore + ")", "- a note",

@@ -360,7 +360,11 @@ func WriteMarkdown(w io.Writer, r Results) error {
 		b.WriteString("\n")
 		writeAheadPhases(&b, co, r.Host.CPUs)
 		if co.Rounds > 1 {
-			fmt.Fprintf(&b, "The pool series ran %d rounds in the row of the largest N, and in each other row as many rounds as give it as many deploys (each round: N slots provisioned, N deploys at once); medians and ranges are over every deploy of every round.\n\n", co.Rounds)
+			order := ""
+			if co.Interleaved {
+				order = ", the rows' rounds alternating so that the machine's drift weighs on every row alike"
+			}
+			fmt.Fprintf(&b, "The pool series ran %d rounds in the row of the largest N, and in each other row as many rounds as give it as many deploys (each round: N slots provisioned, N deploys at once)%s; medians and ranges are over every deploy of every round.\n\n", co.Rounds, order)
 		}
 	}
 	if len(r.Concurrency) > 0 {

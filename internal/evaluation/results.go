@@ -332,8 +332,14 @@ type Concurrency struct {
 	// Rounds is how many rounds of N deploys at once each pool series
 	// ran in the row of the largest N; a row of a smaller N ran as many
 	// more as give it the same number of deploys (the pool miss runs one).
-	Rounds int              `json:"rounds,omitempty"`
-	Rows   []ConcurrencyRow `json:"rows"`
+	Rounds int `json:"rounds,omitempty"`
+	// Interleaved says that the rows' rounds alternated (in each of
+	// Rounds cycles, one round of the largest N and as many of every
+	// other N as make as many deploys), so that the machine's drift over
+	// the series weighs on every row alike; runs before it ran each
+	// row's rounds one after the other.
+	Interleaved bool             `json:"interleaved,omitempty"`
+	Rows        []ConcurrencyRow `json:"rows"`
 }
 
 // Label is the series' name: "redis (dmtcp)".

@@ -653,61 +653,83 @@ func evalConcurrencyCRIU(ctx context.Context, t *testing.T, f *deploytest.Fixtur
 }
 
 func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deploy.App, catalogName string, reps int) (*evaluation.Concurrency, error) {
-	co := &evaluation.Concurrency{App: catalogName, Engine: app.Engine, Rounds: reps}
+	co := &evaluation.Concurrency{App: catalogName, Engine: app.Engine, Rounds: reps, Interleaved: true}
 	g, err := f.D.Latest(ctx, app.Name)
 	if err != nil {
 		return co, err
 	}
-	for _, n := range simultaneous {
-		miss, _, err := restoreAtOnce(ctx, f, app, n, deploy.PoolMiss, nil)
-		if err != nil {
+	misses := make([][]float64, len(simultaneous))
+	for j, n := range simultaneous {
+		if misses[j], _, err = restoreAtOnce(ctx, f, app, n, deploy.PoolMiss, nil); err != nil {
 			return co, fmt.Errorf("%d simultaneous restores: %w", n, err)
 		}
-		// A pool hit takes milliseconds, and one round of n is at the
-		// mercy of whatever else the node does then: every hit of every
-		// round is in the statistics, and every row has as many hits
-		// behind its median as the last (reps rounds of the most), so
-		// that the single deploy the others are compared with is not
-		// the median of a handful.
-		rounds := reps * max(1, simultaneous[len(simultaneous)-1]/n)
-		var hits [2][]float64
-		var aheadPhases evaluation.Phases
-		var aheadCPU []float64
-		for k, ahead := range []bool{false, true} {
-			if ahead && f.D.CanStartAhead(g) != nil {
-				break
-			}
-			for range rounds {
-				for i := range n {
-					if _, err := provisionSlot(ctx, f, g, ahead); err != nil {
-						_, _ = f.D.DropPool(ctx, app.Name, nil)
-						return co, fmt.Errorf("pool slot %d of %d: %w", i+1, n, err)
+	}
+	// A pool hit takes milliseconds, and one round of n is at the mercy
+	// of whatever else the node does then: every hit of every round is
+	// in the statistics, and every row has as many hits behind its
+	// median as the last (reps rounds of the most), so that the single
+	// deploy the others are compared with is not the median of a
+	// handful. The rows' rounds alternate (in each of reps cycles, as
+	// many rounds of every n as make the most), so that the machine's
+	// drift over the series weighs on every row alike and a ratio of
+	// two rows compares deploys made side by side.
+	most := simultaneous[len(simultaneous)-1]
+	var hits [2][][]float64
+	hits[0], hits[1] = make([][]float64, len(simultaneous)), make([][]float64, len(simultaneous))
+	aheadPhases := make([]evaluation.Phases, len(simultaneous))
+	aheadCPU := make([][]float64, len(simultaneous))
+	for k, ahead := range []bool{false, true} {
+		if ahead && f.D.CanStartAhead(g) != nil {
+			break
+		}
+		for range reps {
+			for j, n := range simultaneous {
+				for range max(1, most/n) {
+					var phases *evaluation.Phases
+					if ahead {
+						phases = &aheadPhases[j]
 					}
-				}
-				time.Sleep(poolArrival)
-				phases := &aheadPhases
-				if !ahead {
-					phases = nil
-				}
-				round, cpu, err := restoreAtOnce(ctx, f, app, n, deploy.PoolHit, phases)
-				if err != nil {
-					_, _ = f.D.DropPool(ctx, app.Name, nil)
-					return co, fmt.Errorf("%d simultaneous restores with a pool of %d (restored ahead: %v): %w", n, n, ahead, err)
-				}
-				hits[k] = append(hits[k], round...)
-				if ahead && cpu > 0 {
-					aheadCPU = append(aheadCPU, cpu)
+					round, cpu, err := poolRound(ctx, f, app, g, n, ahead, phases)
+					if err != nil {
+						return co, err
+					}
+					hits[k][j] = append(hits[k][j], round...)
+					if ahead && cpu > 0 {
+						aheadCPU[j] = append(aheadCPU[j], cpu)
+					}
 				}
 			}
 		}
-		row := evaluation.ConcurrencyRow{N: n, RestoreMS: evaluation.Summarize(miss), PoolHitMS: evaluation.Summarize(hits[0]),
-			AheadMS: evaluation.Summarize(hits[1]), AheadPhases: aheadPhases.Summary(), AheadCPUMS: evaluation.Summarize(aheadCPU)}
+	}
+	for j, n := range simultaneous {
+		row := evaluation.ConcurrencyRow{N: n, RestoreMS: evaluation.Summarize(misses[j]), PoolHitMS: evaluation.Summarize(hits[0][j]),
+			AheadMS: evaluation.Summarize(hits[1][j]), AheadPhases: aheadPhases[j].Summary(), AheadCPUMS: evaluation.Summarize(aheadCPU[j])}
 		co.Rows = append(co.Rows, row)
 		t.Logf("  %d simultaneous restores of %s: %s median, %s max; with a pool of %d: %s median, %s max; restored ahead: %s median, %s max, the node's CPU %.2f ms per deploy", n, co.Label(),
 			secs(row.RestoreMS.Median), secs(row.RestoreMS.Max), n, secs(row.PoolHitMS.Median), secs(row.PoolHitMS.Max),
 			secs(row.AheadMS.Median), secs(row.AheadMS.Max), row.AheadCPUMS.Median)
 	}
 	return co, nil
+}
+
+// poolRound provisions n slots of generation g (restored ahead, or
+// waiting for their order), lets them settle as a user arriving later
+// finds them, and deploys app n times at once on them (restoreAtOnce).
+// On error the app's pool is dropped.
+func poolRound(ctx context.Context, f *deploytest.Fixture, app deploy.App, g deploy.Generation, n int, ahead bool, phases *evaluation.Phases) ([]float64, float64, error) {
+	for i := range n {
+		if _, err := provisionSlot(ctx, f, g, ahead); err != nil {
+			_, _ = f.D.DropPool(ctx, app.Name, nil)
+			return nil, 0, fmt.Errorf("pool slot %d of %d: %w", i+1, n, err)
+		}
+	}
+	time.Sleep(poolArrival)
+	round, cpu, err := restoreAtOnce(ctx, f, app, n, deploy.PoolHit, phases)
+	if err != nil {
+		_, _ = f.D.DropPool(ctx, app.Name, nil)
+		return nil, 0, fmt.Errorf("%d simultaneous restores with a pool of %d (restored ahead: %v): %w", n, n, ahead, err)
+	}
+	return round, cpu, nil
 }
 
 // restoreAtOnce deploys app n times at once, checks that each found the
