@@ -216,13 +216,19 @@ for app in "${APPS[@]}"; do
 	deploy_one "$app" "$app, a plain boot (--mode boot): the baseline, without a checkpoint engine" --mode boot
 	if $engine; then
 		deploy_one "$app" "$app, the first deploy: no checkpoint yet, so the agent boots it, checkpoints it, seals both images and restores"
-		deploy_one "$app" "$app, restored from the checkpoint (placed where a node holds it: a clone of the environment, the node's copy of the checkpoint)"
+		deploy_one "$app" "$app, a deploy in the default mode (auto), placed where a node holds the checkpoint: the agent restores it\
+ (a clone of the environment, the node's copy of the checkpoint) or boots it, whichever it measured faster, and says why"
+		if [[ $(jq -r '.status.mode // empty' "$REC/$(printf '%02d' "$n").json" 2>/dev/null) == boot ]]; then
+			fd_info "$app: mode auto booted it (above, with the medians it compared); for the table, one restore on request"
+			deploy_one "$app" "$app, restored from the checkpoint on request (--mode restore)" --mode restore
+		fi
 		fd_info "$app: a warm pool of one slot per node (fogctl app pool $app 1): each agent provisions it in the background" \
 			"at the lowest CPU weight (clone, map, mount, a container) and restores the app in it ahead, at that weight (agent.pool_ahead)"
 		"$FOGCTL" app pool "$app" 1 >/dev/null
 		wait_pool "$app"
 		"$FOGCTL" pool ls "$app"
-		deploy_one "$app" "$app, restored ahead in a warm-pool slot: only raise (to the normal CPU weight), ready and bind are left for the deploy"
+		deploy_one "$app" "$app, in the default mode (auto) with a slot waiting: mode auto takes it, a restore ahead in a warm-pool slot:\
+ only raise (to the normal CPU weight), ready and bind are left for the deploy"
 		if [[ $app == "$MAIN" ]]; then
 			recycle_one "$app"
 		fi

@@ -7,7 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/fogdeploy/fogdeploy/internal/adaptive"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/envtest"
 )
@@ -57,17 +62,41 @@ func TestModesAndAppCosts(t *testing.T) {
 		mode deploy.Mode
 		ms   int
 	}{{deploy.ModeRestore, 600}, {deploy.ModeRestore, 620}, {deploy.ModeRestore, 580}, {deploy.ModeBoot, 150}, {deploy.ModeBoot, 160}, {deploy.ModeBoot, 140}} {
-		if err := st.AddCost(ctx, "web", "n1", c.mode, "", 1, time.Duration(c.ms)*time.Millisecond, i > 0); err != nil {
+		if err := st.RecordCost(ctx, "web", "n1", adaptive.Run{Mode: c.mode, Gen: 1, Cost: time.Duration(c.ms) * time.Millisecond, Auto: i > 0}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := st.AddCost(ctx, "web", "n2", deploy.ModeRestore, "", 1, 700*time.Millisecond, false); err != nil {
+	if err := st.RecordCost(ctx, "web", "n2", adaptive.Run{Mode: deploy.ModeRestore, Gen: 1, Cost: 700 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
+	if err := st.RecordCost(ctx, "web", "n3", adaptive.Run{Mode: deploy.ModeRestore, Gen: 1, Cost: 5 * time.Millisecond, Hit: true}); err != nil {
+		t.Fatal(err)
+	}
+	// Without a generation, and restores known to be slower: a boot, no
+	// generation made.
 	code, out, errOut := run("app", "costs", "web")
-	if code != 0 || !strings.Contains(out, "n1    0.15 s (3 runs)  0.60 s (3 runs)") ||
-		!strings.Contains(out, "boot     auto: boot 0.15 s < restore 0.60 s (medians of 3 and 3 runs)") ||
-		!strings.Contains(out, "n2    -                0.70 s (1 run)") || !strings.Contains(out, "restore  auto: restore first (1 of 3") {
+	if code != 0 || !strings.Contains(out, "boot     auto: boot 0.15 s, median of 3 runs < restore 0.60 s, median of 3 runs; no generation is made") {
+		t.Errorf("app costs without a generation = exit %d:\n%s%s", code, out, errOut)
+	}
+	if err := st.PutCheckpoint(ctx, spec.Generation{App: "web", Gen: 1, Engine: "dmtcp"}); err != nil {
+		t.Fatal(err)
+	}
+	// A slot of web waits on n3.
+	sess, err := concurrency.NewSession(st.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if err := st.PutPool(ctx, sess, state.Pool{Node: "n3", App: "web", Gen: 1, Size: 1, Idle: 1}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = run("app", "costs", "web")
+	if code != 0 || !strings.Contains(out, "n1    0.15 s (3 runs)  0.60 s (3 runs)  -") ||
+		!strings.Contains(out, "boot                 auto: boot 0.15 s, median of 3 runs < restore 0.60 s, median of 3 runs") ||
+		!strings.Contains(out, "n2    -                0.70 s (1 run)") ||
+		!strings.Contains(out, "auto: boot 0.15 s, median of 3 runs on other nodes < restore 0.70 s, median of 1 run") ||
+		!strings.Contains(out, "n3    -                -                5.0 ms (1 run)") ||
+		!strings.Contains(out, "restore (pool slot)  auto: pool slot: an idle slot of the app waits on this node (hits: 5.0 ms, median of 1 run)") {
 		t.Errorf("app costs = exit %d:\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = run("app", "costs", "web", "-o", "json")
@@ -80,12 +109,12 @@ func TestModesAndAppCosts(t *testing.T) {
 		Auto            int     `json:"auto"`
 		Next            struct{ Mode, Why, Reason string }
 	}
-	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || len(got) != 2 || got[0].Node != "n1" ||
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || len(got) != 3 || got[0].Node != "n1" || got[2].Next.Why != "pool_slot" ||
 		got[0].BootMedianMS != 150 || got[0].RestoreMedianMS != 600 || len(got[0].Boot) != 3 || got[0].Auto != 5 ||
 		got[0].Next.Mode != string(deploy.ModeBoot) || got[0].Next.Why != "faster" {
 		t.Errorf("app costs -o json = exit %d, %v, %+v\n%s%s", code, err, got, out, errOut)
 	}
-	if code, out, _ := run("app", "inspect", "web"); code != 0 || !strings.Contains(out, "costs on n1: boot 0.15 s (3 runs), restore 0.60 s (3 runs); next boot, auto: boot 0.15 s") {
+	if code, out, _ := run("app", "inspect", "web"); code != 0 || !strings.Contains(out, "costs on n1: boot 0.15 s (3 runs), restore 0.60 s (3 runs), hit -; next boot, auto: boot 0.15 s") {
 		t.Errorf("app inspect = exit %d:\n%s", code, out)
 	}
 	if code, out, _ := run("app", "inspect", "web", "-o", "json"); code != 0 || !strings.Contains(out, `"costs": [`) {

@@ -136,7 +136,7 @@ func NewCmdApp(f *Factory) *cobra.Command {
 				b, _ := json.MarshalIndent(a, "", "  ")
 				fmt.Fprintf(w, "%s\ncheckpoints: %d\n", b, len(gens))
 				for _, c := range costs {
-					fmt.Fprintf(w, "costs on %s: boot %s, restore %s; next %s, %s\n", c.Node, c.boot(), c.restore(), c.Next.Mode, c.Next.Reason)
+					fmt.Fprintf(w, "costs on %s: boot %s, restore %s, hit %s; next %s, %s\n", c.Node, c.boot(), c.restore(), c.hit(), c.next(), c.Next.Reason)
 				}
 			})
 		})}

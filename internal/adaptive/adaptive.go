@@ -1,13 +1,23 @@
 // Package adaptive is the choice of mode auto: boot an app or restore it
-// from its checkpoint, whichever has been faster on the node. It is pure
-// policy, with no I/O: the agent reads an app's Costs on its node from the
-// PoP's state, asks Decide, deploys, and records what the deploy cost with
-// Costs.Add.
+// from its checkpoint, whichever serves the user sooner on the node. It is
+// pure policy, with no I/O: the agent reads an app's Costs (this node's and
+// the PoP's) and its Situation on the node, asks Decide, deploys, and
+// records what the deploy cost with Costs.Record.
 //
 // What a deploy costs is its critical path until the app is ready (Cost):
-// clone, map, mount, container and ready of a boot or of a restore. The
-// first deploy of an app also boots and checkpoints it; those phases
-// (boot.*) are paid once per generation and are not counted.
+// clone, map, mount, container and ready of a boot or of a restore. A pool
+// hit is recorded apart from restores without a slot (misses): the choice
+// between a boot and a restore is made only when no slot waits, so it
+// weighs a boot against a miss. The first deploy of an app boots it to
+// checkpoint it: that boot, until its app was ready (BootCost), is a boot
+// sample like any other.
+//
+// A user never waits for a measurement: where a slot waits, the deploy
+// takes it; where the app has no generation, the deploy makes one (boot,
+// checkpoint, seal, restore: the paper's path) unless its restores are
+// known to be slower than its boots and it has no pool; otherwise the
+// faster of what is known. The kind not chosen is measured again only when
+// the two are close (Close), and then in the background (Decision.Measure).
 package adaptive
 
 import (
@@ -26,10 +36,15 @@ const (
 	MaxSamples = 9
 	// MinSamples is how many runs of a kind make a median worth trusting.
 	MinSamples = 3
-	// ExploreEvery: every ExploreEvery-th choice of mode auto (once both
-	// kinds have MinSamples runs) takes the other kind, so that the numbers
-	// of the one not chosen are measured again.
+	// ExploreEvery: every ExploreEvery-th choice of mode auto asks for
+	// the kind not chosen to be measured again, in the background, when
+	// the two are Close; for an app of engine auto, every ExploreEvery-th
+	// restore takes the second best engine.
 	ExploreEvery = 10
+	// Close is how much slower than the faster kind the other may be for
+	// it to be measured again at all: beyond it, a user never waits for
+	// the slower kind, and nobody measures it.
+	Close = 1.5
 )
 
 // Samples are durations in milliseconds, oldest first.
@@ -65,11 +80,18 @@ func (s Samples) add(d time.Duration) Samples {
 type Costs struct {
 	App  string `json:"app"`
 	Node string `json:"node"`
-	// Boot and Restore are the last MaxSamples runs of each kind.
+	// Boot and Restore are the last MaxSamples runs of each kind: every
+	// boot (mode boot, mode auto's, a boot without an engine, and the boot
+	// of a deploy that produced a generation, until its app was ready),
+	// and every restore that took no pool slot (a miss).
 	Boot    Samples `json:"boot_ms,omitempty"`
 	Restore Samples `json:"restore_ms,omitempty"`
-	// Gen is the checkpoint generation the restore samples are of: a new
-	// generation restores another image, so its samples start afresh.
+	// Hit are the last MaxSamples pool hits: restores into a slot that
+	// waited on the node.
+	Hit Samples `json:"hit_ms,omitempty"`
+	// Gen is the checkpoint generation the restore and hit samples are
+	// of: a new generation restores another image, so its samples start
+	// afresh.
 	Gen int `json:"gen,omitempty"`
 	// EngineRestore are, for an app of engine auto, the last MaxSamples
 	// restores of each engine's generation (EngineGen: the generation
@@ -79,6 +101,62 @@ type Costs struct {
 	// Auto counts the deploys of mode auto recorded (for ExploreEvery).
 	Auto    int       `json:"auto,omitempty"`
 	Updated time.Time `json:"updated"`
+}
+
+// Run is one deploy as Costs.Record counts it.
+type Run struct {
+	// Mode is what ran: spec.ModeBoot or spec.ModeRestore (others are
+	// not counted).
+	Mode spec.Mode
+	// Gen is the generation a restore restored.
+	Gen int
+	// Cost is its critical path (Cost of its timings).
+	Cost time.Duration
+	// Hit says that a restore took a pool slot.
+	Hit bool
+	// Boot is, for a deploy that produced its generation first, its boot
+	// until the app was ready (BootCost): a boot sample too.
+	Boot time.Duration
+	// Engine is, for a restore of an app of engine auto, the engine of
+	// its generation: its misses are kept per engine.
+	Engine string
+	// Auto says that mode auto chose it.
+	Auto bool
+}
+
+// Record counts one deploy.
+func (c *Costs) Record(r Run) {
+	if r.Boot > 0 {
+		c.Add(spec.ModeBoot, 0, r.Boot, false)
+	}
+	switch {
+	case r.Mode == spec.ModeRestore && r.Hit:
+		c.addHit(r.Gen, r.Cost)
+	case r.Mode == spec.ModeRestore && r.Engine != "":
+		c.AddEngine(r.Engine, r.Gen, r.Cost, false)
+	default:
+		c.Add(r.Mode, r.Gen, r.Cost, false)
+	}
+	if r.Auto {
+		c.Auto++
+	}
+}
+
+// addHit records a pool hit of generation gen that cost d.
+func (c *Costs) addHit(gen int, d time.Duration) {
+	if gen < c.Gen {
+		return
+	}
+	c.newGen(gen)
+	c.Hit = c.Hit.add(d)
+}
+
+// newGen starts the samples of generation gen afresh if it is newer than
+// those kept.
+func (c *Costs) newGen(gen int) {
+	if gen > c.Gen {
+		c.Restore, c.Hit, c.Gen = nil, nil, gen
+	}
 }
 
 // Add records one deploy of mode (spec.ModeBoot or spec.ModeRestore;
@@ -94,9 +172,7 @@ func (c *Costs) Add(mode spec.Mode, gen int, d time.Duration, auto bool) {
 		if gen < c.Gen {
 			break
 		}
-		if gen > c.Gen {
-			c.Restore, c.Gen = nil, gen
-		}
+		c.newGen(gen)
 		c.Restore = c.Restore.add(d)
 	}
 	if auto {
@@ -178,11 +254,33 @@ func cmpDuration(a, b time.Duration) int {
 func Cost(t layering.Timings) time.Duration {
 	var sum time.Duration
 	for _, p := range t {
-		if !strings.HasPrefix(p.Name, "boot.") {
+		if !strings.HasPrefix(p.Name, BootPrefix) {
 			sum += p.Duration
 		}
 	}
 	return sum
+}
+
+// BootPrefix starts the names of the phases of the boot and checkpoint
+// that a deploy ran to produce its generation first.
+const BootPrefix = "boot."
+
+// BootCost is what the boot of a deploy that produced its generation first
+// cost until its app was ready: its boot.* phases up to the first ready
+// (boot.ready, or boot.ENGINE.ready for an app of engine auto), without
+// the checkpoint that followed; 0 without one.
+func BootCost(t layering.Timings) time.Duration {
+	var sum time.Duration
+	for _, p := range t {
+		if !strings.HasPrefix(p.Name, BootPrefix) {
+			continue
+		}
+		sum += p.Duration
+		if p.Name == BootPrefix+"ready" || strings.HasSuffix(p.Name, ".ready") {
+			return sum
+		}
+	}
+	return 0
 }
 
 // Why classes a Decision (the metrics' label).
@@ -190,19 +288,41 @@ type Why string
 
 // Why a decision went as it did.
 const (
-	// WhyFirst: fewer than MinSamples restores measured; a new app starts
-	// by restoring (its first deploy produces the checkpoint).
+	// WhyPoolSlot: an idle slot of the app waits on the node: a hit.
+	WhyPoolSlot Why = "pool_slot"
+	// WhyNoGeneration: the app has no generation this node can restore:
+	// the deploy boots, checkpoints and seals one, then restores it.
+	WhyNoGeneration Why = "no_generation"
+	// WhyFirst: one kind is measured nowhere yet; the deploy restores
+	// (the other is measured in the background).
 	WhyFirst Why = "first"
-	// WhyLearn: a boot to measure what booting costs.
-	WhyLearn Why = "learn"
 	// WhyFaster: the kind whose median is lower (restore only when
 	// restoring is faster).
 	WhyFaster Why = "faster"
-	// WhyExplore: the other kind, every ExploreEvery-th choice.
-	WhyExplore Why = "explore"
 	// WhyCannotBoot: the node cannot boot apps without an engine.
 	WhyCannotBoot Why = "cannot_boot"
+	// WhyExplore: for an app of engine auto, the second best engine, every
+	// ExploreEvery-th choice (ChooseEngine).
+	WhyExplore Why = "explore"
 )
+
+// Situation is what Decide needs to know of the app on the node besides
+// its costs.
+type Situation struct {
+	// CannotBoot, when set, says why the node cannot boot apps without an
+	// engine.
+	CannotBoot string
+	// SlotWaiting: an idle pool slot of the app waits on the node (idle,
+	// or being restored ahead).
+	SlotWaiting bool
+	// Generation: the app has a generation this node can restore.
+	Generation bool
+	// Pool is how many idle slots of the app the node keeps.
+	Pool int
+	// PoP are the app's costs on the other nodes of the PoP: where this
+	// node measured a kind nowhere yet, theirs stand in for it.
+	PoP []Costs
+}
 
 // Decision is the choice for one deploy of mode auto.
 type Decision struct {
@@ -212,57 +332,111 @@ type Decision struct {
 	// Reason says it for the deployment's status, e.g. "auto: boot 0.15 s
 	// < restore 0.60 s (medians of 5 and 7 runs)".
 	Reason string `json:"reason"`
+	// Measure, when set, is the kind to measure again in the background
+	// (never on a user's request): the one not chosen, when the two are
+	// Close and it has fewer than MinSamples runs here, or at every
+	// ExploreEvery-th choice.
+	Measure spec.Mode `json:"measure,omitempty"`
 }
 
-// Decide chooses between a boot and a restore from the costs of the app on
-// the node. cannotBoot, when not empty, says why the node cannot boot apps
-// without an engine: then it restores. Otherwise:
+// estimate is the samples of one kind that a decision reads: this node's,
+// else the other nodes' (where says which).
+type estimate struct {
+	s     Samples
+	where string
+}
+
+func (e estimate) known() bool { return len(e.s) > 0 }
+
+func (e estimate) String() string {
+	runs := "runs"
+	if len(e.s) == 1 {
+		runs = "run"
+	}
+	return fmt.Sprintf("%s, median of %d %s%s", secs(e.s.Median()), len(e.s), runs, e.where)
+}
+
+// estimateOf returns this node's samples of a kind (pick), or, when it has
+// none, those of every other node together.
+func estimateOf(c Costs, pop []Costs, pick func(Costs) Samples) estimate {
+	if s := pick(c); len(s) > 0 {
+		return estimate{s: s}
+	}
+	var all Samples
+	for _, o := range pop {
+		if o.Node != c.Node {
+			all = append(all, pick(o)...)
+		}
+	}
+	if len(all) == 0 {
+		return estimate{}
+	}
+	return estimate{s: all, where: " on other nodes"}
+}
+
+// Decide chooses between a boot and a restore of one deploy of mode auto,
+// from the app's costs on the node and its situation there. In order:
 //
-//   - fewer than MinSamples restores measured: restore (a new app starts by
-//     restoring);
-//   - fewer than MinSamples boots: boot to measure it, at once when no boot
-//     was measured or booting looks faster so far, else once per
-//     MinSamples restores;
-//   - both measured: restore only if its median is lower than the boot's;
-//     every ExploreEvery-th choice of mode auto takes the other kind.
-func Decide(c Costs, cannotBoot string) Decision {
-	nb, nr := len(c.Boot), len(c.Restore)
-	mb, mr := c.Boot.Median(), c.Restore.Median()
+//   - a node that cannot boot restores;
+//   - an idle slot of the app waits: restore into it (a hit);
+//   - no generation: restore, which boots, checkpoints and seals one
+//     first, unless the app keeps no pool and its restores are known to be
+//     slower than its boots (MinSamples of each);
+//   - either kind measured nowhere in the PoP: restore (the paper's
+//     path), and measure a boot in the background;
+//   - else the kind with the lower median (this node's, else the PoP's),
+//     a restore only when it is faster; the other is measured again in the
+//     background only when the two are Close.
+func Decide(c Costs, s Situation) Decision {
 	boot := func(why Why, format string, args ...any) Decision {
 		return Decision{Mode: spec.ModeBoot, Why: why, Reason: "auto: " + fmt.Sprintf(format, args...)}
 	}
 	restore := func(why Why, format string, args ...any) Decision {
 		return Decision{Mode: spec.ModeRestore, Why: why, Reason: "auto: " + fmt.Sprintf(format, args...)}
 	}
-	bootFaster := mb <= mr // restore only when restoring is faster
-	// cmp compares both medians, the lower first; runs says of how many.
-	cmp := fmt.Sprintf("boot %s %s restore %s", secs(mb), lessOrEqual(mb, mr), secs(mr))
-	runs := fmt.Sprintf("medians of %d and %d runs", nb, nr)
-	if !bootFaster {
-		cmp = fmt.Sprintf("restore %s < boot %s", secs(mr), secs(mb))
-		runs = fmt.Sprintf("medians of %d and %d runs", nr, nb)
-	}
+	b := estimateOf(c, s.PoP, func(c Costs) Samples { return c.Boot })
+	r := estimateOf(c, s.PoP, func(c Costs) Samples { return c.Restore })
+	mb, mr := b.s.Median(), r.s.Median()
 	switch {
-	case cannotBoot != "":
-		return restore(WhyCannotBoot, "restore: this node cannot boot apps without an engine (%s)", cannotBoot)
-	case nr < MinSamples:
-		return restore(WhyFirst, "restore first (%d of %d restores measured on this node)", nr, MinSamples)
-	case nb == 0:
-		return boot(WhyLearn, "boot to measure it (none measured on this node yet; restore %s, median of %d runs)", secs(mr), nr)
-	case nb < MinSamples && bootFaster:
-		return boot(WhyLearn, "boot to measure it (so far %s, %s)", cmp, runs)
-	case nb < MinSamples && nr >= MinSamples*(nb+1):
-		return boot(WhyLearn, "boot to measure it again (so far %s, %s)", cmp, runs)
-	case nb < MinSamples:
-		return restore(WhyFaster, "%s so far (%s; boot measured again after %d restores)", cmp, runs, MinSamples*(nb+1))
-	case (c.Auto+1)%ExploreEvery == 0 && bootFaster:
-		return restore(WhyExplore, "restore to measure it again (every %dth choice takes the other; %s, %s)", ExploreEvery, cmp, runs)
-	case (c.Auto+1)%ExploreEvery == 0:
-		return boot(WhyExplore, "boot to measure it again (every %dth choice takes the other; %s, %s)", ExploreEvery, cmp, runs)
-	case bootFaster:
-		return boot(WhyFaster, "%s (%s)", cmp, runs)
+	case s.CannotBoot != "":
+		return restore(WhyCannotBoot, "restore: this node cannot boot apps without an engine (%s)", s.CannotBoot)
+	case s.SlotWaiting:
+		hit := ""
+		if len(c.Hit) > 0 {
+			hit = fmt.Sprintf(" (hits: %s)", estimate{s: c.Hit})
+		}
+		return restore(WhyPoolSlot, "pool slot: an idle slot of the app waits on this node%s", hit)
+	case !s.Generation:
+		if s.Pool == 0 && len(b.s) >= MinSamples && len(r.s) >= MinSamples && mr > mb {
+			return boot(WhyFaster, "boot %s < restore %s; no generation is made (the app keeps no pool)", b, r)
+		}
+		why := "no generation of the app this node can restore: boot it, checkpoint it, seal a generation and restore it"
+		if s.Pool > 0 {
+			why += fmt.Sprintf(" (its pool of %d waits for one)", s.Pool)
+		}
+		return restore(WhyNoGeneration, "%s", why)
+	case !b.known():
+		d := restore(WhyFirst, "restore (boot not measured yet: measured in the background)")
+		d.Measure = spec.ModeBoot
+		return d
+	case !r.known():
+		d := restore(WhyFirst, "restore (boot %s; restore not measured yet: this one measures it)", b)
+		return d
 	}
-	return restore(WhyFaster, "%s (%s)", cmp, runs)
+	var d Decision
+	other, otherRuns := spec.ModeRestore, len(c.Restore)
+	if mb <= mr {
+		d = boot(WhyFaster, "boot %s %s restore %s", b, lessOrEqual(mb, mr), r)
+	} else {
+		d = restore(WhyFaster, "restore %s < boot %s", r, b)
+		other, otherRuns = spec.ModeBoot, len(c.Boot)
+	}
+	lo, hi := min(mb, mr), max(mb, mr)
+	if float64(hi) <= Close*float64(lo) && (otherRuns < MinSamples || (c.Auto+1)%ExploreEvery == 0) {
+		d.Measure = other
+		d.Reason += fmt.Sprintf("; %s measured again in the background (within %.1fx)", other, Close)
+	}
+	return d
 }
 
 // secs says how long d is: in seconds from 0.1 s, in milliseconds below

@@ -41,7 +41,7 @@ func (d *Deployer) Boot(ctx context.Context, app App, opts Options, reason strin
 	}
 	defer d.undoOnError(ctx, rec, &err)
 	o := d.newOp(&rec.Timings, opts.Progress)
-	s, err := d.provisionFor(ctx, o, rec, app, RunBoot, 0, nil, slotSource{app: app, env: env.Ref, config: env.Config})
+	s, err := d.provisionFor(ctx, o, rec, app, RunBoot, 0, nil, slotSource{app: app, env: env.Ref, config: env.Config, background: opts.Background})
 	if err != nil {
 		return Deployment{}, err
 	}

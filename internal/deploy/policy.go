@@ -36,6 +36,11 @@ type Options struct {
 	// generation to restore (the caller's choice, internal/adaptive); ""
 	// or an engine without a generation restores the newest of any.
 	Engine string
+	// NoPool: a restore takes no pool slot (a miss measured on purpose).
+	NoPool bool
+	// Background runs the instance at background CPU priority, as the
+	// pool's slots are provisioned (a measurement nobody waits for).
+	Background bool
 	// Progress receives each phase as it ends.
 	Progress func(phase string, took time.Duration)
 	// Prepare, if set, runs when a deploy has to produce the checkpoint
@@ -103,7 +108,7 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 	// A pool hit checks for a newer generation while it starts (fresh);
 	// where there is one, the deploy looks the newest up and restores it.
 	var dep Deployment
-	for pooled := true; ; pooled = false {
+	for pooled := !opts.NoPool; ; pooled = false {
 		gen, fresh, boot, producing, why, err := d.resolve(ctx, app, opts, pooled)
 		if why != "" {
 			return d.Boot(ctx, app, opts, why)

@@ -99,23 +99,8 @@ func (d *Deployer) forget(id string) {
 // still restored until the agent's next refill drops its slots (its
 // removal waits for the deployment, as for any other).
 func (d *Deployer) pooledGen(ctx context.Context, app App, eng string) (g Generation, fresh func() error, ok bool) {
-	d.slotMu.Lock()
-	var best *Generation
-	pick := func(g *Generation) {
-		if g != nil && g.App == app.Name && (eng == "" || g.Engine == eng) && (len(g.Spec.Command) == 0 || g.Spec.SameProcess(app)) &&
-			(best == nil || g.Gen > best.Gen) {
-			c := *g
-			best = &c
-		}
-	}
-	for _, s := range d.idle {
-		pick(s.filled)
-	}
-	for _, s := range d.starting {
-		pick(&s.filled) // restore waits for it (awaitStarting)
-	}
-	d.slotMu.Unlock()
-	if best == nil {
+	best, ok := d.WaitingSlot(app, eng)
+	if !ok {
 		return Generation{}, nil, false
 	}
 	newer := async(func() error {
@@ -128,7 +113,33 @@ func (d *Deployer) pooledGen(ctx context.Context, app App, eng string) (g Genera
 		}
 		return nil
 	})
-	return *best, newer, true
+	return best, newer, true
+}
+
+// WaitingSlot returns the newest generation of which an idle pool slot of
+// app waits on this node (idle, or being restored ahead), of engine eng
+// ("": any), made from app's process; ok is false if none does. It reads
+// the deployer's memory only.
+func (d *Deployer) WaitingSlot(app App, eng string) (g Generation, ok bool) {
+	d.slotMu.Lock()
+	defer d.slotMu.Unlock()
+	var best *Generation
+	pick := func(g *Generation) {
+		if g != nil && g.App == app.Name && (eng == "" || g.Engine == eng) && (len(g.Spec.Command) == 0 || g.Spec.SameProcess(app)) &&
+			(best == nil || g.Gen > best.Gen) {
+			best = g
+		}
+	}
+	for _, s := range d.idle {
+		pick(s.filled)
+	}
+	for _, s := range d.starting {
+		pick(&s.filled) // restore waits for it (awaitStarting)
+	}
+	if best == nil {
+		return Generation{}, false
+	}
+	return *best, true
 }
 
 // errNewerGen: the app may have a generation newer than its pool slots'

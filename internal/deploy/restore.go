@@ -55,8 +55,12 @@ func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, curr
 		}
 	}
 	o := d.newOp(&rec.Timings, opts.Progress)
-	s, err := d.claim(app.Name, g.Gen, id)
-	if errors.Is(err, ErrNoSlot) && d.awaitStarting(ctx, app.Name, g.Gen) {
+	var s *Slot
+	err = ErrNoSlot
+	if !opts.NoPool {
+		s, err = d.claim(app.Name, g.Gen, id)
+	}
+	if errors.Is(err, ErrNoSlot) && !opts.NoPool && d.awaitStarting(ctx, app.Name, g.Gen) {
 		// A slot was being restored ahead: it is idle now, unless another
 		// deploy took it first.
 		s, err = d.claim(app.Name, g.Gen, id)
@@ -90,7 +94,7 @@ func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, curr
 		}
 		defer d.undoOnError(ctx, rec, &err)
 		if s, err = d.provisionFor(ctx, o, rec, app, RunRestart, g.Gen, nil, slotSource{app: app, engine: g.Engine,
-			env: g.EnvSnap, gen: &g, config: d.genConfig(ctx, g)}); err != nil {
+			env: g.EnvSnap, gen: &g, config: d.genConfig(ctx, g), background: opts.Background}); err != nil {
 			return Deployment{}, err
 		}
 	default:

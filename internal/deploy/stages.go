@@ -220,7 +220,7 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 		return err
 	}
 	run := Run{Mode: s.Mode, ID: s.ID, App: src.app, EnvPath: envPath, CkptPath: ckptPath, CkptSource: source, Gen: s.Gen,
-		ImageEnv: src.config.Env, WorkDir: src.config.WorkDir, CtlPath: ctl, Background: s.Pool, Resettable: s.Lower != ""}
+		ImageEnv: src.config.Env, WorkDir: src.config.WorkDir, CtlPath: ctl, Background: s.Pool || src.background, Resettable: s.Lower != ""}
 	h, err := dr.Create(ctx, run)
 	if err != nil {
 		return err
@@ -249,6 +249,9 @@ type slotSource struct {
 	ckptSize int64
 	// config is the environment's ENV and WORKDIR.
 	config layering.ImageConfig
+	// background creates the instance at background CPU priority, as a
+	// pool slot's (Options.Background).
+	background bool
 }
 
 // async runs f in the background; the function it returns waits for f's

@@ -1,5 +1,6 @@
 // What deploys of an app cost on each node (mode auto's numbers): costs/<app>/<node>, written by that
-// node's agent after each deploy, forgotten with the app, restore samples reset by a new generation.
+// node's agent after each deploy, forgotten with the app, restore and hit samples reset by a new generation,
+// boot samples by a spec whose process is another (spec.App.SameProcess).
 
 package state
 
@@ -14,7 +15,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fogdeploy/fogdeploy/internal/adaptive"
-	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
 func costsPrefix(app string) string   { return Prefix + "costs/" + app + "/" }
@@ -44,21 +44,14 @@ func (s *Store) NodeCosts(ctx context.Context, app, node string) (adaptive.Costs
 	return c, nil
 }
 
-// AddCost records one deploy of app on node that cost d (adaptive.Costs.Add:
-// mode boot or restore, gen the generation restored, auto when mode auto
-// chose it). Only node's agent calls it; the update is a compare-and-swap,
-// so that it never undoes a reset made meanwhile by another process. It
-// records nothing once the app is gone. A restore of an app of engine auto
-// names the engine of its generation (eng; "" otherwise): its samples are
-// kept per engine.
-func (s *Store) AddCost(ctx context.Context, app, node string, mode spec.Mode, eng string, gen int, d time.Duration, auto bool) error {
+// RecordCost records one deploy of app on node (adaptive.Costs.Record).
+// Only node's agent calls it; the update is a compare-and-swap, so that it
+// never undoes a reset made meanwhile by another process. It records
+// nothing once the app is gone.
+func (s *Store) RecordCost(ctx context.Context, app, node string, r adaptive.Run) error {
 	return s.updateCosts(ctx, app, []string{costKey(app, node)}, true, func(c *adaptive.Costs) {
 		c.App, c.Node = app, node
-		if mode == spec.ModeRestore && eng != "" {
-			c.AddEngine(eng, gen, d, auto)
-			return
-		}
-		c.Add(mode, gen, d, auto)
+		c.Record(r)
 	})
 }
 

@@ -30,7 +30,7 @@ func TestCosts(t *testing.T) {
 	}
 	add := func(app, node string, mode spec.Mode, gen int, ms int, auto bool) {
 		t.Helper()
-		if err := st.AddCost(ctx, app, node, mode, "", gen, time.Duration(ms)*time.Millisecond, auto); err != nil {
+		if err := st.RecordCost(ctx, app, node, adaptive.Run{Mode: mode, Gen: gen, Cost: time.Duration(ms) * time.Millisecond, Auto: auto}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -51,16 +51,23 @@ func TestCosts(t *testing.T) {
 	if c := cs[0]; len(c.Restore) != 7 || len(c.Boot) != 1 || c.Boot[0] != 150 || c.Gen != 1 || c.Auto != 8 {
 		t.Errorf("costs of web on n1 = %+v; want 7 restores of gen 1, 1 boot of 150 ms, 8 auto", c)
 	}
-	if d := adaptive.Decide(cs[0], ""); d.Mode != spec.ModeBoot || d.Why != adaptive.WhyLearn {
-		t.Errorf("Decide after 7 restores and a faster boot = %+v; want a boot to learn", d)
+	if d := adaptive.Decide(cs[0], adaptive.Situation{Generation: true, PoP: cs}); d.Mode != spec.ModeBoot || d.Why != adaptive.WhyFaster {
+		t.Errorf("Decide after 7 restores and a faster boot = %+v; want a boot, the faster", d)
+	}
+	// A pool hit is kept apart from the restores.
+	if err := st.RecordCost(ctx, "web", "n1", adaptive.Run{Mode: spec.ModeRestore, Gen: 1, Cost: 4 * time.Millisecond, Hit: true}); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := st.NodeCosts(ctx, "web", "n1"); len(c.Hit) != 1 || len(c.Restore) != 7 {
+		t.Errorf("costs of web on n1 after a hit = %+v; want 1 hit, 7 restores", c)
 	}
 
 	// A new generation: restore samples start afresh on every node; boots stay.
 	if err := st.PutCheckpoint(ctx, spec.Generation{App: "web", Gen: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if c, _ := st.NodeCosts(ctx, "web", "n1"); len(c.Restore) != 0 || c.Gen != 2 || len(c.Boot) != 1 {
-		t.Errorf("costs of web on n1 after generation 2 = %+v; want no restores, gen 2, the boot kept", c)
+	if c, _ := st.NodeCosts(ctx, "web", "n1"); len(c.Restore)+len(c.Hit) != 0 || c.Gen != 2 || len(c.Boot) != 1 {
+		t.Errorf("costs of web on n1 after generation 2 = %+v; want no restores nor hits, gen 2, the boot kept", c)
 	}
 	// A restore of generation 1 that ends after generation 2 was sealed is
 	// not counted.
@@ -68,8 +75,21 @@ func TestCosts(t *testing.T) {
 	if c, _ := st.NodeCosts(ctx, "web", "n1"); len(c.Restore) != 0 {
 		t.Errorf("a restore of the old generation was counted: %+v", c)
 	}
-	// A new spec: boots are measured afresh.
-	if err := st.CreateApp(ctx, app("web"), true); err != nil {
+	// A spec that changes what does not boot the process (pool size,
+	// mode, resources): boots stay.
+	same := app("web")
+	pool := 3
+	same.Pool, same.Mode, same.Resources = &pool, spec.ModeAuto, spec.Resources{CPUs: 0.5, Memory: "256M"}
+	if err := st.CreateApp(ctx, same, true); err != nil {
+		t.Fatal(err)
+	}
+	if cs, _ := st.Costs(ctx, "web"); len(cs) != 2 || len(cs[0].Boot) != 1 || len(cs[1].Boot) != 1 {
+		t.Errorf("costs after a new pool size, mode and resources = %+v; want the boots kept", cs)
+	}
+	// A spec that boots another process: boots are measured afresh.
+	other := app("web")
+	other.Environment = []string{"MODEL=large"}
+	if err := st.CreateApp(ctx, other, true); err != nil {
 		t.Fatal(err)
 	}
 	if cs, _ := st.Costs(ctx, "web"); len(cs) != 2 || len(cs[0].Boot)+len(cs[1].Boot) != 0 || cs[0].Gen != 2 {

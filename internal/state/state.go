@@ -183,10 +183,18 @@ func (s *Store) CreateApp(ctx context.Context, a spec.App, replace bool) error {
 		return err
 	}
 	if replace {
+		var old spec.App
+		oldErr := getJSON(ctx, s.cli, appKey(a.Name), &old)
+		if oldErr != nil && !errors.Is(oldErr, ErrNotFound) {
+			return oldErr
+		}
 		if _, err = s.cli.Put(ctx, appKey(a.Name), string(b)); err != nil {
 			return wrapUnavailable(err)
 		}
-		// Another spec boots another way: measure boots afresh.
+		if oldErr == nil && sameBoot(old, a) {
+			return nil // its pool size, mode, labels or resources: boots cost as before
+		}
+		// Another process boots another way: measure boots afresh.
 		if err := s.resetCosts(ctx, a.Name, func(c *adaptive.Costs) { c.Boot = nil }); err != nil {
 			return fmt.Errorf("app %s is replaced, but its boot costs are not reset: %w", a.Name, err)
 		}
@@ -534,7 +542,7 @@ func (s *Store) PutCheckpoint(ctx context.Context, g spec.Generation) error {
 	// generation, should this fail.)
 	if err := s.resetCosts(ctx, g.App, func(c *adaptive.Costs) {
 		if g.Gen > c.Gen {
-			c.Restore, c.Gen = nil, g.Gen
+			c.Restore, c.Hit, c.Gen = nil, nil, g.Gen
 		}
 		if n, ok := c.EngineGen[g.Engine]; ok && g.Gen > n {
 			delete(c.EngineRestore, g.Engine)
@@ -544,6 +552,13 @@ func (s *Store) PutCheckpoint(ctx context.Context, g spec.Generation) error {
 		return fmt.Errorf("generation %d of %s is recorded, but its restore costs are not reset: %w", g.Gen, g.App, err)
 	}
 	return nil
+}
+
+// sameBoot says whether apps a and b boot the same process: the same
+// command, environment, variables, working directory, user and engine.
+func sameBoot(a, b spec.App) bool {
+	a, b = a.WithDefaults(), b.WithDefaults()
+	return a.SameProcess(b) && a.Engine == b.Engine
 }
 
 // Checkpoints lists the generations recorded for app ("" = all apps).

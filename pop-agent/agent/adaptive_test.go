@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -17,10 +18,25 @@ import (
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
-// Mode auto on a node, against a real (embedded) etcd: the agent restores
-// a new app, records what each deploy cost, boots to measure booting, then
-// keeps to the faster kind; a deployment's own mode, or its app's, is
-// taken as given; a node that cannot boot restores.
+// fakeAutoNode is the deployer as mode auto asks it: a slot of the app
+// waits or not; every generation is restorable; the node can boot.
+type fakeAutoNode struct{ waiting *deploy.Generation }
+
+func (f *fakeAutoNode) WaitingSlot(app deploy.App, eng string) (deploy.Generation, bool) {
+	if f.waiting == nil || f.waiting.App != app.Name {
+		return deploy.Generation{}, false
+	}
+	return *f.waiting, true
+}
+func (f *fakeAutoNode) Restorable(context.Context, deploy.Generation) error { return nil }
+func (f *fakeAutoNode) CheckBoot(context.Context) error                     { return nil }
+
+// Mode auto on a node, against a real (embedded) etcd: a new app makes its
+// generation (its boot counted as a boot sample); with a slot waiting the
+// deploy takes it; with none, the faster of boot and restore, each
+// recorded; a boot never runs to measure; the boots survive a new pool
+// size; a deployment's own mode, or its app's, is taken as given; a node
+// that cannot boot restores.
 func TestChooseModeAndRecordCost(t *testing.T) {
 	st := statetest.Store(t)
 	ctx := context.Background()
@@ -30,44 +46,84 @@ func TestChooseModeAndRecordCost(t *testing.T) {
 	}
 	c := config.Default()
 	c.Node.Name = "n1"
-	a := &agent{c: c, st: st, log: slog.New(slog.DiscardHandler), m: newMetrics(prometheus.NewRegistry()), node: state.Node{Name: "n1"}}
+	fake := &fakeAutoNode{}
+	a := &agent{c: c, st: st, log: slog.New(slog.DiscardHandler), m: newMetrics(prometheus.NewRegistry()), node: state.Node{Name: "n1", Engines: []string{"dmtcp"}},
+		auto: fake}
 	dsr := state.Desired{ID: "web-1", App: "web", Node: "n1"}
 	// A deploy that cost total: its phases until ready.
 	ran := func(mode deploy.Mode, gen int, total time.Duration, first bool) deploy.Deployment {
-		dep := deploy.Deployment{ID: "web-1", App: "web", Mode: mode, Gen: gen, Timings: layering.Timings{
+		dep := deploy.Deployment{ID: "web-1", App: "web", Mode: mode, Gen: gen, Booted: first, Timings: layering.Timings{
 			{Name: "clone", Duration: total / 4}, {Name: "map", Duration: total / 4}, {Name: "mount", Duration: total / 4},
 			{Name: "container", Duration: total / 8}, {Name: "ready", Duration: total / 8}}}
 		if first {
-			dep.Timings = append(layering.Timings{{Name: "boot.ready", Duration: 10 * time.Second}, {Name: "boot.checkpoint", Duration: time.Second}}, dep.Timings...)
+			dep.Timings = append(layering.Timings{{Name: "boot.clone", Duration: time.Second}, {Name: "boot.ready", Duration: 4 * time.Second},
+				{Name: "boot.checkpoint", Duration: time.Second}}, dep.Timings...)
 		}
 		return dep
 	}
-	var got []string
-	for i := range 7 {
-		ch := a.choose(ctx, dsr, web)
-		mode, reason, auto := ch.mode, ch.reason, ch.auto
-		if !auto || !strings.HasPrefix(reason, "auto: ") || ch.engine != "" {
-			t.Fatalf("deploy %d: choose = %+v; want a reason from mode auto and no engine choice", i, ch)
-		}
-		got = append(got, string(mode))
-		cost := map[deploy.Mode]time.Duration{deploy.ModeBoot: 160 * time.Millisecond, deploy.ModeRestore: 640 * time.Millisecond}[mode]
-		a.recordCost(ctx, ran(mode, 1, cost, i == 0), auto, false)
-		if i == 6 && (mode != deploy.ModeBoot || reason != "auto: boot 0.16 s < restore 0.64 s (medians of 3 and 3 runs)") {
-			t.Errorf("deploy 7: %s, %q; want a boot citing both medians", mode, reason)
-		}
+	// No generation: the deploy makes it.
+	ch := a.choose(ctx, dsr, web)
+	if ch.mode != deploy.ModeRestore || !ch.auto || !strings.HasPrefix(ch.reason, "auto: no generation of the app") {
+		t.Fatalf("a new app: choose = %+v; want a restore that makes its generation", ch)
 	}
-	if s := strings.Join(got, " "); s != "restore restore restore boot boot boot boot" {
-		t.Errorf("mode auto chose %s; want 3 restores (the first with the checkpoint's boot not counted), then boots", s)
-	}
-	if n := counter(t, a.m.auto.WithLabelValues(string(deploy.ModeRestore), "first")); n != 3 {
-		t.Errorf("fogdeploy_auto_decisions_total{choice=restore,why=first} = %v; want 3", n)
-	}
-	if n := counter(t, a.m.auto.WithLabelValues(string(deploy.ModeBoot), "faster")); n != 1 {
-		t.Errorf("fogdeploy_auto_decisions_total{choice=boot,why=faster} = %v; want 1", n)
+	a.recordCost(ctx, ran(deploy.ModeRestore, 1, 400*time.Millisecond, true), true, false)
+	if err := st.PutCheckpoint(ctx, deploy.Generation{App: "web", Gen: 1, Engine: "dmtcp", Spec: web}); err != nil {
+		t.Fatal(err)
 	}
 	costs, err := st.NodeCosts(ctx, "web", "n1")
-	if err != nil || len(costs.Restore) != 3 || costs.Restore[0] != 640 || len(costs.Boot) != 4 || costs.Auto != 7 {
-		t.Errorf("costs = %+v, %v; want 3 restores of 640 ms (not the first deploy's boot), 4 boots, 7 auto", costs, err)
+	if err != nil || len(costs.Boot) != 1 || costs.Boot[0] != 5000 || len(costs.Restore) != 1 || costs.Restore[0] != 400 {
+		t.Errorf("costs after the first deploy = %+v, %v; want its boot (5 s, until ready) and its restore (0.4 s)", costs, err)
+	}
+	// 5 s against 0.4 s: restores, and no boot ever, nothing measured
+	// (12x apart); a slot waiting is taken.
+	var got []string
+	for i := range 6 {
+		fake.waiting = nil
+		if i%2 == 1 {
+			fake.waiting = &deploy.Generation{App: "web", Gen: 1, Engine: "dmtcp"}
+		}
+		ch := a.choose(ctx, dsr, web)
+		if !ch.auto || !strings.HasPrefix(ch.reason, "auto: ") || ch.engine != "" {
+			t.Fatalf("deploy %d: choose = %+v; want a reason from mode auto and no engine choice", i, ch)
+		}
+		dep := ran(ch.mode, 1, 400*time.Millisecond, false)
+		what := string(ch.mode)
+		if strings.HasPrefix(ch.reason, "auto: pool slot") {
+			what, dep.Pool = "hit", deploy.PoolHit
+			dep.Timings = layering.Timings{{Name: "ready", Duration: 5 * time.Millisecond}}
+		}
+		got = append(got, what)
+		a.recordCost(ctx, dep, ch.auto, false)
+	}
+	if s := strings.Join(got, " "); s != "restore hit restore hit restore hit" {
+		t.Errorf("mode auto chose %s; want restores, and hits where a slot waited", s)
+	}
+	if a.measuring.apps["web"] != "" {
+		t.Errorf("a measurement was asked for with a 12x gap")
+	}
+	if n := counter(t, a.m.auto.WithLabelValues(string(deploy.ModeRestore), "pool_slot")); n != 3 {
+		t.Errorf("fogdeploy_auto_decisions_total{choice=restore,why=pool_slot} = %v; want 3", n)
+	}
+	if n := counter(t, a.m.auto.WithLabelValues(string(deploy.ModeRestore), "no_generation")); n != 1 {
+		t.Errorf("fogdeploy_auto_decisions_total{choice=restore,why=no_generation} = %v; want 1", n)
+	}
+	costs, _ = st.NodeCosts(ctx, "web", "n1")
+	if len(costs.Restore) != 4 || len(costs.Hit) != 3 || costs.Hit[0] != 5 || len(costs.Boot) != 1 || costs.Auto != 7 {
+		t.Errorf("costs = %+v; want 4 restores, 3 hits of 5 ms, the one boot, 7 auto", costs)
+	}
+	// A new pool size keeps the boots; the choice stays a restore.
+	fake.waiting = nil
+	pool := 2
+	resized := web
+	resized.Pool = &pool
+	if err := st.CreateApp(ctx, resized, true); err != nil {
+		t.Fatal(err)
+	}
+	if costs, _ := st.NodeCosts(ctx, "web", "n1"); len(costs.Boot) != 1 {
+		t.Errorf("boots after a new pool size = %v; want the one kept", costs.Boot)
+	}
+	if ch := a.choose(ctx, dsr, resized); ch.mode != deploy.ModeRestore || !strings.Contains(ch.reason, "< boot 5.00 s") {
+		t.Errorf("after a new pool size: choose = %+v; want a restore citing the boot", ch)
 	}
 
 	// Given modes are not chosen, and their deploys count without
@@ -75,23 +131,29 @@ func TestChooseModeAndRecordCost(t *testing.T) {
 	if ch := a.choose(ctx, state.Desired{ID: "web-2", App: "web", Mode: deploy.ModeRestore}, web); ch.mode != deploy.ModeRestore || ch.reason != "" || ch.auto {
 		t.Errorf("mode restore: choose = %+v", ch)
 	}
-	a.recordCost(ctx, ran(deploy.ModeRestore, 1, 640*time.Millisecond, false), false, false)
-	if costs, _ := st.NodeCosts(ctx, "web", "n1"); len(costs.Restore) != 4 || costs.Auto != 7 {
-		t.Errorf("after a deploy of mode restore: %+v; want 4 restores, 7 auto", costs)
+	a.recordCost(ctx, ran(deploy.ModeBoot, 0, 4800*time.Millisecond, false), false, false)
+	if costs, _ := st.NodeCosts(ctx, "web", "n1"); len(costs.Boot) != 2 || costs.Auto != 7 {
+		t.Errorf("after a deploy of mode boot: %+v; want 2 boots, 7 auto", costs)
 	}
 	pinned := web
 	pinned.Mode = deploy.ModeRestore
 	if ch := a.choose(ctx, dsr, pinned); ch.mode != deploy.ModeRestore || ch.auto {
 		t.Errorf("an app of mode restore: choose = %+v", ch)
 	}
-	if ch := a.choose(ctx, state.Desired{ID: "web-3", App: "web", Mode: deploy.ModeAuto}, pinned); ch.mode != deploy.ModeBoot || !ch.auto {
-		t.Errorf("mode auto asked for, of an app of mode restore: choose = %+v; want auto's boot", ch)
+	if ch := a.choose(ctx, state.Desired{ID: "web-3", App: "web", Mode: deploy.ModeAuto}, pinned); ch.mode != deploy.ModeRestore || !ch.auto {
+		t.Errorf("mode auto asked for, of an app of mode restore: choose = %+v; want auto's restore", ch)
 	}
 	a.node.Problems = map[string]string{"boot": "no boot image"}
+	a.auto = &cannotBoot{fake}
 	if ch := a.choose(ctx, dsr, web); ch.mode != deploy.ModeRestore || !strings.Contains(ch.reason, "cannot boot") {
 		t.Errorf("a node that cannot boot: choose = %+v; want a restore", ch)
 	}
 }
+
+// cannotBoot is a node without a boot image.
+type cannotBoot struct{ *fakeAutoNode }
+
+func (cannotBoot) CheckBoot(context.Context) error { return errors.New("no boot image") }
 
 func counter(t *testing.T, c prometheus.Counter) float64 {
 	t.Helper()

@@ -149,6 +149,7 @@ type metrics struct {
 	duration    *prometheus.HistogramVec
 	auto        *prometheus.CounterVec
 	autoEngine  *prometheus.CounterVec
+	measured    *prometheus.CounterVec
 	poolHits    *prometheus.CounterVec
 	poolMisses  *prometheus.CounterVec
 	poolRefill  *prometheus.HistogramVec
@@ -180,7 +181,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64},
 		}, []string{"mode"}),
 		auto: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fogdeploy_auto_decisions_total", Help: "Choices of mode auto on this node, by choice (boot or restore) and why (first: fewer than 3 restores measured; learn: a boot to measure it; faster: the lower median; explore: every 10th choice takes the other; cannot_boot: the node cannot boot apps).",
+			Name: "fogdeploy_auto_decisions_total", Help: "Choices of mode auto on this node, by choice (boot or restore) and why (pool_slot: an idle slot of the app waited; no_generation: the deploy made the app's generation; first: a kind not measured yet in the PoP; faster: the lower median; cannot_boot: the node cannot boot apps).",
 		}, []string{"choice", "why"}),
 		poolHits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fogdeploy_pool_hits_total", Help: "Restores that found an idle warm-pool slot of their app's generation on this node, by app and whether the slot was restored ahead (ahead: yes, the deploy only raised it; no: it restarted the app).",
@@ -202,6 +203,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.autoEngine = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fogdeploy_auto_engine_decisions_total", Help: "Engines chosen for apps of engine auto on this node, by engine and why (first: measuring it; faster: the lowest median restore; explore: the second best, to measure it again).",
 	}, []string{"engine", "why"})
+	m.measured = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fogdeploy_auto_measurements_total", Help: "Deploys that mode auto measured in the background (never on a user's request), by mode and outcome.",
+	}, []string{"mode", "outcome"})
 	m.cacheBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fogdeploy_checkpoint_cache_bytes", Help: "Bytes of checkpoint generations this node holds for its restores (agent.checkpoint_cache is the budget).",
 	})
@@ -218,7 +222,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "fogdeploy_env_copies", Help: "Generations whose environment this node holds as a read-only copy that its restores share (agent.env_read shared).",
 	})
 	reg.MustRegister(m.envCopies, m.backend, m.recovered, m.checkpoints, m.deploys, m.duration, m.auto, m.poolHits, m.poolMisses, m.poolRefill, m.recycled, m.poolIdle,
-		m.autoEngine, m.cacheBytes, m.cacheGens, m.fetches, m.evictions,
+		m.autoEngine, m.measured, m.cacheBytes, m.cacheGens, m.fetches, m.evictions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

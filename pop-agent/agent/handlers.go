@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/adaptive"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -108,6 +109,10 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		}
 		a.fail(ctx, dsr, &st, err)
 		return
+	}
+	if ch.why == adaptive.WhyPoolSlot && dep.Pool != deploy.PoolHit {
+		// Another deploy took the slot between the choice and the claim.
+		dep.Reason = "auto: pool slot: the slot that waited was taken by another deploy meanwhile; restored without one"
 	}
 	done := string(dep.Mode) // restore or boot
 	if dep.Booted {

@@ -235,7 +235,7 @@ func (a *agent) poolGeneration(ctx context.Context, app deploy.App) (deploy.Gene
 		c, err := a.st.NodeCosts(cctx, app.Name, a.c.Node.Name)
 		cancel()
 		if err == nil {
-			eng, _, _ = adaptive.ChooseEngine(c, a.restorableEngines(ctx, app.Name))
+			eng, _, _ = adaptive.ChooseEngine(c, a.restorableEngines(ctx, app))
 		}
 	}
 	return a.d.CurrentOf(ctx, app, eng)

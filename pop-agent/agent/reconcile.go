@@ -121,7 +121,7 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 	here := map[string]bool{}
 	for _, rec := range recs {
 		here[rec.ID] = true
-		if !want[rec.ID] {
+		if !want[rec.ID] && !a.measuring.running(rec.ID) {
 			id := rec.ID
 			a.spawn(ctx, id, func(ctx context.Context) { a.undeploy(ctx, id) })
 		}

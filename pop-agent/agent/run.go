@@ -48,6 +48,10 @@ type agent struct {
 	store  layering.Store
 	mapper *mapper.Mapper
 	pool   *poolKeeper
+	// auto is the deployer as mode auto asks it; nil: d.
+	auto autoNode
+	// measuring are mode auto's measurements under way.
+	measuring measurements
 
 	busy keyedmutex.Map[string] // one operation per deployment ID at a time
 	wg   sync.WaitGroup

@@ -497,29 +497,35 @@ func procsCPU(pids []string) float64 {
 	return secs * 1000
 }
 
-// evalAuto asks mode auto's policy (internal/adaptive, what an agent with
-// a warm pool asks) to choose from the plain boots and the pool hits just
-// measured, then deploys once as it chose: a pool hit for a restore.
+// evalAuto asks mode auto's policy (internal/adaptive) what an agent with
+// a warm pool of one asks: the pool keeper provisions a slot (restored
+// ahead), then the policy chooses from the plain boots and the pool hits
+// just measured and from what the deployer says waits on the node, and the
+// deploy runs as it chose (a pool hit, where the slot waits).
 func evalAuto(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deploy.App, catalogName string, g deploy.Generation,
 	boots, hits []float64, a *evaluation.App) error {
 	var c adaptive.Costs
 	dur := func(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
 	for _, v := range boots {
-		c.Add(spec.ModeBoot, 0, dur(v), false)
+		c.Record(adaptive.Run{Mode: spec.ModeBoot, Cost: dur(v)})
 	}
 	for _, v := range hits {
-		c.Add(spec.ModeRestore, g.Gen, dur(v), false)
+		c.Record(adaptive.Run{Mode: spec.ModeRestore, Gen: g.Gen, Cost: dur(v), Hit: true})
 	}
-	dec := adaptive.Decide(c, "")
+	s, err := provisionSlot(ctx, f, g, true)
+	if err != nil {
+		return fmt.Errorf("auto: pool slot: %w", err)
+	}
+	slot := s.ID
+	time.Sleep(poolArrival)
+	_, waiting := f.D.WaitingSlot(app, "")
+	dec := adaptive.Decide(c, adaptive.Situation{Generation: true, Pool: 1, SlotWaiting: waiting})
 	opts := deploy.Options{Mode: dec.Mode, Reason: dec.Reason}
-	var slot string
-	if dec.Mode == spec.ModeRestore {
-		s, err := provisionSlot(ctx, f, g, true)
-		if err != nil {
-			return fmt.Errorf("auto: pool slot: %w", err)
+	if dec.Mode != spec.ModeRestore {
+		if err := f.D.ReleaseSlot(ctx, slot); err != nil {
+			return err
 		}
-		slot = s.ID
-		time.Sleep(poolArrival)
+		slot = ""
 	}
 	dep, err := f.D.Deploy(ctx, app, opts)
 	if err != nil {
