@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/fogdeploy/fogdeploy/internal/procfs"
 )
 
 // prepareRoot makes cfg.root usable as the app's root, inside the
@@ -59,15 +61,16 @@ func prepareRoot(cfg *config) error {
 		readOnly         bool
 		engine           bool // only when a checkpoint engine runs
 	}{
-		{"proc", "/proc", "proc", syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC, "", false, false},
-		// A fresh procfs has /proc/sys writable, where uid 0 can change
-		// some of the host's own settings even without capabilities: it is
-		// read-only, as Docker's /proc/sys is.
-		{filepath.Join(cfg.root, "proc", "sys"), "/proc/sys", "", syscall.MS_BIND, "", true, false},
 		{"/dev", "/dev", "", syscall.MS_BIND | syscall.MS_REC, "", false, false},
 		{"tmpfs", "/tmp", "tmpfs", syscall.MS_NOSUID | syscall.MS_NODEV, "mode=1777", false, false},
 		{cfg.prefix, cfg.prefix, "", syscall.MS_BIND | syscall.MS_REC, "", true, true},
 		{cfg.ckpt, cfg.ckpt, "", syscall.MS_BIND | syscall.MS_REC, "", false, true},
+	}
+	// A fresh procfs shows the kernel's control surface (its keys and
+	// timers, /proc/sysrq-trigger, /proc/sys, /proc/irq) that Docker's
+	// default profile hides: it is hidden as there.
+	if err := procfs.Mount(cfg.root); err != nil {
+		return err
 	}
 	for _, s := range steps {
 		if boot && s.engine {

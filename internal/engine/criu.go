@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/procfs"
 )
 
 // CRIU runs apps as plain processes and checkpoints them with CRIU
@@ -323,15 +325,15 @@ func (c *CRIU) tcpFlag() string {
 
 // initScript is the placeholder init of a restore's PID namespace: it
 // mounts the namespace's /proc (criu needs it; only a process inside can
-// mount it) and the app root's, whose sys/ it makes read-only, says so,
+// mount it) and the app root's, with the kernel's control surface hidden
+// (procfs.Script), says so,
 // and sleeps until the engine kills it.
-const initScript = `set -e
+var initScript = `set -e
 mount -t proc proc /proc
 if [ "$1" != - ]; then
-  mount -t proc proc "$1/proc"
-  mount -o bind "$1/proc/sys" "$1/proc/sys"
-  mount -o remount,bind,ro "$1/proc/sys"
-fi
+  PROC="$1/proc"
+  mount -t proc proc "$PROC"
+` + procfs.Script() + `fi
 echo ready
 exec sleep infinity`
 

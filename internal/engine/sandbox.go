@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fogdeploy/fogdeploy/internal/procfs"
 )
 
 // A sandbox is the set of private namespaces one Process runs in: a mount
@@ -147,17 +149,11 @@ func mountRoot(root string, mkdirs []string) error {
 			return err
 		}
 	}
-	if err := unix.Mount("proc", filepath.Join(root, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mount proc in %s: %w", root, err)
-	}
-	// The app's /proc/sys is read-only, as Docker's is: in a fresh procfs
-	// uid 0 could change some of the host's settings without capabilities.
-	sys := filepath.Join(root, "proc", "sys")
-	if err := unix.Mount(sys, sys, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind %s: %w", sys, err)
-	}
-	if err := unix.Mount("", sys, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
-		return fmt.Errorf("remount %s read-only: %w", sys, err)
+	// The kernel's control surface is hidden as in a Docker container:
+	// in a fresh procfs uid 0 could read the kernel's keys or change some
+	// of the host's settings without capabilities.
+	if err := procfs.Mount(root); err != nil {
+		return err
 	}
 	if err := unix.Mount("/dev", filepath.Join(root, "dev"), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("bind /dev in %s: %w", root, err)
