@@ -209,7 +209,7 @@ func (m *Manager) buildLayer(ctx context.Context, parent SnapRef, image string, 
 func (m *Manager) apply(ctx context.Context, root string, st Step, cfg ImageConfig, opts BuildOptions) error {
 	switch st.Kind {
 	case StepRun:
-		return withChroot(ctx, root, func() error { return runInChroot(ctx, root, st.Args[0], cfg, opts.Output) })
+		return runStep(ctx, stepSpec{root: root, command: st.Args[0], cfg: cfg, network: st.Network, out: opts.Output})
 	case StepCopy:
 		return copyInto(ctx, filepath.Join(opts.ContextDir, st.Args[0]), root, st.Args[1])
 	}

@@ -20,18 +20,38 @@ const (
 	StepWorkdir StepKind = "WORKDIR"
 )
 
+// Network is the network a RUN step (or an exec) runs with.
+type Network string
+
+// Networks of a RUN step.
+const (
+	// NetworkNone, the default: a network namespace of the step's own,
+	// with only the loopback interface up.
+	NetworkNone Network = ""
+	// NetworkHost: the host's network namespace and its /etc/resolv.conf
+	// (bound read-only), for a step that needs the package mirror
+	// (`RUN --network=host apt-get install ...`).
+	NetworkHost Network = "host"
+)
+
 // Step is one parsed instruction.
 type Step struct {
 	Kind StepKind
 	Args []string // RUN: [command]; COPY: [src, dst]; ENV: [key, value]; WORKDIR: [dir]; FROM: [env]
-	Line int
+	// Network is RUN's --network (NetworkNone unless --network=host). It
+	// is not part of the step's cache key: a layer is what its command
+	// made, whatever network it had.
+	Network Network
+	Line    int
 }
 
 // String renders the step as written (normalized).
 func (s Step) String() string {
-	switch s.Kind {
-	case StepEnv:
+	switch {
+	case s.Kind == StepEnv:
 		return fmt.Sprintf("ENV %s=%s", s.Args[0], s.Args[1])
+	case s.Kind == StepRun && s.Network != NetworkNone:
+		return "RUN --network=" + string(s.Network) + " " + strings.Join(s.Args, " ")
 	default:
 		return string(s.Kind) + " " + strings.Join(s.Args, " ")
 	}
@@ -117,10 +137,26 @@ func (bf *BuildFile) add(line string, n int) error {
 		bf.From = rest
 		return nil
 	case StepRun:
-		if rest == "" {
-			return bad("RUN needs a command, e.g. `RUN apt-get install -y redis-server`")
+		network := NetworkNone
+		for strings.HasPrefix(rest, "--") {
+			flag, after := rest, ""
+			if i := strings.IndexAny(rest, " \t"); i >= 0 {
+				flag, after = rest[:i], rest[i+1:]
+			}
+			switch flag {
+			case "--network=host":
+				network = NetworkHost
+			case "--network=none", "--network=default":
+				network = NetworkNone
+			default:
+				return bad("RUN flag %q: RUN takes only --network=host (the host's network, for a step that needs the package mirror, e.g. `RUN --network=host apt-get update`) or --network=none (the default)", flag)
+			}
+			rest = strings.TrimSpace(after)
 		}
-		bf.Steps = append(bf.Steps, Step{Kind: kind, Args: []string{rest}, Line: n})
+		if rest == "" {
+			return bad("RUN needs a command, e.g. `RUN --network=host apt-get install -y redis-server`")
+		}
+		bf.Steps = append(bf.Steps, Step{Kind: kind, Args: []string{rest}, Network: network, Line: n})
 	case StepCopy:
 		f := strings.Fields(rest)
 		if len(f) != 2 {

@@ -29,6 +29,26 @@ WORKDIR /srv
 	}
 }
 
+// TestParseRunNetwork: RUN --network=host gives the step the host's
+// network; it shows in the step as written, not in its cache key.
+func TestParseRunNetwork(t *testing.T) {
+	bf, err := ParseBuildFile(strings.NewReader("FROM a\nRUN --network=host\tapt-get update\nRUN --network=none true\nRUN apt-get update\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, none, plain := bf.Steps[0], bf.Steps[1], bf.Steps[2]
+	if host.Network != NetworkHost || host.Args[0] != "apt-get update" || host.String() != "RUN --network=host apt-get update" {
+		t.Errorf("RUN --network=host apt-get update = %+v (%s)", host, host)
+	}
+	if none.Network != NetworkNone || none.String() != "RUN true" || plain.Network != NetworkNone {
+		t.Errorf("RUN --network=none true = %+v (%s); RUN apt-get update = %+v", none, none, plain)
+	}
+	parent := SnapRef{Image: "fdl-x", Snap: SealedSnap}
+	if cacheKey(parent, host, ImageConfig{}, "") != cacheKey(parent, plain, ImageConfig{}, "") {
+		t.Error("--network=host changes the step's cache key: a layer is what its command made")
+	}
+}
+
 func TestParseBuildFileErrors(t *testing.T) {
 	cases := map[string]string{
 		"RUN true\n":                            "line 1: RUN before FROM",
@@ -39,6 +59,9 @@ func TestParseBuildFileErrors(t *testing.T) {
 		"FROM a\nENV\n":                         "ENV takes KEY=VALUE",
 		"FROM a\nWORKDIR rel\n":                 "not an absolute path",
 		"FROM a\nRUN\n":                         "RUN needs a command",
+		"FROM a\nRUN --network=host\n":          "RUN needs a command",
+		"FROM a\nRUN --network=bridge x\n":      `line 2: RUN flag "--network=bridge"`,
+		"FROM a\nRUN --network host x\n":        `line 2: RUN flag "--network"`,
 		"# nothing\n":                           "no FROM line",
 		"FROM Bad/Name\n":                       "may only hold",
 		"FROM a\nRUN x \\\n":                    "ends inside a continued line",

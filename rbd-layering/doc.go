@@ -24,7 +24,8 @@
 //
 //  1. Store.Clone clones the parent snapshot into an image named after the
 //     step's cache key (same parent + same step = same name).
-//  2. The clone is mapped and mounted, the step runs (COPY, or RUN in a chroot).
+//  2. The clone is mapped and mounted, the step runs (COPY, or RUN with the
+//     clone as the root of namespaces of its own: sandbox.go).
 //  3. The clone is unmounted and unmapped, then snapshotted and protected.
 //
 // A step whose image already has its "sealed" snapshot is reused from cache.

@@ -47,11 +47,35 @@ func (t Timings) String() string {
 	return strings.Join(parts, ", ")
 }
 
-// Exec runs a shell command in a throwaway clone of an environment: clone,
-// map and mount, run in a chroot with the environment's config, unmount,
-// unmap and remove the clone. What the command writes is discarded with
-// the clone. It returns the phase timings.
-func (m *Manager) Exec(ctx context.Context, name, command string, out io.Writer) (t Timings, err error) {
+// ExecOptions modify ExecWith.
+type ExecOptions struct {
+	// Output receives what the command prints (nil discards it).
+	Output io.Writer
+	// Network is NetworkNone (the default: a network namespace with only
+	// lo) or NetworkHost (the host's network and resolv.conf), as RUN's
+	// --network.
+	Network Network
+}
+
+// Exec runs a shell command in a throwaway clone of an environment, with
+// no network: ExecWith with Output out.
+func (m *Manager) Exec(ctx context.Context, name, command string, out io.Writer) (Timings, error) {
+	return m.ExecWith(ctx, name, command, ExecOptions{Output: out})
+}
+
+// ExecWith runs a shell command in a throwaway clone of an environment:
+// clone, map and mount, run it with the environment's config in
+// namespaces of its own as a RUN step does (the clone as its root, a
+// private /dev and /proc, the network of opts.Network), unmount, unmap and
+// remove the clone. What the command writes is discarded with the clone.
+// It returns the phase timings.
+func (m *Manager) ExecWith(ctx context.Context, name, command string, opts ExecOptions) (t Timings, err error) {
+	if opts.Network != NetworkNone && opts.Network != NetworkHost {
+		return nil, fmt.Errorf("exec: network %q: use %q or the default (none): %w", opts.Network, NetworkHost, ErrInvalid)
+	}
+	if opts.Output == nil {
+		opts.Output = io.Discard
+	}
 	env, err := m.Get(ctx, name)
 	if err != nil {
 		return nil, err
@@ -80,7 +104,7 @@ func (m *Manager) Exec(ctx context.Context, name, command string, out io.Writer)
 		return t, err
 	}
 	start = t.Track("map+mount", start)
-	runErr := withChroot(ctx, target, func() error { return runInChroot(ctx, target, command, env.Config, out) })
+	runErr := runStep(ctx, stepSpec{root: target, command: command, cfg: env.Config, network: opts.Network, out: opts.Output})
 	start = t.Track("run", start)
 	if uerr := unmount(context.WithoutCancel(ctx)); uerr != nil {
 		return t, errors.Join(runErr, uerr)

@@ -3,14 +3,12 @@ package layering
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 )
 
 // runCmd runs a command and returns its combined output in the error.
@@ -76,125 +74,6 @@ func extractTar(ctx context.Context, r io.Reader, dir string) error {
 		return fmt.Errorf("unpack tar: %w: %s: %w", err, lastLines(out.Bytes(), 5), ErrInvalid)
 	}
 	return nil
-}
-
-// chrootMounts are the API filesystems a RUN step sees.
-var chrootMounts = []struct{ src, dst, fstype string }{
-	{"proc", "proc", "proc"},
-	{"/dev", "dev", "bind"},
-	{"/dev/pts", "dev/pts", "bind"},
-	{"/etc/resolv.conf", "etc/resolv.conf", "bind"},
-}
-
-// withChroot mounts proc, dev and resolv.conf into root, stops packages
-// from starting services (policy-rc.d), calls fn, and undoes all of it.
-func withChroot(ctx context.Context, root string, fn func() error) (err error) {
-	var mounted []string
-	var created []string
-	defer func() {
-		for i := len(mounted) - 1; i >= 0; i-- {
-			if uerr := syscall.Unmount(mounted[i], 0); uerr != nil {
-				if uerr2 := syscall.Unmount(mounted[i], syscall.MNT_DETACH); uerr2 != nil {
-					err = errors.Join(err, fmt.Errorf("unmount %s: %w", mounted[i], uerr))
-				}
-			}
-		}
-		for _, p := range created {
-			_ = os.Remove(p)
-		}
-	}()
-	policy := filepath.Join(root, "usr/sbin/policy-rc.d")
-	if _, err := os.Lstat(policy); errors.Is(err, os.ErrNotExist) {
-		if os.MkdirAll(filepath.Dir(policy), 0o755) == nil && os.WriteFile(policy, []byte("#!/bin/sh\nexit 101\n"), 0o755) == nil {
-			created = append(created, policy)
-		}
-	}
-	for _, mnt := range chrootMounts {
-		dst := filepath.Join(root, mnt.dst)
-		if mnt.fstype == "bind" {
-			st, err := os.Stat(mnt.src)
-			if err != nil {
-				continue
-			}
-			if st.IsDir() {
-				if err := os.MkdirAll(dst, 0o755); err != nil {
-					return err
-				}
-			} else if _, err := os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
-				if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-					return err
-				}
-				if err := os.WriteFile(dst, nil, 0o644); err != nil {
-					return err
-				}
-				created = append([]string{dst}, created...)
-			} else if fi, _ := os.Lstat(dst); fi != nil && fi.Mode()&os.ModeSymlink != 0 {
-				continue // e.g. resolv.conf pointing into /run: leave it
-			}
-			if err := syscall.Mount(mnt.src, dst, "", syscall.MS_BIND, ""); err != nil {
-				return fmt.Errorf("bind %s into the build root: %w", mnt.src, err)
-			}
-		} else {
-			if err := os.MkdirAll(dst, 0o555); err != nil {
-				return err
-			}
-			if err := syscall.Mount(mnt.src, dst, mnt.fstype, 0, ""); err != nil {
-				return fmt.Errorf("mount %s into the build root: %w", mnt.fstype, err)
-			}
-		}
-		mounted = append(mounted, dst)
-	}
-	return fn()
-}
-
-// runInChroot runs a shell command in root with the environment's config.
-// Its output goes to out; the error carries the last lines.
-func runInChroot(ctx context.Context, root, command string, cfg ImageConfig, out io.Writer) error {
-	wd := cfg.WorkDir
-	if wd == "" {
-		wd = "/"
-	}
-	script := fmt.Sprintf("mkdir -p %s && cd %s && %s", shellQuote(wd), shellQuote(wd), command)
-	cmd := exec.CommandContext(ctx, "chroot", root, "/bin/sh", "-c", script)
-	// A PID namespace of its own: when the command ends, the kernel kills
-	// whatever it left running in the background (a daemon started by a
-	// RUN step or by `env exec`), so the clone can be unmounted and removed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
-	cmd.Env = append([]string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME=/root", "DEBIAN_FRONTEND=noninteractive", "LANG=C.UTF-8",
-	}, cfg.Env...)
-	var tail tailBuffer
-	w := io.MultiWriter(&tail, out)
-	cmd.Stdout, cmd.Stderr = w, w
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("RUN %s: %w: %w\n%s", command, ErrBuildStep, err, tail.String())
-	}
-	return nil
-}
-
-// copyInto copies src (file or directory contents) to dst inside root.
-func copyInto(ctx context.Context, src, root, dst string) error {
-	target := filepath.Join(root, filepath.Clean("/"+dst))
-	st, err := os.Stat(src)
-	if err != nil {
-		return fmt.Errorf("COPY source: %w: %w", err, ErrInvalid)
-	}
-	if st.IsDir() {
-		if err := os.MkdirAll(target, 0o755); err != nil {
-			return err
-		}
-		return runCmd(ctx, "cp", "-a", "--no-preserve=ownership", src+"/.", target+"/")
-	}
-	if strings.HasSuffix(dst, "/") {
-		if err := os.MkdirAll(target, 0o755); err != nil {
-			return err
-		}
-		target = filepath.Join(target, filepath.Base(src))
-	} else if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-		return err
-	}
-	return runCmd(ctx, "cp", "-a", "--no-preserve=ownership", src, target)
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -16,17 +16,21 @@ type EnvExecOptions struct {
 	F       *Factory
 	Name    string
 	Command string
+	// Network is "none" (the default: only lo) or "host".
+	Network string
 }
 
 // NewCmdEnvExec builds `fogctl env exec`.
 func NewCmdEnvExec(f *Factory, runF func(context.Context, *EnvExecOptions) error) *cobra.Command {
 	opts := &EnvExecOptions{F: f}
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "exec NAME -- COMMAND...",
 		Short: "Run a command in a throwaway clone of an environment",
 		Long: `Clone the environment's snapshot, map and mount the clone, run the command
-in a chroot of it, then unmount, unmap and remove the clone. Prints the
-time of each phase. Nothing the command writes is kept.`,
+with the clone as its root, in mount, PID and network namespaces of its own
+with a private /dev and /proc (as a RUN step), then unmount, unmap and
+remove the clone. Prints the time of each phase. Nothing the command writes
+is kept. It has no network unless --network host.`,
 		Example: `  fogctl env exec redis -- redis-server --version
   fogctl env exec redis -- sh -c 'ls /etc | wc -l'`,
 		ValidArgsFunction: completeEnvNames(f),
@@ -38,12 +42,17 @@ time of each phase. Nothing the command writes is kept.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Name, opts.Command = args[0], layering.ShellJoin(args[1:])
+			if opts.Network != "none" && opts.Network != "host" {
+				return usageError{fmt.Errorf("--network %q: use none (only lo) or host (the node's network, for a package mirror)", opts.Network)}
+			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
 			return envExecRun(cmd.Context(), opts)
 		},
 	}
+	cmd.Flags().StringVar(&opts.Network, "network", "none", "the command's network: none (only lo) or host")
+	return cmd
 }
 
 func envExecRun(ctx context.Context, opts *EnvExecOptions) error {
@@ -56,7 +65,11 @@ func envExecRun(ctx context.Context, opts *EnvExecOptions) error {
 	if opts.F.Global.Output == "json" {
 		out = opts.F.ErrOut
 	}
-	t, err := l.Manager.Exec(ctx, opts.Name, opts.Command, out)
+	network := layering.NetworkNone
+	if opts.Network == "host" {
+		network = layering.NetworkHost
+	}
+	t, err := l.Manager.ExecWith(ctx, opts.Name, opts.Command, layering.ExecOptions{Output: out, Network: network})
 	if perr := printOut(opts.F, map[string]any{"env": opts.Name, "phases": t}, func(w io.Writer) {
 		fmt.Fprintf(opts.F.ErrOut, "==> %s: %s\n", opts.Name, t)
 	}); perr != nil {

@@ -75,6 +75,9 @@ func RunSuite(t *testing.T, newL NewLayering) {
 	t.Run("PruneUnsealedLayers", func(t *testing.T) { testPruneUnsealed(t, newL(t)) })
 	t.Run("ConcurrentBuildsOfOneStep", func(t *testing.T) { testConcurrentBuilds(t, newL(t)) })
 	t.Run("ConcurrentImportsOfOneName", func(t *testing.T) { testConcurrentImports(t, newL(t)) })
+	t.Run("StepNamespaces", func(t *testing.T) { testStepNamespaces(t, newL(t)) })
+	t.Run("BuildStepNamespaces", func(t *testing.T) { testBuildStepNamespaces(t, newL(t)) })
+	t.Run("EnvironmentLinksNotFollowed", func(t *testing.T) { testEnvironmentLinks(t, newL(t)) })
 }
 
 // testConcurrentImports: of two imports of one name that both found the
@@ -164,7 +167,7 @@ func testConcurrentBuilds(t *testing.T, l *wire.Layering) {
 		firstRes, err = build(a, nil)
 		first <- err
 	}()
-	// Its step mounts /proc and /dev in the work directory: a test that
+	// Its step holds the clone mounted in the work directory: a test that
 	// fails meanwhile waits for it before anything is removed.
 	var firstErr error
 	waited := false
@@ -496,7 +499,7 @@ func testExecBackground(t *testing.T, l *wire.Layering) {
 	removeEnvs(t, l, base)
 	importBusybox(t, l, base)
 	before := list(t, l)
-	marker := uniq("sleeper")
+	marker := sleeperName()
 	for _, cmd := range []string{
 		"sleep 600 >/dev/null 2>&1 </dev/null & echo started",
 		"sleep 601 & echo started", // holds the output pipe open too
@@ -604,8 +607,7 @@ func FakeLayeringWith(t *testing.T, change func(*layering.ManagerConfig)) *wire.
 // UnmountLeft makes the end of test t, before the removal of dir (a
 // t.TempDir made just before), fail the test and lazily unmount whatever
 // is still mounted under dir: that removal must never walk into a mount
-// (a build step's /dev is the host's devtmpfs, an image's files are its
-// data).
+// (an image's files are its data).
 func UnmountLeft(t *testing.T, dir string) {
 	t.Cleanup(func() {
 		mounts, _ := mountinfo.Under(dir)

@@ -21,10 +21,11 @@ import (
 
 // TestEnvCommandsKilled kills (SIGKILL) `fogctl env build` while its RUN
 // step runs, and `fogctl env exec` while its command runs: each leaves its
-// clone mapped and mounted, with the step's /proc and /dev mounted inside.
-// The next fogctl on the node releases all of it (the build's), and so
-// does the node's agent at its next reconcile (the exec's); the same build
-// then succeeds, and `fogctl gc` removes the exec's throwaway clone.
+// clone mapped and mounted, and nothing mounted inside it (the step's
+// /proc and /dev were in its own mount namespace, gone with it). The next
+// fogctl on the node releases all of it (the build's), and so does the
+// node's agent at its next reconcile (the exec's); the same build then
+// succeeds, and `fogctl gc` removes the exec's throwaway clone.
 func TestEnvCommandsKilled(t *testing.T) {
 	s := need(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -150,6 +151,16 @@ func killIn(ctx context.Context, t *testing.T, p *pop, node string, args ...stri
 		}
 		return nil
 	})
+	// The step's mounts were in its own namespace: none is left on the
+	// host inside the clone.
+	mounts := mountsUnder(node)
+	for _, m := range mounts {
+		for _, outer := range mounts {
+			if strings.HasPrefix(m, outer+"/") {
+				t.Errorf("fogctl %s killed in its command left %s mounted inside %s on the host", strings.Join(args, " "), m, outer)
+			}
+		}
+	}
 }
 
 // noneLeft fails the test if anything of a mapping is left under node:
@@ -172,12 +183,24 @@ func noneLeft(t *testing.T, node, when string) {
 	}
 }
 
-// chrootedUnder returns the PIDs whose root directory is under dir.
+// chrootedUnder returns the PIDs whose root directory is the root of a
+// file system mounted under dir (a build step's or an exec's clone: the
+// step runs with the clone as the root of its own mount namespace, so
+// that its root is compared by device and inode, not by path).
 func chrootedUnder(dir string) []string {
+	type fileID struct{ dev, ino uint64 }
+	clones := map[fileID]bool{}
+	for _, m := range mountsUnder(dir) {
+		var st syscall.Stat_t
+		if syscall.Stat(m, &st) == nil {
+			clones[fileID{st.Dev, st.Ino}] = true
+		}
+	}
 	var out []string
 	roots, _ := filepath.Glob("/proc/[0-9]*/root")
 	for _, r := range roots {
-		if l, err := os.Readlink(r); err == nil && strings.HasPrefix(l, dir+"/") {
+		var st syscall.Stat_t
+		if len(clones) > 0 && syscall.Stat(r, &st) == nil && clones[fileID{st.Dev, st.Ino}] {
 			out = append(out, filepath.Base(filepath.Dir(r)))
 		}
 	}

@@ -1,0 +1,515 @@
+package layering
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fogdeploy/fogdeploy/internal/procfs"
+)
+
+// A RUN step (and `fogctl env exec`) runs its command in the mounted
+// clone of the environment, as root, in namespaces of its own:
+//
+//   - mount: a slave copy of the host's, made on a locked OS thread (Go
+//     cannot run code between fork and exec), where the clone gets a
+//     private /dev (a tmpfs with the usual nodes bound from the host's, a
+//     devpts of its own, /dev/shm) and, with NetworkHost, the host's
+//     /etc/resolv.conf bound read-only. The clone then becomes the root
+//     (pivot_root) and the host's root is detached: nothing of the host's
+//     file systems is left to reach, by a link or by escaping a chroot.
+//     None of these mounts is ever in the host's namespace: they go when
+//     the step ends, or with the process if it is killed.
+//   - PID: the command is PID 1, and when it ends the kernel kills what it
+//     left running, so the clone can be unmounted and removed. Its /proc is
+//     a fresh procfs of this namespace, hidden as Docker hides it
+//     (internal/procfs): only a process inside the namespace can mount it,
+//     so the namespace's first process is the host's /bin/sh running
+//     stepInit, which mounts it, waits until the thread has moved the
+//     root, and execs the environment's /bin/sh.
+//   - network (unless NetworkHost): only lo, up.
+//   - UTS and IPC: a hostname or System V objects of a package's scripts
+//     stay in the step.
+//
+// Every path in the environment that is mounted onto or written is
+// resolved beneath the root without following a link (beneath.go): an
+// environment whose /dev or /proc is a link, or not a directory, is
+// refused.
+
+// stepInit is the script of the host's /bin/sh that becomes the step's
+// command: run with the step's root as its working directory, fd 3 to say
+// that /proc is ready and fd 4 to wait for the root to be moved. It runs
+// with a fixed environment (no variable of the environment reaches a host
+// binary); the step's variables are exported just before the exec, whose
+// /bin/sh is then the environment's.
+const stepInit = `set -e
+mount -t proc -o nosuid,nodev,noexec proc proc
+PROC=proc
+` + "%s" + `echo ready >&3
+exec 3>&-
+read -r go <&4
+exec 4<&-
+[ "$go" = go ]
+cd /
+exec </dev/null
+%sexec /bin/sh -c "$1"
+`
+
+// stepPath is the PATH of the host's programs that stepInit runs.
+const stepPath = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
+
+// envName is what a step's variable may be named: the shell that exports
+// it must take the name.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// stepSpec is one command to run in a mounted environment.
+type stepSpec struct {
+	root    string // the mounted clone (a mount point)
+	command string
+	cfg     ImageConfig
+	network Network
+	out     io.Writer
+}
+
+// runStep runs a shell command in the environment mounted at s.root with
+// its config. Its output goes to s.out; the error of a failing command
+// wraps ErrBuildStep and carries the last lines.
+func runStep(ctx context.Context, s stepSpec) (err error) {
+	exports, err := stepExports(s.cfg)
+	if err != nil {
+		return err
+	}
+	wd := s.cfg.WorkDir
+	if wd == "" {
+		wd = "/"
+	}
+	inner := fmt.Sprintf("mkdir -p %s && cd %s && %s", shellQuote(wd), shellQuote(wd), s.command)
+	undo, err := prepareRoot(s.root, s.network)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if uerr := undo(); uerr != nil {
+			err = errors.Join(err, uerr)
+		}
+	}()
+	var tail tailBuffer
+	w := io.MultiWriter(&tail, s.out)
+	ch := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread leaves with what it changed (its
+		// root, its namespaces), and the runtime discards it.
+		runtime.LockOSThread()
+		ch <- sandboxed(ctx, s, inner, exports, w)
+	}()
+	err = <-ch
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return fmt.Errorf("RUN %s: %w: %w\n%s", s.command, ErrBuildStep, err, tail.String())
+	}
+	if err != nil {
+		return fmt.Errorf("RUN %s: %w\n%s", s.command, err, tail.String())
+	}
+	return nil
+}
+
+// stepExports are the shell lines that export the step's variables: a
+// few defaults, then the environment's.
+func stepExports(cfg ImageConfig) (string, error) {
+	var b strings.Builder
+	for _, kv := range append([]string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=/root", "DEBIAN_FRONTEND=noninteractive", "LANG=C.UTF-8",
+	}, cfg.Env...) {
+		k, _, _ := strings.Cut(kv, "=")
+		if !envName.MatchString(k) {
+			return "", WithHint(fmt.Errorf("the environment's variable %q: a RUN step can only be given names of letters, digits and _: %w", k, ErrInvalid),
+				"rename it with an ENV step of a valid name")
+		}
+		fmt.Fprintf(&b, "export %s\n", shellQuote(kv))
+	}
+	return b.String(), nil
+}
+
+// prepareRoot makes, in the clone, the mount points a step needs (dev and
+// proc, which must be directories) and what it writes for the step
+// (usr/sbin/policy-rc.d, so that packages start no service; with
+// NetworkHost an empty etc/resolv.conf to bind the host's on), all
+// beneath root. undo removes what it wrote.
+func prepareRoot(root string, network Network) (undo func() error, err error) {
+	rfd, err := openRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(rfd)
+	for _, d := range []string{"dev", "proc"} {
+		fd, err := mkdirAllBeneath(rfd, d, "/", unix.O_PATH)
+		if err != nil {
+			return nil, WithHint(fmt.Errorf("the environment's /%s, where a RUN step mounts its own: %w", d, err),
+				"make /"+d+" an empty directory in the environment")
+		}
+		unix.Close(fd)
+	}
+	type made struct {
+		dir  int
+		name string
+	}
+	var created []made
+	undo = func() error {
+		var errs []error
+		for _, m := range created {
+			if err := unix.Unlinkat(m.dir, m.name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+				errs = append(errs, fmt.Errorf("remove %s from the build root: %w", m.name, err))
+			}
+			unix.Close(m.dir)
+		}
+		return errors.Join(errs...)
+	}
+	// create makes name in the directory dir of the environment, unless
+	// anything is there (a link too: it is left as it is).
+	create := func(dir, name string, data []byte, mode uint32) {
+		dfd, err := openBeneath(rfd, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return // a link, or missing: nothing to do
+		}
+		fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+		if err != nil {
+			unix.Close(dfd)
+			return
+		}
+		// A half-written file is removed at the end all the same.
+		f := os.NewFile(uintptr(fd), name)
+		if _, err := f.Write(data); err == nil {
+			_ = f.Chmod(os.FileMode(mode))
+		}
+		f.Close()
+		created = append(created, made{dfd, name})
+	}
+	create("usr/sbin", "policy-rc.d", []byte("#!/bin/sh\nexit 101\n"), 0o755)
+	if network == NetworkHost {
+		create("etc", "resolv.conf", nil, 0o644)
+	}
+	return undo, nil
+}
+
+// sandboxed runs on a locked OS thread: it makes the namespaces and
+// mounts, starts stepInit in them, moves the root, and waits for the
+// command. It leaves the namespaces before it returns, so that they are
+// gone (with every mount in them) before the clone is unmounted on the
+// host.
+func sandboxed(ctx context.Context, s stepSpec, inner, exports string, w io.Writer) (err error) {
+	hostMnt, err := os.Open("/proc/thread-self/ns/mnt")
+	if err != nil {
+		return err
+	}
+	defer hostMnt.Close()
+	flags := unix.CLONE_NEWNS
+	var hostNet *os.File
+	if s.network != NetworkHost {
+		flags |= unix.CLONE_NEWNET
+		if hostNet, err = os.Open("/proc/thread-self/ns/net"); err != nil {
+			return err
+		}
+		defer hostNet.Close()
+	}
+	if err := unix.Unshare(flags); err != nil {
+		return fmt.Errorf("unshare the step's namespaces: %w", err)
+	}
+	defer func() {
+		// The last reference to the namespaces: their mounts go now.
+		if serr := unix.Setns(int(hostMnt.Fd()), unix.CLONE_NEWNS); serr != nil {
+			err = errors.Join(err, fmt.Errorf("leave the step's mount namespace: %w", serr))
+		}
+		if hostNet != nil {
+			if serr := unix.Setns(int(hostNet.Fd()), unix.CLONE_NEWNET); serr != nil {
+				err = errors.Join(err, fmt.Errorf("leave the step's network namespace: %w", serr))
+			}
+		}
+	}()
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return fmt.Errorf("make / a slave mount: %w", err)
+	}
+	if hostNet != nil {
+		if err := linkUp("lo"); err != nil {
+			return err
+		}
+	}
+	rfd, err := openRoot(s.root)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(rfd)
+	if err := mountDev(rfd); err != nil {
+		return err
+	}
+	if s.network == NetworkHost {
+		if err := bindResolvConf(rfd); err != nil {
+			return err
+		}
+	}
+	// stepInit mounts proc on the directory prepareRoot checked.
+	pfd, err := openDirBeneath(rfd, "proc", unix.O_PATH, "/proc")
+	if err != nil {
+		return err
+	}
+	unix.Close(pfd)
+
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer readyR.Close()
+	goR, goW, err := os.Pipe()
+	if err != nil {
+		readyW.Close()
+		return err
+	}
+	defer goW.Close()
+	// Whatever descriptor this process holds without close-on-exec (one
+	// it inherited, one a C library opened) would reach the step, and a
+	// directory's would lead it out of its root: mark them all. Go passes
+	// the descriptors it gives a child (ExtraFiles, Stdout, ...) by dup2,
+	// which clears the mark in the child.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("mark descriptors close-on-exec: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", fmt.Sprintf(stepInit, procfs.Script(), exports), "step", inner)
+	cmd.Dir = s.root
+	cmd.Env = []string{stepPath}
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.ExtraFiles = []*os.File{readyW, goR}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC,
+		// The parent is this thread, which waits for the command.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	err = cmd.Start()
+	readyW.Close()
+	goR.Close()
+	if err != nil {
+		return fmt.Errorf("start the step: %w", err)
+	}
+	line, _ := bufio.NewReader(readyR).ReadString('\n')
+	if line != "ready\n" {
+		goW.Close()
+		werr := cmd.Wait()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// Not the command's failure (no ErrBuildStep): what the init
+		// printed says why.
+		return fmt.Errorf("mount the step's /proc: %v", werr)
+	}
+	if err := pivotInto(rfd); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return err
+	}
+	if _, err := goW.Write([]byte("go\n")); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return err
+	}
+	goW.Close()
+	return cmd.Wait()
+}
+
+// pivotInto makes the directory rfd (a mount point) the root of this
+// thread's mount namespace, and so of the step's init, which shares it,
+// and detaches the old root: the host's file systems are then out of the
+// namespace.
+func pivotInto(rfd int) error {
+	if err := unix.Fchdir(rfd); err != nil {
+		return fmt.Errorf("enter the build root: %w", err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root into the build root: %w", err)
+	}
+	// The old root is stacked on ".": detach it and everything under it.
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach the host's root from the step: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+// devNodes are the host's device nodes a step's /dev holds (bound).
+var devNodes = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+// mountDev mounts a private /dev on the environment's dev directory: a
+// tmpfs with devNodes bound from the host's, a devpts of its own (with
+// ptmx), a /dev/shm tmpfs, and the links fd, stdin, stdout, stderr.
+func mountDev(rfd int) error {
+	target, err := openDirBeneath(rfd, "dev", unix.O_PATH, "/dev")
+	if err != nil {
+		return err
+	}
+	defer unix.Close(target)
+	dev, err := newMount("tmpfs", map[string]string{"mode": "0755", "size": "65536k"}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC, target)
+	if err != nil {
+		return fmt.Errorf("the step's /dev: %w", err)
+	}
+	defer unix.Close(dev)
+	for _, n := range devNodes {
+		fd, err := unix.Openat(dev, n, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o666)
+		if err != nil {
+			return fmt.Errorf("the step's /dev/%s: %w", n, err)
+		}
+		unix.Close(fd)
+		if err := bindFile("/dev/"+n, dev, n, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC); err != nil {
+			return fmt.Errorf("the step's /dev/%s: %w", n, err)
+		}
+	}
+	for _, d := range []struct {
+		name string
+		mode uint32
+	}{{"pts", 0o755}, {"shm", 0o1777}} {
+		if err := unix.Mkdirat(dev, d.name, d.mode); err != nil {
+			return fmt.Errorf("the step's /dev/%s: %w", d.name, err)
+		}
+	}
+	pts, err := unix.Openat(dev, "pts", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pts)
+	m, err := newMount("devpts", map[string]string{"newinstance": "", "ptmxmode": "0666", "mode": "0620", "gid": "5"}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC, pts)
+	if err != nil {
+		return fmt.Errorf("the step's /dev/pts: %w", err)
+	}
+	unix.Close(m)
+	shm, err := unix.Openat(dev, "shm", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(shm)
+	m, err = newMount("tmpfs", map[string]string{"mode": "1777", "size": "65536k"}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC, shm)
+	if err != nil {
+		return fmt.Errorf("the step's /dev/shm: %w", err)
+	}
+	unix.Close(m)
+	for name, to := range map[string]string{"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+		if err := unix.Symlinkat(to, dev, name); err != nil {
+			return fmt.Errorf("the step's /dev/%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// bindResolvConf binds the host's /etc/resolv.conf, read-only, on the
+// environment's etc/resolv.conf when that is a regular file (prepareRoot
+// made it if it was missing); a link there is left as it is, not
+// followed.
+func bindResolvConf(rfd int) error {
+	if _, err := os.Stat("/etc/resolv.conf"); err != nil {
+		return nil // the host has none
+	}
+	etc, err := openBeneath(rfd, "etc", unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(etc)
+	if t, err := fileType(etc, "resolv.conf"); err != nil || t != unix.S_IFREG {
+		return nil
+	}
+	if err := bindFile("/etc/resolv.conf", etc, "resolv.conf", unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC); err != nil {
+		return fmt.Errorf("bind the host's /etc/resolv.conf into the step: %w", err)
+	}
+	return nil
+}
+
+// newMount makes a new file system of fstype with options (an empty
+// value: a flag) and mount attributes, and mounts it on the directory
+// target (a descriptor: no path is looked up). It returns a descriptor
+// of the new mount's root.
+func newMount(fstype string, options map[string]string, attrs int, target int) (int, error) {
+	fs, err := unix.Fsopen(fstype, unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("fsopen %s: %w", fstype, err)
+	}
+	defer unix.Close(fs)
+	for k, v := range options {
+		if v == "" {
+			err = unix.FsconfigSetFlag(fs, k)
+		} else {
+			err = unix.FsconfigSetString(fs, k, v)
+		}
+		if err != nil {
+			return -1, fmt.Errorf("%s option %s=%s: %w", fstype, k, v, err)
+		}
+	}
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return -1, fmt.Errorf("create %s: %w", fstype, err)
+	}
+	m, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, attrs)
+	if err != nil {
+		return -1, fmt.Errorf("fsmount %s: %w", fstype, err)
+	}
+	if err := unix.MoveMount(m, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		unix.Close(m)
+		return -1, fmt.Errorf("mount %s: %w", fstype, err)
+	}
+	return m, nil
+}
+
+// bindFile binds the host's file src (a path of the host's own) on name,
+// a file in the directory dirfd, with mount attributes.
+func bindFile(src string, dirfd int, name string, attrs uint64) error {
+	tree, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("open_tree %s: %w", src, err)
+	}
+	defer unix.Close(tree)
+	if attrs != 0 {
+		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: attrs}); err != nil {
+			return fmt.Errorf("mount attributes of %s: %w", src, err)
+		}
+	}
+	target, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(target)
+	var st unix.Stat_t
+	if err := unix.Fstat(target, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("%s is not a regular file: %w", name, ErrInvalid)
+	}
+	if err := unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("bind %s: %w", src, err)
+	}
+	return nil
+}
+
+// linkUp sets the UP flag of an interface in the current thread's network
+// namespace (ip link set lo up).
+func linkUp(name string) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socket for %s: %w", name, err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("get flags of %s: %w", name, err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("set %s up: %w", name, err)
+	}
+	return nil
+}
