@@ -127,6 +127,11 @@ remove_managed() {
 		fd_info "removing ${#ids[@]} managed container(s)"
 		dk rm -f -v "${ids[@]}" >/dev/null || fd_warn "could not remove all managed containers"
 	fi
+	# The instances' networks (fogdeploy-isolated, fogdeploy-group-*), made on first use.
+	mapfile -t ids < <(dk network ls -q --filter "label=$MANAGED_LABEL" 2>/dev/null || true)
+	if ((${#ids[@]} > 0)); then
+		dk network rm "${ids[@]}" >/dev/null || fd_warn "could not remove all managed networks"
+	fi
 }
 
 start_dockerd() {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -123,6 +124,12 @@ func (s *supervisor) release() error {
 	removeIPC()
 	clearDir("/dev/shm")
 	clearDir("/dev/mqueue")
+	// The checkpoint volume was bound writable into the root: what the
+	// app wrote there goes; the generation it restores from, bound
+	// read-only from the node's copy, stays.
+	if err := clearUnmounted(s.cfg.ckpt); err != nil {
+		return err
+	}
 	_ = os.Remove(s.cfg.wait)
 	_ = os.Truncate(s.ctlFile(TimingsFile), 0)
 	// The next instance binds its listeners again with SO_REUSEADDR (DMTCP
@@ -221,6 +228,41 @@ func removeIPC() {
 	}
 }
 
+// clearUnmounted removes what dir holds but the mount points below it, the
+// directories that lead to them, and the generations' directories (named
+// by their number): a restore reads its generation from the node's copy,
+// bound read-only there, or, where it has none, from the checkpoint
+// volume itself.
+func clearUnmounted(dir string) error {
+	points, err := mountsUnder(dir)
+	if err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		if isGeneration(e) || slices.ContainsFunc(points, func(m string) bool { return m == p || strings.HasPrefix(m, p+"/") }) {
+			continue
+		}
+		if err := os.RemoveAll(p); err != nil {
+			return fmt.Errorf("clear %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// isGeneration says whether e is a generation's directory.
+func isGeneration(e os.DirEntry) bool {
+	_, err := strconv.Atoi(e.Name())
+	return e.IsDir() && err == nil
+}
+
 // clearDir removes what dir holds, not dir itself.
 func clearDir(dir string) {
 	ents, err := os.ReadDir(dir)
@@ -245,8 +287,10 @@ type listener struct {
 // container's network namespace.
 func listeningPorts() map[listener]bool {
 	ports := map[listener]bool{}
-	eachSocket(func(port int, state string, v6 bool) {
-		if state == tcpListen {
+	eachSocket(func(addr string, port int, state string, v6 bool) {
+		// Docker's embedded DNS server listens in the container's
+		// namespace too, on a network of the user's: not the app's.
+		if state == tcpListen && addr != dockerDNS {
 			ports[listener{port, v6}] = true
 		}
 	})
@@ -277,20 +321,25 @@ func unbindable(ports map[listener]bool) *unbound {
 	return nil
 }
 
-// eachSocket calls f with the local port and state of every TCP socket in
-// /proc/net/tcp and /proc/net/tcp6 (v6).
-func eachSocket(f func(port int, state string, v6 bool)) {
+// dockerDNS is 127.0.0.11, where Docker's embedded DNS server listens in
+// a container on a user-defined network, as /proc/net/tcp writes it.
+const dockerDNS = "0B00007F"
+
+// eachSocket calls f with the local address (hexadecimal, as the kernel
+// writes it), port and state of every TCP socket in /proc/net/tcp and
+// /proc/net/tcp6 (v6).
+func eachSocket(f func(addr string, port int, state string, v6 bool)) {
 	for i, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
 		for _, fields := range procRows(file) {
 			if len(fields) < 4 {
 				continue
 			}
-			_, port, ok := strings.Cut(fields[1], ":")
+			addr, port, ok := strings.Cut(fields[1], ":")
 			if !ok {
 				continue
 			}
 			if p, err := strconv.ParseUint(port, 16, 16); err == nil {
-				f(int(p), fields[3], i == 1)
+				f(addr, int(p), fields[3], i == 1)
 			}
 		}
 	}

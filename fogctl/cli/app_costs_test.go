@@ -117,7 +117,17 @@ func TestModesAndAppCosts(t *testing.T) {
 	if code, out, _ := run("app", "inspect", "web"); code != 0 || !strings.Contains(out, "costs on n1: boot 0.15 s (3 runs), restore 0.60 s (3 runs), hit -; next boot, auto: boot 0.15 s") {
 		t.Errorf("app inspect = exit %d:\n%s", code, out)
 	}
-	if code, out, _ := run("app", "inspect", "web", "-o", "json"); code != 0 || !strings.Contains(out, `"costs": [`) {
+	// The limits an instance gets on each node: the app's resources, the
+	// node's defaults where the spec is silent.
+	def := spec.Limits{CPUs: 1, MemoryBytes: 2 << 30, Pids: 1024, OpenFiles: 16384, LogBytes: 10 << 20, LogFiles: 2}
+	if _, err := st.Register(ctx, state.Node{Name: "n1", Capacity: 4, Limits: &def}, 10); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := run("app", "inspect", "web"); code != 0 || !strings.Contains(out, "limits on n1: cpus 1, memory 2GiB, pids 1024, open files 16384, output 2 x 10MiB") {
+		t.Errorf("app inspect = exit %d:\n%s\nwant n1's limits", code, out)
+	}
+	if code, out, _ := run("app", "inspect", "web", "-o", "json"); code != 0 || !strings.Contains(out, `"costs": [`) ||
+		!strings.Contains(out, `"limits": {`) || !strings.Contains(out, `"open_files": 16384`) {
 		t.Errorf("app inspect -o json = exit %d:\n%s", code, out)
 	}
 	if code, _, errOut := run("app", "costs", "nope"); code != ExitNotFound || !strings.Contains(errOut, "app nope") {

@@ -38,6 +38,10 @@ filesystem images that no clone uses (every PoP of the pool shares them; a
 node makes one again when it needs it). Generations in use are listed as
 kept.
 Nothing younger than --min-age is touched. --dry-run only shows the plan.
+Against an etcd that may not be the PoP's, gc removes nothing and says why:
+one without the PoP's record while the pool holds images of deployments or
+checkpoints (emptied or replaced: each would look orphaned), or one a node
+is fenced from (` + "`fogctl node ls`" + ` shows Fenced).
 Node-local leftovers (containers, mappings, mounts) are swept by each pop-agent.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Keep < 1 {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,7 +37,7 @@ func (f *Factory) openState(ctx context.Context) (*state.Store, error) {
 func NewCmdNode(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{Use: "node", Short: "List the nodes of the PoP", RunE: groupRunE}
 	cmd.AddCommand(&cobra.Command{
-		Use: "ls", Aliases: []string{"list"}, Short: "List nodes (Ready while their agent's lease lives)", Args: cobra.NoArgs,
+		Use: "ls", Aliases: []string{"list"}, Short: "List nodes (Ready while their agent's lease lives; Fenced while their agent acts on nothing, its etcd not the one it knew)", Args: cobra.NoArgs,
 		RunE: withState(f, func(cmd *cobra.Command, args []string, st *state.Store) error {
 			nodes, err := st.Nodes(cmd.Context())
 			if err != nil {
@@ -65,6 +64,9 @@ func NewCmdNode(f *Factory) *cobra.Command {
 					if n.Ready {
 						status = "Ready"
 					}
+					if n.Fence() != "" {
+						status += ",Fenced" // its agent acts on nothing
+					}
 					engines := strings.Join(n.Engines, ",")
 					if engines == "" {
 						engines = "none (boots only)"
@@ -86,6 +88,11 @@ func NewCmdNode(f *Factory) *cobra.Command {
 				}
 				for _, n := range nodes {
 					for _, what := range slices.Sorted(maps.Keys(n.Problems)) {
+						if what == state.ProblemControlPlane {
+							// Its etcd is not the one it knew: why, and what to do.
+							fmt.Fprintf(w, "! %s: fenced, acting on nothing (its instances keep running): %s\n", n.Name, n.Problems[what])
+							continue
+						}
 						fmt.Fprintf(w, "! %s: no %s: %s\n", n.Name, what, n.Problems[what])
 					}
 				}
@@ -131,10 +138,17 @@ func NewCmdApp(f *Factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out := map[string]any{"app": a, "checkpoints": gens, "costs": costs}
+			limits, err := appLimits(cmd.Context(), st, a)
+			if err != nil {
+				return err
+			}
+			out := map[string]any{"app": a, "checkpoints": gens, "costs": costs, "limits": limits}
 			return printOut(f, out, func(w io.Writer) {
 				b, _ := json.MarshalIndent(a, "", "  ")
 				fmt.Fprintf(w, "%s\ncheckpoints: %d\n", b, len(gens))
+				for _, n := range slices.Sorted(maps.Keys(limits)) {
+					fmt.Fprintf(w, "limits on %s: %s\n", n, describeLimits(limits[n]))
+				}
 				for _, c := range costs {
 					fmt.Fprintf(w, "costs on %s: boot %s, restore %s, hit %s; next %s, %s\n", c.Node, c.boot(), c.restore(), c.hit(), c.next(), c.Next.Reason)
 				}
@@ -407,29 +421,25 @@ func NewCmdLogs(f *Factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+api+"/v1/deployments/"+dep.ID+"/logs?tail="+strconv.Itoa(tail), nil)
+			agent, err := newAgentAPI(c, dep.Node, api)
 			if err != nil {
 				return err
 			}
-			if c.Agent.TokenFile != "" {
-				if b, err := os.ReadFile(c.Agent.TokenFile); err == nil {
-					req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(b)))
-				}
-			}
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := agent.get(ctx, dep.Node, "/v1/deployments/"+dep.ID+"/logs?tail="+strconv.Itoa(tail))
 			if err != nil {
-				return fmt.Errorf("agent of %s at %s: %w: %w", dep.Node, api, layering.ErrUnavailable, err)
+				return err
 			}
 			defer resp.Body.Close()
 			var body struct {
 				Lines []string `json:"lines"`
 				Error string   `json:"error"`
+				Hint  string   `json:"hint,omitempty"`
 			}
 			if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(&body); err != nil {
 				return err
 			}
 			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("agent of %s: %s", dep.Node, body.Error)
+				return hintpkg.With(fmt.Errorf("agent of %s: %s (HTTP %d)", dep.Node, body.Error, resp.StatusCode), body.Hint)
 			}
 			return printOut(f, body, func(w io.Writer) { fmt.Fprintln(w, strings.Join(body.Lines, "\n")) })
 		}),

@@ -54,6 +54,7 @@ type GlobalOptions struct {
 	CephID      string
 	CephPool    string
 	Mapper      string
+	AgentCAFile string
 	Output      string
 	Timeout     time.Duration
 	LogLevel    string
@@ -86,7 +87,7 @@ func (f *Factory) Config() (config.Config, error) {
 		v   string
 	}{
 		{&c.Ceph.Conf, g.CephConf}, {&c.Ceph.Keyring, g.CephKeyring}, {&c.Ceph.ID, g.CephID},
-		{&c.Ceph.Pool, g.CephPool}, {&c.Mapper.Backend, g.Mapper},
+		{&c.Ceph.Pool, g.CephPool}, {&c.Mapper.Backend, g.Mapper}, {&c.Agent.CAFile, g.AgentCAFile},
 	} {
 		if o.v != "" {
 			*o.dst = o.v
@@ -142,7 +143,9 @@ It reads the Ceph conf and keyring from flags, FOGDEPLOY_CEPH_* variables,
 a config file (--config), or the cluster that ` + "`make dev-up`" + ` started; and
 the PoP's etcd from etcd.endpoints or FOGDEPLOY_ETCD_ENDPOINTS (default: the
 dev etcd on 127.0.0.1:23790). It talks to etcd, not to the agents (except
-logs, which asks the agent of the deployment's node).
+logs, which asks the agent of the deployment's node: over TLS when the node
+registered https://, verified against --agent-ca-file, with the token of
+FOGDEPLOY_TOKEN_FILE).
 
 ` + exitCodeHelp,
 		SilenceUsage:  true,
@@ -156,6 +159,7 @@ logs, which asks the agent of the deployment's node).
 	pf.StringVar(&g.CephID, "ceph-id", "", "cephx user without \"client.\" [$FOGDEPLOY_CEPH_ID]")
 	pf.StringVar(&g.CephPool, "ceph-pool", "", "RBD pool [$FOGDEPLOY_CEPH_POOL]")
 	pf.StringVar(&g.Mapper, "mapper", "", "mapping backend: auto, krbd, nbd or fuse [$FOGDEPLOY_MAPPER]")
+	pf.StringVar(&g.AgentCAFile, "agent-ca-file", "", "CA certificates that verify the agents' TLS certificates (fogctl logs) [$FOGDEPLOY_CA_FILE]")
 	pf.StringVarP(&g.Output, "output", "o", "table", "output format: table or json")
 	pf.DurationVar(&g.Timeout, "timeout", 0, "give up after this long (0: no limit)")
 	pf.StringVar(&g.LogLevel, "log-level", "warn", "log level: debug, info, warn or error")

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,6 +31,8 @@ type Config struct {
 	Node     Node     `yaml:"node"`
 	Etcd     Etcd     `yaml:"etcd"`
 	Agent    Agent    `yaml:"agent"`
+	// Limits are an instance's where its app spec is silent.
+	Limits Limits `yaml:"limits"`
 }
 
 // Etcd says how to reach the PoP's etcd (internal/state.Config).
@@ -98,9 +101,28 @@ type Agent struct {
 	// IfNoEngine is what a deploy does on a node that cannot run the app's
 	// checkpoint engine: boot normally (default) or fail.
 	IfNoEngine string `yaml:"if_no_engine"`
-	// TokenFile holds the bearer token of the hook API (required outside
-	// --dev).
+	// TokenFile holds the operator's admin token of the hook API, in
+	// clear (mode 0600): a client with every app, every deployment and
+	// /metrics, without a rate limit. The agent keeps only its SHA-256.
+	// fogctl sends it to agents (fogctl logs).
 	TokenFile string `yaml:"token_file"`
+	// TokensFile lists the API's clients (a YAML list; docs/api.md): each
+	// with the SHA-256 of its token, its apps, its label and its rate.
+	// Outside --dev, token_file or tokens_file is required.
+	TokensFile string `yaml:"tokens_file"`
+	// Advertise is the host:port where the other nodes and fogctl reach
+	// this agent's API, registered in etcd ("": the listener's address,
+	// which must then not be 0.0.0.0 or [::]). Its certificate must name
+	// that host.
+	Advertise string `yaml:"advertise"`
+	// TLSCertFile and TLSKeyFile (PEM, the key mode 0600) serve the API
+	// over TLS; both or neither. Without them the agent listens on a
+	// loopback address only.
+	TLSCertFile string `yaml:"tls_cert_file"`
+	TLSKeyFile  string `yaml:"tls_key_file"`
+	// CAFile holds the PEM certificates that callers of agents (fogctl)
+	// verify the agents' certificates against; "": the system's roots.
+	CAFile string `yaml:"ca_file"`
 	// CheckpointCache is the byte budget of the node's copies of the
 	// checkpoint generations its restores read ("4GiB"; "0": no limit).
 	CheckpointCache string `yaml:"checkpoint_cache"`
@@ -199,6 +221,7 @@ func Default() Config {
 		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: "container", CRIUDriver: "container", Recycle: "on", PoolAhead: "on", RecycleKeep: 2 * time.Minute,
 			BootImage: "fogdeploy/boot:latest", IfBusy: "wait", IfNoEngine: "boot", CheckpointCache: "4GiB", Fetch: FetchFirstUse,
 			EnvRead: EnvReadShared},
+		Limits: DefaultLimits(),
 	}
 }
 
@@ -249,6 +272,10 @@ func (c *Config) ApplyEnv() {
 	set(&c.Agent.DMTCPImage, "FOGDEPLOY_DMTCP_IMAGE")
 	set(&c.Agent.BootImage, "FOGDEPLOY_BOOT_IMAGE")
 	set(&c.Agent.TokenFile, "FOGDEPLOY_TOKEN_FILE")
+	set(&c.Agent.TokensFile, "FOGDEPLOY_TOKENS_FILE")
+	set(&c.Agent.TLSCertFile, "FOGDEPLOY_TLS_CERT_FILE")
+	set(&c.Agent.TLSKeyFile, "FOGDEPLOY_TLS_KEY_FILE")
+	set(&c.Agent.CAFile, "FOGDEPLOY_CA_FILE")
 	set(&c.Agent.Fetch, "FOGDEPLOY_FETCH")
 	set(&c.Agent.EnvRead, "FOGDEPLOY_ENV_READ")
 	set(&c.Agent.CRIUDriver, "FOGDEPLOY_CRIU_DRIVER")
@@ -264,6 +291,7 @@ func (c *Config) ApplyEnv() {
 func (c Config) Validate() error {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	errs = append(errs, c.Limits.validate()...)
 	if c.Ceph.Conf == "" {
 		add("ceph.conf is empty: give the path of a ceph.conf (--ceph-conf), or run `make dev-up`")
 	}
@@ -352,10 +380,50 @@ func (c Config) Validate() error {
 	if c.Agent.RecycleKeep < 0 || c.Agent.RecycleKeep > time.Hour {
 		add("agent.recycle_keep %s: give a duration between 0s and 1h, e.g. 2m", c.Agent.RecycleKeep)
 	}
+	if (c.Agent.TLSCertFile == "") != (c.Agent.TLSKeyFile == "") {
+		add("agent.tls_cert_file %q and agent.tls_key_file %q: give both (the PEM certificate of the agent's API and its key) or neither", c.Agent.TLSCertFile, c.Agent.TLSKeyFile)
+	}
+	if c.Agent.TokenFile != "" && c.Agent.TokenFile == c.Agent.TokensFile {
+		add("agent.token_file and agent.tokens_file are both %s: token_file holds the operator's token in clear, tokens_file the clients' hashes; give two files", c.Agent.TokenFile)
+	}
 	if c.Docker.Host != "" && !strings.Contains(c.Docker.Host, "://") {
 		add("docker.host %q: give a URL such as unix:///var/run/docker.sock", c.Docker.Host)
 	}
 	return errors.Join(errs...)
+}
+
+// TLS says whether the agent's API is served over TLS.
+func (a Agent) TLS() bool { return a.TLSCertFile != "" && a.TLSKeyFile != "" }
+
+// CheckServe checks how a pop-agent would serve its API on listen
+// (host:port): with TLS anywhere; without (agent.tls_cert_file and
+// agent.tls_key_file empty) on a loopback address only; outside dev with
+// a token (agent.token_file or agent.tokens_file).
+func (a Agent) CheckServe(listen string, dev bool) error {
+	var errs []error
+	if !dev && a.TokenFile == "" && a.TokensFile == "" {
+		errs = append(errs, errors.New("agent.token_file and agent.tokens_file are empty: the hook API needs bearer tokens outside --dev: "+
+			"give the operator's token file (FOGDEPLOY_TOKEN_FILE) or the clients' tokens file (FOGDEPLOY_TOKENS_FILE; `pop-agent token` mints an entry)"))
+	}
+	if !a.TLS() && !Loopback(listen) {
+		errs = append(errs, fmt.Errorf("--listen %s without TLS: plain HTTP is served on a loopback address only: "+
+			"give agent.tls_cert_file and agent.tls_key_file (FOGDEPLOY_TLS_CERT_FILE, FOGDEPLOY_TLS_KEY_FILE), or listen on 127.0.0.1", listen))
+	}
+	return errors.Join(errs...)
+}
+
+// Loopback says whether hostport (host:port) is on a loopback address
+// (127.0.0.0/8, ::1, localhost); an empty host (every interface) is not.
+func Loopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // DefaultSizeBytes returns layering.default_size in bytes (0 = automatic).

@@ -75,4 +75,75 @@ func TestExampleConfig(t *testing.T) {
 	if c.Mapper.Timeout.Seconds() != 30 || c.Mapper.Backend != "auto" {
 		t.Errorf("example mapper = %+v, want backend auto and timeout 30s", c.Mapper)
 	}
+	if !c.Agent.TLS() || c.Agent.TokensFile == "" || c.Agent.CAFile == "" {
+		t.Errorf("example agent = %+v, want TLS, a tokens file and a CA file", c.Agent)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("example config: %v", err)
+	}
+}
+
+// The API's credentials: certificate and key both or neither, two token
+// files apart; plain HTTP on a loopback address only; a token outside --dev.
+func TestAPICredentials(t *testing.T) {
+	c := Default()
+	c.Agent.TLSCertFile = "/etc/fogdeploy/api.crt"
+	c.Agent.TokenFile, c.Agent.TokensFile = "/etc/fogdeploy/t", "/etc/fogdeploy/t"
+	err := c.Validate()
+	for _, want := range []string{"agent.tls_cert_file \"/etc/fogdeploy/api.crt\" and agent.tls_key_file \"\": give both",
+		"agent.token_file and agent.tokens_file are both /etc/fogdeploy/t"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v; want %q", err, want)
+		}
+	}
+
+	plain := Default().Agent
+	withToken := plain
+	withToken.TokenFile = "/etc/fogdeploy/token"
+	withTLS := withToken
+	withTLS.TLSCertFile, withTLS.TLSKeyFile = "/etc/fogdeploy/api.crt", "/etc/fogdeploy/api.key"
+	for _, tc := range []struct {
+		name   string
+		a      Agent
+		listen string
+		dev    bool
+		want   []string // "" : no error
+	}{
+		{"dev on loopback", plain, "127.0.0.1:7480", true, nil},
+		{"dev on ::1", plain, "[::1]:7480", true, nil},
+		{"dev on localhost", plain, "localhost:7480", true, nil},
+		{"dev beyond loopback", plain, "0.0.0.0:7480", true, []string{"--listen 0.0.0.0:7480 without TLS", "agent.tls_cert_file"}},
+		{"dev on every interface", plain, ":7480", true, []string{"--listen :7480 without TLS"}},
+		{"token on loopback", withToken, "127.0.0.1:7480", false, nil},
+		{"token beyond loopback", withToken, "10.0.0.5:7480", false, []string{"plain HTTP is served on a loopback address only"}},
+		{"no token", plain, "127.0.0.1:7480", false, []string{"agent.token_file and agent.tokens_file are empty"}},
+		{"TLS anywhere", withTLS, "0.0.0.0:7480", false, nil},
+		{"dev with TLS anywhere", withTLS, "0.0.0.0:7480", true, nil},
+	} {
+		err := tc.a.CheckServe(tc.listen, tc.dev)
+		if len(tc.want) == 0 {
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			continue
+		}
+		for _, w := range tc.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: CheckServe = %v; want %q", tc.name, err, w)
+			}
+		}
+	}
+
+	t.Setenv("FOGDEPLOY_TOKENS_FILE", "/etc/fogdeploy/tokens.yaml")
+	t.Setenv("FOGDEPLOY_TLS_CERT_FILE", "/etc/fogdeploy/api.crt")
+	t.Setenv("FOGDEPLOY_TLS_KEY_FILE", "/etc/fogdeploy/api.key")
+	t.Setenv("FOGDEPLOY_CA_FILE", "/etc/fogdeploy/ca.crt")
+	c = Default()
+	c.ApplyEnv()
+	if c.Agent.TokensFile != "/etc/fogdeploy/tokens.yaml" || !c.Agent.TLS() || c.Agent.CAFile != "/etc/fogdeploy/ca.crt" {
+		t.Errorf("ApplyEnv: %+v", c.Agent)
+	}
+	if err := c.Validate(); err != nil {
+		t.Error(err)
+	}
 }

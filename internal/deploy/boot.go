@@ -34,7 +34,7 @@ func (d *Deployer) Boot(ctx context.Context, app App, opts Options, reason strin
 	if err := d.CheckBoot(ctx); err != nil {
 		return Deployment{}, err
 	}
-	rec := &Deployment{ID: opts.ID, App: app.Name, Node: d.cfg.Node, Phase: PhaseBooting, Mode: ModeBoot, BootReason: reason,
+	rec := &Deployment{ID: opts.ID, App: app.Name, Node: d.cfg.Node, Phase: PhaseBooting, Mode: ModeBoot, BootReason: reason, Limits: d.limitsOf(app),
 		Created: time.Now().UTC()}
 	if err := d.create(rec); err != nil {
 		return Deployment{}, err

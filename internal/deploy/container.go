@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/cgroup"
+	"github.com/fogdeploy/fogdeploy/internal/ctlfs"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
@@ -82,6 +83,7 @@ var _ Driver = (*Container)(nil)
 func (c *Container) Name() string { return "container" }
 
 func (c *Container) spec(r Run, image string) runtime.DMTCPContainer {
+	lim := r.App.LimitsOver(r.Limits)
 	dc := runtime.DMTCPContainer{
 		Image:      image,
 		Deployment: r.ID,
@@ -96,8 +98,14 @@ func (c *Container) spec(r Run, image string) runtime.DMTCPContainer {
 		StopSignal: r.App.StopSignal,
 		// Waited for inside the container, after SIGUSR1.
 		CheckpointDelay: time.Duration(r.App.CheckpointDelay),
-		NanoCPUs:        int64(r.App.Resources.CPUs * 1e9),
-		MemoryBytes:     r.App.MemoryBytes(),
+		NanoCPUs:        int64(lim.CPUs * 1e9),
+		MemoryBytes:     lim.MemoryBytes,
+		Network:         networkOf(r.App),
+		NetworkOpen:     r.App.Network != "",
+		PidsLimit:       lim.Pids,
+		OpenFiles:       lim.OpenFiles,
+		LogBytes:        lim.LogBytes,
+		LogFiles:        lim.LogFiles,
 		Labels:          map[string]string{"io.fogdeploy.gen": strconv.Itoa(r.Gen)},
 	}
 	for _, p := range r.App.Ports {
@@ -112,6 +120,24 @@ func (c *Container) spec(r Run, image string) runtime.DMTCPContainer {
 		}
 	}
 	return dc
+}
+
+// Networks of instances (runtime.Spec.Network).
+const (
+	// IsolatedNetwork holds the instances of apps without a network
+	// group: none reaches another's ports.
+	IsolatedNetwork = runtime.NetworkPrefix + "isolated"
+	// groupNetworkPrefix starts the network of a group (App.Network),
+	// whose instances reach each other's ports.
+	groupNetworkPrefix = runtime.NetworkPrefix + "group-"
+)
+
+// networkOf is the network an instance of app joins.
+func networkOf(app App) string {
+	if app.Network == "" {
+		return IsolatedNetwork
+	}
+	return groupNetworkPrefix + app.Network
 }
 
 // probedInside reports whether the entrypoint runs the app's readiness
@@ -448,7 +474,7 @@ func (c *Container) Timings(ctx context.Context, h Handle) ([]runtime.Timing, er
 	if h.CtlPath != "" {
 		// A slot's entrypoint writes them into its control directory too:
 		// a file read, not a Docker call, on every readiness probe.
-		b, err := os.ReadFile(filepath.Join(h.CtlPath, runtime.DMTCPTimingsFile))
+		b, err := ctlfs.Dir(h.CtlPath).ReadFile(runtime.DMTCPTimingsFile)
 		if err == nil {
 			return runtime.ParseTimings(string(b)), nil
 		}

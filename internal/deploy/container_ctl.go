@@ -9,18 +9,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/cgroup"
+	"github.com/fogdeploy/fogdeploy/internal/ctlfs"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 )
 
 // ordered reports whether Start has ordered the instance to run.
 func ordered(h Handle) bool {
-	_, err := os.Stat(filepath.Join(h.CtlPath, runtime.DMTCPOrderFile))
-	return err == nil
+	return ctlfs.Dir(h.CtlPath).IsFile(runtime.DMTCPOrderFile)
 }
 
 // writeOrder writes the order file.
@@ -31,17 +29,14 @@ func writeOrder(h Handle) error {
 }
 
 // writeCtl writes v as JSON to control file name in dir, whole (a
-// rename), so that the entrypoint never reads half of it.
+// rename), so that the entrypoint never reads half of it. The app can
+// write into dir (ctlfs): no link of its is followed.
 func writeCtl(dir, name string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, "."+name+".tmp")
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return fmt.Errorf("control file %s of the instance: %w", name, err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+	if err := ctlfs.Dir(dir).WriteFile(name, b, 0o644); err != nil {
 		return fmt.Errorf("control file %s of the instance: %w", name, err)
 	}
 	return nil
@@ -64,9 +59,9 @@ func (c *Container) Recycle(ctx context.Context, h Handle, reset func(context.Co
 	if !h.Recycle || h.CtlPath == "" {
 		return Handle{}, fmt.Errorf("container %s: created to serve once: %w", shortRef(h.Ref), ErrNotRecyclable)
 	}
-	ctl := func(name string) string { return filepath.Join(h.CtlPath, name) }
+	ctl := ctlfs.Dir(h.CtlPath)
 	for _, f := range []string{runtime.DMTCPReleasedFile, runtime.DMTCPRearmFile} {
-		if err := os.Remove(ctl(f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := ctl.Remove(f); err != nil {
 			return Handle{}, err
 		}
 	}
@@ -89,7 +84,7 @@ func (c *Container) Recycle(ctx context.Context, h Handle, reset func(context.Co
 	var b []byte
 	for {
 		var err error
-		if b, err = os.ReadFile(ctl(runtime.DMTCPReleasedFile)); err == nil {
+		if b, err = ctl.ReadFile(runtime.DMTCPReleasedFile); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {

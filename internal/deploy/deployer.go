@@ -82,6 +82,9 @@ type Config struct {
 	// CPUs and end together, each as late as the last; served a few at a
 	// time, the first end first, and the last no later.
 	HitConcurrency int
+	// Limits are an instance's where its app spec is silent (the
+	// agent's `limits:`); zero: none.
+	Limits spec.Limits
 }
 
 // DefaultHitConcurrency is the default Config.HitConcurrency: the number

@@ -139,6 +139,9 @@ type Sweeper interface {
 // Run describes an instance to create.
 type Run struct {
 	Mode RunMode
+	// Limits are the node's defaults of an instance's limits; the app's
+	// resources win over them (spec.App.LimitsOver).
+	Limits spec.Limits
 	// ID is the deployment ID; it names the instance (its container).
 	ID  string
 	App App

@@ -16,12 +16,12 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fogdeploy/fogdeploy/internal/ctlfs"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
@@ -78,23 +78,32 @@ func writeIdentityCtl(h Handle, id spec.Identity) (bound bool, err error) {
 	if h.CtlPath == "" {
 		return false, nil
 	}
-	dir := filepath.Join(h.CtlPath, runtime.DMTCPIdentityDir)
-	written, err := overwriteIdentity(filepath.Join(dir, path.Base(spec.IdentityFile)), id)
-	if err != nil {
-		return false, err
-	}
-	if !written {
-		if err := writeIdentityAs(dir, path.Base(spec.IdentityFile), id); errors.Is(err, unix.ENOENT) {
-			return false, nil // a control directory made before it had one
-		} else if err != nil {
+	// The app can write into the control directory (ctlfs): no link of
+	// its is followed.
+	ctl := ctlfs.Dir(h.CtlPath)
+	name := path.Join(runtime.DMTCPIdentityDir, path.Base(spec.IdentityFile))
+	written := false
+	if f, err := ctl.OpenFile(name, os.O_WRONLY); err == nil {
+		written, err = overwriteIdentity(f, id)
+		if err != nil {
 			return false, err
 		}
 	}
-	_, err = os.Stat(filepath.Join(h.CtlPath, runtime.DMTCPIdentityBound))
-	return err == nil, nil
+	if !written {
+		b, err := identityJSON(id)
+		if err != nil {
+			return false, err
+		}
+		if err := ctl.WriteFile(name, b, 0o644); errors.Is(err, unix.ENOENT) {
+			return false, nil // a control directory made before it had one
+		} else if err != nil {
+			return false, fmt.Errorf("write the instance's identity %s: %w", spec.IdentityFile, err)
+		}
+	}
+	return ctl.IsFile(runtime.DMTCPIdentityBound), nil
 }
 
-// overwriteIdentity writes id over the identity file at file, in place,
+// overwriteIdentity writes id over the identity file f, in place,
 // where one is there already (a slot restored ahead wrote its own): a new
 // file renamed over it would be, on ext4, a new inode and the flush of its
 // data that a rename over a file starts (auto_da_alloc), about a tenth of
@@ -102,11 +111,7 @@ func writeIdentityCtl(h Handle, id spec.Identity) (bound bool, err error) {
 // length, so that no moment of the write shows a shorter tail of the old
 // one; nobody reads the file meanwhile (the slot's app waits for its
 // deployment, and post_restore runs after). It reports whether it wrote.
-func overwriteIdentity(file string, id spec.Identity) (bool, error) {
-	f, err := os.OpenFile(file, os.O_WRONLY|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return false, nil // none yet, or not a plain file: a new one replaces it
-	}
+func overwriteIdentity(f *os.File, id spec.Identity) (bool, error) {
 	defer func() { _ = f.Close() }()
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -51,6 +52,9 @@ type Deployment struct {
 	Owned
 	// Ports maps "6379/tcp" to the address where the instance answers.
 	Ports map[string]string `json:"ports,omitempty"`
+	// Limits are what the instance may use: its app's resources, the
+	// node's defaults elsewhere (the host driver applies none).
+	Limits *spec.Limits `json:"limits,omitempty"`
 	// Timings are this deploy's phases in order; EngineReadyMS is the
 	// engine's own restart-to-ready (or launch-to-ready) as measured
 	// inside the instance, when the driver reports it.
@@ -58,6 +62,12 @@ type Deployment struct {
 	EngineReadyMS float64          `json:"engine_ready_ms,omitempty"`
 	Error         string           `json:"error,omitempty"`
 	Created       time.Time        `json:"created"`
+}
+
+// limitsOf is what an instance of app may use on this node.
+func (d *Deployer) limitsOf(app App) *spec.Limits {
+	l := app.LimitsOver(d.cfg.Limits)
+	return &l
 }
 
 // Total is the sum of the phases.

@@ -46,7 +46,7 @@ func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, curr
 		return Deployment{}, err
 	}
 	id := opts.ID
-	rec := &Deployment{ID: id, App: app.Name, Node: d.cfg.Node, Phase: PhaseRestoring, Gen: g.Gen, Engine: g.Engine, Mode: ModeRestore,
+	rec := &Deployment{ID: id, App: app.Name, Node: d.cfg.Node, Phase: PhaseRestoring, Gen: g.Gen, Engine: g.Engine, Mode: ModeRestore, Limits: d.limitsOf(app),
 		Reason: opts.Reason, Created: time.Now().UTC()}
 	if resolved > 0 {
 		rec.Timings = layering.Timings{{Name: StepResolve, Duration: resolved}}

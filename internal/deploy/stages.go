@@ -220,7 +220,7 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 		return err
 	}
 	run := Run{Mode: s.Mode, ID: s.ID, App: src.app, EnvPath: envPath, CkptPath: ckptPath, CkptSource: source, Gen: s.Gen,
-		ImageEnv: src.config.Env, WorkDir: src.config.WorkDir, CtlPath: ctl, Background: s.Pool || src.background, Resettable: s.Lower != ""}
+		ImageEnv: src.config.Env, WorkDir: src.config.WorkDir, CtlPath: ctl, Background: s.Pool || src.background, Limits: d.cfg.Limits, Resettable: s.Lower != ""}
 	h, err := dr.Create(ctx, run)
 	if err != nil {
 		return err

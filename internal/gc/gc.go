@@ -7,7 +7,10 @@
 //
 // It never removes a snapshot with live clones (a generation in use is
 // listed with Skip set and the reason), an incomplete generation while its
-// app's checkpoint lock is held, or anything younger than Config.MinAge.
+// app's checkpoint lock is held, or anything younger than Config.MinAge;
+// and it plans nothing (state.ErrFenced) against an etcd that may not be
+// the PoP's: one without a PoP record while the pool holds fogdeploy's
+// images, or one that a registered node is fenced from.
 // Node-local leftovers (containers, mappings, mounts) are each agent's to
 // sweep; see pop-agent.
 package gc
@@ -23,6 +26,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -96,6 +100,9 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 	}
 	nodes, err := c.State.Nodes(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkControlPlane(ctx, c.State, names, nodes); err != nil {
 		return nil, err
 	}
 	known, down := map[string]bool{}, map[string]bool{}
@@ -230,6 +237,59 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 		return plan[i].Name < plan[j].Name
 	})
 	return plan, nil
+}
+
+// checkControlPlane refuses a plan, with an error wrapping
+// state.ErrFenced and a hint, when etcd may not be the PoP's: it has no
+// PoP record while the pool holds images of fogdeploy's deployments and
+// checkpoints (an emptied or replaced etcd, against which every one would
+// look orphaned), or a registered node is fenced (its agent found etcd
+// emptied, replaced or rolled back).
+func checkControlPlane(ctx context.Context, st *state.Store, names []string, nodes []state.Node) error {
+	// A NotReady node's too: its instances may run on without an agent.
+	var fenced, listed []string
+	for _, n := range nodes {
+		if n.Fence() != "" {
+			fenced = append(fenced, n.Name)
+			name := n.Name
+			if !n.Ready {
+				name += " (NotReady)"
+			}
+			listed = append(listed, name)
+		}
+	}
+	if len(fenced) > 0 {
+		return hint.With(fmt.Errorf("gc: %w: node(s) %s act on nothing, as their etcd is not the one they knew (%s); nothing is collected",
+			state.ErrFenced, strings.Join(listed, ", "), nodeFence(nodes, fenced[0])),
+			"restore etcd, or adopt this one on those nodes (pop-agent --adopt-pop) once its apps and deployments are checked; `fogctl node ls` says why each is fenced. "+
+				"A node gone for good keeps its record: remove it with `etcdctl del --prefix "+state.Prefix+"nodes/NAME/`")
+	}
+	pop, _, err := st.PoP(ctx)
+	if err != nil || pop != nil {
+		return err
+	}
+	var ours []string
+	for _, n := range names {
+		if _, _, _, ok := deploy.ParseGenImage(n); ok || strings.HasPrefix(n, deploy.InstancePrefix) {
+			ours = append(ours, n)
+		}
+	}
+	if len(ours) == 0 {
+		return nil // a new PoP on a new pool
+	}
+	return hint.With(fmt.Errorf("gc: %w: etcd has no PoP record (%s), while the pool holds %d image(s) of deployments and checkpoints (%s): "+
+		"etcd may have been emptied or replaced, and each would look orphaned; nothing is collected", state.ErrFenced, state.PoPKey, len(ours), strings.Join(ours[:min(3, len(ours))], ", ")),
+		"restore etcd from its backup; if it is new on purpose (or the images are another PoP's), let an agent adopt it (pop-agent --adopt-pop) or create an app, which records the PoP, then run gc again")
+}
+
+// nodeFence is why node name is fenced.
+func nodeFence(nodes []state.Node, name string) string {
+	for _, n := range nodes {
+		if n.Name == name {
+			return n.Name + ": " + n.Fence()
+		}
+	}
+	return ""
 }
 
 // RemoveGeneration removes generation gen of app: its images (refused,

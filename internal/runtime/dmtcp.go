@@ -3,6 +3,7 @@ package runtime
 import (
 	"bufio"
 	"encoding/json"
+	"maps"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -166,7 +167,15 @@ type DMTCPContainer struct {
 	WorkingDir  string
 	NanoCPUs    int64
 	MemoryBytes int64
-	Labels      map[string]string
+	// Network and NetworkOpen are Spec's: the instance's network.
+	Network     string
+	NetworkOpen bool
+	// PidsLimit, OpenFiles, LogBytes and LogFiles are Spec's.
+	PidsLimit int64
+	OpenFiles uint64
+	LogBytes  int64
+	LogFiles  int
+	Labels    map[string]string
 	// StopSignal is the signal that stops the app ("SIGTERM" when ""): the
 	// container's stop signal, which the entrypoint forwards to the app
 	// (SIGTERM, SIGINT, SIGQUIT or SIGHUP).
@@ -304,28 +313,44 @@ func (c DMTCPContainer) spec(args []string, mode string) Spec {
 	if c.Engine == EngineCRIU && mode != "boot" {
 		caps, tmpfs, devices, secOpt = CRIUCapabilities(), CRIUTmpfs(), CRIUDevices(), CRIUSecurityOpt()
 	}
+	// The image's files are read-only: an app that reaches the container's
+	// root (through a supervisor's /proc/PID/root) cannot replace the
+	// entrypoint that later runs with capabilities. Its writable places
+	// are the binds and this /tmp (the coordinator's).
+	tmpfs = maps.Clone(tmpfs)
+	if tmpfs == nil {
+		tmpfs = map[string]string{}
+	}
+	tmpfs["/tmp"] = "size=16m,mode=1777"
 	for k, v := range c.Labels {
 		labels[k] = v
 	}
 	return Spec{
-		Name:        c.Name,
-		Deployment:  c.Deployment,
-		App:         c.App,
-		Image:       c.Image,
-		Cmd:         append([]string{mode}, args...),
-		Env:         c.Env,
-		Binds:       c.binds(),
-		Ports:       c.Ports,
-		CapDrop:     []string{"ALL"},
-		CapAdd:      caps,
-		SecurityOpt: secOpt,
-		Tmpfs:       tmpfs,
-		Devices:     devices,
-		NanoCPUs:    c.NanoCPUs,
-		MemoryBytes: c.MemoryBytes,
-		CPUShares:   c.CPUShares,
-		Labels:      labels,
-		StopSignal:  stopSignal,
+		Name:         c.Name,
+		Deployment:   c.Deployment,
+		App:          c.App,
+		Image:        c.Image,
+		Cmd:          append([]string{mode}, args...),
+		Env:          c.Env,
+		Binds:        c.binds(),
+		Ports:        c.Ports,
+		CapDrop:      []string{"ALL"},
+		CapAdd:       caps,
+		SecurityOpt:  secOpt,
+		Tmpfs:        tmpfs,
+		ReadOnlyRoot: true,
+		Devices:      devices,
+		NanoCPUs:     c.NanoCPUs,
+		MemoryBytes:  c.MemoryBytes,
+		Network:      c.Network,
+		NetworkOpen:  c.NetworkOpen,
+		PidsLimit:    c.PidsLimit,
+		OpenFiles:    c.OpenFiles,
+		LogBytes:     c.LogBytes,
+		LogFiles:     c.LogFiles,
+		CPUShares:    c.CPUShares,
+		Labels:       labels,
+		StopSignal:   stopSignal,
 	}
 }
 

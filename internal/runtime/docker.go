@@ -50,6 +50,7 @@ type DockerClient interface {
 	ImageList(ctx context.Context, options image.ListOptions) ([]image.Summary, error)
 	ImageRemove(ctx context.Context, imageID string, options image.RemoveOptions) ([]image.DeleteResponse, error)
 	NetworkInspect(ctx context.Context, networkID string, options network.InspectOptions) (network.Inspect, error)
+	NetworkCreate(ctx context.Context, name string, options network.CreateOptions) (network.CreateResponse, error)
 	ContainerExecCreate(ctx context.Context, containerID string, options container.ExecOptions) (container.ExecCreateResponse, error)
 	ContainerExecAttach(ctx context.Context, execID string, config container.ExecAttachOptions) (types.HijackedResponse, error)
 	ContainerExecInspect(ctx context.Context, execID string) (container.ExecInspect, error)
@@ -64,6 +65,8 @@ type Docker struct {
 
 	mu      sync.Mutex
 	network string // resolved by Network
+	// made are fogdeploy's networks known to exist (ensureNetwork).
+	made map[string]bool
 }
 
 var (
@@ -126,6 +129,41 @@ func (d *Docker) Network(ctx context.Context) (string, error) {
 	return d.network, nil
 }
 
+// ensureNetwork makes fogdeploy's bridge network name unless it exists:
+// with inter-container traffic off unless open. Two agents or deploys
+// making it at once: the one that finds it made takes it.
+//
+// Implements: GET /networks/{name}, POST /networks/create.
+func (d *Docker) ensureNetwork(ctx context.Context, name string, open bool) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.made[name] {
+		return nil
+	}
+	nw, err := d.api.NetworkInspect(ctx, name, network.InspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		_, err = d.api.NetworkCreate(ctx, name, network.CreateOptions{Driver: "bridge",
+			Options: map[string]string{"com.docker.network.bridge.enable_icc": strconv.FormatBool(open)},
+			Labels:  map[string]string{LabelManaged: "true"}})
+		if cerrdefs.IsConflict(err) {
+			err = nil
+		}
+		if err == nil {
+			d.log.Info("network made", "network", name, "containers_reach_each_other", open)
+		}
+	} else if err == nil && nw.Options["com.docker.network.bridge.enable_icc"] != strconv.FormatBool(open) {
+		err = fmt.Errorf("network %s exists with enable_icc=%q, not %v: %w", name, nw.Options["com.docker.network.bridge.enable_icc"], open, ErrConflict)
+	}
+	if err != nil {
+		return d.wrap("network", name, err)
+	}
+	if d.made == nil {
+		d.made = map[string]bool{}
+	}
+	d.made[name] = true
+	return nil
+}
+
 // Create implements Runtime.
 //
 // Implements: POST /containers/create (never pulls).
@@ -137,8 +175,16 @@ func (d *Docker) Create(ctx context.Context, spec Spec) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if spec.Network != "" && spec.Network != NetworkBridge {
+	if spec.Network != "" && spec.Network != NetworkBridge && netMode != NetworkNone {
 		netMode = spec.Network
+	}
+	if spec.Network == NetworkNone {
+		netMode = NetworkNone
+	}
+	if ValidNetworkName(netMode) {
+		if err := d.ensureNetwork(ctx, netMode, spec.NetworkOpen); err != nil {
+			return "", err
+		}
 	}
 	if netMode == NetworkNone && len(spec.Ports) > 0 {
 		return "", withHint(fmt.Errorf("container for app %q publishes %d port(s): %w", spec.App, len(spec.Ports), ErrNoNetwork),
@@ -203,22 +249,35 @@ func dockerConfig(spec Spec, netMode string) (*container.Config, *container.Host
 		StopSignal:   spec.StopSignal,
 	}
 	host := &container.HostConfig{
-		Mounts:       mounts,
-		PortBindings: bindings,
-		NetworkMode:  container.NetworkMode(netMode),
-		CapAdd:       spec.CapAdd,
-		CapDrop:      spec.CapDrop,
-		SecurityOpt:  spec.SecurityOpt,
-		Tmpfs:        spec.Tmpfs,
-		Privileged:   false,
-		Init:         &noInit,
-		AutoRemove:   false,
+		Mounts:         mounts,
+		PortBindings:   bindings,
+		NetworkMode:    container.NetworkMode(netMode),
+		CapAdd:         spec.CapAdd,
+		CapDrop:        spec.CapDrop,
+		SecurityOpt:    spec.SecurityOpt,
+		Tmpfs:          spec.Tmpfs,
+		Privileged:     false,
+		ReadonlyRootfs: spec.ReadOnlyRoot,
+		Init:           &noInit,
+		AutoRemove:     false,
 		Resources: container.Resources{
 			NanoCPUs:  spec.NanoCPUs,
 			Memory:    spec.MemoryBytes,
 			CPUShares: spec.CPUShares,
 			Devices:   devices,
 		},
+	}
+	if spec.PidsLimit > 0 {
+		host.PidsLimit = &spec.PidsLimit
+	}
+	if spec.OpenFiles > 0 {
+		n := int64(spec.OpenFiles)
+		host.Ulimits = []*container.Ulimit{{Name: "nofile", Soft: n, Hard: n}}
+	}
+	if spec.LogBytes > 0 {
+		files := max(spec.LogFiles, 1)
+		host.LogConfig = container.LogConfig{Type: "json-file", Config: map[string]string{
+			"max-size": strconv.FormatInt(spec.LogBytes, 10), "max-file": strconv.Itoa(files)}}
 	}
 	return cfg, host
 }
@@ -369,11 +428,43 @@ func (d *Docker) Logs(ctx context.Context, id string, tail int) (string, error) 
 		return "", d.wrap("logs of container", id, err)
 	}
 	defer rc.Close()
-	var buf bytes.Buffer
-	if _, err := stdcopy.StdCopy(&buf, &buf, rc); err != nil {
+	buf := &tailBuffer{max: MaxLogBytes}
+	if _, err := stdcopy.StdCopy(buf, buf, rc); err != nil {
 		return buf.String(), fmt.Errorf("read logs of container %s: %w", id, err)
 	}
 	return buf.String(), nil
+}
+
+// MaxLogBytes bounds what Logs returns: the last bytes of a container's
+// output, however much it wrote (its lines are long, or tail is all).
+const MaxLogBytes = 1 << 20
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	b   []byte
+	max int
+	cut bool
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(p) >= t.max {
+		t.b, t.cut = append(t.b[:0], p[len(p)-t.max:]...), true
+		return n, nil
+	}
+	if over := len(t.b) + len(p) - t.max; over > 0 {
+		t.b, t.cut = append(t.b[:0], t.b[over:]...), true
+	}
+	t.b = append(t.b, p...)
+	return n, nil
+}
+
+// String is what was kept, after a line that says what was cut.
+func (t *tailBuffer) String() string {
+	if !t.cut {
+		return string(t.b)
+	}
+	return fmt.Sprintf("[fogdeploy: earlier output cut: only the last %d bytes are read]\n", t.max) + string(t.b)
 }
 
 // Exec implements Execer.

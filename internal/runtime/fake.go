@@ -311,6 +311,8 @@ func (f *Fake) Create(ctx context.Context, spec Spec) (string, error) {
 	netMode := f.network
 	if spec.Network == NetworkNone {
 		netMode = NetworkNone
+	} else if ValidNetworkName(spec.Network) && netMode != NetworkNone {
+		netMode = spec.Network
 	}
 	if netMode == NetworkNone && len(spec.Ports) > 0 {
 		return "", withHint(fmt.Errorf("container for app %q publishes %d port(s): %w", spec.App, len(spec.Ports), ErrNoNetwork),

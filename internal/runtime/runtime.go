@@ -46,6 +46,24 @@ const (
 	LabelApp = "io.fogdeploy.app"
 )
 
+// ValidNetworkName says whether name is one of fogdeploy's own networks:
+// "fogdeploy-" then 1 to 40 lowercase letters, digits or '-'.
+func ValidNetworkName(name string) bool {
+	rest, ok := strings.CutPrefix(name, NetworkPrefix)
+	if !ok || len(rest) == 0 || len(rest) > 40 {
+		return false
+	}
+	for _, c := range rest {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// NetworkPrefix starts the names of fogdeploy's networks.
+const NetworkPrefix = "fogdeploy-"
+
 // Network modes.
 const (
 	NetworkBridge = "bridge" // default: a private network namespace per container
@@ -223,14 +241,32 @@ type Spec struct {
 	NanoCPUs int64
 	// MemoryBytes limits memory; 0 = no limit.
 	MemoryBytes int64
+	// ReadOnlyRoot mounts the container's own root filesystem read-only
+	// (its binds and tmpfs mounts keep their modes).
+	ReadOnlyRoot bool
+	// PidsLimit bounds the container's processes and threads; 0 = no
+	// limit.
+	PidsLimit int64
+	// OpenFiles is the RLIMIT_NOFILE of its processes (soft and hard);
+	// 0 keeps the runtime's.
+	OpenFiles uint64
+	// LogBytes bounds one file of its output that the runtime keeps, and
+	// LogFiles how many (json-file rotation); 0 keeps the runtime's.
+	LogBytes int64
+	LogFiles int
 	// CPUShares is the container's relative CPU weight at creation (1024
 	// is the default; 2 is the lowest, for work that waits, such as a
 	// warm pool's slot); 0 leaves the runtime's default.
 	CPUShares int64
 	// Labels are added to the fogdeploy labels (which win on conflict).
 	Labels map[string]string
-	// Network is NetworkBridge (the default when empty) or NetworkNone.
-	Network string
+	// Network is NetworkBridge (the default when empty), NetworkNone, or
+	// the name of a bridge network of fogdeploy's, made on first use
+	// (ValidNetworkName): its containers reach no other container's ports
+	// unless NetworkOpen, where they reach each other's (never those of
+	// another network). Published ports answer from the node either way.
+	Network     string
+	NetworkOpen bool
 	// StopSignal overrides the image's ("SIGTERM" when neither sets one).
 	StopSignal string
 }
@@ -329,6 +365,9 @@ func (s Spec) Validate() error {
 			bad("tmpfs %q (%q): want an absolute path without ':' or ',', and options without spaces", path, opts)
 		}
 	}
+	if n := s.Network; n != "" && n != NetworkBridge && n != NetworkNone && !ValidNetworkName(n) {
+		bad("network %q: want %s, %s, or a name of fogdeploy's (fogdeploy-...: lowercase letters, digits and '-')", n, NetworkBridge, NetworkNone)
+	}
 	for _, p := range s.Ports {
 		if p.ContainerPort == 0 {
 			bad("port with container port 0")
@@ -342,15 +381,10 @@ func (s Spec) Validate() error {
 			bad("device %q is not under /dev", d.HostPath)
 		}
 	}
-	switch s.Network {
-	case "", NetworkBridge, NetworkNone:
-	default:
-		bad("network %q (want %s or %s)", s.Network, NetworkBridge, NetworkNone)
-	}
 	if s.Network == NetworkNone && len(s.Ports) > 0 {
 		bad("ports cannot be published with network %s", NetworkNone)
 	}
-	if s.NanoCPUs < 0 || s.MemoryBytes < 0 || s.CPUShares < 0 {
+	if s.NanoCPUs < 0 || s.MemoryBytes < 0 || s.CPUShares < 0 || s.PidsLimit < 0 || s.LogBytes < 0 || s.LogFiles < 0 {
 		bad("negative CPU or memory limit")
 	}
 	for _, c := range append(append([]string{}, s.CapAdd...), s.CapDrop...) {

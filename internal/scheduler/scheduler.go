@@ -27,6 +27,9 @@ type Request struct {
 	// without a checkpoint engine); "" is the app's mode, else auto.
 	// "checkpoint" seals a new generation (fogctl checkpoint refresh).
 	Mode deploy.Mode `json:"mode,omitempty"`
+	// Client is the hook API client that asks (state.Desired.Client);
+	// never read from a request body.
+	Client string `json:"-"`
 }
 
 // Create places and records a deployment. Placement (or the check of
@@ -60,7 +63,7 @@ func Create(ctx context.Context, st *state.Store, req Request, requester string)
 				"`fogctl node ls` shows each node's engines; install the engine on a node and restart its pop-agent")
 		}
 	}
-	d := state.Desired{ID: deploy.NewID(req.App), App: req.App, Node: req.Node, Requester: requester, Labels: req.Labels,
+	d := state.Desired{ID: deploy.NewID(req.App), App: req.App, Node: req.Node, Requester: requester, Client: req.Client, Labels: req.Labels,
 		Mode: req.Mode, Created: time.Now().UTC()}
 	return st.CreatePlaced(ctx, d, eligible)
 }

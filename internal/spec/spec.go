@@ -111,7 +111,15 @@ type App struct {
 	// touch, the rest in the background, so that a large app answers
 	// before its whole image is read.
 	Lazy bool `yaml:"lazy,omitempty" json:"lazy,omitempty"`
+	// Network names a group of apps whose instances reach each other's
+	// ports on a node (e.g. a backend and its database). Without it an
+	// instance reaches no other instance: each user's backend is alone on
+	// the node's network, and its published ports answer from the node.
+	Network string `yaml:"network,omitempty" json:"network,omitempty"`
 }
+
+// networkName is an App.Network: lowercase letters, digits and '-'.
+var networkName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,28}[a-z0-9])?$`)
 
 // MaxPool bounds App.Pool.
 const MaxPool = 64
@@ -275,6 +283,9 @@ func (a App) Validate() error {
 	}
 	named("name", a.Name)
 	named("env", a.Env)
+	if a.Network != "" && !networkName.MatchString(a.Network) {
+		bad("network", "%q: give 1 to 30 lowercase letters, digits or '-' (not first or last), e.g. shop", a.Network)
+	}
 	if len(a.Command) == 0 || strings.TrimSpace(a.Command[0]) == "" {
 		bad("command", "is empty: give the app's command line, e.g. [redis-server, --port, \"6379\"]")
 	}

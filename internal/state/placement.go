@@ -69,14 +69,14 @@ type Placement struct {
 	Reason string
 }
 
-// Place picks, among the ready nodes that have room, by locality (paper
-// 002): first a node with an idle warm-pool slot of app (the most idle
-// slots first), then a node that holds the app's newest generation's
-// checkpoint (its restore fetches nothing), then the one with the best
-// Score (ties: the lexically first). loc maps a node to what it holds of
-// app (Localities). It returns ErrNoNode when every node is NotReady or
-// full, also wrapping ErrFull when some node is ready (and so every ready
-// one full).
+// Place picks, among the ready nodes that have room and are not fenced
+// (Node.Fence), by locality (paper 002): first a node with an idle
+// warm-pool slot of app (the most idle slots first), then a node that
+// holds the app's newest generation's checkpoint (its restore fetches
+// nothing), then the one with the best Score (ties: the lexically first).
+// loc maps a node to what it holds of app (Localities). It returns
+// ErrNoNode when every node is NotReady, fenced or full, also wrapping
+// ErrFull when some node is ready (and so every ready one full).
 func Place(nodes []Node, deps []Deployment, app string, loc map[string]Locality) (Placement, error) {
 	type cand struct {
 		name  string
@@ -84,9 +84,13 @@ func Place(nodes []Node, deps []Deployment, app string, loc map[string]Locality)
 		score float64
 	}
 	var cs []cand
-	ready, capacity := 0, 0
+	ready, capacity, fenced := 0, 0, 0
 	for _, n := range nodes {
 		if !n.Ready {
+			continue
+		}
+		if n.Fence() != "" {
+			fenced++ // its agent acts on nothing: a deployment there would wait
 			continue
 		}
 		ready++
@@ -94,6 +98,10 @@ func Place(nodes []Node, deps []Deployment, app string, loc map[string]Locality)
 		if s, ok := Score(n, deps, app); ok {
 			cs = append(cs, cand{n.Name, loc[n.Name], s})
 		}
+	}
+	if ready == 0 && fenced > 0 {
+		return Placement{}, hint.With(fmt.Errorf("app %s: %w (%d node(s) registered, %d of them ready but fenced: their etcd is not the one they knew)", app, ErrNoNode, len(nodes), fenced),
+			"`fogctl node ls` says why each node is fenced")
 	}
 	if ready == 0 {
 		return Placement{}, hint.With(fmt.Errorf("app %s: %w (%d node(s) registered, none ready)", app, ErrNoNode, len(nodes)),
@@ -143,6 +151,10 @@ func Choose(nodes []Node, deps []Deployment, app, node string, loc map[string]Lo
 		}
 		if !n.Ready {
 			return Placement{}, fmt.Errorf("node %s is NotReady: %w", node, ErrNoNode)
+		}
+		if n.Fence() != "" {
+			return Placement{}, hint.With(fmt.Errorf("node %s is fenced (its etcd is not the one it knew), and deploys nothing: %w", node, ErrNoNode),
+				"`fogctl node ls` says why, and what to do")
 		}
 		if _, ok := Score(n, deps, app); !ok {
 			total := 0

@@ -5,6 +5,7 @@
 //
 // Keys (docs/state.md):
 //
+//	/fogdeploy/pop                        PoP (JSON): the PoP's identity, made once
 //	/fogdeploy/apps/<app>                 App spec (JSON)
 //	/fogdeploy/nodes/<node>/info          Node (JSON)
 //	/fogdeploy/nodes/<node>/alive         "1", bound to the agent's lease
@@ -182,6 +183,10 @@ func (s *Store) CreateApp(ctx context.Context, a spec.App, replace bool) error {
 	if err != nil {
 		return err
 	}
+	// The first app of a PoP records the PoP's identity, if no agent did.
+	if _, _, err := s.EnsurePoP(ctx); err != nil {
+		return err
+	}
 	if replace {
 		var old spec.App
 		oldErr := getJSON(ctx, s.cli, appKey(a.Name), &old)
@@ -255,7 +260,9 @@ func (s *Store) DeleteApp(ctx context.Context, name string) error {
 // Node is a registered node.
 type Node struct {
 	Name string `json:"name"`
-	// API is the address of the agent's HTTP API (hooks, logs).
+	// API is the address of the agent's HTTP API (hooks, logs):
+	// https://host:port over TLS, host:port for plain HTTP (an agent on a
+	// loopback address without a certificate).
 	API string `json:"api"`
 	// Capacity is how many instances the node takes.
 	Capacity int      `json:"capacity"`
@@ -269,8 +276,11 @@ type Node struct {
 	// Priority says how the node lowers the priority of its warm pool's
 	// waiting slots (e.g. "cgroup v1: cpu.shares, cpu.idle; no I/O
 	// weight").
-	Priority string    `json:"priority,omitempty"`
-	Started  time.Time `json:"started"`
+	Priority string `json:"priority,omitempty"`
+	// Limits are what the node's instances get where their app spec is
+	// silent (the agent's `limits:`).
+	Limits  *spec.Limits `json:"limits,omitempty"`
+	Started time.Time    `json:"started"`
 	// Ready is set by Nodes: the agent's lease is alive.
 	Ready bool `json:"ready"`
 }
@@ -361,6 +371,9 @@ type Desired struct {
 	Node      string            `json:"node"`
 	Requester string            `json:"requester,omitempty"`
 	Labels    map[string]string `json:"labels,omitempty"`
+	// Client is the hook API client (of the agent's tokens file) that
+	// created it: "operator" for the admin token, "" for fogctl and --dev.
+	Client string `json:"client,omitempty"`
 	// Mode is "auto" (boot or restore, whichever has been faster on the
 	// node), "restore" (checkpointing first if needed), "boot" (normally,
 	// without a checkpoint engine), "checkpoint" (a refresh), or "" (the
@@ -394,11 +407,14 @@ type Status struct {
 	Slot    string `json:"slot,omitempty"`
 	Fetched bool   `json:"fetched,omitempty"`
 	// Engine is the engine of the restored generation.
-	Engine        string            `json:"engine,omitempty"`
-	Ports         map[string]string `json:"ports,omitempty"`
-	Timings       layering.Timings  `json:"timings,omitempty"`
-	EngineReadyMS float64           `json:"engine_ready_ms,omitempty"`
-	Error         string            `json:"error,omitempty"`
+	Engine string            `json:"engine,omitempty"`
+	Ports  map[string]string `json:"ports,omitempty"`
+	// Limits are what the instance may use (its app's resources, the
+	// node's defaults elsewhere).
+	Limits        *spec.Limits     `json:"limits,omitempty"`
+	Timings       layering.Timings `json:"timings,omitempty"`
+	EngineReadyMS float64          `json:"engine_ready_ms,omitempty"`
+	Error         string           `json:"error,omitempty"`
 	// Hint says what to do about Error, and Cause classes it (one of the
 	// Cause constants, or empty) for clients in other processes.
 	Hint    string    `json:"hint,omitempty"`

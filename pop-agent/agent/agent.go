@@ -4,7 +4,8 @@
 // it first under a PoP-wide lock when there is none; undeploy), writes
 // their status and per-phase timings back, and serves /healthz,
 // Prometheus /metrics and the redeployment hook API until SIGINT/SIGTERM.
-// `pop-agent etcd` runs the embedded single-node etcd of one machine.
+// `pop-agent etcd` runs the embedded single-node etcd of one machine;
+// `pop-agent token` mints a client's token of the hook API.
 package agent
 
 import (
@@ -35,10 +36,15 @@ type Options struct {
 	Node       string
 	StateDir   string
 	Mapper     string
-	// Dev serves the hook API without a token (one machine only).
+	// Dev serves the hook API without a token (one machine only), and
+	// /metrics without one; its listener must be on a loopback address
+	// unless the API has a certificate.
 	Dev bool
 	// ShutdownTimeout bounds the graceful shutdown.
 	ShutdownTimeout time.Duration
+	// AdoptPoP takes the etcd the agent finds at its start as its PoP's,
+	// lifting a fence (an etcd replaced on purpose).
+	AdoptPoP bool
 }
 
 func parseFlags(args []string, errOut io.Writer) (Options, error) {
@@ -46,14 +52,16 @@ func parseFlags(args []string, errOut io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("pop-agent", flag.ContinueOnError)
 	fs.SetOutput(errOut)
 	fs.StringVar(&o.ConfigFile, "config", os.Getenv("FOGDEPLOY_CONFIG"), "config file (YAML)")
-	fs.StringVar(&o.Listen, "listen", "127.0.0.1:7480", "address of /healthz and /metrics")
+	fs.StringVar(&o.Listen, "listen", "127.0.0.1:7480", "address of the hook API, /healthz and /metrics (over TLS with agent.tls_cert_file; plain HTTP on a loopback address only)")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.LogFormat, "log-format", "text", "text or json")
 	fs.StringVar(&o.Node, "node", "", "node name (default: config, else the host name)")
 	fs.StringVar(&o.StateDir, "state-dir", "", "node state directory (default: config)")
 	fs.StringVar(&o.Mapper, "mapper", "", "mapping backend: auto, krbd, nbd or fuse")
-	fs.BoolVar(&o.Dev, "dev", false, "development mode: the hook API needs no token")
+	fs.BoolVar(&o.Dev, "dev", false, "development mode: the hook API needs no token unless one is configured, /metrics none")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "bound of the graceful shutdown")
+	fs.BoolVar(&o.AdoptPoP, "adopt-pop", false, "take the etcd found at start as this PoP's, once: lifts the fence of an agent whose etcd was emptied, replaced or restored from an "+
+		"older backup (/healthz says why it is fenced). Check that etcd's apps and deployments first: the agent then undeploys what it does not hold. Remove the flag afterwards")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -94,8 +102,8 @@ func loadConfig(o Options) (config.Config, error) {
 	if _, _, err := net.SplitHostPort(o.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("--listen %q: give host:port, e.g. 127.0.0.1:7480", o.Listen))
 	}
-	if !o.Dev && c.Agent.TokenFile == "" {
-		errs = append(errs, errors.New("agent.token_file is empty: the hook API needs a bearer token outside --dev (FOGDEPLOY_TOKEN_FILE)"))
+	if err := c.Agent.CheckServe(o.Listen, o.Dev); err != nil {
+		errs = append(errs, err)
 	}
 	if o.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout %s: use a positive duration", o.ShutdownTimeout))
@@ -118,6 +126,9 @@ func newLogger(o Options, w io.Writer) *slog.Logger {
 func Main(args []string, out, errOut io.Writer) int {
 	if len(args) > 0 && args[0] == "etcd" {
 		return etcdMain(args[1:], errOut)
+	}
+	if len(args) > 0 && args[0] == "token" {
+		return tokenMain(args[1:], out, errOut)
 	}
 	o, err := parseFlags(args, errOut)
 	if err != nil {

@@ -2,15 +2,17 @@ package agent
 
 import (
 	"bytes"
-	"crypto/subtle"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
-	"strings"
+	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/apiauth"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/scheduler"
@@ -21,11 +23,21 @@ import (
 // MaxRequestBytes bounds a hook request body.
 const MaxRequestBytes = 16 << 10
 
-// hooks is the redeployment hook API for mobile-app backends (docs/api.md).
+// hooks is the redeployment hook API for mobile-app backends (docs/api.md),
+// and the credentials of the agent's /healthz and /metrics.
 type hooks struct {
-	a     *agent
-	token string // "" only with --dev
+	a *agent
+	// keys are the clients of the agent's token files; nil only with
+	// --dev and no token: every caller is then an admin.
+	keys *apiauth.Keyring
+	// openMetrics serves /metrics without a token (--dev).
+	openMetrics bool
+	// now is the clock of the rate limits (time.Now if nil).
+	now func() time.Time
 }
+
+// authed is a handler of a caller that authenticated as c.
+type authed func(w http.ResponseWriter, r *http.Request, c *apiauth.Client)
 
 func (h *hooks) register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/deployments", h.auth(h.create))
@@ -42,18 +54,96 @@ type apiError struct {
 	Hint  string `json:"hint,omitempty"`
 }
 
-func (h *hooks) auth(next http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if h.token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(h.token)) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="fogdeploy"`)
-				writeJSON(w, http.StatusUnauthorized, apiError{Error: "missing or wrong bearer token", Hint: "send Authorization: Bearer <the agent's token>"})
-				return
-			}
-		}
-		next(w, r)
+// client authenticates r's bearer token: the caller's client, or
+// ErrUnauthorized. Without keys (--dev without a token), an admin.
+func (h *hooks) client(r *http.Request) (*apiauth.Client, error) {
+	if h.keys == nil {
+		return &apiauth.Client{Admin: true}, nil
 	}
+	return h.keys.Authenticate(apiauth.BearerToken(r.Header.Get("Authorization")))
+}
+
+// auth admits a request of a known token within its client's rate: 401
+// without one, 429 (with Retry-After) beyond the rate. Nothing else runs
+// for a refused request.
+func (h *hooks) auth(next authed) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c, err := h.client(r)
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fogdeploy"`)
+			writeJSON(w, http.StatusUnauthorized, apiError{Error: "missing or unknown bearer token",
+				Hint: "send Authorization: Bearer <a token of the agent's agent.tokens_file or agent.token_file>"})
+			return
+		}
+		now := time.Now()
+		if h.now != nil {
+			now = h.now()
+		}
+		if wait, ok := c.Allow(now); !ok {
+			secs := max(1, int(math.Ceil(wait.Seconds())))
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
+			rate, burst := c.Limits()
+			writeJSON(w, http.StatusTooManyRequests, apiError{Error: fmt.Sprintf("client %s: over its rate limit of %g requests per second (burst %d)", c.Name, rate, burst),
+				Hint: fmt.Sprintf("retry after %d s; the rate and burst of the client are in the agent's tokens file", secs)})
+			if h.a != nil && h.a.log != nil {
+				h.a.log.Debug("hook API: rate limit", "client", c.Name, "path", r.URL.Path)
+			}
+			return
+		}
+		next(w, r, c)
+	}
+}
+
+// forbidden is the 403 error of a client outside its scope.
+func forbidden(err error, c *apiauth.Client) error {
+	what := "its apps"
+	if c.Label != "" {
+		what = "the deployments it created"
+	}
+	return hint.With(err, fmt.Sprintf("the token of client %s reaches %s only (agent.tokens_file); use that client's own deployments, or another token", c.Name, what))
+}
+
+// visible reads deployment id for c: 404 if there is none, 403 if it is
+// not c's.
+func (h *hooks) visible(ctx context.Context, c *apiauth.Client, id string) (state.Deployment, error) {
+	d, err := h.a.st.Deployment(ctx, id)
+	if err != nil {
+		return d, err
+	}
+	if !c.Sees(d.App, d.Client) {
+		return d, forbidden(fmt.Errorf("deployment %s: %w: not one of client %s's", id, apiauth.ErrForbidden, c.Name), c)
+	}
+	return d, nil
+}
+
+// healthz answers GET /healthz: the full body of full() to a caller with
+// a token (or to anyone without keys); to others its status only (ok or
+// degraded, and etcd's state), the node's name and the version: nothing
+// that names an app or a deployment.
+func (h *hooks) healthz(full func() map[string]any) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body := full()
+		if _, err := h.client(r); err != nil {
+			body = map[string]any{"status": body["status"], "etcd": body["etcd"], "node": body["node"], "version": body["version"]}
+		}
+		writeJSON(w, http.StatusOK, body)
+	}
+}
+
+// metrics guards /metrics, whose series carry app names: an admin's token
+// or one with metrics: true, unless openMetrics (--dev).
+func (h *hooks) metrics(next http.Handler) http.HandlerFunc {
+	if h.openMetrics {
+		return next.ServeHTTP
+	}
+	return h.auth(func(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
+		if !c.MayReadMetrics() {
+			writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("client %s may not read /metrics: %s", c.Name, apiauth.ErrForbidden),
+				Hint: "its series name the node's apps: give the client metrics: true in agent.tokens_file, or use an admin's token"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // CreateResponse answers POST /v1/deployments.
@@ -97,7 +187,7 @@ func DecodeCreate(r io.Reader) (scheduler.Request, error) {
 		return req, fieldError("labels", "more than 32 labels")
 	}
 	for k, v := range req.Labels {
-		if k == "" || len(k) > 63 || len(v) > 256 || strings.ContainsAny(k, " \t\n=") {
+		if apiauth.CheckLabelKey(k) != nil || len(v) > 256 {
 			return req, fieldError("labels", fmt.Sprintf("label %q: keys are 1-63 characters without spaces or '=', values at most 256", k))
 		}
 	}
@@ -112,12 +202,17 @@ func (e *fieldErr) Error() string { return e.field + ": " + e.msg }
 
 func fieldError(field, msg string) error { return &fieldErr{field: field, msg: msg} }
 
-func (h *hooks) create(w http.ResponseWriter, r *http.Request) {
+func (h *hooks) create(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
 	req, err := DecodeCreate(r.Body)
 	if err != nil {
 		h.error(w, err)
 		return
 	}
+	if err := c.MayCreate(req.App, req.Labels); err != nil {
+		h.error(w, err)
+		return
+	}
+	req.Client = c.Name
 	d, err := scheduler.Create(r.Context(), h.a.st, req, "hook:"+r.RemoteAddr)
 	if err != nil {
 		h.error(w, err)
@@ -127,22 +222,32 @@ func (h *hooks) create(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, CreateResponse{ID: d.ID, App: d.App, Node: d.Node, URL: "/v1/deployments/" + d.ID})
 }
 
-func (h *hooks) list(w http.ResponseWriter, r *http.Request) {
+// list answers the caller's deployments: an admin's all.
+func (h *hooks) list(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
 	deps, err := h.a.st.Deployments(r.Context())
 	if err != nil {
 		h.error(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, deps)
+	mine := deps[:0]
+	for _, d := range deps {
+		if c.Sees(d.App, d.Client) {
+			mine = append(mine, d)
+		}
+	}
+	if mine == nil {
+		mine = []state.Deployment{}
+	}
+	writeJSON(w, http.StatusOK, mine)
 }
 
-func (h *hooks) get(w http.ResponseWriter, r *http.Request) {
+func (h *hooks) get(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
 	id := r.PathValue("id")
 	if err := deploy.ValidateID(id); err != nil {
 		h.error(w, fieldError("id", err.Error()))
 		return
 	}
-	d, err := h.a.st.Deployment(r.Context(), id)
+	d, err := h.visible(r.Context(), c, id)
 	if err != nil {
 		h.error(w, err)
 		return
@@ -150,11 +255,17 @@ func (h *hooks) get(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, d)
 }
 
-func (h *hooks) remove(w http.ResponseWriter, r *http.Request) {
+func (h *hooks) remove(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
 	id := r.PathValue("id")
 	if err := deploy.ValidateID(id); err != nil {
 		h.error(w, fieldError("id", err.Error()))
 		return
+	}
+	if !c.Admin {
+		if _, err := h.visible(r.Context(), c, id); err != nil {
+			h.error(w, err)
+			return
+		}
 	}
 	if err := h.a.st.DeleteDeployment(r.Context(), id); err != nil {
 		h.error(w, err)
@@ -163,7 +274,7 @@ func (h *hooks) remove(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, map[string]string{"id": id, "status": "undeploying"})
 }
 
-func (h *hooks) logs(w http.ResponseWriter, r *http.Request) {
+func (h *hooks) logs(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
 	id := r.PathValue("id")
 	if err := deploy.ValidateID(id); err != nil {
 		h.error(w, fieldError("id", err.Error()))
@@ -177,6 +288,14 @@ func (h *hooks) logs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		n = v
+	}
+	// An admin reads the node's record as before (also of a deployment
+	// withdrawn meanwhile); a client only one of its deployments.
+	if !c.Admin {
+		if _, err := h.visible(r.Context(), c, id); err != nil {
+			h.error(w, err)
+			return
+		}
 	}
 	lines, err := h.a.d.Logs(r.Context(), id, n)
 	if err != nil {
@@ -194,6 +313,8 @@ func (h *hooks) error(w http.ResponseWriter, err error) {
 	switch {
 	case errors.As(err, &fe):
 		code, body.Field, body.Error = http.StatusBadRequest, fe.field, fe.msg
+	case errors.Is(err, apiauth.ErrForbidden):
+		code = http.StatusForbidden
 	case errors.Is(err, errTooLarge):
 		code = http.StatusRequestEntityTooLarge
 	case errors.Is(err, state.ErrNotFound), errors.Is(err, deploy.ErrNotFound):

@@ -30,8 +30,9 @@ func TestHooks(t *testing.T) {
 		}
 	}
 	const token = "0123456789abcdef-token"
+	sec := credentials(t, token, "", nil)
 	mux := http.NewServeMux()
-	(&hooks{a: &agent{st: st}, token: token}).register(mux)
+	(&hooks{a: &agent{st: st}, keys: sec.keys}).register(mux)
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	do := func(method, path, tok, body string) (int, map[string]any) {
@@ -66,6 +67,7 @@ func TestHooks(t *testing.T) {
 		{"unknown node", token, `{"app":"web","node":"n9"}`, 404, ""},
 		{"malformed", token, `{"app":`, 400, "body"},
 		{"unknown field", token, `{"app":"web","x":1}`, 400, "body"},
+		{"a client of its own", token, `{"app":"web","client":"someone"}`, 400, "body"},
 		{"bad app name", token, `{"app":"Web App"}`, 400, "app"},
 		{"bad label", token, `{"app":"web","labels":{"a b":"c"}}`, 400, "labels"},
 		{"bad mode", token, `{"app":"web","mode":"fast"}`, 400, "mode"},

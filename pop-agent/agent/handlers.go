@@ -165,7 +165,7 @@ func (a *agent) event(ctx context.Context, id, reason, msg string) {
 // runningStatus is the status of a Running deployment record.
 func runningStatus(dep deploy.Deployment) state.Status {
 	return state.Status{Phase: deploy.PhaseRunning, Node: dep.Node, Gen: dep.Gen, Mode: dep.Mode, BootReason: dep.BootReason,
-		Reason: dep.Reason, Booted: dep.Booted, Pool: string(dep.Pool), Ahead: dep.Ahead, Slot: dep.Slot, Fetched: dep.Fetched, Engine: dep.Engine, Ports: dep.Ports, Timings: dep.Timings,
+		Reason: dep.Reason, Booted: dep.Booted, Pool: string(dep.Pool), Ahead: dep.Ahead, Slot: dep.Slot, Fetched: dep.Fetched, Engine: dep.Engine, Ports: dep.Ports, Limits: dep.Limits, Timings: dep.Timings,
 		EngineReadyMS: dep.EngineReadyMS}
 }
 
@@ -229,16 +229,17 @@ func (a *agent) fail(ctx context.Context, dsr state.Desired, st *state.Status, e
 // in the pool while the cluster does not answer; the reconcile loop
 // retries then.
 func (a *agent) clean(ctx context.Context, id string) error {
-	err := a.d.Undeploy(ctx, id)
+	recs := a.records()
+	err := recs.Undeploy(ctx, id)
 	if err == nil || errors.Is(err, deploy.ErrNotFound) {
 		return nil
 	}
-	if cerr := a.d.CutOff(ctx, id); errors.Is(cerr, deploy.ErrNotFound) {
+	if cerr := recs.CutOff(ctx, id); errors.Is(cerr, deploy.ErrNotFound) {
 		return err
 	} else if cerr != nil {
 		a.log.Warn("cutting off the mappings of a deployment", "deployment", id, "err", cerr)
 	}
-	if err := a.d.Undeploy(ctx, id); err != nil && !errors.Is(err, deploy.ErrNotFound) {
+	if err := recs.Undeploy(ctx, id); err != nil && !errors.Is(err, deploy.ErrNotFound) {
 		return err
 	}
 	return nil
@@ -247,7 +248,7 @@ func (a *agent) clean(ctx context.Context, id string) error {
 // cleanFailed retries removing what a failed deployment left; it stays
 // Failed (with its error) until withdrawn.
 func (a *agent) cleanFailed(ctx context.Context, id string) {
-	if _, err := a.d.Load(id); err != nil {
+	if _, err := a.records().Load(id); err != nil {
 		return
 	}
 	if err := a.clean(ctx, id); err != nil {
@@ -261,7 +262,7 @@ func (a *agent) cleanFailed(ctx context.Context, id string) {
 // resetStatus writes the status of a Running deployment from its record,
 // when etcd says otherwise (its deploy ended while etcd was unavailable).
 func (a *agent) resetStatus(ctx context.Context, id string) {
-	rec, err := a.d.Load(id)
+	rec, err := a.records().Load(id)
 	if err != nil || rec.Phase != deploy.PhaseRunning {
 		return
 	}
@@ -281,7 +282,7 @@ func (a *agent) resetStatus(ctx context.Context, id string) {
 // live-restore): what is left of it is removed, and it is restored (or
 // booted) anew under the same ID.
 func (a *agent) revive(ctx context.Context, dsr state.Desired) {
-	if alive, err := a.d.Alive(ctx, dsr.ID); err != nil || alive {
+	if alive, err := a.records().Alive(ctx, dsr.ID); err != nil || alive {
 		return // it runs, or was undone meanwhile
 	}
 	if _, err := a.st.Deployment(ctx, dsr.ID); err != nil {
@@ -299,7 +300,14 @@ func (a *agent) revive(ctx context.Context, dsr state.Desired) {
 	a.deploy(ctx, dsr)
 }
 
+// undeploy removes deployment id's instance from this node (or gives it
+// back to the warm pool), only on the word of the etcd this node knew: an
+// emptied or older etcd lacks every deployment (plane.go).
 func (a *agent) undeploy(ctx context.Context, id string) {
+	if err := a.plane.check(ctx); err != nil {
+		a.log.Warn("not undeploying: etcd cannot say it is withdrawn", "deployment", id, "err", err)
+		return
+	}
 	if a.recycle(ctx, id) {
 		_ = a.st.ForgetStatus(ctx, id)
 		a.event(ctx, id, "undeployed", "its instance went back to the warm pool")

@@ -5,6 +5,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -58,7 +59,7 @@ func (a *agent) keepRegistered(ctx context.Context) {
 		a.sess, a.etcdLost = sess, time.Time{}
 		a.sessMu.Unlock()
 		a.log.Info("etcd available again: node registered", "unavailable_for", time.Since(lost).Round(time.Millisecond))
-		if _, err := a.resync(ctx); err != nil {
+		if _, err := a.resync(ctx); err != nil && !errors.Is(err, state.ErrFenced) {
 			a.log.Warn("reconciling", "err", err)
 		}
 	}
@@ -84,7 +85,7 @@ func (a *agent) register(ctx context.Context, old *concurrency.Session) (*concur
 			continue
 		}
 		_ = old.Close() // revokes the old lease if etcd still has it
-		sess, err := a.st.Register(ctx, a.node, a.c.Agent.LeaseTTL)
+		sess, err := a.st.Register(ctx, a.nodeRecord(), a.c.Agent.LeaseTTL)
 		if err != nil {
 			a.log.Warn("registering the node again", "err", err)
 			continue

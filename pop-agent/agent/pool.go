@@ -74,10 +74,17 @@ func (a *agent) keepPool(ctx context.Context) {
 // refill brings every app's pool on this node to its size: slots of apps
 // that are gone, of generations that are not the newest, and beyond the
 // size are dropped; missing ones are provisioned while the node has room.
+// While the agent is fenced (an emptied etcd lists no app) it does
+// nothing: every slot stays.
 func (a *agent) refill(ctx context.Context) {
 	apps, err := a.st.Apps(ctx)
 	if err != nil {
 		a.log.Debug("warm pool: listing apps", "err", err)
+		return
+	}
+	// Checked after the list, as resync does.
+	if err := a.plane.check(ctx); err != nil {
+		a.log.Debug("warm pool: not refilled", "err", err)
 		return
 	}
 	known := map[string]bool{}

@@ -6,6 +6,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 
@@ -16,21 +17,31 @@ import (
 )
 
 // reconcile handles the deployments of this node: the existing ones first,
-// then every change, until ctx ends.
+// then every change, until ctx ends. It acts on a list or a watch event
+// only once etcd is known to be the one this node knew (plane.check);
+// while fenced, it checks again every reconcile interval and acts on
+// nothing.
 func (a *agent) reconcile(ctx context.Context) {
 	for {
 		rev, err := a.resync(ctx)
 		if err != nil {
-			a.log.Warn("listing deployments", "err", err)
+			wait := 2 * time.Second
+			if errors.Is(err, state.ErrFenced) {
+				wait = a.c.Agent.ReconcileInterval // said at the change
+			} else {
+				a.log.Warn("listing deployments", "err", err)
+			}
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(2 * time.Second):
+			case <-time.After(wait):
 				continue
 			}
 		}
-		wch := a.st.Client().Watch(ctx, state.DeploymentsPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
+		wctx, stopWatch := context.WithCancel(ctx)
+		wch := a.st.Client().Watch(wctx, state.DeploymentsPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
 		tick := time.NewTicker(a.c.Agent.ReconcileInterval)
+	watch:
 		for {
 			var wr clientv3.WatchResponse
 			var ok bool
@@ -38,7 +49,9 @@ func (a *agent) reconcile(ctx context.Context) {
 			case wr, ok = <-wch:
 			case <-tick.C:
 				// Periodically: retry what failed, catch what was missed.
-				if _, err := a.resync(ctx); err != nil {
+				if _, err := a.resync(ctx); errors.Is(err, state.ErrFenced) {
+					break watch
+				} else if err != nil {
 					a.log.Warn("reconciling", "err", err)
 				}
 				continue
@@ -50,6 +63,16 @@ func (a *agent) reconcile(ctx context.Context) {
 				a.log.Warn("watch", "err", err)
 				break
 			}
+			// An emptied etcd deletes every deployment at once: act on
+			// no event before etcd is the one this node knew. Listing
+			// again catches up with what is skipped.
+			if err := a.plane.check(ctx); err != nil {
+				if !errors.Is(err, state.ErrFenced) {
+					a.log.Warn("checking etcd before acting on its changes; listing again", "err", err)
+				}
+				break
+			}
+			a.plane.seen(state.HeaderOf(&wr.Header))
 			for _, ev := range wr.Events {
 				id := strings.TrimPrefix(string(ev.Kv.Key), state.DeploymentsPrefix)
 				switch ev.Type {
@@ -70,6 +93,7 @@ func (a *agent) reconcile(ctx context.Context) {
 			}
 		}
 		tick.Stop()
+		stopWatch()
 		if ctx.Err() != nil {
 			return
 		}
@@ -77,12 +101,21 @@ func (a *agent) reconcile(ctx context.Context) {
 }
 
 // resync deploys what is desired here and missing, and undeploys what is
-// here and no longer desired. It returns the etcd revision it saw.
+// here and no longer desired. It returns the etcd revision it saw, or,
+// acting on nothing, an error wrapping state.ErrFenced when etcd is not
+// the one this node knew (an emptied etcd lists no deployment).
 func (a *agent) resync(ctx context.Context) (int64, error) {
 	r, err := a.st.Client().Get(ctx, state.DeploymentsPrefix, clientv3.WithPrefix())
 	if err != nil {
 		return 0, err
 	}
+	// Checked after the list: the list is then no newer than what the
+	// check saw.
+	if err := a.plane.check(ctx); err != nil {
+		return 0, err
+	}
+	a.plane.seen(state.HeaderOf(r.Header))
+	recs := a.records()
 	want := map[string]bool{}
 	for _, kv := range r.Kvs {
 		var dsr state.Desired
@@ -90,12 +123,12 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 			continue
 		}
 		want[dsr.ID] = true
-		if rec, err := a.d.Load(dsr.ID); err == nil && rec.Phase == deploy.PhaseRunning {
+		if rec, err := recs.Load(dsr.ID); err == nil && rec.Phase == deploy.PhaseRunning {
 			// Its instance may have died meanwhile (its container
 			// exited, or went with a dockerd restarted without
 			// live-restore). A driver that cannot tell is asked again
 			// next time.
-			if alive, err := a.d.Alive(ctx, dsr.ID); err == nil && !alive {
+			if alive, err := recs.Alive(ctx, dsr.ID); err == nil && !alive {
 				a.spawn(ctx, dsr.ID, func(ctx context.Context) { a.revive(ctx, dsr) })
 				continue
 			}
@@ -110,16 +143,16 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 			// A failed deploy whose undo could not finish (the cluster
 			// did not answer) left its record: retry the undo. The
 			// deployment stays Failed.
-			if _, err := a.d.Load(dsr.ID); err == nil {
+			if _, err := recs.Load(dsr.ID); err == nil {
 				a.spawn(ctx, dsr.ID, func(ctx context.Context) { a.cleanFailed(ctx, dsr.ID) })
 			}
 			continue
 		}
 		a.spawn(ctx, dsr.ID, func(ctx context.Context) { a.deploy(ctx, dsr) })
 	}
-	recs, _ := a.d.List()
+	held, _ := recs.List()
 	here := map[string]bool{}
-	for _, rec := range recs {
+	for _, rec := range held {
 		here[rec.ID] = true
 		if !want[rec.ID] && !a.measuring.running(rec.ID) {
 			id := rec.ID
@@ -127,11 +160,13 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 		}
 	}
 	// What a build or import killed on this node left mapped (fogctl
-	// releases it too, at its next start).
-	if undone, err := a.mapper.ReleaseAbandoned(ctx); err != nil {
-		a.log.Warn("releasing the mappings of processes that are gone", "err", err)
-	} else {
-		a.m.recovered.Add(float64(len(undone)))
+	// releases it too, at its next start). No mapper in unit tests.
+	if a.mapper != nil {
+		if undone, err := a.mapper.ReleaseAbandoned(ctx); err != nil {
+			a.log.Warn("releasing the mappings of processes that are gone", "err", err)
+		} else {
+			a.m.recovered.Add(float64(len(undone)))
+		}
 	}
 	// Statuses of withdrawn deployments that are gone from this node (an
 	// undeploy interrupted after its instance was removed).

@@ -48,6 +48,10 @@ type agent struct {
 	store  layering.Store
 	mapper *mapper.Mapper
 	pool   *poolKeeper
+	// plane fences the agent when etcd is not the one it knew (plane.go).
+	plane *plane
+	// recs is the deployer as the reconciler asks it; nil: d.
+	recs nodeRecords
 	// auto is the deployer as mode auto asks it; nil: d.
 	auto autoNode
 	// measuring are mode auto's measurements under way.
@@ -64,6 +68,12 @@ type agent struct {
 // Run starts the agent and blocks until ctx is done.
 func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) error {
 	log = log.With("node", c.Node.Name)
+	// The API's credentials first: a bad token file or certificate stops
+	// the agent before it touches the node or etcd.
+	sec, err := loadAPISecurity(c, o, time.Now(), log)
+	if err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg)
 
@@ -118,7 +128,7 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	}
 	d, err := deploy.New(deploy.Config{StateDir: filepath.Join(c.Node.StateDir, "deploy"), Pool: c.Ceph.Pool,
 		Node: c.Node.Name, DMTCPDriver: c.Agent.DMTCPDriver, CRIUDriver: c.Agent.CRIUDriver, CacheBytes: cacheBytes, EnvRead: deploy.EnvRead(c.Agent.EnvRead),
-		HitConcurrency: c.Agent.HitConcurrency}, deps)
+		HitConcurrency: c.Agent.HitConcurrency, Limits: c.Limits.Spec()}, deps)
 	if err != nil {
 		return err
 	}
@@ -180,40 +190,59 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 		return err
 	}
 	defer st.Close()
+	// Is etcd the one this node knew? A fenced agent keeps what it runs
+	// and acts on nothing; one that holds nothing adopts what it finds.
+	pl := newPlane(filepath.Join(c.Node.StateDir, memoryFile), st, log)
+	holds := 1 // unknown: as if it held one
+	if recs, err := d.List(); err == nil {
+		holds = len(recs)
+	}
+	if err := pl.start(ctx, o.AdoptPoP, holds); err != nil {
+		return err
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fogdeploy_control_plane_fenced", Help: "1 while the agent acts on nothing because etcd is not the one it knew (emptied, another cluster, or behind the revision it saw; /healthz says why), else 0.",
+	}, func() float64 {
+		if pl.err() != nil {
+			return 1
+		}
+		return 0
+	}))
+	defer func() {
+		if err := pl.flush(); err != nil {
+			log.Warn("control plane: saving the revision seen", "err", err)
+		}
+	}()
 
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", o.Listen, err)
 	}
-	api := ln.Addr().String()
+	api, err := advertised(c.Agent.Advertise, ln.Addr())
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	if sec.tls != nil {
+		api = "https://" + api // fogctl's scheme; plain HTTP stays host:port
+	}
+	limits := c.Limits.Spec()
 	node := state.Node{Name: c.Node.Name, API: api, Capacity: c.Agent.Capacity,
-		Mapper: l.Mapper.Choice().Backend, Engines: engines, Fingerprint: fingerprint, Problems: problems, Priority: priority, Started: time.Now().UTC()}
-	sess, err := st.Register(ctx, node, c.Agent.LeaseTTL)
+		Mapper: l.Mapper.Choice().Backend, Engines: engines, Fingerprint: fingerprint, Problems: problems, Priority: priority, Limits: &limits, Started: time.Now().UTC()}
+	a := &agent{c: c, o: o, log: log, st: st, node: node, d: d, m: m, store: l.Store, mapper: l.Mapper, pool: newPoolKeeper(), plane: pl}
+	pl.changed = a.fenceChanged
+	sess, err := st.Register(ctx, a.nodeRecord(), c.Agent.LeaseTTL)
 	if err != nil {
 		return err
 	}
-
-	a := &agent{c: c, o: o, log: log, st: st, node: node, sess: sess, d: d, m: m, store: l.Store, mapper: l.Mapper, pool: newPoolKeeper()}
+	a.sess = sess
 	defer func() { a.session().Close() }()
-	token, err := readToken(c.Agent.TokenFile)
-	if err != nil {
-		return err
-	}
+	h := &hooks{a: a, keys: sec.keys, openMetrics: o.Dev}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		status, etcd := "ok", "ok"
-		if lost := a.etcdState(); !lost.IsZero() {
-			// Still alive: instances keep running.
-			status = "degraded"
-			etcd = fmt.Sprintf("unavailable for %s: node lease lost at %s; instances keep running, registering again when etcd answers",
-				time.Since(lost).Round(time.Second), lost.UTC().Format(time.RFC3339))
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"status": status, "etcd": etcd, "node": c.Node.Name, "mapper": l.Mapper.Choice().Backend,
-			"engines": engines, "version": version.String()})
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	(&hooks{a: a, token: token}).register(mux)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second}
+	mux.HandleFunc("GET /healthz", a.serveHealthz(h, l.Mapper.Choice().Backend, engines))
+	mux.Handle("GET /metrics", h.metrics(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	h.register(mux)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, TLSConfig: sec.tls}
 	// The node's loops (the reconciler, the lease's keeper, the warm
 	// pool's keeper) end with loops; each operation they or the hooks
 	// start is in a.wg. Shutting down stops the hooks, then the loops
@@ -224,7 +253,13 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	defer stopLoops()
 	var loopWG sync.WaitGroup
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() {
+		if srv.TLSConfig != nil {
+			errc <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		errc <- srv.Serve(ln)
+	}()
 	loopWG.Go(func() { a.reconcile(loops) })
 	loopWG.Go(func() { a.keepRegistered(loops) })
 	loopWG.Go(func() { a.keepPool(loops) })
@@ -262,6 +297,33 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	return err
 }
 
+// serveHealthz answers GET /healthz (hooks.healthz says who sees what):
+// "ok"; "degraded" while etcd is unavailable; "fenced", with HTTP 503,
+// while etcd is not the one this node knew (plane.go).
+func (a *agent) serveHealthz(h *hooks, backend string, engines []string) http.HandlerFunc {
+	healthz := h.healthz(func() map[string]any {
+		status, etcd := "ok", "ok"
+		if lost := a.etcdState(); !lost.IsZero() {
+			// Still alive: instances keep running.
+			status = "degraded"
+			etcd = fmt.Sprintf("unavailable for %s: node lease lost at %s; instances keep running, registering again when etcd answers",
+				time.Since(lost).Round(time.Second), lost.UTC().Format(time.RFC3339))
+		}
+		if err := a.plane.err(); err != nil {
+			// Alive, and acting on nothing: the body says why to anyone.
+			status, etcd = "fenced", hint.Sentence(err)
+		}
+		return map[string]any{"status": status, "etcd": etcd, "node": a.c.Node.Name, "mapper": backend,
+			"engines": engines, "version": version.String(), "control_plane": a.plane.describe()}
+	})
+	return func(w http.ResponseWriter, r *http.Request) {
+		if a.plane.err() != nil {
+			w = statusWriter{ResponseWriter: w, code: http.StatusServiceUnavailable}
+		}
+		healthz(w, r)
+	}
+}
+
 // waitOperations waits for the deploys and undeploys under way, which
 // end soon after their context (their undo runs to its end). Past the
 // shutdown's bound it says what it waits for, and waits on: closing the
@@ -286,24 +348,22 @@ func kernelRelease() string {
 	return strings.TrimSpace(string(b))
 }
 
-func readToken(path string) (string, error) {
-	if path == "" {
-		return "", nil
+// advertised is the address the agent registers for its API: advertise,
+// else the listener's, which must name a host (not 0.0.0.0 or [::]).
+func advertised(advertise string, l net.Addr) (string, error) {
+	if advertise != "" {
+		host, port, err := net.SplitHostPort(advertise)
+		if err != nil || host == "" || port == "" {
+			return "", fmt.Errorf("agent.advertise %q: give the host:port where fogctl and the other nodes reach this agent, e.g. 10.0.0.11:7480", advertise)
+		}
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			return "", fmt.Errorf("agent.advertise %q: give this node's own address, not %s", advertise, host)
+		}
+		return advertise, nil
 	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return "", fmt.Errorf("agent.token_file: %w", err)
+	a := l.String()
+	if t, ok := l.(*net.TCPAddr); ok && t.IP.IsUnspecified() {
+		return "", fmt.Errorf("--listen %s: on every address, the agent needs agent.advertise (the host:port that fogctl and the other nodes reach it at, e.g. 10.0.0.11:%d)", a, t.Port)
 	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("agent.token_file %s is readable by others (mode %o): chmod 600 it", path, fi.Mode().Perm())
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	t := strings.TrimSpace(string(b))
-	if len(t) < 16 {
-		return "", fmt.Errorf("agent.token_file %s: the token is shorter than 16 characters", path)
-	}
-	return t, nil
+	return a, nil
 }

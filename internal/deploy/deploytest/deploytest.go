@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/cgroup"
+	"github.com/fogdeploy/fogdeploy/internal/config"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/drivertest"
 	"github.com/fogdeploy/fogdeploy/internal/devenv"
@@ -196,7 +197,9 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 	t.Cleanup(func() { l.Close() })
 
 	f := &Fixture{L: l, Ceph: s, State: state}
-	dc := deploy.Config{StateDir: state + "/deploy", Pool: c.Pool, Node: "test", DMTCPDriver: dmtcpDriver, CRIUDriver: dmtcpDriver}
+	// The limits an agent gives instances whose spec is silent, as on a node.
+	dc := deploy.Config{StateDir: state + "/deploy", Pool: c.Pool, Node: "test", DMTCPDriver: dmtcpDriver, CRIUDriver: dmtcpDriver,
+		Limits: config.DefaultLimits().Spec()}
 	ec := engine.Config{Logger: log}
 	f.Host = deploy.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))
 	deps := deploy.Deps{Store: l.Store, Envs: l.Manager, Mapper: l.Mapper, Log: log, Host: f.Host}

@@ -1,0 +1,83 @@
+package ctlfs
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// A control directory where an app planted links: to a file of the host,
+// over a temporary name, and in place of a subdirectory. Nothing outside
+// the directory is read or written; the app's regular files are.
+func TestLinksAreNeverFollowed(t *testing.T) {
+	host := t.TempDir()
+	secret := filepath.Join(host, "shadow")
+	if err := os.WriteFile(secret, []byte("root:secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctl := t.TempDir()
+	d := Dir(ctl)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Symlink(secret, filepath.Join(ctl, "timings.json")))
+	must(os.Symlink(host, filepath.Join(ctl, "identity")))
+	must(os.Symlink("../../"+filepath.Base(host)+"/shadow", filepath.Join(ctl, "relative.json")))
+
+	for _, name := range []string{"timings.json", "relative.json", "identity/shadow"} {
+		if b, err := d.ReadFile(name); err == nil || strings.Contains(string(b), "secret") {
+			t.Errorf("ReadFile(%s) = %q, %v; want an error, nothing of the host", name, b, err)
+		}
+		if d.IsFile(name) {
+			t.Errorf("IsFile(%s) through a link", name)
+		}
+	}
+	// Writing over a link replaces the link, not its target.
+	must(d.WriteFile("timings.json", []byte(`{"ok":true}`), 0o644))
+	if b, _ := os.ReadFile(secret); string(b) != "root:secret" {
+		t.Fatalf("the host's file was written through a link: %q", b)
+	}
+	if b, err := d.ReadFile("timings.json"); err != nil || string(b) != `{"ok":true}` {
+		t.Errorf("ReadFile after WriteFile = %q, %v", b, err)
+	}
+	// A subdirectory replaced by a link is refused.
+	if err := d.WriteFile("identity/identity.json", []byte("{}"), 0o644); err == nil {
+		t.Errorf("WriteFile through a linked directory succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(host, "identity.json")); err == nil {
+		t.Fatalf("a file was written into the host's directory through a link")
+	}
+	// Remove removes the link, not the target.
+	must(d.Remove("relative.json"))
+	if _, err := os.Stat(secret); err != nil {
+		t.Fatalf("Remove followed a link: %v", err)
+	}
+	must(d.Remove("nothing-there"))
+	// A real subdirectory works, and a directory is not a file.
+	must(os.Mkdir(filepath.Join(ctl, "sub"), 0o755))
+	must(d.WriteFile("sub/a.json", []byte("1"), 0o644))
+	if !d.IsFile("sub/a.json") || d.IsFile("sub") {
+		t.Errorf("IsFile: sub/a.json %v, sub %v; want a file and not a file", d.IsFile("sub/a.json"), d.IsFile("sub"))
+	}
+	if _, err := d.ReadFile("sub"); !errors.Is(err, ErrNotRegular) {
+		t.Errorf("ReadFile(a directory) = %v; want ErrNotRegular", err)
+	}
+	// A FIFO the app planted does not block a read.
+	if err := unix.Mkfifo(filepath.Join(ctl, "fifo.json"), 0o644); err == nil {
+		if _, err := d.ReadFile("fifo.json"); !errors.Is(err, ErrNotRegular) {
+			t.Errorf("ReadFile(a FIFO) = %v; want ErrNotRegular", err)
+		}
+	}
+	// Large files are refused.
+	must(os.WriteFile(filepath.Join(ctl, "big.json"), make([]byte, MaxFileBytes+1), 0o644))
+	if _, err := d.ReadFile("big.json"); err == nil {
+		t.Errorf("ReadFile of more than MaxFileBytes succeeded")
+	}
+}

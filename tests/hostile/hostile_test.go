@@ -1,0 +1,305 @@
+//go:build !no_ceph
+
+// Package hostile runs apps that try to harm their node and their
+// neighbours, as a stranger's backend on a shared PoP would, and checks
+// that each hole is closed: under DMTCP and CRIU in the light container,
+// in an instance restored from its checkpoint and in one recycled for the
+// next tenant.
+package hostile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fogdeploy/fogdeploy/internal/config"
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
+)
+
+// probe runs as the app (uid 0, no capability, in its root) and prints one
+// line per hole it finds open; it exits 1 if any. $TARGET is a path of the
+// node that the app aims links at; markers of the tenant before are looked
+// for, then left for the tenant after.
+const probe = `
+open=0
+hole() { echo "OPEN: $*"; open=1; }
+# The kernel's control surface.
+for f in kcore keys timer_list timer_stats latency_stats sched_debug; do
+  p=/proc/$f
+  [ -e $p ] || continue
+  if [ -n "$(head -c 1 $p 2>/dev/null)" ]; then hole "$p is readable"; fi
+done
+for d in acpi asound scsi; do
+  [ -d /proc/$d ] && [ -n "$(ls -A /proc/$d 2>/dev/null)" ] && hole "/proc/$d is listed"
+done
+for f in sysrq-trigger sys/kernel/domainname; do
+  [ -e /proc/$f ] && [ -w /proc/$f ] && hole "/proc/$f is writable"
+done
+if [ -e /proc/irq/default_smp_affinity ]; then
+  v=$(cat /proc/irq/default_smp_affinity)
+  if (echo "$v" > /proc/irq/default_smp_affinity) 2>/dev/null; then hole "wrote /proc/irq/default_smp_affinity"; fi
+fi
+# The supervisor's files, through /proc/PID/root of a process outside the
+# app's root.
+seen=0
+for p in /proc/[0-9]*; do
+  [ -e "$p/root/fog/entrypoint" ] 2>/dev/null || continue
+  seen=1
+  if (: > "$p/root/fog/entrypoint.hostile") 2>/dev/null; then hole "wrote into the container's root through $p/root"; fi
+  if [ -d "$p/root/fog/ctl/identity" ]; then
+    # Links for the node's agent to follow: it must not.
+    rm -f "$p/root/fog/ctl/identity/identity.json" 2>/dev/null
+    ln -s "$TARGET" "$p/root/fog/ctl/identity/identity.json" 2>/dev/null
+    ln -sf "$TARGET" "$p/root/fog/ctl/timings.json" 2>/dev/null
+  fi
+done
+echo "supervisor's root reached: $seen"
+# What a tenant before left.
+for f in /tmp/hostile-marker /var/tmp/hostile-marker /dev/shm/hostile-marker /fog/ckpt/hostile-marker; do
+  if [ -e $f ]; then hole "$f of the tenant before is here: $(cat $f)"; fi
+done
+# Markers for the tenant after.
+for f in /tmp/hostile-marker /var/tmp/hostile-marker /dev/shm/hostile-marker /fog/ckpt/hostile-marker; do
+  echo "$FOGDEPLOY_INSTANCE" > $f 2>/dev/null
+done
+echo probed
+exit $open
+`
+
+func TestHostileApp(t *testing.T) {
+	for _, eng := range []string{engine.NameDMTCP, engine.NameCRIU} {
+		t.Run(eng, func(t *testing.T) { testHostile(t, eng) })
+	}
+}
+
+func testHostile(t *testing.T, eng string) {
+	f := deploytest.NewFixture(t, "container")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
+	if _, _, err := f.D.CheckEngine(ctx, eng); err != nil {
+		testenv.Unavailable(t, eng, err.Error())
+	}
+	suffix := strconv.FormatInt(time.Now().UnixNano()%1e6, 36)
+	newApp := func(name string) deploy.App {
+		a := deploytest.RedisApp(name+"-"+eng+"-"+suffix, f.Env, eng)
+		a.Resources = spec.Resources{} // a stranger's spec: no limits asked for
+		t.Cleanup(func() { f.RemoveGenerations(t, a.Name) })
+		t.Cleanup(func() { f.UndeployAll(t, a.Name) })
+		return a
+	}
+	target := filepath.Join(t.TempDir(), "planted-by-the-app")
+	app := newApp("hostile")
+	app.Environment = append(app.Environment, "TARGET="+target)
+
+	first, err := f.D.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatalf("first deploy: %v", err)
+	}
+	runProbe(ctx, t, f, first, app, "a fresh restore")
+
+	// No limit in the spec: the node's defaults.
+	want := config.DefaultLimits().Spec()
+	if first.Limits == nil || *first.Limits != want {
+		t.Errorf("limits of %s = %+v; want the node's defaults %+v", first.ID, first.Limits, want)
+	}
+	checkLimits(ctx, t, f, first, want)
+
+	// Neighbours: another user's redis is not reachable from the instance;
+	// two apps of one network group reach each other; every published
+	// port answers from the node.
+	neighbour, err := f.D.Deploy(ctx, newApp("neighbour"), deploy.Options{})
+	if err != nil {
+		t.Fatalf("neighbour: %v", err)
+	}
+	if err := dialFrom(ctx, f, first, neighbour); err == nil {
+		t.Errorf("%s reached another user's instance %s on the node's network", first.ID, neighbour.ID)
+	} else {
+		t.Logf("%s -> %s: %v (closed, as it should be)", first.ID, neighbour.ID, err)
+	}
+	var group []deploy.Deployment
+	for _, name := range []string{"shop-a", "shop-b"} {
+		a := newApp(name)
+		a.Network = "shop-" + suffix
+		d, err := f.D.Deploy(ctx, a, deploy.Options{})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		group = append(group, d)
+	}
+	if err := dialFrom(ctx, f, group[0], group[1]); err != nil {
+		t.Errorf("%s cannot reach %s of its network group: %v", group[0].ID, group[1].ID, err)
+	}
+	if err := dialFrom(ctx, f, group[0], neighbour); err == nil {
+		t.Errorf("%s of a network group reached %s outside it", group[0].ID, neighbour.ID)
+	}
+	for _, d := range append(group, first, neighbour) {
+		if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, d), "PING"); err != nil || got != "PONG" {
+			t.Errorf("%s from the node: PING = %q, %v", d.ID, got, err)
+		}
+	}
+
+	// Recycled for the next tenant: a warm-pool slot serves two
+	// deployments in one container; the second finds nothing of the first,
+	// and the links the first planted were not followed.
+	g, err := f.D.Latest(ctx, app.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.D.ProvisionPoolSlot(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	var ref string
+	for round := 1; round <= 2; round++ {
+		dep, err := f.D.Deploy(ctx, app, deploy.Options{})
+		if err != nil {
+			t.Fatalf("round %d: deploy: %v", round, err)
+		}
+		if dep.Pool != deploy.PoolHit || dep.Handle == nil || (ref != "" && dep.Handle.Ref != ref) {
+			t.Fatalf("round %d: %s (%s); want a hit of the slot's container %s", round, dep.ID, dep.Pool, ref)
+		}
+		ref = dep.Handle.Ref
+		runProbe(ctx, t, f, dep, app, fmt.Sprintf("round %d of a recycled container", round))
+		if _, err := f.D.Recycle(ctx, dep.ID); err != nil {
+			t.Fatalf("round %d: recycle: %v", round, err)
+		}
+	}
+	if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s, where the app's links pointed, exists on the node: %v", target, err)
+	}
+}
+
+// runProbe runs the probe in dep as its app would run it.
+func runProbe(ctx context.Context, t *testing.T, f *deploytest.Fixture, dep deploy.Deployment, app deploy.App, what string) {
+	t.Helper()
+	if dep.Handle == nil {
+		t.Fatalf("%s: no handle", dep.ID)
+	}
+	r, err := f.Container.Exec(ctx, *dep.Handle, deploy.Exec{Argv: []string{"sh", "-c", probe}, User: app.User,
+		Env: []string{"TARGET=" + envOf(app, "TARGET"), "FOGDEPLOY_INSTANCE=" + dep.ID}})
+	if err != nil {
+		t.Fatalf("%s: probe: %v", what, err)
+	}
+	if r.ExitCode != 0 || !strings.Contains(r.Output, "probed") {
+		t.Errorf("%s (%s): the app found holes (exit %d):\n%s", what, dep.ID, r.ExitCode, r.Output)
+	}
+	// Under DMTCP the coordinator runs beside the app, outside its root:
+	// the probe must have reached that root and planted its links in the
+	// control directory, or its checks of them proved nothing.
+	if app.Engine == engine.NameDMTCP {
+		if !strings.Contains(r.Output, "supervisor's root reached: 1") {
+			t.Errorf("%s: the probe did not reach the coordinator's root:\n%s", what, r.Output)
+		}
+		link := filepath.Join(dep.Handle.CtlPath, "identity", "identity.json")
+		if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("%s: %s is not the link the probe planted: %v, %v", what, link, st, err)
+		}
+	}
+}
+
+func envOf(app deploy.App, key string) string {
+	for _, kv := range app.Environment {
+		if v, ok := strings.CutPrefix(kv, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// checkLimits reads, from the node, the limits the instance's processes
+// run with: open files of the app, and its container's pids limit.
+func checkLimits(ctx context.Context, t *testing.T, f *deploytest.Fixture, dep deploy.Deployment, want spec.Limits) {
+	t.Helper()
+	pid, err := f.Container.NetPid(ctx, *dep.Handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/limits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "Max open files") {
+			if f := strings.Fields(l); len(f) < 5 || f[3] != strconv.FormatUint(want.OpenFiles, 10) {
+				t.Errorf("open files of %s: %q; want %d", dep.ID, l, want.OpenFiles)
+			}
+		}
+	}
+	cg, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(cg), "\n") {
+		parts := strings.SplitN(l, ":", 3)
+		if len(parts) == 3 && (parts[1] == "pids" || parts[1] == "") {
+			for _, file := range []string{"/sys/fs/cgroup/pids" + parts[2] + "/pids.max", "/sys/fs/cgroup" + parts[2] + "/pids.max"} {
+				if v, err := os.ReadFile(file); err == nil {
+					if strings.TrimSpace(string(v)) != strconv.FormatInt(want.Pids, 10) {
+						t.Errorf("pids.max of %s = %s; want %d", dep.ID, v, want.Pids)
+					}
+					return
+				}
+			}
+		}
+	}
+	t.Errorf("no pids cgroup of %s found in %q", dep.ID, cg)
+}
+
+// dialFrom connects, from inside from's network namespace, to the address
+// of to's container on the node's network, on redis's port.
+func dialFrom(ctx context.Context, f *deploytest.Fixture, from, to deploy.Deployment) error {
+	fromPid, err := f.Container.NetPid(ctx, *from.Handle)
+	if err != nil {
+		return fmt.Errorf("netpid of %s: %w", from.ID, err)
+	}
+	toIP, err := containerIP(ctx, f, to)
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() {
+		// The thread enters the namespace and is never given back.
+		runtime.LockOSThread()
+		ns, err := os.Open("/proc/" + strconv.Itoa(fromPid) + "/ns/net")
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer ns.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- err
+			return
+		}
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(toIP, "6379"), 2*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		errc <- err
+	}()
+	return <-errc
+}
+
+// containerIP is the address of dep's container on its network.
+func containerIP(ctx context.Context, f *deploytest.Fixture, dep deploy.Deployment) (string, error) {
+	st, err := f.RT.Inspect(ctx, dep.Handle.Ref)
+	if err != nil {
+		return "", err
+	}
+	if st.IP == "" {
+		return "", fmt.Errorf("container of %s has no address (%+v)", dep.ID, st)
+	}
+	return st.IP, nil
+}
