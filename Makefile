@@ -74,3 +74,53 @@ dmtcp-image: ## Build the light DMTCP container image from an installed DMTCP (D
 
 boot-image: ## Build the boot image (the entrypoint without DMTCP) that runs apps without a checkpoint engine
 	@bash dmtcp-image/build.sh -b
+
+# --- An operator's install (docs/operators.md) -----------------------------------------------
+# make install [PREFIX=/usr/local] [DESTDIR=] [SYSCONFDIR=/etc] [UNITDIR=/etc/systemd/system]
+# The state directory is fixed: the units (StateDirectory=, --data-dir) and the example config
+# name it.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+SYSCONFDIR ?= /etc
+UNITDIR    ?= /etc/systemd/system
+CONFDIR    := $(SYSCONFDIR)/fogdeploy
+STATEDIR   := /var/lib/fogdeploy
+UNITS      := fogdeploy-agent.service fogdeploy-etcd.service
+# The installed copies name BINDIR and CONFDIR (the sources say /usr/local/bin and /etc/fogdeploy).
+INSTALL_SED := sed -e 's|/usr/local/bin/|$(BINDIR)/|g' -e 's|/etc/fogdeploy/|$(CONFDIR)/|g'
+# systemctl daemon-reload only on the machine itself, and only when systemd runs it.
+SYSTEMD_LIVE = [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]
+.PHONY: install uninstall
+
+install: build ## Install fogctl, pop-agent and the systemd units; an example config only if none (PREFIX, DESTDIR; root)
+	install -d -m 0755 "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(UNITDIR)"
+	install -m 0755 bin/fogctl bin/pop-agent "$(DESTDIR)$(BINDIR)/"
+	@mkdir -p bin/install
+	@for u in $(UNITS); do \
+		$(INSTALL_SED) "configs/systemd/$$u" >"bin/install/$$u" && \
+		echo "install -m 0644 configs/systemd/$$u $(DESTDIR)$(UNITDIR)/$$u" && \
+		install -m 0644 "bin/install/$$u" "$(DESTDIR)$(UNITDIR)/$$u" || exit 1; \
+	done
+	install -d -m 0750 "$(DESTDIR)$(CONFDIR)"
+	@for f in pop-agent.yaml:configs/pop-agent.example.yaml pop-agent.env:configs/systemd/pop-agent.env; do \
+		dst="$(DESTDIR)$(CONFDIR)/$${f%%:*}"; src="$${f#*:}"; \
+		if [ -e "$$dst" ]; then echo "install: keeping $$dst (the example: $$src)"; continue; fi; \
+		$(INSTALL_SED) "$$src" >"bin/install/$${f%%:*}" && \
+		echo "install -m 0640 $$src $$dst" && \
+		install -m 0640 "bin/install/$${f%%:*}" "$$dst" || exit 1; \
+	done
+	install -d -m 0700 "$(DESTDIR)$(STATEDIR)"
+	@if $(SYSTEMD_LIVE); then echo "systemctl daemon-reload" && systemctl daemon-reload; \
+	else echo "install: systemctl daemon-reload skipped (DESTDIR set, or systemd is not running)"; fi
+	@echo "install: done; edit $(CONFDIR)/pop-agent.yaml and pop-agent.env, then: systemctl enable --now fogdeploy-agent (docs/operators.md)"
+
+uninstall: ## Remove what make install put, except the config in SYSCONFDIR/fogdeploy and the state in /var/lib/fogdeploy
+	@if $(SYSTEMD_LIVE); then for u in $(UNITS); do \
+		if systemctl is-enabled --quiet "$$u" 2>/dev/null || systemctl is-active --quiet "$$u" 2>/dev/null; then \
+			echo "uninstall: warning: $$u is enabled or running: systemctl disable --now $$u"; fi; \
+	done; fi
+	rm -f "$(DESTDIR)$(BINDIR)/fogctl" "$(DESTDIR)$(BINDIR)/pop-agent"
+	rm -f $(foreach u,$(UNITS),"$(DESTDIR)$(UNITDIR)/$(u)")
+	@if $(SYSTEMD_LIVE); then echo "systemctl daemon-reload" && systemctl daemon-reload; \
+	else echo "uninstall: systemctl daemon-reload skipped (DESTDIR set, or systemd is not running)"; fi
+	@echo "uninstall: kept $(CONFDIR) and $(STATEDIR)"
