@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fogdeploy/fogdeploy/internal/netup"
 	"github.com/fogdeploy/fogdeploy/internal/procfs"
 )
 
@@ -240,7 +241,7 @@ func sandboxed(ctx context.Context, s stepSpec, inner, exports string, w io.Writ
 		return fmt.Errorf("make / a slave mount: %w", err)
 	}
 	if hostNet != nil {
-		if err := linkUp("lo"); err != nil {
+		if err := netup.LinkUp("lo"); err != nil {
 			return err
 		}
 	}
@@ -488,28 +489,6 @@ func bindFile(src string, dirfd int, name string, attrs uint64) error {
 	}
 	if err := unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
 		return fmt.Errorf("bind %s: %w", src, err)
-	}
-	return nil
-}
-
-// linkUp sets the UP flag of an interface in the current thread's network
-// namespace (ip link set lo up).
-func linkUp(name string) error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("socket for %s: %w", name, err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("get flags of %s: %w", name, err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("set %s up: %w", name, err)
 	}
 	return nil
 }

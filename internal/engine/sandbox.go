@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fogdeploy/fogdeploy/internal/netup"
 	"github.com/fogdeploy/fogdeploy/internal/procfs"
 )
 
@@ -90,7 +91,7 @@ func buildSandbox(spec sandboxSpec) (*sandbox, error) {
 		}
 	}
 	if spec.netNS {
-		if err := linkUp("lo"); err != nil {
+		if err := netup.LinkUp("lo"); err != nil {
 			return nil, err
 		}
 	}
@@ -165,28 +166,6 @@ func mountRoot(root string, mkdirs []string) error {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o700); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// linkUp sets the UP flag of an interface in the current thread's network
-// namespace (ip link set lo up).
-func linkUp(name string) error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("socket for %s: %w", name, err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("get flags of %s: %w", name, err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("set %s up: %w", name, err)
 	}
 	return nil
 }

@@ -54,22 +54,7 @@ func TestEtcdUnavailable(t *testing.T) {
 	p.stopEtcd()
 	lost := time.Now()
 	// Every check below runs against the agents and the apps, never etcd.
-	everythingRuns := func() error {
-		for _, n := range []string{"n1", "n2"} {
-			if !p.alive(n) {
-				return fmt.Errorf("agent %s exited", n)
-			}
-		}
-		for _, d := range deps {
-			if err := serves(ctx, d); err != nil {
-				return err
-			}
-		}
-		if got := p.nodeLeaks(ctx, app); got != running {
-			return fmt.Errorf("on the nodes: %+v; while etcd ran: %+v", got, running)
-		}
-		return nil
-	}
+	everythingRuns := func() error { return p.unchanged(ctx, app, deps, running) }
 	degraded := func() error {
 		if err := everythingRuns(); err != nil {
 			return err

@@ -621,6 +621,25 @@ func (p *pop) images(ctx context.Context, app string) (int, error) {
 	return n, nil
 }
 
+// unchanged checks that both agents run, every one of deps answers, and
+// the nodes hold what they held (running: nodeLeaks then).
+func (p *pop) unchanged(ctx context.Context, app string, deps []state.Deployment, running leaks) error {
+	for n := range p.agents {
+		if !p.alive(n) {
+			return fmt.Errorf("agent %s exited", n)
+		}
+	}
+	for _, d := range deps {
+		if err := serves(ctx, d); err != nil {
+			return err
+		}
+	}
+	if got := p.nodeLeaks(ctx, app); got != running {
+		return fmt.Errorf("on the nodes: %+v; before: %+v", got, running)
+	}
+	return nil
+}
+
 // undeployAll withdraws every deployment with fogctl and waits until the
 // agents removed them.
 func (p *pop) undeployAll(ctx context.Context) {
