@@ -37,8 +37,8 @@ func listenLoopback() (fd, port int, err error) {
 	return fd, sa.(*syscall.SockaddrInet4).Port, nil
 }
 
-// startCoordinator starts dmtcp_coordinator in the container's root (not
-// chrooted) on a loopback socket handed over on fd 821, so that it never
+// startCoordinator starts dmtcp_coordinator chrooted into the app's root,
+// with no capability, on a loopback socket handed over on fd 821, so that it never
 // listens on the container's bridge address. It returns the pid and port.
 //
 // Implements: dmtcp_coordinator --coord-port 0 --ckptdir DIR --tmpdir /tmp -q.
@@ -55,11 +55,12 @@ func (s *supervisor) startCoordinator(ckptDir string) (int, int, <-chan syscall.
 	// stdout only carries the interactive "dmtcp>" prompt.
 	files[0], files[1], files[2] = s.null.Fd(), s.null.Fd(), os.Stderr.Fd()
 	files[protectedCoordFD] = uintptr(fd)
-	tmp := filepath.Join(os.TempDir(), "dmtcp-coord")
-	if err := os.MkdirAll(tmp, 0o700); err != nil {
+	// Its /tmp is the root's (a tmpfs of the instance's own).
+	tmp := "/tmp/dmtcp-coord"
+	if err := os.MkdirAll(filepath.Join(s.cfg.root, tmp), 0o700); err != nil {
 		return 0, 0, nil, fmt.Errorf("coordinator tmpdir: %w", err)
 	}
-	argv := []string{s.self, modeNoCaps, filepath.Join(s.cfg.prefix, "bin", "dmtcp_coordinator"),
+	argv := []string{s.self, modeNoCaps, "-root", s.cfg.root, filepath.Join(s.cfg.prefix, "bin", "dmtcp_coordinator"),
 		"--coord-port", "0", "--ckptdir", ckptDir, "--tmpdir", tmp,
 		"--coord-logfile", filepath.Join(tmp, "coordinator.log"), "--stale-timeout", "-1", "-q"}
 	pid, done, err := s.reaper.start(argv, &syscall.ProcAttr{
@@ -78,7 +79,7 @@ func (s *supervisor) startCoordinator(ckptDir string) (int, int, <-chan syscall.
 //
 // Implements: dmtcp_command -h 127.0.0.1 -p PORT ARGS.
 func (s *supervisor) command(args ...string) (int, string, error) {
-	argv := append([]string{s.self, modeNoCaps, filepath.Join(s.cfg.prefix, "bin", "dmtcp_command"),
+	argv := append([]string{s.self, modeNoCaps, "-root", s.cfg.root, filepath.Join(s.cfg.prefix, "bin", "dmtcp_command"),
 		"--coord-host", "127.0.0.1", "--coord-port", strconv.Itoa(s.coordPort)}, args...)
 	r, w, err := os.Pipe()
 	if err != nil {

@@ -236,7 +236,7 @@ func fakeSupervisor(t *testing.T, script string, flags ...string) (*supervisor, 
 		t.Fatal(err)
 	}
 	// self stands in for the entrypoint's nocaps mode.
-	self := "#!/bin/sh\nshift\nexec \"$@\"\n"
+	self := "#!/bin/sh\nshift\nif [ \"$1\" = -root ]; then shift 2; fi\nexec \"$@\"\n"
 	for name, body := range map[string]string{filepath.Join(prefix, "bin", "dmtcp_command"): script, filepath.Join(dir, "self"): self} {
 		if err := os.WriteFile(name, []byte(strings.ReplaceAll(body, "CKPT", ckpt)), 0o755); err != nil {
 			t.Fatal(err)

@@ -137,9 +137,29 @@ func keep(args []string) int {
 // With -keep, the listed capabilities (names of appCaps, comma-separated)
 // stay: a CRIU container's app keeps the set of appCapNames.
 //
-//	entrypoint nocaps [-keep CAP,...] ARGV...
+// With -root, it chroots into DIR first: DMTCP's coordinator and
+// dmtcp_command run in the app's root (where the DMTCP prefix and the
+// checkpoint volume are bound at their paths), so that no process of the
+// supervisor that the app could reach has the container's root as its
+// own.
+//
+//	entrypoint nocaps [-root DIR] [-keep CAP,...] ARGV...
 func noCaps(args []string) int {
 	keep := map[int]bool{}
+	if len(args) >= 2 && args[0] == "-root" {
+		// Chrooted first (CAP_SYS_CHROOT goes with the rest below): the
+		// process's /proc/PID/root is then the app's root, not the
+		// container's, for an app that looks at it.
+		if err := syscall.Chroot(args[1]); err != nil {
+			fmt.Fprintf(os.Stderr, "entrypoint nocaps: chroot %s: %v\n", args[1], err)
+			return exitSetup
+		}
+		if err := os.Chdir("/"); err != nil {
+			fmt.Fprintf(os.Stderr, "entrypoint nocaps: chdir / inside %s: %v\n", args[1], err)
+			return exitSetup
+		}
+		args = args[2:]
+	}
 	if len(args) >= 2 && args[0] == "-keep" {
 		for _, name := range strings.Split(args[1], ",") {
 			c, ok := appCaps[strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(name)), "CAP_")]

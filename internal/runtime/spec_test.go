@@ -70,6 +70,11 @@ func TestDMTCPContainerSpecs(t *testing.T) {
 		if !slices.Equal(s.CapDrop, []string{"ALL"}) || !slices.Equal(s.CapAdd, runtime.DMTCPCapabilities()) {
 			t.Errorf("caps add %v drop %v", s.CapAdd, s.CapDrop)
 		}
+		// The image's files are read-only; only /tmp is the container's to
+		// write.
+		if !s.ReadOnlyRoot || s.Tmpfs["/tmp"] == "" {
+			t.Errorf("%s: read-only root %v, tmpfs %v; want a read-only root and a /tmp", s.Cmd[0], s.ReadOnlyRoot, s.Tmpfs)
+		}
 		want := []runtime.Bind{{HostPath: "/mnt/env", ContainerPath: runtime.DMTCPRootPath}, {HostPath: "/mnt/ckpt", ContainerPath: runtime.DMTCPCkptPath}}
 		if !slices.Equal(s.Binds, want) {
 			t.Errorf("binds %+v, want %+v", s.Binds, want)

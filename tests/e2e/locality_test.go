@@ -25,7 +25,12 @@ import (
 // node holds it from then on (`fogctl pool ls` says LOCAL yes); removing
 // the app removes every node's copy.
 func TestPlaceLocalCheckpoint(t *testing.T) {
-	ctx, p, _, app := redisOnPoP(t, "e2e-local", engine.NameDMTCP, func(a *deploy.App) { zero := 0; a.Pool = &zero }, "n1", "n2", "n3")
+	// Restores only: where a checkpoint is is what this test places by
+	// (mode auto would boot redis, whose boot is about as fast).
+	ctx, p, _, app := redisOnPoP(t, "e2e-local", engine.NameDMTCP, func(a *deploy.App) {
+		zero := 0
+		a.Pool, a.Mode = &zero, deploy.ModeRestore
+	}, "n1", "n2", "n3")
 	env := p.env
 	p.env = append(p.env, "FOGDEPLOY_FETCH=sealed")
 	p.startAgent("n4", "")

@@ -78,7 +78,11 @@ func (p *pop) startAgent(name, token string) {
 		t.Fatal(err)
 	}
 	p.agents[name], p.apis[name] = cmd, "127.0.0.1:"+strconv.Itoa(port)
-	for i := 0; i < 300; i++ {
+	// An agent serves once it has recovered what its node holds: undoing a
+	// deployment whose instance does not stop takes up to the driver's stop
+	// timeout and the deployer's stop grace (10 + 30 s), as after a kill in
+	// the middle of an undeploy.
+	for i := 0; i < 600; i++ {
 		if resp, err := http.Get("http://" + p.apis[name] + "/healthz"); err == nil {
 			resp.Body.Close()
 			return
