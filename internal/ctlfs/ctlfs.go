@@ -15,6 +15,7 @@ import (
 	"os"
 	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -104,6 +105,9 @@ func (d Dir) WriteFile(name string, b []byte, mode os.FileMode) error {
 	}
 	f := os.NewFile(uintptr(fd), tmp)
 	_, werr := f.Write(b)
+	if werr == nil {
+		werr = f.Chmod(mode.Perm()) // the mode asked for, whatever the umask
+	}
 	if cerr := f.Close(); werr == nil {
 		werr = cerr
 	}
@@ -113,6 +117,34 @@ func (d Dir) WriteFile(name string, b []byte, mode os.FileMode) error {
 	if werr != nil {
 		_ = unix.Unlinkat(pfd, tmp, 0)
 		return &os.PathError{Op: "write", Path: path.Join(string(d), name), Err: werr}
+	}
+	return nil
+}
+
+// MkdirAll makes directory rel below d and its parents that are missing,
+// with mode perm, following no link: a component that is a link (or not
+// a directory) is an error.
+func (d Dir) MkdirAll(rel string, perm os.FileMode) error {
+	dir, err := d.openat(".", unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer func() { dir.Close() }()
+	for _, comp := range strings.Split(path.Clean(rel), "/") {
+		if comp == "." {
+			continue
+		}
+		if err := unix.Mkdirat(int(dir.Fd()), comp, uint32(perm)); err != nil && !errors.Is(err, unix.EEXIST) {
+			return &os.PathError{Op: "mkdir", Path: path.Join(dir.Name(), comp), Err: err}
+		}
+		how := unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: resolve}
+		fd, err := unix.Openat2(int(dir.Fd()), comp, &how)
+		if err != nil {
+			return &os.PathError{Op: "open", Path: path.Join(dir.Name(), comp), Err: fmt.Errorf("%w (a symbolic link is not followed)", err)}
+		}
+		next := os.NewFile(uintptr(fd), path.Join(dir.Name(), comp))
+		dir.Close()
+		dir = next
 	}
 	return nil
 }

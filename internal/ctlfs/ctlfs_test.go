@@ -81,3 +81,27 @@ func TestLinksAreNeverFollowed(t *testing.T) {
 		t.Errorf("ReadFile of more than MaxFileBytes succeeded")
 	}
 }
+
+// MkdirAll makes what is missing and refuses a link on the way.
+func TestMkdirAll(t *testing.T) {
+	root, host := t.TempDir(), t.TempDir()
+	d := Dir(root)
+	if err := d.MkdirAll("run/fogdeploy", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Lstat(filepath.Join(root, "run", "fogdeploy")); err != nil || !st.IsDir() || st.Mode().Perm() != 0o755 {
+		t.Errorf("run/fogdeploy = %v, %v; want a directory of mode 0755", st, err)
+	}
+	if err := d.MkdirAll("run/fogdeploy", 0o755); err != nil {
+		t.Errorf("MkdirAll of what exists: %v", err)
+	}
+	if err := os.Symlink(host, filepath.Join(root, "var")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.MkdirAll("var/lib", 0o755); err == nil {
+		t.Error("MkdirAll through a link succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(host, "lib")); err == nil {
+		t.Error("a directory was made in the host's directory through a link")
+	}
+}

@@ -40,20 +40,21 @@ func newSeed() string {
 	return hex.EncodeToString(b)
 }
 
-// writeIdentity writes id as spec.IdentityFile inside root. The path is
-// resolved without following symbolic links, which the environment
-// controls: an environment whose /run is a link is refused.
+// writeIdentity writes id as spec.IdentityFile inside root (0644, its
+// directories 0755 made as needed), atomically. The path is resolved
+// without following symbolic links, which the environment controls
+// (ctlfs): an environment whose /run is a link is refused.
 func writeIdentity(root string, id spec.Identity) error {
-	return writeIdentityAs(root, strings.TrimPrefix(spec.IdentityFile, "/"), id)
-}
-
-// writeIdentityAs writes id as file rel under dir (writeInRoot).
-func writeIdentityAs(dir, rel string, id spec.Identity) error {
 	b, err := identityJSON(id)
 	if err != nil {
 		return err
 	}
-	if err := writeInRoot(dir, rel, b); err != nil {
+	rel := strings.TrimPrefix(spec.IdentityFile, "/")
+	r := ctlfs.Dir(root)
+	if err := r.MkdirAll(path.Dir(rel), 0o755); err != nil {
+		return fmt.Errorf("write the instance's identity %s: %w", spec.IdentityFile, err)
+	}
+	if err := r.WriteFile(rel, b, 0o644); err != nil {
 		return fmt.Errorf("write the instance's identity %s: %w", spec.IdentityFile, err)
 	}
 	return nil
@@ -147,54 +148,6 @@ func writeIdentityWithin(ctx context.Context, root string, id spec.Identity, bou
 	case <-ctx.Done():
 		return fmt.Errorf("write the instance's identity %s: %w", spec.IdentityFile, ctx.Err())
 	}
-}
-
-// writeInRoot writes data as file rel under root (mode 0644, directories
-// 0755 made as needed), atomically, never leaving root nor following a
-// symbolic link.
-func writeInRoot(root, rel string, data []byte) error {
-	how := func(flags uint64, mode uint64) *unix.OpenHow {
-		return &unix.OpenHow{Flags: flags | unix.O_CLOEXEC | unix.O_NOFOLLOW, Mode: mode,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
-	}
-	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open root %s: %w", root, err)
-	}
-	defer func() { _ = unix.Close(dir) }()
-	for _, comp := range strings.Split(path.Dir(rel), "/") {
-		if err := unix.Mkdirat(dir, comp, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("mkdir %s: %w", comp, err)
-		}
-		next, err := unix.Openat2(dir, comp, how(unix.O_PATH|unix.O_DIRECTORY, 0))
-		if err != nil {
-			return fmt.Errorf("open %s: %w (a symbolic link is not followed)", comp, err)
-		}
-		_ = unix.Close(dir)
-		dir = next
-	}
-	name := path.Base(rel)
-	tmp := "." + name + ".tmp"
-	fd, err := unix.Openat2(dir, tmp, how(unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, 0o644))
-	if err != nil {
-		return fmt.Errorf("create %s: %w", tmp, err)
-	}
-	for b := data; len(b) > 0; {
-		n, err := unix.Write(fd, b)
-		if err != nil {
-			_ = unix.Close(fd)
-			return fmt.Errorf("write %s: %w", tmp, err)
-		}
-		b = b[n:]
-	}
-	if err := unix.Fchmod(fd, 0o644); err != nil {
-		_ = unix.Close(fd)
-		return err
-	}
-	if err := unix.Close(fd); err != nil {
-		return err
-	}
-	return unix.Renameat(dir, tmp, dir, name)
 }
 
 // postRestore runs app's post_restore command in restored instance h, with
