@@ -129,41 +129,6 @@ func (d *Docker) Network(ctx context.Context) (string, error) {
 	return d.network, nil
 }
 
-// ensureNetwork makes fogdeploy's bridge network name unless it exists:
-// with inter-container traffic off unless open. Two agents or deploys
-// making it at once: the one that finds it made takes it.
-//
-// Implements: GET /networks/{name}, POST /networks/create.
-func (d *Docker) ensureNetwork(ctx context.Context, name string, open bool) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.made[name] {
-		return nil
-	}
-	nw, err := d.api.NetworkInspect(ctx, name, network.InspectOptions{})
-	if cerrdefs.IsNotFound(err) {
-		_, err = d.api.NetworkCreate(ctx, name, network.CreateOptions{Driver: "bridge",
-			Options: map[string]string{"com.docker.network.bridge.enable_icc": strconv.FormatBool(open)},
-			Labels:  map[string]string{LabelManaged: "true"}})
-		if cerrdefs.IsConflict(err) {
-			err = nil
-		}
-		if err == nil {
-			d.log.Info("network made", "network", name, "containers_reach_each_other", open)
-		}
-	} else if err == nil && nw.Options["com.docker.network.bridge.enable_icc"] != strconv.FormatBool(open) {
-		err = fmt.Errorf("network %s exists with enable_icc=%q, not %v: %w", name, nw.Options["com.docker.network.bridge.enable_icc"], open, ErrConflict)
-	}
-	if err != nil {
-		return d.wrap("network", name, err)
-	}
-	if d.made == nil {
-		d.made = map[string]bool{}
-	}
-	d.made[name] = true
-	return nil
-}
-
 // Create implements Runtime.
 //
 // Implements: POST /containers/create (never pulls).
@@ -433,38 +398,6 @@ func (d *Docker) Logs(ctx context.Context, id string, tail int) (string, error) 
 		return buf.String(), fmt.Errorf("read logs of container %s: %w", id, err)
 	}
 	return buf.String(), nil
-}
-
-// MaxLogBytes bounds what Logs returns: the last bytes of a container's
-// output, however much it wrote (its lines are long, or tail is all).
-const MaxLogBytes = 1 << 20
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	b   []byte
-	max int
-	cut bool
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	n := len(p)
-	if len(p) >= t.max {
-		t.b, t.cut = append(t.b[:0], p[len(p)-t.max:]...), true
-		return n, nil
-	}
-	if over := len(t.b) + len(p) - t.max; over > 0 {
-		t.b, t.cut = append(t.b[:0], t.b[over:]...), true
-	}
-	t.b = append(t.b, p...)
-	return n, nil
-}
-
-// String is what was kept, after a line that says what was cut.
-func (t *tailBuffer) String() string {
-	if !t.cut {
-		return string(t.b)
-	}
-	return fmt.Sprintf("[fogdeploy: earlier output cut: only the last %d bytes are read]\n", t.max) + string(t.b)
 }
 
 // Exec implements Execer.
