@@ -5,8 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 )
 
 // Modes of the entrypoint.
@@ -99,7 +102,7 @@ func parseConfig(mode string, args []string, stderr io.Writer) (*config, error) 
 	c.app = fs.Args()
 	c.readySend, c.readyExpect = unescape(c.readySend), unescape(c.readyExpect)
 	if c.trigger == "" {
-		c.trigger = strings.TrimRight(c.ckpt, "/") + "/checkpoint.request"
+		c.trigger = filepath.Join(c.ckpt, instancectl.CheckpointRequest)
 	}
 	return c, c.validate()
 }

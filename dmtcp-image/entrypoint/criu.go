@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 )
 
 // runCRIU is the life of a container whose engine is CRIU (-engine criu).
@@ -206,7 +207,7 @@ func (s *supervisor) superviseCRIU(ctx context.Context, eng *engine.CRIU, proc e
 			s.log.Info("forwarding signal to the app", "signal", sig.String())
 			_ = proc.Signal(sig)
 		case <-trigger.C:
-			if s.cfg.recycle && ckptDone == nil && appStatus < 0 && !terminated && exists(s.ctlFile(releaseFile)) {
+			if s.cfg.recycle && ckptDone == nil && appStatus < 0 && !terminated && exists(s.ctlFile(instancectl.Release)) {
 				return s.releaseCRIU(proc, appDone, sigs)
 			}
 			if _, err := os.Stat(s.cfg.trigger); err == nil {

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/dmtcpctl"
+	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
@@ -91,9 +93,9 @@ func TestGenerations(t *testing.T) {
 		t.Errorf("pickRestore on empty dir: %v", err)
 	}
 	write("1/ckpt_a_1.dmtcp")
-	write("1/" + restartScript)
+	write("1/" + dmtcpctl.RestartScript)
 	write("2/ckpt_a_2.dmtcp")
-	write("2/" + restartScript)
+	write("2/" + dmtcpctl.RestartScript)
 	write("3/ckpt_a_3.dmtcp.temp") // a checkpoint that died half way
 	write("10/ckpt_a_10.dmtcp")    // image without the coordinator's marker
 	write("notes/ckpt_x.dmtcp")    // not a generation
@@ -401,7 +403,7 @@ func TestWaitOrder(t *testing.T) {
 	s := newSupervisor(cfg, newLogger(io.Discard, "error", "text"), &tm)
 	sigs := make(chan os.Signal, 1)
 	type result struct {
-		o   order
+		o   instancectl.OrderBody
 		err error
 	}
 	got := make(chan result, 1)
@@ -453,7 +455,7 @@ func TestWarm(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for name, size := range map[string]int{"ckpt_a_1.dmtcp": 3 << 20, "ckpt_b_2.dmtcp": 12345, restartScript: 10} {
+	for name, size := range map[string]int{"ckpt_a_1.dmtcp": 3 << 20, "ckpt_b_2.dmtcp": 12345, dmtcpctl.RestartScript: 10} {
 		if err := os.WriteFile(filepath.Join(dir, name), make([]byte, size), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -511,16 +513,9 @@ func TestNoCapsKeepRefusesOthers(t *testing.T) {
 	}
 }
 
-// TestControlFilesMatchRuntime: the control files a recycled container
-// answers are those the runtime writes and reads.
-func TestControlFilesMatchRuntime(t *testing.T) {
-	for here, there := range map[string]string{releaseFile: runtime.DMTCPReleaseFile, releasedFile: runtime.DMTCPReleasedFile,
-		rearmFile: runtime.DMTCPRearmFile, TimingsFile: runtime.DMTCPTimingsFile,
-		identityCtlDir: runtime.DMTCPIdentityDir, identityBound: runtime.DMTCPIdentityBound} {
-		if here != there {
-			t.Errorf("control file %q here, %q in the runtime", here, there)
-		}
-	}
+// TestIdentityDirMatchesDeployer: the identity is bound where the
+// deployer tells the app to read it.
+func TestIdentityDirMatchesDeployer(t *testing.T) {
 	if want := path.Dir(spec.IdentityFile); "/"+identityDir != want {
 		t.Errorf("the identity is bound at /%s; the deployer names %s", identityDir, want)
 	}

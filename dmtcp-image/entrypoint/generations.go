@@ -6,14 +6,10 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
-)
 
-// restartScript is written by the coordinator into its --ckptdir as the
-// last step of a checkpoint: its presence next to the images marks a
-// generation as complete.
-const restartScript = "dmtcp_restart_script.sh"
+	"github.com/fogdeploy/fogdeploy/internal/dmtcpctl"
+)
 
 // generation is one checkpoint directory, <ckpt>/<n>.
 type generation struct {
@@ -30,11 +26,9 @@ func (g generation) startedAt() time.Time {
 	return g.started
 }
 
+// complete reports whether the generation holds a whole DMTCP image.
 func (g generation) complete() bool {
-	if len(g.images) == 0 {
-		return false
-	}
-	_, err := os.Lstat(filepath.Join(g.dir, restartScript))
+	_, err := dmtcpctl.Complete(g.dir, len(g.images))
 	return err == nil
 }
 
@@ -51,17 +45,9 @@ func (g generation) bytes() int64 {
 // readGeneration lists the images of <ckpt>/<n>.
 func readGeneration(ckpt string, n int) (generation, error) {
 	g := generation{n: n, dir: filepath.Join(ckpt, strconv.Itoa(n))}
-	entries, err := os.ReadDir(g.dir)
-	if err != nil {
-		return g, err
-	}
-	for _, e := range entries {
-		if name := e.Name(); strings.HasPrefix(name, "ckpt_") && strings.HasSuffix(name, ".dmtcp") && !e.IsDir() {
-			g.images = append(g.images, filepath.Join(g.dir, name))
-		}
-	}
-	sort.Strings(g.images)
-	return g, nil
+	var err error
+	g.images, err = dmtcpctl.Images(g.dir)
+	return g, err
 }
 
 // generations returns the numbered generations under ckpt, oldest first.
@@ -98,7 +84,7 @@ func pickRestore(ckpt string, gens []generation, from int) (generation, error) {
 			return g, nil
 		}
 		if from != 0 {
-			return g, fmt.Errorf("generation %s is incomplete (no %s or no ckpt_*.dmtcp): %w", g.dir, restartScript, errNoCheckpoint)
+			return g, fmt.Errorf("generation %s is incomplete (no %s or no ckpt_*.dmtcp): %w", g.dir, dmtcpctl.RestartScript, errNoCheckpoint)
 		}
 	}
 	if from != 0 {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 	"github.com/fogdeploy/fogdeploy/internal/procfs"
 )
 
@@ -94,14 +95,9 @@ func prepareRoot(cfg *config) error {
 }
 
 // identityDir is where, inside the root, the app reads its identity
-// (spec.IdentityFile's directory); identityCtlDir the control directory's
-// directory bound there, and identityBound the control file that says it
-// is (runtime.DMTCPIdentityDir, runtime.DMTCPIdentityBound).
-const (
-	identityDir    = "run/fogdeploy"
-	identityCtlDir = "identity"
-	identityBound  = "identity.bound"
-)
+// (spec.IdentityFile's directory); the control directory's
+// instancectl.IdentityDir is bound there.
+const identityDir = "run/fogdeploy"
 
 // bindIdentity binds the control directory's identity/ (-wait's
 // directory) read-only at <root>/run/fogdeploy and says so in the control
@@ -114,9 +110,9 @@ func bindIdentity(cfg *config) {
 		return
 	}
 	ctl := filepath.Dir(cfg.wait)
-	marker := filepath.Join(ctl, identityBound)
+	marker := filepath.Join(ctl, instancectl.IdentityBound)
 	_ = os.Remove(marker)
-	src := filepath.Join(ctl, identityCtlDir)
+	src := filepath.Join(ctl, instancectl.IdentityDir)
 	if st, err := os.Lstat(src); err != nil || !st.IsDir() {
 		return
 	}

@@ -8,14 +8,9 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
-)
 
-// order is what the host writes into the -wait file to start a slot's app:
-// the instance it becomes. Every field is optional.
-type order struct {
-	Deployment string `json:"deployment,omitempty"`
-	Node       string `json:"node,omitempty"`
-}
+	"github.com/fogdeploy/fogdeploy/internal/instancectl"
+)
 
 // errReleased: the slot was released (a termination signal) before any
 // order came.
@@ -26,17 +21,17 @@ var errReleased = errors.New("released before an order")
 // coordinator listening while it waits, so that only the app's own start
 // remains when a deployment binds it. A termination signal ends the wait
 // with errReleased; SIGCHLD is reaped meanwhile.
-func (s *supervisor) waitOrder(sigs <-chan os.Signal) (order, error) {
+func (s *supervisor) waitOrder(sigs <-chan os.Signal) (instancectl.OrderBody, error) {
 	t := time.Now()
 	s.log.Info("waiting for an order", "file", s.cfg.wait)
 	b, err := s.waitFile(s.cfg.wait, sigs)
 	if err != nil {
-		return order{}, err
+		return instancectl.OrderBody{}, err
 	}
-	var o order
+	var o instancectl.OrderBody
 	if len(b) > 0 {
 		if err := json.Unmarshal(b, &o); err != nil {
-			return order{}, fmt.Errorf("order %s: %w", s.cfg.wait, err)
+			return instancectl.OrderBody{}, fmt.Errorf("order %s: %w", s.cfg.wait, err)
 		}
 	}
 	s.tm.record("order", 0, t, 0, nil)

@@ -17,15 +17,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 	"github.com/fogdeploy/fogdeploy/internal/mountinfo"
-)
-
-// The control files of a recycled container (-recycle), in the directory
-// of -wait; runtime.DMTCPReleaseFile and the rest name the same files.
-const (
-	releaseFile  = "release"
-	releasedFile = "released"
-	rearmFile    = "rearm"
 )
 
 // Bounds of a release.
@@ -36,13 +29,6 @@ var (
 	// bindable again.
 	lingerWait = time.Second
 )
-
-// released is what the entrypoint answers a release with.
-type released struct {
-	// Error says why the container cannot serve another instance; the
-	// host then removes it.
-	Error string `json:"error,omitempty"`
-}
 
 func (s *supervisor) ctlFile(name string) string {
 	return filepath.Join(filepath.Dir(s.cfg.wait), name)
@@ -69,12 +55,12 @@ func (s *supervisor) recycle(sigs <-chan os.Signal) (int, bool) {
 		close(s.appGone) // the instance's ready probe, if still at it, gives up
 	}
 	err := s.release()
-	ans := released{}
+	ans := instancectl.ReleasedBody{}
 	if err != nil {
 		ans.Error = err.Error()
 		s.log.Error("the container cannot serve another instance", "err", err)
 	}
-	if werr := writeJSON(s.ctlFile(releasedFile), ans); werr != nil {
+	if werr := writeJSON(s.ctlFile(instancectl.Released), ans); werr != nil {
 		s.log.Error("answer the release", "err", werr)
 		return exitSetup, false
 	}
@@ -82,13 +68,13 @@ func (s *supervisor) recycle(sigs <-chan os.Signal) (int, bool) {
 		return exitSetup, false
 	}
 	s.log.Info("instance released; waiting for the rearm", "ms", time.Since(t).Milliseconds())
-	if _, err := s.waitFile(s.ctlFile(rearmFile), sigs); errors.Is(err, errReleased) {
+	if _, err := s.waitFile(s.ctlFile(instancectl.Rearm), sigs); errors.Is(err, errReleased) {
 		return exitOK, false
 	} else if err != nil {
 		s.log.Error("wait for the rearm", "err", err)
 		return exitSetup, false
 	}
-	for _, f := range []string{releaseFile, releasedFile, rearmFile} {
+	for _, f := range []string{instancectl.Release, instancectl.Released, instancectl.Rearm} {
 		_ = os.Remove(s.ctlFile(f))
 	}
 	s.appGone, s.appPid, s.coordPid, s.coordPort = make(chan struct{}), 0, 0, 0
@@ -131,7 +117,7 @@ func (s *supervisor) release() error {
 		return err
 	}
 	_ = os.Remove(s.cfg.wait)
-	_ = os.Truncate(s.ctlFile(TimingsFile), 0)
+	_ = os.Truncate(s.ctlFile(instancectl.Timings), 0)
 	// The next instance binds its listeners again with SO_REUSEADDR (DMTCP
 	// with the project's patch, as CRIU does): connections of this one
 	// in TIME_WAIT do not stop it, but one that an app without

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 )
 
 // Exit statuses of the entrypoint itself. Otherwise it exits with the app's
@@ -85,7 +87,7 @@ func Main(args []string) int {
 	if cfg.wait != "" && (cfg.timings == "" || cfg.timings == "-") {
 		// A slot's host reads its timings from the control directory, a
 		// file, rather than through the container's logs.
-		ctl, closeCtl, err := openTimings(filepath.Join(filepath.Dir(cfg.wait), TimingsFile))
+		ctl, closeCtl, err := openTimings(filepath.Join(filepath.Dir(cfg.wait), instancectl.Timings))
 		if err != nil {
 			log.Error("timings", "err", err)
 			return exitSetup

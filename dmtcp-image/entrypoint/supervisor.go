@@ -10,10 +10,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/dmtcpctl"
+	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 )
 
 // supervisor is PID 1 of the DMTCP container.
@@ -137,7 +141,7 @@ func (s *supervisor) life(sigs <-chan os.Signal) (code int, again bool) {
 				_ = syscall.Kill(s.appPid, sig.(syscall.Signal))
 			}
 		case <-trigger:
-			if s.cfg.recycle && ckptDone == nil && appStatus < 0 && !terminated && exists(s.ctlFile(releaseFile)) {
+			if s.cfg.recycle && ckptDone == nil && appStatus < 0 && !terminated && exists(s.ctlFile(instancectl.Release)) {
 				return s.recycle(sigs)
 			}
 			if s.cfg.mode != modeBoot && ckptDone == nil && appStatus < 0 && !terminated {
@@ -256,12 +260,11 @@ func (s *supervisor) start(sigs <-chan os.Signal) (app, coord <-chan syscall.Wai
 	}
 	var argv []string
 	t = time.Now()
+	run := s.dmtcpRun()
 	if s.cfg.mode == modeLaunch {
-		argv = append([]string{filepath.Join(s.cfg.prefix, "bin", "dmtcp_launch"), "-j", "--no-gzip",
-			"--ckptdir", ckptDir, "--tmpdir", "/tmp"}, s.cfg.app...)
+		argv = append([]string{filepath.Join(s.cfg.prefix, "bin", "dmtcp_launch")}, run.LaunchArgs(s.cfg.app)...)
 	} else {
-		argv = append([]string{filepath.Join(s.cfg.prefix, "bin", "dmtcp_restart"), "-j",
-			"--ckptdir", ckptDir, "--tmpdir", "/tmp"}, from.images...)
+		argv = append([]string{filepath.Join(s.cfg.prefix, "bin", "dmtcp_restart")}, run.RestartArgs(from.images)...)
 		s.log.Info("restoring", "gen", from.n, "images", from.images)
 	}
 	appPid, done, err := s.startKeeper(argv)
@@ -360,17 +363,23 @@ func (s *supervisor) startKeeper(argv []string) (int, <-chan syscall.WaitStatus,
 	return pid, done, nil
 }
 
-// appEnv is the app's environment: the container's, without locale and
-// DMTCP variables, plus LC_ALL=C (so glibc maps no locale archive that DMTCP
-// would have to copy next to the image) and the coordinator's address.
+// dmtcpRun is where the app writes its images: the generation's
+// directory, uncompressed (the checkpoint volume is the instance's own and
+// a restore reads it at once).
+func (s *supervisor) dmtcpRun() dmtcpctl.Run {
+	return dmtcpctl.Run{CkptDir: filepath.Join(s.cfg.ckpt, strconv.Itoa(s.gen)), TmpDir: "/tmp"}
+}
+
+// appEnv is the app's environment: the container's without the
+// entrypoint's own variables, with a PATH, under DMTCP's settings
+// (dmtcpctl.Run.Env). Boot mode and CRIU get the same locale, LC_ALL=C.
 func (s *supervisor) appEnv() []string {
 	var env []string
 	hasPath := false
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
-		case k == "LANG" || k == "LANGUAGE" || strings.HasPrefix(k, "LC_"),
-			strings.HasPrefix(k, "DMTCP_"), strings.HasPrefix(k, "JALIB_"), strings.HasPrefix(k, "FOG_"):
+		case strings.HasPrefix(k, "FOG_"):
 			continue
 		case k == "PATH":
 			hasPath = true
@@ -380,11 +389,13 @@ func (s *supervisor) appEnv() []string {
 	if !hasPath {
 		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	}
+	env = s.dmtcpRun().Env(env, s.coordPort)
 	if s.cfg.mode == modeBoot || s.cfg.engine == engineCRIU {
-		return append(env, "LC_ALL=C") // the same locale as under DMTCP
+		env = slices.DeleteFunc(env, func(kv string) bool {
+			return strings.HasPrefix(kv, "DMTCP_") || strings.HasPrefix(kv, "JALIB_")
+		})
 	}
-	return append(env, "LC_ALL=C", "DMTCP_COORD_HOST=127.0.0.1", "DMTCP_COORD_PORT="+strconv.Itoa(s.coordPort),
-		"DMTCP_GZIP=0", "DMTCP_TMPDIR=/tmp", "JALIB_STDERR_PATH=/dev/stderr")
+	return env
 }
 
 // probe reports the time until the app answers on cfg.ready: until a
@@ -473,9 +484,8 @@ func httpReady(c io.ReadWriter, path string, status int) bool {
 // the channel its result arrives on, and whether the app will be stopped by
 // it. It does not block: the main loop keeps reaping meanwhile.
 //
-// Implements: dmtcp_command -kc (or -c with -after-checkpoint=continue),
-// then waits until the image and dmtcp_restart_script.sh exist, since
-// DMTCP 4.2's -bc does not block.
+// It asks for -kc (or -c with -after-checkpoint=continue), then waits
+// until the image is complete, since DMTCP 4.2's -bc does not block.
 func (s *supervisor) checkpoint(reason string) (chan ckptResult, bool) {
 	exitAfter := s.cfg.after == afterExit
 	done := make(chan ckptResult, 1)
@@ -501,23 +511,24 @@ func (s *supervisor) checkpoint(reason string) (chan ckptResult, bool) {
 		// With -after-checkpoint=continue a later checkpoint rewrites the
 		// same generation: drop the old marker so that completion is
 		// detected afresh.
-		_ = os.Remove(filepath.Join(gen.dir, restartScript))
-		cmd := "-c"
+		_ = os.Remove(filepath.Join(gen.dir, dmtcpctl.RestartScript))
+		cmd := dmtcpctl.Checkpoint
 		if exitAfter {
-			cmd = "-kc"
+			cmd = dmtcpctl.CheckpointKill
 		}
 		rc, out, err := s.command(cmd)
-		// DMTCP 4.2 sends -kc as 'K' then 'c'; the 'c' finds the computation
-		// already checkpointing and the command exits 2 with this message.
-		killed := exitAfter && strings.Contains(out, "checkpointed and killed")
-		if err != nil || (rc != 0 && !killed) {
+		var rcErr error
+		if rc != 0 {
+			rcErr = fmt.Errorf("exit %d", rc)
+		}
+		if err != nil || !dmtcpctl.CheckpointCommandOK(cmd, rcErr, out) {
 			res.err = fmt.Errorf("dmtcp_command %s: exit %d (%s): %w", cmd, rc, strings.TrimSpace(out), errors.Join(err, errCheckpoint))
 			return
 		}
 		deadline, gone := t.Add(s.cfg.ckptTimeout), s.appGone
 		for time.Now().Before(deadline) {
 			g, err := readGeneration(s.cfg.ckpt, gen.n)
-			if err == nil && g.complete() && !tempImages(g.dir) {
+			if err == nil && g.complete() {
 				g.started = t
 				res.gen = g
 				return
@@ -538,11 +549,6 @@ func (s *supervisor) checkpoint(reason string) (chan ckptResult, bool) {
 		res.err = fmt.Errorf("generation %s not complete after %s: %w", gen.dir, s.cfg.ckptTimeout, errCheckpoint)
 	}()
 	return done, exitAfter
-}
-
-func tempImages(dir string) bool {
-	m, _ := filepath.Glob(filepath.Join(dir, "*.dmtcp.temp"))
-	return len(m) > 0
 }
 
 // stopApp waits a little for an app that a -kc checkpoint is stopping, then

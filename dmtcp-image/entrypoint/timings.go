@@ -31,10 +31,6 @@ type timing struct {
 	Error string    `json:"error,omitempty"`
 }
 
-// TimingsFile is the copy of the timings a slot writes into its control
-// directory (the directory of -wait), where its host reads them.
-const TimingsFile = "timings"
-
 func openTimings(path string) (io.Writer, func(), error) {
 	if path == "" || path == "-" {
 		return os.Stdout, func() {}, nil

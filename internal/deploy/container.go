@@ -17,6 +17,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/ctlfs"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 )
 
@@ -166,7 +167,7 @@ func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 		return Handle{}, fmt.Errorf("run of app %q: no control directory (Run.CtlPath): %w", r.App.Name, ErrInvalidSpec)
 	}
 	// The entrypoint binds it where the app reads its identity (identity.go).
-	if err := os.MkdirAll(filepath.Join(r.CtlPath, runtime.DMTCPIdentityDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(r.CtlPath, instancectl.IdentityDir), 0o755); err != nil {
 		return Handle{}, fmt.Errorf("control directory of the instance: %w", err)
 	}
 	var dc runtime.DMTCPContainer
@@ -474,7 +475,7 @@ func (c *Container) Timings(ctx context.Context, h Handle) ([]runtime.Timing, er
 	if h.CtlPath != "" {
 		// A slot's entrypoint writes them into its control directory too:
 		// a file read, not a Docker call, on every readiness probe.
-		b, err := ctlfs.Dir(h.CtlPath).ReadFile(runtime.DMTCPTimingsFile)
+		b, err := ctlfs.Dir(h.CtlPath).ReadFile(instancectl.Timings)
 		if err == nil {
 			return runtime.ParseTimings(string(b)), nil
 		}

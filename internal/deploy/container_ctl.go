@@ -13,19 +13,17 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/cgroup"
 	"github.com/fogdeploy/fogdeploy/internal/ctlfs"
-	"github.com/fogdeploy/fogdeploy/internal/runtime"
+	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 )
 
 // ordered reports whether Start has ordered the instance to run.
 func ordered(h Handle) bool {
-	return ctlfs.Dir(h.CtlPath).IsFile(runtime.DMTCPOrderFile)
+	return ctlfs.Dir(h.CtlPath).IsFile(instancectl.Order)
 }
 
 // writeOrder writes the order file.
 func writeOrder(h Handle) error {
-	return writeCtl(h.CtlPath, runtime.DMTCPOrderFile, struct {
-		Deployment string `json:"deployment,omitempty"`
-	}{h.Deployment})
+	return writeCtl(h.CtlPath, instancectl.Order, instancectl.OrderBody{Deployment: h.Deployment})
 }
 
 // writeCtl writes v as JSON to control file name in dir, whole (a
@@ -49,9 +47,9 @@ var _ Recycler = (*Container)(nil)
 const recycleWait = 15 * time.Second
 
 // Recycle implements Recycler: it lowers the container to background
-// priority, asks the entrypoint to end the app (DMTCPReleaseFile), waits
+// priority, asks the entrypoint to end the app (instancectl.Release), waits
 // for its answer, resets the root while the container holds no mount in
-// it, and rearms it (DMTCPRearmFile): its entrypoint prepares the root
+// it, and rearms it (instancectl.Rearm): its entrypoint prepares the root
 // and the coordinator again and waits for Start's next order. An instance
 // created without Handle.Recycle, or whose entrypoint found it cannot serve
 // again, is ErrNotRecyclable.
@@ -60,7 +58,7 @@ func (c *Container) Recycle(ctx context.Context, h Handle, reset func(context.Co
 		return Handle{}, fmt.Errorf("container %s: created to serve once: %w", shortRef(h.Ref), ErrNotRecyclable)
 	}
 	ctl := ctlfs.Dir(h.CtlPath)
-	for _, f := range []string{runtime.DMTCPReleasedFile, runtime.DMTCPRearmFile} {
+	for _, f := range []string{instancectl.Released, instancectl.Rearm} {
 		if err := ctl.Remove(f); err != nil {
 			return Handle{}, err
 		}
@@ -77,14 +75,14 @@ func (c *Container) Recycle(ctx context.Context, h Handle, reset func(context.Co
 		}
 		h.Background = true
 	}
-	if err := writeCtl(h.CtlPath, runtime.DMTCPReleaseFile, struct{}{}); err != nil {
+	if err := writeCtl(h.CtlPath, instancectl.Release, struct{}{}); err != nil {
 		return Handle{}, err
 	}
 	deadline := time.Now().Add(recycleWait)
 	var b []byte
 	for {
 		var err error
-		if b, err = ctl.ReadFile(runtime.DMTCPReleasedFile); err == nil {
+		if b, err = ctl.ReadFile(instancectl.Released); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -99,9 +97,7 @@ func (c *Container) Recycle(ctx context.Context, h Handle, reset func(context.Co
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	var ans struct {
-		Error string `json:"error"`
-	}
+	var ans instancectl.ReleasedBody
 	if err := json.Unmarshal(b, &ans); err != nil {
 		return Handle{}, fmt.Errorf("container %s: release answer %q: %w", shortRef(h.Ref), b, ErrNotRecyclable)
 	}
@@ -111,7 +107,7 @@ func (c *Container) Recycle(ctx context.Context, h Handle, reset func(context.Co
 	if err := reset(ctx); err != nil {
 		return Handle{}, err
 	}
-	if err := writeCtl(h.CtlPath, runtime.DMTCPRearmFile, struct{}{}); err != nil {
+	if err := writeCtl(h.CtlPath, instancectl.Rearm, struct{}{}); err != nil {
 		return Handle{}, err
 	}
 	h.Deployment = ""

@@ -24,7 +24,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/ctlfs"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
-	"github.com/fogdeploy/fogdeploy/internal/runtime"
+	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
@@ -82,7 +82,7 @@ func writeIdentityCtl(h Handle, id spec.Identity) (bound bool, err error) {
 	// The app can write into the control directory (ctlfs): no link of
 	// its is followed.
 	ctl := ctlfs.Dir(h.CtlPath)
-	name := path.Join(runtime.DMTCPIdentityDir, path.Base(spec.IdentityFile))
+	name := path.Join(instancectl.IdentityDir, path.Base(spec.IdentityFile))
 	written := false
 	if f, err := ctl.OpenFile(name, os.O_WRONLY); err == nil {
 		written, err = overwriteIdentity(f, id)
@@ -101,7 +101,7 @@ func writeIdentityCtl(h Handle, id spec.Identity) (bound bool, err error) {
 			return false, fmt.Errorf("write the instance's identity %s: %w", spec.IdentityFile, err)
 		}
 	}
-	return ctl.IsFile(runtime.DMTCPIdentityBound), nil
+	return ctl.IsFile(instancectl.IdentityBound), nil
 }
 
 // overwriteIdentity writes id over the identity file f, in place,

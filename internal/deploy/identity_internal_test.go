@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fogdeploy/fogdeploy/internal/runtime"
+	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
@@ -20,7 +20,7 @@ import (
 // identity directory, is never followed out of it.
 func TestWriteIdentityCtl(t *testing.T) {
 	ctl := t.TempDir()
-	dir := filepath.Join(ctl, runtime.DMTCPIdentityDir)
+	dir := filepath.Join(ctl, instancectl.IdentityDir)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestWriteIdentityCtl(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := spec.Identity{Instance: "redis-0a1b2c3d", App: "redis", Slot: "redis-s01234567", Gen: 2, Seed: "ff"}
-	if err := os.WriteFile(filepath.Join(ctl, runtime.DMTCPIdentityBound), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(ctl, instancectl.IdentityBound), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if bound, err := writeIdentityCtl(h, want); err != nil || !bound {

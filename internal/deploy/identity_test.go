@@ -14,7 +14,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
-	"github.com/fogdeploy/fogdeploy/internal/runtime"
+	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
@@ -83,7 +83,7 @@ func testPostRestore(t *testing.T, driver, eng string) {
 		// it yet, into the root too); the host driver's is in the clone.
 		inClone := filepath.Join(dep.Handle.EnvPath, spec.IdentityFile)
 		if dep.Handle.CtlPath != "" {
-			b, err := os.ReadFile(filepath.Join(dep.Handle.CtlPath, runtime.DMTCPIdentityDir, path.Base(spec.IdentityFile)))
+			b, err := os.ReadFile(filepath.Join(dep.Handle.CtlPath, instancectl.IdentityDir, path.Base(spec.IdentityFile)))
 			if err != nil || !strings.Contains(string(b), dep.ID) {
 				t.Errorf("restore %d: the identity in the control directory = %q, %v", i+1, b, err)
 			}

@@ -152,28 +152,6 @@ func appEnv(spec LaunchSpec) []string {
 	return []string{"PATH=" + defaultPath, "HOME=/"}
 }
 
-// setEnv replaces or adds key=value.
-func setEnv(env []string, key, value string) []string {
-	out := env[:0:0]
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, key+"=") {
-			out = append(out, kv)
-		}
-	}
-	return append(out, key+"="+value)
-}
-
-// dropEnv removes every variable whose name starts with prefix.
-func dropEnv(env []string, prefix string) []string {
-	out := env[:0:0]
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, prefix) {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
 func getEnv(env []string, key string) string {
 	for i := len(env) - 1; i >= 0; i-- {
 		if v, ok := strings.CutPrefix(env[i], key+"="); ok {

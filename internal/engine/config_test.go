@@ -67,25 +67,6 @@ func TestResolveArgv0InRoot(t *testing.T) {
 	}
 }
 
-func TestEnvHelpers(t *testing.T) {
-	env := dmtcpEnv([]string{"LANG=C.UTF-8", "LC_ALL=en_US.UTF-8", "DMTCP_COORD_PORT=7779", "HOME=/"}, 4242, false)
-	for k, want := range map[string]string{"LC_ALL": "C", "DMTCP_COORD_PORT": "4242", "DMTCP_COORD_HOST": "127.0.0.1",
-		"JALIB_STDERR_PATH": "/dev/stderr", "DMTCP_GZIP": "0", "HOME": "/"} {
-		if got := getEnv(env, k); got != want {
-			t.Errorf("%s = %q, want %q (env %v)", k, got, want, env)
-		}
-	}
-	n := 0
-	for _, kv := range env {
-		if strings.HasPrefix(kv, "DMTCP_COORD_PORT=") {
-			n++
-		}
-	}
-	if n != 1 {
-		t.Fatalf("DMTCP_COORD_PORT set %d times", n)
-	}
-}
-
 func TestConfigValidate(t *testing.T) {
 	err := Config{Prefix: "opt/dmtcp", TempDir: "tmp", Timeout: -time.Second}.Validate()
 	for _, want := range []string{"opt/dmtcp", "tmp", "negative"} {

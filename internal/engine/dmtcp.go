@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fogdeploy/fogdeploy/internal/dmtcpctl"
 )
 
 // DMTCP runs apps under DMTCP (dmtcp_launch, dmtcp_restart), the default
@@ -33,13 +34,6 @@ type DMTCP struct {
 }
 
 var _ Engine = (*DMTCP)(nil)
-
-// DMTCP binaries the engine needs.
-var dmtcpBins = []string{"dmtcp_launch", "dmtcp_restart", "dmtcp_command", "dmtcp_coordinator", "mtcp_restart"}
-
-// coordFD is DMTCP's PROTECTED_COORD_FD: a coordinator that finds a
-// listening socket on this fd uses it instead of binding 0.0.0.0.
-const coordFD = 821
 
 // Paths inside a Root, all on the tmpfs the sandbox mounts on /tmp, so the
 // environment clone is not written to.
@@ -72,7 +66,7 @@ func (d *DMTCP) Check(ctx context.Context) (Info, error) {
 	if err := needRoot(NameDMTCP); err != nil {
 		return Info{}, err
 	}
-	prefix, bins, err := locate(d.cfg.Prefix, EnvDMTCPPrefix, DefaultDMTCPPrefix, dmtcpBins)
+	prefix, bins, err := locate(d.cfg.Prefix, EnvDMTCPPrefix, DefaultDMTCPPrefix, dmtcpctl.Binaries)
 	if err != nil {
 		return Info{}, withHint(err, "build DMTCP 4.2 outside the repo (./configure --prefix=/opt/dmtcp && make install) or set "+EnvDMTCPPrefix)
 	}
@@ -160,24 +154,6 @@ func (d *DMTCP) newInstance(l func(inst string) dmtcpLayout) (dmtcpLayout, error
 	return lay, nil
 }
 
-// dmtcpEnv adds what every DMTCP process needs: the coordinator, LC_ALL=C
-// (else glibc maps gconv-modules.cache shared and the image records an
-// absolute path to a copy of it, so it cannot be moved), and
-// JALIB_STDERR_PATH (else DMTCP's own errors vanish when stderr is a pipe).
-func dmtcpEnv(env []string, port int, gzip bool) []string {
-	env = dropEnv(env, "DMTCP_")
-	env = dropEnv(env, "JALIB_")
-	env = setEnv(env, "LC_ALL", "C")
-	env = setEnv(env, "DMTCP_COORD_HOST", "127.0.0.1")
-	env = setEnv(env, "DMTCP_COORD_PORT", strconv.Itoa(port))
-	env = setEnv(env, "JALIB_STDERR_PATH", "/dev/stderr")
-	g := "0"
-	if gzip {
-		g = "1"
-	}
-	return setEnv(env, "DMTCP_GZIP", g)
-}
-
 // isSystemPrefix reports prefixes that cannot be bound over the same path in
 // a root without hiding the root's own files.
 func isSystemPrefix(p string) bool {
@@ -229,22 +205,16 @@ func (d *DMTCP) Launch(ctx context.Context, spec LaunchSpec) (_ Process, err err
 	if p.out, err = newOutput(spec.Stdout, spec.Stderr); err != nil {
 		return nil, err
 	}
-	gzip := spec.Compression == "gzip"
-	p.gzip = gzip
-	args := []string{"dmtcp_launch", "-j", "--ckptdir", lay.appCkpt, "--tmpdir", lay.appTmp}
-	if gzip {
-		args = append(args, "--gzip")
-	} else {
-		args = append(args, "--no-gzip")
-	}
+	p.gzip = spec.Compression == "gzip"
+	run := dmtcpctl.Run{CkptDir: lay.appCkpt, TmpDir: lay.appTmp, Gzip: p.gzip}
 	dir := spec.Dir
 	if dir == "" {
 		dir = "/"
 	}
 	cmd := &exec.Cmd{
 		Path:        info.Binaries["dmtcp_launch"],
-		Args:        append(args, spec.Argv...),
-		Env:         dmtcpEnv(env, p.coord.port, gzip),
+		Args:        append([]string{"dmtcp_launch"}, run.LaunchArgs(spec.Argv)...),
+		Env:         run.Env(env, p.coord.port),
 		Dir:         dir,
 		Stdout:      p.out.stdout(),
 		Stderr:      p.out.stderr(),
@@ -343,7 +313,7 @@ func (d *DMTCP) Checkpoint(ctx context.Context, proc Process, dir string) (img I
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
-	peers, _, err := p.coord.status(ctx, p.sb)
+	st, err := p.coord.status(ctx, p.sb)
 	if err != nil {
 		return Image{}, fmt.Errorf("checkpoint pid %d: %w (%w)", p.Pid(), ErrCheckpoint, err)
 	}
@@ -363,15 +333,15 @@ func (d *DMTCP) Checkpoint(ctx context.Context, proc Process, dir string) (img I
 	// DMTCP 4.2 sends 'K' then 'c'; the 'c' finds the computation already
 	// checkpointing and dmtcp_command exits 2 with this message. The files
 	// below are the real test.
-	if out, cerr := p.coord.command(ctx, p.sb, "-kc"); cerr != nil && !strings.Contains(out, "checkpointed and killed") {
+	if out, cerr := p.coord.command(ctx, p.sb, dmtcpctl.CheckpointKill); !dmtcpctl.CheckpointCommandOK(dmtcpctl.CheckpointKill, cerr, out) {
 		err = fmt.Errorf("checkpoint pid %d: dmtcp_command -kc: %w (%w): %s", p.Pid(), ErrCheckpoint, cerr, strings.TrimSpace(out))
 		return Image{}, err
 	}
 	var files []string
 	complete := func() (bool, error) {
-		files, _ = filepath.Glob(filepath.Join(dir, "ckpt_*.dmtcp"))
-		_, serr := os.Lstat(filepath.Join(dir, "dmtcp_restart_script.sh"))
-		return len(files) >= max(peers, 1) && serr == nil, nil
+		var cerr error
+		files, cerr = dmtcpctl.Complete(dir, st.Peers)
+		return cerr == nil, nil
 	}
 	err = pollUntil(ctx, 5*time.Millisecond, nil, func() (bool, error) {
 		if ok, _ := complete(); ok {
@@ -471,15 +441,15 @@ func (d *DMTCP) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Pro
 	if p.out, err = newOutput(spec.Stdout, spec.Stderr); err != nil {
 		return nil, err
 	}
-	args := []string{"dmtcp_restart", "-j", "--ckptdir", lay.appCkpt, "--tmpdir", lay.appTmp}
-	for _, f := range img.Files {
-		args = append(args, filepath.Join(lay.appImg, f)) // exact names: no glob
+	run := dmtcpctl.Run{CkptDir: lay.appCkpt, TmpDir: lay.appTmp, Gzip: p.gzip}
+	images := make([]string, len(img.Files))
+	for i, f := range img.Files {
+		images[i] = filepath.Join(lay.appImg, f) // exact names: no glob
 	}
-	env := dmtcpEnv([]string{"PATH=" + defaultPath, "HOME=/"}, p.coord.port, img.Compression == "gzip")
 	cmd := &exec.Cmd{
 		Path:       info.Binaries["dmtcp_restart"],
-		Args:       args,
-		Env:        env,
+		Args:       append([]string{"dmtcp_restart"}, run.RestartArgs(images)...),
+		Env:        run.Env([]string{"PATH=" + defaultPath, "HOME=/"}, p.coord.port),
 		Dir:        "/",
 		Stdout:     p.out.stdout(),
 		Stderr:     p.out.stderr(),
@@ -607,11 +577,10 @@ func (d *DMTCP) adopt(p *process, c *coordinator) (*os.Process, error) {
 	self := strconv.Itoa(os.Getpid())
 	var last string
 	for ctx.Err() == nil {
-		out, err := c.command(ctx, p.sb, "-l")
+		out, err := c.command(ctx, p.sb, dmtcpctl.List)
 		last = strings.TrimSpace(out)
 		if err == nil {
-			for _, m := range listedPID.FindAllStringSubmatch(out, -1) {
-				pid, _ := strconv.Atoi(m[1])
+			for _, pid := range dmtcpctl.ListedPIDs(out) {
 				if ppid, err := procStatus(pid, "PPid"); err == nil && ppid == self {
 					return os.FindProcess(pid)
 				}
@@ -622,6 +591,3 @@ func (d *DMTCP) adopt(p *process, c *coordinator) (*os.Process, error) {
 	return nil, fmt.Errorf("dmtcp_restart forked but no restored app was re-parented to pid %s (coordinator lists: %s): %w",
 		self, last, ErrRestore)
 }
-
-// listedPID matches the real PID in dmtcp_command -l output.
-var listedPID = regexp.MustCompile(`\[\d+:(\d+)\]@`)

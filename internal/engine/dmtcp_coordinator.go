@@ -10,9 +10,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/dmtcpctl"
 )
 
 // coordinator is a private dmtcp_coordinator.
@@ -30,18 +31,18 @@ func (d *DMTCP) startCoordinator(sb *sandbox, lay dmtcpLayout) (*coordinator, er
 	info := *d.info
 	c := &coordinator{bin: info.Binaries["dmtcp_command"], done: make(chan struct{}), log: NewLogTail(20)}
 	err := sb.do(func() error {
-		l, port, err := listenLoopback()
+		l, port, err := dmtcpctl.ListenLoopback()
 		if err != nil {
-			return fmt.Errorf("coordinator socket: %w", err)
+			return err
 		}
 		defer l.Close()
 		c.port = port
-		extra := make([]*os.File, coordFD-2) // ExtraFiles[i] is fd 3+i
-		extra[coordFD-3] = l
+		extra := make([]*os.File, dmtcpctl.CoordFD-2) // ExtraFiles[i] is fd 3+i
+		extra[dmtcpctl.CoordFD-3] = l
+		args := dmtcpctl.Coordinator{Port: port, CkptDir: lay.nsCkpt, TmpDir: lay.coordTmp, ExitOnLast: true}.Args()
 		c.cmd = &exec.Cmd{
-			Path: info.Binaries["dmtcp_coordinator"],
-			Args: []string{"dmtcp_coordinator", "--exit-on-last", "-q", "--coord-port", strconv.Itoa(port),
-				"--tmpdir", lay.coordTmp, "--ckptdir", lay.nsCkpt},
+			Path:       info.Binaries["dmtcp_coordinator"],
+			Args:       append([]string{"dmtcp_coordinator"}, args...),
 			Env:        []string{"PATH=" + defaultPath, "LC_ALL=C"},
 			Dir:        "/",
 			Stdout:     nil, // only its "dmtcp> " prompts
@@ -74,7 +75,7 @@ func (c *coordinator) command(ctx context.Context, sb *sandbox, args ...string) 
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, c.bin, append([]string{"--coord-host", "127.0.0.1", "--coord-port", strconv.Itoa(c.port)}, args...)...)
+	cmd := exec.CommandContext(ctx, c.bin, dmtcpctl.CommandArgs(c.port, args...)...)
 	cmd.Env = []string{"PATH=" + defaultPath, "LC_ALL=C"}
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -86,22 +87,13 @@ func (c *coordinator) command(ctx context.Context, sb *sandbox, args ...string) 
 	return out.String(), err
 }
 
-// status returns NUM_PEERS and RUNNING from dmtcp_command -s.
-func (c *coordinator) status(ctx context.Context, sb *sandbox) (peers int, running bool, err error) {
-	out, err := c.command(ctx, sb, "-s")
+// status asks the coordinator for its peers and whether they run.
+func (c *coordinator) status(ctx context.Context, sb *sandbox) (dmtcpctl.State, error) {
+	out, err := c.command(ctx, sb, dmtcpctl.Status)
 	if err != nil {
-		return 0, false, fmt.Errorf("dmtcp_command -s: %w: %s", err, lastLine([]byte(strings.TrimSpace(out))))
+		return dmtcpctl.State{}, fmt.Errorf("dmtcp_command -s: %w: %s", err, lastLine([]byte(strings.TrimSpace(out))))
 	}
-	for _, l := range strings.Split(out, "\n") {
-		l = strings.TrimSpace(l)
-		if v, ok := strings.CutPrefix(l, "NUM_PEERS="); ok {
-			peers, _ = strconv.Atoi(strings.TrimSpace(v))
-		}
-		if v, ok := strings.CutPrefix(l, "RUNNING="); ok {
-			running = strings.TrimSpace(v) == "yes"
-		}
-	}
-	return peers, running, nil
+	return dmtcpctl.ParseStatus(out), nil
 }
 
 // stop ends the coordinator: it exits by itself once its last client is
@@ -115,7 +107,7 @@ func (c *coordinator) stop(d *DMTCP, sb *sandbox) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := c.command(ctx, sb, "-q"); err != nil {
+	if _, err := c.command(ctx, sb, dmtcpctl.Quit); err != nil {
 		d.cfg.Logger.Debug("dmtcp_command -q", "err", err)
 	}
 	select {
@@ -143,9 +135,9 @@ func (d *DMTCP) waitPeers(ctx context.Context, p *process, sb *sandbox, c *coord
 		if c.exited() {
 			return false, errors.New("dmtcp_coordinator exited")
 		}
-		peers, running, err := c.status(ctx, sb)
+		st, err := c.status(ctx, sb)
 		last = err
-		return err == nil && peers >= n && running, nil
+		return err == nil && st.Peers >= n && st.Running, nil
 	})
 	if errors.Is(err, ErrExited) {
 		return fmt.Errorf("app exited with status %d before it joined the coordinator", p.code)

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -305,39 +304,4 @@ func NetNSDialer(pid int) DialFunc {
 		}
 		return c, err
 	}
-}
-
-// listenLoopback makes a listening TCP socket on 127.0.0.1 with a free port
-// in the current thread's network namespace and returns it as a blocking
-// file.
-func listenLoopback() (*os.File, int, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, 0, err
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			unix.Close(fd)
-		}
-	}()
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
-		return nil, 0, err
-	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		return nil, 0, err
-	}
-	if err := unix.Listen(fd, 128); err != nil {
-		return nil, 0, err
-	}
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		return nil, 0, err
-	}
-	in, isIn := sa.(*unix.SockaddrInet4)
-	if !isIn {
-		return nil, 0, errors.New("listener has no IPv4 address")
-	}
-	ok = true
-	return os.NewFile(uintptr(fd), "coordinator-listener"), in.Port, nil
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 )
 
 // Paths inside the DMTCP container (dmtcp-image/README.md).
@@ -21,39 +23,13 @@ const (
 	// DMTCPCkptPath is where the checkpoint clone is bound; generation N of
 	// the checkpoint is written to DMTCPCkptPath/N.
 	DMTCPCkptPath = "/fog/ckpt"
-	// DMTCPCheckpointRequest is the file, relative to the checkpoint
-	// directory, whose creation asks the container for a checkpoint (as
-	// SIGUSR1 does).
-	DMTCPCheckpointRequest = "checkpoint.request"
 	// DMTCPCtlPath is where a pre-started container's control directory
 	// is bound (DMTCPContainer.CtlPath).
 	DMTCPCtlPath = "/fog/ctl"
-	// DMTCPOrderFile is the file, in the control directory, whose
-	// appearance starts the app of a container created with Wait.
-	DMTCPOrderFile = "order"
-	// DMTCPTimingsFile is the file, in the control directory, where a
-	// container created with Wait also writes its timings (JSON lines, as
-	// on its standard output).
-	DMTCPTimingsFile = "timings"
 	// DMTCPMntPath is where a recyclable container's mount directory is
 	// bound (DMTCPContainer.Recycle): the root is its subdirectory, which
 	// the host unmounts and mounts again between two instances.
 	DMTCPMntPath = "/fog/mnt"
-	// DMTCPReleaseFile, in the control directory, asks a recyclable
-	// container's entrypoint to end its app and give the container back;
-	// it answers with DMTCPReleasedFile ({} or {"error": ...}) and then
-	// waits for DMTCPRearmFile, written once the host has reset the root,
-	// to prepare for the next order.
-	DMTCPReleaseFile  = "release"
-	DMTCPReleasedFile = "released"
-	DMTCPRearmFile    = "rearm"
-	// DMTCPIdentityDir, a directory in the control directory, is bound
-	// read-only at the root's /run/fogdeploy (spec.IdentityFile's
-	// directory) by an entrypoint that waits for an order, which then
-	// writes DMTCPIdentityBound: the host writes an instance's identity
-	// there, on a node-local file system, not through the root's.
-	DMTCPIdentityDir   = "identity"
-	DMTCPIdentityBound = "identity.bound"
 )
 
 // DMTCPCapabilities returns the capabilities the DMTCP container needs,
@@ -187,7 +163,7 @@ type DMTCPContainer struct {
 	// CtlPath, if set, is a host directory bound at DMTCPCtlPath.
 	CtlPath string
 	// Wait makes the entrypoint prepare everything (the root, the
-	// coordinator) and then wait until DMTCPOrderFile appears in CtlPath
+	// coordinator) and then wait until instancectl.Order appears in CtlPath
 	// before it starts the app: a pre-started slot. Needs CtlPath.
 	Wait bool
 	// CPUShares is the container's CPU weight at creation (0: the
@@ -208,7 +184,7 @@ type DMTCPContainer struct {
 	// Restart with Wait): EnvPath's parent directory, a shared mount on
 	// the host, is bound at DMTCPMntPath with PropagationSlave and the root
 	// is EnvPath's name under it, so that the host can reset the root
-	// between two instances (DMTCPReleaseFile).
+	// between two instances (instancectl.Release).
 	Recycle bool
 }
 
@@ -216,7 +192,7 @@ type DMTCPContainer struct {
 const EngineCRIU = "criu"
 
 // Launch returns the spec of a container that runs argv under DMTCP. It
-// checkpoints into the next generation on SIGUSR1 or DMTCPCheckpointRequest.
+// checkpoints into the next generation on SIGUSR1 or instancectl.CheckpointRequest.
 func (c DMTCPContainer) Launch(argv []string) Spec {
 	c.Recycle = false
 	return c.spec(append(append(c.flags(0), "--"), argv...), "launch")
@@ -281,7 +257,7 @@ func (c DMTCPContainer) flags(from int) []string {
 		f = append(f, "-from", strconv.Itoa(from))
 	}
 	if c.Wait {
-		f = append(f, "-wait", DMTCPCtlPath+"/"+DMTCPOrderFile)
+		f = append(f, "-wait", DMTCPCtlPath+"/"+instancectl.Order)
 	}
 	if c.Recycle && c.EnvPath != "" {
 		f = append(f, "-recycle", "-root", DMTCPRoot(c.EnvPath, true))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/devenv"
+	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
@@ -73,7 +74,7 @@ func TestDMTCPContainerCheckpointRestore(t *testing.T) {
 	assertRedis(ctx, t, addrA, "OK", "SET", "greeting", "hello from generation 1")
 	assertAppHasNoCaps(ctx, t, d, a)
 	t0 := time.Now()
-	if err := os.WriteFile(filepath.Join(ckpt, runtime.DMTCPCheckpointRequest), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(ckpt, instancectl.CheckpointRequest), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if code, err := d.Wait(ctx, a); err != nil || code != 0 {
@@ -174,7 +175,7 @@ func TestDMTCPContainerUser(t *testing.T) {
 	w.Deployment += "-slot"
 	w.CtlPath, w.Wait = t.TempDir(), true
 	runContainer(ctx, t, d, w.Restart(0))
-	warm := waitTiming(ctx, t, filepath.Join(w.CtlPath, runtime.DMTCPTimingsFile), "warm")
+	warm := waitTiming(ctx, t, filepath.Join(w.CtlPath, instancectl.Timings), "warm")
 	if warm.Error != "" || warm.Bytes == 0 {
 		t.Errorf("read ahead of a user's images: %+v; want their bytes read, no error", warm)
 	}

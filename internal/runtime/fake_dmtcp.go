@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 )
 
 // FakeDMTCPImageFile is the file of a fake checkpoint image in its
@@ -256,19 +258,19 @@ func fakeLife(ctx context.Context, p *FakeProcess, fl fakeFlags, mode string, ar
 			if !fl.recycle || ctl == "" {
 				continue
 			}
-			if _, err := os.Stat(filepath.Join(ctl, DMTCPReleaseFile)); err != nil {
+			if _, err := os.Stat(filepath.Join(ctl, instancectl.Release)); err != nil {
 				continue
 			}
 			stopApp()
 			<-exited
 			_ = os.Remove(filepath.Join(ctl, path.Base(fl.wait)))
-			if err := os.WriteFile(filepath.Join(ctl, DMTCPReleasedFile), []byte("{}"), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(ctl, instancectl.Released), []byte("{}"), 0o644); err != nil {
 				return 3, false
 			}
-			if !waitForFile(ctx, filepath.Join(ctl, DMTCPRearmFile)) {
+			if !waitForFile(ctx, filepath.Join(ctl, instancectl.Rearm)) {
 				return 0, false
 			}
-			for _, f := range []string{DMTCPReleaseFile, DMTCPReleasedFile, DMTCPRearmFile} {
+			for _, f := range []string{instancectl.Release, instancectl.Released, instancectl.Rearm} {
 				_ = os.Remove(filepath.Join(ctl, f))
 			}
 			return 0, true
