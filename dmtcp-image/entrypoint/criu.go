@@ -24,10 +24,11 @@ import (
 // checkpoint request runs criu dump, which stops the app. Probes, timings,
 // orders and generations are those of the DMTCP container.
 //
-// The app is started through this binary's nocaps mode as /proc/1/exe,
-// keeping only what a root daemon needs to drop its own privileges
-// (appCapNames), so that its image records no more; only this process and
-// criu hold the rest of the container's capabilities.
+// The app is started through this binary's nocaps mode as /proc/self/exe
+// (the forked entrypoint executing itself again, in the app's PID
+// namespace), keeping only what a root daemon needs to drop its own
+// privileges (appCapNames), so that its image records no more; only this
+// process and criu hold the rest of the container's capabilities.
 func (s *supervisor) runCRIU() int {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1)
@@ -106,7 +107,7 @@ func (s *supervisor) lifeCRIU(ctx context.Context, eng *engine.CRIU, sigs <-chan
 	var proc engine.Process
 	phase := "launch_ready"
 	if s.cfg.mode == modeLaunch {
-		argv := append([]string{"/proc/1/exe", modeNoCaps, "-keep", appCapNames}, s.cfg.app...)
+		argv := append([]string{"/proc/self/exe", modeNoCaps, "-keep", appCapNames}, s.cfg.app...)
 		proc, err = eng.Launch(ctx, engine.LaunchSpec{Argv: argv, Env: s.appEnv(), Dir: s.cfg.workdir, Root: s.cfg.root,
 			Stdout: os.Stdout, Stderr: os.Stderr})
 	} else {

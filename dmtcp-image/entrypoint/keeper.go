@@ -1,6 +1,7 @@
 package main
 
 import (
+	goruntime "runtime"
 	"errors"
 	"fmt"
 	"os"
@@ -32,17 +33,38 @@ import (
 // and drops both from its own sets. Without -user they are dropped before
 // the app starts, like the others.
 //
-//	entrypoint keep [-user USER] ROOT WORKDIR ARGV...
+// With -init, the keeper is the init of the app's own PID and mount
+// namespaces (see appns.go): it mounts their /proc in the root and runs a
+// second keeper, without -init, as its only child. With -join, a command
+// (docker exec) runs in the namespaces of the container's app, as the app
+// would see them.
+//
+//	entrypoint keep [-init|-join] [-user USER] ROOT WORKDIR ARGV...
 func keep(args []string) int {
 	var user string
-	if len(args) >= 2 && args[0] == "-user" {
-		user, args = args[1], args[2:]
+	var init, join bool
+	for len(args) > 0 {
+		switch {
+		case args[0] == "-init":
+			init, args = true, args[1:]
+			continue
+		case args[0] == "-join":
+			join, args = true, args[1:]
+			continue
+		case args[0] == "-user" && len(args) >= 2:
+			user, args = args[1], args[2:]
+			continue
+		}
+		break
 	}
-	if len(args) < 3 {
-		fmt.Fprintln(os.Stderr, "entrypoint keep: want [-user USER] ROOT WORKDIR ARGV...")
+	if len(args) < 3 || (init && join) {
+		fmt.Fprintln(os.Stderr, "entrypoint keep: want [-init|-join] [-user USER] ROOT WORKDIR ARGV...")
 		return exitUsage
 	}
 	root, workdir, argv := args[0], args[1], args[2:]
+	if init {
+		return initApp(user, root, workdir, argv)
+	}
 	var acct account
 	if user != "" {
 		var err error
@@ -51,9 +73,22 @@ func keep(args []string) int {
 			return exitSetup
 		}
 	}
-	if err := syscall.Chroot(root); err != nil {
-		fmt.Fprintf(os.Stderr, "entrypoint keep: chroot %s: %v (the container needs CAP_SYS_CHROOT)\n", root, err)
-		return exitSetup
+	// Every step below runs on this thread: with -join it alone has
+	// entered the app's namespaces, and the app is forked from it.
+	goruntime.LockOSThread()
+	joined := false
+	if join {
+		var err error
+		if joined, err = joinApp(); err != nil {
+			fmt.Fprintf(os.Stderr, "entrypoint keep: %v\n", err)
+			return exitSetup
+		}
+	}
+	if root != "/" && !joined {
+		if err := syscall.Chroot(root); err != nil {
+			fmt.Fprintf(os.Stderr, "entrypoint keep: chroot %s: %v (the container needs CAP_SYS_CHROOT)\n", root, err)
+			return exitSetup
+		}
 	}
 	// The keeper itself stays at the root: the working directory may be
 	// one that only the app's user can enter (the container has no
@@ -66,19 +101,12 @@ func keep(args []string) int {
 	// Every capability goes (a CRIU container has more than the DMTCP
 	// container's), CAP_SETPCAP last; with -user, CAP_SETUID and
 	// CAP_SETGID stay until the app has started.
-	var drop []int
-	for c := capLast; c >= 0; c-- {
-		if c != capSetpcap && (user == "" || (c != capSetuid && c != capSetgid)) {
-			drop = append(drop, c)
-		}
-	}
-	drop = append(drop, capSetpcap)
 	if user != "" {
 		if err := dropBounding(capSetuid, capSetgid); err != nil {
 			fmt.Fprintf(os.Stderr, "entrypoint keep: warning: %v\n", err)
 		}
 	}
-	if err := dropCaps(drop...); err != nil {
+	if err := dropCaps(allCapsBut(user != "")...); err != nil {
 		fmt.Fprintf(os.Stderr, "entrypoint keep: warning: %v; the app keeps these capabilities\n", err)
 	}
 	sigs := make(chan os.Signal, 4)
@@ -130,7 +158,7 @@ func keep(args []string) int {
 // coordinator and dmtcp_command run through it, so that only PID 1 holds
 // capabilities in the container (it needs CAP_SYS_CHROOT and CAP_SETPCAP to
 // start the keeper), and so does a CRIU container's app (started inside
-// its root as /proc/1/exe, PID 1's own binary, with -keep), whose image then
+// its root as /proc/self/exe, this binary, with -keep), whose image then
 // records only the capabilities it kept. Descriptors are inherited as they are (fd 821). An argv[0]
 // without a slash is looked up in PATH.
 //
@@ -145,7 +173,7 @@ func keep(args []string) int {
 //
 //	entrypoint nocaps [-root DIR] [-keep CAP,...] ARGV...
 func noCaps(args []string) int {
-	keep := map[int]bool{}
+	var kept []int
 	if len(args) >= 2 && args[0] == "-root" {
 		// Chrooted first (CAP_SYS_CHROOT goes with the rest below): the
 		// process's /proc/PID/root is then the app's root, not the
@@ -167,7 +195,7 @@ func noCaps(args []string) int {
 				fmt.Fprintf(os.Stderr, "entrypoint nocaps: -keep %q: an app may keep only %s\n", name, appCapNames)
 				return exitUsage
 			}
-			keep[c] = true
+			kept = append(kept, c)
 		}
 		args = args[2:]
 	}
@@ -175,13 +203,7 @@ func noCaps(args []string) int {
 		fmt.Fprintln(os.Stderr, "entrypoint nocaps: want [-keep CAP,...] ARGV...")
 		return exitUsage
 	}
-	all := make([]int, 0, capLast+1)
-	for c := capLast; c >= 0; c-- { // CAP_SETPCAP (8) goes after the higher ones
-		if c != capSetpcap && !keep[c] {
-			all = append(all, c)
-		}
-	}
-	if err := dropCaps(append(all, capSetpcap)...); err != nil {
+	if err := dropCaps(capsExcept(kept...)...); err != nil {
 		fmt.Fprintf(os.Stderr, "entrypoint nocaps: warning: %v\n", err)
 	}
 	path := args[0]
@@ -197,4 +219,13 @@ func noCaps(args []string) int {
 	err := syscall.Exec(path, args, os.Environ())
 	fmt.Fprintf(os.Stderr, "entrypoint nocaps: exec %s: %v\n", args[0], err)
 	return exitSetup
+}
+
+// allCapsBut returns every capability in the order dropCaps needs
+// (CAP_SETPCAP last); with keepIDs, CAP_SETUID and CAP_SETGID are left out.
+func allCapsBut(keepIDs bool) []int {
+	if keepIDs {
+		return capsExcept(capSetuid, capSetgid)
+	}
+	return capsExcept()
 }

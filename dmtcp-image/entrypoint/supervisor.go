@@ -320,33 +320,37 @@ func (s *supervisor) awaitOrder(sigs <-chan os.Signal) (int, bool) {
 	return exitOK, true
 }
 
-// mountRoot prepares the root and drops the mount rights, which the
-// entrypoint needs no more (the keeper drops the rest before the app
-// starts). It records the mount timing and reports success.
+// mountRoot prepares the root. It records the mount timing and reports
+// success.
 func (s *supervisor) mountRoot() bool {
 	t := time.Now()
 	if err := prepareRoot(s.cfg); err != nil {
 		s.log.Error("prepare the environment clone", "root", s.cfg.root, "err", err)
 		return false
 	}
-	if s.cfg.engine == engineCRIU || s.cfg.recycle {
-		// criu dump and criu restore need it, and a recycled container
-		// unmounts the root's mounts after each instance; the app never
-		// holds it (nocaps, the keeper).
-		s.tm.record("mount", 0, t, 0, nil)
-		return true
-	}
-	if err := dropCaps(capSysAdmin); err != nil {
-		s.log.Warn("could not drop CAP_SYS_ADMIN for good; add CAP_SETPCAP to the container", "err", err)
-	}
 	s.tm.record("mount", 0, t, 0, nil)
 	return true
 }
 
-// startKeeper starts argv under the keeper, chrooted into the root, and
-// records its PID as the app's.
+// dropMountRights drops CAP_SYS_ADMIN for good once the app's init has
+// mounted its namespace's /proc; criu dump and criu restore need it, and a
+// recycled container unmounts the root's mounts after each instance (the
+// app never holds it: nocaps, the keeper).
+func (s *supervisor) dropMountRights() {
+	if s.cfg.engine == engineCRIU || s.cfg.recycle {
+		return
+	}
+	if err := dropCaps(capSysAdmin); err != nil {
+		s.log.Warn("could not drop CAP_SYS_ADMIN for good; add CAP_SETPCAP to the container", "err", err)
+	}
+}
+
+// startKeeper starts argv in the app's own PID and mount namespaces,
+// under their init and the keeper (appns.go), chrooted into the root, and
+// records the init's PID as the app's. The mount rights go once the init
+// runs.
 func (s *supervisor) startKeeper(argv []string) (int, <-chan syscall.WaitStatus, error) {
-	keeperArgv := []string{s.self, modeKeep}
+	keeperArgv := []string{s.self, modeKeep, "-init"}
 	if s.cfg.user != "" {
 		keeperArgv = append(keeperArgv, "-user", s.cfg.user)
 	}
@@ -354,12 +358,14 @@ func (s *supervisor) startKeeper(argv []string) (int, <-chan syscall.WaitStatus,
 	pid, done, err := s.reaper.start(keeperArgv, &syscall.ProcAttr{
 		Env:   s.appEnv(),
 		Files: []uintptr{s.null.Fd(), os.Stdout.Fd(), os.Stderr.Fd()},
+		Sys:   &syscall.SysProcAttr{Cloneflags: appNSFlags},
 	})
 	if err != nil {
 		s.log.Error("start the app", "argv", argv, "err", err)
 		return 0, nil, err
 	}
 	s.appPid = pid
+	s.dropMountRights()
 	return pid, done, nil
 }
 

@@ -387,8 +387,9 @@ func (c *Container) Running(ctx context.Context, h Handle) (bool, error) {
 }
 
 // Exec implements Driver: through the runtime's exec, the entrypoint's
-// keeper chroots into the environment, takes the app's user, drops every
-// capability and runs e.Argv, as it runs the app.
+// keeper joins the app's PID and mount namespaces, chroots into the
+// environment, takes the app's user, drops every capability and runs
+// e.Argv, as it runs the app: the command sees what the app sees.
 func (c *Container) Exec(ctx context.Context, h Handle, e Exec) (runtime.ExecResult, error) {
 	if len(e.Argv) == 0 {
 		return runtime.ExecResult{}, fmt.Errorf("exec in container %s: no command: %w", shortRef(h.Ref), ErrInvalidSpec)
@@ -396,7 +397,7 @@ func (c *Container) Exec(ctx context.Context, h Handle, e Exec) (runtime.ExecRes
 	if h.CtlPath != "" && !ordered(h) {
 		return runtime.ExecResult{}, fmt.Errorf("container %s: %w (created, not started)", shortRef(h.Ref), ErrNotFound)
 	}
-	cmd := []string{runtime.DMTCPEntrypoint, "keep"}
+	cmd := []string{runtime.DMTCPEntrypoint, "keep", "-join"}
 	if e.User != "" {
 		cmd = append(cmd, "-user", e.User)
 	}

@@ -102,10 +102,16 @@ func (c *CRIU) Check(ctx context.Context) (Info, error) {
 	return info, nil
 }
 
+// launchPIDBase is the PID after which an app launched in its own PID
+// namespace gets its PIDs: above those that a restore's own processes take
+// in the restore's namespace (criu restore runs in there), which needs the
+// app's PIDs free.
+const launchPIDBase = 1000
+
 // criuProc is the CRIU side of a process.
 type criuProc struct {
 	*process
-	init *exec.Cmd // the PID namespace's placeholder init (restored processes)
+	init *exec.Cmd // the PID namespace's placeholder init (restored processes, and launched ones in a root)
 	// lazy is the page server of a lazy restore (`criu lazy-pages`); it
 	// exits once every page is in the app.
 	lazy *lazyPages
@@ -117,7 +123,8 @@ type criuProc struct {
 
 // Launch implements Engine: the app is started directly (setsid, stdin
 // /dev/null, stdout and stderr pipes the engine owns), in its sandbox when
-// Root or NetNS is set.
+// Root or NetNS is set, and in a PID namespace of its own under a
+// placeholder init (as a restored app) when Root is.
 func (c *CRIU) Launch(ctx context.Context, spec LaunchSpec) (_ Process, err error) {
 	log := c.cfg.Logger.With("engine", NameCRIU, "phase", "launch")
 	if err := validateLaunch(spec, NameCRIU); err != nil {
@@ -146,6 +153,13 @@ func (c *CRIU) Launch(ctx context.Context, spec LaunchSpec) (_ Process, err erro
 	if p.sb, err = newSandbox(sandboxSpec{mountNS: spec.Root != "", netNS: spec.NetNS, root: spec.Root}); err != nil {
 		return nil, fmt.Errorf("launch %s: sandbox: %w", spec.Argv[0], err)
 	}
+	if spec.Root != "" {
+		// In a root, the app runs in a PID namespace of its own, as a
+		// restored one does: it sees nothing of its supervisor.
+		if err = c.startInit(ctx, p, launchPIDBase); err != nil {
+			return nil, fmt.Errorf("launch %s: %w (%w)", spec.Argv[0], ErrLaunch, err)
+		}
+	}
 	if p.out, err = newOutput(spec.Stdout, spec.Stderr); err != nil {
 		return nil, err
 	}
@@ -170,11 +184,28 @@ func (c *CRIU) Launch(ctx context.Context, spec LaunchSpec) (_ Process, err erro
 	p.pid = cmd.Process.Pid
 	p.wait = func() (*os.ProcessState, error) { err := cmd.Wait(); return cmd.ProcessState, ignoreExitError(err) }
 	p.kill = func() { _ = cmd.Process.Kill() }
+	if p.init != nil {
+		p.teardown = p.endNamespace(p.init, nil)
+	}
 	p.supervise()
 	p.timings.Launch = time.Since(start)
 	log.Info("launched", "app", spec.Argv[0], "pid", p.pid, "root", spec.Root, "netns", spec.NetNS,
 		"ms", p.timings.Launch.Milliseconds())
 	return p, nil
+}
+
+// endNamespace returns the teardown of an app in its PID namespace: once a
+// running criu dump has finished, the init is killed (its death kills
+// whatever else is left in the namespace), then the page server of a lazy
+// restore is stopped.
+func (p *criuProc) endNamespace(init *exec.Cmd, lazy *lazyPages) func() {
+	return func() {
+		p.dumping.Lock()
+		defer p.dumping.Unlock()
+		_ = init.Process.Kill()
+		_ = init.Wait()
+		lazy.stop()
+	}
 }
 
 // abort undoes a failed Launch or Restore.
@@ -323,13 +354,14 @@ func (c *CRIU) tcpFlag() string {
 	return "--tcp-established"
 }
 
-// initScript is the placeholder init of a restore's PID namespace: it
+// initScript is the placeholder init of an app's PID namespace: it
 // mounts the namespace's /proc (criu needs it; only a process inside can
 // mount it) and the app root's, with the kernel's control surface hidden
-// (procfs.Script), says so,
-// and sleeps until the engine kills it.
+// (procfs.Script), sets the namespace's last PID if asked ($2; only a
+// process inside can), says so, and sleeps until the engine kills it.
 var initScript = `set -e
 mount -t proc proc /proc
+if [ "$2" != 0 ]; then echo "$2" > /proc/sys/kernel/ns_last_pid; fi
 if [ "$1" != - ]; then
   PROC="$1/proc"
   mount -t proc proc "$PROC"
@@ -384,7 +416,7 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 	if p.sb, err = newSandbox(sandboxSpec{mountNS: true, netNS: spec.NetNS, root: img.Root, rootSrc: spec.Root}); err != nil {
 		return nil, fmt.Errorf("restore %s: sandbox: %w (%w)", img.Dir, ErrRestore, err)
 	}
-	if err = c.startInit(ctx, p); err != nil {
+	if err = c.startInit(ctx, p, 0); err != nil {
 		return nil, fmt.Errorf("restore %s: %w (%w)", img.Dir, ErrRestore, err)
 	}
 	if p.out, err = newOutput(spec.Stdout, spec.Stderr); err != nil {
@@ -455,19 +487,9 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 			img.Dir, os.Getpid(), ErrRestore)
 	}
 	p.pid = app.Pid
-	initCmd := p.init
 	p.wait = func() (*os.ProcessState, error) { return app.Wait() }
 	p.kill = func() { _ = app.Kill() }
-	lazy := p.lazy
-	p.teardown = func() {
-		// Let a running criu dump finish before the namespace goes.
-		p.dumping.Lock()
-		defer p.dumping.Unlock()
-		// The init's death kills whatever else is left in the namespace.
-		_ = initCmd.Process.Kill()
-		_ = initCmd.Wait()
-		lazy.stop()
-	}
+	p.teardown = p.endNamespace(p.init, p.lazy)
 	p.supervise()
 	p.timings.Restore = time.Since(start)
 	log.Info("restored", "pid", p.pid, "root", spec.Root, "netns", spec.NetNS, "lazy", spec.Lazy, "ms", p.timings.Restore.Milliseconds())
@@ -476,7 +498,8 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 
 // startInit starts the PID namespace's placeholder init in the sandbox and
 // waits until it has mounted /proc; later steps then enter its namespace.
-func (c *CRIU) startInit(ctx context.Context, p *criuProc) error {
+// With lastPID, the processes started in it get PIDs above that.
+func (c *CRIU) startInit(ctx context.Context, p *criuProc, lastPID int) error {
 	root := p.root
 	if root == "" {
 		root = "-"
@@ -489,7 +512,7 @@ func (c *CRIU) startInit(ctx context.Context, p *criuProc) error {
 	var stderr bytes.Buffer
 	cmd := &exec.Cmd{
 		Path:        c.tools["sh"],
-		Args:        []string{"sh", "-c", initScript, "init", root},
+		Args:        []string{"sh", "-c", initScript, "init", root, strconv.Itoa(lastPID)},
 		Env:         []string{"PATH=" + defaultPath},
 		Dir:         "/",
 		Stdout:      w,

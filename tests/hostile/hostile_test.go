@@ -53,6 +53,21 @@ if [ -e /proc/irq/default_smp_affinity ]; then
   v=$(cat /proc/irq/default_smp_affinity)
   if (echo "$v" > /proc/irq/default_smp_affinity) 2>/dev/null; then hole "wrote /proc/irq/default_smp_affinity"; fi
 fi
+# The supervisor's processes: none is visible (the app sees its own and
+# the init of its PID namespace).
+app=0
+for p in /proc/[0-9]*; do
+  c=$(tr '\0' ' ' < $p/cmdline 2>/dev/null)
+  case "$c" in
+    *redis-server*) app=1;;
+  esac
+  set -- $c
+  case "${1##*/} $2" in
+    "dmtcp_coordinator "*|"dmtcp_command "*|"criu "*|"entrypoint launch"|"entrypoint restart"|"entrypoint boot"|"entrypoint nocaps")
+      hole "a process of the supervisor is visible: ${p#/proc/}: $1 $2";;
+  esac
+done
+echo "app visible: $app"
 # The supervisor's files, through /proc/PID/root of a process outside the
 # app's root: none must be reachable; were one, its root must be read-only
 # and the links planted in its control directory not followed.
@@ -196,6 +211,10 @@ func runProbe(ctx context.Context, t *testing.T, f *deploytest.Fixture, dep depl
 	}
 	if r.ExitCode != 0 || !strings.Contains(r.Output, "probed") {
 		t.Errorf("%s (%s): the app found holes (exit %d):\n%s", what, dep.ID, r.ExitCode, r.Output)
+	}
+	// The probe ran among the app's processes, as the app would.
+	if !strings.Contains(r.Output, "app visible: 1") {
+		t.Errorf("%s: the probe does not see the app's own processes:\n%s", what, r.Output)
 	}
 	// No process of the supervisor that the app can reach has the
 	// container's root as its own (DMTCP's coordinator and dmtcp_command run
