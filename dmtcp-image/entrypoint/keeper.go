@@ -1,12 +1,12 @@
 package main
 
 import (
-	goruntime "runtime"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
+	goruntime "runtime"
 	"strings"
 	"syscall"
 )
