@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -15,8 +14,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/fogdeploy/fogdeploy/internal/procfs"
 )
 
 // CRIU runs apps as plain processes and checkpoints them with CRIU
@@ -354,21 +351,6 @@ func (c *CRIU) tcpFlag() string {
 	return "--tcp-established"
 }
 
-// initScript is the placeholder init of an app's PID namespace: it
-// mounts the namespace's /proc (criu needs it; only a process inside can
-// mount it) and the app root's, with the kernel's control surface hidden
-// (procfs.Script), sets the namespace's last PID if asked ($2; only a
-// process inside can), says so, and sleeps until the engine kills it.
-var initScript = `set -e
-mount -t proc proc /proc
-if [ "$2" != 0 ]; then echo "$2" > /proc/sys/kernel/ns_last_pid; fi
-if [ "$1" != - ]; then
-  PROC="$1/proc"
-  mount -t proc proc "$PROC"
-` + procfs.Script() + `fi
-echo ready
-exec sleep infinity`
-
 // Restore implements Engine: a sandbox with a fresh PID namespace (and
 // network namespace with NetNS), then criu restore -d -S from inside it.
 func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Process, err error) {
@@ -496,58 +478,13 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 	return p, nil
 }
 
-// startInit starts the PID namespace's placeholder init in the sandbox and
-// waits until it has mounted /proc; later steps then enter its namespace.
-// With lastPID, the processes started in it get PIDs above that.
+// startInit starts the placeholder init of the app's PID namespace
+// (pidInit) and records it; later steps enter its namespace.
 func (c *CRIU) startInit(ctx context.Context, p *criuProc, lastPID int) error {
-	root := p.root
-	if root == "" {
-		root = "-"
-	}
-	r, w, err := os.Pipe()
+	init, err := p.sb.startPIDInit(ctx, pidInit{sh: c.tools["sh"], root: p.root, lastPID: lastPID})
 	if err != nil {
 		return err
 	}
-	defer r.Close()
-	var stderr bytes.Buffer
-	cmd := &exec.Cmd{
-		Path:        c.tools["sh"],
-		Args:        []string{"sh", "-c", initScript, "init", root, strconv.Itoa(lastPID)},
-		Env:         []string{"PATH=" + defaultPath},
-		Dir:         "/",
-		Stdout:      w,
-		Stderr:      &stderr,
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWPID},
-	}
-	err = p.sb.do(cmd.Start)
-	w.Close()
-	if err != nil {
-		return fmt.Errorf("start pid namespace init: %w", err)
-	}
-	p.init = cmd
-	line := make(chan string, 1)
-	go func() {
-		s, _ := bufio.NewReader(r).ReadString('\n')
-		line <- s
-	}()
-	select {
-	case s := <-line:
-		if strings.TrimSpace(s) != "ready" {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			p.init = nil
-			return fmt.Errorf("pid namespace init failed: %s", strings.TrimSpace(stderr.String()))
-		}
-	case <-ctx.Done():
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		p.init = nil
-		return ctx.Err()
-	}
-	f, err := os.Open("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/pid")
-	if err != nil {
-		return err
-	}
-	p.sb.setPidNS(f)
+	p.init = init
 	return nil
 }
