@@ -132,6 +132,12 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	if err != nil {
 		return err
 	}
+	for eng, driver := range map[string]string{engine.NameDMTCP: c.Agent.DMTCPDriver, engine.NameCRIU: c.Agent.CRIUDriver} {
+		if driver == "host" {
+			log.Warn("the host driver runs this engine's apps as root with the agent's capabilities, in the node's PID namespace for DMTCP, without the node's limits: for apps the operator trusts, never strangers' (docs/security.md)",
+				"engine", eng)
+		}
+	}
 	if held, err := d.Cached(); err == nil {
 		log.Info("checkpoint cache", "budget", c.Agent.CheckpointCache, "fetch", c.Agent.Fetch, "generations", len(held), "env_read", c.Agent.EnvRead)
 	}
