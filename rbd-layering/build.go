@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
 // BuildOptions modify Build.
@@ -67,7 +69,7 @@ func (m *Manager) Build(ctx context.Context, name string, bf *BuildFile, opts Bu
 		}
 		src := filepath.Join(opts.ContextDir, st.Args[0])
 		if hashes[i], err = hashTree(src); err != nil {
-			return res, WithHint(fmt.Errorf("build file line %d: COPY source %s: %w: %w", st.Line, src, err, ErrInvalid), "COPY sources are read relative to the build context (--context)")
+			return res, hint.With(fmt.Errorf("build file line %d: COPY source %s: %w: %w", st.Line, src, err, ErrInvalid), "COPY sources are read relative to the build context (--context)")
 		}
 	}
 	cur, cfg := base.Ref, base.Config

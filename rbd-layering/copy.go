@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
 // copyInto copies src (a file, a link, or a directory's contents) to dst,
@@ -37,7 +39,7 @@ func copyInto(ctx context.Context, src, root, dst string) error {
 			return nil
 		}
 		if errors.Is(err, errThroughLink) {
-			return WithHint(fmt.Errorf("COPY destination %s: %w", dst, err),
+			return hint.With(fmt.Errorf("COPY destination %s: %w", dst, err),
 				"write the destination as the path the link leads to in the environment")
 		}
 		return fmt.Errorf("COPY to %s: %w", dst, err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/envtest"
 )
@@ -34,8 +35,8 @@ func TestDepthLimits(t *testing.T) {
 	}
 	before, _ := l.Store.List(ctx)
 	_, err = build("d3", "d2")
-	if !errors.Is(err, layering.ErrTooDeep) || !strings.Contains(layering.Hint(err), "fogctl env flatten d3") {
-		t.Fatalf("depth 3: %v (hint %q), want ErrTooDeep with a flatten hint", err, layering.Hint(err))
+	if !errors.Is(err, layering.ErrTooDeep) || !strings.Contains(hint.Of(err), "fogctl env flatten d3") {
+		t.Fatalf("depth 3: %v (hint %q), want ErrTooDeep with a flatten hint", err, hint.Of(err))
 	}
 	if after, _ := l.Store.List(ctx); len(after) != len(before) {
 		t.Fatalf("refused build changed the pool: %v -> %v", before, after)

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/procstat"
 )
 
@@ -169,7 +170,7 @@ func (m *Manager) get(ctx context.Context, name string) (Environment, []byte, er
 	raw, err := m.b.Tag(ctx, name)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
-			return Environment{}, nil, WithHint(fmt.Errorf("environment %q: %w", name, ErrNotFound), "list environments with `fogctl env ls`")
+			return Environment{}, nil, hint.With(fmt.Errorf("environment %q: %w", name, ErrNotFound), "list environments with `fogctl env ls`")
 		}
 		return Environment{}, nil, err
 	}
@@ -200,10 +201,10 @@ func (m *Manager) swap(ctx context.Context, e Environment, prev []byte, did stri
 	err = m.b.SwapTag(ctx, e.Name, prev, raw)
 	switch {
 	case errors.Is(err, ErrExists):
-		return WithHint(fmt.Errorf("%w while it was %s", err, did),
+		return hint.With(fmt.Errorf("%w while it was %s", err, did),
 			"another command made it meanwhile: choose another name, or remove it with `fogctl env rm "+e.Name+"` first")
 	case errors.Is(err, ErrConflict), prev != nil && errors.Is(err, ErrNotFound):
-		return WithHint(fmt.Errorf("%w while it was %s", err, did),
+		return hint.With(fmt.Errorf("%w while it was %s", err, did),
 			"another command rebuilt, changed or removed it meanwhile: check `fogctl env ls` and run the command again")
 	}
 	return err
@@ -237,7 +238,7 @@ func (m *Manager) CheckDepth(ctx context.Context, ref SnapRef, envName string) (
 	depth := len(chain) // a clone of ref sits one below the chain
 	switch {
 	case depth > m.cfg.HardDepth:
-		return "", WithHint(fmt.Errorf("a clone of %s would be %d clones deep, past the hard limit %d: %w", ref, depth, m.cfg.HardDepth, ErrTooDeep),
+		return "", hint.With(fmt.Errorf("a clone of %s would be %d clones deep, past the hard limit %d: %w", ref, depth, m.cfg.HardDepth, ErrTooDeep),
 			fmt.Sprintf("flatten the environment first: `fogctl env flatten %s`", envName))
 	case depth > m.cfg.SoftDepth:
 		return fmt.Sprintf("a clone of %s is %d clones deep, past the soft limit %d: consider `fogctl env flatten %s`", ref, depth, m.cfg.SoftDepth, envName), nil
@@ -327,11 +328,11 @@ func (m *Manager) Remove(ctx context.Context, name string) ([]string, error) {
 		}
 	}
 	if len(kids) > 0 {
-		hint := "undeploy the instances and remove the environments built on it first (see `fogctl env inspect " + name + "`)"
+		what := "undeploy the instances and remove the environments built on it first (see `fogctl env inspect " + name + "`)"
 		if slices.ContainsFunc(kids, func(k string) bool { return strings.HasPrefix(k, ExecPrefix) }) {
-			hint += "; a " + ExecPrefix + " clone is what a killed `fogctl env exec` left: `fogctl gc` removes it"
+			what += "; a " + ExecPrefix + " clone is what a killed `fogctl env exec` left: `fogctl gc` removes it"
 		}
-		return nil, WithHint(fmt.Errorf("environment %q: snapshot %s has clones %s: %w", name, e.Ref, strings.Join(kids, ", "), ErrHasChildren), hint)
+		return nil, hint.With(fmt.Errorf("environment %q: snapshot %s has clones %s: %w", name, e.Ref, strings.Join(kids, ", "), ErrHasChildren), what)
 	}
 	refs, err := m.refCounts(ctx, name)
 	if err != nil {

@@ -28,29 +28,3 @@ var (
 	// its write (another command wrote it meanwhile).
 	ErrConflict = errors.New("changed meanwhile")
 )
-
-// HintError carries a one-line hint for the user next to the error.
-type HintError struct {
-	Err  error
-	Hint string
-}
-
-func (e *HintError) Error() string { return e.Err.Error() }
-func (e *HintError) Unwrap() error { return e.Err }
-
-// WithHint wraps err with a hint. A nil err stays nil.
-func WithHint(err error, hint string) error {
-	if err == nil {
-		return nil
-	}
-	return &HintError{Err: err, Hint: hint}
-}
-
-// Hint returns the first hint found in err's chain, or "".
-func Hint(err error) string {
-	var h *HintError
-	if errors.As(err, &h) {
-		return h.Hint
-	}
-	return ""
-}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
 // Source is where an import takes a root filesystem from. Exactly one of
@@ -52,7 +54,7 @@ func (s Source) validate() error {
 	if s.Dir != "" {
 		st, err := os.Stat(s.Dir)
 		if err != nil {
-			return WithHint(fmt.Errorf("rootfs directory %s: %w: %w", s.Dir, err, ErrInvalid), "give the path of an unpacked root filesystem, e.g. from `debootstrap`")
+			return hint.With(fmt.Errorf("rootfs directory %s: %w: %w", s.Dir, err, ErrInvalid), "give the path of an unpacked root filesystem, e.g. from `debootstrap`")
 		}
 		if !st.IsDir() {
 			return fmt.Errorf("rootfs directory %s is not a directory: %w", s.Dir, ErrInvalid)
@@ -85,7 +87,7 @@ func (m *Manager) Import(ctx context.Context, name string, src Source, opts Impo
 		return env, err
 	}
 	if _, err := m.b.Tag(ctx, name); err == nil {
-		return env, WithHint(fmt.Errorf("environment %q: %w", name, ErrExists), "choose another name or remove it with `fogctl env rm "+name+"`")
+		return env, hint.With(fmt.Errorf("environment %q: %w", name, ErrExists), "choose another name or remove it with `fogctl env rm "+name+"`")
 	} else if !errors.Is(err, ErrNotFound) {
 		return env, err
 	}

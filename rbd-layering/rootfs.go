@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
 // runCmd runs a command and returns its combined output in the error.
@@ -58,7 +60,7 @@ func makeFS(ctx context.Context, dir, out string, size int64) error {
 	f.Close()
 	err = runCmd(ctx, "mkfs.ext4", "-q", "-F", "-L", "fogenv", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0,root_owner=0:0", "-d", dir, out)
 	if err != nil && (strings.Contains(err.Error(), "No space left") || strings.Contains(err.Error(), "Could not allocate block")) {
-		return WithHint(fmt.Errorf("the files of %s do not fit in %s: %w", dir, FormatSize(size), ErrInvalid), "pass a larger --size")
+		return hint.With(fmt.Errorf("the files of %s do not fit in %s: %w", dir, FormatSize(size), ErrInvalid), "pass a larger --size")
 	}
 	return err
 }

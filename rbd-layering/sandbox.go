@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/netup"
 	"github.com/fogdeploy/fogdeploy/internal/procfs"
 )
@@ -134,7 +135,7 @@ func stepExports(cfg ImageConfig) (string, error) {
 	}, cfg.Env...) {
 		k, _, _ := strings.Cut(kv, "=")
 		if !envName.MatchString(k) {
-			return "", WithHint(fmt.Errorf("the environment's variable %q: a RUN step can only be given names of letters, digits and _: %w", k, ErrInvalid),
+			return "", hint.With(fmt.Errorf("the environment's variable %q: a RUN step can only be given names of letters, digits and _: %w", k, ErrInvalid),
 				"rename it with an ENV step of a valid name")
 		}
 		fmt.Fprintf(&b, "export %s\n", shellQuote(kv))
@@ -156,7 +157,7 @@ func prepareRoot(root string, network Network) (undo func() error, err error) {
 	for _, d := range []string{"dev", "proc"} {
 		fd, err := mkdirAllBeneath(rfd, d, "/", unix.O_PATH)
 		if err != nil {
-			return nil, WithHint(fmt.Errorf("the environment's /%s, where a RUN step mounts its own: %w", d, err),
+			return nil, hint.With(fmt.Errorf("the environment's /%s, where a RUN step mounts its own: %w", d, err),
 				"make /"+d+" an empty directory in the environment")
 		}
 		unix.Close(fd)

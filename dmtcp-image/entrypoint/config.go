@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 )
 
@@ -54,18 +55,12 @@ type config struct {
 	user         string        // the app's user in the root ("" = root, without capabilities)
 	logLevel     string
 	logFormat    string
-	engine       string   // engineDMTCP or engineCRIU
+	engine       string   // engine.NameDMTCP or engine.NameCRIU
 	criuPrefix   string   // installed CRIU prefix (engine criu)
 	lazy         bool     // restart with CRIU's lazy pages
 	recycle      bool     // serve instance after instance (release, rearm)
 	app          []string // launch: the app's argv
 }
-
-// Checkpoint engines the entrypoint runs.
-const (
-	engineDMTCP = "dmtcp"
-	engineCRIU  = "criu"
-)
 
 func parseConfig(mode string, args []string, stderr io.Writer) (*config, error) {
 	c := &config{mode: mode}
@@ -90,7 +85,7 @@ func parseConfig(mode string, args []string, stderr io.Writer) (*config, error) 
 	fs.StringVar(&c.timings, "timings", "-", "where phase timings go as JSON lines: a file, or - for stdout")
 	fs.StringVar(&c.workdir, "workdir", "/", "app's working directory inside the root")
 	fs.StringVar(&c.user, "user", "", "run the app as this user of the root (NAME, UID, NAME:GROUP or UID:GID); needs CAP_SETUID and CAP_SETGID in the container")
-	fs.StringVar(&c.engine, "engine", engineDMTCP, "checkpoint engine: dmtcp (a coordinator in the container) or criu (criu dump and criu restore run by this process; needs the capabilities of runtime.CRIUCapabilities)")
+	fs.StringVar(&c.engine, "engine", engine.NameDMTCP, "checkpoint engine: dmtcp (a coordinator in the container) or criu (criu dump and criu restore run by this process; needs the capabilities of runtime.CRIUCapabilities)")
 	fs.StringVar(&c.criuPrefix, "criu-prefix", envOr("FOG_CRIU_PREFIX", "/opt/criu"), "installed CRIU prefix (engine criu)")
 	fs.BoolVar(&c.lazy, "lazy", false, "restart: with engine criu, restore with lazy pages (the app runs before all its memory is in)")
 	fs.BoolVar(&c.recycle, "recycle", false, "restart with -wait: on -wait's directory's release file, end the app and wait for its rearm file to serve the next order in the same container (the root must be a mount the host resets meanwhile, seen through slave propagation)")
@@ -144,11 +139,11 @@ func (c *config) validate() error {
 		errs = append(errs, errors.New("-recycle is for restart with -wait: drop -recycle"))
 	}
 	switch c.engine {
-	case engineDMTCP:
+	case engine.NameDMTCP:
 		if c.lazy {
 			errs = append(errs, errors.New("-lazy needs -engine criu: DMTCP has no lazy restore"))
 		}
-	case engineCRIU:
+	case engine.NameCRIU:
 		if c.after == afterContinue {
 			errs = append(errs, errors.New("-after-checkpoint continue needs -engine dmtcp: criu dump stops the app; use exit"))
 		}
@@ -159,7 +154,7 @@ func (c *config) validate() error {
 			errs = append(errs, errors.New("-lazy is for restart only"))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("-engine %q: want %s or %s", c.engine, engineDMTCP, engineCRIU))
+		errs = append(errs, fmt.Errorf("-engine %q: want %s or %s", c.engine, engine.NameDMTCP, engine.NameCRIU))
 	}
 	for name, p := range map[string]string{"-root": c.root, "-ckpt": c.ckpt, "-prefix": c.prefix, "-workdir": c.workdir, "-criu-prefix": c.criuPrefix} {
 		if !strings.HasPrefix(p, "/") {

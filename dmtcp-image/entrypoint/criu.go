@@ -161,7 +161,7 @@ func newCRIU(ctx context.Context, cfg *config, log *slog.Logger) (*engine.CRIU, 
 // can run in this container (for CRIU: criu check passes, with the
 // container's capabilities) and exits 0 if so, exitSetup if not.
 func checkEngine(cfg *config, log *slog.Logger) int {
-	if cfg.engine != engineCRIU {
+	if cfg.engine != engine.NameCRIU {
 		fmt.Println("dmtcp: the coordinator needs no check")
 		return exitOK
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/dmtcpctl"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
@@ -65,7 +66,7 @@ func TestParseConfig(t *testing.T) {
 		}
 	}
 	// A recycled container serves either engine's restores.
-	for _, eng := range []string{engineDMTCP, engineCRIU} {
+	for _, eng := range []string{engine.NameDMTCP, engine.NameCRIU} {
 		args := []string{"-recycle", "-wait", "/fog/ctl/order", "-root", "/fog/mnt/root", "-engine", eng}
 		if c, err := parseConfig(modeRestart, args, io.Discard); err != nil || !c.recycle {
 			t.Errorf("restart %q: %+v, %v; want a recycled container", args, c, err)

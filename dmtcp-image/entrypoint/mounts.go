@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 	"github.com/fogdeploy/fogdeploy/internal/procfs"
 )
@@ -42,7 +43,7 @@ func prepareRoot(cfg *config) error {
 	if _, err := os.Stat(filepath.Join(cfg.root, "bin")); err != nil {
 		return fmt.Errorf("environment clone %s has no /bin: is the clone mounted? (%w)", cfg.root, err)
 	}
-	boot := cfg.mode == modeBoot || cfg.engine == engineCRIU
+	boot := cfg.mode == modeBoot || cfg.engine == engine.NameCRIU
 	if !boot {
 		if err := os.MkdirAll(cfg.ckpt, 0o755); err != nil {
 			return fmt.Errorf("checkpoint dir %s: %w", cfg.ckpt, err)

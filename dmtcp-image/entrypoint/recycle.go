@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fogdeploy/fogdeploy/internal/atomicfile"
 	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 	"github.com/fogdeploy/fogdeploy/internal/mountinfo"
 )
@@ -141,11 +142,7 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.Write(path, b, 0o644, false)
 }
 
 // unmountUnder unmounts every mount below root (not root itself), the

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/dmtcpctl"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 )
 
@@ -70,7 +71,7 @@ type ckptResult struct {
 
 // run does the whole life of the container and returns its exit status.
 func (s *supervisor) run() int {
-	if s.cfg.engine == engineCRIU && s.cfg.mode != modeBoot {
+	if s.cfg.engine == engine.NameCRIU && s.cfg.mode != modeBoot {
 		return s.runCRIU()
 	}
 	sigs := make(chan os.Signal, 16)
@@ -337,7 +338,7 @@ func (s *supervisor) mountRoot() bool {
 // recycled container unmounts the root's mounts after each instance (the
 // app never holds it: nocaps, the keeper).
 func (s *supervisor) dropMountRights() {
-	if s.cfg.engine == engineCRIU || s.cfg.recycle {
+	if s.cfg.engine == engine.NameCRIU || s.cfg.recycle {
 		return
 	}
 	if err := dropCaps(capSysAdmin); err != nil {
@@ -396,7 +397,7 @@ func (s *supervisor) appEnv() []string {
 		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	}
 	env = s.dmtcpRun().Env(env, s.coordPort)
-	if s.cfg.mode == modeBoot || s.cfg.engine == engineCRIU {
+	if s.cfg.mode == modeBoot || s.cfg.engine == engine.NameCRIU {
 		env = slices.DeleteFunc(env, func(kv string) bool {
 			return strings.HasPrefix(kv, "DMTCP_") || strings.HasPrefix(kv, "JALIB_")
 		})

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -130,7 +131,7 @@ func checkEnv(ctx context.Context, f *Factory, app deploy.App) error {
 	}
 	defer l.Close()
 	if _, err := l.Manager.Get(ctx, app.Env); errors.Is(err, layering.ErrNotFound) {
-		return layering.WithHint(fmt.Errorf("app %s: env: %w", app.Name, err),
+		return hint.With(fmt.Errorf("app %s: env: %w", app.Name, err),
 			"build or import it first (`fogctl env build "+app.Env+" -f FILE`, `fogctl env import`); `fogctl env ls` lists those there are")
 	} else if err != nil {
 		return err

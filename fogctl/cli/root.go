@@ -123,8 +123,8 @@ func (f *Factory) openLayering(ctx context.Context) (*wire.Layering, error) {
 		return nil, err
 	}
 	l, err := wire.OpenLayering(ctx, c, f.Logger())
-	if err != nil && layering.Hint(err) == "" {
-		err = layering.WithHint(err, "for a local cluster run `make dev-up`; for yours pass --ceph-conf and --ceph-keyring")
+	if err != nil && hintpkg.Of(err) == "" {
+		err = hintpkg.With(err, "for a local cluster run `make dev-up`; for yours pass --ceph-conf and --ceph-keyring")
 	}
 	return l, err
 }
@@ -258,10 +258,7 @@ func withTimeout(ctx context.Context, args []string) (context.Context, context.C
 func reportError(w io.Writer, cmd *cobra.Command, err error, ctx context.Context) int {
 	fmt.Fprintf(w, "Error: %s\n", err)
 	code := exitCode(err, ctx)
-	hint := layering.Hint(err)
-	if hint == "" {
-		hint = hintpkg.Of(err)
-	}
+	hint := hintpkg.Of(err)
 	if hint == "" && code == ExitInvalid && cmd != nil && isUsageError(err) {
 		hint = fmt.Sprintf("see `%s --help`", cmd.CommandPath())
 	}

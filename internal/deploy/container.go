@@ -195,7 +195,7 @@ func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 		case r.App.User != "":
 			return Handle{}, fmt.Errorf("%w: user %q: CRIU apps run as root (with no capability); run an app that needs a user with the dmtcp engine", ErrInvalidSpec, r.App.User)
 		default:
-			dc.Engine, dc.Lazy = runtime.EngineCRIU, r.App.Lazy && r.Mode == RunRestart
+			dc.Engine, dc.Lazy = engine.NameCRIU, r.App.Lazy && r.Mode == RunRestart
 		}
 	}
 	// A restore whose root the deployer can reset serves again after its

@@ -111,7 +111,7 @@ func (c *Container) runCRIUCheck(ctx context.Context, ref string) (err error) {
 		}
 	}
 	spec := runtime.DMTCPContainer{Image: ref, Name: "fd-criucheck-" + strconv.FormatInt(time.Now().UnixNano(), 36),
-		App: "criu-check", Deployment: "criu-check", Engine: runtime.EngineCRIU}.Check()
+		App: "criu-check", Deployment: "criu-check", Engine: engine.NameCRIU}.Check()
 	id, err := c.RT.Create(ctx, spec)
 	if err != nil {
 		return fmt.Errorf("%w: criu check container: %w", ErrDriver, err)

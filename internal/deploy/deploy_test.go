@@ -228,7 +228,7 @@ func TestDeployNeverReady(t *testing.T) {
 	app.Command = []string{"sh", "-c", "echo warming up the cache forever; exec sleep 600"}
 	app.Ready.Timeout = deploy.Duration(3 * time.Second)
 	_, err := f.D.Deploy(ctx, app, deploy.Options{})
-	if !errors.Is(err, deploy.ErrNotReady) {
+	if !errors.Is(err, engine.ErrNotReady) {
 		t.Fatalf("deploy of an app that never listens = %v; want ErrNotReady", err)
 	}
 	if !strings.Contains(err.Error(), "warming up the cache forever") {

@@ -22,9 +22,6 @@ var (
 	// ErrDriver: the driver cannot run the app here (engine or image
 	// missing); the error says what to install.
 	ErrDriver = errors.New("driver unavailable")
-	// ErrNotReady: the app did not become ready in time (the error carries
-	// its last log lines).
-	ErrNotReady = errors.New("app not ready")
 	// ErrCheckpoint: writing the checkpoint failed.
 	ErrCheckpoint = errors.New("checkpoint failed")
 	ErrBusy       = spec.ErrBusy

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/gencache"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -294,7 +295,7 @@ func RemoveGeneration(ctx context.Context, store layering.Store, app string, gen
 		if err := retire(ctx, store, app, gen); err != nil {
 			return err
 		}
-		return layering.WithHint(fmt.Errorf("generation %d of %s is held by %d node(s) as their read-only copy of its environment (%s): %w",
+		return hint.With(fmt.Errorf("generation %d of %s is held by %d node(s) as their read-only copy of its environment (%s): %w",
 			gen, app, len(copies), strings.Join(copies, ", "), ErrHeldByNodes),
 			"it is retired: no deploy restores it now, and each agent drops its copy at its next pool refill (agent.reconcile_interval); remove it again then, or let fogctl gc do it")
 	}

@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fogdeploy/fogdeploy/internal/atomicfile"
 )
 
 // journal stores records of one kind (what) in dir, by ID.
@@ -165,20 +167,7 @@ func (j journal[T]) replace(id string, v *T, sync bool) error {
 	if err != nil {
 		return err
 	}
-	tmp := j.path(id) + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if sync {
-		err = errors.Join(err, f.Sync())
-	}
-	if err = errors.Join(err, f.Close()); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, j.path(id))
+	return atomicfile.Write(j.path(id), b, 0o600, sync)
 }
 
 // load reads a record; a missing one wraps j.notFound.

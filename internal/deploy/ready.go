@@ -126,7 +126,7 @@ func (d *Deployer) waitReady(ctx context.Context, dr Driver, h Handle, app App, 
 	fail := func(why string, last error) error {
 		lines, _ := dr.Logs(context.WithoutCancel(ctx), h, 20)
 		return engine.WithOutput(hint.With(fmt.Errorf("app %s: %s %s after %s: %w (last attempt: %v)", app.Name, p, why,
-			time.Since(start).Round(time.Millisecond), ErrNotReady, last),
+			time.Since(start).Round(time.Millisecond), engine.ErrNotReady, last),
 			"check the app's command and its ready settings (fogctl logs shows its output); raise ready.timeout for a slow boot"),
 			"the app", lines)
 	}

@@ -35,7 +35,6 @@ const (
 	PhaseRunning      = spec.PhaseRunning
 	PhaseFailed       = spec.PhaseFailed
 	PhaseRemoving     = spec.PhaseRemoving
-	PhaseCheckpoint   = spec.PhaseCheckpoint
 	PhaseCheckpointed = spec.PhaseCheckpointed
 
 	PolicyWait = spec.PolicyWait

@@ -15,6 +15,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/procstat"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -72,10 +73,10 @@ func (e Exporter) ExportImage(ctx context.Context, ref string) (io.ReadCloser, e
 	}, nil, nil, nil, "")
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
-			return nil, layering.WithHint(fmt.Errorf("docker image %q: %w (docker: %w)", ref, layering.ErrNotFound, err), "list local images with `docker images`; no registry is reached")
+			return nil, hint.With(fmt.Errorf("docker image %q: %w (docker: %w)", ref, layering.ErrNotFound, err), "list local images with `docker images`; no registry is reached")
 		}
 		if client.IsErrConnectionFailed(err) {
-			return nil, layering.WithHint(fmt.Errorf("docker: %w (%w)", layering.ErrUnavailable, err), "start dockerd with `make dev-up` or set DOCKER_HOST")
+			return nil, hint.With(fmt.Errorf("docker: %w (%w)", layering.ErrUnavailable, err), "start dockerd with `make dev-up` or set DOCKER_HOST")
 		}
 		return nil, fmt.Errorf("docker create from %q: %w", ref, err)
 	}

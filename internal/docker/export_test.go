@@ -17,6 +17,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 
 	"github.com/fogdeploy/fogdeploy/internal/docker"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/procstat"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -96,7 +97,7 @@ func TestImportDockerImage(t *testing.T) {
 	}
 
 	_, err = l.Manager.Import(ctx, "missing", layering.Source{DockerImage: "fogdeploy-test/no-such-image:1", Exporter: docker.Exporter{Client: dc}}, layering.ImportOptions{})
-	if !errors.Is(err, layering.ErrNotFound) || layering.Hint(err) == "" {
+	if !errors.Is(err, layering.ErrNotFound) || hint.Of(err) == "" {
 		t.Fatalf("import of a missing image = %v, want ErrNotFound with a hint", err)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
 // Environment variables that name an engine's installation prefix when the
@@ -133,7 +135,7 @@ func underPrefix(prefix string, bins []string) (map[string]string, bool) {
 // namespaces and mounts.
 func needRoot(engine string) error {
 	if os.Geteuid() != 0 {
-		return withHint(fmt.Errorf("%s engine needs root (namespaces, mounts), running as uid %d: %w",
+		return hint.With(fmt.Errorf("%s engine needs root (namespaces, mounts), running as uid %d: %w",
 			engine, os.Geteuid(), ErrUnavailable), "run the agent as root, or in a privileged container")
 	}
 	return nil
@@ -180,7 +182,7 @@ func resolveArgv0(root, argv0 string, env []string) (string, error) {
 		if check(p) {
 			return p, nil
 		}
-		return "", withHint(fmt.Errorf("app binary %q not found in %s: %w", argv0, where, ErrInvalid),
+		return "", hint.With(fmt.Errorf("app binary %q not found in %s: %w", argv0, where, ErrInvalid),
 			"check the path, or install the app in the environment image")
 	}
 	path := getEnv(env, "PATH")
@@ -195,7 +197,7 @@ func resolveArgv0(root, argv0 string, env []string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", withHint(fmt.Errorf("app binary %q not found in PATH=%s of %s: %w", argv0, path, where, ErrInvalid),
+	return "", hint.With(fmt.Errorf("app binary %q not found in PATH=%s of %s: %w", argv0, path, where, ErrInvalid),
 		"install the app in the environment image, or give an absolute path")
 }
 

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
 func fakePrefix(t *testing.T, dir string, bins ...string) string {
@@ -62,7 +64,7 @@ func TestResolveArgv0InRoot(t *testing.T) {
 		}
 	}
 	_, err := resolveArgv0(root, "missing", env)
-	if Hint(err) == "" || !strings.Contains(err.Error(), root) {
+	if hint.Of(err) == "" || !strings.Contains(err.Error(), root) {
 		t.Fatalf("error should name the root and carry a hint: %v", err)
 	}
 }
@@ -86,7 +88,7 @@ func TestEmptyDir(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir, "ckpt_old.dmtcp"), nil, 0o644)
 	err := emptyDir(dir)
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "ckpt_old.dmtcp") || Hint(err) == "" {
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "ckpt_old.dmtcp") || hint.Of(err) == "" {
 		t.Fatalf("non-empty dir: %v", err)
 	}
 }
@@ -113,7 +115,7 @@ func TestImageManifest(t *testing.T) {
 	if _, err := ReadImage(dir); !errors.Is(err, ErrNoImage) {
 		t.Fatalf("missing image file: %v, want ErrNoImage", err)
 	}
-	if _, err := ReadImage(t.TempDir()); !errors.Is(err, ErrNoImage) || Hint(err) == "" {
+	if _, err := ReadImage(t.TempDir()); !errors.Is(err, ErrNoImage) || hint.Of(err) == "" {
 		t.Fatalf("no manifest: %v, want ErrNoImage with a hint", err)
 	}
 }

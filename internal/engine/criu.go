@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
 // CRIU runs apps as plain processes and checkpoints them with CRIU
@@ -65,7 +67,7 @@ func (c *CRIU) Check(ctx context.Context) (Info, error) {
 	}
 	prefix, bins, err := locate(c.cfg.Prefix, EnvCRIUPrefix, DefaultCRIUPrefix, []string{"criu"})
 	if err != nil {
-		return Info{}, withHint(err, "build CRIU 4.x outside the repo (make criu && make install-criu PREFIX=/opt/criu) or set "+EnvCRIUPrefix)
+		return Info{}, hint.With(err, "build CRIU 4.x outside the repo (make criu && make install-criu PREFIX=/opt/criu) or set "+EnvCRIUPrefix)
 	}
 	tools := map[string]string{}
 	for _, t := range []string{"sh", "mount", "sleep"} {
@@ -90,7 +92,7 @@ func (c *CRIU) Check(ctx context.Context) (Info, error) {
 	}
 	out, err = exec.CommandContext(ctx, criu, "check").CombinedOutput()
 	if err != nil || !bytes.Contains(out, []byte("Looks good")) {
-		return Info{}, withHint(fmt.Errorf("%s check failed: %w: %s", criu, ErrUnavailable, strings.TrimSpace(string(out))),
+		return Info{}, hint.With(fmt.Errorf("%s check failed: %w: %s", criu, ErrUnavailable, strings.TrimSpace(string(out))),
 			"this kernel or criu build cannot checkpoint here (Debian's criu 3.17 fails on new kernels; use CRIU 4.x)")
 	}
 	info := Info{Name: NameCRIU, Version: version, Prefix: prefix, Binaries: bins}
@@ -366,11 +368,11 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 	case img.Root == "" && spec.Root != "":
 		return nil, fmt.Errorf("restore %s: the image ran on the host, not in a root: %w", img.Dir, ErrInvalid)
 	case img.Root != "" && spec.Root == "":
-		return nil, withHint(fmt.Errorf("restore %s: the image ran in root %s; give RestoreSpec.Root: %w", img.Dir, img.Root, ErrInvalid),
+		return nil, hint.With(fmt.Errorf("restore %s: the image ran in root %s; give RestoreSpec.Root: %w", img.Dir, img.Root, ErrInvalid),
 			"mount the environment the app ran in and pass it as Root")
 	case img.Root != "" && spec.Root != img.Root:
 		if err := validateRoot(img.Root); err != nil {
-			return nil, withHint(fmt.Errorf("restore %s: CRIU needs the root at its checkpoint path %s: %w", img.Dir, img.Root, err),
+			return nil, hint.With(fmt.Errorf("restore %s: CRIU needs the root at its checkpoint path %s: %w", img.Dir, img.Root, err),
 				"create that directory (it is only used as a mount point) or mount the environment there")
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fogdeploy/fogdeploy/internal/dmtcpctl"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
 // DMTCP runs apps under DMTCP (dmtcp_launch, dmtcp_restart), the default
@@ -68,7 +69,7 @@ func (d *DMTCP) Check(ctx context.Context) (Info, error) {
 	}
 	prefix, bins, err := locate(d.cfg.Prefix, EnvDMTCPPrefix, DefaultDMTCPPrefix, dmtcpctl.Binaries)
 	if err != nil {
-		return Info{}, withHint(err, "build DMTCP 4.2 outside the repo (./configure --prefix=/opt/dmtcp && make install) or set "+EnvDMTCPPrefix)
+		return Info{}, hint.With(err, "build DMTCP 4.2 outside the repo (./configure --prefix=/opt/dmtcp && make install) or set "+EnvDMTCPPrefix)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -177,7 +178,7 @@ func (d *DMTCP) Launch(ctx context.Context, spec LaunchSpec) (_ Process, err err
 		return nil, err
 	}
 	if spec.Root != "" && isSystemPrefix(info.Prefix) {
-		return nil, withHint(fmt.Errorf("dmtcp prefix %s cannot be bound into root %s: %w", info.Prefix, spec.Root, ErrUnavailable),
+		return nil, hint.With(fmt.Errorf("dmtcp prefix %s cannot be bound into root %s: %w", info.Prefix, spec.Root, ErrUnavailable),
 			"install DMTCP under its own prefix, e.g. /opt/dmtcp, and set Config.Prefix")
 	}
 	start := time.Now() // Check is cached after the first call
@@ -279,11 +280,11 @@ func (d *DMTCP) failed(err error, p *dmtcpProc) error {
 	joined := strings.Join(lines, "\n")
 	switch {
 	case strings.Contains(joined, "GLIBC_2."):
-		err = withHint(err, "the root's glibc is too old for this DMTCP build (needs 2.34+: bookworm, jammy or newer)")
+		err = hint.With(err, "the root's glibc is too old for this DMTCP build (needs 2.34+: bookworm, jammy or newer)")
 	case strings.Contains(joined, "Unable to find checkpointed copy of file"):
-		err = withHint(err, "the image was written without LC_ALL=C and cannot move; restore it at its original path")
+		err = hint.With(err, "the image was written without LC_ALL=C and cannot move; restore it at its original path")
 	case strings.Contains(joined, "mtcp_readfile"):
-		err = withHint(err, "a file in the root is smaller than at checkpoint time; restore on the environment snapshot taken with the image")
+		err = hint.With(err, "a file in the root is smaller than at checkpoint time; restore on the environment snapshot taken with the image")
 	}
 	err = WithOutput(err, "the app", lines)
 	if p.coord != nil {
@@ -399,7 +400,7 @@ func (d *DMTCP) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Pro
 		return nil, fmt.Errorf("restore: %w", err)
 	}
 	if spec.Lazy {
-		return nil, withHint(fmt.Errorf("restore %s: DMTCP cannot restore lazily: %w", img.Dir, ErrInvalid), "lazy restore needs the criu engine")
+		return nil, hint.With(fmt.Errorf("restore %s: DMTCP cannot restore lazily: %w", img.Dir, ErrInvalid), "lazy restore needs the criu engine")
 	}
 	if err := validateRoot(spec.Root); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
@@ -409,7 +410,7 @@ func (d *DMTCP) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Pro
 		return nil, err
 	}
 	if spec.Root != "" && isSystemPrefix(info.Prefix) {
-		return nil, withHint(fmt.Errorf("dmtcp prefix %s cannot be bound into root %s: %w", info.Prefix, spec.Root, ErrUnavailable),
+		return nil, hint.With(fmt.Errorf("dmtcp prefix %s cannot be bound into root %s: %w", info.Prefix, spec.Root, ErrUnavailable),
 			"install DMTCP under its own prefix, e.g. /opt/dmtcp")
 	}
 	imgDir, err := filepath.Abs(img.Dir)

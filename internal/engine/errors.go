@@ -31,35 +31,6 @@ var (
 	ErrNotReady = errors.New("app not ready")
 )
 
-// hintError adds a one-line hint to an error (age's errorWithHint).
-type hintError struct {
-	err  error
-	hint string
-}
-
-func (e *hintError) Error() string { return e.err.Error() + "\n  hint: " + e.hint }
-func (e *hintError) Unwrap() error { return e.err }
-
-// UserHint returns the hint, which fogctl prints under the error.
-func (e *hintError) UserHint() string { return e.hint }
-
-// withHint returns err with a hint line, or err when hint is empty.
-func withHint(err error, hint string) error {
-	if err == nil || hint == "" {
-		return err
-	}
-	return &hintError{err: err, hint: hint}
-}
-
-// Hint returns the hint attached to err, if any.
-func Hint(err error) string {
-	var h *hintError
-	if errors.As(err, &h) {
-		return h.hint
-	}
-	return ""
-}
-
 // WithOutput appends the last lines of what produced them (an app, a
 // tool) to err; with no lines it returns err as is.
 func WithOutput(err error, what string, lines []string) error {

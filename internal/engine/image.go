@@ -8,6 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/fogdeploy/fogdeploy/internal/atomicfile"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
 // ManifestName is the file Checkpoint writes last into an image directory.
@@ -19,7 +22,7 @@ const ManifestName = "fogdeploy-image.json"
 func ReadImage(dir string) (Image, error) {
 	b, err := os.ReadFile(filepath.Join(dir, ManifestName))
 	if errors.Is(err, fs.ErrNotExist) {
-		return Image{}, withHint(fmt.Errorf("%s has no %s: %w", dir, ManifestName, ErrNoImage),
+		return Image{}, hint.With(fmt.Errorf("%s has no %s: %w", dir, ManifestName, ErrNoImage),
 			"the checkpoint did not complete, or this is not a checkpoint directory")
 	}
 	if err != nil {
@@ -37,7 +40,7 @@ func ReadImage(dir string) (Image, error) {
 // the image belongs to it.
 func (img Image) check(engine string) error {
 	if engine != "" && img.Engine != engine {
-		return withHint(fmt.Errorf("image in %s was written by %q, not %q: %w", img.Dir, img.Engine, engine, ErrInvalid),
+		return hint.With(fmt.Errorf("image in %s was written by %q, not %q: %w", img.Dir, img.Engine, engine, ErrInvalid),
 			"restore it with the engine that wrote it")
 	}
 	if img.Dir == "" || len(img.Files) == 0 {
@@ -75,9 +78,5 @@ func (img *Image) writeManifest() error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(img.Dir, ManifestName+".tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(img.Dir, ManifestName))
+	return atomicfile.Write(filepath.Join(img.Dir, ManifestName), append(b, '\n'), 0o644, false)
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
 // output carries an app's stdout and stderr through pipes the engine owns,
@@ -316,7 +318,7 @@ func emptyDir(dir string) error {
 		return fmt.Errorf("checkpoint directory %s: %w", dir, err)
 	}
 	if len(ents) > 0 {
-		return withHint(fmt.Errorf("checkpoint directory %s is not empty (%d entries, e.g. %q): %w",
+		return hint.With(fmt.Errorf("checkpoint directory %s is not empty (%d entries, e.g. %q): %w",
 			dir, len(ents), ents[0].Name(), ErrInvalid),
 			"use a fresh empty directory for each checkpoint generation")
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 )
 
@@ -188,9 +189,6 @@ type DMTCPContainer struct {
 	Recycle bool
 }
 
-// EngineCRIU is DMTCPContainer.Engine for CRIU.
-const EngineCRIU = "criu"
-
 // Launch returns the spec of a container that runs argv under DMTCP. It
 // checkpoints into the next generation on SIGUSR1 or instancectl.CheckpointRequest.
 func (c DMTCPContainer) Launch(argv []string) Spec {
@@ -262,8 +260,8 @@ func (c DMTCPContainer) flags(from int) []string {
 	if c.Recycle && c.EnvPath != "" {
 		f = append(f, "-recycle", "-root", DMTCPRoot(c.EnvPath, true))
 	}
-	if c.Engine == EngineCRIU {
-		f = append(f, "-engine", EngineCRIU)
+	if c.Engine == engine.NameCRIU {
+		f = append(f, "-engine", engine.NameCRIU)
 		if c.Lazy {
 			f = append(f, "-lazy")
 		}
@@ -286,7 +284,7 @@ func (c DMTCPContainer) spec(args []string, mode string) Spec {
 		devices []Device
 	)
 	secOpt := []string{"no-new-privileges"}
-	if c.Engine == EngineCRIU && mode != "boot" {
+	if c.Engine == engine.NameCRIU && mode != "boot" {
 		caps, tmpfs, devices, secOpt = CRIUCapabilities(), CRIUTmpfs(), CRIUDevices(), CRIUSecurityOpt()
 	}
 	// The image's files are read-only: an app that reaches the container's

@@ -30,6 +30,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/fogdeploy/fogdeploy/internal/docker"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
 // DockerClient is the part of the moby client (*client.Client) that Docker
@@ -98,7 +99,7 @@ func Dial(ctx context.Context, host string, log *slog.Logger) (*Docker, error) {
 	}
 	if _, err := c.Ping(ctx); err != nil {
 		_ = c.Close()
-		return nil, withHint(fmt.Errorf("dockerd at %s: %w (%w)", host, ErrUnavailable, err),
+		return nil, hint.With(fmt.Errorf("dockerd at %s: %w (%w)", host, ErrUnavailable, err),
 			"start one with `make dev-up` (scripts/dev-docker.sh) or set DOCKER_HOST")
 	}
 	return NewDocker(c, log), nil
@@ -152,14 +153,14 @@ func (d *Docker) Create(ctx context.Context, spec Spec) (string, error) {
 		}
 	}
 	if netMode == NetworkNone && len(spec.Ports) > 0 {
-		return "", withHint(fmt.Errorf("container for app %q publishes %d port(s): %w", spec.App, len(spec.Ports), ErrNoNetwork),
+		return "", hint.With(fmt.Errorf("container for app %q publishes %d port(s): %w", spec.App, len(spec.Ports), ErrNoNetwork),
 			"start dockerd with its default bridge (not --bridge=none)")
 	}
 	cfg, host := dockerConfig(spec, netMode)
 	resp, err := d.api.ContainerCreate(ctx, cfg, host, nil, nil, spec.Name)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
-			return "", withHint(fmt.Errorf("image %q: %w (docker: %w)", spec.Image, ErrImageNotFound, err),
+			return "", hint.With(fmt.Errorf("image %q: %w (docker: %w)", spec.Image, ErrImageNotFound, err),
 				"no registry is reached: build or import the image on this node (`docker images` lists them)")
 		}
 		return "", d.wrap("create container from", spec.Image, err)
@@ -622,7 +623,7 @@ func (d *Docker) wrap(op, what string, err error) error {
 	case cerrdefs.IsInvalidArgument(err):
 		return fmt.Errorf("%s%s: %w (docker: %w)", op, target, ErrInvalidSpec, err)
 	case client.IsErrConnectionFailed(err):
-		return withHint(fmt.Errorf("%s%s: %w (docker: %w)", op, target, ErrUnavailable, err),
+		return hint.With(fmt.Errorf("%s%s: %w (docker: %w)", op, target, ErrUnavailable, err),
 			"start dockerd with `make dev-up` or set DOCKER_HOST")
 	default:
 		return fmt.Errorf("%s%s: %w", op, target, err)

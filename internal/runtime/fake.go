@@ -20,6 +20,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
 // Fake is an in-memory Runtime for unit tests. Its containers run Go
@@ -315,7 +317,7 @@ func (f *Fake) Create(ctx context.Context, spec Spec) (string, error) {
 		netMode = spec.Network
 	}
 	if netMode == NetworkNone && len(spec.Ports) > 0 {
-		return "", withHint(fmt.Errorf("container for app %q publishes %d port(s): %w", spec.App, len(spec.Ports), ErrNoNetwork),
+		return "", hint.With(fmt.Errorf("container for app %q publishes %d port(s): %w", spec.App, len(spec.Ports), ErrNoNetwork),
 			"start dockerd with its default bridge (not --bridge=none)")
 	}
 	capEff, err := EffectiveCaps(spec.CapAdd, spec.CapDrop)
@@ -331,7 +333,7 @@ func (f *Fake) Create(ctx context.Context, spec Spec) (string, error) {
 	defer f.mu.Unlock()
 	img, ok := f.images[normalizeRef(spec.Image)]
 	if !ok {
-		return "", withHint(fmt.Errorf("image %q: %w", spec.Image, ErrImageNotFound),
+		return "", hint.With(fmt.Errorf("image %q: %w", spec.Image, ErrImageNotFound),
 			"no registry is reached: build or import the image on this node (`docker images` lists them)")
 	}
 	if len(spec.Entrypoint)+len(spec.Cmd)+len(img.cmd) == 0 {

@@ -420,17 +420,3 @@ func hostIPOrDefault(ip string) string {
 	}
 	return ip
 }
-
-// hintError adds a one-line hint for the user to an error.
-type hintError struct {
-	err  error
-	hint string
-}
-
-func (e *hintError) Error() string { return e.err.Error() + "\n  hint: " + e.hint }
-func (e *hintError) Unwrap() error { return e.err }
-
-// UserHint returns the hint, which fogctl prints under the error.
-func (e *hintError) UserHint() string { return e.hint }
-
-func withHint(err error, hint string) error { return &hintError{err: err, hint: hint} }

@@ -84,16 +84,23 @@ func ValidatePolicies(mode Mode, ifBusy, ifNoEngine string) error {
 // Phase is where a deployment is in its life (Deployment.Phase).
 type Phase string
 
-// Phases of a deployment.
+// Phases of a deployment. A deployment's status in the PoP's state takes
+// StatusPhases; a node's own record of it also Restoring and Removing.
 const (
-	PhaseCreating   Phase = "Creating"
-	PhaseBooting    Phase = "Booting"
-	PhaseRestoring  Phase = "Restoring"
-	PhaseRunning    Phase = "Running"
-	PhaseFailed     Phase = "Failed"
-	PhaseRemoving   Phase = "Removing"
-	PhaseCheckpoint Phase = "Checkpointing"
+	// PhasePending: placed on a node whose agent has not taken it yet.
+	PhasePending  Phase = "Pending"
+	PhaseCreating Phase = "Creating"
+	// PhaseBooting: the app boots, to serve or to produce its checkpoint.
+	PhaseBooting   Phase = "Booting"
+	PhaseRestoring Phase = "Restoring"
+	PhaseRunning   Phase = "Running"
+	PhaseFailed    Phase = "Failed"
+	PhaseRemoving  Phase = "Removing"
 	// PhaseCheckpointed ends a checkpoint refresh: a new generation is
 	// sealed and no instance runs.
 	PhaseCheckpointed Phase = "Checkpointed"
 )
+
+// StatusPhases are the phases a deployment's status in the PoP's state
+// takes (docs/api.md lists them).
+var StatusPhases = []Phase{PhasePending, PhaseCreating, PhaseBooting, PhaseRunning, PhaseFailed, PhaseCheckpointed}

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
 // ErrNoNode: no ready node can take the deployment.
@@ -295,7 +296,7 @@ func (s *Store) commitDeployment(ctx context.Context, d Desired, cmps ...clientv
 	if err != nil {
 		return false, err
 	}
-	st, _ := json.Marshal(Status{Phase: "Pending", Node: d.Node, Updated: time.Now().UTC()})
+	st, _ := json.Marshal(Status{Phase: spec.PhasePending, Node: d.Node, Updated: time.Now().UTC()})
 	ops := []clientv3.Op{clientv3.OpPut(deploymentKey(d.ID), string(b)), clientv3.OpPut(statusKey(d.ID), string(st))}
 	if d.Node != "" {
 		ops = append(ops, clientv3.OpPut(placementKey(d.Node), d.ID))

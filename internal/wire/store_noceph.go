@@ -12,6 +12,6 @@ import (
 )
 
 func openStore(ctx context.Context, c config.Config, _ *slog.Logger) (layering.Backend, error) {
-	return nil, layering.WithHint(fmt.Errorf("this binary was built without Ceph support (-tags no_ceph): %w", layering.ErrUnavailable),
+	return nil, hint.With(fmt.Errorf("this binary was built without Ceph support (-tags no_ceph): %w", layering.ErrUnavailable),
 		"rebuild with `make build`")
 }

@@ -19,7 +19,7 @@ import (
 
 // hintOf returns the hint an error carries, of either kind.
 func hintOf(err error) string {
-	if h := layering.Hint(err); h != "" {
+	if h := hint.Of(err); h != "" {
 		return h
 	}
 	return hint.Of(err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -33,7 +34,7 @@ func (s *Store) wrap(ctx context.Context, op string, err error) error {
 	if why := s.Diagnose(ctx); why != nil {
 		return fmt.Errorf("%s: no answer from Ceph within %s: %w (ceph: %w)", op, s.cfg.Timeout, why, err)
 	}
-	return layering.WithHint(werr, "Ceph did not answer within "+s.cfg.Timeout.String()+": `ceph -s` and `ceph health detail` say why")
+	return hint.With(werr, "Ceph did not answer within "+s.cfg.Timeout.String()+": `ceph -s` and `ceph health detail` say why")
 }
 
 // Diagnose implements layering.Diagnoser: it asks the monitors (within
@@ -86,10 +87,10 @@ func (d osdDump) explain(pool string) error {
 			if p.QuotaObjects > 0 {
 				quota = append(quota, fmt.Sprintf("max_objects %d", p.QuotaObjects))
 			}
-			return layering.WithHint(fmt.Errorf("pool %q is full: its quota (%s) is used up: %w", pool, strings.Join(quota, ", "), layering.ErrFull),
+			return hint.With(fmt.Errorf("pool %q is full: its quota (%s) is used up: %w", pool, strings.Join(quota, ", "), layering.ErrFull),
 				fmt.Sprintf("free space in the pool (`fogctl undeploy`, `fogctl gc`, `fogctl env prune`) or raise its quota: `ceph osd pool set-quota %s max_bytes BYTES` (0: no limit)", pool))
 		case slices.Contains(flags, "full"):
-			return layering.WithHint(fmt.Errorf("pool %q is full: an OSD is past its full ratio: %w", pool, layering.ErrFull),
+			return hint.With(fmt.Errorf("pool %q is full: an OSD is past its full ratio: %w", pool, layering.ErrFull),
 				"add OSDs or free space in the cluster; `ceph health detail` names the full OSDs")
 		}
 	}
@@ -100,7 +101,7 @@ func (d osdDump) explain(pool string) error {
 		}
 	}
 	if len(down) > 0 {
-		return layering.WithHint(fmt.Errorf("%d of %d OSDs down (%s): %w", len(down), len(d.OSDs), strings.Join(down, ", "), layering.ErrUnavailable),
+		return hint.With(fmt.Errorf("%d of %d OSDs down (%s): %w", len(down), len(d.OSDs), strings.Join(down, ", "), layering.ErrUnavailable),
 			"start the OSDs again (`ceph osd tree` shows which are down); what a failed deploy left is removed once the cluster answers")
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -39,8 +40,8 @@ func TestExplainOSDDump(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) || !strings.Contains(layering.Hint(err), tc.hint) {
-			t.Errorf("%s: %v (hint %q); want %v saying %q, hint with %q", tc.name, err, layering.Hint(err), tc.want, tc.says, tc.hint)
+		if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) || !strings.Contains(hint.Of(err), tc.hint) {
+			t.Errorf("%s: %v (hint %q); want %v saying %q, hint with %q", tc.name, err, hint.Of(err), tc.want, tc.says, tc.hint)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ceph/go-ceph/rbd"
 
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -75,7 +76,7 @@ func (s *Store) RemoveUnmapped(ctx context.Context, name string) ([]layering.Evi
 		if len(live) == 0 {
 			liveFor = 0
 		} else if liveFor++; liveFor >= liveTries {
-			return evicted, layering.WithHint(
+			return evicted, hint.With(
 				fmt.Errorf("remove %s: still watched by a live client (%s answers notifications), not evicted: %w", name, strings.Join(live, ", "), layering.ErrBusy),
 				"it is mapped or open on a node: undeploy or unmap it first")
 		}
@@ -211,7 +212,7 @@ func (s *Store) blocklist(ctx context.Context, addr string) error {
 		}
 		err = wrap(c.prefix+" add "+addr, fmt.Errorf("%w (%s)", err, status))
 		if errno(err) == eACCES { // no point in the older name
-			return layering.WithHint(err, "the cephx user needs `profile rbd` (mon) to evict dead clients; meanwhile their watches time out (osd_client_watch_timeout)")
+			return hint.With(err, "the cephx user needs `profile rbd` (mon) to evict dead clients; meanwhile their watches time out (osd_client_watch_timeout)")
 		}
 		if first == nil {
 			first = err

@@ -13,6 +13,7 @@ import (
 	"github.com/ceph/go-ceph/rados"
 	"github.com/ceph/go-ceph/rbd"
 
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -68,14 +69,14 @@ func dial(ctx context.Context, cfg Config) (*session, error) {
 		return nil, fmt.Errorf("ceph: connect via %s: %w (%w)", cfg.Conf, layering.ErrUnavailable, ctx.Err())
 	}
 	if err != nil {
-		return nil, layering.WithHint(
+		return nil, hint.With(
 			fmt.Errorf("ceph: connect via %s as client.%s: %w (ceph: %w)", cfg.Conf, cfg.ID, layering.ErrUnavailable, err),
 			"is the cluster up? `ceph -c "+cfg.Conf+" -s`; for the local one run `make dev-up`")
 	}
 	ioctx, err := conn.OpenIOContext(cfg.Pool)
 	if err != nil {
 		conn.Shutdown()
-		return nil, layering.WithHint(fmt.Errorf("ceph: open pool %q: %w (ceph: %w)", cfg.Pool, layering.ErrNotFound, err),
+		return nil, hint.With(fmt.Errorf("ceph: open pool %q: %w (ceph: %w)", cfg.Pool, layering.ErrNotFound, err),
 			"create it with `ceph osd pool create "+cfg.Pool+" && rbd pool init "+cfg.Pool+"` or pass --ceph-pool")
 	}
 	return &session{conn: conn, ioctx: ioctx}, nil
@@ -261,7 +262,7 @@ func bounded[T any](ctx context.Context, s *Store, op string, repeatable bool, c
 			if err != nil {
 				werr = fmt.Errorf("%w; connecting again: %w", werr, err)
 			}
-			return zero, layering.WithHint(werr,
+			return zero, hint.With(werr,
 				"librbd in this process stopped answering while other clients may be served: `ceph -s` shows whether the cluster is healthy; if it is, restart the process")
 		}
 	}

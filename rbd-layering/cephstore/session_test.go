@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -150,7 +151,7 @@ func TestStalledTwice(t *testing.T) {
 	if !errors.Is(err, ErrStalled) || !errors.Is(err, layering.ErrUnavailable) || !strings.Contains(err.Error(), "clone a to b") {
 		t.Fatalf("bounded(a stalling call, no retry) = %v; want ErrStalled and ErrUnavailable naming the call", err)
 	}
-	if layering.Hint(err) == "" {
+	if hint.Of(err) == "" {
 		t.Errorf("the stall error %q has no hint", err)
 	}
 	if el := time.Since(start); el > 3*time.Second {

@@ -20,6 +20,7 @@ import (
 	"github.com/ceph/go-ceph/rados"
 	"github.com/ceph/go-ceph/rbd"
 
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -352,7 +353,7 @@ func (s *Store) Children(ctx context.Context, parent layering.SnapRef) ([]string
 			return nil, s.wrap(ctx, "children of "+parent.String(), err)
 		}
 		if wait > time.Second {
-			return nil, layering.WithHint(fmt.Errorf("children of %s: a clone of it is being removed: %w (ceph: %w)", parent, layering.ErrBusy, err),
+			return nil, hint.With(fmt.Errorf("children of %s: a clone of it is being removed: %w (ceph: %w)", parent, layering.ErrBusy, err),
 				"try again once the removal ends")
 		}
 		select {
@@ -433,7 +434,7 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 			return err
 		}
 		if len(kids) > 0 {
-			return layering.WithHint(
+			return hint.With(
 				fmt.Errorf("remove %s: snapshot %s has clones %s: %w", name, ref, strings.Join(kids, ", "), layering.ErrHasChildren),
 				"remove the clones first, or flatten them")
 		}
@@ -448,7 +449,7 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 	}
 	err = s.removeImage(ctx, name)
 	if errno(err) == eBUSY { // "remove NAME: in use (ceph: ...)"
-		return layering.WithHint(err, "the image still has watchers: it is mapped on a node; undeploy or unmap it first")
+		return hint.With(err, "the image still has watchers: it is mapped on a node; undeploy or unmap it first")
 	}
 	return err
 }
@@ -505,7 +506,7 @@ func (s *Store) checkWatchers(ctx context.Context, name string) error {
 		for _, w := range ws {
 			addrs = append(addrs, w.Addr)
 		}
-		return layering.WithHint(fmt.Errorf("remove %s: mapped by %s: %w", name, strings.Join(addrs, ", "), layering.ErrBusy),
+		return hint.With(fmt.Errorf("remove %s: mapped by %s: %w", name, strings.Join(addrs, ", "), layering.ErrBusy),
 			"it is mapped on a node: undeploy or unmap it first")
 	}
 	return nil

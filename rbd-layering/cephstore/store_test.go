@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/cephstore"
@@ -51,7 +52,7 @@ func TestUnreachableCluster(t *testing.T) {
 	if el := time.Since(start); el > 20*time.Second {
 		t.Fatalf("Open on a dead cluster took %s, want it bounded by the timeout", el)
 	}
-	if layering.Hint(err) == "" {
+	if hint.Of(err) == "" {
 		t.Errorf("error %q carries no hint", err)
 	}
 }

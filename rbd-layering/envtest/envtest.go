@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/mountinfo"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	"github.com/fogdeploy/fogdeploy/internal/wire"
@@ -109,7 +110,7 @@ func testConcurrentImports(t *testing.T, l *wire.Layering) {
 	if errs[0] != nil {
 		won, lost = 1, 0
 	}
-	if errs[won] != nil || !errors.Is(errs[lost], layering.ErrExists) || layering.Hint(errs[lost]) == "" {
+	if errs[won] != nil || !errors.Is(errs[lost], layering.ErrExists) || hint.Of(errs[lost]) == "" {
 		t.Fatalf("two imports of %s at once = %v, %v; want one environment and one ErrExists with a hint", name, errs[0], errs[1])
 	}
 	got, err := l.Manager.Get(ctx, name)
@@ -134,7 +135,7 @@ func testConcurrentImports(t *testing.T, l *wire.Layering) {
 	if innerErr != nil {
 		t.Fatalf("the flatten that ran inside the other: %v", innerErr)
 	}
-	if !errors.Is(err, layering.ErrConflict) || layering.Hint(err) == "" {
+	if !errors.Is(err, layering.ErrConflict) || hint.Of(err) == "" {
 		t.Fatalf("a flatten whose environment changed meanwhile = %v; want ErrConflict with a hint", err)
 	}
 	if got, err := l.Manager.Get(ctx, name); err != nil || got.Ref != inner.Ref {
@@ -456,7 +457,7 @@ func testRemove(t *testing.T, l *wire.Layering) {
 	child := "fdi-" + uniq("inst")
 	must(t, l.Store.Clone(ctx, env.Ref, child))
 	_, err := l.Manager.Remove(ctx, base)
-	if !errors.Is(err, layering.ErrHasChildren) || !strings.Contains(err.Error(), child) || layering.Hint(err) == "" {
+	if !errors.Is(err, layering.ErrHasChildren) || !strings.Contains(err.Error(), child) || hint.Of(err) == "" {
 		t.Fatalf("Remove with a clone = %v, want ErrHasChildren naming %s with a hint", err, child)
 	}
 	if _, err := l.Manager.Get(ctx, base); err != nil {

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/procfs"
 	"github.com/fogdeploy/fogdeploy/internal/wire"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -231,7 +232,7 @@ func testEnvironmentLinks(t *testing.T, l *wire.Layering) {
 	}
 	refused := func(what string, err error, want string) {
 		t.Helper()
-		if !errors.Is(err, layering.ErrInvalid) || !strings.Contains(err.Error(), want) || layering.Hint(err) == "" {
+		if !errors.Is(err, layering.ErrInvalid) || !strings.Contains(err.Error(), want) || hint.Of(err) == "" {
 			t.Errorf("%s = %v; want ErrInvalid saying %q, with a hint", what, err, want)
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/atomicfile"
 )
 
 // recordVersion is bumped when Record changes incompatibly.
@@ -135,17 +137,16 @@ func (s store) create(rec *Record) error {
 	return syncDir(s.dir)
 }
 
-// save atomically replaces the record: temp file + fsync + rename.
+// save replaces the record atomically and durably.
 func (s store) save(rec *Record) error {
-	tmp, err := s.marshalTemp(rec)
+	b, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, s.path(rec.ID)); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write record %s: %w", rec.ID, err)
+	if err := atomicfile.Write(s.path(rec.ID), append(b, '\n'), 0o600, true); err != nil {
+		return fmt.Errorf("record %s: %w", rec.ID, err)
 	}
-	return syncDir(s.dir)
+	return nil
 }
 
 func (s store) load(id string) (*Record, error) {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/devenv"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
@@ -333,7 +334,7 @@ func testMissingBinary(t *testing.T, newEngine func(t *testing.T) engine.Engine)
 		if !errors.Is(err, engine.ErrInvalid) || !strings.Contains(err.Error(), argv0) {
 			t.Fatalf("launch %s: error %q should wrap ErrInvalid and name the binary", argv0, err)
 		}
-		if engine.Hint(err) == "" {
+		if hint.Of(err) == "" {
 			t.Errorf("launch %s: error has no hint: %v", argv0, err)
 		}
 	}
