@@ -12,7 +12,7 @@ DMTCP_PREFIX ?= /opt/dmtcp
 export PATH := /usr/local/go/bin:$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help build test unit integration bench lint dev-up dev-down demo demo-down dmtcp-image boot-image deps engines fixtures
+.PHONY: help build test unit integration bench lint docs dev-up dev-down demo demo-down dmtcp-image boot-image deps engines fixtures
 
 help: ## Show this help
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -42,6 +42,9 @@ unit: ## Run the tests that need no service (skips the rest, with reasons)
 
 bench: dev-up ## The evaluation over configs/apps (APPS=redis,nginx for a subset) into bench/results/<time>/
 	@APPS="$(APPS)" GO="$(GO)" CEPH_TAGS="$(CEPH_TAGS)" bash scripts/bench.sh
+
+docs: ## Regenerate docs/cli (fogctl's reference) from the commands; TestCLIReference fails when it is stale
+	FOGDEPLOY_UPDATE_DOCS=1 $(GO) test $(TAGS) -count=1 -run TestCLIReference ./fogctl/cli/
 
 lint: ## gofmt, go vet and staticcheck
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
