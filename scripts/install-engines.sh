@@ -25,7 +25,11 @@
 # restart waited for a delayed ACK, 0.37 s of redis's 0.42 s restart.
 # dmtcp-4.2.0-listen-reuseaddr.patch: a restored listener is bound with
 # SO_REUSEADDR, as CRIU does, so that connections of an earlier instance in
-# TIME_WAIT on its port, in a recycled container, do not refuse the bind.)
+# TIME_WAIT on its port, in a recycled container, do not refuse the bind.
+# dmtcp-4.2.0-restart-cwd.patch: a restarted process gets back the working
+# directory it had at checkpoint time also when it was launched from "/",
+# as every app is; upstream left it in "/", and a server that serves files
+# from its directory, e.g. busybox httpd -h, answered 404.)
 #
 # As root it installs the Debian build dependencies it misses. Building both
 # takes 5-6 minutes on 2 cores. Nothing is written inside the repository.
