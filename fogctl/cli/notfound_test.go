@@ -40,6 +40,7 @@ func TestMissingNamesAndBadArguments(t *testing.T) {
 		{[]string{"deploy", "web", "--node=Node 1"}, ExitInvalid, `--node "Node 1" may only hold`},
 		{[]string{"checkpoint", "refresh", "web", "--node", ""}, ExitInvalid, "--node is empty"},
 		{[]string{"pool", "ls", "--node="}, ExitInvalid, "--node is empty"},
+		{[]string{"logs", "web-1", "--tail", "0"}, ExitInvalid, "--tail 0: give a number of lines"},
 	} {
 		code, errOut := run(c.args...)
 		if code != c.code || !strings.Contains(errOut, c.want) {

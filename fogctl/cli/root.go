@@ -175,8 +175,8 @@ FOGDEPLOY_TOKEN_FILE).
 	envCmd.GroupID = "env"
 	root.AddCommand(envCmd)
 	root.AddGroup(&cobra.Group{ID: "pop", Title: "Point of presence:"})
-	for _, c := range []*cobra.Command{NewCmdNode(f), NewCmdApp(f), NewCmdDeploy(f), NewCmdPs(f), NewCmdUndeploy(f),
-		NewCmdLogs(f), NewCmdCheckpoint(f), NewCmdPool(f), NewCmdGC(f)} {
+	for _, c := range []*cobra.Command{NewCmdNode(f), NewCmdApp(f), NewCmdDeploy(f), NewCmdPs(f, nil), NewCmdUndeploy(f, nil),
+		NewCmdLogs(f, nil), NewCmdCheckpoint(f), NewCmdPool(f), NewCmdGC(f)} {
 		c.GroupID = "pop"
 		root.AddCommand(c)
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -10,36 +11,53 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/state"
 )
 
+// UndeployOptions are the inputs of `fogctl undeploy`.
+type UndeployOptions struct {
+	F    *Factory
+	ID   string
+	Wait bool
+}
+
 // NewCmdUndeploy builds `fogctl undeploy ID`.
-func NewCmdUndeploy(f *Factory) *cobra.Command {
-	var wait bool
+func NewCmdUndeploy(f *Factory, runF func(context.Context, *UndeployOptions) error) *cobra.Command {
+	opts := &UndeployOptions{F: f}
 	cmd := &cobra.Command{
 		Use: "undeploy ID", Short: "Stop a deployment and remove its container, mounts, mappings and clones", Args: exactArgs(1, "a deployment ID"),
-		RunE: withState(f, func(cmd *cobra.Command, args []string, st *state.Store) error {
-			ctx := cmd.Context()
-			if err := st.DeleteDeployment(ctx, args[0]); err != nil {
-				return err
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.ID = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			if wait {
-				for {
-					r, err := st.Client().Get(ctx, state.Prefix+"status/"+args[0], clientv3.WithCountOnly())
-					if err != nil {
-						return err
-					}
-					if r.Count == 0 {
-						break
-					}
-					select {
-					case <-ctx.Done():
-						return ctx.Err()
-					case <-time.After(200 * time.Millisecond):
-					}
-				}
-			}
-			fmt.Fprintf(f.ErrOut, "Undeploying %s\n", args[0])
-			return nil
-		}),
+			return undeployRun(cmd.Context(), opts)
+		},
 	}
-	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the agent has removed everything")
+	cmd.Flags().BoolVar(&opts.Wait, "wait", false, "wait until the agent has removed everything")
 	return cmd
+}
+
+func undeployRun(ctx context.Context, opts *UndeployOptions) error {
+	st, err := opts.F.State(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := st.DeleteDeployment(ctx, opts.ID); err != nil {
+		return err
+	}
+	for opts.Wait {
+		r, err := st.Client().Get(ctx, state.Prefix+"status/"+opts.ID, clientv3.WithCountOnly())
+		if err != nil {
+			return err
+		}
+		if r.Count == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	fmt.Fprintf(opts.F.ErrOut, "Undeploying %s\n", opts.ID)
+	return nil
 }
