@@ -69,18 +69,18 @@ type Agent struct {
 	// container, whose image carries it when CRIU was installed at its
 	// build) or "host" (the agent runs criu; instances end with it).
 	CRIUDriver string `yaml:"criu_driver"`
-	// Recycle is "on" (default: an undeployed instance of an app with a
+	// Recycle on (default: an undeployed instance of an app with a
 	// pool goes back to the pool in its container, its root reset,
 	// instead of being removed, so that the next deploys need no slot
-	// provisioned anew) or "off".
-	Recycle string `yaml:"recycle"`
-	// PoolAhead is "on" (default: a warm pool's slot is restored before
+	// provisioned anew) or off.
+	Recycle Switch `yaml:"recycle"`
+	// PoolAhead on (default: a warm pool's slot is restored before
 	// any request and waits running at the background CPU weight, so that
 	// a deploy that takes it only raises it; it holds the app's memory
-	// meanwhile) or "off" (slots wait with their instance created, and a
+	// meanwhile) or off (slots wait with their instance created, and a
 	// deploy that takes one restarts the app). Nodes whose cgroups cannot
 	// be reweighted keep slots unstarted either way.
-	PoolAhead string `yaml:"pool_ahead"`
+	PoolAhead Switch `yaml:"pool_ahead"`
 	// HitConcurrency is how many pool hits run their stages at once on
 	// this node; more wait in arrival order (their `queue` phase). 0 (the
 	// default) is the node's CPUs plus one.
@@ -218,7 +218,7 @@ func Default() Config {
 		Docker:   Docker{Host: devenv.DockerHost()},
 		Node:     Node{Name: host, StateDir: filepath.Join(devenv.Dir(), "node", host)},
 		Etcd:     Etcd{Endpoints: []string{devenv.EtcdEndpoint}, DialTimeout: 5 * time.Second},
-		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: "container", CRIUDriver: "container", Recycle: "on", PoolAhead: "on", RecycleKeep: 2 * time.Minute,
+		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: "container", CRIUDriver: "container", Recycle: On, PoolAhead: On, RecycleKeep: 2 * time.Minute,
 			BootImage: "fogdeploy/boot:latest", IfBusy: "wait", IfNoEngine: "boot", CheckpointCache: "4GiB", Fetch: FetchFirstUse,
 			EnvRead: EnvReadShared},
 		Limits: DefaultLimits(),
@@ -279,8 +279,11 @@ func (c *Config) ApplyEnv() {
 	set(&c.Agent.Fetch, "FOGDEPLOY_FETCH")
 	set(&c.Agent.EnvRead, "FOGDEPLOY_ENV_READ")
 	set(&c.Agent.CRIUDriver, "FOGDEPLOY_CRIU_DRIVER")
-	set(&c.Agent.Recycle, "FOGDEPLOY_RECYCLE")
-	set(&c.Agent.PoolAhead, "FOGDEPLOY_POOL_AHEAD")
+	for dst, key := range map[*Switch]string{&c.Agent.Recycle: "FOGDEPLOY_RECYCLE", &c.Agent.PoolAhead: "FOGDEPLOY_POOL_AHEAD"} {
+		if v := os.Getenv(key); v != "" {
+			dst.parse(v)
+		}
+	}
 	set(&c.Agent.CheckpointCache, "FOGDEPLOY_CHECKPOINT_CACHE")
 	if v := os.Getenv("FOGDEPLOY_ETCD_ENDPOINTS"); v != "" {
 		c.Etcd.Endpoints = strings.Split(v, ",")
@@ -368,11 +371,10 @@ func (c Config) Validate() error {
 	if c.Agent.CRIUDriver != "container" && c.Agent.CRIUDriver != "host" {
 		add("agent.criu_driver %q: use container or host", c.Agent.CRIUDriver)
 	}
-	if c.Agent.Recycle != "on" && c.Agent.Recycle != "off" {
-		add("agent.recycle %q: use on or off", c.Agent.Recycle)
-	}
-	if c.Agent.PoolAhead != "on" && c.Agent.PoolAhead != "off" {
-		add("agent.pool_ahead %q: use on or off", c.Agent.PoolAhead)
+	for field, s := range map[string]Switch{"agent.recycle": c.Agent.Recycle, "agent.pool_ahead": c.Agent.PoolAhead} {
+		if err := s.check(field); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.Agent.HitConcurrency < 0 || c.Agent.HitConcurrency > 1000 {
 		add("agent.hit_concurrency %d: give how many pool hits run at once (1-1000), or 0 for the node's CPUs plus one", c.Agent.HitConcurrency)

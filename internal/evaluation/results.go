@@ -118,7 +118,7 @@ type App struct {
 	PoolHitMS      Stats `json:"pool_hit_ms"`
 	PoolOverheadMS Stats `json:"pool_overhead_ms"`
 	// PoolRestartMS is a pool hit of a slot that waited unstarted
-	// (agent.pool_ahead: off): the deploy restarts the app. PoolHitMS is
+	// (agent.pool_ahead: false): the deploy restarts the app. PoolHitMS is
 	// of a slot restored ahead where the node can reweight it (the
 	// agent's default), the deploy raising it.
 	PoolRestartMS Stats   `json:"pool_restart_ms"`

@@ -197,7 +197,7 @@ func testAgent(t *testing.T, st *state.Store, dir string, recs *fakeRecords) (*a
 	t.Helper()
 	c := config.Default()
 	c.Node.Name, c.Node.StateDir = "n1", dir
-	c.Agent.Recycle = "off" // undeploys go to the fake records
+	c.Agent.Recycle = config.Off // undeploys go to the fake records
 	c.Agent.ReconcileInterval = 200 * time.Millisecond
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -190,7 +190,7 @@ func (a *agent) refillApp(ctx context.Context, app deploy.App) (int, error) {
 // ahead says whether the pool's slots of generation g are restored ahead
 // on this node (agent.pool_ahead, and cgroups that can be reweighted).
 func (a *agent) ahead(g deploy.Generation) bool {
-	return a.c.Agent.PoolAhead == "on" && a.d.CanStartAhead(g) == nil
+	return a.c.Agent.PoolAhead.IsOn() && a.d.CanStartAhead(g) == nil
 }
 
 // startAhead restores ahead the idle slots of g that wait unstarted
@@ -383,7 +383,7 @@ func (a *agent) publishPool(ctx context.Context, app string, gen, size int) {
 // reports whether it did. An instance that cannot serve again is left to
 // clean.
 func (a *agent) recycle(ctx context.Context, id string) bool {
-	if a.c.Agent.Recycle == "off" {
+	if !a.c.Agent.Recycle.IsOn() {
 		return false
 	}
 	rec, err := a.d.Load(id)

@@ -115,7 +115,7 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 		}
 	}
 	log.Info("warm-pool refill priority", "cgroup", priority)
-	if c.Agent.PoolAhead == "on" {
+	if c.Agent.PoolAhead.IsOn() {
 		if ctr == nil || ctr.Priority == nil {
 			log.Warn("warm-pool slots are not restored ahead: their apps could not wait below the serving instances' priority; a pool hit restarts its app")
 		} else {

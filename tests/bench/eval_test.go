@@ -559,7 +559,7 @@ func deployMeasured(ctx context.Context, f *deploytest.Fixture, app deploy.App) 
 
 // provisionSlot refills the pool by one slot of g as an agent does: the
 // slot is provisioned and, with ahead where the node can reweight it
-// (agent.pool_ahead: on, the default), its app restored ahead, waiting at the
+// (agent.pool_ahead: true, the default), its app restored ahead, waiting at the
 // background CPU weight.
 func provisionSlot(ctx context.Context, f *deploytest.Fixture, g deploy.Generation, ahead bool) (deploy.Slot, error) {
 	s, err := f.D.ProvisionPoolSlot(ctx, g)

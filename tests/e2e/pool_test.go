@@ -74,7 +74,7 @@ func TestPoolPoP(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &listed); code != 0 || err != nil || len(listed) != 3 {
 		t.Errorf("fogctl pool ls -o json = %d, %v, %d pools; want 3\n%s%s", code, err, len(listed), out, errOut)
 	}
-	// The agents restore their slots ahead (agent.pool_ahead: on).
+	// The agents restore their slots ahead (agent.pool_ahead: true).
 	for _, pl := range listed {
 		if pl.Ahead != pl.Idle {
 			t.Errorf("pool of %s on %s: %d of %d idle slots restored ahead; want all", pl.App, pl.Node, pl.Ahead, pl.Idle)
