@@ -28,8 +28,8 @@ func TestSwitch(t *testing.T) {
 	}
 	for body, want := range map[string][2]bool{
 		"agent:\n  recycle: false\n  pool_ahead: true\n": {false, true},
-		"agent:\n  recycle: \"on\"\n  pool_ahead: off\n":  {true, false},
-		"agent:\n  recycle: off\n":                        {false, true},
+		"agent:\n  recycle: \"on\"\n  pool_ahead: off\n": {true, false},
+		"agent:\n  recycle: off\n":                       {false, true},
 	} {
 		c := load(body)
 		if got := [2]bool{c.Agent.Recycle.IsOn(), c.Agent.PoolAhead.IsOn()}; got != want {
