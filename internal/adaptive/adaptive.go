@@ -254,16 +254,12 @@ func cmpDuration(a, b time.Duration) int {
 func Cost(t layering.Timings) time.Duration {
 	var sum time.Duration
 	for _, p := range t {
-		if !strings.HasPrefix(p.Name, BootPrefix) {
+		if !strings.HasPrefix(p.Name, spec.BootTimingPrefix) {
 			sum += p.Duration
 		}
 	}
 	return sum
 }
-
-// BootPrefix starts the names of the phases of the boot and checkpoint
-// that a deploy ran to produce its generation first.
-const BootPrefix = "boot."
 
 // BootCost is what the boot of a deploy that produced its generation first
 // cost until its app was ready: its boot.* phases up to the first ready
@@ -272,11 +268,11 @@ const BootPrefix = "boot."
 func BootCost(t layering.Timings) time.Duration {
 	var sum time.Duration
 	for _, p := range t {
-		if !strings.HasPrefix(p.Name, BootPrefix) {
+		if !strings.HasPrefix(p.Name, spec.BootTimingPrefix) {
 			continue
 		}
 		sum += p.Duration
-		if p.Name == BootPrefix+"ready" || strings.HasSuffix(p.Name, ".ready") {
+		if p.Name == spec.BootTimingPrefix+"ready" || strings.HasSuffix(p.Name, ".ready") {
 			return sum
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -126,7 +127,7 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 		}
 		if len(boot) > 0 {
 			dep.Booted = true
-			dep.Timings = append(prefixed("boot.", boot), dep.Timings...)
+			dep.Timings = append(prefixed(spec.BootTimingPrefix, boot), dep.Timings...)
 			if err == nil {
 				_ = d.save(&dep)
 			}

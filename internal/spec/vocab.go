@@ -3,6 +3,7 @@ package spec
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Errors every layer branches on with errors.Is.
@@ -104,3 +105,15 @@ const (
 // StatusPhases are the phases a deployment's status in the PoP's state
 // takes (docs/api.md lists them).
 var StatusPhases = []Phase{PhasePending, PhaseCreating, PhaseBooting, PhaseRunning, PhaseFailed, PhaseCheckpointed}
+
+// BootTimingPrefix starts the names of the timing phases of the boot and
+// checkpoint that a deploy ran to produce its app's generation first
+// ("boot.ready", "boot.checkpoint", ...).
+const BootTimingPrefix = "boot."
+
+// BootTiming names phase as one of the first boot's.
+func BootTiming(phase string) string { return BootTimingPrefix + phase }
+
+// CutBootTiming returns the phase a timing's name holds and whether it is
+// one of the first boot's.
+func CutBootTiming(name string) (string, bool) { return strings.CutPrefix(name, BootTimingPrefix) }

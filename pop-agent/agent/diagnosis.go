@@ -13,6 +13,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
@@ -60,15 +61,15 @@ func failedStep(passed layering.Timings) string {
 	// The stages' steps in order (docs/design.md); after ready comes bind,
 	// or post_restore, whose error says itself which it was.
 	steps := []string{deploy.StepClone, deploy.StepMap, deploy.StepMount, deploy.StepContainer, deploy.StepStart, deploy.StepReady}
-	last, booting := strings.CutPrefix(passed[len(passed)-1].Name, "boot.")
+	last, booting := spec.CutBootTiming(passed[len(passed)-1].Name)
 	switch last {
 	case "ready", "prepare":
 		if booting {
-			return "boot.checkpoint"
+			return spec.BootTiming("checkpoint")
 		}
 		return ""
 	case "checkpoint":
-		return "boot.seal" // only a first deploy checkpoints
+		return spec.BootTiming("seal") // only a first deploy checkpoints
 	case "seal":
 		return "clone" // the restore that follows
 	}
@@ -77,7 +78,7 @@ func failedStep(passed layering.Timings) string {
 		return ""
 	}
 	if booting {
-		return "boot." + steps[i+1]
+		return spec.BootTiming(steps[i+1])
 	}
 	return steps[i+1]
 }

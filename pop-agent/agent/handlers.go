@@ -12,6 +12,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/adaptive"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -56,7 +57,7 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		defer mu.Unlock()
 		name := phase
 		if booting {
-			name = "boot." + phase
+			name = spec.BootTiming(phase)
 		}
 		st.Timings = append(st.Timings, layering.Phase{Name: name, Duration: took})
 		_ = a.setStatus(ctx, dsr.ID, st)
