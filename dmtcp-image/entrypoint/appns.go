@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -73,7 +74,10 @@ func initApp(user, root, workdir string, argv []string) int {
 		kargv = append(kargv, "-user", user)
 	}
 	kargv = append(append(kargv, "/", workdir), argv...)
-	keeper, err := syscall.ForkExec(kargv[0], kargv, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}})
+	// The reaper reaps every process of the namespace, which all become
+	// this init's once orphaned, and hands the keeper's status over.
+	r := newReaper(slog.New(slog.DiscardHandler))
+	keeper, done, err := r.start(kargv, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "entrypoint keep -init: start the keeper: %v\n", err)
 		return exitSetup
@@ -81,26 +85,18 @@ func initApp(user, root, workdir string, argv []string) int {
 	if err := dropCaps(capsExcept()...); err != nil {
 		fmt.Fprintf(os.Stderr, "entrypoint keep -init: warning: %v\n", err)
 	}
-	for sig := range sigs {
-		if sig != syscall.SIGCHLD {
-			_ = syscall.Kill(keeper, sig.(syscall.Signal))
-			continue
-		}
-		for {
-			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-			if err == syscall.EINTR {
+	for {
+		select {
+		case sig := <-sigs:
+			if sig == syscall.SIGCHLD {
+				r.reap()
 				continue
 			}
-			if pid <= 0 || err != nil {
-				break
-			}
-			if pid == keeper {
-				return exitStatus(ws)
-			}
+			_ = syscall.Kill(keeper, sig.(syscall.Signal))
+		case ws := <-done:
+			return exitStatus(ws)
 		}
 	}
-	return exitSetup
 }
 
 // capsExcept returns every capability but keep, in the order dropCaps
