@@ -41,6 +41,8 @@ func TestMissingNamesAndBadArguments(t *testing.T) {
 		{[]string{"checkpoint", "refresh", "web", "--node", ""}, ExitInvalid, "--node is empty"},
 		{[]string{"pool", "ls", "--node="}, ExitInvalid, "--node is empty"},
 		{[]string{"logs", "web-1", "--tail", "0"}, ExitInvalid, "--tail 0: give a number of lines"},
+		{[]string{"app", "rm", "web", "--wait", "-1s"}, ExitInvalid, "--wait -1s is negative"},
+		{[]string{"checkpoint", "rm", "web", "1", "--wait=-1m"}, ExitInvalid, "--wait -1m0s is negative"},
 	} {
 		code, errOut := run(c.args...)
 		if code != c.code || !strings.Contains(errOut, c.want) {
