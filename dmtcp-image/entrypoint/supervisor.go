@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -61,12 +58,6 @@ func newSupervisor(cfg *config, log *slog.Logger, timingsOut io.Writer) *supervi
 		started: time.Now(),
 		appGone: make(chan struct{}),
 	}
-}
-
-// ckptResult reports the end of one checkpoint.
-type ckptResult struct {
-	gen generation
-	err error
 }
 
 // run does the whole life of the container and returns its exit status.
@@ -403,191 +394,4 @@ func (s *supervisor) appEnv() []string {
 		})
 	}
 	return env
-}
-
-// probe reports the time until the app answers on cfg.ready: until a
-// connection is accepted, or, with -ready-expect, until the reply to
-// -ready-send starts with the expected bytes, or, with -ready-http, until
-// a GET is answered with the ready status. (A restored listening socket
-// accepts connections before the app runs again, so a connect-only probe
-// is optimistic after a restart.)
-//
-// It gives up once gone (the instance's appGone) is closed: in a recycled
-// container, a probe of an instance released before it was ready never
-// reports for the next.
-func (s *supervisor) probe(phase string, gen int, since time.Time, gone <-chan struct{}) {
-	deadline := since.Add(s.cfg.readyTimeout)
-	for time.Now().Before(deadline) {
-		select {
-		case <-gone:
-			return
-		default:
-		}
-		if s.probeOnce() {
-			s.tm.record(phase, gen, since, 0, nil)
-			s.log.Info("app ready", "addr", s.cfg.ready, "ms", time.Since(since).Milliseconds())
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	s.log.Warn("app not ready in time", "addr", s.cfg.ready, "timeout", s.cfg.readyTimeout)
-}
-
-func (s *supervisor) probeOnce() bool {
-	c, err := net.DialTimeout("tcp", s.cfg.ready, 200*time.Millisecond)
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	if s.cfg.readyHTTP != "" {
-		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-		return httpReady(c, s.cfg.readyHTTP, s.cfg.readyStatus)
-	}
-	if s.cfg.readyExpect == "" && s.cfg.readySend == "" {
-		return true
-	}
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if s.cfg.readySend != "" {
-		if _, err := io.WriteString(c, s.cfg.readySend); err != nil {
-			return false
-		}
-	}
-	want := []byte(s.cfg.readyExpect)
-	got := make([]byte, 0, len(want))
-	buf := make([]byte, 512)
-	for len(got) < len(want) {
-		n, err := c.Read(buf)
-		got = append(got, buf[:n]...)
-		if err != nil {
-			break
-		}
-	}
-	return len(got) >= len(want) && string(got[:len(want)]) == string(want)
-}
-
-// httpReady sends GET path on c and reports whether the status line that
-// comes back carries status (any 2xx when status is 0), as the deployer's
-// HTTP readiness probe decides.
-func httpReady(c io.ReadWriter, path string, status int) bool {
-	if _, err := io.WriteString(c, "GET "+path+" HTTP/1.0\r\nHost: 127.0.0.1\r\nUser-Agent: fogdeploy-entrypoint\r\n\r\n"); err != nil {
-		return false
-	}
-	line, err := bufio.NewReader(io.LimitReader(c, 512)).ReadString('\n')
-	if err != nil && line == "" {
-		return false
-	}
-	f := strings.Fields(line)
-	if len(f) < 2 || !strings.HasPrefix(f[0], "HTTP/") {
-		return false
-	}
-	code, err := strconv.Atoi(f[1])
-	if err != nil {
-		return false
-	}
-	return code == status || (status == 0 && code/100 == 2)
-}
-
-// checkpoint starts a checkpoint of the app into <ckpt>/<gen> and returns
-// the channel its result arrives on, and whether the app will be stopped by
-// it. It does not block: the main loop keeps reaping meanwhile.
-//
-// It asks for -kc (or -c with -after-checkpoint=continue), then waits
-// until the image is complete, since DMTCP 4.2's -bc does not block.
-func (s *supervisor) checkpoint(reason string) (chan ckptResult, bool) {
-	exitAfter := s.cfg.after == afterExit
-	done := make(chan ckptResult, 1)
-	gen := generation{n: s.gen, dir: filepath.Join(s.cfg.ckpt, strconv.Itoa(s.gen))}
-	s.log.Info("checkpoint requested", "by", reason, "gen", gen.n, "dir", gen.dir, "delay", s.cfg.ckptDelay)
-	go func() {
-		// -checkpoint-delay: DMTCP aborts the app when it meets a
-		// connection that the app is still closing (Tomcat closes a
-		// finished one on its poller's next round); the wait is not part
-		// of the checkpoint's timing.
-		select {
-		case <-time.After(s.cfg.ckptDelay):
-		case <-s.appGone:
-		}
-		t := time.Now()
-		gen.started = t
-		res := ckptResult{gen: gen}
-		defer func() { done <- res }()
-		if err := os.MkdirAll(gen.dir, 0o755); err != nil {
-			res.err = fmt.Errorf("create generation dir: %w", err)
-			return
-		}
-		// With -after-checkpoint=continue a later checkpoint rewrites the
-		// same generation: drop the old marker so that completion is
-		// detected afresh.
-		_ = os.Remove(filepath.Join(gen.dir, dmtcpctl.RestartScript))
-		cmd := dmtcpctl.Checkpoint
-		if exitAfter {
-			cmd = dmtcpctl.CheckpointKill
-		}
-		rc, out, err := s.command(cmd)
-		var rcErr error
-		if rc != 0 {
-			rcErr = fmt.Errorf("exit %d", rc)
-		}
-		if err != nil || !dmtcpctl.CheckpointCommandOK(cmd, rcErr, out) {
-			res.err = fmt.Errorf("dmtcp_command %s: exit %d (%s): %w", cmd, rc, strings.TrimSpace(out), errors.Join(err, errCheckpoint))
-			return
-		}
-		deadline, gone := t.Add(s.cfg.ckptTimeout), s.appGone
-		for time.Now().Before(deadline) {
-			g, err := readGeneration(s.cfg.ckpt, gen.n)
-			if err == nil && g.complete() {
-				g.started = t
-				res.gen = g
-				return
-			}
-			select {
-			case <-gone:
-				gone = nil
-				if d := time.Now().Add(appGoneGrace); d.Before(deadline) {
-					deadline = d
-				}
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-		if gone == nil {
-			res.err = fmt.Errorf("generation %s not complete %s after the app exited (see the app's output above): %w", gen.dir, appGoneGrace, errCheckpoint)
-			return
-		}
-		res.err = fmt.Errorf("generation %s not complete after %s: %w", gen.dir, s.cfg.ckptTimeout, errCheckpoint)
-	}()
-	return done, exitAfter
-}
-
-// stopApp waits a little for an app that a -kc checkpoint is stopping, then
-// kills it.
-func (s *supervisor) stopApp(appDone <-chan syscall.WaitStatus) {
-	if appDone == nil {
-		return
-	}
-	timeout := time.After(10 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-appDone:
-			return
-		case <-tick.C:
-			s.reaper.reap()
-		case <-timeout:
-			s.log.Warn("app did not stop after the checkpoint; killing it", "pid", s.appPid)
-			_ = syscall.Kill(s.appPid, syscall.SIGKILL)
-			timeout = time.After(10 * time.Second)
-		}
-	}
-}
-
-// shutdownCoordinator kills the coordinator (it ignores SIGTERM) and reaps
-// what is left.
-func (s *supervisor) shutdownCoordinator() {
-	if s.coordPid > 0 {
-		_ = syscall.Kill(-s.coordPid, syscall.SIGKILL)
-		_ = syscall.Kill(s.coordPid, syscall.SIGKILL)
-		time.Sleep(5 * time.Millisecond)
-		s.reaper.reap()
-	}
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -95,74 +94,6 @@ type dmtcpProc struct {
 	coord   *coordinator
 	ckptDir string // the checkpoint mount point, as the coordinator sees it
 	gzip    bool
-}
-
-// layout names the paths of one instance. ns* paths are as seen inside the
-// sandbox's mount namespace (not chrooted); app* paths as the app sees them.
-type dmtcpLayout struct {
-	inst                string
-	nsCkpt, appCkpt     string
-	appTmp, coordTmp    string
-	nsImg, appImg       string
-	mkdirs              []string
-	root, prefix, image string
-}
-
-func (d *DMTCP) layout(inst, root, prefix, imgDir string) dmtcpLayout {
-	l := dmtcpLayout{inst: inst, root: root, prefix: prefix, coordTmp: filepath.Join(inst, "tmp"),
-		image: imgDir}
-	if root == "" {
-		l.nsCkpt = filepath.Join(inst, "ckpt")
-		l.appCkpt = l.nsCkpt
-		l.appTmp = l.coordTmp
-		l.nsImg, l.appImg = imgDir, imgDir
-		return l
-	}
-	l.nsCkpt = filepath.Join(root, rootCkptDir)
-	l.appCkpt = rootCkptDir
-	l.appTmp = rootTmpDir
-	l.mkdirs = []string{rootCkptDir, rootTmpDir, rootImgDir}
-	if imgDir != "" {
-		l.nsImg, l.appImg = filepath.Join(root, rootImgDir), rootImgDir
-	}
-	return l
-}
-
-func (l dmtcpLayout) sandboxSpec(netNS bool) sandboxSpec {
-	spec := sandboxSpec{mountNS: true, netNS: netNS, root: l.root, mkdirs: l.mkdirs}
-	if l.root != "" {
-		spec.binds = append(spec.binds, bindMount{src: l.prefix, dst: filepath.Join(l.root, l.prefix), ro: true, mkdir: true})
-		if l.image != "" {
-			spec.binds = append(spec.binds, bindMount{src: l.image, dst: l.nsImg, ro: true})
-		}
-	}
-	return spec
-}
-
-// newInstance makes the per-instance state directory.
-func (d *DMTCP) newInstance(l func(inst string) dmtcpLayout) (dmtcpLayout, error) {
-	inst, err := os.MkdirTemp(d.cfg.TempDir, "fogdeploy-dmtcp-")
-	if err != nil {
-		return dmtcpLayout{}, fmt.Errorf("instance directory: %w", err)
-	}
-	lay := l(inst)
-	for _, dir := range []string{lay.coordTmp, filepath.Join(inst, "ckpt")} {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			os.RemoveAll(inst)
-			return dmtcpLayout{}, err
-		}
-	}
-	return lay, nil
-}
-
-// isSystemPrefix reports prefixes that cannot be bound over the same path in
-// a root without hiding the root's own files.
-func isSystemPrefix(p string) bool {
-	switch filepath.Clean(p) {
-	case "/", "/usr", "/usr/local", "/bin", "/lib", "/opt":
-		return true
-	}
-	return false
 }
 
 // Launch implements Engine: a private coordinator, then
@@ -513,82 +444,4 @@ func (d *DMTCP) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Pro
 	log.Info("restored", "pid", p.Pid(), "coord_port", p.coord.port, "root", spec.Root, "netns", spec.NetNS,
 		"ms", p.timings.Restore.Milliseconds())
 	return p, nil
-}
-
-// adoption hands the app adopted after a forking dmtcp_restart to kill,
-// which may run before or after it is found.
-type adoption struct {
-	mu     sync.Mutex
-	app    *os.Process
-	killed bool
-	once   sync.Once
-	done   chan struct{}
-}
-
-func (a *adoption) finish(app *os.Process) {
-	a.mu.Lock()
-	a.app = app
-	if app != nil && a.killed {
-		_ = app.Kill()
-	}
-	a.mu.Unlock()
-	a.once.Do(func() { close(a.done) })
-}
-
-func (a *adoption) kill() {
-	a.mu.Lock()
-	a.killed = true
-	if a.app != nil {
-		_ = a.app.Kill()
-	}
-	a.mu.Unlock()
-}
-
-// reapGroup reaps the zombie children of ours in process group pgid: the
-// intermediate process of dmtcp_restart's double fork is re-parented to us
-// and nobody else would wait for it. dmtcp_restart runs in its own group,
-// so this touches nothing else.
-func reapGroup(pgid int) {
-	for _, pid := range childrenOf(os.Getpid()) {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:]) // state ppid pgrp ...
-		if len(f) < 3 || f[0] != "Z" || f[2] != strconv.Itoa(pgid) || pid == pgid {
-			continue
-		}
-		var ws unix.WaitStatus
-		_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
-	}
-}
-
-// adopt finds the app that a forking dmtcp_restart left behind: a process
-// the coordinator lists (dmtcp_command -l prints PROG[virtPID:realPID])
-// once it has been re-parented to us. The intermediate process of the double
-// fork is our child for a moment too, so the coordinator is the authority.
-func (d *DMTCP) adopt(p *process, c *coordinator) (*os.Process, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	self := strconv.Itoa(os.Getpid())
-	var last string
-	for ctx.Err() == nil {
-		out, err := c.command(ctx, p.sb, dmtcpctl.List)
-		last = strings.TrimSpace(out)
-		if err == nil {
-			for _, pid := range dmtcpctl.ListedPIDs(out) {
-				if ppid, err := procStatus(pid, "PPid"); err == nil && ppid == self {
-					return os.FindProcess(pid)
-				}
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return nil, fmt.Errorf("dmtcp_restart forked but no restored app was re-parented to pid %s (coordinator lists: %s): %w",
-		self, last, ErrRestore)
 }

@@ -26,7 +26,6 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
-	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -239,121 +238,6 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 	return plan, nil
 }
 
-// checkControlPlane refuses a plan, with an error wrapping
-// state.ErrFenced and a hint, when etcd may not be the PoP's: it has no
-// PoP record while the pool holds images of fogdeploy's deployments and
-// checkpoints (an emptied or replaced etcd, against which every one would
-// look orphaned), or a registered node is fenced (its agent found etcd
-// emptied, replaced or rolled back).
-func checkControlPlane(ctx context.Context, st *state.Store, names []string, nodes []state.Node) error {
-	// A NotReady node's too: its instances may run on without an agent.
-	var fenced, listed []string
-	for _, n := range nodes {
-		if n.Fence() != "" {
-			fenced = append(fenced, n.Name)
-			name := n.Name
-			if !n.Ready {
-				name += " (NotReady)"
-			}
-			listed = append(listed, name)
-		}
-	}
-	if len(fenced) > 0 {
-		return hint.With(fmt.Errorf("gc: %w: node(s) %s act on nothing, as their etcd is not the one they knew (%s); nothing is collected",
-			state.ErrFenced, strings.Join(listed, ", "), nodeFence(nodes, fenced[0])),
-			"restore etcd, or adopt this one on those nodes (pop-agent --adopt-pop) once its apps and deployments are checked; `fogctl node ls` says why each is fenced. "+
-				"A node gone for good keeps its record: remove it with `etcdctl del --prefix "+state.Prefix+"nodes/NAME/`")
-	}
-	pop, _, err := st.PoP(ctx)
-	if err != nil || pop != nil {
-		return err
-	}
-	var ours []string
-	for _, n := range names {
-		if _, _, _, ok := deploy.ParseGenImage(n); ok || strings.HasPrefix(n, deploy.InstancePrefix) {
-			ours = append(ours, n)
-		}
-	}
-	if len(ours) == 0 {
-		return nil // a new PoP on a new pool
-	}
-	return hint.With(fmt.Errorf("gc: %w: etcd has no PoP record (%s), while the pool holds %d image(s) of deployments and checkpoints (%s): "+
-		"etcd may have been emptied or replaced, and each would look orphaned; nothing is collected", state.ErrFenced, state.PoPKey, len(ours), strings.Join(ours[:min(3, len(ours))], ", ")),
-		"restore etcd from its backup; if it is new on purpose (or the images are another PoP's), let an agent adopt it (pop-agent --adopt-pop) or create an app, which records the PoP, then run gc again")
-}
-
-// nodeFence is why node name is fenced.
-func nodeFence(nodes []state.Node, name string) string {
-	for _, n := range nodes {
-		if n.Name == name {
-			return n.Name + ": " + n.Fence()
-		}
-	}
-	return ""
-}
-
-// RemoveGeneration removes generation gen of app: its images (refused,
-// wrapping layering.ErrHasChildren, while clones use them), then its
-// record; a generation whose images are gone loses its record.
-func RemoveGeneration(ctx context.Context, store layering.Store, st *state.Store, app string, gen int) error {
-	if err := deploy.RemoveGeneration(ctx, store, app, gen); err != nil && !errors.Is(err, layering.ErrNotFound) {
-		return err
-	}
-	return st.DeleteCheckpoint(ctx, app, gen)
-}
-
-// RemoveGenerationWaiting is RemoveGeneration retried, for up to wait,
-// while nodes drop their copies of the generation's environment
-// (deploy.ErrHeldByNodes; the first try retired it). progress, if not
-// nil, is told once that it waits.
-func RemoveGenerationWaiting(ctx context.Context, store layering.Store, st *state.Store, app string, gen int, wait time.Duration, progress func(string)) error {
-	deadline := time.Now().Add(wait)
-	for told := false; ; told = true {
-		err := RemoveGeneration(ctx, store, st, app, gen)
-		if !errors.Is(err, deploy.ErrHeldByNodes) || time.Now().After(deadline) {
-			return err
-		}
-		if !told && progress != nil {
-			progress(fmt.Sprintf("generation %d of %s is retired; waiting up to %s for the nodes to drop their copies of it", gen, app, wait.Round(time.Second)))
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// removedAppGeneration is the item of generation g of an app that was
-// removed: skipped while clones of it remain (the pool slots its agents
-// are releasing).
-func removedAppGeneration(ctx context.Context, store layering.Store, g deploy.Generation) (Item, error) {
-	it := Item{Kind: KindGeneration, Name: fmt.Sprintf("%s/%d", g.App, g.Gen), App: g.App, Gen: g.Gen,
-		Images: []string{g.EnvSnap.Image, g.CkptSnap.Image}, Reason: "its app was removed"}
-	users, err := generationUsers(ctx, store, g)
-	if err != nil {
-		return it, err
-	}
-	if users > 0 {
-		it.Skip, it.Reason = true, fmt.Sprintf("its app was removed, but %d clone(s) of it remain", users)
-	}
-	return it, nil
-}
-
-// generationUsers is how many clones use g's sealed images (the most of
-// either).
-func generationUsers(ctx context.Context, store layering.Store, g deploy.Generation) (int, error) {
-	users := 0
-	for _, ref := range []layering.SnapRef{g.EnvSnap, g.CkptSnap} {
-		kids, err := store.Children(ctx, ref)
-		if err != nil && !errors.Is(err, layering.ErrNotFound) {
-			return 0, err
-		}
-		users = max(users, len(kids))
-	}
-	return users, nil
-}
-
 // partial returns an item for an image of a generation that was never
 // sealed, made by a node of this PoP, if it is old enough and nobody holds
 // its app's checkpoint lock.
@@ -469,51 +353,6 @@ func (c Config) execClone(ctx context.Context, name string) (*Item, error) {
 		Reason: "a throwaway clone of `fogctl env exec` that its exec did not remove (it was killed)"}, nil
 }
 
-// slotUse says which pool slots deployments hold, from their statuses,
-// read once per plan.
-type slotUse struct {
-	// status: the deployments that have a status, withdrawn ones too
-	// (their agents have not forgotten them yet).
-	status map[string]bool
-	// bound: "node/slot" that a deployment's status names.
-	bound map[string]bool
-	// unsure: by node, the deployments that may hold a slot their status
-	// does not name: a deploy whose status is not written yet (a pool hit
-	// that bound a slot says which only once it runs).
-	unsure map[string][]string
-}
-
-// slotOwners reads which slots the statuses of deps (and of withdrawn
-// deployments not forgotten yet) name, and which deployments may hold one
-// that theirs does not name.
-func slotOwners(ctx context.Context, st *state.Store, deps []state.Deployment) (slotUse, error) {
-	sts, err := st.Statuses(ctx)
-	if err != nil {
-		return slotUse{}, err
-	}
-	u := slotUse{status: map[string]bool{}, bound: map[string]bool{}, unsure: map[string][]string{}}
-	for id, s := range sts {
-		u.status[id] = true
-		if s.Slot != "" {
-			u.bound[s.Node+"/"+s.Slot] = true
-		}
-	}
-	// A withdrawn deployment's status on a NotReady node goes with the
-	// same plan (staleStatuses): its agent, when back, undoes what its
-	// record names.
-	for _, d := range deps {
-		s, ok := sts[d.ID]
-		if !ok || s.Slot == "" && s.Phase != deploy.PhaseFailed && s.Phase != deploy.PhaseCheckpointed {
-			// Failed released its slot; a checkpoint run keeps none.
-			u.unsure[d.Node] = append(u.unsure[d.Node], d.ID)
-		}
-	}
-	for _, ids := range u.unsure {
-		slices.Sort(ids)
-	}
-	return u, nil
-}
-
 // blank returns an item for the pool's blank filesystem image name if it
 // is sealed, no clone uses it and it is older than MinAge. Removing it is
 // safe against a clone made meanwhile: the removal refuses while its
@@ -539,67 +378,6 @@ func (c Config) blank(ctx context.Context, name string) (*Item, error) {
 	}
 	return &Item{Kind: KindBlank, Name: name, Images: []string{name},
 		Reason: fmt.Sprintf("the pool's blank filesystem of %s, and no clone uses it", strings.TrimPrefix(name, layering.BlankPrefix)+" bytes")}, nil
-}
-
-func staleStatuses(ctx context.Context, st *state.Store, nodes []state.Node) ([]Item, error) {
-	var out []Item
-	for _, n := range nodes {
-		if n.Ready {
-			continue // its agent forgets them itself
-		}
-		ids, err := st.StaleStatuses(ctx, n.Name)
-		if err != nil {
-			return nil, err
-		}
-		for _, id := range ids {
-			out = append(out, Item{Kind: KindStatus, Name: id, Reason: "withdrawn, and node " + n.Name + " is NotReady"})
-		}
-	}
-	return out, nil
-}
-
-// Retain lists (dryRun) or removes the complete generations of app older
-// than the newest keep. A generation that deployments still use is listed
-// with Skip and kept.
-func Retain(ctx context.Context, store layering.Store, app string, keep int, dryRun bool) ([]Item, error) {
-	gens, err := deploy.Generations(ctx, store, app)
-	if err != nil {
-		return nil, err
-	}
-	// The newest keep of each engine (an app of engine auto has a
-	// generation per engine at each checkpoint).
-	// Retired ones (their removal was asked) do not count.
-	newer := map[string]int{}
-	var old []deploy.Generation
-	for i := len(gens) - 1; i >= 0; i-- {
-		if gens[i].Retired {
-			old = append([]deploy.Generation{gens[i]}, old...)
-		} else if newer[gens[i].Engine]++; newer[gens[i].Engine] > keep {
-			old = append([]deploy.Generation{gens[i]}, old...)
-		}
-	}
-	var out []Item
-	for _, g := range old {
-		why := fmt.Sprintf("older than the newest %d of %s", keep, g.Engine)
-		if g.Retired {
-			why = "retired (its removal was asked)"
-		}
-		it := Item{Kind: KindGeneration, Name: fmt.Sprintf("%s/%d", app, g.Gen), App: app, Gen: g.Gen,
-			Images: []string{g.EnvSnap.Image, g.CkptSnap.Image}, Reason: why}
-		users, err := generationUsers(ctx, store, g)
-		if err != nil {
-			return nil, err
-		}
-		if users > 0 {
-			it.Skip, it.Reason = true, fmt.Sprintf("%s, but used by %d instance(s) or node copies", why, users)
-		} else if !dryRun {
-			if err := deploy.RemoveGeneration(ctx, store, app, g.Gen); err != nil {
-				return out, err
-			}
-		}
-		out = append(out, it)
-	}
-	return out, nil
 }
 
 // Apply removes the items of a plan that are not skipped, and returns

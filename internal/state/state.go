@@ -27,7 +27,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -35,7 +34,6 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -257,113 +255,6 @@ func (s *Store) DeleteApp(ctx context.Context, name string) error {
 	return wrapUnavailable(err)
 }
 
-// Node is a registered node.
-type Node struct {
-	Name string `json:"name"`
-	// API is the address of the agent's HTTP API (hooks, logs):
-	// https://host:port over TLS, host:port for plain HTTP (an agent on a
-	// loopback address without a certificate).
-	API string `json:"api"`
-	// Capacity is how many instances the node takes.
-	Capacity int      `json:"capacity"`
-	Mapper   string   `json:"mapper"`
-	Engines  []string `json:"engines"`
-	// Fingerprint is arch, kernel, glibc and engine versions.
-	Fingerprint map[string]string `json:"fingerprint,omitempty"`
-	// Problems says, per engine ("dmtcp", "criu") or "boot", why the node
-	// cannot run it (e.g. no DMTCP image), with a hint.
-	Problems map[string]string `json:"problems,omitempty"`
-	// Priority says how the node lowers the priority of its warm pool's
-	// waiting slots (e.g. "cgroup v1: cpu.shares, cpu.idle; no I/O
-	// weight").
-	Priority string `json:"priority,omitempty"`
-	// Limits are what the node's instances get where their app spec is
-	// silent (the agent's `limits:`).
-	Limits  *spec.Limits `json:"limits,omitempty"`
-	Started time.Time    `json:"started"`
-	// Ready is set by Nodes: the agent's lease is alive.
-	Ready bool `json:"ready"`
-}
-
-// Register writes the node's record and its liveness key bound to a lease
-// of ttl seconds, kept alive until ctx ends. It returns the session (whose
-// lease also holds the agent's locks).
-func (s *Store) Register(ctx context.Context, n Node, ttl int) (*concurrency.Session, error) {
-	sess, err := concurrency.NewSession(s.cli, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
-	if err != nil {
-		return nil, wrapUnavailable(err)
-	}
-	b, err := json.Marshal(n)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := s.cli.Txn(ctx).Then(
-		clientv3.OpPut(nodeInfoKey(n.Name), string(b)),
-		clientv3.OpPut(nodeAliveKey(n.Name), "1", clientv3.WithLease(sess.Lease())),
-	).Commit(); err != nil {
-		sess.Close()
-		return nil, wrapUnavailable(err)
-	}
-	return sess, nil
-}
-
-// Nodes lists the registered nodes, with Ready set from their leases.
-func (s *Store) Nodes(ctx context.Context) ([]Node, error) {
-	r, err := s.cli.Get(ctx, Prefix+"nodes/", clientv3.WithPrefix())
-	if err != nil {
-		return nil, wrapUnavailable(err)
-	}
-	return parseNodes(r)
-}
-
-// Node returns the registered node name, with Ready set from its lease.
-func (s *Store) Node(ctx context.Context, name string) (Node, error) {
-	r, err := s.cli.Get(ctx, Prefix+"nodes/"+name+"/", clientv3.WithPrefix())
-	if err != nil {
-		return Node{}, wrapUnavailable(err)
-	}
-	nodes, err := parseNodes(r)
-	if err != nil {
-		return Node{}, err
-	}
-	for _, n := range nodes {
-		if n.Name == name {
-			return n, nil
-		}
-	}
-	return Node{}, nodeNotFound(name)
-}
-
-// nodeNotFound is the error for a node name that no node registered.
-func nodeNotFound(name string) error {
-	return hint.With(fmt.Errorf("node %s: %w", name, ErrNotFound), "`fogctl node ls` lists the nodes")
-}
-
-// parseNodes reads the node records and liveness keys of a Get of nodes/.
-func parseNodes(r *clientv3.GetResponse) ([]Node, error) {
-	alive := map[string]bool{}
-	var nodes []Node
-	for _, kv := range r.Kvs {
-		k := strings.TrimPrefix(string(kv.Key), Prefix+"nodes/")
-		name, kind, _ := strings.Cut(k, "/")
-		switch kind {
-		case "alive":
-			alive[name] = true
-		case "info":
-			var n Node
-			if err := json.Unmarshal(kv.Value, &n); err != nil {
-				return nil, fmt.Errorf("node record %s: %w", kv.Key, err)
-			}
-			nodes = append(nodes, n)
-		}
-	}
-	for i := range nodes {
-		nodes[i].Ready = alive[nodes[i].Name]
-	}
-	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
-	return nodes, nil
-}
-
 // Desired is a deployment as requested.
 type Desired struct {
 	ID        string            `json:"id"`
@@ -542,116 +433,6 @@ func (s *Store) StaleStatuses(ctx context.Context, node string) ([]string, error
 func (s *Store) ForgetStatus(ctx context.Context, id string) error {
 	_, err := s.cli.Delete(ctx, statusKey(id))
 	return wrapUnavailable(err)
-}
-
-// PutCheckpoint records a checkpoint generation. Restores of it cost what
-// they cost: the restore samples of the app on every node start afresh.
-func (s *Store) PutCheckpoint(ctx context.Context, g spec.Generation) error {
-	b, err := json.Marshal(g)
-	if err != nil {
-		return err
-	}
-	if _, err = s.cli.Put(ctx, checkpointKey(g.App, g.Gen), string(b)); err != nil {
-		return wrapUnavailable(err)
-	}
-	// (Costs.Add also drops them at the first restore of the new
-	// generation, should this fail.)
-	if err := s.resetCosts(ctx, g.App, func(c *adaptive.Costs) {
-		if g.Gen > c.Gen {
-			c.Restore, c.Hit, c.Gen = nil, nil, g.Gen
-		}
-		if n, ok := c.EngineGen[g.Engine]; ok && g.Gen > n {
-			delete(c.EngineRestore, g.Engine)
-			c.EngineGen[g.Engine] = g.Gen
-		}
-	}); err != nil {
-		return fmt.Errorf("generation %d of %s is recorded, but its restore costs are not reset: %w", g.Gen, g.App, err)
-	}
-	return nil
-}
-
-// sameBoot says whether apps a and b boot the same process: the same
-// command, environment, variables, working directory, user and engine.
-func sameBoot(a, b spec.App) bool {
-	a, b = a.WithDefaults(), b.WithDefaults()
-	return a.SameProcess(b) && a.Engine == b.Engine
-}
-
-// Checkpoints lists the generations recorded for app ("" = all apps).
-func (s *Store) Checkpoints(ctx context.Context, app string) ([]spec.Generation, error) {
-	p := Prefix + "checkpoints/"
-	if app != "" {
-		p += app + "/"
-	}
-	return listJSON[spec.Generation](ctx, s.cli, p)
-}
-
-// DeleteCheckpoint removes a generation's record.
-func (s *Store) DeleteCheckpoint(ctx context.Context, app string, gen int) error {
-	_, err := s.cli.Delete(ctx, checkpointKey(app, gen))
-	return wrapUnavailable(err)
-}
-
-// LockCheckpoint takes the PoP-wide lock under which an app's checkpoint
-// is produced; unlock releases it. The lock dies with sess (the agent).
-// With wait false it fails at once, wrapping spec.ErrBusy, while another
-// session holds it.
-func (s *Store) LockCheckpoint(ctx context.Context, sess *concurrency.Session, app string, wait bool) (unlock func(), err error) {
-	m := concurrency.NewMutex(sess, Prefix+"locks/checkpoint/"+app)
-	lock := m.Lock
-	if !wait {
-		lock = m.TryLock
-	}
-	if err := lock(ctx); errors.Is(err, concurrency.ErrLocked) {
-		return nil, fmt.Errorf("app %s: another node holds the checkpoint lock: %w", app, spec.ErrBusy)
-	} else if err != nil {
-		return nil, wrapUnavailable(err)
-	}
-	return func() { _ = m.Unlock(context.WithoutCancel(ctx)) }, nil
-}
-
-// CheckpointLocked reports whether some agent holds (or waits for) the
-// checkpoint lock of app.
-func (s *Store) CheckpointLocked(ctx context.Context, app string) (bool, error) {
-	r, err := s.cli.Get(ctx, Prefix+"locks/checkpoint/"+app+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return false, wrapUnavailable(err)
-	}
-	return r.Count > 0, nil
-}
-
-// Event is one line of a deployment's history.
-type Event struct {
-	Time       time.Time `json:"time"`
-	Deployment string    `json:"deployment"`
-	Reason     string    `json:"reason"`
-	Message    string    `json:"message,omitempty"`
-}
-
-// Event records an event, kept for a day; failures are ignored.
-func (s *Store) Event(ctx context.Context, id, reason, msg string) {
-	now := time.Now().UTC()
-	b, _ := json.Marshal(Event{Time: now, Deployment: id, Reason: reason, Message: msg})
-	l, err := s.cli.Grant(ctx, 86400)
-	if err != nil {
-		return
-	}
-	_, _ = s.cli.Put(ctx, Prefix+"events/"+strconv.FormatInt(now.UnixNano(), 10)+"-"+id, string(b), clientv3.WithLease(l.ID))
-}
-
-// Events lists the events of a deployment ("" = all), oldest first.
-func (s *Store) Events(ctx context.Context, id string) ([]Event, error) {
-	all, err := listJSON[Event](ctx, s.cli, Prefix+"events/")
-	if err != nil || id == "" {
-		return all, err
-	}
-	var out []Event
-	for _, e := range all {
-		if e.Deployment == id {
-			out = append(out, e)
-		}
-	}
-	return out, nil
 }
 
 func wrapUnavailable(err error) error {

@@ -1,0 +1,129 @@
+// What the PoP's state says a collection may touch: the control plane, fenced nodes, the slots deployments hold, statuses nobody owns.
+
+package gc
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+)
+
+// checkControlPlane refuses a plan, with an error wrapping
+// state.ErrFenced and a hint, when etcd may not be the PoP's: it has no
+// PoP record while the pool holds images of fogdeploy's deployments and
+// checkpoints (an emptied or replaced etcd, against which every one would
+// look orphaned), or a registered node is fenced (its agent found etcd
+// emptied, replaced or rolled back).
+func checkControlPlane(ctx context.Context, st *state.Store, names []string, nodes []state.Node) error {
+	// A NotReady node's too: its instances may run on without an agent.
+	var fenced, listed []string
+	for _, n := range nodes {
+		if n.Fence() != "" {
+			fenced = append(fenced, n.Name)
+			name := n.Name
+			if !n.Ready {
+				name += " (NotReady)"
+			}
+			listed = append(listed, name)
+		}
+	}
+	if len(fenced) > 0 {
+		return hint.With(fmt.Errorf("gc: %w: node(s) %s act on nothing, as their etcd is not the one they knew (%s); nothing is collected",
+			state.ErrFenced, strings.Join(listed, ", "), nodeFence(nodes, fenced[0])),
+			"restore etcd, or adopt this one on those nodes (pop-agent --adopt-pop) once its apps and deployments are checked; `fogctl node ls` says why each is fenced. "+
+				"A node gone for good keeps its record: remove it with `etcdctl del --prefix "+state.Prefix+"nodes/NAME/`")
+	}
+	pop, _, err := st.PoP(ctx)
+	if err != nil || pop != nil {
+		return err
+	}
+	var ours []string
+	for _, n := range names {
+		if _, _, _, ok := deploy.ParseGenImage(n); ok || strings.HasPrefix(n, deploy.InstancePrefix) {
+			ours = append(ours, n)
+		}
+	}
+	if len(ours) == 0 {
+		return nil // a new PoP on a new pool
+	}
+	return hint.With(fmt.Errorf("gc: %w: etcd has no PoP record (%s), while the pool holds %d image(s) of deployments and checkpoints (%s): "+
+		"etcd may have been emptied or replaced, and each would look orphaned; nothing is collected", state.ErrFenced, state.PoPKey, len(ours), strings.Join(ours[:min(3, len(ours))], ", ")),
+		"restore etcd from its backup; if it is new on purpose (or the images are another PoP's), let an agent adopt it (pop-agent --adopt-pop) or create an app, which records the PoP, then run gc again")
+}
+
+// nodeFence is why node name is fenced.
+func nodeFence(nodes []state.Node, name string) string {
+	for _, n := range nodes {
+		if n.Name == name {
+			return n.Name + ": " + n.Fence()
+		}
+	}
+	return ""
+}
+
+// slotUse says which pool slots deployments hold, from their statuses,
+// read once per plan.
+type slotUse struct {
+	// status: the deployments that have a status, withdrawn ones too
+	// (their agents have not forgotten them yet).
+	status map[string]bool
+	// bound: "node/slot" that a deployment's status names.
+	bound map[string]bool
+	// unsure: by node, the deployments that may hold a slot their status
+	// does not name: a deploy whose status is not written yet (a pool hit
+	// that bound a slot says which only once it runs).
+	unsure map[string][]string
+}
+
+// slotOwners reads which slots the statuses of deps (and of withdrawn
+// deployments not forgotten yet) name, and which deployments may hold one
+// that theirs does not name.
+func slotOwners(ctx context.Context, st *state.Store, deps []state.Deployment) (slotUse, error) {
+	sts, err := st.Statuses(ctx)
+	if err != nil {
+		return slotUse{}, err
+	}
+	u := slotUse{status: map[string]bool{}, bound: map[string]bool{}, unsure: map[string][]string{}}
+	for id, s := range sts {
+		u.status[id] = true
+		if s.Slot != "" {
+			u.bound[s.Node+"/"+s.Slot] = true
+		}
+	}
+	// A withdrawn deployment's status on a NotReady node goes with the
+	// same plan (staleStatuses): its agent, when back, undoes what its
+	// record names.
+	for _, d := range deps {
+		s, ok := sts[d.ID]
+		if !ok || s.Slot == "" && s.Phase != deploy.PhaseFailed && s.Phase != deploy.PhaseCheckpointed {
+			// Failed released its slot; a checkpoint run keeps none.
+			u.unsure[d.Node] = append(u.unsure[d.Node], d.ID)
+		}
+	}
+	for _, ids := range u.unsure {
+		slices.Sort(ids)
+	}
+	return u, nil
+}
+
+func staleStatuses(ctx context.Context, st *state.Store, nodes []state.Node) ([]Item, error) {
+	var out []Item
+	for _, n := range nodes {
+		if n.Ready {
+			continue // its agent forgets them itself
+		}
+		ids, err := st.StaleStatuses(ctx, n.Name)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			out = append(out, Item{Kind: KindStatus, Name: id, Reason: "withdrawn, and node " + n.Name + " is NotReady"})
+		}
+	}
+	return out, nil
+}
