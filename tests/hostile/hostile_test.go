@@ -127,6 +127,19 @@ func testHostile(t *testing.T, eng string) {
 	}
 	runProbe(ctx, t, f, first, app, "a fresh restore")
 
+	// The boot image (no checkpoint engine) runs the app in the same
+	// sandbox.
+	if eng == engine.NameDMTCP {
+		booted, err := f.D.Deploy(ctx, app, deploy.Options{Mode: deploy.ModeBoot})
+		if err != nil {
+			t.Fatalf("boot: %v", err)
+		}
+		runProbe(ctx, t, f, booted, app, "a boot")
+		if err := f.D.Undeploy(ctx, booted.ID); err != nil {
+			t.Fatalf("undeploy the boot: %v", err)
+		}
+	}
+
 	// No limit in the spec: the node's defaults.
 	want := config.DefaultLimits().Spec()
 	if first.Limits == nil || *first.Limits != want {
