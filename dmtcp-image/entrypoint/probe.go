@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 )
 
 // probe reports the time until the app answers on cfg.ready: until a
@@ -53,22 +55,7 @@ func (s *supervisor) probeOnce() bool {
 		return true
 	}
 	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if s.cfg.readySend != "" {
-		if _, err := io.WriteString(c, s.cfg.readySend); err != nil {
-			return false
-		}
-	}
-	want := []byte(s.cfg.readyExpect)
-	got := make([]byte, 0, len(want))
-	buf := make([]byte, 512)
-	for len(got) < len(want) {
-		n, err := c.Read(buf)
-		got = append(got, buf[:n]...)
-		if err != nil {
-			break
-		}
-	}
-	return len(got) >= len(want) && string(got[:len(want)]) == string(want)
+	return engine.Exchange(c, s.cfg.readySend, s.cfg.readyExpect) == nil
 }
 
 // httpReady sends GET path on c and reports whether the status line that

@@ -57,23 +57,31 @@ func (p TCPProbe) Probe(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
 	}
-	if p.Send != "" {
-		if _, err := io.WriteString(c, p.Send); err != nil {
+	return Exchange(c, p.Send, p.Expect)
+}
+
+// Exchange writes send on c (if not "") and reads until the reply starts
+// with expect or differs from it, or c fails; it returns an error unless
+// the reply starts with expect. The DMTCP container's entrypoint probes
+// its app with it too.
+func Exchange(c io.ReadWriter, send, expect string) error {
+	if send != "" {
+		if _, err := io.WriteString(c, send); err != nil {
 			return err
 		}
 	}
-	want := []byte(p.Expect)
+	want := []byte(expect)
 	got := make([]byte, 0, len(want))
 	buf := make([]byte, 512)
 	for len(got) < len(want) {
 		n, err := c.Read(buf)
 		got = append(got, buf[:n]...)
-		if err != nil {
+		if err != nil || !bytes.HasPrefix(want, got[:min(len(got), len(want))]) {
 			break
 		}
 	}
 	if !bytes.HasPrefix(got, want) {
-		return fmt.Errorf("reply %q does not start with %q", lastLine(got), p.Expect)
+		return fmt.Errorf("reply %q does not start with %q", lastLine(got), expect)
 	}
 	return nil
 }
