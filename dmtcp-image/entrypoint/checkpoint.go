@@ -68,10 +68,8 @@ func (s *supervisor) checkpoint(reason string) (chan ckptResult, bool) {
 		}
 		deadline, gone := t.Add(s.cfg.ckptTimeout), s.appGone
 		for time.Now().Before(deadline) {
-			g, err := readGeneration(s.cfg.ckpt, gen.n)
-			if err == nil && g.complete() {
-				g.started = t
-				res.gen = g
+			if images, err := dmtcpctl.Complete(gen.dir, 1); err == nil {
+				res.gen.images = images
 				return
 			}
 			select {

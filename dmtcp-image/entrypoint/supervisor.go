@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -387,11 +386,8 @@ func (s *supervisor) appEnv() []string {
 	if !hasPath {
 		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	}
-	env = s.dmtcpRun().Env(env, s.coordPort)
 	if s.cfg.mode == modeBoot || s.cfg.engine == engine.NameCRIU {
-		env = slices.DeleteFunc(env, func(kv string) bool {
-			return strings.HasPrefix(kv, "DMTCP_") || strings.HasPrefix(kv, "JALIB_")
-		})
+		return dmtcpctl.CleanEnv(env)
 	}
-	return env
+	return s.dmtcpRun().Env(env, s.coordPort)
 }

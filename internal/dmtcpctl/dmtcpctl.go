@@ -134,13 +134,12 @@ func (r Run) RestartArgs(images []string) []string {
 	return append([]string{"-j", "--ckptdir", r.CkptDir, "--tmpdir", r.TmpDir}, images...)
 }
 
-// Env returns env with what every process under DMTCP needs: the
-// coordinator's address, the compression, LC_ALL=C (else glibc maps its
-// locale archive and gconv cache shared and the image records absolute
-// paths to copies of them, so it cannot move) and JALIB_STDERR_PATH (else
-// DMTCP's own errors vanish when stderr is a pipe). Locale variables and
-// any DMTCP_ or JALIB_ variable of env are dropped.
-func (r Run) Env(env []string, port int) []string {
+// CleanEnv returns env without locale variables and without any DMTCP_ or
+// JALIB_ variable, plus LC_ALL=C: under DMTCP glibc would otherwise map its
+// locale archive and gconv cache shared and the image record absolute paths
+// to copies of them, so that it cannot move; apps run without DMTCP get the
+// same locale.
+func CleanEnv(env []string) []string {
 	out := make([]string, 0, len(env)+6)
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
@@ -150,11 +149,18 @@ func (r Run) Env(env []string, port int) []string {
 		}
 		out = append(out, kv)
 	}
+	return append(out, "LC_ALL=C")
+}
+
+// Env returns CleanEnv(env) with what every process under DMTCP needs: the
+// coordinator's address, the compression and JALIB_STDERR_PATH (else
+// DMTCP's own errors vanish when stderr is a pipe).
+func (r Run) Env(env []string, port int) []string {
 	gzip := "0"
 	if r.Gzip {
 		gzip = "1"
 	}
-	return append(out, "LC_ALL=C", "DMTCP_COORD_HOST="+Host, "DMTCP_COORD_PORT="+strconv.Itoa(port),
+	return append(CleanEnv(env), "DMTCP_COORD_HOST="+Host, "DMTCP_COORD_PORT="+strconv.Itoa(port),
 		"DMTCP_GZIP="+gzip, "DMTCP_TMPDIR="+r.TmpDir, "JALIB_STDERR_PATH=/dev/stderr")
 }
 
