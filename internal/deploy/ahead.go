@@ -32,7 +32,7 @@ var ErrNotAhead = errors.New("cannot restore ahead")
 // this node (nil: they can): their app would wait at normal priority,
 // competing with the serving instances.
 func (d *Deployer) CanStartAhead(g Generation) error {
-	dr, err := d.driver(g.Engine)
+	dr, err := d.driver(g.Spec, g.Engine)
 	if err != nil {
 		return err
 	}

@@ -71,7 +71,7 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 	if _, err := d.deps.Envs.CheckDepth(ctx, env.Ref, app.Env); err != nil {
 		return Generation{}, err
 	}
-	dr, err := d.driver(app.Engine)
+	dr, err := d.driver(app, app.Engine)
 	if err != nil {
 		return Generation{}, err
 	}

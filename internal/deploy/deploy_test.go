@@ -42,6 +42,7 @@ func redisFixture(t *testing.T, driver, eng, prefix string) (*deploytest.Fixture
 		testenv.Unavailable(t, eng, err.Error())
 	}
 	app := deploytest.RedisApp(prefix+"-"+eng+"-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, eng)
+	app.Trusted = driver == "host" // the host driver runs trusted apps only
 	t.Cleanup(func() { f.RemoveGenerations(t, app.Name) })
 	t.Cleanup(func() { f.UndeployAll(t, app.Name) })
 	return f, ctx, app

@@ -41,6 +41,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/gencache"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/keyedmutex"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -242,7 +243,22 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	}, nil
 }
 
-func (d *Deployer) driver(eng string) (Driver, error) {
+// driver is the driver of app's instances under engine eng. The host
+// driver runs only apps the operator marked trusted (ErrUntrusted).
+func (d *Deployer) driver(app App, eng string) (Driver, error) {
+	dr, err := d.engineDriver(eng)
+	if err != nil {
+		return nil, err
+	}
+	if dr == d.deps.Host && !app.Trusted {
+		return nil, hint.With(fmt.Errorf("%w: app %s under the %s engine: %w", ErrDriver, app.Name, eng, ErrUntrusted),
+			"the host driver runs apps as root with the agent's capabilities: mark the app `trusted: true` only if you trust its code with the node, or run the engine in the light container (agent."+eng+"_driver: container)")
+	}
+	return dr, nil
+}
+
+// engineDriver is the driver this node runs engine eng's apps with.
+func (d *Deployer) engineDriver(eng string) (Driver, error) {
 	var dr Driver
 	switch {
 	case eng == engine.NameDMTCP && d.cfg.DMTCPDriver == "container",
@@ -259,9 +275,9 @@ func (d *Deployer) driver(eng string) (Driver, error) {
 
 // driverByRun is the driver of an instance in mode of an app with engine
 // eng: the Container driver boots apps without an engine.
-func (d *Deployer) driverByRun(mode RunMode, eng string) (Driver, error) {
+func (d *Deployer) driverByRun(app App, mode RunMode, eng string) (Driver, error) {
 	if mode != RunBoot {
-		return d.driver(eng)
+		return d.driver(app, eng)
 	}
 	if d.deps.Container == nil {
 		return nil, fmt.Errorf("%w: booting without an engine needs the container driver", ErrDriver)
@@ -286,20 +302,29 @@ func (d *Deployer) Check(ctx context.Context, app App) (driver, version string, 
 	if err != nil {
 		return "", "", err
 	}
-	dr, _ := d.driver(eng)
+	dr, _ := d.engineDriver(eng)
 	return dr.Name(), version, nil
 }
 
 // engineOf checks the engine app (validated) runs under on this node, the
-// first this node has for engine auto, and returns it with its version.
+// first this node has for engine auto (whose driver runs app), and returns
+// it with its version.
 func (d *Deployer) engineOf(ctx context.Context, app App) (eng, version string, err error) {
 	eng = app.Engine
 	if eng == EngineAuto {
-		engs := d.Engines(ctx)
+		var engs []string
+		for _, e := range d.Engines(ctx) {
+			if _, err := d.driver(app, e); err == nil {
+				engs = append(engs, e)
+			}
+		}
 		if len(engs) == 0 {
-			return "", "", fmt.Errorf("%w: app %s (engine auto): this node has no checkpoint engine", ErrDriver, app.Name)
+			return "", "", fmt.Errorf("%w: app %s (engine auto): this node has no checkpoint engine that runs it", ErrDriver, app.Name)
 		}
 		eng = engs[0]
+	}
+	if _, err := d.driver(app, eng); err != nil {
+		return "", "", err
 	}
 	_, version, err = d.CheckEngine(ctx, eng)
 	return eng, version, err
@@ -320,7 +345,7 @@ func (d *Deployer) Engines(ctx context.Context) []string {
 // CheckEngine reports whether this node can run apps with the named engine,
 // through which driver and at which engine version.
 func (d *Deployer) CheckEngine(ctx context.Context, eng string) (driver, version string, err error) {
-	dr, err := d.driver(eng)
+	dr, err := d.engineDriver(eng)
 	if err != nil {
 		return "", "", err
 	}

@@ -22,6 +22,8 @@ var (
 	// ErrDriver: the driver cannot run the app here (engine or image
 	// missing); the error says what to install.
 	ErrDriver = errors.New("driver unavailable")
+	// ErrUntrusted: the host driver runs only apps marked trusted.
+	ErrUntrusted = errors.New("the host driver runs only trusted apps")
 	// ErrCheckpoint: writing the checkpoint failed.
 	ErrCheckpoint = errors.New("checkpoint failed")
 	ErrBusy       = spec.ErrBusy

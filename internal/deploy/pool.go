@@ -22,7 +22,7 @@ const SlotReleasing SlotPhase = "Releasing"
 // left.
 func (d *Deployer) ProvisionPoolSlot(ctx context.Context, g Generation) (_ Slot, err error) {
 	app := g.Spec.WithDefaults()
-	if _, err := d.driver(g.Engine); err != nil {
+	if _, err := d.driver(app, g.Engine); err != nil {
 		return Slot{}, err
 	}
 	s, err := d.newSlot(app.Name, g.Gen, RunRestart, true, "", nil)

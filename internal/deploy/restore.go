@@ -36,13 +36,14 @@ func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, curr
 	app := g.Spec.WithDefaults()
 	// Neither is part of the checkpoint: the app's spec as it is now says.
 	app.PostRestore, app.Lazy = current.PostRestore, current.Lazy && g.Engine == engine.NameCRIU
+	app.Trusted = current.Trusted // the operator's word now, not at the generation's time
 	if opts.ID == "" {
 		opts.ID = NewID(app.Name)
 	}
 	if err := ValidateID(opts.ID); err != nil {
 		return Deployment{}, err
 	}
-	if _, err := d.driver(g.Engine); err != nil {
+	if _, err := d.driver(app, g.Engine); err != nil {
 		return Deployment{}, err
 	}
 	id := opts.ID

@@ -215,7 +215,7 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 	if err := os.MkdirAll(ctl, 0o755); err != nil {
 		return fmt.Errorf("slot %s control directory: %w", s.ID, err)
 	}
-	dr, err := d.driverByRun(s.Mode, src.engine)
+	dr, err := d.driverByRun(src.app, s.Mode, src.engine)
 	if err != nil {
 		return err
 	}

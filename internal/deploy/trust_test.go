@@ -1,0 +1,42 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
+)
+
+// TestHostDriverTrustedOnly: on a node whose DMTCP driver is "host", an
+// app runs under DMTCP only if its spec says trusted; CRIU, in the
+// container, runs every app, and engine auto picks it for an untrusted one.
+func TestHostDriverTrustedOnly(t *testing.T) {
+	host, container := &Host{}, &Container{}
+	d := &Deployer{cfg: Config{DMTCPDriver: "host", CRIUDriver: "container"}, deps: Deps{Host: host, Container: container}}
+	stranger := App{Name: "chat", Engine: engine.NameDMTCP}
+	_, err := d.driver(stranger, engine.NameDMTCP)
+	if !errors.Is(err, ErrUntrusted) || !errors.Is(err, ErrDriver) {
+		t.Fatalf("untrusted app under the host driver: %v; want ErrUntrusted and ErrDriver", err)
+	}
+	if h := hint.Of(err); !strings.Contains(h, "trusted: true") || !strings.Contains(h, "agent.dmtcp_driver: container") {
+		t.Errorf("hint %q; want both ways out", h)
+	}
+	if dr, err := d.driver(stranger, engine.NameCRIU); err != nil || dr != Driver(container) {
+		t.Errorf("untrusted app under the container driver: %v, %v; want the container", dr, err)
+	}
+	trusted := stranger
+	trusted.Trusted = true
+	if dr, err := d.driver(trusted, engine.NameDMTCP); err != nil || dr != Driver(host) {
+		t.Errorf("trusted app under the host driver: %v, %v; want the host driver", dr, err)
+	}
+	// A boot needs no engine: the container, trusted or not.
+	if dr, err := d.driverByRun(stranger, RunBoot, engine.NameDMTCP); err != nil || dr != Driver(container) {
+		t.Errorf("boot of an untrusted app: %v, %v; want the container", dr, err)
+	}
+	if _, _, err := d.engineOf(context.Background(), stranger); !errors.Is(err, ErrUntrusted) {
+		t.Errorf("engineOf(untrusted, dmtcp) = %v; want ErrUntrusted", err)
+	}
+}
