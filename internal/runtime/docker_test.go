@@ -22,6 +22,7 @@ const dockerTestImage = "fogdeploy-test/busybox:runtimetest"
 // `make dev-up`, or skips (fails when FOGDEPLOY_REQUIRE lists docker).
 func dockerForTest(t *testing.T) *runtime.Docker {
 	t.Helper()
+	testenv.SkipShort(t, testenv.Docker)
 	host := devenv.Lookup(devenv.EnvDockerHost, devenv.DockerHost())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

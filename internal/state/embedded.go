@@ -116,6 +116,11 @@ func EmbeddedWith(ctx context.Context, dataDir, listen string, tls EmbeddedTLS, 
 	defer e.Close()
 	select {
 	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		return fmt.Errorf("embedded etcd in %s: %w", dataDir, err)
+	case <-ctx.Done():
+		e.Server.Stop()
+		return nil
 	case <-time.After(30 * time.Second):
 		e.Server.Stop()
 		return fmt.Errorf("embedded etcd in %s did not become ready in 30s", dataDir)

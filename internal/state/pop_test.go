@@ -14,7 +14,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
 // The PoP record is made once: concurrent makers all get the first one,
@@ -150,19 +150,21 @@ func TestEmbeddedTLS(t *testing.T) {
 	tls := state.EmbeddedTLS{TrustedCAFile: filepath.Join(dir, "ca.pem")}
 	tls.CertFile, tls.KeyFile = issue(t, dir, "server", ca, caKey)
 	clientCert, clientKey := issue(t, dir, "client", ca, caKey)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	endpoint := "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
+	endpoint := testenv.EtcdAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- state.EmbeddedWith(ctx, filepath.Join(dir, "data"), endpoint, tls, slog.New(slog.DiscardHandler))
 	}()
-	defer func() { cancel(); <-done }()
+	ended := false // its result taken
+	defer func() {
+		cancel()
+		if !ended {
+			<-done
+		}
+	}()
 	var st *state.Store
+	var err error
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		st, err = state.Open(context.Background(), state.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second,
 			CAFile: tls.TrustedCAFile, CertFile: clientCert, KeyFile: clientKey})
@@ -171,6 +173,7 @@ func TestEmbeddedTLS(t *testing.T) {
 		}
 		select {
 		case err := <-done:
+			ended = true
 			t.Fatalf("embedded etcd over TLS: %v", err)
 		default:
 		}

@@ -24,6 +24,7 @@ type CephConn struct {
 // `make dev-up` started, after checking within 10 s that it answers.
 func CephCluster(t testing.TB) CephConn {
 	t.Helper()
+	SkipShort(t, Ceph)
 	c := CephConn{
 		Conf:    devenv.Lookup(devenv.EnvCephConf, devenv.CephConf()),
 		Keyring: devenv.Lookup(devenv.EnvCephKeyring, devenv.CephKeyring()),

@@ -16,6 +16,7 @@ import (
 // dockerd, after a ping within 5 s.
 func DockerClient(t testing.TB) *client.Client {
 	t.Helper()
+	SkipShort(t, Docker)
 	host := devenv.Lookup(devenv.EnvDockerHost, devenv.DockerHost())
 	if path, ok := strings.CutPrefix(host, "unix://"); ok {
 		if _, err := os.Stat(path); err != nil {

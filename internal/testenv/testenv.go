@@ -5,7 +5,9 @@
 // Unavailable(t, service, reason) when the service cannot be reached. The
 // test then skips with the reason, unless the service is listed in
 // FOGDEPLOY_REQUIRE (comma separated, or "all"): CI sets it so that a
-// skip there fails the run instead of hiding a missing service.
+// skip there fails the run instead of hiding a missing service. Under
+// `go test -short` every such test skips (SkipShort): what is left are
+// the unit tests.
 package testenv
 
 import (
@@ -52,9 +54,19 @@ func Unavailable(t testing.TB, service, reason string) {
 	t.Skipf("%s unavailable: %s (set %s=%s to make this a failure)", service, reason, EnvRequire, service)
 }
 
+// SkipShort skips, under `go test -short` (the unit tests: no root, no
+// service), a test that needs service, whatever FOGDEPLOY_REQUIRE says.
+func SkipShort(t testing.TB, service string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("needs %s: not a unit test (-short)", service)
+	}
+}
+
 // NeedRoot skips (or fails) a test that mounts or attaches loop devices.
 func NeedRoot(t testing.TB) {
 	t.Helper()
+	SkipShort(t, Root)
 	if os.Geteuid() != 0 {
 		Unavailable(t, Root, "the test mounts filesystems and attaches loop devices")
 	}
@@ -80,6 +92,7 @@ func PythonRootfs(t testing.TB, service string) string {
 
 func fixtureRootfs(t testing.TB, service, root, env, app string) string {
 	t.Helper()
+	SkipShort(t, service)
 	if _, err := os.Stat(filepath.Join(root, "usr", "bin", app)); err != nil {
 		Unavailable(t, service, fmt.Sprintf("no root file system with %s at %s: run `bash scripts/test-fixtures.sh` "+
 			"(make test does) or set %s: %v", app, root, env, err))

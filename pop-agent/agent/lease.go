@@ -59,6 +59,9 @@ func (a *agent) keepRegistered(ctx context.Context) {
 		a.sess, a.etcdLost = sess, time.Time{}
 		a.sessMu.Unlock()
 		a.log.Info("etcd available again: node registered", "unavailable_for", time.Since(lost).Round(time.Millisecond))
+		// The fence may have lifted or fallen while the record was
+		// written: write it again as it is now.
+		a.fenceChanged(ctx)
 		if _, err := a.resync(ctx); err != nil && !errors.Is(err, state.ErrFenced) {
 			a.log.Warn("reconciling", "err", err)
 		}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -25,6 +24,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
 // The fence's decision: what the node remembers against what etcd says.
@@ -498,12 +498,7 @@ func TestFenceAtStart(t *testing.T) {
 // says why. Then etcd starts again on its own data: the agent acts again
 // by itself, and its instance stays (still desired there).
 func TestFenceWhenEtcdRestartsEmpty(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	endpoint := l.Addr().String()
-	l.Close()
+	endpoint := testenv.EtcdAddr(t)
 	start := func(dir string) (stop func()) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -520,6 +515,7 @@ func TestFenceWhenEtcdRestartsEmpty(t *testing.T) {
 	defer func() { stop() }() // last: once the client is closed, it stops at once
 	var st *state.Store
 	waitFor(t, "etcd answers", func() bool {
+		var err error
 		st, err = state.Open(context.Background(), state.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second})
 		return err == nil
 	})

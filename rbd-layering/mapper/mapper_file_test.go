@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper/mappertest"
 )
@@ -37,6 +38,7 @@ func (s fileStore) config(stateDir string) mapper.Config {
 
 func needLoop(t *testing.T) {
 	t.Helper()
+	testenv.SkipShort(t, testenv.Root)
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: losetup and mount")
 	}

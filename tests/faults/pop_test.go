@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -28,6 +27,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/state"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
 // Settings of every agent (and fogctl) of a test PoP: short timeouts, so
@@ -215,7 +215,7 @@ func (p *pop) startEtcd(ctx context.Context) {
 	fresh := p.addr == ""
 	for attempt := 0; attempt < 4; attempt++ {
 		if fresh {
-			p.addr = freeEtcdAddr(t) // its peer port may be taken meanwhile: retried
+			p.addr = testenv.EtcdAddr(t) // its peer port may be taken meanwhile: retried
 		}
 		logf, err := os.OpenFile(filepath.Join(p.dir, "etcd.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
@@ -297,41 +297,6 @@ func (p *pop) stopEtcd() {
 	p.etcd = nil
 	p.st.Close()
 	p.st = nil
-}
-
-// freeEtcdAddr returns 127.0.0.1:P with P and P+1 (the peer port) free,
-// below the kernel's range of ephemeral ports: etcd is stopped and started
-// again on the same ports, and meanwhile an outgoing connection of any
-// process could take a port of that range as its local port.
-func freeEtcdAddr(t *testing.T) string {
-	t.Helper()
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				low = n
-			}
-		}
-	}
-	const base = 20000
-	if low-2 <= base {
-		t.Fatalf("ephemeral ports start at %d: no room below them for etcd's ports", low)
-	}
-	for range 50 {
-		port := base + rand.IntN(low-2-base)
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue
-		}
-		peer, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+1))
-		l.Close()
-		if err == nil {
-			peer.Close()
-			return "127.0.0.1:" + strconv.Itoa(port)
-		}
-	}
-	t.Fatal("no free pair of ports for etcd")
-	return ""
 }
 
 // startAgent runs pop-agent for node name with its state in stateDir.

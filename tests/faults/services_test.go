@@ -89,6 +89,7 @@ func TestMain(m *testing.M) {
 // no service, it skips (or fails under FOGDEPLOY_REQUIRE).
 func need(t *testing.T) *services {
 	t.Helper()
+	testenv.SkipShort(t, "private Ceph and dockerd")
 	private.once.Do(func() {
 		private.service, private.reason = unavailable()
 		if private.reason != "" {
