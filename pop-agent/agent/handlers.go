@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -37,56 +39,36 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		return
 	}
 	ch := a.choose(ctx, dsr, app)
-	mode, reason, auto := ch.mode, ch.reason, ch.auto
 	st := state.Status{Phase: deploy.PhaseCreating, Node: a.c.Node.Name}
-	if auto {
+	if ch.auto {
 		// Say what mode auto chose, and why, from the start.
-		st.Mode = mode
-		if mode == deploy.ModeBoot {
-			st.BootReason = reason
+		st.Mode = ch.mode
+		if ch.mode == deploy.ModeBoot {
+			st.BootReason = ch.reason
 		} else {
-			st.Reason = reason
+			st.Reason = ch.reason
 		}
 	}
-	var mu sync.Mutex
+	live := &liveStatus{a: a, ctx: ctx, id: dsr.ID, st: st}
 	_ = a.setStatus(ctx, dsr.ID, st)
 	start := time.Now()
-	booting := false
-	progress := func(phase string, took time.Duration) {
-		mu.Lock()
-		defer mu.Unlock()
-		name := phase
-		if booting {
-			name = spec.BootTiming(phase)
-		}
-		st.Timings = append(st.Timings, layering.Phase{Name: name, Duration: took})
-		_ = a.setStatus(ctx, dsr.ID, st)
-	}
 	a.makeRoom(ctx, app.Name)
 	a.pool.inflight.Add(1)
 	dep, err := a.d.Deploy(ctx, app, deploy.Options{
 		ID:         dsr.ID,
-		Mode:       mode,
-		Reason:     reason,
+		Mode:       ch.mode,
+		Reason:     ch.reason,
 		IfBusy:     a.c.Agent.IfBusy,
 		IfNoEngine: a.c.Agent.IfNoEngine,
 		Engine:     ch.engine,
-		Progress:   progress,
+		Progress:   live.progress,
 		LockCheckpoint: func(ctx context.Context, wait bool) (func(), error) {
 			unlock, err := a.st.LockCheckpoint(ctx, a.session(), app.Name, wait)
 			if err != nil {
 				return nil, err
 			}
-			mu.Lock()
-			booting = true
-			st.Phase = deploy.PhaseBooting
-			mu.Unlock()
-			return func() {
-				mu.Lock()
-				booting = false
-				mu.Unlock()
-				unlock()
-			}, nil
+			live.boot(true)
+			return func() { live.boot(false); unlock() }, nil
 		},
 		Sealed: func(ctx context.Context, g deploy.Generation) error {
 			a.m.checkpoints.Inc()
@@ -105,12 +87,20 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 				log.Warn("what the failed deploy left stays until the cluster answers; retried every reconcile interval", "err", cerr)
 			}
 		}
+		st := live.status()
 		if step := failedStep(st.Timings); step != "" {
 			err = fmt.Errorf("step %s: %w", step, err)
 		}
 		a.fail(ctx, dsr, &st, err)
 		return
 	}
+	a.running(ctx, log, dsr, app, dep, ch, start)
+}
+
+// running records a deploy that succeeded: its status, the metrics, the
+// pool's follow-up, its event and its cost for mode auto; a deployment
+// withdrawn meanwhile is undone at once.
+func (a *agent) running(ctx context.Context, log *slog.Logger, dsr state.Desired, app deploy.App, dep deploy.Deployment, ch choice, start time.Time) {
 	if ch.why == adaptive.WhyPoolSlot && dep.Pool != deploy.PoolHit {
 		// Another deploy took the slot between the choice and the claim.
 		dep.Reason = "auto: pool slot: the slot that waited was taken by another deploy meanwhile; restored without one"
@@ -121,8 +111,7 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 	}
 	a.m.deploys.WithLabelValues(done, "ok").Inc()
 	a.m.duration.WithLabelValues(done).Observe(time.Since(start).Seconds())
-	st = runningStatus(dep)
-	if err := a.setStatus(ctx, dsr.ID, st); err != nil {
+	if err := a.setStatus(ctx, dsr.ID, runningStatus(dep)); err != nil {
 		log.Warn("writing status", "err", err)
 	}
 	if dep.Mode == deploy.ModeRestore {
@@ -140,15 +129,58 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 	}
 	a.event(ctx, dsr.ID, "running", fmt.Sprintf("%s, %s", what, dep.Timings))
 	log.Info("deployment running", "mode", dep.Mode, "gen", dep.Gen, "booted", dep.Booted, "ports", dep.Ports, "timings", dep.Timings.String())
-	a.recordCost(ctx, dep, auto, app.Engine == deploy.EngineAuto)
+	a.recordCost(ctx, dep, ch.auto, app.Engine == deploy.EngineAuto)
 	// Withdrawn while we deployed? Then undo at once (without etcd, resync
 	// does when it answers again).
 	wctx, cancel := context.WithTimeout(ctx, a.etcdTimeout())
-	_, err = a.st.Deployment(wctx, dsr.ID)
+	_, err := a.st.Deployment(wctx, dsr.ID)
 	cancel()
 	if errors.Is(err, state.ErrNotFound) {
 		a.undeploy(ctx, dsr.ID)
 	}
+}
+
+// liveStatus is a deploying deployment's status as its stages report
+// them: each timing written to etcd as it comes, named boot.* while the
+// deploy boots the app to make its first checkpoint.
+type liveStatus struct {
+	a   *agent
+	ctx context.Context
+	id  string
+
+	mu      sync.Mutex
+	st      state.Status
+	booting bool
+}
+
+func (l *liveStatus) progress(phase string, took time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	name := phase
+	if l.booting {
+		name = spec.BootTiming(phase)
+	}
+	l.st.Timings = append(l.st.Timings, layering.Phase{Name: name, Duration: took})
+	_ = l.a.setStatus(l.ctx, l.id, l.st)
+}
+
+// boot says whether the stages now report are the first checkpoint's
+// boot (the phase then stays Booting).
+func (l *liveStatus) boot(on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.booting = on
+	if on {
+		l.st.Phase = deploy.PhaseBooting
+	}
+}
+
+func (l *liveStatus) status() state.Status {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.st
+	st.Timings = slices.Clone(l.st.Timings)
+	return st
 }
 
 func (a *agent) setStatus(ctx context.Context, id string, st state.Status) error {

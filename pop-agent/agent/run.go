@@ -65,7 +65,11 @@ type agent struct {
 	etcdLost time.Time            // when the lease was lost; zero while registered
 }
 
-// Run starts the agent and blocks until ctx is done.
+// Run starts the agent and blocks until ctx is done. Its stages: the
+// API's credentials, the storage, the deployer and its drivers, the
+// engines' check, crash recovery, the control plane, then serving; at
+// shutdown the hooks stop, then the loops, then the operations, and the
+// warm pool and unused node copies go.
 func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) error {
 	log = log.With("node", c.Node.Name)
 	// The API's credentials first: a bad token file or certificate stops
@@ -88,132 +92,22 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 			Name: "fogdeploy_ceph_stalls_total", Help: "Calls into librbd given up on after 3 x ceph.timeout; after each the agent connected to the cluster again.",
 		}, func() float64 { return float64(sc.Stalls()) }))
 	}
-
-	ec := engine.Config{Logger: log, TempDir: filepath.Join(c.Node.StateDir, "engine")}
-	if err := os.MkdirAll(ec.TempDir, 0o700); err != nil {
-		return err
-	}
-	deps := deploy.Deps{Store: l.Store, Envs: l.Manager, Mapper: l.Mapper, Log: log,
-		Host: deploy.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))}
-	engines := []string{}
-	var ctr *deploy.Container
-	if rt, err := runtime.Dial(ctx, c.Docker.Host, log); err != nil {
-		log.Warn("dockerd unavailable: DMTCP apps cannot run in the DMTCP container", "err", err)
-	} else {
-		ctr = &deploy.Container{RT: rt, Image: c.Agent.DMTCPImage, BootImage: c.Agent.BootImage}
-		deps.Container = ctr
-	}
-	// The warm pool's slots wait at the lowest CPU weight and are raised
-	// when a deployment binds them.
-	priority := "none: this node's cgroups cannot be reweighted; warm-pool slots wait at the runtime's lowest CPU shares only"
-	if p, err := cgroup.Detect(cgroup.Paths{}); err != nil {
-		log.Warn("warm-pool slots cannot be raised to normal priority when bound; they are created at normal priority", "err", err)
-	} else {
-		priority = p.Describe()
-		if ctr != nil {
-			ctr.Priority = p
-		}
-	}
-	log.Info("warm-pool refill priority", "cgroup", priority)
-	if c.Agent.PoolAhead.IsOn() {
-		if ctr == nil || ctr.Priority == nil {
-			log.Warn("warm-pool slots are not restored ahead: their apps could not wait below the serving instances' priority; a pool hit restarts its app")
-		} else {
-			log.Info("warm-pool slots are restored ahead and wait at the background CPU weight (agent.pool_ahead)")
-		}
-	}
-	cacheBytes, err := c.Agent.CheckpointCacheBytes()
+	d, priority, err := newDeployer(ctx, c, l, log)
 	if err != nil {
 		return err
 	}
-	d, err := deploy.New(deploy.Config{StateDir: filepath.Join(c.Node.StateDir, "deploy"), Pool: c.Ceph.Pool,
-		Node: c.Node.Name, DMTCPDriver: c.Agent.DMTCPDriver, CRIUDriver: c.Agent.CRIUDriver, CacheBytes: cacheBytes, EnvRead: deploy.EnvRead(c.Agent.EnvRead),
-		HitConcurrency: c.Agent.HitConcurrency, Limits: c.Limits.Spec()}, deps)
-	if err != nil {
-		return err
-	}
-	for eng, driver := range map[string]string{engine.NameDMTCP: c.Agent.DMTCPDriver, engine.NameCRIU: c.Agent.CRIUDriver} {
-		if driver == "host" {
-			log.Warn("the host driver runs this engine's apps as root with the agent's capabilities, in the node's PID namespace for DMTCP, without the node's limits: for apps the operator trusts, never strangers' (docs/security.md)",
-				"engine", eng)
-		}
-	}
-	if held, err := d.Cached(); err == nil {
-		log.Info("checkpoint cache", "budget", c.Agent.CheckpointCache, "fetch", c.Agent.Fetch, "generations", len(held), "env_read", c.Agent.EnvRead)
-	}
-	fingerprint := map[string]string{"arch": goruntime.GOARCH, "kernel": kernelRelease()}
-	problems := map[string]string{}
-	for _, e := range []string{engine.NameDMTCP, engine.NameCRIU} {
-		if drv, v, err := d.CheckEngine(ctx, e); err != nil {
-			log.Warn("engine unavailable: apps of this engine boot without a checkpoint here (agent.if_no_engine)", "engine", e, "reason", err)
-			problems[e] = hint.Sentence(err)
-		} else {
-			engines = append(engines, e)
-			fingerprint[e] = v + " (" + drv + ")"
-		}
-	}
-	if err := d.CheckBoot(ctx); err != nil {
-		log.Warn("cannot boot apps without an engine", "reason", err)
-		problems["boot"] = hint.Sentence(err)
-	} else {
-		fingerprint["boot"] = c.Agent.BootImage
-	}
-
-	// Crash recovery: release the mappings that no deployment owns, then
-	// keep Running instances that still run and undo the rest. Undoing
-	// removes a deployment's images once nothing on this node maps them,
-	// evicting the watches that clients killed with them open (rbd-fuse,
-	// the previous agent) left, instead of leaving the images to a later
-	// reconcile.
-	if owned, err := d.Mappings(); err != nil {
-		log.Warn("listing the mappings of deployments; orphaned mappings stay", "err", err)
-	} else if maps, err := l.Mapper.List(); err == nil {
-		for _, mp := range maps {
-			// A live process's own (a build that fogctl runs now) are
-			// not this node's to release.
-			if !owned[mp.ID] && !mp.Live {
-				if err := l.Mapper.Release(ctx, mp.ID); err != nil {
-					log.Warn("releasing an orphaned mapping", "id", mp.ID, "err", err)
-				} else {
-					m.recovered.Inc()
-				}
-			}
-		}
-	}
-	if released, err := d.RecoverSlots(ctx); err != nil {
-		log.Warn("releasing the slots a previous run left; retried at the next start", "err", err)
-	} else if len(released) > 0 {
-		log.Info("released the slots a previous run left (the warm pool provisions anew)", "slots", released)
-	}
-	kept, removed, err := d.Adopt(ctx)
-	if err != nil {
-		log.Warn("recovering deployments left by a previous run", "err", err)
-	}
-	log.Info("recovered", "kept", kept, "removed", removed)
+	engines, fingerprint, problems := checkEngines(ctx, c, d, log)
+	recoverNode(ctx, d, l.Mapper, m, log)
 
 	st, err := state.Open(ctx, wire.StateConfig(c))
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	// Is etcd the one this node knew? A fenced agent keeps what it runs
-	// and acts on nothing; one that holds nothing adopts what it finds.
-	pl := newPlane(filepath.Join(c.Node.StateDir, memoryFile), st, log)
-	holds := 1 // unknown: as if it held one
-	if recs, err := d.List(); err == nil {
-		holds = len(recs)
-	}
-	if err := pl.start(ctx, o.AdoptPoP, holds); err != nil {
+	pl, err := openPlane(ctx, c, o, st, d, reg, log)
+	if err != nil {
 		return err
 	}
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "fogdeploy_control_plane_fenced", Help: "1 while the agent acts on nothing because etcd is not the one it knew (emptied, another cluster, or behind the revision it saw; /healthz says why), else 0.",
-	}, func() float64 {
-		if pl.err() != nil {
-			return 1
-		}
-		return 0
-	}))
 	defer func() {
 		if err := pl.flush(); err != nil {
 			log.Warn("control plane: saving the revision seen", "err", err)
@@ -239,6 +133,7 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	pl.changed = a.fenceChanged
 	sess, err := st.Register(ctx, a.nodeRecord(), c.Agent.LeaseTTL)
 	if err != nil {
+		_ = ln.Close()
 		return err
 	}
 	a.sess = sess
@@ -249,12 +144,156 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	mux.Handle("GET /metrics", h.metrics(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	h.register(mux)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, TLSConfig: sec.tls}
-	// The node's loops (the reconciler, the lease's keeper, the warm
-	// pool's keeper) end with loops; each operation they or the hooks
-	// start is in a.wg. Shutting down stops the hooks, then the loops
-	// (nothing starts an operation after that), then waits for the
-	// operations: only then do the deferred closes of the store, the
-	// state and the session run.
+	return a.serve(ctx, srv, ln)
+}
+
+// newDeployer makes the node's drivers (the host driver, the light
+// container where dockerd answers, with the cgroups that lower a waiting
+// slot's priority) and its deployer. priority says how slots wait.
+func newDeployer(ctx context.Context, c config.Config, l *wire.Layering, log *slog.Logger) (d *deploy.Deployer, priority string, err error) {
+	ec := engine.Config{Logger: log, TempDir: filepath.Join(c.Node.StateDir, "engine")}
+	if err := os.MkdirAll(ec.TempDir, 0o700); err != nil {
+		return nil, "", err
+	}
+	deps := deploy.Deps{Store: l.Store, Envs: l.Manager, Mapper: l.Mapper, Log: log,
+		Host: deploy.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))}
+	var ctr *deploy.Container
+	if rt, err := runtime.Dial(ctx, c.Docker.Host, log); err != nil {
+		log.Warn("dockerd unavailable: DMTCP apps cannot run in the DMTCP container", "err", err)
+	} else {
+		ctr = &deploy.Container{RT: rt, Image: c.Agent.DMTCPImage, BootImage: c.Agent.BootImage}
+		deps.Container = ctr
+	}
+	// The warm pool's slots wait at the lowest CPU weight and are raised
+	// when a deployment binds them.
+	priority = "none: this node's cgroups cannot be reweighted; warm-pool slots wait at the runtime's lowest CPU shares only"
+	if p, err := cgroup.Detect(cgroup.Paths{}); err != nil {
+		log.Warn("warm-pool slots cannot be raised to normal priority when bound; they are created at normal priority", "err", err)
+	} else {
+		priority = p.Describe()
+		if ctr != nil {
+			ctr.Priority = p
+		}
+	}
+	log.Info("warm-pool refill priority", "cgroup", priority)
+	if c.Agent.PoolAhead.IsOn() {
+		if ctr == nil || ctr.Priority == nil {
+			log.Warn("warm-pool slots are not restored ahead: their apps could not wait below the serving instances' priority; a pool hit restarts its app")
+		} else {
+			log.Info("warm-pool slots are restored ahead and wait at the background CPU weight (agent.pool_ahead)")
+		}
+	}
+	cacheBytes, err := c.Agent.CheckpointCacheBytes()
+	if err != nil {
+		return nil, "", err
+	}
+	d, err = deploy.New(deploy.Config{StateDir: filepath.Join(c.Node.StateDir, "deploy"), Pool: c.Ceph.Pool,
+		Node: c.Node.Name, DMTCPDriver: c.Agent.DMTCPDriver, CRIUDriver: c.Agent.CRIUDriver, CacheBytes: cacheBytes, EnvRead: deploy.EnvRead(c.Agent.EnvRead),
+		HitConcurrency: c.Agent.HitConcurrency, Limits: c.Limits.Spec()}, deps)
+	if err != nil {
+		return nil, "", err
+	}
+	for eng, driver := range map[string]string{engine.NameDMTCP: c.Agent.DMTCPDriver, engine.NameCRIU: c.Agent.CRIUDriver} {
+		if driver == "host" {
+			log.Warn("the host driver runs this engine's apps as root with the agent's capabilities, in the node's PID namespace for DMTCP, without the node's limits: it runs only apps marked `trusted: true`; the others are refused under this engine, or boot in the container (agent.if_no_engine: boot) (docs/security.md)",
+				"engine", eng)
+		}
+	}
+	if held, err := d.Cached(); err == nil {
+		log.Info("checkpoint cache", "budget", c.Agent.CheckpointCache, "fetch", c.Agent.Fetch, "generations", len(held), "env_read", c.Agent.EnvRead)
+	}
+	return d, priority, nil
+}
+
+// checkEngines returns the engines this node runs, its fingerprint (arch,
+// kernel, each engine's version and driver, the boot image) and, per
+// engine or "boot", why it cannot.
+func checkEngines(ctx context.Context, c config.Config, d *deploy.Deployer, log *slog.Logger) (engines []string, fingerprint, problems map[string]string) {
+	engines = []string{}
+	fingerprint = map[string]string{"arch": goruntime.GOARCH, "kernel": kernelRelease()}
+	problems = map[string]string{}
+	for _, e := range []string{engine.NameDMTCP, engine.NameCRIU} {
+		if drv, v, err := d.CheckEngine(ctx, e); err != nil {
+			log.Warn("engine unavailable: apps of this engine boot without a checkpoint here (agent.if_no_engine)", "engine", e, "reason", err)
+			problems[e] = hint.Sentence(err)
+		} else {
+			engines = append(engines, e)
+			fingerprint[e] = v + " (" + drv + ")"
+		}
+	}
+	if err := d.CheckBoot(ctx); err != nil {
+		log.Warn("cannot boot apps without an engine", "reason", err)
+		problems["boot"] = hint.Sentence(err)
+	} else {
+		fingerprint["boot"] = c.Agent.BootImage
+	}
+	return engines, fingerprint, problems
+}
+
+// recoverNode is crash recovery: release the mappings that no deployment
+// owns, then keep Running instances that still run and undo the rest.
+// Undoing removes a deployment's images once nothing on this node maps
+// them, evicting the watches that clients killed with them open
+// (rbd-fuse, the previous agent) left, instead of leaving the images to a
+// later reconcile.
+func recoverNode(ctx context.Context, d *deploy.Deployer, mp *mapper.Mapper, m *metrics, log *slog.Logger) {
+	if owned, err := d.Mappings(); err != nil {
+		log.Warn("listing the mappings of deployments; orphaned mappings stay", "err", err)
+	} else if maps, err := mp.List(); err == nil {
+		for _, mg := range maps {
+			// A live process's own (a build that fogctl runs now) are
+			// not this node's to release.
+			if !owned[mg.ID] && !mg.Live {
+				if err := mp.Release(ctx, mg.ID); err != nil {
+					log.Warn("releasing an orphaned mapping", "id", mg.ID, "err", err)
+				} else {
+					m.recovered.Inc()
+				}
+			}
+		}
+	}
+	if released, err := d.RecoverSlots(ctx); err != nil {
+		log.Warn("releasing the slots a previous run left; retried at the next start", "err", err)
+	} else if len(released) > 0 {
+		log.Info("released the slots a previous run left (the warm pool provisions anew)", "slots", released)
+	}
+	kept, removed, err := d.Adopt(ctx)
+	if err != nil {
+		log.Warn("recovering deployments left by a previous run", "err", err)
+	}
+	log.Info("recovered", "kept", kept, "removed", removed)
+}
+
+// openPlane checks that etcd is the one this node knew: a fenced agent
+// keeps what it runs and acts on nothing; one that holds nothing adopts
+// what it finds.
+func openPlane(ctx context.Context, c config.Config, o Options, st *state.Store, d *deploy.Deployer, reg *prometheus.Registry, log *slog.Logger) (*plane, error) {
+	pl := newPlane(filepath.Join(c.Node.StateDir, memoryFile), st, log)
+	holds := 1 // unknown: as if it held one
+	if recs, err := d.List(); err == nil {
+		holds = len(recs)
+	}
+	if err := pl.start(ctx, o.AdoptPoP, holds); err != nil {
+		return nil, err
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fogdeploy_control_plane_fenced", Help: "1 while the agent acts on nothing because etcd is not the one it knew (emptied, another cluster, or behind the revision it saw; /healthz says why), else 0.",
+	}, func() float64 {
+		if pl.err() != nil {
+			return 1
+		}
+		return 0
+	}))
+	return pl, nil
+}
+
+// serve runs the hook API on ln and the node's loops (the reconciler, the
+// lease's keeper, the warm pool's keeper) until ctx is done or the API
+// stops. Each operation they or the hooks start is in a.wg. Shutting down
+// stops the hooks, then the loops (nothing starts an operation after
+// that), then waits for the operations: only then do Run's deferred
+// closes of the store, the state and the session run.
+func (a *agent) serve(ctx context.Context, srv *http.Server, ln net.Listener) error {
 	loops, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
 	var loopWG sync.WaitGroup
@@ -269,38 +308,43 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	loopWG.Go(func() { a.reconcile(loops) })
 	loopWG.Go(func() { a.keepRegistered(loops) })
 	loopWG.Go(func() { a.keepPool(loops) })
-	log.Info("pop-agent ready", "api", api, "engines", engines, "version", version.String())
+	a.log.Info("pop-agent ready", "api", a.node.API, "engines", a.node.Engines, "version", version.String())
 
 	var serveErr error
 	select {
 	case <-ctx.Done():
 	case serveErr = <-errc:
 	}
-	log.Info("shutting down", "bound", o.ShutdownTimeout)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ShutdownTimeout)
+	a.log.Info("shutting down", "bound", a.o.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.o.ShutdownTimeout)
 	defer cancel()
-	err = srv.Shutdown(sctx)
+	err := srv.Shutdown(sctx)
 	stopLoops()
 	loopWG.Wait()
 	a.waitOperations(sctx)
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		err = fmt.Errorf("the hook API stopped: %w", serveErr)
 	}
-	// The warm pool's waiting slots go with the agent; the next start
-	// provisions anew (a killed agent's are released by RecoverSlots).
-	if released, rerr := d.ReleasePool(sctx); rerr != nil {
-		log.Warn("releasing the warm pool's slots; the next start releases the rest", "err", rerr)
-	} else if len(released) > 0 {
-		log.Info("released the warm pool's slots", "slots", len(released))
-	}
-	// So do the node's copies of environments that no running instance
-	// uses (a killed agent's stay recorded and are kept at its next start).
-	if dropped, rerr := d.TrimLowers(sctx, nil); rerr != nil {
-		log.Warn("dropping the node's unused copies of environments; the next start keeps or drops them", "err", rerr)
-	} else if len(dropped) > 0 {
-		log.Info("dropped the node's unused copies of environments", "copies", len(dropped))
-	}
+	a.releaseNode(sctx)
 	return err
+}
+
+// releaseNode lets go, at shutdown, of what the next start makes anew:
+// the warm pool's waiting slots (a killed agent's are released by
+// RecoverSlots) and the node's copies of environments that no running
+// instance uses (a killed agent's stay recorded and are kept at its next
+// start).
+func (a *agent) releaseNode(ctx context.Context) {
+	if released, err := a.d.ReleasePool(ctx); err != nil {
+		a.log.Warn("releasing the warm pool's slots; the next start releases the rest", "err", err)
+	} else if len(released) > 0 {
+		a.log.Info("released the warm pool's slots", "slots", len(released))
+	}
+	if dropped, err := a.d.TrimLowers(ctx, nil); err != nil {
+		a.log.Warn("dropping the node's unused copies of environments; the next start keeps or drops them", "err", err)
+	} else if len(dropped) > 0 {
+		a.log.Info("dropped the node's unused copies of environments", "copies", len(dropped))
+	}
 }
 
 // serveHealthz answers GET /healthz (hooks.healthz says who sees what):
