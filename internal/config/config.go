@@ -295,6 +295,30 @@ func (c Config) Validate() error {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	errs = append(errs, c.Limits.validate()...)
+	errs = append(errs, c.validateStorage()...)
+	if err := layering.ValidateName("node.name", c.Node.Name); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Node.StateDir == "" || !filepath.IsAbs(c.Node.StateDir) {
+		add("node.state_dir %q: give an absolute directory", c.Node.StateDir)
+	}
+	if len(c.Etcd.Endpoints) == 0 {
+		add("etcd.endpoints is empty: give host:port of an etcd member (FOGDEPLOY_ETCD_ENDPOINTS), or run `make dev-up` for the dev one")
+	}
+	if (c.Etcd.CertFile == "") != (c.Etcd.KeyFile == "") {
+		add("etcd.cert_file and etcd.key_file: give both or neither")
+	}
+	errs = append(errs, c.Agent.validate()...)
+	if c.Docker.Host != "" && !strings.Contains(c.Docker.Host, "://") {
+		add("docker.host %q: give a URL such as unix:///var/run/docker.sock", c.Docker.Host)
+	}
+	return errors.Join(errs...)
+}
+
+// validateStorage checks the ceph, mapper and layering sections.
+func (c Config) validateStorage() []error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	if c.Ceph.Conf == "" {
 		add("ceph.conf is empty: give the path of a ceph.conf (--ceph-conf), or run `make dev-up`")
 	}
@@ -323,75 +347,67 @@ func (c Config) Validate() error {
 	if c.Layering.SoftDepth < 1 || c.Layering.HardDepth < c.Layering.SoftDepth {
 		add("layering.soft_depth %d / hard_depth %d: need 1 <= soft <= hard (defaults 4 and 8)", c.Layering.SoftDepth, c.Layering.HardDepth)
 	}
-	if err := layering.ValidateName("node.name", c.Node.Name); err != nil {
-		errs = append(errs, err)
+	return errs
+}
+
+// validate checks the agent section.
+func (a Agent) validate() []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if a.Capacity < 1 || a.Capacity > 1000 {
+		add("agent.capacity %d: give the number of instances this node takes (1-1000)", a.Capacity)
 	}
-	if c.Node.StateDir == "" || !filepath.IsAbs(c.Node.StateDir) {
-		add("node.state_dir %q: give an absolute directory", c.Node.StateDir)
+	if a.PoolSize < 0 || a.PoolSize > a.Capacity {
+		add("agent.pool_size %d: give the idle slots per app this node keeps ready, 0 to agent.capacity (%d)", a.PoolSize, a.Capacity)
 	}
-	if len(c.Etcd.Endpoints) == 0 {
-		add("etcd.endpoints is empty: give host:port of an etcd member (FOGDEPLOY_ETCD_ENDPOINTS), or run `make dev-up` for the dev one")
+	if a.ReconcileInterval < time.Second || a.ReconcileInterval > time.Hour {
+		add("agent.reconcile_interval %s: give a duration between 1s and 1h, e.g. 10s", a.ReconcileInterval)
 	}
-	if (c.Etcd.CertFile == "") != (c.Etcd.KeyFile == "") {
-		add("etcd.cert_file and etcd.key_file: give both or neither")
+	if a.KeepGenerations < 1 || a.KeepGenerations > 100 {
+		add("agent.keep_generations %d: keep between 1 and 100 checkpoint generations per app", a.KeepGenerations)
 	}
-	if c.Agent.Capacity < 1 || c.Agent.Capacity > 1000 {
-		add("agent.capacity %d: give the number of instances this node takes (1-1000)", c.Agent.Capacity)
+	if a.LeaseTTL < 2 || a.LeaseTTL > 300 {
+		add("agent.lease_ttl %d: give seconds between 2 and 300", a.LeaseTTL)
 	}
-	if c.Agent.PoolSize < 0 || c.Agent.PoolSize > c.Agent.Capacity {
-		add("agent.pool_size %d: give the idle slots per app this node keeps ready, 0 to agent.capacity (%d)", c.Agent.PoolSize, c.Agent.Capacity)
+	if _, err := a.CheckpointCacheBytes(); err != nil {
+		add("agent.checkpoint_cache %q: give the bytes of checkpoints a node keeps, e.g. 4GiB, or 0 for no limit (%v)", a.CheckpointCache, err)
 	}
-	if c.Agent.ReconcileInterval < time.Second || c.Agent.ReconcileInterval > time.Hour {
-		add("agent.reconcile_interval %s: give a duration between 1s and 1h, e.g. 10s", c.Agent.ReconcileInterval)
+	if a.Fetch != FetchFirstUse && a.Fetch != FetchSealed {
+		add("agent.fetch %q: use first-use (copy a checkpoint to the node when a restore needs it) or sealed (as soon as it is sealed)", a.Fetch)
 	}
-	if c.Agent.KeepGenerations < 1 || c.Agent.KeepGenerations > 100 {
-		add("agent.keep_generations %d: keep between 1 and 100 checkpoint generations per app", c.Agent.KeepGenerations)
+	if a.EnvRead != EnvReadShared && a.EnvRead != EnvReadClone {
+		add("agent.env_read %q: use shared (a restore reads its environment from the node's copy of its generation's) or clone (from its own clone only)", a.EnvRead)
 	}
-	if c.Agent.LeaseTTL < 2 || c.Agent.LeaseTTL > 300 {
-		add("agent.lease_ttl %d: give seconds between 2 and 300", c.Agent.LeaseTTL)
+	if a.IfBusy != "wait" && a.IfBusy != "boot" {
+		add("agent.if_busy %q: use wait (for the first checkpoint) or boot (normally, meanwhile)", a.IfBusy)
 	}
-	if _, err := c.Agent.CheckpointCacheBytes(); err != nil {
-		add("agent.checkpoint_cache %q: give the bytes of checkpoints a node keeps, e.g. 4GiB, or 0 for no limit (%v)", c.Agent.CheckpointCache, err)
+	if a.IfNoEngine != "boot" && a.IfNoEngine != "fail" {
+		add("agent.if_no_engine %q: use boot (normally, without a checkpoint) or fail", a.IfNoEngine)
 	}
-	if c.Agent.Fetch != FetchFirstUse && c.Agent.Fetch != FetchSealed {
-		add("agent.fetch %q: use first-use (copy a checkpoint to the node when a restore needs it) or sealed (as soon as it is sealed)", c.Agent.Fetch)
+	if a.DMTCPDriver != "container" && a.DMTCPDriver != "host" {
+		add("agent.dmtcp_driver %q: use container or host", a.DMTCPDriver)
 	}
-	if c.Agent.EnvRead != EnvReadShared && c.Agent.EnvRead != EnvReadClone {
-		add("agent.env_read %q: use shared (a restore reads its environment from the node's copy of its generation's) or clone (from its own clone only)", c.Agent.EnvRead)
+	if a.CRIUDriver != "container" && a.CRIUDriver != "host" {
+		add("agent.criu_driver %q: use container or host", a.CRIUDriver)
 	}
-	if c.Agent.IfBusy != "wait" && c.Agent.IfBusy != "boot" {
-		add("agent.if_busy %q: use wait (for the first checkpoint) or boot (normally, meanwhile)", c.Agent.IfBusy)
-	}
-	if c.Agent.IfNoEngine != "boot" && c.Agent.IfNoEngine != "fail" {
-		add("agent.if_no_engine %q: use boot (normally, without a checkpoint) or fail", c.Agent.IfNoEngine)
-	}
-	if c.Agent.DMTCPDriver != "container" && c.Agent.DMTCPDriver != "host" {
-		add("agent.dmtcp_driver %q: use container or host", c.Agent.DMTCPDriver)
-	}
-	if c.Agent.CRIUDriver != "container" && c.Agent.CRIUDriver != "host" {
-		add("agent.criu_driver %q: use container or host", c.Agent.CRIUDriver)
-	}
-	for field, s := range map[string]Switch{"agent.recycle": c.Agent.Recycle, "agent.pool_ahead": c.Agent.PoolAhead} {
+	for field, s := range map[string]Switch{"agent.recycle": a.Recycle, "agent.pool_ahead": a.PoolAhead} {
 		if err := s.check(field); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if c.Agent.HitConcurrency < 0 || c.Agent.HitConcurrency > 1000 {
-		add("agent.hit_concurrency %d: give how many pool hits run at once (1-1000), or 0 for the node's CPUs plus one", c.Agent.HitConcurrency)
+	if a.HitConcurrency < 0 || a.HitConcurrency > 1000 {
+		add("agent.hit_concurrency %d: give how many pool hits run at once (1-1000), or 0 for the node's CPUs plus one", a.HitConcurrency)
 	}
-	if c.Agent.RecycleKeep < 0 || c.Agent.RecycleKeep > time.Hour {
-		add("agent.recycle_keep %s: give a duration between 0s and 1h, e.g. 2m", c.Agent.RecycleKeep)
+	if a.RecycleKeep < 0 || a.RecycleKeep > time.Hour {
+		add("agent.recycle_keep %s: give a duration between 0s and 1h, e.g. 2m", a.RecycleKeep)
 	}
-	if (c.Agent.TLSCertFile == "") != (c.Agent.TLSKeyFile == "") {
-		add("agent.tls_cert_file %q and agent.tls_key_file %q: give both (the PEM certificate of the agent's API and its key) or neither", c.Agent.TLSCertFile, c.Agent.TLSKeyFile)
+	if (a.TLSCertFile == "") != (a.TLSKeyFile == "") {
+		add("agent.tls_cert_file %q and agent.tls_key_file %q: give both (the PEM certificate of the agent's API and its key) or neither", a.TLSCertFile, a.TLSKeyFile)
 	}
-	if c.Agent.TokenFile != "" && c.Agent.TokenFile == c.Agent.TokensFile {
-		add("agent.token_file and agent.tokens_file are both %s: token_file holds the operator's token in clear, tokens_file the clients' hashes; give two files", c.Agent.TokenFile)
+	if a.TokenFile != "" && a.TokenFile == a.TokensFile {
+		add("agent.token_file and agent.tokens_file are both %s: token_file holds the operator's token in clear, tokens_file the clients' hashes; give two files", a.TokenFile)
 	}
-	if c.Docker.Host != "" && !strings.Contains(c.Docker.Host, "://") {
-		add("docker.host %q: give a URL such as unix:///var/run/docker.sock", c.Docker.Host)
-	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // TLS says whether the agent's API is served over TLS.

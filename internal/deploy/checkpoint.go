@@ -58,24 +58,7 @@ func (d *Deployer) CheckpointAll(ctx context.Context, app App, opts CheckpointOp
 // the next generation. On error nothing of it is left.
 func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptions) (_ Generation, err error) {
 	app = app.WithDefaults()
-	if err := app.Validate(); err != nil {
-		return Generation{}, err
-	}
-	if app.Engine == EngineAuto {
-		return Generation{}, fmt.Errorf("app %s: checkpoint with one engine (CheckpointAll checkpoints with each): %w", app.Name, ErrInvalidSpec)
-	}
-	env, err := d.deps.Envs.Get(ctx, app.Env)
-	if err != nil {
-		return Generation{}, fmt.Errorf("env %q of app %s: %w", app.Env, app.Name, err)
-	}
-	if _, err := d.deps.Envs.CheckDepth(ctx, env.Ref, app.Env); err != nil {
-		return Generation{}, err
-	}
-	dr, err := d.driver(app, app.Engine)
-	if err != nil {
-		return Generation{}, err
-	}
-	version, err := dr.Check(ctx, app.Engine)
+	env, dr, version, err := d.checkpointable(ctx, app)
 	if err != nil {
 		return Generation{}, err
 	}
@@ -83,9 +66,8 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 	if err != nil {
 		return Generation{}, err
 	}
-	envImg, ckptImg := GenImage(app.Name, n, "env"), GenImage(app.Name, n, "ckpt")
 	// The slot's images are the generation's: they are sealed in place.
-	s, err := d.newSlot(app.Name, n, RunLaunch, false, "", []string{envImg, ckptImg})
+	s, err := d.newSlot(app.Name, n, RunLaunch, false, "", []string{GenImage(app.Name, n, "env"), GenImage(app.Name, n, "ckpt")})
 	if err != nil {
 		return Generation{}, err
 	}
@@ -119,52 +101,80 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 	if ck.EngineVersion != "" {
 		version = ck.EngineVersion
 	}
-	// The checkpoint stopped the app. Unmount and unmap both images, which
-	// flushes them through every mapper backend (fsfreeze alone does not
-	// reach RBD through rbd-fuse's page cache), then snapshot and protect.
-	if err := dr.Remove(ctx, h); err != nil {
+	g := Generation{App: app.Name, Gen: n, Env: app.Env, EnvFrom: env.Ref,
+		EnvSnap:  layering.SnapRef{Image: s.Images[0], Snap: layering.SealedSnap},
+		CkptSnap: layering.SnapRef{Image: s.Images[1], Snap: layering.SealedSnap},
+		Engine:   app.Engine, EngineVersion: version, Driver: dr.Name(), Bytes: ck.Bytes, CheckpointMS: ck.MS,
+		BootReadyMS: float64(bootReady.Microseconds()) / 1000, Node: d.cfg.Node, Spec: app, EnvConfig: &env.Config, Platform: &d.platform}
+	if err := d.seal(ctx, o, s, dr, h, &g); err != nil {
 		return Generation{}, err
+	}
+	d.log.Info("checkpoint generation sealed", "app", app.Name, "gen", n, "bytes", ck.Bytes, "timings", g.Timings.String())
+	return g, nil
+}
+
+// checkpointable checks that app (with defaults) can be checkpointed on
+// this node: its spec, one engine, its environment (and its chain's
+// depth), and the driver and engine that run it.
+func (d *Deployer) checkpointable(ctx context.Context, app App) (env layering.Environment, dr Driver, version string, err error) {
+	if err := app.Validate(); err != nil {
+		return env, nil, "", err
+	}
+	if app.Engine == EngineAuto {
+		return env, nil, "", fmt.Errorf("app %s: checkpoint with one engine (CheckpointAll checkpoints with each): %w", app.Name, ErrInvalidSpec)
+	}
+	if env, err = d.deps.Envs.Get(ctx, app.Env); err != nil {
+		return env, nil, "", fmt.Errorf("env %q of app %s: %w", app.Env, app.Name, err)
+	}
+	if _, err := d.deps.Envs.CheckDepth(ctx, env.Ref, app.Env); err != nil {
+		return env, nil, "", err
+	}
+	if dr, err = d.driver(app, app.Engine); err != nil {
+		return env, nil, "", err
+	}
+	version, err = dr.Check(ctx, app.Engine)
+	return env, dr, version, err
+}
+
+// seal makes generation g of the checkpointed slot s: the checkpoint
+// stopped the app, so its instance is removed, the node keeps a copy of
+// what was written, both images are unmounted and unmapped (which flushes
+// them through every mapper backend: fsfreeze alone does not reach RBD
+// through rbd-fuse's page cache), snapshotted and protected, and the
+// generation's record is written last on the checkpoint image: that makes
+// it visible. The slot then goes, its images now the generation's.
+func (d *Deployer) seal(ctx context.Context, o *op, s *Slot, dr Driver, h Handle, g *Generation) error {
+	if err := dr.Remove(ctx, h); err != nil {
+		return err
 	}
 	// This node keeps a copy of what was just written (in the page
 	// cache), for its restores to read instead of fetching it.
 	stage := d.stageCheckpoint(ctx, s, h.CkptPath)
 	o.phase("stage")
 	if err := d.releaseMappings(ctx, s.Mappings); err != nil {
-		return Generation{}, err
+		return err
 	}
-	g := Generation{App: app.Name, Gen: n, Env: app.Env, EnvFrom: env.Ref,
-		EnvSnap:  layering.SnapRef{Image: envImg, Snap: layering.SealedSnap},
-		CkptSnap: layering.SnapRef{Image: ckptImg, Snap: layering.SealedSnap},
-		Engine:   app.Engine, EngineVersion: version, Driver: dr.Name(), Bytes: ck.Bytes, CheckpointMS: ck.MS,
-		BootReadyMS: float64(bootReady.Microseconds()) / 1000, Node: d.cfg.Node, Spec: app, EnvConfig: &env.Config, Platform: &d.platform}
 	for _, ref := range []layering.SnapRef{g.EnvSnap, g.CkptSnap} {
 		if err := d.deps.Store.Snapshot(ctx, ref); err != nil {
-			return Generation{}, err
+			return err
 		}
 	}
 	o.phase("seal")
 	g.Created, g.Timings = time.Now().UTC(), s.Timings
 	raw, err := json.Marshal(g)
 	if err != nil {
-		return Generation{}, err
+		return err
 	}
-	// The record on the checkpoint image is what makes the generation
-	// visible: it is written last.
-	if err := d.deps.Store.SetMeta(ctx, ckptImg, map[string]string{MetaGeneration: string(raw)}); err != nil {
-		return Generation{}, err
+	if err := d.deps.Store.SetMeta(ctx, g.CkptSnap.Image, map[string]string{MetaGeneration: string(raw)}); err != nil {
+		return err
 	}
-	d.adoptCheckpoint(g, stage)
-	// The images now belong to the generation.
+	d.adoptCheckpoint(*g, stage)
 	s.Images, s.Mappings, s.Handle = nil, nil, nil
 	if err := d.slots.save(s.ID, s); err != nil {
-		return Generation{}, err
+		return err
 	}
 	if err := removeDir(s.Dir); err != nil {
 		d.log.Warn("the sealed slot's directory stays", "slot", s.ID, "err", err)
 	}
-	if err := d.slots.remove(s.ID); err != nil {
-		return Generation{}, err
-	}
-	d.log.Info("checkpoint generation sealed", "app", app.Name, "gen", n, "bytes", ck.Bytes, "timings", g.Timings.String())
-	return g, nil
+	return d.slots.remove(s.ID)
 }

@@ -82,46 +82,6 @@ var _ Driver = (*Container)(nil)
 // Name implements Driver.
 func (c *Container) Name() string { return "container" }
 
-func (c *Container) spec(r Run, image string) runtime.DMTCPContainer {
-	lim := r.App.LimitsOver(r.Limits)
-	dc := runtime.DMTCPContainer{
-		Image:      image,
-		Deployment: r.ID,
-		App:        r.App.Name,
-		Name:       "fd-" + r.ID,
-		EnvPath:    r.EnvPath,
-		CkptPath:   r.CkptPath,
-		CkptSource: r.CkptSource,
-		Env:        appEnv(r.ImageEnv, r.App.Environment),
-		WorkingDir: firstNonEmpty(r.App.WorkDir, r.WorkDir),
-		User:       r.App.User,
-		StopSignal: r.App.StopSignal,
-		// Waited for inside the container, after SIGUSR1.
-		CheckpointDelay: time.Duration(r.App.CheckpointDelay),
-		NanoCPUs:        int64(lim.CPUs * 1e9),
-		MemoryBytes:     lim.MemoryBytes,
-		Network:         networkOf(r.App),
-		NetworkOpen:     r.App.Network != "",
-		PidsLimit:       lim.Pids,
-		OpenFiles:       lim.OpenFiles,
-		LogBytes:        lim.LogBytes,
-		LogFiles:        lim.LogFiles,
-		Labels:          map[string]string{"io.fogdeploy.gen": strconv.Itoa(r.Gen)},
-	}
-	for _, p := range r.App.Ports {
-		dc.Ports = append(dc.Ports, runtime.Port{ContainerPort: uint16(p.Port), Proto: p.Proto})
-	}
-	if rd := r.App.Ready; probedInside(rd) {
-		dc.ReadyAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(rd.Port))
-		if rd.Kind == ReadyHTTP {
-			dc.ReadyHTTPPath, dc.ReadyStatus = rd.Path, rd.Status
-		} else {
-			dc.ReadySend, dc.ReadyExpect = escape(rd.Send), escape(rd.Expect)
-		}
-	}
-	return dc
-}
-
 // Networks of instances (runtime.Spec.Network).
 const (
 	// IsolatedNetwork holds the instances of apps without a network
@@ -169,59 +129,12 @@ func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 	if err := os.MkdirAll(filepath.Join(r.CtlPath, instancectl.IdentityDir), 0o755); err != nil {
 		return Handle{}, fmt.Errorf("control directory of the instance: %w", err)
 	}
-	var dc runtime.DMTCPContainer
-	recyclable := false
-	if r.Mode == RunBoot {
-		dc = c.spec(r, c.BootImage)
-	} else {
-		img, err := c.image(ctx)
-		if err != nil {
-			return Handle{}, err
-		}
-		dc = c.spec(r, img.ref)
-		eng := engine.NameDMTCP
-		if r.App.Engine == engine.NameCRIU {
-			eng = engine.NameCRIU
-		}
-		recyclable = img.recycles(eng)
-		switch {
-		case r.App.Engine != engine.NameCRIU:
-			if err := checkEnvForDMTCP(r.EnvPath, r.App.Env, img.glibc); err != nil {
-				return Handle{}, err
-			}
-		case img.criu == "":
-			return Handle{}, fmt.Errorf("%w: app %s (engine criu): image %s carries no CRIU", ErrDriver, r.App.Name, img.ref)
-		case r.App.User != "":
-			return Handle{}, fmt.Errorf("%w: user %q: CRIU apps run as root (with no capability); run an app that needs a user with the dmtcp engine", ErrInvalidSpec, r.App.User)
-		default:
-			dc.Engine, dc.Lazy = engine.NameCRIU, r.App.Lazy && r.Mode == RunRestart
-		}
-	}
-	// A restore whose root the deployer can reset serves again after its
-	// app ends (Recycle), where the image's entrypoint can for its engine.
-	dc.Recycle = r.Resettable && r.Mode == RunRestart && recyclable
-	dc.CtlPath, dc.Wait = r.CtlPath, true
-	if r.Background {
-		dc.CPUShares = backgroundShares
-	}
-	var spec runtime.Spec
-	switch r.Mode {
-	case RunLaunch:
-		spec = dc.Launch(r.App.Command)
-		spec.Cmd = append(spec.Cmd[:1:1], append([]string{"-gen", strconv.Itoa(r.Gen)}, spec.Cmd[1:]...)...)
-	case RunRestart:
-		if r.CkptSource != "" {
-			// The mount point of the generation's read-only bind.
-			if err := os.MkdirAll(genDir(r.CkptPath, r.Gen), 0o755); err != nil {
-				return Handle{}, fmt.Errorf("checkpoint directory of %s: %w", r.ID, err)
-			}
-		}
-		spec = dc.Restart(r.Gen)
-	case RunBoot:
-		spec = dc.Boot(r.App.Command)
+	spec, recycle, err := c.containerSpec(ctx, r)
+	if err != nil {
+		return Handle{}, err
 	}
 	h := Handle{Driver: c.Name(), EnvPath: r.EnvPath, CkptPath: r.CkptPath, CtlPath: r.CtlPath, Gen: r.Gen, Background: r.Background,
-		Recycle: dc.Recycle}
+		Recycle: recycle}
 	if r.Mode == RunRestart {
 		h.Gen = r.Gen + 1
 	}
@@ -275,11 +188,6 @@ func (c *Container) state(ctx context.Context, h Handle) (runtime.State, error) 
 	}
 	return c.RT.Inspect(ctx, h.Ref)
 }
-
-// backgroundShares is the CPU weight (cpu.shares) of a waiting slot's
-// container: the lowest, so that the pool's refill never competes with the
-// serving instances.
-const backgroundShares = 2
 
 // existing returns the handle of the container that took spec's name, if
 // it is the one spec describes (the same deployment, image and labels)

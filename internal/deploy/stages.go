@@ -91,7 +91,6 @@ func prefixed(p string, t layering.Timings) layering.Timings {
 // the node (meanwhile), and create its instance. src says where the images
 // come from. It leaves s in SlotIdle.
 func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource) (err error) {
-	st, mp := d.deps.Store, d.deps.Mapper
 	// A restore reads its checkpoint from the node's copy (cache.go),
 	// fetched while the environment is cloned, mapped and mounted.
 	var source string
@@ -105,97 +104,22 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 		})
 		defer func() { _ = wait() }()
 	}
-	// With the shared read path, its environment is read from the node's
-	// copy of the generation's (lower.go), made on first use, and its
-	// writable image is a clone of a blank filesystem.
-	env := src.env
-	var lower Lower
-	shared := s.Lower != "" && src.gen != nil
-	if shared {
-		var err error
-		if lower, err = d.lowerFor(ctx, *src.gen); err != nil {
-			return err
-		}
-		if env, err = d.upperSource(ctx, lower); err != nil {
-			return err
-		}
-		o.phase(StepLower)
-	} else if src.gen != nil {
-		// The generation's environment is cloned for this slot (the
-		// node's copy checks it once, makeLower).
-		if _, err := d.deps.Envs.CheckDepth(ctx, src.env, src.app.Env); err != nil {
-			return err
-		}
-	}
-	withCkpt := len(s.Images) > 1
-	ckptStep := func(f func(img string) error) func() error {
-		return func() error {
-			if !withCkpt {
-				return nil
-			}
-			return f(s.Images[1])
-		}
-	}
-	// The two images are independent: each step runs on both at once.
-	if err := both(
-		func() error {
-			err := st.Clone(ctx, env, s.Images[0])
-			if shared && errors.Is(err, layering.ErrNotFound) {
-				// The blank went from the pool since it was found.
-				d.forgetBlank(env)
-				if env, err = d.upperSource(ctx, lower); err == nil {
-					err = st.Clone(ctx, env, s.Images[0])
-				}
-			}
-			return err
-		},
-		ckptStep(func(img string) error { return st.Create(ctx, img, src.ckptSize) })); err != nil {
+	env, lower, err := d.slotEnv(ctx, o, s, src)
+	if err != nil {
 		return err
 	}
-	meta := map[string]string{MetaSlot: s.ID}
-	if shared {
-		meta[MetaRestores] = lower.App + "/" + strconv.Itoa(lower.Gen)
-	}
-	if s.Deployment != "" {
-		meta[MetaDeployment] = s.Deployment
-	}
-	if d.cfg.Node != "" {
-		meta[MetaNode] = d.cfg.Node
-	}
-	for _, img := range s.Images {
-		_ = st.SetMeta(ctx, img, meta)
+	if err := d.cloneSlot(ctx, s, src, env, lower); err != nil {
+		return err
 	}
 	o.phase(StepClone)
-	var envMap, ckptMap *mapper.Mapping
-	if err := both(
-		func() (err error) {
-			envMap, err = mp.Map(ctx, mapper.Image{Pool: d.cfg.Pool, Name: s.Images[0]}, mapper.WithID(s.Mappings[0]))
-			return err
-		},
-		ckptStep(func(img string) (err error) {
-			ckptMap, err = mp.Map(ctx, mapper.Image{Pool: d.cfg.Pool, Name: img}, mapper.WithID(s.Mappings[1]))
-			return err
-		})); err != nil {
+	envMap, ckptMap, err := d.mapSlot(ctx, s)
+	if err != nil {
 		return err
 	}
 	o.phase(StepMap)
-	envPath, ckptPath := filepath.Join(s.Dir, "root"), ""
-	if s.Lower != "" {
-		// The clone takes the overlay's upper directory.
-		envPath = filepath.Join(s.Dir, "disk")
-	}
-	if s.Mode != RunBoot {
-		ckptPath = filepath.Join(s.Dir, "ckpt")
-	}
-	if err := both(
-		func() error { return mp.Mount(ctx, envMap, envPath, mapper.MountOptions{}) },
-		ckptStep(func(string) error { return mp.Mount(ctx, ckptMap, ckptPath, mapper.MountOptions{Format: true}) })); err != nil {
+	envPath, ckptPath, err := d.mountSlot(ctx, s, envMap, ckptMap, lower)
+	if err != nil {
 		return err
-	}
-	if shared {
-		if envPath, err = overlayRoot(ctx, lower, s.Dir); err != nil {
-			return err
-		}
 	}
 	o.phase(StepMount)
 	if src.gen != nil {
@@ -211,6 +135,129 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 		s.Fetched = fetched
 		o.phase(StepFetch)
 	}
+	if err := d.createInstance(ctx, s, src, envPath, ckptPath, source); err != nil {
+		return err
+	}
+	o.phase(StepContainer)
+	s.Phase = SlotIdle
+	return d.slots.save(s.ID, s)
+}
+
+// slotEnv is the environment snapshot a slot clones. With the shared read
+// path (s.Lower) its environment is read from the node's copy of the
+// generation's (lower.go), made on first use, and its writable image is a
+// clone of a blank filesystem; otherwise the generation's environment is
+// cloned for this slot (the node's copy checks it once, makeLower).
+func (d *Deployer) slotEnv(ctx context.Context, o *op, s *Slot, src slotSource) (env layering.SnapRef, lower Lower, err error) {
+	env = src.env
+	switch {
+	case s.Lower != "" && src.gen != nil:
+		if lower, err = d.lowerFor(ctx, *src.gen); err != nil {
+			return layering.SnapRef{}, Lower{}, err
+		}
+		if env, err = d.upperSource(ctx, lower); err != nil {
+			return layering.SnapRef{}, Lower{}, err
+		}
+		o.phase(StepLower)
+	case src.gen != nil:
+		if _, err := d.deps.Envs.CheckDepth(ctx, src.env, src.app.Env); err != nil {
+			return layering.SnapRef{}, Lower{}, err
+		}
+	}
+	return env, lower, nil
+}
+
+// onCkpt runs f on the slot's checkpoint image, if it has one.
+func onCkpt(s *Slot, f func(img string) error) func() error {
+	return func() error {
+		if len(s.Images) < 2 {
+			return nil
+		}
+		return f(s.Images[1])
+	}
+}
+
+// cloneSlot makes the slot's images (the environment's clone, an empty
+// checkpoint image) at once and tags them with what they belong to.
+func (d *Deployer) cloneSlot(ctx context.Context, s *Slot, src slotSource, env layering.SnapRef, lower Lower) error {
+	st := d.deps.Store
+	shared := lower.App != "" // a zero Lower: not on the shared read path
+	if err := both(
+		func() error {
+			err := st.Clone(ctx, env, s.Images[0])
+			if shared && errors.Is(err, layering.ErrNotFound) {
+				// The blank went from the pool since it was found.
+				d.forgetBlank(env)
+				if env, err = d.upperSource(ctx, lower); err == nil {
+					err = st.Clone(ctx, env, s.Images[0])
+				}
+			}
+			return err
+		},
+		onCkpt(s, func(img string) error { return st.Create(ctx, img, src.ckptSize) })); err != nil {
+		return err
+	}
+	meta := map[string]string{MetaSlot: s.ID}
+	if shared {
+		meta[MetaRestores] = lower.App + "/" + strconv.Itoa(lower.Gen)
+	}
+	if s.Deployment != "" {
+		meta[MetaDeployment] = s.Deployment
+	}
+	if d.cfg.Node != "" {
+		meta[MetaNode] = d.cfg.Node
+	}
+	for _, img := range s.Images {
+		_ = st.SetMeta(ctx, img, meta)
+	}
+	return nil
+}
+
+// mapSlot maps the slot's images at once.
+func (d *Deployer) mapSlot(ctx context.Context, s *Slot) (envMap, ckptMap *mapper.Mapping, err error) {
+	mp := d.deps.Mapper
+	err = both(
+		func() (err error) {
+			envMap, err = mp.Map(ctx, mapper.Image{Pool: d.cfg.Pool, Name: s.Images[0]}, mapper.WithID(s.Mappings[0]))
+			return err
+		},
+		onCkpt(s, func(img string) (err error) {
+			ckptMap, err = mp.Map(ctx, mapper.Image{Pool: d.cfg.Pool, Name: img}, mapper.WithID(s.Mappings[1]))
+			return err
+		}))
+	return envMap, ckptMap, err
+}
+
+// mountSlot mounts the slot's mappings at once (the checkpoint image
+// formatted on first mount) and, on the shared read path, the overlay of
+// the node's copy under the clone. It returns the instance's root and
+// checkpoint directory ("" for a boot).
+func (d *Deployer) mountSlot(ctx context.Context, s *Slot, envMap, ckptMap *mapper.Mapping, lower Lower) (envPath, ckptPath string, err error) {
+	mp := d.deps.Mapper
+	envPath = filepath.Join(s.Dir, "root")
+	if s.Lower != "" {
+		// The clone takes the overlay's upper directory.
+		envPath = filepath.Join(s.Dir, "disk")
+	}
+	if s.Mode != RunBoot {
+		ckptPath = filepath.Join(s.Dir, "ckpt")
+	}
+	if err := both(
+		func() error { return mp.Mount(ctx, envMap, envPath, mapper.MountOptions{}) },
+		onCkpt(s, func(string) error { return mp.Mount(ctx, ckptMap, ckptPath, mapper.MountOptions{Format: true}) })); err != nil {
+		return "", "", err
+	}
+	if lower.App != "" {
+		if envPath, err = overlayRoot(ctx, lower, s.Dir); err != nil {
+			return "", "", err
+		}
+	}
+	return envPath, ckptPath, nil
+}
+
+// createInstance creates the slot's instance with its driver, waiting
+// (not started), and records it.
+func (d *Deployer) createInstance(ctx context.Context, s *Slot, src slotSource, envPath, ckptPath, source string) error {
 	ctl := filepath.Join(s.Dir, "ctl")
 	if err := os.MkdirAll(ctl, 0o755); err != nil {
 		return fmt.Errorf("slot %s control directory: %w", s.ID, err)
@@ -230,9 +277,7 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 		_ = dr.Remove(context.WithoutCancel(ctx), h)
 		return err
 	}
-	o.phase(StepContainer)
-	s.Phase = SlotIdle
-	return d.slots.save(s.ID, s)
+	return nil
 }
 
 // slotSource is what a slot's images and instance are made from.

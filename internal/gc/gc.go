@@ -89,112 +89,13 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 	if c.Keep < 1 {
 		return nil, fmt.Errorf("gc: keep %d: keep at least 1 generation per app", c.Keep)
 	}
-	names, err := c.Store.List(ctx)
+	v, err := c.view(ctx)
 	if err != nil {
 		return nil, err
 	}
-	deps, err := c.State.Deployments(ctx)
+	plan, apps, err := c.imageItems(ctx, v)
 	if err != nil {
 		return nil, err
-	}
-	nodes, err := c.State.Nodes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkControlPlane(ctx, c.State, names, nodes); err != nil {
-		return nil, err
-	}
-	known, down := map[string]bool{}, map[string]bool{}
-	for _, n := range nodes {
-		known[n.Name], down[n.Name] = true, !n.Ready
-	}
-	desired := map[string]bool{}
-	for _, d := range deps {
-		desired[d.ID] = true
-	}
-	slots, err := slotOwners(ctx, c.State, deps)
-	if err != nil {
-		return nil, err
-	}
-	// Only this PoP's apps: a pool may serve more than one PoP.
-	registered, err := c.State.Apps(ctx)
-	if err != nil {
-		return nil, err
-	}
-	isRegistered := func(app string) bool {
-		return slices.ContainsFunc(registered, func(a deploy.App) bool { return a.Name == app })
-	}
-	selected := func(app string) bool { return len(c.Apps) == 0 || slices.Contains(c.Apps, app) }
-	want := func(app string) bool { return isRegistered(app) && selected(app) }
-	recs, err := c.State.Checkpoints(ctx, "")
-	if err != nil {
-		return nil, err
-	}
-	recorded := map[string]bool{}
-	for _, g := range recs {
-		recorded[g.App+"/"+strconv.Itoa(g.Gen)] = true
-	}
-	var plan []Item
-	apps := map[string]bool{}
-	partial := map[string]*Item{}
-	for _, n := range names {
-		app, gen, _, ok := deploy.ParseGenImage(n)
-		if ok && (want(app) || !isRegistered(app) && selected(app) && !recorded[app+"/"+strconv.Itoa(gen)]) {
-			var it *Item
-			if isRegistered(app) {
-				apps[app] = true
-				it, err = c.partial(ctx, n, app, gen, known)
-			} else {
-				it, err = c.unrecorded(ctx, n, app, gen, known)
-			}
-			if err != nil {
-				return nil, err
-			}
-			if it != nil {
-				key := app + "/" + strconv.Itoa(gen)
-				if p, ok := partial[key]; ok {
-					p.Images = append(p.Images, n)
-				} else {
-					partial[key] = it
-				}
-			}
-			continue
-		}
-		if layering.IsBlankName(n) {
-			if !c.Blanks {
-				continue
-			}
-			it, err := c.blank(ctx, n)
-			if err != nil {
-				return nil, err
-			}
-			if it != nil {
-				plan = append(plan, *it)
-			}
-			continue
-		}
-		if strings.HasPrefix(n, layering.ExecPrefix) {
-			it, err := c.execClone(ctx, n)
-			if err != nil {
-				return nil, err
-			}
-			if it != nil {
-				plan = append(plan, *it)
-			}
-			continue
-		}
-		if strings.HasPrefix(n, deploy.InstancePrefix) {
-			it, err := c.clone(ctx, n, known, down, desired, slots)
-			if err != nil {
-				return nil, err
-			}
-			if it != nil {
-				plan = append(plan, *it)
-			}
-		}
-	}
-	for _, it := range partial {
-		plan = append(plan, *it)
 	}
 	for app := range apps {
 		items, err := Retain(ctx, c.Store, app, c.Keep, true)
@@ -203,28 +104,12 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 		}
 		plan = append(plan, items...)
 	}
-	for _, g := range recs {
-		if !isRegistered(g.App) && selected(g.App) {
-			// A generation of an app removed from this PoP (its record is
-			// in this PoP's etcd): it goes with its images.
-			it, err := removedAppGeneration(ctx, c.Store, g)
-			if err != nil {
-				return nil, err
-			}
-			plan = append(plan, it)
-			continue
-		}
-		if !want(g.App) {
-			continue
-		}
-		if _, err := c.Store.Stat(ctx, g.CkptSnap.Image); errors.Is(err, layering.ErrNotFound) {
-			plan = append(plan, Item{Kind: KindRecord, Name: fmt.Sprintf("%s/%d", g.App, g.Gen), App: g.App, Gen: g.Gen,
-				Reason: "its checkpoint image " + g.CkptSnap.Image + " is gone"})
-		} else if err != nil {
-			return nil, err
-		}
+	records, err := c.recordItems(ctx, v)
+	if err != nil {
+		return nil, err
 	}
-	stale, err := staleStatuses(ctx, c.State, nodes)
+	plan = append(plan, records...)
+	stale, err := staleStatuses(ctx, c.State, v.nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -235,6 +120,152 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 		}
 		return plan[i].Name < plan[j].Name
 	})
+	return plan, nil
+}
+
+// popView is what Plan reads of the pool and the PoP's state before it
+// decides.
+type popView struct {
+	names      []string // the pool's images
+	nodes      []state.Node
+	known      map[string]bool // node names
+	down       map[string]bool // nodes whose agent's lease is gone
+	desired    map[string]bool // deployment IDs
+	slots      slotUse
+	registered []deploy.App
+	recs       []deploy.Generation
+	recorded   map[string]bool // app/gen of every generation record
+	apps       []string        // Config.Apps: only these (none: all)
+}
+
+// view reads the pool and the PoP's state, and refuses when etcd is not
+// the PoP's (checkControlPlane).
+func (c Config) view(ctx context.Context) (*popView, error) {
+	v := &popView{known: map[string]bool{}, down: map[string]bool{}, desired: map[string]bool{}, recorded: map[string]bool{}, apps: c.Apps}
+	var err error
+	if v.names, err = c.Store.List(ctx); err != nil {
+		return nil, err
+	}
+	deps, err := c.State.Deployments(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if v.nodes, err = c.State.Nodes(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkControlPlane(ctx, c.State, v.names, v.nodes); err != nil {
+		return nil, err
+	}
+	for _, n := range v.nodes {
+		v.known[n.Name], v.down[n.Name] = true, !n.Ready
+	}
+	for _, d := range deps {
+		v.desired[d.ID] = true
+	}
+	if v.slots, err = slotOwners(ctx, c.State, deps); err != nil {
+		return nil, err
+	}
+	// Only this PoP's apps: a pool may serve more than one PoP.
+	if v.registered, err = c.State.Apps(ctx); err != nil {
+		return nil, err
+	}
+	if v.recs, err = c.State.Checkpoints(ctx, ""); err != nil {
+		return nil, err
+	}
+	for _, g := range v.recs {
+		v.recorded[g.App+"/"+strconv.Itoa(g.Gen)] = true
+	}
+	return v, nil
+}
+
+func (v *popView) isRegistered(app string) bool {
+	return slices.ContainsFunc(v.registered, func(a deploy.App) bool { return a.Name == app })
+}
+
+func (v *popView) selected(app string) bool { return len(v.apps) == 0 || slices.Contains(v.apps, app) }
+
+func (v *popView) want(app string) bool { return v.isRegistered(app) && v.selected(app) }
+
+// imageItems goes through the pool's images: the unsealed images of
+// generations (one item per generation), the blank filesystems (with
+// Config.Blanks), the clones of `fogctl env exec` and the instances' clones
+// that nothing owns. apps are the registered apps whose generations
+// Retain then trims.
+func (c Config) imageItems(ctx context.Context, v *popView) (plan []Item, apps map[string]bool, err error) {
+	apps = map[string]bool{}
+	partial := map[string]*Item{}
+	for _, n := range v.names {
+		var it *Item
+		app, gen, _, ok := deploy.ParseGenImage(n)
+		switch {
+		case ok && (v.want(app) || !v.isRegistered(app) && v.selected(app) && !v.recorded[app+"/"+strconv.Itoa(gen)]):
+			if v.isRegistered(app) {
+				apps[app] = true
+				it, err = c.partial(ctx, n, app, gen, v.known)
+			} else {
+				it, err = c.unrecorded(ctx, n, app, gen, v.known)
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+			if it != nil {
+				key := app + "/" + strconv.Itoa(gen)
+				if p, ok := partial[key]; ok {
+					p.Images = append(p.Images, n)
+				} else {
+					partial[key] = it
+				}
+			}
+			continue
+		case layering.IsBlankName(n):
+			if !c.Blanks {
+				continue
+			}
+			it, err = c.blank(ctx, n)
+		case strings.HasPrefix(n, layering.ExecPrefix):
+			it, err = c.execClone(ctx, n)
+		case strings.HasPrefix(n, deploy.InstancePrefix):
+			it, err = c.clone(ctx, n, v.known, v.down, v.desired, v.slots)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if it != nil {
+			plan = append(plan, *it)
+		}
+	}
+	for _, it := range partial {
+		plan = append(plan, *it)
+	}
+	return plan, apps, nil
+}
+
+// recordItems goes through the generation records: those of apps removed
+// from the PoP go with their images; a record whose checkpoint image is
+// gone goes alone.
+func (c Config) recordItems(ctx context.Context, v *popView) ([]Item, error) {
+	var plan []Item
+	for _, g := range v.recs {
+		if !v.isRegistered(g.App) && v.selected(g.App) {
+			// A generation of an app removed from this PoP (its record is
+			// in this PoP's etcd): it goes with its images.
+			it, err := removedAppGeneration(ctx, c.Store, g)
+			if err != nil {
+				return nil, err
+			}
+			plan = append(plan, it)
+			continue
+		}
+		if !v.want(g.App) {
+			continue
+		}
+		if _, err := c.Store.Stat(ctx, g.CkptSnap.Image); errors.Is(err, layering.ErrNotFound) {
+			plan = append(plan, Item{Kind: KindRecord, Name: fmt.Sprintf("%s/%d", g.App, g.Gen), App: g.App, Gen: g.Gen,
+				Reason: "its checkpoint image " + g.CkptSnap.Image + " is gone"})
+		} else if err != nil {
+			return nil, err
+		}
+	}
 	return plan, nil
 }
 

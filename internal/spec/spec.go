@@ -278,118 +278,153 @@ func (a App) WithDefaults() App {
 // Validate reports every problem of the spec at once; each error names the
 // field, says how to fix it and wraps ErrInvalidSpec.
 func (a App) Validate() error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: "+format+": %w", append(append([]any{field}, args...), ErrInvalidSpec)...))
-	}
-	named := func(field, v string) {
-		if err := layering.ValidateName(field, v); err != nil {
-			errs = append(errs, fmt.Errorf("%w: %w", err, ErrInvalidSpec))
+	var p problems
+	for _, f := range [][2]string{{"name", a.Name}, {"env", a.Env}} {
+		if err := layering.ValidateName(f[0], f[1]); err != nil {
+			p.fail(err)
 		}
 	}
-	named("name", a.Name)
-	named("env", a.Env)
 	if a.Network != "" && !networkName.MatchString(a.Network) {
-		bad("network", "%q: give 1 to 30 lowercase letters, digits or '-' (not first or last), e.g. shop", a.Network)
+		p.bad("network", "%q: give 1 to 30 lowercase letters, digits or '-' (not first or last), e.g. shop", a.Network)
 	}
+	a.validateProcess(&p)
+	a.validatePorts(&p)
+	a.validateReady(p.bad)
+	a.validateResources(&p)
+	a.validateCheckpoint(&p)
+	return p.err()
+}
+
+// problems collects what is wrong with a spec, each wrapping
+// ErrInvalidSpec, so that one answer names every field to fix.
+type problems struct{ errs []error }
+
+// bad says what is wrong with field and how to fix it.
+func (p *problems) bad(field, format string, args ...any) {
+	p.errs = append(p.errs, fmt.Errorf("%s: "+format+": %w", append(append([]any{field}, args...), ErrInvalidSpec)...))
+}
+
+// fail adds an error that names its field itself.
+func (p *problems) fail(err error) {
+	p.errs = append(p.errs, fmt.Errorf("%w: %w", err, ErrInvalidSpec))
+}
+
+func (p *problems) err() error { return errors.Join(p.errs...) }
+
+// validateProcess checks what the app's process is started with: its
+// command, post_restore, environment, workdir and user.
+func (a App) validateProcess(p *problems) {
 	if len(a.Command) == 0 || strings.TrimSpace(a.Command[0]) == "" {
-		bad("command", "is empty: give the app's command line, e.g. [redis-server, --port, \"6379\"]")
+		p.bad("command", "is empty: give the app's command line, e.g. [redis-server, --port, \"6379\"]")
 	}
 	checkArgs := func(field string, args []string) {
 		if len(args) > maxArgs {
-			bad(field, "has %d arguments: use at most %d", len(args), maxArgs)
+			p.bad(field, "has %d arguments: use at most %d", len(args), maxArgs)
 		}
 		for i, s := range args {
 			if len(s) > maxArgLen || strings.ContainsRune(s, 0) {
-				bad(fmt.Sprintf("%s[%d]", field, i), "is longer than %d bytes or holds a NUL byte", maxArgLen)
+				p.bad(fmt.Sprintf("%s[%d]", field, i), "is longer than %d bytes or holds a NUL byte", maxArgLen)
 			}
 		}
 	}
 	checkArgs("command", a.Command)
 	if a.PostRestore != nil && (len(a.PostRestore) == 0 || strings.TrimSpace(a.PostRestore[0]) == "") {
-		bad("post_restore", "is empty: give the command each restored instance runs, e.g. [sh, -c, \"redis-cli SET instance $FOGDEPLOY_INSTANCE\"], or leave it out")
+		p.bad("post_restore", "is empty: give the command each restored instance runs, e.g. [sh, -c, \"redis-cli SET instance $FOGDEPLOY_INSTANCE\"], or leave it out")
 	}
 	checkArgs("post_restore", a.PostRestore)
 	checkArgs("environment", a.Environment)
 	for i, kv := range a.Environment {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsAny(k, " \t\n") {
-			bad(fmt.Sprintf("environment[%d]", i), "%q is not KEY=VALUE", kv)
+			p.bad(fmt.Sprintf("environment[%d]", i), "%q is not KEY=VALUE", kv)
 		}
 	}
 	if a.WorkDir != "" && !strings.HasPrefix(a.WorkDir, "/") {
-		bad("workdir", "%q is not absolute: give a path inside the environment, e.g. /srv", a.WorkDir)
+		p.bad("workdir", "%q is not absolute: give a path inside the environment, e.g. /srv", a.WorkDir)
 	}
 	if a.User != "" {
 		if err := validateUser(a.User); err != nil {
-			bad("user", "%v", err)
+			p.bad("user", "%v", err)
 		}
 		if a.Engine == engine.NameCRIU {
-			bad("user", "is only available with the dmtcp engine (or auto, which then uses dmtcp only): CRIU apps run as root")
+			p.bad("user", "is only available with the dmtcp engine (or auto, which then uses dmtcp only): CRIU apps run as root")
 		}
 	}
+}
+
+// validatePorts checks the published ports: in range, tcp or udp, each
+// once.
+func (a App) validatePorts(p *problems) {
 	seen := map[string]bool{}
-	for i, p := range a.Ports {
+	for i, pt := range a.Ports {
 		f := fmt.Sprintf("ports[%d]", i)
-		if p.Port < 1 || p.Port > 65535 {
-			bad(f+".port", "%d is out of range: use 1-65535", p.Port)
+		if pt.Port < 1 || pt.Port > 65535 {
+			p.bad(f+".port", "%d is out of range: use 1-65535", pt.Port)
 		}
-		if p.Proto != "" && p.Proto != "tcp" && p.Proto != "udp" {
-			bad(f+".proto", "%q: use tcp or udp", p.Proto)
+		if pt.Proto != "" && pt.Proto != "tcp" && pt.Proto != "udp" {
+			p.bad(f+".proto", "%q: use tcp or udp", pt.Proto)
 		}
-		key := fmt.Sprintf("%d/%s", p.Port, p.Proto)
+		key := fmt.Sprintf("%d/%s", pt.Port, pt.Proto)
 		if seen[key] {
-			bad(f, "%s is listed twice", key)
+			p.bad(f, "%s is listed twice", key)
 		}
 		seen[key] = true
 	}
-	a.validateReady(bad)
+}
+
+// validateResources checks the CPU and memory limits.
+func (a App) validateResources(p *problems) {
 	if c := a.Resources.CPUs; c < 0 || c > 0 && c < MinCPUs || math.IsNaN(c) || math.IsInf(c, 0) || c > 1024 {
-		bad("resources.cpus", "%v: give a number of CPUs between %v and 1024, or 0 for no limit", c, MinCPUs)
+		p.bad("resources.cpus", "%v: give a number of CPUs between %v and 1024, or 0 for no limit", c, MinCPUs)
 	}
 	if a.Resources.Memory != "" {
 		if n, err := layering.ParseSize("resources.memory", a.Resources.Memory); err != nil {
-			errs = append(errs, fmt.Errorf("%w: %w", err, ErrInvalidSpec))
+			p.fail(err)
 		} else if n < 6<<20 {
-			bad("resources.memory", "%s is below the 6M Docker accepts", a.Resources.Memory)
+			p.bad("resources.memory", "%s is below the 6M Docker accepts", a.Resources.Memory)
 		}
 	}
+}
+
+// validateCheckpoint checks how the app is checkpointed and deployed: its
+// engine and what the engine allows, its stop signal and delay, its mode,
+// pool and checkpoint size.
+func (a App) validateCheckpoint(p *problems) {
 	switch a.Engine {
 	case "", engine.NameDMTCP, engine.NameCRIU, EngineAuto:
 	default:
-		bad("engine", "%q is not an engine: use dmtcp, criu or auto (each the node has, the fastest restore)", a.Engine)
+		p.bad("engine", "%q is not an engine: use dmtcp, criu or auto (each the node has, the fastest restore)", a.Engine)
 	}
 	if a.Lazy && a.Engine != engine.NameCRIU && a.Engine != EngineAuto {
-		bad("lazy", "needs engine criu (or auto): only CRIU restores lazily")
+		p.bad("lazy", "needs engine criu (or auto): only CRIU restores lazily")
 	}
 	switch a.Compression {
 	case "", "none":
 	case "gzip":
 		if a.Engine == engine.NameCRIU {
-			bad("compression", "gzip is only available with the dmtcp engine")
+			p.bad("compression", "gzip is only available with the dmtcp engine")
 		}
 	default:
-		bad("compression", "%q: use none or gzip", a.Compression)
+		p.bad("compression", "%q: use none or gzip", a.Compression)
 	}
 	if a.StopSignal != "" && !slices.Contains(stopSignals, a.StopSignal) {
-		bad("stop_signal", "%q: use one of %s", a.StopSignal, strings.Join(stopSignals, ", "))
+		p.bad("stop_signal", "%q: use one of %s", a.StopSignal, strings.Join(stopSignals, ", "))
 	}
 	if a.CheckpointDelay < 0 || time.Duration(a.CheckpointDelay) > time.Minute {
-		bad("checkpoint_delay", "%s: use a duration between 0 and 1m", time.Duration(a.CheckpointDelay))
+		p.bad("checkpoint_delay", "%s: use a duration between 0 and 1m", time.Duration(a.CheckpointDelay))
 	}
 	if err := ValidateMode(a.Mode); err != nil {
-		bad("mode", "%q: %s", a.Mode, ModeHelp)
+		p.bad("mode", "%q: %s", a.Mode, ModeHelp)
 	}
 	if a.Pool != nil && (*a.Pool < 0 || *a.Pool > MaxPool) {
-		bad("pool", "%d: give the number of idle slots each node keeps, 0 to %d (0: no pool)", *a.Pool, MaxPool)
+		p.bad("pool", "%d: give the number of idle slots each node keeps, 0 to %d (0: no pool)", *a.Pool, MaxPool)
 	}
 	if a.CheckpointSize != "" {
 		if n, err := layering.ParseSize("checkpoint_size", a.CheckpointSize); err != nil {
-			errs = append(errs, fmt.Errorf("%w: %w", err, ErrInvalidSpec))
+			p.fail(err)
 		} else if n < 64<<20 {
-			bad("checkpoint_size", "%s is too small: use at least 64M", a.CheckpointSize)
+			p.bad("checkpoint_size", "%s is too small: use at least 64M", a.CheckpointSize)
 		}
 	}
-	return errors.Join(errs...)
 }
 
 func (a App) validateReady(bad func(field, format string, args ...any)) {
