@@ -54,13 +54,13 @@ func (d *Deployer) StartAhead(ctx context.Context, g Generation, id string) (_ S
 		return Slot{}, err
 	}
 	d.slotMu.Lock()
-	s, err := d.slots.load(id)
+	s, err := d.slots.Load(id)
 	if _, idle := d.idle[id]; err == nil && (!s.Pool || s.Phase != SlotIdle || s.Ahead || s.Mode != RunRestart || s.Handle == nil || s.Gen != g.Gen || s.App != g.App || !idle) {
 		err = fmt.Errorf("slot %s (%s, generation %d of %s): not an idle pool slot waiting for an order: %w", id, s.Phase, s.Gen, s.App, ErrNotAhead)
 	}
 	if err == nil {
 		s.Phase = SlotStarting
-		if err = d.slots.save(id, &s); err == nil {
+		if err = d.slots.Save(id, &s); err == nil {
 			d.withdraw(id) // no deploy claims it while it is Starting
 		}
 	}
@@ -102,7 +102,7 @@ func (d *Deployer) StartAhead(ctx context.Context, g Generation, id string) (_ S
 	h.Background = bg
 	d.slotMu.Lock()
 	s.Handle, s.Ahead, s.Phase, s.Timings = &h, true, SlotIdle, timings
-	err = d.slots.save(id, &s)
+	err = d.slots.Save(id, &s)
 	d.slotMu.Unlock()
 	if err != nil {
 		return Slot{}, err

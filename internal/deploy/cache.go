@@ -95,7 +95,7 @@ func (d *Deployer) CacheBudget() int64 { return d.cache.Budget() }
 // rejected) and then the least recently used ones beyond the budget; the
 // generations of this node's slots stay.
 func (d *Deployer) TrimCache(keep func(gencache.Key) bool) ([]gencache.Entry, error) {
-	slots, err := d.slots.list()
+	slots, err := d.slots.List()
 	if err != nil {
 		return nil, err
 	}

@@ -170,11 +170,11 @@ func (d *Deployer) seal(ctx context.Context, o *op, s *Slot, dr Driver, h Handle
 	}
 	d.adoptCheckpoint(*g, stage)
 	s.Images, s.Mappings, s.Handle = nil, nil, nil
-	if err := d.slots.save(s.ID, s); err != nil {
+	if err := d.slots.Save(s.ID, s); err != nil {
 		return err
 	}
 	if err := removeDir(s.Dir); err != nil {
 		d.log.Warn("the sealed slot's directory stays", "slot", s.ID, "err", err)
 	}
-	return d.slots.remove(s.ID)
+	return d.slots.Remove(s.ID)
 }

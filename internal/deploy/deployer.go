@@ -21,7 +21,8 @@
 // Where each concern lives: deployer.go (wiring: Config, Deps, the
 // drivers), policy.go (Deploy's choice), stages.go (the stages every
 // instance goes through), boot.go, checkpoint.go and restore.go (the three
-// ways an instance starts), undeploy.go, records.go (the journal),
+// ways an instance starts), undeploy.go, records.go (the records, kept by
+// internal/journal),
 // generations.go, cache.go (the node's copies of generations), driver.go with container.go and host.go (where the app
 // runs: create, then start; drivertest is their behaviour suite), ready.go
 // and alive.go (readiness and liveness), spec.go (app specs), envcheck.go
@@ -42,6 +43,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/gencache"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/journal"
 	"github.com/fogdeploy/fogdeploy/internal/keyedmutex"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -149,9 +151,9 @@ type Deployer struct {
 	deps Deps
 	log  *slog.Logger
 
-	// deployments and slots are the record store (journal.go).
-	deployments journal[Deployment]
-	slots       journal[Slot]
+	// deployments and slots are the record store (internal/journal).
+	deployments journal.Journal[Deployment]
+	slots       journal.Journal[Slot]
 	// slotMu guards idle and claimed, and the phase changes of the slots
 	// in them.
 	slotMu sync.Mutex
@@ -184,7 +186,7 @@ type Deployer struct {
 	cache *gencache.Cache
 	// lowers are the node's read-only copies of generations'
 	// environments (lower.go), one maker of each at a time.
-	lowers    journal[Lower]
+	lowers    journal.Journal[Lower]
 	lowerLock keyedmutex.Map[string]
 	// blanks are the pool's blank filesystems by size (lower.go), as
 	// found or made: one per environment size.
@@ -237,9 +239,9 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 		deps.Log.Info("checkpoint cache: removed what interrupted fills left", "paths", removed)
 	}
 	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{}, idle: map[string]idleSlot{}, claimed: map[string]claimedSlot{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
-		deployments: journal[Deployment]{dir: filepath.Join(cfg.StateDir, "deployments"), what: "deployment", notFound: ErrNotFound},
-		slots:       journal[Slot]{dir: filepath.Join(cfg.StateDir, "slots"), what: "slot", notFound: ErrNoSlot},
-		lowers:      journal[Lower]{dir: filepath.Join(cfg.StateDir, "lowers", "records"), what: "environment copy", notFound: ErrNoLower},
+		deployments: journal.Journal[Deployment]{Dir: filepath.Join(cfg.StateDir, "deployments"), What: "deployment", NotFound: ErrNotFound, Exists: ErrExists},
+		slots:       journal.Journal[Slot]{Dir: filepath.Join(cfg.StateDir, "slots"), What: "slot", NotFound: ErrNoSlot, Exists: ErrExists},
+		lowers:      journal.Journal[Lower]{Dir: filepath.Join(cfg.StateDir, "lowers", "records"), What: "environment copy", NotFound: ErrNoLower, Exists: ErrExists},
 	}, nil
 }
 

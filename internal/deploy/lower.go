@@ -111,7 +111,7 @@ func (d *Deployer) lowerFor(ctx context.Context, g Generation) (Lower, error) {
 	id := lowerID(g.App, g.Gen)
 	unlock := d.lowerLock.Lock(id)
 	defer unlock()
-	rec, err := d.lowers.load(id)
+	rec, err := d.lowers.Load(id)
 	if err == nil && rec.Ready && rec.Sealed.Equal(g.Created) {
 		if ok, err := lowerMounted(rec.Root); err == nil && ok {
 			if rec.Size == 0 {
@@ -132,7 +132,7 @@ func (d *Deployer) lowerFor(ctx context.Context, g Generation) (Lower, error) {
 	}
 	rec = Lower{ID: id, App: g.App, Gen: g.Gen, Sealed: g.Created, Image: LowerImage(g.App, g.Gen, d.cfg.Node),
 		Root: filepath.Join(d.cfg.StateDir, "lowers", id), Created: time.Now().UTC()}
-	if err := d.lowers.create(id, &rec, true); err != nil {
+	if err := d.lowers.Create(id, &rec, true); err != nil {
 		return Lower{}, err
 	}
 	if err := d.makeLower(ctx, g, &rec); err != nil {
@@ -172,7 +172,7 @@ func (d *Deployer) sizeLower(ctx context.Context, rec *Lower) error {
 		return fmt.Errorf("size of the node copy %s: %w", rec.Image, err)
 	}
 	rec.Size = info.Size
-	return d.lowers.save(rec.ID, rec)
+	return d.lowers.Save(rec.ID, rec)
 }
 
 // upperSource is the snapshot that an instance's writable image over
@@ -222,20 +222,20 @@ func (d *Deployer) dropLower(ctx context.Context, rec Lower) error {
 		return fmt.Errorf("remove the node copy of %s generation %d: %w", rec.App, rec.Gen, err)
 	}
 	_ = os.Remove(rec.Root)
-	return d.lowers.remove(rec.ID)
+	return d.lowers.Remove(rec.ID)
 }
 
 // ErrNoLower: the node holds no copy of that generation's environment.
 var ErrNoLower = errors.New("no node copy of the environment")
 
 // Lowers lists the node's read-only copies of generations' environments.
-func (d *Deployer) Lowers() ([]Lower, error) { return d.lowers.list() }
+func (d *Deployer) Lowers() ([]Lower, error) { return d.lowers.List() }
 
 // TrimLowers drops the node's copies of generations' environments that no
 // instance on the node uses and that keep rejects (nil: every unused one),
 // and returns them.
 func (d *Deployer) TrimLowers(ctx context.Context, keep func(Lower) bool) ([]Lower, error) {
-	recs, err := d.lowers.list()
+	recs, err := d.lowers.List()
 	if err != nil {
 		return nil, err
 	}
@@ -264,7 +264,7 @@ func (d *Deployer) TrimLowers(ctx context.Context, keep func(Lower) bool) ([]Low
 // lowerUsed reports whether a slot or a deployment of this node reads
 // from lower id.
 func (d *Deployer) lowerUsed(id string) (bool, error) {
-	slots, err := d.slots.list()
+	slots, err := d.slots.List()
 	if err != nil {
 		return false, err
 	}
@@ -273,7 +273,7 @@ func (d *Deployer) lowerUsed(id string) (bool, error) {
 			return true, nil
 		}
 	}
-	recs, err := d.deployments.list()
+	recs, err := d.deployments.List()
 	if err != nil {
 		return false, err
 	}

@@ -40,7 +40,7 @@ func (d *Deployer) ProvisionPoolSlot(ctx context.Context, g Generation) (_ Slot,
 		return Slot{}, err
 	}
 	// The record of the deployment that binds the slot is written there.
-	if err := d.slots.reserve(s.ID); err != nil {
+	if err := d.slots.Reserve(s.ID); err != nil {
 		return Slot{}, fmt.Errorf("pool slot %s: %w", s.ID, err)
 	}
 	d.offer(s, &g)
@@ -199,12 +199,12 @@ func (d *Deployer) PoolSlots() ([]Slot, error) {
 // released IDs.
 func (d *Deployer) DropPool(ctx context.Context, app string, drop func(Slot) bool) ([]string, error) {
 	d.slotMu.Lock()
-	all, err := d.slots.list()
+	all, err := d.slots.List()
 	var picked []Slot
 	for _, s := range all {
 		if _, idle := d.idle[s.ID]; err == nil && s.Pool && s.App == app && s.Phase == SlotIdle && idle && (drop == nil || drop(s)) {
 			s.Phase = SlotReleasing
-			if serr := d.slots.save(s.ID, &s); serr != nil {
+			if serr := d.slots.Save(s.ID, &s); serr != nil {
 				err = serr
 				break
 			}

@@ -166,7 +166,7 @@ func (d *Deployer) Mappings() (map[string]bool, error) {
 		}
 	}
 	// The node's copies of environments are kept across restarts.
-	lowers, err := d.lowers.list()
+	lowers, err := d.lowers.List()
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +178,7 @@ func (d *Deployer) Mappings() (map[string]bool, error) {
 
 // List returns this node's deployment records, by ID.
 func (d *Deployer) List() ([]Deployment, error) {
-	return d.deployments.list()
+	return d.deployments.List()
 }
 
 // Load reads a deployment record.
@@ -186,7 +186,7 @@ func (d *Deployer) Load(id string) (Deployment, error) {
 	if err := ValidateID(id); err != nil {
 		return Deployment{}, err
 	}
-	return d.deployments.load(id)
+	return d.deployments.Load(id)
 }
 
 // Recover undoes every deployment record left in a state other than
@@ -215,8 +215,8 @@ func (d *Deployer) Recover(ctx context.Context) ([]string, error) {
 // save that names its slot is durable before anything is made for it
 // (provisionFor), or a claimed slot's record says whose it is: it need
 // not wait for the disk.
-func (d *Deployer) create(rec *Deployment) error { return d.deployments.create(rec.ID, rec, false) }
+func (d *Deployer) create(rec *Deployment) error { return d.deployments.Create(rec.ID, rec, false) }
 
-func (d *Deployer) save(rec *Deployment) error { return d.deployments.save(rec.ID, rec) }
+func (d *Deployer) save(rec *Deployment) error { return d.deployments.Save(rec.ID, rec) }
 
-func (d *Deployer) remove(id string) error { return d.deployments.remove(id) }
+func (d *Deployer) remove(id string) error { return d.deployments.Remove(id) }

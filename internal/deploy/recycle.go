@@ -40,26 +40,26 @@ func (d *Deployer) Recycle(ctx context.Context, id string) (Slot, error) {
 	if err != nil {
 		return Slot{}, err
 	}
-	lower, err := d.lowers.load(rec.Lower)
+	lower, err := d.lowers.Load(rec.Lower)
 	if err != nil {
 		return Slot{}, fmt.Errorf("deployment %s: node copy %s: %w (%w)", id, rec.Lower, err, ErrNotRecyclable)
 	}
 	s := &Slot{ID: rec.Slot, App: rec.App, Node: d.cfg.Node, Gen: rec.Gen, Mode: RunRestart, Phase: SlotRecycling, Pool: true,
 		Deployment: id, Owned: rec.Owned, Ports: rec.Ports, Created: time.Now().UTC()}
-	if err := d.slots.save(s.ID, s); err != nil {
+	if err := d.slots.Save(s.ID, s); err != nil {
 		return Slot{}, err
 	}
 	// Its images no longer name the deployment: gc takes a clone of a
 	// deployment that is gone for an orphan.
 	for _, img := range s.Images {
 		if err := d.deps.Store.SetMeta(ctx, img, map[string]string{MetaDeployment: ""}); err != nil && !errors.Is(err, layering.ErrNotFound) {
-			return Slot{}, errors.Join(fmt.Errorf("recycle deployment %s: unmark image %s: %w", id, img, err), d.slots.remove(s.ID))
+			return Slot{}, errors.Join(fmt.Errorf("recycle deployment %s: unmark image %s: %w", id, img, err), d.slots.Remove(s.ID))
 		}
 	}
 	// From here the slot's record owns the resources (RecoverSlots keeps
 	// the deployment's while both exist).
 	if err := d.remove(id); err != nil {
-		_ = d.slots.remove(s.ID)
+		_ = d.slots.Remove(s.ID)
 		return Slot{}, err
 	}
 	o := d.newOp(&s.Timings, nil)
@@ -67,9 +67,9 @@ func (d *Deployer) Recycle(ctx context.Context, id string) (Slot, error) {
 	if err == nil {
 		o.phase(StepRecycle)
 		s.Handle, s.Phase, s.Deployment = &h, SlotIdle, ""
-		err = d.slots.reserve(s.ID)
+		err = d.slots.Reserve(s.ID)
 		if err == nil {
-			err = d.slots.save(s.ID, s)
+			err = d.slots.Save(s.ID, s)
 		}
 		if err == nil {
 			d.offer(s, nil)

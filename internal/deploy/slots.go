@@ -125,7 +125,7 @@ func (d *Deployer) newSlot(app string, gen int, mode RunMode, pool bool, dep str
 	if mode == RunRestart && d.cfg.EnvRead == EnvShared {
 		s.Lower = lowerID(app, gen)
 	}
-	if err := d.slots.create(id, s, true); err != nil {
+	if err := d.slots.Create(id, s, true); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -136,7 +136,7 @@ func (d *Deployer) newSlot(app string, gen int, mode RunMode, pool bool, dep str
 // way is SlotClaimed, with its deployment, though its record says Idle
 // (claim).
 func (d *Deployer) Slots() ([]Slot, error) {
-	all, err := d.slots.list()
+	all, err := d.slots.List()
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +153,7 @@ func (d *Deployer) LoadSlot(id string) (Slot, error) {
 	if err := ValidateID(id); err != nil {
 		return Slot{}, err
 	}
-	s, err := d.slots.load(id)
+	s, err := d.slots.Load(id)
 	if err != nil {
 		return Slot{}, err
 	}
@@ -175,7 +175,7 @@ func (d *Deployer) withClaim(s *Slot) {
 // mounts, mappings, images and record. It is idempotent.
 func (d *Deployer) ReleaseSlot(ctx context.Context, id string) error {
 	d.forget(id)
-	s, err := d.slots.load(id)
+	s, err := d.slots.Load(id)
 	if errors.Is(err, ErrNoSlot) {
 		return nil
 	}
@@ -185,10 +185,10 @@ func (d *Deployer) ReleaseSlot(ctx context.Context, id string) error {
 	if err := d.releaseResources(ctx, id, s.Owned, id); err != nil {
 		return err
 	}
-	if err := d.slots.unreserve(id); err != nil {
+	if err := d.slots.Unreserve(id); err != nil {
 		return err
 	}
-	return d.slots.remove(id)
+	return d.slots.Remove(id)
 }
 
 // claim takes the oldest idle pool slot of app's generation gen for
@@ -247,7 +247,7 @@ func (d *Deployer) unclaim(id string) {
 // short) loses its record only; every other slot, idle ones included, is
 // released (the warm pool provisions anew). It returns the released IDs.
 func (d *Deployer) RecoverSlots(ctx context.Context) ([]string, error) {
-	slots, err := d.slots.list()
+	slots, err := d.slots.List()
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +265,7 @@ func (d *Deployer) RecoverSlots(ctx context.Context) ([]string, error) {
 	var errs []error
 	for _, s := range slots {
 		if bound[s.ID] {
-			_ = d.slots.remove(s.ID)
+			_ = d.slots.Remove(s.ID)
 			continue
 		}
 		if err := d.ReleaseSlot(ctx, s.ID); err != nil {
@@ -274,7 +274,7 @@ func (d *Deployer) RecoverSlots(ctx context.Context) ([]string, error) {
 		}
 		done = append(done, s.ID)
 	}
-	if err := d.slots.dropSpares(); err != nil {
+	if err := d.slots.DropSpares(); err != nil {
 		errs = append(errs, err)
 	}
 	return done, errors.Join(errs...)

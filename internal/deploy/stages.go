@@ -140,7 +140,7 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 	}
 	o.phase(StepContainer)
 	s.Phase = SlotIdle
-	return d.slots.save(s.ID, s)
+	return d.slots.Save(s.ID, s)
 }
 
 // slotEnv is the environment snapshot a slot clones. With the shared read
@@ -273,7 +273,7 @@ func (d *Deployer) createInstance(ctx context.Context, s *Slot, src slotSource, 
 		return err
 	}
 	s.Handle, s.Ports = &h, h.Ports
-	if err := d.slots.save(s.ID, s); err != nil {
+	if err := d.slots.Save(s.ID, s); err != nil {
 		_ = dr.Remove(context.WithoutCancel(ctx), h)
 		return err
 	}
@@ -360,7 +360,7 @@ func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, a
 		return nil, Handle{}, err
 	}
 	s.Handle, s.Ports = &h, h.Ports
-	if err := d.slots.save(s.ID, s); err != nil {
+	if err := d.slots.Save(s.ID, s); err != nil {
 		return nil, Handle{}, err
 	}
 	o.phase(StepStart)
@@ -420,7 +420,7 @@ func (d *Deployer) bind(ctx context.Context, o *op, s *Slot, rec *Deployment, dr
 		// A pool hit's first record (restore), written into the spare
 		// its slot was given ahead: refused if a deployment took the ID
 		// meanwhile.
-		err = d.deployments.createFrom(d.slots.sparePath(s.ID), rec.ID, rec)
+		err = d.deployments.CreateFrom(d.slots.SparePath(s.ID), rec.ID, rec)
 	} else {
 		err = d.save(rec)
 	}
@@ -429,7 +429,7 @@ func (d *Deployer) bind(ctx context.Context, o *op, s *Slot, rec *Deployment, dr
 	}
 	o.phase(StepBind)
 	d.forget(s.ID)
-	if err := d.slots.remove(s.ID); err != nil {
+	if err := d.slots.Remove(s.ID); err != nil {
 		d.log.Warn("removing a bound slot's record; recovery drops it", "slot", s.ID, "err", err)
 	}
 	// The engine's own time to ready, as the instance measured it, is
@@ -441,7 +441,7 @@ func (d *Deployer) bind(ctx context.Context, o *op, s *Slot, rec *Deployment, dr
 		if c, ok := dr.(*Container); ok {
 			rec.EngineReadyMS = c.engineReady(ctx, *s.Handle, app, readyPhase)
 		}
-		_ = d.deployments.note(rec.ID, rec) // with the bind's timing
+		_ = d.deployments.Note(rec.ID, rec) // with the bind's timing
 	}
 
 	d.log.Info("deployed", "id", rec.ID, "app", rec.App, "mode", rec.Mode, "gen", rec.Gen, "slot", s.ID, "pool", rec.Pool,

@@ -29,7 +29,7 @@ func (d *Deployer) Undeploy(ctx context.Context, id string) error {
 	_ = d.save(&rec)
 	var errs []error
 	if rec.Slot != "" {
-		if s, err := d.slots.load(rec.Slot); err == nil && s.Deployment == id {
+		if s, err := d.slots.Load(rec.Slot); err == nil && s.Deployment == id {
 			errs = append(errs, d.ReleaseSlot(ctx, s.ID))
 		}
 	}

@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -361,20 +359,8 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 	if err := img.check(NameCRIU); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
-	if err := validateRoot(spec.Root); err != nil {
-		return nil, fmt.Errorf("restore: %w", err)
-	}
-	switch {
-	case img.Root == "" && spec.Root != "":
-		return nil, fmt.Errorf("restore %s: the image ran on the host, not in a root: %w", img.Dir, ErrInvalid)
-	case img.Root != "" && spec.Root == "":
-		return nil, hint.With(fmt.Errorf("restore %s: the image ran in root %s; give RestoreSpec.Root: %w", img.Dir, img.Root, ErrInvalid),
-			"mount the environment the app ran in and pass it as Root")
-	case img.Root != "" && spec.Root != img.Root:
-		if err := validateRoot(img.Root); err != nil {
-			return nil, hint.With(fmt.Errorf("restore %s: CRIU needs the root at its checkpoint path %s: %w", img.Dir, img.Root, err),
-				"create that directory (it is only used as a mount point) or mount the environment there")
-		}
+	if err := checkRestoreRoot(img, spec); err != nil {
+		return nil, err
 	}
 	info, err := c.Check(ctx)
 	if err != nil {
@@ -411,34 +397,12 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 		return nil, err
 	}
 	defer d.Close()
-	// fd 3: the image directory; fd 4 (and 5): the new stdout (stderr) pipes
-	// that replace the ones the app had at checkpoint time.
-	extra := []*os.File{d, p.out.stdout()}
-	errFD := 4
-	if p.out.stderr() != p.out.stdout() {
-		extra = append(extra, p.out.stderr())
-		errFD = 5
-	}
-	args := []string{"restore", "-d", "-S", "-D", "/proc/self/fd/3", "--work-dir", inst, "-o", "restore.log",
-		c.tcpFlag(), "--file-locks"}
+	extra, args := c.restoreArgs(img, inst, d, p.out)
 	if spec.Lazy {
 		if p.lazy, err = startLazyPages(ctx, info.Binaries["criu"], imgDir, inst, log); err != nil {
 			return nil, fmt.Errorf("restore %s: %w (%w)", img.Dir, ErrRestore, err)
 		}
 		args = append(args, "--lazy-pages")
-	}
-	seen := map[string]bool{}
-	for _, fd := range slices.Sorted(maps.Keys(img.Stdio)) {
-		pipe := img.Stdio[fd]
-		if seen[pipe] || fd == 0 {
-			continue
-		}
-		seen[pipe] = true
-		n := 4
-		if fd == 2 {
-			n = errFD
-		}
-		args = append(args, "--inherit-fd", fmt.Sprintf("fd[%d]:%s", n, pipe))
 	}
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, info.Binaries["criu"], args...)
@@ -455,20 +419,9 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 		return nil, WithOutput(WithOutput(err, "criu", strings.Split(strings.TrimSpace(out.String()), "\n")),
 			"criu restore log", logTail(filepath.Join(inst, "restore.log"), 10))
 	}
-	// --restore-sibling made the app our child, inside the new PID namespace.
-	pidNS := nsID(p.init.Process.Pid, "pid")
-	var app *os.Process
-	for _, pid := range childrenOf(os.Getpid()) {
-		if pid != p.init.Process.Pid && nsID(pid, "pid") == pidNS {
-			if app, err = os.FindProcess(pid); err != nil {
-				return nil, fmt.Errorf("restore %s: %w (%w)", img.Dir, ErrRestore, err)
-			}
-			break
-		}
-	}
-	if app == nil {
-		return nil, fmt.Errorf("restore %s: criu succeeded but the restored app is not a child of pid %d: %w",
-			img.Dir, os.Getpid(), ErrRestore)
+	app, err := restoredChild(p.init.Process.Pid)
+	if err != nil {
+		return nil, fmt.Errorf("restore %s: %w (%w)", img.Dir, ErrRestore, err)
 	}
 	p.pid = app.Pid
 	p.wait = func() (*os.ProcessState, error) { return app.Wait() }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,13 +105,9 @@ func (d *DMTCP) Launch(ctx context.Context, spec LaunchSpec) (_ Process, err err
 	if err := validateLaunch(spec, NameDMTCP); err != nil {
 		return nil, err
 	}
-	info, err := d.Check(ctx)
+	info, err := d.checkInRoot(ctx, spec.Root)
 	if err != nil {
 		return nil, err
-	}
-	if spec.Root != "" && isSystemPrefix(info.Prefix) {
-		return nil, hint.With(fmt.Errorf("dmtcp prefix %s cannot be bound into root %s: %w", info.Prefix, spec.Root, ErrUnavailable),
-			"install DMTCP under its own prefix, e.g. /opt/dmtcp, and set Config.Prefix")
 	}
 	start := time.Now() // Check is cached after the first call
 	env := appEnv(spec)
@@ -128,14 +125,8 @@ func (d *DMTCP) Launch(ctx context.Context, spec LaunchSpec) (_ Process, err err
 			p.abort()
 		}
 	}()
-	if p.sb, err = newSandbox(lay.sandboxSpec(spec.NetNS)); err != nil {
-		return nil, fmt.Errorf("launch %s: sandbox: %w", spec.Argv[0], err)
-	}
-	if p.coord, err = d.startCoordinator(p.sb, lay); err != nil {
+	if err = d.prepare(p, lay, spec.NetNS, spec.Stdout, spec.Stderr); err != nil {
 		return nil, fmt.Errorf("launch %s: %w", spec.Argv[0], err)
-	}
-	if p.out, err = newOutput(spec.Stdout, spec.Stderr); err != nil {
-		return nil, err
 	}
 	p.gzip = spec.Compression == "gzip"
 	run := dmtcpctl.Run{CkptDir: lay.appCkpt, TmpDir: lay.appTmp, Gzip: p.gzip}
@@ -203,6 +194,80 @@ func (p *dmtcpProc) abort() {
 	}
 	p.sb.close()
 	os.RemoveAll(p.inst)
+}
+
+// prepare makes p's sandbox, starts its coordinator in there and opens
+// its output.
+func (d *DMTCP) prepare(p *dmtcpProc, lay dmtcpLayout, netNS bool, stdout, stderr io.Writer) (err error) {
+	if p.sb, err = newSandbox(lay.sandboxSpec(netNS)); err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	if p.coord, err = d.startCoordinator(p.sb, lay); err != nil {
+		return err
+	}
+	p.out, err = newOutput(stdout, stderr)
+	return err
+}
+
+// restartCmd is dmtcp_restart of img's files, chrooted into root,
+// joining p's coordinator.
+func restartCmd(info Info, lay dmtcpLayout, img Image, root string, p *dmtcpProc) *exec.Cmd {
+	run := dmtcpctl.Run{CkptDir: lay.appCkpt, TmpDir: lay.appTmp, Gzip: p.gzip}
+	images := make([]string, len(img.Files))
+	for i, f := range img.Files {
+		images[i] = filepath.Join(lay.appImg, f) // exact names: no glob
+	}
+	return &exec.Cmd{
+		Path:       info.Binaries["dmtcp_restart"],
+		Args:       append([]string{"dmtcp_restart"}, run.RestartArgs(images)...),
+		Env:        run.Env([]string{"PATH=" + defaultPath, "HOME=/"}, p.coord.port),
+		Dir:        "/",
+		Stdout:     p.out.stdout(),
+		Stderr:     p.out.stderr(),
+		ExtraFiles: closeInherited(nil),
+		// Its own process group, so that reapGroup finds the zombies of a
+		// double fork.
+		SysProcAttr: &syscall.SysProcAttr{Chroot: root, Setpgid: img.Orphan},
+	}
+}
+
+// checkInRoot checks the engine, and that its prefix can be bound into
+// root (a system prefix cannot).
+func (d *DMTCP) checkInRoot(ctx context.Context, root string) (Info, error) {
+	info, err := d.Check(ctx)
+	if err != nil {
+		return Info{}, err
+	}
+	if root != "" && isSystemPrefix(info.Prefix) {
+		return Info{}, hint.With(fmt.Errorf("dmtcp prefix %s cannot be bound into root %s: %w", info.Prefix, root, ErrUnavailable),
+			"install DMTCP under its own prefix, e.g. /opt/dmtcp, and set Config.Prefix")
+	}
+	return info, nil
+}
+
+// waitRestarted waits for a restored app started by cmd (dmtcp_restart,
+// which execs into it). If the app's parent was PID 1 at checkpoint time
+// (orphan), dmtcp_restart forks and exits: the app, now our child as we
+// are a child subreaper (or PID 1), is adopted and waited for instead.
+func (d *DMTCP) waitRestarted(p *dmtcpProc, cmd *exec.Cmd, orphan bool, ad *adoption) func() (*os.ProcessState, error) {
+	return func() (*os.ProcessState, error) {
+		err := cmd.Wait()
+		if !orphan || !cmd.ProcessState.Success() {
+			ad.finish(nil)
+			return cmd.ProcessState, ignoreExitError(err)
+		}
+		app, aerr := d.adopt(p.process, p.coord)
+		reapGroup(cmd.Process.Pid)
+		if aerr != nil {
+			ad.finish(nil)
+			return nil, aerr
+		}
+		p.setPid(app.Pid)
+		ad.finish(app)
+		ps, err := app.Wait()
+		reapGroup(cmd.Process.Pid)
+		return ps, err
+	}
 }
 
 // failed adds the app's and the coordinator's last output and a hint.
@@ -336,13 +401,9 @@ func (d *DMTCP) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Pro
 	if err := validateRoot(spec.Root); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
-	info, err := d.Check(ctx)
+	info, err := d.checkInRoot(ctx, spec.Root)
 	if err != nil {
 		return nil, err
-	}
-	if spec.Root != "" && isSystemPrefix(info.Prefix) {
-		return nil, hint.With(fmt.Errorf("dmtcp prefix %s cannot be bound into root %s: %w", info.Prefix, spec.Root, ErrUnavailable),
-			"install DMTCP under its own prefix, e.g. /opt/dmtcp")
 	}
 	imgDir, err := filepath.Abs(img.Dir)
 	if err != nil {
@@ -364,58 +425,17 @@ func (d *DMTCP) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Pro
 			return nil, fmt.Errorf("restore %s: become child subreaper: %w (%w)", img.Dir, ErrRestore, err)
 		}
 	}
-	if p.sb, err = newSandbox(lay.sandboxSpec(spec.NetNS)); err != nil {
-		return nil, fmt.Errorf("restore %s: sandbox: %w (%w)", img.Dir, ErrRestore, err)
+	if err = d.prepare(p, lay, spec.NetNS, spec.Stdout, spec.Stderr); err != nil {
+		return nil, fmt.Errorf("restore %s: %w (%w)", img.Dir, ErrRestore, err)
 	}
-	if p.coord, err = d.startCoordinator(p.sb, lay); err != nil {
-		return nil, fmt.Errorf("restore %s: %w", img.Dir, err)
-	}
-	if p.out, err = newOutput(spec.Stdout, spec.Stderr); err != nil {
-		return nil, err
-	}
-	run := dmtcpctl.Run{CkptDir: lay.appCkpt, TmpDir: lay.appTmp, Gzip: p.gzip}
-	images := make([]string, len(img.Files))
-	for i, f := range img.Files {
-		images[i] = filepath.Join(lay.appImg, f) // exact names: no glob
-	}
-	cmd := &exec.Cmd{
-		Path:       info.Binaries["dmtcp_restart"],
-		Args:       append([]string{"dmtcp_restart"}, run.RestartArgs(images)...),
-		Env:        run.Env([]string{"PATH=" + defaultPath, "HOME=/"}, p.coord.port),
-		Dir:        "/",
-		Stdout:     p.out.stdout(),
-		Stderr:     p.out.stderr(),
-		ExtraFiles: closeInherited(nil),
-		// Its own process group, so that reapGroup finds the zombies of a
-		// double fork.
-		SysProcAttr: &syscall.SysProcAttr{Chroot: spec.Root, Setpgid: img.Orphan},
-	}
+	cmd := restartCmd(info, lay, img, spec.Root, p)
 	if err = p.sb.do(cmd.Start); err != nil {
 		return nil, fmt.Errorf("restore %s: start dmtcp_restart: %w (%w)", img.Dir, ErrRestore, err)
 	}
 	p.out.started()
 	p.pid = cmd.Process.Pid
 	ad := &adoption{done: make(chan struct{})}
-	p.wait = func() (*os.ProcessState, error) {
-		err := cmd.Wait()
-		if !img.Orphan || !cmd.ProcessState.Success() {
-			ad.finish(nil)
-			return cmd.ProcessState, ignoreExitError(err)
-		}
-		// dmtcp_restart forked and exited: the app is now our child, as
-		// we are a child subreaper (or PID 1).
-		app, aerr := d.adopt(p.process, p.coord)
-		reapGroup(cmd.Process.Pid)
-		if aerr != nil {
-			ad.finish(nil)
-			return nil, aerr
-		}
-		p.setPid(app.Pid)
-		ad.finish(app)
-		ps, err := app.Wait()
-		reapGroup(cmd.Process.Pid)
-		return ps, err
-	}
+	p.wait = d.waitRestarted(p, cmd, img.Orphan, ad)
 	p.kill = func() {
 		_ = cmd.Process.Kill()
 		ad.kill()
@@ -435,10 +455,10 @@ func (d *DMTCP) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Pro
 			err = ctx.Err()
 			return nil, fmt.Errorf("restore %s: adopt the restored app: %w (%w)", img.Dir, ErrRestore, err)
 		}
-		if p.exited() {
-			err = fmt.Errorf("restore %s: the restored app exited (status %d): %w", img.Dir, p.code, ErrRestore)
-			return nil, d.failed(err, p)
-		}
+	}
+	if img.Orphan && p.exited() {
+		err = fmt.Errorf("restore %s: the restored app exited (status %d): %w", img.Dir, p.code, ErrRestore)
+		return nil, d.failed(err, p)
 	}
 	p.timings.Restore = time.Since(start)
 	log.Info("restored", "pid", p.Pid(), "coord_port", p.coord.port, "root", spec.Root, "netns", spec.NetNS,

@@ -134,7 +134,7 @@ func TestCmdlineMatches(t *testing.T) {
 }
 
 func TestStoreCreateIsExclusive(t *testing.T) {
-	s := store{dir: t.TempDir()}
+	s := newStore(t.TempDir())
 	rec := &Record{Version: recordVersion, ID: "x1", Backend: "file"}
 	if err := s.create(rec); err != nil {
 		t.Fatal(err)

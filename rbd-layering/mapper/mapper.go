@@ -110,7 +110,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Mapper, error) {
 		cfg:   cfg,
 		log:   log,
 		run:   runner{log: log, timeout: cfg.timeout()},
-		store: store{dir: filepath.Join(dir, "mappings")},
+		store: newStore(filepath.Join(dir, "mappings")),
 		busy:  map[string]bool{},
 	}
 	if err := m.store.init(); err != nil {

@@ -3,17 +3,11 @@ package mapper
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"sort"
-	"strings"
 	"time"
 
-	"github.com/fogdeploy/fogdeploy/internal/atomicfile"
+	"github.com/fogdeploy/fogdeploy/internal/journal"
 )
 
 // recordVersion is bumped when Record changes incompatibly.
@@ -84,82 +78,36 @@ func (r *Record) mapping() Mapping {
 	}
 }
 
-// store reads and writes records under StateDir/mappings.
-type store struct{ dir string }
+// store reads and writes records under StateDir/mappings, durably, the
+// directory synced with each record made or removed.
+type store struct{ j journal.Journal[Record] }
 
-func (s store) path(id string) string { return filepath.Join(s.dir, id+".json") }
-
-func (s store) init() error {
-	if err := os.MkdirAll(s.dir, 0o700); err != nil {
-		return fmt.Errorf("create state directory: %w", err)
-	}
-	return nil
+func newStore(dir string) store {
+	return store{journal.Journal[Record]{Dir: dir, What: "mapping", NotFound: ErrNotMapped, Exists: ErrBusy, SyncDir: true}}
 }
 
-// marshalTemp writes rec to a fsynced temporary file in s.dir.
-func (s store) marshalTemp(rec *Record) (string, error) {
-	b, err := json.MarshalIndent(rec, "", "  ")
-	if err != nil {
-		return "", err
-	}
-	f, err := os.CreateTemp(s.dir, "."+rec.ID+".*.tmp")
-	if err != nil {
-		return "", fmt.Errorf("write record %s: %w", rec.ID, err)
-	}
-	_, err = f.Write(append(b, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return "", fmt.Errorf("write record %s: %w", rec.ID, err)
-	}
-	return f.Name(), nil
-}
+func (s store) path(id string) string { return s.j.Path(id) }
+
+func (s store) init() error { return s.j.Init() }
 
 // create writes a new record, failing with ErrBusy if the ID is taken.
-// link(2) makes the exclusive create atomic.
 func (s store) create(rec *Record) error {
-	tmp, err := s.marshalTemp(rec)
-	if err != nil {
-		return err
+	err := s.j.Create(rec.ID, rec, true)
+	if errors.Is(err, ErrBusy) {
+		return fmt.Errorf("%w (hint: pick another ID or release that mapping)", err)
 	}
-	defer os.Remove(tmp)
-	if err := os.Link(tmp, s.path(rec.ID)); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("mapping ID %q is already in use (record %s): %w (hint: pick another ID or release that mapping)", rec.ID, s.path(rec.ID), ErrBusy)
-		}
-		return fmt.Errorf("write record %s: %w", rec.ID, err)
-	}
-	return syncDir(s.dir)
+	return err
 }
 
 // save replaces the record atomically and durably.
-func (s store) save(rec *Record) error {
-	b, err := json.MarshalIndent(rec, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := atomicfile.Write(s.path(rec.ID), append(b, '\n'), 0o600, true); err != nil {
-		return fmt.Errorf("record %s: %w", rec.ID, err)
-	}
-	return nil
-}
+func (s store) save(rec *Record) error { return s.j.Save(rec.ID, rec) }
 
 func (s store) load(id string) (*Record, error) {
-	b, err := os.ReadFile(s.path(id))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("mapping %q: %w (hint: it was never mapped on this node, or was already released)", id, ErrNotMapped)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read record %s: %w", id, err)
-	}
-	var rec Record
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return nil, fmt.Errorf("record %s is corrupt: %w", s.path(id), err)
+	rec, err := s.j.Load(id)
+	if errors.Is(err, ErrNotMapped) {
+		return nil, fmt.Errorf("%w (hint: it was never mapped on this node, or was already released)", err)
+	} else if err != nil {
+		return nil, err
 	}
 	if rec.Version != recordVersion || rec.ID != id {
 		return nil, fmt.Errorf("record %s has version %d and ID %q, want version %d and ID %q", s.path(id), rec.Version, rec.ID, recordVersion, id)
@@ -167,47 +115,10 @@ func (s store) load(id string) (*Record, error) {
 	return &rec, nil
 }
 
-func (s store) remove(id string) error {
-	if err := os.Remove(s.path(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove record %s: %w", id, err)
-	}
-	return syncDir(s.dir)
-}
+func (s store) remove(id string) error { return s.j.Remove(id) }
 
-// ids lists the record IDs, sorted. Leftover temporary files of a crashed
-// writer are removed.
-func (s store) ids() ([]string, error) {
-	ents, err := os.ReadDir(s.dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list records: %w", err)
-	}
-	var ids []string
-	for _, e := range ents {
-		n := e.Name()
-		switch {
-		case strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".tmp"):
-			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > time.Minute {
-				os.Remove(filepath.Join(s.dir, n))
-			}
-		case strings.HasSuffix(n, ".json"):
-			ids = append(ids, strings.TrimSuffix(n, ".json"))
-		}
-	}
-	sort.Strings(ids)
-	return ids, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
+// ids lists the record IDs, sorted.
+func (s store) ids() ([]string, error) { return s.j.IDs() }
 
 // newID returns 12 random hex digits.
 func newID() string {
