@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fogdeploy/fogdeploy/internal/adaptive"
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 )
@@ -38,7 +37,7 @@ func (c nodeCosts) next() string {
 	switch {
 	case c.Next.Why == adaptive.WhyPoolSlot:
 		next += " (pool slot)"
-	case c.NextEngine != "" && c.Next.Mode == deploy.ModeRestore:
+	case c.NextEngine != "" && c.Next.Mode == spec.ModeRestore:
 		next += " (" + c.NextEngine + ")"
 	}
 	return next

@@ -10,7 +10,6 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/fogdeploy/fogdeploy/internal/adaptive"
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
@@ -51,7 +50,7 @@ func TestModesAndAppCosts(t *testing.T) {
 	if code, _, errOut := run("app", "create", "web", "--env", "e", "--ready", "output:up", "--mode", "restore", "--", "x"); code != 0 {
 		t.Fatalf("app create --mode restore = exit %d:\n%s", code, errOut)
 	}
-	if a, err := st.App(ctx, "web"); err != nil || a.Mode != deploy.ModeRestore {
+	if a, err := st.App(ctx, "web"); err != nil || a.Mode != spec.ModeRestore {
 		t.Errorf("app web = %+v, %v; want mode restore", a, err)
 	}
 
@@ -59,17 +58,17 @@ func TestModesAndAppCosts(t *testing.T) {
 		t.Errorf("app costs before any deploy = exit %d, %q; want the header only\n%s", code, out, errOut)
 	}
 	for i, c := range []struct {
-		mode deploy.Mode
+		mode spec.Mode
 		ms   int
-	}{{deploy.ModeRestore, 600}, {deploy.ModeRestore, 620}, {deploy.ModeRestore, 580}, {deploy.ModeBoot, 150}, {deploy.ModeBoot, 160}, {deploy.ModeBoot, 140}} {
+	}{{spec.ModeRestore, 600}, {spec.ModeRestore, 620}, {spec.ModeRestore, 580}, {spec.ModeBoot, 150}, {spec.ModeBoot, 160}, {spec.ModeBoot, 140}} {
 		if err := st.RecordCost(ctx, "web", "n1", adaptive.Run{Mode: c.mode, Gen: 1, Cost: time.Duration(c.ms) * time.Millisecond, Auto: i > 0}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := st.RecordCost(ctx, "web", "n2", adaptive.Run{Mode: deploy.ModeRestore, Gen: 1, Cost: 700 * time.Millisecond}); err != nil {
+	if err := st.RecordCost(ctx, "web", "n2", adaptive.Run{Mode: spec.ModeRestore, Gen: 1, Cost: 700 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.RecordCost(ctx, "web", "n3", adaptive.Run{Mode: deploy.ModeRestore, Gen: 1, Cost: 5 * time.Millisecond, Hit: true}); err != nil {
+	if err := st.RecordCost(ctx, "web", "n3", adaptive.Run{Mode: spec.ModeRestore, Gen: 1, Cost: 5 * time.Millisecond, Hit: true}); err != nil {
 		t.Fatal(err)
 	}
 	// Without a generation, and restores known to be slower: a boot, no
@@ -111,7 +110,7 @@ func TestModesAndAppCosts(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || len(got) != 3 || got[0].Node != "n1" || got[2].Next.Why != "pool_slot" ||
 		got[0].BootMedianMS != 150 || got[0].RestoreMedianMS != 600 || len(got[0].Boot) != 3 || got[0].Auto != 5 ||
-		got[0].Next.Mode != string(deploy.ModeBoot) || got[0].Next.Why != "faster" {
+		got[0].Next.Mode != string(spec.ModeBoot) || got[0].Next.Why != "faster" {
 		t.Errorf("app costs -o json = exit %d, %v, %+v\n%s%s", code, err, got, out, errOut)
 	}
 	if code, out, _ := run("app", "inspect", "web"); code != 0 || !strings.Contains(out, "costs on n1: boot 0.15 s (3 runs), restore 0.60 s (3 runs), hit -; next boot, auto: boot 0.15 s") {

@@ -10,9 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/spf13/cobra"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -22,7 +23,7 @@ type AppCreateOptions struct {
 	F       *Factory
 	File    string
 	Replace bool
-	App     deploy.App
+	App     spec.App
 	Ports   []int
 	Ready   string
 	Timeout time.Duration
@@ -53,12 +54,12 @@ func newCmdAppCreate(f *Factory) *cobra.Command {
 	fl.IntVar(&o.Pool, "pool", -1, "idle slots of the app each node keeps ready (a warm pool; default: the node's agent.pool_size); overrides the spec's pool")
 	fl.StringVar((*string)(&o.App.Mode), "mode", "", "mode of its deployments that ask for none: auto (default: boot or restore, whichever has been faster on the node), restore or boot")
 	_ = create.RegisterFlagCompletionFunc("engine", fixedCompletion("dmtcp", "criu", "auto"))
-	_ = create.RegisterFlagCompletionFunc("mode", fixedCompletion(string(deploy.ModeAuto), string(deploy.ModeRestore), string(deploy.ModeBoot)))
+	_ = create.RegisterFlagCompletionFunc("mode", fixedCompletion(string(spec.ModeAuto), string(spec.ModeRestore), string(spec.ModeBoot)))
 	return create
 }
 
 func appCreateRun(ctx context.Context, o *AppCreateOptions, args []string) error {
-	var app deploy.App
+	var app spec.App
 	if o.File != "" {
 		if len(args) > 0 {
 			return usageError{fmt.Errorf("give either -f FILE or NAME -- COMMAND, not both")}
@@ -72,7 +73,7 @@ func appCreateRun(ctx context.Context, o *AppCreateOptions, args []string) error
 			defer fh.Close()
 			r = fh
 		}
-		a, err := deploy.ParseApp(r)
+		a, err := spec.ParseApp(r)
 		if err != nil {
 			return fmt.Errorf("%s: %w: %w", o.File, layering.ErrInvalid, err)
 		}
@@ -93,13 +94,13 @@ func appCreateRun(ctx context.Context, o *AppCreateOptions, args []string) error
 			app.Pool = &o.Pool
 		}
 		for _, p := range o.Ports {
-			app.Ports = append(app.Ports, deploy.Port{Port: p})
+			app.Ports = append(app.Ports, spec.Port{Port: p})
 		}
 		r, err := parseReady(o.Ready)
 		if err != nil {
 			return err
 		}
-		r.Timeout = deploy.Duration(o.Timeout)
+		r.Timeout = spec.Duration(o.Timeout)
 		app.Ready = r
 		app = app.WithDefaults()
 		if err := app.Validate(); err != nil {
@@ -124,7 +125,7 @@ func appCreateRun(ctx context.Context, o *AppCreateOptions, args []string) error
 
 // checkEnv fails if the environment app names is not in the catalog, so
 // that a wrong name fails at app create rather than at every deploy.
-func checkEnv(ctx context.Context, f *Factory, app deploy.App) error {
+func checkEnv(ctx context.Context, f *Factory, app spec.App) error {
 	l, err := f.Layering(ctx)
 	if err != nil {
 		return err
@@ -140,32 +141,32 @@ func checkEnv(ctx context.Context, f *Factory, app deploy.App) error {
 }
 
 // parseReady parses --ready: tcp:PORT, http:PORT/PATH, exec:CMD or output:PHRASE.
-func parseReady(s string) (deploy.Readiness, error) {
+func parseReady(s string) (spec.Readiness, error) {
 	kind, rest, ok := strings.Cut(s, ":")
-	bad := func() (deploy.Readiness, error) {
-		return deploy.Readiness{}, fmt.Errorf("%w: --ready %q: use tcp:PORT, http:PORT/PATH, exec:COMMAND or output:PHRASE", layering.ErrInvalid, s)
+	bad := func() (spec.Readiness, error) {
+		return spec.Readiness{}, fmt.Errorf("%w: --ready %q: use tcp:PORT, http:PORT/PATH, exec:COMMAND or output:PHRASE", layering.ErrInvalid, s)
 	}
 	if !ok {
 		return bad()
 	}
 	switch kind {
-	case deploy.ReadyTCP:
+	case spec.ReadyTCP:
 		p, err := strconv.Atoi(rest)
 		if err != nil {
 			return bad()
 		}
-		return deploy.Readiness{Kind: kind, Port: p}, nil
-	case deploy.ReadyHTTP:
+		return spec.Readiness{Kind: kind, Port: p}, nil
+	case spec.ReadyHTTP:
 		ps, path, _ := strings.Cut(rest, "/")
 		p, err := strconv.Atoi(ps)
 		if err != nil {
 			return bad()
 		}
-		return deploy.Readiness{Kind: kind, Port: p, Path: "/" + path}, nil
-	case deploy.ReadyExec:
-		return deploy.Readiness{Kind: kind, Command: strings.Fields(rest)}, nil
-	case deploy.ReadyOutput:
-		return deploy.Readiness{Kind: kind, Phrase: rest}, nil
+		return spec.Readiness{Kind: kind, Port: p, Path: "/" + path}, nil
+	case spec.ReadyExec:
+		return spec.Readiness{Kind: kind, Command: strings.Fields(rest)}, nil
+	case spec.ReadyOutput:
+		return spec.Readiness{Kind: kind, Phrase: rest}, nil
 	}
 	return bad()
 }

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/scheduler"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/spf13/cobra"
@@ -46,7 +47,7 @@ func checkpointRefreshRun(ctx context.Context, opts *CheckpointRefreshOptions) e
 		return err
 	}
 	defer st.Close()
-	d, err := scheduler.Create(ctx, st, scheduler.Request{App: opts.App, Node: opts.Node, Mode: deploy.ModeCheckpoint}, "fogctl")
+	d, err := scheduler.Create(ctx, st, scheduler.Request{App: opts.App, Node: opts.Node, Mode: spec.ModeCheckpoint}, "fogctl")
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/gc"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -67,7 +69,7 @@ func checkpointRmRun(ctx context.Context, opts *CheckpointRmOptions) error {
 	}
 	// A recorded generation goes with its record even when its
 	// images are gone; one without a record must have images.
-	if slices.ContainsFunc(gens, func(g deploy.Generation) bool { return g.Gen == gen }) {
+	if slices.ContainsFunc(gens, func(g spec.Generation) bool { return g.Gen == gen }) {
 		err = gc.RemoveGenerationWaiting(ctx, l.Store, st, opts.App, gen, opts.Wait, progressTo(f))
 	} else {
 		err = deploy.RemoveGeneration(ctx, l.Store, opts.App, gen)

@@ -7,9 +7,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/spf13/cobra"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	hintpkg "github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/scheduler"
 	"github.com/fogdeploy/fogdeploy/internal/state"
@@ -20,7 +21,7 @@ import (
 type DeployOptions struct {
 	F    *Factory
 	Node string
-	Mode deploy.Mode
+	Mode spec.Mode
 	Wait bool
 }
 
@@ -48,13 +49,13 @@ A node without an engine boots too, unless its agent has if_no_engine: fail.
 	addNodeFlag(cmd, &o.Node, "node to deploy on (default: the best-scored ready node)")
 	cmd.Flags().StringVar((*string)(&o.Mode), "mode", "", "auto, restore or boot (default: the app's mode, else auto)")
 	cmd.Flags().BoolVar(&o.Wait, "wait", false, "wait until the deployment is Running (or Failed)")
-	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{string(deploy.ModeAuto), string(deploy.ModeRestore), string(deploy.ModeBoot)}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{string(spec.ModeAuto), string(spec.ModeRestore), string(spec.ModeBoot)}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
 func deployRun(ctx context.Context, o *DeployOptions, app string) error {
-	if err := deploy.ValidateMode(o.Mode); err != nil {
-		return usageError{fmt.Errorf("--mode %q: %s", o.Mode, deploy.ModeHelp)}
+	if err := spec.ValidateMode(o.Mode); err != nil {
+		return usageError{fmt.Errorf("--mode %q: %s", o.Mode, spec.ModeHelp)}
 	}
 	st, err := o.F.State(ctx)
 	if err != nil {
@@ -114,23 +115,23 @@ func waitDeployment(ctx context.Context, f *Factory, st *state.Store, id string)
 			fmt.Fprintf(f.ErrOut, "    %-16s %s\n", p.Name, p.Duration.Round(time.Millisecond))
 		}
 		switch dep.Status.Phase {
-		case deploy.PhaseCheckpointed:
+		case spec.PhaseCheckpointed:
 			fmt.Fprintf(f.ErrOut, "==> %s sealed generation %d of %s on %s\n", id, dep.Status.Gen, dep.App, dep.Node)
 			return dep, nil
-		case deploy.PhaseRunning:
+		case spec.PhaseRunning:
 			kind := "restored from generation " + strconv.Itoa(dep.Status.Gen)
 			if dep.Status.Reason != "" {
 				kind += ": " + dep.Status.Reason
 			}
 			switch {
-			case dep.Status.Mode == deploy.ModeBoot:
+			case dep.Status.Mode == spec.ModeBoot:
 				kind = "booted without a checkpoint: " + dep.Status.BootReason
 			case dep.Status.Booted:
 				kind = "booted, checkpointed as generation " + strconv.Itoa(dep.Status.Gen) + ", restored"
 			}
 			fmt.Fprintf(f.ErrOut, "==> %s Running on %s (%s) at %v\n", id, dep.Node, kind, dep.Status.Ports)
 			return dep, nil
-		case deploy.PhaseFailed:
+		case spec.PhaseFailed:
 			var err error = failedError{msg: fmt.Sprintf("deployment %s failed on %s: %s", id, dep.Node, dep.Status.Error), cause: dep.Status.Cause}
 			if dep.Status.Hint != "" {
 				err = hintpkg.With(err, dep.Status.Hint)

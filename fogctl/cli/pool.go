@@ -5,9 +5,10 @@ import (
 	"io"
 	"strconv"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/spf13/cobra"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -92,7 +93,7 @@ func newCmdAppPool(f *Factory) *cobra.Command {
 			} else {
 				n, err := strconv.Atoi(args[1])
 				if err != nil {
-					return fmt.Errorf("%w: pool size %q: give a number of slots, 0 to %d, or default", layering.ErrInvalid, args[1], deploy.MaxPool)
+					return fmt.Errorf("%w: pool size %q: give a number of slots, 0 to %d, or default", layering.ErrInvalid, args[1], spec.MaxPool)
 				}
 				app.Pool = &n
 			}

@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
 // Slot phases and steps of the ahead stage.
@@ -31,7 +33,7 @@ var ErrNotAhead = errors.New("cannot restore ahead")
 // CanStartAhead says why slots of generation g cannot be restored ahead on
 // this node (nil: they can): their app would wait at normal priority,
 // competing with the serving instances.
-func (d *Deployer) CanStartAhead(g Generation) error {
+func (d *Deployer) CanStartAhead(g spec.Generation) error {
 	dr, err := d.driver(g.Spec, g.Engine)
 	if err != nil {
 		return err
@@ -49,7 +51,7 @@ func (d *Deployer) CanStartAhead(g Generation) error {
 // any request and leaves it running at the slot's background CPU weight. A
 // deploy that takes the slot raises it to the normal weight and runs the
 // app's post_restore with its own identity. On error the slot is released.
-func (d *Deployer) StartAhead(ctx context.Context, g Generation, id string) (_ Slot, err error) {
+func (d *Deployer) StartAhead(ctx context.Context, g spec.Generation, id string) (_ Slot, err error) {
 	if err := d.CanStartAhead(g); err != nil {
 		return Slot{}, err
 	}
@@ -117,7 +119,7 @@ func (d *Deployer) StartAhead(ctx context.Context, g Generation, id string) (_ S
 type startingSlot struct {
 	app    string
 	gen    int
-	filled Generation
+	filled spec.Generation
 	// handle is its instance, running its entrypoint at background
 	// priority: a deploy that waits for it raises it.
 	handle Handle

@@ -3,6 +3,8 @@ package deploy
 import (
 	"context"
 	"fmt"
+
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
 // Alive reports whether the instance of Running deployment id still runs
@@ -14,7 +16,7 @@ func (d *Deployer) Alive(ctx context.Context, id string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if rec.Phase != PhaseRunning || rec.Handle == nil {
+	if rec.Phase != spec.PhaseRunning || rec.Handle == nil {
 		return false, fmt.Errorf("deployment %s is %s, not Running: %w", id, rec.Phase, ErrNotFound)
 	}
 	dr := d.driverByName(rec.Handle.Driver)

@@ -7,13 +7,15 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
 // Boot runs an instance of app with no checkpoint engine: a slot with a
 // writable clone of its environment, mapped and mounted, and the app
 // booted in the boot image's container. reason is recorded in
 // Deployment.BootReason. On error nothing of it is left.
-func (d *Deployer) Boot(ctx context.Context, app App, opts Options, reason string) (_ Deployment, err error) {
+func (d *Deployer) Boot(ctx context.Context, app spec.App, opts Options, reason string) (_ Deployment, err error) {
 	app = app.WithDefaults()
 	if err := app.Validate(); err != nil {
 		return Deployment{}, err
@@ -34,7 +36,7 @@ func (d *Deployer) Boot(ctx context.Context, app App, opts Options, reason strin
 	if err := d.CheckBoot(ctx); err != nil {
 		return Deployment{}, err
 	}
-	rec := &Deployment{ID: opts.ID, App: app.Name, Node: d.cfg.Node, Phase: PhaseBooting, Mode: ModeBoot, BootReason: reason, Limits: d.limitsOf(app),
+	rec := &Deployment{ID: opts.ID, App: app.Name, Node: d.cfg.Node, Phase: spec.PhaseBooting, Mode: spec.ModeBoot, BootReason: reason, Limits: d.limitsOf(app),
 		Created: time.Now().UTC()}
 	if err := d.create(rec); err != nil {
 		return Deployment{}, err

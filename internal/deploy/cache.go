@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/gencache"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
@@ -23,11 +25,11 @@ import (
 const StepFetch = "fetch"
 
 // CacheKey is generation g's key in the node's checkpoint cache.
-func CacheKey(g Generation) gencache.Key { return gencache.KeyOf(g.App, g.Gen, g.Created) }
+func CacheKey(g spec.Generation) gencache.Key { return gencache.KeyOf(g.App, g.Gen, g.Created) }
 
 // ckptSource returns the node's copy of generation g's checkpoint files,
 // fetching it first when the node does not hold it (fetched).
-func (d *Deployer) ckptSource(ctx context.Context, g Generation) (e gencache.Entry, fetched bool, err error) {
+func (d *Deployer) ckptSource(ctx context.Context, g spec.Generation) (e gencache.Entry, fetched bool, err error) {
 	start := time.Now()
 	e, fetched, err = d.cache.Get(ctx, CacheKey(g), func(ctx context.Context, dst string) error { return d.fetch(ctx, g, dst) })
 	if err != nil {
@@ -42,7 +44,7 @@ func (d *Deployer) ckptSource(ctx context.Context, g Generation) (e gencache.Ent
 
 // fetch copies generation g's checkpoint files into dst from its sealed
 // snapshot, mapped and mounted read-only for the copy only.
-func (d *Deployer) fetch(ctx context.Context, g Generation, dst string) (err error) {
+func (d *Deployer) fetch(ctx context.Context, g spec.Generation, dst string) (err error) {
 	id := "fetch-" + g.App + "-" + strconv.Itoa(g.Gen)
 	if len(id) > 64 {
 		id = id[:64]
@@ -79,7 +81,7 @@ func (d *Deployer) fetch(ctx context.Context, g Generation, dst string) (err err
 
 // Prefetch brings generation g's checkpoint to this node ahead of its
 // restores (fetched: it was not here).
-func (d *Deployer) Prefetch(ctx context.Context, g Generation) (fetched bool, err error) {
+func (d *Deployer) Prefetch(ctx context.Context, g spec.Generation) (fetched bool, err error) {
 	_, fetched, err = d.ckptSource(ctx, g)
 	return fetched, err
 }
@@ -125,7 +127,7 @@ func (d *Deployer) stageCheckpoint(ctx context.Context, s *Slot, ckptPath string
 }
 
 // adoptCheckpoint makes the staged copy of sealed generation g the node's.
-func (d *Deployer) adoptCheckpoint(g Generation, stage string) {
+func (d *Deployer) adoptCheckpoint(g spec.Generation, stage string) {
 	if stage == "" {
 		return
 	}

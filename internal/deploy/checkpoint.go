@@ -10,22 +10,24 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
 // CheckpointAll produces app's next generation with its engine, or, for an
 // app of engine auto, one with each engine this node has that can
 // checkpoint it (in spec.Engines' order). It fails only when none could.
-func (d *Deployer) CheckpointAll(ctx context.Context, app App, opts CheckpointOptions) ([]Generation, error) {
+func (d *Deployer) CheckpointAll(ctx context.Context, app spec.App, opts CheckpointOptions) ([]spec.Generation, error) {
 	app = app.WithDefaults()
-	if app.Engine != EngineAuto {
+	if app.Engine != spec.EngineAuto {
 		g, err := d.Checkpoint(ctx, app, opts)
 		if err != nil {
 			return nil, err
 		}
-		return []Generation{g}, nil
+		return []spec.Generation{g}, nil
 	}
-	var gens []Generation
+	var gens []spec.Generation
 	var errs []error
 	for _, eng := range d.Engines(ctx) {
 		if why := app.CanCheckpointWith(eng); why != "" {
@@ -56,20 +58,20 @@ func (d *Deployer) CheckpointAll(ctx context.Context, app App, opts CheckpointOp
 // Checkpoint boots app on a clone of its environment, waits until it is
 // ready, checkpoints it into a new checkpoint image and seals both images:
 // the next generation. On error nothing of it is left.
-func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptions) (_ Generation, err error) {
+func (d *Deployer) Checkpoint(ctx context.Context, app spec.App, opts CheckpointOptions) (_ spec.Generation, err error) {
 	app = app.WithDefaults()
 	env, dr, version, err := d.checkpointable(ctx, app)
 	if err != nil {
-		return Generation{}, err
+		return spec.Generation{}, err
 	}
 	n, err := d.nextGen(ctx, app.Name)
 	if err != nil {
-		return Generation{}, err
+		return spec.Generation{}, err
 	}
 	// The slot's images are the generation's: they are sealed in place.
 	s, err := d.newSlot(app.Name, n, RunLaunch, false, "", []string{GenImage(app.Name, n, "env"), GenImage(app.Name, n, "ckpt")})
 	if err != nil {
-		return Generation{}, err
+		return spec.Generation{}, err
 	}
 	defer func() {
 		if err != nil {
@@ -80,34 +82,34 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 	d.log.Info("booting app for its checkpoint", "app", app.Name, "gen", n, "env", env.Ref.String(), "driver", dr.Name(), "slot", s.ID)
 	if err := d.provision(ctx, o, s, slotSource{app: app, engine: app.Engine, env: env.Ref, ckptSize: app.CheckpointBytes(),
 		config: env.Config}); err != nil {
-		return Generation{}, err
+		return spec.Generation{}, err
 	}
 	dr, h, err := d.startReady(ctx, o, s, "", app, false)
 	if err != nil {
-		return Generation{}, err
+		return spec.Generation{}, err
 	}
 	bootReady := s.Timings[len(s.Timings)-1].Duration
 	if opts.Prepare != nil {
 		if err := opts.Prepare(ctx, Target{Ports: h.Ports, Root: h.EnvPath}); err != nil {
-			return Generation{}, fmt.Errorf("prepare app %s for its checkpoint: %w", app.Name, err)
+			return spec.Generation{}, fmt.Errorf("prepare app %s for its checkpoint: %w", app.Name, err)
 		}
 		o.phase("prepare")
 	}
 	ck, err := dr.Checkpoint(ctx, h)
 	if err != nil {
-		return Generation{}, err
+		return spec.Generation{}, err
 	}
 	o.phase("checkpoint")
 	if ck.EngineVersion != "" {
 		version = ck.EngineVersion
 	}
-	g := Generation{App: app.Name, Gen: n, Env: app.Env, EnvFrom: env.Ref,
+	g := spec.Generation{App: app.Name, Gen: n, Env: app.Env, EnvFrom: env.Ref,
 		EnvSnap:  layering.SnapRef{Image: s.Images[0], Snap: layering.SealedSnap},
 		CkptSnap: layering.SnapRef{Image: s.Images[1], Snap: layering.SealedSnap},
 		Engine:   app.Engine, EngineVersion: version, Driver: dr.Name(), Bytes: ck.Bytes, CheckpointMS: ck.MS,
 		BootReadyMS: float64(bootReady.Microseconds()) / 1000, Node: d.cfg.Node, Spec: app, EnvConfig: &env.Config, Platform: &d.platform}
 	if err := d.seal(ctx, o, s, dr, h, &g); err != nil {
-		return Generation{}, err
+		return spec.Generation{}, err
 	}
 	d.log.Info("checkpoint generation sealed", "app", app.Name, "gen", n, "bytes", ck.Bytes, "timings", g.Timings.String())
 	return g, nil
@@ -116,11 +118,11 @@ func (d *Deployer) Checkpoint(ctx context.Context, app App, opts CheckpointOptio
 // checkpointable checks that app (with defaults) can be checkpointed on
 // this node: its spec, one engine, its environment (and its chain's
 // depth), and the driver and engine that run it.
-func (d *Deployer) checkpointable(ctx context.Context, app App) (env layering.Environment, dr Driver, version string, err error) {
+func (d *Deployer) checkpointable(ctx context.Context, app spec.App) (env layering.Environment, dr Driver, version string, err error) {
 	if err := app.Validate(); err != nil {
 		return env, nil, "", err
 	}
-	if app.Engine == EngineAuto {
+	if app.Engine == spec.EngineAuto {
 		return env, nil, "", fmt.Errorf("app %s: checkpoint with one engine (CheckpointAll checkpoints with each): %w", app.Name, ErrInvalidSpec)
 	}
 	if env, err = d.deps.Envs.Get(ctx, app.Env); err != nil {
@@ -143,7 +145,7 @@ func (d *Deployer) checkpointable(ctx context.Context, app App) (env layering.En
 // through rbd-fuse's page cache), snapshotted and protected, and the
 // generation's record is written last on the checkpoint image: that makes
 // it visible. The slot then goes, its images now the generation's.
-func (d *Deployer) seal(ctx context.Context, o *op, s *Slot, dr Driver, h Handle, g *Generation) error {
+func (d *Deployer) seal(ctx context.Context, o *op, s *Slot, dr Driver, h Handle, g *spec.Generation) error {
 	if err := dr.Remove(ctx, h); err != nil {
 		return err
 	}

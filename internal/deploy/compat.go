@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
 // ErrIncompatible: this node cannot restore a generation (another engine
@@ -20,7 +22,7 @@ var ErrIncompatible = errors.New("generation cannot be restored on this node")
 // be restored on a node with platform p whose engine g.Engine is at
 // version engineVersion. Generations that recorded no platform are only
 // checked for the engine version.
-func restorableOn(g Generation, p Platform, engineVersion string) error {
+func restorableOn(g spec.Generation, p spec.Platform, engineVersion string) error {
 	if g.EngineVersion != "" && engineVersion != "" && g.EngineVersion != engineVersion {
 		return fmt.Errorf("%w: generation %d was checkpointed by %s %s, this node has %s %s",
 			ErrIncompatible, g.Gen, g.Engine, g.EngineVersion, g.Engine, engineVersion)

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/cgroup"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
@@ -93,7 +95,7 @@ const (
 )
 
 // networkOf is the network an instance of app joins.
-func networkOf(app App) string {
+func networkOf(app spec.App) string {
 	if app.Network == "" {
 		return IsolatedNetwork
 	}
@@ -104,8 +106,8 @@ func networkOf(app App) string {
 // probe itself, from inside the container, and so measures the engine's
 // own time to ready (launch_ready / restart_ready / boot_ready): it does
 // for TCP and HTTP probes.
-func probedInside(rd Readiness) bool {
-	return rd.Kind == ReadyTCP || rd.Kind == ReadyHTTP
+func probedInside(rd spec.Readiness) bool {
+	return rd.Kind == spec.ReadyTCP || rd.Kind == spec.ReadyHTTP
 }
 
 // escape writes \r, \n, \t and \ as the entrypoint's flag escapes.

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 )
@@ -46,7 +48,7 @@ func (c *Container) spec(r Run, image string) runtime.DMTCPContainer {
 	}
 	if rd := r.App.Ready; probedInside(rd) {
 		dc.ReadyAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(rd.Port))
-		if rd.Kind == ReadyHTTP {
+		if rd.Kind == spec.ReadyHTTP {
 			dc.ReadyHTTPPath, dc.ReadyStatus = rd.Path, rd.Status
 		} else {
 			dc.ReadySend, dc.ReadyExpect = escape(rd.Send), escape(rd.Expect)

@@ -8,6 +8,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/ctlfs"
 	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
@@ -39,7 +41,7 @@ func (c *Container) Timings(ctx context.Context, h Handle) ([]runtime.Timing, er
 // entrypoint probes from inside the container while the deployer probes
 // from outside, so its line may come a moment after the deployer saw the
 // app ready: it is awaited for up to a second.
-func (c *Container) engineReady(ctx context.Context, h Handle, app App, phase string) float64 {
+func (c *Container) engineReady(ctx context.Context, h Handle, app spec.App, phase string) float64 {
 	if !probedInside(app.Ready) {
 		return 0
 	}

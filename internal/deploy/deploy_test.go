@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
@@ -33,7 +35,7 @@ func TestDeployRedisCRIUContainer(t *testing.T)  { testDeployRedis(t, "container
 // minutes, and a redis app of engine eng named after prefix, whose
 // deployments and generations the test's end removes. It skips (or fails,
 // when required) without the engine.
-func redisFixture(t *testing.T, driver, eng, prefix string) (*deploytest.Fixture, context.Context, deploy.App) {
+func redisFixture(t *testing.T, driver, eng, prefix string) (*deploytest.Fixture, context.Context, spec.App) {
 	t.Helper()
 	f := deploytest.NewFixture(t, driver)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -67,7 +69,7 @@ func testDeployRedis(t *testing.T, driver, eng string) {
 		t.Fatalf("first deploy: %v", err)
 	}
 	t.Logf("first deploy (boot + checkpoint + restore): %s", first.Timings)
-	if !first.Booted || first.Phase != deploy.PhaseRunning || first.Gen != 1 {
+	if !first.Booted || first.Phase != spec.PhaseRunning || first.Gen != 1 {
 		t.Errorf("first deploy = booted %v, phase %s, gen %d; want booted, Running, gen 1", first.Booted, first.Phase, first.Gen)
 	}
 	for _, want := range []string{"clone", "map", "mount", "container", "ready", "prepare", "checkpoint", "seal"} {
@@ -227,7 +229,7 @@ func TestDeployNeverReady(t *testing.T) {
 	defer cancel()
 	app := deploytest.RedisApp("never-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, engine.NameDMTCP)
 	app.Command = []string{"sh", "-c", "echo warming up the cache forever; exec sleep 600"}
-	app.Ready.Timeout = deploy.Duration(3 * time.Second)
+	app.Ready.Timeout = spec.Duration(3 * time.Second)
 	_, err := f.D.Deploy(ctx, app, deploy.Options{})
 	if !errors.Is(err, engine.ErrNotReady) {
 		t.Fatalf("deploy of an app that never listens = %v; want ErrNotReady", err)
@@ -245,21 +247,21 @@ func TestDeployBadSpec(t *testing.T) {
 	ctx := context.Background()
 	good := deploytest.BusyboxHTTPApp("bad-spec", f.Env)
 	cases := map[string]struct {
-		mutate func(a *deploy.App)
+		mutate func(a *spec.App)
 		field  string
 	}{
-		"missing command":         {func(a *deploy.App) { a.Command = nil }, "command"},
-		"port out of range":       {func(a *deploy.App) { a.Ports = []deploy.Port{{Port: 70000}} }, "ports[0]"},
-		"unknown engine":          {func(a *deploy.App) { a.Engine = "podman" }, "engine"},
-		"readiness without port":  {func(a *deploy.App) { a.Ready = deploy.Readiness{Kind: deploy.ReadyTCP} }, "ready.port"},
-		"readiness without kind":  {func(a *deploy.App) { a.Ready = deploy.Readiness{} }, "ready"},
-		"exec without command":    {func(a *deploy.App) { a.Ready = deploy.Readiness{Kind: deploy.ReadyExec} }, "ready.command"},
-		"output without a phrase": {func(a *deploy.App) { a.Ready = deploy.Readiness{Kind: deploy.ReadyOutput} }, "ready.phrase"},
+		"missing command":         {func(a *spec.App) { a.Command = nil }, "command"},
+		"port out of range":       {func(a *spec.App) { a.Ports = []spec.Port{{Port: 70000}} }, "ports[0]"},
+		"unknown engine":          {func(a *spec.App) { a.Engine = "podman" }, "engine"},
+		"readiness without port":  {func(a *spec.App) { a.Ready = spec.Readiness{Kind: spec.ReadyTCP} }, "ready.port"},
+		"readiness without kind":  {func(a *spec.App) { a.Ready = spec.Readiness{} }, "ready"},
+		"exec without command":    {func(a *spec.App) { a.Ready = spec.Readiness{Kind: spec.ReadyExec} }, "ready.command"},
+		"output without a phrase": {func(a *spec.App) { a.Ready = spec.Readiness{Kind: spec.ReadyOutput} }, "ready.phrase"},
 	}
 	for name, c := range cases {
 		a := good
 		c.mutate(&a)
-		for _, opts := range []deploy.Options{{}, {Mode: deploy.ModeBoot}} {
+		for _, opts := range []deploy.Options{{}, {Mode: spec.ModeBoot}} {
 			_, err := f.D.Deploy(ctx, a, opts)
 			if !errors.Is(err, deploy.ErrInvalidSpec) || !strings.Contains(err.Error(), c.field) {
 				t.Errorf("%s (mode %q): deploy = %v; want ErrInvalidSpec naming %s", name, opts.Mode, err, c.field)
@@ -268,7 +270,7 @@ func TestDeployBadSpec(t *testing.T) {
 	}
 	a := good
 	a.Env = "no-such-env"
-	if _, err := f.D.Deploy(ctx, a, deploy.Options{Mode: deploy.ModeBoot}); !errors.Is(err, layering.ErrNotFound) {
+	if _, err := f.D.Deploy(ctx, a, deploy.Options{Mode: spec.ModeBoot}); !errors.Is(err, layering.ErrNotFound) {
 		t.Errorf("unknown environment: deploy = %v; want layering.ErrNotFound", err)
 	}
 	if _, err := f.D.Deploy(ctx, good, deploy.Options{Mode: "fast"}); !errors.Is(err, deploy.ErrInvalidSpec) || !strings.Contains(err.Error(), "mode") {
@@ -299,9 +301,9 @@ func TestDeployBootWithoutEngine(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, len(deps))
 	for i := range deps {
-		opts := deploy.Options{IfNoEngine: deploy.PolicyBoot}
+		opts := deploy.Options{IfNoEngine: spec.PolicyBoot}
 		if i == 2 {
-			opts = deploy.Options{Mode: deploy.ModeBoot}
+			opts = deploy.Options{Mode: spec.ModeBoot}
 		}
 		wg.Go(func() { deps[i], errs[i] = f.D.Deploy(ctx, app, opts) })
 	}
@@ -315,7 +317,7 @@ func TestDeployBootWithoutEngine(t *testing.T) {
 		if i == 2 {
 			wantReason = "requested"
 		}
-		if dep.Mode != deploy.ModeBoot || dep.Phase != deploy.PhaseRunning || !strings.Contains(dep.BootReason, wantReason) {
+		if dep.Mode != spec.ModeBoot || dep.Phase != spec.PhaseRunning || !strings.Contains(dep.BootReason, wantReason) {
 			t.Errorf("boot %d = mode %q phase %s reason %q; want boot, Running, %q", i, dep.Mode, dep.Phase, dep.BootReason, wantReason)
 		}
 		for _, p := range []string{"clone", "map", "mount", "container", "ready"} {
@@ -364,8 +366,8 @@ func TestDeployBootWhileCheckpointing(t *testing.T) {
 		})
 	})
 	<-producing
-	wg.Go(func() { waiter, waitErr = f.D.Deploy(ctx, app, deploy.Options{IfBusy: deploy.PolicyWait}) })
-	booted, err := f.D.Deploy(ctx, app, deploy.Options{IfBusy: deploy.PolicyBoot})
+	wg.Go(func() { waiter, waitErr = f.D.Deploy(ctx, app, deploy.Options{IfBusy: spec.PolicyWait}) })
+	booted, err := f.D.Deploy(ctx, app, deploy.Options{IfBusy: spec.PolicyBoot})
 	if err != nil {
 		t.Fatalf("deploy while the checkpoint is produced: %v", err)
 	}
@@ -373,10 +375,10 @@ func TestDeployBootWhileCheckpointing(t *testing.T) {
 	if firstErr != nil || waitErr != nil {
 		t.Fatalf("first deploy: %v; waiting deploy: %v", firstErr, waitErr)
 	}
-	if booted.Mode != deploy.ModeBoot || !strings.Contains(booted.BootReason, "being produced") {
+	if booted.Mode != spec.ModeBoot || !strings.Contains(booted.BootReason, "being produced") {
 		t.Errorf("busy deploy = mode %q reason %q; want boot because the checkpoint is being produced", booted.Mode, booted.BootReason)
 	}
-	if !first.Booted || waiter.Booted || waiter.Mode != deploy.ModeRestore || waiter.Gen != first.Gen {
+	if !first.Booted || waiter.Booted || waiter.Mode != spec.ModeRestore || waiter.Gen != first.Gen {
 		t.Errorf("first = booted %v gen %d; waiter = booted %v mode %s gen %d; want one checkpoint, the waiter restoring it",
 			first.Booted, first.Gen, waiter.Booted, waiter.Mode, waiter.Gen)
 	}
@@ -424,7 +426,7 @@ func TestEnvironmentWithoutGlibc(t *testing.T) {
 	t.Logf("refused in %s: %v (hint: %s)", time.Since(start).Round(time.Millisecond), err, hint.Of(err))
 	deploytest.AssertNothingLeft(t, f, app.Name, false)
 	// The same environment still boots without the engine.
-	dep, err := f.D.Deploy(ctx, app, deploy.Options{Mode: deploy.ModeBoot})
+	dep, err := f.D.Deploy(ctx, app, deploy.Options{Mode: spec.ModeBoot})
 	if err != nil {
 		t.Fatalf("boot of the same environment: %v", err)
 	}
@@ -450,13 +452,13 @@ class H(http.server.BaseHTTPRequestHandler):
 http.server.HTTPServer(("0.0.0.0", 8000), H).serve_forever()`}
 
 // tokenApp is tokenServer under DMTCP in env, named prefix-<random>.
-func tokenApp(prefix, env string) deploy.App {
-	return deploy.App{
+func tokenApp(prefix, env string) spec.App {
+	return spec.App{
 		Name: prefix + "-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 36), Env: env, Engine: engine.NameDMTCP,
 		Command:        tokenServer,
-		Ports:          []deploy.Port{{Port: 8000}},
-		Ready:          deploy.Readiness{Kind: deploy.ReadyHTTP, Port: 8000, Path: "/", Timeout: deploy.Duration(60 * time.Second)},
-		Resources:      deploy.Resources{CPUs: 1, Memory: "256M"},
+		Ports:          []spec.Port{{Port: 8000}},
+		Ready:          spec.Readiness{Kind: spec.ReadyHTTP, Port: 8000, Path: "/", Timeout: spec.Duration(60 * time.Second)},
+		Resources:      spec.Resources{CPUs: 1, Memory: "256M"},
 		CheckpointSize: "256M",
 	}
 }
@@ -491,14 +493,14 @@ func TestDMTCPEnvironmentWithOnlyGlibc(t *testing.T) {
 	if err != nil {
 		t.Fatalf("first deploy (boot, checkpoint, restore) of python3 without libstdc++ and libatomic: %v", err)
 	}
-	if !first.Booted || first.Mode == deploy.ModeBoot {
+	if !first.Booted || first.Mode == spec.ModeBoot {
 		t.Fatalf("first deploy: booted=%v mode=%s, want a checkpoint then a restore", first.Booted, first.Mode)
 	}
 	second, err := f.D.Deploy(ctx, app, deploy.Options{})
 	if err != nil {
 		t.Fatalf("restore: %v", err)
 	}
-	plain, err := f.D.Deploy(ctx, app, deploy.Options{Mode: deploy.ModeBoot})
+	plain, err := f.D.Deploy(ctx, app, deploy.Options{Mode: spec.ModeBoot})
 	if err != nil {
 		t.Fatalf("plain boot: %v", err)
 	}
@@ -525,7 +527,7 @@ func TestBootWhenGenerationIncompatible(t *testing.T) {
 	if err != nil || gen.Platform == nil || gen.Platform.Arch == "" || gen.EngineVersion == "" {
 		t.Fatalf("generation %+v, %v: want the platform and engine version recorded", gen, err)
 	}
-	rewrite := func(g deploy.Generation) {
+	rewrite := func(g spec.Generation) {
 		t.Helper()
 		raw, _ := json.Marshal(g)
 		if err := f.Ceph.SetMeta(ctx, g.CkptSnap.Image, map[string]string{deploy.MetaGeneration: string(raw)}); err != nil {
@@ -534,31 +536,31 @@ func TestBootWhenGenerationIncompatible(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		change func(g *deploy.Generation)
+		change func(g *spec.Generation)
 		reason string
 	}{
-		{"cpu feature", func(g *deploy.Generation) {
+		{"cpu feature", func(g *spec.Generation) {
 			g.Platform.CPUFlags = append(slices.Clone(g.Platform.CPUFlags), "zz_fogdeploy_absent")
 			slices.Sort(g.Platform.CPUFlags)
 		}, "needs CPU features this node lacks (zz_fogdeploy_absent)"},
-		{"engine version", func(g *deploy.Generation) { g.EngineVersion = "0.9-other" }, "checkpointed by dmtcp 0.9-other"},
+		{"engine version", func(g *spec.Generation) { g.EngineVersion = "0.9-other" }, "checkpointed by dmtcp 0.9-other"},
 	} {
 		g := gen
-		g.Platform = &deploy.Platform{Arch: gen.Platform.Arch, Kernel: gen.Platform.Kernel, CPUFlags: gen.Platform.CPUFlags}
+		g.Platform = &spec.Platform{Arch: gen.Platform.Arch, Kernel: gen.Platform.Kernel, CPUFlags: gen.Platform.CPUFlags}
 		tc.change(&g)
 		rewrite(g)
 		dep, err := f.D.Deploy(ctx, app, deploy.Options{})
 		if err != nil {
 			t.Fatalf("%s: deploy: %v", tc.name, err)
 		}
-		if dep.Mode != deploy.ModeBoot || !strings.Contains(dep.BootReason, tc.reason) {
+		if dep.Mode != spec.ModeBoot || !strings.Contains(dep.BootReason, tc.reason) {
 			t.Fatalf("%s: deployment mode %q, reason %q; want a boot saying %q", tc.name, dep.Mode, dep.BootReason, tc.reason)
 		}
 		t.Logf("%s: booted: %s", tc.name, dep.BootReason)
 	}
 	rewrite(gen)
 	dep, err := f.D.Deploy(ctx, app, deploy.Options{})
-	if err != nil || dep.Mode == deploy.ModeBoot || dep.Gen != gen.Gen {
+	if err != nil || dep.Mode == spec.ModeBoot || dep.Gen != gen.Gen {
 		t.Fatalf("with the original record: %+v, %v; want a restore of generation %d", dep, err, gen.Gen)
 	}
 }

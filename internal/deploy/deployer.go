@@ -180,7 +180,7 @@ type Deployer struct {
 	// appLock: one producer of an app's first checkpoint on this node.
 	appLock keyedmutex.Map[string]
 	// platform is this node's, recorded in the generations it seals.
-	platform Platform
+	platform spec.Platform
 	// cache is the node's read-only copies of the generations its
 	// restores read (cache.go).
 	cache *gencache.Cache
@@ -238,7 +238,7 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	} else if len(removed) > 0 {
 		deps.Log.Info("checkpoint cache: removed what interrupted fills left", "paths", removed)
 	}
-	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{}, idle: map[string]idleSlot{}, claimed: map[string]claimedSlot{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
+	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: spec.HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{}, idle: map[string]idleSlot{}, claimed: map[string]claimedSlot{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
 		deployments: journal.Journal[Deployment]{Dir: filepath.Join(cfg.StateDir, "deployments"), What: "deployment", NotFound: ErrNotFound, Exists: ErrExists},
 		slots:       journal.Journal[Slot]{Dir: filepath.Join(cfg.StateDir, "slots"), What: "slot", NotFound: ErrNoSlot, Exists: ErrExists},
 		lowers:      journal.Journal[Lower]{Dir: filepath.Join(cfg.StateDir, "lowers", "records"), What: "environment copy", NotFound: ErrNoLower, Exists: ErrExists},
@@ -247,7 +247,7 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 
 // driver is the driver of app's instances under engine eng. The host
 // driver runs only apps the operator marked trusted (ErrUntrusted).
-func (d *Deployer) driver(app App, eng string) (Driver, error) {
+func (d *Deployer) driver(app spec.App, eng string) (Driver, error) {
 	dr, err := d.engineDriver(eng)
 	if err != nil {
 		return nil, err
@@ -277,7 +277,7 @@ func (d *Deployer) engineDriver(eng string) (Driver, error) {
 
 // driverByRun is the driver of an instance in mode of an app with engine
 // eng: the Container driver boots apps without an engine.
-func (d *Deployer) driverByRun(app App, mode RunMode, eng string) (Driver, error) {
+func (d *Deployer) driverByRun(app spec.App, mode RunMode, eng string) (Driver, error) {
 	if mode != RunBoot {
 		return d.driver(app, eng)
 	}
@@ -292,7 +292,7 @@ func (d *Deployer) Host() Driver { return d.deps.Host }
 
 // Check reports whether this node can deploy app: the spec, the
 // environment, and the engine behind its driver.
-func (d *Deployer) Check(ctx context.Context, app App) (driver, version string, err error) {
+func (d *Deployer) Check(ctx context.Context, app spec.App) (driver, version string, err error) {
 	app = app.WithDefaults()
 	if err := app.Validate(); err != nil {
 		return "", "", err
@@ -311,9 +311,9 @@ func (d *Deployer) Check(ctx context.Context, app App) (driver, version string, 
 // engineOf checks the engine app (validated) runs under on this node, the
 // first this node has for engine auto (whose driver runs app), and returns
 // it with its version.
-func (d *Deployer) engineOf(ctx context.Context, app App) (eng, version string, err error) {
+func (d *Deployer) engineOf(ctx context.Context, app spec.App) (eng, version string, err error) {
 	eng = app.Engine
-	if eng == EngineAuto {
+	if eng == spec.EngineAuto {
 		var engs []string
 		for _, e := range d.Engines(ctx) {
 			if _, err := d.driver(app, e); err == nil {

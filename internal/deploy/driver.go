@@ -143,7 +143,7 @@ type Run struct {
 	Limits spec.Limits
 	// ID is the deployment ID; it names the instance (its container).
 	ID  string
-	App App
+	App spec.App
 	// EnvPath and CkptPath are the host mount points of the environment
 	// clone and the checkpoint clone.
 	EnvPath  string

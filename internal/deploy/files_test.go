@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
@@ -39,12 +41,12 @@ func TestFilesWrittenBeforeCheckpoint(t *testing.T) {
 			if _, _, err := f.D.CheckEngine(ctx, eng); err != nil {
 				testenv.Unavailable(t, eng, err.Error())
 			}
-			app := deploy.App{
+			app := spec.App{
 				Name: "files-" + eng + "-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 36), Env: f.Env, Engine: eng,
 				Command:   fileServer,
-				Ports:     []deploy.Port{{Port: 8000}},
-				Ready:     deploy.Readiness{Kind: deploy.ReadyHTTP, Port: 8000, Path: "/", Timeout: deploy.Duration(60 * time.Second)},
-				Resources: deploy.Resources{CPUs: 1, Memory: "256M"},
+				Ports:     []spec.Port{{Port: 8000}},
+				Ready:     spec.Readiness{Kind: spec.ReadyHTTP, Port: 8000, Path: "/", Timeout: spec.Duration(60 * time.Second)},
+				Resources: spec.Resources{CPUs: 1, Memory: "256M"},
 			}
 			t.Cleanup(func() { f.UndeployAll(t, app.Name); f.RemoveGenerations(t, app.Name) })
 			get := func(dep deploy.Deployment) (int, string) {

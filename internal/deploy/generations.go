@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/gencache"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -77,18 +79,18 @@ func ParseGenImage(name string) (app string, gen int, kind string, ok bool) {
 
 // Generations returns the complete checkpoint generations of app, oldest
 // first.
-func (d *Deployer) Generations(ctx context.Context, app string) ([]Generation, error) {
+func (d *Deployer) Generations(ctx context.Context, app string) ([]spec.Generation, error) {
 	return Generations(ctx, d.deps.Store, app)
 }
 
 // Generations returns the complete checkpoint generations of app in the
 // store's pool, oldest first.
-func Generations(ctx context.Context, store layering.Store, app string) ([]Generation, error) {
+func Generations(ctx context.Context, store layering.Store, app string) ([]spec.Generation, error) {
 	nums, err := genNumbers(ctx, store, app)
 	if err != nil {
 		return nil, err
 	}
-	var out []Generation
+	var out []spec.Generation
 	for _, n := range nums {
 		g, ok, err := readGen(ctx, store, app, n)
 		if err != nil {
@@ -127,21 +129,21 @@ func genNumbers(ctx context.Context, store layering.Store, app string) ([]int, e
 
 // readGen reads the record of generation gen of app from its checkpoint
 // image's metadata; ok is false while it is not sealed (or gone).
-func readGen(ctx context.Context, store layering.Store, app string, gen int) (Generation, bool, error) {
+func readGen(ctx context.Context, store layering.Store, app string, gen int) (spec.Generation, bool, error) {
 	img := GenImage(app, gen, "ckpt")
 	md, err := store.Meta(ctx, img)
 	if errors.Is(err, layering.ErrNotFound) {
-		return Generation{}, false, nil
+		return spec.Generation{}, false, nil
 	} else if err != nil {
-		return Generation{}, false, err
+		return spec.Generation{}, false, err
 	}
 	raw := md[MetaGeneration]
 	if raw == "" {
-		return Generation{}, false, nil // not sealed yet (or a crash before sealing)
+		return spec.Generation{}, false, nil // not sealed yet (or a crash before sealing)
 	}
-	var g Generation
+	var g spec.Generation
 	if err := json.Unmarshal([]byte(raw), &g); err != nil {
-		return Generation{}, false, fmt.Errorf("generation record of %s: %w", img, err)
+		return spec.Generation{}, false, fmt.Errorf("generation record of %s: %w", img, err)
 	}
 	g.Retired = md[MetaRetired] != ""
 	return g, true, nil
@@ -149,17 +151,17 @@ func readGen(ctx context.Context, store layering.Store, app string, gen int) (Ge
 
 // Latest returns app's newest complete generation that is not retired,
 // or ErrNoCheckpoint.
-func (d *Deployer) Latest(ctx context.Context, app string) (Generation, error) {
+func (d *Deployer) Latest(ctx context.Context, app string) (spec.Generation, error) {
 	gens, err := d.Generations(ctx, app)
 	if err != nil {
-		return Generation{}, err
+		return spec.Generation{}, err
 	}
 	for i := len(gens) - 1; i >= 0; i-- {
 		if !gens[i].Retired {
 			return gens[i], nil
 		}
 	}
-	return Generation{}, fmt.Errorf("app %s: %w", app, ErrNoCheckpoint)
+	return spec.Generation{}, fmt.Errorf("app %s: %w", app, ErrNoCheckpoint)
 }
 
 // CurrentOf returns the newest complete generation of app of engine eng
@@ -169,18 +171,18 @@ func (d *Deployer) Latest(ctx context.Context, app string) (Generation, error) {
 // created again with another command, user or environment are not
 // restored, and its next deploy produces a new one. ErrNoCheckpoint when
 // there is none.
-func (d *Deployer) CurrentOf(ctx context.Context, app App, eng string) (Generation, error) {
+func (d *Deployer) CurrentOf(ctx context.Context, app spec.App, eng string) (spec.Generation, error) {
 	// Newest first, each record read only if no newer one stands: a
 	// deploy reads one as a rule.
 	nums, err := genNumbers(ctx, d.deps.Store, app.Name)
 	if err != nil {
-		return Generation{}, err
+		return spec.Generation{}, err
 	}
-	var newest *Generation
+	var newest *spec.Generation
 	for i := len(nums) - 1; i >= 0; i-- {
 		g, ok, err := readGen(ctx, d.deps.Store, app.Name, nums[i])
 		if err != nil {
-			return Generation{}, err
+			return spec.Generation{}, err
 		}
 		if !ok || g.Retired || (len(g.Spec.Command) > 0 && !g.Spec.SameProcess(app)) {
 			continue
@@ -193,7 +195,7 @@ func (d *Deployer) CurrentOf(ctx context.Context, app App, eng string) (Generati
 		}
 	}
 	if newest == nil {
-		return Generation{}, fmt.Errorf("app %s (as it is now): %w", app.Name, ErrNoCheckpoint)
+		return spec.Generation{}, fmt.Errorf("app %s (as it is now): %w", app.Name, ErrNoCheckpoint)
 	}
 	return *newest, nil
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -73,7 +75,7 @@ func TestConfigHitConcurrency(t *testing.T) {
 // given back.
 func TestUnclaim(t *testing.T) {
 	d := &Deployer{idle: map[string]idleSlot{}, claimed: map[string]claimedSlot{}}
-	g := &Generation{App: "a", Gen: 3}
+	g := &spec.Generation{App: "a", Gen: 3}
 	d.offer(&Slot{ID: "s1", App: "a", Gen: 3, Pool: true, Phase: SlotIdle, Mode: RunRestart, Owned: Owned{Handle: &Handle{}}}, g)
 	s, err := d.claim("a", 3, "dep1")
 	if err != nil || s.ID != "s1" || s.Phase != SlotClaimed || s.Deployment != "dep1" {

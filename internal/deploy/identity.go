@@ -152,7 +152,7 @@ func writeIdentityWithin(ctx context.Context, root string, id spec.Identity, bou
 
 // postRestore runs app's post_restore command in restored instance h, with
 // id in its environment, within the app's ready timeout.
-func (d *Deployer) postRestore(ctx context.Context, dr Driver, h Handle, app App, id spec.Identity) error {
+func (d *Deployer) postRestore(ctx context.Context, dr Driver, h Handle, app spec.App, id spec.Identity) error {
 	timeout := readyTimeout(app)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -176,9 +176,9 @@ func (d *Deployer) postRestore(ctx context.Context, dr Driver, h Handle, app App
 }
 
 // readyTimeout is app's readiness timeout, or DefaultReadyTimeout.
-func readyTimeout(app App) time.Duration {
+func readyTimeout(app spec.App) time.Duration {
 	if t := time.Duration(app.Ready.Timeout); t > 0 {
 		return t
 	}
-	return DefaultReadyTimeout
+	return spec.DefaultReadyTimeout
 }

@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/mountinfo"
 	"github.com/fogdeploy/fogdeploy/internal/overlay"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -107,7 +109,7 @@ func IsLowerName(name string) bool { return lowerName.MatchString(name) }
 
 // lowerFor returns the root of the node's read-only copy of generation
 // g's environment, making it first if the node has none.
-func (d *Deployer) lowerFor(ctx context.Context, g Generation) (Lower, error) {
+func (d *Deployer) lowerFor(ctx context.Context, g spec.Generation) (Lower, error) {
 	id := lowerID(g.App, g.Gen)
 	unlock := d.lowerLock.Lock(id)
 	defer unlock()
@@ -142,7 +144,7 @@ func (d *Deployer) lowerFor(ctx context.Context, g Generation) (Lower, error) {
 	return rec, nil
 }
 
-func (d *Deployer) makeLower(ctx context.Context, g Generation, rec *Lower) error {
+func (d *Deployer) makeLower(ctx context.Context, g spec.Generation, rec *Lower) error {
 	st := d.deps.Store
 	if _, err := d.deps.Envs.CheckDepth(ctx, g.EnvSnap, g.Spec.Env); err != nil {
 		return err

@@ -21,7 +21,7 @@ type Options struct {
 	ID string
 	// Mode is ModeRestore or ModeAuto (default: both restore here) or
 	// ModeBoot (always boot, no engine).
-	Mode Mode
+	Mode spec.Mode
 	// Reason says why the caller chose Mode (mode auto's choice), for
 	// Deployment.BootReason of a boot ("" is "requested") and
 	// Deployment.Reason of a restore.
@@ -54,7 +54,7 @@ type Options struct {
 	// ErrBusy at once when another holder has it.
 	LockCheckpoint func(ctx context.Context, wait bool) (unlock func(), err error)
 	// Sealed, if set, is called with a generation this deploy produced.
-	Sealed func(ctx context.Context, g Generation) error
+	Sealed func(ctx context.Context, g spec.Generation) error
 }
 
 // PrepareFunc runs against the booted app before its checkpoint, e.g. to
@@ -81,13 +81,13 @@ type CheckpointOptions struct {
 // Options decide when it boots the app normally instead (Mode, IfBusy,
 // IfNoEngine). On error nothing of the deployment is left on the node or in
 // the pool.
-func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deployment, error) {
+func (d *Deployer) Deploy(ctx context.Context, app spec.App, opts Options) (Deployment, error) {
 	start := time.Now()
 	app = app.WithDefaults()
 	if err := app.Validate(); err != nil {
 		return Deployment{}, err
 	}
-	if err := ValidatePolicies(opts.Mode, opts.IfBusy, opts.IfNoEngine); err != nil {
+	if err := spec.ValidatePolicies(opts.Mode, opts.IfBusy, opts.IfNoEngine); err != nil {
 		return Deployment{}, err
 	}
 	if opts.ID == "" {
@@ -99,7 +99,7 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 	if _, err := d.Load(opts.ID); err == nil {
 		return Deployment{}, fmt.Errorf("deployment %s: %w", opts.ID, ErrExists)
 	}
-	if opts.Mode == ModeBoot {
+	if opts.Mode == spec.ModeBoot {
 		reason := opts.Reason
 		if reason == "" {
 			reason = "requested"
@@ -143,7 +143,7 @@ func (d *Deployer) Deploy(ctx context.Context, app App, opts Options) (Deploymen
 // first if there is none (boot holds the producing deploy's boot and
 // checkpoint, producing its time). why, when set, is why the deploy boots
 // instead.
-func (d *Deployer) resolve(ctx context.Context, app App, opts Options, pooled bool) (gen Generation, fresh func() error, boot layering.Timings, producing time.Duration, why string, err error) {
+func (d *Deployer) resolve(ctx context.Context, app spec.App, opts Options, pooled bool) (gen spec.Generation, fresh func() error, boot layering.Timings, producing time.Duration, why string, err error) {
 	if pooled {
 		if g, fresh, ok := d.pooledGen(ctx, app, opts.Engine); ok {
 			return g, fresh, nil, 0, "", nil
@@ -155,12 +155,12 @@ func (d *Deployer) resolve(ctx context.Context, app App, opts Options, pooled bo
 
 // lookup is resolve without the pool: the app's newest generation, once
 // the engine is checked, produced first if there is none.
-func (d *Deployer) lookup(ctx context.Context, app App, opts Options) (gen Generation, boot layering.Timings, producing time.Duration, why string, err error) {
+func (d *Deployer) lookup(ctx context.Context, app spec.App, opts Options) (gen spec.Generation, boot layering.Timings, producing time.Duration, why string, err error) {
 	// The engine only: a restore needs no environment but the
 	// generation's, and a boot or a first checkpoint looks the app's up.
 	checked, version, err := d.engineOf(ctx, app)
 	if err != nil {
-		if errors.Is(err, ErrDriver) && opts.IfNoEngine == PolicyBoot {
+		if errors.Is(err, ErrDriver) && opts.IfNoEngine == spec.PolicyBoot {
 			d.log.Info("booting without a checkpoint engine", "app", app.Name, "reason", err)
 			return gen, nil, 0, "no checkpoint engine (" + app.Engine + ") on this node", nil
 		}
@@ -197,7 +197,7 @@ func (d *Deployer) lookup(ctx context.Context, app App, opts Options) (gen Gener
 // Restorable reports, wrapping ErrIncompatible, why this node cannot
 // restore generation g (another engine version, missing CPU features), or
 // nil.
-func (d *Deployer) Restorable(ctx context.Context, g Generation) error {
+func (d *Deployer) Restorable(ctx context.Context, g spec.Generation) error {
 	_, version, _ := d.CheckEngine(ctx, g.Engine)
 	return restorableOn(g, d.platform, version)
 }
@@ -205,21 +205,21 @@ func (d *Deployer) Restorable(ctx context.Context, g Generation) error {
 // produceOnce returns the app's newest generation, producing it under the
 // node-local and the caller's (PoP-wide) locks if there is none yet. With
 // IfBusy PolicyBoot it returns ErrBusy instead of waiting for a lock.
-func (d *Deployer) produceOnce(ctx context.Context, app App, opts Options) (Generation, layering.Timings, error) {
-	wait := opts.IfBusy != PolicyBoot
+func (d *Deployer) produceOnce(ctx context.Context, app spec.App, opts Options) (spec.Generation, layering.Timings, error) {
+	wait := opts.IfBusy != spec.PolicyBoot
 	var unlockApp func()
 	if wait {
 		unlockApp = d.appLock.Lock(app.Name)
 	} else if u, ok := d.appLock.TryLock(app.Name); ok {
 		unlockApp = u
 	} else {
-		return Generation{}, nil, fmt.Errorf("app %s on this node: %w", app.Name, ErrBusy)
+		return spec.Generation{}, nil, fmt.Errorf("app %s on this node: %w", app.Name, ErrBusy)
 	}
 	defer unlockApp()
 	if opts.LockCheckpoint != nil {
 		unlock, err := opts.LockCheckpoint(ctx, wait)
 		if err != nil {
-			return Generation{}, nil, err
+			return spec.Generation{}, nil, err
 		}
 		defer unlock()
 	}
@@ -229,7 +229,7 @@ func (d *Deployer) produceOnce(ctx context.Context, app App, opts Options) (Gene
 	}
 	gens, err := d.CheckpointAll(ctx, app, CheckpointOptions{Progress: opts.Progress, Prepare: opts.Prepare})
 	if err != nil {
-		return Generation{}, nil, err
+		return spec.Generation{}, nil, err
 	}
 	gen = gens[0]
 	var timings layering.Timings

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -20,7 +22,7 @@ const SlotReleasing SlotPhase = "Releasing"
 // of both snapshots, mapped and mounted, and the instance created at
 // background priority, its entrypoint waiting. On error nothing of it is
 // left.
-func (d *Deployer) ProvisionPoolSlot(ctx context.Context, g Generation) (_ Slot, err error) {
+func (d *Deployer) ProvisionPoolSlot(ctx context.Context, g spec.Generation) (_ Slot, err error) {
 	app := g.Spec.WithDefaults()
 	if _, err := d.driver(app, g.Engine); err != nil {
 		return Slot{}, err
@@ -60,12 +62,12 @@ type idleSlot struct {
 	// filled is the generation it was provisioned or restored ahead
 	// with, for pooledGen (nil for a recycled slot until it is restored
 	// ahead again).
-	filled *Generation
+	filled *spec.Generation
 }
 
 // offer puts idle pool slot s (its record as saved), of generation filled
 // if known, in the index: deploys may claim it from now on.
-func (d *Deployer) offer(s *Slot, filled *Generation) {
+func (d *Deployer) offer(s *Slot, filled *spec.Generation) {
 	d.slotMu.Lock()
 	d.idle[s.ID] = idleSlot{slot: *s, filled: filled}
 	d.slotMu.Unlock()
@@ -98,10 +100,10 @@ func (d *Deployer) forget(id string) {
 // restores the newest instead. A generation retired since the refill is
 // still restored until the agent's next refill drops its slots (its
 // removal waits for the deployment, as for any other).
-func (d *Deployer) pooledGen(ctx context.Context, app App, eng string) (g Generation, fresh func() error, ok bool) {
+func (d *Deployer) pooledGen(ctx context.Context, app spec.App, eng string) (g spec.Generation, fresh func() error, ok bool) {
 	best, ok := d.WaitingSlot(app, eng)
 	if !ok {
-		return Generation{}, nil, false
+		return spec.Generation{}, nil, false
 	}
 	newer := async(func() error {
 		switch newer, err := d.newerGen(ctx, app.Name, best.Gen); {
@@ -120,11 +122,11 @@ func (d *Deployer) pooledGen(ctx context.Context, app App, eng string) (g Genera
 // app waits on this node (idle, or being restored ahead), of engine eng
 // ("": any), made from app's process; ok is false if none does. It reads
 // the deployer's memory only.
-func (d *Deployer) WaitingSlot(app App, eng string) (g Generation, ok bool) {
+func (d *Deployer) WaitingSlot(app spec.App, eng string) (g spec.Generation, ok bool) {
 	d.slotMu.Lock()
 	defer d.slotMu.Unlock()
-	var best *Generation
-	pick := func(g *Generation) {
+	var best *spec.Generation
+	pick := func(g *spec.Generation) {
 		if g != nil && g.App == app.Name && (eng == "" || g.Engine == eng) && (len(g.Spec.Command) == 0 || g.Spec.SameProcess(app)) &&
 			(best == nil || g.Gen > best.Gen) {
 			best = g
@@ -137,7 +139,7 @@ func (d *Deployer) WaitingSlot(app App, eng string) (g Generation, ok bool) {
 		pick(&s.filled) // restore waits for it (awaitStarting)
 	}
 	if best == nil {
-		return Generation{}, false
+		return spec.Generation{}, false
 	}
 	return *best, true
 }

@@ -11,32 +11,34 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
 // probe returns the readiness probe of an instance, run from the host.
-func (d *Deployer) probe(ctx context.Context, dr Driver, h Handle, app App, restored bool) (engine.Probe, error) {
+func (d *Deployer) probe(ctx context.Context, dr Driver, h Handle, app spec.App, restored bool) (engine.Probe, error) {
 	r := app.Ready
 	switch r.Kind {
-	case ReadyTCP:
+	case spec.ReadyTCP:
 		if c, ok := dr.(*Container); ok && r.Send == "" {
 			// A published port accepts at once (docker-proxy); only the
 			// entrypoint, inside the container, sees the app's socket.
 			return entrypointProbe{c: c, h: h}, nil
 		}
 		return engine.TCPProbe{Addr: h.Ports[PortKey(r.Port, "tcp")], Send: r.Send, Expect: r.Expect, Dial: directDial(h)}, nil
-	case ReadyHTTP:
+	case spec.ReadyHTTP:
 		url := "http://" + h.Ports[PortKey(r.Port, "tcp")] + r.Path
 		return engine.HTTPProbe{URL: url, Status: r.Status, Dial: directDial(h)}, nil
-	case ReadyExec:
+	case spec.ReadyExec:
 		pid, err := dr.NetPid(ctx, h)
 		if err != nil {
 			return nil, err
 		}
 		argv := append([]string{"nsenter", "--net=/proc/" + strconv.Itoa(pid) + "/ns/net", "--", "chroot", h.EnvPath}, r.Command...)
 		return engine.ExecProbe{Argv: argv, Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}}, nil
-	case ReadyOutput:
+	case spec.ReadyOutput:
 		// A restored app was checkpointed after it had printed the phrase:
 		// it is ready once its engine has restored it and it runs.
 		return outputProbe{d: dr, h: h, phrase: r.Phrase, restored: restored}, nil
@@ -114,7 +116,7 @@ const runningInterval = 100 * time.Millisecond
 
 // waitReady probes until the app is ready, its instance stops, or the
 // app's ready.timeout passes; the error then carries the app's last lines.
-func (d *Deployer) waitReady(ctx context.Context, dr Driver, h Handle, app App, restored bool) error {
+func (d *Deployer) waitReady(ctx context.Context, dr Driver, h Handle, app spec.App, restored bool) error {
 	p, err := d.probe(ctx, dr, h, app, restored)
 	if err != nil {
 		return err

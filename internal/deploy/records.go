@@ -19,10 +19,10 @@ import (
 
 // Deployment is the record of one instance on this node.
 type Deployment struct {
-	ID    string `json:"id"`
-	App   string `json:"app"`
-	Node  string `json:"node,omitempty"`
-	Phase Phase  `json:"phase"`
+	ID    string     `json:"id"`
+	App   string     `json:"app"`
+	Node  string     `json:"node,omitempty"`
+	Phase spec.Phase `json:"phase"`
 	// Gen is the checkpoint generation restored (0 while booting), and
 	// Engine the engine that checkpointed it.
 	Gen    int    `json:"gen"`
@@ -30,9 +30,9 @@ type Deployment struct {
 	// Mode is ModeRestore (from a checkpoint generation) or ModeBoot (the
 	// app booted with no checkpoint engine; BootReason says why). Reason
 	// says why a restore was chosen, when the caller said (mode auto).
-	Mode       Mode   `json:"mode"`
-	BootReason string `json:"boot_reason,omitempty"`
-	Reason     string `json:"reason,omitempty"`
+	Mode       spec.Mode `json:"mode"`
+	BootReason string    `json:"boot_reason,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
 	// Booted is set when this deploy had to produce the generation first.
 	Booted bool `json:"booted,omitempty"`
 	// Slot is the slot the deployment binds (its resources are named
@@ -65,7 +65,7 @@ type Deployment struct {
 }
 
 // limitsOf is what an instance of app may use on this node.
-func (d *Deployer) limitsOf(app App) *spec.Limits {
+func (d *Deployer) limitsOf(app spec.App) *spec.Limits {
 	l := app.LimitsOver(d.cfg.Limits)
 	return &l
 }
@@ -127,7 +127,7 @@ func (d *Deployer) Adopt(ctx context.Context) (kept, removed []string, err error
 	}
 	var errs []error
 	for _, r := range recs {
-		if r.Phase == PhaseRunning && r.Handle != nil {
+		if r.Phase == spec.PhaseRunning && r.Handle != nil {
 			if dr := d.driverByName(r.Handle.Driver); dr != nil {
 				if ok, err := dr.Running(ctx, *r.Handle); err == nil && ok {
 					kept = append(kept, r.ID)
@@ -199,7 +199,7 @@ func (d *Deployer) Recover(ctx context.Context) ([]string, error) {
 	var done []string
 	var errs []error
 	for _, r := range recs {
-		if r.Phase == PhaseRunning {
+		if r.Phase == spec.PhaseRunning {
 			continue
 		}
 		if err := d.Undeploy(ctx, r.ID); err != nil {

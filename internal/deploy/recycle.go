@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -87,9 +89,9 @@ func (d *Deployer) Recycle(ctx context.Context, id string) (Slot, error) {
 func (d *Deployer) recycler(rec Deployment) (Recycler, error) {
 	no := func(why string) error { return fmt.Errorf("deployment %s: %s: %w", rec.ID, why, ErrNotRecyclable) }
 	switch {
-	case rec.Phase != PhaseRunning:
+	case rec.Phase != spec.PhaseRunning:
 		return nil, no("not running (" + string(rec.Phase) + ")")
-	case rec.Mode != ModeRestore || rec.Slot == "":
+	case rec.Mode != spec.ModeRestore || rec.Slot == "":
 		return nil, no("not a restore into a slot")
 	case rec.Lower == "":
 		return nil, no("its root is its own clone, not an overlay of the node's copy")

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/cgroup"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
@@ -41,7 +43,7 @@ func testPoolRecycle(t *testing.T, eng string, lazy bool) {
 	}
 	// A boot has no checkpoint to serve again from: its instance serves
 	// once, and a refused recycle leaves it running.
-	boot, err := f.D.Deploy(ctx, app, deploy.Options{Mode: deploy.ModeBoot})
+	boot, err := f.D.Deploy(ctx, app, deploy.Options{Mode: spec.ModeBoot})
 	if err != nil {
 		t.Fatalf("boot: %v", err)
 	}

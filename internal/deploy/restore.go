@@ -8,6 +8,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
@@ -19,7 +21,7 @@ import (
 // mapped and mounted, the instance created), then restarts the app from
 // its checkpoint and waits until it is ready. On error nothing of it is
 // left.
-func (d *Deployer) Restore(ctx context.Context, g Generation, opts Options) (Deployment, error) {
+func (d *Deployer) Restore(ctx context.Context, g spec.Generation, opts Options) (Deployment, error) {
 	return d.restore(ctx, g, opts, g.Spec, 0, nil)
 }
 
@@ -29,7 +31,7 @@ func (d *Deployer) Restore(ctx context.Context, g Generation, opts Options) (Dep
 // fresh, when set, says whether g is still the app's newest (pooledGen):
 // a pool hit starts meanwhile and waits for it before it binds, a miss
 // before it provisions.
-func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, current App, resolved time.Duration, fresh func() error) (_ Deployment, err error) {
+func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options, current spec.App, resolved time.Duration, fresh func() error) (_ Deployment, err error) {
 	if fresh == nil {
 		fresh = func() error { return nil }
 	}
@@ -47,7 +49,7 @@ func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, curr
 		return Deployment{}, err
 	}
 	id := opts.ID
-	rec := &Deployment{ID: id, App: app.Name, Node: d.cfg.Node, Phase: PhaseRestoring, Gen: g.Gen, Engine: g.Engine, Mode: ModeRestore, Limits: d.limitsOf(app),
+	rec := &Deployment{ID: id, App: app.Name, Node: d.cfg.Node, Phase: spec.PhaseRestoring, Gen: g.Gen, Engine: g.Engine, Mode: spec.ModeRestore, Limits: d.limitsOf(app),
 		Reason: opts.Reason, Created: time.Now().UTC()}
 	if resolved > 0 {
 		rec.Timings = layering.Timings{{Name: StepResolve, Duration: resolved}}
@@ -114,7 +116,7 @@ func (d *Deployer) restore(ctx context.Context, g Generation, opts Options, curr
 
 // provisionFor provisions a slot for deployment rec (a pool miss, a boot):
 // the deployment's record names the slot before the slot is made.
-func (d *Deployer) provisionFor(ctx context.Context, o *op, rec *Deployment, app App, mode RunMode, gen int, images []string, src slotSource) (*Slot, error) {
+func (d *Deployer) provisionFor(ctx context.Context, o *op, rec *Deployment, app spec.App, mode RunMode, gen int, images []string, src slotSource) (*Slot, error) {
 	s, err := d.newSlot(app.Name, gen, mode, false, rec.ID, images)
 	if err != nil {
 		return nil, err
@@ -129,7 +131,7 @@ func (d *Deployer) provisionFor(ctx context.Context, o *op, rec *Deployment, app
 
 // genConfig is the ENV and WORKDIR generation g was launched with (the
 // environment's current ones for generations that did not record them).
-func (d *Deployer) genConfig(ctx context.Context, g Generation) layering.ImageConfig {
+func (d *Deployer) genConfig(ctx context.Context, g spec.Generation) layering.ImageConfig {
 	if g.EnvConfig != nil {
 		return *g.EnvConfig
 	}
@@ -145,7 +147,7 @@ func (d *Deployer) undoOnError(ctx context.Context, rec *Deployment, err *error)
 	if *err == nil {
 		return
 	}
-	rec.Phase, rec.Error = PhaseFailed, (*err).Error()
+	rec.Phase, rec.Error = spec.PhaseFailed, (*err).Error()
 	_ = d.save(rec)
 	uctx := context.WithoutCancel(ctx)
 	if errors.Is(*err, mapper.ErrStalled) {

@@ -282,7 +282,7 @@ func (d *Deployer) createInstance(ctx context.Context, s *Slot, src slotSource, 
 
 // slotSource is what a slot's images and instance are made from.
 type slotSource struct {
-	app App
+	app spec.App
 	// engine is the checkpoint engine (RunLaunch, RunRestart).
 	engine string
 	// env is the environment snapshot to clone.
@@ -290,7 +290,7 @@ type slotSource struct {
 	// gen is the generation a RunRestart slot restores (its checkpoint
 	// comes from the node's cache); a RunLaunch slot writes a fresh
 	// checkpoint image of ckptSize bytes instead.
-	gen      *Generation
+	gen      *spec.Generation
 	ckptSize int64
 	// config is the environment's ENV and WORKDIR.
 	config layering.ImageConfig
@@ -328,7 +328,7 @@ func both(a, b func() error) error {
 // dep: it orders the instance to run as dep (or, restored ahead, raises
 // it) and waits until its app is ready. restored says whether the app
 // comes from a checkpoint.
-func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, app App, restored bool) (Driver, Handle, error) {
+func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, app spec.App, restored bool) (Driver, Handle, error) {
 	if s.Handle == nil {
 		return nil, Handle{}, fmt.Errorf("slot %s has no instance", s.ID)
 	}
@@ -369,7 +369,7 @@ func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, a
 
 // identify writes the identity of deployment h.Deployment where slot s's
 // instance reads it (identity.go).
-func (d *Deployer) identify(ctx context.Context, s *Slot, h Handle, app App, restored bool) (spec.Identity, error) {
+func (d *Deployer) identify(ctx context.Context, s *Slot, h Handle, app spec.App, restored bool) (spec.Identity, error) {
 	id := spec.Identity{Instance: h.Deployment, App: app.Name, Node: d.cfg.Node, Slot: s.ID, Seed: newSeed(), Started: time.Now().UTC()}
 	if restored {
 		id.Gen = s.Gen
@@ -394,7 +394,7 @@ func (d *Deployer) identify(ctx context.Context, s *Slot, h Handle, app App, res
 
 // ready runs the ready stage of instance h: it waits until its app is
 // ready, then runs a restored app's post_restore with identity id.
-func (d *Deployer) ready(ctx context.Context, o *op, dr Driver, h Handle, app App, restored bool, id spec.Identity) error {
+func (d *Deployer) ready(ctx context.Context, o *op, dr Driver, h Handle, app spec.App, restored bool, id spec.Identity) error {
 	if err := d.waitReady(ctx, dr, h, app, restored); err != nil {
 		return err
 	}
@@ -412,8 +412,8 @@ func (d *Deployer) ready(ctx context.Context, o *op, dr Driver, h Handle, app Ap
 // slot's resources and is Running, then the slot's record goes. A crash in
 // between leaves both records naming the same resources; RecoverSlots then
 // drops the slot's record.
-func (d *Deployer) bind(ctx context.Context, o *op, s *Slot, rec *Deployment, dr Driver, app App, readyPhase string) (Deployment, error) {
-	rec.Owned, rec.Ports, rec.Phase = s.Owned, s.Ports, PhaseRunning
+func (d *Deployer) bind(ctx context.Context, o *op, s *Slot, rec *Deployment, dr Driver, app spec.App, readyPhase string) (Deployment, error) {
+	rec.Owned, rec.Ports, rec.Phase = s.Owned, s.Ports, spec.PhaseRunning
 	rec.Fetched = s.Fetched && rec.Pool != PoolHit // a pool slot fetched before the request
 	var err error
 	if rec.Pool == PoolHit {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
@@ -16,7 +18,7 @@ import (
 func TestHostDriverTrustedOnly(t *testing.T) {
 	host, container := &Host{}, &Container{}
 	d := &Deployer{cfg: Config{DMTCPDriver: "host", CRIUDriver: "container"}, deps: Deps{Host: host, Container: container}}
-	stranger := App{Name: "chat", Engine: engine.NameDMTCP}
+	stranger := spec.App{Name: "chat", Engine: engine.NameDMTCP}
 	_, err := d.driver(stranger, engine.NameDMTCP)
 	if !errors.Is(err, ErrUntrusted) || !errors.Is(err, ErrDriver) {
 		t.Fatalf("untrusted app under the host driver: %v; want ErrUntrusted and ErrDriver", err)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
@@ -25,7 +27,7 @@ func (d *Deployer) Undeploy(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	rec.Phase = PhaseRemoving
+	rec.Phase = spec.PhaseRemoving
 	_ = d.save(&rec)
 	var errs []error
 	if rec.Slot != "" {

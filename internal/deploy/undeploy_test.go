@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
@@ -31,7 +33,7 @@ func TestUndeployAfterKilledRbdFuse(t *testing.T) {
 	app := deploytest.BusyboxHTTPApp("killfuse-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env)
 	t.Cleanup(func() { f.UndeployAll(t, app.Name) })
 
-	dep, err := f.D.Deploy(ctx, app, deploy.Options{Mode: deploy.ModeBoot})
+	dep, err := f.D.Deploy(ctx, app, deploy.Options{Mode: spec.ModeBoot})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +78,7 @@ func TestUndeployInstanceThatDoesNotExit(t *testing.T) {
 exec busybox httpd -f -p 8080 -h /www`}
 	t.Cleanup(func() { f.UndeployAll(t, app.Name) })
 
-	dep, err := f.D.Deploy(ctx, app, deploy.Options{Mode: deploy.ModeBoot})
+	dep, err := f.D.Deploy(ctx, app, deploy.Options{Mode: spec.ModeBoot})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -132,8 +134,8 @@ type popView struct {
 	down       map[string]bool // nodes whose agent's lease is gone
 	desired    map[string]bool // deployment IDs
 	slots      slotUse
-	registered []deploy.App
-	recs       []deploy.Generation
+	registered []spec.App
+	recs       []spec.Generation
 	recorded   map[string]bool // app/gen of every generation record
 	apps       []string        // Config.Apps: only these (none: all)
 }
@@ -179,7 +181,7 @@ func (c Config) view(ctx context.Context) (*popView, error) {
 }
 
 func (v *popView) isRegistered(app string) bool {
-	return slices.ContainsFunc(v.registered, func(a deploy.App) bool { return a.Name == app })
+	return slices.ContainsFunc(v.registered, func(a spec.App) bool { return a.Name == app })
 }
 
 func (v *popView) selected(app string) bool { return len(v.apps) == 0 || slices.Contains(v.apps, app) }
@@ -298,7 +300,7 @@ func (c Config) unrecorded(ctx context.Context, name, app string, gen int, known
 	if ours, err := c.oursAndOld(ctx, name, known); err != nil || !ours {
 		return nil, err
 	}
-	if users, err := generationUsers(ctx, c.Store, deploy.Generation{
+	if users, err := generationUsers(ctx, c.Store, spec.Generation{
 		EnvSnap:  layering.SnapRef{Image: deploy.GenImage(app, gen, "env"), Snap: layering.SealedSnap},
 		CkptSnap: layering.SnapRef{Image: deploy.GenImage(app, gen, "ckpt"), Snap: layering.SealedSnap},
 	}); err != nil || users > 0 {

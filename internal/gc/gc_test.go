@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/gc"
 	"github.com/fogdeploy/fogdeploy/internal/state"
@@ -58,7 +60,7 @@ func testGC(t *testing.T, s layering.Store) {
 		if g == 5 {
 			continue
 		}
-		gen := deploy.Generation{App: app, Gen: g, EnvSnap: layering.SnapRef{Image: env, Snap: layering.SealedSnap},
+		gen := spec.Generation{App: app, Gen: g, EnvSnap: layering.SnapRef{Image: env, Snap: layering.SealedSnap},
 			CkptSnap: layering.SnapRef{Image: ckpt, Snap: layering.SealedSnap}, Engine: "dmtcp"}
 		for _, ref := range []layering.SnapRef{gen.EnvSnap, gen.CkptSnap} {
 			if err := s.Snapshot(ctx, ref); err != nil {
@@ -73,7 +75,7 @@ func testGC(t *testing.T, s layering.Store) {
 			t.Fatal(err)
 		}
 	}
-	if err := st.CreateApp(ctx, deploy.App{Name: app, Env: "e", Command: []string{"x"}, Ready: deploy.Readiness{Kind: deploy.ReadyOutput, Phrase: "up"}}, false); err != nil {
+	if err := st.CreateApp(ctx, spec.App{Name: app, Env: "e", Command: []string{"x"}, Ready: spec.Readiness{Kind: spec.ReadyOutput, Phrase: "up"}}, false); err != nil {
 		t.Fatal(err)
 	}
 	// A deployment restored from generation 1: its clone keeps it.
@@ -111,7 +113,7 @@ func testGC(t *testing.T, s layering.Store) {
 	if err := st.CreateDeployment(ctx, state.Desired{ID: "gc-hit" + sfx, App: app, Node: "gc-n2"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetStatus(ctx, "gc-hit"+sfx, state.Status{Phase: deploy.PhaseRunning, Node: "gc-n2", Pool: "hit", Slot: "s-bound" + sfx}); err != nil {
+	if err := st.SetStatus(ctx, "gc-hit"+sfx, state.Status{Phase: spec.PhaseRunning, Node: "gc-n2", Pool: "hit", Slot: "s-bound" + sfx}); err != nil {
 		t.Fatal(err)
 	}
 	// A NotReady node with a deployment that has no status: its pool slot
@@ -146,7 +148,7 @@ func testGC(t *testing.T, s layering.Store) {
 	execClone := layering.ExecPrefix + "gcenv" + sfx + "-dead"
 	mk(execClone, nil)
 	// A checkpoint record whose images are gone.
-	if err := st.PutCheckpoint(ctx, deploy.Generation{App: app, Gen: 9, CkptSnap: layering.SnapRef{Image: deploy.GenImage(app, 9, "ckpt")}}); err != nil {
+	if err := st.PutCheckpoint(ctx, spec.Generation{App: app, Gen: 9, CkptSnap: layering.SnapRef{Image: deploy.GenImage(app, 9, "ckpt")}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -274,7 +276,7 @@ func testGC(t *testing.T, s layering.Store) {
 			t.Fatal(err)
 		}
 	}
-	if err := st.PutCheckpoint(ctx, deploy.Generation{App: app, Gen: 6,
+	if err := st.PutCheckpoint(ctx, spec.Generation{App: app, Gen: 6,
 		EnvSnap:  layering.SnapRef{Image: deploy.GenImage(app, 6, "env"), Snap: layering.SealedSnap},
 		CkptSnap: layering.SnapRef{Image: deploy.GenImage(app, 6, "ckpt"), Snap: layering.SealedSnap}}); err != nil {
 		t.Fatal(err)

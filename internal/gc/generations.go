@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -48,7 +50,7 @@ func RemoveGenerationWaiting(ctx context.Context, store layering.Store, st *stat
 // removedAppGeneration is the item of generation g of an app that was
 // removed: skipped while clones of it remain (the pool slots its agents
 // are releasing).
-func removedAppGeneration(ctx context.Context, store layering.Store, g deploy.Generation) (Item, error) {
+func removedAppGeneration(ctx context.Context, store layering.Store, g spec.Generation) (Item, error) {
 	it := Item{Kind: KindGeneration, Name: fmt.Sprintf("%s/%d", g.App, g.Gen), App: g.App, Gen: g.Gen,
 		Images: []string{g.EnvSnap.Image, g.CkptSnap.Image}, Reason: "its app was removed"}
 	users, err := generationUsers(ctx, store, g)
@@ -63,7 +65,7 @@ func removedAppGeneration(ctx context.Context, store layering.Store, g deploy.Ge
 
 // generationUsers is how many clones use g's sealed images (the most of
 // either).
-func generationUsers(ctx context.Context, store layering.Store, g deploy.Generation) (int, error) {
+func generationUsers(ctx context.Context, store layering.Store, g spec.Generation) (int, error) {
 	users := 0
 	for _, ref := range []layering.SnapRef{g.EnvSnap, g.CkptSnap} {
 		kids, err := store.Children(ctx, ref)
@@ -87,12 +89,12 @@ func Retain(ctx context.Context, store layering.Store, app string, keep int, dry
 	// generation per engine at each checkpoint).
 	// Retired ones (their removal was asked) do not count.
 	newer := map[string]int{}
-	var old []deploy.Generation
+	var old []spec.Generation
 	for i := len(gens) - 1; i >= 0; i-- {
 		if gens[i].Retired {
-			old = append([]deploy.Generation{gens[i]}, old...)
+			old = append([]spec.Generation{gens[i]}, old...)
 		} else if newer[gens[i].Engine]++; newer[gens[i].Engine] > keep {
-			old = append([]deploy.Generation{gens[i]}, old...)
+			old = append([]spec.Generation{gens[i]}, old...)
 		}
 	}
 	var out []Item

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/state"
@@ -100,7 +102,7 @@ func slotOwners(ctx context.Context, st *state.Store, deps []state.Deployment) (
 	// record names.
 	for _, d := range deps {
 		s, ok := sts[d.ID]
-		if !ok || s.Slot == "" && s.Phase != deploy.PhaseFailed && s.Phase != deploy.PhaseCheckpointed {
+		if !ok || s.Slot == "" && s.Phase != spec.PhaseFailed && s.Phase != spec.PhaseCheckpointed {
 			// Failed released its slot; a checkpoint run keeps none.
 			u.unsure[d.Node] = append(u.unsure[d.Node], d.ID)
 		}

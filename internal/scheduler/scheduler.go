@@ -11,6 +11,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/state"
@@ -26,7 +28,7 @@ type Request struct {
 	// node), "restore" (checkpointing first if needed) or "boot" (normally,
 	// without a checkpoint engine); "" is the app's mode, else auto.
 	// "checkpoint" seals a new generation (fogctl checkpoint refresh).
-	Mode deploy.Mode `json:"mode,omitempty"`
+	Mode spec.Mode `json:"mode,omitempty"`
 	// Client is the hook API client that asks (state.Desired.Client);
 	// never read from a request body.
 	Client string `json:"-"`
@@ -36,8 +38,8 @@ type Request struct {
 // req.Node) and the node's capacity check commit with the record, in one
 // etcd transaction (state.Store.CreatePlaced).
 func Create(ctx context.Context, st *state.Store, req Request, requester string) (state.Desired, error) {
-	if req.Mode != deploy.ModeCheckpoint {
-		if err := deploy.ValidateMode(req.Mode); err != nil {
+	if req.Mode != spec.ModeCheckpoint {
+		if err := spec.ValidateMode(req.Mode); err != nil {
 			return state.Desired{}, err
 		}
 	}
@@ -46,11 +48,11 @@ func Create(ctx context.Context, st *state.Store, req Request, requester string)
 		return state.Desired{}, err
 	}
 	var eligible func(state.Node) bool
-	if req.Mode == deploy.ModeCheckpoint {
+	if req.Mode == spec.ModeCheckpoint {
 		// Only a node with the app's engine can make its checkpoint.
 		eng := app.WithDefaults().Engine
 		eligible = func(n state.Node) bool { return slices.Contains(n.Engines, eng) }
-		if eng == deploy.EngineAuto {
+		if eng == spec.EngineAuto {
 			eng = "checkpoint" // for the error below
 			eligible = func(n state.Node) bool { return len(n.Engines) > 0 }
 		}

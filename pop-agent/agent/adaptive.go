@@ -21,16 +21,16 @@ import (
 type autoNode interface {
 	// WaitingSlot: the newest generation of which an idle slot of app
 	// waits (deploy.Deployer.WaitingSlot).
-	WaitingSlot(app deploy.App, eng string) (deploy.Generation, bool)
+	WaitingSlot(app spec.App, eng string) (spec.Generation, bool)
 	// Restorable: why this node cannot restore g, or nil.
-	Restorable(ctx context.Context, g deploy.Generation) error
+	Restorable(ctx context.Context, g spec.Generation) error
 	// CheckBoot: why this node cannot boot apps without an engine, or nil.
 	CheckBoot(ctx context.Context) error
 }
 
 // choice is how a deployment runs on this node.
 type choice struct {
-	mode   deploy.Mode
+	mode   spec.Mode
 	reason string
 	// auto: mode auto chose the mode, for why.
 	auto bool
@@ -46,13 +46,13 @@ type choice struct {
 // the PoP (adaptive.Decide), and says why; a measurement the choice asks
 // for runs in the background. For an app of engine auto it also chooses
 // the engine (adaptive.ChooseEngine).
-func (a *agent) choose(ctx context.Context, dsr state.Desired, app deploy.App) choice {
+func (a *agent) choose(ctx context.Context, dsr state.Desired, app spec.App) choice {
 	ch := choice{mode: dsr.Mode}
 	if ch.mode == "" {
 		ch.mode = app.Mode
 	}
-	auto := ch.mode == "" || ch.mode == deploy.ModeAuto
-	engineAuto := app.Engine == deploy.EngineAuto && ch.mode != deploy.ModeBoot
+	auto := ch.mode == "" || ch.mode == spec.ModeAuto
+	engineAuto := app.Engine == spec.EngineAuto && ch.mode != spec.ModeBoot
 	if !auto && !engineAuto {
 		return ch
 	}
@@ -102,7 +102,7 @@ func (a *agent) choose(ctx context.Context, dsr state.Desired, app deploy.App) c
 	d := adaptive.Decide(c, adaptive.Situation{CannotBoot: cannotBoot, Generation: len(engines) > 0, Pool: a.poolSize(app), PoP: pop})
 	a.m.auto.WithLabelValues(string(d.Mode), string(d.Why)).Inc()
 	ch.mode, ch.reason, ch.auto, ch.why = d.Mode, d.Reason, true, d.Why
-	if d.Mode == deploy.ModeRestore && engReason != "" {
+	if d.Mode == spec.ModeRestore && engReason != "" {
 		ch.reason += "; " + engReason
 	}
 	a.log.Info("mode auto", "deployment", dsr.ID, "app", app.Name, "mode", ch.mode, "engine", ch.engine, "reason", ch.reason)
@@ -123,14 +123,14 @@ func (a *agent) autoNode() autoNode {
 // restorableEngines are the engines of which app has a generation, made
 // from its process as it is now, that this node can restore (its newest
 // of each), in spec.Engines' order. None: the app has no generation here.
-func (a *agent) restorableEngines(ctx context.Context, app deploy.App) []string {
+func (a *agent) restorableEngines(ctx context.Context, app spec.App) []string {
 	cctx, cancel := context.WithTimeout(ctx, a.etcdTimeout())
 	gens, err := a.st.Checkpoints(cctx, app.Name)
 	cancel()
 	if err != nil {
 		return nil
 	}
-	newest := map[string]deploy.Generation{}
+	newest := map[string]spec.Generation{}
 	for _, g := range gens {
 		if g.Gen > newest[g.Engine].Gen && (len(g.Spec.Command) == 0 || g.Spec.SameProcess(app)) {
 			newest[g.Engine] = g
@@ -151,14 +151,14 @@ func (a *agent) restorableEngines(ctx context.Context, app deploy.App) []string 
 // generation first as a boot. Failures are logged: they only cost the next
 // choices a sample.
 func (a *agent) recordCost(ctx context.Context, dep deploy.Deployment, auto, engineAuto bool) {
-	if dep.Mode != deploy.ModeBoot && dep.Mode != deploy.ModeRestore {
+	if dep.Mode != spec.ModeBoot && dep.Mode != spec.ModeRestore {
 		return
 	}
 	r := adaptive.Run{Mode: dep.Mode, Gen: dep.Gen, Cost: adaptive.Cost(dep.Timings), Hit: dep.Pool == deploy.PoolHit, Auto: auto}
 	if dep.Booted {
 		r.Boot = adaptive.BootCost(dep.Timings)
 	}
-	if engineAuto && dep.Mode == deploy.ModeRestore {
+	if engineAuto && dep.Mode == spec.ModeRestore {
 		r.Engine = dep.Engine
 	}
 	cctx, cancel := context.WithTimeout(ctx, a.etcdTimeout())
@@ -216,7 +216,7 @@ func (m *measurements) done(app string) {
 // any other deploy's (not as mode auto's choice). One measurement per app
 // at a time; an agent killed meanwhile leaves a record that the next
 // reconcile removes (no desired deployment has its ID).
-func (a *agent) measureSoon(ctx context.Context, app deploy.App, mode deploy.Mode, eng string) {
+func (a *agent) measureSoon(ctx context.Context, app spec.App, mode spec.Mode, eng string) {
 	if a.d == nil {
 		return
 	}
@@ -233,7 +233,7 @@ func (a *agent) measureSoon(ctx context.Context, app deploy.App, mode deploy.Mod
 		}
 		log := a.log.With("app", app.Name, "mode", mode, "instance", id)
 		dep, err := a.d.Deploy(ctx, app, deploy.Options{ID: id, Mode: mode, Reason: "auto: measured in the background", NoPool: true,
-			Background: true, Engine: eng, IfBusy: deploy.PolicyBoot, IfNoEngine: deploy.PolicyFail})
+			Background: true, Engine: eng, IfBusy: spec.PolicyBoot, IfNoEngine: spec.PolicyFail})
 		if err != nil {
 			a.m.measured.WithLabelValues(string(mode), "failed").Inc()
 			log.Warn("mode auto: a measurement in the background failed", "err", err)
@@ -242,7 +242,7 @@ func (a *agent) measureSoon(ctx context.Context, app deploy.App, mode deploy.Mod
 			}
 			return
 		}
-		a.recordCost(ctx, dep, false, app.Engine == deploy.EngineAuto)
+		a.recordCost(ctx, dep, false, app.Engine == spec.EngineAuto)
 		a.m.measured.WithLabelValues(string(dep.Mode), "ok").Inc()
 		log.Info("mode auto: measured in the background", "cost", adaptive.Cost(dep.Timings).Round(time.Millisecond), "timings", dep.Timings.String())
 		if err := a.clean(context.WithoutCancel(ctx), id); err != nil && !errors.Is(err, deploy.ErrNotFound) {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -20,16 +22,16 @@ import (
 
 // fakeAutoNode is the deployer as mode auto asks it: a slot of the app
 // waits or not; every generation is restorable; the node can boot.
-type fakeAutoNode struct{ waiting *deploy.Generation }
+type fakeAutoNode struct{ waiting *spec.Generation }
 
-func (f *fakeAutoNode) WaitingSlot(app deploy.App, eng string) (deploy.Generation, bool) {
+func (f *fakeAutoNode) WaitingSlot(app spec.App, eng string) (spec.Generation, bool) {
 	if f.waiting == nil || f.waiting.App != app.Name {
-		return deploy.Generation{}, false
+		return spec.Generation{}, false
 	}
 	return *f.waiting, true
 }
-func (f *fakeAutoNode) Restorable(context.Context, deploy.Generation) error { return nil }
-func (f *fakeAutoNode) CheckBoot(context.Context) error                     { return nil }
+func (f *fakeAutoNode) Restorable(context.Context, spec.Generation) error { return nil }
+func (f *fakeAutoNode) CheckBoot(context.Context) error                   { return nil }
 
 // Mode auto on a node, against a real (embedded) etcd: a new app makes its
 // generation (its boot counted as a boot sample); with a slot waiting the
@@ -40,7 +42,7 @@ func (f *fakeAutoNode) CheckBoot(context.Context) error                     { re
 func TestChooseModeAndRecordCost(t *testing.T) {
 	st := statetest.Store(t)
 	ctx := context.Background()
-	web := deploy.App{Name: "web", Env: "e", Command: []string{"x"}, Ready: deploy.Readiness{Kind: deploy.ReadyOutput, Phrase: "up"}}
+	web := spec.App{Name: "web", Env: "e", Command: []string{"x"}, Ready: spec.Readiness{Kind: spec.ReadyOutput, Phrase: "up"}}
 	if err := st.CreateApp(ctx, web, false); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +53,7 @@ func TestChooseModeAndRecordCost(t *testing.T) {
 		auto: fake}
 	dsr := state.Desired{ID: "web-1", App: "web", Node: "n1"}
 	// A deploy that cost total: its phases until ready.
-	ran := func(mode deploy.Mode, gen int, total time.Duration, first bool) deploy.Deployment {
+	ran := func(mode spec.Mode, gen int, total time.Duration, first bool) deploy.Deployment {
 		dep := deploy.Deployment{ID: "web-1", App: "web", Mode: mode, Gen: gen, Booted: first, Timings: layering.Timings{
 			{Name: "clone", Duration: total / 4}, {Name: "map", Duration: total / 4}, {Name: "mount", Duration: total / 4},
 			{Name: "container", Duration: total / 8}, {Name: "ready", Duration: total / 8}}}
@@ -63,11 +65,11 @@ func TestChooseModeAndRecordCost(t *testing.T) {
 	}
 	// No generation: the deploy makes it.
 	ch := a.choose(ctx, dsr, web)
-	if ch.mode != deploy.ModeRestore || !ch.auto || !strings.HasPrefix(ch.reason, "auto: no generation of the app") {
+	if ch.mode != spec.ModeRestore || !ch.auto || !strings.HasPrefix(ch.reason, "auto: no generation of the app") {
 		t.Fatalf("a new app: choose = %+v; want a restore that makes its generation", ch)
 	}
-	a.recordCost(ctx, ran(deploy.ModeRestore, 1, 400*time.Millisecond, true), true, false)
-	if err := st.PutCheckpoint(ctx, deploy.Generation{App: "web", Gen: 1, Engine: "dmtcp", Spec: web}); err != nil {
+	a.recordCost(ctx, ran(spec.ModeRestore, 1, 400*time.Millisecond, true), true, false)
+	if err := st.PutCheckpoint(ctx, spec.Generation{App: "web", Gen: 1, Engine: "dmtcp", Spec: web}); err != nil {
 		t.Fatal(err)
 	}
 	costs, err := st.NodeCosts(ctx, "web", "n1")
@@ -80,7 +82,7 @@ func TestChooseModeAndRecordCost(t *testing.T) {
 	for i := range 6 {
 		fake.waiting = nil
 		if i%2 == 1 {
-			fake.waiting = &deploy.Generation{App: "web", Gen: 1, Engine: "dmtcp"}
+			fake.waiting = &spec.Generation{App: "web", Gen: 1, Engine: "dmtcp"}
 		}
 		ch := a.choose(ctx, dsr, web)
 		if !ch.auto || !strings.HasPrefix(ch.reason, "auto: ") || ch.engine != "" {
@@ -101,10 +103,10 @@ func TestChooseModeAndRecordCost(t *testing.T) {
 	if a.measuring.apps["web"] != "" {
 		t.Errorf("a measurement was asked for with a 12x gap")
 	}
-	if n := counter(t, a.m.auto.WithLabelValues(string(deploy.ModeRestore), "pool_slot")); n != 3 {
+	if n := counter(t, a.m.auto.WithLabelValues(string(spec.ModeRestore), "pool_slot")); n != 3 {
 		t.Errorf("fogdeploy_auto_decisions_total{choice=restore,why=pool_slot} = %v; want 3", n)
 	}
-	if n := counter(t, a.m.auto.WithLabelValues(string(deploy.ModeRestore), "no_generation")); n != 1 {
+	if n := counter(t, a.m.auto.WithLabelValues(string(spec.ModeRestore), "no_generation")); n != 1 {
 		t.Errorf("fogdeploy_auto_decisions_total{choice=restore,why=no_generation} = %v; want 1", n)
 	}
 	costs, _ = st.NodeCosts(ctx, "web", "n1")
@@ -122,30 +124,30 @@ func TestChooseModeAndRecordCost(t *testing.T) {
 	if costs, _ := st.NodeCosts(ctx, "web", "n1"); len(costs.Boot) != 1 {
 		t.Errorf("boots after a new pool size = %v; want the one kept", costs.Boot)
 	}
-	if ch := a.choose(ctx, dsr, resized); ch.mode != deploy.ModeRestore || !strings.Contains(ch.reason, "< boot 5.00 s") {
+	if ch := a.choose(ctx, dsr, resized); ch.mode != spec.ModeRestore || !strings.Contains(ch.reason, "< boot 5.00 s") {
 		t.Errorf("after a new pool size: choose = %+v; want a restore citing the boot", ch)
 	}
 
 	// Given modes are not chosen, and their deploys count without
 	// advancing mode auto's count.
-	if ch := a.choose(ctx, state.Desired{ID: "web-2", App: "web", Mode: deploy.ModeRestore}, web); ch.mode != deploy.ModeRestore || ch.reason != "" || ch.auto {
+	if ch := a.choose(ctx, state.Desired{ID: "web-2", App: "web", Mode: spec.ModeRestore}, web); ch.mode != spec.ModeRestore || ch.reason != "" || ch.auto {
 		t.Errorf("mode restore: choose = %+v", ch)
 	}
-	a.recordCost(ctx, ran(deploy.ModeBoot, 0, 4800*time.Millisecond, false), false, false)
+	a.recordCost(ctx, ran(spec.ModeBoot, 0, 4800*time.Millisecond, false), false, false)
 	if costs, _ := st.NodeCosts(ctx, "web", "n1"); len(costs.Boot) != 2 || costs.Auto != 7 {
 		t.Errorf("after a deploy of mode boot: %+v; want 2 boots, 7 auto", costs)
 	}
 	pinned := web
-	pinned.Mode = deploy.ModeRestore
-	if ch := a.choose(ctx, dsr, pinned); ch.mode != deploy.ModeRestore || ch.auto {
+	pinned.Mode = spec.ModeRestore
+	if ch := a.choose(ctx, dsr, pinned); ch.mode != spec.ModeRestore || ch.auto {
 		t.Errorf("an app of mode restore: choose = %+v", ch)
 	}
-	if ch := a.choose(ctx, state.Desired{ID: "web-3", App: "web", Mode: deploy.ModeAuto}, pinned); ch.mode != deploy.ModeRestore || !ch.auto {
+	if ch := a.choose(ctx, state.Desired{ID: "web-3", App: "web", Mode: spec.ModeAuto}, pinned); ch.mode != spec.ModeRestore || !ch.auto {
 		t.Errorf("mode auto asked for, of an app of mode restore: choose = %+v; want auto's restore", ch)
 	}
 	a.node.Problems = map[string]string{"boot": "no boot image"}
 	a.auto = &cannotBoot{fake}
-	if ch := a.choose(ctx, dsr, web); ch.mode != deploy.ModeRestore || !strings.Contains(ch.reason, "cannot boot") {
+	if ch := a.choose(ctx, dsr, web); ch.mode != spec.ModeRestore || !strings.Contains(ch.reason, "cannot boot") {
 		t.Errorf("a node that cannot boot: choose = %+v; want a restore", ch)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/apiauth"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
@@ -180,8 +182,8 @@ func DecodeCreate(r io.Reader) (scheduler.Request, error) {
 			return req, fieldError("node", err.Error())
 		}
 	}
-	if err := deploy.ValidateMode(req.Mode); err != nil {
-		return req, fieldError("mode", fmt.Sprintf("%q: %s", req.Mode, deploy.ModeHelp))
+	if err := spec.ValidateMode(req.Mode); err != nil {
+		return req, fieldError("mode", fmt.Sprintf("%q: %s", req.Mode, spec.ModeHelp))
 	}
 	if len(req.Labels) > 32 {
 		return req, fieldError("labels", "more than 32 labels")

@@ -8,9 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
 )
@@ -20,8 +21,8 @@ import (
 func TestHooks(t *testing.T) {
 	st := statetest.Store(t)
 	ctx := context.Background()
-	if err := st.CreateApp(ctx, deploy.App{Name: "web", Env: "e", Command: []string{"x"},
-		Ready: deploy.Readiness{Kind: deploy.ReadyOutput, Phrase: "up"}}, false); err != nil {
+	if err := st.CreateApp(ctx, spec.App{Name: "web", Env: "e", Command: []string{"x"},
+		Ready: spec.Readiness{Kind: spec.ReadyOutput, Phrase: "up"}}, false); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"n1", "n2"} {
@@ -96,7 +97,7 @@ func TestHooks(t *testing.T) {
 	if nodes["n1"] != 2 || nodes["n2"] != 2 {
 		t.Errorf("placement = %v; want 2 per node", nodes)
 	}
-	for _, mode := range []deploy.Mode{deploy.ModeAuto, deploy.ModeRestore, deploy.ModeBoot} {
+	for _, mode := range []spec.Mode{spec.ModeAuto, spec.ModeRestore, spec.ModeBoot} {
 		code, body := do("POST", "/v1/deployments", token, `{"app":"web","mode":"`+string(mode)+`"}`)
 		if code != 201 {
 			t.Fatalf("create of mode %s: %d %v", mode, code, body)
@@ -122,7 +123,7 @@ func FuzzDecodeCreate(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if req.App == "" || len(req.App) > 63 || len(req.Labels) > 32 || deploy.ValidateMode(req.Mode) != nil {
+		if req.App == "" || len(req.App) > 63 || len(req.Labels) > 32 || spec.ValidateMode(req.Mode) != nil {
 			t.Fatalf("accepted an invalid request: %+v", req)
 		}
 	})

@@ -24,13 +24,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fogdeploy/fogdeploy/internal/apiauth"
 	"github.com/fogdeploy/fogdeploy/internal/config"
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
 )
@@ -125,8 +126,8 @@ func TestScopedTokens(t *testing.T) {
 	st := statetest.Store(t)
 	ctx := context.Background()
 	for _, app := range []string{"chat", "db"} {
-		if err := st.CreateApp(ctx, deploy.App{Name: app, Env: "e", Command: []string{"x"},
-			Ready: deploy.Readiness{Kind: deploy.ReadyOutput, Phrase: "up"}}, false); err != nil {
+		if err := st.CreateApp(ctx, spec.App{Name: app, Env: "e", Command: []string{"x"},
+			Ready: spec.Readiness{Kind: spec.ReadyOutput, Phrase: "up"}}, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -332,8 +333,8 @@ func toJSON(v any) string {
 func TestTLSListener(t *testing.T) {
 	st := statetest.Store(t)
 	ctx := context.Background()
-	if err := st.CreateApp(ctx, deploy.App{Name: "web", Env: "e", Command: []string{"x"},
-		Ready: deploy.Readiness{Kind: deploy.ReadyOutput, Phrase: "up"}}, false); err != nil {
+	if err := st.CreateApp(ctx, spec.App{Name: "web", Env: "e", Command: []string{"x"},
+		Ready: spec.Readiness{Kind: spec.ReadyOutput, Phrase: "up"}}, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Register(ctx, state.Node{Name: "n1", Capacity: 4}, 10); err != nil {

@@ -9,6 +9,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/config"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/gencache"
@@ -17,7 +19,7 @@ import (
 // prefetch copies generation g's checkpoint to the node ahead of any
 // restore when agent.fetch is sealed; a warm pool's slot fetches it on
 // its own. It waits while deploys are under way.
-func (a *agent) prefetch(ctx context.Context, g deploy.Generation) {
+func (a *agent) prefetch(ctx context.Context, g spec.Generation) {
 	if a.c.Agent.Fetch != config.FetchSealed || a.holds(g.App, g.Gen) || !a.waitIdle(ctx) {
 		return
 	}
@@ -50,7 +52,7 @@ func (a *agent) holds(app string, gen int) bool {
 // trimCache drops the copies of generations that are gone (their app
 // removed, or the generation itself) and then the least recently used
 // beyond the budget, and exports what is left.
-func (a *agent) trimCache(ctx context.Context, apps []deploy.App, current map[string]int) {
+func (a *agent) trimCache(ctx context.Context, apps []spec.App, current map[string]int) {
 	es, err := a.d.Cached()
 	if err != nil {
 		a.log.Warn("listing the checkpoint cache", "err", err)

@@ -21,12 +21,12 @@ import (
 
 func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 	log := a.log.With("deployment", dsr.ID, "app", dsr.App)
-	if rec, err := a.d.Load(dsr.ID); err == nil && rec.Phase == deploy.PhaseRunning {
+	if rec, err := a.d.Load(dsr.ID); err == nil && rec.Phase == spec.PhaseRunning {
 		return // already here (a repeated event)
 	}
 	if cur, err := a.st.Deployment(ctx, dsr.ID); err != nil {
 		return // withdrawn meanwhile
-	} else if cur.Status.Phase == deploy.PhaseRunning || cur.Status.Phase == deploy.PhaseFailed || cur.Status.Phase == deploy.PhaseCheckpointed {
+	} else if cur.Status.Phase == spec.PhaseRunning || cur.Status.Phase == spec.PhaseFailed || cur.Status.Phase == spec.PhaseCheckpointed {
 		return
 	}
 	app, err := a.st.App(ctx, dsr.App)
@@ -34,16 +34,16 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		a.fail(ctx, dsr, nil, err)
 		return
 	}
-	if dsr.Mode == deploy.ModeCheckpoint {
+	if dsr.Mode == spec.ModeCheckpoint {
 		a.refresh(ctx, dsr, app)
 		return
 	}
 	ch := a.choose(ctx, dsr, app)
-	st := state.Status{Phase: deploy.PhaseCreating, Node: a.c.Node.Name}
+	st := state.Status{Phase: spec.PhaseCreating, Node: a.c.Node.Name}
 	if ch.auto {
 		// Say what mode auto chose, and why, from the start.
 		st.Mode = ch.mode
-		if ch.mode == deploy.ModeBoot {
+		if ch.mode == spec.ModeBoot {
 			st.BootReason = ch.reason
 		} else {
 			st.Reason = ch.reason
@@ -70,7 +70,7 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 			live.boot(true)
 			return func() { live.boot(false); unlock() }, nil
 		},
-		Sealed: func(ctx context.Context, g deploy.Generation) error {
+		Sealed: func(ctx context.Context, g spec.Generation) error {
 			a.m.checkpoints.Inc()
 			a.event(ctx, dsr.ID, "checkpointed", fmt.Sprintf("app %s generation %d (%d bytes)", g.App, g.Gen, g.Bytes))
 			err := a.st.PutCheckpoint(ctx, g)
@@ -100,7 +100,7 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 // running records a deploy that succeeded: its status, the metrics, the
 // pool's follow-up, its event and its cost for mode auto; a deployment
 // withdrawn meanwhile is undone at once.
-func (a *agent) running(ctx context.Context, log *slog.Logger, dsr state.Desired, app deploy.App, dep deploy.Deployment, ch choice, start time.Time) {
+func (a *agent) running(ctx context.Context, log *slog.Logger, dsr state.Desired, app spec.App, dep deploy.Deployment, ch choice, start time.Time) {
 	if ch.why == adaptive.WhyPoolSlot && dep.Pool != deploy.PoolHit {
 		// Another deploy took the slot between the choice and the claim.
 		dep.Reason = "auto: pool slot: the slot that waited was taken by another deploy meanwhile; restored without one"
@@ -114,7 +114,7 @@ func (a *agent) running(ctx context.Context, log *slog.Logger, dsr state.Desired
 	if err := a.setStatus(ctx, dsr.ID, runningStatus(dep)); err != nil {
 		log.Warn("writing status", "err", err)
 	}
-	if dep.Mode == deploy.ModeRestore {
+	if dep.Mode == spec.ModeRestore {
 		a.poolDeployed(ctx, app, dep)
 	}
 	what := fmt.Sprintf("restored gen %d", dep.Gen)
@@ -124,12 +124,12 @@ func (a *agent) running(ctx context.Context, log *slog.Logger, dsr state.Desired
 	if dep.Reason != "" {
 		what += " (" + dep.Reason + ")"
 	}
-	if dep.Mode == deploy.ModeBoot {
+	if dep.Mode == spec.ModeBoot {
 		what = "booted without a checkpoint (" + dep.BootReason + ")"
 	}
 	a.event(ctx, dsr.ID, "running", fmt.Sprintf("%s, %s", what, dep.Timings))
 	log.Info("deployment running", "mode", dep.Mode, "gen", dep.Gen, "booted", dep.Booted, "ports", dep.Ports, "timings", dep.Timings.String())
-	a.recordCost(ctx, dep, ch.auto, app.Engine == deploy.EngineAuto)
+	a.recordCost(ctx, dep, ch.auto, app.Engine == spec.EngineAuto)
 	// Withdrawn while we deployed? Then undo at once (without etcd, resync
 	// does when it answers again).
 	wctx, cancel := context.WithTimeout(ctx, a.etcdTimeout())
@@ -171,7 +171,7 @@ func (l *liveStatus) boot(on bool) {
 	defer l.mu.Unlock()
 	l.booting = on
 	if on {
-		l.st.Phase = deploy.PhaseBooting
+		l.st.Phase = spec.PhaseBooting
 	}
 }
 
@@ -197,7 +197,7 @@ func (a *agent) event(ctx context.Context, id, reason, msg string) {
 
 // runningStatus is the status of a Running deployment record.
 func runningStatus(dep deploy.Deployment) state.Status {
-	return state.Status{Phase: deploy.PhaseRunning, Node: dep.Node, Gen: dep.Gen, Mode: dep.Mode, BootReason: dep.BootReason,
+	return state.Status{Phase: spec.PhaseRunning, Node: dep.Node, Gen: dep.Gen, Mode: dep.Mode, BootReason: dep.BootReason,
 		Reason: dep.Reason, Booted: dep.Booted, Pool: string(dep.Pool), Ahead: dep.Ahead, Slot: dep.Slot, Fetched: dep.Fetched, Engine: dep.Engine, Ports: dep.Ports, Limits: dep.Limits, Timings: dep.Timings,
 		EngineReadyMS: dep.EngineReadyMS}
 }
@@ -205,8 +205,8 @@ func runningStatus(dep deploy.Deployment) state.Status {
 // refresh produces a new checkpoint generation of app under the PoP-wide
 // checkpoint lock (waiting for it), records it, and ends the deployment
 // Checkpointed; no instance is left running.
-func (a *agent) refresh(ctx context.Context, dsr state.Desired, app deploy.App) {
-	st := state.Status{Phase: deploy.PhaseBooting, Node: a.c.Node.Name, Mode: deploy.ModeCheckpoint}
+func (a *agent) refresh(ctx context.Context, dsr state.Desired, app spec.App) {
+	st := state.Status{Phase: spec.PhaseBooting, Node: a.c.Node.Name, Mode: spec.ModeCheckpoint}
 	_ = a.setStatus(ctx, dsr.ID, st)
 	unlock, err := a.st.LockCheckpoint(ctx, a.session(), app.Name, true)
 	if err != nil {
@@ -225,8 +225,8 @@ func (a *agent) refresh(ctx context.Context, dsr state.Desired, app deploy.App) 
 		return
 	}
 	a.m.checkpoints.Add(float64(len(gens)))
-	a.m.deploys.WithLabelValues(string(deploy.ModeCheckpoint), "ok").Inc()
-	a.m.duration.WithLabelValues(string(deploy.ModeCheckpoint)).Observe(time.Since(start).Seconds())
+	a.m.deploys.WithLabelValues(string(spec.ModeCheckpoint), "ok").Inc()
+	a.m.duration.WithLabelValues(string(spec.ModeCheckpoint)).Observe(time.Since(start).Seconds())
 	for _, g := range gens {
 		if err := a.st.PutCheckpoint(ctx, g); err != nil {
 			a.fail(ctx, dsr, &st, fmt.Errorf("generation %d of %s is sealed in the pool but not recorded: %w", g.Gen, g.App, err))
@@ -235,7 +235,7 @@ func (a *agent) refresh(ctx context.Context, dsr state.Desired, app deploy.App) 
 	}
 	g := gens[len(gens)-1]
 	a.retain(ctx, g.App)
-	st.Phase, st.Gen = deploy.PhaseCheckpointed, g.Gen
+	st.Phase, st.Gen = spec.PhaseCheckpointed, g.Gen
 	_ = a.setStatus(ctx, dsr.ID, st)
 	a.event(ctx, dsr.ID, "checkpointed", fmt.Sprintf("app %s generation %d (%d bytes), refreshed", g.App, g.Gen, g.Bytes))
 	a.log.Info("checkpoint refreshed", "deployment", dsr.ID, "app", app.Name, "gen", g.Gen, "timings", g.Timings.String())
@@ -250,7 +250,7 @@ func (a *agent) fail(ctx context.Context, dsr state.Desired, st *state.Status, e
 	if st != nil {
 		s = *st
 	}
-	s.Phase, s.Error, s.Hint, s.Cause = deploy.PhaseFailed, err.Error(), h, state.CauseOf(err)
+	s.Phase, s.Error, s.Hint, s.Cause = spec.PhaseFailed, err.Error(), h, state.CauseOf(err)
 	_ = a.setStatus(ctx, dsr.ID, s)
 	a.event(ctx, dsr.ID, "failed", err.Error())
 }
@@ -296,10 +296,10 @@ func (a *agent) cleanFailed(ctx context.Context, id string) {
 // when etcd says otherwise (its deploy ended while etcd was unavailable).
 func (a *agent) resetStatus(ctx context.Context, id string) {
 	rec, err := a.records().Load(id)
-	if err != nil || rec.Phase != deploy.PhaseRunning {
+	if err != nil || rec.Phase != spec.PhaseRunning {
 		return
 	}
-	if dep, err := a.st.Deployment(ctx, id); err != nil || dep.Status.Phase == deploy.PhaseRunning {
+	if dep, err := a.st.Deployment(ctx, id); err != nil || dep.Status.Phase == spec.PhaseRunning {
 		return
 	}
 	if err := a.setStatus(ctx, id, runningStatus(rec)); err != nil {
@@ -327,7 +327,7 @@ func (a *agent) revive(ctx context.Context, dsr state.Desired) {
 		a.log.Warn("removing what is left of a lost instance", "deployment", dsr.ID, "err", err)
 		return
 	}
-	if err := a.setStatus(ctx, dsr.ID, state.Status{Phase: deploy.PhaseCreating, Node: a.c.Node.Name}); err != nil {
+	if err := a.setStatus(ctx, dsr.ID, state.Status{Phase: spec.PhaseCreating, Node: a.c.Node.Name}); err != nil {
 		return
 	}
 	a.deploy(ctx, dsr)

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -129,7 +131,7 @@ type fakeRecords struct {
 func newFakeRecords(ids ...string) *fakeRecords {
 	f := &fakeRecords{recs: map[string]deploy.Deployment{}}
 	for _, id := range ids {
-		f.recs[id] = deploy.Deployment{ID: id, App: "web", Node: "n1", Phase: deploy.PhaseRunning, Mode: deploy.ModeRestore}
+		f.recs[id] = deploy.Deployment{ID: id, App: "web", Node: "n1", Phase: spec.PhaseRunning, Mode: spec.ModeRestore}
 	}
 	return f
 }
@@ -532,7 +534,7 @@ func TestFenceWhenEtcdRestartsEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 20 { // a revision well above the new etcd's
-		if err := st.SetStatus(ctx, "web-1", state.Status{Phase: deploy.PhaseRunning, Node: "n1"}); err != nil {
+		if err := st.SetStatus(ctx, "web-1", state.Status{Phase: spec.PhaseRunning, Node: "n1"}); err != nil {
 			t.Fatal(err)
 		}
 	}

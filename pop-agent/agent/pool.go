@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/adaptive"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/state"
@@ -45,11 +47,11 @@ func (p *poolKeeper) refillSoon() {
 }
 
 // poolSize is how many idle slots of app this node keeps.
-func (a *agent) poolSize(app deploy.App) int {
+func (a *agent) poolSize(app spec.App) int {
 	if app.Pool != nil {
 		return *app.Pool
 	}
-	if app.Mode == deploy.ModeBoot {
+	if app.Mode == spec.ModeBoot {
 		return 0 // its deploys never restore
 	}
 	return a.c.Agent.PoolSize
@@ -123,7 +125,7 @@ const unknownGen = -1
 
 // refillApp keeps app's pool on this node, and returns the generation
 // its pool restores (the error of finding it, if any).
-func (a *agent) refillApp(ctx context.Context, app deploy.App) (int, error) {
+func (a *agent) refillApp(ctx context.Context, app spec.App) (int, error) {
 	size := a.poolSize(app)
 	g, err := a.poolGeneration(ctx, app)
 	if err == nil {
@@ -189,13 +191,13 @@ func (a *agent) refillApp(ctx context.Context, app deploy.App) (int, error) {
 
 // ahead says whether the pool's slots of generation g are restored ahead
 // on this node (agent.pool_ahead, and cgroups that can be reweighted).
-func (a *agent) ahead(g deploy.Generation) bool {
+func (a *agent) ahead(g spec.Generation) bool {
 	return a.c.Agent.PoolAhead.IsOn() && a.d.CanStartAhead(g) == nil
 }
 
 // startAhead restores ahead the idle slots of g that wait unstarted
 // (recycled instances), one at a time, at background priority.
-func (a *agent) startAhead(ctx context.Context, g deploy.Generation) {
+func (a *agent) startAhead(ctx context.Context, g spec.Generation) {
 	if !a.ahead(g) {
 		return
 	}
@@ -235,9 +237,9 @@ func (a *agent) extraSlots(idle []deploy.Slot, size int) map[string]bool {
 // poolGeneration is the generation app's pool slots restore: its newest,
 // or, for an app of engine auto, the newest of the engine its next
 // restore on this node would choose.
-func (a *agent) poolGeneration(ctx context.Context, app deploy.App) (deploy.Generation, error) {
+func (a *agent) poolGeneration(ctx context.Context, app spec.App) (spec.Generation, error) {
 	eng := ""
-	if app.Engine == deploy.EngineAuto {
+	if app.Engine == spec.EngineAuto {
 		cctx, cancel := context.WithTimeout(ctx, a.etcdTimeout())
 		c, err := a.st.NodeCosts(cctx, app.Name, a.c.Node.Name)
 		cancel()
@@ -328,7 +330,7 @@ func (a *agent) dropPool(ctx context.Context, app string, drop func(deploy.Slot)
 // poolDeployed records what a restore of app found in the pool, publishes
 // the pool as the restore left it (once the deployment's status is
 // written: nobody waits for it), and asks for a refill.
-func (a *agent) poolDeployed(ctx context.Context, app deploy.App, dep deploy.Deployment) {
+func (a *agent) poolDeployed(ctx context.Context, app spec.App, dep deploy.Deployment) {
 	a.pool.mu.Lock()
 	switch dep.Pool {
 	case deploy.PoolHit:
@@ -387,7 +389,7 @@ func (a *agent) recycle(ctx context.Context, id string) bool {
 		return false
 	}
 	rec, err := a.d.Load(id)
-	if err != nil || rec.Phase != deploy.PhaseRunning || rec.Mode != deploy.ModeRestore {
+	if err != nil || rec.Phase != spec.PhaseRunning || rec.Mode != spec.ModeRestore {
 		return false
 	}
 	spec, err := a.st.App(ctx, rec.App)

@@ -10,9 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 )
 
@@ -123,7 +124,7 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 			continue
 		}
 		want[dsr.ID] = true
-		if rec, err := recs.Load(dsr.ID); err == nil && rec.Phase == deploy.PhaseRunning {
+		if rec, err := recs.Load(dsr.ID); err == nil && rec.Phase == spec.PhaseRunning {
 			// Its instance may have died meanwhile (its container
 			// exited, or went with a dockerd restarted without
 			// live-restore). A driver that cannot tell is asked again
@@ -134,12 +135,12 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 			}
 			// A deploy that ended while etcd was unavailable could not
 			// say so.
-			if dep, err := a.st.Deployment(ctx, dsr.ID); err == nil && dep.Status.Phase != deploy.PhaseRunning {
+			if dep, err := a.st.Deployment(ctx, dsr.ID); err == nil && dep.Status.Phase != spec.PhaseRunning {
 				a.spawn(ctx, dsr.ID, func(ctx context.Context) { a.resetStatus(ctx, dsr.ID) })
 			}
 			continue
 		}
-		if dep, err := a.st.Deployment(ctx, dsr.ID); err == nil && dep.Status.Phase == deploy.PhaseFailed {
+		if dep, err := a.st.Deployment(ctx, dsr.ID); err == nil && dep.Status.Phase == spec.PhaseFailed {
 			// A failed deploy whose undo could not finish (the cluster
 			// did not answer) left its record: retry the undo. The
 			// deployment stays Failed.

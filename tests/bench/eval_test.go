@@ -94,15 +94,15 @@ func evalConfigFromEnv() (evalConfig, error) {
 	return c, nil
 }
 
-func loadApp(name string) (deploy.App, error) {
+func loadApp(name string) (spec.App, error) {
 	f, err := os.Open(filepath.Join(deploytest.RepoRoot(), "configs", "apps", name+".yaml"))
 	if err != nil {
-		return deploy.App{}, err
+		return spec.App{}, err
 	}
 	defer f.Close()
-	app, err := deploy.ParseApp(f)
+	app, err := spec.ParseApp(f)
 	if err != nil {
-		return deploy.App{}, fmt.Errorf("configs/apps/%s.yaml: %w", name, err)
+		return spec.App{}, fmt.Errorf("configs/apps/%s.yaml: %w", name, err)
 	}
 	return app, nil
 }
@@ -139,7 +139,7 @@ func TestEvaluation(t *testing.T) {
 	f := deploytest.NewNodeFixtureWith(t, deploytest.Options{Log: agentLog})
 	res := evaluation.Results{Started: start.UTC(), Host: hostInfo(ctx, t, f)}
 
-	apps := map[string]deploy.App{}
+	apps := map[string]spec.App{}
 	for _, name := range cfg.apps {
 		app, err := loadApp(name)
 		if err != nil {
@@ -237,15 +237,15 @@ func sumPhases(t layering.Timings, skip ...string) time.Duration {
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
 // evalApp measures one app: plain boots, first deploys and restores.
-func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deploy.App, catalogName string, reps int) (evaluation.App, error) {
-	check := stateCheckFor(deploy.App{Name: catalogName, Command: app.Command, WorkDir: app.WorkDir, Ports: app.Ports})
+func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spec.App, catalogName string, reps int) (evaluation.App, error) {
+	check := stateCheckFor(spec.App{Name: catalogName, Command: app.Command, WorkDir: app.WorkDir, Ports: app.Ports})
 	a := evaluation.App{Name: catalogName, Engine: app.WithDefaults().Engine, Reps: reps, StateCheck: "none"}
 	if check != nil {
 		a.StateCheck = check.String()
 	}
 	var plain, plainApp []float64
 	for i := range reps {
-		dep, err := f.D.Boot(ctx, app, deploy.Options{Mode: deploy.ModeBoot}, "evaluation: plain boot")
+		dep, err := f.D.Boot(ctx, app, deploy.Options{Mode: spec.ModeBoot}, "evaluation: plain boot")
 		if err != nil {
 			return a, fmt.Errorf("plain boot %d: %w", i+1, err)
 		}
@@ -262,7 +262,7 @@ func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deplo
 		}
 	}
 	var first, bootReady, ckptMS, image, ckR, ckW []float64
-	var last deploy.Generation
+	var last spec.Generation
 	for i := range reps {
 		before, err := f.Ceph.IOCounters(ctx)
 		if err != nil {
@@ -306,7 +306,7 @@ func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deplo
 		if err != nil {
 			return a, fmt.Errorf("first restore on the node %d: %w", i+1, err)
 		}
-		if dep.Mode != deploy.ModeRestore || !dep.Fetched {
+		if dep.Mode != spec.ModeRestore || !dep.Fetched {
 			return a, fmt.Errorf("first restore on the node %d: deploy %s has mode %q, fetched %v; want a restore that fetched the checkpoint",
 				i+1, dep.ID, dep.Mode, dep.Fetched)
 		}
@@ -331,7 +331,7 @@ func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deplo
 		if err != nil {
 			return a, fmt.Errorf("restore %d: %w", i+1, err)
 		}
-		if dep.Mode != deploy.ModeRestore || dep.Gen != last.Gen || dep.Booted {
+		if dep.Mode != spec.ModeRestore || dep.Gen != last.Gen || dep.Booted {
 			return a, fmt.Errorf("restore %d: deploy %s has mode %q, generation %d, booted %v; want a restore of generation %d",
 				i+1, dep.ID, dep.Mode, dep.Gen, dep.Booted, last.Gen)
 		}
@@ -434,7 +434,7 @@ const (
 // and the CPU time those processes spend per second, over n. The page
 // cache their mounts fill is not counted: the node reclaims it. It removes
 // them again.
-func poolCost(ctx context.Context, f *deploytest.Fixture, g deploy.Generation, n int) (mib, cpuMSPerS float64, err error) {
+func poolCost(ctx context.Context, f *deploytest.Fixture, g spec.Generation, n int) (mib, cpuMSPerS float64, err error) {
 	before := map[string]bool{}
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -502,7 +502,7 @@ func procsCPU(pids []string) float64 {
 // ahead), then the policy chooses from the plain boots and the pool hits
 // just measured and from what the deployer says waits on the node, and the
 // deploy runs as it chose (a pool hit, where the slot waits).
-func evalAuto(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deploy.App, catalogName string, g deploy.Generation,
+func evalAuto(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spec.App, catalogName string, g spec.Generation,
 	boots, hits []float64, a *evaluation.App) error {
 	var c adaptive.Costs
 	dur := func(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
@@ -544,7 +544,7 @@ func evalAuto(ctx context.Context, t *testing.T, f *deploytest.Fixture, app depl
 
 // deployMeasured deploys app and returns what the OSDs read and wrote
 // meanwhile.
-func deployMeasured(ctx context.Context, f *deploytest.Fixture, app deploy.App) (deploy.Deployment, cephstore.IOCounters, error) {
+func deployMeasured(ctx context.Context, f *deploytest.Fixture, app spec.App) (deploy.Deployment, cephstore.IOCounters, error) {
 	before, err := f.Ceph.IOCounters(ctx)
 	if err != nil {
 		return deploy.Deployment{}, cephstore.IOCounters{}, err
@@ -561,7 +561,7 @@ func deployMeasured(ctx context.Context, f *deploytest.Fixture, app deploy.App) 
 // slot is provisioned and, with ahead where the node can reweight it
 // (agent.pool_ahead: true, the default), its app restored ahead, waiting at the
 // background CPU weight.
-func provisionSlot(ctx context.Context, f *deploytest.Fixture, g deploy.Generation, ahead bool) (deploy.Slot, error) {
+func provisionSlot(ctx context.Context, f *deploytest.Fixture, g spec.Generation, ahead bool) (deploy.Slot, error) {
 	s, err := f.D.ProvisionPoolSlot(ctx, g)
 	if err != nil || !ahead || f.D.CanStartAhead(g) != nil {
 		return s, err
@@ -571,7 +571,7 @@ func provisionSlot(ctx context.Context, f *deploytest.Fixture, g deploy.Generati
 
 // startAheadRecycled restores ahead a slot that recycling left unstarted,
 // as the agent's next refill does.
-func startAheadRecycled(ctx context.Context, f *deploytest.Fixture, g deploy.Generation, id string) error {
+func startAheadRecycled(ctx context.Context, f *deploytest.Fixture, g spec.Generation, id string) error {
 	if id == "" || f.D.CanStartAhead(g) != nil {
 		return nil
 	}
@@ -588,7 +588,7 @@ const poolArrival = time.Second
 // repetition, one slot is provisioned (the refill), then a deploy claims
 // it. It returns restore-to-ready of the hits, what each added to the
 // engine's own restart, and the refills' times.
-func evalPool(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deploy.App, catalogName string, g deploy.Generation,
+func evalPool(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spec.App, catalogName string, g spec.Generation,
 	check stateCheck, reps int, ahead bool) (hit, overhead, refill []float64, err error) {
 	for i := range reps {
 		start := time.Now()
@@ -635,7 +635,7 @@ func evalPool(ctx context.Context, t *testing.T, f *deploytest.Fixture, app depl
 // under CRIU too, when its engine is another and CRIU can checkpoint it
 // here: the engine's own restore is the work that 8 restores at once
 // share the node's cores for. It returns nil and why not otherwise.
-func evalConcurrencyCRIU(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deploy.App, catalogName string, reps int) (*evaluation.Concurrency, string) {
+func evalConcurrencyCRIU(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spec.App, catalogName string, reps int) (*evaluation.Concurrency, string) {
 	if app.Engine == engine.NameCRIU {
 		return nil, ""
 	}
@@ -658,7 +658,7 @@ func evalConcurrencyCRIU(ctx context.Context, t *testing.T, f *deploytest.Fixtur
 	return co, ""
 }
 
-func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deploy.App, catalogName string, reps int) (*evaluation.Concurrency, error) {
+func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spec.App, catalogName string, reps int) (*evaluation.Concurrency, error) {
 	co := &evaluation.Concurrency{App: catalogName, Engine: app.Engine, Rounds: reps, Interleaved: true}
 	g, err := f.D.Latest(ctx, app.Name)
 	if err != nil {
@@ -722,7 +722,7 @@ func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, a
 // waiting for their order), lets them settle as a user arriving later
 // finds them, and deploys app n times at once on them (restoreAtOnce).
 // On error the app's pool is dropped.
-func poolRound(ctx context.Context, f *deploytest.Fixture, app deploy.App, g deploy.Generation, n int, ahead bool, phases *evaluation.Phases) ([]float64, float64, error) {
+func poolRound(ctx context.Context, f *deploytest.Fixture, app spec.App, g spec.Generation, n int, ahead bool, phases *evaluation.Phases) ([]float64, float64, error) {
 	for i := range n {
 		if _, err := provisionSlot(ctx, f, g, ahead); err != nil {
 			_, _ = f.D.DropPool(ctx, app.Name, nil)
@@ -742,7 +742,7 @@ func poolRound(ctx context.Context, f *deploytest.Fixture, app deploy.App, g dep
 // pool as want says, undeploys them, and returns their restore-to-ready
 // and the node's CPU time per deploy (ms) while they ran, 0 where the
 // node does not say; phases, when not nil, gets their phases.
-func restoreAtOnce(ctx context.Context, f *deploytest.Fixture, app deploy.App, n int, want deploy.PoolResult, phases *evaluation.Phases) ([]float64, float64, error) {
+func restoreAtOnce(ctx context.Context, f *deploytest.Fixture, app spec.App, n int, want deploy.PoolResult, phases *evaluation.Phases) ([]float64, float64, error) {
 	deps := make([]deploy.Deployment, n)
 	errs := make([]error, n)
 	cpu0, cpuErr := busyCPUSeconds()
@@ -796,7 +796,7 @@ var deployRates = []struct {
 // evalInterference runs ab against a restored nginx at each concurrency,
 // alone and while the node deploys load at each of deployRates as an agent
 // with a warm pool does; then it measures what one deploy of load costs.
-func evalInterference(ctx context.Context, t *testing.T, f *deploytest.Fixture, server, load deploy.App, loadName string, abSecs, reps int) (*evaluation.Interference, error) {
+func evalInterference(ctx context.Context, t *testing.T, f *deploytest.Fixture, server, load spec.App, loadName string, abSecs, reps int) (*evaluation.Interference, error) {
 	ab, err := exec.LookPath("ab")
 	if err != nil {
 		return nil, fmt.Errorf("ab (Debian package apache2-utils) is not installed: %w", err)
@@ -888,7 +888,7 @@ func evalInterference(ctx context.Context, t *testing.T, f *deploytest.Fixture, 
 // undeploy. It returns ab's result, how many deploys started during it,
 // and the rate they reached (starts per second, from the first start to
 // the last).
-func abWhileDeploying(ctx context.Context, f *deploytest.Fixture, app deploy.App, g deploy.Generation, interval time.Duration,
+func abWhileDeploying(ctx context.Context, f *deploytest.Fixture, app spec.App, g spec.Generation, interval time.Duration,
 	ab func() (evaluation.AB, error)) (evaluation.AB, int, float64, error) {
 	slot, err := provisionSlot(ctx, f, g, true)
 	if err != nil {
@@ -977,7 +977,7 @@ func undeployToPool(ctx context.Context, f *deploytest.Fixture, id string, free 
 // deployCosts measures what one deploy of app costs the node, reps times
 // per kind: a pool hit (the deploy, its undeploy and the slot's refill), a
 // pool miss (deploy and undeploy) and a plain boot (the same).
-func deployCosts(ctx context.Context, t *testing.T, f *deploytest.Fixture, app deploy.App, name string, g deploy.Generation, reps int) ([]evaluation.DeployCost, error) {
+func deployCosts(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spec.App, name string, g spec.Generation, reps int) ([]evaluation.DeployCost, error) {
 	idle, err := idleCPURate(time.Duration(3) * time.Second)
 	if err != nil {
 		return nil, err
@@ -986,10 +986,10 @@ func deployCosts(ctx context.Context, t *testing.T, f *deploytest.Fixture, app d
 	defer func() { _, _ = f.D.DropPool(context.Background(), app.Name, nil) }()
 	kinds := []struct {
 		kind          string
-		mode          deploy.Mode
+		mode          spec.Mode
 		pool, recycle bool
 	}{{evaluation.DeployPoolRecycled, "", true, true}, {evaluation.DeployPoolHit, "", true, false},
-		{evaluation.DeployPoolMiss, "", false, false}, {evaluation.DeployBoot, deploy.ModeBoot, false, false}}
+		{evaluation.DeployPoolMiss, "", false, false}, {evaluation.DeployBoot, spec.ModeBoot, false, false}}
 	var costs []evaluation.DeployCost
 	for _, k := range kinds {
 		// Each kind starts from an empty pool.
@@ -1282,7 +1282,7 @@ func cephObjectStore(ctx context.Context, c testenv.CephConn) string {
 // a user run under DMTCP only): from the order to the first answer (start
 // and ready), with the node's copy of the checkpoint in the page cache and
 // dropped from it. It returns nil and why when no app qualifies.
-func evalLazy(ctx context.Context, t *testing.T, f *deploytest.Fixture, apps map[string]deploy.App, evaluated []evaluation.App, reps int) (*evaluation.Lazy, string) {
+func evalLazy(ctx context.Context, t *testing.T, f *deploytest.Fixture, apps map[string]spec.App, evaluated []evaluation.App, reps int) (*evaluation.Lazy, string) {
 	ranked := slices.Clone(evaluated)
 	slices.SortFunc(ranked, func(a, b evaluation.App) int { return cmp.Compare(b.ImageMiB.Median, a.ImageMiB.Median) })
 	var skipped []string
@@ -1295,7 +1295,7 @@ func evalLazy(ctx context.Context, t *testing.T, f *deploytest.Fixture, apps map
 		lz := app.WithEngine(engine.NameCRIU)
 		lz.Name = app.Name + "-criu"
 		t.Cleanup(func() { f.UndeployAll(t, lz.Name); f.RemoveGenerations(t, lz.Name) })
-		check := stateCheckFor(deploy.App{Name: a.Name, Command: app.Command, WorkDir: app.WorkDir, Ports: app.Ports})
+		check := stateCheckFor(spec.App{Name: a.Name, Command: app.Command, WorkDir: app.WorkDir, Ports: app.Ports})
 		var prepare deploy.PrepareFunc
 		if check != nil {
 			prepare = check.before
@@ -1311,9 +1311,9 @@ func evalLazy(ctx context.Context, t *testing.T, f *deploytest.Fixture, apps map
 					return 0, err
 				}
 			}
-			spec := lz
-			spec.Lazy = lazy
-			dep, err := f.D.Deploy(ctx, spec, deploy.Options{Mode: deploy.ModeRestore})
+			app := lz
+			app.Lazy = lazy
+			dep, err := f.D.Deploy(ctx, app, deploy.Options{Mode: spec.ModeRestore})
 			if err != nil {
 				return 0, err
 			}

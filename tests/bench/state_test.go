@@ -20,6 +20,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 
@@ -37,7 +39,7 @@ type stateCheck interface {
 }
 
 // stateChecks are the catalog's checks, by app name.
-func stateCheckFor(app deploy.App) stateCheck {
+func stateCheckFor(app spec.App) stateCheck {
 	switch app.Name {
 	case "redis":
 		return &redisCheck{}
@@ -184,7 +186,7 @@ func (c *nginxCheck) after(ctx context.Context, dep deploy.Deployment) error {
 // fileCheck writes a file into the served directory of the app's writable
 // clone before the checkpoint; every restore serves it.
 type fileCheck struct {
-	app deploy.App
+	app spec.App
 	tok string
 }
 

@@ -15,7 +15,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -46,7 +47,7 @@ func TestCatalog(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		app, err := deploy.ParseApp(f)
+		app, err := spec.ParseApp(f)
 		f.Close()
 		if err != nil {
 			t.Errorf("%s: %v", path, err)

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/adaptive"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
@@ -28,7 +30,7 @@ func deployOnce(ctx context.Context, t *testing.T, p *pop, app string, args ...s
 	t.Helper()
 	out, errOut, code := p.fogctl(ctx, append([]string{"deploy", app, "--wait", "-o", "json"}, args...)...)
 	var d state.Deployment
-	if err := json.Unmarshal([]byte(out), &d); code != 0 || err != nil || d.Status.Phase != deploy.PhaseRunning {
+	if err := json.Unmarshal([]byte(out), &d); code != 0 || err != nil || d.Status.Phase != spec.PhaseRunning {
 		t.Fatalf("fogctl deploy %s = exit %d, %v\n%s%s", app, code, err, out, errOut)
 	}
 	if got, err := testenv.RedisDo(ctx, nil, d.Status.Ports["6379/tcp"], "PING"); err != nil || got != "PONG" {
@@ -42,7 +44,7 @@ func deployOnce(ctx context.Context, t *testing.T, p *pop, app string, args ...s
 
 // reasonOf is the reason mode auto gave in a status.
 func reasonOf(st state.Status) string {
-	if st.Mode == deploy.ModeBoot {
+	if st.Mode == spec.ModeBoot {
 		return st.BootReason
 	}
 	return st.Reason
@@ -57,7 +59,7 @@ func reasonOf(st state.Status) string {
 // citing both medians. `fogctl app costs` shows the numbers, the agent's
 // metrics count the choices, and --mode restore still restores.
 func TestAutoModeSettlesOnFaster(t *testing.T) {
-	ctx, p, _, app := redisOnPoP(t, "e2e-auto", engine.NameDMTCP, func(a *deploy.App) {
+	ctx, p, _, app := redisOnPoP(t, "e2e-auto", engine.NameDMTCP, func(a *spec.App) {
 		a.PostRestore = []string{"sh", "-c", "sleep 0.4"}
 	}, "n1")
 	faster := regexp.MustCompile(`^auto: boot \d+\.\d\d s, median of \d+ runs? [<=] restore \d+\.\d\d s, median of \d+ runs?(; restore measured again in the background \(within 1\.5x\))?$`)
@@ -71,10 +73,10 @@ func TestAutoModeSettlesOnFaster(t *testing.T) {
 		t.Logf("deploy %2d: %s", i, row)
 		switch {
 		case i == 1:
-			if st.Mode != deploy.ModeRestore || !strings.HasPrefix(reason, "auto: no generation of the app") || !st.Booted {
+			if st.Mode != spec.ModeRestore || !strings.HasPrefix(reason, "auto: no generation of the app") || !st.Booted {
 				t.Errorf("deploy 1: %s, booted %v; want a restore that makes the generation", row, st.Booted)
 			}
-		case st.Mode == deploy.ModeBoot && faster.MatchString(reason):
+		case st.Mode == spec.ModeBoot && faster.MatchString(reason):
 			settled++
 		default:
 			t.Errorf("deploy %d: %s; want a boot citing both medians", i, row)
@@ -95,7 +97,7 @@ func TestAutoModeSettlesOnFaster(t *testing.T) {
 		Next            struct{ Mode string }
 	}
 	if err := json.Unmarshal([]byte(out), &costs); code != 0 || err != nil || len(costs) != 1 || costs[0].Node != "n1" ||
-		len(costs[0].BootMS) < 8 || len(costs[0].RestoreMS) < 1 || costs[0].BootMedianMS >= costs[0].RestoreMedianMS || costs[0].Next.Mode != string(deploy.ModeBoot) {
+		len(costs[0].BootMS) < 8 || len(costs[0].RestoreMS) < 1 || costs[0].BootMedianMS >= costs[0].RestoreMedianMS || costs[0].Next.Mode != string(spec.ModeBoot) {
 		t.Errorf("fogctl app costs -o json = exit %d, %v, %+v; want n1's medians (8 boots: the first deploy's and 7), boot the lower, boot next\n%s%s", code, err, costs, out, errOut)
 	}
 	if out, _, code := p.fogctl(ctx, "app", "costs", app.Name); code != 0 || !strings.Contains(out, "auto: boot ") {
@@ -109,7 +111,7 @@ func TestAutoModeSettlesOnFaster(t *testing.T) {
 		}
 	}
 	// A deployment of mode restore restores, whatever the numbers say.
-	if st := deployOnce(ctx, t, p, app.Name, "--mode", string(deploy.ModeRestore)); st.Mode != deploy.ModeRestore || st.Reason != "" {
+	if st := deployOnce(ctx, t, p, app.Name, "--mode", string(spec.ModeRestore)); st.Mode != spec.ModeRestore || st.Reason != "" {
 		t.Errorf("--mode restore: mode %q, reason %q; want a restore, as requested", st.Mode, st.Reason)
 	}
 
@@ -126,7 +128,7 @@ func TestAutoModeSettlesOnFaster(t *testing.T) {
 	}
 	closeCost := c.Boot.Median() * 6 / 5
 	for range adaptive.MaxSamples {
-		if err := p.st.RecordCost(ctx, app.Name, "n1", adaptive.Run{Mode: deploy.ModeRestore, Gen: gens[0].Gen, Cost: closeCost}); err != nil {
+		if err := p.st.RecordCost(ctx, app.Name, "n1", adaptive.Run{Mode: spec.ModeRestore, Gen: gens[0].Gen, Cost: closeCost}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -212,7 +214,7 @@ func grepLines(s, sub string) string {
 // samples; with the generation removed, the next deploy makes a new one
 // instead of booting to measure.
 func TestAutoModeNeverBootsOnRequest(t *testing.T) {
-	ctx, p, _, app := redisOnPoP(t, "e2e-autoslow", engine.NameDMTCP, func(a *deploy.App) {
+	ctx, p, _, app := redisOnPoP(t, "e2e-autoslow", engine.NameDMTCP, func(a *spec.App) {
 		a.Command = []string{"sh", "-c", "sleep 5; exec " + strings.Join(a.Command, " ")}
 		one := 1
 		a.Pool = &one
@@ -237,7 +239,7 @@ func TestAutoModeNeverBootsOnRequest(t *testing.T) {
 		}
 	}
 	first := deployOnce(ctx, t, p, app.Name)
-	if first.Mode != deploy.ModeRestore || !first.Booted || !strings.HasPrefix(first.Reason, "auto: no generation of the app") {
+	if first.Mode != spec.ModeRestore || !first.Booted || !strings.HasPrefix(first.Reason, "auto: no generation of the app") {
 		t.Fatalf("first deploy: %s, booted %v, %q; want the generation made", first.Mode, first.Booted, first.Reason)
 	}
 	if boot := adaptive.BootCost(first.Timings); boot < 5*time.Second {
@@ -253,7 +255,7 @@ func TestAutoModeNeverBootsOnRequest(t *testing.T) {
 		reason := reasonOf(st)
 		t.Logf("deploy %2d: %s (%s), pool %q, %s", i, st.Mode, reason, st.Pool, adaptive.Cost(st.Timings).Round(time.Millisecond))
 		switch {
-		case st.Mode == deploy.ModeBoot:
+		case st.Mode == spec.ModeBoot:
 			t.Errorf("deploy %d booted on a request: %q", i, reason)
 		case waited && (st.Pool != string(deploy.PoolHit) || !strings.HasPrefix(reason, "auto: pool slot")):
 			t.Errorf("deploy %d: pool %q, %q; want a hit of the slot that waited", i, st.Pool, reason)
@@ -289,7 +291,7 @@ func TestAutoModeNeverBootsOnRequest(t *testing.T) {
 		}
 	}
 	st := deployOnce(ctx, t, p, app.Name)
-	if st.Mode != deploy.ModeRestore || !st.Booted || !strings.HasPrefix(st.Reason, "auto: no generation of the app") {
+	if st.Mode != spec.ModeRestore || !st.Booted || !strings.HasPrefix(st.Reason, "auto: no generation of the app") {
 		t.Errorf("deploy after the generations were removed: %s, booted %v, %q; want a new generation made", st.Mode, st.Booted, reasonOf(st))
 	}
 	if gens, _ := p.st.Checkpoints(ctx, app.Name); len(gens) != 1 {

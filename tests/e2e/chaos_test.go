@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
@@ -107,7 +109,7 @@ func countLeaks(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture
 
 // chaos runs rounds of: deploy, kill after each of steps; then undeploy,
 // kill at a few moments. One agent, n1, is killed and restarted each time.
-func chaos(t *testing.T, f *deploytest.Fixture, app deploy.App, dmtcpImage string, steps []string, rounds int) {
+func chaos(t *testing.T, f *deploytest.Fixture, app spec.App, dmtcpImage string, steps []string, rounds int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	p := startPoP(ctx, t, f, app.Name, dmtcpImage, "", "n1")
@@ -135,7 +137,7 @@ func chaos(t *testing.T, f *deploytest.Fixture, app deploy.App, dmtcpImage strin
 					return true
 				}
 			}
-			if d.Status.Phase == deploy.PhaseRunning || d.Status.Phase == deploy.PhaseFailed {
+			if d.Status.Phase == spec.PhaseRunning || d.Status.Phase == spec.PhaseFailed {
 				return false
 			}
 			time.Sleep(2 * time.Millisecond)
@@ -163,7 +165,7 @@ func chaos(t *testing.T, f *deploytest.Fixture, app deploy.App, dmtcpImage strin
 			// Mode restore, not auto: once it has measured both, mode
 			// auto would boot redis, and the steps of the restore would
 			// go unkilled.
-			d, err := scheduler.Create(ctx, st, scheduler.Request{App: app.Name, Mode: deploy.ModeRestore}, "e2e")
+			d, err := scheduler.Create(ctx, st, scheduler.Request{App: app.Name, Mode: spec.ModeRestore}, "e2e")
 			if err != nil {
 				nodes, _ := st.Nodes(ctx)
 				r, _ := st.Client().Get(ctx, state.Prefix+"nodes/", clientv3.WithPrefix())
@@ -180,7 +182,7 @@ func chaos(t *testing.T, f *deploytest.Fixture, app deploy.App, dmtcpImage strin
 			running = append(running, d.ID)
 			deps := p.waitAll(ctx, app.Name, len(running))
 			for _, dep := range deps {
-				if dep.ID == d.ID && dep.Status.Phase != deploy.PhaseRunning {
+				if dep.ID == d.ID && dep.Status.Phase != spec.PhaseRunning {
 					t.Errorf("round %d, killed after %s: %s is %s", round, step, d.ID, dep.Status.Phase)
 				}
 			}

@@ -8,7 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
@@ -22,14 +23,14 @@ import (
 // answers with the key written before the checkpoint.
 func TestEngineAutoSettlesOnFaster(t *testing.T) {
 	// Mode restore: the engines' choice only.
-	ctx, p, _, app := redisOnPoP(t, "e2e-engine", deploy.EngineAuto, func(a *deploy.App) { a.Mode = deploy.ModeRestore }, "n1")
+	ctx, p, _, app := redisOnPoP(t, "e2e-engine", spec.EngineAuto, func(a *spec.App) { a.Mode = spec.ModeRestore }, "n1")
 	faster := regexp.MustCompile(`^engine (dmtcp|criu): restores (dmtcp|criu) \d+\.\d\d s < (dmtcp|criu) \d+\.\d\d s \(medians\)$`)
 	var last state.Status
 	counts := map[string]int{}
 	for i := 1; i <= 8; i++ {
 		out, errOut, code := p.fogctl(ctx, "deploy", app.Name, "--wait", "-o", "json")
 		var d state.Deployment
-		if err := json.Unmarshal([]byte(out), &d); code != 0 || err != nil || d.Status.Phase != deploy.PhaseRunning {
+		if err := json.Unmarshal([]byte(out), &d); code != 0 || err != nil || d.Status.Phase != spec.PhaseRunning {
 			t.Fatalf("deploy %d = exit %d, %v\n%s%s", i, code, err, out, errOut)
 		}
 		st := d.Status
@@ -65,7 +66,7 @@ func TestEngineAutoSettlesOnFaster(t *testing.T) {
 	}
 	// One generation per engine.
 	out, errOut, code := p.fogctl(ctx, "checkpoint", "ls", app.Name, "-o", "json")
-	var gens []deploy.Generation
+	var gens []spec.Generation
 	if err := json.Unmarshal([]byte(out), &gens); code != 0 || err != nil || len(gens) != 2 ||
 		gens[0].Engine == gens[1].Engine {
 		t.Errorf("fogctl checkpoint ls = exit %d, %v, %d generations; want one of each engine\n%s%s", code, err, len(gens), out, errOut)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/state"
@@ -27,9 +29,9 @@ import (
 func TestPlaceLocalCheckpoint(t *testing.T) {
 	// Restores only: where a checkpoint is is what this test places by
 	// (mode auto would boot redis, whose boot is about as fast).
-	ctx, p, _, app := redisOnPoP(t, "e2e-local", engine.NameDMTCP, func(a *deploy.App) {
+	ctx, p, _, app := redisOnPoP(t, "e2e-local", engine.NameDMTCP, func(a *spec.App) {
 		zero := 0
-		a.Pool, a.Mode = &zero, deploy.ModeRestore
+		a.Pool, a.Mode = &zero, spec.ModeRestore
 	}, "n1", "n2", "n3")
 	env := p.env
 	p.env = append(p.env, "FOGDEPLOY_FETCH=sealed")

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/scheduler"
@@ -27,10 +29,10 @@ import (
 // and its restart provisions the pool anew; `fogctl pool ls` and `fogctl
 // node ls` show it; pool 0 releases every slot.
 func TestPoolPoP(t *testing.T) {
-	ctx, p, _, app := redisOnPoP(t, "e2e-pool", engine.NameDMTCP, func(a *deploy.App) { two := 2; a.Pool = &two }, "n1", "n2", "n3")
+	ctx, p, _, app := redisOnPoP(t, "e2e-pool", engine.NameDMTCP, func(a *spec.App) { two := 2; a.Pool = &two }, "n1", "n2", "n3")
 	st := p.st
 	// The first deploy produces the generation (no pool can exist before).
-	first, err := scheduler.Create(ctx, st, scheduler.Request{App: app.Name, Mode: deploy.ModeRestore}, "e2e")
+	first, err := scheduler.Create(ctx, st, scheduler.Request{App: app.Name, Mode: spec.ModeRestore}, "e2e")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,10 +268,10 @@ func TestPoolPoP(t *testing.T) {
 // beside the refilled one; the next two deploys take both slots, answer,
 // and neither has the key the user before wrote.
 func TestPoolRecycleCRIUPoP(t *testing.T) {
-	ctx, p, _, app := redisOnPoP(t, "e2e-recycle", engine.NameCRIU, func(a *deploy.App) { one := 1; a.Pool = &one }, "n1")
+	ctx, p, _, app := redisOnPoP(t, "e2e-recycle", engine.NameCRIU, func(a *spec.App) { one := 1; a.Pool = &one }, "n1")
 	st := p.st
 	// The first deploy produces the generation.
-	first, err := scheduler.Create(ctx, st, scheduler.Request{App: app.Name, Mode: deploy.ModeRestore}, "e2e")
+	first, err := scheduler.Create(ctx, st, scheduler.Request{App: app.Name, Mode: spec.ModeRestore}, "e2e")
 	if err != nil {
 		t.Fatal(err)
 	}

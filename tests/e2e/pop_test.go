@@ -20,7 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/devenv"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
@@ -140,9 +141,9 @@ func (p *pop) waitAll(ctx context.Context, app string, n int) []state.Deployment
 			}
 			mine = append(mine, d)
 			switch d.Status.Phase {
-			case deploy.PhaseRunning:
+			case spec.PhaseRunning:
 				running++
-			case deploy.PhaseFailed:
+			case spec.PhaseFailed:
 				t.Fatalf("deployment %s failed on %s: %s", d.ID, d.Node, d.Status.Error)
 			}
 		}
@@ -273,7 +274,7 @@ func TestPoP(t *testing.T) {
 		if d.Status.Booted {
 			booted++
 		}
-		if d.Status.Mode != deploy.ModeRestore || len(d.Status.Timings) < 5 || d.Status.Ports["6379/tcp"] == "" {
+		if d.Status.Mode != spec.ModeRestore || len(d.Status.Timings) < 5 || d.Status.Ports["6379/tcp"] == "" {
 			t.Errorf("%s: mode %q, timings %v, ports %v; want a restore with its phases and port", d.ID, d.Status.Mode, d.Status.Timings, d.Status.Ports)
 		}
 		if got, err := testenv.RedisDo(ctx, nil, d.Status.Ports["6379/tcp"], "PING"); err != nil || got != "PONG" {
@@ -296,7 +297,7 @@ func TestPoP(t *testing.T) {
 	// A refresh seals generation 2; later deploys restore it; generation 1
 	// cannot be removed while instances use it.
 	out, errOut, code = p.fogctl(ctx, "checkpoint", "refresh", app.Name, "-o", "json")
-	var g deploy.Generation
+	var g spec.Generation
 	if err := json.Unmarshal([]byte(out), &g); code != 0 || err != nil || g.Gen != 2 || g.Bytes <= 0 {
 		t.Fatalf("fogctl checkpoint refresh = %d, %v, %+v\n%s", code, err, g, errOut)
 	}
@@ -305,7 +306,7 @@ func TestPoP(t *testing.T) {
 	}
 	out, errOut, code = p.fogctl(ctx, "deploy", app.Name, "--wait", "-o", "json")
 	var d state.Deployment
-	if err := json.Unmarshal([]byte(out), &d); code != 0 || err != nil || d.Status.Gen != 2 || d.Status.Mode != deploy.ModeRestore {
+	if err := json.Unmarshal([]byte(out), &d); code != 0 || err != nil || d.Status.Gen != 2 || d.Status.Mode != spec.ModeRestore {
 		t.Errorf("deploy after the refresh = %d, %v, gen %d mode %q; want a restore of generation 2\n%s", code, err, d.Status.Gen, d.Status.Mode, errOut)
 	}
 	if _, errOut, code = p.fogctl(ctx, "checkpoint", "rm", app.Name, "1"); code == 0 || !strings.Contains(errOut, "used by 6") {
@@ -342,7 +343,7 @@ func TestPoPWithoutEngine(t *testing.T) {
 	perNode := map[string]int{}
 	for _, d := range deps {
 		perNode[d.Node]++
-		if d.Status.Mode != deploy.ModeBoot || !strings.Contains(d.Status.BootReason, "no checkpoint engine") {
+		if d.Status.Mode != spec.ModeBoot || !strings.Contains(d.Status.BootReason, "no checkpoint engine") {
 			t.Errorf("%s: mode %q reason %q; want boot, for want of an engine", d.ID, d.Status.Mode, d.Status.BootReason)
 		}
 		if body := testenv.HTTPGet(ctx, t, "http://"+d.Status.Ports["8080/tcp"]+"/"); !strings.HasPrefix(body, "served by ") {
@@ -421,7 +422,7 @@ func TestPoPWithoutEngine(t *testing.T) {
 	}
 	id := body["id"].(string)
 	p.waitAll(ctx, app.Name, 5)
-	if code, body := hook(t, "GET", api2+"/"+id, token, ""); code != 200 || body["status"].(map[string]any)["phase"] != string(deploy.PhaseRunning) ||
+	if code, body := hook(t, "GET", api2+"/"+id, token, ""); code != 200 || body["status"].(map[string]any)["phase"] != string(spec.PhaseRunning) ||
 		body["status"].(map[string]any)["boot_reason"] != "requested" {
 		t.Errorf("hook get: %d %v; want Running, booted as requested", code, body)
 	}
@@ -464,7 +465,7 @@ func TestPoPWithoutEngine(t *testing.T) {
 	for i := 0; ; i++ {
 		d, err := st.Deployment(ctx, n1[1])
 		r, _ := st.Client().Get(ctx, state.Prefix+"status/"+n1[0], clientCountOnly()...)
-		if err == nil && d.Status.Phase == deploy.PhaseRunning && r != nil && r.Count == 0 {
+		if err == nil && d.Status.Phase == spec.PhaseRunning && r != nil && r.Count == 0 {
 			break
 		}
 		if i > 300 {
@@ -494,11 +495,11 @@ func clientCountOnly() []clientv3.OpOption {
 // failing when required, without one), a context of 15 minutes, and
 // RedisApp of engine eng named prefix-<random>, which configure adjusts
 // before the PoP of nodes starts and the app is created in its state.
-func redisOnPoP(t *testing.T, prefix, eng string, configure func(*deploy.App), nodes ...string) (context.Context, *pop, *deploytest.Fixture, deploy.App) {
+func redisOnPoP(t *testing.T, prefix, eng string, configure func(*spec.App), nodes ...string) (context.Context, *pop, *deploytest.Fixture, spec.App) {
 	t.Helper()
 	f := deploytest.NewFixture(t, "container")
 	need := []string{eng}
-	if eng == deploy.EngineAuto {
+	if eng == spec.EngineAuto {
 		need = []string{engine.NameDMTCP, engine.NameCRIU}
 	}
 	for _, e := range need {

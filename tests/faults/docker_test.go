@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 )
@@ -42,7 +43,7 @@ func TestDockerdRestart(t *testing.T) {
 		ps := p.ps(ctx)
 		for _, d := range deps {
 			now := ps[d.ID]
-			if now.Status.Phase != deploy.PhaseRunning || !now.Status.Updated.Equal(d.Status.Updated) {
+			if now.Status.Phase != spec.PhaseRunning || !now.Status.Updated.Equal(d.Status.Updated) {
 				return fmt.Errorf("%s is %s, updated %s; want Running as deployed at %s", d.ID, now.Status.Phase, now.Status.Updated, d.Status.Updated)
 			}
 			if err := serves(ctx, now); err != nil {
@@ -63,7 +64,7 @@ func TestDockerdRestart(t *testing.T) {
 		ps := p.ps(ctx)
 		for _, d := range deps {
 			now := ps[d.ID]
-			if now.Status.Phase != deploy.PhaseRunning || now.Status.Updated.Equal(d.Status.Updated) {
+			if now.Status.Phase != spec.PhaseRunning || now.Status.Updated.Equal(d.Status.Updated) {
 				return fmt.Errorf("%s is %s, updated %s", d.ID, now.Status.Phase, now.Status.Updated)
 			}
 			if err := serves(ctx, now); err != nil {

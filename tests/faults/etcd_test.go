@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -113,7 +114,7 @@ func TestEtcdUnavailable(t *testing.T) {
 	// The deploy that finished without etcd says so now.
 	waitFor(ctx, t, 30*time.Second, "the deploy that finished without etcd is Running", func() error {
 		d := p.ps(ctx)[inflight.ID]
-		if d.Status.Phase != deploy.PhaseRunning {
+		if d.Status.Phase != spec.PhaseRunning {
 			return fmt.Errorf("%s is %s", d.ID, d.Status.Phase)
 		}
 		return serves(ctx, d)
@@ -122,7 +123,7 @@ func TestEtcdUnavailable(t *testing.T) {
 	ps := p.ps(ctx)
 	for _, d := range deps {
 		now := ps[d.ID]
-		if now.Status.Phase != deploy.PhaseRunning || now.Status.Ports["8080/tcp"] != d.Status.Ports["8080/tcp"] || !now.Status.Updated.Equal(d.Status.Updated) {
+		if now.Status.Phase != spec.PhaseRunning || now.Status.Ports["8080/tcp"] != d.Status.Ports["8080/tcp"] || !now.Status.Updated.Equal(d.Status.Updated) {
 			t.Errorf("%s after the outage: %s at %v (updated %s); before: Running at %v (updated %s)", d.ID,
 				now.Status.Phase, now.Status.Ports, now.Status.Updated, d.Status.Ports, d.Status.Updated)
 		}
@@ -140,7 +141,7 @@ func TestEtcdUnavailable(t *testing.T) {
 		t.Errorf("fogctl ps lists %d deployments; want %d", len(ps), len(deps)+2)
 	}
 	for id, d := range ps {
-		if d.Status.Phase != deploy.PhaseRunning {
+		if d.Status.Phase != spec.PhaseRunning {
 			t.Errorf("%s is %s", id, d.Status.Phase)
 		}
 	}

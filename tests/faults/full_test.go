@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
 // TestFull fills what a deploy writes to. A pool over its quota: a deploy
@@ -65,7 +65,7 @@ func TestFull(t *testing.T) {
 	var id string
 	for _, d := range p.ps(ctx) {
 		id = d.ID
-		if d.Status.Phase != deploy.PhaseFailed || !strings.Contains(d.Status.Error, "is full") || !strings.Contains(d.Status.Hint, "set-quota") {
+		if d.Status.Phase != spec.PhaseFailed || !strings.Contains(d.Status.Error, "is full") || !strings.Contains(d.Status.Hint, "set-quota") {
 			t.Errorf("fogctl ps: %s = %+v; want Failed, the full pool, a hint", d.ID, d.Status)
 		}
 	}

@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -116,7 +117,7 @@ func TestOSDStoppedDuringDeploy(t *testing.T) {
 		t.Errorf("fogctl deploy --wait gives no hint to start the OSD:\n%s", msg)
 	}
 	d, ok := p.ps(ctx)[id]
-	if !ok || d.Status.Phase != deploy.PhaseFailed || !strings.Contains(d.Status.Error, "osd.0") || d.Status.Hint == "" ||
+	if !ok || d.Status.Phase != spec.PhaseFailed || !strings.Contains(d.Status.Error, "osd.0") || d.Status.Hint == "" ||
 		d.Status.Cause != state.CauseUnavailable {
 		t.Errorf("fogctl ps: %s = %+v; want Failed, naming osd.0, with a hint and cause %q", id, d.Status, state.CauseUnavailable)
 	}
@@ -137,7 +138,7 @@ func TestOSDStoppedDuringDeploy(t *testing.T) {
 		}
 		return err
 	})
-	if d := p.ps(ctx)[id]; d.Status.Phase != deploy.PhaseFailed {
+	if d := p.ps(ctx)[id]; d.Status.Phase != spec.PhaseFailed {
 		t.Errorf("%s is %s after its clean-up; want it to stay Failed until withdrawn", id, d.Status.Phase)
 	}
 

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -443,7 +445,7 @@ func (p *pop) deploy(ctx context.Context, app, node string) state.Deployment {
 	p.t.Helper()
 	out, errOut, code := p.fogctl(ctx, "deploy", app, "--node", node, "--mode", "boot", "--wait", "-o", "json")
 	var d state.Deployment
-	if err := json.Unmarshal([]byte(out), &d); code != 0 || err != nil || d.Status.Phase != deploy.PhaseRunning {
+	if err := json.Unmarshal([]byte(out), &d); code != 0 || err != nil || d.Status.Phase != spec.PhaseRunning {
 		p.t.Fatalf("fogctl deploy %s --node %s = exit %d, %v, %+v\n%s", app, node, code, err, d.Status, errOut)
 	}
 	return d
@@ -469,7 +471,7 @@ func (p *pop) ps(ctx context.Context) map[string]state.Deployment {
 func (p *pop) app(ctx context.Context, name string, delay time.Duration) string {
 	p.t.Helper()
 	a := deploytest.BusyboxHTTPApp(name+"-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), envName)
-	a.Ready.Timeout = deploy.Duration(readyTimeout)
+	a.Ready.Timeout = spec.Duration(readyTimeout)
 	if delay > 0 {
 		a.Command[len(a.Command)-1] = fmt.Sprintf("busybox sleep %d && %s", int(delay.Seconds()), a.Command[len(a.Command)-1])
 	}

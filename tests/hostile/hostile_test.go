@@ -110,7 +110,7 @@ func testHostile(t *testing.T, eng string) {
 		testenv.Unavailable(t, eng, err.Error())
 	}
 	suffix := strconv.FormatInt(time.Now().UnixNano()%1e6, 36)
-	newApp := func(name string) deploy.App {
+	newApp := func(name string) spec.App {
 		a := deploytest.RedisApp(name+"-"+eng+"-"+suffix, f.Env, eng)
 		a.Resources = spec.Resources{} // a stranger's spec: no limits asked for
 		t.Cleanup(func() { f.RemoveGenerations(t, a.Name) })
@@ -130,7 +130,7 @@ func testHostile(t *testing.T, eng string) {
 	// The boot image (no checkpoint engine) runs the app in the same
 	// sandbox.
 	if eng == engine.NameDMTCP {
-		booted, err := f.D.Deploy(ctx, app, deploy.Options{Mode: deploy.ModeBoot})
+		booted, err := f.D.Deploy(ctx, app, deploy.Options{Mode: spec.ModeBoot})
 		if err != nil {
 			t.Fatalf("boot: %v", err)
 		}
@@ -212,7 +212,7 @@ func testHostile(t *testing.T, eng string) {
 }
 
 // runProbe runs the probe in dep as its app would run it.
-func runProbe(ctx context.Context, t *testing.T, f *deploytest.Fixture, dep deploy.Deployment, app deploy.App, what string) {
+func runProbe(ctx context.Context, t *testing.T, f *deploytest.Fixture, dep deploy.Deployment, app spec.App, what string) {
 	t.Helper()
 	if dep.Handle == nil {
 		t.Fatalf("%s: no handle", dep.ID)
@@ -237,7 +237,7 @@ func runProbe(ctx context.Context, t *testing.T, f *deploytest.Fixture, dep depl
 	}
 }
 
-func envOf(app deploy.App, key string) string {
+func envOf(app spec.App, key string) string {
 	for _, kv := range app.Environment {
 		if v, ok := strings.CutPrefix(kv, key+"="); ok {
 			return v

@@ -331,7 +331,7 @@ func (f *Fixture) Mount(t testing.TB, id string) (envPath, ckptPath string) {
 
 // RedisApp is redis-server on port 6379, ready once PING answers PONG
 // (drivertest.RedisApp, named name, in environment env).
-func RedisApp(name, env, eng string) deploy.App {
+func RedisApp(name, env, eng string) spec.App {
 	a := drivertest.RedisApp(eng)
 	a.Name, a.Env = name, env
 	return a
@@ -583,14 +583,14 @@ func (f *Fixture) RemoveGenerations(t testing.TB, app string) {
 // environment. At start it writes /www/index.html into its writable clone
 // ("served by <container hostname>"), so each instance answers with its own
 // page.
-func BusyboxHTTPApp(name, env string) deploy.App {
-	return deploy.App{
+func BusyboxHTTPApp(name, env string) spec.App {
+	return spec.App{
 		Name: name, Env: env, Engine: engine.NameDMTCP,
 		Command: []string{"/bin/sh", "-c",
 			`busybox mkdir -p /www && echo "served by $HOSTNAME" > /www/index.html && exec busybox httpd -f -p 8080 -h /www`},
-		Ports:     []deploy.Port{{Port: 8080}},
-		Ready:     deploy.Readiness{Kind: deploy.ReadyHTTP, Port: 8080, Path: "/", Timeout: deploy.Duration(30 * time.Second)},
-		Resources: deploy.Resources{CPUs: 0.5, Memory: "64M"},
+		Ports:     []spec.Port{{Port: 8080}},
+		Ready:     spec.Readiness{Kind: spec.ReadyHTTP, Port: 8080, Path: "/", Timeout: spec.Duration(30 * time.Second)},
+		Resources: spec.Resources{CPUs: 0.5, Memory: "64M"},
 	}
 }
 

@@ -1,7 +1,7 @@
 // Package drivertest is the behaviour suite every deploy.Driver must pass.
 //
 // RunSuite checks, through the Driver interface only, what a user of an
-// instance observes. It runs redis-server (deploy.App RedisApp) from a
+// instance observes. It runs redis-server (spec.App RedisApp) from a
 // mounted environment:
 //
 //   - Create does not run the app: Running is false, no process runs in the
@@ -39,6 +39,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/procfs"
@@ -90,14 +92,14 @@ type Harness struct {
 
 // RedisApp is the app the suite runs: redis-server on port 6379 with a
 // PING/+PONG readiness probe, under engine eng.
-func RedisApp(eng string) deploy.App {
-	return deploy.App{
+func RedisApp(eng string) spec.App {
+	return spec.App{
 		Name: "drivertest-redis", Env: "drivertest", Engine: eng,
 		Command: []string{"redis-server", "--port", "6379", "--protected-mode", "no", "--save", "", "--appendonly", "no",
 			"--jemalloc-bg-thread", "no", "--daemonize", "no"},
-		Ports:          []deploy.Port{{Port: 6379}},
-		Ready:          deploy.Readiness{Kind: deploy.ReadyTCP, Port: 6379, Send: "PING\r\n", Expect: "+PONG", Timeout: deploy.Duration(30 * time.Second)},
-		Resources:      deploy.Resources{CPUs: 1, Memory: "256M"},
+		Ports:          []spec.Port{{Port: 6379}},
+		Ready:          spec.Readiness{Kind: spec.ReadyTCP, Port: 6379, Send: "PING\r\n", Expect: "+PONG", Timeout: spec.Duration(30 * time.Second)},
+		Resources:      spec.Resources{CPUs: 1, Memory: "256M"},
 		CheckpointSize: "256M",
 	}.WithDefaults()
 }
@@ -137,7 +139,7 @@ func RunSuite(t *testing.T, newHarness func(t *testing.T) Harness) {
 type suite struct {
 	Harness
 	ctx context.Context
-	app deploy.App
+	app spec.App
 }
 
 var seq atomic.Int64
