@@ -19,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fogdeploy/fogdeploy/internal/devenv"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -64,11 +65,11 @@ type Agent struct {
 	// whatever its tag, as `make dmtcp-image` builds it.
 	DMTCPImage string `yaml:"dmtcp_image"`
 	// DMTCPDriver is "container" (default) or "host".
-	DMTCPDriver string `yaml:"dmtcp_driver"`
+	DMTCPDriver spec.DriverName `yaml:"dmtcp_driver"`
 	// CRIUDriver is "container" (default: CRIU runs in the light
 	// container, whose image carries it when CRIU was installed at its
 	// build) or "host" (the agent runs criu; instances end with it).
-	CRIUDriver string `yaml:"criu_driver"`
+	CRIUDriver spec.DriverName `yaml:"criu_driver"`
 	// Recycle on (default: an undeployed instance of an app with a
 	// pool goes back to the pool in its container, its root reset,
 	// instead of being removed, so that the next deploys need no slot
@@ -94,13 +95,13 @@ type Agent struct {
 	BootImage string `yaml:"boot_image"`
 	// IfBusy is what a deploy does while another deploy produces the
 	// app's first checkpoint: wait (default) or boot normally meanwhile.
-	IfBusy string `yaml:"if_busy"`
+	IfBusy spec.Policy `yaml:"if_busy"`
 	// KeepGenerations is how many checkpoint generations per app are
 	// kept; older ones go once no deployment uses them.
 	KeepGenerations int `yaml:"keep_generations"`
 	// IfNoEngine is what a deploy does on a node that cannot run the app's
 	// checkpoint engine: boot normally (default) or fail.
-	IfNoEngine string `yaml:"if_no_engine"`
+	IfNoEngine spec.Policy `yaml:"if_no_engine"`
 	// TokenFile holds the operator's admin token of the hook API, in
 	// clear (mode 0600): a client with every app, every deployment and
 	// /metrics, without a rate limit. The agent keeps only its SHA-256.
@@ -218,8 +219,8 @@ func Default() Config {
 		Docker:   Docker{Host: devenv.DockerHost()},
 		Node:     Node{Name: host, StateDir: filepath.Join(devenv.Dir(), "node", host)},
 		Etcd:     Etcd{Endpoints: []string{devenv.EtcdEndpoint}, DialTimeout: 5 * time.Second},
-		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: "container", CRIUDriver: "container", Recycle: On, PoolAhead: On, RecycleKeep: 2 * time.Minute,
-			BootImage: "fogdeploy/boot:latest", IfBusy: "wait", IfNoEngine: "boot", CheckpointCache: "4GiB", Fetch: FetchFirstUse,
+		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: spec.DriverContainer, CRIUDriver: spec.DriverContainer, Recycle: On, PoolAhead: On, RecycleKeep: 2 * time.Minute,
+			BootImage: "fogdeploy/boot:latest", IfBusy: spec.PolicyWait, IfNoEngine: spec.PolicyBoot, CheckpointCache: "4GiB", Fetch: FetchFirstUse,
 			EnvRead: EnvReadShared},
 		Limits: DefaultLimits(),
 	}
@@ -278,7 +279,9 @@ func (c *Config) ApplyEnv() {
 	set(&c.Agent.CAFile, "FOGDEPLOY_CA_FILE")
 	set(&c.Agent.Fetch, "FOGDEPLOY_FETCH")
 	set(&c.Agent.EnvRead, "FOGDEPLOY_ENV_READ")
-	set(&c.Agent.CRIUDriver, "FOGDEPLOY_CRIU_DRIVER")
+	if v := os.Getenv("FOGDEPLOY_CRIU_DRIVER"); v != "" {
+		c.Agent.CRIUDriver = spec.DriverName(v)
+	}
 	for dst, key := range map[*Switch]string{&c.Agent.Recycle: "FOGDEPLOY_RECYCLE", &c.Agent.PoolAhead: "FOGDEPLOY_POOL_AHEAD"} {
 		if v := os.Getenv(key); v != "" {
 			dst.parse(v)
@@ -378,16 +381,16 @@ func (a Agent) validate() []error {
 	if a.EnvRead != EnvReadShared && a.EnvRead != EnvReadClone {
 		add("agent.env_read %q: use shared (a restore reads its environment from the node's copy of its generation's) or clone (from its own clone only)", a.EnvRead)
 	}
-	if a.IfBusy != "wait" && a.IfBusy != "boot" {
+	if a.IfBusy != spec.PolicyWait && a.IfBusy != spec.PolicyBoot {
 		add("agent.if_busy %q: use wait (for the first checkpoint) or boot (normally, meanwhile)", a.IfBusy)
 	}
-	if a.IfNoEngine != "boot" && a.IfNoEngine != "fail" {
+	if a.IfNoEngine != spec.PolicyBoot && a.IfNoEngine != spec.PolicyFail {
 		add("agent.if_no_engine %q: use boot (normally, without a checkpoint) or fail", a.IfNoEngine)
 	}
-	if a.DMTCPDriver != "container" && a.DMTCPDriver != "host" {
+	if a.DMTCPDriver != spec.DriverContainer && a.DMTCPDriver != spec.DriverHost {
 		add("agent.dmtcp_driver %q: use container or host", a.DMTCPDriver)
 	}
-	if a.CRIUDriver != "container" && a.CRIUDriver != "host" {
+	if a.CRIUDriver != spec.DriverContainer && a.CRIUDriver != spec.DriverHost {
 		add("agent.criu_driver %q: use container or host", a.CRIUDriver)
 	}
 	for field, s := range map[string]Switch{"agent.recycle": a.Recycle, "agent.pool_ahead": a.PoolAhead} {

@@ -82,7 +82,7 @@ type Container struct {
 var _ Driver = (*Container)(nil)
 
 // Name implements Driver.
-func (c *Container) Name() string { return "container" }
+func (c *Container) Name() string { return string(spec.DriverContainer) }
 
 // Networks of instances (runtime.Spec.Network).
 const (

@@ -59,10 +59,10 @@ type Config struct {
 	// Node names this node in records.
 	Node string
 	// DMTCPDriver is "container" (default) or "host".
-	DMTCPDriver string
+	DMTCPDriver spec.DriverName
 	// CRIUDriver is "container" (default: CRIU in the light container,
 	// whose image must carry it) or "host".
-	CRIUDriver string
+	CRIUDriver spec.DriverName
 	// ReadyInterval is the pause between readiness probes (default 10ms).
 	ReadyInterval time.Duration
 	// CacheBytes is the byte budget of the node's checkpoint cache
@@ -121,9 +121,9 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("environment read path %q: use %s or %s", c.EnvRead, EnvShared, EnvClone))
 	}
-	for eng, dr := range map[string]string{engine.NameDMTCP: c.DMTCPDriver, engine.NameCRIU: c.CRIUDriver} {
+	for eng, dr := range map[string]spec.DriverName{engine.NameDMTCP: c.DMTCPDriver, engine.NameCRIU: c.CRIUDriver} {
 		switch dr {
-		case "", "container", "host":
+		case "", spec.DriverContainer, spec.DriverHost:
 		default:
 			errs = append(errs, fmt.Errorf("%s driver %q: use container or host", eng, dr))
 		}
@@ -263,8 +263,8 @@ func (d *Deployer) driver(app spec.App, eng string) (Driver, error) {
 func (d *Deployer) engineDriver(eng string) (Driver, error) {
 	var dr Driver
 	switch {
-	case eng == engine.NameDMTCP && d.cfg.DMTCPDriver == "container",
-		eng == engine.NameCRIU && d.cfg.CRIUDriver == "container":
+	case eng == engine.NameDMTCP && d.cfg.DMTCPDriver == spec.DriverContainer,
+		eng == engine.NameCRIU && d.cfg.CRIUDriver == spec.DriverContainer:
 		dr = d.deps.Container
 	default:
 		dr = d.deps.Host

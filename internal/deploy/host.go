@@ -20,6 +20,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
 // Host runs instances as supervised processes of this process, under the
@@ -67,7 +68,7 @@ func NewHost(engines ...engine.Engine) *Host {
 }
 
 // Name implements Driver.
-func (d *Host) Name() string { return "host" }
+func (d *Host) Name() string { return string(spec.DriverHost) }
 
 // Check implements Driver.
 func (d *Host) Check(ctx context.Context, eng string) (string, error) {

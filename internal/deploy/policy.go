@@ -29,10 +29,10 @@ type Options struct {
 	// IfBusy says what a deploy does while another deploy produces the
 	// app's first checkpoint: PolicyWait (default) for it, or PolicyBoot
 	// normally meanwhile. It never produces a second checkpoint.
-	IfBusy string
+	IfBusy spec.Policy
 	// IfNoEngine says what a deploy does when this node cannot run the
 	// app's checkpoint engine: PolicyFail (default) or PolicyBoot.
-	IfNoEngine string
+	IfNoEngine spec.Policy
 	// Engine, for an app of engine auto, is the engine whose newest
 	// generation to restore (the caller's choice, internal/adaptive); ""
 	// or an engine without a generation restores the newest of any.

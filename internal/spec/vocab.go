@@ -39,15 +39,32 @@ const (
 	ModeCheckpoint Mode = "checkpoint"
 )
 
-// What Deploy does when it cannot restore at once (Options.IfBusy,
-// Options.IfNoEngine).
+// Policy is what Deploy does when it cannot restore at once
+// (Options.IfBusy, Options.IfNoEngine; the agent's if_busy and
+// if_no_engine).
+type Policy string
+
+// Policies.
 const (
 	// PolicyWait waits for the deploy that produces the checkpoint.
-	PolicyWait = "wait"
+	PolicyWait Policy = "wait"
 	// PolicyBoot boots the app normally, with no checkpoint engine.
-	PolicyBoot = "boot"
+	PolicyBoot Policy = "boot"
 	// PolicyFail fails the deploy.
-	PolicyFail = "fail"
+	PolicyFail Policy = "fail"
+)
+
+// DriverName names what runs a checkpoint engine's apps on a node (the
+// agent's dmtcp_driver and criu_driver).
+type DriverName string
+
+// Drivers.
+const (
+	// DriverContainer runs apps in the light container (the default).
+	DriverContainer DriverName = "container"
+	// DriverHost runs apps on the node, as root with the agent's
+	// capabilities: only apps marked trusted.
+	DriverHost DriverName = "host"
 )
 
 // ModeHelp says which modes a deployment may ask for.
@@ -64,7 +81,7 @@ func ValidateMode(mode Mode) error {
 }
 
 // ValidatePolicies checks Options.Mode, IfBusy and IfNoEngine values.
-func ValidatePolicies(mode Mode, ifBusy, ifNoEngine string) error {
+func ValidatePolicies(mode Mode, ifBusy, ifNoEngine Policy) error {
 	var errs []error
 	if err := ValidateMode(mode); err != nil {
 		errs = append(errs, err)

@@ -29,6 +29,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/keyedmutex"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/version"
 	"github.com/fogdeploy/fogdeploy/internal/wire"
@@ -193,8 +194,8 @@ func newDeployer(ctx context.Context, c config.Config, l *wire.Layering, log *sl
 	if err != nil {
 		return nil, "", err
 	}
-	for eng, driver := range map[string]string{engine.NameDMTCP: c.Agent.DMTCPDriver, engine.NameCRIU: c.Agent.CRIUDriver} {
-		if driver == "host" {
+	for eng, driver := range map[string]spec.DriverName{engine.NameDMTCP: c.Agent.DMTCPDriver, engine.NameCRIU: c.Agent.CRIUDriver} {
+		if driver == spec.DriverHost {
 			log.Warn("the host driver runs this engine's apps as root with the agent's capabilities, in the node's PID namespace for DMTCP, without the node's limits: it runs only apps marked `trusted: true`; the others are refused under this engine, or boot in the container (agent.if_no_engine: boot) (docs/security.md)",
 				"engine", eng)
 		}

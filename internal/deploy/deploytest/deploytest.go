@@ -198,7 +198,7 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 
 	f := &Fixture{L: l, Ceph: s, State: state}
 	// The limits an agent gives instances whose spec is silent, as on a node.
-	dc := deploy.Config{StateDir: state + "/deploy", Pool: c.Pool, Node: "test", DMTCPDriver: dmtcpDriver, CRIUDriver: dmtcpDriver,
+	dc := deploy.Config{StateDir: state + "/deploy", Pool: c.Pool, Node: "test", DMTCPDriver: spec.DriverName(dmtcpDriver), CRIUDriver: spec.DriverName(dmtcpDriver),
 		Limits: config.DefaultLimits().Spec()}
 	ec := engine.Config{Logger: log}
 	f.Host = deploy.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))
