@@ -131,11 +131,40 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Mapper maps the pool's images on this node and mounts them
+// (rbd-layering/mapper's Mapper).
+type Mapper interface {
+	Map(ctx context.Context, img mapper.Image, opts ...mapper.MapOption) (*mapper.Mapping, error)
+	Mount(ctx context.Context, mp *mapper.Mapping, target string, opts mapper.MountOptions) error
+	MapAndMount(ctx context.Context, img mapper.Image, target string, mopts mapper.MountOptions, opts ...mapper.MapOption) (*mapper.Mapping, error)
+	// Release unmounts and unmaps a mapping; Abort does so for one whose
+	// owner is gone mid-step.
+	Release(ctx context.Context, id string) error
+	Abort(ctx context.Context, id string) error
+	// List is every mapping recorded on the node; Users, the mappings of
+	// one image.
+	List() ([]mapper.Mapping, error)
+	Users(img mapper.Image) ([]string, error)
+}
+
+// Envs looks environments up (rbd-layering's Manager).
+type Envs interface {
+	Get(ctx context.Context, name string) (layering.Environment, error)
+	// CheckDepth refuses a clone chain past the hard depth and warns past
+	// the soft one.
+	CheckDepth(ctx context.Context, ref layering.SnapRef, envName string) (warning string, err error)
+}
+
+var (
+	_ Mapper = (*mapper.Mapper)(nil)
+	_ Envs   = (*layering.Manager)(nil)
+)
+
 // Deps are the components a Deployer drives.
 type Deps struct {
 	Store  layering.Backend
-	Envs   *layering.Manager
-	Mapper *mapper.Mapper
+	Envs   Envs
+	Mapper Mapper
 	// Container runs DMTCP and CRIU apps (may be nil when DMTCPDriver
 	// and CRIUDriver are "host").
 	Container Driver
@@ -209,10 +238,10 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 		cfg.HitConcurrency = DefaultHitConcurrency()
 	}
 	if cfg.DMTCPDriver == "" {
-		cfg.DMTCPDriver = "container"
+		cfg.DMTCPDriver = spec.DriverContainer
 	}
 	if cfg.CRIUDriver == "" {
-		cfg.CRIUDriver = "container"
+		cfg.CRIUDriver = spec.DriverContainer
 	}
 	if cfg.EnvRead == "" {
 		cfg.EnvRead = EnvShared
