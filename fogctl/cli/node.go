@@ -14,8 +14,8 @@ import (
 
 // NewCmdNode groups the node commands.
 func NewCmdNode(f *Factory) *cobra.Command {
-	cmd := &cobra.Command{Use: "node", Short: "List the nodes of the PoP", RunE: groupRunE}
-	cmd.AddCommand(NewCmdNodeLs(f, nil))
+	cmd := &cobra.Command{Use: "node", Short: "List the nodes of the PoP, and keep new work off one", RunE: groupRunE}
+	cmd.AddCommand(NewCmdNodeLs(f, nil), NewCmdNodeCordon(f, nil), NewCmdNodeUncordon(f, nil))
 	return cmd
 }
 
@@ -28,7 +28,7 @@ type NodeLsOptions struct {
 func NewCmdNodeLs(f *Factory, runF func(context.Context, *NodeLsOptions) error) *cobra.Command {
 	opts := &NodeLsOptions{F: f}
 	return &cobra.Command{
-		Use: "ls", Aliases: []string{"list"}, Short: "List nodes (Ready while their agent's lease lives; Fenced while their agent acts on nothing, its etcd not the one it knew)", Args: cobra.NoArgs,
+		Use: "ls", Aliases: []string{"list"}, Short: "List nodes (Ready while their agent's lease lives; Fenced while their agent acts on nothing, its etcd not the one it knew; Cordoned while no new work goes there)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if runF != nil {
 				return runF(cmd.Context(), opts)
@@ -72,6 +72,9 @@ func nodeLsRun(ctx context.Context, opts *NodeLsOptions) error {
 			if n.Fence() != "" {
 				status += ",Fenced" // its agent acts on nothing
 			}
+			if n.Cordon != nil {
+				status += ",Cordoned" // no new work
+			}
 			engines := strings.Join(n.Engines, ",")
 			if engines == "" {
 				engines = "none (boots only)"
@@ -92,6 +95,10 @@ func nodeLsRun(ctx context.Context, opts *NodeLsOptions) error {
 			}
 		}
 		for _, n := range nodes {
+			if n.Cordon != nil {
+				fmt.Fprintf(w, "# %s: cordoned %s: no new deployment or warm-pool slot; `fogctl node uncordon %s` undoes it\n",
+					n.Name, n.Cordon.Describe(), n.Name)
+			}
 			for _, what := range slices.Sorted(maps.Keys(n.Problems)) {
 				if what == state.ProblemControlPlane {
 					// Its etcd is not the one it knew: why, and what to do.

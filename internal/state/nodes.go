@@ -42,6 +42,67 @@ type Node struct {
 	Started time.Time    `json:"started"`
 	// Ready is set by Nodes: the agent's lease is alive.
 	Ready bool `json:"ready"`
+	// Cordon is set by Nodes while an operator keeps new work off the
+	// node (fogctl node cordon): placement skips it and its agent keeps
+	// no warm pool; what runs there stays.
+	Cordon *Cordon `json:"cordon,omitempty"`
+}
+
+// Cordon is why and since when a node takes no new deployment.
+type Cordon struct {
+	Reason string    `json:"reason,omitempty"`
+	Since  time.Time `json:"since"`
+}
+
+// Describe says since when and why: "since 2026-11-27T23:00:00Z (disk
+// replacement)".
+func (c Cordon) Describe() string {
+	reason := c.Reason
+	if reason == "" {
+		reason = "no reason given"
+	}
+	return "since " + c.Since.Format(time.RFC3339) + " (" + reason + ")"
+}
+
+// MaxCordonReason bounds Cordon.Reason.
+const MaxCordonReason = 200
+
+// CordonNode keeps new deployments and warm-pool slots off the registered
+// node name (again: the reason and time are replaced).
+func (s *Store) CordonNode(ctx context.Context, name, reason string) (Cordon, error) {
+	if len(reason) > MaxCordonReason || strings.ContainsAny(reason, "\x00\n") {
+		return Cordon{}, hint.With(fmt.Errorf("cordon reason: longer than %d bytes or more than one line", MaxCordonReason),
+			"give one short line, e.g. --reason \"disk replacement\"")
+	}
+	c := Cordon{Reason: reason, Since: time.Now().UTC()}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return Cordon{}, err
+	}
+	r, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(nodeInfoKey(name)), ">", 0)).
+		Then(clientv3.OpPut(nodeCordonKey(name), string(b))).Commit()
+	if err != nil {
+		return Cordon{}, wrapUnavailable(err)
+	}
+	if !r.Succeeded {
+		return Cordon{}, nodeNotFound(name)
+	}
+	return c, nil
+}
+
+// UncordonNode lets placement and the warm pool use node name again. A
+// node that is not cordoned is no error; one that never registered is
+// ErrNotFound.
+func (s *Store) UncordonNode(ctx context.Context, name string) error {
+	r, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(nodeInfoKey(name)), ">", 0)).
+		Then(clientv3.OpDelete(nodeCordonKey(name))).Commit()
+	if err != nil {
+		return wrapUnavailable(err)
+	}
+	if !r.Succeeded {
+		return nodeNotFound(name)
+	}
+	return nil
 }
 
 // Register writes the node's record and its liveness key bound to a lease
@@ -101,6 +162,7 @@ func nodeNotFound(name string) error {
 // parseNodes reads the node records and liveness keys of a Get of nodes/.
 func parseNodes(r *clientv3.GetResponse) ([]Node, error) {
 	alive := map[string]bool{}
+	cordons := map[string]*Cordon{}
 	var nodes []Node
 	for _, kv := range r.Kvs {
 		k := strings.TrimPrefix(string(kv.Key), Prefix+"nodes/")
@@ -108,6 +170,12 @@ func parseNodes(r *clientv3.GetResponse) ([]Node, error) {
 		switch kind {
 		case "alive":
 			alive[name] = true
+		case "cordon":
+			c := &Cordon{}
+			if err := json.Unmarshal(kv.Value, c); err != nil {
+				c.Reason = "(unreadable cordon record)" // still cordoned
+			}
+			cordons[name] = c
 		case "info":
 			var n Node
 			if err := json.Unmarshal(kv.Value, &n); err != nil {
@@ -118,6 +186,7 @@ func parseNodes(r *clientv3.GetResponse) ([]Node, error) {
 	}
 	for i := range nodes {
 		nodes[i].Ready = alive[nodes[i].Name]
+		nodes[i].Cordon = cordons[nodes[i].Name]
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	return nodes, nil

@@ -70,8 +70,8 @@ type Placement struct {
 	Reason string
 }
 
-// Place picks, among the ready nodes that have room and are not fenced
-// (Node.Fence), by locality (paper 002): first a node with an idle
+// Place picks, among the ready nodes that have room and are neither fenced
+// (Node.Fence) nor cordoned (Node.Cordon), by locality (paper 002): first a node with an idle
 // warm-pool slot of app (the most idle slots first), then a node that
 // holds the app's newest generation's checkpoint (its restore fetches
 // nothing), then the one with the best Score (ties: the lexically first).
@@ -85,13 +85,17 @@ func Place(nodes []Node, deps []Deployment, app string, loc map[string]Locality)
 		score float64
 	}
 	var cs []cand
-	ready, capacity, fenced := 0, 0, 0
+	ready, capacity, fenced, cordoned := 0, 0, 0, 0
 	for _, n := range nodes {
 		if !n.Ready {
 			continue
 		}
 		if n.Fence() != "" {
 			fenced++ // its agent acts on nothing: a deployment there would wait
+			continue
+		}
+		if n.Cordon != nil {
+			cordoned++ // an operator keeps new work off it
 			continue
 		}
 		ready++
@@ -103,6 +107,10 @@ func Place(nodes []Node, deps []Deployment, app string, loc map[string]Locality)
 	if ready == 0 && fenced > 0 {
 		return Placement{}, hint.With(fmt.Errorf("app %s: %w (%d node(s) registered, %d of them ready but fenced: their etcd is not the one they knew)", app, ErrNoNode, len(nodes), fenced),
 			"`fogctl node ls` says why each node is fenced")
+	}
+	if ready == 0 && cordoned > 0 {
+		return Placement{}, hint.With(fmt.Errorf("app %s: %w (%d node(s) registered, every ready one cordoned or fenced: %d cordoned)", app, ErrNoNode, len(nodes), cordoned),
+			"`fogctl node uncordon NODE` lets a node take deployments again; `fogctl node ls` shows the nodes")
 	}
 	if ready == 0 {
 		return Placement{}, hint.With(fmt.Errorf("app %s: %w (%d node(s) registered, none ready)", app, ErrNoNode, len(nodes)),
@@ -156,6 +164,10 @@ func Choose(nodes []Node, deps []Deployment, app, node string, loc map[string]Lo
 		if n.Fence() != "" {
 			return Placement{}, hint.With(fmt.Errorf("node %s is fenced (its etcd is not the one it knew), and deploys nothing: %w", node, ErrNoNode),
 				"`fogctl node ls` says why, and what to do")
+		}
+		if n.Cordon != nil {
+			return Placement{}, hint.With(fmt.Errorf("node %s is cordoned %s, and takes no new deployment: %w", node, n.Cordon.Describe(), ErrNoNode),
+				"`fogctl node uncordon "+node+"` lets it take deployments again, or deploy without --node")
 		}
 		if _, ok := Score(n, deps, app); !ok {
 			total := 0
@@ -276,7 +288,9 @@ func (s *Store) CreatePlaced(ctx context.Context, d Desired, eligible func(Node)
 		ok, err := s.commitDeployment(ctx, placed,
 			clientv3.Compare(clientv3.ModRevision(placementKey(node)), "=", v.placedRev[node]),
 			clientv3.Compare(clientv3.ModRevision(nodeInfoKey(node)), "=", v.infoRev[node]),
-			clientv3.Compare(clientv3.CreateRevision(nodeAliveKey(node)), ">", 0))
+			clientv3.Compare(clientv3.CreateRevision(nodeAliveKey(node)), ">", 0),
+			// Not cordoned meanwhile: a retry reads the cordon and skips it.
+			clientv3.Compare(clientv3.CreateRevision(nodeCordonKey(node)), "=", 0))
 		if err != nil {
 			return Desired{}, err
 		}

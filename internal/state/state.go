@@ -136,6 +136,7 @@ func (s *Store) Client() *clientv3.Client { return s.cli }
 func appKey(n string) string               { return Prefix + "apps/" + n }
 func nodeInfoKey(n string) string          { return Prefix + "nodes/" + n + "/info" }
 func nodeAliveKey(n string) string         { return Prefix + "nodes/" + n + "/alive" }
+func nodeCordonKey(n string) string        { return Prefix + "nodes/" + n + "/cordon" }
 func deploymentKey(id string) string       { return Prefix + "deployments/" + id }
 func statusKey(id string) string           { return Prefix + "status/" + id }
 func checkpointKey(a string, g int) string { return fmt.Sprintf("%scheckpoints/%s/%08d", Prefix, a, g) }

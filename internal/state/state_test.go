@@ -374,3 +374,63 @@ func TestCreatePlacedPinned(t *testing.T) {
 		t.Errorf("create with a canceled context = %v; want context.Canceled", err)
 	}
 }
+
+// A cordoned node takes no new deployment, placed or pinned, and says why
+// in its record; what it runs stays; uncordoned, it is placed on again. A
+// node that never registered cannot be cordoned, and a reason of more than
+// one line is refused.
+func TestCordon(t *testing.T) {
+	st := statetest.Store(t)
+	ctx := context.Background()
+	registerNodes(t, st, 3, "n1", "n2")
+	if err := st.CreateApp(ctx, app("web"), false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreatePlaced(ctx, state.Desired{ID: "web-0", App: "web", Node: "n1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	c, err := st.CordonNode(ctx, "n1", "disk replacement")
+	if err != nil || c.Reason != "disk replacement" || c.Since.IsZero() {
+		t.Fatalf("CordonNode = %+v, %v", c, err)
+	}
+	if n, err := st.Node(ctx, "n1"); err != nil || n.Cordon == nil || n.Cordon.Reason != "disk replacement" || !n.Ready {
+		t.Fatalf("n1 after cordon = %+v, %v; want Ready and cordoned with its reason", n, err)
+	}
+	for i := range 4 {
+		d, err := st.CreatePlaced(ctx, state.Desired{ID: fmt.Sprintf("web-%d", i+1), App: "web"}, nil)
+		if i < 3 && (err != nil || d.Node != "n2") {
+			t.Fatalf("create %d with n1 cordoned = %+v, %v; want it on n2", i, d, err)
+		}
+		if i == 3 && !errors.Is(err, state.ErrFull) {
+			t.Fatalf("create with n2 full and n1 cordoned = %v; want ErrFull", err)
+		}
+	}
+	_, err = st.CreatePlaced(ctx, state.Desired{ID: "web-p", App: "web", Node: "n1"}, nil)
+	if !errors.Is(err, state.ErrNoNode) || !strings.Contains(err.Error(), "node n1 is cordoned since ") || !strings.Contains(err.Error(), "(disk replacement)") || !strings.Contains(hint.Of(err), "uncordon n1") {
+		t.Errorf("create pinned to cordoned n1 = %v (hint %q); want ErrNoNode saying why, with a hint", err, hint.Of(err))
+	}
+	if _, err := st.Deployment(ctx, "web-0"); err != nil {
+		t.Errorf("the deployment on n1 after the cordon: %v; want it kept", err)
+	}
+	if err := st.UncordonNode(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.UncordonNode(ctx, "n1"); err != nil {
+		t.Errorf("uncordon twice = %v; want no error", err)
+	}
+	if d, err := st.CreatePlaced(ctx, state.Desired{ID: "web-5", App: "web"}, nil); err != nil || d.Node != "n1" {
+		t.Errorf("create after uncordon = %+v, %v; want it on n1", d, err)
+	}
+	if _, err := st.CordonNode(ctx, "n9", ""); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("cordon of an unknown node = %v; want ErrNotFound", err)
+	}
+	if err := st.UncordonNode(ctx, "n9"); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("uncordon of an unknown node = %v; want ErrNotFound", err)
+	}
+	if _, err := st.CordonNode(ctx, "n2", "two\nlines"); err == nil {
+		t.Error("a reason of two lines was accepted")
+	}
+	if n, _ := st.Node(ctx, "n2"); n.Cordon != nil {
+		t.Errorf("n2 cordoned by a refused request: %+v", n.Cordon)
+	}
+}

@@ -102,13 +102,18 @@ func (a *agent) refill(ctx context.Context) {
 			}
 		}
 	}
+	// A cordoned node keeps no slot (placement sends it nothing).
+	cordoned := false
+	if n, err := a.st.Node(ctx, a.c.Node.Name); err == nil && n.Cordon != nil {
+		cordoned = true
+	}
 	// Each app's pool generation: the one whose node copies stay.
 	current := map[string]int{}
 	for _, app := range apps {
 		if ctx.Err() != nil {
 			return
 		}
-		gen, err := a.refillApp(ctx, app)
+		gen, err := a.refillApp(ctx, app, cordoned)
 		switch {
 		case err == nil:
 			current[app.Name] = gen
@@ -123,10 +128,14 @@ func (a *agent) refill(ctx context.Context) {
 // not tell it: its node copies all stay.
 const unknownGen = -1
 
-// refillApp keeps app's pool on this node, and returns the generation
-// its pool restores (the error of finding it, if any).
-func (a *agent) refillApp(ctx context.Context, app spec.App) (int, error) {
-	size := a.poolSize(app)
+// refillApp keeps app's pool on this node (none while it is cordoned),
+// and returns the generation its pool restores (the error of finding it,
+// if any).
+func (a *agent) refillApp(ctx context.Context, app spec.App, cordoned bool) (int, error) {
+	size, why := a.poolSize(app), "no pool for it on this node"
+	if cordoned {
+		size, why = 0, "the node is cordoned"
+	}
 	g, err := a.poolGeneration(ctx, app)
 	if err == nil {
 		if why := a.d.Restorable(ctx, g); why != nil {
@@ -138,7 +147,7 @@ func (a *agent) refillApp(ctx context.Context, app spec.App) (int, error) {
 	}
 	if err != nil || size == 0 {
 		// No generation (yet), or no pool: none of its slots stays.
-		a.dropPool(ctx, app.Name, nil, "no pool for it on this node")
+		a.dropPool(ctx, app.Name, nil, why)
 		gen := 0
 		if err == nil {
 			gen = g.Gen
