@@ -1,15 +1,12 @@
 package runtime
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"maps"
 	"net"
 	"os"
 	"path"
@@ -18,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/hint"
@@ -69,206 +65,6 @@ func (f *Fake) Network(context.Context) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.network, nil
-}
-
-// FakeProgram is what runs in a fake container: it is called with the
-// container's argv, environment and streams and returns the exit code. It
-// must return soon after ctx is done (the container is being stopped).
-type FakeProgram func(ctx context.Context, p *FakeProcess) int
-
-// FakeProcess is the view a FakeProgram has of its container.
-type FakeProcess struct {
-	Args   []string
-	Env    []string
-	Stdin  io.Reader
-	Stdout io.Writer
-	// CapEff is the effective capability mask the container would have.
-	CapEff uint64
-
-	c *fakeContainer
-}
-
-// Signals delivers the signals sent to the container other than those
-// that end it (TERM, INT, KILL), by name without "SIG" ("USR1"). A
-// signal sent while the buffer is full is lost, as one that a process
-// does not handle is ignored.
-func (p *FakeProcess) Signals() <-chan string {
-	p.c.mu.Lock()
-	defer p.c.mu.Unlock()
-	return p.c.signals
-}
-
-// HostPath returns the host path bound at containerPath (or at a directory
-// above it), and whether one is.
-func (p *FakeProcess) HostPath(containerPath string) (string, bool) {
-	containerPath = path.Clean(containerPath)
-	best, host := -1, ""
-	for _, b := range p.c.spec.Binds {
-		cp := path.Clean(b.ContainerPath)
-		rel, ok := strings.CutPrefix(containerPath, cp)
-		if !ok || (cp != "/" && rel != "" && rel[0] != '/') || len(cp) <= best {
-			continue
-		}
-		best, host = len(cp), path.Join(b.HostPath, rel)
-	}
-	return host, best >= 0
-}
-
-// PublishedAddr returns the host address where the container's port is
-// published ("127.0.0.1:32768"), or "" when it is not.
-func (p *FakeProcess) PublishedAddr(port uint16, proto string) string {
-	p.c.mu.Lock()
-	defer p.c.mu.Unlock()
-	if l, ok := p.c.listeners[portKey(port, proto)]; ok {
-		return l.Addr().String()
-	}
-	return ""
-}
-
-// Listen returns the listener of a published container port (the host
-// side of the port mapping), or a loopback listener nobody outside can
-// reach when the port is not published.
-func (p *FakeProcess) Listen(port uint16, proto string) (net.Listener, error) {
-	key := portKey(port, proto)
-	p.c.mu.Lock()
-	defer p.c.mu.Unlock()
-	l, ok := p.c.listeners[key]
-	if !ok {
-		return net.Listen("tcp", "127.0.0.1:0")
-	}
-	if fl, ok := l.(*fakeListener); ok && fl.closed.Load() {
-		// An app before this one in the same container (a recycled one)
-		// closed it: the published port is listened on again.
-		nl, err := net.Listen("tcp", fl.Addr().String())
-		if err != nil {
-			return nil, err
-		}
-		l = &fakeListener{Listener: nl}
-		p.c.listeners[key] = l
-	}
-	return l, nil
-}
-
-// fakeListener is a published port's listener; it knows whether an app
-// closed it.
-type fakeListener struct {
-	net.Listener
-	closed atomic.Bool
-}
-
-func (l *fakeListener) Close() error {
-	l.closed.Store(true)
-	return l.Listener.Close()
-}
-
-// Run runs another program of the container's image (like exec from a
-// shell) with its own argv and streams, and returns its exit code.
-func (p *FakeProcess) Run(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) int {
-	prog, ok := p.c.image.programs[path.Base(args[0])]
-	if !ok {
-		fmt.Fprintf(stdout, "%s: not found\n", args[0])
-		return 127
-	}
-	return prog(ctx, &FakeProcess{Args: args, Env: p.Env, Stdin: stdin, Stdout: stdout, CapEff: p.CapEff, c: p.c})
-}
-
-type fakeImage struct {
-	programs map[string]FakeProgram
-	cmd      []string
-	labels   map[string]string
-	created  time.Time
-}
-
-// AddImage registers image ref whose executables are programs (by base
-// name) and whose default command is cmd.
-func (f *Fake) AddImage(ref string, programs map[string]FakeProgram, cmd []string) {
-	f.addImage(ref, fakeImage{programs: programs, cmd: cmd})
-}
-
-// AddLabelledImage is AddImage with labels.
-func (f *Fake) AddLabelledImage(ref string, programs map[string]FakeProgram, cfg ImageConfig) {
-	f.addImage(ref, fakeImage{programs: programs, cmd: cfg.Cmd, labels: maps.Clone(cfg.Labels)})
-}
-
-func (f *Fake) addImage(ref string, img fakeImage) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	// Strictly increasing creation times, like images built one after another.
-	img.created = time.Now().UTC()
-	for _, o := range f.images {
-		if !img.created.After(o.created) {
-			img.created = o.created.Add(time.Nanosecond)
-		}
-	}
-	f.images[normalizeRef(ref)] = img
-}
-
-// ImageLabels implements ImageInspector.
-func (f *Fake) ImageLabels(_ context.Context, ref string) (map[string]string, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	img, ok := f.images[normalizeRef(ref)]
-	if !ok {
-		return nil, fmt.Errorf("image %s: %w", ref, ErrImageNotFound)
-	}
-	return maps.Clone(img.labels), nil
-}
-
-// RemoveImage implements ImageImporter.
-func (f *Fake) RemoveImage(_ context.Context, ref string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if _, ok := f.images[normalizeRef(ref)]; !ok {
-		return fmt.Errorf("image %s: %w", ref, ErrImageNotFound)
-	}
-	delete(f.images, normalizeRef(ref))
-	return nil
-}
-
-// FindImages implements ImageInspector.
-func (f *Fake) FindImages(_ context.Context, label string) ([]Image, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []Image
-	for ref, img := range f.images {
-		if _, ok := img.labels[label]; ok {
-			out = append(out, Image{Ref: ref, ID: "sha256:fake-" + ref, Labels: maps.Clone(img.labels), Created: img.created})
-		}
-	}
-	sortImages(out)
-	return out, nil
-}
-
-// ImportImage implements ImageImporter: the executables of the tarball
-// (regular files and symlinks) that FakeBusybox knows become the image's
-// programs.
-func (f *Fake) ImportImage(ctx context.Context, ref string, rootfsTar []byte, cfg ImageConfig) error {
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("import image %s: %w", ref, err)
-	}
-	known := FakeBusybox()
-	progs := map[string]FakeProgram{}
-	tr := tar.NewReader(bytes.NewReader(rootfsTar))
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("import image %s: read tarball: %w", ref, err)
-		}
-		if h.Typeflag != tar.TypeReg && h.Typeflag != tar.TypeSymlink {
-			continue
-		}
-		if p, ok := known[path.Base(h.Name)]; ok {
-			progs[path.Base(h.Name)] = p
-		}
-	}
-	if len(progs) == 0 {
-		return fmt.Errorf("import image %s: the tarball has no program the fake can run: %w", ref, ErrInvalidSpec)
-	}
-	f.AddLabelledImage(ref, progs, cfg)
-	return nil
 }
 
 // fakeContainer is one container of a Fake. Its own mutex guards the run
@@ -664,13 +460,6 @@ func matchLabels(have, want map[string]string) bool {
 
 func portKey(port uint16, proto string) string {
 	return strconv.Itoa(int(port)) + "/" + protoOrTCP(proto)
-}
-
-func normalizeRef(ref string) string {
-	if i := strings.LastIndex(ref, ":"); i < 0 || strings.Contains(ref[i:], "/") {
-		return ref + ":latest"
-	}
-	return ref
 }
 
 func randomID() string {
