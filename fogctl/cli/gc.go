@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"time"
@@ -12,7 +13,9 @@ import (
 
 // GCOptions are the inputs of `fogctl gc`.
 type GCOptions struct {
-	F      *Factory
+	F *Factory
+	// Apps: only these apps' generations (none: every app's).
+	Apps   []string
 	DryRun bool
 	Keep   int
 	MinAge time.Duration
@@ -20,7 +23,7 @@ type GCOptions struct {
 }
 
 // NewCmdGC builds `fogctl gc [APP...]`.
-func NewCmdGC(f *Factory) *cobra.Command {
+func NewCmdGC(f *Factory, runF func(context.Context, *GCOptions) error) *cobra.Command {
 	o := &GCOptions{F: f}
 	cmd := &cobra.Command{
 		Use:   "gc [APP...]",
@@ -44,60 +47,11 @@ checkpoints (emptied or replaced: each would look orphaned), or one a node
 is fenced from (` + "`fogctl node ls`" + ` shows Fenced).
 Node-local leftovers (containers, mappings, mounts) are swept by each pop-agent.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if o.Keep < 1 {
-				return usageError{fmt.Errorf("--keep %d: keep at least 1 generation per app", o.Keep)}
+			o.Apps = args
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			if o.MinAge < 0 {
-				return usageError{fmt.Errorf("--min-age %s is negative: use e.g. 10m", o.MinAge)}
-			}
-			ctx := cmd.Context()
-			l, err := f.Layering(ctx)
-			if err != nil {
-				return err
-			}
-			defer l.Close()
-			st, err := f.State(ctx)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			cfg := gc.Config{Store: l.Store, State: st, Keep: o.Keep, MinAge: o.MinAge, Apps: args, Blanks: o.Blanks}
-			plan, err := gc.Plan(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			done := plan
-			if !o.DryRun {
-				done, err = gc.Apply(ctx, cfg, plan)
-				for _, it := range plan {
-					if it.Skip {
-						done = append(done, it)
-					}
-				}
-			}
-			if done == nil {
-				done = []gc.Item{}
-			}
-			perr := printOut(f, done, func(w io.Writer) {
-				fmt.Fprintln(w, "ACTION\tKIND\tNAME\tREASON")
-				for _, it := range done {
-					action := "removed"
-					switch {
-					case it.Skip:
-						action = "kept"
-					case o.DryRun:
-						action = "would remove"
-					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", action, it.Kind, it.Name, it.Reason)
-				}
-			})
-			if len(plan) == 0 {
-				fmt.Fprintln(f.ErrOut, "Nothing to collect")
-			}
-			if err != nil {
-				return err
-			}
-			return perr
+			return gcRun(cmd.Context(), o)
 		},
 	}
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "show what would be removed, remove nothing")
@@ -105,4 +59,60 @@ Node-local leftovers (containers, mappings, mounts) are swept by each pop-agent.
 	cmd.Flags().DurationVar(&o.MinAge, "min-age", 10*time.Minute, "spare orphans younger than this")
 	cmd.Flags().BoolVar(&o.Blanks, "blanks", false, "also remove the pool's blank filesystem images that no clone uses (shared by every PoP of the pool)")
 	return cmd
+}
+
+func gcRun(ctx context.Context, o *GCOptions) error {
+	if o.Keep < 1 {
+		return usageError{fmt.Errorf("--keep %d: keep at least 1 generation per app", o.Keep)}
+	}
+	if o.MinAge < 0 {
+		return usageError{fmt.Errorf("--min-age %s is negative: use e.g. 10m", o.MinAge)}
+	}
+	l, err := o.F.Layering(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	st, err := o.F.State(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	cfg := gc.Config{Store: l.Store, State: st, Keep: o.Keep, MinAge: o.MinAge, Apps: o.Apps, Blanks: o.Blanks}
+	plan, err := gc.Plan(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	done := plan
+	if !o.DryRun {
+		done, err = gc.Apply(ctx, cfg, plan)
+		for _, it := range plan {
+			if it.Skip {
+				done = append(done, it)
+			}
+		}
+	}
+	if done == nil {
+		done = []gc.Item{}
+	}
+	perr := printOut(o.F, done, func(w io.Writer) {
+		fmt.Fprintln(w, "ACTION\tKIND\tNAME\tREASON")
+		for _, it := range done {
+			action := "removed"
+			switch {
+			case it.Skip:
+				action = "kept"
+			case o.DryRun:
+				action = "would remove"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", action, it.Kind, it.Name, it.Reason)
+		}
+	})
+	if len(plan) == 0 {
+		fmt.Fprintln(o.F.ErrOut, "Nothing to collect")
+	}
+	if err != nil {
+		return err
+	}
+	return perr
 }
