@@ -143,116 +143,16 @@ func ratio(v, base float64) string {
 // WriteMarkdown writes the tables of r, with links to the plots.
 func WriteMarkdown(w io.Writer, r Results) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# fogdeploy evaluation, %s\n\n", r.Started.UTC().Format("2006-01-02 15:04 UTC"))
-	h := r.Host
-	fmt.Fprintf(&b, "%d CPUs, %d MiB RAM, Linux %s; Ceph %s (%d OSD, %s), mapped with %s; Docker %s",
-		h.CPUs, h.MemoryMiB, h.Kernel, h.Ceph, h.OSDs, h.ObjectStore, h.Mapper, h.Docker)
-	if h.DMTCP != "" {
-		fmt.Fprintf(&b, "; DMTCP %s", h.DMTCP)
-	}
-	if h.CRIU != "" {
-		fmt.Fprintf(&b, "; CRIU %s", h.CRIU)
-	}
-	fmt.Fprintf(&b, ". The run took %.0f s. Values are median (min–max) over the repetitions.\n\n", r.Seconds)
+	writeHost(&b, r)
 	if len(r.Apps) > 0 {
-		b.WriteString("## Boot against restore (Table I)\n\n")
-		b.WriteString("| app | engine | reps | plain boot | first deploy (boot + checkpoint) | first restore on a node | speedup | restore (checkpoint local) | speedup | engine restart |\n")
-		b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, a := range r.Apps {
-			fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %.1fx | %s | %.1fx | %s |\n", a.Name, a.Engine, a.Reps,
-				seconds(a.PlainBootMS), seconds(a.FirstDeployMS), seconds(a.FirstRestoreMS), a.FirstSpeedup,
-				seconds(a.RestoreMS), a.Speedup, seconds(a.EngineRestartMS))
-		}
-		fmt.Fprintf(&b, "\nPlain boot is a deploy that boots the app in a plain container of a clone of the same environment. "+
-			"A first restore on a node fetches the checkpoint to the node (while the environment is cloned, mapped and mounted); "+
-			"later restores there read the node's copy. Speedup = plain boot / restore.\n\n![boot vs restore](%s)\n\n", PlotBootRestore)
-
-		b.WriteString("## Warm pool: restores that find a slot waiting\n\n")
-		b.WriteString("| app | restore (pool miss) | pool hit, restart on request | pool hit (restored ahead) | beyond the engine's restart | speedup (pool hit) | refilling one slot | memory of an idle slot | CPU of an idle slot | auto chose | auto | speedup (auto) |\n")
-		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n")
-		for _, a := range r.Apps {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.1fx | %s | %.1f MiB | %.1f ms/s | %s | %s | %.1fx |\n", a.Name, seconds(a.RestoreMS), seconds(a.PoolRestartMS), seconds(a.PoolHitMS),
-				millis(a.PoolOverheadMS), a.PoolSpeedup, seconds(a.PoolRefillMS), a.PoolSlotMiB, a.PoolSlotCPU, a.AutoMode, seconds(a.AutoMS), a.AutoSpeedup)
-		}
-		b.WriteString("\nA pool hit runs only start, ready and bind: the slot's clone, mapping, mount and container were made before " +
-			"the deploy (refilling one slot), at the lowest CPU weight. A slot restored ahead (the agent's default, agent.pool_ahead) " +
-			"also ran the engine's restart before the deploy and waited at that weight: the hit raises it; its refill includes the restart, and its memory the app's. " +
-			"The memory and CPU of an idle slot are those of the processes 4 slots restored ahead added (shim, entrypoint, app, " +
-			"coordinator, rbd-fuse, port proxies), per slot; the CPU is counted over 5 s once they have settled. " +
-			"Speedup = plain boot / pool hit (restored ahead). Auto is mode auto: " +
-			"its policy chose from the plain boots and pool hits above (restore only when restoring is faster), and one deploy " +
-			"ran as it chose.\n\n")
-		for _, a := range r.Apps {
-			if a.AutoReason != "" {
-				fmt.Fprintf(&b, "- %s: %s\n", a.Name, a.AutoReason)
-			}
-		}
-		b.WriteString("\n")
-
-		b.WriteString("## Checkpoints (Fig. 7)\n\n| app | image (MiB) | checkpoint time | app boot under the engine |\n|---|---:|---:|---:|\n")
-		for _, a := range r.Apps {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", a.Name, a.ImageMiB, seconds(a.CheckpointMS), seconds(a.BootReadyMS))
-		}
-		fmt.Fprintf(&b, "\n![checkpoint size and time](%s)\n\n", PlotCheckpoint)
-
-		b.WriteString("## Bytes at the OSDs (Fig. 8)\n\nFrom the OSDs' own counters (`op_r_out_bytes`, `op_w_in_bytes`), per operation.\n\n")
-		b.WriteString("| app | image MiB | checkpoint: read MiB | checkpoint: written MiB | first restore on a node: read MiB | restore (checkpoint local): read MiB | of the image | restore: written MiB |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, a := range r.Apps {
-			share := "-"
-			if a.ImageMiB.Median > 0 {
-				share = fmt.Sprintf("%.0f %%", 100*a.RestoreIO.ReadMiB.Median/a.ImageMiB.Median)
-			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", a.Name, a.ImageMiB, a.CheckpointIO.ReadMiB, a.CheckpointIO.WrittenMiB,
-				a.FirstRestoreIO.ReadMiB, a.RestoreIO.ReadMiB, share, a.RestoreIO.WrittenMiB)
-		}
-		fmt.Fprintf(&b, "\n![OSD bytes](%s)\n\n", PlotIO)
-
-		b.WriteString("## Restore phases\n\n| app | phase | ms |\n|---|---|---:|\n")
-		for _, a := range r.Apps {
-			for _, p := range a.Phases {
-				fmt.Fprintf(&b, "| %s | %s | %s |\n", a.Name, p.Name, p.MS)
-			}
-		}
-		fmt.Fprintf(&b, "\n![restore phases](%s)\n\n", PlotPhases)
-
-		b.WriteString("## State carried by the checkpoint\n\n")
-		for _, a := range r.Apps {
-			fmt.Fprintf(&b, "- %s: %s\n", a.Name, a.StateCheck)
-		}
-		b.WriteString("\n")
+		writeApps(&b, r.Apps)
 	}
 	if in := r.Interference; in != nil {
 		writeInterference(&b, in)
 	}
-	for _, co := range r.Concurrency {
-		fmt.Fprintf(&b, "## Simultaneous restores of %s on one node\n\n| simultaneous | restore-to-ready (pool miss) | ratio to one | pool of N, restart on request | ratio to one | pool of N restored ahead | ratio to one |\n|---:|---:|---:|---:|---:|---:|---:|\n", co.Label())
-		var one, onePool, oneAhead float64
-		for _, row := range co.Rows {
-			if row.N == 1 {
-				one, onePool, oneAhead = row.RestoreMS.Median, row.PoolHitMS.Median, row.AheadMS.Median
-			}
-			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s |\n", row.N, seconds(row.RestoreMS), ratio(row.RestoreMS.Median, one),
-				seconds(row.PoolHitMS), ratio(row.PoolHitMS.Median, onePool), seconds(row.AheadMS), ratio(row.AheadMS.Median, oneAhead))
-		}
-		b.WriteString("\n")
-		writeAheadPhases(&b, co, r.Host.CPUs)
-		if co.Rounds > 1 {
-			order := ""
-			if co.Interleaved {
-				order = ", the rows' rounds alternating so that the machine's drift weighs on every row alike"
-			}
-			fmt.Fprintf(&b, "The pool series ran %d rounds in the row of the largest N, and in each other row as many rounds as give it as many deploys (each round: N slots provisioned, N deploys at once)%s; medians and ranges are over every deploy of every round.\n\n", co.Rounds, order)
-		}
-	}
-	if len(r.Concurrency) > 0 {
-		fmt.Fprintf(&b, "![latency vs concurrency](%s)\n\n", PlotConcurrency)
-	}
+	writeConcurrency(&b, r)
 	if lz := r.Lazy; lz != nil {
-		fmt.Fprintf(&b, "## Lazy restore: time to the first answer\n\n%s (%s, %.0f MiB image), from the order to the first answer (start + ready), a full restore against CRIU's lazy pages, "+
-			"with the node's copy of the checkpoint in the page cache (warm) and dropped from it (cold).\n\n", lz.App, lz.Engine, lz.ImageMiB)
-		b.WriteString("| | full restore | lazy restore | ratio |\n|---|---:|---:|---:|\n")
-		fmt.Fprintf(&b, "| warm | %s | %s | %s |\n", seconds(lz.FullWarm), seconds(lz.LazyWarm), ratio(lz.LazyWarm.Median, lz.FullWarm.Median))
-		fmt.Fprintf(&b, "| cold | %s | %s | %s |\n\n", seconds(lz.FullCold), seconds(lz.LazyCold), ratio(lz.LazyCold.Median, lz.FullCold.Median))
+		writeLazy(&b, lz)
 	}
 	if len(r.Notes) > 0 {
 		b.WriteString("## Notes\n\n")
@@ -262,6 +162,127 @@ func WriteMarkdown(w io.Writer, r Results) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeHost is the report's title and the machine it ran on.
+func writeHost(b *strings.Builder, r Results) {
+	fmt.Fprintf(b, "# fogdeploy evaluation, %s\n\n", r.Started.UTC().Format("2006-01-02 15:04 UTC"))
+	h := r.Host
+	fmt.Fprintf(b, "%d CPUs, %d MiB RAM, Linux %s; Ceph %s (%d OSD, %s), mapped with %s; Docker %s",
+		h.CPUs, h.MemoryMiB, h.Kernel, h.Ceph, h.OSDs, h.ObjectStore, h.Mapper, h.Docker)
+	if h.DMTCP != "" {
+		fmt.Fprintf(b, "; DMTCP %s", h.DMTCP)
+	}
+	if h.CRIU != "" {
+		fmt.Fprintf(b, "; CRIU %s", h.CRIU)
+	}
+	fmt.Fprintf(b, ". The run took %.0f s. Values are median (min–max) over the repetitions.\n\n", r.Seconds)
+}
+
+// writeApps is the per-app tables: boot against restore, the warm pool,
+// checkpoints, bytes at the OSDs, restore phases, the state carried.
+func writeApps(b *strings.Builder, apps []App) {
+	b.WriteString("## Boot against restore (Table I)\n\n")
+	b.WriteString("| app | engine | reps | plain boot | first deploy (boot + checkpoint) | first restore on a node | speedup | restore (checkpoint local) | speedup | engine restart |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, a := range apps {
+		fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %.1fx | %s | %.1fx | %s |\n", a.Name, a.Engine, a.Reps,
+			seconds(a.PlainBootMS), seconds(a.FirstDeployMS), seconds(a.FirstRestoreMS), a.FirstSpeedup,
+			seconds(a.RestoreMS), a.Speedup, seconds(a.EngineRestartMS))
+	}
+	fmt.Fprintf(b, "\nPlain boot is a deploy that boots the app in a plain container of a clone of the same environment. "+
+		"A first restore on a node fetches the checkpoint to the node (while the environment is cloned, mapped and mounted); "+
+		"later restores there read the node's copy. Speedup = plain boot / restore.\n\n![boot vs restore](%s)\n\n", PlotBootRestore)
+
+	b.WriteString("## Warm pool: restores that find a slot waiting\n\n")
+	b.WriteString("| app | restore (pool miss) | pool hit, restart on request | pool hit (restored ahead) | beyond the engine's restart | speedup (pool hit) | refilling one slot | memory of an idle slot | CPU of an idle slot | auto chose | auto | speedup (auto) |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n")
+	for _, a := range apps {
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %.1fx | %s | %.1f MiB | %.1f ms/s | %s | %s | %.1fx |\n", a.Name, seconds(a.RestoreMS), seconds(a.PoolRestartMS), seconds(a.PoolHitMS),
+			millis(a.PoolOverheadMS), a.PoolSpeedup, seconds(a.PoolRefillMS), a.PoolSlotMiB, a.PoolSlotCPU, a.AutoMode, seconds(a.AutoMS), a.AutoSpeedup)
+	}
+	b.WriteString("\nA pool hit runs only start, ready and bind: the slot's clone, mapping, mount and container were made before " +
+		"the deploy (refilling one slot), at the lowest CPU weight. A slot restored ahead (the agent's default, agent.pool_ahead) " +
+		"also ran the engine's restart before the deploy and waited at that weight: the hit raises it; its refill includes the restart, and its memory the app's. " +
+		"The memory and CPU of an idle slot are those of the processes 4 slots restored ahead added (shim, entrypoint, app, " +
+		"coordinator, rbd-fuse, port proxies), per slot; the CPU is counted over 5 s once they have settled. " +
+		"Speedup = plain boot / pool hit (restored ahead). Auto is mode auto: " +
+		"its policy chose from the plain boots and pool hits above (restore only when restoring is faster), and one deploy " +
+		"ran as it chose.\n\n")
+	for _, a := range apps {
+		if a.AutoReason != "" {
+			fmt.Fprintf(b, "- %s: %s\n", a.Name, a.AutoReason)
+		}
+	}
+	b.WriteString("\n")
+
+	b.WriteString("## Checkpoints (Fig. 7)\n\n| app | image (MiB) | checkpoint time | app boot under the engine |\n|---|---:|---:|---:|\n")
+	for _, a := range apps {
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", a.Name, a.ImageMiB, seconds(a.CheckpointMS), seconds(a.BootReadyMS))
+	}
+	fmt.Fprintf(b, "\n![checkpoint size and time](%s)\n\n", PlotCheckpoint)
+
+	b.WriteString("## Bytes at the OSDs (Fig. 8)\n\nFrom the OSDs' own counters (`op_r_out_bytes`, `op_w_in_bytes`), per operation.\n\n")
+	b.WriteString("| app | image MiB | checkpoint: read MiB | checkpoint: written MiB | first restore on a node: read MiB | restore (checkpoint local): read MiB | of the image | restore: written MiB |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, a := range apps {
+		share := "-"
+		if a.ImageMiB.Median > 0 {
+			share = fmt.Sprintf("%.0f %%", 100*a.RestoreIO.ReadMiB.Median/a.ImageMiB.Median)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", a.Name, a.ImageMiB, a.CheckpointIO.ReadMiB, a.CheckpointIO.WrittenMiB,
+			a.FirstRestoreIO.ReadMiB, a.RestoreIO.ReadMiB, share, a.RestoreIO.WrittenMiB)
+	}
+	fmt.Fprintf(b, "\n![OSD bytes](%s)\n\n", PlotIO)
+
+	b.WriteString("## Restore phases\n\n| app | phase | ms |\n|---|---|---:|\n")
+	for _, a := range apps {
+		for _, p := range a.Phases {
+			fmt.Fprintf(b, "| %s | %s | %s |\n", a.Name, p.Name, p.MS)
+		}
+	}
+	fmt.Fprintf(b, "\n![restore phases](%s)\n\n", PlotPhases)
+
+	b.WriteString("## State carried by the checkpoint\n\n")
+	for _, a := range apps {
+		fmt.Fprintf(b, "- %s: %s\n", a.Name, a.StateCheck)
+	}
+	b.WriteString("\n")
+}
+
+// writeConcurrency is the tables of simultaneous restores.
+func writeConcurrency(b *strings.Builder, r Results) {
+	for _, co := range r.Concurrency {
+		fmt.Fprintf(b, "## Simultaneous restores of %s on one node\n\n| simultaneous | restore-to-ready (pool miss) | ratio to one | pool of N, restart on request | ratio to one | pool of N restored ahead | ratio to one |\n|---:|---:|---:|---:|---:|---:|---:|\n", co.Label())
+		var one, onePool, oneAhead float64
+		for _, row := range co.Rows {
+			if row.N == 1 {
+				one, onePool, oneAhead = row.RestoreMS.Median, row.PoolHitMS.Median, row.AheadMS.Median
+			}
+			fmt.Fprintf(b, "| %d | %s | %s | %s | %s | %s | %s |\n", row.N, seconds(row.RestoreMS), ratio(row.RestoreMS.Median, one),
+				seconds(row.PoolHitMS), ratio(row.PoolHitMS.Median, onePool), seconds(row.AheadMS), ratio(row.AheadMS.Median, oneAhead))
+		}
+		b.WriteString("\n")
+		writeAheadPhases(b, co, r.Host.CPUs)
+		if co.Rounds > 1 {
+			order := ""
+			if co.Interleaved {
+				order = ", the rows' rounds alternating so that the machine's drift weighs on every row alike"
+			}
+			fmt.Fprintf(b, "The pool series ran %d rounds in the row of the largest N, and in each other row as many rounds as give it as many deploys (each round: N slots provisioned, N deploys at once)%s; medians and ranges are over every deploy of every round.\n\n", co.Rounds, order)
+		}
+	}
+	if len(r.Concurrency) > 0 {
+		fmt.Fprintf(b, "![latency vs concurrency](%s)\n\n", PlotConcurrency)
+	}
+}
+
+// writeLazy is the lazy restore's table.
+func writeLazy(b *strings.Builder, lz *Lazy) {
+	fmt.Fprintf(b, "## Lazy restore: time to the first answer\n\n%s (%s, %.0f MiB image), from the order to the first answer (start + ready), a full restore against CRIU's lazy pages, "+
+		"with the node's copy of the checkpoint in the page cache (warm) and dropped from it (cold).\n\n", lz.App, lz.Engine, lz.ImageMiB)
+	b.WriteString("| | full restore | lazy restore | ratio |\n|---|---:|---:|---:|\n")
+	fmt.Fprintf(b, "| warm | %s | %s | %s |\n", seconds(lz.FullWarm), seconds(lz.LazyWarm), ratio(lz.LazyWarm.Median, lz.FullWarm.Median))
+	fmt.Fprintf(b, "| cold | %s | %s | %s |\n\n", seconds(lz.FullCold), seconds(lz.LazyCold), ratio(lz.LazyCold.Median, lz.FullCold.Median))
 }
 
 // repsNote says how the interference cells were repeated.
