@@ -22,31 +22,22 @@ type NodeCordonOptions struct {
 // NewCmdNodeCordon builds `fogctl node cordon NODE`.
 func NewCmdNodeCordon(f *Factory, runF func(context.Context, *NodeCordonOptions) error) *cobra.Command {
 	opts := &NodeCordonOptions{F: f}
-	cmd := &cobra.Command{
-		Use:   "cordon NODE",
-		Short: "Keep new deployments and warm-pool slots off a node (what runs there stays)",
-		Long: "Placement skips a cordoned node, a deploy pinned to it with --node is refused, and its agent drops its idle " +
-			"warm-pool slots within its reconcile interval. Instances that run there keep running. " +
-			"`fogctl node uncordon NODE` undoes it.",
-		Args: exactArgs(1, "a node name"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Name = args[0]
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return nodeCordonRun(cmd.Context(), opts)
-		},
-	}
+	cmd := cordonCmd(opts, runF, "cordon NODE", "Keep new deployments and warm-pool slots off a node (what runs there stays)")
+	cmd.Long = "Placement skips a cordoned node, a deploy pinned to it with --node is refused, and its agent drops its idle " +
+		"warm-pool slots within its reconcile interval. Instances that run there keep running. " +
+		"`fogctl node uncordon NODE` undoes it."
 	cmd.Flags().StringVar(&opts.Reason, "reason", "", "why, shown by `fogctl node ls` (one line)")
 	return cmd
 }
 
 // NewCmdNodeUncordon builds `fogctl node uncordon NODE`.
 func NewCmdNodeUncordon(f *Factory, runF func(context.Context, *NodeCordonOptions) error) *cobra.Command {
-	opts := &NodeCordonOptions{F: f, Off: true}
+	return cordonCmd(&NodeCordonOptions{F: f, Off: true}, runF, "uncordon NODE", "Let a cordoned node take deployments and keep its warm pool again")
+}
+
+func cordonCmd(opts *NodeCordonOptions, runF func(context.Context, *NodeCordonOptions) error, use, short string) *cobra.Command {
 	return &cobra.Command{
-		Use: "uncordon NODE", Short: "Let a cordoned node take deployments and keep its warm pool again",
-		Args: exactArgs(1, "a node name"),
+		Use: use, Short: short, Args: exactArgs(1, "a node name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Name = args[0]
 			if runF != nil {
