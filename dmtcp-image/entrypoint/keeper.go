@@ -76,26 +76,8 @@ func keep(args []string) int {
 	// Every step below runs on this thread: with -join it alone has
 	// entered the app's namespaces, and the app is forked from it.
 	goruntime.LockOSThread()
-	joined := false
-	if join {
-		var err error
-		if joined, err = joinApp(); err != nil {
-			fmt.Fprintf(os.Stderr, "entrypoint keep: %v\n", err)
-			return exitSetup
-		}
-	}
-	if root != "/" && !joined {
-		if err := syscall.Chroot(root); err != nil {
-			fmt.Fprintf(os.Stderr, "entrypoint keep: chroot %s: %v (the container needs CAP_SYS_CHROOT)\n", root, err)
-			return exitSetup
-		}
-	}
-	// The keeper itself stays at the root: the working directory may be
-	// one that only the app's user can enter (the container has no
-	// CAP_DAC_OVERRIDE). The app changes into it after its credentials
-	// are set (cmd.Dir).
-	if err := os.Chdir("/"); err != nil {
-		fmt.Fprintf(os.Stderr, "entrypoint keep: chdir / inside the root: %v\n", err)
+	if err := enterRoot(root, join); err != nil {
+		fmt.Fprintf(os.Stderr, "entrypoint keep: %v\n", err)
 		return exitSetup
 	}
 	// Every capability goes (a CRIU container has more than the DMTCP
@@ -109,6 +91,38 @@ func keep(args []string) int {
 	if err := dropCaps(allCapsBut(user != "")...); err != nil {
 		fmt.Fprintf(os.Stderr, "entrypoint keep: warning: %v; the app keeps these capabilities\n", err)
 	}
+	return keepApp(argv, workdir, user, acct)
+}
+
+// enterRoot joins the app's namespaces and root (join), or chroots into
+// root, and goes to its top.
+func enterRoot(root string, join bool) error {
+	joined := false
+	if join {
+		var err error
+		if joined, err = joinApp(); err != nil {
+			return err
+		}
+	}
+	if root != "/" && !joined {
+		if err := syscall.Chroot(root); err != nil {
+			return fmt.Errorf("chroot %s: %w (the container needs CAP_SYS_CHROOT)", root, err)
+		}
+	}
+	// The keeper itself stays at the root: the working directory may be
+	// one that only the app's user can enter (the container has no
+	// CAP_DAC_OVERRIDE). The app changes into it after its credentials
+	// are set (cmd.Dir).
+	if err := os.Chdir("/"); err != nil {
+		return fmt.Errorf("chdir / inside the root: %w", err)
+	}
+	return nil
+}
+
+// keepApp starts argv in workdir (as user, whose last capabilities then
+// go), forwards termination signals and SIGUSR2 to it, and returns its
+// exit status.
+func keepApp(argv []string, workdir, user string, acct account) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR2)
 	cmd := exec.Command(argv[0], argv[1:]...)
