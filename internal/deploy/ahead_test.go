@@ -86,7 +86,7 @@ func testPoolAhead(t *testing.T, eng string) {
 		t.Fatalf("deploy: %v", err)
 	}
 	t.Logf("pool hit of a slot restored ahead: %s (total %s)", dep.Timings, dep.Total().Round(time.Millisecond))
-	if dep.Pool != deploy.PoolHit || !dep.Ahead || dep.Slot != s.ID {
+	if dep.Pool != spec.PoolHit || !dep.Ahead || dep.Slot != s.ID {
 		t.Errorf("deploy: pool %q, ahead %v, slot %s; want a hit of %s restored ahead", dep.Pool, dep.Ahead, dep.Slot, s.ID)
 	}
 	for _, step := range append(slices.Clone(deploy.ProvisionSteps), deploy.StepStart) {
@@ -176,7 +176,7 @@ func testPoolAhead(t *testing.T, eng string) {
 		t.Fatalf("deploy while the slot is restored ahead: %v", err)
 	}
 	t.Logf("deploy that waited for a slot restored ahead: %s", dep.Timings)
-	if dep.Pool != deploy.PoolHit || !dep.Ahead || dep.Slot != s.ID || !hasPhase(dep.Timings, deploy.StepAwait) {
+	if dep.Pool != spec.PoolHit || !dep.Ahead || dep.Slot != s.ID || !hasPhase(dep.Timings, deploy.StepAwait) {
 		t.Errorf("deploy while slot %s was restored ahead: pool %q, ahead %v, slot %s, timings %s; want a hit of it that waited (%s)",
 			s.ID, dep.Pool, dep.Ahead, dep.Slot, dep.Timings, deploy.StepAwait)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -36,8 +37,8 @@ func testPoolHit(t *testing.T, driver, eng string) {
 	if err != nil {
 		t.Fatalf("first deploy: %v", err)
 	}
-	if first.Pool != deploy.PoolMiss {
-		t.Errorf("first deploy: pool %q; want %q (the pool was empty)", first.Pool, deploy.PoolMiss)
+	if first.Pool != spec.PoolMiss {
+		t.Errorf("first deploy: pool %q; want %q (the pool was empty)", first.Pool, spec.PoolMiss)
 	}
 	g, err := f.D.Latest(ctx, app.Name)
 	if err != nil {
@@ -116,7 +117,7 @@ func testPoolHit(t *testing.T, driver, eng string) {
 		if len(dep.Timings) == 0 || dep.Timings[0].Name != deploy.StepResolve || len(phases) == 0 || phases[0] != deploy.StepResolve {
 			t.Errorf("pool hit %d: timings %s (progress %v); want %q first", i+1, dep.Timings, phases, deploy.StepResolve)
 		}
-		if dep.Pool != deploy.PoolHit || dep.Slot != want.ID {
+		if dep.Pool != spec.PoolHit || dep.Slot != want.ID {
 			t.Errorf("deploy %d: pool %q slot %s; want a hit of the oldest idle slot %s", i+1, dep.Pool, dep.Slot, want.ID)
 		}
 		for _, step := range deploy.ProvisionSteps {
@@ -149,7 +150,7 @@ func testPoolHit(t *testing.T, driver, eng string) {
 		t.Fatal(err)
 	}
 	deps = append(deps, miss)
-	if miss.Pool != deploy.PoolMiss || !hasPhase(miss.Timings, deploy.StepClone) || !hasPhase(miss.Timings, deploy.StepBind) {
+	if miss.Pool != spec.PoolMiss || !hasPhase(miss.Timings, deploy.StepClone) || !hasPhase(miss.Timings, deploy.StepBind) {
 		t.Errorf("deploy on an empty pool: pool %q, timings %s; want a miss that provisions and binds", miss.Pool, miss.Timings)
 	}
 	check(miss)
@@ -168,7 +169,7 @@ func testPoolHit(t *testing.T, driver, eng string) {
 		t.Fatal(err)
 	}
 	deps = append(deps, newer)
-	if newer.Gen == g.Gen || newer.Slot == old.ID || newer.Pool != deploy.PoolMiss {
+	if newer.Gen == g.Gen || newer.Slot == old.ID || newer.Pool != spec.PoolMiss {
 		t.Errorf("deploy after generation %d was sealed: generation %d, slot %s (%s); want the newer generation, not slot %s of %d",
 			g.Gen+1, newer.Gen, newer.Slot, newer.Pool, old.ID, g.Gen)
 	}
@@ -226,7 +227,7 @@ func TestPoolRecoverSlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dep.Slot != idle.ID || dep.Pool != deploy.PoolHit {
+	if dep.Slot != idle.ID || dep.Pool != spec.PoolHit {
 		t.Fatalf("deploy took slot %s (%s); want a hit of the oldest idle slot %s", dep.Slot, dep.Pool, idle.ID)
 	}
 	// A bind cut short: the deployment's record owns the slot's resources,

@@ -19,49 +19,13 @@ import (
 
 // Deployment is the record of one instance on this node.
 type Deployment struct {
-	ID    string     `json:"id"`
-	App   string     `json:"app"`
-	Node  string     `json:"node,omitempty"`
-	Phase spec.Phase `json:"phase"`
-	// Gen is the checkpoint generation restored (0 while booting), and
-	// Engine the engine that checkpointed it.
-	Gen    int    `json:"gen"`
-	Engine string `json:"engine,omitempty"`
-	// Mode is ModeRestore (from a checkpoint generation) or ModeBoot (the
-	// app booted with no checkpoint engine; BootReason says why). Reason
-	// says why a restore was chosen, when the caller said (mode auto).
-	Mode       spec.Mode `json:"mode"`
-	BootReason string    `json:"boot_reason,omitempty"`
-	Reason     string    `json:"reason,omitempty"`
-	// Booted is set when this deploy had to produce the generation first.
-	Booted bool `json:"booted,omitempty"`
-	// Slot is the slot the deployment binds (its resources are named
-	// after it); Pool says whether it came from the warm pool (PoolHit)
-	// or was provisioned for this deploy (PoolMiss).
-	Slot string     `json:"slot,omitempty"`
-	Pool PoolResult `json:"pool,omitempty"`
-	// Ahead: its pool slot's app was restored before the request
-	// (StartAhead); the deploy raised it to the normal weight.
-	Ahead bool `json:"ahead,omitempty"`
-	// Fetched: this deploy brought the generation's checkpoint to the
-	// node, which held no copy (a first restore on the node); otherwise
-	// the restore read the node's copy.
-	Fetched bool `json:"fetched,omitempty"`
+	ID  string `json:"id"`
+	App string `json:"app"`
+	spec.Instance
 	// Owned is what the deployment owns once it has bound its slot;
 	// until then, the slot's record owns them.
 	Owned
-	// Ports maps "6379/tcp" to the address where the instance answers.
-	Ports map[string]string `json:"ports,omitempty"`
-	// Limits are what the instance may use: its app's resources, the
-	// node's defaults elsewhere (the host driver applies none).
-	Limits *spec.Limits `json:"limits,omitempty"`
-	// Timings are this deploy's phases in order; EngineReadyMS is the
-	// engine's own restart-to-ready (or launch-to-ready) as measured
-	// inside the instance, when the driver reports it.
-	Timings       layering.Timings `json:"timings"`
-	EngineReadyMS float64          `json:"engine_ready_ms,omitempty"`
-	Error         string           `json:"error,omitempty"`
-	Created       time.Time        `json:"created"`
+	Created time.Time `json:"created"`
 }
 
 // limitsOf is what an instance of app may use on this node.

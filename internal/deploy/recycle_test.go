@@ -70,7 +70,7 @@ func testPoolRecycle(t *testing.T, eng string, lazy bool) {
 		if err != nil {
 			t.Fatalf("round %d: deploy: %v", round, err)
 		}
-		if dep.Pool != deploy.PoolHit || dep.Slot != slot.ID || dep.Handle == nil || dep.Handle.Ref != ref {
+		if dep.Pool != spec.PoolHit || dep.Slot != slot.ID || dep.Handle == nil || dep.Handle.Ref != ref {
 			t.Fatalf("round %d: deploy %s took slot %s (%s, handle %+v); want a hit of slot %s in container %s",
 				round, dep.ID, dep.Slot, dep.Pool, dep.Handle, slot.ID, ref)
 		}
@@ -154,7 +154,7 @@ func testPoolRecycle(t *testing.T, eng string, lazy bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if miss.Pool != deploy.PoolMiss {
+	if miss.Pool != spec.PoolMiss {
 		t.Fatalf("deploy %s with the only slot taken: pool %q; want a miss", miss.ID, miss.Pool)
 	}
 	own, err := f.D.Recycle(ctx, miss.ID)

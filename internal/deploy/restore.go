@@ -49,8 +49,7 @@ func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options,
 		return Deployment{}, err
 	}
 	id := opts.ID
-	rec := &Deployment{ID: id, App: app.Name, Node: d.cfg.Node, Phase: spec.PhaseRestoring, Gen: g.Gen, Engine: g.Engine, Mode: spec.ModeRestore, Limits: d.limitsOf(app),
-		Reason: opts.Reason, Created: time.Now().UTC()}
+	rec := &Deployment{ID: id, App: app.Name, Created: time.Now().UTC(), Instance: spec.Instance{Node: d.cfg.Node, Phase: spec.PhaseRestoring, Gen: g.Gen, Engine: g.Engine, Mode: spec.ModeRestore, Limits: d.limitsOf(app), Reason: opts.Reason}}
 	if resolved > 0 {
 		rec.Timings = layering.Timings{{Name: StepResolve, Duration: resolved}}
 		if opts.Progress != nil {
@@ -71,7 +70,7 @@ func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options,
 	}
 	switch {
 	case err == nil:
-		rec.Slot, rec.Pool = s.ID, PoolHit
+		rec.Slot, rec.Pool = s.ID, spec.PoolHit
 		// A pool hit writes its deployment's record once, when it binds
 		// the slot: until then the slot's record owns everything, and an
 		// error releases the slot.
@@ -88,7 +87,7 @@ func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options,
 			}
 		}()
 	case errors.Is(err, ErrNoSlot):
-		rec.Pool = PoolMiss
+		rec.Pool = spec.PoolMiss
 		if err := fresh(); err != nil {
 			return Deployment{}, err
 		}

@@ -37,17 +37,6 @@ const (
 	SlotClaimed SlotPhase = "Claimed"
 )
 
-// PoolResult says where a deployment's slot came from.
-type PoolResult string
-
-// Pool results (Deployment.Pool).
-const (
-	// PoolHit: a warm pool's slot, provisioned before the request.
-	PoolHit PoolResult = "hit"
-	// PoolMiss: no pool slot was free; the deploy provisioned its own.
-	PoolMiss PoolResult = "miss"
-)
-
 // Owned is what an instance owns on this node: its RBD images, their
 // mappings, the directory of its mount points, and its instance.
 type Owned struct {

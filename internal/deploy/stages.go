@@ -414,9 +414,9 @@ func (d *Deployer) ready(ctx context.Context, o *op, dr Driver, h Handle, app sp
 // drops the slot's record.
 func (d *Deployer) bind(ctx context.Context, o *op, s *Slot, rec *Deployment, dr Driver, app spec.App, readyPhase string) (Deployment, error) {
 	rec.Owned, rec.Ports, rec.Phase = s.Owned, s.Ports, spec.PhaseRunning
-	rec.Fetched = s.Fetched && rec.Pool != PoolHit // a pool slot fetched before the request
+	rec.Fetched = s.Fetched && rec.Pool != spec.PoolHit // a pool slot fetched before the request
 	var err error
-	if rec.Pool == PoolHit {
+	if rec.Pool == spec.PoolHit {
 		// A pool hit's first record (restore), written into the spare
 		// its slot was given ahead: refused if a deployment took the ID
 		// meanwhile.

@@ -113,7 +113,7 @@ func testGC(t *testing.T, s layering.Store) {
 	if err := st.CreateDeployment(ctx, state.Desired{ID: "gc-hit" + sfx, App: app, Node: "gc-n2"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetStatus(ctx, "gc-hit"+sfx, state.Status{Phase: spec.PhaseRunning, Node: "gc-n2", Pool: "hit", Slot: "s-bound" + sfx}); err != nil {
+	if err := st.SetStatus(ctx, "gc-hit"+sfx, state.Status{Instance: spec.Instance{Phase: spec.PhaseRunning, Node: "gc-n2", Pool: "hit", Slot: "s-bound" + sfx}}); err != nil {
 		t.Fatal(err)
 	}
 	// A NotReady node with a deployment that has no status: its pool slot

@@ -310,7 +310,7 @@ func (s *Store) commitDeployment(ctx context.Context, d Desired, cmps ...clientv
 	if err != nil {
 		return false, err
 	}
-	st, _ := json.Marshal(Status{Phase: spec.PhasePending, Node: d.Node, Updated: time.Now().UTC()})
+	st, _ := json.Marshal(Status{Updated: time.Now().UTC(), Instance: spec.Instance{Phase: spec.PhasePending, Node: d.Node}})
 	ops := []clientv3.Op{clientv3.OpPut(deploymentKey(d.ID), string(b)), clientv3.OpPut(statusKey(d.ID), string(st))}
 	if d.Node != "" {
 		ops = append(ops, clientv3.OpPut(placementKey(d.Node), d.ID))

@@ -36,7 +36,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fogdeploy/fogdeploy/internal/spec"
-	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
 // Prefix is the root of every key.
@@ -279,34 +278,7 @@ type Desired struct {
 
 // Status is a deployment as its agent observes it.
 type Status struct {
-	Phase spec.Phase `json:"phase"`
-	Node  string     `json:"node"`
-	Gen   int        `json:"gen,omitempty"`
-	// Mode is how the instance started: restore or boot (BootReason
-	// says why; Reason says why mode auto chose a restore); Booted is set
-	// when it produced the first checkpoint.
-	Mode       spec.Mode `json:"mode,omitempty"`
-	BootReason string    `json:"boot_reason,omitempty"`
-	Reason     string    `json:"reason,omitempty"`
-	Booted     bool      `json:"booted,omitempty"`
-	// Pool is "hit" when the instance took an idle warm-pool slot
-	// (Slot), "miss" when it provisioned its own. Fetched: the deploy
-	// copied the checkpoint to its node, which held none.
-	Pool string `json:"pool,omitempty"`
-	// Ahead: the pool slot's app was restored before the request; the
-	// deploy only raised it to the normal weight.
-	Ahead   bool   `json:"ahead,omitempty"`
-	Slot    string `json:"slot,omitempty"`
-	Fetched bool   `json:"fetched,omitempty"`
-	// Engine is the engine of the restored generation.
-	Engine string            `json:"engine,omitempty"`
-	Ports  map[string]string `json:"ports,omitempty"`
-	// Limits are what the instance may use (its app's resources, the
-	// node's defaults elsewhere).
-	Limits        *spec.Limits     `json:"limits,omitempty"`
-	Timings       layering.Timings `json:"timings,omitempty"`
-	EngineReadyMS float64          `json:"engine_ready_ms,omitempty"`
-	Error         string           `json:"error,omitempty"`
+	spec.Instance
 	// Hint says what to do about Error, and Cause classes it (one of the
 	// Cause constants, or empty) for clients in other processes.
 	Hint    string    `json:"hint,omitempty"`

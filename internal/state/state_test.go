@@ -69,7 +69,7 @@ func TestDeploymentsAndStatus(t *testing.T) {
 	if err != nil || got.Status.Phase != "Pending" {
 		t.Errorf("new deployment = %+v, %v; want Pending", got, err)
 	}
-	if err := st.SetStatus(ctx, "a-1", state.Status{Phase: spec.PhaseRunning, Node: "n1"}); err != nil {
+	if err := st.SetStatus(ctx, "a-1", state.Status{Instance: spec.Instance{Phase: spec.PhaseRunning, Node: "n1"}}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := st.Deployment(ctx, "a-1"); got.Status.Phase != spec.PhaseRunning {
@@ -79,7 +79,7 @@ func TestDeploymentsAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A status written after the withdrawal does not bring it back.
-	if err := st.SetStatus(ctx, "a-1", state.Status{Phase: spec.PhaseRunning}); err != nil {
+	if err := st.SetStatus(ctx, "a-1", state.Status{Instance: spec.Instance{Phase: spec.PhaseRunning}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Deployment(ctx, "a-1"); !errors.Is(err, state.ErrNotFound) {

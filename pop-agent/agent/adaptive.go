@@ -154,7 +154,7 @@ func (a *agent) recordCost(ctx context.Context, dep deploy.Deployment, auto, eng
 	if dep.Mode != spec.ModeBoot && dep.Mode != spec.ModeRestore {
 		return
 	}
-	r := adaptive.Run{Mode: dep.Mode, Gen: dep.Gen, Cost: adaptive.Cost(dep.Timings), Hit: dep.Pool == deploy.PoolHit, Auto: auto}
+	r := adaptive.Run{Mode: dep.Mode, Gen: dep.Gen, Cost: adaptive.Cost(dep.Timings), Hit: dep.Pool == spec.PoolHit, Auto: auto}
 	if dep.Booted {
 		r.Boot = adaptive.BootCost(dep.Timings)
 	}

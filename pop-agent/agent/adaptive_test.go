@@ -54,9 +54,9 @@ func TestChooseModeAndRecordCost(t *testing.T) {
 	dsr := state.Desired{ID: "web-1", App: "web", Node: "n1"}
 	// A deploy that cost total: its phases until ready.
 	ran := func(mode spec.Mode, gen int, total time.Duration, first bool) deploy.Deployment {
-		dep := deploy.Deployment{ID: "web-1", App: "web", Mode: mode, Gen: gen, Booted: first, Timings: layering.Timings{
+		dep := deploy.Deployment{ID: "web-1", App: "web", Instance: spec.Instance{Mode: mode, Gen: gen, Booted: first, Timings: layering.Timings{
 			{Name: "clone", Duration: total / 4}, {Name: "map", Duration: total / 4}, {Name: "mount", Duration: total / 4},
-			{Name: "container", Duration: total / 8}, {Name: "ready", Duration: total / 8}}}
+			{Name: "container", Duration: total / 8}, {Name: "ready", Duration: total / 8}}}}
 		if first {
 			dep.Timings = append(layering.Timings{{Name: "boot.clone", Duration: time.Second}, {Name: "boot.ready", Duration: 4 * time.Second},
 				{Name: "boot.checkpoint", Duration: time.Second}}, dep.Timings...)
@@ -91,7 +91,7 @@ func TestChooseModeAndRecordCost(t *testing.T) {
 		dep := ran(ch.mode, 1, 400*time.Millisecond, false)
 		what := string(ch.mode)
 		if strings.HasPrefix(ch.reason, "auto: pool slot") {
-			what, dep.Pool = "hit", deploy.PoolHit
+			what, dep.Pool = "hit", spec.PoolHit
 			dep.Timings = layering.Timings{{Name: "ready", Duration: 5 * time.Millisecond}}
 		}
 		got = append(got, what)

@@ -39,7 +39,7 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		return
 	}
 	ch := a.choose(ctx, dsr, app)
-	st := state.Status{Phase: spec.PhaseCreating, Node: a.c.Node.Name}
+	st := state.Status{Instance: spec.Instance{Phase: spec.PhaseCreating, Node: a.c.Node.Name}}
 	if ch.auto {
 		// Say what mode auto chose, and why, from the start.
 		st.Mode = ch.mode
@@ -101,7 +101,7 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 // pool's follow-up, its event and its cost for mode auto; a deployment
 // withdrawn meanwhile is undone at once.
 func (a *agent) running(ctx context.Context, log *slog.Logger, dsr state.Desired, app spec.App, dep deploy.Deployment, ch choice, start time.Time) {
-	if ch.why == adaptive.WhyPoolSlot && dep.Pool != deploy.PoolHit {
+	if ch.why == adaptive.WhyPoolSlot && dep.Pool != spec.PoolHit {
 		// Another deploy took the slot between the choice and the claim.
 		dep.Reason = "auto: pool slot: the slot that waited was taken by another deploy meanwhile; restored without one"
 	}
@@ -118,7 +118,7 @@ func (a *agent) running(ctx context.Context, log *slog.Logger, dsr state.Desired
 		a.poolDeployed(ctx, app, dep)
 	}
 	what := fmt.Sprintf("restored gen %d", dep.Gen)
-	if dep.Pool == deploy.PoolHit {
+	if dep.Pool == spec.PoolHit {
 		what += " in warm-pool slot " + dep.Slot
 	}
 	if dep.Reason != "" {
@@ -197,16 +197,16 @@ func (a *agent) event(ctx context.Context, id, reason, msg string) {
 
 // runningStatus is the status of a Running deployment record.
 func runningStatus(dep deploy.Deployment) state.Status {
-	return state.Status{Phase: spec.PhaseRunning, Node: dep.Node, Gen: dep.Gen, Mode: dep.Mode, BootReason: dep.BootReason,
-		Reason: dep.Reason, Booted: dep.Booted, Pool: string(dep.Pool), Ahead: dep.Ahead, Slot: dep.Slot, Fetched: dep.Fetched, Engine: dep.Engine, Ports: dep.Ports, Limits: dep.Limits, Timings: dep.Timings,
-		EngineReadyMS: dep.EngineReadyMS}
+	st := state.Status{Instance: dep.Instance}
+	st.Phase, st.Error = spec.PhaseRunning, ""
+	return st
 }
 
 // refresh produces a new checkpoint generation of app under the PoP-wide
 // checkpoint lock (waiting for it), records it, and ends the deployment
 // Checkpointed; no instance is left running.
 func (a *agent) refresh(ctx context.Context, dsr state.Desired, app spec.App) {
-	st := state.Status{Phase: spec.PhaseBooting, Node: a.c.Node.Name, Mode: spec.ModeCheckpoint}
+	st := state.Status{Instance: spec.Instance{Phase: spec.PhaseBooting, Node: a.c.Node.Name, Mode: spec.ModeCheckpoint}}
 	_ = a.setStatus(ctx, dsr.ID, st)
 	unlock, err := a.st.LockCheckpoint(ctx, a.session(), app.Name, true)
 	if err != nil {
@@ -246,7 +246,7 @@ func (a *agent) fail(ctx context.Context, dsr state.Desired, st *state.Status, e
 	a.m.deploys.WithLabelValues("", "error").Inc()
 	h := hintOf(err)
 	a.log.Error("deployment failed", "deployment", dsr.ID, "app", dsr.App, "err", err, "hint", h)
-	s := state.Status{Node: a.c.Node.Name}
+	s := state.Status{Instance: spec.Instance{Node: a.c.Node.Name}}
 	if st != nil {
 		s = *st
 	}
@@ -327,7 +327,7 @@ func (a *agent) revive(ctx context.Context, dsr state.Desired) {
 		a.log.Warn("removing what is left of a lost instance", "deployment", dsr.ID, "err", err)
 		return
 	}
-	if err := a.setStatus(ctx, dsr.ID, state.Status{Phase: spec.PhaseCreating, Node: a.c.Node.Name}); err != nil {
+	if err := a.setStatus(ctx, dsr.ID, state.Status{Instance: spec.Instance{Phase: spec.PhaseCreating, Node: a.c.Node.Name}}); err != nil {
 		return
 	}
 	a.deploy(ctx, dsr)

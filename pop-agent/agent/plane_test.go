@@ -131,7 +131,7 @@ type fakeRecords struct {
 func newFakeRecords(ids ...string) *fakeRecords {
 	f := &fakeRecords{recs: map[string]deploy.Deployment{}}
 	for _, id := range ids {
-		f.recs[id] = deploy.Deployment{ID: id, App: "web", Node: "n1", Phase: spec.PhaseRunning, Mode: spec.ModeRestore}
+		f.recs[id] = deploy.Deployment{ID: id, App: "web", Instance: spec.Instance{Node: "n1", Phase: spec.PhaseRunning, Mode: spec.ModeRestore}}
 	}
 	return f
 }
@@ -534,7 +534,7 @@ func TestFenceWhenEtcdRestartsEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 20 { // a revision well above the new etcd's
-		if err := st.SetStatus(ctx, "web-1", state.Status{Phase: spec.PhaseRunning, Node: "n1"}); err != nil {
+		if err := st.SetStatus(ctx, "web-1", state.Status{Instance: spec.Instance{Phase: spec.PhaseRunning, Node: "n1"}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -342,14 +342,14 @@ func (a *agent) dropPool(ctx context.Context, app string, drop func(deploy.Slot)
 func (a *agent) poolDeployed(ctx context.Context, app spec.App, dep deploy.Deployment) {
 	a.pool.mu.Lock()
 	switch dep.Pool {
-	case deploy.PoolHit:
+	case spec.PoolHit:
 		a.pool.hits[app.Name]++
 		ahead := "no"
 		if dep.Ahead {
 			ahead = "yes"
 		}
 		a.m.poolHits.WithLabelValues(app.Name, ahead).Inc()
-	case deploy.PoolMiss:
+	case spec.PoolMiss:
 		a.pool.misses[app.Name]++
 		a.m.poolMisses.WithLabelValues(app.Name).Inc()
 	}

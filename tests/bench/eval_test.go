@@ -603,7 +603,7 @@ func evalPool(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spec
 			_ = f.D.ReleaseSlot(ctx, s.ID)
 			return nil, nil, nil, fmt.Errorf("pool hit %d: %w", i+1, err)
 		}
-		if dep.Pool != deploy.PoolHit || dep.Slot != s.ID {
+		if dep.Pool != spec.PoolHit || dep.Slot != s.ID {
 			_ = f.D.Undeploy(ctx, dep.ID)
 			_ = f.D.ReleaseSlot(ctx, s.ID)
 			return nil, nil, nil, fmt.Errorf("pool hit %d: deploy %s found pool %q in slot %q; want a hit of slot %s", i+1, dep.ID, dep.Pool, dep.Slot, s.ID)
@@ -666,7 +666,7 @@ func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, a
 	}
 	misses := make([][]float64, len(simultaneous))
 	for j, n := range simultaneous {
-		if misses[j], _, err = restoreAtOnce(ctx, f, app, n, deploy.PoolMiss, nil); err != nil {
+		if misses[j], _, err = restoreAtOnce(ctx, f, app, n, spec.PoolMiss, nil); err != nil {
 			return co, fmt.Errorf("%d simultaneous restores: %w", n, err)
 		}
 	}
@@ -730,7 +730,7 @@ func poolRound(ctx context.Context, f *deploytest.Fixture, app spec.App, g spec.
 		}
 	}
 	time.Sleep(poolArrival)
-	round, cpu, err := restoreAtOnce(ctx, f, app, n, deploy.PoolHit, phases)
+	round, cpu, err := restoreAtOnce(ctx, f, app, n, spec.PoolHit, phases)
 	if err != nil {
 		_, _ = f.D.DropPool(ctx, app.Name, nil)
 		return nil, 0, fmt.Errorf("%d simultaneous restores with a pool of %d (restored ahead: %v): %w", n, n, ahead, err)
@@ -742,7 +742,7 @@ func poolRound(ctx context.Context, f *deploytest.Fixture, app spec.App, g spec.
 // pool as want says, undeploys them, and returns their restore-to-ready
 // and the node's CPU time per deploy (ms) while they ran, 0 where the
 // node does not say; phases, when not nil, gets their phases.
-func restoreAtOnce(ctx context.Context, f *deploytest.Fixture, app spec.App, n int, want deploy.PoolResult, phases *evaluation.Phases) ([]float64, float64, error) {
+func restoreAtOnce(ctx context.Context, f *deploytest.Fixture, app spec.App, n int, want spec.PoolResult, phases *evaluation.Phases) ([]float64, float64, error) {
 	deps := make([]deploy.Deployment, n)
 	errs := make([]error, n)
 	cpu0, cpuErr := busyCPUSeconds()
@@ -920,7 +920,7 @@ func abWhileDeploying(ctx context.Context, f *deploytest.Fixture, app spec.App, 
 			starts = append(starts, time.Now())
 			dep, err := f.D.Deploy(ctx, app, deploy.Options{})
 			if err == nil {
-				if dep.Pool == deploy.PoolHit {
+				if dep.Pool == spec.PoolHit {
 					free = ""
 				}
 				err = undeployToPool(ctx, f, dep.ID, &free)
@@ -1024,7 +1024,7 @@ func deployCosts(ctx context.Context, t *testing.T, f *deploytest.Fixture, app s
 			if err != nil {
 				return costs, fmt.Errorf("%s %d: %w", k.kind, i+1, err)
 			}
-			if k.pool && dep.Pool != deploy.PoolHit {
+			if k.pool && dep.Pool != spec.PoolHit {
 				_ = f.D.Undeploy(ctx, dep.ID)
 				return costs, fmt.Errorf("%s %d: deploy %s found the pool %q", k.kind, i+1, dep.ID, dep.Pool)
 			}

@@ -17,7 +17,6 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/fogdeploy/fogdeploy/internal/adaptive"
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
@@ -257,9 +256,9 @@ func TestAutoModeNeverBootsOnRequest(t *testing.T) {
 		switch {
 		case st.Mode == spec.ModeBoot:
 			t.Errorf("deploy %d booted on a request: %q", i, reason)
-		case waited && (st.Pool != string(deploy.PoolHit) || !strings.HasPrefix(reason, "auto: pool slot")):
+		case waited && (st.Pool != spec.PoolHit || !strings.HasPrefix(reason, "auto: pool slot")):
 			t.Errorf("deploy %d: pool %q, %q; want a hit of the slot that waited", i, st.Pool, reason)
-		case st.Pool == string(deploy.PoolHit):
+		case st.Pool == spec.PoolHit:
 			hits++
 		}
 		if strings.Contains(reason, "background") {

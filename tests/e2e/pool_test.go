@@ -99,7 +99,7 @@ func TestPoolPoP(t *testing.T) {
 		if !strings.HasPrefix(d.Placement, "pool:") {
 			t.Errorf("deploy %d placed on %s because %q; want a node with an idle pool slot", i+1, d.Node, d.Placement)
 		}
-		if d.Status.Pool != string(deploy.PoolHit) || d.Status.Slot == "" || !d.Status.Ahead {
+		if d.Status.Pool != spec.PoolHit || d.Status.Slot == "" || !d.Status.Ahead {
 			t.Errorf("deploy %d: pool %q slot %q ahead %v; want a hit of a slot restored ahead", i+1, d.Status.Pool, d.Status.Slot, d.Status.Ahead)
 		}
 		if slices.ContainsFunc(d.Status.Timings, func(ph layering.Phase) bool { return ph.Name == deploy.StepStart }) {
@@ -191,7 +191,7 @@ func TestPoolPoP(t *testing.T) {
 	// container, beyond the pool's size (kept for agent.recycle_keep).
 	out, errOut, code = p.fogctl(ctx, "deploy", app.Name, "--node", "n2", "--wait", "-o", "json")
 	var hit state.Deployment
-	if err := json.Unmarshal([]byte(out), &hit); code != 0 || err != nil || hit.Status.Pool != string(deploy.PoolHit) {
+	if err := json.Unmarshal([]byte(out), &hit); code != 0 || err != nil || hit.Status.Pool != spec.PoolHit {
 		t.Fatalf("deploy on n2 = %d, %v, pool %q; want a hit\n%s", code, err, hit.Status.Pool, errOut)
 	}
 	waitPoolsOf("after a hit on n2", 0, 2, 1)
@@ -300,7 +300,7 @@ func TestPoolRecycleCRIUPoP(t *testing.T) {
 		// measure booting.
 		out, errOut, code := p.fogctl(ctx, "deploy", app.Name, "--mode", "restore", "--wait", "-o", "json")
 		var hit state.Deployment
-		if err := json.Unmarshal([]byte(out), &hit); code != 0 || err != nil || hit.Status.Pool != string(deploy.PoolHit) {
+		if err := json.Unmarshal([]byte(out), &hit); code != 0 || err != nil || hit.Status.Pool != spec.PoolHit {
 			t.Fatalf("deploy %s = %d, %v, pool %q; want a hit\n%s\n%s", why, code, err, hit.Status.Pool, out, errOut)
 		}
 		if got, err := testenv.RedisDo(ctx, nil, hit.Status.Ports["6379/tcp"], "PING"); err != nil || got != "PONG" {

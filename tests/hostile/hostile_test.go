@@ -197,7 +197,7 @@ func testHostile(t *testing.T, eng string) {
 		if err != nil {
 			t.Fatalf("round %d: deploy: %v", round, err)
 		}
-		if dep.Pool != deploy.PoolHit || dep.Handle == nil || (ref != "" && dep.Handle.Ref != ref) {
+		if dep.Pool != spec.PoolHit || dep.Handle == nil || (ref != "" && dep.Handle.Ref != ref) {
 			t.Fatalf("round %d: %s (%s); want a hit of the slot's container %s", round, dep.ID, dep.Pool, ref)
 		}
 		ref = dep.Handle.Ref

@@ -5,12 +5,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/state"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
 // Store starts an embedded etcd on a free port, in a temporary directory,
@@ -39,12 +38,7 @@ func Start(t testing.TB) (endpoint string, st *state.Store) {
 }
 
 func start(t testing.TB) (string, *state.Store, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	endpoint := "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
+	endpoint := testenv.EtcdAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- state.Embedded(ctx, t.TempDir(), endpoint, slog.New(slog.DiscardHandler)) }()
