@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
@@ -70,8 +72,8 @@ const MaxCordonReason = 200
 // CordonNode keeps new deployments and warm-pool slots off the registered
 // node name (again: the reason and time are replaced).
 func (s *Store) CordonNode(ctx context.Context, name, reason string) (Cordon, error) {
-	if len(reason) > MaxCordonReason || strings.ContainsAny(reason, "\x00\n") {
-		return Cordon{}, hint.With(fmt.Errorf("cordon reason: longer than %d bytes or more than one line", MaxCordonReason),
+	if len(reason) > MaxCordonReason || strings.ContainsFunc(reason, unicode.IsControl) || !utf8.ValidString(reason) {
+		return Cordon{}, hint.With(fmt.Errorf("cordon reason: longer than %d bytes, more than one line, or with control characters", MaxCordonReason),
 			"give one short line, e.g. --reason \"disk replacement\"")
 	}
 	c := Cordon{Reason: reason, Since: time.Now().UTC()}

@@ -427,8 +427,10 @@ func TestCordon(t *testing.T) {
 	if err := st.UncordonNode(ctx, "n9"); !errors.Is(err, state.ErrNotFound) {
 		t.Errorf("uncordon of an unknown node = %v; want ErrNotFound", err)
 	}
-	if _, err := st.CordonNode(ctx, "n2", "two\nlines"); err == nil {
-		t.Error("a reason of two lines was accepted")
+	for _, bad := range []string{"two\nlines", "a\x1b[2Jb", strings.Repeat("x", state.MaxCordonReason+1), "\xff"} {
+		if _, err := st.CordonNode(ctx, "n2", bad); err == nil {
+			t.Errorf("cordon reason %q was accepted", bad)
+		}
 	}
 	if n, _ := st.Node(ctx, "n2"); n.Cordon != nil {
 		t.Errorf("n2 cordoned by a refused request: %+v", n.Cordon)
