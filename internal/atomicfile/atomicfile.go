@@ -42,6 +42,12 @@ func Write(path string, b []byte, perm os.FileMode, durable bool) (err error) {
 	if err = os.Rename(tmp, path); err != nil || !durable {
 		return err
 	}
+	return SyncDir(dir)
+}
+
+// SyncDir syncs directory dir, so that the names made or removed in it
+// survive a power loss.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

@@ -64,11 +64,7 @@ func (j Journal[T]) syncDir() error {
 	if !j.SyncDir {
 		return nil
 	}
-	d, err := os.Open(j.Dir)
-	if err != nil {
-		return err
-	}
-	return errors.Join(d.Sync(), d.Close())
+	return atomicfile.SyncDir(j.Dir)
 }
 
 // Create writes a new record, whole or not at all (a temporary file
