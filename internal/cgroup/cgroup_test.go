@@ -387,3 +387,17 @@ func TestKnobsPerCgroup(t *testing.T) {
 		t.Fatal("Set on a cgroup that is gone succeeded")
 	}
 }
+
+// TestConformanceFake runs the suite on the in-memory fake that unit
+// tests of the deploy path use.
+func TestConformanceFake(t *testing.T) {
+	next := 100
+	cgrouptest.Run(t, func(t *testing.T) cgrouptest.Harness {
+		return cgrouptest.Harness{
+			Priority:    cgrouptest.NewFake(),
+			Process:     func(t *testing.T) int { next++; return next },
+			RootProcess: func(t *testing.T) int { return 0 },
+			HasIO:       true,
+		}
+	})
+}

@@ -31,33 +31,45 @@ func testPoolAhead(t *testing.T, eng string) {
 	if f.Container.Priority == nil {
 		testenv.Unavailable(t, testenv.Root, "this machine's cgroups cannot be reweighted")
 	}
-	first, err := f.D.Deploy(ctx, app, deploy.Options{Prepare: func(ctx context.Context, tg deploy.Target) error {
+	poolAhead(ctx, t, f, app)
+}
+
+// TestPoolAheadUnit is testPoolAhead on the fakes, without root or a
+// service.
+func TestPoolAheadUnit(t *testing.T) {
+	u, ctx, app := unitRedis(t, engine.NameDMTCP)
+	poolAhead(ctx, t, u, app)
+}
+
+func poolAhead(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App) {
+	d := n.Deployer()
+	first, err := d.Deploy(ctx, app, deploy.Options{Prepare: func(ctx context.Context, tg deploy.Target) error {
 		_, err := testenv.RedisDo(ctx, nil, tg.Ports["6379/tcp"], "SET", "greeting", "from the checkpoint")
 		return err
 	}})
 	if err != nil {
 		t.Fatalf("first deploy: %v", err)
 	}
-	if err := f.D.Undeploy(ctx, first.ID); err != nil {
+	if err := d.Undeploy(ctx, first.ID); err != nil {
 		t.Fatal(err)
 	}
-	g, err := f.D.Latest(ctx, app.Name)
+	g, err := d.Latest(ctx, app.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.D.CanStartAhead(g); err != nil {
+	if err := d.CanStartAhead(g); err != nil {
 		t.Fatalf("CanStartAhead: %v", err)
 	}
 
 	// A slot still being provisioned, or unknown, is refused.
-	if _, err := f.D.StartAhead(ctx, g, "no-such-slot"); err == nil {
+	if _, err := d.StartAhead(ctx, g, "no-such-slot"); err == nil {
 		t.Errorf("StartAhead of an unknown slot succeeded")
 	}
-	s, err := f.D.ProvisionPoolSlot(ctx, g)
+	s, err := d.ProvisionPoolSlot(ctx, g)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err = f.D.StartAhead(ctx, g, s.ID)
+	s, err = d.StartAhead(ctx, g, s.ID)
 	if err != nil {
 		t.Fatalf("StartAhead: %v", err)
 	}
@@ -65,15 +77,11 @@ func testPoolAhead(t *testing.T, eng string) {
 	if !s.Ahead || s.Phase != deploy.SlotIdle || !hasPhase(s.Timings, deploy.StepReady) {
 		t.Fatalf("slot after StartAhead: ahead %v, phase %s, timings %s; want an idle slot restored ahead", s.Ahead, s.Phase, s.Timings)
 	}
-	if _, err := f.D.StartAhead(ctx, g, s.ID); !errors.Is(err, deploy.ErrNotAhead) {
+	if _, err := d.StartAhead(ctx, g, s.ID); !errors.Is(err, deploy.ErrNotAhead) {
 		t.Errorf("StartAhead twice = %v; want ErrNotAhead", err)
 	}
-	st, err := f.RT.Inspect(ctx, s.Handle.Ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w, err := f.Container.Priority.Get(st.Pid); err != nil || w.CPU != cgroup.Background.CPU {
-		t.Errorf("the waiting slot's CPU weight = %+v, %v; want %d", w, err, cgroup.Background.CPU)
+	if w := n.Weight(ctx, t, s.Handle.Ref); w != cgroup.Background.CPU {
+		t.Errorf("the waiting slot's CPU weight = %d; want %d", w, cgroup.Background.CPU)
 	}
 	// Its app runs already, with the checkpoint's state.
 	if got, err := testenv.RedisDo(ctx, nil, s.Ports["6379/tcp"], "GET", "greeting"); err != nil || got != "from the checkpoint" {
@@ -81,7 +89,7 @@ func testPoolAhead(t *testing.T, eng string) {
 	}
 
 	var phases []string
-	dep, err := f.D.Deploy(ctx, app, deploy.Options{Progress: func(p string, _ time.Duration) { phases = append(phases, p) }})
+	dep, err := d.Deploy(ctx, app, deploy.Options{Progress: func(p string, _ time.Duration) { phases = append(phases, p) }})
 	if err != nil {
 		t.Fatalf("deploy: %v", err)
 	}
@@ -107,7 +115,7 @@ func testPoolAhead(t *testing.T, eng string) {
 	}
 	// The instance knows the deployment it serves, not the slot it was
 	// restored ahead in.
-	if id := f.Identity(ctx, t, dep, app.User); id.Instance != dep.ID || id.Slot != s.ID {
+	if id, ok := n.Identity(ctx, t, dep, app.User); ok && (id.Instance != dep.ID || id.Slot != s.ID) {
 		t.Errorf("%s after the hit = %+v; want deployment %s in slot %s", spec.IdentityFile, id, dep.ID, s.ID)
 	}
 	// The hit wrote it on the node's own file system, not through the
@@ -115,8 +123,8 @@ func testPoolAhead(t *testing.T, eng string) {
 	if b, err := os.ReadFile(filepath.Join(dep.Handle.EnvPath, spec.IdentityFile)); err == nil && strings.Contains(string(b), dep.ID) {
 		t.Errorf("the hit wrote the identity through the instance's clone: %s", b)
 	}
-	if w, err := f.Container.Priority.Get(st.Pid); err != nil || w.CPU != cgroup.Normal.CPU {
-		t.Errorf("the bound instance's CPU weight = %+v, %v; want %d", w, err, cgroup.Normal.CPU)
+	if w := n.Weight(ctx, t, dep.Handle.Ref); w != cgroup.Normal.CPU {
+		t.Errorf("the bound instance's CPU weight = %d; want %d", w, cgroup.Normal.CPU)
 	}
 	// Recycled, the instance is restored ahead again in its container:
 	// the next user gets the checkpoint's state, not the key the one
@@ -125,14 +133,14 @@ func testPoolAhead(t *testing.T, eng string) {
 		if _, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "SET", "mine", "first user"); err != nil {
 			t.Fatal(err)
 		}
-		rs, err := f.D.Recycle(ctx, dep.ID)
+		rs, err := d.Recycle(ctx, dep.ID)
 		if err != nil {
 			t.Fatalf("Recycle: %v", err)
 		}
-		if _, err := f.D.StartAhead(ctx, g, rs.ID); err != nil {
+		if _, err := d.StartAhead(ctx, g, rs.ID); err != nil {
 			t.Fatalf("StartAhead of the recycled slot: %v", err)
 		}
-		if dep, err = f.D.Deploy(ctx, app, deploy.Options{}); err != nil {
+		if dep, err = d.Deploy(ctx, app, deploy.Options{}); err != nil {
 			t.Fatalf("deploy after recycling: %v", err)
 		}
 		if dep.Slot != rs.ID || !dep.Ahead {
@@ -146,29 +154,29 @@ func testPoolAhead(t *testing.T, eng string) {
 			t.Errorf("after recycling: EXISTS mine = %q, %v; want 0 (the user before wrote it)", got, err)
 		}
 	}
-	if err := f.D.Undeploy(ctx, dep.ID); err != nil {
+	if err := d.Undeploy(ctx, dep.ID); err != nil {
 		t.Fatal(err)
 	}
 
 	// A deploy that finds no idle slot while one is being restored ahead
 	// waits for it (raising it) instead of provisioning its own.
-	s, err = f.D.ProvisionPoolSlot(ctx, g)
+	s, err = d.ProvisionPoolSlot(ctx, g)
 	if err != nil {
 		t.Fatal(err)
 	}
-	deploy.PauseAhead(f.D, 300*time.Millisecond)
+	deploy.PauseAhead(d, 300*time.Millisecond)
 	ahead := make(chan error, 1)
-	go func() { _, err := f.D.StartAhead(ctx, g, s.ID); ahead <- err }()
+	go func() { _, err := d.StartAhead(ctx, g, s.ID); ahead <- err }()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		if ls, err := f.D.LoadSlot(s.ID); err == nil && ls.Phase == deploy.SlotStarting {
+		if ls, err := d.LoadSlot(s.ID); err == nil && ls.Phase == deploy.SlotStarting {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("slot %s never was being restored ahead", s.ID)
 		}
 	}
-	dep, err = f.D.Deploy(ctx, app, deploy.Options{})
-	deploy.PauseAhead(f.D, 0)
+	dep, err = d.Deploy(ctx, app, deploy.Options{})
+	deploy.PauseAhead(d, 0)
 	if aerr := <-ahead; aerr != nil {
 		t.Fatalf("StartAhead with a deploy waiting: %v", aerr)
 	}
@@ -188,25 +196,23 @@ func testPoolAhead(t *testing.T, eng string) {
 	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "GET", "greeting"); err != nil || got != "from the checkpoint" {
 		t.Errorf("after waiting for the slot: GET greeting = %q, %v", got, err)
 	}
-	if st, err := f.RT.Inspect(ctx, dep.Handle.Ref); err != nil {
-		t.Error(err)
-	} else if w, err := f.Container.Priority.Get(st.Pid); err != nil || w.CPU != cgroup.Normal.CPU {
-		t.Errorf("the instance that waited: CPU weight %+v, %v; want %d", w, err, cgroup.Normal.CPU)
+	if w := n.Weight(ctx, t, dep.Handle.Ref); w != cgroup.Normal.CPU {
+		t.Errorf("the instance that waited: CPU weight %d; want %d", w, cgroup.Normal.CPU)
 	}
-	if err := f.D.Undeploy(ctx, dep.ID); err != nil {
+	if err := d.Undeploy(ctx, dep.ID); err != nil {
 		t.Fatal(err)
 	}
 
 	// A slot restored ahead and released leaves nothing.
-	s, err = f.D.ProvisionPoolSlot(ctx, g)
+	s, err = d.ProvisionPoolSlot(ctx, g)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.D.StartAhead(ctx, g, s.ID); err != nil {
+	if _, err := d.StartAhead(ctx, g, s.ID); err != nil {
 		t.Fatal(err)
 	}
-	if ids, err := f.D.DropPool(ctx, app.Name, nil); err != nil || len(ids) != 1 {
+	if ids, err := d.DropPool(ctx, app.Name, nil); err != nil || len(ids) != 1 {
 		t.Fatalf("DropPool = %v, %v; want the one slot", ids, err)
 	}
-	deploytest.AssertNothingLeft(t, f, app.Name, true)
+	n.AssertNothingLeft(t, app.Name, true)
 }

@@ -50,15 +50,37 @@ func redisFixture(t *testing.T, driver, eng, prefix string) (*deploytest.Fixture
 	return f, ctx, app
 }
 
+// unitRedis is a Unit node (the fakes: no root, no service) and a redis
+// app of eng on it.
+func unitRedis(t *testing.T, eng string) (*deploytest.Unit, context.Context, spec.App) {
+	t.Helper()
+	u := deploytest.NewUnit(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return u, ctx, u.RedisApp("unit-redis", eng)
+}
+
 // testDeployRedis is what an operator checks: the first deploy boots redis,
 // a key is written, the checkpoint is sealed in the pool; 5 sequential and
 // then 5 concurrent restores each answer GET with the key as distinct
 // instances; undeploy leaves nothing.
 func testDeployRedis(t *testing.T, driver, eng string) {
 	f, ctx, app := redisFixture(t, driver, eng, "redis")
+	deployRedis(ctx, t, f, app, driver, eng)
+}
+
+// TestDeployRedisUnit is testDeployRedis on the fakes, without root or a
+// service.
+func TestDeployRedisUnit(t *testing.T) {
+	u, ctx, app := unitRedis(t, engine.NameDMTCP)
+	deployRedis(ctx, t, u, app, "container", engine.NameDMTCP)
+}
+
+func deployRedis(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App, driver, eng string) {
+	d := n.Deployer()
 
 	var phases []string
-	first, err := f.D.Deploy(ctx, app, deploy.Options{
+	first, err := d.Deploy(ctx, app, deploy.Options{
 		Progress: func(p string, took time.Duration) { phases = append(phases, p) },
 		Prepare: func(ctx context.Context, tg deploy.Target) error {
 			_, err := testenv.RedisDo(ctx, nil, tg.Ports["6379/tcp"], "SET", "greeting", "written before the checkpoint")
@@ -80,7 +102,7 @@ func testDeployRedis(t *testing.T, driver, eng string) {
 
 	// The generation: both images sealed by a protected snapshot, the
 	// engine's image in the checkpoint image.
-	g, err := f.D.Latest(ctx, app.Name)
+	g, err := d.Latest(ctx, app.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +110,7 @@ func testDeployRedis(t *testing.T, driver, eng string) {
 		t.Errorf("generation = %+v; want a non-empty %s image", g, eng)
 	}
 	for _, ref := range []layering.SnapRef{g.EnvSnap, g.CkptSnap} {
-		info, err := f.L.Store.Stat(ctx, ref.Image)
+		info, err := n.Store().Stat(ctx, ref.Image)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,10 +120,10 @@ func testDeployRedis(t *testing.T, driver, eng string) {
 	}
 	// The node that checkpointed keeps a copy of the generation, which
 	// every restore on it reads: no fetch, and no clone of the checkpoint.
-	pattern := map[string]string{engine.NameDMTCP: "ckpt_*.dmtcp", engine.NameCRIU: "pages-*.img"}[eng]
+	pattern := n.CheckpointFiles(eng)
 	cachedGen := func() string {
 		t.Helper()
-		es, err := f.D.Cached()
+		es, err := d.Cached()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +164,7 @@ func testDeployRedis(t *testing.T, driver, eng string) {
 	all := []deploy.Deployment{first}
 
 	for i := range 5 {
-		dep, err := f.D.Deploy(ctx, app, deploy.Options{})
+		dep, err := d.Deploy(ctx, app, deploy.Options{})
 		if err != nil {
 			t.Fatalf("sequential restore %d: %v", i+1, err)
 		}
@@ -166,7 +188,7 @@ func testDeployRedis(t *testing.T, driver, eng string) {
 	// Without its copy (a node that did not checkpoint, or one that
 	// evicted it), concurrent restores fetch it from the sealed snapshot
 	// once, and all of them read it.
-	if dropped, err := f.D.TrimCache(func(k gencache.Key) bool { return k.App != app.Name }); err != nil || len(dropped) != 1 {
+	if dropped, err := d.TrimCache(func(k gencache.Key) bool { return k.App != app.Name }); err != nil || len(dropped) != 1 {
 		t.Fatalf("dropping the node's copy: dropped %+v, %v; want generation %d", dropped, err, g.Gen)
 	}
 	var wg sync.WaitGroup
@@ -174,7 +196,7 @@ func testDeployRedis(t *testing.T, driver, eng string) {
 	errs := make([]error, 5)
 	fetched := 0
 	for i := range conc {
-		wg.Go(func() { conc[i], errs[i] = f.D.Deploy(ctx, app, deploy.Options{}) })
+		wg.Go(func() { conc[i], errs[i] = d.Deploy(ctx, app, deploy.Options{}) })
 	}
 	wg.Wait()
 	for i, dep := range conc {
@@ -210,12 +232,12 @@ func testDeployRedis(t *testing.T, driver, eng string) {
 	check(all[2])
 
 	for _, dep := range all {
-		if err := f.D.Undeploy(ctx, dep.ID); err != nil {
+		if err := d.Undeploy(ctx, dep.ID); err != nil {
 			t.Errorf("undeploy %s: %v", dep.ID, err)
 		}
 	}
-	deploytest.AssertNothingLeft(t, f, app.Name, true)
-	if err := f.D.Undeploy(ctx, first.ID); !errors.Is(err, deploy.ErrNotFound) {
+	n.AssertNothingLeft(t, app.Name, true)
+	if err := d.Undeploy(ctx, first.ID); !errors.Is(err, deploy.ErrNotFound) {
 		t.Errorf("second undeploy of %s = %v; want ErrNotFound", first.ID, err)
 	}
 }
@@ -352,6 +374,18 @@ func TestDeployBootWithoutEngine(t *testing.T) {
 // and never produces a second checkpoint; one that waits restores.
 func TestDeployBootWhileCheckpointing(t *testing.T) {
 	f, ctx, app := redisFixture(t, "container", engine.NameDMTCP, "busy")
+	bootWhileCheckpointing(ctx, t, f, app)
+}
+
+// TestDeployBootWhileCheckpointingUnit is TestDeployBootWhileCheckpointing
+// on the fakes.
+func TestDeployBootWhileCheckpointingUnit(t *testing.T) {
+	u, ctx, app := unitRedis(t, engine.NameDMTCP)
+	bootWhileCheckpointing(ctx, t, u, app)
+}
+
+func bootWhileCheckpointing(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App) {
+	d := n.Deployer()
 
 	producing := make(chan struct{})
 	var once sync.Once
@@ -359,15 +393,15 @@ func TestDeployBootWhileCheckpointing(t *testing.T) {
 	var firstErr, waitErr error
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		first, firstErr = f.D.Deploy(ctx, app, deploy.Options{
+		first, firstErr = d.Deploy(ctx, app, deploy.Options{
 			Progress: func(p string, _ time.Duration) { once.Do(func() { close(producing) }) },
 			// Hold the checkpoint back until the other deploys have arrived.
 			Prepare: func(ctx context.Context, _ deploy.Target) error { time.Sleep(2 * time.Second); return nil },
 		})
 	})
 	<-producing
-	wg.Go(func() { waiter, waitErr = f.D.Deploy(ctx, app, deploy.Options{IfBusy: spec.PolicyWait}) })
-	booted, err := f.D.Deploy(ctx, app, deploy.Options{IfBusy: spec.PolicyBoot})
+	wg.Go(func() { waiter, waitErr = d.Deploy(ctx, app, deploy.Options{IfBusy: spec.PolicyWait}) })
+	booted, err := d.Deploy(ctx, app, deploy.Options{IfBusy: spec.PolicyBoot})
 	if err != nil {
 		t.Fatalf("deploy while the checkpoint is produced: %v", err)
 	}
@@ -382,18 +416,18 @@ func TestDeployBootWhileCheckpointing(t *testing.T) {
 		t.Errorf("first = booted %v gen %d; waiter = booted %v mode %s gen %d; want one checkpoint, the waiter restoring it",
 			first.Booted, first.Gen, waiter.Booted, waiter.Mode, waiter.Gen)
 	}
-	if gens, _ := f.D.Generations(ctx, app.Name); len(gens) != 1 {
+	if gens, _ := d.Generations(ctx, app.Name); len(gens) != 1 {
 		t.Errorf("generations = %d; want exactly 1", len(gens))
 	}
 	for _, dep := range []deploy.Deployment{first, waiter, booted} {
 		if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "PING"); err != nil || got != "PONG" {
 			t.Errorf("%s (%s): PING = %q, %v", dep.ID, dep.Mode, got, err)
 		}
-		if err := f.D.Undeploy(ctx, dep.ID); err != nil {
+		if err := d.Undeploy(ctx, dep.ID); err != nil {
 			t.Errorf("undeploy %s: %v", dep.ID, err)
 		}
 	}
-	deploytest.AssertNothingLeft(t, f, app.Name, true)
+	n.AssertNothingLeft(t, app.Name, true)
 }
 
 func contains(ss []string, s string) bool {

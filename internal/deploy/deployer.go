@@ -45,6 +45,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/journal"
 	"github.com/fogdeploy/fogdeploy/internal/keyedmutex"
+	"github.com/fogdeploy/fogdeploy/internal/overlay"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
@@ -145,6 +146,8 @@ type Mapper interface {
 	// one image.
 	List() ([]mapper.Mapping, error)
 	Users(img mapper.Image) ([]string, error)
+	// Mounted reports whether mapping id is mounted now.
+	Mounted(id string) (bool, error)
 }
 
 // Envs looks environments up (rbd-layering's Manager).
@@ -171,7 +174,10 @@ type Deps struct {
 	// Host runs the apps of an engine whose driver is "host"; may be
 	// nil when no app needs it.
 	Host Driver
-	Log  *slog.Logger
+	// Roots mount instances' roots on the shared read path (EnvShared);
+	// nil: the kernel's overlay (overlay.Kernel).
+	Roots overlay.Roots
+	Log   *slog.Logger
 }
 
 // Deployer deploys apps on this node. It is safe for concurrent use.
@@ -248,6 +254,9 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	}
 	if deps.Log == nil {
 		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	if deps.Roots == nil {
+		deps.Roots = overlay.Kernel{}
 	}
 	if err := mkdirs(cfg.StateDir); err != nil {
 		return nil, err

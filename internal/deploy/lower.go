@@ -20,7 +20,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/spec"
@@ -115,7 +114,7 @@ func (d *Deployer) lowerFor(ctx context.Context, g spec.Generation) (Lower, erro
 	defer unlock()
 	rec, err := d.lowers.Load(id)
 	if err == nil && rec.Ready && rec.Sealed.Equal(g.Created) {
-		if ok, err := lowerMounted(rec.Root); err == nil && ok {
+		if ok, err := d.deps.Mapper.Mounted(rec.ID); err == nil && ok {
 			if rec.Size == 0 {
 				// Recorded before its size was.
 				err = d.sizeLower(ctx, &rec)
@@ -287,36 +286,16 @@ func (d *Deployer) lowerUsed(id string) (bool, error) {
 	return false, nil
 }
 
-// lowerMounted reports whether root is a mount point.
-func lowerMounted(root string) (bool, error) {
-	st, err := os.Stat(root)
-	if err != nil {
-		return false, nil
-	}
-	parent, err := os.Stat(filepath.Dir(root))
-	if err != nil {
-		return false, err
-	}
-	return devOf(st) != devOf(parent), nil
-}
-
-func devOf(fi os.FileInfo) uint64 {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return st.Dev
-	}
-	return 0
-}
-
 // overlayRoot mounts slot s's root (dir/mnt/root) as the overlay of lower
 // over its own clone (mounted at dir/disk). dir/mnt is a shared mount, so
 // that an instance that binds it with slave propagation sees resetRoot's
 // unmount and mount of the root.
-func overlayRoot(ctx context.Context, lower Lower, dir string) (string, error) {
-	if err := overlay.MountShared(filepath.Join(dir, "mnt")); err != nil {
+func (d *Deployer) overlayRoot(ctx context.Context, lower Lower, dir string) (string, error) {
+	if err := d.deps.Roots.MountShared(filepath.Join(dir, "mnt")); err != nil {
 		return "", err
 	}
 	root := filepath.Join(dir, "mnt", "root")
-	if err := overlay.Mount(ctx, rootLayers(lower, dir), root); err != nil {
+	if err := d.deps.Roots.Mount(ctx, rootLayers(lower, dir), root); err != nil {
 		return "", err
 	}
 	return root, nil
@@ -328,8 +307,8 @@ func rootLayers(lower Lower, dir string) overlay.Layers {
 
 // resetRoot drops what an instance wrote into its overlay root under dir:
 // the root is the generation's again.
-func resetRoot(ctx context.Context, lower Lower, dir string) error {
-	return overlay.Reset(ctx, rootLayers(lower, dir), filepath.Join(dir, "mnt", "root"))
+func (d *Deployer) resetRoot(ctx context.Context, lower Lower, dir string) error {
+	return d.deps.Roots.Reset(ctx, rootLayers(lower, dir), filepath.Join(dir, "mnt", "root"))
 }
 
 // removeDir removes an instance's directory and what it holds, unless
@@ -344,12 +323,12 @@ func removeDir(dir string) error {
 // unmountRoot unmounts an instance's overlay root under dir (dir/mnt/root,
 // or dir/root where an earlier version mounted it), and its copies in the
 // mount namespaces of the apps run there, if it has one, then dir/mnt.
-func unmountRoot(ctx context.Context, dir string) error {
+func (d *Deployer) unmountRoot(ctx context.Context, dir string) error {
 	if dir == "" {
 		return nil
 	}
 	for _, root := range []string{filepath.Join(dir, "mnt", "root"), filepath.Join(dir, "root")} {
-		ok, err := overlay.Mounted(root)
+		ok, err := d.deps.Roots.Mounted(root)
 		if err != nil {
 			return err
 		}
@@ -357,9 +336,9 @@ func unmountRoot(ctx context.Context, dir string) error {
 			continue
 		}
 		_, _ = mapper.DetachCopies(root)
-		if err := overlay.Unmount(ctx, root); err != nil {
+		if err := d.deps.Roots.Unmount(ctx, root); err != nil {
 			return err
 		}
 	}
-	return overlay.UnmountShared(filepath.Join(dir, "mnt"))
+	return d.deps.Roots.UnmountShared(filepath.Join(dir, "mnt"))
 }

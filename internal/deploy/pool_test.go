@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -29,8 +28,19 @@ func TestPoolHitCRIUContainer(t *testing.T)  { testPoolHit(t, "container", engin
 // slots leave nothing.
 func testPoolHit(t *testing.T, driver, eng string) {
 	f, ctx, app := redisFixture(t, driver, eng, "pool")
+	poolHit(ctx, t, f, app, driver)
+}
 
-	first, err := f.D.Deploy(ctx, app, deploy.Options{Prepare: func(ctx context.Context, tg deploy.Target) error {
+// TestPoolHitUnit is testPoolHit on the fakes, without root or a service.
+func TestPoolHitUnit(t *testing.T) {
+	u, ctx, app := unitRedis(t, engine.NameDMTCP)
+	poolHit(ctx, t, u, app, "container")
+}
+
+func poolHit(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App, driver string) {
+	d := n.Deployer()
+
+	first, err := d.Deploy(ctx, app, deploy.Options{Prepare: func(ctx context.Context, tg deploy.Target) error {
 		_, err := testenv.RedisDo(ctx, nil, tg.Ports["6379/tcp"], "SET", "greeting", "from the checkpoint")
 		return err
 	}})
@@ -40,20 +50,20 @@ func testPoolHit(t *testing.T, driver, eng string) {
 	if first.Pool != spec.PoolMiss {
 		t.Errorf("first deploy: pool %q; want %q (the pool was empty)", first.Pool, spec.PoolMiss)
 	}
-	g, err := f.D.Latest(ctx, app.Name)
+	g, err := d.Latest(ctx, app.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	var pooled []deploy.Slot
 	for range 2 {
-		s, err := f.D.ProvisionPoolSlot(ctx, g)
+		s, err := d.ProvisionPoolSlot(ctx, g)
 		if err != nil {
 			t.Fatalf("provision a pool slot: %v", err)
 		}
 		pooled = append(pooled, s)
 	}
-	slots, err := f.D.PoolSlots()
+	slots, err := d.PoolSlots()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,21 +86,7 @@ func testPoolHit(t *testing.T, driver, eng string) {
 
 	// A waiting slot's container has the lowest CPU weight; a bound one,
 	// the normal weight (TestPoolPoP checks the same through the agent).
-	weight := func(ref string) int {
-		t.Helper()
-		if f.Container == nil || f.Container.Priority == nil {
-			return -1
-		}
-		st, err := f.RT.Inspect(ctx, ref)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w, err := f.Container.Priority.Get(st.Pid)
-		if err != nil {
-			t.Fatalf("weights of container %s (pid %d): %v", ref, st.Pid, err)
-		}
-		return w.CPU
-	}
+	weight := func(ref string) int { t.Helper(); return n.Weight(ctx, t, ref) }
 	if driver == "container" {
 		if w := weight(slots[0].Handle.Ref); w != -1 && w != cgroup.Background.CPU {
 			t.Errorf("idle slot %s has CPU weight %d; want %d (background)", slots[0].ID, w, cgroup.Background.CPU)
@@ -107,7 +103,7 @@ func testPoolHit(t *testing.T, driver, eng string) {
 	var deps []deploy.Deployment
 	for i, want := range pooled {
 		var phases []string
-		dep, err := f.D.Deploy(ctx, app, deploy.Options{Progress: func(p string, _ time.Duration) { phases = append(phases, p) }})
+		dep, err := d.Deploy(ctx, app, deploy.Options{Progress: func(p string, _ time.Duration) { phases = append(phases, p) }})
 		if err != nil {
 			t.Fatalf("deploy %d: %v", i+1, err)
 		}
@@ -134,7 +130,7 @@ func testPoolHit(t *testing.T, driver, eng string) {
 		if !slices.Equal(dep.Images, want.Images) || dep.Handle == nil || dep.Handle.Ref != want.Handle.Ref {
 			t.Errorf("deploy %d owns %v (handle %+v); want the slot's %v (%s)", i+1, dep.Images, dep.Handle, want.Images, want.Handle.Ref)
 		}
-		if _, err := f.D.LoadSlot(want.ID); err == nil {
+		if _, err := d.LoadSlot(want.ID); err == nil {
 			t.Errorf("slot %s still has a record after deployment %s bound it", want.ID, dep.ID)
 		}
 		check(dep)
@@ -145,11 +141,12 @@ func testPoolHit(t *testing.T, driver, eng string) {
 		}
 	}
 	// The pool is empty: the next restore provisions its own slot.
-	miss, err := f.D.Deploy(ctx, app, deploy.Options{})
+	miss, err := d.Deploy(ctx, app, deploy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	deps = append(deps, miss)
+	t.Logf("deploy on an empty pool: %s", miss.Timings)
 	if miss.Pool != spec.PoolMiss || !hasPhase(miss.Timings, deploy.StepClone) || !hasPhase(miss.Timings, deploy.StepBind) {
 		t.Errorf("deploy on an empty pool: pool %q, timings %s; want a miss that provisions and binds", miss.Pool, miss.Timings)
 	}
@@ -157,14 +154,14 @@ func testPoolHit(t *testing.T, driver, eng string) {
 
 	// A slot filled before a newer generation was sealed is not taken:
 	// the deploy restores the newer one.
-	old, err := f.D.ProvisionPoolSlot(ctx, g)
+	old, err := d.ProvisionPoolSlot(ctx, g)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.D.Checkpoint(ctx, app, deploy.CheckpointOptions{}); err != nil {
+	if _, err := d.Checkpoint(ctx, app, deploy.CheckpointOptions{}); err != nil {
 		t.Fatalf("a second generation: %v", err)
 	}
-	newer, err := f.D.Deploy(ctx, app, deploy.Options{})
+	newer, err := d.Deploy(ctx, app, deploy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,29 +170,29 @@ func testPoolHit(t *testing.T, driver, eng string) {
 		t.Errorf("deploy after generation %d was sealed: generation %d, slot %s (%s); want the newer generation, not slot %s of %d",
 			g.Gen+1, newer.Gen, newer.Slot, newer.Pool, old.ID, g.Gen)
 	}
-	if _, err := f.D.DropPool(ctx, app.Name, nil); err != nil {
+	if _, err := d.DropPool(ctx, app.Name, nil); err != nil {
 		t.Fatal(err)
 	}
 
 	// Dropping and releasing idle slots leaves nothing of them.
 	for range 2 {
-		if _, err := f.D.ProvisionPoolSlot(ctx, g); err != nil {
+		if _, err := d.ProvisionPoolSlot(ctx, g); err != nil {
 			t.Fatal(err)
 		}
 	}
-	dropped, err := f.D.DropPool(ctx, app.Name, func(s deploy.Slot) bool { return s.Gen == g.Gen })
+	dropped, err := d.DropPool(ctx, app.Name, func(s deploy.Slot) bool { return s.Gen == g.Gen })
 	if err != nil || len(dropped) != 2 {
 		t.Errorf("DropPool = %v, %v; want both idle slots", dropped, err)
 	}
 	for _, dep := range deps {
-		if err := f.D.Undeploy(ctx, dep.ID); err != nil {
+		if err := d.Undeploy(ctx, dep.ID); err != nil {
 			t.Errorf("undeploy %s: %v", dep.ID, err)
 		}
 	}
-	if err := f.D.Undeploy(ctx, first.ID); err != nil {
+	if err := d.Undeploy(ctx, first.ID); err != nil {
 		t.Errorf("undeploy %s: %v", first.ID, err)
 	}
-	deploytest.AssertNothingLeft(t, f, app.Name, true)
+	n.AssertNothingLeft(t, app.Name, true)
 }
 
 // TestPoolRecoverSlots: what a killed agent left in the slot records is
@@ -204,26 +201,37 @@ func testPoolHit(t *testing.T, driver, eng string) {
 // deployment's record and the slot's removal.
 func TestPoolRecoverSlots(t *testing.T) {
 	f, ctx, app := redisFixture(t, "container", engine.NameDMTCP, "poolrec")
-	first, err := f.D.Deploy(ctx, app, deploy.Options{})
+	recoverSlots(ctx, t, f, app)
+}
+
+// TestPoolRecoverSlotsUnit is TestPoolRecoverSlots on the fakes.
+func TestPoolRecoverSlotsUnit(t *testing.T) {
+	u, ctx, app := unitRedis(t, engine.NameDMTCP)
+	recoverSlots(ctx, t, u, app)
+}
+
+func recoverSlots(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App) {
+	d := n.Deployer()
+	first, err := d.Deploy(ctx, app, deploy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := f.D.Latest(ctx, app.Name)
+	g, err := d.Latest(ctx, app.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	idle, err := f.D.ProvisionPoolSlot(ctx, g)
+	idle, err := d.ProvisionPoolSlot(ctx, g)
 	if err != nil {
 		t.Fatal(err)
 	}
-	claimed, err := f.D.ProvisionPoolSlot(ctx, g)
+	claimed, err := d.ProvisionPoolSlot(ctx, g)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A claim whose deployment never wrote its record.
 	claimed.Phase, claimed.Deployment = deploy.SlotClaimed, "ghost-1"
-	writeSlot(t, f, claimed)
-	dep, err := f.D.Deploy(ctx, app, deploy.Options{})
+	writeSlot(t, n, claimed)
+	dep, err := d.Deploy(ctx, app, deploy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,10 +242,10 @@ func TestPoolRecoverSlots(t *testing.T) {
 	// and the slot's record is still there.
 	bound := idle
 	bound.Phase, bound.Deployment = deploy.SlotClaimed, dep.ID
-	writeSlot(t, f, bound)
+	writeSlot(t, n, bound)
 
 	// A new process over the same state, as an agent restarted.
-	d2 := f.Reopen(t)
+	d2 := n.Reopen(t)
 	released, err := d2.RecoverSlots(ctx)
 	if err != nil {
 		t.Fatalf("RecoverSlots: %v", err)
@@ -257,12 +265,12 @@ func TestPoolRecoverSlots(t *testing.T) {
 			t.Errorf("undeploy %s: %v", id, err)
 		}
 	}
-	deploytest.AssertNothingLeft(t, f, app.Name, true)
+	n.AssertNothingLeft(t, app.Name, true)
 }
 
-func writeSlot(t *testing.T, f *deploytest.Fixture, s deploy.Slot) {
+func writeSlot(t *testing.T, n deploytest.Node, s deploy.Slot) {
 	t.Helper()
-	writeJSON(t, filepath.Join(f.State, "deploy", "slots", s.ID+".json"), s)
+	writeJSON(t, n.SlotRecord(s.ID), s)
 }
 
 func writeJSON(t *testing.T, path string, v any) {

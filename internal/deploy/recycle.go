@@ -65,7 +65,7 @@ func (d *Deployer) Recycle(ctx context.Context, id string) (Slot, error) {
 		return Slot{}, err
 	}
 	o := d.newOp(&s.Timings, nil)
-	h, err := dr.Recycle(ctx, *rec.Handle, func(ctx context.Context) error { return resetRoot(ctx, lower, s.Dir) })
+	h, err := dr.Recycle(ctx, *rec.Handle, func(ctx context.Context) error { return d.resetRoot(ctx, lower, s.Dir) })
 	if err == nil {
 		o.phase(StepRecycle)
 		s.Handle, s.Phase, s.Deployment = &h, SlotIdle, ""

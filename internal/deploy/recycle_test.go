@@ -86,7 +86,7 @@ func testPoolRecycle(t *testing.T, eng string, lazy bool) {
 		if _, err := os.Stat(marker); err == nil {
 			t.Errorf("round %d: %s, written by the deployment before, is still in the root", round, marker)
 		}
-		if id := f.Identity(ctx, t, dep, app.User); id.Instance != dep.ID {
+		if id, _ := f.Identity(ctx, t, dep, app.User); id.Instance != dep.ID {
 			t.Errorf("round %d: identity %+v; want deployment %s", round, id, dep.ID)
 		}
 		if _, err := testenv.RedisDo(ctx, nil, addr, "SET", "scratch", dep.ID); err != nil {

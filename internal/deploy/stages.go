@@ -248,7 +248,7 @@ func (d *Deployer) mountSlot(ctx context.Context, s *Slot, envMap, ckptMap *mapp
 		return "", "", err
 	}
 	if lower.App != "" {
-		if envPath, err = overlayRoot(ctx, lower, s.Dir); err != nil {
+		if envPath, err = d.overlayRoot(ctx, lower, s.Dir); err != nil {
 			return "", "", err
 		}
 	}

@@ -194,7 +194,7 @@ func (f *Fake) Start(ctx context.Context, id string) error {
 			}
 			return fmt.Errorf("start container %s: publish %d/tcp: %w (%w)", c.id[:12], p.ContainerPort, ErrConflict, err)
 		}
-		listeners[portKey(p.ContainerPort, p.Proto)] = &fakeListener{Listener: l}
+		listeners[portKey(p.ContainerPort, p.Proto)] = newFakeListener(l)
 		ports[i].HostPort = uint16(l.Addr().(*net.TCPAddr).Port)
 	}
 	runCtx, cancel := context.WithCancelCause(context.Background())
@@ -296,6 +296,17 @@ func (f *Fake) Remove(ctx context.Context, id string) error {
 	c.mu.Unlock()
 	delete(f.containers, c.id)
 	return nil
+}
+
+// SpecOf returns the spec container id was created with, as dockerd's
+// inspect shows it (its HostConfig): what a test of a driver reads to see
+// the limits and weights the driver asked for.
+func (f *Fake) SpecOf(id string) (Spec, error) {
+	c, err := f.lookup(id)
+	if err != nil {
+		return Spec{}, err
+	}
+	return c.spec, nil
 }
 
 // Inspect implements Runtime.

@@ -215,6 +215,17 @@ func fakeEntrypoint(ctx context.Context, p *FakeProcess) int {
 	}
 }
 
+// fakeBindIdentity says, as the real entrypoint does once it has bound the
+// control directory's identity directory where the app reads its identity,
+// that the agent may write the identity there.
+func fakeBindIdentity(ctl string) {
+	marker := filepath.Join(ctl, instancectl.IdentityBound)
+	_ = os.Remove(marker)
+	if st, err := os.Lstat(filepath.Join(ctl, instancectl.IdentityDir)); err == nil && st.IsDir() {
+		_ = os.WriteFile(marker, nil, 0o644)
+	}
+}
+
 // fakeLife is one instance of the fake entrypoint: the order awaited, the
 // app run until it exits, is checkpointed, or (-recycle) is released; it
 // reports again once released and rearmed.
@@ -230,6 +241,7 @@ func fakeLife(ctx context.Context, p *FakeProcess, fl fakeFlags, mode string, ar
 			fmt.Fprintf(p.Stdout, "entrypoint: -wait %s: its directory is not bound\n", fl.wait)
 			return 3, false
 		}
+		fakeBindIdentity(ctl)
 		t0 := time.Now()
 		if !waitForFile(ctx, filepath.Join(ctl, path.Base(fl.wait))) {
 			return 0, false

@@ -9,6 +9,7 @@ import (
 	"net"
 	"path"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -77,28 +78,75 @@ func (p *FakeProcess) Listen(port uint16, proto string) (net.Listener, error) {
 	if !ok {
 		return net.Listen("tcp", "127.0.0.1:0")
 	}
-	if fl, ok := l.(*fakeListener); ok && fl.closed.Load() {
+	fl, ok := l.(*fakeListener)
+	if !ok {
+		return l, nil
+	}
+	if fl.closed.Load() {
 		// An app before this one in the same container (a recycled one)
 		// closed it: the published port is listened on again.
 		nl, err := net.Listen("tcp", fl.Addr().String())
 		if err != nil {
 			return nil, err
 		}
-		l = &fakeListener{Listener: nl}
-		p.c.listeners[key] = l
+		fl = newFakeListener(nl)
+		p.c.listeners[key] = fl
 	}
-	return l, nil
+	fl.listening.Store(true)
+	return fl, nil
 }
 
-// fakeListener is a published port's listener; it knows whether an app
+// fakeListener is a published port's listener. As dockerd's proxy does, it
+// accepts from the start and closes at once what comes while no app in
+// the container listens on the port (Listen); it knows whether an app
 // closed it.
 type fakeListener struct {
 	net.Listener
-	closed atomic.Bool
+	closed    atomic.Bool
+	listening atomic.Bool
+	conns     chan net.Conn
+	done      chan struct{}
+	once      sync.Once
+}
+
+func newFakeListener(l net.Listener) *fakeListener {
+	fl := &fakeListener{Listener: l, conns: make(chan net.Conn), done: make(chan struct{})}
+	go fl.proxy()
+	return fl
+}
+
+func (l *fakeListener) proxy() {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return
+		}
+		if !l.listening.Load() {
+			_ = c.Close()
+			continue
+		}
+		select {
+		case l.conns <- c:
+		case <-l.done:
+			_ = c.Close()
+			return
+		}
+	}
+}
+
+// Accept implements net.Listener.
+func (l *fakeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
 }
 
 func (l *fakeListener) Close() error {
 	l.closed.Store(true)
+	l.once.Do(func() { close(l.done) })
 	return l.Listener.Close()
 }
 

@@ -111,6 +111,14 @@ func serveFakeRedis(c net.Conn, mem *fakeMemory) {
 				}
 			}
 			reply = ":" + strconv.Itoa(n) + "\r\n"
+		case "EXISTS":
+			n := 0
+			for _, k := range args[1:] {
+				if _, ok := mem.m[k]; ok {
+					n++
+				}
+			}
+			reply = ":" + strconv.Itoa(n) + "\r\n"
 		default:
 			reply = fmt.Sprintf("-ERR unknown command '%s'\r\n", args[0])
 		}

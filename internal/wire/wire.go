@@ -93,9 +93,13 @@ func NewLayering(ctx context.Context, store layering.Backend, pool string, mc ma
 	return &Layering{Store: store, Mapper: mp, Manager: mgr, Pool: pool}, nil
 }
 
-// Mounter adapts a *mapper.Mapper to layering.Mounter.
+// Mounter adapts a node's mapper (*mapper.Mapper, or the fake of package
+// fakemapper) to layering.Mounter.
 type Mounter struct {
-	M    *mapper.Mapper
+	M interface {
+		MapAndMount(ctx context.Context, img mapper.Image, target string, mopts mapper.MountOptions, opts ...mapper.MapOption) (*mapper.Mapping, error)
+		Release(ctx context.Context, id string) error
+	}
 	Pool string
 }
 

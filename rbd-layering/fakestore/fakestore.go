@@ -22,6 +22,7 @@ import (
 	"time"
 
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+	"golang.org/x/sys/unix"
 )
 
 type image struct {
@@ -63,7 +64,8 @@ func New(dir string) (*Store, error) {
 // Path returns the file that holds an image's blocks.
 func (s *Store) Path(name string) string { return filepath.Join(s.dir, "images", name+".img") }
 
-func (s *Store) snapPath(r layering.SnapRef) string {
+// SnapPath returns the file that holds a snapshot's blocks.
+func (s *Store) SnapPath(r layering.SnapRef) string {
 	return filepath.Join(s.dir, "snaps", r.Image+"@"+r.Snap+".img")
 }
 
@@ -148,7 +150,7 @@ func (s *Store) ReadAt(ctx context.Context, name string, p []byte, off int64) (i
 			s.mu.Unlock()
 			return 0, gerr
 		}
-		path = s.snapPath(ref)
+		path = s.SnapPath(ref)
 	} else {
 		if _, gerr := s.get(name); gerr != nil {
 			s.mu.Unlock()
@@ -182,7 +184,7 @@ func (s *Store) Stat(ctx context.Context, name string) (layering.ImageInfo, erro
 	}
 	base := ""
 	if img.parent != nil {
-		base = s.snapPath(*img.parent)
+		base = s.SnapPath(*img.parent)
 	}
 	used, err := usedBytes(s.Path(name), base)
 	if err != nil {
@@ -195,32 +197,54 @@ func (s *Store) Stat(ctx context.Context, name string) (layering.ImageInfo, erro
 // usedBytes counts the 64 KiB blocks of path that differ from base (or are
 // non-zero when there is no base).
 func usedBytes(path, base string) (int64, error) {
-	a, err := os.ReadFile(path)
+	a, err := os.Open(path)
 	if err != nil {
 		return 0, err
 	}
-	var b []byte
+	defer a.Close()
+	var b *os.File
 	if base != "" {
-		if b, err = os.ReadFile(base); err != nil {
+		if b, err = os.Open(base); err != nil {
 			return 0, err
 		}
+		defer b.Close()
+	}
+	st, err := a.Stat()
+	if err != nil {
+		return 0, err
 	}
 	const blk = 64 << 10
+	chunk, ref := make([]byte, blk), make([]byte, blk)
 	var used int64
-	for off := 0; off < len(a); off += blk {
-		end := min(off+blk, len(a))
-		chunk := a[off:end]
-		var ref []byte
-		if off < len(b) {
-			ref = b[off:min(end, len(b))]
+	// Only where the file holds data (SEEK_DATA): its holes read as zeros,
+	// as a fresh image's and a copied parent's do.
+	for off := int64(0); off < st.Size(); off += blk {
+		next, err := unix.Seek(int(a.Fd()), off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break
+		} else if err == nil && next > off {
+			off = next &^ (blk - 1)
 		}
-		if len(ref) == len(chunk) && bytes.Equal(chunk, ref) {
+		n, err := a.ReadAt(chunk, off)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return 0, err
+		}
+		c := chunk[:n]
+		if b != nil {
+			m, err := b.ReadAt(ref, off)
+			if err != nil && !errors.Is(err, io.EOF) {
+				return 0, err
+			}
+			if m == n && bytes.Equal(c, ref[:m]) {
+				continue
+			}
+			if m == 0 && !bytes.ContainsFunc(c, func(r rune) bool { return r != 0 }) {
+				continue
+			}
+		} else if !bytes.ContainsFunc(c, func(r rune) bool { return r != 0 }) {
 			continue
 		}
-		if ref == nil && !bytes.ContainsFunc(chunk, func(r rune) bool { return r != 0 }) {
-			continue
-		}
-		used += int64(len(chunk))
+		used += int64(n)
 	}
 	return used, nil
 }
@@ -251,7 +275,7 @@ func (s *Store) Snapshot(ctx context.Context, ref layering.SnapRef) error {
 	if img.hasSnap(ref.Snap) {
 		return fmt.Errorf("snapshot %s: %w", ref, layering.ErrExists)
 	}
-	if err := copyFile(s.Path(ref.Image), s.snapPath(ref)); err != nil {
+	if err := copyFile(s.Path(ref.Image), s.SnapPath(ref)); err != nil {
 		return err
 	}
 	img.snaps = append(img.snaps, ref.Snap)
@@ -272,7 +296,7 @@ func (s *Store) Clone(ctx context.Context, parent layering.SnapRef, child string
 	if _, ok := s.images[child]; ok {
 		return fmt.Errorf("clone %s to %q: %w", parent, child, layering.ErrExists)
 	}
-	if err := copyFile(s.snapPath(parent), s.Path(child)); err != nil {
+	if err := copyFile(s.SnapPath(parent), s.Path(child)); err != nil {
 		return err
 	}
 	ref := parent
@@ -331,7 +355,7 @@ func (s *Store) RemoveSnapshot(ctx context.Context, ref layering.SnapRef) error 
 	if kids := s.childrenLocked(ref); len(kids) > 0 {
 		return fmt.Errorf("snapshot %s has clones %s: %w", ref, strings.Join(kids, ", "), layering.ErrHasChildren)
 	}
-	if err := os.Remove(s.snapPath(ref)); err != nil {
+	if err := os.Remove(s.SnapPath(ref)); err != nil {
 		return err
 	}
 	for i, n := range img.snaps {
@@ -365,7 +389,7 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 	}
 	delete(s.dead, name)
 	for _, sn := range img.snaps {
-		_ = os.Remove(s.snapPath(layering.SnapRef{Image: name, Snap: sn}))
+		_ = os.Remove(s.SnapPath(layering.SnapRef{Image: name, Snap: sn}))
 	}
 	if err := os.Remove(s.Path(name)); err != nil {
 		return err

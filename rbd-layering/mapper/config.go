@@ -179,7 +179,8 @@ func fileExists(p string) bool {
 
 var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
-func validateID(id string) error {
+// ValidateID checks a mapping ID.
+func ValidateID(id string) error {
 	if !idRE.MatchString(id) {
 		return fmt.Errorf("mapping ID %q must be 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit: %w", id, ErrInvalid)
 	}

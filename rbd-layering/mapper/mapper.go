@@ -67,6 +67,23 @@ func WithReadOnly() MapOption { return func(o *mapOptions) { o.readOnly = true }
 // that knows its owner (a deployment's record) releases it.
 func Ephemeral() MapOption { return func(o *mapOptions) { o.ephemeral = true } }
 
+// Settings is what a call's options ask for: for other implementations of
+// the mapper's methods (the fake in package fakemapper).
+type Settings struct {
+	ID        string
+	ReadOnly  bool
+	Ephemeral bool
+}
+
+// SettingsOf applies opts.
+func SettingsOf(opts ...MapOption) Settings {
+	var o mapOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return Settings{ID: o.id, ReadOnly: o.readOnly, Ephemeral: o.ephemeral}
+}
+
 // Mapper maps images on this node with one backend and keeps a record of
 // every mapping under Config.StateDir. Its methods are safe for concurrent
 // use. Mappings outlive the Mapper and the process: they are undone by
@@ -170,7 +187,7 @@ func (m *Mapper) Map(ctx context.Context, img Image, opts ...MapOption) (_ *Mapp
 	}
 	if o.id == "" {
 		o.id = newID()
-	} else if err := validateID(o.id); err != nil {
+	} else if err := ValidateID(o.id); err != nil {
 		return nil, err
 	}
 	unlock, err := m.lock(o.id)
@@ -253,7 +270,7 @@ func (m *Mapper) MapAndMount(ctx context.Context, img Image, target string, mopt
 // for it with errors.Is. A filesystem with open files makes it fail with
 // ErrBusy and keeps the record, so that Release can be retried.
 func (m *Mapper) Release(ctx context.Context, id string) error {
-	if err := validateID(id); err != nil {
+	if err := ValidateID(id); err != nil {
 		return err
 	}
 	unlock, err := m.lock(id)
@@ -394,7 +411,7 @@ func guard(ctx context.Context, b Backend, rec Record, timeout time.Duration, lo
 // on id, since those are what it unblocks. Backends whose I/O does not
 // block forever do nothing.
 func (m *Mapper) Abort(ctx context.Context, id string) error {
-	if err := validateID(id); err != nil {
+	if err := ValidateID(id); err != nil {
 		return err
 	}
 	rec, err := m.store.load(id)

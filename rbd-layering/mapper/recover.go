@@ -108,3 +108,23 @@ func (m *Mapper) releaseWhere(ctx context.Context, match func(*Record) bool) ([]
 func (m *Mapper) live(rec *Record) bool {
 	return rec.Owner.PID != m.owner.PID && procstat.Alive(rec.Owner.PID, rec.Owner.Start)
 }
+
+// Mounted reports whether mapping id is mounted now at the target its
+// record names: not when it has no record or no target, nor when the mount
+// is gone (the node restarted since).
+func (m *Mapper) Mounted(id string) (bool, error) {
+	if err := ValidateID(id); err != nil {
+		return false, err
+	}
+	rec, err := m.store.load(id)
+	if errors.Is(err, ErrNotMapped) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	if rec.Target == "" {
+		return false, nil
+	}
+	ms, err := mountsAt(rec.Target)
+	return len(ms) > 0, err
+}

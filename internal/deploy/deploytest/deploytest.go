@@ -594,10 +594,10 @@ func BusyboxHTTPApp(name, env string) spec.App {
 	}
 }
 
-// Identity is the identity file of deployment dep as its app reads it
-// (spec.IdentityFile, read by `cat` inside the instance, as the app's
-// user).
-func (f *Fixture) Identity(ctx context.Context, t testing.TB, dep deploy.Deployment, user string) spec.Identity {
+// Identity implements Node: the identity file of deployment dep as its
+// app reads it (spec.IdentityFile, read by `cat` inside the instance, as
+// the app's user).
+func (f *Fixture) Identity(ctx context.Context, t testing.TB, dep deploy.Deployment, user string) (spec.Identity, bool) {
 	t.Helper()
 	if dep.Handle == nil {
 		t.Fatalf("deployment %s has no instance", dep.ID)
@@ -614,5 +614,46 @@ func (f *Fixture) Identity(ctx context.Context, t testing.TB, dep deploy.Deploym
 	if err := json.Unmarshal([]byte(res.Output), &id); err != nil {
 		t.Fatalf("%s in deployment %s: %v: %q", spec.IdentityFile, dep.ID, err, res.Output)
 	}
-	return id
+	return id, true
+}
+
+var _ Node = (*Fixture)(nil)
+
+// Deployer implements Node.
+func (f *Fixture) Deployer() *deploy.Deployer { return f.D }
+
+// Store implements Node.
+func (f *Fixture) Store() layering.Backend { return f.L.Store }
+
+// SlotRecord implements Node.
+func (f *Fixture) SlotRecord(id string) string {
+	return filepath.Join(f.State, "deploy", "slots", id+".json")
+}
+
+// Weight implements Node.
+func (f *Fixture) Weight(ctx context.Context, t testing.TB, ref string) int {
+	t.Helper()
+	if f.Container == nil || f.Container.Priority == nil {
+		return -1
+	}
+	st, err := f.RT.Inspect(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := f.Container.Priority.Get(st.Pid)
+	if err != nil {
+		t.Fatalf("weights of container %s (pid %d): %v", ref, st.Pid, err)
+	}
+	return w.CPU
+}
+
+// CheckpointFiles implements Node.
+func (f *Fixture) CheckpointFiles(eng string) string {
+	return map[string]string{engine.NameDMTCP: "ckpt_*.dmtcp", engine.NameCRIU: "pages-*.img"}[eng]
+}
+
+// AssertNothingLeft implements Node.
+func (f *Fixture) AssertNothingLeft(t testing.TB, app string, keepGen bool) {
+	t.Helper()
+	AssertNothingLeft(t, f, app, keepGen)
 }

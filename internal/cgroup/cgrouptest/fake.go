@@ -1,0 +1,69 @@
+package cgrouptest
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/fogdeploy/fogdeploy/internal/cgroup"
+)
+
+// Fake is a cgroup.Priority over weights kept in memory, for unit tests
+// whose processes are fakes too (runtime.Fake's): every pid up to the
+// kernel's limit (pidMax) has a cgroup of its own, at the default weights
+// (or Initial's) until Set; other pids do not exist. It passes Run (TestFake).
+type Fake struct {
+	// Initial, if set, gives the weights of a process that Set never
+	// changed (those its container was created with); nil: the defaults.
+	Initial func(pid int) cgroup.Weights
+
+	mu sync.Mutex
+	w  map[int]cgroup.Weights
+}
+
+var _ cgroup.Priority = (*Fake)(nil)
+
+// NewFake returns a Fake without processes.
+func NewFake() *Fake { return &Fake{w: map[int]cgroup.Weights{}} }
+
+// pidMax is the kernel's highest pid_max.
+const pidMax = 1 << 22
+
+func (f *Fake) weights(pid int) (cgroup.Weights, error) {
+	if pid <= 0 || pid > pidMax {
+		return cgroup.Weights{}, fmt.Errorf("process %d: %w", pid, cgroup.ErrNoProcess)
+	}
+	if w, ok := f.w[pid]; ok {
+		return w, nil
+	}
+	if f.Initial != nil {
+		return f.Initial(pid), nil
+	}
+	return cgroup.Normal, nil
+}
+
+// Version implements cgroup.Priority.
+func (f *Fake) Version() cgroup.Version { return cgroup.V2 }
+
+// Set implements cgroup.Priority.
+func (f *Fake) Set(pid int, w cgroup.Weights) (cgroup.Applied, error) {
+	if err := w.Validate(); err != nil {
+		return cgroup.Applied{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.weights(pid); err != nil {
+		return cgroup.Applied{}, err
+	}
+	f.w[pid] = w
+	return cgroup.Applied{CPU: true, IO: true}, nil
+}
+
+// Get implements cgroup.Priority.
+func (f *Fake) Get(pid int) (cgroup.Weights, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.weights(pid)
+}
+
+// Describe implements cgroup.Priority.
+func (f *Fake) Describe() string { return "cgroup v2: cpu.weight and io.weight (in memory)" }

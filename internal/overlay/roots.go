@@ -1,0 +1,233 @@
+package overlay
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// Roots mounts instances' roots as overlays. Kernel is the kernel's
+// overlay file system; Copy stands for it in unit tests, without root.
+// Both pass overlaytest.RunSuite.
+type Roots interface {
+	// Mount mounts the overlay of l at target (made if missing); again
+	// at the same target, it is a no-op.
+	Mount(ctx context.Context, l Layers, target string) error
+	// Unmount unmounts the overlay at target, if one is there.
+	Unmount(ctx context.Context, target string) error
+	// Mounted reports whether an overlay is mounted at target.
+	Mounted(target string) (bool, error)
+	// Reset drops what was written into the overlay at target: its
+	// merged root is the lower directory again.
+	Reset(ctx context.Context, l Layers, target string) error
+	// MountShared makes dir a mount point of its own with shared
+	// propagation; UnmountShared undoes it.
+	MountShared(dir string) error
+	UnmountShared(dir string) error
+}
+
+// Kernel is Roots over the kernel's overlay file system (the package's
+// functions). It needs CAP_SYS_ADMIN.
+type Kernel struct{}
+
+var _ Roots = Kernel{}
+
+// Mount implements Roots.
+func (Kernel) Mount(ctx context.Context, l Layers, target string) error { return Mount(ctx, l, target) }
+
+// Unmount implements Roots.
+func (Kernel) Unmount(ctx context.Context, target string) error { return Unmount(ctx, target) }
+
+// Mounted implements Roots.
+func (Kernel) Mounted(target string) (bool, error) { return Mounted(target) }
+
+// Reset implements Roots.
+func (Kernel) Reset(ctx context.Context, l Layers, target string) error { return Reset(ctx, l, target) }
+
+// MountShared implements Roots.
+func (Kernel) MountShared(dir string) error { return MountShared(dir) }
+
+// UnmountShared implements Roots.
+func (Kernel) UnmountShared(dir string) error { return UnmountShared(dir) }
+
+// Copy is Roots without a mount, for unit tests that run without root: a
+// mount copies the lower directory into the target, then what the upper
+// directory kept, and an unmount keeps the target's files in the upper
+// directory (all of them: no copy-up) with the lower ones it lacks as a
+// list of deletions, then empties the target. Writes reach the upper
+// directory at the unmount, not at once; a process that holds the target
+// keeps nothing busy. Its zero value is ready to use.
+type Copy struct {
+	mu      sync.Mutex
+	mounted map[string]Layers
+}
+
+var _ Roots = (*Copy)(nil)
+
+// deleted lists, in the upper directory's parent, the lower files that the
+// merged root no longer has (the kernel's whiteouts).
+const deleted = "deleted"
+
+func (c *Copy) key(target string) string {
+	abs, _ := filepath.Abs(target)
+	return abs
+}
+
+// Mount implements Roots.
+func (c *Copy) Mount(ctx context.Context, l Layers, target string) error {
+	if err := l.validate(target); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.mounted[c.key(target)]; ok {
+		return nil
+	}
+	for _, dir := range []string{l.Upper(), target} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("overlay at %s: %w", target, err)
+		}
+	}
+	if err := copyTree(ctx, l.Lower, target); err != nil {
+		return fmt.Errorf("overlay at %s: %w", target, err)
+	}
+	gone, err := readLines(filepath.Join(l.Disk, Dir, deleted))
+	if err != nil {
+		return err
+	}
+	for _, rel := range gone {
+		_ = os.RemoveAll(filepath.Join(target, rel))
+	}
+	if err := copyTree(ctx, l.Upper(), target); err != nil {
+		return fmt.Errorf("overlay at %s: %w", target, err)
+	}
+	if c.mounted == nil {
+		c.mounted = map[string]Layers{}
+	}
+	c.mounted[c.key(target)] = l
+	return nil
+}
+
+// Unmount implements Roots.
+func (c *Copy) Unmount(ctx context.Context, target string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.mounted[c.key(target)]
+	if !ok {
+		return nil
+	}
+	if err := keepWrites(ctx, l, target); err != nil {
+		return fmt.Errorf("unmount overlay at %s: %w", target, err)
+	}
+	if err := emptyDir(target); err != nil {
+		return fmt.Errorf("unmount overlay at %s: %w", target, err)
+	}
+	delete(c.mounted, c.key(target))
+	return nil
+}
+
+// Mounted implements Roots.
+func (c *Copy) Mounted(target string) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.mounted[c.key(target)]
+	return ok, nil
+}
+
+// Reset implements Roots.
+func (c *Copy) Reset(ctx context.Context, l Layers, target string) error {
+	if err := l.validate(target); err != nil {
+		return err
+	}
+	if err := c.Unmount(ctx, target); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(filepath.Join(l.Disk, Dir)); err != nil {
+		return fmt.Errorf("reset overlay at %s: %w", target, err)
+	}
+	return c.Mount(ctx, l, target)
+}
+
+// MountShared implements Roots: dir is made; nothing is mounted.
+func (c *Copy) MountShared(dir string) error { return os.MkdirAll(dir, 0o755) }
+
+// UnmountShared implements Roots.
+func (c *Copy) UnmountShared(string) error { return nil }
+
+// keepWrites makes l's upper directory the target's files, and the list of
+// deletions the lower files the target lacks.
+func keepWrites(ctx context.Context, l Layers, target string) error {
+	if err := os.RemoveAll(l.Upper()); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(l.Upper(), 0o755); err != nil {
+		return err
+	}
+	if err := copyTree(ctx, target, l.Upper()); err != nil {
+		return err
+	}
+	var gone []string
+	err := filepath.WalkDir(l.Lower, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == l.Lower {
+			return err
+		}
+		rel, _ := filepath.Rel(l.Lower, p)
+		if _, err := os.Lstat(filepath.Join(target, rel)); err != nil {
+			gone = append(gone, rel)
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(l.Disk, Dir, deleted), []byte(strings.Join(gone, "\n")), 0o644)
+}
+
+// copyTree copies what is under src into dst, keeping modes and links.
+func copyTree(ctx context.Context, src, dst string) error {
+	out, err := exec.CommandContext(ctx, "cp", "-a", src+"/.", dst).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("copy %s to %s: %w: %s", src, dst, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func emptyDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func readLines(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if sc.Text() != "" {
+			lines = append(lines, sc.Text())
+		}
+	}
+	return lines, sc.Err()
+}
