@@ -47,7 +47,7 @@ type agent struct {
 	d      *deploy.Deployer
 	m      *metrics
 	store  layering.Store
-	mapper *mapper.Mapper
+	mapper nodeMapper
 	pool   *poolKeeper
 	// plane fences the agent when etcd is not the one it knew (plane.go).
 	plane *plane
@@ -97,8 +97,36 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	if err != nil {
 		return err
 	}
+	return runNode(ctx, c, o, log, sec, reg, m, nodeParts{d: d, store: l.Store, mapper: l.Mapper, backend: l.Mapper.Choice().Backend, priority: priority})
+}
+
+// nodeMapper is what the agent asks of the node's mapper beyond the
+// deployer: its crash recovery and the release of what dead builds left.
+type nodeMapper interface {
+	List() ([]mapper.Mapping, error)
+	Release(ctx context.Context, id string) error
+	ReleaseAbandoned(ctx context.Context) ([]mapper.Mapping, error)
+}
+
+// nodeParts are the node's components that an agent drives: the pool's
+// images, the mapper (its backend named), and the deployer over them, with
+// how its waiting slots are prioritized. Run makes them on the node; a
+// unit test gives fakes (deploytest.Unit).
+type nodeParts struct {
+	d        *deploy.Deployer
+	store    layering.Store
+	mapper   nodeMapper
+	backend  string
+	priority string
+}
+
+// runNode is Run once the node's components are made: the engines'
+// check, crash recovery, the control plane, the node's record, then
+// serving the hook API and the loops until ctx is done.
+func runNode(ctx context.Context, c config.Config, o Options, log *slog.Logger, sec apiSecurity, reg *prometheus.Registry, m *metrics, n nodeParts) error {
+	d := n.d
 	engines, fingerprint, problems := checkEngines(ctx, c, d, log)
-	recoverNode(ctx, d, l.Mapper, m, log)
+	recoverNode(ctx, d, n.mapper, m, log)
 
 	st, err := state.Open(ctx, wire.StateConfig(c))
 	if err != nil {
@@ -129,8 +157,8 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	}
 	limits := c.Limits.Spec()
 	node := state.Node{Name: c.Node.Name, API: api, Capacity: c.Agent.Capacity,
-		Mapper: l.Mapper.Choice().Backend, Engines: engines, Fingerprint: fingerprint, Problems: problems, Priority: priority, Limits: &limits, Started: time.Now().UTC()}
-	a := &agent{c: c, o: o, log: log, st: st, node: node, d: d, m: m, store: l.Store, mapper: l.Mapper, pool: newPoolKeeper(), plane: pl}
+		Mapper: n.backend, Engines: engines, Fingerprint: fingerprint, Problems: problems, Priority: n.priority, Limits: &limits, Started: time.Now().UTC()}
+	a := &agent{c: c, o: o, log: log, st: st, node: node, d: d, m: m, store: n.store, mapper: n.mapper, pool: newPoolKeeper(), plane: pl}
 	pl.changed = a.fenceChanged
 	sess, err := st.Register(ctx, a.nodeRecord(), c.Agent.LeaseTTL)
 	if err != nil {
@@ -141,7 +169,7 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	defer func() { a.session().Close() }()
 	h := &hooks{a: a, keys: sec.keys, openMetrics: o.Dev}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", a.serveHealthz(h, l.Mapper.Choice().Backend, engines))
+	mux.HandleFunc("GET /healthz", a.serveHealthz(h, n.backend, engines))
 	mux.Handle("GET /metrics", h.metrics(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	h.register(mux)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, TLSConfig: sec.tls}
@@ -237,7 +265,7 @@ func checkEngines(ctx context.Context, c config.Config, d *deploy.Deployer, log 
 // them, evicting the watches that clients killed with them open
 // (rbd-fuse, the previous agent) left, instead of leaving the images to a
 // later reconcile.
-func recoverNode(ctx context.Context, d *deploy.Deployer, mp *mapper.Mapper, m *metrics, log *slog.Logger) {
+func recoverNode(ctx context.Context, d *deploy.Deployer, mp nodeMapper, m *metrics, log *slog.Logger) {
 	if owned, err := d.Mappings(); err != nil {
 		log.Warn("listing the mappings of deployments; orphaned mappings stay", "err", err)
 	} else if maps, err := mp.List(); err == nil {

@@ -210,6 +210,10 @@ func (m *Mapper) List() ([]mapper.Mapping, error) {
 	return out, nil
 }
 
+// ReleaseAbandoned releases nothing: the fake's mappings have no owner
+// process to lose.
+func (m *Mapper) ReleaseAbandoned(context.Context) ([]mapper.Mapping, error) { return nil, nil }
+
 // Mounted reports whether mapping id is mounted.
 func (m *Mapper) Mounted(id string) (bool, error) {
 	m.mu.Lock()

@@ -1,0 +1,153 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fogdeploy/fogdeploy/internal/config"
+	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
+)
+
+// TestAgentOnUnitNode is the whole agent, from a client's hook to the
+// instance and back, on a node of fakes (deploytest.Unit) and an embedded
+// etcd: no root, no Ceph, no dockerd. A POST is placed on the node, which
+// boots the app, checkpoints it and reports it Running with an address
+// that answers; a client's POST of a restore restores generation 1; GET
+// shows each, a client's token only its own; DELETE undoes each and leaves nothing
+// on the node; the agent stops when its context ends.
+func TestAgentOnUnitNode(t *testing.T) {
+	endpoint, st := statetest.Start(t)
+	u := deploytest.NewUnit(t)
+	app := u.RedisApp("unit-web", engine.NameDMTCP)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := st.CreateApp(ctx, app, false); err != nil {
+		t.Fatal(err)
+	}
+	const operator, alice = "0123456789abcdef-operator", "alice-0123456789abcdef"
+	sec := credentials(t, operator, entry("alice", alice, "  apps: [unit-web]\n  label: user\n"), nil)
+	c := config.Default()
+	c.Node.Name, c.Node.StateDir = "unit", t.TempDir()
+	c.Etcd.Endpoints = []string{endpoint}
+	c.Agent.ReconcileInterval = time.Second
+	o := Options{Listen: "127.0.0.1:0", ShutdownTimeout: 10 * time.Second}
+	reg := prometheus.NewRegistry()
+	log := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- runNode(runCtx, c, o, log, sec, reg, newMetrics(reg),
+			nodeParts{d: u.D, store: u.Images, mapper: u.Mapper, backend: "fake", priority: u.Priority.Describe()})
+	}()
+	var api string
+	for deadline := time.Now().Add(30 * time.Second); api == ""; time.Sleep(20 * time.Millisecond) {
+		if nodes, err := st.Nodes(ctx); err == nil && len(nodes) == 1 {
+			api = nodes[0].API
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the agent never registered its node")
+		}
+	}
+	do := func(method, path, token, body string, v any) int {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, method, "http://"+api+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if v != nil {
+			_ = json.NewDecoder(resp.Body).Decode(v)
+		}
+		return resp.StatusCode
+	}
+	running := func(id, token string) state.Deployment {
+		t.Helper()
+		var d state.Deployment
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+			if code := do("GET", "/v1/deployments/"+id, token, "", &d); code != http.StatusOK {
+				t.Fatalf("GET %s: %d", id, code)
+			}
+			if d.Status.Phase == spec.PhaseRunning || d.Status.Phase == spec.PhaseFailed || time.Now().After(deadline) {
+				break
+			}
+		}
+		if d.Status.Phase != spec.PhaseRunning {
+			t.Fatalf("deployment %s: %s (%s); want Running", id, d.Status.Phase, d.Status.Error)
+		}
+		return d
+	}
+
+	var ids []string
+	for i, want := range []struct {
+		token, body string
+		booted      bool
+	}{{operator, `{"app":"unit-web"}`, true}, {alice, `{"app":"unit-web","mode":"restore","labels":{"user":"alice"}}`, false}} {
+		var cr CreateResponse
+		if code := do("POST", "/v1/deployments", want.token, want.body, &cr); code != http.StatusCreated {
+			t.Fatalf("POST %d: %d", i+1, code)
+		}
+		d := running(cr.ID, want.token)
+		ids = append(ids, cr.ID)
+		if d.Node != "unit" || d.Status.Gen != 1 || d.Status.Booted != want.booted {
+			t.Errorf("deployment %d: node %s, gen %d, booted %v (mode %s: %s%s); want node unit, gen 1, booted %v", i+1, d.Node, d.Status.Gen, d.Status.Booted, d.Status.Mode, d.Status.Reason, d.Status.BootReason, want.booted)
+		}
+		if len(d.Status.Timings) == 0 {
+			t.Errorf("deployment %d reports no phase timings", i+1)
+		}
+		if got, err := testenv.RedisDo(ctx, nil, d.Status.Ports["6379/tcp"], "PING"); err != nil || got != "PONG" {
+			t.Errorf("deployment %d at %v: PING = %q, %v", i+1, d.Status.Ports, got, err)
+		}
+	}
+	// A client sees its own deployments only.
+	if code := do("GET", "/v1/deployments/"+ids[0], alice, "", nil); code != http.StatusForbidden {
+		t.Errorf("alice reading the operator's deployment: %d; want 403", code)
+	}
+	for i, id := range ids {
+		tok := operator
+		if i == 1 {
+			tok = alice
+		}
+		if code := do("DELETE", "/v1/deployments/"+id, tok, "", nil); code/100 != 2 {
+			t.Errorf("DELETE %s: %d", id, code)
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if recs, err := u.D.List(); err == nil && len(recs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the node still holds the deleted deployments")
+		}
+	}
+	u.AssertNothingLeft(t, app.Name, true)
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("the agent stopped with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent did not stop when its context ended")
+	}
+}
+
+type testLog struct{ t *testing.T }
+
+func (w testLog) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
