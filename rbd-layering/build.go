@@ -62,15 +62,9 @@ func (m *Manager) Build(ctx context.Context, name string, bf *BuildFile, opts Bu
 		return res, fmt.Errorf("FROM %s: %w", bf.From, err)
 	}
 	// Check COPY sources before touching the store.
-	hashes := make([]string, len(bf.Steps))
-	for i, st := range bf.Steps {
-		if st.Kind != StepCopy {
-			continue
-		}
-		src := filepath.Join(opts.ContextDir, st.Args[0])
-		if hashes[i], err = hashTree(src); err != nil {
-			return res, hint.With(fmt.Errorf("build file line %d: COPY source %s: %w: %w", st.Line, src, err, ErrInvalid), "COPY sources are read relative to the build context (--context)")
-		}
+	hashes, err := copyHashes(bf, opts.ContextDir)
+	if err != nil {
+		return res, err
 	}
 	cur, cfg := base.Ref, base.Config
 	history := append([]string(nil), base.History...)
@@ -103,15 +97,7 @@ func (m *Manager) Build(ctx context.Context, name string, bf *BuildFile, opts Bu
 				image = LayerPrefix + cacheKey(cur, st, cfg, hashes[i]+randomID(4))
 			}
 			opts.Progress.say("step %d/%d: %s", i+1, total, st)
-			warn, err := m.CheckDepth(ctx, cur, name)
-			if err != nil {
-				return res, err
-			}
-			if warn != "" {
-				m.log.Warn(warn, "env", name)
-				opts.Progress.say("warning: %s", warn)
-			}
-			if err := m.buildLayer(ctx, cur, image, st, cfg, opts); err != nil {
+			if err := m.buildStep(ctx, name, cur, image, st, cfg, opts); err != nil {
 				return res, fmt.Errorf("step %d/%d (line %d) %s: %w", i+1, total, st.Line, st, err)
 			}
 		}
@@ -128,6 +114,37 @@ func (m *Manager) Build(ctx context.Context, name string, bf *BuildFile, opts Bu
 	res.Env = env
 	opts.Progress.say("environment %s is %s", name, cur)
 	return res, nil
+}
+
+// copyHashes are the content hashes of the COPY steps' sources (by step;
+// "" for other steps), read relative to the build context.
+func copyHashes(bf *BuildFile, contextDir string) ([]string, error) {
+	hashes := make([]string, len(bf.Steps))
+	for i, st := range bf.Steps {
+		if st.Kind != StepCopy {
+			continue
+		}
+		src := filepath.Join(contextDir, st.Args[0])
+		var err error
+		if hashes[i], err = hashTree(src); err != nil {
+			return nil, hint.With(fmt.Errorf("build file line %d: COPY source %s: %w: %w", st.Line, src, err, ErrInvalid), "COPY sources are read relative to the build context (--context)")
+		}
+	}
+	return hashes, nil
+}
+
+// buildStep builds step st of environment name as image, over cur, once
+// the clone chain's depth allows it (warning past the soft limit).
+func (m *Manager) buildStep(ctx context.Context, name string, cur SnapRef, image string, st Step, cfg ImageConfig, opts BuildOptions) error {
+	warn, err := m.CheckDepth(ctx, cur, name)
+	if err != nil {
+		return err
+	}
+	if warn != "" {
+		m.log.Warn(warn, "env", name)
+		opts.Progress.say("warning: %s", warn)
+	}
+	return m.buildLayer(ctx, cur, image, st, cfg, opts)
 }
 
 // sealed reports whether image exists with its sealed snapshot. An image

@@ -73,22 +73,55 @@ type ImportOptions struct {
 	Progress Progress
 }
 
+// checkImport refuses an import before it begins: a bad name, size or
+// source, or a name taken.
+func (m *Manager) checkImport(ctx context.Context, name string, src Source, opts ImportOptions) error {
+	if err := ValidateName("environment name", name); err != nil {
+		return err
+	}
+	if opts.Size < 0 {
+		return fmt.Errorf("size %d is negative: %w", opts.Size, ErrInvalid)
+	}
+	if err := src.validate(); err != nil {
+		return err
+	}
+	if _, err := m.b.Tag(ctx, name); err == nil {
+		return hint.With(fmt.Errorf("environment %q: %w", name, ErrExists), "choose another name or remove it with `fogctl env rm "+name+"`")
+	} else if !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// unpack returns the directory of s's root filesystem: s.Dir, or one
+// under tmp that its tar stream (or docker image) is unpacked into.
+func (s Source) unpack(ctx context.Context, tmp string, progress Progress) (string, error) {
+	if s.Dir != "" {
+		return s.Dir, nil
+	}
+	dir := filepath.Join(tmp, "rootfs")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", err
+	}
+	r := s.Tar
+	if s.DockerImage != "" {
+		progress.say("exporting docker image %s", s.DockerImage)
+		rc, err := s.Exporter.ExportImage(ctx, s.DockerImage)
+		if err != nil {
+			return "", err
+		}
+		defer rc.Close()
+		r = rc
+	}
+	progress.say("unpacking the root filesystem")
+	return dir, extractTar(ctx, r, dir)
+}
+
 // Import creates the environment name from a root filesystem: an image
 // filled with an ext4 filesystem of the files, sealed with a protected
 // snapshot and tagged with the name. On failure nothing is left behind.
 func (m *Manager) Import(ctx context.Context, name string, src Source, opts ImportOptions) (env Environment, err error) {
-	if err := ValidateName("environment name", name); err != nil {
-		return env, err
-	}
-	if opts.Size < 0 {
-		return env, fmt.Errorf("size %d is negative: %w", opts.Size, ErrInvalid)
-	}
-	if err := src.validate(); err != nil {
-		return env, err
-	}
-	if _, err := m.b.Tag(ctx, name); err == nil {
-		return env, hint.With(fmt.Errorf("environment %q: %w", name, ErrExists), "choose another name or remove it with `fogctl env rm "+name+"`")
-	} else if !errors.Is(err, ErrNotFound) {
+	if err := m.checkImport(ctx, name, src, opts); err != nil {
 		return env, err
 	}
 	tmp, err := m.scratch(scratchImport)
@@ -96,27 +129,9 @@ func (m *Manager) Import(ctx context.Context, name string, src Source, opts Impo
 		return env, err
 	}
 	defer os.RemoveAll(tmp)
-
-	dir := src.Dir
-	if dir == "" {
-		dir = filepath.Join(tmp, "rootfs")
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return env, err
-		}
-		r := src.Tar
-		if src.DockerImage != "" {
-			opts.Progress.say("exporting docker image %s", src.DockerImage)
-			rc, err := src.Exporter.ExportImage(ctx, src.DockerImage)
-			if err != nil {
-				return env, err
-			}
-			defer rc.Close()
-			r = rc
-		}
-		opts.Progress.say("unpacking the root filesystem")
-		if err := extractTar(ctx, r, dir); err != nil {
-			return env, err
-		}
+	dir, err := src.unpack(ctx, tmp, opts.Progress)
+	if err != nil {
+		return env, err
 	}
 	content, err := dirSize(dir)
 	if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -61,21 +60,12 @@ func (s *supervisor) runCRIU() int {
 // status, or again once a recycled container has given its instance back
 // and been rearmed for the next.
 func (s *supervisor) lifeCRIU(ctx context.Context, eng *engine.CRIU, sigs <-chan os.Signal) (code int, again bool) {
-	gens, err := generations(s.cfg.ckpt)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		s.log.Error("checkpoint dir", "err", err)
-		return exitSetup, false
-	}
 	var img engine.Image
-	if s.cfg.mode == modeRestart {
-		if img, err = pickImage(s.cfg.ckpt, gens, s.cfg.from); err != nil {
-			s.log.Error("nothing to restore", "err", err)
-			return exitNoCheckpoint, false
-		}
-	}
-	s.gen = s.cfg.gen
-	if s.gen == 0 {
-		s.gen = nextGeneration(gens)
+	if code := s.pickGenerations(func(gens []generation) (err error) {
+		img, err = pickImage(s.cfg.ckpt, gens, s.cfg.from)
+		return err
+	}); code != exitOK {
+		return code, false
 	}
 	if img.Root != "" && img.Root != s.cfg.root {
 		// An image written at another root path (by the host driver, or
@@ -103,8 +93,15 @@ func (s *supervisor) lifeCRIU(ctx context.Context, eng *engine.CRIU, sigs <-chan
 		return code, false
 	}
 
+	return s.startCRIU(ctx, eng, img, sigs)
+}
+
+// startCRIU launches the app under criu, or restores img, and supervises
+// it.
+func (s *supervisor) startCRIU(ctx context.Context, eng *engine.CRIU, img engine.Image, sigs <-chan os.Signal) (code int, again bool) {
 	t := time.Now()
 	var proc engine.Process
+	var err error
 	phase := "launch_ready"
 	if s.cfg.mode == modeLaunch {
 		argv := append([]string{"/proc/self/exe", modeNoCaps, "-keep", appCapNames}, s.cfg.app...)

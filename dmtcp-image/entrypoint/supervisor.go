@@ -91,21 +91,8 @@ func (s *supervisor) life(sigs <-chan os.Signal) (code int, again bool) {
 		return code, false
 	}
 
-	// A release (-recycle) and a checkpoint request are files that
-	// appear in the control and checkpoint directories.
-	var dirs []string
-	if s.cfg.recycle {
-		dirs = append(dirs, filepath.Dir(s.cfg.wait))
-	}
-	if s.cfg.mode != modeBoot {
-		dirs = append(dirs, filepath.Dir(s.cfg.trigger))
-	}
-	var trigger <-chan struct{}
-	if len(dirs) > 0 {
-		w := watchDirs(s.log, dirs, watchSafety, watchFallback)
-		defer w.stop()
-		trigger = w.C
-	}
+	trigger, stopWatch := s.watchTriggers()
+	defer stopWatch()
 	var (
 		ckptDone   chan ckptResult
 		exitAfter  bool // the app is being stopped by a checkpoint
@@ -157,31 +144,59 @@ func (s *supervisor) life(sigs <-chan os.Signal) (code int, again bool) {
 			}
 		case res := <-ckptDone:
 			ckptDone = nil
-			s.tm.record("checkpoint", res.gen.n, res.gen.startedAt(), res.gen.bytes(), res.err)
-			if res.err != nil {
-				s.log.Error("checkpoint failed", "gen", res.gen.n, "err", res.err)
-				if appStatus >= 0 || exitAfter {
-					s.stopApp(appDone)
-					s.shutdownCoordinator()
-					return exitCheckpoint, false
-				}
-				continue
+			if code, end := s.checkpointed(res, appDone, appStatus, exitAfter); end {
+				return code, false
 			}
-			s.log.Info("checkpoint complete", "gen", res.gen.n, "dir", res.gen.dir, "images", len(res.gen.images), "bytes", res.gen.bytes())
-			if exitAfter {
-				s.stopApp(appDone)
-				s.shutdownCoordinator()
-				s.tm.record("exit", res.gen.n, s.started, 0, nil)
-				return exitOK, false
-			}
-			if appStatus >= 0 {
-				s.shutdownCoordinator()
-				return appStatus, false
-			}
-			// -after-checkpoint=continue: DMTCP fixed the image directory at
-			// launch, so the next checkpoint rewrites this generation.
 		}
 	}
+}
+
+// watchTriggers watches for a release (-recycle) and a checkpoint request:
+// files that appear in the control and checkpoint directories. The channel
+// is nil when neither can come.
+func (s *supervisor) watchTriggers() (<-chan struct{}, func()) {
+	var dirs []string
+	if s.cfg.recycle {
+		dirs = append(dirs, filepath.Dir(s.cfg.wait))
+	}
+	if s.cfg.mode != modeBoot {
+		dirs = append(dirs, filepath.Dir(s.cfg.trigger))
+	}
+	if len(dirs) == 0 {
+		return nil, func() {}
+	}
+	w := watchDirs(s.log, dirs, watchSafety, watchFallback)
+	return w.C, w.stop
+}
+
+// checkpointed handles a checkpoint's end: a failed one ends the life if
+// the app is gone or was being stopped by it; a complete one ends it if it
+// stopped the app (exitAfter) or the app exited meanwhile (appStatus >= 0).
+// With -after-checkpoint=continue the app runs on: DMTCP fixed the image
+// directory at launch, so the next checkpoint rewrites this generation.
+func (s *supervisor) checkpointed(res ckptResult, appDone <-chan syscall.WaitStatus, appStatus int, exitAfter bool) (code int, end bool) {
+	s.tm.record("checkpoint", res.gen.n, res.gen.startedAt(), res.gen.bytes(), res.err)
+	if res.err != nil {
+		s.log.Error("checkpoint failed", "gen", res.gen.n, "err", res.err)
+		if appStatus >= 0 || exitAfter {
+			s.stopApp(appDone)
+			s.shutdownCoordinator()
+			return exitCheckpoint, true
+		}
+		return 0, false
+	}
+	s.log.Info("checkpoint complete", "gen", res.gen.n, "dir", res.gen.dir, "images", len(res.gen.images), "bytes", res.gen.bytes())
+	switch {
+	case exitAfter:
+		s.stopApp(appDone)
+		s.shutdownCoordinator()
+		s.tm.record("exit", res.gen.n, s.started, 0, nil)
+		return exitOK, true
+	case appStatus >= 0:
+		s.shutdownCoordinator()
+		return appStatus, true
+	}
+	return 0, false
 }
 
 // start prepares the root, starts the coordinator and the app, and returns
@@ -197,23 +212,13 @@ func (s *supervisor) start(sigs <-chan os.Signal) (app, coord <-chan syscall.Wai
 	if s.cfg.mode == modeBoot {
 		return s.boot(sigs)
 	}
-	gens, err := generations(s.cfg.ckpt)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		s.log.Error("checkpoint dir", "err", err)
-		return nil, nil, exitSetup
-	}
 	var from generation
-	if s.cfg.mode == modeRestart {
-		if from, err = pickRestore(s.cfg.ckpt, gens, s.cfg.from); err != nil {
-			s.log.Error("nothing to restore", "err", err)
-			return nil, nil, exitNoCheckpoint
-		}
+	if code := s.pickGenerations(func(gens []generation) (err error) {
+		from, err = pickRestore(s.cfg.ckpt, gens, s.cfg.from)
+		return err
+	}); code != exitOK {
+		return nil, nil, code
 	}
-	s.gen = s.cfg.gen
-	if s.gen == 0 {
-		s.gen = nextGeneration(gens)
-	}
-
 	if !s.mountRoot() {
 		return nil, nil, exitSetup
 	}
@@ -249,8 +254,40 @@ func (s *supervisor) start(sigs <-chan os.Signal) (app, coord <-chan syscall.Wai
 	if code, ok := s.awaitOrder(sigs); !ok {
 		return nil, nil, code
 	}
+	done, ok := s.startApp(from)
+	if !ok {
+		return nil, nil, exitSetup
+	}
+	return done, coordDone, exitOK
+}
+
+// pickGenerations reads the checkpoint volume's generations: a restart
+// picks the one it restores from them (pick), and s.gen is the number the
+// next checkpoint takes. It returns exitOK, or why the entrypoint ends.
+func (s *supervisor) pickGenerations(pick func(gens []generation) error) int {
+	gens, err := generations(s.cfg.ckpt)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Error("checkpoint dir", "err", err)
+		return exitSetup
+	}
+	if s.cfg.mode == modeRestart {
+		if err := pick(gens); err != nil {
+			s.log.Error("nothing to restore", "err", err)
+			return exitNoCheckpoint
+		}
+	}
+	s.gen = s.cfg.gen
+	if s.gen == 0 {
+		s.gen = nextGeneration(gens)
+	}
+	return exitOK
+}
+
+// startApp launches the app under DMTCP, or restarts generation from, and
+// probes its readiness when -ready says how.
+func (s *supervisor) startApp(from generation) (<-chan syscall.WaitStatus, bool) {
 	var argv []string
-	t = time.Now()
+	t := time.Now()
 	run := s.dmtcpRun()
 	if s.cfg.mode == modeLaunch {
 		argv = append([]string{filepath.Join(s.cfg.prefix, "bin", "dmtcp_launch")}, run.LaunchArgs(s.cfg.app)...)
@@ -260,7 +297,7 @@ func (s *supervisor) start(sigs <-chan os.Signal) (app, coord <-chan syscall.Wai
 	}
 	appPid, done, err := s.startKeeper(argv)
 	if err != nil {
-		return nil, nil, exitSetup
+		return nil, false
 	}
 	s.restarted = s.restarted || s.cfg.mode == modeRestart
 	s.log.Info("app started", "pid", appPid, "argv", argv, "next_gen", s.gen)
@@ -271,7 +308,7 @@ func (s *supervisor) start(sigs <-chan os.Signal) (app, coord <-chan syscall.Wai
 		}
 		go s.probe(phase, from.n, t, s.appGone)
 	}
-	return done, coordDone, exitOK
+	return done, true
 }
 
 // boot is start for boot mode: the root without the DMTCP prefix and the

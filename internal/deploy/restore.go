@@ -35,10 +35,7 @@ func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options,
 	if fresh == nil {
 		fresh = func() error { return nil }
 	}
-	app := g.Spec.WithDefaults()
-	// Neither is part of the checkpoint: the app's spec as it is now says.
-	app.PostRestore, app.Lazy = current.PostRestore, current.Lazy && g.Engine == engine.NameCRIU
-	app.Trusted = current.Trusted // the operator's word now, not at the generation's time
+	app := restoredSpec(g, current)
 	if opts.ID == "" {
 		opts.ID = NewID(app.Name)
 	}
@@ -57,17 +54,7 @@ func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options,
 		}
 	}
 	o := d.newOp(&rec.Timings, opts.Progress)
-	var s *Slot
-	err = ErrNoSlot
-	if !opts.NoPool {
-		s, err = d.claim(app.Name, g.Gen, id)
-	}
-	if errors.Is(err, ErrNoSlot) && !opts.NoPool && d.awaitStarting(ctx, app.Name, g.Gen) {
-		// A slot was being restored ahead: it is idle now, unless another
-		// deploy took it first.
-		s, err = d.claim(app.Name, g.Gen, id)
-		o.phase(StepAwait)
-	}
+	s, err := d.claimFor(ctx, o, app.Name, g.Gen, id, opts.NoPool)
 	switch {
 	case err == nil:
 		rec.Slot, rec.Pool = s.ID, spec.PoolHit
@@ -111,6 +98,33 @@ func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options,
 		return Deployment{}, err
 	}
 	return d.bind(ctx, o, s, rec, dr, app, "restart_ready")
+}
+
+// restoredSpec is the spec a restore of generation g runs: the one sealed
+// with it, but for what is not part of the checkpoint, which the app's
+// spec as it is now (current) says.
+func restoredSpec(g spec.Generation, current spec.App) spec.App {
+	app := g.Spec.WithDefaults()
+	app.PostRestore, app.Lazy = current.PostRestore, current.Lazy && g.Engine == engine.NameCRIU
+	app.Trusted = current.Trusted // the operator's word now, not at the generation's time
+	return app
+}
+
+// claimFor claims an idle pool slot of app's generation gen for deployment
+// id, waiting for one being restored ahead if there is no idle one;
+// ErrNoSlot when there is none (or noPool).
+func (d *Deployer) claimFor(ctx context.Context, o *op, app string, gen int, id string, noPool bool) (*Slot, error) {
+	if noPool {
+		return nil, ErrNoSlot
+	}
+	s, err := d.claim(app, gen, id)
+	if errors.Is(err, ErrNoSlot) && d.awaitStarting(ctx, app, gen) {
+		// A slot was being restored ahead: it is idle now, unless another
+		// deploy took it first.
+		s, err = d.claim(app, gen, id)
+		o.phase(StepAwait)
+	}
+	return s, err
 }
 
 // provisionFor provisions a slot for deployment rec (a pool miss, a boot):

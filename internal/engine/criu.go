@@ -273,12 +273,51 @@ func (c *CRIU) Checkpoint(ctx context.Context, proc Process, dir string) (img Im
 	defer cancel()
 
 	pid := p.Pid()
+	stdio := pipedStdio(pid)
+	write, err := c.dump(ctx, p, info, dir)
+	if err != nil {
+		// criu resumes the app when a dump fails; drop the partial image.
+		clearDir(dir)
+		return Image{}, err
+	}
+	p.reap(ctx)
+	img = Image{Engine: NameCRIU, Version: info.Version, Dir: dir, Root: p.root, Argv: p.argv,
+		Created: time.Now(), Write: write, Generation: p.gen + 1, Stdio: stdio}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return Image{}, err
+	}
+	for _, e := range ents {
+		if e.Type().IsRegular() && strings.HasSuffix(e.Name(), ".img") {
+			img.Files = append(img.Files, e.Name())
+		}
+	}
+	if len(img.Files) == 0 {
+		clearDir(dir)
+		return Image{}, fmt.Errorf("checkpoint into %s: criu wrote no .img files: %w", dir, ErrCheckpoint)
+	}
+	if img, err = sealImage(log, img); err != nil {
+		clearDir(dir)
+	}
+	return img, err
+}
+
+// pipedStdio are the app's standard streams that are pipes, by fd, which a
+// restore must give it again.
+func pipedStdio(pid int) map[int]string {
 	stdio := map[int]string{}
 	for fd := 0; fd <= 2; fd++ {
 		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", pid, fd)); err == nil && strings.HasPrefix(l, "pipe:") {
 			stdio[fd] = l
 		}
 	}
+	return stdio
+}
+
+// dump runs `criu dump` of p into dir, in p's sandbox, and returns how
+// long it took. criu kills the app once its image is written.
+func (c *CRIU) dump(ctx context.Context, p *criuProc, info Info, dir string) (time.Duration, error) {
+	pid := p.Pid()
 	// The PID criu must use is the app's PID in its own namespace.
 	target := pid
 	if ns, err := procStatus(pid, "NSpid"); err == nil {
@@ -288,7 +327,7 @@ func (c *CRIU) Checkpoint(ctx context.Context, proc Process, dir string) (img Im
 	}
 	d, err := os.Open(dir)
 	if err != nil {
-		return Image{}, err
+		return 0, err
 	}
 	defer d.Close()
 	logName := "dump-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ".log"
@@ -306,41 +345,12 @@ func (c *CRIU) Checkpoint(ctx context.Context, proc Process, dir string) (img Im
 		err = cmd.Wait()
 	}
 	p.dumping.Unlock()
-	write := time.Since(start)
 	if err != nil {
-		// criu resumes the app when a dump fails; drop the partial image.
-		clearDir(dir)
 		err = fmt.Errorf("checkpoint pid %d into %s: criu dump: %w (%w)", pid, dir, ErrCheckpoint, err)
-		return Image{}, WithOutput(WithOutput(err, "criu", strings.Split(strings.TrimSpace(out.String()), "\n")),
+		return 0, WithOutput(WithOutput(err, "criu", strings.Split(strings.TrimSpace(out.String()), "\n")),
 			"criu dump log", logTail(filepath.Join(p.inst, logName), 10))
 	}
-	// criu killed the app; wait until it and its sandbox are gone.
-	if _, err := p.Wait(ctx); err != nil {
-		p.kill()
-		<-p.done
-	}
-	img = Image{Engine: NameCRIU, Version: info.Version, Dir: dir, Root: p.root, Argv: p.argv,
-		Created: time.Now(), Write: write, Generation: p.gen + 1, Stdio: stdio}
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return Image{}, err
-	}
-	for _, e := range ents {
-		if e.Type().IsRegular() && strings.HasSuffix(e.Name(), ".img") {
-			img.Files = append(img.Files, e.Name())
-		}
-	}
-	if len(img.Files) == 0 {
-		clearDir(dir)
-		return Image{}, fmt.Errorf("checkpoint into %s: criu wrote no .img files: %w", dir, ErrCheckpoint)
-	}
-	if err := img.writeManifest(); err != nil {
-		clearDir(dir)
-		return Image{}, fmt.Errorf("checkpoint into %s: manifest: %w (%w)", dir, ErrCheckpoint, err)
-	}
-	log.Info("checkpoint complete", "files", len(img.Files), "bytes", img.Bytes, "ms", write.Milliseconds(),
-		"generation", img.Generation)
-	return img, nil
+	return time.Since(start), nil
 }
 
 // tcpFlag is how criu handles established TCP connections (Config.TCPClose).

@@ -334,25 +334,7 @@ func (d *DMTCP) Checkpoint(ctx context.Context, proc Process, dir string) (img I
 		err = fmt.Errorf("checkpoint pid %d: dmtcp_command -kc: %w (%w): %s", p.Pid(), ErrCheckpoint, cerr, strings.TrimSpace(out))
 		return Image{}, err
 	}
-	var files []string
-	complete := func() (bool, error) {
-		var cerr error
-		files, cerr = dmtcpctl.Complete(dir, st.Peers)
-		return cerr == nil, nil
-	}
-	err = pollUntil(ctx, 5*time.Millisecond, nil, func() (bool, error) {
-		if ok, _ := complete(); ok {
-			return true, nil
-		}
-		if p.exited() && p.coord.exited() {
-			// Both gone: look one last time, then give up.
-			if ok, _ := complete(); ok {
-				return true, nil
-			}
-			return false, errors.New("app and coordinator exited without a complete image")
-		}
-		return false, nil
-	})
+	files, err := p.awaitImage(ctx, dir, st.Peers)
 	write := time.Since(start)
 	if err != nil {
 		// The app is suspended mid-checkpoint or already gone: end it.
@@ -361,12 +343,8 @@ func (d *DMTCP) Checkpoint(ctx context.Context, proc Process, dir string) (img I
 		err = d.failed(fmt.Errorf("checkpoint pid %d into %s: %w (%w)", p.Pid(), dir, ErrCheckpoint, err), p)
 		return Image{}, err
 	}
-	// -kc kills the app once its image is written; wait until it and its
-	// coordinator are gone, so the directory is no longer mounted anywhere.
-	if _, err := p.Wait(ctx); err != nil {
-		p.kill()
-		<-p.done
-	}
+	// -kc kills the app once its image is written.
+	p.reap(ctx)
 	img = Image{Engine: NameDMTCP, Version: info.Version, Dir: dir, Root: p.root, Argv: p.argv,
 		Created: time.Now(), Write: write, Generation: p.gen + 1, Orphan: ppid == "1"}
 	if p.gzip {
@@ -375,13 +353,33 @@ func (d *DMTCP) Checkpoint(ctx context.Context, proc Process, dir string) (img I
 	for _, f := range files {
 		img.Files = append(img.Files, filepath.Base(f))
 	}
-	if err = img.writeManifest(); err != nil {
-		err = fmt.Errorf("checkpoint into %s: manifest: %w (%w)", dir, ErrCheckpoint, err)
-		return Image{}, err
+	img, err = sealImage(log, img)
+	return img, err
+}
+
+// awaitImage waits until dir holds the complete image of the computation's
+// peers processes, and returns its files.
+func (p *dmtcpProc) awaitImage(ctx context.Context, dir string, peers int) ([]string, error) {
+	var files []string
+	complete := func() bool {
+		var cerr error
+		files, cerr = dmtcpctl.Complete(dir, peers)
+		return cerr == nil
 	}
-	log.Info("checkpoint complete", "files", len(img.Files), "bytes", img.Bytes, "ms", write.Milliseconds(),
-		"generation", img.Generation)
-	return img, nil
+	err := pollUntil(ctx, 5*time.Millisecond, nil, func() (bool, error) {
+		if complete() {
+			return true, nil
+		}
+		if p.exited() && p.coord.exited() {
+			// Both gone: look one last time, then give up.
+			if complete() {
+				return true, nil
+			}
+			return false, errors.New("app and coordinator exited without a complete image")
+		}
+		return false, nil
+	})
+	return files, err
 }
 
 // Restore implements Engine: a private coordinator in the new sandbox, then

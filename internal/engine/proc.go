@@ -417,3 +417,23 @@ func removeAllSettled(dir string) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// reap waits until a checkpointed app, which its engine killed once its
+// image was written, is gone with what it ran in (so that the image's
+// directory is no longer mounted anywhere); past ctx it kills it.
+func (p *process) reap(ctx context.Context) {
+	if _, err := p.Wait(ctx); err != nil {
+		p.kill()
+		<-p.done
+	}
+}
+
+// sealImage writes img's manifest, the end of every engine's checkpoint.
+func sealImage(log *slog.Logger, img Image) (Image, error) {
+	if err := img.writeManifest(); err != nil {
+		return Image{}, fmt.Errorf("checkpoint into %s: manifest: %w (%w)", img.Dir, ErrCheckpoint, err)
+	}
+	log.Info("checkpoint complete", "files", len(img.Files), "bytes", img.Bytes, "ms", img.Write.Milliseconds(),
+		"generation", img.Generation)
+	return img, nil
+}

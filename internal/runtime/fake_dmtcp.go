@@ -274,17 +274,7 @@ func fakeLife(ctx context.Context, p *FakeProcess, fl fakeFlags, mode string, ar
 			}
 			stopApp()
 			<-exited
-			_ = os.Remove(filepath.Join(ctl, path.Base(fl.wait)))
-			if err := os.WriteFile(filepath.Join(ctl, instancectl.Released), []byte("{}"), 0o644); err != nil {
-				return 3, false
-			}
-			if !waitForFile(ctx, filepath.Join(ctl, instancectl.Rearm)) {
-				return 0, false
-			}
-			for _, f := range []string{instancectl.Release, instancectl.Released, instancectl.Rearm} {
-				_ = os.Remove(filepath.Join(ctl, f))
-			}
-			return 0, true
+			return fakeRelease(ctx, ctl, fl.wait)
 		case code := <-exited:
 			return code, false
 		case <-ctx.Done():
@@ -300,24 +290,47 @@ func fakeLife(ctx context.Context, p *FakeProcess, fl fakeFlags, mode string, ar
 			t0 := time.Now()
 			stopApp()
 			<-exited
-			mem.mu.Lock()
-			b, err := json.Marshal(fakeCheckpoint{Argv: argv, Memory: mem.m})
-			mem.mu.Unlock()
-			dir := filepath.Join(ckpt, strconv.Itoa(gen))
-			if err == nil {
-				err = os.MkdirAll(dir, 0o755)
-			}
-			if err == nil {
-				err = os.WriteFile(filepath.Join(dir, FakeDMTCPImageFile), b, 0o644)
-			}
-			if err != nil || !hasCkpt {
-				timing(Timing{Phase: "checkpoint", Gen: gen, Error: fmt.Sprintf("write generation %d: %v", gen, err)})
-				return 3, false
-			}
-			timing(Timing{Phase: "checkpoint", Gen: gen, MS: float64(time.Since(t0).Microseconds()) / 1000, Bytes: int64(len(b))})
-			return 0, false
+			return fakeCheckpointTo(ckpt, gen, hasCkpt, argv, mem, t0, timing), false
 		}
 	}
+}
+
+// fakeRelease is a recycled instance's release: the app is gone; the
+// entrypoint says so (Released), waits for the agent's Rearm and clears
+// the control directory for the next order.
+func fakeRelease(ctx context.Context, ctl, wait string) (int, bool) {
+	_ = os.Remove(filepath.Join(ctl, path.Base(wait)))
+	if err := os.WriteFile(filepath.Join(ctl, instancectl.Released), []byte("{}"), 0o644); err != nil {
+		return 3, false
+	}
+	if !waitForFile(ctx, filepath.Join(ctl, instancectl.Rearm)) {
+		return 0, false
+	}
+	for _, f := range []string{instancectl.Release, instancectl.Released, instancectl.Rearm} {
+		_ = os.Remove(filepath.Join(ctl, f))
+	}
+	return 0, true
+}
+
+// fakeCheckpointTo writes the stopped app's argv and memory as generation
+// gen under ckpt, and returns the entrypoint's exit code.
+func fakeCheckpointTo(ckpt string, gen int, hasCkpt bool, argv []string, mem *fakeMemory, t0 time.Time, timing func(Timing)) int {
+	mem.mu.Lock()
+	b, err := json.Marshal(fakeCheckpoint{Argv: argv, Memory: mem.m})
+	mem.mu.Unlock()
+	dir := filepath.Join(ckpt, strconv.Itoa(gen))
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, FakeDMTCPImageFile), b, 0o644)
+	}
+	if err != nil || !hasCkpt {
+		timing(Timing{Phase: "checkpoint", Gen: gen, Error: fmt.Sprintf("write generation %d: %v", gen, err)})
+		return 3
+	}
+	timing(Timing{Phase: "checkpoint", Gen: gen, MS: float64(time.Since(t0).Microseconds()) / 1000, Bytes: int64(len(b))})
+	return 0
 }
 
 // waitForFile polls until file exists, and reports false if ctx ends
