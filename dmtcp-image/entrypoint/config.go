@@ -55,11 +55,11 @@ type config struct {
 	user         string        // the app's user in the root ("" = root, without capabilities)
 	logLevel     string
 	logFormat    string
-	engine       string   // engine.NameDMTCP or engine.NameCRIU
-	criuPrefix   string   // installed CRIU prefix (engine criu)
-	lazy         bool     // restart with CRIU's lazy pages
-	recycle      bool     // serve instance after instance (release, rearm)
-	app          []string // launch: the app's argv
+	engine       engine.Name // engine.NameDMTCP or engine.NameCRIU
+	criuPrefix   string      // installed CRIU prefix (engine criu)
+	lazy         bool        // restart with CRIU's lazy pages
+	recycle      bool        // serve instance after instance (release, rearm)
+	app          []string    // launch: the app's argv
 }
 
 func parseConfig(mode string, args []string, stderr io.Writer) (*config, error) {
@@ -85,7 +85,7 @@ func parseConfig(mode string, args []string, stderr io.Writer) (*config, error) 
 	fs.StringVar(&c.timings, "timings", "-", "where phase timings go as JSON lines: a file, or - for stdout")
 	fs.StringVar(&c.workdir, "workdir", "/", "app's working directory inside the root")
 	fs.StringVar(&c.user, "user", "", "run the app as this user of the root (NAME, UID, NAME:GROUP or UID:GID); needs CAP_SETUID and CAP_SETGID in the container")
-	fs.StringVar(&c.engine, "engine", engine.NameDMTCP, "checkpoint engine: dmtcp (a coordinator in the container) or criu (criu dump and criu restore run by this process; needs the capabilities of runtime.CRIUCapabilities)")
+	fs.StringVar((*string)(&c.engine), "engine", string(engine.NameDMTCP), "checkpoint engine: dmtcp (a coordinator in the container) or criu (criu dump and criu restore run by this process; needs the capabilities of runtime.CRIUCapabilities)")
 	fs.StringVar(&c.criuPrefix, "criu-prefix", envOr("FOG_CRIU_PREFIX", "/opt/criu"), "installed CRIU prefix (engine criu)")
 	fs.BoolVar(&c.lazy, "lazy", false, "restart: with engine criu, restore with lazy pages (the app runs before all its memory is in)")
 	fs.BoolVar(&c.recycle, "recycle", false, "restart with -wait: on -wait's directory's release file, end the app and wait for its rearm file to serve the next order in the same container (the root must be a mount the host resets meanwhile, seen through slave propagation)")

@@ -66,8 +66,8 @@ func TestParseConfig(t *testing.T) {
 		}
 	}
 	// A recycled container serves either engine's restores.
-	for _, eng := range []string{engine.NameDMTCP, engine.NameCRIU} {
-		args := []string{"-recycle", "-wait", "/fog/ctl/order", "-root", "/fog/mnt/root", "-engine", eng}
+	for _, eng := range []engine.Name{engine.NameDMTCP, engine.NameCRIU} {
+		args := []string{"-recycle", "-wait", "/fog/ctl/order", "-root", "/fog/mnt/root", "-engine", string(eng)}
 		if c, err := parseConfig(modeRestart, args, io.Discard); err != nil || !c.recycle {
 			t.Errorf("restart %q: %+v, %v; want a recycled container", args, c, err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fogdeploy/fogdeploy/internal/adaptive"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 )
@@ -25,7 +26,7 @@ type nodeCosts struct {
 	Next            adaptive.Decision `json:"next"`
 	// NextEngine is, for an app of engine auto, the engine whose
 	// generation a restore would take (among those measured on the node).
-	NextEngine string `json:"next_engine,omitempty"`
+	NextEngine engine.Name `json:"next_engine,omitempty"`
 }
 
 func (c nodeCosts) boot() string { return median(c.Costs.Boot) }
@@ -38,7 +39,7 @@ func (c nodeCosts) next() string {
 	case c.Next.Why == adaptive.WhyPoolSlot:
 		next += " (pool slot)"
 	case c.NextEngine != "" && c.Next.Mode == spec.ModeRestore:
-		next += " (" + c.NextEngine + ")"
+		next += " (" + string(c.NextEngine) + ")"
 	}
 	return next
 }
@@ -51,7 +52,7 @@ func (c nodeCosts) restore() string {
 	var parts []string
 	for _, e := range spec.Engines {
 		if s, ok := c.EngineRestore[e]; ok {
-			parts = append(parts, e+" "+median(s))
+			parts = append(parts, string(e)+" "+median(s))
 		}
 	}
 	return strings.Join(parts, ", ")
@@ -102,7 +103,7 @@ func appCosts(ctx context.Context, st *state.Store, app string) ([]nodeCosts, er
 		nc := nodeCosts{Costs: c, BootMedianMS: ms(c.Boot), HitMedianMS: ms(c.Hit)}
 		view := c
 		if len(c.EngineRestore) > 0 {
-			var measured []string
+			var measured []engine.Name
 			for _, e := range spec.Engines {
 				if _, ok := c.EngineRestore[e]; ok {
 					measured = append(measured, e)

@@ -48,7 +48,7 @@ func newCmdAppCreate(f *Factory) *cobra.Command {
 	fl.IntSliceVar(&o.Ports, "port", nil, "tcp port of the app (repeatable)")
 	fl.StringVar(&o.Ready, "ready", "", "readiness: tcp:PORT, http:PORT/PATH, exec:CMD or output:PHRASE")
 	fl.DurationVar(&o.Timeout, "ready-timeout", 0, "how long to wait for ready (default 60s)")
-	fl.StringVar(&o.App.Engine, "engine", "", "checkpoint engine: dmtcp (default), criu, or auto (each the node has; restores take the fastest)")
+	fl.StringVar((*string)(&o.App.Engine), "engine", "", "checkpoint engine: dmtcp (default), criu, or auto (each the node has; restores take the fastest)")
 	fl.Float64Var(&o.App.Resources.CPUs, "cpus", 0, "CPU limit per instance")
 	fl.StringVar(&o.App.Resources.Memory, "memory", "", "memory limit per instance, e.g. 512M")
 	fl.IntVar(&o.Pool, "pool", -1, "idle slots of the app each node keeps ready (a warm pool; default: the node's agent.pool_size); overrides the spec's pool")

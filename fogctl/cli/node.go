@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/spf13/cobra"
 )
@@ -75,7 +76,7 @@ func nodeLsRun(ctx context.Context, opts *NodeLsOptions) error {
 			if n.Cordon != nil {
 				status += ",Cordoned" // no new work
 			}
-			engines := strings.Join(n.Engines, ",")
+			engines := joinEngines(n.Engines)
 			if engines == "" {
 				engines = "none (boots only)"
 			}
@@ -109,4 +110,13 @@ func nodeLsRun(ctx context.Context, opts *NodeLsOptions) error {
 			}
 		}
 	})
+}
+
+// joinEngines lists engine names, comma separated.
+func joinEngines(engs []engine.Name) string {
+	s := make([]string, len(engs))
+	for i, e := range engs {
+		s[i] = string(e)
+	}
+	return strings.Join(s, ",")
 }

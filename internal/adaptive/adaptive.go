@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -96,8 +97,8 @@ type Costs struct {
 	// EngineRestore are, for an app of engine auto, the last MaxSamples
 	// restores of each engine's generation (EngineGen: the generation
 	// they are of); Restore is then unused.
-	EngineRestore map[string]Samples `json:"engine_restore_ms,omitempty"`
-	EngineGen     map[string]int     `json:"engine_gen,omitempty"`
+	EngineRestore map[engine.Name]Samples `json:"engine_restore_ms,omitempty"`
+	EngineGen     map[engine.Name]int     `json:"engine_gen,omitempty"`
 	// Auto counts the deploys of mode auto recorded (for ExploreEvery).
 	Auto    int       `json:"auto,omitempty"`
 	Updated time.Time `json:"updated"`
@@ -119,7 +120,7 @@ type Run struct {
 	Boot time.Duration
 	// Engine is, for a restore of an app of engine auto, the engine of
 	// its generation: its misses are kept per engine.
-	Engine string
+	Engine engine.Name
 	// Auto says that mode auto chose it.
 	Auto bool
 }
@@ -183,9 +184,9 @@ func (c *Costs) Add(mode spec.Mode, gen int, d time.Duration, auto bool) {
 // AddEngine records one restore of generation gen, checkpointed by eng,
 // of an app of engine auto, that cost d. A newer generation of eng
 // replaces its samples; an older one is not counted.
-func (c *Costs) AddEngine(eng string, gen int, d time.Duration, auto bool) {
+func (c *Costs) AddEngine(eng engine.Name, gen int, d time.Duration, auto bool) {
 	if c.EngineRestore == nil {
-		c.EngineRestore, c.EngineGen = map[string]Samples{}, map[string]int{}
+		c.EngineRestore, c.EngineGen = map[engine.Name]Samples{}, map[engine.Name]int{}
 	}
 	switch {
 	case gen < c.EngineGen[eng]:
@@ -201,7 +202,7 @@ func (c *Costs) AddEngine(eng string, gen int, d time.Duration, auto bool) {
 
 // ForEngine is c as mode auto's choice between a boot and a restore sees
 // it when the restore would be of engine eng's generation.
-func (c Costs) ForEngine(eng string) Costs {
+func (c Costs) ForEngine(eng engine.Name) Costs {
 	c.Restore = c.EngineRestore[eng]
 	return c
 }
@@ -212,7 +213,7 @@ func (c Costs) ForEngine(eng string) Costs {
 // engine with fewer than MinSamples restores measured, to measure it; then
 // the one with the lowest median, but every ExploreEvery-th choice (half
 // way between those of the mode) the second best, to measure it again.
-func ChooseEngine(c Costs, engines []string) (eng string, why Why, reason string) {
+func ChooseEngine(c Costs, engines []engine.Name) (eng engine.Name, why Why, reason string) {
 	if len(engines) == 0 {
 		return "", "", ""
 	}
@@ -222,11 +223,11 @@ func ChooseEngine(c Costs, engines []string) (eng string, why Why, reason string
 		}
 	}
 	ranked := slices.Clone(engines)
-	slices.SortStableFunc(ranked, func(a, b string) int {
+	slices.SortStableFunc(ranked, func(a, b engine.Name) int {
 		return cmpDuration(c.EngineRestore[a].Median(), c.EngineRestore[b].Median())
 	})
 	if len(ranked) == 1 {
-		return ranked[0], WhyFaster, "engine " + ranked[0] + ": the only one with a generation this node can restore"
+		return ranked[0], WhyFaster, "engine " + string(ranked[0]) + ": the only one with a generation this node can restore"
 	}
 	var parts []string
 	for _, e := range ranked {

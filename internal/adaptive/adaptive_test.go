@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -183,17 +184,17 @@ func TestCost(t *testing.T) {
 // first, then takes the one with the lowest median and says why, and every
 // so often the second best, to measure it again.
 func TestChooseEngine(t *testing.T) {
-	engines := []string{"dmtcp", "criu"}
+	engines := []engine.Name{"dmtcp", "criu"}
 	var c Costs
 	var got []string
 	for i := range 8 {
 		eng, why, reason := ChooseEngine(c, engines)
-		got = append(got, eng)
+		got = append(got, string(eng))
 		if i < 6 && (why != WhyFirst || !strings.Contains(reason, "measuring its restores")) {
 			t.Errorf("choice %d: %s, %s, %q; want measuring", i, eng, why, reason)
 		}
-		cost := map[string]time.Duration{"dmtcp": 800 * time.Millisecond, "criu": 120 * time.Millisecond}[eng]
-		c.AddEngine(eng, map[string]int{"dmtcp": 1, "criu": 2}[eng], cost, false)
+		cost := map[engine.Name]time.Duration{"dmtcp": 800 * time.Millisecond, "criu": 120 * time.Millisecond}[eng]
+		c.AddEngine(eng, map[engine.Name]int{"dmtcp": 1, "criu": 2}[eng], cost, false)
 	}
 	if s := strings.Join(got, " "); s != "dmtcp dmtcp dmtcp criu criu criu criu criu" {
 		t.Errorf("choices = %s; want 3 of each engine measured, then criu (faster)", s)
@@ -215,7 +216,7 @@ func TestChooseEngine(t *testing.T) {
 	if eng, why, _ := ChooseEngine(c, engines); eng != "criu" || why != WhyFirst {
 		t.Errorf("with 1 restore of criu's new generation: %s (%s); want criu, measuring", eng, why)
 	}
-	if eng, _, reason := ChooseEngine(c, []string{"dmtcp"}); eng != "dmtcp" || !strings.Contains(reason, "only one") {
+	if eng, _, reason := ChooseEngine(c, []engine.Name{"dmtcp"}); eng != "dmtcp" || !strings.Contains(reason, "only one") {
 		t.Errorf("one engine: %s, %q", eng, reason)
 	}
 	if eng, _, _ := ChooseEngine(c, nil); eng != "" {

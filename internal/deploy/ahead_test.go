@@ -26,7 +26,7 @@ func TestPoolAheadCRIUContainer(t *testing.T)  { testPoolAhead(t, engine.NameCRI
 // deploy that takes it only raises it, with no engine restart, and gets
 // the checkpoint's state and the normal weight; a slot restored ahead and
 // released leaves nothing.
-func testPoolAhead(t *testing.T, eng string) {
+func testPoolAhead(t *testing.T, eng engine.Name) {
 	f, ctx, app := redisFixture(t, "container", eng, "ahead")
 	if f.Container.Priority == nil {
 		testenv.Unavailable(t, testenv.Root, "this machine's cgroups cannot be reweighted")

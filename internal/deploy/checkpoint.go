@@ -36,7 +36,7 @@ func (d *Deployer) CheckpointAll(ctx context.Context, app spec.App, opts Checkpo
 		}
 		o := opts
 		if opts.Progress != nil {
-			o.Progress = func(phase string, took time.Duration) { opts.Progress(eng+"."+phase, took) }
+			o.Progress = func(phase string, took time.Duration) { opts.Progress(string(eng)+"."+phase, took) }
 		}
 		g, err := d.Checkpoint(ctx, app.WithEngine(eng), o)
 		if err != nil {

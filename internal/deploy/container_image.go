@@ -45,12 +45,12 @@ type dmtcpImage struct {
 
 // recycles says whether the image's entrypoint serves instance after
 // instance of engine eng.
-func (im dmtcpImage) recycles(eng string) bool {
+func (im dmtcpImage) recycles(eng engine.Name) bool {
 	if im.recycle == "1" {
 		return eng == engine.NameDMTCP
 	}
 	for e := range strings.SplitSeq(im.recycle, ",") {
-		if strings.TrimSpace(e) == eng {
+		if engine.Name(strings.TrimSpace(e)) == eng {
 			return true
 		}
 	}
@@ -59,7 +59,7 @@ func (im dmtcpImage) recycles(eng string) bool {
 
 // Check implements Driver: the engine must be DMTCP and a DMTCP image
 // present (Image, or the newest image labelled as one).
-func (c *Container) Check(ctx context.Context, eng string) (string, error) {
+func (c *Container) Check(ctx context.Context, eng engine.Name) (string, error) {
 	if eng != engine.NameDMTCP && eng != engine.NameCRIU {
 		return "", fmt.Errorf("%w: the container driver runs the dmtcp and criu engines, not %q", ErrDriver, eng)
 	}

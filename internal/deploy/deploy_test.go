@@ -35,15 +35,15 @@ func TestDeployRedisCRIUContainer(t *testing.T)  { testDeployRedis(t, "container
 // minutes, and a redis app of engine eng named after prefix, whose
 // deployments and generations the test's end removes. It skips (or fails,
 // when required) without the engine.
-func redisFixture(t *testing.T, driver, eng, prefix string) (*deploytest.Fixture, context.Context, spec.App) {
+func redisFixture(t *testing.T, driver string, eng engine.Name, prefix string) (*deploytest.Fixture, context.Context, spec.App) {
 	t.Helper()
 	f := deploytest.NewFixture(t, driver)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
 	if _, err := f.D.Host().Check(ctx, eng); err != nil && driver == "host" {
-		testenv.Unavailable(t, eng, err.Error())
+		testenv.Unavailable(t, string(eng), err.Error())
 	}
-	app := deploytest.RedisApp(prefix+"-"+eng+"-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, eng)
+	app := deploytest.RedisApp(prefix+"-"+string(eng)+"-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, eng)
 	app.Trusted = driver == "host" // the host driver runs trusted apps only
 	t.Cleanup(func() { f.RemoveGenerations(t, app.Name) })
 	t.Cleanup(func() { f.UndeployAll(t, app.Name) })
@@ -52,7 +52,7 @@ func redisFixture(t *testing.T, driver, eng, prefix string) (*deploytest.Fixture
 
 // unitRedis is a Unit node (the fakes: no root, no service) and a redis
 // app of eng on it.
-func unitRedis(t *testing.T, eng string) (*deploytest.Unit, context.Context, spec.App) {
+func unitRedis(t *testing.T, eng engine.Name) (*deploytest.Unit, context.Context, spec.App) {
 	t.Helper()
 	u := deploytest.NewUnit(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -64,7 +64,7 @@ func unitRedis(t *testing.T, eng string) (*deploytest.Unit, context.Context, spe
 // a key is written, the checkpoint is sealed in the pool; 5 sequential and
 // then 5 concurrent restores each answer GET with the key as distinct
 // instances; undeploy leaves nothing.
-func testDeployRedis(t *testing.T, driver, eng string) {
+func testDeployRedis(t *testing.T, driver string, eng engine.Name) {
 	f, ctx, app := redisFixture(t, driver, eng, "redis")
 	deployRedis(ctx, t, f, app, driver, eng)
 }
@@ -76,7 +76,7 @@ func TestDeployRedisUnit(t *testing.T) {
 	deployRedis(ctx, t, u, app, "container", engine.NameDMTCP)
 }
 
-func deployRedis(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App, driver, eng string) {
+func deployRedis(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App, driver string, eng engine.Name) {
 	d := n.Deployer()
 
 	var phases []string

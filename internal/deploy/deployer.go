@@ -122,7 +122,7 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("environment read path %q: use %s or %s", c.EnvRead, EnvShared, EnvClone))
 	}
-	for eng, dr := range map[string]spec.DriverName{engine.NameDMTCP: c.DMTCPDriver, engine.NameCRIU: c.CRIUDriver} {
+	for eng, dr := range map[engine.Name]spec.DriverName{engine.NameDMTCP: c.DMTCPDriver, engine.NameCRIU: c.CRIUDriver} {
 		switch dr {
 		case "", spec.DriverContainer, spec.DriverHost:
 		default:
@@ -285,20 +285,20 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 
 // driver is the driver of app's instances under engine eng. The host
 // driver runs only apps the operator marked trusted (ErrUntrusted).
-func (d *Deployer) driver(app spec.App, eng string) (Driver, error) {
+func (d *Deployer) driver(app spec.App, eng engine.Name) (Driver, error) {
 	dr, err := d.engineDriver(eng)
 	if err != nil {
 		return nil, err
 	}
 	if dr == d.deps.Host && !app.Trusted {
 		return nil, hint.With(fmt.Errorf("%w: app %s under the %s engine: %w", ErrDriver, app.Name, eng, ErrUntrusted),
-			"the host driver runs apps as root with the agent's capabilities: mark the app `trusted: true` only if you trust its code with the node, or run the engine in the light container (agent."+eng+"_driver: container)")
+			"the host driver runs apps as root with the agent's capabilities: mark the app `trusted: true` only if you trust its code with the node, or run the engine in the light container (agent."+string(eng)+"_driver: container)")
 	}
 	return dr, nil
 }
 
 // engineDriver is the driver this node runs engine eng's apps with.
-func (d *Deployer) engineDriver(eng string) (Driver, error) {
+func (d *Deployer) engineDriver(eng engine.Name) (Driver, error) {
 	var dr Driver
 	switch {
 	case eng == engine.NameDMTCP && d.cfg.DMTCPDriver == spec.DriverContainer,
@@ -315,7 +315,7 @@ func (d *Deployer) engineDriver(eng string) (Driver, error) {
 
 // driverByRun is the driver of an instance in mode of an app with engine
 // eng: the Container driver boots apps without an engine.
-func (d *Deployer) driverByRun(app spec.App, mode RunMode, eng string) (Driver, error) {
+func (d *Deployer) driverByRun(app spec.App, mode RunMode, eng engine.Name) (Driver, error) {
 	if mode != RunBoot {
 		return d.driver(app, eng)
 	}
@@ -349,10 +349,10 @@ func (d *Deployer) Check(ctx context.Context, app spec.App) (driver, version str
 // engineOf checks the engine app (validated) runs under on this node, the
 // first this node has for engine auto (whose driver runs app), and returns
 // it with its version.
-func (d *Deployer) engineOf(ctx context.Context, app spec.App) (eng, version string, err error) {
+func (d *Deployer) engineOf(ctx context.Context, app spec.App) (eng engine.Name, version string, err error) {
 	eng = app.Engine
 	if eng == spec.EngineAuto {
-		var engs []string
+		var engs []engine.Name
 		for _, e := range d.Engines(ctx) {
 			if _, err := d.driver(app, e); err == nil {
 				engs = append(engs, e)
@@ -372,8 +372,8 @@ func (d *Deployer) engineOf(ctx context.Context, app spec.App) (eng, version str
 
 // Engines lists the checkpoint engines this node can run (spec.Engines'
 // order).
-func (d *Deployer) Engines(ctx context.Context) []string {
-	var out []string
+func (d *Deployer) Engines(ctx context.Context) []engine.Name {
+	var out []engine.Name
 	for _, e := range spec.Engines {
 		if _, _, err := d.CheckEngine(ctx, e); err == nil {
 			out = append(out, e)
@@ -384,7 +384,7 @@ func (d *Deployer) Engines(ctx context.Context) []string {
 
 // CheckEngine reports whether this node can run apps with the named engine,
 // through which driver and at which engine version.
-func (d *Deployer) CheckEngine(ctx context.Context, eng string) (driver, version string, err error) {
+func (d *Deployer) CheckEngine(ctx context.Context, eng engine.Name) (driver, version string, err error) {
 	dr, err := d.engineDriver(eng)
 	if err != nil {
 		return "", "", err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
@@ -79,7 +80,7 @@ type Driver interface {
 	Name() string
 	// Check reports, wrapping ErrDriver, why the driver cannot run an app
 	// with the named engine here; it returns the engine's version.
-	Check(ctx context.Context, engine string) (version string, err error)
+	Check(ctx context.Context, eng engine.Name) (version string, err error)
 	// Create makes an instance of r without running its app: a created
 	// container whose entrypoint waits (Container), or a checked run with
 	// its checkpoint image read (Host). A run that cannot start (a mode

@@ -34,15 +34,15 @@ http.server.HTTPServer(("0.0.0.0", 8000), H).serve_forever()'`}
 // scripts/patches/dmtcp-4.2.0-restart-cwd.patch).
 func TestFilesWrittenBeforeCheckpoint(t *testing.T) {
 	f := deploytest.NewPythonFixture(t)
-	for _, eng := range []string{engine.NameDMTCP, engine.NameCRIU} {
-		t.Run(eng, func(t *testing.T) {
+	for _, eng := range []engine.Name{engine.NameDMTCP, engine.NameCRIU} {
+		t.Run(string(eng), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			if _, _, err := f.D.CheckEngine(ctx, eng); err != nil {
-				testenv.Unavailable(t, eng, err.Error())
+				testenv.Unavailable(t, string(eng), err.Error())
 			}
 			app := spec.App{
-				Name: "files-" + eng + "-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 36), Env: f.Env, Engine: eng,
+				Name: "files-" + string(eng) + "-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 36), Env: f.Env, Engine: eng,
 				Command:   fileServer,
 				Ports:     []spec.Port{{Port: 8000}},
 				Ready:     spec.Readiness{Kind: spec.ReadyHTTP, Port: 8000, Path: "/", Timeout: spec.Duration(60 * time.Second)},

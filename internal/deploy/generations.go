@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/fogdeploy/fogdeploy/internal/gencache"
@@ -171,7 +172,7 @@ func (d *Deployer) Latest(ctx context.Context, app string) (spec.Generation, err
 // created again with another command, user or environment are not
 // restored, and its next deploy produces a new one. ErrNoCheckpoint when
 // there is none.
-func (d *Deployer) CurrentOf(ctx context.Context, app spec.App, eng string) (spec.Generation, error) {
+func (d *Deployer) CurrentOf(ctx context.Context, app spec.App, eng engine.Name) (spec.Generation, error) {
 	// Newest first, each record read only if no newer one stands: a
 	// deploy reads one as a rule.
 	nums, err := genNumbers(ctx, d.deps.Store, app.Name)

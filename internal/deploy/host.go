@@ -32,7 +32,7 @@ import (
 // Instances end with the process that started them.
 type Host struct {
 	// Engines by name (engine.NameDMTCP, engine.NameCRIU).
-	Engines map[string]engine.Engine
+	Engines map[engine.Name]engine.Engine
 	// LogLines is how many output lines each instance keeps (default 200).
 	LogLines int
 
@@ -60,7 +60,7 @@ type hostInst struct {
 
 // NewHost returns a Host driver over engines.
 func NewHost(engines ...engine.Engine) *Host {
-	h := &Host{Engines: map[string]engine.Engine{}, insts: map[string]*hostInst{}}
+	h := &Host{Engines: map[engine.Name]engine.Engine{}, insts: map[string]*hostInst{}}
 	for _, e := range engines {
 		h.Engines[e.Name()] = e
 	}
@@ -71,7 +71,7 @@ func NewHost(engines ...engine.Engine) *Host {
 func (d *Host) Name() string { return string(spec.DriverHost) }
 
 // Check implements Driver.
-func (d *Host) Check(ctx context.Context, eng string) (string, error) {
+func (d *Host) Check(ctx context.Context, eng engine.Name) (string, error) {
 	e, ok := d.Engines[eng]
 	if !ok {
 		return "", fmt.Errorf("%w: no %s engine configured", ErrDriver, eng)

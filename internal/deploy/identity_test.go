@@ -28,7 +28,7 @@ func TestPostRestoreCRIUContainer(t *testing.T)  { testPostRestore(t, "container
 // its post_restore command (here: redis-cli storing the instance's ID, its
 // seed and its identity file) runs in it before it counts as ready. A
 // post_restore that fails fails the deploy, which leaves nothing.
-func testPostRestore(t *testing.T, driver, eng string) {
+func testPostRestore(t *testing.T, driver string, eng engine.Name) {
 	f, ctx, app := redisFixture(t, driver, eng, "ident")
 	app.PostRestore = []string{"sh", "-c", `redis-cli -p 6379 SET instance "$FOGDEPLOY_INSTANCE" && ` +
 		`redis-cli -p 6379 SET seed "$FOGDEPLOY_SEED" && redis-cli -p 6379 SET identity "$(cat "$FOGDEPLOY_IDENTITY")"`}

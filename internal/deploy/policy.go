@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -36,7 +37,7 @@ type Options struct {
 	// Engine, for an app of engine auto, is the engine whose newest
 	// generation to restore (the caller's choice, internal/adaptive); ""
 	// or an engine without a generation restores the newest of any.
-	Engine string
+	Engine engine.Name
 	// NoPool: a restore takes no pool slot (a miss measured on purpose).
 	NoPool bool
 	// Background runs the instance at background CPU priority, as the
@@ -162,7 +163,7 @@ func (d *Deployer) lookup(ctx context.Context, app spec.App, opts Options) (gen 
 	if err != nil {
 		if errors.Is(err, ErrDriver) && opts.IfNoEngine == spec.PolicyBoot {
 			d.log.Info("booting without a checkpoint engine", "app", app.Name, "reason", err)
-			return gen, nil, 0, "no checkpoint engine (" + app.Engine + ") on this node", nil
+			return gen, nil, 0, "no checkpoint engine (" + string(app.Engine) + ") on this node", nil
 		}
 		return gen, nil, 0, "", err
 	}
@@ -244,7 +245,7 @@ func (d *Deployer) produceOnce(ctx context.Context, app spec.App, opts Options) 
 		}
 		if len(gens) > 1 {
 			// engine auto: each engine's boot and checkpoint.
-			timings = append(timings, prefixed(g.Engine+".", g.Timings)...)
+			timings = append(timings, prefixed(string(g.Engine)+".", g.Timings)...)
 		}
 	}
 	if len(gens) == 1 {

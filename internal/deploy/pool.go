@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -100,7 +101,7 @@ func (d *Deployer) forget(id string) {
 // restores the newest instead. A generation retired since the refill is
 // still restored until the agent's next refill drops its slots (its
 // removal waits for the deployment, as for any other).
-func (d *Deployer) pooledGen(ctx context.Context, app spec.App, eng string) (g spec.Generation, fresh func() error, ok bool) {
+func (d *Deployer) pooledGen(ctx context.Context, app spec.App, eng engine.Name) (g spec.Generation, fresh func() error, ok bool) {
 	best, ok := d.WaitingSlot(app, eng)
 	if !ok {
 		return spec.Generation{}, nil, false
@@ -122,7 +123,7 @@ func (d *Deployer) pooledGen(ctx context.Context, app spec.App, eng string) (g s
 // app waits on this node (idle, or being restored ahead), of engine eng
 // ("": any), made from app's process; ok is false if none does. It reads
 // the deployer's memory only.
-func (d *Deployer) WaitingSlot(app spec.App, eng string) (g spec.Generation, ok bool) {
+func (d *Deployer) WaitingSlot(app spec.App, eng engine.Name) (g spec.Generation, ok bool) {
 	d.slotMu.Lock()
 	defer d.slotMu.Unlock()
 	var best *spec.Generation

@@ -26,7 +26,7 @@ func TestPoolHitCRIUContainer(t *testing.T)  { testPoolHit(t, "container", engin
 // with the checkpoint's state, and leaves the slot's resources to the
 // deployment; without a slot it provisions its own; released or dropped
 // slots leave nothing.
-func testPoolHit(t *testing.T, driver, eng string) {
+func testPoolHit(t *testing.T, driver string, eng engine.Name) {
 	f, ctx, app := redisFixture(t, driver, eng, "pool")
 	poolHit(ctx, t, f, app, driver)
 }

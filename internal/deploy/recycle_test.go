@@ -24,14 +24,15 @@ import (
 // recycle cut short by a crash is released at the next start.
 func TestPoolRecycle(t *testing.T) {
 	for _, tc := range []struct {
-		name, eng string
-		lazy      bool
+		name string
+		eng  engine.Name
+		lazy bool
 	}{{"dmtcp", engine.NameDMTCP, false}, {"criu", engine.NameCRIU, false}, {"criu-lazy", engine.NameCRIU, true}} {
 		t.Run(tc.name, func(t *testing.T) { testPoolRecycle(t, tc.eng, tc.lazy) })
 	}
 }
 
-func testPoolRecycle(t *testing.T, eng string, lazy bool) {
+func testPoolRecycle(t *testing.T, eng engine.Name, lazy bool) {
 	f, ctx, app := redisFixture(t, "container", eng, "recycle")
 	app.Lazy = lazy
 	first, err := f.D.Deploy(ctx, app, deploy.Options{Prepare: func(ctx context.Context, tg deploy.Target) error {

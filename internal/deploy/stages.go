@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -284,7 +285,7 @@ func (d *Deployer) createInstance(ctx context.Context, s *Slot, src slotSource, 
 type slotSource struct {
 	app spec.App
 	// engine is the checkpoint engine (RunLaunch, RunRestart).
-	engine string
+	engine engine.Name
 	// env is the environment snapshot to clone.
 	env layering.SnapRef
 	// gen is the generation a RunRestart slot restores (its checkpoint

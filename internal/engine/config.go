@@ -133,7 +133,7 @@ func underPrefix(prefix string, bins []string) (map[string]string, bool) {
 
 // needRoot reports ErrUnavailable unless we are root: the engines make
 // namespaces and mounts.
-func needRoot(engine string) error {
+func needRoot(engine Name) error {
 	if os.Geteuid() != 0 {
 		return hint.With(fmt.Errorf("%s engine needs root (namespaces, mounts), running as uid %d: %w",
 			engine, os.Geteuid(), ErrUnavailable), "run the agent as root, or in a privileged container")
@@ -201,7 +201,7 @@ func resolveArgv0(root, argv0 string, env []string) (string, error) {
 		"install the app in the environment image, or give an absolute path")
 }
 
-func validateLaunch(spec LaunchSpec, engine string) error {
+func validateLaunch(spec LaunchSpec, engine Name) error {
 	var errs []error
 	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
 		errs = append(errs, fmt.Errorf("launch: empty Argv: %w", ErrInvalid))

@@ -46,7 +46,7 @@ func NewCRIU(cfg Config) *CRIU {
 }
 
 // Name implements Engine.
-func (c *CRIU) Name() string { return NameCRIU }
+func (c *CRIU) Name() Name { return NameCRIU }
 
 // Check implements Engine: it finds criu (Config.Prefix,
 // $FOGDEPLOY_CRIU_PREFIX, /opt/criu, PATH), reads its version and runs

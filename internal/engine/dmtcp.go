@@ -51,7 +51,7 @@ func NewDMTCP(cfg Config) *DMTCP {
 }
 
 // Name implements Engine.
-func (d *DMTCP) Name() string { return NameDMTCP }
+func (d *DMTCP) Name() Name { return NameDMTCP }
 
 // Check implements Engine: it finds the binaries (Config.Prefix,
 // $FOGDEPLOY_DMTCP_PREFIX, /opt/dmtcp, PATH) and runs dmtcp_launch --version.

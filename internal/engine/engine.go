@@ -41,17 +41,20 @@ import (
 	"time"
 )
 
+// Name names a checkpoint engine.
+type Name string
+
 // Engine names.
 const (
-	NameDMTCP = "dmtcp"
-	NameCRIU  = "criu"
+	NameDMTCP Name = "dmtcp"
+	NameCRIU  Name = "criu"
 )
 
 // Engine starts apps under a checkpoint engine, checkpoints them and
 // restores them. Implementations are safe for concurrent use.
 type Engine interface {
 	// Name is NameDMTCP or NameCRIU.
-	Name() string
+	Name() Name
 	// Check finds the engine's binaries and reports their version. It
 	// returns an error wrapping ErrUnavailable, with the reason and a hint,
 	// when the engine cannot run here.
@@ -147,7 +150,7 @@ type RestoreSpec struct {
 
 // Info describes an installed engine.
 type Info struct {
-	Name    string
+	Name    Name
 	Version string
 	// Prefix is the installation prefix the binaries were found under.
 	Prefix string
@@ -159,7 +162,7 @@ type Info struct {
 // as a manifest into Dir; ReadImage reads it back.
 type Image struct {
 	// Engine is the name of the engine that wrote the image.
-	Engine string `json:"engine"`
+	Engine Name `json:"engine"`
 	// Version is the engine's version.
 	Version string `json:"version"`
 	// Dir is the directory holding the image (not stored in the manifest).

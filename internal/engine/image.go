@@ -38,7 +38,7 @@ func ReadImage(dir string) (Image, error) {
 
 // check verifies that the image's files exist and, if engine is set, that
 // the image belongs to it.
-func (img Image) check(engine string) error {
+func (img Image) check(engine Name) error {
 	if engine != "" && img.Engine != engine {
 		return hint.With(fmt.Errorf("image in %s was written by %q, not %q: %w", img.Dir, img.Engine, engine, ErrInvalid),
 			"restore it with the engine that wrote it")

@@ -112,7 +112,7 @@ func (o *output) last(n int) []string { return o.tail.Last(n) }
 
 // process is the supervised Process both engines return.
 type process struct {
-	engine  string
+	engine  Name
 	log     *slog.Logger
 	timings Timings
 	stopDur time.Duration

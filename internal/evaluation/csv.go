@@ -30,7 +30,7 @@ func WriteAppsCSV(w io.Writer, apps []App) error {
 		return err
 	}
 	for _, a := range apps {
-		row := []string{a.Name, a.Engine, a.Driver, strconv.Itoa(a.Reps)}
+		row := []string{a.Name, string(a.Engine), a.Driver, strconv.Itoa(a.Reps)}
 		for _, col := range appColumns {
 			row = append(row, statsVals(col.get(a))...)
 		}
@@ -117,7 +117,7 @@ func WriteConcurrencyCSV(w io.Writer, cos []*Concurrency) error {
 	}
 	for _, co := range cos {
 		for _, r := range co.Rows {
-			row := append([]string{co.App, co.Engine, strconv.Itoa(r.N), strconv.Itoa(r.RestoreMS.N)}, statsVals(r.RestoreMS)...)
+			row := append([]string{co.App, string(co.Engine), strconv.Itoa(r.N), strconv.Itoa(r.RestoreMS.N)}, statsVals(r.RestoreMS)...)
 			row = append(append(row, strconv.Itoa(r.PoolHitMS.N)), statsVals(r.PoolHitMS)...)
 			row = append(append(row, strconv.Itoa(r.AheadMS.N)), statsVals(r.AheadMS)...)
 			if err := c.Write(append(append(row, strconv.Itoa(r.AheadCPUMS.N)), statsVals(r.AheadCPUMS)...)); err != nil {

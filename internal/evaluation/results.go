@@ -13,6 +13,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 )
 
 // ErrNoResults is returned when there is nothing to write.
@@ -78,10 +80,10 @@ type Phase struct {
 
 // App is the evaluation of one app of the catalog.
 type App struct {
-	Name   string `json:"name"`
-	Engine string `json:"engine"`
-	Driver string `json:"driver"`
-	Reps   int    `json:"reps"`
+	Name   string      `json:"name"`
+	Engine engine.Name `json:"engine"`
+	Driver string      `json:"driver"`
+	Reps   int         `json:"reps"`
 	// PlainBootMS is cold boot-to-ready in a plain container of the same
 	// environment (clone, map, mount, container, boot, ready); PlainAppMS
 	// the app's own part of it (start to ready).
@@ -327,8 +329,8 @@ func (p *Phases) Summary() []PhaseStats {
 // Concurrency is restore latency against simultaneous restores on one
 // node, of one app under one engine.
 type Concurrency struct {
-	App    string `json:"app"`
-	Engine string `json:"engine,omitempty"`
+	App    string      `json:"app"`
+	Engine engine.Name `json:"engine,omitempty"`
 	// Rounds is how many rounds of N deploys at once each pool series
 	// ran in the row of the largest N; a row of a smaller N ran as many
 	// more as give it the same number of deploys (the pool miss runs one).
@@ -347,7 +349,7 @@ func (c *Concurrency) Label() string {
 	if c.Engine == "" {
 		return c.App
 	}
-	return c.App + " (" + c.Engine + ")"
+	return c.App + " (" + string(c.Engine) + ")"
 }
 
 // Host describes where the evaluation ran.
@@ -384,11 +386,11 @@ type Results struct {
 // first answer) of each, with the node's copy of the checkpoint in the
 // page cache (warm) and dropped from it (cold: read from the node's disk).
 type Lazy struct {
-	App      string  `json:"app"`
-	Engine   string  `json:"engine"`
-	ImageMiB float64 `json:"image_mib"`
-	FullWarm Stats   `json:"full_warm_ms"`
-	LazyWarm Stats   `json:"lazy_warm_ms"`
-	FullCold Stats   `json:"full_cold_ms"`
-	LazyCold Stats   `json:"lazy_cold_ms"`
+	App      string      `json:"app"`
+	Engine   engine.Name `json:"engine"`
+	ImageMiB float64     `json:"image_mib"`
+	FullWarm Stats       `json:"full_warm_ms"`
+	LazyWarm Stats       `json:"lazy_warm_ms"`
+	FullCold Stats       `json:"full_cold_ms"`
+	LazyCold Stats       `json:"lazy_cold_ms"`
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
@@ -88,7 +89,7 @@ func Retain(ctx context.Context, store layering.Store, app string, keep int, dry
 	// The newest keep of each engine (an app of engine auto has a
 	// generation per engine at each checkpoint).
 	// Retired ones (their removal was asked) do not count.
-	newer := map[string]int{}
+	newer := map[engine.Name]int{}
 	var old []spec.Generation
 	for i := len(gens) - 1; i >= 0; i-- {
 		if gens[i].Retired {

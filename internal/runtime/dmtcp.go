@@ -178,7 +178,7 @@ type DMTCPContainer struct {
 	// run by the entrypoint; the image must carry CRIU, see
 	// CRIUVersionLabel). A CRIU container gets CRIUCapabilities and
 	// CRIUTmpfs; its app runs as root (User must be "").
-	Engine string
+	Engine engine.Name
 	// Lazy restores with CRIU's lazy pages (Engine "criu", Restart only).
 	Lazy bool
 	// Recycle makes the container serve instance after instance (DMTCP,
@@ -261,7 +261,7 @@ func (c DMTCPContainer) flags(from int) []string {
 		f = append(f, "-recycle", "-root", DMTCPRoot(c.EnvPath, true))
 	}
 	if c.Engine == engine.NameCRIU {
-		f = append(f, "-engine", engine.NameCRIU)
+		f = append(f, "-engine", string(engine.NameCRIU))
 		if c.Lazy {
 			f = append(f, "-lazy")
 		}

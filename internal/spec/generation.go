@@ -3,6 +3,7 @@ package spec
 import (
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -18,7 +19,7 @@ type Generation struct {
 	// EnvSnap and CkptSnap are the sealed snapshots every restore clones.
 	EnvSnap  layering.SnapRef `json:"env_snap"`
 	CkptSnap layering.SnapRef `json:"ckpt_snap"`
-	Engine   string           `json:"engine"`
+	Engine   engine.Name      `json:"engine"`
 	// EngineVersion is the engine's version; Driver the driver that ran it.
 	EngineVersion string `json:"engine_version,omitempty"`
 	Driver        string `json:"driver"`

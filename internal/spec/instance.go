@@ -1,6 +1,9 @@
 package spec
 
-import layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+import (
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+)
 
 // PoolResult says where a deployment's slot came from.
 type PoolResult string
@@ -21,8 +24,8 @@ type Instance struct {
 	Node  string `json:"node"`
 	// Gen is the checkpoint generation restored (0 while booting), and
 	// Engine the engine that checkpointed it.
-	Gen    int    `json:"gen,omitempty"`
-	Engine string `json:"engine,omitempty"`
+	Gen    int         `json:"gen,omitempty"`
+	Engine engine.Name `json:"engine,omitempty"`
 	// Mode is ModeRestore (from a checkpoint generation) or ModeBoot (the
 	// app booted with no checkpoint engine; BootReason says why). Reason
 	// says why a restore was chosen, when the caller said (mode auto).

@@ -68,7 +68,7 @@ type App struct {
 	// "auto" (EngineAuto): the first deploy checkpoints the app with each
 	// engine the node has that can, and later deploys restore the
 	// generation of the engine that restores it fastest on their node.
-	Engine string `yaml:"engine,omitempty" json:"engine,omitempty"`
+	Engine engine.Name `yaml:"engine,omitempty" json:"engine,omitempty"`
 	// Compression of checkpoint images: "none" (default) or "gzip" (DMTCP).
 	Compression string `yaml:"compression,omitempty" json:"compression,omitempty"`
 	// CheckpointSize is the size of the checkpoint image (default 2G).
@@ -209,14 +209,14 @@ func ParseApp(r io.Reader) (App, error) {
 }
 
 // EngineAuto is App.Engine for "each engine that can, then the fastest".
-const EngineAuto = "auto"
+const EngineAuto engine.Name = "auto"
 
 // Engines are the checkpoint engines, in the order mode auto tries them.
-var Engines = []string{engine.NameDMTCP, engine.NameCRIU}
+var Engines = []engine.Name{engine.NameDMTCP, engine.NameCRIU}
 
 // WithEngine is a with its engine set to eng (one of Engines), as a
 // checkpoint of an app of engine auto runs it.
-func (a App) WithEngine(eng string) App {
+func (a App) WithEngine(eng engine.Name) App {
 	a.Engine = eng
 	if eng != engine.NameDMTCP {
 		a.Compression = "none"
@@ -226,7 +226,7 @@ func (a App) WithEngine(eng string) App {
 
 // CanCheckpointWith reports why an app of engine auto cannot be
 // checkpointed by eng ("" if it can).
-func (a App) CanCheckpointWith(eng string) string {
+func (a App) CanCheckpointWith(eng engine.Name) string {
 	if eng == engine.NameCRIU && a.User != "" {
 		return "it runs as user " + a.User + " and CRIU apps run as root"
 	}

@@ -12,6 +12,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -26,9 +27,9 @@ type Node struct {
 	// loopback address without a certificate).
 	API string `json:"api"`
 	// Capacity is how many instances the node takes.
-	Capacity int      `json:"capacity"`
-	Mapper   string   `json:"mapper"`
-	Engines  []string `json:"engines"`
+	Capacity int           `json:"capacity"`
+	Mapper   string        `json:"mapper"`
+	Engines  []engine.Name `json:"engines"`
 	// Fingerprint is arch, kernel, glibc and engine versions.
 	Fingerprint map[string]string `json:"fingerprint,omitempty"`
 	// Problems says, per engine ("dmtcp", "criu") or "boot", why the node

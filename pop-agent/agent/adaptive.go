@@ -13,6 +13,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/adaptive"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 )
@@ -21,7 +22,7 @@ import (
 type autoNode interface {
 	// WaitingSlot: the newest generation of which an idle slot of app
 	// waits (deploy.Deployer.WaitingSlot).
-	WaitingSlot(app spec.App, eng string) (spec.Generation, bool)
+	WaitingSlot(app spec.App, eng engine.Name) (spec.Generation, bool)
 	// Restorable: why this node cannot restore g, or nil.
 	Restorable(ctx context.Context, g spec.Generation) error
 	// CheckBoot: why this node cannot boot apps without an engine, or nil.
@@ -37,7 +38,7 @@ type choice struct {
 	why  adaptive.Why
 	// engine is, for an app of engine auto, the engine whose generation
 	// a restore takes ("": the newest, or none yet).
-	engine string
+	engine engine.Name
 }
 
 // choose resolves the mode of a deployment: its own, else its app's, else
@@ -85,7 +86,7 @@ func (a *agent) choose(ctx context.Context, dsr state.Desired, app spec.App) cho
 		var why adaptive.Why
 		ch.engine, why, engReason = adaptive.ChooseEngine(c, engines)
 		if ch.engine != "" {
-			a.m.autoEngine.WithLabelValues(ch.engine, string(why)).Inc()
+			a.m.autoEngine.WithLabelValues(string(ch.engine), string(why)).Inc()
 			c = c.ForEngine(ch.engine)
 		}
 	}
@@ -123,20 +124,20 @@ func (a *agent) autoNode() autoNode {
 // restorableEngines are the engines of which app has a generation, made
 // from its process as it is now, that this node can restore (its newest
 // of each), in spec.Engines' order. None: the app has no generation here.
-func (a *agent) restorableEngines(ctx context.Context, app spec.App) []string {
+func (a *agent) restorableEngines(ctx context.Context, app spec.App) []engine.Name {
 	cctx, cancel := context.WithTimeout(ctx, a.etcdTimeout())
 	gens, err := a.st.Checkpoints(cctx, app.Name)
 	cancel()
 	if err != nil {
 		return nil
 	}
-	newest := map[string]spec.Generation{}
+	newest := map[engine.Name]spec.Generation{}
 	for _, g := range gens {
 		if g.Gen > newest[g.Engine].Gen && (len(g.Spec.Command) == 0 || g.Spec.SameProcess(app)) {
 			newest[g.Engine] = g
 		}
 	}
-	var out []string
+	var out []engine.Name
 	for _, e := range spec.Engines {
 		if g, ok := newest[e]; ok && slices.Contains(a.node.Engines, e) && a.autoNode().Restorable(ctx, g) == nil {
 			out = append(out, e)
@@ -216,7 +217,7 @@ func (m *measurements) done(app string) {
 // any other deploy's (not as mode auto's choice). One measurement per app
 // at a time; an agent killed meanwhile leaves a record that the next
 // reconcile removes (no desired deployment has its ID).
-func (a *agent) measureSoon(ctx context.Context, app spec.App, mode spec.Mode, eng string) {
+func (a *agent) measureSoon(ctx context.Context, app spec.App, mode spec.Mode, eng engine.Name) {
 	if a.d == nil {
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,7 +25,7 @@ import (
 // waits or not; every generation is restorable; the node can boot.
 type fakeAutoNode struct{ waiting *spec.Generation }
 
-func (f *fakeAutoNode) WaitingSlot(app spec.App, eng string) (spec.Generation, bool) {
+func (f *fakeAutoNode) WaitingSlot(app spec.App, eng engine.Name) (spec.Generation, bool) {
 	if f.waiting == nil || f.waiting.App != app.Name {
 		return spec.Generation{}, false
 	}
@@ -49,7 +50,7 @@ func TestChooseModeAndRecordCost(t *testing.T) {
 	c := config.Default()
 	c.Node.Name = "n1"
 	fake := &fakeAutoNode{}
-	a := &agent{c: c, st: st, log: slog.New(slog.DiscardHandler), m: newMetrics(prometheus.NewRegistry()), node: state.Node{Name: "n1", Engines: []string{"dmtcp"}},
+	a := &agent{c: c, st: st, log: slog.New(slog.DiscardHandler), m: newMetrics(prometheus.NewRegistry()), node: state.Node{Name: "n1", Engines: []engine.Name{"dmtcp"}},
 		auto: fake}
 	dsr := state.Desired{ID: "web-1", App: "web", Node: "n1"}
 	// A deploy that cost total: its phases until ready.

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -230,7 +231,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // would, with tokens configured) and with the admin's view (no keys).
 func healthz(t *testing.T, a *agent) (int, map[string]any) {
 	t.Helper()
-	srv := httptest.NewServer(a.serveHealthz(&hooks{a: a}, "fuse", []string{"dmtcp"}))
+	srv := httptest.NewServer(a.serveHealthz(&hooks{a: a}, "fuse", []engine.Name{"dmtcp"}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/fogdeploy/fogdeploy/internal/adaptive"
@@ -247,7 +248,7 @@ func (a *agent) extraSlots(idle []deploy.Slot, size int) map[string]bool {
 // or, for an app of engine auto, the newest of the engine its next
 // restore on this node would choose.
 func (a *agent) poolGeneration(ctx context.Context, app spec.App) (spec.Generation, error) {
-	eng := ""
+	var eng engine.Name
 	if app.Engine == spec.EngineAuto {
 		cctx, cancel := context.WithTimeout(ctx, a.etcdTimeout())
 		c, err := a.st.NodeCosts(cctx, app.Name, a.c.Node.Name)

@@ -222,7 +222,7 @@ func newDeployer(ctx context.Context, c config.Config, l *wire.Layering, log *sl
 	if err != nil {
 		return nil, "", err
 	}
-	for eng, driver := range map[string]spec.DriverName{engine.NameDMTCP: c.Agent.DMTCPDriver, engine.NameCRIU: c.Agent.CRIUDriver} {
+	for eng, driver := range map[engine.Name]spec.DriverName{engine.NameDMTCP: c.Agent.DMTCPDriver, engine.NameCRIU: c.Agent.CRIUDriver} {
 		if driver == spec.DriverHost {
 			log.Warn("the host driver runs this engine's apps as root with the agent's capabilities, in the node's PID namespace for DMTCP, without the node's limits: it runs only apps marked `trusted: true`; the others are refused under this engine, or boot in the container (agent.if_no_engine: boot) (docs/security.md)",
 				"engine", eng)
@@ -237,17 +237,17 @@ func newDeployer(ctx context.Context, c config.Config, l *wire.Layering, log *sl
 // checkEngines returns the engines this node runs, its fingerprint (arch,
 // kernel, each engine's version and driver, the boot image) and, per
 // engine or "boot", why it cannot.
-func checkEngines(ctx context.Context, c config.Config, d *deploy.Deployer, log *slog.Logger) (engines []string, fingerprint, problems map[string]string) {
-	engines = []string{}
+func checkEngines(ctx context.Context, c config.Config, d *deploy.Deployer, log *slog.Logger) (engines []engine.Name, fingerprint, problems map[string]string) {
+	engines = []engine.Name{}
 	fingerprint = map[string]string{"arch": goruntime.GOARCH, "kernel": kernelRelease()}
 	problems = map[string]string{}
-	for _, e := range []string{engine.NameDMTCP, engine.NameCRIU} {
+	for _, e := range spec.Engines {
 		if drv, v, err := d.CheckEngine(ctx, e); err != nil {
 			log.Warn("engine unavailable: apps of this engine boot without a checkpoint here (agent.if_no_engine)", "engine", e, "reason", err)
-			problems[e] = hint.Sentence(err)
+			problems[string(e)] = hint.Sentence(err)
 		} else {
 			engines = append(engines, e)
-			fingerprint[e] = v + " (" + drv + ")"
+			fingerprint[string(e)] = v + " (" + drv + ")"
 		}
 	}
 	if err := d.CheckBoot(ctx); err != nil {
@@ -379,7 +379,7 @@ func (a *agent) releaseNode(ctx context.Context) {
 // serveHealthz answers GET /healthz (hooks.healthz says who sees what):
 // "ok"; "degraded" while etcd is unavailable; "fenced", with HTTP 503,
 // while etcd is not the one this node knew (plane.go).
-func (a *agent) serveHealthz(h *hooks, backend string, engines []string) http.HandlerFunc {
+func (a *agent) serveHealthz(h *hooks, backend string, engines []engine.Name) http.HandlerFunc {
 	healthz := h.healthz(func() map[string]any {
 		status, etcd := "ok", "ok"
 		if lost := a.etcdState(); !lost.IsZero() {

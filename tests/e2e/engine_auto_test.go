@@ -26,7 +26,7 @@ func TestEngineAutoSettlesOnFaster(t *testing.T) {
 	ctx, p, _, app := redisOnPoP(t, "e2e-engine", spec.EngineAuto, func(a *spec.App) { a.Mode = spec.ModeRestore }, "n1")
 	faster := regexp.MustCompile(`^engine (dmtcp|criu): restores (dmtcp|criu) \d+\.\d\d s < (dmtcp|criu) \d+\.\d\d s \(medians\)$`)
 	var last state.Status
-	counts := map[string]int{}
+	counts := map[engine.Name]int{}
 	for i := 1; i <= 8; i++ {
 		out, errOut, code := p.fogctl(ctx, "deploy", app.Name, "--wait", "-o", "json")
 		var d state.Deployment
@@ -61,7 +61,7 @@ func TestEngineAutoSettlesOnFaster(t *testing.T) {
 	if counts[engine.NameDMTCP] < 3 || counts[engine.NameCRIU] < 3 {
 		t.Errorf("restores per engine = %v; want each measured at least 3 times", counts)
 	}
-	if m := faster.FindStringSubmatch(last.Reason); m == nil || m[1] != last.Engine || m[2] != last.Engine {
+	if m := faster.FindStringSubmatch(last.Reason); m == nil || m[1] != string(last.Engine) || m[2] != string(last.Engine) {
 		t.Errorf("the last deploy restored %s because %q; want the faster engine first in its reason", last.Engine, last.Reason)
 	}
 	// One generation per engine.

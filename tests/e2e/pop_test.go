@@ -495,16 +495,16 @@ func clientCountOnly() []clientv3.OpOption {
 // failing when required, without one), a context of 15 minutes, and
 // RedisApp of engine eng named prefix-<random>, which configure adjusts
 // before the PoP of nodes starts and the app is created in its state.
-func redisOnPoP(t *testing.T, prefix, eng string, configure func(*spec.App), nodes ...string) (context.Context, *pop, *deploytest.Fixture, spec.App) {
+func redisOnPoP(t *testing.T, prefix string, eng engine.Name, configure func(*spec.App), nodes ...string) (context.Context, *pop, *deploytest.Fixture, spec.App) {
 	t.Helper()
 	f := deploytest.NewFixture(t, "container")
-	need := []string{eng}
+	need := []engine.Name{eng}
 	if eng == spec.EngineAuto {
-		need = []string{engine.NameDMTCP, engine.NameCRIU}
+		need = []engine.Name{engine.NameDMTCP, engine.NameCRIU}
 	}
 	for _, e := range need {
 		if _, _, err := f.D.CheckEngine(context.Background(), e); err != nil {
-			testenv.Unavailable(t, e, err.Error())
+			testenv.Unavailable(t, string(e), err.Error())
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)

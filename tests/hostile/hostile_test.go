@@ -97,21 +97,21 @@ exit $open
 `
 
 func TestHostileApp(t *testing.T) {
-	for _, eng := range []string{engine.NameDMTCP, engine.NameCRIU} {
-		t.Run(eng, func(t *testing.T) { testHostile(t, eng) })
+	for _, eng := range []engine.Name{engine.NameDMTCP, engine.NameCRIU} {
+		t.Run(string(eng), func(t *testing.T) { testHostile(t, eng) })
 	}
 }
 
-func testHostile(t *testing.T, eng string) {
+func testHostile(t *testing.T, eng engine.Name) {
 	f := deploytest.NewFixture(t, "container")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
 	if _, _, err := f.D.CheckEngine(ctx, eng); err != nil {
-		testenv.Unavailable(t, eng, err.Error())
+		testenv.Unavailable(t, string(eng), err.Error())
 	}
 	suffix := strconv.FormatInt(time.Now().UnixNano()%1e6, 36)
 	newApp := func(name string) spec.App {
-		a := deploytest.RedisApp(name+"-"+eng+"-"+suffix, f.Env, eng)
+		a := deploytest.RedisApp(name+"-"+string(eng)+"-"+suffix, f.Env, eng)
 		a.Resources = spec.Resources{} // a stranger's spec: no limits asked for
 		t.Cleanup(func() { f.RemoveGenerations(t, a.Name) })
 		t.Cleanup(func() { f.UndeployAll(t, a.Name) })

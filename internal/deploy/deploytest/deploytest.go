@@ -331,7 +331,7 @@ func (f *Fixture) Mount(t testing.TB, id string) (envPath, ckptPath string) {
 
 // RedisApp is redis-server on port 6379, ready once PING answers PONG
 // (drivertest.RedisApp, named name, in environment env).
-func RedisApp(name, env, eng string) spec.App {
+func RedisApp(name, env string, eng engine.Name) spec.App {
 	a := drivertest.RedisApp(eng)
 	a.Name, a.Env = name, env
 	return a
@@ -648,8 +648,8 @@ func (f *Fixture) Weight(ctx context.Context, t testing.TB, ref string) int {
 }
 
 // CheckpointFiles implements Node.
-func (f *Fixture) CheckpointFiles(eng string) string {
-	return map[string]string{engine.NameDMTCP: "ckpt_*.dmtcp", engine.NameCRIU: "pages-*.img"}[eng]
+func (f *Fixture) CheckpointFiles(eng engine.Name) string {
+	return map[engine.Name]string{engine.NameDMTCP: "ckpt_*.dmtcp", engine.NameCRIU: "pages-*.img"}[eng]
 }
 
 // AssertNothingLeft implements Node.

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -32,7 +33,7 @@ type Node interface {
 	Identity(ctx context.Context, t testing.TB, dep deploy.Deployment, user string) (spec.Identity, bool)
 	// CheckpointFiles is the pattern of the files an engine's checkpoint
 	// holds on this node.
-	CheckpointFiles(eng string) string
+	CheckpointFiles(eng engine.Name) string
 	// AssertNothingLeft fails t if the node or the pool holds anything of
 	// app's deployments and slots (with keepGen: besides its
 	// generations).

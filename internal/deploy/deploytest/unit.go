@@ -14,6 +14,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/cgroup/cgrouptest"
 	"github.com/fogdeploy/fogdeploy/internal/config"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 	"github.com/fogdeploy/fogdeploy/internal/overlay"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
@@ -109,7 +110,7 @@ func (u *Unit) Reopen(t testing.TB) *deploy.Deployer {
 
 // RedisApp is an app of engine eng on the node's environment whose
 // command is the fake image's redis-server.
-func (u *Unit) RedisApp(name, eng string) spec.App { return RedisApp(name, u.Env, eng) }
+func (u *Unit) RedisApp(name string, eng engine.Name) spec.App { return RedisApp(name, u.Env, eng) }
 
 // createdWeights are the weights of the fake container whose process is
 // pid, as it was created: cpu.shares as cgroup v2 maps them to a weight.
@@ -168,7 +169,7 @@ func (u *Unit) Identity(_ context.Context, t testing.TB, dep deploy.Deployment, 
 }
 
 // CheckpointFiles implements Node: the fake image's checkpoint file.
-func (u *Unit) CheckpointFiles(string) string { return runtime.FakeDMTCPImageFile }
+func (u *Unit) CheckpointFiles(engine.Name) string { return runtime.FakeDMTCPImageFile }
 
 // AssertNothingLeft implements Node: no image of app (but its
 // generations' with keepGen) or of any instance, no mapping, container,

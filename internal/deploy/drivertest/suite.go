@@ -40,6 +40,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
@@ -54,7 +55,7 @@ type Harness struct {
 	Driver deploy.Driver
 	// Engine is the checkpoint engine of the app (engine.NameDMTCP or
 	// engine.NameCRIU), which Driver must be able to run.
-	Engine string
+	Engine engine.Name
 	// EnvPath is a mounted environment with redis-server, CkptPath an
 	// empty checkpoint directory beside it: one pair per subtest, as the
 	// deploy path gives each instance its own clones.
@@ -92,7 +93,7 @@ type Harness struct {
 
 // RedisApp is the app the suite runs: redis-server on port 6379 with a
 // PING/+PONG readiness probe, under engine eng.
-func RedisApp(eng string) spec.App {
+func RedisApp(eng engine.Name) spec.App {
 	return spec.App{
 		Name: "drivertest-redis", Env: "drivertest", Engine: eng,
 		Command: []string{"redis-server", "--port", "6379", "--protected-mode", "no", "--save", "", "--appendonly", "no",

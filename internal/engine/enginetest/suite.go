@@ -40,7 +40,7 @@ const suiteTimeout = 3 * time.Minute
 func RunSuite(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 	t.Run("Host", func(t *testing.T) { testLifecycle(t, newEngine, "") })
 	t.Run("Chroot", func(t *testing.T) {
-		testLifecycle(t, newEngine, testenv.RedisRootfs(t, newEngine(t).Name()))
+		testLifecycle(t, newEngine, testenv.RedisRootfs(t, string(newEngine(t).Name())))
 	})
 	t.Run("LaunchMissingBinary", func(t *testing.T) { testMissingBinary(t, newEngine) })
 	t.Run("CheckpointNonEmptyDir", func(t *testing.T) { testNonEmptyDir(t, newEngine) })
@@ -58,7 +58,7 @@ func setup(t *testing.T, newEngine func(t *testing.T) engine.Engine) (engine.Eng
 	t.Cleanup(cancel)
 	if _, err := e.Check(ctx); err != nil {
 		if errors.Is(err, engine.ErrUnavailable) {
-			testenv.Unavailable(t, e.Name(), err.Error())
+			testenv.Unavailable(t, string(e.Name()), err.Error())
 		}
 		t.Fatalf("%s check: %v", e.Name(), err)
 	}
@@ -70,7 +70,7 @@ func setup(t *testing.T, newEngine func(t *testing.T) engine.Engine) (engine.Eng
 func needRedis(t *testing.T, e engine.Engine, root string) {
 	t.Helper()
 	if root == "" {
-		testenv.HostBinary(t, e.Name(), "redis-server")
+		testenv.HostBinary(t, string(e.Name()), "redis-server")
 	}
 }
 
@@ -401,9 +401,9 @@ func testNoImage(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 	if _, err := e.Restore(ctx, engine.Image{Engine: e.Name(), Dir: dir}, engine.RestoreSpec{NetNS: true}); !errors.Is(err, engine.ErrNoImage) {
 		t.Fatalf("restore from an empty dir: %v, want ErrNoImage", err)
 	}
-	other := "criu"
+	other := engine.NameCRIU
 	if e.Name() == other {
-		other = "dmtcp"
+		other = engine.NameDMTCP
 	}
 	if _, err := e.Restore(ctx, engine.Image{Engine: other, Dir: dir, Files: []string{"x"}}, engine.RestoreSpec{}); !errors.Is(err, engine.ErrInvalid) {
 		t.Fatalf("restore of a %s image: %v, want ErrInvalid", other, err)
