@@ -22,7 +22,7 @@ const (
 	SlotStarting SlotPhase = "Starting"
 	// StepRaise: a deploy raised the instance of a slot restored ahead to
 	// the normal CPU weight.
-	StepRaise = "raise"
+	StepRaise Step = "raise"
 )
 
 // ErrNotAhead: a slot cannot be restored ahead (its driver cannot keep an
@@ -131,7 +131,7 @@ type startingSlot struct {
 
 // StepAwait: a deploy that found no idle slot waited for one being
 // restored ahead (raised to the normal weight meanwhile).
-const StepAwait = "await"
+const StepAwait Step = "await"
 
 // awaitStarting waits for a slot of app's generation gen that is being
 // restored ahead and that no other deploy waits for, raising it to the

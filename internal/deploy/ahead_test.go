@@ -98,11 +98,11 @@ func poolAhead(ctx context.Context, t *testing.T, n deploytest.Node, app spec.Ap
 		t.Errorf("deploy: pool %q, ahead %v, slot %s; want a hit of %s restored ahead", dep.Pool, dep.Ahead, dep.Slot, s.ID)
 	}
 	for _, step := range append(slices.Clone(deploy.ProvisionSteps), deploy.StepStart) {
-		if hasPhase(dep.Timings, step) || slices.Contains(phases, step) {
+		if hasPhase(dep.Timings, step) || slices.Contains(phases, string(step)) {
 			t.Errorf("the hit waited for %q: %s", step, dep.Timings)
 		}
 	}
-	for _, step := range []string{deploy.StepRaise, deploy.StepReady, deploy.StepBind} {
+	for _, step := range []deploy.Step{deploy.StepRaise, deploy.StepReady, deploy.StepBind} {
 		if !hasPhase(dep.Timings, step) {
 			t.Errorf("the hit's timings %s lack %q", dep.Timings, step)
 		}

@@ -22,7 +22,7 @@ import (
 
 // StepFetch is the wait for a generation's checkpoint to be on the node
 // (Deployment.Timings): about 0 once the node holds it.
-const StepFetch = "fetch"
+const StepFetch Step = "fetch"
 
 // CacheKey is generation g's key in the node's checkpoint cache.
 func CacheKey(g spec.Generation) gencache.Key { return gencache.KeyOf(g.App, g.Gen, g.Created) }

@@ -39,7 +39,7 @@ func TestHitTurn(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatalf("second hit after the first ended: %v", err)
 	}
-	if len(second) != 1 || second[0].Name != StepQueue || second[0].Duration < 40*time.Millisecond {
+	if len(second) != 1 || second[0].Name != string(StepQueue) || second[0].Duration < 40*time.Millisecond {
 		t.Errorf("second hit timings %s; want one %q phase of about 50ms", second, StepQueue)
 	}
 

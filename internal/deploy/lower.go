@@ -50,7 +50,7 @@ const MetaLower = "fogdeploy.lower"
 
 // StepLower is the wait for the node's read-only copy of the
 // generation's environment (made on first use; about 0 after).
-const StepLower = "lower"
+const StepLower Step = "lower"
 
 // Lower is the record of the node's read-only copy of a generation's
 // environment.

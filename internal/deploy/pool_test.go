@@ -110,18 +110,18 @@ func poolHit(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App,
 		deps = append(deps, dep)
 		t.Logf("pool hit %d: %s (total %s)", i+1, dep.Timings, dep.Total().Round(time.Millisecond))
 		// What the deploy did before its slot's stages counts too.
-		if len(dep.Timings) == 0 || dep.Timings[0].Name != deploy.StepResolve || len(phases) == 0 || phases[0] != deploy.StepResolve {
+		if len(dep.Timings) == 0 || dep.Timings[0].Name != string(deploy.StepResolve) || len(phases) == 0 || phases[0] != string(deploy.StepResolve) {
 			t.Errorf("pool hit %d: timings %s (progress %v); want %q first", i+1, dep.Timings, phases, deploy.StepResolve)
 		}
 		if dep.Pool != spec.PoolHit || dep.Slot != want.ID {
 			t.Errorf("deploy %d: pool %q slot %s; want a hit of the oldest idle slot %s", i+1, dep.Pool, dep.Slot, want.ID)
 		}
 		for _, step := range deploy.ProvisionSteps {
-			if hasPhase(dep.Timings, step) || slices.Contains(phases, step) {
+			if hasPhase(dep.Timings, step) || slices.Contains(phases, string(step)) {
 				t.Errorf("pool hit %d waited for %q: %s", i+1, step, dep.Timings)
 			}
 		}
-		for _, step := range []string{deploy.StepStart, deploy.StepReady, deploy.StepBind} {
+		for _, step := range []deploy.Step{deploy.StepStart, deploy.StepReady, deploy.StepBind} {
 			if !hasPhase(dep.Timings, step) {
 				t.Errorf("pool hit %d timings %s lack %q", i+1, dep.Timings, step)
 			}
@@ -284,6 +284,6 @@ func writeJSON(t *testing.T, path string, v any) {
 	}
 }
 
-func hasPhase(t layering.Timings, name string) bool {
-	return slices.ContainsFunc(t, func(p layering.Phase) bool { return p.Name == name })
+func hasPhase(t layering.Timings, step deploy.Step) bool {
+	return slices.ContainsFunc(t, func(p layering.Phase) bool { return p.Name == string(step) })
 }

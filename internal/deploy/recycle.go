@@ -19,7 +19,7 @@ import (
 const SlotRecycling SlotPhase = "Recycling"
 
 // StepRecycle is the recycle stage's timing (a slot's Timings).
-const StepRecycle = "recycle"
+const StepRecycle Step = "recycle"
 
 // Recycle undeploys deployment id into an idle warm-pool slot of its
 // generation on this node: its app ends, its root is reset to the

@@ -48,9 +48,9 @@ func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options,
 	id := opts.ID
 	rec := &Deployment{ID: id, App: app.Name, Created: time.Now().UTC(), Instance: spec.Instance{Node: d.cfg.Node, Phase: spec.PhaseRestoring, Gen: g.Gen, Engine: g.Engine, Mode: spec.ModeRestore, Limits: d.limitsOf(app), Reason: opts.Reason}}
 	if resolved > 0 {
-		rec.Timings = layering.Timings{{Name: StepResolve, Duration: resolved}}
+		rec.Timings = layering.Timings{{Name: string(StepResolve), Duration: resolved}}
 		if opts.Progress != nil {
-			opts.Progress(StepResolve, resolved)
+			opts.Progress(string(StepResolve), resolved)
 		}
 	}
 	o := d.newOp(&rec.Timings, opts.Progress)

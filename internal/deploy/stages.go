@@ -33,27 +33,31 @@ import (
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
 
-// Names of the timed steps (Deployment.Timings, Slot.Timings).
+// Step names a timed step of a deploy or a slot (the Name of a phase in
+// Deployment.Timings and Slot.Timings).
+type Step string
+
+// Steps.
 const (
 	// StepResolve: a deploy's checks and lookups before its restore's own
 	// steps (the engine, the app's newest generation).
-	StepResolve   = "resolve"
-	StepClone     = "clone"
-	StepMap       = "map"
-	StepMount     = "mount"
-	StepContainer = "container" // the driver's Create
-	StepStart     = "start"     // the driver's Start
-	StepReady     = "ready"
+	StepResolve   Step = "resolve"
+	StepClone     Step = "clone"
+	StepMap       Step = "map"
+	StepMount     Step = "mount"
+	StepContainer Step = "container" // the driver's Create
+	StepStart     Step = "start"     // the driver's Start
+	StepReady     Step = "ready"
 	// StepPostRestore runs App.PostRestore in a restored instance.
-	StepPostRestore = "post_restore"
-	StepBind        = "bind"
+	StepPostRestore Step = "post_restore"
+	StepBind        Step = "bind"
 	// StepQueue: a pool hit waited for its turn (Config.HitConcurrency).
-	StepQueue = "queue"
+	StepQueue Step = "queue"
 )
 
 // ProvisionSteps are the steps of provision, which a pool hit does not wait
 // for.
-var ProvisionSteps = []string{StepLower, StepClone, StepMap, StepMount, StepFetch, StepContainer}
+var ProvisionSteps = []Step{StepLower, StepClone, StepMap, StepMount, StepFetch, StepContainer}
 
 // op times the steps of one pipeline run: each phase goes to *timings and
 // to prog.
@@ -68,7 +72,8 @@ func (d *Deployer) newOp(timings *layering.Timings, prog func(string, time.Durat
 	return &op{d: d, start: time.Now(), timings: timings, prog: prog}
 }
 
-func (o *op) phase(name string) {
+func (o *op) phase(step Step) {
+	name := string(step)
 	now := time.Now()
 	took := now.Sub(o.start)
 	*o.timings = append(*o.timings, layering.Phase{Name: name, Duration: took})

@@ -60,10 +60,10 @@ func failedStep(passed layering.Timings) string {
 	}
 	// The stages' steps in order (docs/design.md); after ready comes bind,
 	// or post_restore, whose error says itself which it was.
-	steps := []string{deploy.StepClone, deploy.StepMap, deploy.StepMount, deploy.StepContainer, deploy.StepStart, deploy.StepReady}
+	steps := []deploy.Step{deploy.StepClone, deploy.StepMap, deploy.StepMount, deploy.StepContainer, deploy.StepStart, deploy.StepReady}
 	last, booting := spec.CutBootTiming(passed[len(passed)-1].Name)
 	switch last {
-	case "ready", "prepare":
+	case string(deploy.StepReady), "prepare":
 		if booting {
 			return spec.BootTiming("checkpoint")
 		}
@@ -71,14 +71,15 @@ func failedStep(passed layering.Timings) string {
 	case "checkpoint":
 		return spec.BootTiming("seal") // only a first deploy checkpoints
 	case "seal":
-		return "clone" // the restore that follows
+		return string(deploy.StepClone) // the restore that follows
 	}
-	i := slices.Index(steps, last)
+	i := slices.Index(steps, deploy.Step(last))
 	if i < 0 || i+1 == len(steps) {
 		return ""
 	}
+	next := string(steps[i+1])
 	if booting {
-		return spec.BootTiming(steps[i+1])
+		return spec.BootTiming(next)
 	}
-	return steps[i+1]
+	return next
 }

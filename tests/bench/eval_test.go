@@ -1323,8 +1323,8 @@ func evalLazy(ctx context.Context, t *testing.T, f *deploytest.Fixture, apps map
 					return 0, fmt.Errorf("lazy %v: the restore does not carry the checkpoint's state: %w", lazy, err)
 				}
 			}
-			start, _ := dep.Timings.Get(deploy.StepStart)
-			ready, _ := dep.Timings.Get(deploy.StepReady)
+			start, _ := dep.Timings.Get(string(deploy.StepStart))
+			ready, _ := dep.Timings.Get(string(deploy.StepReady))
 			return ms(start + ready), nil
 		}
 		var fw, lw, fc, lc []float64

@@ -116,7 +116,8 @@ func TestPlaceLocalCheckpoint(t *testing.T) {
 	}
 }
 
-func hasPhase(ts layering.Timings, name string) bool {
+func hasPhase(ts layering.Timings, step deploy.Step) bool {
+	name := string(step)
 	for _, p := range ts {
 		if p.Name == name {
 			return true

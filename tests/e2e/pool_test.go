@@ -102,11 +102,11 @@ func TestPoolPoP(t *testing.T) {
 		if d.Status.Pool != spec.PoolHit || d.Status.Slot == "" || !d.Status.Ahead {
 			t.Errorf("deploy %d: pool %q slot %q ahead %v; want a hit of a slot restored ahead", i+1, d.Status.Pool, d.Status.Slot, d.Status.Ahead)
 		}
-		if slices.ContainsFunc(d.Status.Timings, func(ph layering.Phase) bool { return ph.Name == deploy.StepStart }) {
+		if slices.ContainsFunc(d.Status.Timings, func(ph layering.Phase) bool { return ph.Name == string(deploy.StepStart) }) {
 			t.Errorf("deploy %d (a slot restored ahead) restarted its app: %s", i+1, d.Status.Timings)
 		}
 		for _, ph := range d.Status.Timings {
-			if slices.Contains(deploy.ProvisionSteps, ph.Name) {
+			if slices.Contains(deploy.ProvisionSteps, deploy.Step(ph.Name)) {
 				t.Errorf("deploy %d (a pool hit) waited for %s: %s", i+1, ph.Name, d.Status.Timings)
 			}
 		}
