@@ -132,22 +132,11 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Mapper maps the pool's images on this node and mounts them
-// (rbd-layering/mapper's Mapper).
+// Mapper maps the pool's images on this node and mounts them: the
+// mapper's node contract (rbd-layering/mapper's Mapper, and the fake of
+// package fakemapper, both held to mappertest.RunNodeSuite).
 type Mapper interface {
-	Map(ctx context.Context, img mapper.Image, opts ...mapper.MapOption) (*mapper.Mapping, error)
-	Mount(ctx context.Context, mp *mapper.Mapping, target string, opts mapper.MountOptions) error
-	MapAndMount(ctx context.Context, img mapper.Image, target string, mopts mapper.MountOptions, opts ...mapper.MapOption) (*mapper.Mapping, error)
-	// Release unmounts and unmaps a mapping; Abort does so for one whose
-	// owner is gone mid-step.
-	Release(ctx context.Context, id string) error
-	Abort(ctx context.Context, id string) error
-	// List is every mapping recorded on the node; Users, the mappings of
-	// one image.
-	List() ([]mapper.Mapping, error)
-	Users(img mapper.Image) ([]string, error)
-	// Mounted reports whether mapping id is mounted now.
-	Mounted(id string) (bool, error)
+	mapper.Node
 }
 
 // Envs looks environments up (rbd-layering's Manager).

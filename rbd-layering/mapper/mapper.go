@@ -84,6 +84,27 @@ func SettingsOf(opts ...MapOption) Settings {
 	return Settings{ID: o.id, ReadOnly: o.readOnly, Ephemeral: o.ephemeral}
 }
 
+// Node is what the node's users of a mapper call (the deployer): *Mapper
+// and the fake of package fakemapper implement it, and both pass
+// mappertest.RunNodeSuite.
+type Node interface {
+	Map(ctx context.Context, img Image, opts ...MapOption) (*Mapping, error)
+	Mount(ctx context.Context, mp *Mapping, target string, opts MountOptions) error
+	MapAndMount(ctx context.Context, img Image, target string, mopts MountOptions, opts ...MapOption) (*Mapping, error)
+	// Release unmounts and unmaps a mapping; Abort does so for one whose
+	// owner is gone mid-step.
+	Release(ctx context.Context, id string) error
+	Abort(ctx context.Context, id string) error
+	// List is every mapping recorded on the node; Users, the mappings of
+	// one image.
+	List() ([]Mapping, error)
+	Users(img Image) ([]string, error)
+	// Mounted reports whether mapping id is mounted now.
+	Mounted(id string) (bool, error)
+}
+
+var _ Node = (*Mapper)(nil)
+
 // Mapper maps images on this node with one backend and keeps a record of
 // every mapping under Config.StateDir. Its methods are safe for concurrent
 // use. Mappings outlive the Mapper and the process: they are undone by

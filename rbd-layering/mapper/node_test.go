@@ -17,7 +17,7 @@ import (
 func TestNodeSuiteFile(t *testing.T) {
 	needLoop(t)
 	mappertest.RunNodeSuite(t, mappertest.NodeHarness{
-		New: func(t *testing.T, s *fakestore.Store) mappertest.NodeMapper {
+		New: func(t *testing.T, s *fakestore.Store) mapper.Node {
 			path := func(img mapper.Image) (string, error) {
 				p := s.Path(img.Name)
 				if img.Snap != "" {

@@ -51,6 +51,8 @@ type Mapper struct {
 	next int
 }
 
+var _ mapper.Node = (*Mapper)(nil)
+
 // New returns a mapper of the images of store.
 func New(store *fakestore.Store) *Mapper {
 	return &Mapper{store: store, maps: map[string]*mapper.Mapping{}}

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/fogdeploy/fogdeploy/rbd-layering/fakestore"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper/fakemapper"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper/mappertest"
 )
@@ -13,6 +14,6 @@ import (
 // store.
 func TestNodeSuite(t *testing.T) {
 	mappertest.RunNodeSuite(t, mappertest.NodeHarness{
-		New: func(t *testing.T, s *fakestore.Store) mappertest.NodeMapper { return fakemapper.New(s) },
+		New: func(t *testing.T, s *fakestore.Store) mapper.Node { return fakemapper.New(s) },
 	})
 }

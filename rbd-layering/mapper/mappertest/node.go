@@ -12,24 +12,10 @@ import (
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
 
-// NodeMapper is what a node's users of the mapper (the deployer,
-// internal/deploy.Mapper) call: *mapper.Mapper, and the fake in package
-// fakemapper.
-type NodeMapper interface {
-	Map(ctx context.Context, img mapper.Image, opts ...mapper.MapOption) (*mapper.Mapping, error)
-	Mount(ctx context.Context, mp *mapper.Mapping, target string, opts mapper.MountOptions) error
-	MapAndMount(ctx context.Context, img mapper.Image, target string, mopts mapper.MountOptions, opts ...mapper.MapOption) (*mapper.Mapping, error)
-	Release(ctx context.Context, id string) error
-	Abort(ctx context.Context, id string) error
-	List() ([]mapper.Mapping, error)
-	Users(img mapper.Image) ([]string, error)
-	Mounted(id string) (bool, error)
-}
-
-// NodeHarness adapts a NodeMapper to RunNodeSuite.
+// NodeHarness adapts a mapper.Node to RunNodeSuite.
 type NodeHarness struct {
 	// New returns a mapper of store's images, whose pool is Pool.
-	New func(t *testing.T, store *fakestore.Store) NodeMapper
+	New func(t *testing.T, store *fakestore.Store) mapper.Node
 }
 
 // Pool is the pool name of the suite's images.
@@ -66,7 +52,7 @@ func RunNodeSuite(t *testing.T, h NodeHarness) {
 type nodeEnv struct {
 	t     *testing.T
 	store *fakestore.Store
-	m     NodeMapper
+	m     mapper.Node
 	dir   string
 }
 
