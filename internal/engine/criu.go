@@ -260,18 +260,12 @@ func (c *CRIU) Checkpoint(ctx context.Context, proc Process, dir string) (img Im
 	if !ok {
 		return Image{}, fmt.Errorf("checkpoint: %T is not a CRIU process: %w", proc, ErrInvalid)
 	}
-	dir, log, unlock, err := p.beginCheckpoint(dir)
+	run, err := p.startCheckpoint(ctx, c, dir, c.cfg.Timeout)
 	if err != nil {
 		return Image{}, err
 	}
-	defer unlock()
-	info, err := c.Check(ctx)
-	if err != nil {
-		return Image{}, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-	defer cancel()
-
+	defer run.done()
+	ctx, dir, log, info := run.ctx, run.dir, run.log, run.info
 	pid := p.Pid()
 	stdio := pipedStdio(pid)
 	write, err := c.dump(ctx, p, info, dir)

@@ -299,17 +299,12 @@ func (d *DMTCP) Checkpoint(ctx context.Context, proc Process, dir string) (img I
 	if !ok {
 		return Image{}, fmt.Errorf("checkpoint: %T is not a DMTCP process: %w", proc, ErrInvalid)
 	}
-	dir, log, unlock, err := p.beginCheckpoint(dir)
+	run, err := p.startCheckpoint(ctx, d, dir, d.cfg.Timeout)
 	if err != nil {
 		return Image{}, err
 	}
-	defer unlock()
-	info, err := d.Check(ctx)
-	if err != nil {
-		return Image{}, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
-	defer cancel()
+	defer run.done()
+	ctx, dir, log, info := run.ctx, run.dir, run.log, run.info
 	st, err := p.coord.status(ctx, p.sb)
 	if err != nil {
 		return Image{}, fmt.Errorf("checkpoint pid %d: %w (%w)", p.Pid(), ErrCheckpoint, err)

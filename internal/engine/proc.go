@@ -437,3 +437,29 @@ func sealImage(log *slog.Logger, img Image) (Image, error) {
 		"generation", img.Generation)
 	return img, nil
 }
+
+// checkpointRun is a checkpoint begun by startCheckpoint.
+type checkpointRun struct {
+	ctx  context.Context // bounded by the engine's timeout
+	dir  string          // the image's directory, absolute
+	log  *slog.Logger
+	info Info // the engine, as checked
+	done func()
+}
+
+// startCheckpoint begins a checkpoint of p into dir by engine e: p's
+// checkpoint lock taken (one at a time), e checked, and the context bounded
+// by timeout. done releases both.
+func (p *process) startCheckpoint(ctx context.Context, e Engine, dir string, timeout time.Duration) (checkpointRun, error) {
+	dir, log, unlock, err := p.beginCheckpoint(dir)
+	if err != nil {
+		return checkpointRun{}, err
+	}
+	info, err := e.Check(ctx)
+	if err != nil {
+		unlock()
+		return checkpointRun{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	return checkpointRun{ctx: ctx, dir: dir, log: log, info: info, done: func() { cancel(); unlock() }}, nil
+}
