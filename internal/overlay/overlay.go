@@ -5,6 +5,9 @@
 //	err := overlay.Mount(ctx, overlay.Layers{Lower: "/var/lib/x/lower/root", Disk: slotDisk}, target)
 //	...
 //	err = overlay.Unmount(ctx, target)
+//
+// The deployer mounts through Roots: Kernel (these functions) on a node,
+// Copy in unit tests without root (roots.go).
 package overlay
 
 import (

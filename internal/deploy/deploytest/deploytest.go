@@ -1,8 +1,10 @@
 //go:build !no_ceph
 
-// Package deploytest sets up a real node for the deploy path's tests and
-// benchmarks: the dev Ceph pool, this machine's mapper, the dev dockerd
-// with the DMTCP image, and a redis environment imported from a rootfs.
+// Package deploytest sets up a node for the deploy path's tests and
+// benchmarks: a real one (Fixture: the dev Ceph pool, this machine's
+// mapper, the dev dockerd with the DMTCP image, and a redis environment
+// imported from a rootfs), or one of fakes that needs no root or service
+// (Unit, unit.go). Scenarios written against Node (node.go) run on both.
 package deploytest
 
 import (
