@@ -17,7 +17,7 @@ func (d *Deployer) Alive(ctx context.Context, id string) (bool, error) {
 		return false, err
 	}
 	if rec.Phase != spec.PhaseRunning || rec.Handle == nil {
-		return false, fmt.Errorf("deployment %s is %s, not Running: %w", id, rec.Phase, ErrNotFound)
+		return false, fmt.Errorf("deployment %s is %s, not Running: %w", id, rec.Phase, spec.ErrNotFound)
 	}
 	dr := d.driverByName(rec.Handle.Driver)
 	if dr == nil {

@@ -123,7 +123,7 @@ func (d *Deployer) checkpointable(ctx context.Context, app spec.App) (env layeri
 		return env, nil, "", err
 	}
 	if app.Engine == spec.EngineAuto {
-		return env, nil, "", fmt.Errorf("app %s: checkpoint with one engine (CheckpointAll checkpoints with each): %w", app.Name, ErrInvalidSpec)
+		return env, nil, "", fmt.Errorf("app %s: checkpoint with one engine (CheckpointAll checkpoints with each): %w", app.Name, spec.ErrInvalidSpec)
 	}
 	if env, err = d.deps.Envs.Get(ctx, app.Env); err != nil {
 		return env, nil, "", fmt.Errorf("env %q of app %s: %w", app.Env, app.Name, err)

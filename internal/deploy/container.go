@@ -125,7 +125,7 @@ func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 		return Handle{}, err
 	}
 	if r.CtlPath == "" {
-		return Handle{}, fmt.Errorf("run of app %q: no control directory (Run.CtlPath): %w", r.App.Name, ErrInvalidSpec)
+		return Handle{}, fmt.Errorf("run of app %q: no control directory (Run.CtlPath): %w", r.App.Name, spec.ErrInvalidSpec)
 	}
 	// The entrypoint binds it where the app reads its identity (identity.go).
 	if err := os.MkdirAll(filepath.Join(r.CtlPath, instancectl.IdentityDir), 0o755); err != nil {
@@ -194,18 +194,18 @@ func (c *Container) state(ctx context.Context, h Handle) (runtime.State, error) 
 // existing returns the handle of the container that took spec's name, if
 // it is the one spec describes (the same deployment, image and labels)
 // and has not run yet or still runs: Create is idempotent. Any other
-// container under that name is ErrExists.
-func (c *Container) existing(ctx context.Context, h Handle, spec runtime.Spec, conflict error) (Handle, error) {
-	st, err := c.RT.Inspect(ctx, spec.Name)
+// container under that name is spec.ErrExists.
+func (c *Container) existing(ctx context.Context, h Handle, rs runtime.Spec, conflict error) (Handle, error) {
+	st, err := c.RT.Inspect(ctx, rs.Name)
 	if err != nil {
-		return Handle{}, fmt.Errorf("instance of deployment %s: %w (%w)", spec.Deployment, ErrExists, conflict)
+		return Handle{}, fmt.Errorf("instance of deployment %s: %w (%w)", rs.Deployment, spec.ErrExists, conflict)
 	}
-	same := st.Image == spec.Image && st.Labels[runtime.LabelDeployment] == spec.Deployment && st.Labels[runtime.LabelApp] == spec.App
-	for k, v := range spec.Labels {
+	same := st.Image == rs.Image && st.Labels[runtime.LabelDeployment] == rs.Deployment && st.Labels[runtime.LabelApp] == rs.App
+	for k, v := range rs.Labels {
 		same = same && st.Labels[k] == v
 	}
 	if !same || (st.Status != statusCreated && !st.Running) {
-		return Handle{}, hint.With(fmt.Errorf("instance of deployment %s: container %s (%s) exists: %w", spec.Deployment, st.Name, st.Status, ErrExists),
+		return Handle{}, hint.With(fmt.Errorf("instance of deployment %s: container %s (%s) exists: %w", rs.Deployment, st.Name, st.Status, spec.ErrExists),
 			"undeploy the deployment first, or deploy under another ID")
 	}
 	h.Ref = st.ID
@@ -240,11 +240,11 @@ func (c *Container) ports(st runtime.State) (map[string]string, error) {
 // file write and one inspect: everything else was done by Create.
 func (c *Container) Start(ctx context.Context, h Handle) (Handle, error) {
 	if h.CtlPath == "" {
-		return Handle{}, fmt.Errorf("container %s has no control directory: %w", shortRef(h.Ref), ErrInvalidSpec)
+		return Handle{}, fmt.Errorf("container %s has no control directory: %w", shortRef(h.Ref), spec.ErrInvalidSpec)
 	}
 	st, err := c.state(ctx, h)
 	if errors.Is(err, runtime.ErrNotFound) {
-		return Handle{}, fmt.Errorf("container %s: %w (%w)", shortRef(h.Ref), ErrNotFound, err)
+		return Handle{}, fmt.Errorf("container %s: %w (%w)", shortRef(h.Ref), spec.ErrNotFound, err)
 	}
 	if err != nil {
 		return Handle{}, err
@@ -301,10 +301,10 @@ func (c *Container) Running(ctx context.Context, h Handle) (bool, error) {
 // e.Argv, as it runs the app: the command sees what the app sees.
 func (c *Container) Exec(ctx context.Context, h Handle, e Exec) (runtime.ExecResult, error) {
 	if len(e.Argv) == 0 {
-		return runtime.ExecResult{}, fmt.Errorf("exec in container %s: no command: %w", shortRef(h.Ref), ErrInvalidSpec)
+		return runtime.ExecResult{}, fmt.Errorf("exec in container %s: no command: %w", shortRef(h.Ref), spec.ErrInvalidSpec)
 	}
 	if h.CtlPath != "" && !ordered(h) {
-		return runtime.ExecResult{}, fmt.Errorf("container %s: %w (created, not started)", shortRef(h.Ref), ErrNotFound)
+		return runtime.ExecResult{}, fmt.Errorf("container %s: %w (created, not started)", shortRef(h.Ref), spec.ErrNotFound)
 	}
 	cmd := []string{runtime.DMTCPEntrypoint, "keep", "-join"}
 	if e.User != "" {
@@ -313,7 +313,7 @@ func (c *Container) Exec(ctx context.Context, h Handle, e Exec) (runtime.ExecRes
 	cmd = append(append(cmd, runtime.DMTCPRoot(h.EnvPath, h.Recycle), "/"), e.Argv...)
 	r, err := c.RT.Exec(ctx, h.Ref, runtime.ExecSpec{Cmd: cmd, Env: e.Env})
 	if errors.Is(err, runtime.ErrNotFound) || errors.Is(err, runtime.ErrConflict) {
-		return r, fmt.Errorf("container %s: %w (%w)", shortRef(h.Ref), ErrNotFound, err)
+		return r, fmt.Errorf("container %s: %w (%w)", shortRef(h.Ref), spec.ErrNotFound, err)
 	}
 	return r, err
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/cgroup"
 	"github.com/fogdeploy/fogdeploy/internal/ctlfs"
 	"github.com/fogdeploy/fogdeploy/internal/instancectl"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
 // ordered reports whether Start has ordered the instance to run.
@@ -126,7 +127,7 @@ func (c *Container) Raise(ctx context.Context, h Handle) (Handle, error) {
 		return Handle{}, err
 	}
 	if !st.Running {
-		return Handle{}, fmt.Errorf("raise container %s: it is not running (%s): %w", shortRef(h.Ref), st.Status, ErrNotFound)
+		return Handle{}, fmt.Errorf("raise container %s: it is not running (%s): %w", shortRef(h.Ref), st.Status, spec.ErrNotFound)
 	}
 	return c.raise(st.Pid, h)
 }

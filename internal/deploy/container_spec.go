@@ -85,7 +85,7 @@ func (c *Container) containerSpec(ctx context.Context, r Run) (_ runtime.Spec, r
 		case img.criu == "":
 			return runtime.Spec{}, false, fmt.Errorf("%w: app %s (engine criu): image %s carries no CRIU", ErrDriver, r.App.Name, img.ref)
 		case r.App.User != "":
-			return runtime.Spec{}, false, fmt.Errorf("%w: user %q: CRIU apps run as root (with no capability); run an app that needs a user with the dmtcp engine", ErrInvalidSpec, r.App.User)
+			return runtime.Spec{}, false, fmt.Errorf("%w: user %q: CRIU apps run as root (with no capability); run an app that needs a user with the dmtcp engine", spec.ErrInvalidSpec, r.App.User)
 		default:
 			dc.Engine, dc.Lazy = engine.NameCRIU, r.App.Lazy && r.Mode == RunRestart
 		}

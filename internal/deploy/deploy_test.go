@@ -237,8 +237,8 @@ func deployRedis(ctx context.Context, t *testing.T, n deploytest.Node, app spec.
 		}
 	}
 	n.AssertNothingLeft(t, app.Name, true)
-	if err := d.Undeploy(ctx, first.ID); !errors.Is(err, deploy.ErrNotFound) {
-		t.Errorf("second undeploy of %s = %v; want ErrNotFound", first.ID, err)
+	if err := d.Undeploy(ctx, first.ID); !errors.Is(err, spec.ErrNotFound) {
+		t.Errorf("second undeploy of %s = %v; want spec.ErrNotFound", first.ID, err)
 	}
 }
 
@@ -285,8 +285,8 @@ func TestDeployBadSpec(t *testing.T) {
 		c.mutate(&a)
 		for _, opts := range []deploy.Options{{}, {Mode: spec.ModeBoot}} {
 			_, err := f.D.Deploy(ctx, a, opts)
-			if !errors.Is(err, deploy.ErrInvalidSpec) || !strings.Contains(err.Error(), c.field) {
-				t.Errorf("%s (mode %q): deploy = %v; want ErrInvalidSpec naming %s", name, opts.Mode, err, c.field)
+			if !errors.Is(err, spec.ErrInvalidSpec) || !strings.Contains(err.Error(), c.field) {
+				t.Errorf("%s (mode %q): deploy = %v; want spec.ErrInvalidSpec naming %s", name, opts.Mode, err, c.field)
 			}
 		}
 	}
@@ -295,8 +295,8 @@ func TestDeployBadSpec(t *testing.T) {
 	if _, err := f.D.Deploy(ctx, a, deploy.Options{Mode: spec.ModeBoot}); !errors.Is(err, layering.ErrNotFound) {
 		t.Errorf("unknown environment: deploy = %v; want layering.ErrNotFound", err)
 	}
-	if _, err := f.D.Deploy(ctx, good, deploy.Options{Mode: "fast"}); !errors.Is(err, deploy.ErrInvalidSpec) || !strings.Contains(err.Error(), "mode") {
-		t.Errorf("unknown mode: deploy = %v; want ErrInvalidSpec naming mode", err)
+	if _, err := f.D.Deploy(ctx, good, deploy.Options{Mode: "fast"}); !errors.Is(err, spec.ErrInvalidSpec) || !strings.Contains(err.Error(), "mode") {
+		t.Errorf("unknown mode: deploy = %v; want spec.ErrInvalidSpec naming mode", err)
 	}
 	deploytest.AssertNothingLeft(t, f, good.Name, false)
 }
@@ -453,9 +453,9 @@ func TestEnvironmentWithoutGlibc(t *testing.T) {
 	}
 	start := time.Now()
 	_, err := f.D.Deploy(ctx, app, deploy.Options{})
-	if !errors.Is(err, deploy.ErrInvalidSpec) || !strings.Contains(err.Error(), "no GNU C library") ||
+	if !errors.Is(err, spec.ErrInvalidSpec) || !strings.Contains(err.Error(), "no GNU C library") ||
 		!strings.Contains(err.Error(), f.Env) || !strings.Contains(hint.Of(err), "--mode boot") {
-		t.Fatalf("deploy of an environment without glibc under DMTCP = %v (hint %q); want ErrInvalidSpec naming the environment and the missing glibc, with a hint", err, hint.Of(err))
+		t.Fatalf("deploy of an environment without glibc under DMTCP = %v (hint %q); want spec.ErrInvalidSpec naming the environment and the missing glibc, with a hint", err, hint.Of(err))
 	}
 	t.Logf("refused in %s: %v (hint: %s)", time.Since(start).Round(time.Millisecond), err, hint.Of(err))
 	deploytest.AssertNothingLeft(t, f, app.Name, false)

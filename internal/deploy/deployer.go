@@ -266,9 +266,9 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 		deps.Log.Info("checkpoint cache: removed what interrupted fills left", "paths", removed)
 	}
 	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: spec.HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{}, idle: map[string]idleSlot{}, claimed: map[string]claimedSlot{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
-		deployments: journal.Journal[Deployment]{Dir: filepath.Join(cfg.StateDir, "deployments"), What: "deployment", NotFound: ErrNotFound, Exists: ErrExists},
-		slots:       journal.Journal[Slot]{Dir: filepath.Join(cfg.StateDir, "slots"), What: "slot", NotFound: ErrNoSlot, Exists: ErrExists},
-		lowers:      journal.Journal[Lower]{Dir: filepath.Join(cfg.StateDir, "lowers", "records"), What: "environment copy", NotFound: ErrNoLower, Exists: ErrExists},
+		deployments: journal.Journal[Deployment]{Dir: filepath.Join(cfg.StateDir, "deployments"), What: "deployment", NotFound: spec.ErrNotFound, Exists: spec.ErrExists},
+		slots:       journal.Journal[Slot]{Dir: filepath.Join(cfg.StateDir, "slots"), What: "slot", NotFound: ErrNoSlot, Exists: spec.ErrExists},
+		lowers:      journal.Journal[Lower]{Dir: filepath.Join(cfg.StateDir, "lowers", "records"), What: "environment copy", NotFound: ErrNoLower, Exists: spec.ErrExists},
 	}, nil
 }
 

@@ -11,23 +11,15 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
-// Errors of the deploy path. They are wrapped together with the cause, so
-// callers branch with errors.Is.
+// Errors of the drivers. They are wrapped together with the cause, so
+// callers branch with errors.Is; the spec's (spec.ErrInvalidSpec,
+// spec.ErrNotFound, spec.ErrExists) are used as they are.
 var (
-	ErrInvalidSpec = spec.ErrInvalidSpec
-	// ErrNoCheckpoint: the app has no complete checkpoint generation.
-	ErrNoCheckpoint = errors.New("no checkpoint")
-	ErrNotFound     = spec.ErrNotFound
-	// ErrExists: a deployment with that ID exists.
-	ErrExists = errors.New("deployment exists")
 	// ErrDriver: the driver cannot run the app here (engine or image
 	// missing); the error says what to install.
 	ErrDriver = errors.New("driver unavailable")
-	// ErrUntrusted: the host driver runs only apps marked trusted.
-	ErrUntrusted = errors.New("the host driver runs only trusted apps")
 	// ErrCheckpoint: writing the checkpoint failed.
 	ErrCheckpoint = errors.New("checkpoint failed")
-	ErrBusy       = spec.ErrBusy
 )
 
 // RunMode says how a driver runs an instance (Run.Mode). It is a driver's
@@ -85,15 +77,15 @@ type Driver interface {
 	// container whose entrypoint waits (Container), or a checked run with
 	// its checkpoint image read (Host). A run that cannot start (a mode
 	// the driver does not know, an empty command) is refused with
-	// ErrInvalidSpec. Launch writes its checkpoint later into generation
+	// spec.ErrInvalidSpec. Launch writes its checkpoint later into generation
 	// directory CkptPath/<Gen>; Restart restores generation Gen from
 	// CkptPath/<Gen>. Creating a run whose instance exists returns that
-	// instance; a different instance under the same ID is ErrExists. On
+	// instance; a different instance under the same ID is spec.ErrExists. On
 	// error nothing is left.
 	Create(ctx context.Context, r Run) (Handle, error)
 	// Start runs the app of a created instance and returns its handle with
 	// the addresses of its published ports. Starting a running instance
-	// returns it as it is; one that no longer exists is ErrNotFound. On
+	// returns it as it is; one that no longer exists is spec.ErrNotFound. On
 	// error the instance is left for Remove.
 	Start(ctx context.Context, h Handle) (Handle, error)
 	// Checkpoint writes the image of a running instance into generation
@@ -112,7 +104,7 @@ type Driver interface {
 	// network namespace, as its app's user and without capabilities where
 	// the driver runs the app so, and waits until it exits. A command that
 	// runs and fails is not an error (the result's exit code says it); an
-	// instance that does not run is ErrNotFound.
+	// instance that does not run is spec.ErrNotFound.
 	Exec(ctx context.Context, h Handle, e Exec) (runtime.ExecResult, error)
 	// Remove stops the instance, started or only created, and removes
 	// what Create and Start made. It is idempotent: an instance that is
@@ -175,12 +167,12 @@ type Run struct {
 	Resettable bool
 }
 
-// validate refuses, wrapping ErrInvalidSpec, a run that no driver can
+// validate refuses, wrapping spec.ErrInvalidSpec, a run that no driver can
 // create.
 func (r Run) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("run of app %q: "+format+": %w", append(append([]any{r.App.Name}, args...), ErrInvalidSpec)...))
+		errs = append(errs, fmt.Errorf("run of app %q: "+format+": %w", append(append([]any{r.App.Name}, args...), spec.ErrInvalidSpec)...))
 	}
 	if !r.Mode.Valid() {
 		bad("mode %q: use %s, %s or %s", r.Mode, RunLaunch, RunRestart, RunBoot)

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
 // libcPaths are where a glibc-based root file system keeps libc.so.6
@@ -55,19 +56,19 @@ func EnvGlibc(root string) (string, error) {
 	return "", fmt.Errorf("no GNU C library (libc.so.6) in the environment: %w", fs.ErrNotExist)
 }
 
-// checkEnvForDMTCP reports, wrapping ErrInvalidSpec, why the environment
+// checkEnvForDMTCP reports, wrapping spec.ErrInvalidSpec, why the environment
 // mounted at root cannot run DMTCP's tools, which run on the environment's
 // own C library: it has no glibc, or one older than need ("" skips the
 // version check).
 func checkEnvForDMTCP(root, env, need string) error {
 	have, err := EnvGlibc(root)
 	if err != nil {
-		return hint.With(fmt.Errorf("%w: environment %s cannot run under DMTCP: %w", ErrInvalidSpec, env, err),
+		return hint.With(fmt.Errorf("%w: environment %s cannot run under DMTCP: %w", spec.ErrInvalidSpec, env, err),
 			"DMTCP runs on the environment's glibc: build the environment FROM a glibc distribution (e.g. debian-bookworm), "+
 				"or deploy it with --mode boot")
 	}
 	if need != "" && versionLess(have, need) {
-		return hint.With(fmt.Errorf("%w: environment %s has glibc %s, DMTCP here needs %s or newer", ErrInvalidSpec, env, have, need),
+		return hint.With(fmt.Errorf("%w: environment %s has glibc %s, DMTCP here needs %s or newer", spec.ErrInvalidSpec, env, have, need),
 			"rebuild the environment on a newer distribution, build DMTCP against an older glibc, or deploy with --mode boot")
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
 // writeRoot makes a root file system of files (path -> content) and
@@ -76,12 +77,12 @@ func TestCheckEnvForDMTCP(t *testing.T) {
 		t.Fatalf("no version needed: %v", err)
 	}
 	err := checkEnvForDMTCP(root, "old", "2.36")
-	if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "glibc 2.31") || !strings.Contains(err.Error(), "2.36") || hint.Of(err) == "" {
-		t.Fatalf("older glibc: %v (hint %q), want ErrInvalidSpec naming both versions, with a hint", err, hint.Of(err))
+	if !errors.Is(err, spec.ErrInvalidSpec) || !strings.Contains(err.Error(), "glibc 2.31") || !strings.Contains(err.Error(), "2.36") || hint.Of(err) == "" {
+		t.Fatalf("older glibc: %v (hint %q), want spec.ErrInvalidSpec naming both versions, with a hint", err, hint.Of(err))
 	}
 	err = checkEnvForDMTCP(t.TempDir(), "static", "2.36")
-	if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "static") || !strings.Contains(err.Error(), "no GNU C library") {
-		t.Fatalf("no glibc: %v, want ErrInvalidSpec naming the environment", err)
+	if !errors.Is(err, spec.ErrInvalidSpec) || !strings.Contains(err.Error(), "static") || !strings.Contains(err.Error(), "no GNU C library") {
+		t.Fatalf("no glibc: %v, want spec.ErrInvalidSpec naming the environment", err)
 	}
 	for _, c := range [][2]string{{"2.9", "2.36"}, {"2.36", "2.36.1"}, {"1", "2.0"}} {
 		if !versionLess(c[0], c[1]) || versionLess(c[1], c[0]) {

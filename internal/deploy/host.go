@@ -91,14 +91,14 @@ func (d *Host) Create(ctx context.Context, r Run) (Handle, error) {
 		return Handle{}, err
 	}
 	if r.Mode == RunBoot {
-		return Handle{}, fmt.Errorf("%w: mode %s: the host driver runs apps under a checkpoint engine; booting without one needs the container driver", ErrInvalidSpec, r.Mode)
+		return Handle{}, fmt.Errorf("%w: mode %s: the host driver runs apps under a checkpoint engine; booting without one needs the container driver", spec.ErrInvalidSpec, r.Mode)
 	}
 	if r.App.User != "" {
-		return Handle{}, fmt.Errorf("%w: user %q: the host driver runs apps as root; run an app that needs a user with the dmtcp engine in the container driver", ErrInvalidSpec, r.App.User)
+		return Handle{}, fmt.Errorf("%w: user %q: the host driver runs apps as root; run an app that needs a user with the dmtcp engine in the container driver", spec.ErrInvalidSpec, r.App.User)
 	}
 	for _, p := range r.App.Ports {
 		if p.Proto == "udp" {
-			return Handle{}, fmt.Errorf("%w: the host driver publishes tcp ports only (port %d/udp)", ErrInvalidSpec, p.Port)
+			return Handle{}, fmt.Errorf("%w: the host driver publishes tcp ports only (port %d/udp)", spec.ErrInvalidSpec, p.Port)
 		}
 	}
 	e, ok := d.Engines[r.App.Engine]
@@ -136,7 +136,7 @@ func (d *Host) Create(ctx context.Context, r Run) (Handle, error) {
 	}
 	if old, ok := d.insts[r.ID]; ok {
 		if !reflect.DeepEqual(old.run, r) {
-			return Handle{}, fmt.Errorf("host instance of deployment %s: %w", r.ID, ErrExists)
+			return Handle{}, fmt.Errorf("host instance of deployment %s: %w", r.ID, spec.ErrExists)
 		}
 		return old.handle(d.Name()), nil
 	}
@@ -167,7 +167,7 @@ func (d *Host) Start(ctx context.Context, h Handle) (_ Handle, err error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.removed {
-		return Handle{}, fmt.Errorf("host instance %s: %w (removed)", h.Ref, ErrNotFound)
+		return Handle{}, fmt.Errorf("host instance %s: %w (removed)", h.Ref, spec.ErrNotFound)
 	}
 	if in.proc != nil {
 		return in.handle(d.Name()), nil
@@ -214,10 +214,10 @@ func (d *Host) Start(ctx context.Context, h Handle) (_ Handle, err error) {
 // the host driver's apps.
 func (d *Host) Exec(ctx context.Context, h Handle, e Exec) (runtime.ExecResult, error) {
 	if len(e.Argv) == 0 {
-		return runtime.ExecResult{}, fmt.Errorf("exec in host instance %s: no command: %w", h.Ref, ErrInvalidSpec)
+		return runtime.ExecResult{}, fmt.Errorf("exec in host instance %s: no command: %w", h.Ref, spec.ErrInvalidSpec)
 	}
 	if e.User != "" {
-		return runtime.ExecResult{}, fmt.Errorf("exec in host instance %s as %q: %w: the host driver runs apps as root", h.Ref, e.User, ErrInvalidSpec)
+		return runtime.ExecResult{}, fmt.Errorf("exec in host instance %s as %q: %w: the host driver runs apps as root", h.Ref, e.User, spec.ErrInvalidSpec)
 	}
 	in, err := d.inst(h)
 	if err != nil {
@@ -227,7 +227,7 @@ func (d *Host) Exec(ctx context.Context, h Handle, e Exec) (runtime.ExecResult, 
 	proc, run := in.proc, in.run
 	in.mu.Unlock()
 	if proc == nil {
-		return runtime.ExecResult{}, fmt.Errorf("host instance %s: %w (not started)", h.Ref, ErrNotFound)
+		return runtime.ExecResult{}, fmt.Errorf("host instance %s: %w (not started)", h.Ref, spec.ErrNotFound)
 	}
 	argv := append([]string{"nsenter", "--net=/proc/" + strconv.Itoa(proc.Pid()) + "/ns/net", "--", "chroot", run.EnvPath}, e.Argv...)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -304,7 +304,7 @@ func (d *Host) inst(h Handle) (*hostInst, error) {
 	defer d.mu.Unlock()
 	in, ok := d.insts[h.Ref]
 	if !ok {
-		return nil, fmt.Errorf("host instance %s: %w (host instances end with the process that started them)", h.Ref, ErrNotFound)
+		return nil, fmt.Errorf("host instance %s: %w (host instances end with the process that started them)", h.Ref, spec.ErrNotFound)
 	}
 	return in, nil
 }

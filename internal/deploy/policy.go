@@ -52,7 +52,7 @@ type Options struct {
 	// checkpoint and produces one when there is none: the PoP-wide lock
 	// (etcd) that makes the checkpoint exactly once. The node-local lock is
 	// always taken too. With wait false it returns an error wrapping
-	// ErrBusy at once when another holder has it.
+	// spec.ErrBusy at once when another holder has it.
 	LockCheckpoint func(ctx context.Context, wait bool) (unlock func(), err error)
 	// Sealed, if set, is called with a generation this deploy produced.
 	Sealed func(ctx context.Context, g spec.Generation) error
@@ -98,7 +98,7 @@ func (d *Deployer) Deploy(ctx context.Context, app spec.App, opts Options) (Depl
 		return Deployment{}, err
 	}
 	if _, err := d.Load(opts.ID); err == nil {
-		return Deployment{}, fmt.Errorf("deployment %s: %w", opts.ID, ErrExists)
+		return Deployment{}, fmt.Errorf("deployment %s: %w", opts.ID, spec.ErrExists)
 	}
 	if opts.Mode == spec.ModeBoot {
 		reason := opts.Reason
@@ -173,7 +173,7 @@ func (d *Deployer) lookup(ctx context.Context, app spec.App, opts Options) (gen 
 		p := time.Now()
 		gen, boot, err = d.produceOnce(ctx, app, opts)
 		producing = time.Since(p)
-		if errors.Is(err, ErrBusy) {
+		if errors.Is(err, spec.ErrBusy) {
 			d.log.Info("booting while another deploy produces the checkpoint", "app", app.Name)
 			return gen, nil, 0, "the first checkpoint is being produced by another deploy", nil
 		}
@@ -205,7 +205,7 @@ func (d *Deployer) Restorable(ctx context.Context, g spec.Generation) error {
 
 // produceOnce returns the app's newest generation, producing it under the
 // node-local and the caller's (PoP-wide) locks if there is none yet. With
-// IfBusy PolicyBoot it returns ErrBusy instead of waiting for a lock.
+// IfBusy PolicyBoot it returns spec.ErrBusy instead of waiting for a lock.
 func (d *Deployer) produceOnce(ctx context.Context, app spec.App, opts Options) (spec.Generation, layering.Timings, error) {
 	wait := opts.IfBusy != spec.PolicyBoot
 	var unlockApp func()
@@ -214,7 +214,7 @@ func (d *Deployer) produceOnce(ctx context.Context, app spec.App, opts Options) 
 	} else if u, ok := d.appLock.TryLock(app.Name); ok {
 		unlockApp = u
 	} else {
-		return spec.Generation{}, nil, fmt.Errorf("app %s on this node: %w", app.Name, ErrBusy)
+		return spec.Generation{}, nil, fmt.Errorf("app %s on this node: %w", app.Name, spec.ErrBusy)
 	}
 	defer unlockApp()
 	if opts.LockCheckpoint != nil {

@@ -43,7 +43,7 @@ func (d *Deployer) probe(ctx context.Context, dr Driver, h Handle, app spec.App,
 		// it is ready once its engine has restored it and it runs.
 		return outputProbe{d: dr, h: h, phrase: r.Phrase, restored: restored}, nil
 	}
-	return nil, fmt.Errorf("%w: ready.kind %q", ErrInvalidSpec, r.Kind)
+	return nil, fmt.Errorf("%w: ready.kind %q", spec.ErrInvalidSpec, r.Kind)
 }
 
 // directDial returns what the probes of instance h dial with: instead of

@@ -56,10 +56,10 @@ func NewID(app string) string {
 // ValidateID checks a deployment ID.
 func ValidateID(id string) error {
 	if err := layering.ValidateName("deployment id", id); err != nil {
-		return fmt.Errorf("%w: %w", err, ErrInvalidSpec)
+		return fmt.Errorf("%w: %w", err, spec.ErrInvalidSpec)
 	}
 	if len(id) > MaxIDLen {
-		return fmt.Errorf("deployment id %q is longer than %d characters: %w", id, MaxIDLen, ErrInvalidSpec)
+		return fmt.Errorf("deployment id %q is longer than %d characters: %w", id, MaxIDLen, spec.ErrInvalidSpec)
 	}
 	return nil
 }

@@ -45,7 +45,7 @@ func TestUndeployAfterKilledRbdFuse(t *testing.T) {
 	// The dead rbd-fuse still watches the image, which a plain removal
 	// refuses (this is what left the image to the reconcile loop).
 	if err := f.L.Store.Remove(ctx, dep.Images[0]); !errors.Is(err, layering.ErrBusy) {
-		t.Fatalf("Remove of %s after its rbd-fuse was killed = %v; want ErrBusy (its watch outlives it)", dep.Images[0], err)
+		t.Fatalf("Remove of %s after its rbd-fuse was killed = %v; want spec.ErrBusy (its watch outlives it)", dep.Images[0], err)
 	}
 	start := time.Now()
 	if err := f.D.Undeploy(ctx, dep.ID); err != nil {

@@ -15,6 +15,8 @@ var (
 	ErrNotFound = errors.New("deployment not found")
 	// ErrBusy: another deploy is producing the app's checkpoint.
 	ErrBusy = errors.New("checkpoint being produced")
+	// ErrExists: a deployment (or its instance) with that ID exists.
+	ErrExists = errors.New("deployment exists")
 )
 
 // Mode is how a deployment runs its app (Deployment.Mode, Options.Mode,

@@ -246,7 +246,7 @@ func (a *agent) measureSoon(ctx context.Context, app spec.App, mode spec.Mode, e
 		a.recordCost(ctx, dep, false, app.Engine == spec.EngineAuto)
 		a.m.measured.WithLabelValues(string(dep.Mode), "ok").Inc()
 		log.Info("mode auto: measured in the background", "cost", adaptive.Cost(dep.Timings).Round(time.Millisecond), "timings", dep.Timings.String())
-		if err := a.clean(context.WithoutCancel(ctx), id); err != nil && !errors.Is(err, deploy.ErrNotFound) {
+		if err := a.clean(context.WithoutCancel(ctx), id); err != nil && !errors.Is(err, spec.ErrNotFound) {
 			log.Warn("mode auto: removing the measurement's instance; the next reconcile retries", "err", err)
 		}
 	}()

@@ -319,7 +319,7 @@ func (h *hooks) error(w http.ResponseWriter, err error) {
 		code = http.StatusForbidden
 	case errors.Is(err, errTooLarge):
 		code = http.StatusRequestEntityTooLarge
-	case errors.Is(err, state.ErrNotFound), errors.Is(err, deploy.ErrNotFound):
+	case errors.Is(err, state.ErrNotFound), errors.Is(err, spec.ErrNotFound):
 		code = http.StatusNotFound
 	case errors.Is(err, state.ErrExists):
 		code = http.StatusConflict

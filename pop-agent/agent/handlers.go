@@ -264,15 +264,15 @@ func (a *agent) fail(ctx context.Context, dsr state.Desired, st *state.Status, e
 func (a *agent) clean(ctx context.Context, id string) error {
 	recs := a.records()
 	err := recs.Undeploy(ctx, id)
-	if err == nil || errors.Is(err, deploy.ErrNotFound) {
+	if err == nil || errors.Is(err, spec.ErrNotFound) {
 		return nil
 	}
-	if cerr := recs.CutOff(ctx, id); errors.Is(cerr, deploy.ErrNotFound) {
+	if cerr := recs.CutOff(ctx, id); errors.Is(cerr, spec.ErrNotFound) {
 		return err
 	} else if cerr != nil {
 		a.log.Warn("cutting off the mappings of a deployment", "deployment", id, "err", cerr)
 	}
-	if err := recs.Undeploy(ctx, id); err != nil && !errors.Is(err, deploy.ErrNotFound) {
+	if err := recs.Undeploy(ctx, id); err != nil && !errors.Is(err, spec.ErrNotFound) {
 		return err
 	}
 	return nil

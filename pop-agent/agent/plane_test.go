@@ -153,7 +153,7 @@ func (f *fakeRecords) Load(id string) (deploy.Deployment, error) {
 	if r, ok := f.recs[id]; ok {
 		return r, nil
 	}
-	return deploy.Deployment{}, fmt.Errorf("deployment %s: %w", id, deploy.ErrNotFound)
+	return deploy.Deployment{}, fmt.Errorf("deployment %s: %w", id, spec.ErrNotFound)
 }
 
 func (f *fakeRecords) Alive(context.Context, string) (bool, error) { return true, nil }
@@ -163,7 +163,7 @@ func (f *fakeRecords) Undeploy(_ context.Context, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.recs[id]; !ok {
-		return deploy.ErrNotFound
+		return spec.ErrNotFound
 	}
 	delete(f.recs, id)
 	f.undeployed = append(f.undeployed, id)

@@ -402,11 +402,11 @@ func (a *agent) recycle(ctx context.Context, id string) bool {
 	if err != nil || rec.Phase != spec.PhaseRunning || rec.Mode != spec.ModeRestore {
 		return false
 	}
-	spec, err := a.st.App(ctx, rec.App)
+	cur, err := a.st.App(ctx, rec.App)
 	if err != nil {
 		return false
 	}
-	app := spec.WithDefaults()
+	app := cur.WithDefaults()
 	size := a.poolSize(app)
 	if size == 0 {
 		return false
@@ -428,7 +428,7 @@ func (a *agent) recycle(ctx context.Context, id string) bool {
 		a.publishPool(ctx, app.Name, g.Gen, size)
 		return true
 	case errors.Is(err, deploy.ErrNotRecyclable):
-		if _, lerr := a.d.Load(id); errors.Is(lerr, deploy.ErrNotFound) {
+		if _, lerr := a.d.Load(id); errors.Is(lerr, spec.ErrNotFound) {
 			// Its instance found it could not serve again (a connection
 			// left on a listening port that cannot be bound again): Recycle
 			// released it.

@@ -274,7 +274,7 @@ func (s *suite) remove(t *testing.T, h deploy.Handle, id string) {
 		t.Errorf("second Remove %s: %v, want nil", h.Ref, err)
 	}
 	s.assertRunning(t, h, false)
-	if _, err := s.Driver.Start(s.ctx, h); !errors.Is(err, deploy.ErrNotFound) {
+	if _, err := s.Driver.Start(s.ctx, h); !errors.Is(err, spec.ErrNotFound) {
 		t.Errorf("Start of removed instance %s: %v, want ErrNotFound", h.Ref, err)
 	}
 }
@@ -317,7 +317,7 @@ func testCreateIdempotent(t *testing.T, s *suite) {
 	}
 	other := r
 	other.Gen = 7
-	if h2, err := s.Driver.Create(s.ctx, other); !errors.Is(err, deploy.ErrExists) {
+	if h2, err := s.Driver.Create(s.ctx, other); !errors.Is(err, spec.ErrExists) {
 		_ = s.Driver.Remove(s.ctx, h2)
 		t.Errorf("Create of another run under ID %s = %v; want ErrExists", r.ID, err)
 	}
@@ -377,7 +377,7 @@ func testExec(t *testing.T, s *suite) {
 	}
 	r := s.run(t, deploy.RunLaunch, 1)
 	created := s.create(t, r)
-	if _, err := s.Driver.Exec(s.ctx, created, deploy.Exec{Argv: []string{"true"}}); !errors.Is(err, deploy.ErrNotFound) {
+	if _, err := s.Driver.Exec(s.ctx, created, deploy.Exec{Argv: []string{"true"}}); !errors.Is(err, spec.ErrNotFound) {
 		t.Errorf("Exec in a created instance = %v; want ErrNotFound", err)
 	}
 	h, addr := s.start(t, created)
@@ -391,7 +391,7 @@ func testExec(t *testing.T, s *suite) {
 	if res, err := s.Driver.Exec(s.ctx, h, deploy.Exec{User: s.app.User, Argv: []string{"sh", "-c", "exit 3"}}); err != nil || res.ExitCode != 3 {
 		t.Errorf("Exec(exit 3) = %+v, %v; want exit code 3 and no error", res, err)
 	}
-	if _, err := s.Driver.Exec(s.ctx, h, deploy.Exec{}); !errors.Is(err, deploy.ErrInvalidSpec) {
+	if _, err := s.Driver.Exec(s.ctx, h, deploy.Exec{}); !errors.Is(err, spec.ErrInvalidSpec) {
 		t.Errorf("Exec without a command = %v; want ErrInvalidSpec", err)
 	}
 	s.remove(t, h, r.ID)
@@ -649,7 +649,7 @@ func testInvalidRun(t *testing.T, s *suite) {
 			r := s.run(t, deploy.RunLaunch, 1)
 			mutate(&r)
 			h, err := s.Driver.Create(s.ctx, r)
-			if !errors.Is(err, deploy.ErrInvalidSpec) {
+			if !errors.Is(err, spec.ErrInvalidSpec) {
 				if err == nil {
 					_ = s.Driver.Remove(s.ctx, h)
 				}
