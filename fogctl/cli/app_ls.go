@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/spf13/cobra"
 )
 
@@ -43,7 +43,7 @@ func appLsRun(ctx context.Context, opts *AppLsOptions) error {
 		for _, a := range apps {
 			var ports []string
 			for _, p := range a.Ports {
-				ports = append(ports, deploy.PortKey(p.Port, p.Proto))
+				ports = append(ports, drivers.PortKey(p.Port, p.Proto))
 			}
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", a.Name, a.Env, a.Engine, strings.Join(ports, ","), a.Ready.Kind, strings.Join(a.Command, " "))
 		}

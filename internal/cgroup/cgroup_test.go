@@ -388,9 +388,9 @@ func TestKnobsPerCgroup(t *testing.T) {
 	}
 }
 
-// TestConformanceFake runs the suite on the in-memory fake that unit
+// TestConformanceInMemory runs the suite on the in-memory fake that unit
 // tests of the deploy path use.
-func TestConformanceFake(t *testing.T) {
+func TestConformanceInMemory(t *testing.T) {
 	next := 100
 	cgrouptest.Run(t, func(t *testing.T) cgrouptest.Harness {
 		return cgrouptest.Harness{

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
@@ -38,10 +39,10 @@ func (d *Deployer) CanStartAhead(g spec.Generation) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := dr.(Raiser); !ok {
+	if _, ok := dr.(drivers.Raiser); !ok {
 		return fmt.Errorf("driver %s cannot run an instance at background priority: %w", dr.Name(), ErrNotAhead)
 	}
-	if c, ok := dr.(*Container); ok && c.Priority == nil {
+	if c, ok := dr.(*drivers.Container); ok && c.Priority == nil {
 		return fmt.Errorf("this node's cgroups cannot be reweighted: %w", ErrNotAhead)
 	}
 	return nil
@@ -57,7 +58,7 @@ func (d *Deployer) StartAhead(ctx context.Context, g spec.Generation, id string)
 	}
 	d.slotMu.Lock()
 	s, err := d.slots.Load(id)
-	if _, idle := d.idle[id]; err == nil && (!s.Pool || s.Phase != SlotIdle || s.Ahead || s.Mode != RunRestart || s.Handle == nil || s.Gen != g.Gen || s.App != g.App || !idle) {
+	if _, idle := d.idle[id]; err == nil && (!s.Pool || s.Phase != SlotIdle || s.Ahead || s.Mode != drivers.RunRestart || s.Handle == nil || s.Gen != g.Gen || s.App != g.App || !idle) {
 		err = fmt.Errorf("slot %s (%s, generation %d of %s): not an idle pool slot waiting for an order: %w", id, s.Phase, s.Gen, s.App, ErrNotAhead)
 	}
 	if err == nil {
@@ -122,7 +123,7 @@ type startingSlot struct {
 	filled spec.Generation
 	// handle is its instance, running its entrypoint at background
 	// priority: a deploy that waits for it raises it.
-	handle Handle
+	handle drivers.Handle
 	// promised is set once a deploy waits for it: one waiter per slot.
 	promised bool
 	// done is closed when StartAhead ends (the slot idle, or released).
@@ -154,7 +155,7 @@ func (d *Deployer) awaitStarting(ctx context.Context, app string, gen int) bool 
 	if st == nil {
 		return false
 	}
-	if r, ok := d.driverByName(st.handle.Driver).(Raiser); ok {
+	if r, ok := d.driverByName(st.handle.Driver).(drivers.Raiser); ok {
 		h := st.handle
 		h.Background = true
 		if _, err := r.Raise(ctx, h); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
@@ -21,7 +22,7 @@ func (d *Deployer) Alive(ctx context.Context, id string) (bool, error) {
 	}
 	dr := d.driverByName(rec.Handle.Driver)
 	if dr == nil {
-		return false, fmt.Errorf("%w: driver %q of deployment %s", ErrDriver, rec.Handle.Driver, id)
+		return false, fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, rec.Handle.Driver, id)
 	}
 	return dr.Running(ctx, *rec.Handle)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
@@ -42,7 +43,7 @@ func (d *Deployer) Boot(ctx context.Context, app spec.App, opts Options, reason 
 	}
 	defer d.undoOnError(ctx, rec, &err)
 	o := d.newOp(&rec.Timings, opts.Progress)
-	s, err := d.provisionFor(ctx, o, rec, app, RunBoot, 0, nil, slotSource{app: app, env: env.Ref, config: env.Config, background: opts.Background})
+	s, err := d.provisionFor(ctx, o, rec, app, drivers.RunBoot, 0, nil, slotSource{app: app, env: env.Ref, config: env.Config, background: opts.Background})
 	if err != nil {
 		return Deployment{}, err
 	}

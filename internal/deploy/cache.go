@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/fogdeploy/fogdeploy/internal/gencache"
@@ -72,7 +73,7 @@ func (d *Deployer) fetch(ctx context.Context, g spec.Generation, dst string) (er
 		}
 		_ = os.Remove(target)
 	}()
-	src := genDir(target, g.Gen)
+	src := drivers.GenDir(target, g.Gen)
 	if _, err := os.Stat(src); err != nil {
 		return fmt.Errorf("generation %d of %s: its checkpoint image holds no generation directory: %w", g.Gen, g.App, err)
 	}
@@ -103,7 +104,7 @@ func (d *Deployer) TrimCache(keep func(gencache.Key) bool) ([]gencache.Entry, er
 	}
 	used := map[gencache.Key]bool{}
 	for _, s := range slots {
-		if s.Mode == RunRestart {
+		if s.Mode == drivers.RunRestart {
 			used[gencache.Key{App: s.App, Gen: s.Gen}] = true
 		}
 	}
@@ -117,7 +118,7 @@ func (d *Deployer) TrimCache(keep func(gencache.Key) bool) ([]gencache.Entry, er
 func (d *Deployer) stageCheckpoint(ctx context.Context, s *Slot, ckptPath string) string {
 	stage := filepath.Join(s.Dir, "stage")
 	if err := os.MkdirAll(stage, 0o755); err == nil {
-		if err = gencache.CopyTree(ctx, genDir(ckptPath, s.Gen), stage); err == nil {
+		if err = gencache.CopyTree(ctx, drivers.GenDir(ckptPath, s.Gen), stage); err == nil {
 			return stage
 		}
 		d.log.Warn("keeping the checkpoint on the node; it is fetched on first use instead", "app", s.App, "gen", s.Gen, "err", err)

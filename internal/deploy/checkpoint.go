@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -48,7 +49,7 @@ func (d *Deployer) CheckpointAll(ctx context.Context, app spec.App, opts Checkpo
 	}
 	if len(gens) == 0 {
 		if len(errs) == 0 {
-			return nil, fmt.Errorf("%w: app %s (engine auto): no engine on this node can checkpoint it", ErrDriver, app.Name)
+			return nil, fmt.Errorf("%w: app %s (engine auto): no engine on this node can checkpoint it", drivers.ErrDriver, app.Name)
 		}
 		return nil, fmt.Errorf("app %s (engine auto): no engine could checkpoint it: %w", app.Name, errors.Join(errs...))
 	}
@@ -69,7 +70,7 @@ func (d *Deployer) Checkpoint(ctx context.Context, app spec.App, opts Checkpoint
 		return spec.Generation{}, err
 	}
 	// The slot's images are the generation's: they are sealed in place.
-	s, err := d.newSlot(app.Name, n, RunLaunch, false, "", []string{GenImage(app.Name, n, "env"), GenImage(app.Name, n, "ckpt")})
+	s, err := d.newSlot(app.Name, n, drivers.RunLaunch, false, "", []string{GenImage(app.Name, n, "env"), GenImage(app.Name, n, "ckpt")})
 	if err != nil {
 		return spec.Generation{}, err
 	}
@@ -118,7 +119,7 @@ func (d *Deployer) Checkpoint(ctx context.Context, app spec.App, opts Checkpoint
 // checkpointable checks that app (with defaults) can be checkpointed on
 // this node: its spec, one engine, its environment (and its chain's
 // depth), and the driver and engine that run it.
-func (d *Deployer) checkpointable(ctx context.Context, app spec.App) (env layering.Environment, dr Driver, version string, err error) {
+func (d *Deployer) checkpointable(ctx context.Context, app spec.App) (env layering.Environment, dr drivers.Driver, version string, err error) {
 	if err := app.Validate(); err != nil {
 		return env, nil, "", err
 	}
@@ -145,7 +146,7 @@ func (d *Deployer) checkpointable(ctx context.Context, app spec.App) (env layeri
 // through rbd-fuse's page cache), snapshotted and protected, and the
 // generation's record is written last on the checkpoint image: that makes
 // it visible. The slot then goes, its images now the generation's.
-func (d *Deployer) seal(ctx context.Context, o *op, s *Slot, dr Driver, h Handle, g *spec.Generation) error {
+func (d *Deployer) seal(ctx context.Context, o *op, s *Slot, dr drivers.Driver, h drivers.Handle, g *spec.Generation) error {
 	if err := dr.Remove(ctx, h); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
@@ -314,7 +315,7 @@ func TestDeployBootWithoutEngine(t *testing.T) {
 	t.Cleanup(func() { f.UndeployAll(t, app.Name) })
 
 	_, err := f.D.Deploy(ctx, app, deploy.Options{})
-	if !errors.Is(err, deploy.ErrDriver) || hint.Of(err) == "" {
+	if !errors.Is(err, drivers.ErrDriver) || hint.Of(err) == "" {
 		t.Fatalf("deploy without an engine = %v; want ErrDriver with a hint", err)
 	}
 	deploytest.AssertNothingLeft(t, f, app.Name, false)
@@ -514,7 +515,7 @@ func TestDMTCPEnvironmentWithOnlyGlibc(t *testing.T) {
 	t.Cleanup(func() { f.UndeployAll(t, app.Name); f.RemoveGenerations(t, app.Name) })
 	get := func(dep deploy.Deployment) string {
 		t.Helper()
-		addr := dep.Ports[deploy.PortKey(8000, "tcp")]
+		addr := dep.Ports[drivers.PortKey(8000, "tcp")]
 		resp, err := http.Get("http://" + addr + "/")
 		if err != nil {
 			t.Fatalf("GET %s of %s: %v", addr, dep.ID, err)

@@ -19,14 +19,19 @@
 // boot-or-restore choice, lazy restore and migration can reuse them.
 //
 // Where each concern lives: deployer.go (wiring: Config, Deps, the
-// drivers), policy.go (Deploy's choice), stages.go (the stages every
-// instance goes through), boot.go, checkpoint.go and restore.go (the three
-// ways an instance starts), undeploy.go, records.go (the records, kept by
-// internal/journal),
-// generations.go, cache.go (the node's copies of generations), driver.go with container.go and host.go (where the app
-// runs: create, then start; drivertest is their behaviour suite), ready.go
-// and alive.go (readiness and liveness), spec.go (app specs), envcheck.go
-// (what an environment needs under DMTCP).
+// drivers; Mapper and Envs, the interfaces it consumes), errors.go,
+// policy.go (Deploy's choice), stages.go (the stages every instance goes
+// through), boot.go, checkpoint.go and restore.go (the three ways an
+// instance starts), slots.go, pool.go, ahead.go and recycle.go (the warm
+// pool: slots, hits, restore ahead, recycling), coalesce.go (lookups shared
+// by hits at once), undeploy.go, records.go (the records, kept by
+// internal/journal), generations.go (the generation catalog, which fogctl
+// and gc read without a Deployer), compat.go (whether a generation restores
+// here), cache.go and lower.go (the node's copies of generations and of
+// their environments), identity.go (an instance's identity and
+// post_restore), ready.go and alive.go (readiness and liveness). Where the
+// app runs (the container and host drivers, and their behaviour suite) is
+// package drivers; the scenarios' nodes, real and of fakes, are deploytest.
 package deploy
 
 import (
@@ -40,6 +45,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/gencache"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
@@ -159,10 +165,10 @@ type Deps struct {
 	Mapper Mapper
 	// Container runs DMTCP and CRIU apps (may be nil when DMTCPDriver
 	// and CRIUDriver are "host").
-	Container Driver
+	Container drivers.Driver
 	// Host runs the apps of an engine whose driver is "host"; may be
 	// nil when no app needs it.
-	Host Driver
+	Host drivers.Driver
 	// Roots mount instances' roots on the shared read path (EnvShared);
 	// nil: the kernel's overlay (overlay.Kernel).
 	Roots overlay.Roots
@@ -274,21 +280,21 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 
 // driver is the driver of app's instances under engine eng. The host
 // driver runs only apps the operator marked trusted (ErrUntrusted).
-func (d *Deployer) driver(app spec.App, eng engine.Name) (Driver, error) {
+func (d *Deployer) driver(app spec.App, eng engine.Name) (drivers.Driver, error) {
 	dr, err := d.engineDriver(eng)
 	if err != nil {
 		return nil, err
 	}
 	if dr == d.deps.Host && !app.Trusted {
-		return nil, hint.With(fmt.Errorf("%w: app %s under the %s engine: %w", ErrDriver, app.Name, eng, ErrUntrusted),
+		return nil, hint.With(fmt.Errorf("%w: app %s under the %s engine: %w", drivers.ErrDriver, app.Name, eng, ErrUntrusted),
 			"the host driver runs apps as root with the agent's capabilities: mark the app `trusted: true` only if you trust its code with the node, or run the engine in the light container (agent."+string(eng)+"_driver: container)")
 	}
 	return dr, nil
 }
 
 // engineDriver is the driver this node runs engine eng's apps with.
-func (d *Deployer) engineDriver(eng engine.Name) (Driver, error) {
-	var dr Driver
+func (d *Deployer) engineDriver(eng engine.Name) (drivers.Driver, error) {
+	var dr drivers.Driver
 	switch {
 	case eng == engine.NameDMTCP && d.cfg.DMTCPDriver == spec.DriverContainer,
 		eng == engine.NameCRIU && d.cfg.CRIUDriver == spec.DriverContainer:
@@ -297,25 +303,25 @@ func (d *Deployer) engineDriver(eng engine.Name) (Driver, error) {
 		dr = d.deps.Host
 	}
 	if dr == nil {
-		return nil, fmt.Errorf("%w: no driver configured for the %s engine", ErrDriver, eng)
+		return nil, fmt.Errorf("%w: no driver configured for the %s engine", drivers.ErrDriver, eng)
 	}
 	return dr, nil
 }
 
 // driverByRun is the driver of an instance in mode of an app with engine
 // eng: the Container driver boots apps without an engine.
-func (d *Deployer) driverByRun(app spec.App, mode RunMode, eng engine.Name) (Driver, error) {
-	if mode != RunBoot {
+func (d *Deployer) driverByRun(app spec.App, mode drivers.RunMode, eng engine.Name) (drivers.Driver, error) {
+	if mode != drivers.RunBoot {
 		return d.driver(app, eng)
 	}
 	if d.deps.Container == nil {
-		return nil, fmt.Errorf("%w: booting without an engine needs the container driver", ErrDriver)
+		return nil, fmt.Errorf("%w: booting without an engine needs the container driver", drivers.ErrDriver)
 	}
 	return d.deps.Container, nil
 }
 
 // Host returns the host driver (nil if none).
-func (d *Deployer) Host() Driver { return d.deps.Host }
+func (d *Deployer) Host() drivers.Driver { return d.deps.Host }
 
 // Check reports whether this node can deploy app: the spec, the
 // environment, and the engine behind its driver.
@@ -348,7 +354,7 @@ func (d *Deployer) engineOf(ctx context.Context, app spec.App) (eng engine.Name,
 			}
 		}
 		if len(engs) == 0 {
-			return "", "", fmt.Errorf("%w: app %s (engine auto): this node has no checkpoint engine that runs it", ErrDriver, app.Name)
+			return "", "", fmt.Errorf("%w: app %s (engine auto): this node has no checkpoint engine that runs it", drivers.ErrDriver, app.Name)
 		}
 		eng = engs[0]
 	}
@@ -385,15 +391,15 @@ func (d *Deployer) CheckEngine(ctx context.Context, eng engine.Name) (driver, ve
 // CheckBoot reports whether this node can boot apps with no checkpoint
 // engine (the boot image of the Container driver).
 func (d *Deployer) CheckBoot(ctx context.Context) error {
-	c, ok := d.deps.Container.(*Container)
+	c, ok := d.deps.Container.(*drivers.Container)
 	if !ok || c == nil {
-		return fmt.Errorf("%w: booting without an engine needs the container driver", ErrDriver)
+		return fmt.Errorf("%w: booting without an engine needs the container driver", drivers.ErrDriver)
 	}
 	return c.CheckBoot(ctx)
 }
 
-func (d *Deployer) driverByName(name string) Driver {
-	for _, dr := range []Driver{d.deps.Container, d.deps.Host} {
+func (d *Deployer) driverByName(name string) drivers.Driver {
+	for _, dr := range []drivers.Driver{d.deps.Container, d.deps.Host} {
 		if dr != nil && dr.Name() == name {
 			return dr
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
@@ -51,7 +52,7 @@ func TestFilesWrittenBeforeCheckpoint(t *testing.T) {
 			t.Cleanup(func() { f.UndeployAll(t, app.Name); f.RemoveGenerations(t, app.Name) })
 			get := func(dep deploy.Deployment) (int, string) {
 				t.Helper()
-				resp, err := http.Get("http://" + dep.Ports[deploy.PortKey(8000, "tcp")] + "/index.html")
+				resp, err := http.Get("http://" + dep.Ports[drivers.PortKey(8000, "tcp")] + "/index.html")
 				if err != nil {
 					t.Fatalf("GET /index.html of %s: %v", dep.ID, err)
 				}

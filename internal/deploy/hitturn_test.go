@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -76,7 +77,7 @@ func TestConfigHitConcurrency(t *testing.T) {
 func TestUnclaim(t *testing.T) {
 	d := &Deployer{idle: map[string]idleSlot{}, claimed: map[string]claimedSlot{}}
 	g := &spec.Generation{App: "a", Gen: 3}
-	d.offer(&Slot{ID: "s1", App: "a", Gen: 3, Pool: true, Phase: SlotIdle, Mode: RunRestart, Owned: Owned{Handle: &Handle{}}}, g)
+	d.offer(&Slot{ID: "s1", App: "a", Gen: 3, Pool: true, Phase: SlotIdle, Mode: drivers.RunRestart, Owned: Owned{Handle: &drivers.Handle{}}}, g)
 	s, err := d.claim("a", 3, "dep1")
 	if err != nil || s.ID != "s1" || s.Phase != SlotClaimed || s.Deployment != "dep1" {
 		t.Fatalf("claim = %+v, %v; want s1 claimed by dep1", s, err)

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fogdeploy/fogdeploy/internal/ctlfs"
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/instancectl"
@@ -75,7 +76,7 @@ func identityJSON(id spec.Identity) ([]byte, error) {
 // is false where the entrypoint has not bound it (an environment whose
 // /run is a symbolic link, a container of an older image, an entrypoint
 // still preparing the root): the caller then writes into the root too.
-func writeIdentityCtl(h Handle, id spec.Identity) (bound bool, err error) {
+func writeIdentityCtl(h drivers.Handle, id spec.Identity) (bound bool, err error) {
 	if h.CtlPath == "" {
 		return false, nil
 	}
@@ -152,12 +153,12 @@ func writeIdentityWithin(ctx context.Context, root string, id spec.Identity, bou
 
 // postRestore runs app's post_restore command in restored instance h, with
 // id in its environment, within the app's ready timeout.
-func (d *Deployer) postRestore(ctx context.Context, dr Driver, h Handle, app spec.App, id spec.Identity) error {
+func (d *Deployer) postRestore(ctx context.Context, dr drivers.Driver, h drivers.Handle, app spec.App, id spec.Identity) error {
 	timeout := readyTimeout(app)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	res, err := dr.Exec(ctx, h, Exec{Argv: app.PostRestore, Env: id.Env(), User: app.User})
+	res, err := dr.Exec(ctx, h, drivers.Exec{Argv: app.PostRestore, Env: id.Env(), User: app.User})
 	if err == nil && res.ExitCode == 0 {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
@@ -25,7 +26,7 @@ func TestWriteIdentityCtl(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(dir, path.Base(spec.IdentityFile))
-	h := Handle{CtlPath: ctl}
+	h := drivers.Handle{CtlPath: ctl}
 	old := spec.Identity{Instance: "slot-" + strings.Repeat("x", 200), App: "redis", Slot: "redis-s01234567", Seed: "00"}
 	if bound, err := writeIdentityCtl(h, old); err != nil || bound {
 		t.Fatalf("writeIdentityCtl without a file = %v, %v; want a new file, not bound", bound, err)

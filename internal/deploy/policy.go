@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -161,7 +162,7 @@ func (d *Deployer) lookup(ctx context.Context, app spec.App, opts Options) (gen 
 	// generation's, and a boot or a first checkpoint looks the app's up.
 	checked, version, err := d.engineOf(ctx, app)
 	if err != nil {
-		if errors.Is(err, ErrDriver) && opts.IfNoEngine == spec.PolicyBoot {
+		if errors.Is(err, drivers.ErrDriver) && opts.IfNoEngine == spec.PolicyBoot {
 			d.log.Info("booting without a checkpoint engine", "app", app.Name, "reason", err)
 			return gen, nil, 0, "no checkpoint engine (" + string(app.Engine) + ") on this node", nil
 		}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
@@ -28,7 +29,7 @@ func (d *Deployer) ProvisionPoolSlot(ctx context.Context, g spec.Generation) (_ 
 	if _, err := d.driver(app, g.Engine); err != nil {
 		return Slot{}, err
 	}
-	s, err := d.newSlot(app.Name, g.Gen, RunRestart, true, "", nil)
+	s, err := d.newSlot(app.Name, g.Gen, drivers.RunRestart, true, "", nil)
 	if err != nil {
 		return Slot{}, err
 	}

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/fogdeploy/fogdeploy/internal/engine"
@@ -18,18 +19,18 @@ import (
 )
 
 // probe returns the readiness probe of an instance, run from the host.
-func (d *Deployer) probe(ctx context.Context, dr Driver, h Handle, app spec.App, restored bool) (engine.Probe, error) {
+func (d *Deployer) probe(ctx context.Context, dr drivers.Driver, h drivers.Handle, app spec.App, restored bool) (engine.Probe, error) {
 	r := app.Ready
 	switch r.Kind {
 	case spec.ReadyTCP:
-		if c, ok := dr.(*Container); ok && r.Send == "" {
+		if c, ok := dr.(*drivers.Container); ok && r.Send == "" {
 			// A published port accepts at once (docker-proxy); only the
 			// entrypoint, inside the container, sees the app's socket.
 			return entrypointProbe{c: c, h: h}, nil
 		}
-		return engine.TCPProbe{Addr: h.Ports[PortKey(r.Port, "tcp")], Send: r.Send, Expect: r.Expect, Dial: directDial(h)}, nil
+		return engine.TCPProbe{Addr: h.Ports[drivers.PortKey(r.Port, "tcp")], Send: r.Send, Expect: r.Expect, Dial: directDial(h)}, nil
 	case spec.ReadyHTTP:
-		url := "http://" + h.Ports[PortKey(r.Port, "tcp")] + r.Path
+		url := "http://" + h.Ports[drivers.PortKey(r.Port, "tcp")] + r.Path
 		return engine.HTTPProbe{URL: url, Status: r.Status, Dial: directDial(h)}, nil
 	case spec.ReadyExec:
 		pid, err := dr.NetPid(ctx, h)
@@ -54,7 +55,7 @@ func (d *Deployer) probe(ctx context.Context, dr Driver, h Handle, app spec.App,
 // directDialTimeout: a runtime whose networks live elsewhere), it dials the
 // published address, from then on. nil (the host's own dialer) when h has
 // no address.
-func directDial(h Handle) engine.DialFunc {
+func directDial(h drivers.Handle) engine.DialFunc {
 	if h.IP == "" {
 		return nil
 	}
@@ -85,8 +86,8 @@ func directDial(h Handle) engine.DialFunc {
 const directDialTimeout = 250 * time.Millisecond
 
 type outputProbe struct {
-	d        Driver
-	h        Handle
+	d        drivers.Driver
+	h        drivers.Handle
 	phrase   string
 	restored bool
 }
@@ -102,7 +103,7 @@ func (p outputProbe) Probe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !outputContains(lines, p.phrase) {
+	if !drivers.OutputContains(lines, p.phrase) {
 		return fmt.Errorf("%q not printed yet", p.phrase)
 	}
 	return nil
@@ -116,7 +117,7 @@ const runningInterval = 100 * time.Millisecond
 
 // waitReady probes until the app is ready, its instance stops, or the
 // app's ready.timeout passes; the error then carries the app's last lines.
-func (d *Deployer) waitReady(ctx context.Context, dr Driver, h Handle, app spec.App, restored bool) error {
+func (d *Deployer) waitReady(ctx context.Context, dr drivers.Driver, h drivers.Handle, app spec.App, restored bool) error {
 	p, err := d.probe(ctx, dr, h, app, restored)
 	if err != nil {
 		return err
@@ -159,8 +160,8 @@ func (d *Deployer) waitReady(ctx context.Context, dr Driver, h Handle, app spec.
 // entrypointProbe is ready once the DMTCP container's entrypoint reports
 // launch_ready, restart_ready or boot_ready.
 type entrypointProbe struct {
-	c *Container
-	h Handle
+	c *drivers.Container
+	h drivers.Handle
 }
 
 func (p entrypointProbe) Probe(ctx context.Context) error {

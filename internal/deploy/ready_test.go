@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 )
 
@@ -44,7 +45,7 @@ func TestDirectDial(t *testing.T) {
 	defer cancel()
 	instance, proxy := listen(t, "instance"), listen(t, "proxy")
 	published := proxy.Addr().String()
-	h := deploy.Handle{IP: "127.0.0.1", Ports: map[string]string{portOf(instance) + "/tcp": published}}
+	h := drivers.Handle{IP: "127.0.0.1", Ports: map[string]string{portOf(instance) + "/tcp": published}}
 	probe := engine.TCPProbe{Addr: published, Expect: "instance", Dial: deploy.DirectDial(h)}
 	if err := probe.Probe(ctx); err != nil {
 		t.Errorf("probe of an instance with its own address: %v; want it answered by the instance, not the proxy", err)
@@ -61,7 +62,7 @@ func TestDirectDial(t *testing.T) {
 
 	// An address the host does not reach (IPv6's discard prefix): the
 	// published port.
-	h = deploy.Handle{IP: "100::1", Ports: map[string]string{"80/tcp": published}}
+	h = drivers.Handle{IP: "100::1", Ports: map[string]string{"80/tcp": published}}
 	probe = engine.TCPProbe{Addr: published, Expect: "proxy", Dial: deploy.DirectDial(h)}
 	for i := range 2 {
 		start := time.Now()
@@ -74,7 +75,7 @@ func TestDirectDial(t *testing.T) {
 	}
 
 	// No address of its own: the host's dialer.
-	if deploy.DirectDial(deploy.Handle{Ports: h.Ports}) != nil {
+	if deploy.DirectDial(drivers.Handle{Ports: h.Ports}) != nil {
 		t.Errorf("DirectDial without an address is not nil")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -75,7 +76,7 @@ func (d *Deployer) Logs(ctx context.Context, id string, n int) ([]string, error)
 	}
 	dr := d.driverByName(rec.Handle.Driver)
 	if dr == nil {
-		return nil, fmt.Errorf("%w: driver %q of deployment %s", ErrDriver, rec.Handle.Driver, id)
+		return nil, fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, rec.Handle.Driver, id)
 	}
 	return dr.Logs(ctx, *rec.Handle, n)
 }

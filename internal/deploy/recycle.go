@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -44,9 +45,9 @@ func (d *Deployer) Recycle(ctx context.Context, id string) (Slot, error) {
 	}
 	lower, err := d.lowers.Load(rec.Lower)
 	if err != nil {
-		return Slot{}, fmt.Errorf("deployment %s: node copy %s: %w (%w)", id, rec.Lower, err, ErrNotRecyclable)
+		return Slot{}, fmt.Errorf("deployment %s: node copy %s: %w (%w)", id, rec.Lower, err, drivers.ErrNotRecyclable)
 	}
-	s := &Slot{ID: rec.Slot, App: rec.App, Node: d.cfg.Node, Gen: rec.Gen, Mode: RunRestart, Phase: SlotRecycling, Pool: true,
+	s := &Slot{ID: rec.Slot, App: rec.App, Node: d.cfg.Node, Gen: rec.Gen, Mode: drivers.RunRestart, Phase: SlotRecycling, Pool: true,
 		Deployment: id, Owned: rec.Owned, Ports: rec.Ports, Created: time.Now().UTC()}
 	if err := d.slots.Save(s.ID, s); err != nil {
 		return Slot{}, err
@@ -86,8 +87,10 @@ func (d *Deployer) Recycle(ctx context.Context, id string) (Slot, error) {
 
 // recycler returns the driver that can recycle rec's instance, or
 // ErrNotRecyclable with the reason.
-func (d *Deployer) recycler(rec Deployment) (Recycler, error) {
-	no := func(why string) error { return fmt.Errorf("deployment %s: %s: %w", rec.ID, why, ErrNotRecyclable) }
+func (d *Deployer) recycler(rec Deployment) (drivers.Recycler, error) {
+	no := func(why string) error {
+		return fmt.Errorf("deployment %s: %s: %w", rec.ID, why, drivers.ErrNotRecyclable)
+	}
 	switch {
 	case rec.Phase != spec.PhaseRunning:
 		return nil, no("not running (" + string(rec.Phase) + ")")
@@ -98,7 +101,7 @@ func (d *Deployer) recycler(rec Deployment) (Recycler, error) {
 	case rec.Handle == nil || !rec.Handle.Recycle:
 		return nil, no("its instance serves once")
 	}
-	dr, ok := d.driverByName(rec.Handle.Driver).(Recycler)
+	dr, ok := d.driverByName(rec.Handle.Driver).(drivers.Recycler)
 	if !ok {
 		return nil, no("driver " + rec.Handle.Driver + " cannot recycle")
 	}

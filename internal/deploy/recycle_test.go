@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/fogdeploy/fogdeploy/internal/cgroup"
@@ -48,7 +49,7 @@ func testPoolRecycle(t *testing.T, eng engine.Name, lazy bool) {
 	if err != nil {
 		t.Fatalf("boot: %v", err)
 	}
-	if _, err := f.D.Recycle(ctx, boot.ID); !errors.Is(err, deploy.ErrNotRecyclable) {
+	if _, err := f.D.Recycle(ctx, boot.ID); !errors.Is(err, drivers.ErrNotRecyclable) {
 		t.Errorf("Recycle of a boot: %v; want ErrNotRecyclable", err)
 	}
 	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, boot), "PING"); err != nil || got != "PONG" {
@@ -177,7 +178,7 @@ func testPoolRecycle(t *testing.T, eng engine.Name, lazy bool) {
 	if dep.Slot != slot.ID {
 		t.Fatalf("deploy %s took slot %s; want %s", dep.ID, dep.Slot, slot.ID)
 	}
-	cut := deploy.Slot{ID: dep.Slot, App: dep.App, Gen: dep.Gen, Mode: deploy.RunRestart, Phase: deploy.SlotRecycling, Pool: true,
+	cut := deploy.Slot{ID: dep.Slot, App: dep.App, Gen: dep.Gen, Mode: drivers.RunRestart, Phase: deploy.SlotRecycling, Pool: true,
 		Deployment: dep.ID, Owned: dep.Owned, Ports: dep.Ports}
 	writeSlot(t, f, cut)
 	if err := os.Remove(filepath.Join(f.State, "deploy", "deployments", dep.ID+".json")); err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/fogdeploy/fogdeploy/internal/engine"
@@ -82,7 +83,7 @@ func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options,
 			return Deployment{}, err
 		}
 		defer d.undoOnError(ctx, rec, &err)
-		if s, err = d.provisionFor(ctx, o, rec, app, RunRestart, g.Gen, nil, slotSource{app: app, engine: g.Engine,
+		if s, err = d.provisionFor(ctx, o, rec, app, drivers.RunRestart, g.Gen, nil, slotSource{app: app, engine: g.Engine,
 			env: g.EnvSnap, gen: &g, config: d.genConfig(ctx, g), background: opts.Background}); err != nil {
 			return Deployment{}, err
 		}
@@ -129,7 +130,7 @@ func (d *Deployer) claimFor(ctx context.Context, o *op, app string, gen int, id 
 
 // provisionFor provisions a slot for deployment rec (a pool miss, a boot):
 // the deployment's record names the slot before the slot is made.
-func (d *Deployer) provisionFor(ctx context.Context, o *op, rec *Deployment, app spec.App, mode RunMode, gen int, images []string, src slotSource) (*Slot, error) {
+func (d *Deployer) provisionFor(ctx context.Context, o *op, rec *Deployment, app spec.App, mode drivers.RunMode, gen int, images []string, src slotSource) (*Slot, error) {
 	s, err := d.newSlot(app.Name, gen, mode, false, rec.ID, images)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -45,8 +46,8 @@ type Owned struct {
 	// Mappings are the mapper IDs of its mapped images.
 	Mappings []string `json:"mappings,omitempty"`
 	// Dir holds its mount points and control directory.
-	Dir    string  `json:"dir,omitempty"`
-	Handle *Handle `json:"handle,omitempty"`
+	Dir    string          `json:"dir,omitempty"`
+	Handle *drivers.Handle `json:"handle,omitempty"`
 	// Lower is the ID of the node's read-only copy of the generation's
 	// environment that its root reads from (lower.go); "" when its root
 	// is its own clone.
@@ -60,9 +61,9 @@ type Slot struct {
 	Node string `json:"node,omitempty"`
 	// Gen is the generation it restores (RunRestart) or writes
 	// (RunLaunch); 0 for RunBoot.
-	Gen   int       `json:"gen"`
-	Mode  RunMode   `json:"mode"`
-	Phase SlotPhase `json:"phase"`
+	Gen   int             `json:"gen"`
+	Mode  drivers.RunMode `json:"mode"`
+	Phase SlotPhase       `json:"phase"`
 	// Pool is set on a warm pool's slot, provisioned ahead of any request
 	// and at background priority.
 	Pool bool `json:"pool,omitempty"`
@@ -94,12 +95,12 @@ func NewSlotID(app string) string {
 
 // newSlot creates the record of a slot of app in mode, owning images
 // named after it (or the given ones) before any is made.
-func (d *Deployer) newSlot(app string, gen int, mode RunMode, pool bool, dep string, images []string) (*Slot, error) {
+func (d *Deployer) newSlot(app string, gen int, mode drivers.RunMode, pool bool, dep string, images []string) (*Slot, error) {
 	id := NewSlotID(app)
 	if images == nil {
 		images = []string{InstancePrefix + id + "-env"}
 		// A restore reads the node's copy of its checkpoint (cache.go).
-		if mode == RunLaunch {
+		if mode == drivers.RunLaunch {
 			images = append(images, InstancePrefix+id+"-ckpt")
 		}
 	}
@@ -111,7 +112,7 @@ func (d *Deployer) newSlot(app string, gen int, mode RunMode, pool bool, dep str
 		Owned:   Owned{Images: images, Mappings: maps, Dir: filepath.Join(d.cfg.StateDir, "instances", id)},
 		Created: time.Now().UTC()}
 	// Named before it is made, so that TrimLowers sees it in use.
-	if mode == RunRestart && d.cfg.EnvRead == EnvShared {
+	if mode == drivers.RunRestart && d.cfg.EnvRead == EnvShared {
 		s.Lower = lowerID(app, gen)
 	}
 	if err := d.slots.Create(id, s, true); err != nil {
@@ -194,7 +195,7 @@ func (d *Deployer) claim(app string, gen int, dep string) (*Slot, error) {
 	var best *Slot
 	for _, c := range d.idle {
 		s := &c.slot
-		if s.App == app && s.Gen == gen && s.Pool && s.Phase == SlotIdle && s.Handle != nil && s.Mode == RunRestart &&
+		if s.App == app && s.Gen == gen && s.Pool && s.Phase == SlotIdle && s.Handle != nil && s.Mode == drivers.RunRestart &&
 			(best == nil || s.Ahead && !best.Ahead || s.Ahead == best.Ahead && s.Created.Before(best.Created)) {
 			best = s
 		}

@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
@@ -245,7 +246,7 @@ func (d *Deployer) mountSlot(ctx context.Context, s *Slot, envMap, ckptMap *mapp
 		// The clone takes the overlay's upper directory.
 		envPath = filepath.Join(s.Dir, "disk")
 	}
-	if s.Mode != RunBoot {
+	if s.Mode != drivers.RunBoot {
 		ckptPath = filepath.Join(s.Dir, "ckpt")
 	}
 	if err := both(
@@ -272,7 +273,7 @@ func (d *Deployer) createInstance(ctx context.Context, s *Slot, src slotSource, 
 	if err != nil {
 		return err
 	}
-	run := Run{Mode: s.Mode, ID: s.ID, App: src.app, EnvPath: envPath, CkptPath: ckptPath, CkptSource: source, Gen: s.Gen,
+	run := drivers.Run{Mode: s.Mode, ID: s.ID, App: src.app, EnvPath: envPath, CkptPath: ckptPath, CkptSource: source, Gen: s.Gen,
 		ImageEnv: src.config.Env, WorkDir: src.config.WorkDir, CtlPath: ctl, Background: s.Pool || src.background, Limits: d.cfg.Limits, Resettable: s.Lower != ""}
 	h, err := dr.Create(ctx, run)
 	if err != nil {
@@ -334,40 +335,40 @@ func both(a, b func() error) error {
 // dep: it orders the instance to run as dep (or, restored ahead, raises
 // it) and waits until its app is ready. restored says whether the app
 // comes from a checkpoint.
-func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, app spec.App, restored bool) (Driver, Handle, error) {
+func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, app spec.App, restored bool) (drivers.Driver, drivers.Handle, error) {
 	if s.Handle == nil {
-		return nil, Handle{}, fmt.Errorf("slot %s has no instance", s.ID)
+		return nil, drivers.Handle{}, fmt.Errorf("slot %s has no instance", s.ID)
 	}
 	dr := d.driverByName(s.Handle.Driver)
 	if dr == nil {
-		return nil, Handle{}, fmt.Errorf("%w: driver %q of slot %s", ErrDriver, s.Handle.Driver, s.ID)
+		return nil, drivers.Handle{}, fmt.Errorf("%w: driver %q of slot %s", drivers.ErrDriver, s.Handle.Driver, s.ID)
 	}
 	h := *s.Handle
 	h.Deployment = dep
 	id, err := d.identify(ctx, s, h, app, restored)
 	if err != nil {
-		return nil, Handle{}, err
+		return nil, drivers.Handle{}, err
 	}
 	if s.Ahead {
 		// Restored ahead (ahead.go), its app runs already: starting it
 		// is raising it to the normal weight.
-		r, ok := dr.(Raiser)
+		r, ok := dr.(drivers.Raiser)
 		if !ok {
-			return nil, Handle{}, fmt.Errorf("slot %s: driver %s: %w", s.ID, s.Handle.Driver, ErrNotAhead)
+			return nil, drivers.Handle{}, fmt.Errorf("slot %s: driver %s: %w", s.ID, s.Handle.Driver, ErrNotAhead)
 		}
 		if h, err = r.Raise(ctx, h); err != nil {
-			return nil, Handle{}, err
+			return nil, drivers.Handle{}, err
 		}
 		s.Handle = &h
 		o.phase(StepRaise)
 		return dr, h, d.ready(ctx, o, dr, h, app, restored, id)
 	}
 	if h, err = dr.Start(ctx, h); err != nil {
-		return nil, Handle{}, err
+		return nil, drivers.Handle{}, err
 	}
 	s.Handle, s.Ports = &h, h.Ports
 	if err := d.slots.Save(s.ID, s); err != nil {
-		return nil, Handle{}, err
+		return nil, drivers.Handle{}, err
 	}
 	o.phase(StepStart)
 	return dr, h, d.ready(ctx, o, dr, h, app, restored, id)
@@ -375,7 +376,7 @@ func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, a
 
 // identify writes the identity of deployment h.Deployment where slot s's
 // instance reads it (identity.go).
-func (d *Deployer) identify(ctx context.Context, s *Slot, h Handle, app spec.App, restored bool) (spec.Identity, error) {
+func (d *Deployer) identify(ctx context.Context, s *Slot, h drivers.Handle, app spec.App, restored bool) (spec.Identity, error) {
 	id := spec.Identity{Instance: h.Deployment, App: app.Name, Node: d.cfg.Node, Slot: s.ID, Seed: newSeed(), Started: time.Now().UTC()}
 	if restored {
 		id.Gen = s.Gen
@@ -400,7 +401,7 @@ func (d *Deployer) identify(ctx context.Context, s *Slot, h Handle, app spec.App
 
 // ready runs the ready stage of instance h: it waits until its app is
 // ready, then runs a restored app's post_restore with identity id.
-func (d *Deployer) ready(ctx context.Context, o *op, dr Driver, h Handle, app spec.App, restored bool, id spec.Identity) error {
+func (d *Deployer) ready(ctx context.Context, o *op, dr drivers.Driver, h drivers.Handle, app spec.App, restored bool, id spec.Identity) error {
 	if err := d.waitReady(ctx, dr, h, app, restored); err != nil {
 		return err
 	}
@@ -418,7 +419,7 @@ func (d *Deployer) ready(ctx context.Context, o *op, dr Driver, h Handle, app sp
 // slot's resources and is Running, then the slot's record goes. A crash in
 // between leaves both records naming the same resources; RecoverSlots then
 // drops the slot's record.
-func (d *Deployer) bind(ctx context.Context, o *op, s *Slot, rec *Deployment, dr Driver, app spec.App, readyPhase string) (Deployment, error) {
+func (d *Deployer) bind(ctx context.Context, o *op, s *Slot, rec *Deployment, dr drivers.Driver, app spec.App, readyPhase string) (Deployment, error) {
 	rec.Owned, rec.Ports, rec.Phase = s.Owned, s.Ports, spec.PhaseRunning
 	rec.Fetched = s.Fetched && rec.Pool != spec.PoolHit // a pool slot fetched before the request
 	var err error
@@ -444,8 +445,8 @@ func (d *Deployer) bind(ctx context.Context, o *op, s *Slot, rec *Deployment, dr
 	// ready (the deploy's answer and status have the bind's too): a pool
 	// hit writes one record.
 	if !rec.Ahead {
-		if c, ok := dr.(*Container); ok {
-			rec.EngineReadyMS = c.engineReady(ctx, *s.Handle, app, readyPhase)
+		if c, ok := dr.(*drivers.Container); ok {
+			rec.EngineReadyMS = c.EngineReady(ctx, *s.Handle, app, readyPhase)
 		}
 		_ = d.deployments.Note(rec.ID, rec) // with the bind's timing
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/fogdeploy/fogdeploy/internal/hint"
@@ -88,8 +89,8 @@ func (d *Deployer) releaseResources(ctx context.Context, who string, res Owned, 
 			}
 		}
 	}
-	for _, dr := range []Driver{d.deps.Container, d.deps.Host} {
-		s, ok := dr.(Sweeper)
+	for _, dr := range []drivers.Driver{d.deps.Container, d.deps.Host} {
+		s, ok := dr.(drivers.Sweeper)
 		if !ok || dr == nil {
 			continue
 		}
@@ -130,15 +131,15 @@ func (d *Deployer) releaseResources(ctx context.Context, who string, res Owned, 
 // Config.StopGrace: an instance whose process does not exit (blocked in
 // the kernel on a mapping whose I/O stalled) fails with
 // context.DeadlineExceeded instead of waiting without end.
-func (d *Deployer) removeInstance(ctx context.Context, dr Driver, h Handle) error {
+func (d *Deployer) removeInstance(ctx context.Context, dr drivers.Driver, h drivers.Handle) error {
 	bound := d.cfg.StopGrace
 	if bound == 0 {
 		bound = DefaultStopGrace
 	}
-	if c, ok := dr.(*Container); ok {
-		bound += c.stopTimeout()
+	if c, ok := dr.(*drivers.Container); ok {
+		bound += c.StopTimeoutOrDefault()
 	} else {
-		bound += defaultStopTimeout
+		bound += drivers.DefaultStopTimeout
 	}
 	rctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()

@@ -2,7 +2,7 @@
 // app's pool size (`pool:` in its spec, else agent.pool_size), within the node's capacity, and
 // publish them for placement and `fogctl pool ls`. Refilling runs one slot at a time, waits while
 // deploys are under way, and provisions each slot's instance at background CPU priority until a
-// deployment binds it (deploy.Run.Background).
+// deployment binds it (drivers.Run.Background).
 
 package agent
 
@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
@@ -427,7 +428,7 @@ func (a *agent) recycle(ctx context.Context, id string) bool {
 		a.log.Debug("warm pool: instance recycled", "deployment", id, "slot", s.ID, "timings", s.Timings.String())
 		a.publishPool(ctx, app.Name, g.Gen, size)
 		return true
-	case errors.Is(err, deploy.ErrNotRecyclable):
+	case errors.Is(err, drivers.ErrNotRecyclable):
 		if _, lerr := a.d.Load(id); errors.Is(lerr, spec.ErrNotFound) {
 			// Its instance found it could not serve again (a connection
 			// left on a listening port that cannot be bound again): Recycle

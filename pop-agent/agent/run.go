@@ -25,6 +25,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/cgroup"
 	"github.com/fogdeploy/fogdeploy/internal/config"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/keyedmutex"
@@ -185,12 +186,12 @@ func newDeployer(ctx context.Context, c config.Config, l *wire.Layering, log *sl
 		return nil, "", err
 	}
 	deps := deploy.Deps{Store: l.Store, Envs: l.Manager, Mapper: l.Mapper, Log: log,
-		Host: deploy.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))}
-	var ctr *deploy.Container
+		Host: drivers.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))}
+	var ctr *drivers.Container
 	if rt, err := runtime.Dial(ctx, c.Docker.Host, log); err != nil {
 		log.Warn("dockerd unavailable: DMTCP apps cannot run in the DMTCP container", "err", err)
 	} else {
-		ctr = &deploy.Container{RT: rt, Image: c.Agent.DMTCPImage, BootImage: c.Agent.BootImage}
+		ctr = &drivers.Container{RT: rt, Image: c.Agent.DMTCPImage, BootImage: c.Agent.BootImage}
 		deps.Container = ctr
 	}
 	// The warm pool's slots wait at the lowest CPU weight and are raised

@@ -26,6 +26,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/adaptive"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/evaluation"
 	"github.com/fogdeploy/fogdeploy/internal/gencache"
@@ -965,7 +966,7 @@ func undeployToPool(ctx context.Context, f *deploytest.Fixture, id string, free 
 		return f.D.Undeploy(ctx, id)
 	}
 	s, err := f.D.Recycle(ctx, id)
-	if errors.Is(err, deploy.ErrNotRecyclable) {
+	if errors.Is(err, drivers.ErrNotRecyclable) {
 		return f.D.Undeploy(ctx, id)
 	}
 	if err == nil {

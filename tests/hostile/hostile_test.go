@@ -25,6 +25,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/config"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
@@ -217,7 +218,7 @@ func runProbe(ctx context.Context, t *testing.T, f *deploytest.Fixture, dep depl
 	if dep.Handle == nil {
 		t.Fatalf("%s: no handle", dep.ID)
 	}
-	r, err := f.Container.Exec(ctx, *dep.Handle, deploy.Exec{Argv: []string{"sh", "-c", probe}, User: app.User,
+	r, err := f.Container.Exec(ctx, *dep.Handle, drivers.Exec{Argv: []string{"sh", "-c", probe}, User: app.User,
 		Env: []string{"TARGET=" + envOf(app, "TARGET"), "FOGDEPLOY_INSTANCE=" + dep.ID}})
 	if err != nil {
 		t.Fatalf("%s: probe: %v", what, err)

@@ -29,8 +29,9 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/cgroup"
 	"github.com/fogdeploy/fogdeploy/internal/config"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
-	"github.com/fogdeploy/fogdeploy/internal/deploy/drivertest"
 	"github.com/fogdeploy/fogdeploy/internal/devenv"
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
+	"github.com/fogdeploy/fogdeploy/internal/drivers/drivertest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/runtime/runtimetest"
@@ -60,8 +61,8 @@ type Fixture struct {
 	State string
 	// Container and Host are the Deployer's drivers (Container is nil
 	// unless DMTCP apps run in the container).
-	Container *deploy.Container
-	Host      *deploy.Host
+	Container *drivers.Container
+	Host      *drivers.Host
 
 	cfg  deploy.Config
 	deps deploy.Deps
@@ -203,7 +204,7 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 	dc := deploy.Config{StateDir: state + "/deploy", Pool: c.Pool, Node: "test", DMTCPDriver: spec.DriverName(dmtcpDriver), CRIUDriver: spec.DriverName(dmtcpDriver),
 		Limits: config.DefaultLimits().Spec()}
 	ec := engine.Config{Logger: log}
-	f.Host = deploy.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))
+	f.Host = drivers.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))
 	deps := deploy.Deps{Store: l.Store, Envs: l.Manager, Mapper: l.Mapper, Log: log, Host: f.Host}
 	if dmtcpDriver == "container" {
 		f.RT = dockerForTest(t, log)
@@ -213,7 +214,7 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 			image = testImage
 		}
 		buildBootImage(ctx, t)
-		f.Container = &deploy.Container{RT: f.RT, Image: image, BootImage: testBootImage, StopTimeout: 5 * time.Second}
+		f.Container = &drivers.Container{RT: f.RT, Image: image, BootImage: testBootImage, StopTimeout: 5 * time.Second}
 		// As an agent does: pool slots wait at the lowest weight and are
 		// raised when bound, where the node's cgroups allow it.
 		if p, err := cgroup.Detect(cgroup.Paths{}); err == nil {
@@ -342,7 +343,7 @@ func RedisApp(name, env string, eng engine.Name) spec.App {
 // RedisAddr is where a deployment of RedisApp answers.
 func RedisAddr(t testing.TB, dep deploy.Deployment) string {
 	t.Helper()
-	addr := dep.Ports[deploy.PortKey(6379, "tcp")]
+	addr := dep.Ports[drivers.PortKey(6379, "tcp")]
 	if addr == "" {
 		t.Fatalf("deployment %s publishes no 6379/tcp: %v", dep.ID, dep.Ports)
 	}
@@ -604,11 +605,11 @@ func (f *Fixture) Identity(ctx context.Context, t testing.TB, dep deploy.Deploym
 	if dep.Handle == nil {
 		t.Fatalf("deployment %s has no instance", dep.ID)
 	}
-	var dr deploy.Driver = f.Host
+	var dr drivers.Driver = f.Host
 	if dep.Handle.Driver == f.Container.Name() {
 		dr = f.Container
 	}
-	res, err := dr.Exec(ctx, *dep.Handle, deploy.Exec{Argv: []string{"cat", spec.IdentityFile}, User: user})
+	res, err := dr.Exec(ctx, *dep.Handle, drivers.Exec{Argv: []string{"cat", spec.IdentityFile}, User: user})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("cat %s in deployment %s: exit %d, %v: %s", spec.IdentityFile, dep.ID, res.ExitCode, err, res.Output)
 	}

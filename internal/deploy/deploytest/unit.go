@@ -14,6 +14,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/cgroup/cgrouptest"
 	"github.com/fogdeploy/fogdeploy/internal/config"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 	"github.com/fogdeploy/fogdeploy/internal/overlay"
@@ -69,11 +70,11 @@ func NewUnit(t testing.TB) *Unit {
 	}
 	rt := runtime.NewFake()
 	rt.AddLabelledImage(UnitImage, runtime.FakeDMTCP(), runtime.ImageConfig{Labels: map[string]string{
-		deploy.DMTCPVersionLabel: "fake", deploy.DMTCPGlibcLabel: "2.36", deploy.RecycleLabel: "dmtcp,criu"}})
+		drivers.DMTCPVersionLabel: "fake", drivers.DMTCPGlibcLabel: "2.36", drivers.RecycleLabel: "dmtcp,criu"}})
 	rt.AddLabelledImage(UnitBootImage, runtime.FakeDMTCP(), runtime.ImageConfig{})
 	u := &Unit{Images: store, Mapper: mp, Envs: envs, RT: rt, Priority: cgrouptest.NewFake(), Env: "unit-env"}
 	u.Priority.Initial = u.createdWeights
-	ctr := &deploy.Container{RT: rt, Image: UnitImage, BootImage: UnitBootImage, StopTimeout: 2 * time.Second, Priority: u.Priority}
+	ctr := &drivers.Container{RT: rt, Image: UnitImage, BootImage: UnitBootImage, StopTimeout: 2 * time.Second, Priority: u.Priority}
 	u.cfg = deploy.Config{StateDir: filepath.Join(dir, "deploy"), Pool: UnitPool, Node: "unit",
 		Limits: config.DefaultLimits().Spec()}
 	u.deps = deploy.Deps{Store: store, Envs: envs, Mapper: mp, Container: ctr, Roots: &overlay.Copy{}, Log: log}

@@ -2,7 +2,7 @@
 // (Run.CtlPath, bound at /fog/ctl) with the order that starts it and the release and rearm that
 // recycle it (Recycler), and the raise of an instance restored ahead to the normal weight (Raiser).
 
-package deploy
+package drivers
 
 import (
 	"context"

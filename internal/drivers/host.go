@@ -1,4 +1,4 @@
-package deploy
+package drivers
 
 import (
 	"bytes"
@@ -111,7 +111,7 @@ func (d *Host) Create(ctx context.Context, r Run) (Handle, error) {
 	}
 	in := &hostInst{eng: e, run: r, tail: engine.NewLogTail(n)}
 	if r.Mode == RunRestart {
-		dir := genDir(r.CkptPath, r.Gen)
+		dir := GenDir(r.CkptPath, r.Gen)
 		if r.CkptSource != "" {
 			dir = r.CkptSource
 		}
@@ -334,7 +334,7 @@ func (d *Host) Checkpoint(ctx context.Context, h Handle) (Checkpointed, error) {
 		}
 	}
 	gen := in.handle(d.Name()).Gen
-	img, err := in.eng.Checkpoint(ctx, proc, genDir(in.run.CkptPath, gen))
+	img, err := in.eng.Checkpoint(ctx, proc, GenDir(in.run.CkptPath, gen))
 	if err != nil {
 		return Checkpointed{}, fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
@@ -411,10 +411,12 @@ func (d *Host) Remove(ctx context.Context, h Handle) error {
 // hostStopSignals are the stop signals other than SIGTERM.
 var hostStopSignals = map[string]os.Signal{"SIGINT": syscall.SIGINT, "SIGQUIT": syscall.SIGQUIT, "SIGHUP": syscall.SIGHUP}
 
-func genDir(ckpt string, gen int) string { return filepath.Join(ckpt, strconv.Itoa(gen)) }
+// GenDir is the directory of checkpoint generation gen in the checkpoint
+// volume ckpt.
+func GenDir(ckpt string, gen int) string { return filepath.Join(ckpt, strconv.Itoa(gen)) }
 
-// outputContains reports whether any line holds phrase.
-func outputContains(lines []string, phrase string) bool {
+// OutputContains reports whether any line holds phrase.
+func OutputContains(lines []string, phrase string) bool {
 	for _, l := range lines {
 		if strings.Contains(l, phrase) {
 			return true

@@ -1,6 +1,6 @@
 //go:build !no_ceph
 
-package deploy_test
+package drivers_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
-	"github.com/fogdeploy/fogdeploy/internal/deploy/drivertest"
+	"github.com/fogdeploy/fogdeploy/internal/drivers/drivertest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/overlay"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"

@@ -1,4 +1,4 @@
-package deploy
+package drivers
 
 import (
 	"bytes"
@@ -346,23 +346,23 @@ func (c *Container) Remove(ctx context.Context, h Handle) error {
 	if h.Ref == "" {
 		return nil
 	}
-	if err := c.RT.Stop(ctx, h.Ref, c.stopTimeout()); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+	if err := c.RT.Stop(ctx, h.Ref, c.StopTimeoutOrDefault()); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return err
 	}
 	return c.RT.Remove(ctx, h.Ref)
 }
 
-// defaultStopTimeout is how long an instance may take to stop after
+// DefaultStopTimeout is how long an instance may take to stop after
 // SIGTERM unless its driver says otherwise: Docker's default, and the
 // engines' (engine.Config.StopTimeout).
-const defaultStopTimeout = 10 * time.Second
+const DefaultStopTimeout = 10 * time.Second
 
-// stopTimeout is how long Remove lets the app stop after SIGTERM.
-func (c *Container) stopTimeout() time.Duration {
+// StopTimeoutOrDefault is how long Remove lets the app stop after SIGTERM.
+func (c *Container) StopTimeoutOrDefault() time.Duration {
 	if c.StopTimeout > 0 {
 		return c.StopTimeout
 	}
-	return defaultStopTimeout
+	return DefaultStopTimeout
 }
 
 // RemoveDeployment implements Sweeper: it removes every container labelled

@@ -1,4 +1,4 @@
-// Package drivertest is the behaviour suite every deploy.Driver must pass.
+// Package drivertest is the behaviour suite every drivers.Driver must pass.
 //
 // RunSuite checks, through the Driver interface only, what a user of an
 // instance observes. It runs redis-server (spec.App RedisApp) from a
@@ -40,10 +40,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/procfs"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
@@ -52,7 +52,7 @@ import (
 // Harness is one driver under test and the node it runs instances on.
 type Harness struct {
 	// Driver is the implementation under test.
-	Driver deploy.Driver
+	Driver drivers.Driver
 	// Engine is the checkpoint engine of the app (engine.NameDMTCP or
 	// engine.NameCRIU), which Driver must be able to run.
 	Engine engine.Name
@@ -79,7 +79,7 @@ type Harness struct {
 	CheckAppCaps bool
 	AppCaps      []string
 	// ResettableRoot, when set, gives a root with the environment that
-	// can be reset between two instances (deploy.Run.Resettable: root is
+	// can be reset between two instances (drivers.Run.Resettable: root is
 	// the subdirectory of a shared mount directory) and its reset; the
 	// suite then checks that a deploy.Recycler serves instance after
 	// instance in one instance.
@@ -151,13 +151,13 @@ func newID() string {
 }
 
 // run is a run of the suite's app in a new deployment.
-func (s *suite) run(t *testing.T, mode deploy.RunMode, gen int) deploy.Run {
-	return deploy.Run{Mode: mode, ID: newID(), App: s.app, EnvPath: s.EnvPath, CkptPath: s.CkptPath, Gen: gen, CtlPath: t.TempDir()}
+func (s *suite) run(t *testing.T, mode drivers.RunMode, gen int) drivers.Run {
+	return drivers.Run{Mode: mode, ID: newID(), App: s.app, EnvPath: s.EnvPath, CkptPath: s.CkptPath, Gen: gen, CtlPath: t.TempDir()}
 }
 
 // create creates r, and removes its instance when the test ends, in case
 // the test stops before it does.
-func (s *suite) create(t *testing.T, r deploy.Run) deploy.Handle {
+func (s *suite) create(t *testing.T, r drivers.Run) drivers.Handle {
 	t.Helper()
 	h, err := s.Driver.Create(s.ctx, r)
 	if err != nil {
@@ -178,7 +178,7 @@ func (s *suite) create(t *testing.T, r deploy.Run) deploy.Handle {
 }
 
 // start starts a created instance and returns its redis address.
-func (s *suite) start(t *testing.T, h deploy.Handle) (deploy.Handle, string) {
+func (s *suite) start(t *testing.T, h drivers.Handle) (drivers.Handle, string) {
 	t.Helper()
 	h2, err := s.Driver.Start(s.ctx, h)
 	if err != nil {
@@ -187,7 +187,7 @@ func (s *suite) start(t *testing.T, h deploy.Handle) (deploy.Handle, string) {
 	if h2.Ref != h.Ref {
 		t.Errorf("Start changed the reference %q to %q", h.Ref, h2.Ref)
 	}
-	addr := h2.Ports[deploy.PortKey(6379, "tcp")]
+	addr := h2.Ports[drivers.PortKey(6379, "tcp")]
 	if addr == "" {
 		t.Fatalf("Start %s: no address for 6379/tcp in %v", h.Ref, h2.Ports)
 	}
@@ -196,7 +196,7 @@ func (s *suite) start(t *testing.T, h deploy.Handle) (deploy.Handle, string) {
 
 // waitRedis waits until redis answers PING at addr, and fails early when
 // the instance stops running.
-func (s *suite) waitRedis(t *testing.T, h deploy.Handle, addr string) {
+func (s *suite) waitRedis(t *testing.T, h drivers.Handle, addr string) {
 	t.Helper()
 	deadline := time.Now().Add(time.Duration(s.app.Ready.Timeout))
 	var last error
@@ -232,7 +232,7 @@ func (s *suite) answers(addr string) bool {
 }
 
 // assertRunning checks Running against want.
-func (s *suite) assertRunning(t *testing.T, h deploy.Handle, want bool) {
+func (s *suite) assertRunning(t *testing.T, h drivers.Handle, want bool) {
 	t.Helper()
 	ok, err := s.Driver.Running(s.ctx, h)
 	if err != nil || ok != want {
@@ -264,7 +264,7 @@ func (s *suite) assertNothingLeft(t *testing.T, ids ...string) {
 
 // remove removes h twice (the second is a no-op) and checks that nothing is
 // left and that the instance cannot be started any more.
-func (s *suite) remove(t *testing.T, h deploy.Handle, id string) {
+func (s *suite) remove(t *testing.T, h drivers.Handle, id string) {
 	t.Helper()
 	if err := s.Driver.Remove(s.ctx, h); err != nil {
 		t.Fatalf("Remove %s: %v", h.Ref, err)
@@ -282,7 +282,7 @@ func (s *suite) remove(t *testing.T, h deploy.Handle, id string) {
 // testCreateDoesNotRun: a created instance exists but its app does not run;
 // Remove takes it away.
 func testCreateDoesNotRun(t *testing.T, s *suite) {
-	r := s.run(t, deploy.RunLaunch, 1)
+	r := s.run(t, drivers.RunLaunch, 1)
 	h := s.create(t, r)
 	if h.Gen != 1 || h.EnvPath != r.EnvPath || h.CkptPath != r.CkptPath {
 		t.Errorf("Create handle = %+v; want gen 1 and the run's paths", h)
@@ -309,7 +309,7 @@ func testCreateDoesNotRun(t *testing.T, s *suite) {
 // testCreateIdempotent: Create of the same run twice makes one instance;
 // another run under the same ID is refused while it exists.
 func testCreateIdempotent(t *testing.T, s *suite) {
-	r := s.run(t, deploy.RunLaunch, 1)
+	r := s.run(t, drivers.RunLaunch, 1)
 	h := s.create(t, r)
 	again, err := s.Driver.Create(s.ctx, r)
 	if err != nil || again.Ref != h.Ref {
@@ -335,7 +335,7 @@ func testCreateIdempotent(t *testing.T, s *suite) {
 // port and prints its output; Remove of the running instance leaves
 // nothing.
 func testStartRunsApp(t *testing.T, s *suite) {
-	r := s.run(t, deploy.RunLaunch, 1)
+	r := s.run(t, drivers.RunLaunch, 1)
 	created := s.create(t, r)
 	h, addr := s.start(t, created)
 	s.waitRedis(t, h, addr)
@@ -375,27 +375,27 @@ func testExec(t *testing.T, s *suite) {
 	if s.NoExec != "" {
 		t.Skip(s.NoExec)
 	}
-	r := s.run(t, deploy.RunLaunch, 1)
+	r := s.run(t, drivers.RunLaunch, 1)
 	created := s.create(t, r)
-	if _, err := s.Driver.Exec(s.ctx, created, deploy.Exec{Argv: []string{"true"}}); !errors.Is(err, spec.ErrNotFound) {
+	if _, err := s.Driver.Exec(s.ctx, created, drivers.Exec{Argv: []string{"true"}}); !errors.Is(err, spec.ErrNotFound) {
 		t.Errorf("Exec in a created instance = %v; want ErrNotFound", err)
 	}
 	h, addr := s.start(t, created)
 	s.waitRedis(t, h, addr)
 	s.redis(t, addr, "OK", "SET", "k", "set from outside")
-	res, err := s.Driver.Exec(s.ctx, h, deploy.Exec{User: s.app.User, Env: []string{"FOG_TEST=inside"},
+	res, err := s.Driver.Exec(s.ctx, h, drivers.Exec{User: s.app.User, Env: []string{"FOG_TEST=inside"},
 		Argv: []string{"sh", "-c", `redis-cli -p 6379 GET k && echo "$FOG_TEST"`}})
 	if err != nil || res.ExitCode != 0 || res.Output != "set from outside\ninside\n" {
 		t.Errorf("Exec(redis-cli GET k; echo $FOG_TEST) = %+v, %v; want exit 0 and both lines", res, err)
 	}
-	if res, err := s.Driver.Exec(s.ctx, h, deploy.Exec{User: s.app.User, Argv: []string{"sh", "-c", "exit 3"}}); err != nil || res.ExitCode != 3 {
+	if res, err := s.Driver.Exec(s.ctx, h, drivers.Exec{User: s.app.User, Argv: []string{"sh", "-c", "exit 3"}}); err != nil || res.ExitCode != 3 {
 		t.Errorf("Exec(exit 3) = %+v, %v; want exit code 3 and no error", res, err)
 	}
-	if _, err := s.Driver.Exec(s.ctx, h, deploy.Exec{}); !errors.Is(err, spec.ErrInvalidSpec) {
+	if _, err := s.Driver.Exec(s.ctx, h, drivers.Exec{}); !errors.Is(err, spec.ErrInvalidSpec) {
 		t.Errorf("Exec without a command = %v; want ErrInvalidSpec", err)
 	}
 	s.remove(t, h, r.ID)
-	if _, err := s.Driver.Exec(s.ctx, h, deploy.Exec{Argv: []string{"true"}}); err == nil {
+	if _, err := s.Driver.Exec(s.ctx, h, drivers.Exec{Argv: []string{"true"}}); err == nil {
 		t.Errorf("Exec in a removed instance succeeded")
 	}
 }
@@ -403,7 +403,7 @@ func testExec(t *testing.T, s *suite) {
 // testCheckpointRestart: the state written before a checkpoint is there in
 // an instance restarted from it.
 func testCheckpointRestart(t *testing.T, s *suite) {
-	r := s.run(t, deploy.RunLaunch, 1)
+	r := s.run(t, drivers.RunLaunch, 1)
 	h, addr := s.start(t, s.create(t, r))
 	s.waitRedis(t, h, addr)
 	val := "written before the checkpoint " + r.ID
@@ -440,7 +440,7 @@ func testCheckpointRestart(t *testing.T, s *suite) {
 	}
 	s.remove(t, h, r.ID)
 
-	rr := s.run(t, deploy.RunRestart, ck.Gen)
+	rr := s.run(t, drivers.RunRestart, ck.Gen)
 	created := s.create(t, rr)
 	if created.Gen != ck.Gen+1 {
 		t.Errorf("restart handle gen = %d; want %d (its next checkpoint)", created.Gen, ck.Gen+1)
@@ -460,20 +460,20 @@ func testCheckpointRestart(t *testing.T, s *suite) {
 // nothing of the one before; an instance that serves once is
 // ErrNotRecyclable and keeps running.
 func testRecycle(t *testing.T, s *suite) {
-	rc, ok := s.Driver.(deploy.Recycler)
+	rc, ok := s.Driver.(drivers.Recycler)
 	if !ok {
 		t.Skipf("driver %s serves each instance once (no Recycle)", s.Driver.Name())
 	}
 	if s.ResettableRoot == nil {
 		t.Skip("the harness gives no resettable root")
 	}
-	r := s.run(t, deploy.RunLaunch, 1)
+	r := s.run(t, drivers.RunLaunch, 1)
 	h, addr := s.start(t, s.create(t, r))
 	s.waitRedis(t, h, addr)
 	val := "written before the checkpoint " + r.ID
 	s.redis(t, addr, "OK", "SET", "greeting", val)
 	// A launched instance serves once.
-	if _, err := rc.Recycle(s.ctx, h, func(context.Context) error { return nil }); !errors.Is(err, deploy.ErrNotRecyclable) {
+	if _, err := rc.Recycle(s.ctx, h, func(context.Context) error { return nil }); !errors.Is(err, drivers.ErrNotRecyclable) {
 		t.Errorf("Recycle of a launched instance: %v; want ErrNotRecyclable", err)
 	}
 	if !s.answers(addr) {
@@ -486,7 +486,7 @@ func testRecycle(t *testing.T, s *suite) {
 	s.remove(t, h, r.ID)
 
 	root, reset := s.ResettableRoot(t)
-	rr := s.run(t, deploy.RunRestart, ck.Gen)
+	rr := s.run(t, drivers.RunRestart, ck.Gen)
 	rr.EnvPath, rr.Resettable = root, true
 	h = s.create(t, rr)
 	if !h.Recycle && !s.ServesOnce {
@@ -496,7 +496,7 @@ func testRecycle(t *testing.T, s *suite) {
 	if !h.Recycle {
 		h, addr = s.start(t, h)
 		s.waitRedis(t, h, addr)
-		if _, err := rc.Recycle(s.ctx, h, reset); !errors.Is(err, deploy.ErrNotRecyclable) {
+		if _, err := rc.Recycle(s.ctx, h, reset); !errors.Is(err, drivers.ErrNotRecyclable) {
 			t.Errorf("Recycle of an instance created to serve once: %v; want ErrNotRecyclable", err)
 		}
 		s.redis(t, addr, val, "GET", "greeting")
@@ -533,7 +533,7 @@ func testRecycle(t *testing.T, s *suite) {
 // the instance's NetPid (the app, its keeper, DMTCP's coordinator) holds
 // an effective capability beyond AppCaps, except CRIU's own: criu itself
 // and the placeholder init of a restore's PID namespace (sleep).
-func (s *suite) assertAppCaps(t *testing.T, h deploy.Handle) {
+func (s *suite) assertAppCaps(t *testing.T, h drivers.Handle) {
 	t.Helper()
 	if !s.CheckAppCaps {
 		return
@@ -574,7 +574,7 @@ func (s *suite) assertAppCaps(t *testing.T, h deploy.Handle) {
 // mount, and each of procfs.ReadOnly read-only; and there is at least one
 // such process. It reads the mounts, not whether a write fails: on this
 // machine's kernel some paths do not exist, on a node's they do.
-func (s *suite) assertKernelHidden(t *testing.T, h deploy.Handle) {
+func (s *suite) assertKernelHidden(t *testing.T, h drivers.Handle) {
 	t.Helper()
 	if s.NoProcesses != "" {
 		return
@@ -639,14 +639,14 @@ func procField(pid int, field string) string {
 // testInvalidRun: runs that cannot start are refused at Create and leave
 // nothing.
 func testInvalidRun(t *testing.T, s *suite) {
-	cases := map[string]func(r *deploy.Run){
-		"empty command": func(r *deploy.Run) { r.App.Command = nil },
-		"unknown mode":  func(r *deploy.Run) { r.Mode = deploy.RunMode("fork") },
-		"no mode":       func(r *deploy.Run) { r.Mode = "" },
+	cases := map[string]func(r *drivers.Run){
+		"empty command": func(r *drivers.Run) { r.App.Command = nil },
+		"unknown mode":  func(r *drivers.Run) { r.Mode = drivers.RunMode("fork") },
+		"no mode":       func(r *drivers.Run) { r.Mode = "" },
 	}
 	for name, mutate := range cases {
 		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
-			r := s.run(t, deploy.RunLaunch, 1)
+			r := s.run(t, drivers.RunLaunch, 1)
 			mutate(&r)
 			h, err := s.Driver.Create(s.ctx, r)
 			if !errors.Is(err, spec.ErrInvalidSpec) {

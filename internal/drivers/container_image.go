@@ -2,7 +2,7 @@
 // labelled as one), what its labels say (DMTCP's version and oldest glibc, CRIU's version, the
 // engines it recycles), whether criu can run in it, and the boot image.
 
-package deploy
+package drivers
 
 import (
 	"context"

@@ -1,6 +1,6 @@
 // The light container of a run: its image, limits and engine, checked before it is created.
 
-package deploy
+package drivers
 
 import (
 	"context"
@@ -105,7 +105,7 @@ func (c *Container) containerSpec(ctx context.Context, r Run) (_ runtime.Spec, r
 	case RunRestart:
 		if r.CkptSource != "" {
 			// The mount point of the generation's read-only bind.
-			if err := os.MkdirAll(genDir(r.CkptPath, r.Gen), 0o755); err != nil {
+			if err := os.MkdirAll(GenDir(r.CkptPath, r.Gen), 0o755); err != nil {
 				return runtime.Spec{}, false, fmt.Errorf("checkpoint directory of %s: %w", r.ID, err)
 			}
 		}

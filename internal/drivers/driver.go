@@ -1,4 +1,13 @@
-package deploy
+// Package drivers runs a deployment's instance where its app runs: in the
+// light DMTCP container (Container, container*.go: the environment and
+// checkpoint clones bound into a container of the DMTCP image, which runs
+// DMTCP or CRIU, or boots the app) or on the node itself (Host, host.go:
+// the engines of internal/engine, for trusted apps). The deployer (package
+// deploy) drives them through Driver: create, then start; checkpoint,
+// recycle, raise, exec, remove. envcheck.go checks what an environment needs
+// under DMTCP. Both drivers pass one behaviour suite (drivertest), the
+// container driver also on the fake runtime.
+package drivers
 
 import (
 	"context"
@@ -62,7 +71,7 @@ func (m RunMode) Valid() bool {
 // without running the app, so that instances can be made ahead of the
 // request that starts them.
 //
-//	h, err := dr.Create(ctx, deploy.Run{Mode: deploy.RunRestart, ID: id, App: app, EnvPath: env, CkptPath: ckpt, Gen: 3})
+//	h, err := dr.Create(ctx, drivers.Run{Mode: drivers.RunRestart, ID: id, App: app, EnvPath: env, CkptPath: ckpt, Gen: 3})
 //	// record h: from here on Remove(h) undoes the instance, in any process
 //	h, err = dr.Start(ctx, h)          // the app runs; h.Ports["6379/tcp"] is where it answers
 //	ck, err := dr.Checkpoint(ctx, h)   // generation h.Gen (4) written, the app stopped

@@ -1,4 +1,4 @@
-package deploy_test
+package drivers_test
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
-	"github.com/fogdeploy/fogdeploy/internal/deploy/drivertest"
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
+	"github.com/fogdeploy/fogdeploy/internal/drivers/drivertest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 )
@@ -28,17 +28,17 @@ func TestDriverSuiteContainerFakeServesOnce(t *testing.T) {
 }
 
 // fakeHarness is the Container driver over runtime.Fake, its fake DMTCP
-// image labelled with recycle (deploy.RecycleLabel).
+// image labelled with recycle (drivers.RecycleLabel).
 func fakeHarness(recycle string, servesOnce bool) func(t *testing.T) drivertest.Harness {
 	return func(t *testing.T) drivertest.Harness {
 		rt := runtime.NewFake()
 		rt.AddLabelledImage("fogdeploy/dmtcp:fake", runtime.FakeDMTCP(), runtime.ImageConfig{
-			Labels: map[string]string{deploy.DMTCPVersionLabel: "fake", deploy.DMTCPGlibcLabel: "2.36", deploy.RecycleLabel: recycle}})
+			Labels: map[string]string{drivers.DMTCPVersionLabel: "fake", drivers.DMTCPGlibcLabel: "2.36", drivers.RecycleLabel: recycle}})
 		// The environment needs only what the driver checks before a
 		// launch under DMTCP: a glibc.
 		env := fakeEnv(t, t.TempDir())
 		return drivertest.Harness{
-			Driver:      &deploy.Container{RT: rt, StopTimeout: 2 * time.Second},
+			Driver:      &drivers.Container{RT: rt, StopTimeout: 2 * time.Second},
 			Engine:      engine.NameDMTCP,
 			EnvPath:     env,
 			CkptPath:    t.TempDir(),

@@ -1,6 +1,6 @@
 // The container driver's timings: what the entrypoint reported, and when the engine's app answered.
 
-package deploy
+package drivers
 
 import (
 	"context"
@@ -36,12 +36,12 @@ func (c *Container) Timings(ctx context.Context, h Handle) ([]runtime.Timing, er
 	return runtime.ParseTimings(logs), nil
 }
 
-// engineReady returns the entrypoint's own time to ready (timing phase)
+// EngineReady returns the entrypoint's own time to ready (timing phase)
 // of an instance of app, or 0 when the entrypoint does not probe it. The
 // entrypoint probes from inside the container while the deployer probes
 // from outside, so its line may come a moment after the deployer saw the
 // app ready: it is awaited for up to a second.
-func (c *Container) engineReady(ctx context.Context, h Handle, app spec.App, phase string) float64 {
+func (c *Container) EngineReady(ctx context.Context, h Handle, app spec.App, phase string) float64 {
 	if !probedInside(app.Ready) {
 		return 0
 	}
