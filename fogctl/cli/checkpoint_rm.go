@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/gc"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/spf13/cobra"
@@ -72,7 +72,7 @@ func checkpointRmRun(ctx context.Context, opts *CheckpointRmOptions) error {
 	if slices.ContainsFunc(gens, func(g spec.Generation) bool { return g.Gen == gen }) {
 		err = gc.RemoveGenerationWaiting(ctx, l.Store, st, opts.App, gen, opts.Wait, progressTo(f))
 	} else {
-		err = deploy.RemoveGeneration(ctx, l.Store, opts.App, gen)
+		err = catalog.RemoveGeneration(ctx, l.Store, opts.App, gen)
 	}
 	if err != nil {
 		return err

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/envtest"
@@ -19,7 +19,7 @@ func TestFencedNodeAndGC(t *testing.T) {
 	ctx := context.Background()
 	l := envtest.FakeLayering(t)
 	run := runOn(endpoint, l)
-	img := deploy.GenImage("web", 1, "ckpt")
+	img := catalog.GenImage("web", 1, "ckpt")
 	if err := l.Store.Create(ctx, img, 1<<20); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
@@ -70,7 +71,7 @@ func (d *Deployer) Checkpoint(ctx context.Context, app spec.App, opts Checkpoint
 		return spec.Generation{}, err
 	}
 	// The slot's images are the generation's: they are sealed in place.
-	s, err := d.newSlot(app.Name, n, drivers.RunLaunch, false, "", []string{GenImage(app.Name, n, "env"), GenImage(app.Name, n, "ckpt")})
+	s, err := d.newSlot(app.Name, n, drivers.RunLaunch, false, "", []string{catalog.GenImage(app.Name, n, "env"), catalog.GenImage(app.Name, n, "ckpt")})
 	if err != nil {
 		return spec.Generation{}, err
 	}
@@ -168,7 +169,7 @@ func (d *Deployer) seal(ctx context.Context, o *op, s *Slot, dr drivers.Driver, 
 	if err != nil {
 		return err
 	}
-	if err := d.deps.Store.SetMeta(ctx, g.CkptSnap.Image, map[string]string{MetaGeneration: string(raw)}); err != nil {
+	if err := d.deps.Store.SetMeta(ctx, g.CkptSnap.Image, map[string]string{catalog.MetaGeneration: string(raw)}); err != nil {
 		return err
 	}
 	d.adoptCheckpoint(*g, stage)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
@@ -565,7 +566,7 @@ func TestBootWhenGenerationIncompatible(t *testing.T) {
 	rewrite := func(g spec.Generation) {
 		t.Helper()
 		raw, _ := json.Marshal(g)
-		if err := f.Ceph.SetMeta(ctx, g.CkptSnap.Image, map[string]string{deploy.MetaGeneration: string(raw)}); err != nil {
+		if err := f.Ceph.SetMeta(ctx, g.CkptSnap.Image, map[string]string{catalog.MetaGeneration: string(raw)}); err != nil {
 			t.Fatal(err)
 		}
 	}

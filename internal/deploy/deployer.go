@@ -25,8 +25,9 @@
 // instance starts), slots.go, pool.go, ahead.go and recycle.go (the warm
 // pool: slots, hits, restore ahead, recycling), coalesce.go (lookups shared
 // by hits at once), undeploy.go, records.go (the records, kept by
-// internal/journal), generations.go (the generation catalog, which fogctl
-// and gc read without a Deployer), compat.go (whether a generation restores
+// internal/journal), gens.go (the generations as a deploy sees them; the
+// catalog itself, which fogctl and gc read without a Deployer, is package
+// catalog), compat.go (whether a generation restores
 // here), cache.go and lower.go (the node's copies of generations and of
 // their environments), identity.go (an instance's identity and
 // post_restore), ready.go and alive.go (readiness and liveness). Where the

@@ -18,10 +18,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/fogdeploy/fogdeploy/internal/mountinfo"
@@ -43,10 +43,6 @@ const (
 	// mapping (every restore reads the environment from the OSDs).
 	EnvClone EnvRead = "clone"
 )
-
-// MetaLower marks a node's read-only copy of a generation's environment
-// ("<app>/<gen>").
-const MetaLower = "fogdeploy.lower"
 
 // StepLower is the wait for the node's read-only copy of the
 // generation's environment (made on first use; about 0 after).
@@ -89,23 +85,6 @@ func lowerID(app string, gen int) string {
 	return id
 }
 
-// LowerImage is the name of node's read-only copy of generation gen of
-// app: fdi-<app>-l<gen>-<8 hex digits of the node's name>.
-func LowerImage(app string, gen int, node string) string {
-	sum := sha256.Sum256([]byte(node))
-	return InstancePrefix + app + "-l" + strconv.Itoa(gen) + "-" + hex.EncodeToString(sum[:4])
-}
-
-// IsLowerImage reports whether an image is a node's read-only copy of a
-// generation's environment, by its metadata (as Stat returns it).
-func IsLowerImage(meta map[string]string) bool { return meta[MetaLower] != "" }
-
-// lowerName matches the names LowerImage gives.
-var lowerName = regexp.MustCompile(`^` + InstancePrefix + `.+-l[0-9]+-[0-9a-f]{8}$`)
-
-// IsLowerName reports whether an image name is one that LowerImage gives.
-func IsLowerName(name string) bool { return lowerName.MatchString(name) }
-
 // lowerFor returns the root of the node's read-only copy of generation
 // g's environment, making it first if the node has none.
 func (d *Deployer) lowerFor(ctx context.Context, g spec.Generation) (Lower, error) {
@@ -131,7 +110,7 @@ func (d *Deployer) lowerFor(ctx context.Context, g spec.Generation) (Lower, erro
 	} else if !errors.Is(err, ErrNoLower) {
 		return Lower{}, err
 	}
-	rec = Lower{ID: id, App: g.App, Gen: g.Gen, Sealed: g.Created, Image: LowerImage(g.App, g.Gen, d.cfg.Node),
+	rec = Lower{ID: id, App: g.App, Gen: g.Gen, Sealed: g.Created, Image: catalog.LowerImage(g.App, g.Gen, d.cfg.Node),
 		Root: filepath.Join(d.cfg.StateDir, "lowers", id), Created: time.Now().UTC()}
 	if err := d.lowers.Create(id, &rec, true); err != nil {
 		return Lower{}, err
@@ -151,9 +130,9 @@ func (d *Deployer) makeLower(ctx context.Context, g spec.Generation, rec *Lower)
 	if err := st.Clone(ctx, g.EnvSnap, rec.Image); err != nil && !errors.Is(err, layering.ErrExists) {
 		return err
 	}
-	meta := map[string]string{MetaLower: g.App + "/" + strconv.Itoa(g.Gen)}
+	meta := map[string]string{catalog.MetaLower: g.App + "/" + strconv.Itoa(g.Gen)}
 	if d.cfg.Node != "" {
-		meta[MetaNode] = d.cfg.Node
+		meta[catalog.MetaNode] = d.cfg.Node
 	}
 	if err := st.SetMeta(ctx, rec.Image, meta); err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
@@ -92,7 +93,7 @@ func TestSharedEnvReadPath(t *testing.T) {
 	}
 	// The copy is a clone of the generation's environment: gc sees it.
 	kids, err := f.L.Store.Children(ctx, g.EnvSnap)
-	if err != nil || !slices.Contains(kids, deploy.LowerImage(app.Name, g.Gen, "test")) {
+	if err != nil || !slices.Contains(kids, catalog.LowerImage(app.Name, g.Gen, "test")) {
 		t.Errorf("children of %s = %v, %v; want the node copy among them", g.EnvSnap, kids, err)
 	}
 	// Each instance's writes go to a clone of the pool's one blank
@@ -107,9 +108,9 @@ func TestSharedEnvReadPath(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := layering.SnapRef{Image: layering.BlankImage(env.Size), Snap: layering.SealedSnap}
-		if info.Parent == nil || *info.Parent != want || info.Meta[deploy.MetaRestores] != app.Name+"/"+strconv.Itoa(g.Gen) {
+		if info.Parent == nil || *info.Parent != want || info.Meta[catalog.MetaRestores] != app.Name+"/"+strconv.Itoa(g.Gen) {
 			t.Errorf("writable image %s: parent %v, %s %q; want a clone of %s restoring %s/%d", dep.Images[0], info.Parent,
-				deploy.MetaRestores, info.Meta[deploy.MetaRestores], want, app.Name, g.Gen)
+				catalog.MetaRestores, info.Meta[catalog.MetaRestores], want, app.Name, g.Gen)
 		}
 	}
 	if dropped, err := f.D.TrimLowers(ctx, nil); err != nil || len(dropped) != 0 {
@@ -172,7 +173,7 @@ func TestSharedEnvReadPath(t *testing.T) {
 
 	// Removed from elsewhere (fogctl) while only the node's copy holds
 	// it: retired, so that no deploy takes it and the node drops its copy.
-	if err := deploy.RemoveGeneration(ctx, f.L.Store, app.Name, g.Gen); !errors.Is(err, deploy.ErrHeldByNodes) {
+	if err := catalog.RemoveGeneration(ctx, f.L.Store, app.Name, g.Gen); !errors.Is(err, catalog.ErrHeldByNodes) {
 		t.Fatalf("RemoveGeneration held by the node's copy only = %v; want ErrHeldByNodes", err)
 	}
 	if _, err := f.D.Latest(ctx, app.Name); !errors.Is(err, deploy.ErrNoCheckpoint) {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
@@ -163,7 +164,7 @@ var errNewerGen = errors.New("newer generation")
 func (d *Deployer) newerGen(ctx context.Context, app string, gen int) (bool, error) {
 	lctx := context.WithoutCancel(ctx) // a read may answer callers other than this one
 	return d.newer.Do(ctx, appGen{app, gen}, func() (bool, error) {
-		_, err := d.deps.Store.Meta(lctx, GenImage(app, gen+1, "ckpt"))
+		_, err := d.deps.Store.Meta(lctx, catalog.GenImage(app, gen+1, "ckpt"))
 		if errors.Is(err, layering.ErrNotFound) {
 			return false, nil
 		} else if err != nil {
@@ -255,7 +256,7 @@ func (d *Deployer) ReleasePool(ctx context.Context) ([]string, error) {
 func (d *Deployer) newestGen(ctx context.Context, app string) (int, error) {
 	lctx := context.WithoutCancel(ctx) // a listing may answer callers other than this one
 	return d.newest.Do(ctx, app, func() (int, error) {
-		nums, err := genNumbers(lctx, d.deps.Store, app)
+		nums, err := catalog.GenNumbers(lctx, d.deps.Store, app)
 		if err != nil || len(nums) == 0 {
 			return 0, err
 		}

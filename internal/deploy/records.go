@@ -185,3 +185,6 @@ func (d *Deployer) create(rec *Deployment) error { return d.deployments.Create(r
 func (d *Deployer) save(rec *Deployment) error { return d.deployments.Save(rec.ID, rec) }
 
 func (d *Deployer) remove(id string) error { return d.deployments.Remove(id) }
+
+// MaxIDLen bounds deployment IDs.
+const MaxIDLen = 40

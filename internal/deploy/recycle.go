@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
@@ -55,7 +56,7 @@ func (d *Deployer) Recycle(ctx context.Context, id string) (Slot, error) {
 	// Its images no longer name the deployment: gc takes a clone of a
 	// deployment that is gone for an orphan.
 	for _, img := range s.Images {
-		if err := d.deps.Store.SetMeta(ctx, img, map[string]string{MetaDeployment: ""}); err != nil && !errors.Is(err, layering.ErrNotFound) {
+		if err := d.deps.Store.SetMeta(ctx, img, map[string]string{catalog.MetaDeployment: ""}); err != nil && !errors.Is(err, layering.ErrNotFound) {
 			return Slot{}, errors.Join(fmt.Errorf("recycle deployment %s: unmark image %s: %w", id, img, err), d.slots.Remove(s.ID))
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -98,10 +99,10 @@ func NewSlotID(app string) string {
 func (d *Deployer) newSlot(app string, gen int, mode drivers.RunMode, pool bool, dep string, images []string) (*Slot, error) {
 	id := NewSlotID(app)
 	if images == nil {
-		images = []string{InstancePrefix + id + "-env"}
+		images = []string{catalog.InstancePrefix + id + "-env"}
 		// A restore reads the node's copy of its checkpoint (cache.go).
 		if mode == drivers.RunLaunch {
-			images = append(images, InstancePrefix+id+"-ckpt")
+			images = append(images, catalog.InstancePrefix+id+"-ckpt")
 		}
 	}
 	maps := []string{id + "-env"}

@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
@@ -206,13 +207,13 @@ func (d *Deployer) cloneSlot(ctx context.Context, s *Slot, src slotSource, env l
 	}
 	meta := map[string]string{MetaSlot: s.ID}
 	if shared {
-		meta[MetaRestores] = lower.App + "/" + strconv.Itoa(lower.Gen)
+		meta[catalog.MetaRestores] = lower.App + "/" + strconv.Itoa(lower.Gen)
 	}
 	if s.Deployment != "" {
-		meta[MetaDeployment] = s.Deployment
+		meta[catalog.MetaDeployment] = s.Deployment
 	}
 	if d.cfg.Node != "" {
-		meta[MetaNode] = d.cfg.Node
+		meta[catalog.MetaNode] = d.cfg.Node
 	}
 	for _, img := range s.Images {
 		_ = st.SetMeta(ctx, img, meta)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/gc"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/state"
@@ -34,11 +34,11 @@ func TestGCRefusesWithoutThePoP(t *testing.T) {
 	}
 	// What a PoP's nodes made, then etcd is emptied (never written here);
 	// its agents are back, registered anew.
-	for _, name := range []string{deploy.GenImage("web", 1, "env"), deploy.GenImage("web", 1, "ckpt"), deploy.InstancePrefix + "web-1-env"} {
+	for _, name := range []string{catalog.GenImage("web", 1, "env"), catalog.GenImage("web", 1, "ckpt"), catalog.InstancePrefix + "web-1-env"} {
 		if err := s.Create(ctx, name, 1<<20); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.SetMeta(ctx, name, map[string]string{deploy.MetaNode: "n1", deploy.MetaDeployment: "web-1"}); err != nil {
+		if err := s.SetMeta(ctx, name, map[string]string{catalog.MetaNode: "n1", catalog.MetaDeployment: "web-1"}); err != nil {
 			t.Fatal(err)
 		}
 	}

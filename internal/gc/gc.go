@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
@@ -198,7 +199,7 @@ func (c Config) imageItems(ctx context.Context, v *popView) (plan []Item, apps m
 	partial := map[string]*Item{}
 	for _, n := range v.names {
 		var it *Item
-		app, gen, _, ok := deploy.ParseGenImage(n)
+		app, gen, _, ok := catalog.ParseGenImage(n)
 		switch {
 		case ok && (v.want(app) || !v.isRegistered(app) && v.selected(app) && !v.recorded[app+"/"+strconv.Itoa(gen)]):
 			if v.isRegistered(app) {
@@ -226,7 +227,7 @@ func (c Config) imageItems(ctx context.Context, v *popView) (plan []Item, apps m
 			it, err = c.blank(ctx, n)
 		case strings.HasPrefix(n, layering.ExecPrefix):
 			it, err = c.execClone(ctx, n)
-		case strings.HasPrefix(n, deploy.InstancePrefix):
+		case strings.HasPrefix(n, catalog.InstancePrefix):
 			it, err = c.clone(ctx, n, v.known, v.down, v.desired, v.slots)
 		}
 		if err != nil {
@@ -275,8 +276,8 @@ func (c Config) recordItems(ctx context.Context, v *popView) ([]Item, error) {
 // sealed, made by a node of this PoP, if it is old enough and nobody holds
 // its app's checkpoint lock.
 func (c Config) partial(ctx context.Context, name, app string, gen int, known map[string]bool) (*Item, error) {
-	info, err := c.Store.Stat(ctx, deploy.GenImage(app, gen, "ckpt"))
-	if err == nil && info.Meta[deploy.MetaGeneration] != "" {
+	info, err := c.Store.Stat(ctx, catalog.GenImage(app, gen, "ckpt"))
+	if err == nil && info.Meta[catalog.MetaGeneration] != "" {
 		return nil, nil // sealed
 	}
 	if err != nil && !errors.Is(err, layering.ErrNotFound) {
@@ -301,8 +302,8 @@ func (c Config) unrecorded(ctx context.Context, name, app string, gen int, known
 		return nil, err
 	}
 	if users, err := generationUsers(ctx, c.Store, spec.Generation{
-		EnvSnap:  layering.SnapRef{Image: deploy.GenImage(app, gen, "env"), Snap: layering.SealedSnap},
-		CkptSnap: layering.SnapRef{Image: deploy.GenImage(app, gen, "ckpt"), Snap: layering.SealedSnap},
+		EnvSnap:  layering.SnapRef{Image: catalog.GenImage(app, gen, "env"), Snap: layering.SealedSnap},
+		CkptSnap: layering.SnapRef{Image: catalog.GenImage(app, gen, "ckpt"), Snap: layering.SealedSnap},
 	}); err != nil || users > 0 {
 		return nil, err
 	}
@@ -319,7 +320,7 @@ func (c Config) oursAndOld(ctx context.Context, name string, known map[string]bo
 	} else if err != nil {
 		return false, err
 	}
-	return known[info.Meta[deploy.MetaNode]] && time.Since(info.Created) >= c.MinAge, nil
+	return known[info.Meta[catalog.MetaNode]] && time.Since(info.Created) >= c.MinAge, nil
 }
 
 // clone returns an item for an instance clone made by a node of this PoP
@@ -334,7 +335,7 @@ func (c Config) clone(ctx context.Context, name string, known, down, desired map
 	} else if err != nil {
 		return nil, err
 	}
-	node, id, slot := info.Meta[deploy.MetaNode], info.Meta[deploy.MetaDeployment], info.Meta[deploy.MetaSlot]
+	node, id, slot := info.Meta[catalog.MetaNode], info.Meta[catalog.MetaDeployment], info.Meta[deploy.MetaSlot]
 	if id == "" && slot != "" {
 		// A warm pool's slot, or the slot a pool hit bound (its clones
 		// keep the slot's name and metadata): while its node is away,
@@ -351,12 +352,12 @@ func (c Config) clone(ctx context.Context, name string, known, down, desired map
 		return &Item{Kind: KindClone, Name: name, Images: []string{name},
 			Reason: fmt.Sprintf("node %s's pool slot %s, bound to no deployment, and the node is NotReady", node, slot)}, nil
 	}
-	if deploy.IsLowerImage(info.Meta) {
+	if catalog.IsLowerImage(info.Meta) {
 		if !known[node] || !down[node] || time.Since(info.Created) < c.MinAge {
 			return nil, nil
 		}
 		return &Item{Kind: KindClone, Name: name, Images: []string{name},
-			Reason: fmt.Sprintf("node %s's copy of %s's environment, and the node is NotReady", node, info.Meta[deploy.MetaLower])}, nil
+			Reason: fmt.Sprintf("node %s's copy of %s's environment, and the node is NotReady", node, info.Meta[catalog.MetaLower])}, nil
 	}
 	// Only clones this PoP's nodes made: a pool may serve more than one.
 	if !known[node] || id == "" || desired[id] || time.Since(info.Created) < c.MinAge {

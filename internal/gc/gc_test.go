@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
@@ -54,9 +55,9 @@ func testGC(t *testing.T, s layering.Store) {
 	}
 	// Generations 1-4 of app, sealed; 5 never sealed.
 	for g := 1; g <= 5; g++ {
-		env, ckpt := deploy.GenImage(app, g, "env"), deploy.GenImage(app, g, "ckpt")
-		mk(env, map[string]string{deploy.MetaNode: "gc-n1"})
-		mk(ckpt, map[string]string{deploy.MetaNode: "gc-n1"})
+		env, ckpt := catalog.GenImage(app, g, "env"), catalog.GenImage(app, g, "ckpt")
+		mk(env, map[string]string{catalog.MetaNode: "gc-n1"})
+		mk(ckpt, map[string]string{catalog.MetaNode: "gc-n1"})
 		if g == 5 {
 			continue
 		}
@@ -68,7 +69,7 @@ func testGC(t *testing.T, s layering.Store) {
 			}
 		}
 		raw, _ := json.Marshal(gen)
-		if err := s.SetMeta(ctx, ckpt, map[string]string{deploy.MetaGeneration: string(raw)}); err != nil {
+		if err := s.SetMeta(ctx, ckpt, map[string]string{catalog.MetaGeneration: string(raw)}); err != nil {
 			t.Fatal(err)
 		}
 		if err := st.PutCheckpoint(ctx, gen); err != nil {
@@ -79,20 +80,20 @@ func testGC(t *testing.T, s layering.Store) {
 		t.Fatal(err)
 	}
 	// A deployment restored from generation 1: its clone keeps it.
-	used := deploy.InstancePrefix + "gc-used" + sfx + "-ckpt"
-	if err := s.Clone(ctx, layering.SnapRef{Image: deploy.GenImage(app, 1, "ckpt"), Snap: layering.SealedSnap}, used); err != nil {
+	used := catalog.InstancePrefix + "gc-used" + sfx + "-ckpt"
+	if err := s.Clone(ctx, layering.SnapRef{Image: catalog.GenImage(app, 1, "ckpt"), Snap: layering.SealedSnap}, used); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Remove(context.Background(), used) })
-	_ = s.SetMeta(ctx, used, map[string]string{deploy.MetaNode: "gc-n1", deploy.MetaDeployment: "gc-used" + sfx})
+	_ = s.SetMeta(ctx, used, map[string]string{catalog.MetaNode: "gc-n1", catalog.MetaDeployment: "gc-used" + sfx})
 	if err := st.CreateDeployment(ctx, state.Desired{ID: "gc-used" + sfx, App: app, Node: "gc-n1"}); err != nil {
 		t.Fatal(err)
 	}
 	// An orphan clone of this PoP, and one made by a node of another PoP.
-	orphan := deploy.InstancePrefix + "gc-gone" + sfx + "-env"
-	mk(orphan, map[string]string{deploy.MetaNode: "gc-n1", deploy.MetaDeployment: "gc-gone" + sfx})
-	foreign := deploy.InstancePrefix + "gc-foreign" + sfx + "-env"
-	mk(foreign, map[string]string{deploy.MetaNode: "elsewhere", deploy.MetaDeployment: "gc-foreign" + sfx})
+	orphan := catalog.InstancePrefix + "gc-gone" + sfx + "-env"
+	mk(orphan, map[string]string{catalog.MetaNode: "gc-n1", catalog.MetaDeployment: "gc-gone" + sfx})
+	foreign := catalog.InstancePrefix + "gc-foreign" + sfx + "-env"
+	mk(foreign, map[string]string{catalog.MetaNode: "elsewhere", catalog.MetaDeployment: "gc-foreign" + sfx})
 	// The nodes' read-only copies of generation 3's environment: a Ready
 	// node's stays, a NotReady node's goes.
 	down, err := st.Register(ctx, state.Node{Name: "gc-n2", Capacity: 4}, 5)
@@ -100,16 +101,16 @@ func testGC(t *testing.T, s layering.Store) {
 		t.Fatal(err)
 	}
 	down.Close()
-	liveCopy, downCopy := deploy.LowerImage(app, 3, "gc-n1"), deploy.LowerImage(app, 3, "gc-n2")
-	mk(liveCopy, map[string]string{deploy.MetaNode: "gc-n1", deploy.MetaLower: app + "/3"})
-	mk(downCopy, map[string]string{deploy.MetaNode: "gc-n2", deploy.MetaLower: app + "/3"})
+	liveCopy, downCopy := catalog.LowerImage(app, 3, "gc-n1"), catalog.LowerImage(app, 3, "gc-n2")
+	mk(liveCopy, map[string]string{catalog.MetaNode: "gc-n1", catalog.MetaLower: app + "/3"})
+	mk(downCopy, map[string]string{catalog.MetaNode: "gc-n2", catalog.MetaLower: app + "/3"})
 	// Pool slots' clones: a NotReady node's idle slot goes; its slot that
 	// a pool hit bound (the deployment's status names it) and a Ready
 	// node's slot stay.
-	idleSlot, boundSlot, liveSlot := deploy.InstancePrefix+"s-idle"+sfx+"-env", deploy.InstancePrefix+"s-bound"+sfx+"-env", deploy.InstancePrefix+"s-live"+sfx+"-env"
-	mk(idleSlot, map[string]string{deploy.MetaNode: "gc-n2", deploy.MetaSlot: "s-idle" + sfx})
-	mk(boundSlot, map[string]string{deploy.MetaNode: "gc-n2", deploy.MetaSlot: "s-bound" + sfx})
-	mk(liveSlot, map[string]string{deploy.MetaNode: "gc-n1", deploy.MetaSlot: "s-live" + sfx})
+	idleSlot, boundSlot, liveSlot := catalog.InstancePrefix+"s-idle"+sfx+"-env", catalog.InstancePrefix+"s-bound"+sfx+"-env", catalog.InstancePrefix+"s-live"+sfx+"-env"
+	mk(idleSlot, map[string]string{catalog.MetaNode: "gc-n2", deploy.MetaSlot: "s-idle" + sfx})
+	mk(boundSlot, map[string]string{catalog.MetaNode: "gc-n2", deploy.MetaSlot: "s-bound" + sfx})
+	mk(liveSlot, map[string]string{catalog.MetaNode: "gc-n1", deploy.MetaSlot: "s-live" + sfx})
 	if err := st.CreateDeployment(ctx, state.Desired{ID: "gc-hit" + sfx, App: app, Node: "gc-n2"}); err != nil {
 		t.Fatal(err)
 	}
@@ -123,8 +124,8 @@ func testGC(t *testing.T, s layering.Store) {
 		t.Fatal(err)
 	}
 	unsureNode.Close()
-	unsureSlot := deploy.InstancePrefix + "s-unsure" + sfx + "-env"
-	mk(unsureSlot, map[string]string{deploy.MetaNode: "gc-n3", deploy.MetaSlot: "s-unsure" + sfx})
+	unsureSlot := catalog.InstancePrefix + "s-unsure" + sfx + "-env"
+	mk(unsureSlot, map[string]string{catalog.MetaNode: "gc-n3", deploy.MetaSlot: "s-unsure" + sfx})
 	if err := st.CreateDeployment(ctx, state.Desired{ID: "gc-nostatus" + sfx, App: app, Node: "gc-n3"}); err != nil {
 		t.Fatal(err)
 	}
@@ -138,17 +139,17 @@ func testGC(t *testing.T, s layering.Store) {
 			t.Fatal(err)
 		}
 	}
-	upper := deploy.InstancePrefix + "s-live" + sfx + "-upper"
+	upper := catalog.InstancePrefix + "s-live" + sfx + "-upper"
 	if err := s.Clone(ctx, layering.SnapRef{Image: blankUsed, Snap: layering.SealedSnap}, upper); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Remove(context.Background(), upper) })
-	_ = s.SetMeta(ctx, upper, map[string]string{deploy.MetaNode: "gc-n1", deploy.MetaSlot: "s-live" + sfx})
+	_ = s.SetMeta(ctx, upper, map[string]string{catalog.MetaNode: "gc-n1", deploy.MetaSlot: "s-live" + sfx})
 	// A throwaway clone that a killed `fogctl env exec` left.
 	execClone := layering.ExecPrefix + "gcenv" + sfx + "-dead"
 	mk(execClone, nil)
 	// A checkpoint record whose images are gone.
-	if err := st.PutCheckpoint(ctx, spec.Generation{App: app, Gen: 9, CkptSnap: layering.SnapRef{Image: deploy.GenImage(app, 9, "ckpt")}}); err != nil {
+	if err := st.PutCheckpoint(ctx, spec.Generation{App: app, Gen: 9, CkptSnap: layering.SnapRef{Image: catalog.GenImage(app, 9, "ckpt")}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -216,12 +217,12 @@ func testGC(t *testing.T, s layering.Store) {
 		_, err := s.Stat(ctx, name)
 		return err == nil
 	}
-	for _, name := range []string{deploy.GenImage(app, 2, "env"), deploy.GenImage(app, 2, "ckpt"), deploy.GenImage(app, 5, "ckpt"), orphan, downCopy, idleSlot, execClone} {
+	for _, name := range []string{catalog.GenImage(app, 2, "env"), catalog.GenImage(app, 2, "ckpt"), catalog.GenImage(app, 5, "ckpt"), orphan, downCopy, idleSlot, execClone} {
 		if exists(name) {
 			t.Errorf("%s is still there", name)
 		}
 	}
-	for _, name := range []string{deploy.GenImage(app, 1, "ckpt"), deploy.GenImage(app, 3, "ckpt"), deploy.GenImage(app, 4, "env"), used, foreign, liveCopy, boundSlot, liveSlot, unsureSlot} {
+	for _, name := range []string{catalog.GenImage(app, 1, "ckpt"), catalog.GenImage(app, 3, "ckpt"), catalog.GenImage(app, 4, "env"), used, foreign, liveCopy, boundSlot, liveSlot, unsureSlot} {
 		if !exists(name) {
 			t.Errorf("%s was removed", name)
 		}
@@ -271,14 +272,14 @@ func testGC(t *testing.T, s layering.Store) {
 	// Removals cut short: generation 6 lost its checkpoint image but kept
 	// its environment and record; generation 7's environment has neither.
 	for g := 6; g <= 7; g++ {
-		mk(deploy.GenImage(app, g, "env"), map[string]string{deploy.MetaNode: "gc-n1"})
-		if err := s.Snapshot(ctx, layering.SnapRef{Image: deploy.GenImage(app, g, "env"), Snap: layering.SealedSnap}); err != nil {
+		mk(catalog.GenImage(app, g, "env"), map[string]string{catalog.MetaNode: "gc-n1"})
+		if err := s.Snapshot(ctx, layering.SnapRef{Image: catalog.GenImage(app, g, "env"), Snap: layering.SealedSnap}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := st.PutCheckpoint(ctx, spec.Generation{App: app, Gen: 6,
-		EnvSnap:  layering.SnapRef{Image: deploy.GenImage(app, 6, "env"), Snap: layering.SealedSnap},
-		CkptSnap: layering.SnapRef{Image: deploy.GenImage(app, 6, "ckpt"), Snap: layering.SealedSnap}}); err != nil {
+		EnvSnap:  layering.SnapRef{Image: catalog.GenImage(app, 6, "env"), Snap: layering.SealedSnap},
+		CkptSnap: layering.SnapRef{Image: catalog.GenImage(app, 6, "ckpt"), Snap: layering.SealedSnap}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -320,11 +321,11 @@ func testGC(t *testing.T, s layering.Store) {
 		t.Fatal(err)
 	}
 	for _, g := range []int{3, 4, 6, 7} {
-		if exists(deploy.GenImage(app, g, "ckpt")) || exists(deploy.GenImage(app, g, "env")) {
+		if exists(catalog.GenImage(app, g, "ckpt")) || exists(catalog.GenImage(app, g, "env")) {
 			t.Errorf("after gc of the removed app: an image of generation %d is still there", g)
 		}
 	}
-	if !exists(deploy.GenImage(app, 1, "ckpt")) {
+	if !exists(catalog.GenImage(app, 1, "ckpt")) {
 		t.Errorf("after gc of the removed app: generation 1 (cloned) was removed")
 	}
 	if recs, _ := st.Checkpoints(ctx, app); len(recs) != 1 || recs[0].Gen != 1 {

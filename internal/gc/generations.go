@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -20,7 +20,7 @@ import (
 // wrapping layering.ErrHasChildren, while clones use them), then its
 // record; a generation whose images are gone loses its record.
 func RemoveGeneration(ctx context.Context, store layering.Store, st *state.Store, app string, gen int) error {
-	if err := deploy.RemoveGeneration(ctx, store, app, gen); err != nil && !errors.Is(err, layering.ErrNotFound) {
+	if err := catalog.RemoveGeneration(ctx, store, app, gen); err != nil && !errors.Is(err, layering.ErrNotFound) {
 		return err
 	}
 	return st.DeleteCheckpoint(ctx, app, gen)
@@ -28,13 +28,13 @@ func RemoveGeneration(ctx context.Context, store layering.Store, st *state.Store
 
 // RemoveGenerationWaiting is RemoveGeneration retried, for up to wait,
 // while nodes drop their copies of the generation's environment
-// (deploy.ErrHeldByNodes; the first try retired it). progress, if not
+// (catalog.ErrHeldByNodes; the first try retired it). progress, if not
 // nil, is told once that it waits.
 func RemoveGenerationWaiting(ctx context.Context, store layering.Store, st *state.Store, app string, gen int, wait time.Duration, progress func(string)) error {
 	deadline := time.Now().Add(wait)
 	for told := false; ; told = true {
 		err := RemoveGeneration(ctx, store, st, app, gen)
-		if !errors.Is(err, deploy.ErrHeldByNodes) || time.Now().After(deadline) {
+		if !errors.Is(err, catalog.ErrHeldByNodes) || time.Now().After(deadline) {
 			return err
 		}
 		if !told && progress != nil {
@@ -82,7 +82,7 @@ func generationUsers(ctx context.Context, store layering.Store, g spec.Generatio
 // than the newest keep. A generation that deployments still use is listed
 // with Skip and kept.
 func Retain(ctx context.Context, store layering.Store, app string, keep int, dryRun bool) ([]Item, error) {
-	gens, err := deploy.Generations(ctx, store, app)
+	gens, err := catalog.Generations(ctx, store, app)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +113,7 @@ func Retain(ctx context.Context, store layering.Store, app string, keep int, dry
 		if users > 0 {
 			it.Skip, it.Reason = true, fmt.Sprintf("%s, but used by %d instance(s) or node copies", why, users)
 		} else if !dryRun {
-			if err := deploy.RemoveGeneration(ctx, store, app, g.Gen); err != nil {
+			if err := catalog.RemoveGeneration(ctx, store, app, g.Gen); err != nil {
 				return out, err
 			}
 		}

@@ -8,9 +8,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 )
@@ -46,7 +46,7 @@ func checkControlPlane(ctx context.Context, st *state.Store, names []string, nod
 	}
 	var ours []string
 	for _, n := range names {
-		if _, _, _, ok := deploy.ParseGenImage(n); ok || strings.HasPrefix(n, deploy.InstancePrefix) {
+		if _, _, _, ok := catalog.ParseGenImage(n); ok || strings.HasPrefix(n, catalog.InstancePrefix) {
 			ours = append(ours, n)
 		}
 	}

@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
@@ -67,7 +67,7 @@ func countLeaks(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture
 		t.Fatal(err)
 	}
 	for _, n := range names {
-		if (strings.HasPrefix(n, deploy.InstancePrefix+app+"-") && !deploy.IsLowerName(n)) || strings.HasPrefix(n, deploy.GenPrefix+app+"-") {
+		if (strings.HasPrefix(n, catalog.InstancePrefix+app+"-") && !catalog.IsLowerName(n)) || strings.HasPrefix(n, catalog.GenPrefix+app+"-") {
 			l.Images++
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -54,7 +54,7 @@ func TestRestartRemovesWatchedClone(t *testing.T) {
 	if slot == "" {
 		t.Fatalf("deployment %s has no slot in its status: %+v", d.ID, running[0].Status)
 	}
-	img := deploy.InstancePrefix + slot + "-env"
+	img := catalog.InstancePrefix + slot + "-env"
 
 	p.stopAgent("n1", syscall.SIGKILL)
 	killed := 0

@@ -19,13 +19,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/state"
@@ -581,7 +581,7 @@ func (p *pop) images(ctx context.Context, app string) (int, error) {
 	}
 	n := 0
 	for _, name := range strings.Fields(string(out)) {
-		if strings.HasPrefix(name, deploy.InstancePrefix+app+"-") && !deploy.IsLowerName(name) {
+		if strings.HasPrefix(name, catalog.InstancePrefix+app+"-") && !catalog.IsLowerName(name) {
 			n++
 		}
 	}

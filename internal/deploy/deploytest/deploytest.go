@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/cgroup"
 	"github.com/fogdeploy/fogdeploy/internal/config"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
@@ -302,7 +303,7 @@ func (f *Fixture) Mount(t testing.TB, id string) (envPath, ckptPath string) {
 	dir := filepath.Join(f.State, "instances", id)
 	paths := map[string]string{"env": filepath.Join(dir, "root"), "ckpt": filepath.Join(dir, "ckpt")}
 	for _, kind := range []string{"env", "ckpt"} {
-		img := deploy.InstancePrefix + id + "-" + kind
+		img := catalog.InstancePrefix + id + "-" + kind
 		if kind == "env" {
 			err = f.L.Store.Clone(ctx, env.Ref, img)
 		} else {
@@ -375,7 +376,7 @@ func (f *Fixture) Leftovers(t testing.TB, app string) Leftovers {
 		t.Fatal(err)
 	}
 	for _, n := range names {
-		if strings.HasPrefix(n, deploy.InstancePrefix+app+"-") || strings.HasPrefix(n, deploy.GenPrefix+app+"-") {
+		if strings.HasPrefix(n, catalog.InstancePrefix+app+"-") || strings.HasPrefix(n, catalog.GenPrefix+app+"-") {
 			lo.Images = append(lo.Images, n)
 		}
 	}
@@ -525,7 +526,7 @@ func AssertNothingLeft(t testing.TB, f *Fixture, app string, keepGen bool) {
 	if keepGen {
 		var rest []string
 		for _, n := range lo.Images {
-			if !strings.HasPrefix(n, deploy.GenPrefix) {
+			if !strings.HasPrefix(n, catalog.GenPrefix) {
 				rest = append(rest, n)
 			}
 		}
@@ -572,7 +573,7 @@ func (f *Fixture) RemoveGenerations(t testing.TB, app string) {
 	gens, _ := f.D.Generations(context.Background(), app)
 	for _, g := range gens {
 		err := f.D.RemoveGeneration(context.Background(), app, g.Gen)
-		for start := time.Now(); errors.Is(err, deploy.ErrHeldByNodes) && time.Since(start) < time.Minute; {
+		for start := time.Now(); errors.Is(err, catalog.ErrHeldByNodes) && time.Since(start) < time.Minute; {
 			time.Sleep(500 * time.Millisecond)
 			err = f.D.RemoveGeneration(context.Background(), app, g.Gen)
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/cgroup"
 	"github.com/fogdeploy/fogdeploy/internal/cgroup/cgrouptest"
 	"github.com/fogdeploy/fogdeploy/internal/config"
@@ -196,7 +197,7 @@ func (u *Unit) AssertNothingLeft(t testing.TB, app string, keepGen bool) {
 		t.Fatal(err)
 	}
 	for _, n := range names {
-		if strings.HasPrefix(n, deploy.InstancePrefix) && !lower[n] || !keepGen && strings.HasPrefix(n, deploy.GenPrefix+app+"-") {
+		if strings.HasPrefix(n, catalog.InstancePrefix) && !lower[n] || !keepGen && strings.HasPrefix(n, catalog.GenPrefix+app+"-") {
 			held = append(held, "image "+n)
 		}
 	}

@@ -1,24 +1,27 @@
-// Checkpoint generations: the sealed snapshot pairs (environment + checkpoint image) an app's
-// restores come from (a clone of the environment, the node's copy of the checkpoint), their
-// names, listing and removal.
-
-package deploy
+// Package catalog is the PoP's catalog of checkpoint generations, kept in
+// the pool itself: the sealed snapshot pairs (environment + checkpoint
+// image) an app's restores come from, the names of the images that
+// generations, instances and nodes' copies take, the metadata that marks
+// them, and the listing and removal of generations. fogctl and gc read it
+// without a deployer; the deployer (package deploy) through it.
+package catalog
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
-	"github.com/fogdeploy/fogdeploy/internal/gencache"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -46,8 +49,6 @@ const (
 	MetaRestores = "fogdeploy.restores"
 	// MetaNode names the node that made an instance clone or a generation.
 	MetaNode = "fogdeploy.node"
-	// MaxIDLen bounds deployment IDs.
-	MaxIDLen = 40
 )
 
 // GenImage names image kind ("env" or "ckpt") of generation gen of app.
@@ -78,22 +79,16 @@ func ParseGenImage(name string) (app string, gen int, kind string, ok bool) {
 	return rest[:j], gen, kind, true
 }
 
-// Generations returns the complete checkpoint generations of app, oldest
-// first.
-func (d *Deployer) Generations(ctx context.Context, app string) ([]spec.Generation, error) {
-	return Generations(ctx, d.deps.Store, app)
-}
-
 // Generations returns the complete checkpoint generations of app in the
 // store's pool, oldest first.
 func Generations(ctx context.Context, store layering.Store, app string) ([]spec.Generation, error) {
-	nums, err := genNumbers(ctx, store, app)
+	nums, err := GenNumbers(ctx, store, app)
 	if err != nil {
 		return nil, err
 	}
 	var out []spec.Generation
 	for _, n := range nums {
-		g, ok, err := readGen(ctx, store, app, n)
+		g, ok, err := ReadGen(ctx, store, app, n)
 		if err != nil {
 			return nil, err
 		}
@@ -104,9 +99,9 @@ func Generations(ctx context.Context, store layering.Store, app string) ([]spec.
 	return out, nil
 }
 
-// genNumbers returns the numbers of app's generations whose checkpoint
+// GenNumbers returns the numbers of app's generations whose checkpoint
 // image is in the store's pool (sealed or not), ascending.
-func genNumbers(ctx context.Context, store layering.Store, app string) ([]int, error) {
+func GenNumbers(ctx context.Context, store layering.Store, app string) ([]int, error) {
 	names, err := store.List(ctx)
 	if err != nil {
 		return nil, err
@@ -128,9 +123,9 @@ func genNumbers(ctx context.Context, store layering.Store, app string) ([]int, e
 	return nums, nil
 }
 
-// readGen reads the record of generation gen of app from its checkpoint
+// ReadGen reads the record of generation gen of app from its checkpoint
 // image's metadata; ok is false while it is not sealed (or gone).
-func readGen(ctx context.Context, store layering.Store, app string, gen int) (spec.Generation, bool, error) {
+func ReadGen(ctx context.Context, store layering.Store, app string, gen int) (spec.Generation, bool, error) {
 	img := GenImage(app, gen, "ckpt")
 	md, err := store.Meta(ctx, img)
 	if errors.Is(err, layering.ErrNotFound) {
@@ -148,95 +143,6 @@ func readGen(ctx context.Context, store layering.Store, app string, gen int) (sp
 	}
 	g.Retired = md[MetaRetired] != ""
 	return g, true, nil
-}
-
-// Latest returns app's newest complete generation that is not retired,
-// or ErrNoCheckpoint.
-func (d *Deployer) Latest(ctx context.Context, app string) (spec.Generation, error) {
-	gens, err := d.Generations(ctx, app)
-	if err != nil {
-		return spec.Generation{}, err
-	}
-	for i := len(gens) - 1; i >= 0; i-- {
-		if !gens[i].Retired {
-			return gens[i], nil
-		}
-	}
-	return spec.Generation{}, fmt.Errorf("app %s: %w", app, ErrNoCheckpoint)
-}
-
-// CurrentOf returns the newest complete generation of app of engine eng
-// (any engine when eng is "", else the newest of any engine when eng has
-// none), among those that can stand for app as it is now
-// (spec.App.SameProcess): the checkpoints of an app that was removed and
-// created again with another command, user or environment are not
-// restored, and its next deploy produces a new one. ErrNoCheckpoint when
-// there is none.
-func (d *Deployer) CurrentOf(ctx context.Context, app spec.App, eng engine.Name) (spec.Generation, error) {
-	// Newest first, each record read only if no newer one stands: a
-	// deploy reads one as a rule.
-	nums, err := genNumbers(ctx, d.deps.Store, app.Name)
-	if err != nil {
-		return spec.Generation{}, err
-	}
-	var newest *spec.Generation
-	for i := len(nums) - 1; i >= 0; i-- {
-		g, ok, err := readGen(ctx, d.deps.Store, app.Name, nums[i])
-		if err != nil {
-			return spec.Generation{}, err
-		}
-		if !ok || g.Retired || (len(g.Spec.Command) > 0 && !g.Spec.SameProcess(app)) {
-			continue
-		}
-		if newest == nil {
-			newest = &g
-		}
-		if eng == "" || g.Engine == eng {
-			return g, nil
-		}
-	}
-	if newest == nil {
-		return spec.Generation{}, fmt.Errorf("app %s (as it is now): %w", app.Name, ErrNoCheckpoint)
-	}
-	return *newest, nil
-}
-
-// nextGen is one past the highest generation number in use, sealed or not.
-func (d *Deployer) nextGen(ctx context.Context, app string) (int, error) {
-	names, err := d.deps.Store.List(ctx)
-	if err != nil {
-		return 0, err
-	}
-	next := 1
-	pre := GenPrefix + app + "-"
-	for _, n := range names {
-		rest, ok := strings.CutPrefix(n, pre)
-		if !ok {
-			continue
-		}
-		i := strings.LastIndexByte(rest, '-')
-		if i < 0 {
-			continue
-		}
-		if g, err := strconv.Atoi(rest[:i]); err == nil && GenImage(app, g, rest[i+1:]) == n && g >= next {
-			next = g + 1
-		}
-	}
-	return next, nil
-}
-
-// RemoveGeneration removes a checkpoint generation. It refuses, wrapping
-// layering.ErrHasChildren, while deployments still use it.
-// This node's copies of it go too (its environment's first: it is a clone).
-func (d *Deployer) RemoveGeneration(ctx context.Context, app string, gen int) error {
-	if _, err := d.TrimLowers(ctx, func(l Lower) bool { return l.App != app || l.Gen != gen }); err != nil {
-		return err
-	}
-	if err := RemoveGeneration(ctx, d.deps.Store, app, gen); err != nil {
-		return err
-	}
-	_, err := d.TrimCache(func(k gencache.Key) bool { return k.App != app || k.Gen != gen })
-	return err
 }
 
 // ErrHeldByNodes: a generation's removal waits for nodes to drop their
@@ -369,3 +275,24 @@ func restoring(ctx context.Context, store layering.Store, app string, gen int) (
 	}
 	return users, nil
 }
+
+// LowerImage is the name of node's read-only copy of generation gen of
+// app: fdi-<app>-l<gen>-<8 hex digits of the node's name>.
+func LowerImage(app string, gen int, node string) string {
+	sum := sha256.Sum256([]byte(node))
+	return InstancePrefix + app + "-l" + strconv.Itoa(gen) + "-" + hex.EncodeToString(sum[:4])
+}
+
+// IsLowerImage reports whether an image is a node's read-only copy of a
+// generation's environment, by its metadata (as Stat returns it).
+func IsLowerImage(meta map[string]string) bool { return meta[MetaLower] != "" }
+
+// lowerName matches the names LowerImage gives.
+var lowerName = regexp.MustCompile(`^` + InstancePrefix + `.+-l[0-9]+-[0-9a-f]{8}$`)
+
+// IsLowerName reports whether an image name is one that LowerImage gives.
+func IsLowerName(name string) bool { return lowerName.MatchString(name) }
+
+// MetaLower marks a node's read-only copy of a generation's environment
+// ("<app>/<gen>").
+const MetaLower = "fogdeploy.lower"
