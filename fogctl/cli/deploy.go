@@ -103,49 +103,38 @@ func (e failedError) Is(target error) bool {
 // waitDeployment follows a deployment's status until Running or Failed,
 // printing each phase as it passes.
 func waitDeployment(ctx context.Context, f *Factory, st *state.Store, id string) (state.Deployment, error) {
-	wch := st.Client().Watch(ctx, state.Prefix+"status/"+id)
 	seen := 0
-	for {
-		dep, err := st.Deployment(ctx, id)
-		if err != nil {
-			return dep, err
-		}
+	dep, err := st.Follow(ctx, id, func(dep state.Deployment) bool {
 		for ; seen < len(dep.Status.Timings); seen++ {
 			p := dep.Status.Timings[seen]
 			fmt.Fprintf(f.ErrOut, "    %-16s %s\n", p.Name, p.Duration.Round(time.Millisecond))
 		}
-		switch dep.Status.Phase {
-		case spec.PhaseCheckpointed:
-			fmt.Fprintf(f.ErrOut, "==> %s sealed generation %d of %s on %s\n", id, dep.Status.Gen, dep.App, dep.Node)
-			return dep, nil
-		case spec.PhaseRunning:
-			kind := "restored from generation " + strconv.Itoa(dep.Status.Gen)
-			if dep.Status.Reason != "" {
-				kind += ": " + dep.Status.Reason
-			}
-			switch {
-			case dep.Status.Mode == spec.ModeBoot:
-				kind = "booted without a checkpoint: " + dep.Status.BootReason
-			case dep.Status.Booted:
-				kind = "booted, checkpointed as generation " + strconv.Itoa(dep.Status.Gen) + ", restored"
-			}
-			fmt.Fprintf(f.ErrOut, "==> %s Running on %s (%s) at %v\n", id, dep.Node, kind, dep.Status.Ports)
-			return dep, nil
-		case spec.PhaseFailed:
-			var err error = failedError{msg: fmt.Sprintf("deployment %s failed on %s: %s", id, dep.Node, dep.Status.Error), cause: dep.Status.Cause}
-			if dep.Status.Hint != "" {
-				err = hintpkg.With(err, dep.Status.Hint)
-			}
-			return dep, err
-		}
-		select {
-		case <-ctx.Done():
-			return dep, ctx.Err()
-		case _, ok := <-wch:
-			if !ok {
-				return dep, ctx.Err()
-			}
-		case <-time.After(2 * time.Second):
-		}
+		return state.Settled(dep.Status.Phase)
+	})
+	if err != nil {
+		return dep, err
 	}
+	switch dep.Status.Phase {
+	case spec.PhaseCheckpointed:
+		fmt.Fprintf(f.ErrOut, "==> %s sealed generation %d of %s on %s\n", id, dep.Status.Gen, dep.App, dep.Node)
+	case spec.PhaseRunning:
+		kind := "restored from generation " + strconv.Itoa(dep.Status.Gen)
+		if dep.Status.Reason != "" {
+			kind += ": " + dep.Status.Reason
+		}
+		switch {
+		case dep.Status.Mode == spec.ModeBoot:
+			kind = "booted without a checkpoint: " + dep.Status.BootReason
+		case dep.Status.Booted:
+			kind = "booted, checkpointed as generation " + strconv.Itoa(dep.Status.Gen) + ", restored"
+		}
+		fmt.Fprintf(f.ErrOut, "==> %s Running on %s (%s) at %v\n", id, dep.Node, kind, dep.Status.Ports)
+	case spec.PhaseFailed:
+		var err error = failedError{msg: fmt.Sprintf("deployment %s failed on %s: %s", id, dep.Node, dep.Status.Error), cause: dep.Status.Cause}
+		if dep.Status.Hint != "" {
+			err = hintpkg.With(err, dep.Status.Hint)
+		}
+		return dep, err
+	}
+	return dep, nil
 }

@@ -154,6 +154,27 @@ type CreateResponse struct {
 	App  string `json:"app"`
 	Node string `json:"node"`
 	URL  string `json:"url"`
+	// Status is, with ?wait, the deployment's status when it settled
+	// (Running with its ports, or Failed with its error) or when the wait
+	// ended (its phase then says how far it got).
+	Status *state.Status `json:"status,omitempty"`
+}
+
+// MaxWait bounds a create's ?wait.
+const MaxWait = 5 * time.Minute
+
+// waitParam reads a create's ?wait: how long to wait for the deployment
+// to settle before answering (0: answer at once).
+func waitParam(r *http.Request) (time.Duration, error) {
+	v := r.URL.Query().Get("wait")
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 || d > MaxWait {
+		return 0, fieldError("wait", fmt.Sprintf("%q: give a duration from 1ms to %s, e.g. wait=30s", v, MaxWait))
+	}
+	return d, nil
 }
 
 // DecodeCreate reads and validates a create request.
@@ -205,6 +226,11 @@ func (e *fieldErr) Error() string { return e.field + ": " + e.msg }
 func fieldError(field, msg string) error { return &fieldErr{field: field, msg: msg} }
 
 func (h *hooks) create(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
+	wait, err := waitParam(r)
+	if err != nil {
+		h.error(w, err)
+		return
+	}
 	req, err := DecodeCreate(r.Body)
 	if err != nil {
 		h.error(w, err)
@@ -220,8 +246,28 @@ func (h *hooks) create(w http.ResponseWriter, r *http.Request, c *apiauth.Client
 		h.error(w, err)
 		return
 	}
+	resp := CreateResponse{ID: d.ID, App: d.App, Node: d.Node, URL: "/v1/deployments/" + d.ID}
+	if wait > 0 {
+		resp.Status = h.settled(r.Context(), d.ID, wait)
+	}
 	w.Header().Set("Location", "/v1/deployments/"+d.ID)
-	writeJSON(w, http.StatusCreated, CreateResponse{ID: d.ID, App: d.App, Node: d.Node, URL: "/v1/deployments/" + d.ID})
+	writeJSON(w, http.StatusCreated, resp)
+}
+
+// settled follows deployment id until it settles or wait ends, and returns
+// its status then; nil if it could not be read (the deployment withdrawn
+// meanwhile, etcd gone).
+func (h *hooks) settled(ctx context.Context, id string, wait time.Duration) *state.Status {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	d, err := h.a.st.Follow(ctx, id, func(d state.Deployment) bool { return state.Settled(d.Status.Phase) })
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		if h.a.log != nil {
+			h.a.log.Warn("create: following the deployment it made", "deployment", id, "err", err)
+		}
+		return nil
+	}
+	return &d.Status
 }
 
 // list answers the caller's deployments: an admin's all.

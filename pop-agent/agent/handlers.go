@@ -26,7 +26,7 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 	}
 	if cur, err := a.st.Deployment(ctx, dsr.ID); err != nil {
 		return // withdrawn meanwhile
-	} else if cur.Status.Phase == spec.PhaseRunning || cur.Status.Phase == spec.PhaseFailed || cur.Status.Phase == spec.PhaseCheckpointed {
+	} else if state.Settled(cur.Status.Phase) {
 		return
 	}
 	app, err := a.st.App(ctx, dsr.App)

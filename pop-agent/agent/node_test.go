@@ -112,13 +112,33 @@ func TestAgentOnUnitNode(t *testing.T) {
 			t.Errorf("deployment %d at %v: PING = %q, %v", i+1, d.Status.Ports, got, err)
 		}
 	}
+	// With ?wait, the create answers once the instance runs, with its
+	// address: one round trip. A bad wait is refused before anything is
+	// made.
+	var bad map[string]any
+	if code := do("POST", "/v1/deployments?wait=forever", alice, `{"app":"unit-web","labels":{"user":"alice"}}`, &bad); code != http.StatusBadRequest || bad["field"] != "wait" {
+		t.Errorf("POST ?wait=forever: %d %v; want 400 naming wait", code, bad)
+	}
+	if all, err := st.Deployments(ctx); err != nil || len(all) != 2 {
+		t.Errorf("deployments after a refused create: %d, %v; want the 2 made before", len(all), err)
+	}
+	var cr CreateResponse
+	if code := do("POST", "/v1/deployments?wait=30s", alice, `{"app":"unit-web","mode":"restore","labels":{"user":"alice"}}`, &cr); code != http.StatusCreated {
+		t.Fatalf("POST ?wait=30s: %d", code)
+	}
+	ids = append(ids, cr.ID)
+	if cr.Status == nil || cr.Status.Phase != spec.PhaseRunning {
+		t.Errorf("POST ?wait=30s answered %+v; want the deployment Running", cr)
+	} else if got, err := testenv.RedisDo(ctx, nil, cr.Status.Ports["6379/tcp"], "PING"); err != nil || got != "PONG" {
+		t.Errorf("the address the create answered (%v): PING = %q, %v", cr.Status.Ports, got, err)
+	}
 	// A client sees its own deployments only.
 	if code := do("GET", "/v1/deployments/"+ids[0], alice, "", nil); code != http.StatusForbidden {
 		t.Errorf("alice reading the operator's deployment: %d; want 403", code)
 	}
 	for i, id := range ids {
 		tok := operator
-		if i == 1 {
+		if i > 0 {
 			tok = alice
 		}
 		if code := do("DELETE", "/v1/deployments/"+id, tok, "", nil); code/100 != 2 {

@@ -1,10 +1,10 @@
-// Package catalog checks the app catalog of the evaluation (configs/apps,
+// Package appcatalog checks the app catalog of the evaluation (configs/apps,
 // configs/envs) without any service: every app spec parses and validates,
 // its environment has a build file that parses and whose COPY sources exist
 // (Python and JavaScript sources among them parse, where python3 and node
 // are installed), and that
 // build file installs the Debian package the app comes from.
-package catalog
+package appcatalog
 
 import (
 	"os"
