@@ -37,8 +37,12 @@ func testPoolAhead(t *testing.T, eng engine.Name) {
 // TestPoolAheadUnit is testPoolAhead on the fakes, without root or a
 // service.
 func TestPoolAheadUnit(t *testing.T) {
-	u, ctx, app := unitRedis(t, engine.NameDMTCP)
-	poolAhead(ctx, t, u, app)
+	for _, eng := range spec.Engines {
+		t.Run(string(eng), func(t *testing.T) {
+			u, ctx, app := unitRedis(t, eng)
+			poolAhead(ctx, t, u, app)
+		})
+	}
 }
 
 func poolAhead(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App) {

@@ -74,8 +74,12 @@ func testDeployRedis(t *testing.T, driver string, eng engine.Name) {
 // TestDeployRedisUnit is testDeployRedis on the fakes, without root or a
 // service.
 func TestDeployRedisUnit(t *testing.T) {
-	u, ctx, app := unitRedis(t, engine.NameDMTCP)
-	deployRedis(ctx, t, u, app, "container", engine.NameDMTCP)
+	for _, eng := range spec.Engines {
+		t.Run(string(eng), func(t *testing.T) {
+			u, ctx, app := unitRedis(t, eng)
+			deployRedis(ctx, t, u, app, "container", eng)
+		})
+	}
 }
 
 func deployRedis(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App, driver string, eng engine.Name) {

@@ -31,10 +31,15 @@ func testPoolHit(t *testing.T, driver string, eng engine.Name) {
 	poolHit(ctx, t, f, app, driver)
 }
 
-// TestPoolHitUnit is testPoolHit on the fakes, without root or a service.
+// TestPoolHitUnit is testPoolHit on the fakes, under either engine,
+// without root or a service.
 func TestPoolHitUnit(t *testing.T) {
-	u, ctx, app := unitRedis(t, engine.NameDMTCP)
-	poolHit(ctx, t, u, app, "container")
+	for _, eng := range spec.Engines {
+		t.Run(string(eng), func(t *testing.T) {
+			u, ctx, app := unitRedis(t, eng)
+			poolHit(ctx, t, u, app, "container")
+		})
+	}
 }
 
 func poolHit(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App, driver string) {

@@ -29,7 +29,9 @@ const FakeDMTCPImageFile = "fake-image.json"
 // whole lifecycle without dockerd or DMTCP:
 //
 //   - launch, restart and boot: the entrypoint's modes, with the flags
-//     DMTCPContainer passes (Launch, Restart, Boot, plus -gen N). The app
+//     DMTCPContainer passes (Launch, Restart, Boot, plus -gen N), under
+//     either engine (-engine dmtcp or criu, -lazy: the fake's checkpoint
+//     is the same). The app
 //     is a program of the same image; its memory is what FakeDMTCP's apps
 //     keep (fakeMemory). On SIGUSR1 launch and restart stop the app and
 //     write its argv and memory into generation /fog/ckpt/<gen> (launch:
@@ -87,6 +89,10 @@ type fakeFlags struct {
 	delay               time.Duration
 	wait                string
 	recycle             bool
+	// engine is the checkpoint engine the entrypoint runs (-engine): the
+	// fake keeps the same image for either; lazy (-lazy) changes nothing.
+	engine string
+	lazy   bool
 }
 
 // parseFakeFlags parses the entrypoint's flags up to "--".
@@ -97,8 +103,10 @@ func parseFakeFlags(args []string) (fakeFlags, []string, error) {
 		if name == "--" {
 			return f, args[1:], nil
 		}
-		if name == "-recycle" { // the one flag without a value
-			f.recycle, args = true, args[1:]
+		if name == "-recycle" || name == "-lazy" { // the flags without a value
+			f.recycle = f.recycle || name == "-recycle"
+			f.lazy = f.lazy || name == "-lazy"
+			args = args[1:]
 			continue
 		}
 		if !strings.HasPrefix(name, "-") || len(args) < 2 {
@@ -126,6 +134,11 @@ func parseFakeFlags(args []string) (fakeFlags, []string, error) {
 			f.delay, err = time.ParseDuration(v)
 		case "-wait":
 			f.wait = v
+		case "-engine":
+			if v != "dmtcp" && v != "criu" {
+				err = fmt.Errorf("want dmtcp or criu")
+			}
+			f.engine = v
 		case "-workdir", "-user", "-after-checkpoint", "-root":
 			// Accepted; the fake has no file system, users or continue.
 		default:
