@@ -295,12 +295,55 @@ func (h *hooks) get(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
 		h.error(w, fieldError("id", err.Error()))
 		return
 	}
+	wait, err := waitParam(r)
+	if err != nil {
+		h.error(w, err)
+		return
+	}
+	after, err := afterParam(r, wait)
+	if err != nil {
+		h.error(w, err)
+		return
+	}
 	d, err := h.visible(r.Context(), c, id)
 	if err != nil {
 		h.error(w, err)
 		return
 	}
+	if wait > 0 {
+		// A long poll: until the status changes after the caller's
+		// (a new address, a failure), or settles, or the wait ends.
+		ctx, cancel := context.WithTimeout(r.Context(), wait)
+		defer cancel()
+		d, err = h.a.st.Follow(ctx, id, func(d state.Deployment) bool {
+			if !after.IsZero() {
+				return d.Status.Updated.After(after)
+			}
+			return state.Settled(d.Status.Phase)
+		})
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			h.error(w, err)
+			return
+		}
+	}
 	writeJSON(w, http.StatusOK, d)
+}
+
+// afterParam reads a GET's ?after: the status.updated the caller holds, so
+// that a long poll (?wait) answers at the status's next change.
+func afterParam(r *http.Request, wait time.Duration) (time.Time, error) {
+	v := r.URL.Query().Get("after")
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return t, fieldError("after", fmt.Sprintf("%q: give the status.updated of the deployment as you read it (RFC 3339)", v))
+	}
+	if wait == 0 {
+		return t, fieldError("after", "comes with wait, e.g. ?wait=60s&after="+v)
+	}
+	return t, nil
 }
 
 func (h *hooks) remove(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {

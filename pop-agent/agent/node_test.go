@@ -132,6 +132,37 @@ func TestAgentOnUnitNode(t *testing.T) {
 	} else if got, err := testenv.RedisDo(ctx, nil, cr.Status.Ports["6379/tcp"], "PING"); err != nil || got != "PONG" {
 		t.Errorf("the address the create answered (%v): PING = %q, %v", cr.Status.Ports, got, err)
 	}
+	// A long poll on GET answers at the status's next change after the
+	// caller's, or when its wait ends with the status unchanged; a bad
+	// after is refused.
+	if cr.Status != nil {
+		after := cr.Status.Updated.Format(time.RFC3339Nano)
+		var same state.Deployment
+		if code := do("GET", "/v1/deployments/"+cr.ID+"?wait=300ms&after="+after, alice, "", &same); code != http.StatusOK || !same.Status.Updated.Equal(cr.Status.Updated) {
+			t.Errorf("long poll with no change: %d, updated %s; want 200 and the status as it was (%s)", code, same.Status.Updated, after)
+		}
+		for _, q := range []string{"?after=" + after, "?wait=1s&after=yesterday"} {
+			var bad map[string]any
+			if code := do("GET", "/v1/deployments/"+cr.ID+q, alice, "", &bad); code != http.StatusBadRequest || bad["field"] != "after" {
+				t.Errorf("GET %s: %d %v; want 400 naming after", q, code, bad)
+			}
+		}
+		polled := make(chan int, 1)
+		go func() { polled <- do("GET", "/v1/deployments/"+cr.ID+"?wait=30s&after="+after, alice, "", nil) }()
+		time.Sleep(100 * time.Millisecond)
+		if code := do("DELETE", "/v1/deployments/"+cr.ID, alice, "", nil); code/100 != 2 {
+			t.Errorf("DELETE %s: %d", cr.ID, code)
+		}
+		select {
+		case code := <-polled:
+			if code != http.StatusNotFound {
+				t.Errorf("long poll of a deployment deleted meanwhile: %d; want 404", code)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("the long poll did not answer when its deployment was deleted")
+		}
+		ids = ids[:len(ids)-1]
+	}
 	// A client sees its own deployments only.
 	if code := do("GET", "/v1/deployments/"+ids[0], alice, "", nil); code != http.StatusForbidden {
 		t.Errorf("alice reading the operator's deployment: %d; want 403", code)
