@@ -248,26 +248,35 @@ func (h *hooks) create(w http.ResponseWriter, r *http.Request, c *apiauth.Client
 	}
 	resp := CreateResponse{ID: d.ID, App: d.App, Node: d.Node, URL: "/v1/deployments/" + d.ID}
 	if wait > 0 {
-		resp.Status = h.settled(r.Context(), d.ID, wait)
+		if fd, err := h.follow(r.Context(), d.ID, wait, time.Time{}); err != nil {
+			if h.a.log != nil {
+				h.a.log.Warn("create: following the deployment it made", "deployment", d.ID, "err", err)
+			}
+		} else {
+			resp.Status = &fd.Status
+		}
 	}
 	w.Header().Set("Location", "/v1/deployments/"+d.ID)
 	writeJSON(w, http.StatusCreated, resp)
 }
 
-// settled follows deployment id until it settles or wait ends, and returns
-// its status then; nil if it could not be read (the deployment withdrawn
-// meanwhile, etcd gone).
-func (h *hooks) settled(ctx context.Context, id string, wait time.Duration) *state.Status {
-	ctx, cancel := context.WithTimeout(ctx, wait)
+// follow reads deployment id until its status changes after after (with
+// after set: a new address, a failure) or settles (without), or wait ends
+// (or the caller leaves): it returns the last read, and an error only if
+// the deployment could not be read (withdrawn meanwhile, etcd gone).
+func (h *hooks) follow(ctx context.Context, id string, wait time.Duration, after time.Time) (state.Deployment, error) {
+	fctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	d, err := h.a.st.Follow(ctx, id, func(d state.Deployment) bool { return state.Settled(d.Status.Phase) })
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		if h.a.log != nil {
-			h.a.log.Warn("create: following the deployment it made", "deployment", id, "err", err)
+	d, err := h.a.st.Follow(fctx, id, func(d state.Deployment) bool {
+		if !after.IsZero() {
+			return d.Status.Updated.After(after)
 		}
-		return nil
+		return state.Settled(d.Status.Phase)
+	})
+	if err != nil && fctx.Err() != nil {
+		err = nil // the wait ended: the status as it is
 	}
-	return &d.Status
+	return d, err
 }
 
 // list answers the caller's deployments: an admin's all.
@@ -311,17 +320,8 @@ func (h *hooks) get(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
 		return
 	}
 	if wait > 0 {
-		// A long poll: until the status changes after the caller's
-		// (a new address, a failure), or settles, or the wait ends.
-		ctx, cancel := context.WithTimeout(r.Context(), wait)
-		defer cancel()
-		d, err = h.a.st.Follow(ctx, id, func(d state.Deployment) bool {
-			if !after.IsZero() {
-				return d.Status.Updated.After(after)
-			}
-			return state.Settled(d.Status.Phase)
-		})
-		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		// A long poll.
+		if d, err = h.follow(r.Context(), id, wait, after); err != nil {
 			h.error(w, err)
 			return
 		}
