@@ -4,7 +4,9 @@ package mountinfo
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -65,4 +67,38 @@ func RemoveAll(dir string) error {
 		return fmt.Errorf("%s is not removed: %w: %s", dir, ErrMounted, strings.Join(mounts, ", "))
 	}
 	return os.RemoveAll(dir)
+}
+
+// Empty removes what dir holds, keeping dir (as an unmount leaves an empty
+// mount point), unless something is mounted under it (ErrMounted). The
+// directories under it are made writable first, so that one copied
+// read-only (a root file system's /proc, 0555) is emptied too. A dir that
+// does not exist is empty.
+func Empty(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	mounts, err := Under(dir)
+	if err != nil {
+		return err
+	}
+	if len(mounts) > 0 {
+		return fmt.Errorf("%s is not emptied: %w: %s", dir, ErrMounted, strings.Join(mounts, ", "))
+	}
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		_ = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				_ = os.Chmod(path, 0o700)
+			}
+			return nil
+		})
+		if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -69,3 +69,28 @@ func TestRemoveAll(t *testing.T) {
 		t.Errorf("after RemoveAll, %s: %v", dir, err)
 	}
 }
+
+// TestEmpty: what a directory holds goes, read-only directories too, and
+// the directory stays; a missing one is empty.
+func TestEmpty(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "d")
+	ro := filepath.Join(dir, "proc")
+	if err := os.MkdirAll(filepath.Join(ro, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ro, "sub", "f"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(ro, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	if err := Empty(dir); err != nil {
+		t.Fatal(err)
+	}
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
+		t.Errorf("after Empty, %s holds %v, %v; want it there and empty", dir, ents, err)
+	}
+	if err := Empty(filepath.Join(dir, "missing")); err != nil {
+		t.Errorf("Empty of a missing directory: %v", err)
+	}
+}

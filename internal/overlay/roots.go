@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/fogdeploy/fogdeploy/internal/mountinfo"
 )
 
 // Roots mounts instances' roots as overlays. Kernel is the kernel's
@@ -125,7 +127,7 @@ func (c *Copy) Unmount(ctx context.Context, target string) error {
 	if err := keepWrites(ctx, l, target); err != nil {
 		return fmt.Errorf("unmount overlay at %s: %w", target, err)
 	}
-	if err := emptyDir(target); err != nil {
+	if err := mountinfo.Empty(target); err != nil {
 		return fmt.Errorf("unmount overlay at %s: %w", target, err)
 	}
 	delete(c.mounted, c.key(target))
@@ -197,19 +199,6 @@ func copyTree(ctx context.Context, src, dst string) error {
 	out, err := exec.CommandContext(ctx, "cp", "-a", src+"/.", dst).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("copy %s to %s: %w: %s", src, dst, err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
-func emptyDir(dir string) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil
-	}
-	for _, e := range ents {
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-			return err
-		}
 	}
 	return nil
 }

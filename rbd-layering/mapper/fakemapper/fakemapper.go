@@ -34,6 +34,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/mountinfo"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/fakestore"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
@@ -148,7 +149,7 @@ func (m *Mapper) Mount(ctx context.Context, mp *mapper.Mapping, target string, o
 		return fmt.Errorf("mount %s: the image holds no filesystem: %w", rec.Image, mapper.ErrInvalid)
 	case hasFS:
 		if err := unpack(ctx, file, target); err != nil {
-			_ = empty(target)
+			_ = mountinfo.Empty(target)
 			return fmt.Errorf("mount %s: %w", rec.Image, err)
 		}
 	}
@@ -189,7 +190,7 @@ func (m *Mapper) Release(ctx context.Context, id string) error {
 				return err
 			}
 		}
-		if err := empty(rec.Target); err != nil {
+		if err := mountinfo.Empty(rec.Target); err != nil {
 			return fmt.Errorf("release %s: unmount %s: %w", id, rec.Target, err)
 		}
 	}
@@ -272,31 +273,6 @@ func unpack(ctx context.Context, file, target string) error {
 	out, err := exec.CommandContext(ctx, "debugfs", "-R", "rdump / "+target, file).CombinedOutput()
 	if err != nil || bytes.Contains(out, []byte("rdump: ")) {
 		return fmt.Errorf("read its files: debugfs rdump: %v: %s", err, bytes.TrimSpace(out))
-	}
-	return nil
-}
-
-// empty removes what is under dir, keeping dir, as an unmount leaves an
-// empty mount point.
-func empty(dir string) error {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		p := filepath.Join(dir, e.Name())
-		// A directory left read-only must be writable to be emptied.
-		_ = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				_ = os.Chmod(path, 0o700)
-			}
-			return nil
-		})
-		if err := os.RemoveAll(p); err != nil {
-			return err
-		}
 	}
 	return nil
 }
