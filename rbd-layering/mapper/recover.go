@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"syscall"
 
 	"github.com/fogdeploy/fogdeploy/internal/procstat"
 )
@@ -125,6 +127,14 @@ func (m *Mapper) Mounted(id string) (bool, error) {
 	if rec.Target == "" {
 		return false, nil
 	}
-	ms, err := mountsAt(rec.Target)
-	return len(ms) > 0, err
+	// A mount point is on another device than its parent: two stats,
+	// not a read of the mount table, on a restore's path.
+	var st, parent syscall.Stat_t
+	if err := syscall.Stat(rec.Target, &st); err != nil {
+		return false, nil
+	}
+	if err := syscall.Stat(filepath.Dir(rec.Target), &parent); err != nil {
+		return false, err
+	}
+	return st.Dev != parent.Dev, nil
 }
