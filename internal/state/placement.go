@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fogdeploy/fogdeploy/internal/hint"
@@ -316,8 +317,26 @@ func (s *Store) commitDeployment(ctx context.Context, d Desired, cmps ...clientv
 		ops = append(ops, clientv3.OpPut(placementKey(d.Node), d.ID))
 	}
 	cmps = append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(deploymentKey(d.ID)), "=", 0)}, cmps...)
-	r, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).
-		Else(clientv3.OpGet(deploymentKey(d.ID), clientv3.WithCountOnly())).Commit()
+	commit := func(ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+		return s.cli.Txn(ctx).If(cmps...).Then(ops...).
+			Else(clientv3.OpGet(deploymentKey(d.ID), clientv3.WithCountOnly())).Commit()
+	}
+	// Its event is written with it: one round trip for the caller. Without
+	// a lease for it (etcd unavailable for a grant, or emptied since), the
+	// deployment is recorded without its event.
+	ev, err := s.eventOp(ctx, d.ID, "requested", fmt.Sprintf("app %s on node %s", d.App, d.Node))
+	withEvent := err == nil
+	var r *clientv3.TxnResponse
+	if withEvent {
+		r, err = commit(append(ops, ev)...)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.events.drop()
+			withEvent = false
+		}
+	}
+	if !withEvent {
+		r, err = commit(ops...)
+	}
 	if err != nil {
 		return false, wrapUnavailable(err)
 	}
@@ -327,6 +346,5 @@ func (s *Store) commitDeployment(ctx context.Context, d Desired, cmps ...clientv
 		}
 		return false, nil
 	}
-	s.Event(ctx, d.ID, "requested", fmt.Sprintf("app %s on node %s", d.App, d.Node))
 	return true, nil
 }

@@ -78,7 +78,8 @@ func (c Config) Validate() error {
 
 // Store is the PoP state in etcd.
 type Store struct {
-	cli *clientv3.Client
+	cli    *clientv3.Client
+	events eventLease
 }
 
 // Open connects to etcd and checks that it answers.
@@ -219,11 +220,15 @@ func (s *Store) App(ctx context.Context, name string) (spec.App, error) {
 	var a spec.App
 	if err := getJSON(ctx, s.cli, appKey(name), &a); err != nil {
 		if errors.Is(err, ErrNotFound) {
-			return a, hint.With(fmt.Errorf("app %s: %w", name, ErrNotFound), "`fogctl app ls` lists the apps; `fogctl app create` adds one")
+			return a, appNotFound(name)
 		}
 		return a, err
 	}
 	return a, nil
+}
+
+func appNotFound(name string) error {
+	return hint.With(fmt.Errorf("app %s: %w", name, ErrNotFound), "`fogctl app ls` lists the apps; `fogctl app create` adds one")
 }
 
 // Apps lists the apps by name.
@@ -304,15 +309,47 @@ func (s *Store) CreateDeployment(ctx context.Context, d Desired) error {
 
 // Deployment returns one deployment.
 func (s *Store) Deployment(ctx context.Context, id string) (Deployment, error) {
+	d, _, err := s.deploymentAt(ctx, id)
+	return d, err
+}
+
+// deploymentAt reads deployment id, its record and its status in one
+// transaction, and returns the revision they were read at.
+func (s *Store) deploymentAt(ctx context.Context, id string, more ...clientv3.Op) (Deployment, *clientv3.TxnResponse, error) {
 	var d Deployment
-	if err := getJSON(ctx, s.cli, deploymentKey(id), &d.Desired); err != nil {
-		if errors.Is(err, ErrNotFound) {
-			return d, hint.With(fmt.Errorf("deployment %s: %w", id, ErrNotFound), "`fogctl ps` lists the deployments")
-		}
-		return d, err
+	r, err := s.cli.Txn(ctx).Then(append([]clientv3.Op{clientv3.OpGet(deploymentKey(id)), clientv3.OpGet(statusKey(id))}, more...)...).Commit()
+	if err != nil {
+		return d, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	_ = getJSON(ctx, s.cli, statusKey(id), &d.Status)
-	return d, nil
+	kvs := r.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return d, r, hint.With(fmt.Errorf("deployment %s: %w", id, ErrNotFound), "`fogctl ps` lists the deployments")
+	}
+	if err := json.Unmarshal(kvs[0].Value, &d.Desired); err != nil {
+		return d, r, fmt.Errorf("record %s: %w", kvs[0].Key, err)
+	}
+	if kvs := r.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+		_ = json.Unmarshal(kvs[0].Value, &d.Status)
+	}
+	return d, r, nil
+}
+
+// DeploymentWithApp reads deployment id and its app in one transaction:
+// what an agent needs to deploy it.
+func (s *Store) DeploymentWithApp(ctx context.Context, id, app string) (Deployment, spec.App, error) {
+	d, r, err := s.deploymentAt(ctx, id, clientv3.OpGet(appKey(app)))
+	if err != nil {
+		return d, spec.App{}, err
+	}
+	kvs := r.Responses[2].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return d, spec.App{}, appNotFound(app)
+	}
+	var a spec.App
+	if err := json.Unmarshal(kvs[0].Value, &a); err != nil {
+		return d, a, fmt.Errorf("record %s: %w", kvs[0].Key, err)
+	}
+	return d, a, nil
 }
 
 // Deployments lists every deployment with its status.

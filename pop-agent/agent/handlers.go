@@ -24,14 +24,15 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 	if rec, err := a.d.Load(dsr.ID); err == nil && rec.Phase == spec.PhaseRunning {
 		return // already here (a repeated event)
 	}
-	if cur, err := a.st.Deployment(ctx, dsr.ID); err != nil {
-		return // withdrawn meanwhile
-	} else if state.Settled(cur.Status.Phase) {
+	// One read of the cluster: the deployment as it is now, and its app.
+	cur, app, err := a.st.DeploymentWithApp(ctx, dsr.ID, dsr.App)
+	switch {
+	case err != nil && cur.ID == "":
+		return // withdrawn meanwhile, or etcd unavailable (the next resync deploys it)
+	case err != nil:
+		a.fail(ctx, dsr, nil, err) // its app is gone
 		return
-	}
-	app, err := a.st.App(ctx, dsr.App)
-	if err != nil {
-		a.fail(ctx, dsr, nil, err)
+	case state.Settled(cur.Status.Phase):
 		return
 	}
 	if dsr.Mode == spec.ModeCheckpoint {
@@ -49,8 +50,7 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 			st.Reason = ch.reason
 		}
 	}
-	live := &liveStatus{a: a, ctx: ctx, id: dsr.ID, st: st}
-	_ = a.setStatus(ctx, dsr.ID, st)
+	live := a.newLiveStatus(ctx, dsr.ID, st)
 	start := time.Now()
 	a.makeRoom(ctx, app.Name)
 	a.pool.inflight.Add(1)
@@ -80,6 +80,7 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		},
 	})
 	a.pool.inflight.Add(-1)
+	live.stop()
 	if err != nil {
 		if _, lerr := a.d.Load(dsr.ID); lerr == nil {
 			// The deployer's own undo did not finish.
@@ -140,9 +141,14 @@ func (a *agent) running(ctx context.Context, log *slog.Logger, dsr state.Desired
 	}
 }
 
+// liveStatusDelay is how long a deploy runs before its status shows
+// its progress: a pool hit or a fast restore writes one status, Running.
+const liveStatusDelay = 50 * time.Millisecond
+
 // liveStatus is a deploying deployment's status as its stages report
-// them: each timing written to etcd as it comes, named boot.* while the
-// deploy boots the app to make its first checkpoint.
+// them, named boot.* while the deploy boots the app to make its first
+// checkpoint. It is written to etcd once the deploy has run for
+// liveStatusDelay, then at each timing as it comes, until stop.
 type liveStatus struct {
 	a   *agent
 	ctx context.Context
@@ -151,6 +157,43 @@ type liveStatus struct {
 	mu      sync.Mutex
 	st      state.Status
 	booting bool
+	shown   bool // written since the delay
+	stopped bool
+	timer   *time.Timer
+}
+
+func (a *agent) newLiveStatus(ctx context.Context, id string, st state.Status) *liveStatus {
+	l := &liveStatus{a: a, ctx: ctx, id: id, st: st}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.timer = time.AfterFunc(liveStatusDelay, l.show)
+	return l
+}
+
+// show writes the status, and each change from now on.
+func (l *liveStatus) show() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped {
+		return
+	}
+	l.shown = true
+	l.write()
+}
+
+// write writes the status if it is shown; l.mu is held.
+func (l *liveStatus) write() {
+	if l.shown && !l.stopped {
+		_ = l.a.setStatus(l.ctx, l.id, l.st)
+	}
+}
+
+// stop ends the writes: the deploy's end writes its own status.
+func (l *liveStatus) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopped = true
+	l.timer.Stop()
 }
 
 func (l *liveStatus) progress(phase string, took time.Duration) {
@@ -161,7 +204,7 @@ func (l *liveStatus) progress(phase string, took time.Duration) {
 		name = spec.BootTiming(phase)
 	}
 	l.st.Timings = append(l.st.Timings, layering.Phase{Name: name, Duration: took})
-	_ = l.a.setStatus(l.ctx, l.id, l.st)
+	l.write()
 }
 
 // boot says whether the stages now report are the first checkpoint's
@@ -172,6 +215,7 @@ func (l *liveStatus) boot(on bool) {
 	l.booting = on
 	if on {
 		l.st.Phase = spec.PhaseBooting
+		l.write()
 	}
 }
 
