@@ -3,7 +3,8 @@
 # (configs/apps, configs/envs; cached in the pool after the first run), then runs tests/bench's
 # TestEvaluation over them: plain boot vs first deploy vs restore per app, checkpoint size and
 # time, bytes at the OSDs, restore phases, simultaneous restores, and nginx under ab with and
-# without concurrent deployments. Results: bench/results/<timestamp>/ (JSON, CSV, Markdown, SVG),
+# without concurrent deployments; then pool hits through the hook API as a client sees them
+# (tests/e2e TestRequestPathPoP: request-path.json). Results: bench/results/<timestamp>/ (JSON, CSV, Markdown, SVG),
 # bench/results/latest points at the newest. Then the layering micro-benchmarks.
 #   APPS=redis,nginx     a subset of the catalog (default: all of it)
 #   BENCH_REPS=5         repetitions per measurement
@@ -67,6 +68,15 @@ set -e
 ((rc == 0)) || fd_die "the evaluation failed (exit $rc); see $log"
 dir=$(readlink -f "$RESULTS/latest")
 cp "$log" "$dir/evaluation.log"
+
+fd_info "request path: pool hits on a 3-node PoP, from a client's hook POST to the app's first answer"
+set +e
+FOGDEPLOY_BENCH_OUT=$dir FOGDEPLOY_DMTCP_PREFIX=$DMTCP_PREFIX \
+	"$GO" test -tags="${CEPH_TAGS:-pacific}" -count=1 -v -run '^TestRequestPathPoP$' -timeout 15m ./tests/e2e/ 2>&1 |
+	tee "$dir/request-path.log" | grep --line-buffered -E 'request path|^(--- FAIL|FAIL)' | sed -u 's/^ *request_test\.go:[0-9]*: //'
+rc=${PIPESTATUS[0]}
+set -e
+((rc == 0)) || fd_die "the request-path measure failed (exit $rc); see $dir/request-path.log"
 
 fd_info "layering micro-benchmarks (clone, map+mount, import)"
 "$GO" test -tags="${CEPH_TAGS:-pacific}" -count=1 -run '^$' -bench . -benchtime 20x -timeout 10m ./tests/bench/ 2>&1 |

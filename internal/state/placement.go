@@ -201,14 +201,19 @@ type placementView struct {
 	pools []Pool
 }
 
-func (s *Store) readPlacement(ctx context.Context) (placementView, error) {
-	v := placementView{infoRev: map[string]int64{}, placedRev: map[string]int64{}}
-	r, err := s.cli.Txn(ctx).Then(
+// placementOps are the reads of a placement, in one transaction.
+func placementOps() []clientv3.Op {
+	return []clientv3.Op{
 		clientv3.OpGet(Prefix+"nodes/", clientv3.WithPrefix()),
 		clientv3.OpGet(DeploymentsPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(Prefix+"placement/", clientv3.WithPrefix()),
 		clientv3.OpGet(PoolsPrefix, clientv3.WithPrefix()),
-	).Commit()
+	}
+}
+
+func (s *Store) readPlacement(ctx context.Context) (placementView, error) {
+	v := placementView{infoRev: map[string]int64{}, placedRev: map[string]int64{}}
+	r, err := s.cli.Txn(ctx).Then(placementOps()...).Commit()
 	if err != nil {
 		return v, wrapUnavailable(err)
 	}
@@ -216,11 +221,7 @@ func (s *Store) readPlacement(ctx context.Context) (placementView, error) {
 	if v.nodes, err = parseNodes(nr); err != nil {
 		return v, err
 	}
-	for _, kv := range nr.Kvs {
-		if name, ok := strings.CutSuffix(strings.TrimPrefix(string(kv.Key), Prefix+"nodes/"), "/info"); ok {
-			v.infoRev[name] = kv.ModRevision
-		}
-	}
+	v.addInfoRevs(nr)
 	for _, kv := range r.Responses[1].GetResponseRange().Kvs {
 		var d Desired
 		if err := json.Unmarshal(kv.Value, &d); err != nil {
@@ -240,6 +241,15 @@ func (s *Store) readPlacement(ctx context.Context) (placementView, error) {
 	return v, nil
 }
 
+// addInfoRevs records the mod revision of each node's info key in nr.
+func (v *placementView) addInfoRevs(nr *clientv3.GetResponse) {
+	for _, kv := range nr.Kvs {
+		if name, ok := strings.CutSuffix(strings.TrimPrefix(string(kv.Key), Prefix+"nodes/"), "/info"); ok {
+			v.infoRev[name] = kv.ModRevision
+		}
+	}
+}
+
 // CreatePlaced records the desired deployment d on d.Node, or, when
 // d.Node is "", on the node Place picks among the nodes that eligible
 // accepts (nil: all), and returns d with its node. The node must be
@@ -248,7 +258,9 @@ func (s *Store) readPlacement(ctx context.Context) (placementView, error) {
 // The read, the placement and the write are one optimistic transaction:
 // the write commits only if no deployment was recorded on the chosen node,
 // and the node neither registered again nor lost its lease, since the
-// read. A create that lost that race reads and places again, up to
+// read. The read is the watched view (WatchPlacement) when the store keeps
+// one: the create then costs its commit alone; a refusal from the view is
+// checked against a read of etcd. A create that lost that race reads and places again, up to
 // placeAttempts times (then ErrContended), so that concurrent creates
 // never put more deployments on a node than its capacity.
 func (s *Store) CreatePlaced(ctx context.Context, d Desired, eligible func(Node) bool) (Desired, error) {
@@ -266,20 +278,22 @@ func (s *Store) CreatePlaced(ctx context.Context, d Desired, eligible func(Node)
 		if err := ctx.Err(); err != nil {
 			return Desired{}, fmt.Errorf("deployment of app %s: %w", d.App, err)
 		}
-		v, err := s.readPlacement(ctx)
-		if err != nil {
-			return Desired{}, err
-		}
-		nodes := v.nodes
-		if eligible != nil {
-			nodes = nil
-			for _, n := range v.nodes {
-				if eligible(n) {
-					nodes = append(nodes, n)
-				}
+		// The first attempt places from the watched view, if there is one.
+		v, cached := s.cachedPlacement(attempt)
+		var err error
+		if !cached {
+			if v, err = s.readPlacement(ctx); err != nil {
+				return Desired{}, err
 			}
 		}
-		pl, err := Choose(nodes, v.deps, d.App, d.Node, Localities(v.pools, d.App))
+		pl, err := place(v, d, eligible)
+		if err != nil && cached {
+			// The view may be behind: a refusal reads etcd first.
+			if v, err = s.readPlacement(ctx); err != nil {
+				return Desired{}, err
+			}
+			pl, err = place(v, d, eligible)
+		}
 		if err != nil {
 			return Desired{}, err
 		}
@@ -301,6 +315,29 @@ func (s *Store) CreatePlaced(ctx context.Context, d Desired, eligible func(Node)
 	}
 	return Desired{}, hint.With(fmt.Errorf("deployment of app %s: %w: %d attempts in a row lost their node to concurrent deploys", d.App, ErrContended, placeAttempts),
 		"deploy again")
+}
+
+// cachedPlacement is the watched view for a create's first attempt.
+func (s *Store) cachedPlacement(attempt int) (placementView, bool) {
+	c := s.placement.Load()
+	if c == nil || attempt > 0 {
+		return placementView{}, false
+	}
+	return c.view()
+}
+
+// place chooses d's node in v among the nodes eligible accepts (nil: all).
+func place(v placementView, d Desired, eligible func(Node) bool) (Placement, error) {
+	nodes := v.nodes
+	if eligible != nil {
+		nodes = nil
+		for _, n := range v.nodes {
+			if eligible(n) {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	return Choose(nodes, v.deps, d.App, d.Node, Localities(v.pools, d.App))
 }
 
 // commitDeployment writes d, its Pending status and d's placement key if

@@ -28,6 +28,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/adaptive"
@@ -80,6 +81,8 @@ func (c Config) Validate() error {
 type Store struct {
 	cli    *clientv3.Client
 	events eventLease
+	// placement is the view WatchPlacement keeps (nil: none).
+	placement atomic.Pointer[placementCache]
 }
 
 // Open connects to etcd and checks that it answers.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -245,6 +246,79 @@ func TestPlacePrefersPoolSlot(t *testing.T) {
 	}
 }
 
+// eachView runs test on a store that reads etcd to place, and on one that
+// places from its watched view.
+func eachView(t *testing.T, test func(t *testing.T, st *state.Store)) {
+	t.Run("Read", func(t *testing.T) { test(t, statetest.Store(t)) })
+	t.Run("Watched", func(t *testing.T) {
+		st := statetest.Store(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		st.WatchPlacement(ctx, slog.New(slog.DiscardHandler))
+		if err := eventually(func() error { return state.PlacementViewMatches(ctx, st) }); err != nil {
+			t.Fatal(err)
+		}
+		test(t, st)
+		if err := eventually(func() error { return state.PlacementViewMatches(ctx, st) }); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// eventually retries check for up to 5 s.
+func eventually(check func() error) error {
+	var err error
+	for range 100 {
+		if err = check(); err == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return err
+}
+
+// The watched placement view follows every change placement reads: node
+// registrations, leases, cordons, deployments recorded and withdrawn, and
+// pools; a create placed from it commits once.
+func TestPlacementViewFollows(t *testing.T) {
+	st := statetest.Store(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st.WatchPlacement(ctx, slog.New(slog.DiscardHandler))
+	match := func(after string) {
+		t.Helper()
+		if err := eventually(func() error { return state.PlacementViewMatches(ctx, st) }); err != nil {
+			t.Fatalf("after %s: %v", after, err)
+		}
+	}
+	match("the start")
+	registerNodes(t, st, 3, "n1", "n2")
+	match("two registrations")
+	if _, err := st.CreatePlaced(ctx, state.Desired{ID: "web-1", App: "web"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	match("a create")
+	if _, err := st.CordonNode(ctx, "n2", "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	match("a cordon")
+	sess, err := st.Register(ctx, state.Node{Name: "n3", Capacity: 1}, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	match("a third registration")
+	if err := st.PutPool(ctx, sess, state.Pool{Node: "n3", App: "web", Gen: 1, Size: 1, Idle: 1}); err != nil {
+		t.Fatal(err)
+	}
+	match("a pool report")
+	if err := st.DeleteDeployment(ctx, "web-1"); err != nil {
+		t.Fatal(err)
+	}
+	match("a withdrawal")
+	sess.Close()
+	match("a lease revoked (its pool goes with it)")
+}
+
 // registerNodes registers nodes of the given capacity, Ready until the
 // test ends.
 func registerNodes(t *testing.T, st *state.Store, capacity int, names ...string) {
@@ -315,8 +389,9 @@ func succeededOrFull(t *testing.T, errs []error) int {
 // Concurrent creates never overfill a node: the capacity check commits
 // with the record (reading, placing and then writing would let all of
 // them pick the same node).
-func TestCreatePlacedConcurrent(t *testing.T) {
-	st := statetest.Store(t)
+func TestCreatePlacedConcurrent(t *testing.T) { eachView(t, testCreatePlacedConcurrent) }
+
+func testCreatePlacedConcurrent(t *testing.T, st *state.Store) {
 	registerNodes(t, st, 3, "n1", "n2")
 	ok := succeededOrFull(t, createConcurrently(st, 20, "web", ""))
 	per := perNode(t, st)
@@ -327,8 +402,9 @@ func TestCreatePlacedConcurrent(t *testing.T) {
 
 // A deployment pinned to a node is refused when the node is full, however
 // many ask at once, with an error that names the node and its capacity.
-func TestCreatePlacedPinned(t *testing.T) {
-	st := statetest.Store(t)
+func TestCreatePlacedPinned(t *testing.T) { eachView(t, testCreatePlacedPinned) }
+
+func testCreatePlacedPinned(t *testing.T, st *state.Store) {
 	ctx := context.Background()
 	registerNodes(t, st, 3, "n1", "n2")
 	if err := st.CreateApp(ctx, app("web"), false); err != nil {
@@ -379,8 +455,9 @@ func TestCreatePlacedPinned(t *testing.T) {
 // in its record; what it runs stays; uncordoned, it is placed on again. A
 // node that never registered cannot be cordoned, and a reason of more than
 // one line is refused.
-func TestCordon(t *testing.T) {
-	st := statetest.Store(t)
+func TestCordon(t *testing.T) { eachView(t, testCordon) }
+
+func testCordon(t *testing.T, st *state.Store) {
 	ctx := context.Background()
 	registerNodes(t, st, 3, "n1", "n2")
 	if err := st.CreateApp(ctx, app("web"), false); err != nil {

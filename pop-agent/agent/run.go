@@ -134,6 +134,10 @@ func runNode(ctx context.Context, c config.Config, o Options, log *slog.Logger, 
 		return err
 	}
 	defer st.Close()
+	// The hook API places creates from a view kept current by watching.
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	st.WatchPlacement(wctx, log)
 	pl, err := openPlane(ctx, c, o, st, d, reg, log)
 	if err != nil {
 		return err
