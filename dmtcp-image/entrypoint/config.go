@@ -147,9 +147,6 @@ func (c *config) validate() error {
 		if c.after == afterContinue {
 			errs = append(errs, errors.New("-after-checkpoint continue needs -engine dmtcp: criu dump stops the app; use exit"))
 		}
-		if c.user != "" {
-			errs = append(errs, fmt.Errorf("-user %q needs -engine dmtcp: under criu the app runs as root (with no capability); drop -user", c.user))
-		}
 		if c.lazy && c.mode != modeRestart {
 			errs = append(errs, errors.New("-lazy is for restart only"))
 		}

@@ -104,7 +104,12 @@ func (s *supervisor) startCRIU(ctx context.Context, eng *engine.CRIU, img engine
 	var err error
 	phase := "launch_ready"
 	if s.cfg.mode == modeLaunch {
+		// A root app keeps what a root daemon needs to drop its own
+		// privileges; an app of a user takes it and keeps nothing.
 		argv := append([]string{"/proc/self/exe", modeNoCaps, "-keep", appCapNames}, s.cfg.app...)
+		if s.cfg.user != "" {
+			argv = append([]string{"/proc/self/exe", modeNoCaps, "-user", s.cfg.user}, s.cfg.app...)
+		}
 		proc, err = eng.Launch(ctx, engine.LaunchSpec{Argv: argv, Env: s.appEnv(), Dir: s.cfg.workdir, Root: s.cfg.root,
 			Stdout: os.Stdout, Stderr: os.Stderr})
 	} else {

@@ -53,7 +53,6 @@ func TestParseConfig(t *testing.T) {
 		{modeLaunch, []string{"-recycle", "-wait", "/fog/ctl/order", "app"}, "-recycle is for restart"},
 		{modeLaunch, []string{"-engine", "criu", "-lazy", "app"}, "-lazy is for restart only"},
 		{modeLaunch, []string{"-engine", "criu", "-after-checkpoint", "continue", "app"}, "criu dump stops the app"},
-		{modeRestart, []string{"-engine", "criu", "-user", "www-data"}, "under criu the app runs as root"},
 		{modeLaunch, []string{"-engine", "criu", "-criu-prefix", "opt/criu", "app"}, `-criu-prefix "opt/criu" must be an absolute path`},
 		{modeLaunch, []string{"--", "-x"}, "looks like a flag"},
 		{modeLaunch, []string{"-ready-http", "health", "app"}, `-ready-http "health"`},
@@ -511,6 +510,14 @@ func TestAppCapsMatchRuntime(t *testing.T) {
 func TestNoCapsKeepRefusesOthers(t *testing.T) {
 	if code := noCaps([]string{"-keep", "SYS_ADMIN", "/bin/true"}); code != exitUsage {
 		t.Fatalf("nocaps -keep SYS_ADMIN = %d; want %d", code, exitUsage)
+	}
+}
+
+// TestNoCapsUnknownUser: nocaps -user of a user the root lacks fails
+// naming it, before it changes anything.
+func TestNoCapsUnknownUser(t *testing.T) {
+	if code := noCaps([]string{"-user", "fogdeploy-no-such-user", "/bin/true"}); code != exitSetup {
+		t.Fatalf("nocaps -user fogdeploy-no-such-user = %d; want %d", code, exitSetup)
 	}
 }
 

@@ -177,7 +177,9 @@ func keepApp(argv []string, workdir, user string, acct account) int {
 // without a slash is looked up in PATH.
 //
 // With -keep, the listed capabilities (names of appCaps, comma-separated)
-// stay: a CRIU container's app keeps the set of appCapNames.
+// stay: a CRIU container's app keeps the set of appCapNames. With -user
+// instead, it takes that user of its root (as keep -user does) and keeps
+// no capability: a CRIU app that runs as a user.
 //
 // With -root, it chroots into DIR first: DMTCP's coordinator and
 // dmtcp_command run in the app's root (where the DMTCP prefix and the
@@ -185,7 +187,7 @@ func keepApp(argv []string, workdir, user string, acct account) int {
 // supervisor that the app could reach has the container's root as its
 // own.
 //
-//	entrypoint nocaps [-root DIR] [-keep CAP,...] ARGV...
+//	entrypoint nocaps [-root DIR] [-keep CAP,...|-user USER] ARGV...
 func noCaps(args []string) int {
 	var kept []int
 	if len(args) >= 2 && args[0] == "-root" {
@@ -213,11 +215,23 @@ func noCaps(args []string) int {
 		}
 		args = args[2:]
 	}
+	var user string
+	if len(args) >= 2 && args[0] == "-user" && len(kept) == 0 {
+		user, args = args[1], args[2:]
+	}
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "entrypoint nocaps: want [-keep CAP,...] ARGV...")
+		fmt.Fprintln(os.Stderr, "entrypoint nocaps: want [-root DIR] [-keep CAP,...|-user USER] ARGV...")
 		return exitUsage
 	}
-	if err := dropCaps(capsExcept(kept...)...); err != nil {
+	env := os.Environ()
+	if user != "" {
+		acct, err := becomeUser(user)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "entrypoint nocaps: %v\n", err)
+			return exitSetup
+		}
+		env = withHome(env, acct.home)
+	} else if err := dropCaps(capsExcept(kept...)...); err != nil {
 		fmt.Fprintf(os.Stderr, "entrypoint nocaps: warning: %v\n", err)
 	}
 	path := args[0]
@@ -230,7 +244,7 @@ func noCaps(args []string) int {
 		}
 		path = p
 	}
-	err := syscall.Exec(path, args, os.Environ())
+	err := syscall.Exec(path, args, env)
 	fmt.Fprintf(os.Stderr, "entrypoint nocaps: exec %s: %v\n", args[0], err)
 	return exitSetup
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Linux capability numbers of the user switch (linux/capability.h).
@@ -177,4 +178,35 @@ func shareOutput(files ...*os.File) {
 		}
 		_ = f.Chmod(st.Mode().Perm() | 0o022)
 	}
+}
+
+// becomeUser makes this process (every thread) user of the root it runs
+// in, with no capability left: CAP_SETUID and CAP_SETGID leave the
+// bounding set first, every other capability goes, and the switch away
+// from uid 0 clears the last two.
+func becomeUser(user string) (account, error) {
+	acct, err := lookupUser("/", user)
+	if err != nil {
+		return acct, err
+	}
+	if err := dropBounding(capSetuid, capSetgid); err != nil {
+		return acct, err
+	}
+	if err := dropCaps(allCapsBut(true)...); err != nil {
+		return acct, err
+	}
+	groups := make([]int, len(acct.groups))
+	for i, g := range acct.groups {
+		groups[i] = int(g)
+	}
+	if err := syscall.Setgroups(groups); err != nil {
+		return acct, fmt.Errorf("-user %q: setgroups: %w (the container needs CAP_SETGID)", user, err)
+	}
+	if err := syscall.Setresgid(int(acct.gid), int(acct.gid), int(acct.gid)); err != nil {
+		return acct, fmt.Errorf("-user %q: setresgid: %w (the container needs CAP_SETGID)", user, err)
+	}
+	if err := syscall.Setresuid(int(acct.uid), int(acct.uid), int(acct.uid)); err != nil {
+		return acct, fmt.Errorf("-user %q: setresuid: %w (the container needs CAP_SETUID)", user, err)
+	}
+	return acct, nil
 }

@@ -32,8 +32,8 @@ func (d *Deployer) CheckpointAll(ctx context.Context, app spec.App, opts Checkpo
 	var gens []spec.Generation
 	var errs []error
 	for _, eng := range d.Engines(ctx) {
-		if why := app.CanCheckpointWith(eng); why != "" {
-			d.log.Info("engine auto: not checkpointing with this engine", "app", app.Name, "engine", eng, "reason", why)
+		if _, err := d.driver(app, eng); err != nil {
+			d.log.Info("engine auto: not checkpointing with this engine", "app", app.Name, "engine", eng, "reason", err)
 			continue
 		}
 		o := opts

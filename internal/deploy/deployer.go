@@ -290,6 +290,10 @@ func (d *Deployer) driver(app spec.App, eng engine.Name) (drivers.Driver, error)
 		return nil, hint.With(fmt.Errorf("%w: app %s under the %s engine: %w", drivers.ErrDriver, app.Name, eng, ErrUntrusted),
 			"the host driver runs apps as root with the agent's capabilities: mark the app `trusted: true` only if you trust its code with the node, or run the engine in the light container (agent."+string(eng)+"_driver: container)")
 	}
+	if dr == d.deps.Host && app.User != "" {
+		return nil, hint.With(fmt.Errorf("%w: app %s runs as user %s: the host driver runs apps as root", drivers.ErrDriver, app.Name, app.User),
+			"run the "+string(eng)+" engine in the light container (agent."+string(eng)+"_driver: container), which runs an app as its user")
+	}
 	return dr, nil
 }
 

@@ -59,7 +59,7 @@ func (c *Container) spec(r Run, image string) runtime.DMTCPContainer {
 
 // containerSpec is the container of run r: the boot image's, or the DMTCP
 // image's with the engine's checks (DMTCP: the environment's glibc; CRIU:
-// the image carries it, and the app runs as root). recycle says whether
+// the image carries it). recycle says whether
 // the instance serves again after its app ends.
 func (c *Container) containerSpec(ctx context.Context, r Run) (_ runtime.Spec, recycle bool, err error) {
 	var dc runtime.DMTCPContainer
@@ -84,8 +84,6 @@ func (c *Container) containerSpec(ctx context.Context, r Run) (_ runtime.Spec, r
 			}
 		case img.criu == "":
 			return runtime.Spec{}, false, fmt.Errorf("%w: app %s (engine criu): image %s carries no CRIU", ErrDriver, r.App.Name, img.ref)
-		case r.App.User != "":
-			return runtime.Spec{}, false, fmt.Errorf("%w: user %q: CRIU apps run as root (with no capability); run an app that needs a user with the dmtcp engine", spec.ErrInvalidSpec, r.App.User)
 		default:
 			dc.Engine, dc.Lazy = engine.NameCRIU, r.App.Lazy && r.Mode == RunRestart
 		}

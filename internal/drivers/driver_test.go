@@ -55,6 +55,25 @@ func TestDriverSuiteContainerCRIU(t *testing.T) {
 	})
 }
 
+// TestDriverSuiteContainerCRIUUser runs the driver suite on the Container
+// driver with the criu engine and an app that runs as a user of its
+// environment (redis): launched, checkpointed, restored and recycled, it
+// runs as that user and holds no capability.
+func TestDriverSuiteContainerCRIUUser(t *testing.T) {
+	f := deploytest.NewFixture(t, "container")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := f.Container.Check(ctx, engine.NameCRIU); err != nil {
+		testenv.Unavailable(t, testenv.CRIU, err.Error())
+	}
+	drivertest.RunSuite(t, func(t *testing.T) drivertest.Harness {
+		env, ckpt := f.Mount(t, mountID())
+		return drivertest.Harness{Driver: f.Container, Engine: engine.NameCRIU, EnvPath: env, CkptPath: ckpt,
+			Leftovers: drivertest.ContainerLeftovers(f.RT), CheckAppCaps: true, User: "redis",
+			ResettableRoot: resettableRoot(env)}
+	})
+}
+
 // TestDriverSuiteHost runs the driver suite on the Host driver: redis
 // under CRIU, chrooted into mounted clones of a redis environment in the
 // dev pool.

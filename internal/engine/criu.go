@@ -334,8 +334,17 @@ func (c *CRIU) dump(ctx context.Context, p *criuProc, info Info, dir string) (ti
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.WaitDelay = time.Second
 	start := time.Now()
+	// Run by the app's own real user (effective root, with every
+	// capability), criu dump may read the resource limits of an app that
+	// runs as a user without CAP_SYS_RESOURCE, which a container rarely has.
+	ruid, rgid := procRealIDs(pid)
 	p.dumping.Lock()
-	if err = p.sb.do(cmd.Start); err == nil {
+	if err = p.sb.doAlone(func() error {
+		if err := takeRealIDs(ruid, rgid); err != nil {
+			return err
+		}
+		return cmd.Start()
+	}); err == nil {
 		err = cmd.Wait()
 	}
 	p.dumping.Unlock()

@@ -463,3 +463,38 @@ func (p *process) startCheckpoint(ctx context.Context, e Engine, dir string, tim
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	return checkpointRun{ctx: ctx, dir: dir, log: log, info: info, done: func() { cancel(); unlock() }}, nil
 }
+
+// procRealIDs is the real uid and gid of process pid (0, 0 if unknown).
+func procRealIDs(pid int) (uid, gid int) {
+	if v, err := procStatus(pid, "Uid"); err == nil {
+		if f := strings.Fields(v); len(f) > 0 {
+			uid, _ = strconv.Atoi(f[0])
+		}
+	}
+	if v, err := procStatus(pid, "Gid"); err == nil {
+		if f := strings.Fields(v); len(f) > 0 {
+			gid, _ = strconv.Atoi(f[0])
+		}
+	}
+	return uid, gid
+}
+
+// takeRealIDs sets the real uid and gid of the calling thread alone (a
+// raw syscall: Go's own change every thread), keeping its effective and
+// saved ids and so its capabilities; the processes it starts inherit them.
+// Only for a locked thread that is discarded (sandbox.doAlone). Nothing
+// changes for ids of 0.
+func takeRealIDs(uid, gid int) error {
+	keep := ^uintptr(0) // -1: unchanged
+	if gid != 0 {
+		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESGID, uintptr(gid), keep, keep); e != 0 {
+			return fmt.Errorf("set the real gid to %d: %w", gid, e)
+		}
+	}
+	if uid != 0 {
+		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(uid), keep, keep); e != 0 {
+			return fmt.Errorf("set the real uid to %d: %w", uid, e)
+		}
+	}
+	return nil
+}

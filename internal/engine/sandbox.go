@@ -171,22 +171,33 @@ func mountRoot(root string, mkdirs []string) error {
 
 // do runs fn on a fresh locked thread inside the sandbox's namespaces.
 // Processes that fn starts inherit them.
-func (sb *sandbox) do(fn func() error) error {
-	if sb == nil {
-		return fn()
+func (sb *sandbox) do(fn func() error) error { return sb.run(false, fn) }
+
+// doAlone is do on a fresh locked thread even where the sandbox has no
+// namespace of its own, so that fn may change what only that thread
+// holds (its credentials) for the processes it starts.
+func (sb *sandbox) doAlone(fn func() error) error { return sb.run(true, fn) }
+
+func (sb *sandbox) run(alone bool, fn func() error) error {
+	enter := func() error { return nil }
+	if sb != nil {
+		sb.mu.RLock()
+		defer sb.mu.RUnlock()
+		if sb.closed {
+			return fmt.Errorf("sandbox: %w", ErrExited)
+		}
+		if sb.mnt != nil || sb.net != nil || sb.pid != nil {
+			enter = sb.enter
+			alone = true
+		}
 	}
-	sb.mu.RLock()
-	defer sb.mu.RUnlock()
-	if sb.closed {
-		return fmt.Errorf("sandbox: %w", ErrExited)
-	}
-	if sb.mnt == nil && sb.net == nil && sb.pid == nil {
+	if !alone {
 		return fn()
 	}
 	ch := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread is discarded
-		if err := sb.enter(); err != nil {
+		if err := enter(); err != nil {
 			ch <- err
 			return
 		}

@@ -224,15 +224,6 @@ func (a App) WithEngine(eng engine.Name) App {
 	return a
 }
 
-// CanCheckpointWith reports why an app of engine auto cannot be
-// checkpointed by eng ("" if it can).
-func (a App) CanCheckpointWith(eng engine.Name) string {
-	if eng == engine.NameCRIU && a.User != "" {
-		return "it runs as user " + a.User + " and CRIU apps run as root"
-	}
-	return ""
-}
-
 // SameProcess reports whether a checkpoint of app a can stand for app b:
 // the same environment, command, variables, working directory, user and
 // engine (after defaults), so that restoring it gives what booting b

@@ -88,9 +88,6 @@ func (a App) validateProcess(p *problems) {
 		if err := validateUser(a.User); err != nil {
 			p.bad("user", "%v", err)
 		}
-		if a.Engine == engine.NameCRIU {
-			p.bad("user", "is only available with the dmtcp engine (or auto, which then uses dmtcp only): CRIU apps run as root")
-		}
 	}
 }
 

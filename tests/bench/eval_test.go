@@ -640,9 +640,6 @@ func evalConcurrencyCRIU(ctx context.Context, t *testing.T, f *deploytest.Fixtur
 	if app.Engine == engine.NameCRIU {
 		return nil, ""
 	}
-	if why := app.CanCheckpointWith(engine.NameCRIU); why != "" {
-		return nil, "simultaneous restores under CRIU left out: " + catalogName + ": " + why
-	}
 	if _, _, err := f.D.CheckEngine(ctx, engine.NameCRIU); err != nil {
 		return nil, "simultaneous restores under CRIU left out: " + hint.Sentence(err)
 	}
@@ -1279,8 +1276,7 @@ func cephObjectStore(ctx context.Context, c testenv.CephConn) string {
 }
 
 // evalLazy compares full and lazy restores (CRIU's lazy pages) of the
-// largest image among the run's apps that CRIU can checkpoint (those with
-// a user run under DMTCP only): from the order to the first answer (start
+// largest image among the run's apps that CRIU can checkpoint: from the order to the first answer (start
 // and ready), with the node's copy of the checkpoint in the page cache and
 // dropped from it. It returns nil and why when no app qualifies.
 func evalLazy(ctx context.Context, t *testing.T, f *deploytest.Fixture, apps map[string]spec.App, evaluated []evaluation.App, reps int) (*evaluation.Lazy, string) {
@@ -1289,10 +1285,6 @@ func evalLazy(ctx context.Context, t *testing.T, f *deploytest.Fixture, apps map
 	var skipped []string
 	for _, a := range ranked {
 		app := apps[a.Name]
-		if why := app.CanCheckpointWith(engine.NameCRIU); why != "" {
-			skipped = append(skipped, a.Name+": "+why)
-			continue
-		}
 		lz := app.WithEngine(engine.NameCRIU)
 		lz.Name = app.Name + "-criu"
 		t.Cleanup(func() { f.UndeployAll(t, lz.Name); f.RemoveGenerations(t, lz.Name) })

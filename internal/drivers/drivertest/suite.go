@@ -34,6 +34,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -78,6 +79,11 @@ type Harness struct {
 	// promise): none may hold more than AppCaps (names, e.g. "SETUID").
 	CheckAppCaps bool
 	AppCaps      []string
+	// User, when set, is the user of the environment the suite's app runs
+	// as (App.User): with CheckAppCaps, the suite also checks that a
+	// process of the instance runs as a user other than root (in each of
+	// its uids), launched and restored.
+	User string
 	// ResettableRoot, when set, gives a root with the environment that
 	// can be reset between two instances (drivers.Run.Resettable: root is
 	// the subdirectory of a shared mount directory) and its reset; the
@@ -132,7 +138,9 @@ func RunSuite(t *testing.T, newHarness func(t *testing.T) Harness) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			t.Cleanup(cancel)
-			tc.fn(t, &suite{Harness: h, ctx: ctx, app: RedisApp(h.Engine)})
+			app := RedisApp(h.Engine)
+			app.User = h.User
+			tc.fn(t, &suite{Harness: h, ctx: ctx, app: app})
 		})
 	}
 }
@@ -546,7 +554,7 @@ func (s *suite) assertAppCaps(t *testing.T, h drivers.Handle) {
 	if err != nil || root <= 0 {
 		t.Fatalf("NetPid of %s = %d, %v", h.Ref, root, err)
 	}
-	seen := 0
+	seen, users := 0, 0
 	for _, pid := range descendants(root) {
 		comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
 		name := strings.TrimSpace(string(comm))
@@ -561,9 +569,16 @@ func (s *suite) assertAppCaps(t *testing.T, h drivers.Handle) {
 		if extra := eff &^ allowed; extra != 0 {
 			t.Errorf("%s (pid %d) of %s holds capabilities %#x beyond %v", name, pid, h.Ref, extra, s.AppCaps)
 		}
+		// Real, effective, saved and file-system uid: none is root.
+		if uids := strings.Fields(procField(pid, "Uid")); len(uids) == 4 && !slices.Contains(uids, "0") {
+			users++
+		}
 	}
 	if seen == 0 {
 		t.Errorf("no process below pid %d of %s", root, h.Ref)
+	}
+	if s.User != "" && users == 0 {
+		t.Errorf("no process of %s runs as user %s (every uid not root)", h.Ref, s.User)
 	}
 }
 
