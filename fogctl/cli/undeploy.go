@@ -8,7 +8,10 @@ import (
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fogdeploy/fogdeploy/internal/scheduler"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
 // UndeployOptions are the inputs of `fogctl undeploy`.
@@ -41,7 +44,17 @@ func undeployRun(ctx context.Context, opts *UndeployOptions) error {
 		return err
 	}
 	defer st.Close()
-	if err := st.DeleteDeployment(ctx, opts.ID); err != nil {
+	var store layering.Store
+	if d, err := st.Deployment(ctx, opts.ID); err == nil && d.Status.Phase == spec.PhaseSuspended {
+		// Its suspension's images are removed here: no node holds it.
+		l, err := opts.F.openLayering(ctx)
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		store = l.Store
+	}
+	if err := scheduler.Undeploy(ctx, st, store, opts.ID); err != nil {
 		return err
 	}
 	for opts.Wait {

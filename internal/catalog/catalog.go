@@ -296,3 +296,14 @@ func IsLowerName(name string) bool { return lowerName.MatchString(name) }
 // MetaLower marks a node's read-only copy of a generation's environment
 // ("<app>/<gen>").
 const MetaLower = "fogdeploy.lower"
+
+// RemoveSuspension removes the images of suspension susp, in order (a
+// parent after its clone); those already gone are skipped.
+func RemoveSuspension(ctx context.Context, store layering.Store, susp spec.Suspension) error {
+	for _, img := range susp.Images() {
+		if err := store.Remove(ctx, img); err != nil && !errors.Is(err, layering.ErrNotFound) {
+			return fmt.Errorf("remove image %s: %w", img, err)
+		}
+	}
+	return nil
+}

@@ -11,4 +11,7 @@ var (
 	ErrNoCheckpoint = errors.New("no checkpoint")
 	// ErrUntrusted: the host driver runs only apps marked trusted.
 	ErrUntrusted = errors.New("the host driver runs only trusted apps")
+	// ErrNotSuspendable: a deployment that cannot be suspended (not
+	// running, booted without an engine).
+	ErrNotSuspendable = errors.New("cannot be suspended")
 )

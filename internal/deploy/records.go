@@ -155,7 +155,10 @@ func (d *Deployer) Load(id string) (Deployment, error) {
 }
 
 // Recover undoes every deployment record left in a state other than
-// Running (a deploy interrupted by a crash) and returns their IDs.
+// Running or Suspended (a deploy interrupted by a crash; a suspended one
+// waits for its caller to record its suspension, Suspended and Forget)
+// and returns their IDs. A suspend cut short leaves its deployment
+// Failed: the checkpoint may have stopped its app.
 func (d *Deployer) Recover(ctx context.Context) ([]string, error) {
 	recs, err := d.List()
 	if err != nil {
@@ -164,7 +167,7 @@ func (d *Deployer) Recover(ctx context.Context) ([]string, error) {
 	var done []string
 	var errs []error
 	for _, r := range recs {
-		if r.Phase == spec.PhaseRunning {
+		if r.Phase == spec.PhaseRunning || r.Phase == spec.PhaseSuspended {
 			continue
 		}
 		if err := d.Undeploy(ctx, r.ID); err != nil {

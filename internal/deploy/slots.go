@@ -53,6 +53,8 @@ type Owned struct {
 	// environment that its root reads from (lower.go); "" when its root
 	// is its own clone.
 	Lower string `json:"lower,omitempty"`
+	// Seed is the identity seed of its instance (identify).
+	Seed string `json:"seed,omitempty"`
 }
 
 // Slot is the record of one slot on this node.
@@ -75,6 +77,9 @@ type Slot struct {
 	// Ahead: its app was restored before any request and waits running
 	// at the background CPU weight (StartAhead).
 	Ahead bool `json:"ahead,omitempty"`
+	// KeepSeed: its instance keeps Seed (a resume); otherwise each
+	// instance draws its own.
+	KeepSeed bool `json:"keep_seed,omitempty"`
 	// Fetched: provisioning brought the generation's checkpoint to the
 	// node (it held no copy).
 	Fetched bool              `json:"fetched,omitempty"`

@@ -160,13 +160,21 @@ func (d *Deployer) slotEnv(ctx context.Context, o *op, s *Slot, src slotSource) 
 	env = src.env
 	switch {
 	case s.Lower != "" && src.gen != nil:
-		if lower, err = d.lowerFor(ctx, *src.gen); err != nil {
+		of := src.gen
+		if src.lowerOf != nil {
+			of = src.lowerOf
+		}
+		if lower, err = d.lowerFor(ctx, *of); err != nil {
 			return layering.SnapRef{}, Lower{}, err
 		}
-		if env, err = d.upperSource(ctx, lower); err != nil {
-			return layering.SnapRef{}, Lower{}, err
+		if !src.resume { // a resume's upper layer is its suspension's
+			if env, err = d.upperSource(ctx, lower); err != nil {
+				return layering.SnapRef{}, Lower{}, err
+			}
 		}
 		o.phase(StepLower)
+	case src.resume:
+		// Its suspension's root, cloned: one level below its generation.
 	case src.gen != nil:
 		if _, err := d.deps.Envs.CheckDepth(ctx, src.env, src.app.Env); err != nil {
 			return layering.SnapRef{}, Lower{}, err
@@ -193,7 +201,7 @@ func (d *Deployer) cloneSlot(ctx context.Context, s *Slot, src slotSource, env l
 	if err := both(
 		func() error {
 			err := st.Clone(ctx, env, s.Images[0])
-			if shared && errors.Is(err, layering.ErrNotFound) {
+			if shared && !src.resume && errors.Is(err, layering.ErrNotFound) {
 				// The blank went from the pool since it was found.
 				d.forgetBlank(env)
 				if env, err = d.upperSource(ctx, lower); err == nil {
@@ -275,7 +283,7 @@ func (d *Deployer) createInstance(ctx context.Context, s *Slot, src slotSource, 
 		return err
 	}
 	run := drivers.Run{Mode: s.Mode, ID: s.ID, App: src.app, EnvPath: envPath, CkptPath: ckptPath, CkptSource: source, Gen: s.Gen,
-		ImageEnv: src.config.Env, WorkDir: src.config.WorkDir, CtlPath: ctl, Background: s.Pool || src.background, Limits: d.cfg.Limits, Resettable: s.Lower != ""}
+		ImageEnv: src.config.Env, WorkDir: src.config.WorkDir, CtlPath: ctl, Background: s.Pool || src.background, Limits: d.cfg.Limits, Resettable: s.Lower != "" && !src.resume}
 	h, err := dr.Create(ctx, run)
 	if err != nil {
 		return err
@@ -300,6 +308,11 @@ type slotSource struct {
 	// checkpoint image of ckptSize bytes instead.
 	gen      *spec.Generation
 	ckptSize int64
+	// resume: env is a suspension's writable image (spec.Suspension),
+	// over the node's copy of lowerOf's environment when the slot has a
+	// Lower; its instance serves once (its root cannot be reset).
+	resume  bool
+	lowerOf *spec.Generation
 	// config is the environment's ENV and WORKDIR.
 	config layering.ImageConfig
 	// background creates the instance at background CPU priority, as a
@@ -378,7 +391,10 @@ func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, a
 // identify writes the identity of deployment h.Deployment where slot s's
 // instance reads it (identity.go).
 func (d *Deployer) identify(ctx context.Context, s *Slot, h drivers.Handle, app spec.App, restored bool) (spec.Identity, error) {
-	id := spec.Identity{Instance: h.Deployment, App: app.Name, Node: d.cfg.Node, Slot: s.ID, Seed: newSeed(), Started: time.Now().UTC()}
+	if !s.KeepSeed || s.Seed == "" {
+		s.Seed = newSeed()
+	}
+	id := spec.Identity{Instance: h.Deployment, App: app.Name, Node: d.cfg.Node, Slot: s.ID, Seed: s.Seed, Started: time.Now().UTC()}
 	if restored {
 		id.Gen = s.Gen
 	}

@@ -117,6 +117,13 @@ func (d *Deployer) releaseResources(ctx context.Context, who string, res Owned, 
 	}
 	wg.Wait()
 	for i, err := range rmErrs {
+		// A parent (a resumed suspension's image) goes after its clone:
+		// once more, in order.
+		if errors.Is(err, layering.ErrHasChildren) {
+			rmErrs[i] = d.removeImage(ctx, who, res.Images[i])
+		}
+	}
+	for i, err := range rmErrs {
 		if err != nil && !errors.Is(err, layering.ErrNotFound) {
 			errs = append(errs, fmt.Errorf("remove image %s: %w", res.Images[i], err))
 		}

@@ -102,7 +102,7 @@ func slotOwners(ctx context.Context, st *state.Store, deps []state.Deployment) (
 	// record names.
 	for _, d := range deps {
 		s, ok := sts[d.ID]
-		if !ok || s.Slot == "" && s.Phase != spec.PhaseFailed && s.Phase != spec.PhaseCheckpointed {
+		if !ok || s.Slot == "" && s.Phase != spec.PhaseFailed && s.Phase != spec.PhaseCheckpointed && s.Phase != spec.PhaseSuspended {
 			// Failed released its slot; a checkpoint run keeps none.
 			u.unsure[d.Node] = append(u.unsure[d.Node], d.ID)
 		}

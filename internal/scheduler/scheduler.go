@@ -11,7 +11,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
@@ -68,4 +70,25 @@ func Create(ctx context.Context, st *state.Store, req Request, requester string)
 	d := state.Desired{ID: deploy.NewID(req.App), App: req.App, Node: req.Node, Requester: requester, Client: req.Client, Labels: req.Labels,
 		Mode: req.Mode, Created: time.Now().UTC()}
 	return st.CreatePlaced(ctx, d, eligible)
+}
+
+// Undeploy withdraws deployment id. Its node's agent undoes a deployment
+// that runs; one that is Suspended runs nowhere, so its suspension's
+// images are removed here (from store; nil leaves them to gc, which
+// removes the images of a deployment that is gone) and its status goes.
+func Undeploy(ctx context.Context, st *state.Store, store layering.Store, id string) error {
+	susp, ok, err := st.DeleteSuspended(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return st.DeleteDeployment(ctx, id)
+	}
+	if store != nil {
+		if err := catalog.RemoveSuspension(ctx, store, susp); err != nil {
+			return hint.With(fmt.Errorf("deployment %s is withdrawn; removing its suspension: %w", id, err),
+				"`fogctl gc` removes what is left of it")
+		}
+	}
+	return st.ForgetStatus(ctx, id)
 }

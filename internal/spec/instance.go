@@ -57,4 +57,7 @@ type Instance struct {
 	Timings       layering.Timings `json:"timings,omitempty"`
 	EngineReadyMS float64          `json:"engine_ready_ms,omitempty"`
 	Error         string           `json:"error,omitempty"`
+	// Suspension is what a suspended deployment holds (PhaseSuspended),
+	// which its resume restores.
+	Suspension *Suspension `json:"suspension,omitempty"`
 }

@@ -119,11 +119,19 @@ const (
 	// PhaseCheckpointed ends a checkpoint refresh: a new generation is
 	// sealed and no instance runs.
 	PhaseCheckpointed Phase = "Checkpointed"
+	// PhaseSuspending: its instance is being checkpointed with its
+	// file-system changes; PhaseSuspended: it is, and no instance runs
+	// (Instance.Suspension says what it holds); PhaseResuming: it is
+	// being restored from its suspension on a node.
+	PhaseSuspending Phase = "Suspending"
+	PhaseSuspended  Phase = "Suspended"
+	PhaseResuming   Phase = "Resuming"
 )
 
 // StatusPhases are the phases a deployment's status in the PoP's state
 // takes (docs/api.md lists them).
-var StatusPhases = []Phase{PhasePending, PhaseCreating, PhaseBooting, PhaseRunning, PhaseFailed, PhaseCheckpointed}
+var StatusPhases = []Phase{PhasePending, PhaseCreating, PhaseBooting, PhaseRunning, PhaseFailed, PhaseCheckpointed,
+	PhaseSuspending, PhaseSuspended, PhaseResuming}
 
 // BootTimingPrefix starts the names of the timing phases of the boot and
 // checkpoint that a deploy ran to produce its app's generation first

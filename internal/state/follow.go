@@ -11,9 +11,9 @@ import (
 )
 
 // Settled reports whether a deployment's phase is one its agent leaves as
-// it is: Running, Failed, or Checkpointed (a refresh's end).
+// it is: Running, Failed, Checkpointed (a refresh's end) or Suspended.
 func Settled(p spec.Phase) bool {
-	return p == spec.PhaseRunning || p == spec.PhaseFailed || p == spec.PhaseCheckpointed
+	return p == spec.PhaseRunning || p == spec.PhaseFailed || p == spec.PhaseCheckpointed || p == spec.PhaseSuspended
 }
 
 // Follow reads deployment id, then follows each change of its status

@@ -280,8 +280,11 @@ type Desired struct {
 	Mode spec.Mode `json:"mode,omitempty"`
 	// Placement says why the deployment went to Node (a free pool slot,
 	// capacity, or --node).
-	Placement string    `json:"placement,omitempty"`
-	Created   time.Time `json:"created"`
+	Placement string `json:"placement,omitempty"`
+	// Suspend: its instance is to be suspended (by its node's agent), or
+	// is (on no node, its status Suspended), until a resume places it.
+	Suspend bool      `json:"suspend,omitempty"`
+	Created time.Time `json:"created"`
 }
 
 // Status is a deployment as its agent observes it.

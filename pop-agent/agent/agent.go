@@ -171,6 +171,10 @@ type metrics struct {
 	fetches     *prometheus.CounterVec
 	evictions   prometheus.Counter
 	envCopies   prometheus.Gauge
+	// suspends and resumes count them by result; their durations are
+	// from the pickup to Suspended, and to Running.
+	suspends, resumes               *prometheus.CounterVec
+	suspendDuration, resumeDuration prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -232,6 +236,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.envCopies = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fogdeploy_env_copies", Help: "Generations whose environment this node holds as a read-only copy that its restores share (agent.env_read shared).",
 	})
+	m.suspends = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fogdeploy_suspends_total", Help: "Deployments suspended on this node (memory and file-system changes sealed in the cluster), by result.",
+	}, []string{"result"})
+	m.resumes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fogdeploy_resumes_total", Help: "Suspended deployments resumed on this node, by result.",
+	}, []string{"result"})
+	lifecycle := []float64{0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32}
+	m.suspendDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "fogdeploy_suspend_seconds", Help: "Time from a suspend's pickup to Suspended.", Buckets: lifecycle,
+	})
+	m.resumeDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "fogdeploy_resume_seconds", Help: "Time from a resume's pickup to Running.", Buckets: lifecycle,
+	})
+	reg.MustRegister(m.suspends, m.resumes, m.suspendDuration, m.resumeDuration)
 	reg.MustRegister(m.envCopies, m.backend, m.recovered, m.checkpoints, m.deploys, m.duration, m.auto, m.poolHits, m.poolMisses, m.poolRefill, m.recycled, m.poolIdle,
 		m.autoEngine, m.measured, m.cacheBytes, m.cacheGens, m.fetches, m.evictions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -47,6 +47,8 @@ func (h *hooks) register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/deployments/{id}", h.auth(h.get))
 	mux.HandleFunc("DELETE /v1/deployments/{id}", h.auth(h.remove))
 	mux.HandleFunc("GET /v1/deployments/{id}/logs", h.auth(h.logs))
+	mux.HandleFunc("POST /v1/deployments/{id}/suspend", h.auth(h.suspend))
+	mux.HandleFunc("POST /v1/deployments/{id}/resume", h.auth(h.resume))
 }
 
 // apiError is the body of every error response.
@@ -358,7 +360,7 @@ func (h *hooks) remove(w http.ResponseWriter, r *http.Request, c *apiauth.Client
 			return
 		}
 	}
-	if err := h.a.st.DeleteDeployment(r.Context(), id); err != nil {
+	if err := scheduler.Undeploy(r.Context(), h.a.st, h.a.store, id); err != nil {
 		h.error(w, err)
 		return
 	}
@@ -410,7 +412,7 @@ func (h *hooks) error(w http.ResponseWriter, err error) {
 		code = http.StatusRequestEntityTooLarge
 	case errors.Is(err, state.ErrNotFound), errors.Is(err, spec.ErrNotFound):
 		code = http.StatusNotFound
-	case errors.Is(err, state.ErrExists):
+	case errors.Is(err, state.ErrExists), errors.Is(err, state.ErrConflict):
 		code = http.StatusConflict
 	case errors.Is(err, state.ErrNoNode), errors.Is(err, state.ErrContended):
 		code = http.StatusServiceUnavailable

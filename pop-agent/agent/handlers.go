@@ -20,6 +20,10 @@ import (
 )
 
 func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
+	if dsr.Suspend {
+		a.suspend(ctx, dsr)
+		return
+	}
 	log := a.log.With("deployment", dsr.ID, "app", dsr.App)
 	if rec, err := a.d.Load(dsr.ID); err == nil && rec.Phase == spec.PhaseRunning {
 		return // already here (a repeated event)
@@ -33,6 +37,9 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		a.fail(ctx, dsr, nil, err) // its app is gone
 		return
 	case state.Settled(cur.Status.Phase):
+		return
+	case cur.Status.Suspension != nil:
+		a.resume(ctx, dsr, app, *cur.Status.Suspension)
 		return
 	}
 	if dsr.Mode == spec.ModeCheckpoint {

@@ -155,6 +155,13 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 	here := map[string]bool{}
 	for _, rec := range held {
 		here[rec.ID] = true
+		if rec.Phase == spec.PhaseSuspended {
+			// Its suspension is recorded in etcd, then its record goes.
+			if a.recs == nil {
+				a.spawn(ctx, rec.ID, func(ctx context.Context) { a.recordSuspended(ctx, rec) })
+			}
+			continue
+		}
 		if !want[rec.ID] && !a.measuring.running(rec.ID) {
 			id := rec.ID
 			a.spawn(ctx, id, func(ctx context.Context) { a.undeploy(ctx, id) })

@@ -1,0 +1,319 @@
+// Suspend and resume: a running instance is checkpointed with its file-system changes, both
+// sealed as snapshots of RBD images of their own, and its slot is released; a resume on any node
+// of the PoP restores it from them, with the same ID and identity seed, through the restore's
+// own stages.
+//
+//	Suspend: checkpoint (the app stops) → store (its image copied into an RBD image) → release
+//	(the instance, its mounts and mappings; its writable image kept) → seal (both snapshotted)
+//	Resume:  a restore whose environment is the suspension's writable image (over the node's copy
+//	of the generation it came from) and whose checkpoint is the suspension's
+
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
+	"github.com/fogdeploy/fogdeploy/internal/gencache"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
+)
+
+// Steps of a suspend (Suspension.Timings).
+const (
+	StepCheckpoint Step = "checkpoint"
+	StepStore      Step = "store"
+	StepRelease    Step = "release"
+	StepSeal       Step = "seal"
+)
+
+// Suspension images: the checkpoint's and the clone that holds the
+// generation the instance came from, named after the deployment.
+func suspendCkptImage(id string) string { return catalog.InstancePrefix + id + "-susp" }
+func suspendHoldImage(id string) string { return catalog.InstancePrefix + id + "-hold" }
+
+// metaSeed, on a suspension's checkpoint image, is its instance's identity
+// seed, which its resume keeps (the cluster's, not the PoP's state: a
+// status is shown to every client of the deployment).
+const metaSeed = "fogdeploy.seed"
+
+// Suspend checkpoints deployment id's running instance, its memory and
+// its file-system changes, into images of their own, sealed as snapshots
+// (spec.Suspension), and releases everything else it held on this node.
+// The deployment's record stays, PhaseSuspended with the suspension,
+// until Forget: the caller records the suspension elsewhere first. The
+// checkpoint stops the app: an error after it leaves the deployment
+// Failed, its images owned by its record (Undeploy removes them).
+func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progress func(string, time.Duration)) (_ spec.Suspension, err error) {
+	rec, err := d.Load(id)
+	if err != nil {
+		return spec.Suspension{}, err
+	}
+	from, dr, err := d.suspendable(ctx, rec)
+	if err != nil {
+		return spec.Suspension{}, err
+	}
+	susp := spec.Suspension{From: from, Engine: rec.Engine, Upper: rec.Lower != "", Node: d.cfg.Node, Created: time.Now().UTC()}
+	o := d.newOp(&susp.Timings, progress)
+	h := *rec.Handle
+	envImg, ckptImg := rec.Images[0], suspendCkptImage(id)
+	// Owned before it is made.
+	rec.Phase, rec.Images = spec.PhaseSuspending, append(rec.Images, ckptImg)
+	if err := d.save(&rec); err != nil {
+		return spec.Suspension{}, err
+	}
+	defer func() {
+		if err != nil {
+			rec.Phase, rec.Error = spec.PhaseFailed, err.Error()
+			_ = d.save(&rec)
+		}
+	}()
+	if err := d.deps.Store.Create(ctx, ckptImg, max(app.CheckpointBytes(), 2*from.Bytes)); err != nil {
+		return spec.Suspension{}, err
+	}
+	ck, err := dr.Checkpoint(ctx, h)
+	if err != nil {
+		return spec.Suspension{}, err
+	}
+	o.phase(StepCheckpoint)
+	susp.CkptGen, susp.Bytes = ck.Gen, ck.Bytes
+	if err := d.storeCheckpoint(ctx, rec, ckptImg, drivers.GenDir(h.CkptPath, ck.Gen), ck.Gen); err != nil {
+		return spec.Suspension{}, err
+	}
+	o.phase(StepStore)
+	// Every image but the two is a parent of the writable image (a
+	// resumed instance's suspension before): it stays with it.
+	susp.Parents = slices.DeleteFunc(slices.Clone(rec.Images), func(img string) bool { return img == envImg || img == ckptImg })
+	rest := rec.Owned
+	rest.Images = nil
+	if err := d.releaseResources(ctx, id, rest, id, rec.Slot); err != nil {
+		return spec.Suspension{}, err
+	}
+	rec.Owned = Owned{Images: append([]string{envImg, ckptImg}, susp.Parents...)}
+	if err := d.save(&rec); err != nil {
+		return spec.Suspension{}, err
+	}
+	o.phase(StepRelease)
+	if err := d.sealSuspension(ctx, &rec, &susp, envImg, ckptImg); err != nil {
+		return spec.Suspension{}, err
+	}
+	o.phase(StepSeal)
+	// Handed over: the record owns nothing now, the suspension all.
+	rec.Owned, rec.Phase, rec.Ports, rec.Suspension = Owned{}, spec.PhaseSuspended, nil, &susp
+	if err := d.save(&rec); err != nil {
+		return spec.Suspension{}, err
+	}
+	d.log.Info("suspended", "id", id, "app", rec.App, "gen", from.Gen, "ckpt_gen", susp.CkptGen, "bytes", susp.Bytes,
+		"env", susp.Env.String(), "timings", susp.Timings.String())
+	return susp, nil
+}
+
+// suspendable checks that rec's instance can be suspended and returns the
+// generation it was restored from and its driver.
+func (d *Deployer) suspendable(ctx context.Context, rec Deployment) (spec.Generation, drivers.Driver, error) {
+	no := func(why, fix string) error {
+		return hint.With(fmt.Errorf("deployment %s: %s: %w", rec.ID, why, ErrNotSuspendable), fix)
+	}
+	switch {
+	case rec.Phase != spec.PhaseRunning:
+		return spec.Generation{}, nil, no("it is "+string(rec.Phase), "suspend a Running deployment")
+	case rec.Mode != spec.ModeRestore || rec.Handle == nil || len(rec.Images) == 0:
+		return spec.Generation{}, nil, no("it was booted without a checkpoint engine, which alone can save its memory",
+			"deploy it with mode restore (or auto, once its app has a generation)")
+	}
+	dr := d.driverByName(rec.Handle.Driver)
+	if dr == nil {
+		return spec.Generation{}, nil, fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, rec.Handle.Driver, rec.ID)
+	}
+	from, ok, err := catalog.ReadGen(ctx, d.deps.Store, rec.App, rec.Gen)
+	if err != nil {
+		return spec.Generation{}, nil, err
+	}
+	if !ok {
+		return spec.Generation{}, nil, no(fmt.Sprintf("generation %d of %s, which it was restored from, is gone", rec.Gen, rec.App),
+			"a deployment can be suspended while the generation it was restored from exists")
+	}
+	return from, dr, nil
+}
+
+// storeCheckpoint copies the checkpoint files in dir into directory gen of
+// image img, mapped and mounted for the copy only.
+func (d *Deployer) storeCheckpoint(ctx context.Context, rec Deployment, img, dir string, gen int) (err error) {
+	target := filepath.Join(rec.Dir, "suspend")
+	mp, err := d.deps.Mapper.MapAndMount(ctx, mapper.Image{Pool: d.cfg.Pool, Name: img}, target,
+		mapper.MountOptions{Format: true}, mapper.WithID(rec.ID+"-susp"))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// The release flushes what was written.
+		if rerr := d.deps.Mapper.Release(context.WithoutCancel(ctx), mp.ID); rerr != nil && !errors.Is(rerr, mapper.ErrNotMapped) {
+			err = errors.Join(err, rerr)
+		}
+		_ = os.Remove(target)
+	}()
+	dst := drivers.GenDir(target, gen)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	return gencache.CopyTree(ctx, dir, dst)
+}
+
+// sealSuspension snapshots the suspension's images, names the deployment
+// on them (gc keeps them while it exists) and, for an overlay's upper
+// layer, clones the generation's environment to hold it.
+func (d *Deployer) sealSuspension(ctx context.Context, rec *Deployment, susp *spec.Suspension, envImg, ckptImg string) error {
+	st := d.deps.Store
+	meta := map[string]string{catalog.MetaDeployment: rec.ID, MetaSlot: "", catalog.MetaNode: d.cfg.Node}
+	if err := st.SetMeta(ctx, ckptImg, map[string]string{metaSeed: rec.Seed}); err != nil {
+		return err
+	}
+	susp.Env = layering.SnapRef{Image: envImg, Snap: layering.SealedSnap}
+	susp.Ckpt = layering.SnapRef{Image: ckptImg, Snap: layering.SealedSnap}
+	for _, ref := range []layering.SnapRef{susp.Env, susp.Ckpt} {
+		if err := st.SetMeta(ctx, ref.Image, meta); err != nil {
+			return err
+		}
+		if err := st.Snapshot(ctx, ref); err != nil && !errors.Is(err, layering.ErrExists) {
+			return err
+		}
+	}
+	if info, err := st.Stat(ctx, envImg); err == nil {
+		susp.EnvBytes = info.Used
+	}
+	if !susp.Upper {
+		return nil
+	}
+	hold := suspendHoldImage(rec.ID)
+	rec.Images = append(rec.Images, hold)
+	if err := d.save(rec); err != nil {
+		return err
+	}
+	if err := st.Clone(ctx, susp.From.EnvSnap, hold); err != nil && !errors.Is(err, layering.ErrExists) {
+		return err
+	}
+	susp.Hold = hold
+	return st.SetMeta(ctx, hold, meta)
+}
+
+// Forget drops the record of a suspended deployment, whose suspension is
+// recorded elsewhere now.
+func (d *Deployer) Forget(id string) error {
+	rec, err := d.Load(id)
+	if err != nil {
+		return err
+	}
+	if rec.Phase != spec.PhaseSuspended {
+		return fmt.Errorf("deployment %s is %s, not Suspended: %w", id, rec.Phase, ErrNotSuspendable)
+	}
+	return d.remove(id)
+}
+
+// Suspended lists the suspended deployments whose record this node still
+// holds (Forget was not called: the caller did not record them yet).
+func (d *Deployer) Suspended() ([]Deployment, error) {
+	recs, err := d.deployments.List()
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(recs, func(r Deployment) bool { return r.Phase != spec.PhaseSuspended }), nil
+}
+
+// RemoveSuspension removes the images of suspension susp.
+func (d *Deployer) RemoveSuspension(ctx context.Context, susp spec.Suspension) error {
+	return catalog.RemoveSuspension(ctx, d.deps.Store, susp)
+}
+
+// Resume restores deployment id, suspended as susp, on this node: a
+// restore (Options as for Restore, but for the ID, which is id) whose
+// environment is the suspension's writable image (its clone, over the
+// node's copy of the generation it came from, for an upper layer) and
+// whose checkpoint is the suspension's, with the identity seed it had
+// (recorded on the checkpoint's image) and no post_restore (it is the same
+// instance). Once it runs, the deployment owns the suspension's writable
+// image (its clone's parent) and the checkpoint's image and the hold go.
+// On error nothing of it is left and the suspension is intact.
+func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spec.Suspension, opts Options) (_ Deployment, err error) {
+	app = restoredSpec(susp.From, app)
+	app.PostRestore = nil
+	if err := ValidateID(id); err != nil {
+		return Deployment{}, err
+	}
+	if _, err := d.driver(app, susp.Engine); err != nil {
+		return Deployment{}, err
+	}
+	info, err := d.deps.Store.Stat(ctx, susp.Ckpt.Image)
+	if err != nil {
+		return Deployment{}, fmt.Errorf("suspension of %s: %w", id, err)
+	}
+	seed := info.Meta[metaSeed]
+	g := susp.From // its checkpoint is the suspension's
+	g.Gen, g.Engine, g.CkptSnap, g.Created = susp.CkptGen, susp.Engine, susp.Ckpt, susp.Created
+	rec := &Deployment{ID: id, App: app.Name, Created: time.Now().UTC(), Instance: spec.Instance{Node: d.cfg.Node, Phase: spec.PhaseResuming,
+		Gen: susp.From.Gen, Engine: susp.Engine, Mode: spec.ModeRestore, Limits: d.limitsOf(app), Reason: "resumed", Pool: spec.PoolMiss}}
+	if err := d.create(rec); err != nil {
+		return Deployment{}, err
+	}
+	defer d.undoOnError(ctx, rec, &err)
+	o := d.newOp(&rec.Timings, opts.Progress)
+	s, err := d.newSlot(app.Name, g.Gen, drivers.RunRestart, false, id, nil)
+	if err != nil {
+		return Deployment{}, err
+	}
+	s.Lower, s.Seed, s.KeepSeed = "", seed, seed != ""
+	if susp.Upper {
+		s.Lower = lowerID(app.Name, susp.From.Gen)
+	}
+	rec.Slot = s.ID
+	if err := errors.Join(d.slots.Save(s.ID, s), d.save(rec)); err != nil {
+		_ = d.ReleaseSlot(context.WithoutCancel(ctx), s.ID)
+		return Deployment{}, err
+	}
+	from := susp.From
+	if err := d.provision(ctx, o, s, slotSource{app: app, engine: susp.Engine, env: susp.Env, gen: &g, lowerOf: &from, resume: true,
+		config: d.genConfig(ctx, susp.From), background: opts.Background}); err != nil {
+		return Deployment{}, err
+	}
+	dr, _, err := d.startReady(ctx, o, s, id, app, true)
+	if err != nil {
+		return Deployment{}, err
+	}
+	dep, err := d.bind(ctx, o, s, rec, dr, app, "restart_ready")
+	if err != nil {
+		return Deployment{}, err
+	}
+	return d.adoptSuspension(ctx, dep, susp), nil
+}
+
+// adoptSuspension hands the suspension's writable image to the resumed
+// deployment dep (its clone's parent goes after the clone) and removes
+// the rest of it; a removal that fails leaves the image to gc (it names
+// the deployment).
+func (d *Deployer) adoptSuspension(ctx context.Context, dep Deployment, susp spec.Suspension) Deployment {
+	dep.Images = append(append(dep.Images, susp.Env.Image), susp.Parents...)
+	if err := d.save(&dep); err != nil {
+		d.log.Warn("the resumed deployment does not own its suspension's writable image; gc removes it once the deployment is gone",
+			"deployment", dep.ID, "image", susp.Env.Image, "err", err)
+	}
+	rest := susp
+	rest.Env = layering.SnapRef{}
+	for _, img := range []string{rest.Ckpt.Image, rest.Hold} {
+		if img == "" {
+			continue
+		}
+		if err := d.deps.Store.Remove(ctx, img); err != nil && !errors.Is(err, layering.ErrNotFound) {
+			d.log.Warn("removing a resumed suspension's image; gc removes it once the deployment is gone", "deployment", dep.ID, "image", img, "err", err)
+		}
+	}
+	d.log.Info("resumed", "id", dep.ID, "app", dep.App, "gen", susp.From.Gen, "ports", dep.Ports, "timings", dep.Timings.String())
+	return dep
+}

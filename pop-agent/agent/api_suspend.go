@@ -1,0 +1,136 @@
+// The hook API's suspend and resume of a deployment.
+
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/apiauth"
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+)
+
+// ResumeRequest is the body of a resume: the node to resume on (none: the
+// PoP places it, as a create).
+type ResumeRequest struct {
+	Node string `json:"node,omitempty"`
+}
+
+// DecodeResume reads and validates a resume request (an empty body is
+// one without a node).
+func DecodeResume(r io.Reader) (ResumeRequest, error) {
+	var req ResumeRequest
+	data, err := io.ReadAll(io.LimitReader(r, MaxRequestBytes+1))
+	if err != nil {
+		return req, err
+	}
+	if len(data) > MaxRequestBytes {
+		return req, fmt.Errorf("%w: body is larger than %d bytes", errTooLarge, MaxRequestBytes)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return req, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, fieldError("body", fmt.Sprintf("not a JSON object of {node?}: %v", err))
+	}
+	if dec.More() {
+		return req, fieldError("body", "holds more than one JSON value")
+	}
+	if req.Node != "" {
+		if err := layering.ValidateName("node", req.Node); err != nil {
+			return req, fieldError("node", err.Error())
+		}
+	}
+	return req, nil
+}
+
+// suspendDone: a suspend's wait ends once the deployment is Suspended or
+// Failed; a resume's once it runs again, failed, or is Suspended with why
+// its resume failed.
+func suspendDone(d state.Deployment) bool {
+	return d.Status.Phase == spec.PhaseSuspended || d.Status.Phase == spec.PhaseFailed
+}
+
+func resumeDone(d state.Deployment) bool {
+	p := d.Status.Phase
+	return p == spec.PhaseRunning || p == spec.PhaseFailed || p == spec.PhaseSuspended && d.Status.Error != ""
+}
+
+// suspend answers POST /v1/deployments/{id}/suspend[?wait=D].
+func (h *hooks) suspend(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
+	id, wait, ok := h.lifecycleRequest(w, r, c)
+	if !ok {
+		return
+	}
+	d, err := h.a.st.RequestSuspend(r.Context(), id)
+	if err != nil {
+		h.error(w, err)
+		return
+	}
+	h.answerLifecycle(w, r, d, wait, suspendDone)
+}
+
+// resume answers POST /v1/deployments/{id}/resume[?wait=D] with an
+// optional body {"node": N}.
+func (h *hooks) resume(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
+	id, wait, ok := h.lifecycleRequest(w, r, c)
+	if !ok {
+		return
+	}
+	req, err := DecodeResume(r.Body)
+	if err != nil {
+		h.error(w, err)
+		return
+	}
+	d, err := h.a.st.RequestResume(r.Context(), id, req.Node, nil)
+	if err != nil {
+		h.error(w, err)
+		return
+	}
+	h.answerLifecycle(w, r, d, wait, resumeDone)
+}
+
+// lifecycleRequest checks a suspend's or a resume's ID, wait and scope.
+func (h *hooks) lifecycleRequest(w http.ResponseWriter, r *http.Request, c *apiauth.Client) (id string, wait time.Duration, ok bool) {
+	id = r.PathValue("id")
+	if err := deploy.ValidateID(id); err != nil {
+		h.error(w, fieldError("id", err.Error()))
+		return "", 0, false
+	}
+	wait, err := waitParam(r)
+	if err != nil {
+		h.error(w, err)
+		return "", 0, false
+	}
+	if !c.Admin {
+		if _, err := h.visible(r.Context(), c, id); err != nil {
+			h.error(w, err)
+			return "", 0, false
+		}
+	}
+	return id, wait, true
+}
+
+// answerLifecycle answers 202 with the deployment, followed until done
+// with a wait.
+func (h *hooks) answerLifecycle(w http.ResponseWriter, r *http.Request, d state.Deployment, wait time.Duration, done func(state.Deployment) bool) {
+	if wait > 0 {
+		fctx, cancel := context.WithTimeout(r.Context(), wait)
+		fd, err := h.a.st.Follow(fctx, d.ID, done)
+		cancel()
+		if err == nil || fctx.Err() != nil {
+			d = fd
+		}
+	}
+	writeJSON(w, http.StatusAccepted, d)
+}

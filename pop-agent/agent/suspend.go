@@ -1,0 +1,122 @@
+// Suspend and resume on this node (internal/deploy/suspend.go does the work; internal/state
+// records it): a suspend asked of a deployment running here, and a resume placed here. A
+// suspension this node made but had not recorded in etcd when it stopped is recorded by the
+// next resync (reconcile.go).
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+)
+
+// suspend suspends deployment dsr, running on this node, and records its
+// suspension in etcd (its node then none). A failure leaves it Failed, its
+// app maybe stopped by the checkpoint.
+func (a *agent) suspend(ctx context.Context, dsr state.Desired) {
+	rec, err := a.d.Load(dsr.ID)
+	switch {
+	case err == nil && rec.Phase == spec.PhaseSuspended:
+		a.recordSuspended(ctx, rec) // suspended before the agent stopped
+		return
+	case err != nil || rec.Phase != spec.PhaseRunning:
+		return // not here, or not running (a failed suspend stays Failed)
+	}
+	app, err := a.st.App(ctx, dsr.App)
+	if err != nil {
+		a.fail(ctx, dsr, nil, fmt.Errorf("suspend: %w", err))
+		return
+	}
+	st := state.Status{Instance: rec.Instance}
+	st.Phase, st.Timings = spec.PhaseSuspending, nil
+	live := a.newLiveStatus(ctx, dsr.ID, st)
+	_ = a.setStatus(ctx, dsr.ID, st)
+	start := time.Now()
+	susp, err := a.d.Suspend(ctx, dsr.ID, app, live.progress)
+	live.stop()
+	if err != nil {
+		a.m.suspends.WithLabelValues("error").Inc()
+		s := live.status()
+		a.fail(ctx, dsr, &s, fmt.Errorf("suspend: %w", err))
+		return
+	}
+	a.m.suspends.WithLabelValues("ok").Inc()
+	a.m.suspendDuration.Observe(time.Since(start).Seconds())
+	rec, err = a.d.Load(dsr.ID)
+	if err != nil {
+		a.log.Error("suspended, but its record is gone", "deployment", dsr.ID, "err", err)
+		return
+	}
+	a.recordSuspended(ctx, rec)
+	a.event(ctx, dsr.ID, "suspended", fmt.Sprintf("checkpoint of %d bytes and its file-system changes in %s, %s",
+		susp.Bytes, susp.Env.Image, susp.Timings))
+}
+
+// recordSuspended writes suspended record rec's suspension to etcd, then
+// forgets the record; a deployment withdrawn meanwhile has its
+// suspension's images removed.
+func (a *agent) recordSuspended(ctx context.Context, rec deploy.Deployment) {
+	if rec.Suspension == nil {
+		return
+	}
+	err := a.st.SetSuspended(ctx, rec.ID, *rec.Suspension, nil)
+	if errors.Is(err, state.ErrNotFound) {
+		if rerr := a.d.RemoveSuspension(ctx, *rec.Suspension); rerr != nil {
+			a.log.Warn("removing the suspension of a withdrawn deployment; gc removes what is left", "deployment", rec.ID, "err", rerr)
+		}
+		_ = a.st.ForgetStatus(ctx, rec.ID)
+	} else if err != nil {
+		a.log.Warn("recording a suspension; retried every reconcile interval", "deployment", rec.ID, "err", err)
+		return
+	}
+	if err := a.d.Forget(rec.ID); err != nil {
+		a.log.Warn("forgetting a suspended deployment's record", "deployment", rec.ID, "err", err)
+	}
+	a.log.Info("deployment suspended", "deployment", rec.ID, "app", rec.App, "env", rec.Suspension.Env.String(),
+		"ckpt", rec.Suspension.Ckpt.String(), "bytes", rec.Suspension.Bytes, "timings", rec.Suspension.Timings.String())
+}
+
+// resume restores suspended deployment dsr on this node. A resume that
+// fails leaves it Suspended again, with why, its suspension intact.
+func (a *agent) resume(ctx context.Context, dsr state.Desired, app spec.App, susp spec.Suspension) {
+	st := state.Status{Instance: spec.Instance{Phase: spec.PhaseResuming, Node: a.c.Node.Name, Gen: susp.From.Gen, Engine: susp.Engine,
+		Mode: spec.ModeRestore, Suspension: &susp}}
+	live := a.newLiveStatus(ctx, dsr.ID, st)
+	_ = a.setStatus(ctx, dsr.ID, st)
+	start := time.Now()
+	a.pool.inflight.Add(1)
+	dep, err := a.d.Resume(ctx, app, dsr.ID, susp, deploy.Options{Progress: live.progress})
+	a.pool.inflight.Add(-1)
+	live.stop()
+	if err != nil {
+		a.m.resumes.WithLabelValues("error").Inc()
+		err = a.explain(ctx, fmt.Errorf("resume on node %s: %w", a.c.Node.Name, err))
+		a.log.Error("resume failed; the deployment stays suspended", "deployment", dsr.ID, "err", err)
+		if serr := a.st.SetSuspended(ctx, dsr.ID, susp, err); errors.Is(serr, state.ErrNotFound) {
+			_ = a.d.RemoveSuspension(ctx, susp)
+			_ = a.st.ForgetStatus(ctx, dsr.ID)
+		}
+		a.event(ctx, dsr.ID, "resume failed", err.Error())
+		return
+	}
+	a.m.resumes.WithLabelValues("ok").Inc()
+	a.m.resumeDuration.Observe(time.Since(start).Seconds())
+	if err := a.setStatus(ctx, dsr.ID, runningStatus(dep)); err != nil {
+		a.log.Warn("writing status", "err", err)
+	}
+	a.event(ctx, dsr.ID, "resumed", fmt.Sprintf("on node %s, %s", a.c.Node.Name, dep.Timings))
+	a.log.Info("deployment resumed", "deployment", dsr.ID, "ports", dep.Ports, "timings", dep.Timings.String())
+	// Withdrawn while it resumed? Then undo at once.
+	wctx, cancel := context.WithTimeout(ctx, a.etcdTimeout())
+	_, err = a.st.Deployment(wctx, dsr.ID)
+	cancel()
+	if errors.Is(err, state.ErrNotFound) {
+		a.undeploy(ctx, dsr.ID)
+	}
+}
