@@ -16,7 +16,7 @@ import (
 // NewCmdNode groups the node commands.
 func NewCmdNode(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{Use: "node", Short: "List the nodes of the PoP, and keep new work off one", RunE: groupRunE}
-	cmd.AddCommand(NewCmdNodeLs(f, nil), NewCmdNodeCordon(f, nil), NewCmdNodeUncordon(f, nil))
+	cmd.AddCommand(NewCmdNodeLs(f, nil), NewCmdNodeCordon(f, nil), NewCmdNodeUncordon(f, nil), NewCmdNodeDrain(f, nil))
 	return cmd
 }
 

@@ -175,7 +175,7 @@ FOGDEPLOY_TOKEN_FILE).
 	envCmd.GroupID = "env"
 	root.AddCommand(envCmd)
 	root.AddGroup(&cobra.Group{ID: "pop", Title: "Point of presence:"})
-	for _, c := range []*cobra.Command{NewCmdNode(f), NewCmdApp(f), NewCmdDeploy(f), NewCmdPs(f, nil), NewCmdUndeploy(f, nil), NewCmdSuspend(f, nil), NewCmdResume(f, nil),
+	for _, c := range []*cobra.Command{NewCmdNode(f), NewCmdApp(f), NewCmdDeploy(f), NewCmdPs(f, nil), NewCmdUndeploy(f, nil), NewCmdSuspend(f, nil), NewCmdResume(f, nil), NewCmdMigrate(f, nil),
 		NewCmdLogs(f, nil), NewCmdCheckpoint(f), NewCmdPool(f), NewCmdGC(f, nil)} {
 		c.GroupID = "pop"
 		root.AddCommand(c)

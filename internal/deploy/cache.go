@@ -7,6 +7,8 @@ package deploy
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -46,7 +48,10 @@ func (d *Deployer) ckptSource(ctx context.Context, g spec.Generation) (e gencach
 // fetch copies generation g's checkpoint files into dst from its sealed
 // snapshot, mapped and mounted read-only for the copy only.
 func (d *Deployer) fetch(ctx context.Context, g spec.Generation, dst string) (err error) {
-	id := "fetch-" + g.App + "-" + strconv.Itoa(g.Gen)
+	// Named after its image too: a suspension's checkpoint (suspend.go)
+	// is another of app's, fetched beside a generation of its number.
+	sum := sha256.Sum256([]byte(g.CkptSnap.String()))
+	id := "fetch-" + hex.EncodeToString(sum[:4]) + "-" + g.App + "-" + strconv.Itoa(g.Gen)
 	if len(id) > 64 {
 		id = id[:64]
 	}

@@ -96,6 +96,17 @@ func (s *Store) setSuspended(ctx context.Context, id string, susp spec.Suspensio
 // check of CreatePlaced, and asks that node to resume it. It returns the
 // deployment as placed.
 func (s *Store) RequestResume(ctx context.Context, id, node string, eligible func(Node) bool) (Deployment, error) {
+	return s.requestResume(ctx, id, node, eligible, false)
+}
+
+// ResumeBack is RequestResume on node even if it is cordoned: a migration
+// whose target failed puts its deployment back on the node it came from
+// (a drained node's, say), rather than leave it suspended.
+func (s *Store) ResumeBack(ctx context.Context, id, node string) (Deployment, error) {
+	return s.requestResume(ctx, id, node, nil, true)
+}
+
+func (s *Store) requestResume(ctx context.Context, id, node string, eligible func(Node) bool, cordoned bool) (Deployment, error) {
 	for range placeAttempts {
 		d, r, err := s.deploymentAt(ctx, id)
 		if err != nil {
@@ -109,6 +120,11 @@ func (s *Store) RequestResume(ctx context.Context, id, node string, eligible fun
 		if err != nil {
 			return d, err
 		}
+		if cordoned {
+			for i := range v.nodes {
+				v.nodes[i].Cordon = nil
+			}
+		}
 		pl, err := place(v, Desired{App: d.App, Node: node}, eligible)
 		if err != nil {
 			return d, err
@@ -119,12 +135,16 @@ func (s *Store) RequestResume(ctx context.Context, id, node string, eligible fun
 		b, _ := json.Marshal(d.Desired)
 		sb, _ := json.Marshal(st)
 		n := pl.Node
-		txn, err := s.cli.Txn(ctx).If(
+		cmps := []clientv3.Cmp{
 			clientv3.Compare(clientv3.ModRevision(deploymentKey(id)), "=", r.Responses[0].GetResponseRange().Kvs[0].ModRevision),
 			clientv3.Compare(clientv3.ModRevision(placementKey(n)), "=", v.placedRev[n]),
 			clientv3.Compare(clientv3.ModRevision(nodeInfoKey(n)), "=", v.infoRev[n]),
 			clientv3.Compare(clientv3.CreateRevision(nodeAliveKey(n)), ">", 0),
-			clientv3.Compare(clientv3.CreateRevision(nodeCordonKey(n)), "=", 0)).
+		}
+		if !cordoned {
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(nodeCordonKey(n)), "=", 0))
+		}
+		txn, err := s.cli.Txn(ctx).If(cmps...).
 			Then(clientv3.OpPut(deploymentKey(id), string(b)), clientv3.OpPut(statusKey(id), string(sb)), clientv3.OpPut(placementKey(n), id)).Commit()
 		if err != nil {
 			return d, wrapUnavailable(err)

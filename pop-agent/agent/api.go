@@ -49,6 +49,7 @@ func (h *hooks) register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/deployments/{id}/logs", h.auth(h.logs))
 	mux.HandleFunc("POST /v1/deployments/{id}/suspend", h.auth(h.suspend))
 	mux.HandleFunc("POST /v1/deployments/{id}/resume", h.auth(h.resume))
+	mux.HandleFunc("POST /v1/deployments/{id}/migrate", h.auth(h.migrate))
 }
 
 // apiError is the body of every error response.
@@ -414,7 +415,7 @@ func (h *hooks) error(w http.ResponseWriter, err error) {
 		code = http.StatusNotFound
 	case errors.Is(err, state.ErrExists), errors.Is(err, state.ErrConflict):
 		code = http.StatusConflict
-	case errors.Is(err, state.ErrNoNode), errors.Is(err, state.ErrContended):
+	case errors.Is(err, state.ErrNoNode), errors.Is(err, state.ErrContended), errors.Is(err, scheduler.ErrNotMoved):
 		code = http.StatusServiceUnavailable
 	case errors.Is(err, state.ErrUnavailable):
 		code = http.StatusServiceUnavailable

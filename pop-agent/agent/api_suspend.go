@@ -1,4 +1,4 @@
-// The hook API's suspend and resume of a deployment.
+// The hook API's suspend, resume and migration of a deployment.
 
 package agent
 
@@ -13,6 +13,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/apiauth"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/scheduler"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -98,6 +99,30 @@ func (h *hooks) resume(w http.ResponseWriter, r *http.Request, c *apiauth.Client
 		return
 	}
 	h.answerLifecycle(w, r, d, wait, resumeDone)
+}
+
+// migrate answers POST /v1/deployments/{id}/migrate with an optional body
+// {"node": N} once the deployment runs on the other node (200 with what
+// moved), or with why it did not (it runs where it was, or stays
+// Suspended, as the error says). A caller that leaves does not stop it.
+func (h *hooks) migrate(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
+	id, _, ok := h.lifecycleRequest(w, r, c)
+	if !ok {
+		return
+	}
+	req, err := DecodeResume(r.Body)
+	if err != nil {
+		h.error(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), MaxWait)
+	defer cancel()
+	m, err := scheduler.Migrate(ctx, h.a.st, id, req.Node)
+	if err != nil {
+		h.error(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
 }
 
 // lifecycleRequest checks a suspend's or a resume's ID, wait and scope.

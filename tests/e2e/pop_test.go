@@ -218,7 +218,8 @@ func startPoP(ctx context.Context, t *testing.T, f *deploytest.Fixture, app, dmt
 		defer ccancel()
 		deps, _ := st.Deployments(cctx)
 		for _, d := range deps {
-			_ = st.DeleteDeployment(cctx, d.ID)
+			// A suspended one's images go with it.
+			_ = scheduler.Undeploy(cctx, st, f.L.Store, d.ID)
 		}
 		for i := 0; i < 300 && cctx.Err() == nil; i++ {
 			r, _ := st.Client().Get(cctx, state.Prefix+"status/", clientCountOnly()...)

@@ -1,0 +1,149 @@
+//go:build !no_ceph
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/scheduler"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
+)
+
+// TestMigrateDrainPoP: redis on a 2-node PoP. Under DMTCP and under CRIU
+// (light container), one deployment migrated through the hook API while
+// a client PINGs it every 10 ms keeps its keys at its new address; the
+// time it did not answer (its last answer on the source to its first on
+// the target) is measured. Then `fogctl node drain n1` moves 3
+// deployments from n1 to n2, each with its key, reports each one's
+// downtime, and leaves n1 cordoned with nothing running; a migrate to
+// the node it runs on is refused.
+func TestMigrateDrainPoP(t *testing.T) {
+	for _, eng := range []engine.Name{engine.NameDMTCP, engine.NameCRIU} {
+		t.Run(string(eng), func(t *testing.T) { testMigrateDrain(t, eng) })
+	}
+}
+
+func testMigrateDrain(t *testing.T, eng engine.Name) {
+	ctx, p, _, app := redisOnPoP(t, "e2e-mig", eng, nil, "n1", "n2")
+	api := "http://" + p.apis["n1"]
+	client := &http.Client{}
+	addrOf := func(ports map[string]string) string { return ports[drivers.PortKey(6379, "tcp")] }
+
+	// One migration under a client's load.
+	dep := createOn(ctx, t, client, api, app.Name, "n1")
+	src := addrOf(dep.Status.Ports)
+	if got, err := testenv.RedisDo(ctx, nil, src, "SET", "user", "alice"); err != nil || got != "OK" {
+		t.Fatalf("SET: %q, %v", got, err)
+	}
+	if code, _ := migrateHook(t, client, api, dep.ID, "n1"); code != http.StatusConflict {
+		t.Errorf("migrate to the node it runs on: %d; want 409", code)
+	}
+	var mu sync.Mutex
+	var lastAnswer time.Time
+	pctx, stopPoll := context.WithCancel(ctx)
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for pctx.Err() == nil {
+			cctx, cancel := context.WithTimeout(pctx, 50*time.Millisecond)
+			if got, err := testenv.RedisDo(cctx, nil, src, "PING"); err == nil && got == "PONG" {
+				mu.Lock()
+				lastAnswer = time.Now()
+				mu.Unlock()
+			}
+			cancel()
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	code, moved := migrateHook(t, client, api, dep.ID, "")
+	var firstAnswer time.Time
+	dst := addrOf(moved.Ports)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if got, err := testenv.RedisDo(ctx, nil, dst, "PING"); err == nil && got == "PONG" {
+			firstAnswer = time.Now()
+			break
+		}
+	}
+	stopPoll()
+	<-polled
+	if code != http.StatusOK || moved.From != "n1" || moved.To != "n2" || firstAnswer.IsZero() {
+		t.Fatalf("migrate: %d %+v, first answer at %s %v", code, moved, dst, firstAnswer)
+	}
+	if got, err := testenv.RedisDo(ctx, nil, dst, "GET", "user"); err != nil || got != "alice" {
+		t.Errorf("after the migration: GET user = %q, %v; want alice", got, err)
+	}
+	mu.Lock()
+	down := firstAnswer.Sub(lastAnswer)
+	mu.Unlock()
+	t.Logf("%s: migrated %s from %s to %s: no answer for %s at the client (%s in the agents), checkpoint %d bytes, %s in all",
+		eng, dep.ID, moved.From, moved.To, down.Round(time.Millisecond), moved.Downtime.Round(time.Millisecond), moved.Bytes,
+		moved.Total.Round(time.Millisecond))
+
+	// A drain of n1 with 3 deployments on it.
+	ids := map[string]string{}
+	for i := range 3 {
+		d := createOn(ctx, t, client, api, app.Name, "n1")
+		val := "value-" + string(rune('a'+i))
+		if _, err := testenv.RedisDo(ctx, nil, addrOf(d.Status.Ports), "SET", "k", val); err != nil {
+			t.Fatal(err)
+		}
+		ids[d.ID] = val
+	}
+	start := time.Now()
+	out, errOut, rc := p.fogctl(ctx, "node", "drain", "n1", "--parallel", "2", "-o", "json")
+	var report []scheduler.Moved
+	if err := json.Unmarshal([]byte(out), &report); rc != 0 || err != nil || len(report) != 3 {
+		t.Fatalf("fogctl node drain n1 = %d, %v: %s%s; want 3 moved", rc, err, out, errOut)
+	}
+	t.Logf("%s: drained 3 deployments from n1 in %s", eng, time.Since(start).Round(time.Millisecond))
+	for _, m := range report {
+		if m.To != "n2" || m.Error != "" || ids[m.ID] == "" {
+			t.Errorf("drain: %+v; want it moved to n2", m)
+			continue
+		}
+		if got, err := testenv.RedisDo(ctx, nil, addrOf(m.Ports), "GET", "k"); err != nil || got != ids[m.ID] {
+			t.Errorf("after the drain, %s: GET k = %q, %v; want %q", m.ID, got, err, ids[m.ID])
+		}
+		t.Logf("  %s: %s to %s, %s without an answer", m.ID, m.From, m.To, m.Downtime.Round(time.Millisecond))
+	}
+	deps, err := p.st.Deployments(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range deps {
+		if d.Node != "n2" || d.Status.Phase != spec.PhaseRunning {
+			t.Errorf("after the drain: %s %s on %q; want Running on n2", d.ID, d.Status.Phase, d.Node)
+		}
+	}
+	if n, err := p.st.Node(ctx, "n1"); err != nil || n.Cordon == nil {
+		t.Errorf("n1 after the drain: %+v, %v; want it cordoned", n, err)
+	}
+}
+
+// migrateHook migrates id through the hook API to node ("" : placed).
+func migrateHook(t *testing.T, client *http.Client, api, id, node string) (int, scheduler.Moved) {
+	t.Helper()
+	body := ""
+	if node != "" {
+		body = `{"node":"` + node + `"}`
+	}
+	req, _ := http.NewRequest(http.MethodPost, api+"/v1/deployments/"+id+"/migrate", strings.NewReader(body))
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m scheduler.Moved
+	_ = json.NewDecoder(resp.Body).Decode(&m)
+	return resp.StatusCode, m
+}
