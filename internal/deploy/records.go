@@ -82,9 +82,11 @@ func (d *Deployer) Logs(ctx context.Context, id string, n int) ([]string, error)
 }
 
 // Adopt checks, at start, the deployments a previous run left on the
-// node: a Running one whose instance still runs is kept; every other one
-// (interrupted, failed, or whose instance is gone) is undeployed. It
-// returns the kept and the removed IDs.
+// node: a Running one whose instance still runs is kept, and so is one
+// being suspended (Suspend goes on from where it stopped) or suspended
+// (its caller records its suspension); every other one (interrupted,
+// failed, or whose instance is gone) is undeployed. It returns the kept
+// and the removed IDs.
 func (d *Deployer) Adopt(ctx context.Context) (kept, removed []string, err error) {
 	recs, err := d.List()
 	if err != nil {
@@ -92,6 +94,10 @@ func (d *Deployer) Adopt(ctx context.Context) (kept, removed []string, err error
 	}
 	var errs []error
 	for _, r := range recs {
+		if suspending(r) {
+			kept = append(kept, r.ID)
+			continue
+		}
 		if r.Phase == spec.PhaseRunning && r.Handle != nil {
 			if dr := d.driverByName(r.Handle.Driver); dr != nil {
 				if ok, err := dr.Running(ctx, *r.Handle); err == nil && ok {
@@ -155,10 +161,10 @@ func (d *Deployer) Load(id string) (Deployment, error) {
 }
 
 // Recover undoes every deployment record left in a state other than
-// Running or Suspended (a deploy interrupted by a crash; a suspended one
-// waits for its caller to record its suspension, Suspended and Forget)
-// and returns their IDs. A suspend cut short leaves its deployment
-// Failed: the checkpoint may have stopped its app.
+// Running, Suspending or Suspended (a deploy interrupted by a crash) and
+// returns their IDs. A suspend cut short is Suspending: Suspend goes on
+// from where it stopped; a suspended one waits for its caller to record
+// its suspension (Suspended, Forget).
 func (d *Deployer) Recover(ctx context.Context) ([]string, error) {
 	recs, err := d.List()
 	if err != nil {
@@ -167,7 +173,7 @@ func (d *Deployer) Recover(ctx context.Context) ([]string, error) {
 	var done []string
 	var errs []error
 	for _, r := range recs {
-		if r.Phase == spec.PhaseRunning || r.Phase == spec.PhaseSuspended {
+		if r.Phase == spec.PhaseRunning || suspending(r) {
 			continue
 		}
 		if err := d.Undeploy(ctx, r.ID); err != nil {
@@ -177,6 +183,12 @@ func (d *Deployer) Recover(ctx context.Context) ([]string, error) {
 		done = append(done, r.ID)
 	}
 	return done, errors.Join(errs...)
+}
+
+// suspending reports a record that a suspend holds: Suspending (begun) or
+// Suspended.
+func suspending(r Deployment) bool {
+	return (r.Phase == spec.PhaseSuspending || r.Phase == spec.PhaseSuspended) && r.Suspension != nil
 }
 
 // create writes a new deployment's record. It owns nothing yet, and the

@@ -50,44 +50,101 @@ const metaSeed = "fogdeploy.seed"
 // its file-system changes, into images of their own, sealed as snapshots
 // (spec.Suspension), and releases everything else it held on this node.
 // The deployment's record stays, PhaseSuspended with the suspension,
-// until Forget: the caller records the suspension elsewhere first. The
-// checkpoint stops the app: an error after it leaves the deployment
-// Failed, its images owned by its record (Undeploy removes them).
+// until Forget: the caller records the suspension elsewhere first.
+//
+// Each step is journaled in the record (PhaseSuspending, with the
+// suspension as far as it got), and Suspend of a deployment left
+// Suspending by a crash goes on from there: a checkpoint asked before
+// the crash is read from its instance, or asked again. A suspend that
+// fails otherwise leaves the deployment Failed (its checkpoint may have
+// stopped its app), its images owned by its record (Undeploy removes
+// them).
 func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progress func(string, time.Duration)) (_ spec.Suspension, err error) {
 	rec, err := d.Load(id)
 	if err != nil {
 		return spec.Suspension{}, err
 	}
-	from, dr, err := d.suspendable(ctx, rec)
-	if err != nil {
-		return spec.Suspension{}, err
+	if rec.Phase == spec.PhaseSuspended && rec.Suspension != nil {
+		return *rec.Suspension, nil
 	}
-	susp := spec.Suspension{From: from, Engine: rec.Engine, Upper: rec.Lower != "", Node: d.cfg.Node, Created: time.Now().UTC()}
-	o := d.newOp(&susp.Timings, progress)
-	h := *rec.Handle
-	envImg, ckptImg := rec.Images[0], suspendCkptImage(id)
-	// Owned before it is made.
-	rec.Phase, rec.Images = spec.PhaseSuspending, append(rec.Images, ckptImg)
-	if err := d.save(&rec); err != nil {
-		return spec.Suspension{}, err
-	}
-	defer func() {
+	continuing := rec.Phase == spec.PhaseSuspending && rec.Suspension != nil
+	var susp spec.Suspension
+	if continuing {
+		susp = *rec.Suspension
+	} else {
+		from, err := d.suspendable(ctx, rec)
 		if err != nil {
+			return spec.Suspension{}, err
+		}
+		susp = spec.Suspension{From: from, Engine: rec.Engine, Upper: rec.Lower != "", Node: d.cfg.Node, Created: time.Now().UTC()}
+	}
+	o := d.newOp(&susp.Timings, progress)
+	envImg, ckptImg := rec.Images[0], suspendCkptImage(id)
+	defer func() {
+		if err != nil && ctx.Err() == nil {
 			rec.Phase, rec.Error = spec.PhaseFailed, err.Error()
 			_ = d.save(&rec)
 		}
 	}()
-	if err := d.deps.Store.Create(ctx, ckptImg, max(app.CheckpointBytes(), 2*from.Bytes)); err != nil {
+	// journal records how far it got.
+	journal := func() error {
+		rec.Suspension = &susp
+		return d.save(&rec)
+	}
+	if !continuing {
+		// Owned before it is made.
+		rec.Phase, rec.Images = spec.PhaseSuspending, append(rec.Images, ckptImg)
+		if err := journal(); err != nil {
+			return spec.Suspension{}, err
+		}
+	}
+	if rec.Handle != nil {
+		size := max(app.CheckpointBytes(), 2*susp.From.Bytes)
+		if err := d.checkpointAndRelease(ctx, o, &rec, &susp, envImg, ckptImg, size, continuing, journal); err != nil {
+			return spec.Suspension{}, err
+		}
+	}
+	if err := d.sealSuspension(ctx, &rec, &susp, envImg, ckptImg); err != nil {
 		return spec.Suspension{}, err
 	}
-	ck, err := dr.Checkpoint(ctx, h)
-	if err != nil {
+	o.phase(StepSeal)
+	// Handed over: the record owns nothing now, the suspension all.
+	rec.Owned, rec.Phase, rec.Ports = Owned{}, spec.PhaseSuspended, nil
+	if err := journal(); err != nil {
 		return spec.Suspension{}, err
 	}
-	o.phase(StepCheckpoint)
-	susp.CkptGen, susp.Bytes = ck.Gen, ck.Bytes
-	if err := d.storeCheckpoint(ctx, rec, ckptImg, drivers.GenDir(h.CkptPath, ck.Gen), ck.Gen); err != nil {
-		return spec.Suspension{}, err
+	d.log.Info("suspended", "id", id, "app", rec.App, "gen", susp.From.Gen, "ckpt_gen", susp.CkptGen, "bytes", susp.Bytes,
+		"env", susp.Env.String(), "timings", susp.Timings.String())
+	return susp, nil
+}
+
+// checkpointAndRelease runs a suspend's steps that need rec's instance:
+// the checkpoint (asked, or read from the instance when continuing), its
+// copy into image ckptImg (of size bytes), and the release of all but the
+// images. Each step is journaled.
+func (d *Deployer) checkpointAndRelease(ctx context.Context, o *op, rec *Deployment, susp *spec.Suspension, envImg, ckptImg string,
+	size int64, continuing bool, journal func() error) error {
+	h := *rec.Handle
+	dr := d.driverByName(h.Driver)
+	if dr == nil {
+		return fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, h.Driver, rec.ID)
+	}
+	if err := d.deps.Store.Create(ctx, ckptImg, size); err != nil && !errors.Is(err, layering.ErrExists) {
+		return err
+	}
+	if susp.CkptGen == 0 {
+		ck, err := checkpointOf(ctx, dr, h, continuing)
+		if err != nil {
+			return err
+		}
+		susp.CkptGen, susp.Bytes = ck.Gen, ck.Bytes
+		if err := journal(); err != nil {
+			return err
+		}
+		o.phase(StepCheckpoint)
+	}
+	if err := d.storeCheckpoint(ctx, rec, ckptImg, drivers.GenDir(h.CkptPath, susp.CkptGen), susp.CkptGen); err != nil {
+		return err
 	}
 	o.phase(StepStore)
 	// Every image but the two is a parent of the writable image (a
@@ -95,62 +152,73 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 	susp.Parents = slices.DeleteFunc(slices.Clone(rec.Images), func(img string) bool { return img == envImg || img == ckptImg })
 	rest := rec.Owned
 	rest.Images = nil
-	if err := d.releaseResources(ctx, id, rest, id, rec.Slot); err != nil {
-		return spec.Suspension{}, err
+	if err := d.releaseResources(ctx, rec.ID, rest, rec.ID, rec.Slot); err != nil {
+		return err
 	}
 	rec.Owned = Owned{Images: append([]string{envImg, ckptImg}, susp.Parents...)}
-	if err := d.save(&rec); err != nil {
-		return spec.Suspension{}, err
+	if err := journal(); err != nil {
+		return err
 	}
 	o.phase(StepRelease)
-	if err := d.sealSuspension(ctx, &rec, &susp, envImg, ckptImg); err != nil {
-		return spec.Suspension{}, err
+	return nil
+}
+
+// checkpointOf checkpoints instance h with dr; continuing a suspend cut
+// short, it reads the checkpoint that an instance which has exited wrote
+// when it was asked before (drivers.Container.Checkpointed), and asks one
+// of an instance that still runs (asked twice, an entrypoint that is
+// checkpointing goes on).
+func checkpointOf(ctx context.Context, dr drivers.Driver, h drivers.Handle, continuing bool) (drivers.Checkpointed, error) {
+	type reader interface {
+		Checkpointed(context.Context, drivers.Handle) (drivers.Checkpointed, error)
 	}
-	o.phase(StepSeal)
-	// Handed over: the record owns nothing now, the suspension all.
-	rec.Owned, rec.Phase, rec.Ports, rec.Suspension = Owned{}, spec.PhaseSuspended, nil, &susp
-	if err := d.save(&rec); err != nil {
-		return spec.Suspension{}, err
+	if r, ok := dr.(reader); ok && continuing {
+		if running, err := dr.Running(ctx, h); err == nil && !running {
+			return r.Checkpointed(ctx, h)
+		}
 	}
-	d.log.Info("suspended", "id", id, "app", rec.App, "gen", from.Gen, "ckpt_gen", susp.CkptGen, "bytes", susp.Bytes,
-		"env", susp.Env.String(), "timings", susp.Timings.String())
-	return susp, nil
+	return dr.Checkpoint(ctx, h)
 }
 
 // suspendable checks that rec's instance can be suspended and returns the
-// generation it was restored from and its driver.
-func (d *Deployer) suspendable(ctx context.Context, rec Deployment) (spec.Generation, drivers.Driver, error) {
+// generation it was restored from.
+func (d *Deployer) suspendable(ctx context.Context, rec Deployment) (spec.Generation, error) {
 	no := func(why, fix string) error {
 		return hint.With(fmt.Errorf("deployment %s: %s: %w", rec.ID, why, ErrNotSuspendable), fix)
 	}
 	switch {
 	case rec.Phase != spec.PhaseRunning:
-		return spec.Generation{}, nil, no("it is "+string(rec.Phase), "suspend a Running deployment")
+		return spec.Generation{}, no("it is "+string(rec.Phase), "suspend a Running deployment")
 	case rec.Mode != spec.ModeRestore || rec.Handle == nil || len(rec.Images) == 0:
-		return spec.Generation{}, nil, no("it was booted without a checkpoint engine, which alone can save its memory",
+		return spec.Generation{}, no("it was booted without a checkpoint engine, which alone can save its memory",
 			"deploy it with mode restore (or auto, once its app has a generation)")
-	}
-	dr := d.driverByName(rec.Handle.Driver)
-	if dr == nil {
-		return spec.Generation{}, nil, fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, rec.Handle.Driver, rec.ID)
 	}
 	from, ok, err := catalog.ReadGen(ctx, d.deps.Store, rec.App, rec.Gen)
 	if err != nil {
-		return spec.Generation{}, nil, err
+		return spec.Generation{}, err
 	}
 	if !ok {
-		return spec.Generation{}, nil, no(fmt.Sprintf("generation %d of %s, which it was restored from, is gone", rec.Gen, rec.App),
+		return spec.Generation{}, no(fmt.Sprintf("generation %d of %s, which it was restored from, is gone", rec.Gen, rec.App),
 			"a deployment can be suspended while the generation it was restored from exists")
 	}
-	return from, dr, nil
+	return from, nil
 }
 
 // storeCheckpoint copies the checkpoint files in dir into directory gen of
 // image img, mapped and mounted for the copy only.
-func (d *Deployer) storeCheckpoint(ctx context.Context, rec Deployment, img, dir string, gen int) (err error) {
+func (d *Deployer) storeCheckpoint(ctx context.Context, rec *Deployment, img, dir string, gen int) (err error) {
 	target := filepath.Join(rec.Dir, "suspend")
+	mid := rec.ID + "-susp"
+	// Recorded before it is made: a crash leaves it to the release.
+	if !slices.Contains(rec.Mappings, mid) {
+		rec.Mappings = append(rec.Mappings, mid)
+		if err := d.save(rec); err != nil {
+			return err
+		}
+	}
+	_ = d.deps.Mapper.Release(ctx, mid) // one a crash left
 	mp, err := d.deps.Mapper.MapAndMount(ctx, mapper.Image{Pool: d.cfg.Pool, Name: img}, target,
-		mapper.MountOptions{Format: true}, mapper.WithID(rec.ID+"-susp"))
+		mapper.MountOptions{Format: true}, mapper.WithID(mid))
 	if err != nil {
 		return err
 	}
@@ -161,7 +229,11 @@ func (d *Deployer) storeCheckpoint(ctx context.Context, rec Deployment, img, dir
 		}
 		_ = os.Remove(target)
 	}()
+	// Anew: a copy that a crash cut short is replaced.
 	dst := drivers.GenDir(target, gen)
+	if err := os.RemoveAll(dst); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}

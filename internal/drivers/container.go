@@ -271,6 +271,14 @@ func (c *Container) Checkpoint(ctx context.Context, h Handle) (Checkpointed, err
 	if err := c.RT.Signal(ctx, h.Ref, "USR1"); err != nil {
 		return Checkpointed{}, fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
+	return c.Checkpointed(ctx, h)
+}
+
+// Checkpointed waits until instance h's container has exited after a
+// checkpoint asked of it, and returns the checkpoint its entrypoint
+// reported: what an agent that asked and was stopped before the answer
+// reads at its restart.
+func (c *Container) Checkpointed(ctx context.Context, h Handle) (Checkpointed, error) {
 	code, err := c.RT.Wait(ctx, h.Ref)
 	logs, _ := c.RT.Logs(context.WithoutCancel(ctx), h.Ref, 400)
 	if err != nil {

@@ -25,7 +25,7 @@ func (a *agent) suspend(ctx context.Context, dsr state.Desired) {
 	case err == nil && rec.Phase == spec.PhaseSuspended:
 		a.recordSuspended(ctx, rec) // suspended before the agent stopped
 		return
-	case err != nil || rec.Phase != spec.PhaseRunning:
+	case err != nil || rec.Phase != spec.PhaseRunning && rec.Phase != spec.PhaseSuspending:
 		return // not here, or not running (a failed suspend stays Failed)
 	}
 	app, err := a.st.App(ctx, dsr.App)
@@ -33,8 +33,9 @@ func (a *agent) suspend(ctx context.Context, dsr state.Desired) {
 		a.fail(ctx, dsr, nil, fmt.Errorf("suspend: %w", err))
 		return
 	}
+	// Suspending: one this agent began before it stopped goes on.
 	st := state.Status{Instance: rec.Instance}
-	st.Phase, st.Timings = spec.PhaseSuspending, nil
+	st.Phase, st.Timings, st.Suspension = spec.PhaseSuspending, nil, nil
 	live := a.newLiveStatus(ctx, dsr.ID, st)
 	_ = a.setStatus(ctx, dsr.ID, st)
 	start := time.Now()
