@@ -3,8 +3,8 @@
 // of the PoP restores it from them, with the same ID and identity seed, through the restore's
 // own stages.
 //
-//	Suspend: checkpoint (the app stops) → store (its image copied into an RBD image) → release
-//	(the instance, its mounts and mappings; its writable image kept) → seal (both snapshotted)
+//	Suspend: checkpoint (the app stops) → store (its image copied into an RBD image, while the
+//	instance, its mounts and mappings go; each image snapshotted once written) → seal
 //	Resume:  a restore whose environment is the suspension's writable image (over the node's copy
 //	of the generation it came from) and whose checkpoint is the suspension's
 
@@ -31,9 +31,10 @@ import (
 // Steps of a suspend (Suspension.Timings).
 const (
 	StepCheckpoint Step = "checkpoint"
-	StepStore      Step = "store"
-	StepRelease    Step = "release"
-	StepSeal       Step = "seal"
+	// StepStore: the checkpoint copied into its image while the instance
+	// is released, and both images sealed.
+	StepStore Step = "store"
+	StepSeal  Step = "seal"
 )
 
 // Suspension images: the checkpoint's and the clone that holds the
@@ -104,7 +105,10 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 			return spec.Suspension{}, err
 		}
 	}
-	if err := d.sealSuspension(ctx, &rec, &susp, envImg, ckptImg); err != nil {
+	if err := d.sealSuspension(ctx, &rec, &susp); err != nil {
+		return spec.Suspension{}, err
+	}
+	if err := removeDir(rec.Dir); err != nil {
 		return spec.Suspension{}, err
 	}
 	o.phase(StepSeal)
@@ -119,9 +123,11 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 }
 
 // checkpointAndRelease runs a suspend's steps that need rec's instance:
-// the checkpoint (asked, or read from the instance when continuing), its
-// copy into image ckptImg (of size bytes), and the release of all but the
-// images. Each step is journaled.
+// the checkpoint (asked, or read from the instance when continuing); then
+// at once its copy into image ckptImg (of size bytes) and the release of
+// the instance, its root and its mappings, each image sealed once it is
+// written. Each step is journaled; the instance's directory stays, owned
+// by rec, until the suspend's end.
 func (d *Deployer) checkpointAndRelease(ctx context.Context, o *op, rec *Deployment, susp *spec.Suspension, envImg, ckptImg string,
 	size int64, continuing bool, journal func() error) error {
 	h := *rec.Handle
@@ -143,24 +149,57 @@ func (d *Deployer) checkpointAndRelease(ctx context.Context, o *op, rec *Deploym
 		}
 		o.phase(StepCheckpoint)
 	}
-	if err := d.storeCheckpoint(ctx, rec, ckptImg, drivers.GenDir(h.CkptPath, susp.CkptGen), susp.CkptGen); err != nil {
+	mid, err := d.journalMapping(rec, rec.ID+"-susp")
+	if err != nil {
 		return err
 	}
-	o.phase(StepStore)
 	// Every image but the two is a parent of the writable image (a
 	// resumed instance's suspension before): it stays with it.
 	susp.Parents = slices.DeleteFunc(slices.Clone(rec.Images), func(img string) bool { return img == envImg || img == ckptImg })
-	rest := rec.Owned
-	rest.Images = nil
-	if err := d.releaseResources(ctx, rec.ID, rest, rec.ID, rec.Slot); err != nil {
+	susp.Env = layering.SnapRef{Image: envImg, Snap: layering.SealedSnap}
+	susp.Ckpt = layering.SnapRef{Image: ckptImg, Snap: layering.SealedSnap}
+	meta := d.suspensionMeta(rec.ID)
+	stored := async(func() error {
+		if err := d.storeCheckpoint(ctx, rec.Dir, mid, ckptImg, drivers.GenDir(h.CkptPath, susp.CkptGen), susp.CkptGen); err != nil {
+			return err
+		}
+		return d.sealImage(ctx, susp.Ckpt, meta, map[string]string{metaSeed: rec.Seed})
+	})
+	released := d.releaseInstance(ctx, dr, *rec, mid)
+	if released == nil {
+		released = d.sealImage(ctx, susp.Env, meta, nil)
+	}
+	if err := errors.Join(released, stored()); err != nil {
 		return err
 	}
-	rec.Owned = Owned{Images: append([]string{envImg, ckptImg}, susp.Parents...)}
+	rec.Owned = Owned{Images: append([]string{envImg, ckptImg}, susp.Parents...), Dir: rec.Dir}
 	if err := journal(); err != nil {
 		return err
 	}
-	o.phase(StepRelease)
+	o.phase(StepStore)
 	return nil
+}
+
+// releaseInstance removes rec's instance, unmounts its root and releases
+// its mappings but mid; it leaves its images and its directory.
+func (d *Deployer) releaseInstance(ctx context.Context, dr drivers.Driver, rec Deployment, mid string) error {
+	if err := d.removeInstance(ctx, dr, *rec.Handle); err != nil {
+		return err
+	}
+	if err := d.unmountRoot(ctx, rec.Dir); err != nil {
+		return fmt.Errorf("unmount root: %w", err)
+	}
+	return d.releaseMappings(ctx, slices.DeleteFunc(slices.Clone(rec.Mappings), func(m string) bool { return m == mid }))
+}
+
+// journalMapping records mapping id among rec's before it is made: a
+// crash leaves it to the release.
+func (d *Deployer) journalMapping(rec *Deployment, id string) (string, error) {
+	if slices.Contains(rec.Mappings, id) {
+		return id, nil
+	}
+	rec.Mappings = append(rec.Mappings, id)
+	return id, d.save(rec)
 }
 
 // checkpointOf checkpoints instance h with dr; continuing a suspend cut
@@ -205,17 +244,9 @@ func (d *Deployer) suspendable(ctx context.Context, rec Deployment) (spec.Genera
 }
 
 // storeCheckpoint copies the checkpoint files in dir into directory gen of
-// image img, mapped and mounted for the copy only.
-func (d *Deployer) storeCheckpoint(ctx context.Context, rec *Deployment, img, dir string, gen int) (err error) {
-	target := filepath.Join(rec.Dir, "suspend")
-	mid := rec.ID + "-susp"
-	// Recorded before it is made: a crash leaves it to the release.
-	if !slices.Contains(rec.Mappings, mid) {
-		rec.Mappings = append(rec.Mappings, mid)
-		if err := d.save(rec); err != nil {
-			return err
-		}
-	}
+// image img, mapped (as mid) and mounted under instDir for the copy only.
+func (d *Deployer) storeCheckpoint(ctx context.Context, instDir, mid, img, dir string, gen int) (err error) {
+	target := filepath.Join(instDir, "suspend")
 	_ = d.deps.Mapper.Release(ctx, mid) // one a crash left
 	mp, err := d.deps.Mapper.MapAndMount(ctx, mapper.Image{Pool: d.cfg.Pool, Name: img}, target,
 		mapper.MountOptions{Format: true}, mapper.WithID(mid))
@@ -240,41 +271,52 @@ func (d *Deployer) storeCheckpoint(ctx context.Context, rec *Deployment, img, di
 	return gencache.CopyTree(ctx, dir, dst)
 }
 
-// sealSuspension snapshots the suspension's images, names the deployment
-// on them (gc keeps them while it exists) and, for an overlay's upper
-// layer, clones the generation's environment to hold it.
-func (d *Deployer) sealSuspension(ctx context.Context, rec *Deployment, susp *spec.Suspension, envImg, ckptImg string) error {
+// suspensionMeta names deployment id on a suspension's images (gc keeps
+// them while it exists) and no slot.
+func (d *Deployer) suspensionMeta(id string) map[string]string {
+	return map[string]string{catalog.MetaDeployment: id, MetaSlot: "", catalog.MetaNode: d.cfg.Node}
+}
+
+// sealImage tags ref's image with meta and more and snapshots it (once).
+func (d *Deployer) sealImage(ctx context.Context, ref layering.SnapRef, meta, more map[string]string) error {
 	st := d.deps.Store
-	meta := map[string]string{catalog.MetaDeployment: rec.ID, MetaSlot: "", catalog.MetaNode: d.cfg.Node}
-	if err := st.SetMeta(ctx, ckptImg, map[string]string{metaSeed: rec.Seed}); err != nil {
+	if err := st.SetMeta(ctx, ref.Image, meta); err != nil {
 		return err
 	}
-	susp.Env = layering.SnapRef{Image: envImg, Snap: layering.SealedSnap}
-	susp.Ckpt = layering.SnapRef{Image: ckptImg, Snap: layering.SealedSnap}
-	for _, ref := range []layering.SnapRef{susp.Env, susp.Ckpt} {
-		if err := st.SetMeta(ctx, ref.Image, meta); err != nil {
-			return err
-		}
-		if err := st.Snapshot(ctx, ref); err != nil && !errors.Is(err, layering.ErrExists) {
+	if more != nil {
+		if err := st.SetMeta(ctx, ref.Image, more); err != nil {
 			return err
 		}
 	}
-	if info, err := st.Stat(ctx, envImg); err == nil {
+	if err := st.Snapshot(ctx, ref); err != nil && !errors.Is(err, layering.ErrExists) {
+		return err
+	}
+	return nil
+}
+
+// sealSuspension ends a suspend whose images are sealed: the size of its
+// writable image, and, for an overlay's upper layer, a clone of the
+// generation's environment that holds it.
+func (d *Deployer) sealSuspension(ctx context.Context, rec *Deployment, susp *spec.Suspension) error {
+	st := d.deps.Store
+	if info, err := st.Stat(ctx, susp.Env.Image); err == nil {
 		susp.EnvBytes = info.Used
 	}
 	if !susp.Upper {
 		return nil
 	}
 	hold := suspendHoldImage(rec.ID)
-	rec.Images = append(rec.Images, hold)
-	if err := d.save(rec); err != nil {
-		return err
+	if !slices.Contains(rec.Images, hold) {
+		rec.Images = append(rec.Images, hold)
+		if err := d.save(rec); err != nil {
+			return err
+		}
 	}
 	if err := st.Clone(ctx, susp.From.EnvSnap, hold); err != nil && !errors.Is(err, layering.ErrExists) {
 		return err
 	}
 	susp.Hold = hold
-	return st.SetMeta(ctx, hold, meta)
+	return st.SetMeta(ctx, hold, d.suspensionMeta(rec.ID))
 }
 
 // Forget drops the record of a suspended deployment, whose suspension is

@@ -17,7 +17,7 @@ import (
 )
 
 // TestChaosSuspend: the agent of a redis's node is SIGKILLed right after
-// each step of a suspend (checkpoint, store, release, seal) and started
+// each step of a suspend (checkpoint, store, seal) and started
 // again: each time the suspend goes on from where it stopped, the
 // deployment ends Suspended, and a resume finds the key written before;
 // at the end nothing is left (the PoP's cleanup checks images, mappings,
@@ -26,7 +26,7 @@ func TestChaosSuspend(t *testing.T) {
 	ctx, p, _, app := redisOnPoP(t, "e2e-chaos-susp", engine.NameDMTCP, nil, "n1")
 	api := "http://" + p.apis["n1"]
 	client := &http.Client{}
-	for _, step := range []deploy.Step{deploy.StepCheckpoint, deploy.StepStore, deploy.StepRelease, deploy.StepSeal} {
+	for _, step := range []deploy.Step{deploy.StepCheckpoint, deploy.StepStore, deploy.StepSeal} {
 		dep := createOn(ctx, t, client, api, app.Name, "n1")
 		val := "before-" + string(step)
 		if _, err := testenv.RedisDo(ctx, nil, dep.Status.Ports[drivers.PortKey(6379, "tcp")], "SET", "k", val); err != nil {
