@@ -4,7 +4,8 @@
 # TestEvaluation over them: plain boot vs first deploy vs restore per app, checkpoint size and
 # time, bytes at the OSDs, restore phases, simultaneous restores, and nginx under ab with and
 # without concurrent deployments; then pool hits through the hook API as a client sees them
-# (tests/e2e TestRequestPathPoP: request-path.json). Results: bench/results/<timestamp>/ (JSON, CSV, Markdown, SVG),
+# (tests/e2e TestRequestPathPoP: request-path.json), and migrations and a drain
+# (TestMigrateDrainPoP: migrate-<engine>.json). Results: bench/results/<timestamp>/ (JSON, CSV, Markdown, SVG),
 # bench/results/latest points at the newest. Then the layering micro-benchmarks.
 #   APPS=redis,nginx     a subset of the catalog (default: all of it)
 #   BENCH_REPS=5         repetitions per measurement
@@ -77,6 +78,15 @@ FOGDEPLOY_BENCH_OUT=$dir FOGDEPLOY_DMTCP_PREFIX=$DMTCP_PREFIX \
 rc=${PIPESTATUS[0]}
 set -e
 ((rc == 0)) || fd_die "the request-path measure failed (exit $rc); see $dir/request-path.log"
+
+fd_info "migration under DMTCP and CRIU: a client's downtime, and a drain of 8 instances"
+set +e
+FOGDEPLOY_BENCH_OUT=$dir FOGDEPLOY_DMTCP_PREFIX=$DMTCP_PREFIX \
+	"$GO" test -tags="${CEPH_TAGS:-pacific}" -count=1 -v -run '^TestMigrateDrainPoP$' -timeout 20m ./tests/e2e/ 2>&1 |
+	tee "$dir/migrate.log" | grep --line-buffered -E 'migrated|drained|^(--- FAIL|FAIL)' | sed -u 's/^ *migrate_test\.go:[0-9]*: //'
+rc=${PIPESTATUS[0]}
+set -e
+((rc == 0)) || fd_die "the migration measure failed (exit $rc); see $dir/migrate.log"
 
 fd_info "layering micro-benchmarks (clone, map+mount, import)"
 "$GO" test -tags="${CEPH_TAGS:-pacific}" -count=1 -run '^$' -bench . -benchtime 20x -timeout 10m ./tests/bench/ 2>&1 |

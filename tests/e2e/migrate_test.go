@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,7 +27,8 @@ import (
 // the target) is measured. Then `fogctl node drain n1` moves 3
 // deployments from n1 to n2, each with its key, reports each one's
 // downtime, and leaves n1 cordoned with nothing running; a migrate to
-// the node it runs on is refused.
+// the node it runs on is refused. With FOGDEPLOY_BENCH_OUT (make bench) it
+// drains 8 and writes migrate-<engine>.json there.
 func TestMigrateDrainPoP(t *testing.T) {
 	for _, eng := range []engine.Name{engine.NameDMTCP, engine.NameCRIU} {
 		t.Run(string(eng), func(t *testing.T) { testMigrateDrain(t, eng) })
@@ -89,9 +92,17 @@ func testMigrateDrain(t *testing.T, eng engine.Name) {
 		eng, dep.ID, moved.From, moved.To, down.Round(time.Millisecond), moved.Downtime.Round(time.Millisecond), moved.Bytes,
 		moved.Total.Round(time.Millisecond))
 
-	// A drain of n1 with 3 deployments on it.
+	// A drain of n1 with 3 deployments on it (8 for make bench).
+	if err := p.st.DeleteDeployment(ctx, dep.ID); err != nil {
+		t.Fatal(err)
+	}
+	n := 3
+	out := os.Getenv("FOGDEPLOY_BENCH_OUT")
+	if out != "" {
+		n = 8
+	}
 	ids := map[string]string{}
-	for i := range 3 {
+	for i := range n {
 		d := createOn(ctx, t, client, api, app.Name, "n1")
 		val := "value-" + string(rune('a'+i))
 		if _, err := testenv.RedisDo(ctx, nil, addrOf(d.Status.Ports), "SET", "k", val); err != nil {
@@ -100,12 +111,13 @@ func testMigrateDrain(t *testing.T, eng engine.Name) {
 		ids[d.ID] = val
 	}
 	start := time.Now()
-	out, errOut, rc := p.fogctl(ctx, "node", "drain", "n1", "--parallel", "2", "-o", "json")
+	stdout, errOut, rc := p.fogctl(ctx, "node", "drain", "n1", "--parallel", "2", "-o", "json")
 	var report []scheduler.Moved
-	if err := json.Unmarshal([]byte(out), &report); rc != 0 || err != nil || len(report) != 3 {
-		t.Fatalf("fogctl node drain n1 = %d, %v: %s%s; want 3 moved", rc, err, out, errOut)
+	if err := json.Unmarshal([]byte(stdout), &report); rc != 0 || err != nil || len(report) != n {
+		t.Fatalf("fogctl node drain n1 = %d, %v: %s%s; want %d moved", rc, err, stdout, errOut, n)
 	}
-	t.Logf("%s: drained 3 deployments from n1 in %s", eng, time.Since(start).Round(time.Millisecond))
+	drained := time.Since(start)
+	t.Logf("%s: drained %d deployments from n1 in %s", eng, n, drained.Round(time.Millisecond))
 	for _, m := range report {
 		if m.To != "n2" || m.Error != "" || ids[m.ID] == "" {
 			t.Errorf("drain: %+v; want it moved to n2", m)
@@ -125,9 +137,36 @@ func testMigrateDrain(t *testing.T, eng engine.Name) {
 			t.Errorf("after the drain: %s %s on %q; want Running on n2", d.ID, d.Status.Phase, d.Node)
 		}
 	}
-	if n, err := p.st.Node(ctx, "n1"); err != nil || n.Cordon == nil {
-		t.Errorf("n1 after the drain: %+v, %v; want it cordoned", n, err)
+	if nd, err := p.st.Node(ctx, "n1"); err != nil || nd.Cordon == nil {
+		t.Errorf("n1 after the drain: %+v, %v; want it cordoned", nd, err)
 	}
+	if out != "" {
+		res := migrationBench{Engine: eng, DowntimeMS: msOf(down), AgentsMS: msOf(moved.Downtime), Bytes: moved.Bytes,
+			Drained: n, DrainMS: msOf(drained)}
+		for _, m := range report {
+			res.DrainDowntimesMS = append(res.DrainDowntimesMS, msOf(m.Downtime))
+		}
+		b, _ := json.MarshalIndent(res, "", "  ")
+		if err := os.WriteFile(filepath.Join(out, "migrate-"+string(eng)+".json"), append(b, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// migrationBench is what TestMigrateDrainPoP measured, for make bench.
+type migrationBench struct {
+	Engine engine.Name `json:"engine"`
+	// DowntimeMS is the client's: its last answer from the source to its
+	// first from the target; AgentsMS from the suspend's request to
+	// Running on the target.
+	DowntimeMS float64 `json:"downtime_ms"`
+	AgentsMS   float64 `json:"agents_ms"`
+	Bytes      int64   `json:"bytes"`
+	// Drained deployments moved off a node in DrainMS, each without an
+	// answer for DrainDowntimesMS.
+	Drained          int       `json:"drained"`
+	DrainMS          float64   `json:"drain_ms"`
+	DrainDowntimesMS []float64 `json:"drain_downtimes_ms"`
 }
 
 // migrateHook migrates id through the hook API to node ("" : placed).
