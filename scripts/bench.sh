@@ -70,23 +70,23 @@ set -e
 dir=$(readlink -f "$RESULTS/latest")
 cp "$log" "$dir/evaluation.log"
 
-fd_info "request path: pool hits on a 3-node PoP, from a client's hook POST to the app's first answer"
-set +e
-FOGDEPLOY_BENCH_OUT=$dir FOGDEPLOY_DMTCP_PREFIX=$DMTCP_PREFIX \
-	"$GO" test -tags="${CEPH_TAGS:-pacific}" -count=1 -v -run '^TestRequestPathPoP$' -timeout 15m ./tests/e2e/ 2>&1 |
-	tee "$dir/request-path.log" | grep --line-buffered -E 'request path|^(--- FAIL|FAIL)' | sed -u 's/^ *request_test\.go:[0-9]*: //'
-rc=${PIPESTATUS[0]}
-set -e
-((rc == 0)) || fd_die "the request-path measure failed (exit $rc); see $dir/request-path.log"
+# e2e_measure TEST LOGNAME PATTERN: runs tests/e2e's TEST with its results written into $dir,
+# shows the lines that match PATTERN, and stops the evaluation if it fails.
+e2e_measure() {
+	local rc
+	set +e
+	FOGDEPLOY_BENCH_OUT=$dir FOGDEPLOY_DMTCP_PREFIX=$DMTCP_PREFIX \
+		"$GO" test -tags="${CEPH_TAGS:-pacific}" -count=1 -v -run "^$1\$" -timeout 20m ./tests/e2e/ 2>&1 |
+		tee "$dir/$2.log" | grep --line-buffered -E "$3|^(--- FAIL|FAIL)" | sed -u 's/^ *[a-z_]*_test\.go:[0-9]*: //'
+	rc=${PIPESTATUS[0]}
+	set -e
+	((rc == 0)) || fd_die "$1 failed (exit $rc); see $dir/$2.log"
+}
 
+fd_info "request path: pool hits on a 3-node PoP, from a client's hook POST to the app's first answer"
+e2e_measure TestRequestPathPoP request-path 'request path'
 fd_info "migration under DMTCP and CRIU: a client's downtime, and a drain of 8 instances"
-set +e
-FOGDEPLOY_BENCH_OUT=$dir FOGDEPLOY_DMTCP_PREFIX=$DMTCP_PREFIX \
-	"$GO" test -tags="${CEPH_TAGS:-pacific}" -count=1 -v -run '^TestMigrateDrainPoP$' -timeout 20m ./tests/e2e/ 2>&1 |
-	tee "$dir/migrate.log" | grep --line-buffered -E 'migrated|drained|^(--- FAIL|FAIL)' | sed -u 's/^ *migrate_test\.go:[0-9]*: //'
-rc=${PIPESTATUS[0]}
-set -e
-((rc == 0)) || fd_die "the migration measure failed (exit $rc); see $dir/migrate.log"
+e2e_measure TestMigrateDrainPoP migrate 'migrated|drained'
 
 fd_info "layering micro-benchmarks (clone, map+mount, import)"
 "$GO" test -tags="${CEPH_TAGS:-pacific}" -count=1 -run '^$' -bench . -benchtime 20x -timeout 10m ./tests/bench/ 2>&1 |

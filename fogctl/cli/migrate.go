@@ -15,26 +15,10 @@ import (
 // NewCmdMigrate builds `fogctl migrate ID [--node N]`.
 func NewCmdMigrate(f *Factory, runF func(context.Context, *LifecycleOptions) error) *cobra.Command {
 	opts := &LifecycleOptions{F: f, Wait: true}
-	cmd := &cobra.Command{
-		Use:   "migrate ID",
-		Short: "Move a running deployment to another node with its memory and files",
-		Long: "Migrate suspends a Running deployment on its node and resumes it on another (the one given, or the one\n" +
-			"the PoP places it on), same ID and state, at a new address. If the resume fails there, it is resumed\n" +
-			"back where it was: it is never lost, and never on two nodes. It reports the time it did not answer.",
-		Args: exactArgs(1, "a deployment ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.ID = args[0]
-			if opts.Node != "" {
-				if err := layering.ValidateName("--node", opts.Node); err != nil {
-					return usageError{err}
-				}
-			}
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return migrateRun(cmd.Context(), opts)
-		},
-	}
+	cmd := lifecycleCmd(opts, runF, migrateRun, "migrate ID", "Move a running deployment to another node with its memory and files",
+		"Migrate suspends a Running deployment on its node and resumes it on another (the one given, or the one\n"+
+			"the PoP places it on), same ID and state, at a new address. If the resume fails there, it is resumed\n"+
+			"back where it was: it is never lost, and never on two nodes. It reports the time it did not answer.")
 	cmd.Flags().StringVar(&opts.Node, "node", "", "the node to move it to (default: the PoP places it on another)")
 	return cmd
 }

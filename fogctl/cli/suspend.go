@@ -25,21 +25,11 @@ type LifecycleOptions struct {
 // NewCmdSuspend builds `fogctl suspend ID`.
 func NewCmdSuspend(f *Factory, runF func(context.Context, *LifecycleOptions) error) *cobra.Command {
 	opts := &LifecycleOptions{F: f}
-	cmd := &cobra.Command{
-		Use:   "suspend ID",
-		Short: "Checkpoint a running deployment with its file-system changes into the cluster and release its node",
-		Long: "Suspend checkpoints a Running deployment's instance, memory and file-system changes together, into RBD\n" +
-			"images sealed as snapshots, and releases its slot on its node. The deployment stays, Suspended on no\n" +
-			"node (`fogctl ps`), until `fogctl resume` restores it on any node, or `fogctl undeploy` removes it.",
-		Args: exactArgs(1, "a deployment ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.ID = args[0]
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return suspendRun(cmd.Context(), opts)
-		},
-	}
+	cmd := lifecycleCmd(opts, runF, suspendRun, "suspend ID",
+		"Checkpoint a running deployment with its file-system changes into the cluster and release its node",
+		"Suspend checkpoints a Running deployment's instance, memory and file-system changes together, into RBD\n"+
+			"images sealed as snapshots, and releases its slot on its node. The deployment stays, Suspended on no\n"+
+			"node (`fogctl ps`), until `fogctl resume` restores it on any node, or `fogctl undeploy` removes it.")
 	cmd.Flags().BoolVar(&opts.Wait, "wait", false, "wait until it is Suspended, showing the suspend's phases")
 	return cmd
 }
@@ -47,13 +37,24 @@ func NewCmdSuspend(f *Factory, runF func(context.Context, *LifecycleOptions) err
 // NewCmdResume builds `fogctl resume ID [--node N]`.
 func NewCmdResume(f *Factory, runF func(context.Context, *LifecycleOptions) error) *cobra.Command {
 	opts := &LifecycleOptions{F: f}
-	cmd := &cobra.Command{
-		Use:   "resume ID",
-		Short: "Restore a suspended deployment, with its memory and files, on a node of the PoP",
-		Long: "Resume restores a Suspended deployment on the node given, or the one the PoP places it on, from its\n" +
-			"suspension: same ID, same state, a new address in its status. A resume that fails leaves it Suspended,\n" +
-			"saying why.",
-		Args: exactArgs(1, "a deployment ID"),
+	cmd := lifecycleCmd(opts, runF, resumeRun, "resume ID",
+		"Restore a suspended deployment, with its memory and files, on a node of the PoP",
+		"Resume restores a Suspended deployment on the node given, or the one the PoP places it on, from its\n"+
+			"suspension: same ID, same state, a new address in its status. A resume that fails leaves it Suspended,\n"+
+			"saying why.")
+	cmd.Flags().StringVar(&opts.Node, "node", "", "the node to resume it on (default: the PoP places it)")
+	cmd.Flags().BoolVar(&opts.Wait, "wait", false, "wait until it runs again, showing the resume's phases")
+	return cmd
+}
+
+// lifecycleCmd is the command of a verb on one deployment (suspend,
+// resume, migrate): its ID, and --node checked when given.
+func lifecycleCmd(opts *LifecycleOptions, runF, run func(context.Context, *LifecycleOptions) error, use, short, long string) *cobra.Command {
+	if runF == nil {
+		runF = run
+	}
+	return &cobra.Command{
+		Use: use, Short: short, Long: long, Args: exactArgs(1, "a deployment ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.ID = args[0]
 			if opts.Node != "" {
@@ -61,15 +62,9 @@ func NewCmdResume(f *Factory, runF func(context.Context, *LifecycleOptions) erro
 					return usageError{err}
 				}
 			}
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return resumeRun(cmd.Context(), opts)
+			return runF(cmd.Context(), opts)
 		},
 	}
-	cmd.Flags().StringVar(&opts.Node, "node", "", "the node to resume it on (default: the PoP places it)")
-	cmd.Flags().BoolVar(&opts.Wait, "wait", false, "wait until it runs again, showing the resume's phases")
-	return cmd
 }
 
 func suspendRun(ctx context.Context, o *LifecycleOptions) error {

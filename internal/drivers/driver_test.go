@@ -40,36 +40,32 @@ func TestDriverSuiteContainer(t *testing.T) {
 // TestDriverSuiteContainerCRIU runs the driver suite on the Container
 // driver with the criu engine: redis under CRIU in the light container,
 // whose entrypoint runs criu check, dump and restore itself.
-func TestDriverSuiteContainerCRIU(t *testing.T) {
-	f := deploytest.NewFixture(t, "container")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := f.Container.Check(ctx, engine.NameCRIU); err != nil {
-		testenv.Unavailable(t, testenv.CRIU, err.Error())
-	}
-	drivertest.RunSuite(t, func(t *testing.T) drivertest.Harness {
-		env, ckpt := f.Mount(t, mountID())
-		return drivertest.Harness{Driver: f.Container, Engine: engine.NameCRIU, EnvPath: env, CkptPath: ckpt,
-			Leftovers: drivertest.ContainerLeftovers(f.RT), CheckAppCaps: true, AppCaps: runtime.CRIUAppCapabilities(),
-			ResettableRoot: resettableRoot(env)}
-	})
-}
+func TestDriverSuiteContainerCRIU(t *testing.T) { containerCRIUSuite(t, "") }
 
 // TestDriverSuiteContainerCRIUUser runs the driver suite on the Container
 // driver with the criu engine and an app that runs as a user of its
 // environment (redis): launched, checkpointed, restored and recycled, it
 // runs as that user and holds no capability.
-func TestDriverSuiteContainerCRIUUser(t *testing.T) {
+func TestDriverSuiteContainerCRIUUser(t *testing.T) { containerCRIUSuite(t, "redis") }
+
+// containerCRIUSuite runs the driver suite under CRIU in the light
+// container, the app as user ("": root, keeping a root daemon's
+// capabilities).
+func containerCRIUSuite(t *testing.T, user string) {
 	f := deploytest.NewFixture(t, "container")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := f.Container.Check(ctx, engine.NameCRIU); err != nil {
 		testenv.Unavailable(t, testenv.CRIU, err.Error())
 	}
+	var caps []string
+	if user == "" {
+		caps = runtime.CRIUAppCapabilities()
+	}
 	drivertest.RunSuite(t, func(t *testing.T) drivertest.Harness {
 		env, ckpt := f.Mount(t, mountID())
 		return drivertest.Harness{Driver: f.Container, Engine: engine.NameCRIU, EnvPath: env, CkptPath: ckpt,
-			Leftovers: drivertest.ContainerLeftovers(f.RT), CheckAppCaps: true, User: "redis",
+			Leftovers: drivertest.ContainerLeftovers(f.RT), CheckAppCaps: true, AppCaps: caps, User: user,
 			ResettableRoot: resettableRoot(env)}
 	})
 }

@@ -85,6 +85,11 @@ type App struct {
 	// for an app that is still closing the connections it served meanwhile
 	// (e.g. Tomcat, whose poller closes them on its next round); 0 = none.
 	CheckpointDelay Duration `yaml:"checkpoint_delay,omitempty" json:"checkpoint_delay,omitempty"`
+	// SuspendAfter suspends an instance (memory and files into the
+	// cluster, its node's resources released) once it has served no
+	// connection and used no more CPU than an idle app for that long; a
+	// resume brings it back. 0 = never.
+	SuspendAfter Duration `yaml:"suspend_after,omitempty" json:"suspend_after,omitempty"`
 	// Mode is the mode of the app's deployments that ask for none: auto
 	// (default: boot or restore, whichever has been faster on the node),
 	// restore or boot.

@@ -70,6 +70,7 @@ func TestParseAppRefuses(t *testing.T) {
 		"root user":           {`{name: a, env: e, command: [x], user: root, ready: {kind: output, phrase: up}}`, "user"},
 		"stop signal":         {`{name: a, env: e, command: [x], stop_signal: SIGKILL, ready: {kind: output, phrase: up}}`, "stop_signal"},
 		"checkpoint delay":    {`{name: a, env: e, command: [x], checkpoint_delay: 2h, ready: {kind: output, phrase: up}}`, "checkpoint_delay"},
+		"suspend after":       {`{name: a, env: e, command: [x], suspend_after: 1s, ready: {kind: output, phrase: up}}`, "suspend_after"},
 		"uid 0":               {`{name: a, env: e, command: [x], user: "0:100", ready: {kind: output, phrase: up}}`, "user"},
 		"mode":                {`{name: a, env: e, command: [x], mode: fast, ready: {kind: output, phrase: up}}`, "mode"},
 		"mode checkpoint":     {`{name: a, env: e, command: [x], mode: checkpoint, ready: {kind: output, phrase: up}}`, "mode"},

@@ -152,6 +152,9 @@ func (a App) validateCheckpoint(p *problems) {
 	if a.CheckpointDelay < 0 || time.Duration(a.CheckpointDelay) > time.Minute {
 		p.bad("checkpoint_delay", "%s: use a duration between 0 and 1m", time.Duration(a.CheckpointDelay))
 	}
+	if after := time.Duration(a.SuspendAfter); after != 0 && (after < MinSuspendAfter || after > MaxSuspendAfter) {
+		p.bad("suspend_after", "%s: use a duration between %s and %s, or leave it out", after, MinSuspendAfter, MaxSuspendAfter)
+	}
 	if err := ValidateMode(a.Mode); err != nil {
 		p.bad("mode", "%q: %s", a.Mode, ModeHelp)
 	}
@@ -232,3 +235,9 @@ func validateUser(u string) error {
 
 // userPart is a user or group name (as useradd accepts it) or a number.
 var userPart = regexp.MustCompile(`^(?:[a-z_][a-z0-9_.-]{0,30}[$]?|[0-9]{1,10})$`)
+
+// Bounds of App.SuspendAfter.
+const (
+	MinSuspendAfter = 5 * time.Second
+	MaxSuspendAfter = 30 * 24 * time.Hour
+)

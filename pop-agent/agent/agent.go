@@ -174,6 +174,7 @@ type metrics struct {
 	// suspends and resumes count them by result; their durations are
 	// from the pickup to Suspended, and to Running.
 	suspends, resumes               *prometheus.CounterVec
+	idleSuspends                    prometheus.Counter
 	suspendDuration, resumeDuration prometheus.Histogram
 }
 
@@ -249,7 +250,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.resumeDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "fogdeploy_resume_seconds", Help: "Time from a resume's pickup to Running.", Buckets: lifecycle,
 	})
-	reg.MustRegister(m.suspends, m.resumes, m.suspendDuration, m.resumeDuration)
+	m.idleSuspends = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fogdeploy_idle_suspends_total", Help: "Suspends this node asked for instances idle for their app's suspend_after.",
+	})
+	reg.MustRegister(m.suspends, m.resumes, m.suspendDuration, m.resumeDuration, m.idleSuspends)
 	reg.MustRegister(m.envCopies, m.backend, m.recovered, m.checkpoints, m.deploys, m.duration, m.auto, m.poolHits, m.poolMisses, m.poolRefill, m.recycled, m.poolIdle,
 		m.autoEngine, m.measured, m.cacheBytes, m.cacheGens, m.fetches, m.evictions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -69,36 +69,45 @@ func resumeDone(d state.Deployment) bool {
 
 // suspend answers POST /v1/deployments/{id}/suspend[?wait=D].
 func (h *hooks) suspend(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
-	id, wait, ok := h.lifecycleRequest(w, r, c)
-	if !ok {
-		return
-	}
-	d, err := h.a.st.RequestSuspend(r.Context(), id)
-	if err != nil {
-		h.error(w, err)
-		return
-	}
-	h.answerLifecycle(w, r, d, wait, suspendDone)
+	h.lifecycle(w, r, c, suspendDone, func(ctx context.Context, id string) (state.Deployment, error) {
+		return h.a.st.RequestSuspend(ctx, id)
+	})
 }
 
 // resume answers POST /v1/deployments/{id}/resume[?wait=D] with an
 // optional body {"node": N}.
 func (h *hooks) resume(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
+	h.lifecycle(w, r, c, resumeDone, func(ctx context.Context, id string) (state.Deployment, error) {
+		req, err := DecodeResume(r.Body)
+		if err != nil {
+			return state.Deployment{}, err
+		}
+		return h.a.st.RequestResume(ctx, id, req.Node, nil)
+	})
+}
+
+// lifecycle answers a request that asks act of one deployment: 202 with
+// the deployment, followed until done with ?wait.
+func (h *hooks) lifecycle(w http.ResponseWriter, r *http.Request, c *apiauth.Client, done func(state.Deployment) bool,
+	act func(context.Context, string) (state.Deployment, error)) {
 	id, wait, ok := h.lifecycleRequest(w, r, c)
 	if !ok {
 		return
 	}
-	req, err := DecodeResume(r.Body)
+	d, err := act(r.Context(), id)
 	if err != nil {
 		h.error(w, err)
 		return
 	}
-	d, err := h.a.st.RequestResume(r.Context(), id, req.Node, nil)
-	if err != nil {
-		h.error(w, err)
-		return
+	if wait > 0 {
+		fctx, cancel := context.WithTimeout(r.Context(), wait)
+		fd, err := h.a.st.Follow(fctx, d.ID, done)
+		cancel()
+		if err == nil || fctx.Err() != nil {
+			d = fd
+		}
 	}
-	h.answerLifecycle(w, r, d, wait, resumeDone)
+	writeJSON(w, http.StatusAccepted, d)
 }
 
 // migrate answers POST /v1/deployments/{id}/migrate with an optional body
@@ -144,18 +153,4 @@ func (h *hooks) lifecycleRequest(w http.ResponseWriter, r *http.Request, c *apia
 		}
 	}
 	return id, wait, true
-}
-
-// answerLifecycle answers 202 with the deployment, followed until done
-// with a wait.
-func (h *hooks) answerLifecycle(w http.ResponseWriter, r *http.Request, d state.Deployment, wait time.Duration, done func(state.Deployment) bool) {
-	if wait > 0 {
-		fctx, cancel := context.WithTimeout(r.Context(), wait)
-		fd, err := h.a.st.Follow(fctx, d.ID, done)
-		cancel()
-		if err == nil || fctx.Err() != nil {
-			d = fd
-		}
-	}
-	writeJSON(w, http.StatusAccepted, d)
 }

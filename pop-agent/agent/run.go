@@ -342,6 +342,9 @@ func (a *agent) serve(ctx context.Context, srv *http.Server, ln net.Listener) er
 	loopWG.Go(func() { a.reconcile(loops) })
 	loopWG.Go(func() { a.keepRegistered(loops) })
 	loopWG.Go(func() { a.keepPool(loops) })
+	if a.d != nil {
+		loopWG.Go(func() { a.watchIdle(loops) })
+	}
 	a.log.Info("pop-agent ready", "api", a.node.API, "engines", a.node.Engines, "version", version.String())
 
 	var serveErr error

@@ -6,11 +6,14 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
@@ -159,18 +162,9 @@ func createOn(ctx context.Context, t *testing.T, client *http.Client, api, app, 
 
 // lifecycle POSTs a suspend or resume of id with body and returns the
 // answer's code and JSON.
-func lifecycle(t *testing.T, client *http.Client, api, id, verb, body string) (int, map[string]any) {
+func lifecycle(t *testing.T, _ *http.Client, api, id, verb, body string) (int, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, api+"/v1/deployments/"+id+"/"+verb+"?wait=3m", strings.NewReader(body))
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	var v map[string]any
-	_ = json.Unmarshal(b, &v)
-	return resp.StatusCode, v
+	return hook(t, http.MethodPost, api+"/v1/deployments/"+id+"/"+verb+"?wait=3m", "", body)
 }
 
 // suspendWait suspends id and returns its status once Suspended.
@@ -240,4 +234,46 @@ func containersOf(t *testing.T, f *deploytest.Fixture, app string) []string {
 		names = append(names, s.Name)
 	}
 	return names
+}
+
+// TestIdleSuspendPoP: a redis with `suspend_after: 6s` is not suspended
+// while a client holds a connection to it, even an idle one; once the
+// client has gone it is suspended within its suspend_after and two
+// samples, says why in its events, and a resume finds its key.
+func TestIdleSuspendPoP(t *testing.T) {
+	ctx, p, _, app := redisOnPoP(t, "e2e-idle", engine.NameDMTCP, func(a *spec.App) {
+		a.SuspendAfter = spec.Duration(6 * time.Second)
+	}, "n1")
+	api := "http://" + p.apis["n1"]
+	client := &http.Client{}
+	dep := createOn(ctx, t, client, api, app.Name, "n1")
+	addr := dep.Status.Ports[drivers.PortKey(6379, "tcp")]
+	if _, err := testenv.RedisDo(ctx, nil, addr, "SET", "k", "kept"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Second)
+	if d, _ := p.st.Deployment(ctx, dep.ID); d.Status.Phase != spec.PhaseRunning || d.Suspend {
+		t.Fatalf("with a client's connection open for 10 s: %s (suspend asked: %v); want Running", d.Status.Phase, d.Suspend)
+	}
+	conn.Close()
+	closed := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	d, err := p.st.Follow(wctx, dep.ID, func(d state.Deployment) bool { return d.Status.Phase == spec.PhaseSuspended })
+	if err != nil {
+		t.Fatalf("not suspended within 30 s of the client leaving: %s, %v", d.Status.Phase, err)
+	}
+	t.Logf("suspended %s after the client left", time.Since(closed).Round(100*time.Millisecond))
+	evs, _ := p.st.Events(ctx, dep.ID)
+	if !slices.ContainsFunc(evs, func(e state.Event) bool { return e.Reason == "idle" && strings.Contains(e.Message, "suspend_after 6s") }) {
+		t.Errorf("events %+v; want one saying it was idle", evs)
+	}
+	back := resumeWait(t, client, api, dep.ID, "n1")
+	if got, err := testenv.RedisDo(ctx, nil, back.Ports[drivers.PortKey(6379, "tcp")], "GET", "k"); err != nil || got != "kept" {
+		t.Errorf("resumed: GET k = %q, %v; want kept", got, err)
+	}
 }
