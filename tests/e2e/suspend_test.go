@@ -19,6 +19,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
@@ -28,7 +29,7 @@ import (
 // TestSuspendResumePoP: a redis on a 2-node PoP, under DMTCP and under
 // CRIU in the light container. Keys written into its memory and a file
 // written into its root before a suspend are there after a resume on the
-// other node, under the same ID, at a new address; suspended, it runs
+// other node, under the same ID and identity seed, at a new address; suspended, it runs
 // nowhere (no container of it) and `fogctl ps` says Suspended; it is
 // suspended again after the resume and resumed back on the first node,
 // with everything still there; a suspended deployment that is undeployed
@@ -64,6 +65,7 @@ func testSuspendResume(t *testing.T, eng engine.Name) {
 		t.Fatalf("SAVE: %q", got)
 	}
 	redis(addr, "SET", "after-save", "memory-only")
+	seed0 := checkFile(t, p, "n1", first.ID)
 
 	// Refused requests change nothing.
 	if code, _ := lifecycle(t, client, api, first.ID, "resume", ""); code != http.StatusConflict {
@@ -100,13 +102,17 @@ func testSuspendResume(t *testing.T, eng engine.Name) {
 		}
 	}
 	checkState("resumed on n2", addr2)
-	checkFile(t, p, "n2", first.ID)
+	if seed := checkFile(t, p, "n2", first.ID); seed != seed0 {
+		t.Errorf("the identity seed after the resume: %q; want %q, the instance's before its suspend", seed, seed0)
+	}
 
 	// Suspended again, and back on n1.
 	suspendWait(t, client, api, first.ID)
 	back := resumeWait(t, client, api, first.ID, "n1")
 	checkState("resumed again on n1", back.Ports[drivers.PortKey(6379, "tcp")])
-	checkFile(t, p, "n1", first.ID)
+	if again := checkFile(t, p, "n1", first.ID); again != seed0 {
+		t.Errorf("the identity seed after a second resume: %q; want %q, the same instance's", again, seed0)
+	}
 
 	// A suspended deployment undeployed leaves no image.
 	suspendWait(t, client, api, first.ID)
@@ -199,8 +205,9 @@ func statusOf(t *testing.T, body map[string]any) state.Status {
 }
 
 // checkFile checks that the file redis saved before the first suspend is
-// in the root of deployment id's instance on node, as its agent mounted it.
-func checkFile(t *testing.T, p *pop, node, id string) {
+// in the root of deployment id's instance on node, as its agent mounted it,
+// and returns the identity seed the instance reads.
+func checkFile(t *testing.T, p *pop, node, id string) string {
 	t.Helper()
 	recs, _ := filepath.Glob(filepath.Join(p.dir, node, "*", "deployments", id+".json"))
 	if len(recs) != 1 {
@@ -220,6 +227,12 @@ func checkFile(t *testing.T, p *pop, node, id string) {
 	if _, err := os.Stat(filepath.Join(rec.Handle.EnvPath, "srv", "suspend-test.rdb")); err != nil {
 		t.Errorf("the file written before the suspend, in the root of %s on %s: %v", id, node, err)
 	}
+	b, err = os.ReadFile(filepath.Join(rec.Handle.CtlPath, instancectl.IdentityDir, filepath.Base(spec.IdentityFile)))
+	var ident spec.Identity
+	if err != nil || json.Unmarshal(b, &ident) != nil || ident.Instance != id || ident.Seed == "" || ident.Node != node {
+		t.Errorf("the identity %s reads on %s: %s, %v; want its ID, this node and a seed", id, node, b, err)
+	}
+	return ident.Seed
 }
 
 // containersOf lists the containers of app.
