@@ -85,8 +85,14 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 	}
 	o := d.newOp(&susp.Timings, progress)
 	envImg, ckptImg := rec.Images[0], suspendCkptImage(id)
+	asked := continuing // a checkpoint may have been asked before the crash
 	defer func() {
-		if err != nil && ctx.Err() == nil {
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case !asked:
+			// Nothing stopped the app: it runs on as before.
+			d.undoSuspend(context.WithoutCancel(ctx), &rec, ckptImg)
+		default:
 			rec.Phase, rec.Error = spec.PhaseFailed, err.Error()
 			_ = d.save(&rec)
 		}
@@ -103,11 +109,28 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 			return spec.Suspension{}, err
 		}
 	}
-	if rec.Handle != nil {
+	if rec.Handle != nil && susp.CkptGen == 0 {
 		size := max(app.CheckpointBytes(), 2*susp.From.Bytes)
-		if err := d.checkpointAndRelease(ctx, o, &rec, &susp, envImg, ckptImg, size, continuing, journal); err != nil {
+		if err := d.deps.Store.Create(ctx, ckptImg, size); err != nil && !errors.Is(err, layering.ErrExists) {
 			return spec.Suspension{}, err
 		}
+		asked = true
+		if err := d.checkpointInstance(ctx, rec, &susp, continuing); err != nil {
+			return spec.Suspension{}, err
+		}
+		if err := journal(); err != nil {
+			return spec.Suspension{}, err
+		}
+		o.phase(StepCheckpoint)
+	}
+	if rec.Handle != nil {
+		if err := d.storeAndRelease(ctx, &rec, &susp, envImg, ckptImg); err != nil {
+			return spec.Suspension{}, err
+		}
+		if err := journal(); err != nil {
+			return spec.Suspension{}, err
+		}
+		o.phase(StepStore)
 	}
 	if err := d.sealSuspension(ctx, &rec, &susp); err != nil {
 		return spec.Suspension{}, err
@@ -126,32 +149,30 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 	return susp, nil
 }
 
-// checkpointAndRelease runs a suspend's steps that need rec's instance:
-// the checkpoint (asked, or read from the instance when continuing); then
-// at once its copy into image ckptImg (of size bytes) and the release of
-// the instance, its root and its mappings, each image sealed once it is
-// written. Each step is journaled; the instance's directory stays, owned
-// by rec, until the suspend's end.
-func (d *Deployer) checkpointAndRelease(ctx context.Context, o *op, rec *Deployment, susp *spec.Suspension, envImg, ckptImg string,
-	size int64, continuing bool, journal func() error) error {
+// checkpointInstance checkpoints rec's instance into susp (continuing a
+// suspend cut short, it reads the checkpoint asked before; checkpointOf).
+func (d *Deployer) checkpointInstance(ctx context.Context, rec Deployment, susp *spec.Suspension, continuing bool) error {
+	dr := d.driverByName(rec.Handle.Driver)
+	if dr == nil {
+		return fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, rec.Handle.Driver, rec.ID)
+	}
+	ck, err := checkpointOf(ctx, dr, *rec.Handle, continuing)
+	if err != nil {
+		return err
+	}
+	susp.CkptGen, susp.Bytes = ck.Gen, ck.Bytes
+	return nil
+}
+
+// storeAndRelease runs at once the copy of rec's checkpoint into image
+// ckptImg and the release of its instance, root and mappings, each image
+// sealed once it is written; rec then owns the images and its directory
+// only (the directory goes at the suspend's end).
+func (d *Deployer) storeAndRelease(ctx context.Context, rec *Deployment, susp *spec.Suspension, envImg, ckptImg string) error {
 	h := *rec.Handle
 	dr := d.driverByName(h.Driver)
 	if dr == nil {
 		return fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, h.Driver, rec.ID)
-	}
-	if err := d.deps.Store.Create(ctx, ckptImg, size); err != nil && !errors.Is(err, layering.ErrExists) {
-		return err
-	}
-	if susp.CkptGen == 0 {
-		ck, err := checkpointOf(ctx, dr, h, continuing)
-		if err != nil {
-			return err
-		}
-		susp.CkptGen, susp.Bytes = ck.Gen, ck.Bytes
-		if err := journal(); err != nil {
-			return err
-		}
-		o.phase(StepCheckpoint)
 	}
 	mid, err := d.journalMapping(rec, rec.ID+"-susp")
 	if err != nil {
@@ -177,11 +198,21 @@ func (d *Deployer) checkpointAndRelease(ctx context.Context, o *op, rec *Deploym
 		return err
 	}
 	rec.Owned = Owned{Images: append([]string{envImg, ckptImg}, susp.Parents...), Dir: rec.Dir}
-	if err := journal(); err != nil {
-		return err
-	}
-	o.phase(StepStore)
 	return nil
+}
+
+// undoSuspend gives rec back its Running record when a suspend failed
+// before its checkpoint was asked: the checkpoint's image goes.
+func (d *Deployer) undoSuspend(ctx context.Context, rec *Deployment, ckptImg string) {
+	rec.Phase, rec.Suspension, rec.Error = spec.PhaseRunning, nil, ""
+	rec.Images = slices.DeleteFunc(rec.Images, func(img string) bool { return img == ckptImg })
+	if err := d.save(rec); err != nil {
+		d.log.Warn("undoing a suspend that failed before its checkpoint", "deployment", rec.ID, "err", err)
+		return
+	}
+	if err := d.deps.Store.Remove(ctx, ckptImg); err != nil && !errors.Is(err, layering.ErrNotFound) {
+		d.log.Warn("removing the image of a suspend that failed before its checkpoint; gc removes it", "image", ckptImg, "err", err)
+	}
 }
 
 // releaseInstance removes rec's instance, unmounts its root and releases

@@ -48,6 +48,22 @@ func (s *Store) RequestSuspend(ctx context.Context, id string) (Deployment, erro
 	return d, nil
 }
 
+// CancelSuspend withdraws the suspend asked of deployment id (its node
+// could not begin it, and it runs on).
+func (s *Store) CancelSuspend(ctx context.Context, id string) error {
+	for range placeAttempts {
+		d, r, err := s.deploymentAt(ctx, id)
+		if err != nil || !d.Suspend {
+			return err
+		}
+		d.Suspend = false
+		if ok, err := s.putDesired(ctx, d, r.Responses[0].GetResponseRange().Kvs[0].ModRevision); err != nil || ok {
+			return err
+		}
+	}
+	return fmt.Errorf("deployment %s: %w", id, ErrContended)
+}
+
 // SetSuspended records deployment id as suspended (on no node, with what
 // its suspension holds), or again so after a failed resume (why). It is
 // ErrNotFound when the deployment was withdrawn meanwhile: the caller

@@ -100,6 +100,16 @@ func TestSuspendResumeRequests(t *testing.T) {
 	if err != nil || !d.Suspend || d.Node != "n1" {
 		t.Fatalf("after suspend: %+v, %v; want Suspend asked of n1", d.Desired, err)
 	}
+	// Its node could not begin it: withdrawn, it runs on; asked again.
+	if err := st.CancelSuspend(ctx, "web-1"); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := st.Deployment(ctx, "web-1"); d.Suspend || d.Node != "n1" {
+		t.Fatalf("after CancelSuspend: %+v; want no suspend asked, on n1", d.Desired)
+	}
+	if code, body := do(admin, "/v1/deployments/web-1/suspend", ""); code != http.StatusAccepted {
+		t.Fatalf("suspend asked again: %d %v", code, body)
+	}
 	// Its agent records it Suspended, on no node; a resume places it.
 	susp := spec.Suspension{From: spec.Generation{App: "web", Gen: 1}, Engine: "dmtcp", CkptGen: 2, Node: "n1"}
 	if err := st.SetSuspended(ctx, "web-1", susp, nil); err != nil {

@@ -43,6 +43,16 @@ func (a *agent) suspend(ctx context.Context, dsr state.Desired) {
 	live.stop()
 	if err != nil {
 		a.m.suspends.WithLabelValues("error").Inc()
+		if rec, lerr := a.d.Load(dsr.ID); lerr == nil && rec.Phase == spec.PhaseRunning {
+			// It failed before its checkpoint: the instance runs on.
+			a.log.Error("suspend failed; the instance runs on", "deployment", dsr.ID, "err", err)
+			a.event(ctx, dsr.ID, "suspend failed", err.Error()+" (it runs on)")
+			if cerr := a.st.CancelSuspend(ctx, dsr.ID); cerr != nil {
+				a.log.Warn("withdrawing the suspend asked", "deployment", dsr.ID, "err", cerr)
+			}
+			_ = a.setStatus(ctx, dsr.ID, runningStatus(rec))
+			return
+		}
 		s := live.status()
 		a.fail(ctx, dsr, &s, fmt.Errorf("suspend: %w", err))
 		return
