@@ -17,11 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
-
-	"github.com/fogdeploy/fogdeploy/internal/activity"
 
 	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
@@ -72,16 +68,9 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 	if rec.Phase == spec.PhaseSuspended && rec.Suspension != nil {
 		return *rec.Suspension, nil
 	}
-	continuing := rec.Phase == spec.PhaseSuspending && rec.Suspension != nil
-	var susp spec.Suspension
-	if continuing {
-		susp = *rec.Suspension
-	} else {
-		from, err := d.suspendable(ctx, rec)
-		if err != nil {
-			return spec.Suspension{}, err
-		}
-		susp = spec.Suspension{From: from, Engine: rec.Engine, Upper: rec.Lower != "", Node: d.cfg.Node, Created: time.Now().UTC()}
+	susp, continuing, err := d.beginSuspend(ctx, rec)
+	if err != nil {
+		return spec.Suspension{}, err
 	}
 	o := d.newOp(&susp.Timings, progress)
 	envImg, ckptImg := rec.Images[0], suspendCkptImage(id)
@@ -147,6 +136,19 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 	d.log.Info("suspended", "id", id, "app", rec.App, "gen", susp.From.Gen, "ckpt_gen", susp.CkptGen, "bytes", susp.Bytes,
 		"env", susp.Env.String(), "timings", susp.Timings.String())
 	return susp, nil
+}
+
+// beginSuspend is the suspension of rec as far as a suspend cut short got
+// (continuing), or a new one.
+func (d *Deployer) beginSuspend(ctx context.Context, rec Deployment) (spec.Suspension, bool, error) {
+	if rec.Phase == spec.PhaseSuspending && rec.Suspension != nil {
+		return *rec.Suspension, true, nil
+	}
+	from, err := d.suspendable(ctx, rec)
+	if err != nil {
+		return spec.Suspension{}, false, err
+	}
+	return spec.Suspension{From: from, Engine: rec.Engine, Upper: rec.Lower != "", Node: d.cfg.Node, Created: time.Now().UTC()}, false, nil
 }
 
 // checkpointInstance checkpoints rec's instance into susp (continuing a
@@ -465,34 +467,4 @@ func (d *Deployer) adoptSuspension(ctx context.Context, dep Deployment, susp spe
 	}
 	d.log.Info("resumed", "id", dep.ID, "app", dep.App, "gen", susp.From.Gen, "ports", dep.Ports, "timings", dep.Timings.String())
 	return dep
-}
-
-// Activity samples what deployment id's running instance is doing: the CPU
-// time of its processes and the connections established on its ports
-// (internal/activity), for an idle suspend.
-func (d *Deployer) Activity(ctx context.Context, id string) (activity.Sample, error) {
-	rec, err := d.Load(id)
-	if err != nil {
-		return activity.Sample{}, err
-	}
-	if rec.Phase != spec.PhaseRunning || rec.Handle == nil {
-		return activity.Sample{}, fmt.Errorf("deployment %s is %s: %w", id, rec.Phase, ErrNotSuspendable)
-	}
-	dr := d.driverByName(rec.Handle.Driver)
-	if dr == nil {
-		return activity.Sample{}, fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, rec.Handle.Driver, id)
-	}
-	pid, err := dr.NetPid(ctx, *rec.Handle)
-	if err != nil {
-		return activity.Sample{}, err
-	}
-	var ports []int
-	for key := range rec.Ports {
-		if p, _, ok := strings.Cut(key, "/"); ok {
-			if n, err := strconv.Atoi(p); err == nil {
-				ports = append(ports, n)
-			}
-		}
-	}
-	return activity.Of(pid, ports)
 }

@@ -237,6 +237,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.envCopies = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fogdeploy_env_copies", Help: "Generations whose environment this node holds as a read-only copy that its restores share (agent.env_read shared).",
 	})
+	m.registerLifecycle(reg)
+	reg.MustRegister(m.envCopies, m.backend, m.recovered, m.checkpoints, m.deploys, m.duration, m.auto, m.poolHits, m.poolMisses, m.poolRefill, m.recycled, m.poolIdle,
+		m.autoEngine, m.measured, m.cacheBytes, m.cacheGens, m.fetches, m.evictions,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// registerLifecycle makes and registers the metrics of suspends, resumes
+// and idle suspends.
+func (m *metrics) registerLifecycle(reg prometheus.Registerer) {
 	m.suspends = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fogdeploy_suspends_total", Help: "Deployments suspended on this node (memory and file-system changes sealed in the cluster), by result.",
 	}, []string{"result"})
@@ -254,8 +264,4 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "fogdeploy_idle_suspends_total", Help: "Suspends this node asked for instances idle for their app's suspend_after.",
 	})
 	reg.MustRegister(m.suspends, m.resumes, m.suspendDuration, m.resumeDuration, m.idleSuspends)
-	reg.MustRegister(m.envCopies, m.backend, m.recovered, m.checkpoints, m.deploys, m.duration, m.auto, m.poolHits, m.poolMisses, m.poolRefill, m.recycled, m.poolIdle,
-		m.autoEngine, m.measured, m.cacheBytes, m.cacheGens, m.fetches, m.evictions,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return m
 }

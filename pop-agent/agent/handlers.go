@@ -20,32 +20,11 @@ import (
 )
 
 func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
-	if dsr.Suspend {
-		a.suspend(ctx, dsr)
+	app, ok := a.dispatch(ctx, dsr)
+	if !ok {
 		return
 	}
 	log := a.log.With("deployment", dsr.ID, "app", dsr.App)
-	if rec, err := a.d.Load(dsr.ID); err == nil && rec.Phase == spec.PhaseRunning {
-		return // already here (a repeated event)
-	}
-	// One read of the cluster: the deployment as it is now, and its app.
-	cur, app, err := a.st.DeploymentWithApp(ctx, dsr.ID, dsr.App)
-	switch {
-	case err != nil && cur.ID == "":
-		return // withdrawn meanwhile, or etcd unavailable (the next resync deploys it)
-	case err != nil:
-		a.fail(ctx, dsr, nil, err) // its app is gone
-		return
-	case state.Settled(cur.Status.Phase):
-		return
-	case cur.Status.Suspension != nil:
-		a.resume(ctx, dsr, app, *cur.Status.Suspension)
-		return
-	}
-	if dsr.Mode == spec.ModeCheckpoint {
-		a.refresh(ctx, dsr, app)
-		return
-	}
 	ch := a.choose(ctx, dsr, app)
 	st := state.Status{Instance: spec.Instance{Phase: spec.PhaseCreating, Node: a.c.Node.Name}}
 	if ch.auto {
@@ -103,6 +82,36 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 		return
 	}
 	a.running(ctx, log, dsr, app, dep, ch, start)
+}
+
+// dispatch handles what deployment dsr asks of this node other than a new
+// instance (nothing, a suspend, a resume, a checkpoint refresh, a failure)
+// and returns its app and true when a deploy is what it asks.
+func (a *agent) dispatch(ctx context.Context, dsr state.Desired) (spec.App, bool) {
+	if dsr.Suspend {
+		a.suspend(ctx, dsr)
+		return spec.App{}, false
+	}
+	if rec, err := a.d.Load(dsr.ID); err == nil && rec.Phase == spec.PhaseRunning {
+		return spec.App{}, false // already here (a repeated event)
+	}
+	// One read of the cluster: the deployment as it is now, and its app.
+	cur, app, err := a.st.DeploymentWithApp(ctx, dsr.ID, dsr.App)
+	switch {
+	case err != nil && cur.ID == "":
+		// Withdrawn meanwhile, or etcd unavailable (the next resync
+		// deploys it).
+	case err != nil:
+		a.fail(ctx, dsr, nil, err) // its app is gone
+	case state.Settled(cur.Status.Phase):
+	case cur.Status.Suspension != nil:
+		a.resume(ctx, dsr, app, *cur.Status.Suspension)
+	case dsr.Mode == spec.ModeCheckpoint:
+		a.refresh(ctx, dsr, app)
+	default:
+		return app, true
+	}
+	return spec.App{}, false
 }
 
 // running records a deploy that succeeded: its status, the metrics, the

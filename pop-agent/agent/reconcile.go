@@ -151,22 +151,7 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 		}
 		a.spawn(ctx, dsr.ID, func(ctx context.Context) { a.deploy(ctx, dsr) })
 	}
-	held, _ := recs.List()
-	here := map[string]bool{}
-	for _, rec := range held {
-		here[rec.ID] = true
-		if rec.Phase == spec.PhaseSuspended {
-			// Its suspension is recorded in etcd, then its record goes.
-			if a.recs == nil {
-				a.spawn(ctx, rec.ID, func(ctx context.Context) { a.recordSuspended(ctx, rec) })
-			}
-			continue
-		}
-		if !want[rec.ID] && !a.measuring.running(rec.ID) {
-			id := rec.ID
-			a.spawn(ctx, id, func(ctx context.Context) { a.undeploy(ctx, id) })
-		}
-	}
+	here := a.settleHeld(ctx, recs, want)
 	// What a build or import killed on this node left mapped (fogctl
 	// releases it too, at its next start). No mapper in unit tests.
 	if a.mapper != nil {
@@ -186,6 +171,29 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 		}
 	}
 	return r.Header.Revision, nil
+}
+
+// settleHeld undeploys what this node holds and etcd no longer wants here,
+// and records the suspensions it made but had not recorded; it returns the
+// IDs it holds.
+func (a *agent) settleHeld(ctx context.Context, recs nodeRecords, want map[string]bool) map[string]bool {
+	held, _ := recs.List()
+	here := map[string]bool{}
+	for _, rec := range held {
+		here[rec.ID] = true
+		if rec.Phase == spec.PhaseSuspended {
+			// Its suspension is recorded in etcd, then its record goes.
+			if a.recs == nil {
+				a.spawn(ctx, rec.ID, func(ctx context.Context) { a.recordSuspended(ctx, rec) })
+			}
+			continue
+		}
+		if !want[rec.ID] && !a.measuring.running(rec.ID) {
+			id := rec.ID
+			a.spawn(ctx, id, func(ctx context.Context) { a.undeploy(ctx, id) })
+		}
+	}
+	return here
 }
 
 // spawn runs fn for deployment id, one operation per ID at a time.
