@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
 // PsOptions are the inputs of `fogctl ps`.
@@ -53,7 +55,12 @@ func psRun(ctx context.Context, opts *PsOptions) error {
 			for _, a := range d.Status.Ports {
 				addrs = append(addrs, a)
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.ID, d.App, d.Node, d.Status.Phase, mode, d.Status.Gen,
+			node := d.Node
+			if s := d.Status.Suspension; s != nil && d.Status.Phase == spec.PhaseSuspended {
+				// On no node: what it holds in the cluster instead.
+				node, addrs = "-", []string{fmt.Sprintf("held: checkpoint %s, files %s", mibs(s.Bytes), mibs(s.EnvBytes))}
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.ID, d.App, node, d.Status.Phase, mode, d.Status.Gen,
 				total.Round(time.Millisecond), strings.Join(addrs, ","))
 		}
 	})

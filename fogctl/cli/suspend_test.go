@@ -1,0 +1,69 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/envtest"
+)
+
+// `fogctl suspend` asks the node of a Running deployment to suspend it
+// and refuses one in another phase with a hint; `fogctl ps` shows a
+// suspended one on no node with what it holds; `fogctl resume --node`
+// places it; a bad --node or a missing ID is a usage error; `fogctl node
+// drain` of a bad name or --parallel is refused, changing nothing.
+func TestSuspendResumeCommands(t *testing.T) {
+	endpoint, st := statetest.Start(t)
+	ctx := context.Background()
+	run := runOn(endpoint, envtest.FakeLayering(t))
+	for _, n := range []string{"n1", "n2"} {
+		sess, err := st.Register(ctx, state.Node{Name: n, Capacity: 4}, 30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+	}
+	if err := st.CreateDeployment(ctx, state.Desired{ID: "web-1", App: "web", Node: "n1", Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := run("suspend", "web-1"); code == 0 || !strings.Contains(errOut, "suspend a Running deployment") {
+		t.Errorf("suspend of a Pending deployment = exit %d\n%s%s; want refused with a hint", code, out, errOut)
+	}
+	if err := st.SetStatus(ctx, "web-1", state.Status{Instance: spec.Instance{Phase: spec.PhaseRunning, Node: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := run("suspend", "web-1"); code != 0 || !strings.Contains(errOut, "suspending web-1 on n1") {
+		t.Errorf("suspend = exit %d\n%s%s", code, out, errOut)
+	}
+	if d, _ := st.Deployment(ctx, "web-1"); !d.Suspend {
+		t.Errorf("after fogctl suspend: %+v; want a suspend asked", d.Desired)
+	}
+	susp := spec.Suspension{From: spec.Generation{App: "web", Gen: 1}, Engine: "dmtcp", CkptGen: 2, Node: "n1", Bytes: 3 << 20, EnvBytes: 1 << 20}
+	if err := st.SetSuspended(ctx, "web-1", susp, nil); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run("ps")
+	if code != 0 || !strings.Contains(out, "Suspended") || !strings.Contains(out, "held: checkpoint 3.0 MiB, files 1.0 MiB") {
+		t.Errorf("ps with web-1 suspended = exit %d\n%s%s; want it Suspended with what it holds", code, out, errOut)
+	}
+	for _, bad := range [][]string{{"resume", "web-1", "--node", "../n1"}, {"resume"}, {"migrate", "web-1", "--node", "a b"},
+		{"node", "drain", "n1", "--parallel", "0"}, {"node", "drain", "../n1"}} {
+		if code, out, errOut := run(bad...); code == 0 || errOut == "" {
+			t.Errorf("%v = exit %d\n%s%s; want refused", bad, code, out, errOut)
+		}
+	}
+	if n, _ := st.Node(ctx, "n1"); n.Cordon != nil {
+		t.Errorf("n1 cordoned by a refused drain: %+v", n.Cordon)
+	}
+	if code, out, errOut := run("resume", "web-1", "--node", "n2"); code != 0 || !strings.Contains(errOut, "resuming web-1 on n2") {
+		t.Errorf("resume --node n2 = exit %d\n%s%s", code, out, errOut)
+	}
+	if d, _ := st.Deployment(ctx, "web-1"); d.Node != "n2" || d.Suspend || d.Status.Phase != spec.PhasePending {
+		t.Errorf("after fogctl resume: %+v %s; want Pending on n2", d.Desired, d.Status.Phase)
+	}
+}
