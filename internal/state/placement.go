@@ -241,6 +241,22 @@ func (s *Store) readPlacement(ctx context.Context) (placementView, error) {
 	return v, nil
 }
 
+// placedOn is what a placement on node read and its commit requires to be
+// unchanged: no deployment recorded there since, the node neither
+// registered again nor lost its lease, and (unless cordoned is allowed)
+// not cordoned meanwhile: a retry reads the cordon and skips it.
+func (v placementView) placedOn(node string, cordoned bool) []clientv3.Cmp {
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(placementKey(node)), "=", v.placedRev[node]),
+		clientv3.Compare(clientv3.ModRevision(nodeInfoKey(node)), "=", v.infoRev[node]),
+		clientv3.Compare(clientv3.CreateRevision(nodeAliveKey(node)), ">", 0),
+	}
+	if !cordoned {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(nodeCordonKey(node)), "=", 0))
+	}
+	return cmps
+}
+
 // addInfoRevs records the mod revision of each node's info key in nr.
 func (v *placementView) addInfoRevs(nr *clientv3.GetResponse) {
 	for _, kv := range nr.Kvs {
@@ -300,12 +316,7 @@ func (s *Store) CreatePlaced(ctx context.Context, d Desired, eligible func(Node)
 		node := pl.Node
 		placed := d
 		placed.Node, placed.Placement = node, pl.Reason
-		ok, err := s.commitDeployment(ctx, placed,
-			clientv3.Compare(clientv3.ModRevision(placementKey(node)), "=", v.placedRev[node]),
-			clientv3.Compare(clientv3.ModRevision(nodeInfoKey(node)), "=", v.infoRev[node]),
-			clientv3.Compare(clientv3.CreateRevision(nodeAliveKey(node)), ">", 0),
-			// Not cordoned meanwhile: a retry reads the cordon and skips it.
-			clientv3.Compare(clientv3.CreateRevision(nodeCordonKey(node)), "=", 0))
+		ok, err := s.commitDeployment(ctx, placed, v.placedOn(node, false)...)
 		if err != nil {
 			return Desired{}, err
 		}

@@ -151,15 +151,9 @@ func (s *Store) requestResume(ctx context.Context, id, node string, eligible fun
 		b, _ := json.Marshal(d.Desired)
 		sb, _ := json.Marshal(st)
 		n := pl.Node
-		cmps := []clientv3.Cmp{
+		cmps := append([]clientv3.Cmp{
 			clientv3.Compare(clientv3.ModRevision(deploymentKey(id)), "=", r.Responses[0].GetResponseRange().Kvs[0].ModRevision),
-			clientv3.Compare(clientv3.ModRevision(placementKey(n)), "=", v.placedRev[n]),
-			clientv3.Compare(clientv3.ModRevision(nodeInfoKey(n)), "=", v.infoRev[n]),
-			clientv3.Compare(clientv3.CreateRevision(nodeAliveKey(n)), ">", 0),
-		}
-		if !cordoned {
-			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(nodeCordonKey(n)), "=", 0))
-		}
+		}, v.placedOn(n, cordoned)...)
 		txn, err := s.cli.Txn(ctx).If(cmps...).
 			Then(clientv3.OpPut(deploymentKey(id), string(b)), clientv3.OpPut(statusKey(id), string(sb)), clientv3.OpPut(placementKey(n), id)).Commit()
 		if err != nil {
