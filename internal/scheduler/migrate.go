@@ -1,5 +1,5 @@
 // Migrate and drain: a running deployment moved to another node with its state, as a suspend on
-// its node and a resume on the other (state.RequestSuspend, state.RequestResume).
+// its node and a resume on the other, which the agents carry on (state.RequestMigrate, state.MoveOn).
 
 package scheduler
 
@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 )
@@ -40,67 +39,61 @@ var ErrNotMoved = errors.New("not moved")
 
 // Migrate moves running deployment id to node (or, "", to the node
 // placement picks among the others), with its memory and files: its node
-// suspends it, the target resumes it. A resume that fails on the target
-// is resumed back on its first node; it is never on two nodes.
+// suspends it, the target resumes it (state.RequestMigrate; the agents
+// carry the move on, state.MoveOn, whether or not this call sees it end).
+// A resume that fails on the target is resumed back on its first node; it
+// is never on two nodes. Migrate follows the move to its end and reports.
 func Migrate(ctx context.Context, st *state.Store, id, node string) (Moved, error) {
 	start := time.Now()
-	d, err := st.Deployment(ctx, id)
-	if err != nil {
-		return Moved{ID: id}, err
-	}
+	d, err := st.RequestMigrate(ctx, id, node)
 	m := Moved{ID: id, App: d.App, From: d.Node}
-	if d.Status.Phase != spec.PhaseRunning {
-		return m, hint.With(fmt.Errorf("deployment %s is %s: %w", id, d.Status.Phase, state.ErrConflict), "migrate a Running deployment")
-	}
-	if node == d.Node {
-		return m, hint.With(fmt.Errorf("deployment %s runs on %s already: %w", id, node, state.ErrConflict), "give another node, or none")
-	}
-	if _, err := st.RequestSuspend(ctx, id); err != nil {
-		return m, err
-	}
-	suspended, err := st.Follow(ctx, id, func(d state.Deployment) bool {
-		return d.Status.Phase == spec.PhaseSuspended || d.Status.Phase == spec.PhaseFailed
-	})
 	if err != nil {
 		return m, err
 	}
-	if suspended.Status.Phase != spec.PhaseSuspended || suspended.Status.Suspension == nil {
-		m.Error = suspended.Status.Error
-		return m, fmt.Errorf("deployment %s: the suspend on %s failed: %s: %w", id, m.From, suspended.Status.Error, ErrNotMoved)
+	if d.Move != nil {
+		m.From = d.Move.From
 	}
-	m.Bytes = suspended.Status.Suspension.Bytes
-	others := func(n state.Node) bool { return n.Name != m.From }
-	placed, err := st.RequestResume(ctx, id, node, others)
-	if err == nil {
-		m.To = placed.Node
-		var d state.Deployment
-		if d, err = followResume(ctx, st, id); err == nil && d.Status.Phase == spec.PhaseRunning {
-			m.Downtime, m.Total, m.Ports = time.Since(start), time.Since(start), d.Status.Ports
-			return m, nil
-		} else if err == nil {
-			err = errors.New(d.Status.Error)
+	var bytes int64
+	end, err := st.Follow(ctx, id, func(d state.Deployment) bool {
+		if s := d.Status.Suspension; s != nil && s.Bytes > 0 {
+			bytes = s.Bytes
 		}
+		return moveEnded(d, m.From)
+	})
+	m.Bytes = bytes
+	if err != nil {
+		return m, err
 	}
-	// Back where it was.
-	m.Error = err.Error()
-	if _, berr := st.ResumeBack(ctx, id, m.From); berr != nil {
-		return m, fmt.Errorf("deployment %s: the resume on %s failed (%w), and so did the one back on %s (%w): it stays Suspended", id, m.To, err, m.From, berr)
+	switch {
+	case end.Status.Phase == spec.PhaseRunning && end.Node != m.From:
+		m.To, m.Ports = end.Node, end.Status.Ports
+		m.Downtime, m.Total = time.Since(start), time.Since(start)
+		return m, nil
+	case end.Status.Phase == spec.PhaseRunning && end.Move != nil && end.Move.Back:
+		m.To, m.Back, m.Ports, m.Error = end.Move.To, true, end.Status.Ports, end.Move.Error
+		return m, fmt.Errorf("deployment %s: %s; it runs on %s again: %w", id, end.Move.Error, m.From, ErrNotMoved)
+	case end.Status.Phase == spec.PhaseRunning:
+		// Its suspend failed before its checkpoint: it ran on.
+		m.Error = "its suspend did not begin; it runs on " + m.From
+		return m, fmt.Errorf("deployment %s: %s: %w", id, m.Error, ErrNotMoved)
 	}
-	back, berr := followResume(ctx, st, id)
-	if berr == nil && back.Status.Phase == spec.PhaseRunning {
-		m.Back, m.Ports = true, back.Status.Ports
-		return m, fmt.Errorf("deployment %s: the resume on %s failed (%w); it runs on %s again: %w", id, m.To, err, m.From, ErrNotMoved)
-	}
-	return m, fmt.Errorf("deployment %s: the resume on %s failed (%w), and so did the one back on %s: it stays Suspended: %w", id, m.To, err, m.From, ErrNotMoved)
+	m.Error = end.Status.Error
+	return m, fmt.Errorf("deployment %s is %s: %s: %w", id, end.Status.Phase, end.Status.Error, ErrNotMoved)
 }
 
-// followResume follows a resume until it runs, failed, or is Suspended
-// again with why.
-func followResume(ctx context.Context, st *state.Store, id string) (state.Deployment, error) {
-	return st.Follow(ctx, id, func(d state.Deployment) bool {
-		p := d.Status.Phase
-		return p == spec.PhaseRunning || p == spec.PhaseFailed || p == spec.PhaseSuspended && d.Status.Error != ""
-	})
+// moveEnded says whether the migration of d, from node from, has ended:
+// Running on another node, or on from again once its suspend did not
+// begin or its move came back; Failed; or Suspended with the move over.
+func moveEnded(d state.Deployment, from string) bool {
+	switch d.Status.Phase {
+	case spec.PhaseRunning:
+		return d.Node != from || d.Move == nil || d.Move.Back
+	case spec.PhaseFailed:
+		return true
+	case spec.PhaseSuspended:
+		return d.Move == nil && d.Status.Error != ""
+	}
+	return false
 }
 
 // Drain cordons node and migrates every deployment that runs on it to

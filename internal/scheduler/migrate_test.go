@@ -14,7 +14,8 @@ import (
 
 // agents stands in for the agents of nodes: a suspend asked of a node's
 // deployment is recorded Suspended; a resume placed on a node in fail is
-// recorded Suspended again with an error, elsewhere Running there.
+// recorded Suspended again with an error, elsewhere Running there; after
+// either, the agent takes the next step of a migration (MoveOn).
 func agents(ctx context.Context, st *state.Store, fail map[string]bool) {
 	go func() {
 		for ctx.Err() == nil {
@@ -27,8 +28,10 @@ func agents(ctx context.Context, st *state.Store, fail map[string]bool) {
 				case d.Suspend && d.Node != "" && d.Status.Phase == spec.PhaseRunning:
 					susp := spec.Suspension{From: spec.Generation{App: d.App, Gen: 1}, Engine: "dmtcp", CkptGen: 2, Node: d.Node, Bytes: 42}
 					_ = st.SetSuspended(ctx, d.ID, susp, nil)
+					_, _ = st.MoveOn(ctx, d.ID)
 				case d.Status.Phase == spec.PhasePending && d.Status.Suspension != nil && fail[d.Node]:
 					_ = st.SetSuspended(ctx, d.ID, *d.Status.Suspension, errors.New("no room on "+d.Node))
+					_, _ = st.MoveOn(ctx, d.ID)
 				case d.Status.Phase == spec.PhasePending && d.Status.Suspension != nil:
 					_ = st.SetStatus(ctx, d.ID, state.Status{Instance: spec.Instance{Phase: spec.PhaseRunning, Node: d.Node,
 						Ports: map[string]string{"6379/tcp": "127.0.0.1:1" + d.Node[1:]}}})
@@ -85,6 +88,27 @@ func TestMigrate(t *testing.T) {
 	}
 	if err := st.UncordonNode(ctx, "n2"); err != nil {
 		t.Fatal(err)
+	}
+
+	// A migration whose caller is gone goes on: the agents carry it from
+	// the suspend to the resume on the target, and, failed there, back.
+	if _, err := st.RequestMigrate(ctx, "web-1", "n3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RequestMigrate(ctx, "web-1", "n3"); err != nil {
+		t.Errorf("the same migration asked again = %v; want nothing asked again", err)
+	}
+	for d, _ := st.Deployment(ctx, "web-1"); d.Node != "n2" || d.Status.Phase != spec.PhaseRunning || d.Move == nil || !d.Move.Back; d, _ = st.Deployment(ctx, "web-1") {
+		if ctx.Err() != nil {
+			t.Fatalf("migration without its caller: %s on %s, move %+v; want Running on n2, back", d.Status.Phase, d.Node, d.Move)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := st.RequestMigrate(ctx, "web-1", "nowhere"); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("migrate to an unknown node = %v; want ErrNotFound", err)
+	}
+	if d, _ := st.Deployment(ctx, "web-1"); d.Suspend {
+		t.Errorf("a refused migration asked a suspend: %+v", d.Desired)
 	}
 
 	// A drain of n1 moves what runs there (to n2, or, placed on n3 whose

@@ -283,7 +283,10 @@ type Desired struct {
 	Placement string `json:"placement,omitempty"`
 	// Suspend: its instance is to be suspended (by its node's agent), or
 	// is (on no node, its status Suspended), until a resume places it.
-	Suspend bool      `json:"suspend,omitempty"`
+	Suspend bool `json:"suspend,omitempty"`
+	// Move is the migration under way (RequestMigrate), which the agents
+	// carry on from its suspend to its resume whoever asked for it.
+	Move    *Move     `json:"move,omitempty"`
 	Created time.Time `json:"created"`
 }
 

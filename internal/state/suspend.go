@@ -36,7 +36,7 @@ func (s *Store) RequestSuspend(ctx context.Context, id string) (Deployment, erro
 		return d, hint.With(fmt.Errorf("deployment %s is %s: %w", id, phaseOf(d), ErrConflict),
 			"suspend a Running deployment; `fogctl ps` shows each one's phase")
 	}
-	d.Suspend = true
+	d.Suspend, d.Move = true, nil
 	ok, err := s.putDesired(ctx, d, r.Responses[0].GetResponseRange().Kvs[0].ModRevision)
 	if err != nil {
 		return d, err
@@ -56,7 +56,7 @@ func (s *Store) CancelSuspend(ctx context.Context, id string) error {
 		if err != nil || !d.Suspend {
 			return err
 		}
-		d.Suspend = false
+		d.Suspend, d.Move = false, nil
 		if ok, err := s.putDesired(ctx, d, r.Responses[0].GetResponseRange().Kvs[0].ModRevision); err != nil || ok {
 			return err
 		}
@@ -112,17 +112,13 @@ func (s *Store) setSuspended(ctx context.Context, id string, susp spec.Suspensio
 // check of CreatePlaced, and asks that node to resume it. It returns the
 // deployment as placed.
 func (s *Store) RequestResume(ctx context.Context, id, node string, eligible func(Node) bool) (Deployment, error) {
-	return s.requestResume(ctx, id, node, eligible, false)
+	// A resume asked by hand ends a migration that stopped Suspended.
+	return s.requestResume(ctx, id, node, eligible, false, func(d *Desired) { d.Move = nil })
 }
 
-// ResumeBack is RequestResume on node even if it is cordoned: a migration
-// whose target failed puts its deployment back on the node it came from
-// (a drained node's, say), rather than leave it suspended.
-func (s *Store) ResumeBack(ctx context.Context, id, node string) (Deployment, error) {
-	return s.requestResume(ctx, id, node, nil, true)
-}
-
-func (s *Store) requestResume(ctx context.Context, id, node string, eligible func(Node) bool, cordoned bool) (Deployment, error) {
+// requestResume places and asks the resume; edit changes the record it
+// writes (a migration's step).
+func (s *Store) requestResume(ctx context.Context, id, node string, eligible func(Node) bool, cordoned bool, edit func(*Desired)) (Deployment, error) {
 	for range placeAttempts {
 		d, r, err := s.deploymentAt(ctx, id)
 		if err != nil {
@@ -146,6 +142,7 @@ func (s *Store) requestResume(ctx context.Context, id, node string, eligible fun
 			return d, err
 		}
 		d.Node, d.Placement, d.Suspend = pl.Node, pl.Reason, false
+		edit(&d.Desired)
 		st := d.Status
 		st.Phase, st.Node, st.Error, st.Hint, st.Updated = spec.PhasePending, pl.Node, "", "", time.Now().UTC()
 		b, _ := json.Marshal(d.Desired)

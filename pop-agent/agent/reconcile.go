@@ -120,7 +120,15 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 	want := map[string]bool{}
 	for _, kv := range r.Kvs {
 		var dsr state.Desired
-		if json.Unmarshal(kv.Value, &dsr) != nil || dsr.Node != a.c.Node.Name {
+		if json.Unmarshal(kv.Value, &dsr) != nil {
+			continue
+		}
+		if dsr.Node == "" && dsr.Move != nil && dsr.Move.From == a.c.Node.Name {
+			// Suspended on its way from here: its next step (MoveOn
+			// does nothing if none is due).
+			a.spawn(ctx, dsr.ID, func(ctx context.Context) { a.moveOn(ctx, dsr.ID) })
+		}
+		if dsr.Node != a.c.Node.Name {
 			continue
 		}
 		want[dsr.ID] = true

@@ -91,6 +91,21 @@ func (a *agent) recordSuspended(ctx context.Context, rec deploy.Deployment) {
 	}
 	a.log.Info("deployment suspended", "deployment", rec.ID, "app", rec.App, "env", rec.Suspension.Env.String(),
 		"ckpt", rec.Suspension.Ckpt.String(), "bytes", rec.Suspension.Bytes, "timings", rec.Suspension.Timings.String())
+	a.moveOn(ctx, rec.ID)
+}
+
+// moveOn takes the next step of deployment id's migration, if one is due
+// (state.MoveOn): after this node suspended it, after a resume here
+// failed, and at each resync while it waits Suspended, moved from here.
+func (a *agent) moveOn(ctx context.Context, id string) {
+	d, err := a.st.MoveOn(ctx, id)
+	if err != nil {
+		a.log.Warn("carrying a migration on; retried at the next resync", "deployment", id, "err", err)
+		return
+	}
+	if d.Move != nil && d.Node != "" {
+		a.log.Info("migration goes on", "deployment", id, "node", d.Node, "back", d.Move.Back)
+	}
 }
 
 // resume restores suspended deployment dsr on this node. A resume that
@@ -109,11 +124,15 @@ func (a *agent) resume(ctx context.Context, dsr state.Desired, app spec.App, sus
 		a.m.resumes.WithLabelValues("error").Inc()
 		err = a.explain(ctx, fmt.Errorf("resume on node %s: %w", a.c.Node.Name, err))
 		a.log.Error("resume failed; the deployment stays suspended", "deployment", dsr.ID, "err", err)
-		if serr := a.st.SetSuspended(ctx, dsr.ID, susp, err); errors.Is(serr, state.ErrNotFound) {
+		serr := a.st.SetSuspended(ctx, dsr.ID, susp, err)
+		if errors.Is(serr, state.ErrNotFound) {
 			_ = a.d.RemoveSuspension(ctx, susp)
 			_ = a.st.ForgetStatus(ctx, dsr.ID)
 		}
 		a.event(ctx, dsr.ID, "resume failed", err.Error())
+		if serr == nil {
+			a.moveOn(ctx, dsr.ID)
+		}
 		return
 	}
 	a.m.resumes.WithLabelValues("ok").Inc()

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"net/http"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
 // TestChaosSuspend: the agent of a redis's node is SIGKILLed right after
@@ -82,4 +84,61 @@ func startAgain(t *testing.T, p *pop, node string) string {
 	t.Helper()
 	p.startAgent(node, "")
 	return "http://" + p.apis[node]
+}
+
+// TestChaosMigrate: a migration asked of n1 (its caller then gone) goes
+// on when an agent is SIGKILLed midway and started again: n1's after its
+// suspend's store step and once it is Suspended (before or after it asked
+// the resume), n2's after its resume's container step. Each
+// time the deployment ends Running on n2 alone with the key written
+// before, and nothing is left on n1.
+func TestChaosMigrate(t *testing.T) {
+	ctx, p, f, app := redisOnPoP(t, "e2e-chaos-mig", engine.NameDMTCP, nil, "n1", "n2")
+	client := &http.Client{}
+	for _, kill := range []struct {
+		node  string
+		phase spec.Phase
+		step  deploy.Step
+	}{{"n1", spec.PhaseSuspending, deploy.StepStore}, {"n1", spec.PhaseSuspended, ""}, {"n2", spec.PhaseResuming, deploy.StepContainer}} {
+		dep := createOn(ctx, t, client, "http://"+p.apis["n1"], app.Name, "n1")
+		at := string(kill.step) + " step"
+		if kill.step == "" {
+			at = string(kill.phase)
+		}
+		val := "before-" + kill.node + "-" + at
+		if _, err := testenv.RedisDo(ctx, nil, dep.Status.Ports[drivers.PortKey(6379, "tcp")], "SET", "k", val); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.st.RequestMigrate(ctx, dep.ID, "n2"); err != nil {
+			t.Fatal(err)
+		}
+		killed := false
+		d, err := p.st.Follow(ctx, dep.ID, func(d state.Deployment) bool {
+			if d.Status.Phase == kill.phase && !killed && (kill.step == "" || slices.ContainsFunc(d.Status.Timings, func(ph layering.Phase) bool { return ph.Name == string(kill.step) })) {
+				p.stopAgent(kill.node, syscall.SIGKILL)
+				killed = true
+				p.startAgent(kill.node, "")
+			}
+			return d.Status.Phase == spec.PhaseRunning && d.Node == "n2" || d.Status.Phase == spec.PhaseFailed
+		})
+		if err != nil || d.Status.Phase != spec.PhaseRunning || !killed {
+			t.Fatalf("%s killed after %s: %s on %s (%s), killed %v, %v; want Running on n2", kill.node, at, d.Status.Phase, d.Node, d.Status.Error, killed, err)
+		}
+		if got, err := testenv.RedisDo(ctx, nil, d.Status.Ports[drivers.PortKey(6379, "tcp")], "GET", "k"); err != nil || got != val {
+			t.Errorf("%s killed after %s, moved: GET k = %q, %v; want %q", kill.node, at, got, err, val)
+		}
+		if n := len(containersOf(t, f, app.Name)); n != 1 {
+			t.Errorf("%s killed after %s: %d containers of the app; want the one on n2", kill.node, at, n)
+		}
+		t.Logf("%s killed after %s: Running on n2 with its key", kill.node, at)
+		if err := p.st.DeleteDeployment(ctx, dep.ID); err != nil {
+			t.Fatal(err)
+		}
+		for ctx.Err() == nil {
+			if sts, _ := p.st.Statuses(ctx); sts[dep.ID].Phase == "" {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 }
