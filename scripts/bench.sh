@@ -4,8 +4,9 @@
 # TestEvaluation over them: plain boot vs first deploy vs restore per app, checkpoint size and
 # time, bytes at the OSDs, restore phases, simultaneous restores, and nginx under ab with and
 # without concurrent deployments; then pool hits through the hook API as a client sees them
-# (tests/e2e TestRequestPathPoP: request-path.json), and migrations and a drain
-# (TestMigrateDrainPoP: migrate-<engine>.json). Results: bench/results/<timestamp>/ (JSON, CSV, Markdown, SVG),
+# (tests/e2e TestRequestPathPoP: request-path.json), and migrations and a drain, and a redis with
+# 256 MiB written migrated, suspended and resumed beside a restore (TestMigrateDrainPoP:
+# migrate-<engine>.json). Results: bench/results/<timestamp>/ (JSON, CSV, Markdown, SVG),
 # bench/results/latest points at the newest. Then the layering micro-benchmarks.
 #   APPS=redis,nginx     a subset of the catalog (default: all of it)
 #   BENCH_REPS=5         repetitions per measurement
@@ -85,8 +86,8 @@ e2e_measure() {
 
 fd_info "request path: pool hits on a 3-node PoP, from a client's hook POST to the app's first answer"
 e2e_measure TestRequestPathPoP request-path 'request path'
-fd_info "migration under DMTCP and CRIU: a client's downtime, and a drain of 8 instances"
-e2e_measure TestMigrateDrainPoP migrate 'migrated|drained'
+fd_info "migration under DMTCP and CRIU: a client's downtime, 256 MiB moved, suspended and resumed, and a drain of 8 instances"
+e2e_measure TestMigrateDrainPoP migrate 'migrated|drained|256 MiB'
 
 fd_info "layering micro-benchmarks (clone, map+mount, import)"
 "$GO" test -tags="${CEPH_TAGS:-pacific}" -count=1 -run '^$' -bench . -benchtime 20x -timeout 10m ./tests/bench/ 2>&1 |

@@ -54,19 +54,21 @@ func Migrate(ctx context.Context, st *state.Store, id, node string) (Moved, erro
 		m.From = d.Move.From
 	}
 	var bytes int64
+	left := false // a phase other than Running seen: its suspend began
 	end, err := st.Follow(ctx, id, func(d state.Deployment) bool {
 		if s := d.Status.Suspension; s != nil && s.Bytes > 0 {
 			bytes = s.Bytes
 		}
-		return moveEnded(d, m.From)
+		left = left || d.Status.Phase != spec.PhaseRunning
+		return moveEnded(d, m.From, left)
 	})
 	m.Bytes = bytes
 	if err != nil {
 		return m, err
 	}
 	switch {
-	case end.Status.Phase == spec.PhaseRunning && end.Node != m.From:
-		m.To, m.Ports = end.Node, end.Status.Ports
+	case end.Status.Phase == spec.PhaseRunning && end.Status.Node != m.From:
+		m.To, m.Ports = end.Status.Node, end.Status.Ports
 		m.Downtime, m.Total = time.Since(start), time.Since(start)
 		return m, nil
 	case end.Status.Phase == spec.PhaseRunning && end.Move != nil && end.Move.Back:
@@ -83,11 +85,14 @@ func Migrate(ctx context.Context, st *state.Store, id, node string) (Moved, erro
 
 // moveEnded says whether the migration of d, from node from, has ended:
 // Running on another node, or on from again once its suspend did not
-// begin or its move came back; Failed; or Suspended with the move over.
-func moveEnded(d state.Deployment, from string) bool {
+// begin or its move came back (left: its status has been in another
+// phase since); Failed; or Suspended with the move over. Its status and
+// its desired record are watched apart: the status's node is the one it
+// runs on.
+func moveEnded(d state.Deployment, from string, left bool) bool {
 	switch d.Status.Phase {
 	case spec.PhaseRunning:
-		return d.Node != from || d.Move == nil || d.Move.Back
+		return left && d.Status.Node != from || d.Move == nil || left && d.Move.Back
 	case spec.PhaseFailed:
 		return true
 	case spec.PhaseSuspended:

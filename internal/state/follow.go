@@ -16,9 +16,10 @@ func Settled(p spec.Phase) bool {
 	return p == spec.PhaseRunning || p == spec.PhaseFailed || p == spec.PhaseCheckpointed || p == spec.PhaseSuspended
 }
 
-// Follow reads deployment id, then follows each change of its status
-// (an etcd watch from the revision read, each change applied as it comes;
-// read again at least every 2 s and after a deletion), and calls seen with
+// Follow reads deployment id, then follows each change of its status and
+// of its desired record (etcd watches from the revision read, each change
+// applied as it comes; read again at least every 2 s and after a
+// deletion), and calls seen with
 // each until seen returns true; it returns the last. It ends early with
 // ctx's error, or the read's (ErrNotFound once the deployment is withdrawn).
 func (s *Store) Follow(ctx context.Context, id string, seen func(Deployment) bool) (Deployment, error) {
@@ -28,8 +29,8 @@ func (s *Store) Follow(ctx context.Context, id string, seen func(Deployment) boo
 			return d, err
 		}
 		wctx, stop := context.WithCancel(ctx)
-		wch := s.cli.Watch(wctx, statusKey(id), clientv3.WithRev(r.Header.Revision+1))
-		d, done, err := s.followStatus(ctx, wch, d, seen)
+		from := clientv3.WithRev(r.Header.Revision + 1)
+		d, done, err := s.followStatus(ctx, s.cli.Watch(wctx, statusKey(id), from), s.cli.Watch(wctx, deploymentKey(id), from), d, seen)
 		stop()
 		if done {
 			return d, err
@@ -37,33 +38,49 @@ func (s *Store) Follow(ctx context.Context, id string, seen func(Deployment) boo
 	}
 }
 
-// followStatus applies the status changes of wch to d until seen returns
-// true (done), or until d must be read again (not done): a deletion, a
-// watch that ended, or 2 s without a change.
-func (s *Store) followStatus(ctx context.Context, wch clientv3.WatchChan, d Deployment, seen func(Deployment) bool) (Deployment, bool, error) {
+// followStatus applies the changes of the status (wch) and of the desired
+// record (dch) to d until seen returns true (done), or until d must be
+// read again (not done): a deletion, a watch that ended, or 2 s without a
+// change.
+func (s *Store) followStatus(ctx context.Context, wch, dch clientv3.WatchChan, d Deployment, seen func(Deployment) bool) (Deployment, bool, error) {
 	for {
+		var wr clientv3.WatchResponse
+		ok, isStatus := false, true
 		select {
 		case <-ctx.Done():
 			return d, true, ctx.Err()
-		case wr, ok := <-wch:
-			if !ok {
-				return d, ctx.Err() != nil, ctx.Err()
-			}
-			if wr.Err() != nil {
+		case wr, ok = <-wch:
+		case wr, ok = <-dch:
+			isStatus = false
+		case <-time.After(2 * time.Second):
+			return d, false, nil
+		}
+		if !ok {
+			return d, ctx.Err() != nil, ctx.Err()
+		}
+		if wr.Err() != nil {
+			return d, false, nil
+		}
+		for _, ev := range wr.Events {
+			if ev.Type != clientv3.EventTypePut {
 				return d, false, nil
 			}
-			for _, ev := range wr.Events {
+			if !isStatus {
+				var dsr Desired
+				if json.Unmarshal(ev.Kv.Value, &dsr) != nil {
+					return d, false, nil
+				}
+				d.Desired = dsr
+			} else {
 				var st Status
-				if ev.Type != clientv3.EventTypePut || json.Unmarshal(ev.Kv.Value, &st) != nil {
+				if json.Unmarshal(ev.Kv.Value, &st) != nil {
 					return d, false, nil
 				}
 				d.Status = st
-				if seen(d) {
-					return d, true, nil
-				}
 			}
-		case <-time.After(2 * time.Second):
-			return d, false, nil
+			if seen(d) {
+				return d, true, nil
+			}
 		}
 	}
 }

@@ -8,13 +8,16 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/scheduler"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
@@ -36,7 +39,7 @@ func TestMigrateDrainPoP(t *testing.T) {
 }
 
 func testMigrateDrain(t *testing.T, eng engine.Name) {
-	ctx, p, _, app := redisOnPoP(t, "e2e-mig", eng, nil, "n1", "n2")
+	ctx, p, f, app := redisOnPoP(t, "e2e-mig", eng, nil, "n1", "n2")
 	api := "http://" + p.apis["n1"]
 	client := &http.Client{}
 	addrOf := func(ports map[string]string) string { return ports[drivers.PortKey(6379, "tcp")] }
@@ -50,54 +53,25 @@ func testMigrateDrain(t *testing.T, eng engine.Name) {
 	if code, _ := migrateHook(t, client, api, dep.ID, "n1"); code != http.StatusConflict {
 		t.Errorf("migrate to the node it runs on: %d; want 409", code)
 	}
-	var mu sync.Mutex
-	var lastAnswer time.Time
-	pctx, stopPoll := context.WithCancel(ctx)
-	polled := make(chan struct{})
-	go func() {
-		defer close(polled)
-		for pctx.Err() == nil {
-			cctx, cancel := context.WithTimeout(pctx, 50*time.Millisecond)
-			if got, err := testenv.RedisDo(cctx, nil, src, "PING"); err == nil && got == "PONG" {
-				mu.Lock()
-				lastAnswer = time.Now()
-				mu.Unlock()
-			}
-			cancel()
-			time.Sleep(10 * time.Millisecond)
-		}
-	}()
-	time.Sleep(100 * time.Millisecond)
-	code, moved := migrateHook(t, client, api, dep.ID, "")
-	var firstAnswer time.Time
+	down, moved := migrateUnderPings(ctx, t, client, api, dep.ID, src)
 	dst := addrOf(moved.Ports)
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if got, err := testenv.RedisDo(ctx, nil, dst, "PING"); err == nil && got == "PONG" {
-			firstAnswer = time.Now()
-			break
-		}
-	}
-	stopPoll()
-	<-polled
-	if code != http.StatusOK || moved.From != "n1" || moved.To != "n2" || firstAnswer.IsZero() {
-		t.Fatalf("migrate: %d %+v, first answer at %s %v", code, moved, dst, firstAnswer)
-	}
 	if got, err := testenv.RedisDo(ctx, nil, dst, "GET", "user"); err != nil || got != "alice" {
 		t.Errorf("after the migration: GET user = %q, %v; want alice", got, err)
 	}
-	mu.Lock()
-	down := firstAnswer.Sub(lastAnswer)
-	mu.Unlock()
 	t.Logf("%s: migrated %s from %s to %s: no answer for %s at the client (%s in the agents), checkpoint %d bytes, %s in all",
 		eng, dep.ID, moved.From, moved.To, down.Round(time.Millisecond), moved.Downtime.Round(time.Millisecond), moved.Bytes,
 		moved.Total.Round(time.Millisecond))
+	out := os.Getenv("FOGDEPLOY_BENCH_OUT")
+	var big bigState
+	if out != "" {
+		big = measureBig(ctx, t, p, f, client, api, app, eng)
+	}
 
 	// A drain of n1 with 3 deployments on it (8 for make bench).
 	if err := p.st.DeleteDeployment(ctx, dep.ID); err != nil {
 		t.Fatal(err)
 	}
 	n := 3
-	out := os.Getenv("FOGDEPLOY_BENCH_OUT")
 	if out != "" {
 		n = 8
 	}
@@ -142,7 +116,7 @@ func testMigrateDrain(t *testing.T, eng engine.Name) {
 	}
 	if out != "" {
 		res := migrationBench{Engine: eng, DowntimeMS: msOf(down), AgentsMS: msOf(moved.Downtime), Bytes: moved.Bytes,
-			Drained: n, DrainMS: msOf(drained)}
+			Drained: n, DrainMS: msOf(drained), Big: big}
 		for _, m := range report {
 			res.DrainDowntimesMS = append(res.DrainDowntimesMS, msOf(m.Downtime))
 		}
@@ -167,6 +141,141 @@ type migrationBench struct {
 	Drained          int       `json:"drained"`
 	DrainMS          float64   `json:"drain_ms"`
 	DrainDowntimesMS []float64 `json:"drain_downtimes_ms"`
+	// Big is the same redis with 256 MiB written.
+	Big bigState `json:"big"`
+}
+
+// migrateUnderPings migrates id (answering at src) through the hook API
+// to the node placement picks while a client PINGs it every 10 ms, and
+// returns the time from its last answer at src to its first at its new
+// address, and what the migration reported.
+func migrateUnderPings(ctx context.Context, t *testing.T, client *http.Client, api, id, src string) (time.Duration, scheduler.Moved) {
+	t.Helper()
+	var mu sync.Mutex
+	var lastAnswer time.Time
+	pctx, stopPoll := context.WithCancel(ctx)
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for pctx.Err() == nil {
+			cctx, cancel := context.WithTimeout(pctx, 50*time.Millisecond)
+			if got, err := testenv.RedisDo(cctx, nil, src, "PING"); err == nil && got == "PONG" {
+				mu.Lock()
+				lastAnswer = time.Now()
+				mu.Unlock()
+			}
+			cancel()
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	code, moved := migrateHook(t, client, api, id, "")
+	var firstAnswer time.Time
+	dst := moved.Ports[drivers.PortKey(6379, "tcp")]
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if got, err := testenv.RedisDo(ctx, nil, dst, "PING"); err == nil && got == "PONG" {
+			firstAnswer = time.Now()
+			break
+		}
+	}
+	stopPoll()
+	<-polled
+	if code != http.StatusOK || moved.From != "n1" || moved.To != "n2" || firstAnswer.IsZero() {
+		t.Fatalf("migrate: %d %+v, first answer at %s %v", code, moved, dst, firstAnswer)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return firstAnswer.Sub(lastAnswer), moved
+}
+
+// bigState is what measureBig measured.
+type bigState struct {
+	// Bytes is the checkpoint the migration moved.
+	Bytes int64 `json:"bytes"`
+	// DowntimeMS is the client's, as migrationBench's.
+	DowntimeMS float64 `json:"downtime_ms"`
+	// ReleaseMS is from a suspend's request to its instance's container
+	// gone, its memory back to the node.
+	ReleaseMS float64 `json:"release_ms"`
+	// ResumeMS is from a resume's request to the app's first answer;
+	// RestoreMS the same for a new deployment of the app on that node
+	// (its generation restored, checkpoint local).
+	ResumeMS  float64 `json:"resume_ms"`
+	RestoreMS float64 `json:"restore_ms"`
+}
+
+// measureBig measures, for make bench, a redis on n1 with 256 MiB written
+// (a value of that size; app given 1 GiB): its migration to n2 under a client's PINGs,
+// then on n2 its suspend until its memory is back, its resume to the
+// first answer beside a restore of its app's generation to the first
+// answer, and that the value is whole after all of it.
+func measureBig(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture, client *http.Client, api string, small spec.App, eng engine.Name) bigState {
+	t.Helper()
+	const size = 256 << 20
+	app := small
+	app.Name += "-big"
+	app.Resources.Memory, app.CheckpointSize = "1G", "1G"
+	if err := p.st.CreateApp(ctx, app, false); err != nil {
+		t.Fatal(err)
+	}
+	dep := createOn(ctx, t, client, api, app.Name, "n1")
+	src := dep.Status.Ports[drivers.PortKey(6379, "tcp")]
+	if got, err := testenv.RedisDo(ctx, nil, src, "SETRANGE", "big", strconv.Itoa(size-1), "z"); err != nil || got != strconv.Itoa(size) {
+		t.Fatalf("SETRANGE of 256 MiB: %q, %v", got, err)
+	}
+	down, moved := migrateUnderPings(ctx, t, client, api, dep.ID, src)
+	res := bigState{Bytes: moved.Bytes, DowntimeMS: msOf(down)}
+	// The suspend, until no container of the app is left (it has no
+	// other instance).
+	gone := make(chan time.Duration, 1)
+	start := time.Now()
+	go func() {
+		for ctx.Err() == nil {
+			if sts, err := f.RT.List(ctx, map[string]string{runtime.LabelApp: app.Name}); err == nil && len(sts) == 0 {
+				gone <- time.Since(start)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		gone <- 0
+	}()
+	suspendWait(t, client, api, dep.ID)
+	res.ReleaseMS = msOf(<-gone)
+	answered := func(addr string) {
+		for ctx.Err() == nil {
+			if got, err := testenv.RedisDo(ctx, nil, addr, "PING"); err == nil && got == "PONG" {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	start = time.Now()
+	back := resumeWait(t, client, api, dep.ID, "n2")
+	answered(back.Ports[drivers.PortKey(6379, "tcp")])
+	res.ResumeMS = msOf(time.Since(start))
+	start = time.Now()
+	fresh := createOn(ctx, t, client, api, app.Name, "n2")
+	answered(fresh.Status.Ports[drivers.PortKey(6379, "tcp")])
+	res.RestoreMS = msOf(time.Since(start))
+	if got, err := testenv.RedisDo(ctx, nil, back.Ports[drivers.PortKey(6379, "tcp")], "STRLEN", "big"); err != nil || got != strconv.Itoa(size) {
+		t.Errorf("after migration, suspend and resume: STRLEN big = %q, %v; want %d", got, err, size)
+	}
+	t.Logf("%s: 256 MiB written: migrated with no answer for %.0f ms (checkpoint %d bytes); suspended, memory back in %.0f ms; resumed to its first answer in %.0f ms, a restore of its app in %.0f ms (%.2fx)",
+		eng, res.DowntimeMS, res.Bytes, res.ReleaseMS, res.ResumeMS, res.RestoreMS, res.ResumeMS/res.RestoreMS)
+	// Gone, with the app and its generation, before the drain.
+	for _, id := range []string{dep.ID, fresh.ID} {
+		if err := p.st.DeleteDeployment(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for sts, _ := p.st.Statuses(ctx); sts[dep.ID].Phase != "" || sts[fresh.ID].Phase != ""; sts, _ = p.st.Statuses(ctx) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := p.st.DeleteApp(ctx, app.Name); err != nil {
+		t.Fatal(err)
+	}
+	f.RemoveGenerations(t, app.Name)
+	return res
 }
 
 // migrateHook migrates id through the hook API to node ("" : placed).
