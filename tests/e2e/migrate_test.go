@@ -263,14 +263,7 @@ func measureBig(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture
 	t.Logf("%s: 256 MiB written: migrated with no answer for %.0f ms (checkpoint %d bytes); suspended, memory back in %.0f ms; resumed to its first answer in %.0f ms, a restore of its app in %.0f ms (%.2fx)",
 		eng, res.DowntimeMS, res.Bytes, res.ReleaseMS, res.ResumeMS, res.RestoreMS, res.ResumeMS/res.RestoreMS)
 	// Gone, with the app and its generation, before the drain.
-	for _, id := range []string{dep.ID, fresh.ID} {
-		if err := p.st.DeleteDeployment(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for sts, _ := p.st.Statuses(ctx); sts[dep.ID].Phase != "" || sts[fresh.ID].Phase != ""; sts, _ = p.st.Statuses(ctx) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	undeployWait(ctx, t, p, dep.ID, fresh.ID)
 	if err := p.st.DeleteApp(ctx, app.Name); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"syscall"
@@ -67,15 +68,7 @@ func TestChaosSuspend(t *testing.T) {
 			t.Errorf("killed after %s, resumed: GET k = %q, %v; want %q", step, got, err, val)
 		}
 		t.Logf("killed after %s: suspended, resumed with its key", step)
-		if err := p.st.DeleteDeployment(ctx, dep.ID); err != nil {
-			t.Fatal(err)
-		}
-		for ctx.Err() == nil {
-			if sts, _ := p.st.Statuses(ctx); sts[dep.ID].Phase == "" {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		undeployWait(ctx, t, p, dep.ID)
 	}
 }
 
@@ -131,11 +124,22 @@ func TestChaosMigrate(t *testing.T) {
 			t.Errorf("%s killed after %s: %d containers of the app; want the one on n2", kill.node, at, n)
 		}
 		t.Logf("%s killed after %s: Running on n2 with its key", kill.node, at)
-		if err := p.st.DeleteDeployment(ctx, dep.ID); err != nil {
+		undeployWait(ctx, t, p, dep.ID)
+	}
+}
+
+// undeployWait withdraws deployments ids and waits until their agents
+// have undone them (their statuses gone).
+func undeployWait(ctx context.Context, t *testing.T, p *pop, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if err := p.st.DeleteDeployment(ctx, id); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for _, id := range ids {
 		for ctx.Err() == nil {
-			if sts, _ := p.st.Statuses(ctx); sts[dep.ID].Phase == "" {
+			if sts, _ := p.st.Statuses(ctx); sts[id].Phase == "" {
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
