@@ -194,6 +194,9 @@ func (d *Deployer) storeAndRelease(ctx context.Context, rec *Deployment, susp *s
 	})
 	released := d.releaseInstance(ctx, dr, *rec, mid)
 	if released == nil {
+		released = d.detachParents(ctx, rec, susp)
+	}
+	if released == nil {
 		released = d.sealImage(ctx, susp.Env, meta, nil)
 	}
 	if err := errors.Join(released, stored()); err != nil {

@@ -71,6 +71,12 @@ func (s *Store) RequestMigrate(ctx context.Context, id, node string) (Deployment
 	return d, nil
 }
 
+// transient: a step that failed for want of etcd, not for a refusal,
+// is asked again rather than taken as the move's failure.
+func transient(ctx context.Context, err error) bool {
+	return errors.Is(err, ErrUnavailable) || ctx.Err() != nil
+}
+
 func to(node string) string {
 	if node == "" {
 		return ""
@@ -104,6 +110,9 @@ func (s *Store) MoveOn(ctx context.Context, id string) (Deployment, error) {
 		if err == nil || errors.Is(err, ErrConflict) || errors.Is(err, ErrContended) {
 			return placed, nil
 		}
+		if transient(ctx, err) {
+			return d, err // the next resync asks again
+		}
 		d.Status.Error = err.Error() // no node takes it: back
 	}
 	if !m.Back {
@@ -118,6 +127,9 @@ func (s *Store) MoveOn(ctx context.Context, id string) (Deployment, error) {
 				s.Event(ctx, id, "migration failed", why+"; resumed back on node "+m.From)
 			}
 			return back, nil
+		}
+		if transient(ctx, err) {
+			return d, err
 		}
 		d.Status.Error = err.Error()
 	}

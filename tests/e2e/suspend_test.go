@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -24,6 +25,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
 // TestSuspendResumePoP: a redis on a 2-node PoP, under DMTCP and under
@@ -106,8 +108,16 @@ func testSuspendResume(t *testing.T, eng engine.Name) {
 		t.Errorf("the identity seed after the resume: %q; want %q, the instance's before its suspend", seed, seed0)
 	}
 
-	// Suspended again, and back on n1.
-	suspendWait(t, client, api, first.ID)
+	// Suspended again, and back on n1. Its writable image, a clone of its
+	// first suspension's, is flattened by this suspend, and the first
+	// suspension's image goes: the chain stays one clone deep.
+	again := suspendWait(t, client, api, first.ID)
+	if again.Suspension.Parents != nil {
+		t.Errorf("suspended again: parents %v; want none (flattened)", again.Suspension.Parents)
+	}
+	if _, err := f.L.Store.Stat(ctx, suspended.Suspension.Env.Image); !errors.Is(err, layering.ErrNotFound) {
+		t.Errorf("the first suspension's writable image %s after the second suspend: %v; want it removed", suspended.Suspension.Env.Image, err)
+	}
 	back := resumeWait(t, client, api, first.ID, "n1")
 	checkState("resumed again on n1", back.Ports[drivers.PortKey(6379, "tcp")])
 	if again := checkFile(t, p, "n1", first.ID); again != seed0 {
