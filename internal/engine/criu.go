@@ -174,7 +174,7 @@ func (c *CRIU) Launch(ctx context.Context, spec LaunchSpec) (_ Process, err erro
 		ExtraFiles:  closeInherited(nil),
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Chroot: spec.Root},
 	}
-	if err = p.sb.do(cmd.Start); err != nil {
+	if err = p.sb.doApp(cmd.Start); err != nil {
 		return nil, WithOutput(fmt.Errorf("launch %s: %w (%w)", spec.Argv[0], ErrLaunch, err), "the app", p.out.last(10))
 	}
 	p.out.started()
@@ -217,6 +217,7 @@ func (p *criuProc) abort() {
 		return
 	}
 	if p.init != nil && p.init.Process != nil {
+		reapRestored(p.init.Process.Pid)
 		_ = p.init.Process.Kill()
 		_ = p.init.Wait()
 	}
@@ -347,6 +348,13 @@ func (c *CRIU) dump(ctx context.Context, p *criuProc, info Info, dir string) (ti
 	}); err == nil {
 		err = cmd.Wait()
 	}
+	if err == nil {
+		// While the dump holds the sandbox open (the app is gone).
+		if _, serr := saveShm(p.sb, p.root, dir); serr != nil {
+			p.dumping.Unlock()
+			return 0, fmt.Errorf("checkpoint pid %d into %s: %w (%w)", pid, dir, ErrCheckpoint, serr)
+		}
+	}
 	p.dumping.Unlock()
 	if err != nil {
 		err = fmt.Errorf("checkpoint pid %d into %s: criu dump: %w (%w)", pid, dir, ErrCheckpoint, err)
@@ -402,6 +410,9 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 	if err = c.startInit(ctx, p, 0); err != nil {
 		return nil, fmt.Errorf("restore %s: %w (%w)", img.Dir, ErrRestore, err)
 	}
+	if err = restoreShm(p.sb, img.Root, imgDir); err != nil {
+		return nil, fmt.Errorf("restore %s: %w (%w)", img.Dir, ErrRestore, err)
+	}
 	if p.out, err = newOutput(spec.Stdout, spec.Stderr); err != nil {
 		return nil, err
 	}
@@ -417,20 +428,8 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 		}
 		args = append(args, "--lazy-pages")
 	}
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, info.Binaries["criu"], args...)
-	cmd.ExtraFiles = extra
-	cmd.Dir = "/"
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.WaitDelay = time.Second
-	if err = p.sb.do(cmd.Start); err == nil {
-		err = cmd.Wait()
-	}
-	p.out.started()
-	if err != nil {
-		err = fmt.Errorf("restore %s: criu restore: %w (%w)", img.Dir, ErrRestore, err)
-		return nil, WithOutput(WithOutput(err, "criu", strings.Split(strings.TrimSpace(out.String()), "\n")),
-			"criu restore log", logTail(filepath.Join(inst, "restore.log"), 10))
+	if err = runRestore(ctx, p, info.Binaries["criu"], args, extra); err != nil {
+		return nil, fmt.Errorf("restore %s: %w", img.Dir, err)
 	}
 	app, err := restoredChild(p.init.Process.Pid)
 	if err != nil {
@@ -444,6 +443,28 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 	p.timings.Restore = time.Since(start)
 	log.Info("restored", "pid", p.pid, "root", spec.Root, "netns", spec.NetNS, "lazy", spec.Lazy, "ms", p.timings.Restore.Milliseconds())
 	return p, nil
+}
+
+// runRestore runs criu restore with args in p's sandbox, and says why it
+// failed with criu's output and the last errors of its log.
+func runRestore(ctx context.Context, p *criuProc, criu string, args []string, extra []*os.File) error {
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, criu, args...)
+	cmd.ExtraFiles = extra
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = time.Second
+	err := p.sb.do(cmd.Start)
+	if err == nil {
+		err = cmd.Wait()
+	}
+	p.out.started()
+	if err != nil {
+		err = fmt.Errorf("criu restore: %w (%w)", ErrRestore, err)
+		return WithOutput(WithOutput(err, "criu", strings.Split(strings.TrimSpace(out.String()), "\n")),
+			"criu restore log", logTail(filepath.Join(p.inst, "restore.log"), 10))
+	}
+	return nil
 }
 
 // startInit starts the placeholder init of the app's PID namespace

@@ -60,6 +60,26 @@ func (c *CRIU) restoreArgs(img Image, inst string, dir *os.File, out *output) (e
 	return extra, args
 }
 
+// reapRestored kills and reaps this process's children in init's PID
+// namespace (the root task of a restore that failed, which
+// --restore-sibling made our child): the namespace's init cannot finish
+// dying while one of them is a zombie we have not reaped.
+func reapRestored(init int) {
+	pidNS := nsID(init, "pid")
+	if pidNS == "" {
+		return
+	}
+	for _, pid := range childrenOf(os.Getpid()) {
+		if pid == init || nsID(pid, "pid") != pidNS {
+			continue
+		}
+		if p, err := os.FindProcess(pid); err == nil {
+			_ = p.Kill()
+			_, _ = p.Wait()
+		}
+	}
+}
+
 // restoredChild finds the app criu restored: --restore-sibling made it a
 // child of this process, inside the PID namespace of init.
 func restoredChild(init int) (*os.Process, error) {

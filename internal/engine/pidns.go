@@ -62,7 +62,11 @@ func (sb *sandbox) startPIDInit(ctx context.Context, in pidInit) (*exec.Cmd, err
 		Dir:         "/",
 		Stdout:      w,
 		Stderr:      &stderr,
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWPID},
+		// An IPC namespace of its own too, which a launched app joins
+		// (sandbox.doApp): criu dumps System V IPC (PostgreSQL's
+		// shared memory segment) only from an IPC namespace other than
+		// its own.
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC},
 	}
 	err = sb.do(cmd.Start)
 	w.Close()
@@ -91,6 +95,11 @@ func (sb *sandbox) startPIDInit(ctx context.Context, in pidInit) (*exec.Cmd, err
 	if err != nil {
 		return fail(err)
 	}
-	sb.setPidNS(f)
+	ipc, err := os.Open("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/ipc")
+	if err != nil {
+		f.Close()
+		return fail(err)
+	}
+	sb.setPidNS(f, ipc)
 	return cmd, nil
 }

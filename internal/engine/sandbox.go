@@ -35,6 +35,7 @@ type sandbox struct {
 	mnt    *os.File // nil: the host's namespace
 	net    *os.File
 	pid    *os.File // set once a restore's PID namespace exists
+	ipc    *os.File // the IPC namespace of that PID namespace's init
 }
 
 // sandboxSpec says what to build.
@@ -171,14 +172,18 @@ func mountRoot(root string, mkdirs []string) error {
 
 // do runs fn on a fresh locked thread inside the sandbox's namespaces.
 // Processes that fn starts inherit them.
-func (sb *sandbox) do(fn func() error) error { return sb.run(false, fn) }
+func (sb *sandbox) do(fn func() error) error { return sb.run(false, false, fn) }
+
+// doApp is do that also joins the IPC namespace of the sandbox's PID
+// namespace, where the app runs (criu runs outside it, to dump it).
+func (sb *sandbox) doApp(fn func() error) error { return sb.run(false, true, fn) }
 
 // doAlone is do on a fresh locked thread even where the sandbox has no
 // namespace of its own, so that fn may change what only that thread
 // holds (its credentials) for the processes it starts.
-func (sb *sandbox) doAlone(fn func() error) error { return sb.run(true, fn) }
+func (sb *sandbox) doAlone(fn func() error) error { return sb.run(true, false, fn) }
 
-func (sb *sandbox) run(alone bool, fn func() error) error {
+func (sb *sandbox) run(alone, app bool, fn func() error) error {
 	enter := func() error { return nil }
 	if sb != nil {
 		sb.mu.RLock()
@@ -187,7 +192,7 @@ func (sb *sandbox) run(alone bool, fn func() error) error {
 			return fmt.Errorf("sandbox: %w", ErrExited)
 		}
 		if sb.mnt != nil || sb.net != nil || sb.pid != nil {
-			enter = sb.enter
+			enter = func() error { return sb.enter(app) }
 			alone = true
 		}
 	}
@@ -206,7 +211,7 @@ func (sb *sandbox) run(alone bool, fn func() error) error {
 	return <-ch
 }
 
-func (sb *sandbox) enter() error {
+func (sb *sandbox) enter(app bool) error {
 	if sb.mnt != nil {
 		// setns into a mount namespace needs a private fs_struct.
 		if err := unix.Unshare(unix.CLONE_FS); err != nil {
@@ -225,6 +230,11 @@ func (sb *sandbox) enter() error {
 		// Affects the children only, which is what criu dump needs.
 		if err := unix.Setns(int(sb.pid.Fd()), unix.CLONE_NEWPID); err != nil {
 			return fmt.Errorf("enter pid namespace: %w", err)
+		}
+	}
+	if app && sb.ipc != nil {
+		if err := unix.Setns(int(sb.ipc.Fd()), unix.CLONE_NEWIPC); err != nil {
+			return fmt.Errorf("enter ipc namespace: %w", err)
 		}
 	}
 	return nil
@@ -264,11 +274,12 @@ func (sb *sandbox) hasMountNS() bool {
 	return sb.mnt != nil
 }
 
-// setPidNS records the PID namespace that later steps enter.
-func (sb *sandbox) setPidNS(f *os.File) {
+// setPidNS records the PID namespace that later steps enter, and the IPC
+// namespace of its init, which the app's start enters (doApp).
+func (sb *sandbox) setPidNS(pid, ipc *os.File) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	sb.pid = f
+	sb.pid, sb.ipc = pid, ipc
 }
 
 func (sb *sandbox) close() {
@@ -278,7 +289,7 @@ func (sb *sandbox) close() {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	sb.closed = true
-	for _, f := range []**os.File{&sb.mnt, &sb.net, &sb.pid} {
+	for _, f := range []**os.File{&sb.mnt, &sb.net, &sb.pid, &sb.ipc} {
 		if *f != nil {
 			(*f).Close()
 			*f = nil

@@ -48,7 +48,9 @@ func DMTCPCapabilities() []string { return []string{"SYS_ADMIN", "SYS_CHROOT", "
 // and criu restore run inside the container, measured on Docker 20.10:
 // those of DMTCP plus what criu needs to read and rebuild a process tree
 // (SYS_PTRACE, DAC_READ_SEARCH and the app's own, CRIUAppCapabilities),
-// its TCP sockets (NET_ADMIN: repair mode) and the time namespace
+// its TCP sockets (NET_ADMIN: repair mode), the System V IPC of the app's
+// IPC namespace whatever its owner and mode (IPC_OWNER: PostgreSQL's
+// shared memory segment, 0600 and its user's) and the time namespace
 // it always restores into (SYS_TIME: the clock offsets; the entrypoint
 // drops it once the app is restored). SYS_RESOURCE (which would let criu
 // raise RLIMIT_NOFILE) is left out: hosts whose bounding set lacks it
@@ -57,7 +59,7 @@ func DMTCPCapabilities() []string { return []string{"SYS_ADMIN", "SYS_CHROOT", "
 // no more and the restored app holds no more. Use them with
 // CRIUSecurityOpt and CRIUDevices.
 func CRIUCapabilities() []string {
-	return append(append(DMTCPCapabilities(), "SYS_PTRACE", "DAC_READ_SEARCH", "NET_ADMIN", "SYS_TIME"),
+	return append(append(DMTCPCapabilities(), "SYS_PTRACE", "DAC_READ_SEARCH", "NET_ADMIN", "IPC_OWNER", "SYS_TIME"),
 		CRIUAppCapabilities()...)
 }
 
