@@ -56,12 +56,12 @@ func (sb *sandbox) startPIDInit(ctx context.Context, in pidInit) (*exec.Cmd, err
 	defer r.Close()
 	var stderr bytes.Buffer
 	cmd := &exec.Cmd{
-		Path:        in.sh,
-		Args:        []string{"sh", "-c", initScript, "init", root, strconv.Itoa(in.lastPID)},
-		Env:         []string{"PATH=" + defaultPath},
-		Dir:         "/",
-		Stdout:      w,
-		Stderr:      &stderr,
+		Path:   in.sh,
+		Args:   []string{"sh", "-c", initScript, "init", root, strconv.Itoa(in.lastPID)},
+		Env:    []string{"PATH=" + defaultPath},
+		Dir:    "/",
+		Stdout: w,
+		Stderr: &stderr,
 		// An IPC namespace of its own too, which a launched app joins
 		// (sandbox.doApp): criu dumps System V IPC (PostgreSQL's
 		// shared memory segment) only from an IPC namespace other than

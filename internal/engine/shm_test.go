@@ -114,4 +114,3 @@ func TestCRIUSharedMemory(t *testing.T) {
 		t.Errorf("restored: %q; want both tokens as checkpointed", got)
 	}
 }
-
