@@ -60,8 +60,12 @@ func psRun(ctx context.Context, opts *PsOptions) error {
 				// On no node: what it holds in the cluster instead.
 				node, addrs = "-", []string{fmt.Sprintf("held: checkpoint %s, files %s", mibs(s.Bytes), mibs(s.EnvBytes))}
 			}
+			ready := total.Round(time.Millisecond).String()
+			if d.Status.Phase != spec.PhaseRunning {
+				ready = "-" // its phases are a suspend's, or a deploy's under way
+			}
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.ID, d.App, node, d.Status.Phase, mode, d.Status.Gen,
-				total.Round(time.Millisecond), strings.Join(addrs, ","))
+				ready, strings.Join(addrs, ","))
 		}
 	})
 }

@@ -79,7 +79,7 @@ func suspendRun(ctx context.Context, o *LifecycleOptions) error {
 	}
 	fmt.Fprintf(o.F.ErrOut, "==> suspending %s on %s\n", d.ID, d.Node)
 	if o.Wait {
-		if d, err = followLifecycle(ctx, o.F, st, o.ID, func(d state.Deployment) bool {
+		if d, err = followLifecycle(ctx, o.F, st, o.ID, spec.PhaseRunning, func(d state.Deployment) bool {
 			return d.Status.Phase == spec.PhaseSuspended || d.Status.Phase == spec.PhaseFailed
 		}); err != nil {
 			return err
@@ -103,7 +103,7 @@ func resumeRun(ctx context.Context, o *LifecycleOptions) error {
 	}
 	fmt.Fprintf(o.F.ErrOut, "==> resuming %s on %s (%s)\n", d.ID, d.Node, d.Placement)
 	if o.Wait {
-		if d, err = followLifecycle(ctx, o.F, st, o.ID, func(d state.Deployment) bool {
+		if d, err = followLifecycle(ctx, o.F, st, o.ID, spec.PhaseSuspended, func(d state.Deployment) bool {
 			p := d.Status.Phase
 			return p == spec.PhaseRunning || p == spec.PhaseFailed || p == spec.PhaseSuspended && d.Status.Error != ""
 		}); err != nil {
@@ -117,11 +117,16 @@ func resumeRun(ctx context.Context, o *LifecycleOptions) error {
 }
 
 // followLifecycle follows deployment id until done, printing each phase
-// as it passes; a deployment that failed, or is Suspended with the error
-// of its resume, is an error.
-func followLifecycle(ctx context.Context, f *Factory, st *state.Store, id string, done func(state.Deployment) bool) (state.Deployment, error) {
+// of the suspend or resume as it passes (none while its status is still
+// in phase from, whose phases are those of what came before); a
+// deployment that failed, or is Suspended with the error of its resume,
+// is an error.
+func followLifecycle(ctx context.Context, f *Factory, st *state.Store, id string, from spec.Phase, done func(state.Deployment) bool) (state.Deployment, error) {
 	seen := 0
 	d, err := st.Follow(ctx, id, func(d state.Deployment) bool {
+		if d.Status.Phase == from {
+			return done(d)
+		}
 		ts := d.Status.Timings
 		if s := d.Status.Suspension; s != nil && d.Status.Phase == spec.PhaseSuspended {
 			ts = s.Timings

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/envtest"
 )
@@ -51,6 +52,30 @@ func TestSuspendResumeCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "Suspended") || !strings.Contains(out, "held: checkpoint 3.0 MiB, files 1.0 MiB") {
 		t.Errorf("ps with web-1 suspended = exit %d\n%s%s; want it Suspended with what it holds", code, out, errOut)
 	}
+	if f := strings.Fields(lineOf(out, "web-1")); len(f) < 7 || f[6] != "-" {
+		t.Errorf("ps: web-1 suspended has READY-IN %v; want -", f)
+	}
+
+	// suspend --wait shows the suspend's phases, not the deploy's before.
+	if err := st.CreateDeployment(ctx, state.Desired{ID: "web-2", App: "web", Node: "n1", Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	deployed := spec.Instance{Phase: spec.PhaseRunning, Node: "n1", Timings: layering.Timings{{Name: "restart", Duration: time.Second}}}
+	if err := st.SetStatus(ctx, "web-2", state.Status{Instance: deployed}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for d, _ := st.Deployment(ctx, "web-2"); !d.Suspend; d, _ = st.Deployment(ctx, "web-2") {
+			time.Sleep(20 * time.Millisecond)
+		}
+		s2 := susp
+		s2.Timings = layering.Timings{{Name: "checkpoint", Duration: 400 * time.Millisecond}, {Name: "store", Duration: 300 * time.Millisecond}}
+		_ = st.SetSuspended(ctx, "web-2", s2, nil)
+	}()
+	if code, out, errOut := run("suspend", "web-2", "--wait"); code != 0 || !strings.Contains(errOut, "400ms") ||
+		strings.Contains(errOut, "restart") {
+		t.Errorf("suspend --wait = exit %d\n%s%s; want the suspend's phases alone", code, out, errOut)
+	}
 	for _, bad := range [][]string{{"resume", "web-1", "--node", "../n1"}, {"resume"}, {"migrate", "web-1", "--node", "a b"},
 		{"node", "drain", "n1", "--parallel", "0"}, {"node", "drain", "../n1"}} {
 		if code, out, errOut := run(bad...); code == 0 || errOut == "" {
@@ -66,4 +91,14 @@ func TestSuspendResumeCommands(t *testing.T) {
 	if d, _ := st.Deployment(ctx, "web-1"); d.Node != "n2" || d.Suspend || d.Status.Phase != spec.PhasePending {
 		t.Errorf("after fogctl resume: %+v %s; want Pending on n2", d.Desired, d.Status.Phase)
 	}
+}
+
+// lineOf returns the first line of out that holds s.
+func lineOf(out, s string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, s) {
+			return l
+		}
+	}
+	return ""
 }
