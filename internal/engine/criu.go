@@ -253,8 +253,10 @@ func logTail(path string, n int) []string {
 }
 
 // Checkpoint implements Engine: criu dump -t PID -D dir --tcp-established
-// --file-locks, run inside the app's namespaces (so criu sees the app's
-// mounts, network and PIDs as its own and dumps no namespace). criu kills the
+// --skip-in-flight --file-locks, run inside the app's mount, network and
+// PID namespaces (criu sees them as its own and dumps none of them) but
+// not its IPC namespace, which criu dumps with its System V objects; the
+// files of the app's /dev/shm go with the image (saveShm). criu kills the
 // app once the image is written.
 func (c *CRIU) Checkpoint(ctx context.Context, proc Process, dir string) (img Image, err error) {
 	p, ok := proc.(*criuProc)
@@ -327,9 +329,12 @@ func (c *CRIU) dump(ctx context.Context, p *criuProc, info Info, dir string) (ti
 	defer d.Close()
 	logName := "dump-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ".log"
 	var out bytes.Buffer
+	// --skip-in-flight: a connection a client opened that the app has not
+	// accepted yet is dropped (the client connects again) rather than
+	// failing the dump of an app under load ("In-flight connection").
 	cmd := exec.CommandContext(ctx, info.Binaries["criu"], "dump", "-t", strconv.Itoa(target),
 		"-D", "/proc/self/fd/3", "--work-dir", p.inst, "-o", logName,
-		c.tcpFlag(), "--file-locks")
+		c.tcpFlag(), "--skip-in-flight", "--file-locks")
 	cmd.ExtraFiles = []*os.File{d}
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = &out, &out

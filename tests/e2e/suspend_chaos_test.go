@@ -19,14 +19,20 @@ import (
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
-// TestChaosSuspend: the agent of a redis's node is SIGKILLed right after
-// each step of a suspend (checkpoint, store, seal) and started
-// again: each time the suspend goes on from where it stopped, the
-// deployment ends Suspended, and a resume finds the key written before;
-// at the end nothing is left (the PoP's cleanup checks images, mappings,
-// mounts, containers and records).
+// TestChaosSuspend: under DMTCP and under CRIU, the agent of a redis's
+// node is SIGKILLed right after each step of a suspend (checkpoint,
+// store, seal) and started again: each time the suspend goes on from
+// where it stopped, the deployment ends Suspended, and a resume finds the
+// key written before; at the end nothing is left (the PoP's cleanup
+// checks images, mappings, mounts, containers and records).
 func TestChaosSuspend(t *testing.T) {
-	ctx, p, _, app := redisOnPoP(t, "e2e-chaos-susp", engine.NameDMTCP, nil, "n1")
+	for _, eng := range []engine.Name{engine.NameDMTCP, engine.NameCRIU} {
+		t.Run(string(eng), func(t *testing.T) { testChaosSuspend(t, eng) })
+	}
+}
+
+func testChaosSuspend(t *testing.T, eng engine.Name) {
+	ctx, p, _, app := redisOnPoP(t, "e2e-chaos-susp", eng, nil, "n1")
 	api := "http://" + p.apis["n1"]
 	client := &http.Client{}
 	for _, step := range []deploy.Step{deploy.StepCheckpoint, deploy.StepStore, deploy.StepSeal} {
@@ -82,7 +88,8 @@ func startAgain(t *testing.T, p *pop, node string) string {
 // TestChaosMigrate: a migration asked of n1 (its caller then gone) goes
 // on when an agent is SIGKILLed midway and started again: n1's after its
 // suspend's store step and once it is Suspended (before or after it asked
-// the resume), n2's after its resume's container step. Each
+// the resume), n2's after its resume's fetch step and its container
+// step. Each
 // time the deployment ends Running on n2 alone with the key written
 // before, and nothing is left on n1.
 func TestChaosMigrate(t *testing.T) {
@@ -92,7 +99,8 @@ func TestChaosMigrate(t *testing.T) {
 		node  string
 		phase spec.Phase
 		step  deploy.Step
-	}{{"n1", spec.PhaseSuspending, deploy.StepStore}, {"n1", spec.PhaseSuspended, ""}, {"n2", spec.PhaseResuming, deploy.StepContainer}} {
+	}{{"n1", spec.PhaseSuspending, deploy.StepStore}, {"n1", spec.PhaseSuspended, ""}, {"n2", spec.PhaseResuming, deploy.StepFetch},
+		{"n2", spec.PhaseResuming, deploy.StepContainer}} {
 		dep := createOn(ctx, t, client, "http://"+p.apis["n1"], app.Name, "n1")
 		at := string(kill.step) + " step"
 		if kill.step == "" {
