@@ -25,33 +25,9 @@ func saveShm(sb *sandbox, root, dir string) (n int64, err error) {
 	if root == "" {
 		return 0, nil
 	}
-	err = sb.do(func() error {
-		src := filepath.Join(root, "dev", "shm")
-		ents, err := os.ReadDir(src)
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		dst := filepath.Join(dir, shmImageDir)
-		for _, e := range ents {
-			if !e.Type().IsRegular() {
-				continue
-			}
-			if err := os.MkdirAll(dst, 0o700); err != nil {
-				return err
-			}
-			c, err := copyShmFile(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name()))
-			if err == nil {
-				err = os.Remove(filepath.Join(src, e.Name()))
-			}
-			if err != nil {
-				return fmt.Errorf("save /dev/shm/%s: %w", e.Name(), err)
-			}
-			n += c
-		}
-		return nil
+	err = sb.do(func() (err error) {
+		n, err = copyShmFiles(filepath.Join(root, "dev", "shm"), filepath.Join(dir, shmImageDir), true, "save")
+		return err
 	})
 	return n, err
 }
@@ -62,25 +38,46 @@ func saveShm(sb *sandbox, root, dir string) (n int64, err error) {
 // share it.
 func restoreShm(sb *sandbox, root, imgDir string) error {
 	src := filepath.Join(imgDir, shmImageDir)
-	ents, err := os.ReadDir(src)
-	if errors.Is(err, os.ErrNotExist) || len(ents) == 0 {
+	if _, err := os.Stat(src); errors.Is(err, os.ErrNotExist) {
 		return nil
-	}
-	if err != nil {
-		return err
 	}
 	return sb.do(func() error {
-		dst := filepath.Join(root, "dev", "shm")
-		for _, e := range ents {
-			if !e.Type().IsRegular() {
-				continue
-			}
-			if _, err := copyShmFile(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())); err != nil {
-				return fmt.Errorf("restore /dev/shm/%s: %w", e.Name(), err)
+		_, err := copyShmFiles(src, filepath.Join(root, "dev", "shm"), false, "restore")
+		return err
+	})
+}
+
+// copyShmFiles copies the regular files of directory src into dst,
+// removing each from src once copied when move is set (a save, which
+// makes dst: a restore's is the root's /dev/shm), and returns their
+// bytes. A missing src holds nothing.
+func copyShmFiles(src, dst string, move bool, verb string) (n int64, err error) {
+	ents, err := os.ReadDir(src)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		if move {
+			if err := os.MkdirAll(dst, 0o700); err != nil {
+				return n, err
 			}
 		}
-		return nil
-	})
+		c, err := copyShmFile(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name()))
+		if err == nil && move {
+			err = os.Remove(filepath.Join(src, e.Name()))
+		}
+		if err != nil {
+			return n, fmt.Errorf("%s /dev/shm/%s: %w", verb, e.Name(), err)
+		}
+		n += c
+	}
+	return n, nil
 }
 
 // copyShmFile copies regular file src to new file dst (never through a
