@@ -17,16 +17,8 @@ import (
 // it; an unknown node, a bad name and a reason of two lines are refused
 // without a change.
 func TestNodeCordon(t *testing.T) {
-	endpoint, st := statetest.Start(t)
+	run, st := twoNodes(t)
 	ctx := context.Background()
-	run := runOn(endpoint, envtest.FakeLayering(t))
-	for _, n := range []string{"n1", "n2"} {
-		sess, err := st.Register(ctx, state.Node{Name: n, Capacity: 4}, 30)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sess.Close()
-	}
 	code, out, errOut := run("node", "cordon", "n1", "--reason", "disk replacement")
 	if code != 0 || !strings.Contains(out, "n1 cordoned since ") || !strings.Contains(out, "(disk replacement)") {
 		t.Fatalf("node cordon = exit %d\n%s%s", code, out, errOut)
@@ -65,4 +57,19 @@ func TestNodeCordon(t *testing.T) {
 	if n, _ := st.Node(ctx, "n1"); n.Cordon != nil {
 		t.Errorf("n1 after uncordon: %+v", n.Cordon)
 	}
+}
+
+// twoNodes starts an embedded etcd with nodes n1 and n2 registered (their
+// sessions closed at the test's end) and returns fogctl run against it.
+func twoNodes(t *testing.T) (func(args ...string) (int, string, string), *state.Store) {
+	t.Helper()
+	endpoint, st := statetest.Start(t)
+	for _, n := range []string{"n1", "n2"} {
+		sess, err := st.Register(context.Background(), state.Node{Name: n, Capacity: 4}, 30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sess.Close() })
+	}
+	return runOn(endpoint, envtest.FakeLayering(t)), st
 }

@@ -8,9 +8,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
-	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
-	"github.com/fogdeploy/fogdeploy/rbd-layering/envtest"
 )
 
 // `fogctl suspend` asks the node of a Running deployment to suspend it
@@ -19,16 +17,8 @@ import (
 // places it; a bad --node or a missing ID is a usage error; `fogctl node
 // drain` of a bad name or --parallel is refused, changing nothing.
 func TestSuspendResumeCommands(t *testing.T) {
-	endpoint, st := statetest.Start(t)
+	run, st := twoNodes(t)
 	ctx := context.Background()
-	run := runOn(endpoint, envtest.FakeLayering(t))
-	for _, n := range []string{"n1", "n2"} {
-		sess, err := st.Register(ctx, state.Node{Name: n, Capacity: 4}, 30)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sess.Close()
-	}
 	if err := st.CreateDeployment(ctx, state.Desired{ID: "web-1", App: "web", Node: "n1", Created: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
