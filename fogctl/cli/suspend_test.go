@@ -81,6 +81,21 @@ func TestSuspendResumeCommands(t *testing.T) {
 	if d, _ := st.Deployment(ctx, "web-1"); d.Node != "n2" || d.Suspend || d.Status.Phase != spec.PhasePending {
 		t.Errorf("after fogctl resume: %+v %s; want Pending on n2", d.Desired, d.Status.Phase)
 	}
+
+	// resume --wait shows the resume's phases, not the suspend's before.
+	go func() {
+		for d, _ := st.Deployment(ctx, "web-2"); d.Status.Phase != spec.PhasePending; d, _ = st.Deployment(ctx, "web-2") {
+			time.Sleep(20 * time.Millisecond)
+		}
+		clone := layering.Phase{Name: "clone", Duration: 30 * time.Millisecond}
+		_ = st.SetStatus(ctx, "web-2", state.Status{Instance: spec.Instance{Phase: spec.PhaseResuming, Node: "n1", Timings: layering.Timings{clone}}})
+		_ = st.SetStatus(ctx, "web-2", state.Status{Instance: spec.Instance{Phase: spec.PhaseRunning, Node: "n1",
+			Timings: layering.Timings{clone, {Name: "restart", Duration: 50 * time.Millisecond}}}})
+	}()
+	if code, out, errOut := run("resume", "web-2", "--wait"); code != 0 || !strings.Contains(errOut, "clone") ||
+		!strings.Contains(errOut, "restart") || strings.Contains(errOut, "400ms") {
+		t.Errorf("resume --wait = exit %d\n%s%s; want the resume's phases alone", code, out, errOut)
+	}
 }
 
 // lineOf returns the first line of out that holds s.

@@ -144,7 +144,8 @@ func (s *Store) requestResume(ctx context.Context, id, node string, eligible fun
 		d.Node, d.Placement, d.Suspend = pl.Node, pl.Reason, false
 		edit(&d.Desired)
 		st := d.Status
-		st.Phase, st.Node, st.Error, st.Hint, st.Updated = spec.PhasePending, pl.Node, "", "", time.Now().UTC()
+		// The suspend's timings are its suspension's; the resume's come next.
+		st.Phase, st.Node, st.Error, st.Hint, st.Timings, st.Updated = spec.PhasePending, pl.Node, "", "", nil, time.Now().UTC()
 		b, _ := json.Marshal(d.Desired)
 		sb, _ := json.Marshal(st)
 		n := pl.Node
