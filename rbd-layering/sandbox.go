@@ -9,9 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"runtime"
 	"strings"
 	"syscall"
+
+	"github.com/fogdeploy/fogdeploy/internal/osthread"
 
 	"golang.org/x/sys/unix"
 
@@ -107,14 +108,9 @@ func runStep(ctx context.Context, s stepSpec) (err error) {
 	}()
 	var tail tailBuffer
 	w := io.MultiWriter(&tail, s.out)
-	ch := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread leaves with what it changed (its
-		// root, its namespaces), and the runtime discards it.
-		runtime.LockOSThread()
-		ch <- sandboxed(ctx, s, inner, exports, w)
-	}()
-	err = <-ch
+	// On a thread of its own, which leaves with what it changed (its root,
+	// its namespaces).
+	err = osthread.Run(func() error { return sandboxed(ctx, s, inner, exports, w) })
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
 		return fmt.Errorf("RUN %s: %w: %w\n%s", s.command, ErrBuildStep, err, tail.String())

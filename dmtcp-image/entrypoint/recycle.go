@@ -169,7 +169,7 @@ func unmountUnder(root string) error {
 
 // mountsUnder lists the mount points below root in this mount namespace.
 func mountsUnder(root string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	f, err := os.Open("/proc/thread-self/mountinfo")
 	if err != nil {
 		return nil, err
 	}

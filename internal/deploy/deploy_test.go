@@ -33,6 +33,13 @@ func TestDeployRedisDMTCPContainer(t *testing.T) { testDeployRedis(t, "container
 func TestDeployRedisCRIU(t *testing.T)           { testDeployRedis(t, "host", engine.NameCRIU) }
 func TestDeployRedisCRIUContainer(t *testing.T)  { testDeployRedis(t, "container", engine.NameCRIU) }
 
+// TestDeployRedisDMTCPHost: DMTCP under the host driver (a trusted app).
+// Its sandboxes enter the instance's namespaces on threads of their own;
+// one that was the agent's main thread stayed in them, and the undeploys
+// after it looked for their overlay roots in an instance's namespace,
+// left them mounted and their loop devices held.
+func TestDeployRedisDMTCPHost(t *testing.T) { testDeployRedis(t, "host", engine.NameDMTCP) }
+
 // redisFixture returns a node fixture with driver, a context of 10
 // minutes, and a redis app of engine eng named after prefix, whose
 // deployments and generations the test's end removes. It skips (or fails,

@@ -6,9 +6,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
+
+	"github.com/fogdeploy/fogdeploy/internal/osthread"
 
 	"golang.org/x/sys/unix"
 
@@ -60,18 +61,12 @@ func newSandbox(spec sandboxSpec) (*sandbox, error) {
 	if !spec.mountNS && !spec.netNS {
 		return &sandbox{}, nil
 	}
-	type result struct {
-		sb  *sandbox
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: see sandbox
-		sb, err := buildSandbox(spec)
-		ch <- result{sb, err}
-	}()
-	r := <-ch
-	return r.sb, r.err
+	var sb *sandbox
+	err := osthread.Run(func() (err error) {
+		sb, err = buildSandbox(spec)
+		return err
+	})
+	return sb, err
 }
 
 func buildSandbox(spec sandboxSpec) (*sandbox, error) {
@@ -199,16 +194,12 @@ func (sb *sandbox) run(alone, app bool, fn func() error) error {
 	if !alone {
 		return fn()
 	}
-	ch := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread is discarded
+	return osthread.Run(func() error {
 		if err := enter(); err != nil {
-			ch <- err
-			return
+			return err
 		}
-		ch <- fn()
-	}()
-	return <-ch
+		return fn()
+	})
 }
 
 func (sb *sandbox) enter(app bool) error {

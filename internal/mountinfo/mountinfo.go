@@ -31,10 +31,10 @@ func Unescape(s string) string {
 	return b.String()
 }
 
-// Under returns the mount points of this process's mount namespace that
+// Under returns the mount points of the calling thread's mount namespace that
 // are dir or below it.
 func Under(dir string) ([]string, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
 	if err != nil {
 		return nil, err
 	}

@@ -149,7 +149,7 @@ func findMount(target string, match func(fields []string) bool) (bool, error) {
 	if r, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = r
 	}
-	f, err := os.Open("/proc/self/mountinfo")
+	f, err := os.Open("/proc/thread-self/mountinfo")
 	if err != nil {
 		return false, err
 	}

@@ -4,8 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
+
+	"github.com/fogdeploy/fogdeploy/internal/osthread"
 
 	"golang.org/x/sys/unix"
 )
@@ -68,31 +69,14 @@ func detachIn(nsPath string, mountpoints []string) (int, error) {
 		return 0, nil // gone
 	}
 	defer f.Close()
-	// Our own namespace, to return to: a locked thread that ends is
-	// discarded, except the main thread, which the runtime parks instead.
-	// Parked in the app's namespace, it would pin that namespace and
-	// every mount in it (the app's clone) for the life of this process.
-	home, err := os.Open("/proc/thread-self/ns/mnt")
-	if err != nil {
-		return 0, err
-	}
-	defer home.Close()
-	type result struct {
-		n   int
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread is discarded
+	n := 0
+	err = osthread.Run(func() error {
 		if err := unix.Unshare(unix.CLONE_FS); err != nil {
-			ch <- result{0, fmt.Errorf("unshare fs: %w", err)}
-			return
+			return fmt.Errorf("unshare fs: %w", err)
 		}
 		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNS); err != nil {
-			ch <- result{0, fmt.Errorf("enter mount namespace %s: %w", nsPath, err)}
-			return
+			return fmt.Errorf("enter mount namespace %s: %w", nsPath, err)
 		}
-		n := 0
 		for _, m := range mountpoints {
 			if m == "" {
 				continue
@@ -101,12 +85,7 @@ func detachIn(nsPath string, mountpoints []string) (int, error) {
 				n++
 			}
 		}
-		if err := unix.Setns(int(home.Fd()), unix.CLONE_NEWNS); err != nil {
-			ch <- result{n, fmt.Errorf("return from mount namespace %s: %w", nsPath, err)}
-			return
-		}
-		ch <- result{n, nil}
-	}()
-	r := <-ch
-	return r.n, r.err
+		return nil
+	})
+	return n, err
 }
