@@ -271,12 +271,6 @@ func (d *Deployer) suspendable(ctx context.Context, rec Deployment) (spec.Genera
 	case rec.Mode != spec.ModeRestore || rec.Handle == nil || len(rec.Images) == 0:
 		return spec.Generation{}, no("it was booted without a checkpoint engine, which alone can save its memory",
 			"deploy it with mode restore (or auto, once its app has a generation)")
-	case rec.Handle.Driver == string(spec.DriverHost):
-		// The release of a host instance restored under DMTCP leaves its
-		// writable image's loop device held, with no mount or process of
-		// the node naming it: not yet understood.
-		return spec.Generation{}, no("it runs under the host driver, whose instances cannot be suspended yet",
-			"suspend apps that run in the light container (agent.dmtcp_driver and agent.criu_driver: container, the default)")
 	}
 	from, ok, err := catalog.ReadGen(ctx, d.deps.Store, rec.App, rec.Gen)
 	if err != nil {
