@@ -32,7 +32,7 @@ const (
 	ExitError       = 1 // any other failure
 	ExitInvalid     = 2 // bad flags, arguments, specs or config
 	ExitNotFound    = 3 // the environment, image or snapshot does not exist
-	ExitConflict    = 4 // it exists already, changed meanwhile, has clones, is in use, or is too deep
+	ExitConflict    = 4 // it exists already, changed meanwhile, has clones, is in use, is too deep, or is in the wrong phase
 	ExitUnavailable = 5 // Ceph, dockerd or etcd did not answer in time, or the pool or disk is full
 	ExitInterrupted = 130
 )
@@ -42,7 +42,7 @@ const exitCodeHelp = `Exit codes:
   1    failure
   2    invalid input (flags, names, sizes, build files, config)
   3    not found (environment, image, app, node or deployment)
-  4    conflict: already exists, changed meanwhile, has clones, in use, or clone chain too deep
+  4    conflict: already exists, changed meanwhile, has clones, in use, clone chain too deep, or a deployment not in the phase asked
   5    storage, docker or etcd unavailable (timeout), a full pool or disk, or no ready node
   130  interrupted`
 
@@ -282,7 +282,7 @@ func exitCode(err error, ctx context.Context) int {
 		return ExitNotFound
 	case errors.Is(err, layering.ErrExists), errors.Is(err, layering.ErrHasChildren),
 		errors.Is(err, layering.ErrBusy), errors.Is(err, layering.ErrTooDeep), errors.Is(err, layering.ErrConflict),
-		errors.Is(err, state.ErrExists), errors.Is(err, state.ErrInUse):
+		errors.Is(err, state.ErrExists), errors.Is(err, state.ErrInUse), errors.Is(err, state.ErrConflict):
 		return ExitConflict
 	case cause == state.CauseUnavailable, errors.Is(err, state.ErrNoNode):
 		return ExitUnavailable

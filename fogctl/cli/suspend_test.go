@@ -22,8 +22,8 @@ func TestSuspendResumeCommands(t *testing.T) {
 	if err := st.CreateDeployment(ctx, state.Desired{ID: "web-1", App: "web", Node: "n1", Created: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if code, out, errOut := run("suspend", "web-1"); code == 0 || !strings.Contains(errOut, "suspend a Running deployment") {
-		t.Errorf("suspend of a Pending deployment = exit %d\n%s%s; want refused with a hint", code, out, errOut)
+	if code, out, errOut := run("suspend", "web-1"); code != ExitConflict || !strings.Contains(errOut, "suspend a Running deployment") {
+		t.Errorf("suspend of a Pending deployment = exit %d\n%s%s; want refused as a conflict (4) with a hint", code, out, errOut)
 	}
 	if err := st.SetStatus(ctx, "web-1", state.Status{Instance: spec.Instance{Phase: spec.PhaseRunning, Node: "n1"}}); err != nil {
 		t.Fatal(err)
