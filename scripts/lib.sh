@@ -46,8 +46,18 @@ fd_pidfile_pid() {
 	local pid=
 	[[ -r $1 ]] || return 1
 	read -r pid <"$1" 2>/dev/null || [[ -n $pid ]] || return 1 # dockerd writes no trailing newline
-	[[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+	[[ $pid =~ ^[0-9]+$ ]] && fd_alive "$pid" || return 1
 	printf '%s\n' "$pid"
+}
+
+# Succeed if process $1 runs: it exists and is not a zombie (killed, its
+# parent gone, and not reaped yet).
+fd_alive() {
+	local stat
+	kill -0 "$1" 2>/dev/null || return 1
+	read -r stat <"/proc/$1/stat" 2>/dev/null || return 1
+	stat=${stat##*) }
+	[[ ${stat%% *} != Z ]]
 }
 
 # Print the pids of processes whose argv[0] basename is one of the names in $1
@@ -87,7 +97,7 @@ fd_stop_pids() {
 	kill -TERM "$@" 2>/dev/null || true
 	for ((i = 0; i < bound * 20; i++)); do
 		left=()
-		for pid in "$@"; do kill -0 "$pid" 2>/dev/null && left+=("$pid"); done
+		for pid in "$@"; do fd_alive "$pid" && left+=("$pid"); done
 		((${#left[@]} == 0)) && return 0
 		sleep 0.05
 	done
@@ -95,7 +105,7 @@ fd_stop_pids() {
 	kill -KILL "${left[@]}" 2>/dev/null || true
 	for ((i = 0; i < 100; i++)); do
 		local alive=0
-		for pid in "${left[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+		for pid in "${left[@]}"; do fd_alive "$pid" && alive=1; done
 		((alive == 0)) && return 0
 		sleep 0.05
 	done
