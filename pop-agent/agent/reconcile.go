@@ -123,9 +123,9 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 		if json.Unmarshal(kv.Value, &dsr) != nil {
 			continue
 		}
-		if dsr.Node == "" && dsr.Move != nil && dsr.Move.From == a.c.Node.Name {
-			// Suspended on its way from here: its next step (MoveOn
-			// does nothing if none is due).
+		if dsr.Node == "" && dsr.Move != nil && a.carriesOn(*dsr.Move) {
+			// Suspended on its way: its next step (MoveOn does nothing
+			// if none is due, and one node alone takes it).
 			a.spawn(ctx, dsr.ID, func(ctx context.Context) { a.moveOn(ctx, dsr.ID) })
 		}
 		if dsr.Node != a.c.Node.Name {

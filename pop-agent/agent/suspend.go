@@ -108,6 +108,15 @@ func (a *agent) moveOn(ctx context.Context, id string) {
 	}
 }
 
+// carriesOn reports whether this node takes the next step of migration m
+// at its resync: the source, whose suspend ends with it, and the target (or
+// every node, where placement picks it), so that a migration whose source
+// node was lost once its instance was Suspended still goes on.
+func (a *agent) carriesOn(m state.Move) bool {
+	me := a.c.Node.Name
+	return m.From == me || m.To == me || m.To == ""
+}
+
 // resume restores suspended deployment dsr on this node. A resume that
 // fails leaves it Suspended again, with why, its suspension intact.
 func (a *agent) resume(ctx context.Context, dsr state.Desired, app spec.App, susp spec.Suspension) {

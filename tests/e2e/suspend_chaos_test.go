@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"slices"
 	"syscall"
@@ -134,6 +135,42 @@ func TestChaosMigrate(t *testing.T) {
 		t.Logf("%s killed after %s: Running on n2 with its key", kill.node, at)
 		undeployWait(ctx, t, p, dep.ID)
 	}
+
+	// The source lost for good once its instance is Suspended, before it
+	// asked the resume on the target: the target carries the move on.
+	dep := createOn(ctx, t, client, "http://"+p.apis["n1"], app.Name, "n1")
+	if _, err := testenv.RedisDo(ctx, nil, dep.Status.Ports[drivers.PortKey(6379, "tcp")], "SET", "k", "source-lost"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.st.RequestSuspend(ctx, dep.ID); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := p.st.Follow(ctx, dep.ID, func(d state.Deployment) bool {
+		return d.Status.Phase == spec.PhaseSuspended || d.Status.Phase == spec.PhaseFailed
+	}); err != nil || d.Status.Phase != spec.PhaseSuspended {
+		t.Fatalf("suspend: %s, %v", d.Status.Phase, err)
+	}
+	p.stopAgent("n1", syscall.SIGKILL)
+	d, err := p.st.Deployment(ctx, dep.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Move = &state.Move{From: "n1", To: "n2", Started: time.Now().UTC()} // as RequestMigrate writes it
+	b, _ := json.Marshal(d.Desired)
+	if _, err := p.st.Client().Put(ctx, state.DeploymentsPrefix+dep.ID, string(b)); err != nil {
+		t.Fatal(err)
+	}
+	d, err = p.st.Follow(ctx, dep.ID, func(d state.Deployment) bool {
+		return d.Status.Phase == spec.PhaseRunning && d.Node == "n2" || d.Status.Phase == spec.PhaseFailed
+	})
+	if err != nil || d.Status.Phase != spec.PhaseRunning {
+		t.Fatalf("n1 lost with the instance Suspended mid-move: %s on %s (%s), %v; want Running on n2", d.Status.Phase, d.Node, d.Status.Error, err)
+	}
+	if got, err := testenv.RedisDo(ctx, nil, d.Status.Ports[drivers.PortKey(6379, "tcp")], "GET", "k"); err != nil || got != "source-lost" {
+		t.Errorf("n1 lost mid-move, moved: GET k = %q, %v; want source-lost", got, err)
+	}
+	p.startAgent("n1", "")
+	undeployWait(ctx, t, p, dep.ID)
 }
 
 // undeployWait withdraws deployments ids and waits until their agents
