@@ -12,12 +12,11 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/fogdeploy/fogdeploy/internal/osthread"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/netup"
+	"github.com/fogdeploy/fogdeploy/internal/osthread"
 	"github.com/fogdeploy/fogdeploy/internal/procfs"
 )
 

@@ -9,11 +9,10 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/fogdeploy/fogdeploy/internal/osthread"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/fogdeploy/fogdeploy/internal/netup"
+	"github.com/fogdeploy/fogdeploy/internal/osthread"
 	"github.com/fogdeploy/fogdeploy/internal/procfs"
 )
 

@@ -6,9 +6,9 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/fogdeploy/fogdeploy/internal/osthread"
-
 	"golang.org/x/sys/unix"
+
+	"github.com/fogdeploy/fogdeploy/internal/osthread"
 )
 
 // DetachCopies lazily unmounts each of the mount points in every mount
