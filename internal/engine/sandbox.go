@@ -23,7 +23,8 @@ import (
 // Go cannot run code between fork and exec, so the namespaces are made on a
 // locked OS thread: unshare there, mount there, and start the children from
 // there (they inherit the thread's namespaces). Such a thread is never
-// unlocked, so the Go runtime discards it instead of reusing it. The
+// unlocked, so the Go runtime discards it instead of reusing it, and is
+// never the main thread, which it could not discard (osthread.Run). The
 // sandbox keeps one fd per namespace; later steps (start the coordinator,
 // run criu dump, attach a checkpoint directory) re-enter the namespaces with
 // setns on a fresh locked thread. The namespaces die when the fds are closed
