@@ -356,6 +356,3 @@ func startStep(ctx context.Context, s stepSpec, rfd int, inner, exports string, 
 	goW.Close()
 	return cmd.Wait()
 }
-
-// devNodes are the host's device nodes a step's /dev holds (bound).
-var devNodes = []string{"null", "zero", "full", "random", "urandom", "tty"}

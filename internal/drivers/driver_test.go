@@ -72,19 +72,24 @@ func containerCRIUSuite(t *testing.T, user string) {
 
 // TestDriverSuiteHost runs the driver suite on the Host driver: redis
 // under CRIU, chrooted into mounted clones of a redis environment in the
-// dev pool.
-func TestDriverSuiteHost(t *testing.T) {
+// dev pool; no process of the instance holds a capability.
+func TestDriverSuiteHost(t *testing.T) { hostSuite(t, engine.NameCRIU) }
+
+// TestDriverSuiteHostDMTCP is TestDriverSuiteHost under DMTCP.
+func TestDriverSuiteHostDMTCP(t *testing.T) { hostSuite(t, engine.NameDMTCP) }
+
+func hostSuite(t *testing.T, eng engine.Name) {
 	f := deploytest.NewFixture(t, "host")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := f.Host.Check(ctx, engine.NameCRIU); err != nil {
-		testenv.Unavailable(t, testenv.CRIU, err.Error())
+	if _, err := f.Host.Check(ctx, eng); err != nil {
+		testenv.Unavailable(t, string(eng), err.Error())
 	}
 	drivertest.RunSuite(t, func(t *testing.T) drivertest.Harness {
 		env, ckpt := f.Mount(t, mountID())
 		// After Mount: the mapper's own processes are not the driver's.
-		return drivertest.Harness{Driver: f.Host, Engine: engine.NameCRIU, EnvPath: env, CkptPath: ckpt,
-			Leftovers: drivertest.ProcessLeftovers()}
+		return drivertest.Harness{Driver: f.Host, Engine: eng, EnvPath: env, CkptPath: ckpt,
+			Leftovers: drivertest.ProcessLeftovers(), CheckAppCaps: true, NetPidIsApp: true}
 	})
 }
 

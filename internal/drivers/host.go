@@ -209,9 +209,9 @@ func (d *Host) Start(ctx context.Context, h Handle) (_ Handle, err error) {
 	return in.handle(d.Name()), nil
 }
 
-// Exec implements Driver: argv runs chrooted into the instance's clone in
-// its network namespace (nsenter), with the app's environment, as root like
-// the host driver's apps.
+// Exec implements Driver: argv runs as the app does, in its namespaces
+// (mount, network, IPC, PID), chrooted into the instance's clone, as root
+// without capabilities (engine.StartIn), with the app's environment.
 func (d *Host) Exec(ctx context.Context, h Handle, e Exec) (runtime.ExecResult, error) {
 	if len(e.Argv) == 0 {
 		return runtime.ExecResult{}, fmt.Errorf("exec in host instance %s: no command: %w", h.Ref, spec.ErrInvalidSpec)
@@ -229,13 +229,16 @@ func (d *Host) Exec(ctx context.Context, h Handle, e Exec) (runtime.ExecResult, 
 	if proc == nil {
 		return runtime.ExecResult{}, fmt.Errorf("host instance %s: %w (not started)", h.Ref, spec.ErrNotFound)
 	}
-	argv := append([]string{"nsenter", "--net=/proc/" + strconv.Itoa(proc.Pid()) + "/ns/net", "--", "chroot", run.EnvPath}, e.Argv...)
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = append(appEnv(append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"},
-		run.ImageEnv...), run.App.Environment), e.Env...)
 	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
+	cmd := &exec.Cmd{Args: e.Argv, Stdout: &out, Stderr: &out,
+		Env: append(appEnv(append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"},
+			run.ImageEnv...), run.App.Environment), e.Env...)}
+	if err := engine.StartIn(proc.Pid(), run.EnvPath, cmd); err != nil {
+		return runtime.ExecResult{}, fmt.Errorf("exec in host instance %s: %w", h.Ref, err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = cmd.Process.Kill() })
+	err = cmd.Wait()
+	stop()
 	res := runtime.ExecResult{Output: out.String()}
 	if len(res.Output) > runtime.MaxExecOutput {
 		res.Output = res.Output[:runtime.MaxExecOutput]

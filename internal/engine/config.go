@@ -53,6 +53,13 @@ type Config struct {
 	// instance has another address than the one its connections had, and
 	// the container has no iptables to lock them with.
 	TCPClose bool
+	// Confine applies to apps in a Root: the app and the engine's
+	// processes beside it (DMTCP's coordinator, its commands) hold no
+	// capability and cannot gain one (no_new_privs), even as root, and the
+	// root gets a private /dev (internal/devfs) instead of the host's. The
+	// host driver's engines set it; the light container's entrypoint drops
+	// its app's capabilities itself and has Docker's /dev.
+	Confine bool
 }
 
 // Validate returns every problem with the configuration.

@@ -147,7 +147,8 @@ func (c *CRIU) Launch(ctx context.Context, spec LaunchSpec) (_ Process, err erro
 			p.abort()
 		}
 	}()
-	if p.sb, err = newSandbox(sandboxSpec{mountNS: spec.Root != "", netNS: spec.NetNS, root: spec.Root}); err != nil {
+	if p.sb, err = newSandbox(sandboxSpec{mountNS: spec.Root != "", netNS: spec.NetNS, root: spec.Root,
+		confine: c.cfg.Confine && spec.Root != ""}); err != nil {
 		return nil, fmt.Errorf("launch %s: sandbox: %w", spec.Argv[0], err)
 	}
 	if spec.Root != "" {
@@ -174,7 +175,7 @@ func (c *CRIU) Launch(ctx context.Context, spec LaunchSpec) (_ Process, err erro
 		ExtraFiles:  closeInherited(nil),
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Chroot: spec.Root},
 	}
-	if err = p.sb.doApp(cmd.Start); err != nil {
+	if err = p.sb.doConfined(cmd.Start); err != nil {
 		return nil, WithOutput(fmt.Errorf("launch %s: %w (%w)", spec.Argv[0], ErrLaunch, err), "the app", p.out.last(10))
 	}
 	p.out.started()
@@ -409,7 +410,8 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 	}()
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	if p.sb, err = newSandbox(sandboxSpec{mountNS: true, netNS: spec.NetNS, root: img.Root, rootSrc: spec.Root}); err != nil {
+	if p.sb, err = newSandbox(sandboxSpec{mountNS: true, netNS: spec.NetNS, root: img.Root, rootSrc: spec.Root,
+		confine: c.cfg.Confine}); err != nil {
 		return nil, fmt.Errorf("restore %s: sandbox: %w (%w)", img.Dir, ErrRestore, err)
 	}
 	if err = c.startInit(ctx, p, 0); err != nil {

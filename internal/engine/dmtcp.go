@@ -2,12 +2,14 @@ package engine
 
 import (
 	"context"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,9 +32,56 @@ import (
 type DMTCP struct {
 	cfg Config
 
-	mu   sync.Mutex
-	info *Info // cached successful Check
+	mu    sync.Mutex
+	info  *Info // cached successful Check
+	tools dmtcpTools
 }
+
+// dmtcpTools are the host programs an instance in a root needs: sh for
+// the placeholder init of its PID namespace, and a static busybox bound
+// into the root as the parent of dmtcp_launch and dmtcp_restart there
+// (DMTCP fails to start a process whose parent is outside its PID
+// namespace: "Unable to open /proc/self/stat").
+type dmtcpTools struct {
+	sh, busybox string
+	err         error // why they are missing
+}
+
+// findDMTCPTools looks the tools up on PATH.
+func findDMTCPTools() dmtcpTools {
+	var t dmtcpTools
+	var err error
+	if t.sh, err = exec.LookPath("sh"); err != nil {
+		t.err = fmt.Errorf("dmtcp engine in a root needs sh on PATH: %w", ErrUnavailable)
+		return t
+	}
+	if t.busybox, err = exec.LookPath("busybox"); err != nil || !staticELF(t.busybox) {
+		t.err = hint.With(fmt.Errorf("dmtcp engine in a root needs a static busybox on PATH (found %q): %w", t.busybox, ErrUnavailable),
+			"install busybox-static")
+	}
+	return t
+}
+
+// staticELF reports whether path is an ELF executable without a program
+// interpreter, which runs in any root.
+func staticELF(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return false
+		}
+	}
+	return true
+}
+
+// wrapperScript runs its arguments as a child and exits with its status:
+// the parent of dmtcp_launch and dmtcp_restart inside the app's PID
+// namespace.
+const wrapperScript = `"$@" & wait $!`
 
 var _ Engine = (*DMTCP)(nil)
 
@@ -85,6 +134,7 @@ func (d *DMTCP) Check(ctx context.Context) (Info, error) {
 	}
 	info := Info{Name: NameDMTCP, Version: f[len(f)-1], Prefix: prefix, Binaries: bins}
 	d.info = &info
+	d.tools = findDMTCPTools()
 	d.cfg.Logger.Debug("dmtcp found", "prefix", prefix, "version", info.Version)
 	return info, nil
 }
@@ -92,6 +142,7 @@ func (d *DMTCP) Check(ctx context.Context) (Info, error) {
 // dmtcpProc is the DMTCP side of a process.
 type dmtcpProc struct {
 	*process
+	init    *exec.Cmd // the PID namespace's placeholder init (in a root)
 	coord   *coordinator
 	ckptDir string // the checkpoint mount point, as the coordinator sees it
 	gzip    bool
@@ -125,7 +176,7 @@ func (d *DMTCP) Launch(ctx context.Context, spec LaunchSpec) (_ Process, err err
 			p.abort()
 		}
 	}()
-	if err = d.prepare(p, lay, spec.NetNS, spec.Stdout, spec.Stderr); err != nil {
+	if err = d.prepare(ctx, p, lay, spec.NetNS, spec.Stdout, spec.Stderr); err != nil {
 		return nil, fmt.Errorf("launch %s: %w", spec.Argv[0], err)
 	}
 	p.gzip = spec.Compression == "gzip"
@@ -144,14 +195,13 @@ func (d *DMTCP) Launch(ctx context.Context, spec LaunchSpec) (_ Process, err err
 		ExtraFiles:  closeInherited(nil),
 		SysProcAttr: &syscall.SysProcAttr{Chroot: spec.Root},
 	}
-	if err = p.sb.do(cmd.Start); err != nil {
+	if p.pid, err = p.startApp(ctx, lay, cmd); err != nil {
 		return nil, fmt.Errorf("launch %s: start dmtcp_launch: %w (%w)", spec.Argv[0], ErrLaunch, err)
 	}
 	p.out.started()
-	p.pid = cmd.Process.Pid
 	p.wait = func() (*os.ProcessState, error) { err := cmd.Wait(); return cmd.ProcessState, ignoreExitError(err) }
-	p.kill = func() { _ = cmd.Process.Kill(); p.coord.kill() }
-	p.teardown = func() { p.coord.stop(d, p.sb) }
+	p.kill = func() { _ = cmd.Process.Kill(); p.coord.kill(); p.killInit() }
+	p.teardown = func() { p.coord.stop(d, p.sb); p.endInit() }
 	p.supervise()
 
 	// The app runs once it has joined the coordinator.
@@ -188,6 +238,7 @@ func (p *dmtcpProc) abort() {
 		p.coord.kill()
 		<-p.coord.done
 	}
+	p.endInit()
 	if p.out != nil {
 		p.out.started()
 		p.out.finish(time.Second)
@@ -196,11 +247,78 @@ func (p *dmtcpProc) abort() {
 	os.RemoveAll(p.inst)
 }
 
-// prepare makes p's sandbox, starts its coordinator in there and opens
-// its output.
-func (d *DMTCP) prepare(p *dmtcpProc, lay dmtcpLayout, netNS bool, stdout, stderr io.Writer) (err error) {
-	if p.sb, err = newSandbox(lay.sandboxSpec(netNS)); err != nil {
+// initPid is the host pid of the PID namespace's init ("" without one).
+func (p *dmtcpProc) initPid() string {
+	if p.init == nil || p.init.Process == nil {
+		return ""
+	}
+	return strconv.Itoa(p.init.Process.Pid)
+}
+
+// killInit kills the placeholder init of p's PID namespace, if any: the
+// kernel then kills every process left in there.
+func (p *dmtcpProc) killInit() {
+	if p.init != nil && p.init.Process != nil {
+		_ = p.init.Process.Kill()
+	}
+}
+
+// endInit kills the init and waits for it.
+func (p *dmtcpProc) endInit() {
+	if p.init != nil && p.init.Process != nil {
+		_ = p.init.Process.Kill()
+		_ = p.init.Wait()
+	}
+}
+
+// startApp starts cmd (dmtcp_launch or dmtcp_restart) in p's sandbox and
+// returns the app's pid. In a root, cmd runs chrooted in the app's PID
+// namespace, holding no capability, as the child of the busybox wrapper
+// (wrapperScript): the pid is the wrapper's child, which execs into the
+// app.
+func (p *dmtcpProc) startApp(ctx context.Context, lay dmtcpLayout, cmd *exec.Cmd) (int, error) {
+	if lay.sh == "" {
+		if err := p.sb.do(cmd.Start); err != nil {
+			return 0, err
+		}
+		return cmd.Process.Pid, nil
+	}
+	cmd.Args = append([]string{"sh", "-c", wrapperScript, "sh", cmd.Path}, cmd.Args[1:]...)
+	cmd.Path = lay.sh
+	if err := p.sb.doConfined(cmd.Start); err != nil {
+		return 0, err
+	}
+	var pid int
+	err := pollUntil(ctx, time.Millisecond, nil, func() (bool, error) {
+		if kids := childrenOf(cmd.Process.Pid); len(kids) > 0 {
+			pid = kids[0]
+			return true, nil
+		}
+		if st, err := procStatus(cmd.Process.Pid, "State"); err != nil || strings.HasPrefix(st, "Z") {
+			return false, errors.New("the wrapper exited before it started its child")
+		}
+		return false, nil
+	})
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return 0, err
+	}
+	return pid, nil
+}
+
+// prepare makes p's sandbox, starts its PID namespace's init (in a root)
+// and its coordinator in there, and opens its output.
+func (d *DMTCP) prepare(ctx context.Context, p *dmtcpProc, lay dmtcpLayout, netNS bool, stdout, stderr io.Writer) (err error) {
+	if p.sb, err = newSandbox(lay.sandboxSpec(netNS, d.cfg.Confine)); err != nil {
 		return fmt.Errorf("sandbox: %w", err)
+	}
+	if lay.root != "" {
+		// The app's own PID namespace: it sees its processes, the
+		// wrapper and the init, nothing of the agent's.
+		if p.init, err = p.sb.startPIDInit(ctx, pidInit{sh: d.tools.sh, root: lay.root}); err != nil {
+			return err
+		}
 	}
 	if p.coord, err = d.startCoordinator(p.sb, lay); err != nil {
 		return err
@@ -238,6 +356,9 @@ func (d *DMTCP) checkInRoot(ctx context.Context, root string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
+	if root != "" && d.tools.err != nil {
+		return Info{}, d.tools.err
+	}
 	if root != "" && isSystemPrefix(info.Prefix) {
 		return Info{}, hint.With(fmt.Errorf("dmtcp prefix %s cannot be bound into root %s: %w", info.Prefix, root, ErrUnavailable),
 			"install DMTCP under its own prefix, e.g. /opt/dmtcp, and set Config.Prefix")
@@ -256,7 +377,13 @@ func (d *DMTCP) waitRestarted(p *dmtcpProc, cmd *exec.Cmd, orphan bool, ad *adop
 			ad.finish(nil)
 			return cmd.ProcessState, ignoreExitError(err)
 		}
-		app, aerr := d.adopt(p.process, p.coord)
+		// In a PID namespace of its own, the app is re-parented to its
+		// init, not to us: it is watched, not waited for.
+		parent := strconv.Itoa(os.Getpid())
+		if p.init != nil {
+			parent = p.initPid()
+		}
+		app, aerr := d.adopt(p.process, p.coord, parent)
 		reapGroup(cmd.Process.Pid)
 		if aerr != nil {
 			ad.finish(nil)
@@ -264,6 +391,9 @@ func (d *DMTCP) waitRestarted(p *dmtcpProc, cmd *exec.Cmd, orphan bool, ad *adop
 		}
 		p.setPid(app.Pid)
 		ad.finish(app)
+		if p.init != nil {
+			return nil, waitExit(app.Pid)
+		}
 		ps, err := app.Wait()
 		reapGroup(cmd.Process.Pid)
 		return ps, err
@@ -341,7 +471,7 @@ func (d *DMTCP) Checkpoint(ctx context.Context, proc Process, dir string) (img I
 	// -kc kills the app once its image is written.
 	p.reap(ctx)
 	img = Image{Engine: NameDMTCP, Version: info.Version, Dir: dir, Root: p.root, Argv: p.argv,
-		Created: time.Now(), Write: write, Generation: p.gen + 1, Orphan: ppid == "1"}
+		Created: time.Now(), Write: write, Generation: p.gen + 1, Orphan: ppid == "1" || ppid == p.initPid()}
 	if p.gzip {
 		img.Compression = "gzip"
 	}
@@ -413,28 +543,28 @@ func (d *DMTCP) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Pro
 			p.abort()
 		}
 	}()
-	if img.Orphan {
+	if img.Orphan && spec.Root == "" {
 		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 			return nil, fmt.Errorf("restore %s: become child subreaper: %w (%w)", img.Dir, ErrRestore, err)
 		}
 	}
-	if err = d.prepare(p, lay, spec.NetNS, spec.Stdout, spec.Stderr); err != nil {
+	if err = d.prepare(ctx, p, lay, spec.NetNS, spec.Stdout, spec.Stderr); err != nil {
 		return nil, fmt.Errorf("restore %s: %w (%w)", img.Dir, ErrRestore, err)
 	}
 	cmd := restartCmd(info, lay, img, spec.Root, p)
-	if err = p.sb.do(cmd.Start); err != nil {
+	if p.pid, err = p.startApp(ctx, lay, cmd); err != nil {
 		return nil, fmt.Errorf("restore %s: start dmtcp_restart: %w (%w)", img.Dir, ErrRestore, err)
 	}
 	p.out.started()
-	p.pid = cmd.Process.Pid
 	ad := &adoption{done: make(chan struct{})}
 	p.wait = d.waitRestarted(p, cmd, img.Orphan, ad)
 	p.kill = func() {
 		_ = cmd.Process.Kill()
 		ad.kill()
 		p.coord.kill()
+		p.killInit()
 	}
-	p.teardown = func() { p.coord.stop(d, p.sb) }
+	p.teardown = func() { p.coord.stop(d, p.sb); p.endInit() }
 	p.supervise()
 
 	if err = d.waitPeers(ctx, p.process, p.sb, p.coord, len(img.Files)); err != nil {

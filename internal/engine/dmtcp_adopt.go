@@ -5,6 +5,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -71,12 +72,12 @@ func reapGroup(pgid int) {
 
 // adopt finds the app that a forking dmtcp_restart left behind: a process
 // the coordinator lists (dmtcp_command -l prints PROG[virtPID:realPID])
-// once it has been re-parented to us. The intermediate process of the double
+// once it has been re-parented to self (us, or the init of its PID
+// namespace). The intermediate process of the double
 // fork is our child for a moment too, so the coordinator is the authority.
-func (d *DMTCP) adopt(p *process, c *coordinator) (*os.Process, error) {
+func (d *DMTCP) adopt(p *process, c *coordinator, self string) (*os.Process, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	self := strconv.Itoa(os.Getpid())
 	var last string
 	for ctx.Err() == nil {
 		out, err := c.command(ctx, p.sb, dmtcpctl.List)
@@ -92,4 +93,23 @@ func (d *DMTCP) adopt(p *process, c *coordinator) (*os.Process, error) {
 	}
 	return nil, fmt.Errorf("dmtcp_restart forked but no restored app was re-parented to pid %s (coordinator lists: %s): %w",
 		self, last, ErrRestore)
+}
+
+// waitExit waits until process pid, which is not our child, has exited
+// (its pidfd becomes readable).
+func waitExit(pid int) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("watch pid %d: %w", pid, err)
+	}
+	defer unix.Close(fd)
+	for {
+		_, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, -1)
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
 }

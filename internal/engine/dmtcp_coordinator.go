@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/dmtcpctl"
@@ -23,14 +24,18 @@ type coordinator struct {
 	done chan struct{}
 	bin  string   // dmtcp_command
 	log  *LogTail // its stderr
+	// root, if set, is the app's root: the coordinator and dmtcp_command
+	// run chrooted into it, holding no capability, so that the app finds
+	// nothing of the node through their /proc/PID/root.
+	root string
 }
 
 // startCoordinator starts dmtcp_coordinator inside sb, listening on a
 // 127.0.0.1 socket the engine made (handed over as fd 821).
 func (d *DMTCP) startCoordinator(sb *sandbox, lay dmtcpLayout) (*coordinator, error) {
 	info := *d.info
-	c := &coordinator{bin: info.Binaries["dmtcp_command"], done: make(chan struct{}), log: NewLogTail(20)}
-	err := sb.do(func() error {
+	c := &coordinator{bin: info.Binaries["dmtcp_command"], done: make(chan struct{}), log: NewLogTail(20), root: lay.root}
+	err := c.in(sb, func() error {
 		l, port, err := dmtcpctl.ListenLoopback()
 		if err != nil {
 			return err
@@ -39,7 +44,7 @@ func (d *DMTCP) startCoordinator(sb *sandbox, lay dmtcpLayout) (*coordinator, er
 		c.port = port
 		extra := make([]*os.File, dmtcpctl.CoordFD-2) // ExtraFiles[i] is fd 3+i
 		extra[dmtcpctl.CoordFD-3] = l
-		args := dmtcpctl.Coordinator{Port: port, CkptDir: lay.nsCkpt, TmpDir: lay.coordTmp, ExitOnLast: true}.Args()
+		args := dmtcpctl.Coordinator{Port: port, CkptDir: lay.coordCkpt, TmpDir: lay.coordTmp, ExitOnLast: true}.Args()
 		c.cmd = &exec.Cmd{
 			Path:       info.Binaries["dmtcp_coordinator"],
 			Args:       append([]string{"dmtcp_coordinator"}, args...),
@@ -49,6 +54,7 @@ func (d *DMTCP) startCoordinator(sb *sandbox, lay dmtcpLayout) (*coordinator, er
 			Stderr:     c.log,
 			ExtraFiles: extra,
 		}
+		c.chroot(c.cmd)
 		return c.cmd.Start()
 	})
 	if err != nil {
@@ -59,6 +65,22 @@ func (d *DMTCP) startCoordinator(sb *sandbox, lay dmtcpLayout) (*coordinator, er
 		close(c.done)
 	}()
 	return c, nil
+}
+
+// in runs fn, which starts a process of the coordinator's side, in sb:
+// confined in a root (sandbox.doConfined).
+func (c *coordinator) in(sb *sandbox, fn func() error) error {
+	if c.root != "" {
+		return sb.doConfined(fn)
+	}
+	return sb.do(fn)
+}
+
+// chroot makes cmd run in the coordinator's root, if it has one.
+func (c *coordinator) chroot(cmd *exec.Cmd) {
+	if c.root != "" {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: c.root}
+	}
 }
 
 func (c *coordinator) exited() bool {
@@ -80,7 +102,8 @@ func (c *coordinator) command(ctx context.Context, sb *sandbox, args ...string) 
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.WaitDelay = time.Second
-	if err := sb.do(cmd.Start); err != nil {
+	c.chroot(cmd)
+	if err := c.in(sb, cmd.Start); err != nil {
 		return "", err
 	}
 	err := cmd.Wait()

@@ -43,6 +43,23 @@ func TestCRIU(t *testing.T) {
 	enginetest.RunSuite(t, func(t *testing.T) engine.Engine { return engine.NewCRIU(newConfig(t)) })
 }
 
+// confined is newConfig with Config.Confine, as the host driver's
+// engines run: the suite's chrooted apps then run without capabilities,
+// with a private /dev.
+func confined(t *testing.T) engine.Config {
+	c := newConfig(t)
+	c.Confine = true
+	return c
+}
+
+func TestDMTCPConfined(t *testing.T) {
+	enginetest.RunSuite(t, func(t *testing.T) engine.Engine { return engine.NewDMTCP(confined(t)) })
+}
+
+func TestCRIUConfined(t *testing.T) {
+	enginetest.RunSuite(t, func(t *testing.T) engine.Engine { return engine.NewCRIU(confined(t)) })
+}
+
 // envPID1 marks the copy of this test binary that TestDMTCPAsPID1 runs.
 const envPID1 = "FOGDEPLOY_ENGINE_TEST_PID1"
 

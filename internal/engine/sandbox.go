@@ -5,12 +5,16 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fogdeploy/fogdeploy/internal/capset"
+	"github.com/fogdeploy/fogdeploy/internal/devfs"
 	"github.com/fogdeploy/fogdeploy/internal/netup"
 	"github.com/fogdeploy/fogdeploy/internal/osthread"
 	"github.com/fogdeploy/fogdeploy/internal/procfs"
@@ -37,6 +41,8 @@ type sandbox struct {
 	net    *os.File
 	pid    *os.File // set once a restore's PID namespace exists
 	ipc    *os.File // the IPC namespace of that PID namespace's init
+	// confine makes doConfined drop the capabilities of what it starts.
+	confine bool
 }
 
 // sandboxSpec says what to build.
@@ -47,19 +53,23 @@ type sandboxSpec struct {
 	rootSrc string      // if set and not root, bound on root first
 	mkdirs  []string    // directories to create in the root (after its tmpfs)
 	binds   []bindMount // done last
+	// confine gives the root a private /dev and makes doConfined drop
+	// capabilities (Config.Confine).
+	confine bool
 }
 
 type bindMount struct {
 	src, dst string // dst is a full path in the sandbox
 	ro       bool
 	mkdir    bool // create dst if missing
+	file     bool // dst is a file: create it empty if missing
 }
 
 // newSandbox makes the namespaces and mounts. On error nothing is left: the
 // half-built namespaces die with their thread.
 func newSandbox(spec sandboxSpec) (*sandbox, error) {
 	if !spec.mountNS && !spec.netNS {
-		return &sandbox{}, nil
+		return &sandbox{confine: spec.confine}, nil
 	}
 	var sb *sandbox
 	err := osthread.Run(func() (err error) {
@@ -96,7 +106,7 @@ func buildSandbox(spec sandboxSpec) (*sandbox, error) {
 				return nil, err
 			}
 		}
-		if err := mountRoot(spec.root, spec.mkdirs); err != nil {
+		if err := mountRoot(spec.root, spec.mkdirs, spec.confine); err != nil {
 			return nil, err
 		}
 	}
@@ -105,7 +115,7 @@ func buildSandbox(spec sandboxSpec) (*sandbox, error) {
 			return nil, err
 		}
 	}
-	sb := &sandbox{}
+	sb := &sandbox{confine: spec.confine}
 	var err error
 	if spec.mountNS {
 		if sb.mnt, err = os.Open("/proc/thread-self/ns/mnt"); err != nil {
@@ -122,6 +132,13 @@ func buildSandbox(spec sandboxSpec) (*sandbox, error) {
 }
 
 func bind(b bindMount) error {
+	if b.file {
+		f, err := os.OpenFile(b.dst, os.O_CREATE|os.O_WRONLY|unix.O_NOFOLLOW, 0o500)
+		if err != nil {
+			return fmt.Errorf("bind %s: %w", b.src, err)
+		}
+		f.Close()
+	}
 	if b.mkdir {
 		if err := os.MkdirAll(b.dst, 0o755); err != nil {
 			return err
@@ -138,8 +155,9 @@ func bind(b bindMount) error {
 	return nil
 }
 
-// mountRoot gives root its /proc, /dev and a fresh /tmp.
-func mountRoot(root string, mkdirs []string) error {
+// mountRoot gives root its /proc, /dev (the host's, or with privateDev a
+// private one) and a fresh /tmp.
+func mountRoot(root string, mkdirs []string, privateDev bool) error {
 	for _, d := range []string{"proc", "dev", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return err
@@ -151,7 +169,11 @@ func mountRoot(root string, mkdirs []string) error {
 	if err := procfs.Mount(root); err != nil {
 		return err
 	}
-	if err := unix.Mount("/dev", filepath.Join(root, "dev"), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+	if privateDev {
+		if err := mountPrivateDev(root); err != nil {
+			return err
+		}
+	} else if err := unix.Mount("/dev", filepath.Join(root, "dev"), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("bind /dev in %s: %w", root, err)
 	}
 	if err := unix.Mount("tmpfs", filepath.Join(root, "tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
@@ -165,20 +187,56 @@ func mountRoot(root string, mkdirs []string) error {
 	return nil
 }
 
+// mountPrivateDev mounts a private /dev on root's dev directory, which
+// must be a directory of root (no link is followed).
+func mountPrivateDev(root string) error {
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open root %s: %w", root, err)
+	}
+	defer unix.Close(rfd)
+	dev, err := unix.Openat2(rfd, "dev", &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
+		return fmt.Errorf("%s/dev (a directory of the root, not a link): %w", root, err)
+	}
+	defer unix.Close(dev)
+	if err := devfs.Mount(dev); err != nil {
+		return fmt.Errorf("private /dev in %s: %w", root, err)
+	}
+	return nil
+}
+
 // do runs fn on a fresh locked thread inside the sandbox's namespaces.
 // Processes that fn starts inherit them.
-func (sb *sandbox) do(fn func() error) error { return sb.run(false, false, fn) }
+func (sb *sandbox) do(fn func() error) error { return sb.run(runOpts{}, fn) }
 
 // doApp is do that also joins the IPC namespace of the sandbox's PID
 // namespace, where the app runs (criu runs outside it, to dump it).
-func (sb *sandbox) doApp(fn func() error) error { return sb.run(false, true, fn) }
+func (sb *sandbox) doApp(fn func() error) error { return sb.run(runOpts{app: true}, fn) }
+
+// doConfined is doApp for processes of the app's side (the app, DMTCP's
+// coordinator and commands): in a confining sandbox, what fn starts holds
+// no capability and cannot gain one (capset.ForExec), even as root; fn
+// itself keeps the thread's, so that a chroot before the execve still
+// works.
+func (sb *sandbox) doConfined(fn func() error) error {
+	return sb.run(runOpts{alone: true, app: true, confine: sb != nil && sb.confine}, fn)
+}
 
 // doAlone is do on a fresh locked thread even where the sandbox has no
 // namespace of its own, so that fn may change what only that thread
 // holds (its credentials) for the processes it starts.
-func (sb *sandbox) doAlone(fn func() error) error { return sb.run(true, false, fn) }
+func (sb *sandbox) doAlone(fn func() error) error { return sb.run(runOpts{alone: true}, fn) }
 
-func (sb *sandbox) run(alone, app bool, fn func() error) error {
+// runOpts says how run prepares the thread fn runs on.
+type runOpts struct {
+	alone   bool // a fresh locked thread even without a namespace to enter
+	app     bool // join the IPC namespace of the PID namespace's init
+	confine bool // drop the capabilities of what fn starts (capset.ForExec)
+}
+
+func (sb *sandbox) run(o runOpts, fn func() error) error {
 	enter := func() error { return nil }
 	if sb != nil {
 		sb.mu.RLock()
@@ -187,16 +245,21 @@ func (sb *sandbox) run(alone, app bool, fn func() error) error {
 			return fmt.Errorf("sandbox: %w", ErrExited)
 		}
 		if sb.mnt != nil || sb.net != nil || sb.pid != nil {
-			enter = func() error { return sb.enter(app) }
-			alone = true
+			enter = func() error { return sb.enter(o.app) }
+			o.alone = true
 		}
 	}
-	if !alone {
+	if !o.alone {
 		return fn()
 	}
 	return osthread.Run(func() error {
 		if err := enter(); err != nil {
 			return err
+		}
+		if o.confine {
+			if err := capset.ForExec(capset.Thread); err != nil {
+				return fmt.Errorf("drop the capabilities of the app's processes: %w", err)
+			}
 		}
 		return fn()
 	})
@@ -317,4 +380,42 @@ func NetNSDialer(pid int) DialFunc {
 		}
 		return c, err
 	}
+}
+
+// StartIn starts cmd beside the app of process pid, as the app runs under
+// a confining engine (Config.Confine): in its mount, network, IPC and PID
+// namespaces, chrooted into root (its root's path in that mount
+// namespace), holding no capability and unable to gain one. cmd.Args[0]
+// is looked up in the PATH of cmd.Env inside root; cmd.Dir is a directory
+// of root ("" is "/").
+func StartIn(pid int, root string, cmd *exec.Cmd) error {
+	if len(cmd.Args) == 0 {
+		return fmt.Errorf("start in pid %d: no command: %w", pid, ErrInvalid)
+	}
+	path, err := resolveArgv0(root, cmd.Args[0], cmd.Env)
+	if err != nil {
+		return err
+	}
+	sb := &sandbox{confine: true}
+	for _, ns := range []struct {
+		name string
+		f    **os.File
+	}{{"mnt", &sb.mnt}, {"net", &sb.net}, {"ipc", &sb.ipc}, {"pid", &sb.pid}} {
+		f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/" + ns.name)
+		if err != nil {
+			sb.close()
+			return fmt.Errorf("%s namespace of pid %d: %w", ns.name, pid, err)
+		}
+		*ns.f = f
+	}
+	defer sb.close()
+	cmd.Path = path
+	if cmd.Dir == "" {
+		cmd.Dir = "/"
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Chroot = root
+	return sb.doConfined(cmd.Start)
 }

@@ -185,7 +185,7 @@ func runNode(ctx context.Context, c config.Config, o Options, log *slog.Logger, 
 // container where dockerd answers, with the cgroups that lower a waiting
 // slot's priority) and its deployer. priority says how slots wait.
 func newDeployer(ctx context.Context, c config.Config, l *wire.Layering, log *slog.Logger) (d *deploy.Deployer, priority string, err error) {
-	ec := engine.Config{Logger: log, TempDir: filepath.Join(c.Node.StateDir, "engine")}
+	ec := engine.Config{Logger: log, TempDir: filepath.Join(c.Node.StateDir, "engine"), Confine: true}
 	if err := os.MkdirAll(ec.TempDir, 0o700); err != nil {
 		return nil, "", err
 	}

@@ -204,7 +204,7 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 	// The limits an agent gives instances whose spec is silent, as on a node.
 	dc := deploy.Config{StateDir: state + "/deploy", Pool: c.Pool, Node: "test", DMTCPDriver: spec.DriverName(dmtcpDriver), CRIUDriver: spec.DriverName(dmtcpDriver),
 		Limits: config.DefaultLimits().Spec()}
-	ec := engine.Config{Logger: log}
+	ec := engine.Config{Logger: log, Confine: true}
 	f.Host = drivers.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))
 	deps := deploy.Deps{Store: l.Store, Envs: l.Manager, Mapper: l.Mapper, Log: log, Host: f.Host}
 	if dmtcpDriver == "container" {

@@ -79,6 +79,11 @@ type Harness struct {
 	// promise): none may hold more than AppCaps (names, e.g. "SETUID").
 	CheckAppCaps bool
 	AppCaps      []string
+	// NetPidIsApp says that NetPid is the app's own process in a PID
+	// namespace of its own (the host driver): CheckAppCaps then reads
+	// every process of that namespace (the app, its wrapper, DMTCP's
+	// coordinator) but its placeholder init and criu.
+	NetPidIsApp bool
 	// User, when set, is the user of the environment the suite's app runs
 	// as (App.User): with CheckAppCaps, the suite also checks that a
 	// process of the instance runs as a user other than root (in each of
@@ -554,8 +559,12 @@ func (s *suite) assertAppCaps(t *testing.T, h drivers.Handle) {
 	if err != nil || root <= 0 {
 		t.Fatalf("NetPid of %s = %d, %v", h.Ref, root, err)
 	}
+	procs := descendants(root)
+	if s.NetPidIsApp {
+		procs = inPIDNamespace(root)
+	}
 	seen, users := 0, 0
-	for _, pid := range descendants(root) {
+	for _, pid := range procs {
 		comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
 		name := strings.TrimSpace(string(comm))
 		if name == "criu" || name == "sleep" || name == "" {
@@ -613,6 +622,26 @@ func (s *suite) assertKernelHidden(t *testing.T, h drivers.Handle) {
 	if seen == 0 {
 		t.Errorf("no process of %s is chrooted with a /proc/sys", h.Ref)
 	}
+}
+
+// inPIDNamespace lists the processes in the PID namespace of pid.
+func inPIDNamespace(pid int) []int {
+	ns, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/pid")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err == nil && l == ns {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // descendants lists the processes below pid (children, theirs, ...).
