@@ -279,22 +279,29 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	}, nil
 }
 
-// driver is the driver of app's instances under engine eng. The host
-// driver runs only apps the operator marked trusted (ErrUntrusted).
+// driver is the driver of app's instances under engine eng. A host
+// driver that cannot bound its instances (no cgroups: Host.Limited) runs
+// only apps the operator marked trusted (ErrUntrusted).
 func (d *Deployer) driver(app spec.App, eng engine.Name) (drivers.Driver, error) {
 	dr, err := d.engineDriver(eng)
 	if err != nil {
 		return nil, err
 	}
-	if dr == d.deps.Host && !app.Trusted {
+	if dr == d.deps.Host && !hostLimited(dr) && !app.Trusted {
 		return nil, hint.With(fmt.Errorf("%w: app %s under the %s engine: %w", drivers.ErrDriver, app.Name, eng, ErrUntrusted),
-			"the host driver runs apps as root with the agent's capabilities: mark the app `trusted: true` only if you trust its code with the node, or run the engine in the light container (agent."+string(eng)+"_driver: container)")
+			"this node's host driver cannot bound its instances (no cgroup memory, pids and cpu controllers it can use): mark the app `trusted: true` only if you trust it not to exhaust the node, or run the engine in the light container (agent."+string(eng)+"_driver: container)")
 	}
 	if dr == d.deps.Host && app.User != "" {
 		return nil, hint.With(fmt.Errorf("%w: app %s runs as user %s: the host driver runs apps as root", drivers.ErrDriver, app.Name, app.User),
 			"run the "+string(eng)+" engine in the light container (agent."+string(eng)+"_driver: container), which runs an app as its user")
 	}
 	return dr, nil
+}
+
+// hostLimited says whether host driver dr bounds its instances.
+func hostLimited(dr drivers.Driver) bool {
+	l, ok := dr.(interface{ Limited() bool })
+	return ok && l.Limited()
 }
 
 // engineDriver is the driver this node runs engine eng's apps with.

@@ -9,8 +9,9 @@ import "errors"
 var (
 	// ErrNoCheckpoint: the app has no complete checkpoint generation.
 	ErrNoCheckpoint = errors.New("no checkpoint")
-	// ErrUntrusted: the host driver runs only apps marked trusted.
-	ErrUntrusted = errors.New("the host driver runs only trusted apps")
+	// ErrUntrusted: a host driver that cannot bound its instances runs
+	// only apps marked trusted.
+	ErrUntrusted = errors.New("this host driver runs only trusted apps")
 	// ErrNotSuspendable: a deployment that cannot be suspended (not
 	// running, booted without an engine).
 	ErrNotSuspendable = errors.New("cannot be suspended")

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fogdeploy/fogdeploy/internal/cgroup"
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
@@ -13,9 +14,11 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
-// TestHostDriverTrustedOnly: on a node whose DMTCP driver is "host", an
-// app runs under DMTCP only if its spec says trusted; CRIU, in the
-// container, runs every app, and engine auto picks it for an untrusted one.
+// TestHostDriverTrustedOnly: on a node whose DMTCP driver is "host" and
+// cannot bound its instances (no cgroups), an app runs under DMTCP only if
+// its spec says trusted; CRIU, in the container, runs every app, and
+// engine auto picks it for an untrusted one. Where the host driver bounds
+// its instances, it runs every app.
 func TestHostDriverTrustedOnly(t *testing.T) {
 	host, container := &drivers.Host{}, &drivers.Container{}
 	d := &Deployer{cfg: Config{DMTCPDriver: "host", CRIUDriver: "container"}, deps: Deps{Host: host, Container: container}}
@@ -42,4 +45,12 @@ func TestHostDriverTrustedOnly(t *testing.T) {
 	if _, _, err := d.engineOf(context.Background(), stranger); !errors.Is(err, ErrUntrusted) {
 		t.Errorf("engineOf(untrusted, dmtcp) = %v; want ErrUntrusted", err)
 	}
+	host.Groups = fakeGroups{}
+	if dr, err := d.driver(stranger, engine.NameDMTCP); err != nil || dr != drivers.Driver(host) {
+		t.Errorf("untrusted app under a host driver that bounds its instances: %v, %v; want the host driver", dr, err)
+	}
 }
+
+// fakeGroups stands for a node's cgroups (internal/cgroup's suite runs
+// the real ones).
+type fakeGroups struct{ cgroup.Groups }

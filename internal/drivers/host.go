@@ -18,6 +18,9 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/fogdeploy/fogdeploy/internal/cgroup"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
@@ -25,16 +28,23 @@ import (
 
 // Host runs instances as supervised processes of this process, under the
 // engines of package engine: each app chrooted into its environment clone,
-// in private mount, PID and network namespaces. Each published port is a
-// listener on 127.0.0.1 that forwards into the app's network namespace.
-// It runs the engines whose driver is "host" (Config.DMTCPDriver,
-// Config.CRIUDriver), as root with the process's own capabilities.
-// Instances end with the process that started them.
+// in private mount, PID, IPC and network namespaces, with a private /dev,
+// as root without capabilities when its engines confine
+// (engine.Config.Confine), and bounded by a cgroup of its own (Groups).
+// Each published port is a listener on 127.0.0.1 that forwards into the
+// app's network namespace. It runs the engines whose driver is "host"
+// (Config.DMTCPDriver, Config.CRIUDriver). Instances end with the process
+// that started them.
 type Host struct {
 	// Engines by name (engine.NameDMTCP, engine.NameCRIU).
 	Engines map[engine.Name]engine.Engine
 	// LogLines is how many output lines each instance keeps (default 200).
 	LogLines int
+	// Groups, if set, makes each instance's cgroup: its limits (the
+	// app's resources over the node's defaults, Run.Limits) bound it
+	// there, its open files by RLIMIT_NOFILE. Nil runs instances without
+	// limits.
+	Groups cgroup.Groups
 
 	mu    sync.Mutex
 	insts map[string]*hostInst
@@ -56,6 +66,7 @@ type hostInst struct {
 	proxies []net.Listener
 	ports   map[string]string
 	wg      sync.WaitGroup
+	group   cgroup.Group // nil without Host.Groups
 }
 
 // NewHost returns a Host driver over engines.
@@ -66,6 +77,9 @@ func NewHost(engines ...engine.Engine) *Host {
 	}
 	return h
 }
+
+// Limited says whether the driver bounds its instances (Groups is set).
+func (d *Host) Limited() bool { return d != nil && d.Groups != nil }
 
 // Name implements Driver.
 func (d *Host) Name() string { return string(spec.DriverHost) }
@@ -195,8 +209,14 @@ func (d *Host) Start(ctx context.Context, h Handle) (_ Handle, err error) {
 			in.close()
 			in.proxies = nil
 			_ = proc.Stop(context.WithoutCancel(ctx))
+			in.removeGroup(ctx)
 		}
 	}()
+	if d.Groups != nil {
+		if in.group, err = limit(d.Groups, r, proc.Pid()); err != nil {
+			return Handle{}, err
+		}
+	}
 	ports := map[string]string{}
 	for _, p := range r.App.Ports {
 		addr, err := in.forward(proc.Pid(), p.Port)
@@ -233,7 +253,7 @@ func (d *Host) Exec(ctx context.Context, h Handle, e Exec) (runtime.ExecResult, 
 	cmd := &exec.Cmd{Args: e.Argv, Stdout: &out, Stderr: &out,
 		Env: append(appEnv(append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"},
 			run.ImageEnv...), run.App.Environment), e.Env...)}
-	if err := engine.StartIn(proc.Pid(), run.EnvPath, cmd); err != nil {
+	if err := engine.StartIn(proc.Pid(), cmd); err != nil {
 		return runtime.ExecResult{}, fmt.Errorf("exec in host instance %s: %w", h.Ref, err)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = cmd.Process.Kill() })
@@ -408,7 +428,67 @@ func (d *Host) Remove(ctx context.Context, h Handle) error {
 	if errors.Is(err, engine.ErrExited) {
 		err = nil
 	}
+	in.removeGroup(ctx)
 	return err
+}
+
+// limit makes the cgroup of run r's instance, whose app is process pid,
+// and moves every process of the app's PID namespace into it, until a
+// pass finds none outside (a process forked meanwhile by one not yet
+// moved is moved by the next pass; one forked later is born inside). Each
+// also gets the open-files limit.
+func limit(gs cgroup.Groups, r Run, pid int) (cgroup.Group, error) {
+	lim := r.App.LimitsOver(r.Limits)
+	g, err := gs.Create(r.ID, cgroup.Limits{MemoryBytes: lim.MemoryBytes, Pids: lim.Pids, CPUs: lim.CPUs})
+	if err != nil {
+		return nil, fmt.Errorf("limits of host instance %s: %w", r.ID, err)
+	}
+	moved := map[int]bool{}
+	for pass := 0; ; pass++ {
+		fresh := 0
+		for _, p := range engine.InPIDNamespace(pid) {
+			if moved[p] {
+				continue
+			}
+			if err := g.Add(p); err != nil && !errors.Is(err, cgroup.ErrNoProcess) {
+				return g, fmt.Errorf("limits of host instance %s: %w", r.ID, err)
+			}
+			if lim.OpenFiles > 0 {
+				rl := unix.Rlimit{Cur: lim.OpenFiles, Max: lim.OpenFiles}
+				if err := unix.Prlimit(p, unix.RLIMIT_NOFILE, &rl, nil); err != nil && !errors.Is(err, unix.ESRCH) {
+					return g, fmt.Errorf("limit the open files of pid %d of host instance %s: %w", p, r.ID, err)
+				}
+			}
+			moved[p] = true
+			fresh++
+		}
+		if fresh == 0 {
+			return g, nil
+		}
+		if pass == 20 {
+			return g, fmt.Errorf("limits of host instance %s: its processes kept forking while they were moved", r.ID)
+		}
+	}
+}
+
+// removeGroup removes the instance's cgroup once its processes are gone.
+func (in *hostInst) removeGroup(ctx context.Context) {
+	if in.group == nil {
+		return
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := in.group.Remove()
+		if err == nil {
+			in.group = nil
+			return
+		}
+		if !errors.Is(err, cgroup.ErrBusy) || time.Now().After(deadline) || ctx.Err() != nil {
+			// Left for Groups.Sweep at the next start.
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // hostStopSignals are the stop signals other than SIGTERM.

@@ -247,6 +247,30 @@ func (p *dmtcpProc) abort() {
 	os.RemoveAll(p.inst)
 }
 
+// attach mounts the checkpoint directory dir where the app writes its
+// image, in the sandbox and, in a root, in the coordinator's mount
+// namespace, where it writes the restart script.
+func (p *dmtcpProc) attach(dir string) error {
+	if err := p.sb.attach(dir, p.ckptDir); err != nil {
+		return err
+	}
+	if p.coord.mnt != nil {
+		if err := p.coord.mnt.attach(dir, p.ckptDir); err != nil {
+			_ = p.sb.detach(p.ckptDir)
+			return err
+		}
+	}
+	return nil
+}
+
+// detach undoes attach.
+func (p *dmtcpProc) detach() {
+	_ = p.sb.detach(p.ckptDir)
+	if p.coord.mnt != nil {
+		_ = p.coord.mnt.detach(p.ckptDir)
+	}
+}
+
 // initPid is the host pid of the PID namespace's init ("" without one).
 func (p *dmtcpProc) initPid() string {
 	if p.init == nil || p.init.Process == nil {
@@ -313,15 +337,17 @@ func (d *DMTCP) prepare(ctx context.Context, p *dmtcpProc, lay dmtcpLayout, netN
 	if p.sb, err = newSandbox(lay.sandboxSpec(netNS, d.cfg.Confine)); err != nil {
 		return fmt.Errorf("sandbox: %w", err)
 	}
+	// The coordinator first, outside the app's PID namespace (in a root,
+	// in one of its own): the app cannot see it.
+	if p.coord, err = d.startCoordinator(p.sb, lay); err != nil {
+		return err
+	}
 	if lay.root != "" {
 		// The app's own PID namespace: it sees its processes, the
 		// wrapper and the init, nothing of the agent's.
 		if p.init, err = p.sb.startPIDInit(ctx, pidInit{sh: d.tools.sh, root: lay.root}); err != nil {
 			return err
 		}
-	}
-	if p.coord, err = d.startCoordinator(p.sb, lay); err != nil {
-		return err
 	}
 	p.out, err = newOutput(stdout, stderr)
 	return err
@@ -440,14 +466,14 @@ func (d *DMTCP) Checkpoint(ctx context.Context, proc Process, dir string) (img I
 		return Image{}, fmt.Errorf("checkpoint pid %d: %w (%w)", p.Pid(), ErrCheckpoint, err)
 	}
 	ppid, _ := procStatus(p.Pid(), "PPid")
-	if err := p.sb.attach(dir, p.ckptDir); err != nil {
+	if err := p.attach(dir); err != nil {
 		return Image{}, fmt.Errorf("checkpoint pid %d: %w (%w)", p.Pid(), ErrCheckpoint, err)
 	}
 	defer func() {
 		if err != nil {
-			// Nothing of a failed checkpoint stays: not the mount in the
-			// sandbox (it would keep dir busy), not a partial image.
-			_ = p.sb.detach(p.ckptDir)
+			// Nothing of a failed checkpoint stays: not the mounts in the
+			// namespaces (they would keep dir busy), not a partial image.
+			p.detach()
 			clearDir(dir)
 		}
 	}()

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -26,8 +27,14 @@ type coordinator struct {
 	log  *LogTail // its stderr
 	// root, if set, is the app's root: the coordinator and dmtcp_command
 	// run chrooted into it, holding no capability, so that the app finds
-	// nothing of the node through their /proc/PID/root.
+	// nothing of the node through their /proc/PID/root. The coordinator
+	// then runs in PID and mount namespaces of its own (the app cannot
+	// see it; its /proc, a copy of the sandbox's made before the app's
+	// PID namespace mounted its own there, shows it itself), and mnt is
+	// its mount namespace, which dmtcp_command joins and the checkpoint
+	// directory is attached in too.
 	root string
+	mnt  *sandbox // nil without a root
 }
 
 // startCoordinator starts dmtcp_coordinator inside sb, listening on a
@@ -35,7 +42,7 @@ type coordinator struct {
 func (d *DMTCP) startCoordinator(sb *sandbox, lay dmtcpLayout) (*coordinator, error) {
 	info := *d.info
 	c := &coordinator{bin: info.Binaries["dmtcp_command"], done: make(chan struct{}), log: NewLogTail(20), root: lay.root}
-	err := c.in(sb, func() error {
+	err := sb.run(runOpts{alone: true, confine: c.root != "" && sb.confine}, func() error {
 		l, port, err := dmtcpctl.ListenLoopback()
 		if err != nil {
 			return err
@@ -54,33 +61,34 @@ func (d *DMTCP) startCoordinator(sb *sandbox, lay dmtcpLayout) (*coordinator, er
 			Stderr:     c.log,
 			ExtraFiles: extra,
 		}
-		c.chroot(c.cmd)
+		if c.root != "" {
+			c.cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: c.root, Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
+		}
 		return c.cmd.Start()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start dmtcp_coordinator: %w (%w)", ErrUnavailable, err)
 	}
+	if c.root != "" {
+		ns := "/proc/" + strconv.Itoa(c.cmd.Process.Pid) + "/ns/"
+		c.mnt = &sandbox{confine: sb.confine}
+		var err error
+		if c.mnt.mnt, err = os.Open(ns + "mnt"); err == nil && sb.net != nil {
+			c.mnt.net, err = os.Open(ns + "net")
+		}
+		if err != nil {
+			c.mnt.close()
+			_ = c.cmd.Process.Kill()
+			_ = c.cmd.Wait()
+			return nil, fmt.Errorf("start dmtcp_coordinator: its namespaces: %w", err)
+		}
+	}
 	go func() {
 		_ = c.cmd.Wait()
+		c.mnt.close()
 		close(c.done)
 	}()
 	return c, nil
-}
-
-// in runs fn, which starts a process of the coordinator's side, in sb:
-// confined in a root (sandbox.doConfined).
-func (c *coordinator) in(sb *sandbox, fn func() error) error {
-	if c.root != "" {
-		return sb.doConfined(fn)
-	}
-	return sb.do(fn)
-}
-
-// chroot makes cmd run in the coordinator's root, if it has one.
-func (c *coordinator) chroot(cmd *exec.Cmd) {
-	if c.root != "" {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: c.root}
-	}
 }
 
 func (c *coordinator) exited() bool {
@@ -102,8 +110,14 @@ func (c *coordinator) command(ctx context.Context, sb *sandbox, args ...string) 
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.WaitDelay = time.Second
-	c.chroot(cmd)
-	if err := c.in(sb, cmd.Start); err != nil {
+	start := sb.do
+	if c.mnt != nil {
+		// In the coordinator's mount namespace, chrooted, outside the
+		// app's PID namespace.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: c.root}
+		start = c.mnt.doConfined
+	}
+	if err := start(cmd.Start); err != nil {
 		return "", err
 	}
 	err := cmd.Wait()

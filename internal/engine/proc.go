@@ -498,3 +498,24 @@ func takeRealIDs(uid, gid int) error {
 	}
 	return nil
 }
+
+// InPIDNamespace lists the processes in the PID namespace of pid (as the
+// host sees them), pid's own included; none if pid is gone.
+func InPIDNamespace(pid int) []int {
+	ns := nsID(pid, "pid")
+	if ns == "" {
+		return nil
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err == nil && nsID(p, "pid") == ns {
+			out = append(out, p)
+		}
+	}
+	return out
+}

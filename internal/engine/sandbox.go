@@ -384,24 +384,32 @@ func NetNSDialer(pid int) DialFunc {
 
 // StartIn starts cmd beside the app of process pid, as the app runs under
 // a confining engine (Config.Confine): in its mount, network, IPC and PID
-// namespaces, chrooted into root (its root's path in that mount
-// namespace), holding no capability and unable to gain one. cmd.Args[0]
-// is looked up in the PATH of cmd.Env inside root; cmd.Dir is a directory
-// of root ("" is "/").
-func StartIn(pid int, root string, cmd *exec.Cmd) error {
+// namespaces, chrooted into the app's own root, holding no capability and
+// unable to gain one. cmd.Args[0] is looked up in the PATH of cmd.Env in
+// that root; cmd.Dir is a directory of it ("" is "/").
+func StartIn(pid int, cmd *exec.Cmd) error {
 	if len(cmd.Args) == 0 {
 		return fmt.Errorf("start in pid %d: no command: %w", pid, ErrInvalid)
 	}
-	path, err := resolveArgv0(root, cmd.Args[0], cmd.Env)
+	proc := "/proc/" + strconv.Itoa(pid)
+	path, err := resolveArgv0(proc+"/root", cmd.Args[0], cmd.Env)
 	if err != nil {
 		return err
 	}
+	// The app's root, held open: the child chroots into it through its
+	// descriptor, which it inherits (the path of the root can differ
+	// between the app's mount namespace and ours).
+	root, err := os.OpenFile(proc+"/root", unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return fmt.Errorf("root of pid %d: %w", pid, err)
+	}
+	defer root.Close()
 	sb := &sandbox{confine: true}
 	for _, ns := range []struct {
 		name string
 		f    **os.File
 	}{{"mnt", &sb.mnt}, {"net", &sb.net}, {"ipc", &sb.ipc}, {"pid", &sb.pid}} {
-		f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/" + ns.name)
+		f, err := os.Open(proc + "/ns/" + ns.name)
 		if err != nil {
 			sb.close()
 			return fmt.Errorf("%s namespace of pid %d: %w", ns.name, pid, err)
@@ -416,6 +424,8 @@ func StartIn(pid int, root string, cmd *exec.Cmd) error {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	cmd.SysProcAttr.Chroot = root
+	// Born in the app's PID namespace, the child finds its descriptor in
+	// the /proc mounted there.
+	cmd.SysProcAttr.Chroot = "/proc/self/fd/" + strconv.Itoa(int(root.Fd()))
 	return sb.doConfined(cmd.Start)
 }

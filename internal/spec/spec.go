@@ -118,11 +118,11 @@ type App struct {
 	// instance reaches no other instance: each user's backend is alone on
 	// the node's network, and its published ports answer from the node.
 	Network string `yaml:"network,omitempty" json:"network,omitempty"`
-	// Trusted says the operator trusts the app's code with the node: only
-	// a trusted app runs under an engine whose driver is "host" (as root,
-	// with the agent's capabilities, outside the light container). Any
-	// other app of such an engine is refused there, or boots in the
-	// container under if_no_engine: boot.
+	// Trusted says the operator trusts the app not to exhaust the node:
+	// on a node whose host driver cannot bound its instances (no cgroups
+	// it can use), only a trusted app runs under an engine whose driver is
+	// "host". Any other app of such an engine is refused there, or boots
+	// in the container under if_no_engine: boot.
 	Trusted bool `yaml:"trusted,omitempty" json:"trusted,omitempty"`
 }
 

@@ -64,8 +64,8 @@ type DriverName string
 const (
 	// DriverContainer runs apps in the light container (the default).
 	DriverContainer DriverName = "container"
-	// DriverHost runs apps on the node, as root with the agent's
-	// capabilities: only apps marked trusted.
+	// DriverHost runs apps on the node, each in namespaces of its own, as
+	// root without capabilities, in a cgroup of its own.
 	DriverHost DriverName = "host"
 )
 

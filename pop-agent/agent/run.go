@@ -181,6 +181,9 @@ func runNode(ctx context.Context, c config.Config, o Options, log *slog.Logger, 
 	return a.serve(ctx, srv, ln)
 }
 
+// hostCgroups is the parent cgroup of the host driver's instances.
+const hostCgroups = "fogdeploy-host"
+
 // newDeployer makes the node's drivers (the host driver, the light
 // container where dockerd answers, with the cgroups that lower a waiting
 // slot's priority) and its deployer. priority says how slots wait.
@@ -189,8 +192,16 @@ func newDeployer(ctx context.Context, c config.Config, l *wire.Layering, log *sl
 	if err := os.MkdirAll(ec.TempDir, 0o700); err != nil {
 		return nil, "", err
 	}
-	deps := deploy.Deps{Store: l.Store, Envs: l.Manager, Mapper: l.Mapper, Log: log,
-		Host: drivers.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))}
+	host := drivers.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))
+	if gs, err := cgroup.NewGroups(cgroup.Paths{}, hostCgroups); err != nil {
+		log.Warn("host driver: its instances run without the node's limits", "err", err)
+	} else {
+		host.Groups = gs
+		if n, _ := gs.Sweep(); n > 0 {
+			log.Info("host driver: removed cgroups of instances gone", "count", n)
+		}
+	}
+	deps := deploy.Deps{Store: l.Store, Envs: l.Manager, Mapper: l.Mapper, Log: log, Host: host}
 	var ctr *drivers.Container
 	if rt, err := runtime.Dial(ctx, c.Docker.Host, log); err != nil {
 		log.Warn("dockerd unavailable: DMTCP apps cannot run in the DMTCP container", "err", err)
@@ -228,8 +239,8 @@ func newDeployer(ctx context.Context, c config.Config, l *wire.Layering, log *sl
 		return nil, "", err
 	}
 	for eng, driver := range map[engine.Name]spec.DriverName{engine.NameDMTCP: c.Agent.DMTCPDriver, engine.NameCRIU: c.Agent.CRIUDriver} {
-		if driver == spec.DriverHost {
-			log.Warn("the host driver runs this engine's apps as root with the agent's capabilities, in the node's PID namespace for DMTCP, without the node's limits: it runs only apps marked `trusted: true`; the others are refused under this engine, or boot in the container (agent.if_no_engine: boot) (docs/security.md)",
+		if driver == spec.DriverHost && !host.Limited() {
+			log.Warn("the host driver cannot bound this engine's instances (no cgroups): it runs only apps marked `trusted: true`; the others are refused under this engine, or boot in the container (agent.if_no_engine: boot) (docs/security.md)",
 				"engine", eng)
 		}
 	}

@@ -4,7 +4,7 @@
 // neighbours, as a stranger's backend on a shared PoP would, and checks
 // that each hole is closed: under DMTCP and CRIU in the light container,
 // in an instance restored from its checkpoint and in one recycled for the
-// next tenant.
+// next tenant, and under the host driver.
 package hostile
 
 import (
@@ -85,6 +85,19 @@ for p in /proc/[0-9]*; do
   fi
 done
 echo "supervisor's root reached: $seen"
+# The node's files through /proc/PID/root of any process it can see (the
+# host driver's init runs in the node's root): $HOSTMARK exists only there.
+if [ -n "$HOSTMARK" ]; then
+  for p in /proc/[0-9]*; do
+    if [ -e "$p/root$HOSTMARK" ] 2>/dev/null; then hole "reached the node's files through $p/root"; fi
+  done
+fi
+# The node's devices: disks, mapped images, memory, the kernel's log.
+for d in /dev/sd* /dev/vd* /dev/nvme* /dev/rbd* /dev/loop* /dev/nbd* /dev/mem /dev/kmem /dev/port /dev/kmsg; do
+  [ -e "$d" ] && hole "$d is in the instance's /dev"
+done
+# Capabilities: none beyond what the app's driver gives (CapEff in hex).
+echo "caps: $(grep CapEff /proc/self/status)"
 # What a tenant before left.
 for f in /tmp/hostile-marker /var/tmp/hostile-marker /dev/shm/hostile-marker /fog/ckpt/hostile-marker; do
   if [ -e $f ]; then hole "$f of the tenant before is here: $(cat $f)"; fi
@@ -213,13 +226,19 @@ func testHostile(t *testing.T, eng engine.Name) {
 }
 
 // runProbe runs the probe in dep as its app would run it.
-func runProbe(ctx context.Context, t *testing.T, f *deploytest.Fixture, dep deploy.Deployment, app spec.App, what string) {
+func runProbe(ctx context.Context, t *testing.T, f *deploytest.Fixture, dep deploy.Deployment, app spec.App, what string) string {
+	return runProbeIn(ctx, t, f.Container, dep, app, what)
+}
+
+// runProbeIn runs the probe in dep through driver dr and returns its
+// output.
+func runProbeIn(ctx context.Context, t *testing.T, dr drivers.Driver, dep deploy.Deployment, app spec.App, what string) string {
 	t.Helper()
 	if dep.Handle == nil {
 		t.Fatalf("%s: no handle", dep.ID)
 	}
-	r, err := f.Container.Exec(ctx, *dep.Handle, drivers.Exec{Argv: []string{"sh", "-c", probe}, User: app.User,
-		Env: []string{"TARGET=" + envOf(app, "TARGET"), "FOGDEPLOY_INSTANCE=" + dep.ID}})
+	r, err := dr.Exec(ctx, *dep.Handle, drivers.Exec{Argv: []string{"sh", "-c", probe}, User: app.User,
+		Env: []string{"TARGET=" + envOf(app, "TARGET"), "HOSTMARK=" + envOf(app, "HOSTMARK"), "FOGDEPLOY_INSTANCE=" + dep.ID}})
 	if err != nil {
 		t.Fatalf("%s: probe: %v", what, err)
 	}
@@ -236,6 +255,7 @@ func runProbe(ctx context.Context, t *testing.T, f *deploytest.Fixture, dep depl
 	if !strings.Contains(r.Output, "supervisor's root reached: 0") {
 		t.Errorf("%s: the app reached the container's root through a process of the supervisor:\n%s", what, r.Output)
 	}
+	return r.Output
 }
 
 func envOf(app spec.App, key string) string {
@@ -251,7 +271,13 @@ func envOf(app spec.App, key string) string {
 // run with: open files of the app, and its container's pids limit.
 func checkLimits(ctx context.Context, t *testing.T, f *deploytest.Fixture, dep deploy.Deployment, want spec.Limits) {
 	t.Helper()
-	pid, err := f.Container.NetPid(ctx, *dep.Handle)
+	checkLimitsIn(ctx, t, f.Container, dep, want)
+}
+
+// checkLimitsIn is checkLimits of an instance of driver dr.
+func checkLimitsIn(ctx context.Context, t *testing.T, dr drivers.Driver, dep deploy.Deployment, want spec.Limits) {
+	t.Helper()
+	pid, err := dr.NetPid(ctx, *dep.Handle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,4 +356,107 @@ func containerIP(ctx context.Context, f *deploytest.Fixture, dep deploy.Deployme
 		return "", fmt.Errorf("container of %s has no address (%+v)", dep.ID, st)
 	}
 	return st.IP, nil
+}
+
+// TestHostileAppHostDriver runs the stranger's app (no resources, not
+// marked trusted) under the host driver, DMTCP and CRIU: in its first
+// instance and in a restore, it finds no hole; its limits are the node's;
+// it reaches no neighbour; nothing of it stays on the node.
+func TestHostileAppHostDriver(t *testing.T) {
+	for _, eng := range []engine.Name{engine.NameDMTCP, engine.NameCRIU} {
+		t.Run(string(eng), func(t *testing.T) { testHostileHost(t, eng) })
+	}
+}
+
+func testHostileHost(t *testing.T, eng engine.Name) {
+	f := deploytest.NewFixture(t, "host")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
+	if _, _, err := f.D.CheckEngine(ctx, eng); err != nil {
+		testenv.Unavailable(t, string(eng), err.Error())
+	}
+	if !f.Host.Limited() {
+		t.Fatal("the host driver cannot make cgroups on this node: its instances would run without limits")
+	}
+	suffix := strconv.FormatInt(time.Now().UnixNano()%1e6, 36)
+	mark := filepath.Join(t.TempDir(), "on-the-node-only")
+	if err := os.WriteFile(mark, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	newApp := func(name string) spec.App {
+		a := deploytest.RedisApp(name+"-h"+string(eng)+"-"+suffix, f.Env, eng)
+		a.Resources = spec.Resources{} // a stranger's spec: no limits asked for
+		a.Trusted = false
+		a.Environment = append(a.Environment, "HOSTMARK="+mark, "TARGET="+filepath.Join(t.TempDir(), "planted"))
+		t.Cleanup(func() { f.RemoveGenerations(t, a.Name) })
+		t.Cleanup(func() { f.UndeployAll(t, a.Name) })
+		return a
+	}
+	app := newApp("hostile")
+	first, err := f.D.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatalf("first deploy: %v", err)
+	}
+	out := runProbeIn(ctx, t, f.Host, first, app, "a first deploy")
+	if !strings.Contains(out, "CapEff:\t0000000000000000") {
+		t.Errorf("the app holds capabilities:\n%s", out)
+	}
+	restored, err := f.D.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if restored.Mode != spec.ModeRestore {
+		t.Errorf("second deploy of %s: mode %s; want a restore", app.Name, restored.Mode)
+	}
+	out = runProbeIn(ctx, t, f.Host, restored, app, "a restore")
+	if !strings.Contains(out, "CapEff:\t0000000000000000") {
+		t.Errorf("the restored app holds capabilities:\n%s", out)
+	}
+
+	// No limit in the spec: the node's defaults, in the instance's own
+	// cgroup.
+	want := config.DefaultLimits().Spec()
+	if restored.Limits == nil || *restored.Limits != want {
+		t.Errorf("limits of %s = %+v; want the node's defaults %+v", restored.ID, restored.Limits, want)
+	}
+	checkLimitsIn(ctx, t, f.Host, restored, want)
+
+	// Another user's instance: its published port answers from the node,
+	// not from inside this one (it has a network of its own).
+	neighbour, err := f.D.Deploy(ctx, newApp("neighbour"), deploy.Options{})
+	if err != nil {
+		t.Fatalf("neighbour: %v", err)
+	}
+	pid, err := f.Host.NetPid(ctx, *restored.Handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := deploytest.RedisAddr(t, neighbour)
+	if err := engine.InNetNS(pid, func() error {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}); err == nil {
+		t.Errorf("%s reached another user's instance %s at %s", restored.ID, neighbour.ID, addr)
+	}
+	for _, d := range []deploy.Deployment{first, restored, neighbour} {
+		if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, d), "PING"); err != nil || got != "PONG" {
+			t.Errorf("%s from the node: PING = %q, %v", d.ID, got, err)
+		}
+	}
+
+	// Undeployed, nothing of the instances stays: no process, no cgroup.
+	for _, d := range []deploy.Deployment{first, restored, neighbour} {
+		if err := f.D.Undeploy(ctx, d.ID); err != nil {
+			t.Fatalf("undeploy %s: %v", d.ID, err)
+		}
+		for _, c := range []string{"memory", "pids", "cpu"} {
+			dir := filepath.Join("/sys/fs/cgroup", c, deploytest.HostCgroups, d.ID)
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("cgroup %s of %s stays after its undeploy: %v", dir, d.ID, err)
+			}
+		}
+	}
 }

@@ -93,6 +93,9 @@ func (f *Fixture) ReopenWith(t testing.TB, change func(*deploy.Config)) *deploy.
 	return d
 }
 
+// HostCgroups is the parent cgroup of the fixture's host instances.
+const HostCgroups = "fogdeploy-host"
+
 // NewFixture sets up a node whose DMTCP apps run with dmtcpDriver
 // ("container" or "host"), with a redis environment.
 func NewFixture(t testing.TB, dmtcpDriver string) *Fixture {
@@ -206,6 +209,14 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 		Limits: config.DefaultLimits().Spec()}
 	ec := engine.Config{Logger: log, Confine: true}
 	f.Host = drivers.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))
+	// Host instances are bounded as on a node, where cgroups can be made.
+	if os.Geteuid() == 0 {
+		if gs, err := cgroup.NewGroups(cgroup.Paths{}, HostCgroups); err == nil {
+			f.Host.Groups = gs
+		} else {
+			t.Logf("host instances without limits: %v", err)
+		}
+	}
 	deps := deploy.Deps{Store: l.Store, Envs: l.Manager, Mapper: l.Mapper, Log: log, Host: f.Host}
 	if dmtcpDriver == "container" {
 		f.RT = dockerForTest(t, log)

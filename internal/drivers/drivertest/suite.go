@@ -561,7 +561,7 @@ func (s *suite) assertAppCaps(t *testing.T, h drivers.Handle) {
 	}
 	procs := descendants(root)
 	if s.NetPidIsApp {
-		procs = inPIDNamespace(root)
+		procs = engine.InPIDNamespace(root)
 	}
 	seen, users := 0, 0
 	for _, pid := range procs {
@@ -622,26 +622,6 @@ func (s *suite) assertKernelHidden(t *testing.T, h drivers.Handle) {
 	if seen == 0 {
 		t.Errorf("no process of %s is chrooted with a /proc/sys", h.Ref)
 	}
-}
-
-// inPIDNamespace lists the processes in the PID namespace of pid.
-func inPIDNamespace(pid int) []int {
-	ns, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/pid")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if l, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err == nil && l == ns {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // descendants lists the processes below pid (children, theirs, ...).

@@ -1,0 +1,95 @@
+package cgroup
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The limit files of each version, as the kernel is given them.
+func TestLimitFiles(t *testing.T) {
+	lim := Limits{MemoryBytes: 64 << 20, Pids: 100, CPUs: 0.5}
+	v1 := (&groups{version: V1}).files(lim)
+	if v1[0]["memory.limit_in_bytes"] != "67108864" || v1[1]["pids.max"] != "100" || v1[2]["cpu.cfs_quota_us"] != "50000" {
+		t.Errorf("v1 files = %v", v1)
+	}
+	v2 := (&groups{version: V2}).files(lim)
+	if v2[0]["memory.max"] != "67108864" || v2[0]["pids.max"] != "100" || v2[0]["cpu.max"] != "50000 100000" {
+		t.Errorf("v2 files = %v", v2)
+	}
+	none := (&groups{version: V2}).files(Limits{})
+	if none[0]["memory.max"] != "max" || none[0]["cpu.max"] != "max 100000" {
+		t.Errorf("v2 files without limits = %v", none)
+	}
+	if _, err := (&groups{version: V1}).Create("../x", lim); !errors.Is(err, ErrInvalidName) {
+		t.Errorf("Create(../x) = %v; want ErrInvalidName", err)
+	}
+}
+
+// On this node's hierarchies: a process moved into a group is bounded by
+// its limits, its children are born there, and the group goes once it is
+// empty.
+func TestGroupsOnNode(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make cgroups")
+	}
+	gs, err := NewGroups(Paths{}, "fogdeploy-test")
+	if errors.Is(err, ErrUnsupported) {
+		t.Skipf("no cgroup memory controller here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, d := range gs.(*groups).dirs {
+			_ = os.Remove(d)
+		}
+	})
+	name := "t" + strconv.Itoa(os.Getpid())
+	g, err := gs.Create(name, Limits{MemoryBytes: 32 << 20, Pids: 16, CPUs: 0.25})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Remove() })
+	cmd := exec.Command("sh", "-c", "sleep 30 & wait")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Add(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	procs, _ := g.Procs()
+	if !slices.Contains(procs, cmd.Process.Pid) {
+		t.Errorf("group holds %v; want pid %d", procs, cmd.Process.Pid)
+	}
+	b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "cgroup"))
+	if !strings.Contains(string(b), "/fogdeploy-test/"+name) {
+		t.Errorf("/proc/%d/cgroup:\n%s\nwant the group", cmd.Process.Pid, b)
+	}
+	if err := g.Remove(); !errors.Is(err, ErrBusy) {
+		t.Errorf("Remove with a process in = %v; want ErrBusy", err)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	var rerr error
+	for range 50 {
+		// sleep, the child born in the group after the move, goes with it
+		if rerr = g.Remove(); rerr == nil {
+			break
+		}
+		_ = exec.Command("pkill", "-f", "^sleep 30$").Run()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if rerr != nil {
+		t.Errorf("Remove of an empty group: %v", rerr)
+	}
+	if _, err := gs.Sweep(); err != nil {
+		t.Errorf("Sweep: %v", err)
+	}
+}
