@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
@@ -32,8 +33,10 @@ type Groups interface {
 	// Create makes the group name (a name, not a path) with lim; an
 	// existing group of that name is given lim.
 	Create(name string, lim Limits) (Group, error)
-	// Sweep removes the groups left without a process (by an agent
-	// killed before it removed them) and says how many.
+	// Sweep kills the processes of every group and removes the groups,
+	// and says how many it removed: what an agent killed before it
+	// stopped its instances left. Only for a parent no running process
+	// makes groups in.
 	Sweep() (int, error)
 	// Version says which hierarchy the groups are in.
 	Version() Version
@@ -187,24 +190,54 @@ func (g *groups) Create(name string, lim Limits) (Group, error) {
 }
 
 func (g *groups) Sweep() (int, error) {
+	ents, err := os.ReadDir(g.dirs[0])
+	if err != nil {
+		return 0, err
+	}
 	n := 0
 	var errs []error
-	for _, d := range g.dirs {
-		ents, err := os.ReadDir(d)
-		if err != nil {
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		grp := &group{}
+		for _, d := range g.dirs {
+			grp.dirs = append(grp.dirs, filepath.Join(d, e.Name()))
+		}
+		if err := grp.kill(); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		for _, e := range ents {
-			if !e.IsDir() {
-				continue
-			}
-			if err := os.Remove(filepath.Join(d, e.Name())); err == nil {
-				n++
-			}
-		}
+		n++
 	}
 	return n, errors.Join(errs...)
+}
+
+// kill kills the group's processes until none is left (a process forked
+// meanwhile is killed at the next pass), then removes the group.
+func (g *group) kill() error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := g.Remove()
+		if err == nil || !errors.Is(err, ErrBusy) {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kill the processes of a cgroup: %w", err)
+		}
+		// A process killed stays in its group until it is reaped; the
+		// next pass finds it again and waits.
+		for _, d := range g.dirs {
+			if b, err := os.ReadFile(filepath.Join(d, "cgroup.procs")); err == nil {
+				for _, f := range strings.Fields(string(b)) {
+					if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+						_ = syscall.Kill(pid, syscall.SIGKILL)
+					}
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // group implements Group: its directory in each hierarchy.

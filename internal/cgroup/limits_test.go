@@ -89,7 +89,31 @@ func TestGroupsOnNode(t *testing.T) {
 	if rerr != nil {
 		t.Errorf("Remove of an empty group: %v", rerr)
 	}
-	if _, err := gs.Sweep(); err != nil {
-		t.Errorf("Sweep: %v", err)
+	// What an agent killed leaves: a group with a process in it. Sweep
+	// kills it and removes the group.
+	left, err := gs.Create(name+"-left", Limits{Pids: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stray := exec.Command("sleep", "300")
+	if err := stray.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := left.Add(stray.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- stray.Wait() }()
+	if n, err := gs.Sweep(); err != nil || n != 1 {
+		t.Errorf("Sweep = %d, %v; want the one group left", n, err)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Errorf("the process in the swept group still runs")
+		_ = stray.Process.Kill()
+	}
+	if procs, err := left.Procs(); err == nil {
+		t.Errorf("the swept group still exists (processes %v)", procs)
 	}
 }

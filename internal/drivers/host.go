@@ -67,6 +67,7 @@ type hostInst struct {
 	ports   map[string]string
 	wg      sync.WaitGroup
 	group   cgroup.Group // nil without Host.Groups
+	ungroup sync.Once    // removes group once its processes are gone
 }
 
 // NewHost returns a Host driver over engines.
@@ -209,13 +210,19 @@ func (d *Host) Start(ctx context.Context, h Handle) (_ Handle, err error) {
 			in.close()
 			in.proxies = nil
 			_ = proc.Stop(context.WithoutCancel(ctx))
-			in.removeGroup(ctx)
+			in.removeGroup()
 		}
 	}()
 	if d.Groups != nil {
 		if in.group, err = limit(d.Groups, r, proc.Pid()); err != nil {
 			return Handle{}, err
 		}
+		// An app that ends by itself (a checkpoint that kills it)
+		// leaves no group either.
+		go func() {
+			_, _ = proc.Wait(context.Background())
+			in.removeGroup()
+		}()
 	}
 	ports := map[string]string{}
 	for _, p := range r.App.Ports {
@@ -428,7 +435,7 @@ func (d *Host) Remove(ctx context.Context, h Handle) error {
 	if errors.Is(err, engine.ErrExited) {
 		err = nil
 	}
-	in.removeGroup(ctx)
+	in.removeGroup()
 	return err
 }
 
@@ -471,24 +478,25 @@ func limit(gs cgroup.Groups, r Run, pid int) (cgroup.Group, error) {
 	}
 }
 
-// removeGroup removes the instance's cgroup once its processes are gone.
-func (in *hostInst) removeGroup(ctx context.Context) {
-	if in.group == nil {
-		return
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := in.group.Remove()
-		if err == nil {
-			in.group = nil
+// removeGroup removes the instance's cgroup once its processes are gone
+// (after the app's end, which the engine reports once the app's PID
+// namespace is torn down), once.
+func (in *hostInst) removeGroup() {
+	in.ungroup.Do(func() {
+		if in.group == nil {
 			return
 		}
-		if !errors.Is(err, cgroup.ErrBusy) || time.Now().After(deadline) || ctx.Err() != nil {
-			// Left for Groups.Sweep at the next start.
-			return
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := in.group.Remove()
+			if err == nil || !errors.Is(err, cgroup.ErrBusy) || time.Now().After(deadline) {
+				// A group still busy is left for Groups.Sweep at the
+				// agent's next start.
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	})
 }
 
 // hostStopSignals are the stop signals other than SIGTERM.

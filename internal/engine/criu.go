@@ -335,7 +335,7 @@ func (c *CRIU) dump(ctx context.Context, p *criuProc, info Info, dir string) (ti
 	// failing the dump of an app under load ("In-flight connection").
 	cmd := exec.CommandContext(ctx, info.Binaries["criu"], "dump", "-t", strconv.Itoa(target),
 		"-D", "/proc/self/fd/3", "--work-dir", p.inst, "-o", logName,
-		c.tcpFlag(), "--skip-in-flight", "--file-locks")
+		c.tcpFlag(), "--skip-in-flight", "--file-locks", c.cgroupFlag())
 	cmd.ExtraFiles = []*os.File{d}
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -368,6 +368,18 @@ func (c *CRIU) dump(ctx context.Context, p *criuProc, info Info, dir string) (ti
 			"criu dump log", logTail(filepath.Join(p.inst, logName), 10))
 	}
 	return time.Since(start), nil
+}
+
+// cgroupFlag is how criu handles the app's cgroups: a confining engine's
+// caller puts each instance in a cgroup of its own after the start
+// (drivers.Host.Groups), so criu neither dumps nor restores them (a
+// restore would make the group of the instance dumped again, and leave
+// it); otherwise as criu does by default (soft).
+func (c *CRIU) cgroupFlag() string {
+	if c.cfg.Confine {
+		return "--manage-cgroups=ignore"
+	}
+	return "--manage-cgroups=soft"
 }
 
 // tcpFlag is how criu handles established TCP connections (Config.TCPClose).

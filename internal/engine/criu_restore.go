@@ -43,7 +43,7 @@ func (c *CRIU) restoreArgs(img Image, inst string, dir *os.File, out *output) (e
 		errFD = 5
 	}
 	args = []string{"restore", "-d", "-S", "-D", "/proc/self/fd/3", "--work-dir", inst, "-o", "restore.log",
-		c.tcpFlag(), "--file-locks"}
+		c.tcpFlag(), "--file-locks", c.cgroupFlag()}
 	seen := map[string]bool{}
 	for _, fd := range slices.Sorted(maps.Keys(img.Stdio)) {
 		pipe := img.Stdio[fd]

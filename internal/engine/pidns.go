@@ -63,7 +63,7 @@ func (sb *sandbox) startPIDInit(ctx context.Context, in pidInit) (*exec.Cmd, err
 		Stdout: w,
 		Stderr: &stderr,
 		// An IPC namespace of its own too, which a launched app joins
-		// (sandbox.doApp): criu dumps System V IPC (PostgreSQL's
+		// (sandbox.doConfined): criu dumps System V IPC (PostgreSQL's
 		// shared memory segment) only from an IPC namespace other than
 		// its own.
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC},

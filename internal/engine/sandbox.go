@@ -211,15 +211,12 @@ func mountPrivateDev(root string) error {
 // Processes that fn starts inherit them.
 func (sb *sandbox) do(fn func() error) error { return sb.run(runOpts{}, fn) }
 
-// doApp is do that also joins the IPC namespace of the sandbox's PID
-// namespace, where the app runs (criu runs outside it, to dump it).
-func (sb *sandbox) doApp(fn func() error) error { return sb.run(runOpts{app: true}, fn) }
-
-// doConfined is doApp for processes of the app's side (the app, DMTCP's
-// coordinator and commands): in a confining sandbox, what fn starts holds
-// no capability and cannot gain one (capset.ForExec), even as root; fn
-// itself keeps the thread's, so that a chroot before the execve still
-// works.
+// doConfined is do for the processes of the app's side (the app, DMTCP's
+// wrapper, its coordinator's commands). It also joins the IPC namespace
+// of the sandbox's PID namespace, where the app runs (criu runs outside
+// it, to dump it). In a confining sandbox, what fn starts holds no
+// capability and cannot gain one (capset.ForExec), even as root; fn
+// itself keeps the thread's, so that a chroot before the execve works.
 func (sb *sandbox) doConfined(fn func() error) error {
 	return sb.run(runOpts{alone: true, app: true, confine: sb != nil && sb.confine}, fn)
 }
@@ -329,7 +326,7 @@ func (sb *sandbox) hasMountNS() bool {
 }
 
 // setPidNS records the PID namespace that later steps enter, and the IPC
-// namespace of its init, which the app's start enters (doApp).
+// namespace of its init, which the app's start enters (doConfined).
 func (sb *sandbox) setPidNS(pid, ipc *os.File) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()

@@ -92,7 +92,8 @@ func (a *agent) dispatch(ctx context.Context, dsr state.Desired) (spec.App, bool
 		a.suspend(ctx, dsr)
 		return spec.App{}, false
 	}
-	if rec, err := a.d.Load(dsr.ID); err == nil && rec.Phase == spec.PhaseRunning {
+	rec, lerr := a.d.Load(dsr.ID)
+	if lerr == nil && rec.Phase == spec.PhaseRunning {
 		return spec.App{}, false // already here (a repeated event)
 	}
 	// One read of the cluster: the deployment as it is now, and its app.
@@ -103,6 +104,13 @@ func (a *agent) dispatch(ctx context.Context, dsr state.Desired) (spec.App, bool
 		// deploys it).
 	case err != nil:
 		a.fail(ctx, dsr, nil, err) // its app is gone
+	case lerr != nil && cur.Status.Phase == spec.PhaseRunning && cur.Status.Node == a.c.Node.Name:
+		// Running here by its status, but this node holds nothing of it:
+		// its instance went with a previous run of the agent (the host
+		// driver's end with it) and was undone at recovery. Deployed
+		// again, under the same ID.
+		a.log.Info("deploying again: its instance went with the agent's previous run", "deployment", dsr.ID)
+		return app, true
 	case state.Settled(cur.Status.Phase):
 	case cur.Status.Suspension != nil:
 		a.resume(ctx, dsr, app, *cur.Status.Suspension)

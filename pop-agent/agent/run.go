@@ -181,7 +181,8 @@ func runNode(ctx context.Context, c config.Config, o Options, log *slog.Logger, 
 	return a.serve(ctx, srv, ln)
 }
 
-// hostCgroups is the parent cgroup of the host driver's instances.
+// hostCgroups is the parent cgroup of the host driver's instances (with
+// the node's name).
 const hostCgroups = "fogdeploy-host"
 
 // newDeployer makes the node's drivers (the host driver, the light
@@ -193,12 +194,17 @@ func newDeployer(ctx context.Context, c config.Config, l *wire.Layering, log *sl
 		return nil, "", err
 	}
 	host := drivers.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))
-	if gs, err := cgroup.NewGroups(cgroup.Paths{}, hostCgroups); err != nil {
+	// One parent per node name: agents of several nodes may share a
+	// machine (dev, tests), and each sweeps only its own.
+	if gs, err := cgroup.NewGroups(cgroup.Paths{}, hostCgroups+"-"+c.Node.Name); err != nil {
 		log.Warn("host driver: its instances run without the node's limits", "err", err)
 	} else {
 		host.Groups = gs
-		if n, _ := gs.Sweep(); n > 0 {
-			log.Info("host driver: removed cgroups of instances gone", "count", n)
+		// Host instances end with the agent that started them: what a
+		// killed agent left still runs, in its cgroups.
+		n, err := gs.Sweep()
+		if n > 0 || err != nil {
+			log.Info("host driver: killed the instances a previous run left", "groups", n, "err", err)
 		}
 	}
 	deps := deploy.Deps{Store: l.Store, Envs: l.Manager, Mapper: l.Mapper, Log: log, Host: host}
