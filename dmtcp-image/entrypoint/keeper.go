@@ -9,6 +9,8 @@ import (
 	goruntime "runtime"
 	"strings"
 	"syscall"
+
+	"github.com/fogdeploy/fogdeploy/internal/seccomp"
 )
 
 // keep is the "keep" mode: the live parent of the app.
@@ -90,6 +92,12 @@ func keep(args []string) int {
 	}
 	if err := dropCaps(allCapsBut(user != "")...); err != nil {
 		fmt.Fprintf(os.Stderr, "entrypoint keep: warning: %v; the app keeps these capabilities\n", err)
+	}
+	// The app, forked from this thread, inherits its system-call filter
+	// (internal/seccomp): a CRIU container runs without Docker's.
+	if err := seccomp.InstallThread(); err != nil {
+		fmt.Fprintf(os.Stderr, "entrypoint keep: %v\n", err)
+		return exitSetup
 	}
 	return keepApp(argv, workdir, user, acct)
 }
@@ -243,6 +251,15 @@ func noCaps(args []string) int {
 			return exitSetup
 		}
 		path = p
+	}
+	// The system-call filter of an app without capabilities
+	// (internal/seccomp), on this thread, which the exec keeps alone: a
+	// CRIU container runs without Docker's profile, which criu could not
+	// suspend. Docker's no-new-privileges lets it be installed.
+	goruntime.LockOSThread()
+	if err := seccomp.InstallThread(); err != nil {
+		fmt.Fprintf(os.Stderr, "entrypoint nocaps: %v\n", err)
+		return exitSetup
 	}
 	err := syscall.Exec(path, args, env)
 	fmt.Fprintf(os.Stderr, "entrypoint nocaps: exec %s: %v\n", args[0], err)

@@ -18,6 +18,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/netup"
 	"github.com/fogdeploy/fogdeploy/internal/osthread"
 	"github.com/fogdeploy/fogdeploy/internal/procfs"
+	"github.com/fogdeploy/fogdeploy/internal/seccomp"
 )
 
 // A sandbox is the set of private namespaces one Process runs in: a mount
@@ -215,8 +216,9 @@ func (sb *sandbox) do(fn func() error) error { return sb.run(runOpts{}, fn) }
 // wrapper, its coordinator's commands). It also joins the IPC namespace
 // of the sandbox's PID namespace, where the app runs (criu runs outside
 // it, to dump it). In a confining sandbox, what fn starts holds no
-// capability and cannot gain one (capset.ForExec), even as root; fn
-// itself keeps the thread's, so that a chroot before the execve works.
+// capability and cannot gain one (capset.ForExec), even as root, and runs
+// under the system-call filter of internal/seccomp; fn itself keeps the
+// thread's capabilities, so that a chroot before the execve works.
 func (sb *sandbox) doConfined(fn func() error) error {
 	return sb.run(runOpts{alone: true, app: true, confine: sb != nil && sb.confine}, fn)
 }
@@ -256,6 +258,9 @@ func (sb *sandbox) run(o runOpts, fn func() error) error {
 		if o.confine {
 			if err := capset.ForExec(capset.Thread); err != nil {
 				return fmt.Errorf("drop the capabilities of the app's processes: %w", err)
+			}
+			if err := seccomp.InstallThread(); err != nil {
+				return fmt.Errorf("filter the system calls of the app's processes: %w", err)
 			}
 		}
 		return fn()

@@ -96,6 +96,10 @@ fi
 for d in /dev/sd* /dev/vd* /dev/nvme* /dev/rbd* /dev/loop* /dev/nbd* /dev/mem /dev/kmem /dev/port /dev/kmsg; do
   [ -e "$d" ] && hole "$d is in the instance's /dev"
 done
+# Outside the system-call filter: a user namespace (every capability
+# again, inside it), the kernel's keyrings (uid 0's are the node's).
+if command -v unshare >/dev/null 2>&1 && unshare -U true 2>/dev/null; then hole "made a user namespace (unshare -U)"; fi
+if command -v keyctl >/dev/null 2>&1 && keyctl show @u >/dev/null 2>&1; then hole "read the user keyring (keyctl show @u)"; fi
 # Capabilities: none beyond what the app's driver gives (CapEff in hex).
 echo "caps: $(grep CapEff /proc/self/status)"
 # What a tenant before left.

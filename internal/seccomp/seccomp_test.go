@@ -1,0 +1,72 @@
+package seccomp
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fogdeploy/fogdeploy/internal/capset"
+	"github.com/fogdeploy/fogdeploy/internal/osthread"
+)
+
+// script makes, in one process, the calls the filter denies and those it
+// must let through, and prints what each returned.
+const script = `
+import ctypes, os, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def call(nr, *args):
+    r = libc.syscall(nr, *args)
+    return "ok" if r >= 0 else os.strerror(ctypes.get_errno())
+print("keyctl", call(%d, 0, -4, 0))         # KEYCTL_GET_KEYRING_ID of the user keyring
+print("unshare-user", call(%d, 0x10000000)) # unshare(CLONE_NEWUSER)
+t = threading.Thread(target=lambda: None); t.start(); t.join()
+print("thread ok")
+print("fork", "ok" if os.fork() or os._exit(0) else "")
+`
+
+// run runs script with python3 from a thread that holds the filter (and
+// no_new_privs, which it needs), or without one.
+func run(t *testing.T, filtered bool) string {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("needs python3 to make raw system calls")
+	}
+	var out []byte
+	err = osthread.Run(func() error {
+		if filtered {
+			if err := capset.ForExec(capset.Thread); err != nil {
+				return err
+			}
+			if err := InstallThread(); err != nil {
+				return err
+			}
+		}
+		var err error
+		out, err = exec.Command(py, "-c", fmt.Sprintf(script, unix.SYS_KEYCTL, unix.SYS_UNSHARE)).CombinedOutput()
+		return err
+	})
+	if err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	return string(out)
+}
+
+func TestFilter(t *testing.T) {
+	if _, err := Program(); err != nil {
+		t.Skip(err)
+	}
+	out := run(t, true)
+	for _, want := range []string{"keyctl Operation not permitted", "unshare-user Operation not permitted", "thread ok", "fork ok"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("under the filter, want %q in:\n%s", want, out)
+		}
+	}
+	// The same calls without the filter: what it changes.
+	if out := run(t, false); !strings.Contains(out, "keyctl ok") {
+		t.Errorf("without the filter, keyctl should answer:\n%s", out)
+	}
+}
