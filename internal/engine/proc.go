@@ -268,18 +268,22 @@ func procStatus(pid int, field string) (string, error) {
 
 // childrenOf lists the PIDs whose parent is ppid.
 func childrenOf(ppid int) []int {
+	parent := strconv.Itoa(ppid)
+	return procsWhere(func(pid int) bool {
+		v, err := procStatus(pid, "PPid")
+		return err == nil && v == parent
+	})
+}
+
+// procsWhere lists the processes of the host for which keep is true.
+func procsWhere(keep func(pid int) bool) []int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
 	var out []int
 	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		v, err := procStatus(pid, "PPid")
-		if err == nil && v == strconv.Itoa(ppid) {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && keep(pid) {
 			out = append(out, pid)
 		}
 	}
@@ -506,16 +510,5 @@ func InPIDNamespace(pid int) []int {
 	if ns == "" {
 		return nil
 	}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err == nil && nsID(p, "pid") == ns {
-			out = append(out, p)
-		}
-	}
-	return out
+	return procsWhere(func(p int) bool { return nsID(p, "pid") == ns })
 }

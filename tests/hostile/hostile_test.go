@@ -120,13 +120,20 @@ func TestHostileApp(t *testing.T) {
 	}
 }
 
-func testHostile(t *testing.T, eng engine.Name) {
-	f := deploytest.NewFixture(t, "container")
+// node is a node whose apps of engine eng run under driver, and the
+// test's context.
+func node(t *testing.T, driver string, eng engine.Name) (*deploytest.Fixture, context.Context) {
+	f := deploytest.NewFixture(t, driver)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
 	if _, _, err := f.D.CheckEngine(ctx, eng); err != nil {
 		testenv.Unavailable(t, string(eng), err.Error())
 	}
+	return f, ctx
+}
+
+func testHostile(t *testing.T, eng engine.Name) {
+	f, ctx := node(t, "container", eng)
 	suffix := strconv.FormatInt(time.Now().UnixNano()%1e6, 36)
 	newApp := func(name string) spec.App {
 		a := deploytest.RedisApp(name+"-"+string(eng)+"-"+suffix, f.Env, eng)
@@ -373,12 +380,7 @@ func TestHostileAppHostDriver(t *testing.T) {
 }
 
 func testHostileHost(t *testing.T, eng engine.Name) {
-	f := deploytest.NewFixture(t, "host")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	t.Cleanup(cancel)
-	if _, _, err := f.D.CheckEngine(ctx, eng); err != nil {
-		testenv.Unavailable(t, string(eng), err.Error())
-	}
+	f, ctx := node(t, "host", eng)
 	if !f.Host.Limited() {
 		t.Fatal("the host driver cannot make cgroups on this node: its instances would run without limits")
 	}
