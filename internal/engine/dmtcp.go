@@ -297,9 +297,9 @@ func (p *dmtcpProc) endInit() {
 
 // startApp starts cmd (dmtcp_launch or dmtcp_restart) in p's sandbox and
 // returns the app's pid. In a root, cmd runs chrooted in the app's PID
-// namespace, holding no capability, as the child of the busybox wrapper
-// (wrapperScript): the pid is the wrapper's child, which execs into the
-// app.
+// namespace (confined, with Config.Confine) as the child of the busybox
+// wrapper (wrapperScript): the pid is the wrapper's child, which execs
+// into the app.
 func (p *dmtcpProc) startApp(ctx context.Context, lay dmtcpLayout, cmd *exec.Cmd) (int, error) {
 	if lay.sh == "" {
 		if err := p.sb.do(cmd.Start); err != nil {
@@ -314,7 +314,7 @@ func (p *dmtcpProc) startApp(ctx context.Context, lay dmtcpLayout, cmd *exec.Cmd
 	}
 	var pid int
 	err := pollUntil(ctx, time.Millisecond, nil, func() (bool, error) {
-		if kids := childrenOf(cmd.Process.Pid); len(kids) > 0 {
+		if kids := kernelChildren(cmd.Process.Pid); len(kids) > 0 {
 			pid = kids[0]
 			return true, nil
 		}

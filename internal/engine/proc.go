@@ -275,6 +275,24 @@ func childrenOf(ppid int) []int {
 	})
 }
 
+// kernelChildren lists the children of pid from its main thread's list (the
+// kernel's, without a scan of /proc), or by a scan where the kernel keeps
+// none.
+func kernelChildren(pid int) []int {
+	p := strconv.Itoa(pid)
+	b, err := os.ReadFile("/proc/" + p + "/task/" + p + "/children")
+	if err != nil {
+		return childrenOf(pid)
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if c, err := strconv.Atoi(f); err == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // procsWhere lists the processes of the host for which keep is true.
 func procsWhere(keep func(pid int) bool) []int {
 	ents, err := os.ReadDir("/proc")
