@@ -9,7 +9,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
-// TestSuspendResumeHostDriver: a trusted redis restored under the host
+// TestSuspendResumeHostDriver: a redis restored under the host
 // driver is suspended with a key written, resumed (its key there), and its
 // undeploy leaves nothing, under each engine. A suspend was refused there
 // while the release of such an instance left its loop device held.
