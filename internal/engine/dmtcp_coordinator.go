@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -70,18 +69,17 @@ func (d *DMTCP) startCoordinator(sb *sandbox, lay dmtcpLayout) (*coordinator, er
 		return nil, fmt.Errorf("start dmtcp_coordinator: %w (%w)", ErrUnavailable, err)
 	}
 	if c.root != "" {
-		ns := "/proc/" + strconv.Itoa(c.cmd.Process.Pid) + "/ns/"
-		c.mnt = &sandbox{confine: sb.confine}
-		var err error
-		if c.mnt.mnt, err = os.Open(ns + "mnt"); err == nil && sb.net != nil {
-			c.mnt.net, err = os.Open(ns + "net")
+		names := []string{nsMnt}
+		if sb.net != nil {
+			names = append(names, nsNet)
 		}
-		if err != nil {
-			c.mnt.close()
+		var err error
+		if c.mnt, err = sandboxOf(c.cmd.Process.Pid, names...); err != nil {
 			_ = c.cmd.Process.Kill()
 			_ = c.cmd.Wait()
-			return nil, fmt.Errorf("start dmtcp_coordinator: its namespaces: %w", err)
+			return nil, fmt.Errorf("start dmtcp_coordinator: %w", err)
 		}
+		c.mnt.confine = sb.confine
 	}
 	go func() {
 		_ = c.cmd.Wait()

@@ -91,15 +91,10 @@ func (sb *sandbox) startPIDInit(ctx context.Context, in pidInit) (*exec.Cmd, err
 	case <-ctx.Done():
 		return fail(ctx.Err())
 	}
-	f, err := os.Open("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/pid")
+	ns, err := sandboxOf(cmd.Process.Pid, nsPID, nsIPC)
 	if err != nil {
 		return fail(err)
 	}
-	ipc, err := os.Open("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/ipc")
-	if err != nil {
-		f.Close()
-		return fail(err)
-	}
-	sb.setPidNS(f, ipc)
+	sb.setPidNS(ns.pid, ns.ipc) // handed over: ns is not closed
 	return cmd, nil
 }

@@ -357,12 +357,36 @@ func (sb *sandbox) close() {
 // process pid. Sockets fn creates stay in that namespace; processes it
 // starts inherit it.
 func InNetNS(pid int, fn func() error) error {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/net")
+	sb, err := sandboxOf(pid, nsNet)
 	if err != nil {
-		return fmt.Errorf("network namespace of pid %d: %w", pid, err)
+		return err
 	}
-	defer f.Close()
-	return (&sandbox{net: f}).do(fn)
+	defer sb.close()
+	return sb.do(fn)
+}
+
+// Namespaces sandboxOf can open.
+const (
+	nsMnt = "mnt"
+	nsNet = "net"
+	nsIPC = "ipc"
+	nsPID = "pid"
+)
+
+// sandboxOf returns a sandbox onto the namespaces names of process pid,
+// which steps then enter; close it when done.
+func sandboxOf(pid int, names ...string) (*sandbox, error) {
+	sb := &sandbox{}
+	fields := map[string]**os.File{nsMnt: &sb.mnt, nsNet: &sb.net, nsIPC: &sb.ipc, nsPID: &sb.pid}
+	for _, name := range names {
+		f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/" + name)
+		if err != nil {
+			sb.close()
+			return nil, fmt.Errorf("%s namespace of pid %d: %w", name, pid, err)
+		}
+		*fields[name] = f
+	}
+	return sb, nil
 }
 
 // NetNSDialer returns a DialFunc that dials from inside the network
@@ -406,19 +430,12 @@ func StartIn(pid int, cmd *exec.Cmd) error {
 		return fmt.Errorf("root of pid %d: %w", pid, err)
 	}
 	defer root.Close()
-	sb := &sandbox{confine: true}
-	for _, ns := range []struct {
-		name string
-		f    **os.File
-	}{{"mnt", &sb.mnt}, {"net", &sb.net}, {"ipc", &sb.ipc}, {"pid", &sb.pid}} {
-		f, err := os.Open(proc + "/ns/" + ns.name)
-		if err != nil {
-			sb.close()
-			return fmt.Errorf("%s namespace of pid %d: %w", ns.name, pid, err)
-		}
-		*ns.f = f
+	sb, err := sandboxOf(pid, nsMnt, nsNet, nsIPC, nsPID)
+	if err != nil {
+		return err
 	}
 	defer sb.close()
+	sb.confine = true
 	cmd.Path = path
 	if cmd.Dir == "" {
 		cmd.Dir = "/"
