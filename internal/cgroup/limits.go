@@ -64,8 +64,8 @@ var limitControllers = []string{"memory", "pids", "cpu"}
 // where they are mounted, else in cgroup v2 when its root delegates
 // those controllers.
 func NewGroups(p Paths, parent string) (Groups, error) {
-	if parent == "" || strings.Contains(parent, "/") || parent == "." || parent == ".." {
-		return nil, fmt.Errorf("cgroup parent %q: one path element: %w", parent, ErrInvalidName)
+	if err := oneElement("parent", parent); err != nil {
+		return nil, err
 	}
 	p = p.withDefaults()
 	ms, err := readMounts(p.Mountinfo)
@@ -73,7 +73,7 @@ func NewGroups(p Paths, parent string) (Groups, error) {
 		return nil, err
 	}
 	if _, ok := ms.v1("memory"); ok {
-		g := &groups{version: V1, parent: parent}
+		g := &groups{version: V1}
 		for _, c := range limitControllers {
 			m, ok := ms.v1(c)
 			if !ok {
@@ -90,7 +90,7 @@ func NewGroups(p Paths, parent string) (Groups, error) {
 					"enable memory, pids and cpu in the root cgroup's cgroup.subtree_control")
 			}
 		}
-		g := &groups{version: V2, parent: parent, dirs: []string{filepath.Join(m.point, parent)}}
+		g := &groups{version: V2, dirs: []string{filepath.Join(m.point, parent)}}
 		return g, g.makeParents()
 	}
 	return nil, fmt.Errorf("no cgroup memory controller mounted (%s): %w", p.Mountinfo, ErrUnsupported)
@@ -104,7 +104,6 @@ var ErrInvalidName = errors.New("invalid cgroup name")
 // hierarchy (one on cgroup v2).
 type groups struct {
 	version Version
-	parent  string
 	dirs    []string
 }
 
@@ -125,43 +124,49 @@ func (g *groups) makeParents() error {
 	return nil
 }
 
-// files are the limit files to write for lim, by controller directory
-// index (v1: memory, pids, cpu; v2: the one directory).
-func (g *groups) files(lim Limits) []map[string]string {
-	mem, pids, cpu := "", "", ""
+// file is one limit file and the value written to it.
+type file struct{ name, value string }
+
+// files are the limit files to write for lim, in order, by controller
+// directory index (v1: memory, pids, cpu; v2: the one directory).
+func (g *groups) files(lim Limits) [][]file {
+	quota := int64(lim.CPUs * cpuPeriodUS)
+	period := strconv.Itoa(cpuPeriodUS)
 	if g.version == V1 {
-		mem, pids, cpu = "-1", "max", "-1"
-		if lim.MemoryBytes > 0 {
-			mem = strconv.FormatInt(lim.MemoryBytes, 10)
-		}
-		if lim.Pids > 0 {
-			pids = strconv.FormatInt(lim.Pids, 10)
-		}
-		if lim.CPUs > 0 {
-			cpu = strconv.FormatInt(int64(lim.CPUs*cpuPeriodUS), 10)
-		}
-		return []map[string]string{
-			{"memory.limit_in_bytes": mem},
-			{"pids.max": pids},
-			{"cpu.cfs_period_us": strconv.Itoa(cpuPeriodUS), "cpu.cfs_quota_us": cpu},
+		return [][]file{
+			{{"memory.limit_in_bytes", bound(lim.MemoryBytes, "-1")}},
+			{{"pids.max", bound(lim.Pids, "max")}},
+			// The period before the quota: the quota is checked against
+			// the period in place.
+			{{"cpu.cfs_period_us", period}, {"cpu.cfs_quota_us", bound(quota, "-1")}},
 		}
 	}
-	mem, pids, cpu = "max", "max", "max "+strconv.Itoa(cpuPeriodUS)
-	if lim.MemoryBytes > 0 {
-		mem = strconv.FormatInt(lim.MemoryBytes, 10)
+	return [][]file{{
+		{"memory.max", bound(lim.MemoryBytes, "max")},
+		{"pids.max", bound(lim.Pids, "max")},
+		{"cpu.max", bound(quota, "max") + " " + period},
+	}}
+}
+
+// bound is v as a limit file takes it, or none where v is no bound.
+func bound(v int64, none string) string {
+	if v > 0 {
+		return strconv.FormatInt(v, 10)
 	}
-	if lim.Pids > 0 {
-		pids = strconv.FormatInt(lim.Pids, 10)
+	return none
+}
+
+// oneElement refuses a group or parent name that is not one path element.
+func oneElement(what, name string) error {
+	if name == "" || strings.Contains(name, "/") || name == "." || name == ".." {
+		return fmt.Errorf("cgroup %s %q: one path element: %w", what, name, ErrInvalidName)
 	}
-	if lim.CPUs > 0 {
-		cpu = strconv.FormatInt(int64(lim.CPUs*cpuPeriodUS), 10) + " " + strconv.Itoa(cpuPeriodUS)
-	}
-	return []map[string]string{{"memory.max": mem, "pids.max": pids, "cpu.max": cpu}}
+	return nil
 }
 
 func (g *groups) Create(name string, lim Limits) (Group, error) {
-	if name == "" || strings.Contains(name, "/") || name == "." || name == ".." {
-		return nil, fmt.Errorf("cgroup %q: one path element: %w", name, ErrInvalidName)
+	if err := oneElement("group", name); err != nil {
+		return nil, err
 	}
 	grp := &group{}
 	for _, d := range g.dirs {
@@ -173,16 +178,10 @@ func (g *groups) Create(name string, lim Limits) (Group, error) {
 			_ = grp.Remove()
 			return nil, fmt.Errorf("make cgroup %s: %w", d, err)
 		}
-		// cfs_period_us before cfs_quota_us: the quota is checked against
-		// the period in place.
-		for _, f := range []string{"cpu.cfs_period_us", "cpu.cfs_quota_us", "memory.limit_in_bytes", "pids.max", "memory.max", "cpu.max"} {
-			v, ok := files[i][f]
-			if !ok {
-				continue
-			}
-			if err := os.WriteFile(filepath.Join(d, f), []byte(v), 0o644); err != nil {
+		for _, f := range files[i] {
+			if err := os.WriteFile(filepath.Join(d, f.name), []byte(f.value), 0o644); err != nil {
 				_ = grp.Remove()
-				return nil, fmt.Errorf("limit cgroup %s: %s=%s: %w", d, f, v, err)
+				return nil, fmt.Errorf("limit cgroup %s: %s=%s: %w", d, f.name, f.value, err)
 			}
 		}
 	}

@@ -15,21 +15,37 @@ import (
 // The limit files of each version, as the kernel is given them.
 func TestLimitFiles(t *testing.T) {
 	lim := Limits{MemoryBytes: 64 << 20, Pids: 100, CPUs: 0.5}
-	v1 := (&groups{version: V1}).files(lim)
+	v1 := values((&groups{version: V1}).files(lim))
 	if v1[0]["memory.limit_in_bytes"] != "67108864" || v1[1]["pids.max"] != "100" || v1[2]["cpu.cfs_quota_us"] != "50000" {
 		t.Errorf("v1 files = %v", v1)
 	}
-	v2 := (&groups{version: V2}).files(lim)
+	v2 := values((&groups{version: V2}).files(lim))
 	if v2[0]["memory.max"] != "67108864" || v2[0]["pids.max"] != "100" || v2[0]["cpu.max"] != "50000 100000" {
 		t.Errorf("v2 files = %v", v2)
 	}
-	none := (&groups{version: V2}).files(Limits{})
+	none := values((&groups{version: V2}).files(Limits{}))
 	if none[0]["memory.max"] != "max" || none[0]["cpu.max"] != "max 100000" {
 		t.Errorf("v2 files without limits = %v", none)
+	}
+	// The period is written before the quota, which is checked against it.
+	if f := (&groups{version: V1}).files(lim)[2]; f[0].name != "cpu.cfs_period_us" {
+		t.Errorf("v1 cpu files in the order %v; want the period first", f)
 	}
 	if _, err := (&groups{version: V1}).Create("../x", lim); !errors.Is(err, ErrInvalidName) {
 		t.Errorf("Create(../x) = %v; want ErrInvalidName", err)
 	}
+}
+
+// values maps each directory's files by name.
+func values(dirs [][]file) []map[string]string {
+	out := make([]map[string]string, len(dirs))
+	for i, fs := range dirs {
+		out[i] = map[string]string{}
+		for _, f := range fs {
+			out[i][f.name] = f.value
+		}
+	}
+	return out
 }
 
 // On this node's hierarchies: a process moved into a group is bounded by
