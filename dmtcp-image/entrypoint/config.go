@@ -58,6 +58,7 @@ type config struct {
 	engine       engine.Name // engine.NameDMTCP or engine.NameCRIU
 	criuPrefix   string      // installed CRIU prefix (engine criu)
 	lazy         bool        // restart with CRIU's lazy pages
+	sourceLater  bool        // restart: -from is read only once ordered (the host still fills it)
 	recycle      bool        // serve instance after instance (release, rearm)
 	app          []string    // launch: the app's argv
 }
@@ -88,6 +89,7 @@ func parseConfig(mode string, args []string, stderr io.Writer) (*config, error) 
 	fs.StringVar((*string)(&c.engine), "engine", string(engine.NameDMTCP), "checkpoint engine: dmtcp (a coordinator in the container) or criu (criu dump and criu restore run by this process; needs the capabilities of runtime.CRIUCapabilities)")
 	fs.StringVar(&c.criuPrefix, "criu-prefix", envOr("FOG_CRIU_PREFIX", "/opt/criu"), "installed CRIU prefix (engine criu)")
 	fs.BoolVar(&c.lazy, "lazy", false, "restart: with engine criu, restore with lazy pages (the app runs before all its memory is in)")
+	fs.BoolVar(&c.sourceLater, "source-later", false, "restart with -wait and -from: generation -from is whole only once the order is given (the host is still copying it), so it is read after the order")
 	fs.BoolVar(&c.recycle, "recycle", false, "restart with -wait: on -wait's directory's release file, end the app and wait for its rearm file to serve the next order in the same container (the root must be a mount the host resets meanwhile, seen through slave propagation)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json (logs go to stderr)")
@@ -137,6 +139,9 @@ func (c *config) validate() error {
 	}
 	if c.recycle && (c.mode != modeRestart || c.wait == "") {
 		errs = append(errs, errors.New("-recycle is for restart with -wait: drop -recycle"))
+	}
+	if c.sourceLater && (c.mode != modeRestart || c.wait == "" || c.from == 0) {
+		errs = append(errs, errors.New("-source-later is for restart with -wait and -from: drop -source-later"))
 	}
 	switch c.engine {
 	case engine.NameDMTCP:

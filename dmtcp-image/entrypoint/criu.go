@@ -62,25 +62,21 @@ func (s *supervisor) runCRIU() int {
 func (s *supervisor) lifeCRIU(ctx context.Context, eng *engine.CRIU, sigs <-chan os.Signal) (code int, again bool) {
 	var img engine.Image
 	if code := s.pickGenerations(func(gens []generation) (err error) {
+		if s.cfg.sourceLater {
+			return nil // read once ordered
+		}
 		img, err = pickImage(s.cfg.ckpt, gens, s.cfg.from)
 		return err
 	}); code != exitOK {
 		return code, false
 	}
-	if img.Root != "" && img.Root != s.cfg.root {
-		// An image written at another root path (by the host driver, or
-		// in a launch container, whose root is /fog/root where a recycled
-		// container's is under /fog/mnt) restores at the root's path of
-		// its checkpoint: the engine binds this root there.
-		if err := os.MkdirAll(img.Root, 0o755); err != nil {
-			s.log.Error("mount point of the checkpoint's root", "root", img.Root, "err", err)
-			return exitSetup, false
-		}
+	if !s.cfg.sourceLater && !s.rootOfImage(img) {
+		return exitSetup, false
 	}
 	if !s.mountRoot() {
 		return exitSetup, false
 	}
-	if s.cfg.mode == modeRestart && s.cfg.wait != "" && !s.restarted {
+	if s.cfg.mode == modeRestart && s.cfg.wait != "" && !s.restarted && !s.cfg.sourceLater {
 		// A recycled container restored this generation already: its
 		// images are in the page cache.
 		if _, err := os.Stat(s.cfg.wait); err != nil {
@@ -92,8 +88,35 @@ func (s *supervisor) lifeCRIU(ctx context.Context, eng *engine.CRIU, sigs <-chan
 	if code, ok := s.awaitOrder(sigs); !ok {
 		return code, false
 	}
+	if s.cfg.sourceLater {
+		var code int
+		if img, code = pickOnceOrdered(s, func(gens []generation) (engine.Image, error) {
+			return pickImage(s.cfg.ckpt, gens, s.cfg.from)
+		}); code != exitOK {
+			return code, false
+		}
+		if !s.rootOfImage(img) {
+			return exitSetup, false
+		}
+	}
 
 	return s.startCRIU(ctx, eng, img, sigs)
+}
+
+// rootOfImage makes the mount point of img's root where it differs from
+// this container's: an image written at another root path (by the host
+// driver, or in a launch container, whose root is /fog/root where a
+// recycled container's is under /fog/mnt) restores at the root's path of
+// its checkpoint, and the engine binds this root there.
+func (s *supervisor) rootOfImage(img engine.Image) bool {
+	if img.Root == "" || img.Root == s.cfg.root {
+		return true
+	}
+	if err := os.MkdirAll(img.Root, 0o755); err != nil {
+		s.log.Error("mount point of the checkpoint's root", "root", img.Root, "err", err)
+		return false
+	}
+	return true
 }
 
 // startCRIU launches the app under criu, or restores img, and supervises

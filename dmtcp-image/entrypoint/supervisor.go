@@ -214,6 +214,9 @@ func (s *supervisor) start(sigs <-chan os.Signal) (app, coord <-chan syscall.Wai
 	}
 	var from generation
 	if code := s.pickGenerations(func(gens []generation) (err error) {
+		if s.cfg.sourceLater {
+			return nil // read once ordered
+		}
 		from, err = pickRestore(s.cfg.ckpt, gens, s.cfg.from)
 		return err
 	}); code != exitOK {
@@ -244,7 +247,7 @@ func (s *supervisor) start(sigs <-chan os.Signal) (app, coord <-chan syscall.Wai
 	s.tm.record("coordinator", 0, t, 0, nil)
 	s.log.Info("coordinator listening", "addr", "127.0.0.1:"+strconv.Itoa(port), "pid", pid)
 
-	if s.cfg.mode == modeRestart && s.cfg.wait != "" {
+	if s.cfg.mode == modeRestart && s.cfg.wait != "" && !s.cfg.sourceLater {
 		// A slot that waits (a warm pool's) reads its checkpoint ahead;
 		// one whose order is already there restarts at once.
 		if _, err := os.Stat(s.cfg.wait); err != nil && !s.restarted {
@@ -253,6 +256,14 @@ func (s *supervisor) start(sigs <-chan os.Signal) (app, coord <-chan syscall.Wai
 	}
 	if code, ok := s.awaitOrder(sigs); !ok {
 		return nil, nil, code
+	}
+	if s.cfg.sourceLater {
+		var code int
+		if from, code = pickOnceOrdered(s, func(gens []generation) (generation, error) {
+			return pickRestore(s.cfg.ckpt, gens, s.cfg.from)
+		}); code != exitOK {
+			return nil, nil, code
+		}
 	}
 	done, ok := s.startApp(from)
 	if !ok {
@@ -281,6 +292,24 @@ func (s *supervisor) pickGenerations(pick func(gens []generation) error) int {
 		s.gen = nextGeneration(gens)
 	}
 	return exitOK
+}
+
+// pickOnceOrdered reads the checkpoint volume's generations once the
+// order is given (-source-later: the host filled the one to restore
+// meanwhile) and picks what to restore from them.
+func pickOnceOrdered[T any](s *supervisor, pick func(gens []generation) (T, error)) (T, int) {
+	var zero T
+	gens, err := generations(s.cfg.ckpt)
+	if err != nil {
+		s.log.Error("checkpoint dir", "err", err)
+		return zero, exitSetup
+	}
+	v, err := pick(gens)
+	if err != nil {
+		s.log.Error("nothing to restore", "err", err)
+		return zero, exitNoCheckpoint
+	}
+	return v, exitOK
 }
 
 // startApp launches the app under DMTCP, or restarts generation from, and

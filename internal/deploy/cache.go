@@ -31,10 +31,22 @@ const StepFetch Step = "fetch"
 func CacheKey(g spec.Generation) gencache.Key { return gencache.KeyOf(g.App, g.Gen, g.Created) }
 
 // ckptSource returns the node's copy of generation g's checkpoint files,
-// fetching it first when the node does not hold it (fetched).
-func (d *Deployer) ckptSource(ctx context.Context, g spec.Generation) (e gencache.Entry, fetched bool, err error) {
+// fetching it first when the node does not hold it (fetched). known, if
+// set, is told the copy's directory as soon as it is known, before the
+// fetch ends (gencache.Cache.Begin).
+func (d *Deployer) ckptSource(ctx context.Context, g spec.Generation, known func(dir string)) (e gencache.Entry, fetched bool, err error) {
 	start := time.Now()
-	e, fetched, err = d.cache.Get(ctx, CacheKey(g), func(ctx context.Context, dst string) error { return d.fetch(ctx, g, dst) })
+	fill := func(ctx context.Context, dst string) error { return d.fetch(ctx, g, dst) }
+	if known == nil {
+		e, fetched, err = d.cache.Get(ctx, CacheKey(g), fill)
+	} else {
+		var dir string
+		var wait func() (gencache.Entry, bool, error)
+		if dir, wait, err = d.cache.Begin(ctx, CacheKey(g), fill); err == nil {
+			known(dir)
+			e, fetched, err = wait()
+		}
+	}
 	if err != nil {
 		return e, fetched, err
 	}
@@ -88,13 +100,18 @@ func (d *Deployer) fetch(ctx context.Context, g spec.Generation, dst string) (er
 // Prefetch brings generation g's checkpoint to this node ahead of its
 // restores (fetched: it was not here).
 func (d *Deployer) Prefetch(ctx context.Context, g spec.Generation) (fetched bool, err error) {
-	_, fetched, err = d.ckptSource(ctx, g)
+	_, fetched, err = d.ckptSource(ctx, g, nil)
 	return fetched, err
 }
 
 // Cached lists the generations whose checkpoint this node holds, least
 // recently used first.
 func (d *Deployer) Cached() ([]gencache.Entry, error) { return d.cache.List() }
+
+// SettleCache flushes to disk the generations fetched or adopted since the
+// machine started (a restore reads them before they are: gencache.Settle),
+// so that they outlive a restart of the machine.
+func (d *Deployer) SettleCache(ctx context.Context) (int, error) { return d.cache.Settle(ctx) }
 
 // CacheBudget is the cache's byte budget (0: none).
 func (d *Deployer) CacheBudget() int64 { return d.cache.Budget() }

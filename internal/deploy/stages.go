@@ -100,13 +100,17 @@ func prefixed(p string, t layering.Timings) layering.Timings {
 // come from. It leaves s in SlotIdle.
 func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource) (err error) {
 	// A restore reads its checkpoint from the node's copy (cache.go),
-	// fetched while the environment is cloned, mapped and mounted.
+	// fetched while the environment is cloned, mapped and mounted, and,
+	// where the driver reads it only once started, while its instance is
+	// created too.
 	var source string
 	var fetched bool
 	wait := func() error { return nil }
+	known, fetching := make(chan string, 1), make(chan struct{})
 	if src.gen != nil {
 		wait = async(func() error {
-			e, f, err := d.ckptSource(ctx, *src.gen)
+			defer close(fetching)
+			e, f, err := d.ckptSource(ctx, *src.gen, func(dir string) { known <- dir })
 			source, fetched = e.Dir, f
 			return err
 		})
@@ -130,6 +134,7 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 		return err
 	}
 	o.phase(StepMount)
+	inst := instanceSource{envPath: envPath, ckptPath: ckptPath}
 	if src.gen != nil {
 		// The instance's own checkpoint directory (where a later
 		// checkpoint of it would go); the generation it restores is
@@ -137,18 +142,54 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 		if err := os.MkdirAll(ckptPath, 0o755); err != nil {
 			return fmt.Errorf("slot %s checkpoint directory: %w", s.ID, err)
 		}
+		if dir, ok := d.sourceLater(s, src, known, fetching); ok {
+			inst.source, inst.later = dir, true
+			if err := d.createInstance(ctx, s, src, inst); err != nil {
+				return err
+			}
+			o.phase(StepContainer)
+		}
 		if err := wait(); err != nil {
 			return err
 		}
 		s.Fetched = fetched
 		o.phase(StepFetch)
 	}
-	if err := d.createInstance(ctx, s, src, envPath, ckptPath, source); err != nil {
-		return err
+	if !inst.later {
+		inst.source = source
+		if err := d.createInstance(ctx, s, src, inst); err != nil {
+			return err
+		}
+		o.phase(StepContainer)
 	}
-	o.phase(StepContainer)
 	s.Phase = SlotIdle
 	return d.slots.Save(s.ID, s)
+}
+
+// sourceLater returns the directory of the node's copy of the checkpoint
+// that slot s restores, when its instance can be created while the copy
+// is being fetched: the fetch goes on (fetching is open), the slot serves
+// a deploy (a pool's slot reads ahead once made) and its driver reads
+// the copy only once started (drivers.LateSourcer).
+func (d *Deployer) sourceLater(s *Slot, src slotSource, known <-chan string, fetching <-chan struct{}) (string, bool) {
+	select {
+	case <-fetching:
+		return "", false
+	default:
+	}
+	if s.Pool {
+		return "", false
+	}
+	dr, err := d.driverByRun(src.app, s.Mode, src.engine)
+	if ls, ok := dr.(drivers.LateSourcer); err != nil || !ok || !ls.TakesSourceLater() {
+		return "", false
+	}
+	select {
+	case dir := <-known:
+		return dir, dir != ""
+	case <-fetching:
+		return "", false
+	}
 }
 
 // slotEnv is the environment snapshot a slot clones. With the shared read
@@ -271,9 +312,17 @@ func (d *Deployer) mountSlot(ctx context.Context, s *Slot, envMap, ckptMap *mapp
 	return envPath, ckptPath, nil
 }
 
+// instanceSource is where a slot's instance finds its root and its
+// checkpoint: later, its source is still being fetched when it is
+// created (drivers.Run.SourceLater).
+type instanceSource struct {
+	envPath, ckptPath, source string
+	later                     bool
+}
+
 // createInstance creates the slot's instance with its driver, waiting
 // (not started), and records it.
-func (d *Deployer) createInstance(ctx context.Context, s *Slot, src slotSource, envPath, ckptPath, source string) error {
+func (d *Deployer) createInstance(ctx context.Context, s *Slot, src slotSource, in instanceSource) error {
 	ctl := filepath.Join(s.Dir, "ctl")
 	if err := os.MkdirAll(ctl, 0o755); err != nil {
 		return fmt.Errorf("slot %s control directory: %w", s.ID, err)
@@ -282,7 +331,7 @@ func (d *Deployer) createInstance(ctx context.Context, s *Slot, src slotSource, 
 	if err != nil {
 		return err
 	}
-	run := drivers.Run{Mode: s.Mode, ID: s.ID, App: src.app, EnvPath: envPath, CkptPath: ckptPath, CkptSource: source, Gen: s.Gen,
+	run := drivers.Run{Mode: s.Mode, ID: s.ID, App: src.app, EnvPath: in.envPath, CkptPath: in.ckptPath, CkptSource: in.source, SourceLater: in.later, Gen: s.Gen,
 		ImageEnv: src.config.Env, WorkDir: src.config.WorkDir, CtlPath: ctl, Background: s.Pool || src.background, Limits: d.cfg.Limits, Resettable: s.Lower != "" && !src.resume}
 	h, err := dr.Create(ctx, run)
 	if err != nil {

@@ -98,9 +98,21 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 			return spec.Suspension{}, err
 		}
 	}
+	// The checkpoint's image is mapped, formatted and mounted while the
+	// checkpoint runs, off the time the app answers nothing.
+	var mounted func() error
+	defer func() {
+		if mounted != nil && err != nil {
+			_ = mounted()
+			_ = d.deps.Mapper.Release(context.WithoutCancel(ctx), suspendMapping(id))
+		}
+	}()
 	if rec.Handle != nil && susp.CkptGen == 0 {
 		size := max(app.CheckpointBytes(), 2*susp.From.Bytes)
 		if err := d.deps.Store.Create(ctx, ckptImg, size); err != nil && !errors.Is(err, layering.ErrExists) {
+			return spec.Suspension{}, err
+		}
+		if mounted, err = d.mountSuspension(ctx, &rec, ckptImg); err != nil {
 			return spec.Suspension{}, err
 		}
 		asked = true
@@ -113,9 +125,15 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 		o.phase(StepCheckpoint)
 	}
 	if rec.Handle != nil {
-		if err := d.storeAndRelease(ctx, &rec, &susp, envImg, ckptImg); err != nil {
+		if mounted == nil { // continuing after the checkpoint
+			if mounted, err = d.mountSuspension(ctx, &rec, ckptImg); err != nil {
+				return spec.Suspension{}, err
+			}
+		}
+		if err := d.storeAndRelease(ctx, &rec, &susp, envImg, ckptImg, mounted); err != nil {
 			return spec.Suspension{}, err
 		}
+		mounted = nil // released
 		if err := journal(); err != nil {
 			return spec.Suspension{}, err
 		}
@@ -170,16 +188,13 @@ func (d *Deployer) checkpointInstance(ctx context.Context, rec Deployment, susp 
 // ckptImg and the release of its instance, root and mappings, each image
 // sealed once it is written; rec then owns the images and its directory
 // only (the directory goes at the suspend's end).
-func (d *Deployer) storeAndRelease(ctx context.Context, rec *Deployment, susp *spec.Suspension, envImg, ckptImg string) error {
+func (d *Deployer) storeAndRelease(ctx context.Context, rec *Deployment, susp *spec.Suspension, envImg, ckptImg string, mounted func() error) error {
 	h := *rec.Handle
 	dr := d.driverByName(h.Driver)
 	if dr == nil {
 		return fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, h.Driver, rec.ID)
 	}
-	mid, err := d.journalMapping(rec, rec.ID+"-susp")
-	if err != nil {
-		return err
-	}
+	mid := suspendMapping(rec.ID)
 	// Every image but the two is a parent of the writable image (a
 	// resumed instance's suspension before): it stays with it.
 	susp.Parents = slices.DeleteFunc(slices.Clone(rec.Images), func(img string) bool { return img == envImg || img == ckptImg })
@@ -187,7 +202,7 @@ func (d *Deployer) storeAndRelease(ctx context.Context, rec *Deployment, susp *s
 	susp.Ckpt = layering.SnapRef{Image: ckptImg, Snap: layering.SealedSnap}
 	meta := d.suspensionMeta(rec.ID)
 	stored := async(func() error {
-		if err := d.storeCheckpoint(ctx, rec.Dir, mid, ckptImg, drivers.GenDir(h.CkptPath, susp.CkptGen), susp.CkptGen); err != nil {
+		if err := d.storeCheckpoint(ctx, rec.Dir, mid, mounted, drivers.GenDir(h.CkptPath, susp.CkptGen), susp.CkptGen); err != nil {
 			return err
 		}
 		return d.sealImage(ctx, susp.Ckpt, meta, map[string]string{metaSeed: rec.Seed})
@@ -283,23 +298,44 @@ func (d *Deployer) suspendable(ctx context.Context, rec Deployment) (spec.Genera
 	return from, nil
 }
 
-// storeCheckpoint copies the checkpoint files in dir into directory gen of
-// image img, mapped (as mid) and mounted under instDir for the copy only.
-func (d *Deployer) storeCheckpoint(ctx context.Context, instDir, mid, img, dir string, gen int) (err error) {
-	target := filepath.Join(instDir, "suspend")
-	_ = d.deps.Mapper.Release(ctx, mid) // one a crash left
-	mp, err := d.deps.Mapper.MapAndMount(ctx, mapper.Image{Pool: d.cfg.Pool, Name: img}, target,
-		mapper.MountOptions{Format: true}, mapper.WithID(mid))
+// suspendMapping is the mapping of deployment id's suspension image.
+func suspendMapping(id string) string { return id + "-susp" }
+
+// suspendMount is where a suspend mounts its checkpoint's image.
+func suspendMount(instDir string) string { return filepath.Join(instDir, "suspend") }
+
+// mountSuspension journals the mapping of rec's suspension image img and
+// starts to map, format and mount it (suspendMount); the function it
+// returns waits for that.
+func (d *Deployer) mountSuspension(ctx context.Context, rec *Deployment, img string) (func() error, error) {
+	mid, err := d.journalMapping(rec, suspendMapping(rec.ID))
 	if err != nil {
-		return err
+		return nil, err
 	}
+	target := suspendMount(rec.Dir)
+	return async(func() error {
+		_ = d.deps.Mapper.Release(ctx, mid) // one a crash left
+		_, err := d.deps.Mapper.MapAndMount(ctx, mapper.Image{Pool: d.cfg.Pool, Name: img}, target,
+			mapper.MountOptions{Format: true}, mapper.WithID(mid))
+		return err
+	}), nil
+}
+
+// storeCheckpoint copies the checkpoint files in dir into directory gen of
+// the suspension's image, once mounted (mountSuspension), then releases
+// its mapping mid, which flushes them.
+func (d *Deployer) storeCheckpoint(ctx context.Context, instDir, mid string, mounted func() error, dir string, gen int) (err error) {
+	target := suspendMount(instDir)
 	defer func() {
 		// The release flushes what was written.
-		if rerr := d.deps.Mapper.Release(context.WithoutCancel(ctx), mp.ID); rerr != nil && !errors.Is(rerr, mapper.ErrNotMapped) {
+		if rerr := d.deps.Mapper.Release(context.WithoutCancel(ctx), mid); rerr != nil && !errors.Is(rerr, mapper.ErrNotMapped) {
 			err = errors.Join(err, rerr)
 		}
 		_ = os.Remove(target)
 	}()
+	if err := mounted(); err != nil {
+		return err
+	}
 	// Anew: a copy that a crash cut short is replaced.
 	dst := drivers.GenDir(target, gen)
 	if err := os.RemoveAll(dst); err != nil {
@@ -445,29 +481,46 @@ func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spe
 	if err != nil {
 		return Deployment{}, err
 	}
-	return d.adoptSuspension(ctx, dep, susp), nil
+	return d.adoptSuspension(dep, susp), nil
 }
 
-// adoptSuspension hands the suspension's writable image to the resumed
-// deployment dep (its clone's parent goes after the clone) and removes
-// the rest of it; a removal that fails leaves the image to gc (it names
-// the deployment).
-func (d *Deployer) adoptSuspension(ctx context.Context, dep Deployment, susp spec.Suspension) Deployment {
+// adoptSuspension hands what is left of the suspension to the resumed
+// deployment dep: its writable image (its clone's parent goes after the
+// clone), which it keeps, and the checkpoint's image and the hold, which
+// DropSuspension removes once the caller recorded dep Running (the
+// instance answers meanwhile; until then an undeploy removes them too).
+func (d *Deployer) adoptSuspension(dep Deployment, susp spec.Suspension) Deployment {
 	dep.Images = append(append(dep.Images, susp.Env.Image), susp.Parents...)
+	for _, img := range []string{susp.Ckpt.Image, susp.Hold} {
+		if img != "" {
+			dep.Images = append(dep.Images, img)
+		}
+	}
 	if err := d.save(&dep); err != nil {
-		d.log.Warn("the resumed deployment does not own its suspension's writable image; gc removes it once the deployment is gone",
+		d.log.Warn("the resumed deployment does not own its suspension's images; gc removes them once the deployment is gone",
 			"deployment", dep.ID, "image", susp.Env.Image, "err", err)
 	}
-	rest := susp
-	rest.Env = layering.SnapRef{}
-	for _, img := range []string{rest.Ckpt.Image, rest.Hold} {
+	d.log.Info("resumed", "id", dep.ID, "app", dep.App, "gen", susp.From.Gen, "ports", dep.Ports, "timings", dep.Timings.String())
+	return dep
+}
+
+// DropSuspension removes the checkpoint's image and the hold of
+// suspension susp, which deployment id resumed from (Resume), and stops
+// owning them. A removal that fails leaves the image to the deployment's
+// undeploy. Like every change of a deployment, it is not called while
+// another runs on id.
+func (d *Deployer) DropSuspension(ctx context.Context, id string, susp spec.Suspension) {
+	for _, img := range []string{susp.Ckpt.Image, susp.Hold} {
 		if img == "" {
 			continue
 		}
 		if err := d.deps.Store.Remove(ctx, img); err != nil && !errors.Is(err, layering.ErrNotFound) {
-			d.log.Warn("removing a resumed suspension's image; gc removes it once the deployment is gone", "deployment", dep.ID, "image", img, "err", err)
+			d.log.Warn("removing a resumed suspension's image; the deployment's undeploy removes it", "deployment", id, "image", img, "err", err)
+			continue
+		}
+		if dep, err := d.Load(id); err == nil {
+			dep.Images = slices.DeleteFunc(dep.Images, func(i string) bool { return i == img })
+			_ = d.save(&dep)
 		}
 	}
-	d.log.Info("resumed", "id", dep.ID, "app", dep.App, "gen", susp.From.Gen, "ports", dep.Ports, "timings", dep.Timings.String())
-	return dep
 }

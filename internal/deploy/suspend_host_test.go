@@ -1,12 +1,15 @@
 package deploy_test
 
 import (
+	"errors"
+	"slices"
 	"testing"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
 // TestSuspendResumeHostDriver: a redis restored under the host
@@ -46,6 +49,21 @@ func testSuspendResumeHost(t *testing.T, eng engine.Name) {
 	}
 	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, resumed), "GET", "k"); err != nil || got != "kept" {
 		t.Errorf("after suspend and resume: GET k = %q, %v; want kept", got, err)
+	}
+	// Once the caller recorded it Running, the suspension's checkpoint
+	// goes; the resumed instance runs on without it.
+	if _, err := f.Ceph.Stat(ctx, susp.Ckpt.Image); err != nil {
+		t.Errorf("the suspension's checkpoint image before DropSuspension: %v; want it kept until then", err)
+	}
+	d.DropSuspension(ctx, resumed.ID, susp)
+	if _, err := f.Ceph.Stat(ctx, susp.Ckpt.Image); !errors.Is(err, layering.ErrNotFound) {
+		t.Errorf("the suspension's checkpoint image after DropSuspension: %v; want it removed", err)
+	}
+	if rec, err := d.Load(resumed.ID); err != nil || slices.Contains(rec.Images, susp.Ckpt.Image) {
+		t.Errorf("the resumed deployment's record after DropSuspension: images %v, %v; want it without %s", rec.Images, err, susp.Ckpt.Image)
+	}
+	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, resumed), "GET", "k"); err != nil || got != "kept" {
+		t.Errorf("after DropSuspension: GET k = %q, %v; want kept", got, err)
 	}
 	for _, id := range []string{resumed.ID, first.ID} {
 		if err := d.Undeploy(ctx, id); err != nil {

@@ -47,6 +47,9 @@ const (
 	// separated ("dmtcp,criu"); "1", from images that recycled DMTCP
 	// instances only, stands for "dmtcp".
 	RecycleLabel = "io.fogdeploy.recycle"
+	// SourceLaterLabel, "1", marks an image whose entrypoint reads a
+	// restart's checkpoint source once ordered (-source-later).
+	SourceLaterLabel = "io.fogdeploy.source-later"
 )
 
 // Container runs instances in the DMTCP container (dmtcp-image/): the
@@ -83,6 +86,15 @@ var _ Driver = (*Container)(nil)
 
 // Name implements Driver.
 func (c *Container) Name() string { return string(spec.DriverContainer) }
+
+// TakesSourceLater: the light container's entrypoint reads a restart's
+// checkpoint source once ordered to start (LateSourcer), where the image
+// found says so (SourceLaterLabel).
+func (c *Container) TakesSourceLater() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.found.sourceLater
+}
 
 // Networks of instances (runtime.Spec.Network).
 const (

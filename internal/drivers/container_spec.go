@@ -27,10 +27,12 @@ func (c *Container) spec(r Run, image string) runtime.DMTCPContainer {
 		EnvPath:    r.EnvPath,
 		CkptPath:   r.CkptPath,
 		CkptSource: r.CkptSource,
-		Env:        appEnv(r.ImageEnv, r.App.Environment),
-		WorkingDir: firstNonEmpty(r.App.WorkDir, r.WorkDir),
-		User:       r.App.User,
-		StopSignal: r.App.StopSignal,
+		// Read after the order, which Start gives once it is whole.
+		SourceLater: r.SourceLater,
+		Env:         appEnv(r.ImageEnv, r.App.Environment),
+		WorkingDir:  firstNonEmpty(r.App.WorkDir, r.WorkDir),
+		User:        r.App.User,
+		StopSignal:  r.App.StopSignal,
 		// Waited for inside the container, after SIGUSR1.
 		CheckpointDelay: time.Duration(r.App.CheckpointDelay),
 		NanoCPUs:        int64(lim.CPUs * 1e9),

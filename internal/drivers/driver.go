@@ -137,6 +137,15 @@ type Sweeper interface {
 	RemoveDeployment(ctx context.Context, id string) error
 }
 
+// LateSourcer is a Driver whose instances read their checkpoint source
+// only once started, so that it can be created while the source is being
+// filled (Run.SourceLater): the light container binds the directory at
+// Create and its entrypoint reads it after the order.
+type LateSourcer interface {
+	Driver
+	TakesSourceLater() bool
+}
+
 // Run describes an instance to create.
 type Run struct {
 	Mode RunMode
@@ -155,6 +164,10 @@ type Run struct {
 	// CkptPath/Gen, and CkptPath is the instance's own (a later checkpoint
 	// of it goes there).
 	CkptSource string
+	// SourceLater: CkptSource is still being filled when Create runs, and
+	// is whole once Start is called. Only drivers that are LateSourcers
+	// take it.
+	SourceLater bool
 	// Gen is the checkpoint generation to write (launch) or to restore
 	// (restart).
 	Gen int
@@ -197,6 +210,9 @@ func (r Run) validate() error {
 	}
 	if (r.Mode == RunLaunch || r.Mode == RunRestart) && r.CkptPath == "" {
 		bad("no checkpoint mount for mode %s", r.Mode)
+	}
+	if r.SourceLater && (r.Mode != RunRestart || r.CkptSource == "") {
+		bad("a source filled later is for a restart from a checkpoint source")
 	}
 	return errors.Join(errs...)
 }

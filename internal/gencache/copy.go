@@ -83,6 +83,20 @@ func copyFile(from, to string, perm fs.FileMode) error {
 	return out.Close()
 }
 
+// treeBytes returns the bytes the regular files under dir hold.
+func treeBytes(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		info, err := d.Info()
+		n += info.Size()
+		return err
+	})
+	return n, err
+}
+
 // syncTree flushes every file and directory under dir to disk and returns
 // the bytes its regular files hold.
 func syncTree(dir string) (int64, error) {

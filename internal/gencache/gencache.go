@@ -13,6 +13,12 @@
 // last: a directory without its marker is a fill that was cut short, and
 // Recover removes it. The marker's modification time is the entry's last
 // use.
+//
+// A fill is not flushed to disk before its restores read it: its marker
+// names the boot it was written in, and holds only until the machine
+// restarts (a crash of the machine may lose what the page cache held, a
+// crash of the process cannot). Settle flushes entries later, in the
+// background, and makes their markers hold across restarts.
 package gencache
 
 import (
@@ -86,7 +92,9 @@ type Fill func(ctx context.Context, dst string) error
 type Cache struct {
 	dir    string
 	budget int64
-	keys   keyedmutex.Map[Key]
+	// boot is this boot of the machine's ID (marker).
+	boot string
+	keys keyedmutex.Map[Key]
 	// mu orders the removals of Trim against Get's use of an entry.
 	mu sync.RWMutex
 }
@@ -100,7 +108,26 @@ func New(dir string, budget int64) (*Cache, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("checkpoint cache: %w", err)
 	}
-	return &Cache{dir: dir, budget: budget}, nil
+	boot, err := bootID()
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint cache: %w", err)
+	}
+	return &Cache{dir: dir, budget: budget, boot: boot}, nil
+}
+
+// bootFile holds the machine's boot ID, new at each start of the kernel.
+const bootFile = "/proc/sys/kernel/random/boot_id"
+
+func bootID() (string, error) {
+	b, err := os.ReadFile(bootFile)
+	if err != nil {
+		return "", fmt.Errorf("the machine's boot ID: %w", err)
+	}
+	id := strings.TrimSpace(string(b))
+	if id == "" || strings.ContainsAny(id, " \t\n") {
+		return "", fmt.Errorf("the machine's boot ID in %s: %q is not one", bootFile, id)
+	}
+	return id, nil
 }
 
 // Dir is the cache's root.
@@ -116,6 +143,47 @@ func (c *Cache) marker(k Key) string   { return c.entryDir(k) + ".done" }
 // node does not hold it (fetched reports that it did). Concurrent Gets of
 // one generation fill it once. A fill that fails leaves nothing.
 func (c *Cache) Get(ctx context.Context, k Key, fill Fill) (e Entry, fetched bool, err error) {
+	return c.get(ctx, k, fill, func() {})
+}
+
+// Begin is a Get that returns as soon as the directory of k's files is
+// known (dir: held, or made empty for the fill to write into), so that a
+// caller can bind it where a restore will read it while the fill goes on;
+// wait returns what Get would have. Until wait returns without error, the
+// directory may be incomplete, and it is gone if the fill fails.
+func (c *Cache) Begin(ctx context.Context, k Key, fill Fill) (dir string, wait func() (Entry, bool, error), err error) {
+	type result struct {
+		e       Entry
+		fetched bool
+		err     error
+	}
+	known := make(chan struct{})
+	done := make(chan result, 1)
+	go func() {
+		var once sync.Once
+		e, fetched, err := c.get(ctx, k, fill, func() { once.Do(func() { close(known) }) })
+		done <- result{e, fetched, err}
+	}()
+	var r result
+	waited := false
+	wait = func() (Entry, bool, error) {
+		if !waited {
+			r, waited = <-done, true
+		}
+		return r.e, r.fetched, r.err
+	}
+	select {
+	case <-known:
+		return c.entryDir(k), wait, nil
+	case r = <-done:
+		waited = true
+		return r.e.Dir, wait, r.err
+	}
+}
+
+// get is Get; dirKnown is called once k's directory is where its files
+// are or will be.
+func (c *Cache) get(ctx context.Context, k Key, fill Fill, dirKnown func()) (e Entry, fetched bool, err error) {
 	if err := validKey(k); err != nil {
 		return Entry{}, false, err
 	}
@@ -124,6 +192,7 @@ func (c *Cache) Get(ctx context.Context, k Key, fill Fill) (e Entry, fetched boo
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if e, err := c.touch(k); err == nil {
+		dirKnown()
 		return e, false, nil
 	} else if !errors.Is(err, ErrNotCached) {
 		return Entry{}, false, err
@@ -131,7 +200,7 @@ func (c *Cache) Get(ctx context.Context, k Key, fill Fill) (e Entry, fetched boo
 	if fill == nil {
 		return Entry{}, false, fmt.Errorf("%s: %w", k, ErrNotCached)
 	}
-	return c.fill(ctx, k, fill)
+	return c.fill(ctx, k, fill, dirKnown)
 }
 
 // Lookup returns generation k's entry, marking it used, or ErrNotCached.
@@ -168,13 +237,46 @@ func (c *Cache) entry(k Key) (Entry, error) {
 	if err != nil {
 		return Entry{}, fmt.Errorf("checkpoint cache: %w", err)
 	}
-	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	return Entry{Key: k, Dir: c.entryDir(k), Bytes: n, Used: st.ModTime()}, nil
+	m := parseMarker(b)
+	if !m.holds(c.boot) {
+		return Entry{}, fmt.Errorf("%s: written before the machine restarted and not flushed: %w", k, ErrNotCached)
+	}
+	return Entry{Key: k, Dir: c.entryDir(k), Bytes: m.bytes, Used: st.ModTime()}, nil
 }
+
+// marker is what an entry's marker file holds: its size, and, until
+// Settle flushed it, the boot it was written in.
+type marker struct {
+	bytes int64
+	boot  string
+}
+
+func parseMarker(b []byte) marker {
+	f := strings.Fields(string(b))
+	var m marker
+	if len(f) > 0 {
+		m.bytes, _ = strconv.ParseInt(f[0], 10, 64)
+	}
+	if len(f) > 1 {
+		m.boot = f[1]
+	}
+	return m
+}
+
+func (m marker) String() string {
+	if m.boot == "" {
+		return strconv.FormatInt(m.bytes, 10) + "\n"
+	}
+	return strconv.FormatInt(m.bytes, 10) + " " + m.boot + "\n"
+}
+
+// holds reports whether the entry is whole on a machine in boot: flushed,
+// or written since the machine started.
+func (m marker) holds(boot string) bool { return m.boot == "" || m.boot == boot }
 
 // fill runs f into a fresh directory, then publishes it: the directory
 // under its name, then the marker with its size.
-func (c *Cache) fill(ctx context.Context, k Key, f Fill) (_ Entry, _ bool, err error) {
+func (c *Cache) fill(ctx context.Context, k Key, f Fill, dirKnown func()) (_ Entry, _ bool, err error) {
 	dst := c.entryDir(k)
 	// A directory without its marker is a fill cut short.
 	if err := os.RemoveAll(dst); err != nil {
@@ -188,6 +290,7 @@ func (c *Cache) fill(ctx context.Context, k Key, f Fill) (_ Entry, _ bool, err e
 			_ = os.RemoveAll(dst)
 		}
 	}()
+	dirKnown()
 	if err := f(ctx, dst); err != nil {
 		return Entry{}, false, fmt.Errorf("fill the checkpoint cache with %s: %w", k, err)
 	}
@@ -223,17 +326,78 @@ func (c *Cache) Adopt(k Key, dir string) (Entry, error) {
 	return c.publish(k)
 }
 
-// publish flushes k's directory and writes its marker.
+// publish writes k's marker, naming this boot: Settle flushes the
+// entry later.
 func (c *Cache) publish(k Key) (Entry, error) {
-	n, err := syncTree(c.entryDir(k))
+	n, err := treeBytes(c.entryDir(k))
 	if err == nil {
-		err = writeFileSync(c.marker(k), []byte(strconv.FormatInt(n, 10)+"\n"))
+		err = os.WriteFile(c.marker(k), []byte(marker{bytes: n, boot: c.boot}.String()), 0o644)
 	}
 	if err != nil {
 		_ = os.RemoveAll(c.entryDir(k))
 		return Entry{}, fmt.Errorf("checkpoint cache: %w", err)
 	}
 	return c.entry(k)
+}
+
+// Settle flushes to disk the entries written since the machine started,
+// so that they hold across a restart, and returns how many it flushed.
+// It holds no lock while it flushes: restores read the entries meanwhile.
+func (c *Cache) Settle(ctx context.Context) (int, error) {
+	es, err := c.List()
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	n := 0
+	for _, e := range es {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		b, err := os.ReadFile(c.marker(e.Key))
+		if err != nil || parseMarker(b).boot == "" {
+			continue // dropped meanwhile, or flushed
+		}
+		if _, err := syncTree(e.Dir); err != nil {
+			if _, lerr := os.Stat(c.marker(e.Key)); lerr == nil {
+				errs = append(errs, fmt.Errorf("checkpoint cache: flush %s: %w", e.Key, err))
+			}
+			continue
+		}
+		settled, err := c.settled(e.Key, b)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if settled {
+			n++
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// settled rewrites k's marker, as it read before flushing the entry
+// (was), without its boot, unless the entry changed meanwhile.
+func (c *Cache) settled(k Key, was []byte) (bool, error) {
+	unlock := c.keys.Lock(k)
+	defer unlock()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	b, err := os.ReadFile(c.marker(k))
+	if err != nil || string(b) != string(was) {
+		return false, nil // dropped or filled again meanwhile
+	}
+	m := parseMarker(b)
+	m.boot = ""
+	// Keeps the marker's time: its last use.
+	st, err := os.Stat(c.marker(k))
+	if err != nil {
+		return false, nil
+	}
+	if err := writeFileSync(c.marker(k), []byte(m.String())); err != nil {
+		return false, fmt.Errorf("checkpoint cache: %w", err)
+	}
+	_ = os.Chtimes(c.marker(k), st.ModTime(), st.ModTime())
+	return true, nil
 }
 
 // List returns the generations held, least recently used first.
@@ -352,7 +516,8 @@ func (c *Cache) Trim(keep, inUse func(Key) bool) ([]Entry, error) {
 }
 
 // Recover removes what fills cut short left: directories without their
-// marker, and markers without their directory.
+// marker, markers without their directory, and entries that were not
+// flushed before the machine restarted.
 func (c *Cache) Recover() ([]string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -373,10 +538,14 @@ func (c *Cache) Recover() ([]string, error) {
 			var orphan bool
 			if g, ok := strings.CutSuffix(f.Name(), ".done"); ok {
 				_, err := os.Stat(filepath.Join(ad, g))
-				orphan = err != nil
+				b, rerr := os.ReadFile(p)
+				orphan = err != nil || rerr == nil && !parseMarker(b).holds(c.boot)
+				if orphan {
+					_ = os.RemoveAll(filepath.Join(ad, g)) // not flushed: maybe not whole
+				}
 			} else {
-				_, err := os.Stat(p + ".done")
-				orphan = err != nil
+				b, err := os.ReadFile(p + ".done")
+				orphan = err != nil || !parseMarker(b).holds(c.boot)
 			}
 			if orphan {
 				if err := os.RemoveAll(p); err != nil {

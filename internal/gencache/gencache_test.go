@@ -196,3 +196,114 @@ func TestAdoptAndStamps(t *testing.T) {
 		t.Errorf("List = %+v; want %v", es, k)
 	}
 }
+
+// TestUnflushedAcrossRestart: a fill is readable at once, before it is
+// flushed; Settle flushes it and it holds across a restart of the machine,
+// while one that was not flushed before the restart is not trusted: Get
+// fills it again and Recover removes it.
+func TestUnflushedAcrossRestart(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	c, err := gencache.New(root, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fills atomic.Int32
+	k1, k2 := gencache.Key{App: "a", Gen: 1}, gencache.Key{App: "a", Gen: 2}
+	for _, k := range []gencache.Key{k1, k2} {
+		if e, fetched, err := c.Get(ctx, k, writeGen(4096, &fills)); err != nil || !fetched || e.Bytes != 4096 {
+			t.Fatalf("Get %s = %+v, %v, %v; want a fill of 4096 bytes", k, e, fetched, err)
+		}
+	}
+	// Flush a/1 only, as the agent's background pass does.
+	if err := c.Remove(k2); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Settle(ctx); err != nil || n != 1 {
+		t.Fatalf("Settle = %d, %v; want the one entry flushed", n, err)
+	}
+	if n, err := c.Settle(ctx); err != nil || n != 0 {
+		t.Errorf("Settle again = %d, %v; want nothing left to flush", n, err)
+	}
+	if _, _, err := c.Get(ctx, k2, writeGen(4096, &fills)); err != nil {
+		t.Fatal(err)
+	}
+	// The machine restarts: an entry not flushed names another boot.
+	marker := filepath.Join(root, "a", "2.done")
+	if err := os.WriteFile(marker, []byte("4096 0f0e0d0c-boot-before\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err = gencache.New(root, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := c.Lookup(k1); err != nil || e.Bytes != 4096 {
+		t.Errorf("the flushed entry after a restart: %+v, %v; want it held", e, err)
+	}
+	if _, err := c.Lookup(k2); !errors.Is(err, gencache.ErrNotCached) {
+		t.Errorf("the entry not flushed before a restart: %v; want ErrNotCached", err)
+	}
+	removed, err := c.Recover()
+	if err != nil || len(removed) != 2 {
+		t.Errorf("Recover removed %v, %v; want the unflushed entry's directory and marker", removed, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "a", "2")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the unflushed entry's files after Recover: %v; want them gone", err)
+	}
+	before := fills.Load()
+	if _, fetched, err := c.Get(ctx, k2, writeGen(4096, &fills)); err != nil || !fetched || fills.Load() != before+1 {
+		t.Errorf("Get of the dropped entry: fetched %v, %v; want it filled again", fetched, err)
+	}
+}
+
+// TestBeginGivesTheDirectoryBeforeTheFill: Begin names the entry's
+// directory while its fill still runs (a caller binds it meanwhile), the
+// files written there are the entry's once wait returns, a held entry is
+// named at once, and a fill that fails leaves no directory.
+func TestBeginGivesTheDirectoryBeforeTheFill(t *testing.T) {
+	ctx := context.Background()
+	c, _ := gencache.New(t.TempDir(), 0)
+	release := make(chan struct{})
+	slow := func(ctx context.Context, dst string) error {
+		<-release
+		return os.WriteFile(filepath.Join(dst, "ckpt.img"), []byte("pages"), 0o640)
+	}
+	k := gencache.Key{App: "a", Gen: 1}
+	dir, wait, err := c.Begin(ctx, k, slow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Bound before the fill ends, as a container binds it.
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatalf("the directory Begin named, during the fill: %v", err)
+	}
+	defer d.Close()
+	close(release)
+	e, fetched, err := wait()
+	if err != nil || !fetched || e.Dir != dir {
+		t.Fatalf("wait = %+v, %v, %v; want the filled entry in %s", e, fetched, err, dir)
+	}
+	names, err := d.Readdirnames(-1)
+	if err != nil || len(names) != 1 || names[0] != "ckpt.img" {
+		t.Errorf("the directory opened during the fill holds %v, %v; want the entry's file", names, err)
+	}
+	if dir2, wait2, err := c.Begin(ctx, k, nil); err != nil || dir2 != dir {
+		t.Errorf("Begin of a held entry = %q, %v; want %q at once", dir2, err, dir)
+	} else if _, fetched, err := wait2(); err != nil || fetched {
+		t.Errorf("wait of a held entry: fetched %v, %v; want no fill", fetched, err)
+	}
+	bad := gencache.Key{App: "a", Gen: 2}
+	dir, wait, err = c.Begin(ctx, bad, func(context.Context, string) error { return errors.New("cluster gone") })
+	if err == nil {
+		_, _, err = wait()
+	}
+	if err == nil {
+		t.Fatal("a failed fill: no error")
+	}
+	if dir != "" {
+		if _, serr := os.Stat(dir); !errors.Is(serr, os.ErrNotExist) {
+			t.Errorf("a failed fill left its directory %s: %v", dir, serr)
+		}
+	}
+}

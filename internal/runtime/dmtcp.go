@@ -115,6 +115,9 @@ type DMTCPContainer struct {
 	// directory inside CkptPath (the node's one copy of it, shared by
 	// every restore of the generation).
 	CkptSource string
+	// SourceLater: CkptSource is whole only once the order is given (Wait):
+	// the entrypoint reads it after the order (-source-later).
+	SourceLater bool
 	// sourceGen is the generation CkptSource is bound as.
 	sourceGen int
 	// Ports are the app's ports to publish.
@@ -258,6 +261,9 @@ func (c DMTCPContainer) flags(from int) []string {
 	}
 	if c.Wait {
 		f = append(f, "-wait", DMTCPCtlPath+"/"+instancectl.Order)
+		if c.SourceLater && from > 0 && c.CkptSource != "" {
+			f = append(f, "-source-later")
+		}
 	}
 	if c.Recycle && c.EnvPath != "" {
 		f = append(f, "-recycle", "-root", DMTCPRoot(c.EnvPath, true))

@@ -89,6 +89,7 @@ type fakeFlags struct {
 	delay               time.Duration
 	wait                string
 	recycle             bool
+	sourceLater         bool
 	// engine is the checkpoint engine the entrypoint runs (-engine): the
 	// fake keeps the same image for either; lazy (-lazy) changes nothing.
 	engine string
@@ -103,9 +104,10 @@ func parseFakeFlags(args []string) (fakeFlags, []string, error) {
 		if name == "--" {
 			return f, args[1:], nil
 		}
-		if name == "-recycle" || name == "-lazy" { // the flags without a value
+		if name == "-recycle" || name == "-lazy" || name == "-source-later" { // the flags without a value
 			f.recycle = f.recycle || name == "-recycle"
 			f.lazy = f.lazy || name == "-lazy"
+			f.sourceLater = f.sourceLater || name == "-source-later"
 			args = args[1:]
 			continue
 		}
@@ -190,33 +192,50 @@ func fakeEntrypoint(ctx context.Context, p *FakeProcess) int {
 	}
 	ckpt, hasCkpt := p.HostPath(DMTCPCkptPath)
 	var restored map[string]string // the restored image's memory
-	switch mode {
-	case "launch", "boot":
-		if len(argv) == 0 {
-			fmt.Fprintln(p.Stdout, "entrypoint: no command after --")
-			return 2
-		}
-	case "restart":
+	// load reads the image a restart restores: at the start, or, with
+	// -source-later, once the order is given.
+	load := func() int {
 		from, img, err := readFakeCheckpoint(p, ckpt, fl.from)
 		if !hasCkpt || err != nil {
 			timing(Timing{Phase: "restart", Error: "no complete checkpoint"})
 			fmt.Fprintf(p.Stdout, "entrypoint: no complete checkpoint in %s: %v\n", DMTCPCkptPath, err)
 			return 4
 		}
+		mem.mu.Lock()
 		argv, mem.m, gen = img.Argv, maps.Clone(img.Memory), from+1
 		if mem.m == nil {
 			mem.m = map[string]string{}
 		}
+		mem.mu.Unlock()
 		restored = img.Memory
+		return 0
+	}
+	switch mode {
+	case "launch", "boot":
+		if len(argv) == 0 {
+			fmt.Fprintln(p.Stdout, "entrypoint: no command after --")
+			return 2
+		}
+		load = nil
+	case "restart":
+		if fl.sourceLater && fl.wait != "" {
+			gen = fl.from + 1
+			break
+		}
+		if code := load(); code != 0 {
+			return code
+		}
+		load = nil
 	default:
 		fmt.Fprintln(p.Stdout, "entrypoint: unknown mode", mode)
 		return 2
 	}
 	for {
-		code, again := fakeLife(ctx, p, fl, mode, argv, mem, ckpt, hasCkpt, gen, start, timing)
+		code, again := fakeLife(ctx, p, fl, mode, &argv, mem, ckpt, hasCkpt, &gen, start, timing, load)
 		if !again {
 			return code
 		}
+		load = nil
 		// Recycled (-recycle): the next instance starts from the image.
 		mem.mu.Lock()
 		mem.m = maps.Clone(restored)
@@ -240,10 +259,11 @@ func fakeBindIdentity(ctl string) {
 }
 
 // fakeLife is one instance of the fake entrypoint: the order awaited, the
-// app run until it exits, is checkpointed, or (-recycle) is released; it
-// reports again once released and rearmed.
-func fakeLife(ctx context.Context, p *FakeProcess, fl fakeFlags, mode string, argv []string, mem *fakeMemory, ckpt string,
-	hasCkpt bool, gen int, start time.Time, timing func(Timing)) (int, bool) {
+// image read then if load is set (-source-later), the app run until it
+// exits, is checkpointed, or (-recycle) is released; it reports again once
+// released and rearmed.
+func fakeLife(ctx context.Context, p *FakeProcess, fl fakeFlags, mode string, argvp *[]string, mem *fakeMemory, ckpt string,
+	hasCkpt bool, genp *int, start time.Time, timing func(Timing), load func() int) (int, bool) {
 	var ctl string
 	if fl.wait != "" {
 		// As the real entrypoint: everything is ready, the app starts when
@@ -262,6 +282,12 @@ func fakeLife(ctx context.Context, p *FakeProcess, fl fakeFlags, mode string, ar
 		timing(Timing{Phase: "order", MS: float64(time.Since(t0).Microseconds()) / 1000})
 		start = time.Now()
 	}
+	if load != nil {
+		if code := load(); code != 0 {
+			return code, false
+		}
+	}
+	argv, gen := *argvp, *genp
 	appCtx, stopApp := context.WithCancel(context.WithValue(ctx, fakeMemoryKey{}, mem))
 	defer stopApp()
 	exited := make(chan int, 1)

@@ -86,6 +86,11 @@ func (a *agent) trimCache(ctx context.Context, apps []spec.App, current map[stri
 	if err != nil {
 		a.log.Warn("trimming the checkpoint cache; retried at the next refill", "err", err)
 	}
+	if n, err := a.d.SettleCache(ctx); err != nil {
+		a.log.Warn("flushing the checkpoint cache to disk; retried at the next refill", "err", err)
+	} else if n > 0 {
+		a.log.Debug("checkpoint cache flushed to disk", "generations", n)
+	}
 	a.trimLowers(ctx, current)
 	a.exportCache()
 }

@@ -149,6 +149,8 @@ func (a *agent) resume(ctx context.Context, dsr state.Desired, app spec.App, sus
 	if err := a.setStatus(ctx, dsr.ID, runningStatus(dep)); err != nil {
 		a.log.Warn("writing status", "err", err)
 	}
+	// Its callers know where it answers: what it needs no more goes.
+	a.d.DropSuspension(ctx, dsr.ID, susp)
 	a.event(ctx, dsr.ID, "resumed", fmt.Sprintf("on node %s, %s", a.c.Node.Name, dep.Timings))
 	a.log.Info("deployment resumed", "deployment", dsr.ID, "ports", dep.Ports, "timings", dep.Timings.String())
 	// Withdrawn while it resumed? Then undo at once.

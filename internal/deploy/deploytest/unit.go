@@ -71,7 +71,7 @@ func NewUnit(t testing.TB) *Unit {
 	}
 	rt := runtime.NewFake()
 	rt.AddLabelledImage(UnitImage, runtime.FakeDMTCP(), runtime.ImageConfig{Labels: map[string]string{
-		drivers.DMTCPVersionLabel: "fake", drivers.DMTCPGlibcLabel: "2.36", drivers.CRIUVersionLabel: "fake", drivers.RecycleLabel: "dmtcp,criu"}})
+		drivers.DMTCPVersionLabel: "fake", drivers.DMTCPGlibcLabel: "2.36", drivers.CRIUVersionLabel: "fake", drivers.RecycleLabel: "dmtcp,criu", drivers.SourceLaterLabel: "1"}})
 	rt.AddLabelledImage(UnitBootImage, runtime.FakeDMTCP(), runtime.ImageConfig{})
 	u := &Unit{Images: store, Mapper: mp, Envs: envs, RT: rt, Priority: cgrouptest.NewFake(), Env: "unit-env"}
 	u.Priority.Initial = u.createdWeights
@@ -104,6 +104,19 @@ const UnitPool = "unit"
 func (u *Unit) Reopen(t testing.TB) *deploy.Deployer {
 	t.Helper()
 	d, err := deploy.New(u.cfg, u.deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// ReopenWith is Reopen with the node's mapper wrapped by wrap: a test's
+// hook on the mappings the deployer makes.
+func (u *Unit) ReopenWith(t testing.TB, wrap func(deploy.Mapper) deploy.Mapper) *deploy.Deployer {
+	t.Helper()
+	deps := u.deps
+	deps.Mapper = wrap(deps.Mapper)
+	d, err := deploy.New(u.cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
