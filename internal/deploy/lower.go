@@ -122,6 +122,31 @@ func (d *Deployer) lowerFor(ctx context.Context, g spec.Generation) (Lower, erro
 	return rec, nil
 }
 
+// lowerSoon returns the node's copy of generation g's environment if it
+// holds one; otherwise it starts making it and returns what a slot needs
+// of it meanwhile (its app, generation and size, no Root), and made waits
+// for the copy.
+func (d *Deployer) lowerSoon(ctx context.Context, g spec.Generation) (lower Lower, made func() (Lower, error), err error) {
+	id := lowerID(g.App, g.Gen)
+	if rec, err := d.lowers.Load(id); err == nil && rec.Ready && rec.Size > 0 && rec.Sealed.Equal(g.Created) {
+		if ok, err := d.deps.Mapper.Mounted(rec.ID); err == nil && ok {
+			return rec, func() (Lower, error) { return rec, nil }, nil
+		}
+	}
+	var got Lower
+	wait := async(func() (err error) {
+		got, err = d.lowerFor(ctx, g)
+		return err
+	})
+	made = func() (Lower, error) { return got, wait() }
+	info, err := d.deps.Store.Stat(ctx, g.EnvSnap.Image)
+	if err != nil {
+		_, _ = made()
+		return Lower{}, made, fmt.Errorf("size of generation %d of %s's environment: %w", g.Gen, g.App, err)
+	}
+	return Lower{ID: id, App: g.App, Gen: g.Gen, Sealed: g.Created, Size: info.Size}, made, nil
+}
+
 func (d *Deployer) makeLower(ctx context.Context, g spec.Generation, rec *Lower) error {
 	st := d.deps.Store
 	if _, err := d.deps.Envs.CheckDepth(ctx, g.EnvSnap, g.Spec.Env); err != nil {

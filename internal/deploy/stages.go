@@ -116,10 +116,11 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 		})
 		defer func() { _ = wait() }()
 	}
-	env, lower, err := d.slotEnv(ctx, o, s, src)
+	env, lower, lowerMade, err := d.slotEnv(ctx, o, s, src)
 	if err != nil {
 		return err
 	}
+	defer func() { _, _ = lowerMade() }()
 	if err := d.cloneSlot(ctx, s, src, env, lower); err != nil {
 		return err
 	}
@@ -129,6 +130,13 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 		return err
 	}
 	o.phase(StepMap)
+	if lower.App != "" && lower.Root == "" {
+		// Made meanwhile.
+		if lower, err = lowerMade(); err != nil {
+			return err
+		}
+		o.phase(StepLower)
+	}
 	envPath, ckptPath, err := d.mountSlot(ctx, s, envMap, ckptMap, lower)
 	if err != nil {
 		return err
@@ -194,34 +202,39 @@ func (d *Deployer) sourceLater(s *Slot, src slotSource, known <-chan string, fet
 
 // slotEnv is the environment snapshot a slot clones. With the shared read
 // path (s.Lower) its environment is read from the node's copy of the
-// generation's (lower.go), made on first use, and its writable image is a
-// clone of a blank filesystem; otherwise the generation's environment is
-// cloned for this slot (the node's copy checks it once, makeLower).
-func (d *Deployer) slotEnv(ctx context.Context, o *op, s *Slot, src slotSource) (env layering.SnapRef, lower Lower, err error) {
+// generation's (lower.go), and its writable image is a clone of a blank
+// filesystem; otherwise the generation's environment is cloned for this
+// slot (the node's copy checks it once, makeLower). A node's copy not made
+// yet is made while the slot's own images are cloned and mapped: lower is
+// then without its Root, and made waits for it.
+func (d *Deployer) slotEnv(ctx context.Context, o *op, s *Slot, src slotSource) (env layering.SnapRef, lower Lower, made func() (Lower, error), err error) {
 	env = src.env
+	made = func() (Lower, error) { return lower, nil }
 	switch {
 	case s.Lower != "" && src.gen != nil:
 		of := src.gen
 		if src.lowerOf != nil {
 			of = src.lowerOf
 		}
-		if lower, err = d.lowerFor(ctx, *of); err != nil {
-			return layering.SnapRef{}, Lower{}, err
+		if lower, made, err = d.lowerSoon(ctx, *of); err != nil {
+			return layering.SnapRef{}, Lower{}, made, err
 		}
 		if !src.resume { // a resume's upper layer is its suspension's
 			if env, err = d.upperSource(ctx, lower); err != nil {
-				return layering.SnapRef{}, Lower{}, err
+				return layering.SnapRef{}, Lower{}, made, err
 			}
 		}
-		o.phase(StepLower)
+		if lower.Root != "" {
+			o.phase(StepLower)
+		}
 	case src.resume:
 		// Its suspension's root, cloned: one level below its generation.
 	case src.gen != nil:
 		if _, err := d.deps.Envs.CheckDepth(ctx, src.env, src.app.Env); err != nil {
-			return layering.SnapRef{}, Lower{}, err
+			return layering.SnapRef{}, Lower{}, made, err
 		}
 	}
-	return env, lower, nil
+	return env, lower, made, nil
 }
 
 // onCkpt runs f on the slot's checkpoint image, if it has one.

@@ -80,6 +80,18 @@ func (f *Fixture) Reopen(t testing.TB) *deploy.Deployer {
 	return d
 }
 
+// ReopenMapping implements Node.
+func (f *Fixture) ReopenMapping(t testing.TB, wrap func(deploy.Mapper) deploy.Mapper) *deploy.Deployer {
+	t.Helper()
+	deps := f.deps
+	deps.Mapper = wrap(deps.Mapper)
+	d, err := deploy.New(f.cfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // ReopenWith is Reopen with the deployer's configuration changed by
 // change.
 func (f *Fixture) ReopenWith(t testing.TB, change func(*deploy.Config)) *deploy.Deployer {

@@ -21,6 +21,9 @@ type Node interface {
 	// Reopen returns a new Deployer over the node's state and
 	// components, as a restarted agent has.
 	Reopen(t testing.TB) *deploy.Deployer
+	// ReopenMapping is Reopen with the node's mapper wrapped by wrap: a
+	// test's hook on the mappings the deployer makes.
+	ReopenMapping(t testing.TB, wrap func(deploy.Mapper) deploy.Mapper) *deploy.Deployer
 	// Store is the pool's images.
 	Store() layering.Backend
 	// SlotRecord is the file of slot id's record.

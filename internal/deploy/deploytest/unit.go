@@ -110,9 +110,8 @@ func (u *Unit) Reopen(t testing.TB) *deploy.Deployer {
 	return d
 }
 
-// ReopenWith is Reopen with the node's mapper wrapped by wrap: a test's
-// hook on the mappings the deployer makes.
-func (u *Unit) ReopenWith(t testing.TB, wrap func(deploy.Mapper) deploy.Mapper) *deploy.Deployer {
+// ReopenMapping implements Node.
+func (u *Unit) ReopenMapping(t testing.TB, wrap func(deploy.Mapper) deploy.Mapper) *deploy.Deployer {
 	t.Helper()
 	deps := u.deps
 	deps.Mapper = wrap(deps.Mapper)
