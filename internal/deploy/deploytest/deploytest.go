@@ -73,7 +73,13 @@ type Fixture struct {
 // as a restarted agent has.
 func (f *Fixture) Reopen(t testing.TB) *deploy.Deployer {
 	t.Helper()
-	d, err := deploy.New(f.cfg, f.deps)
+	return reopen(t, f.cfg, f.deps)
+}
+
+// reopen is a Deployer over cfg and deps, or t's failure.
+func reopen(t testing.TB, cfg deploy.Config, deps deploy.Deps) *deploy.Deployer {
+	t.Helper()
+	d, err := deploy.New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,11 +91,7 @@ func (f *Fixture) ReopenMapping(t testing.TB, wrap func(deploy.Mapper) deploy.Ma
 	t.Helper()
 	deps := f.deps
 	deps.Mapper = wrap(deps.Mapper)
-	d, err := deploy.New(f.cfg, deps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return reopen(t, f.cfg, deps)
 }
 
 // ReopenWith is Reopen with the deployer's configuration changed by
@@ -98,11 +100,7 @@ func (f *Fixture) ReopenWith(t testing.TB, change func(*deploy.Config)) *deploy.
 	t.Helper()
 	c := f.cfg
 	change(&c)
-	d, err := deploy.New(c, f.deps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return reopen(t, c, f.deps)
 }
 
 // HostCgroups is the parent cgroup of the fixture's host instances.

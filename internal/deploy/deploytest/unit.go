@@ -103,11 +103,7 @@ const UnitPool = "unit"
 // a restarted agent has.
 func (u *Unit) Reopen(t testing.TB) *deploy.Deployer {
 	t.Helper()
-	d, err := deploy.New(u.cfg, u.deps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return reopen(t, u.cfg, u.deps)
 }
 
 // ReopenMapping implements Node.
@@ -115,11 +111,7 @@ func (u *Unit) ReopenMapping(t testing.TB, wrap func(deploy.Mapper) deploy.Mappe
 	t.Helper()
 	deps := u.deps
 	deps.Mapper = wrap(deps.Mapper)
-	d, err := deploy.New(u.cfg, deps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return reopen(t, u.cfg, deps)
 }
 
 // RedisApp is an app of engine eng on the node's environment whose
