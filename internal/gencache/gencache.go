@@ -83,6 +83,9 @@ type Entry struct {
 	Bytes int64  `json:"bytes"`
 	// Used is when a restore last took it (or when it was filled).
 	Used time.Time `json:"used"`
+	// Unflushed: written since the machine started and not flushed to
+	// disk yet (Settle): a restart of the machine would drop it.
+	Unflushed bool `json:"unflushed,omitempty"`
 }
 
 // Fill writes a generation's files into dst, an empty directory.
@@ -241,7 +244,7 @@ func (c *Cache) entry(k Key) (Entry, error) {
 	if !m.holds(c.boot) {
 		return Entry{}, fmt.Errorf("%s: written before the machine restarted and not flushed: %w", k, ErrNotCached)
 	}
-	return Entry{Key: k, Dir: c.entryDir(k), Bytes: m.bytes, Used: st.ModTime()}, nil
+	return Entry{Key: k, Dir: c.entryDir(k), Bytes: m.bytes, Used: st.ModTime(), Unflushed: m.boot != ""}, nil
 }
 
 // marker is what an entry's marker file holds: its size, and, until

@@ -211,8 +211,8 @@ func TestUnflushedAcrossRestart(t *testing.T) {
 	var fills atomic.Int32
 	k1, k2 := gencache.Key{App: "a", Gen: 1}, gencache.Key{App: "a", Gen: 2}
 	for _, k := range []gencache.Key{k1, k2} {
-		if e, fetched, err := c.Get(ctx, k, writeGen(4096, &fills)); err != nil || !fetched || e.Bytes != 4096 {
-			t.Fatalf("Get %s = %+v, %v, %v; want a fill of 4096 bytes", k, e, fetched, err)
+		if e, fetched, err := c.Get(ctx, k, writeGen(4096, &fills)); err != nil || !fetched || e.Bytes != 4096 || !e.Unflushed {
+			t.Fatalf("Get %s = %+v, %v, %v; want a fill of 4096 bytes, not flushed yet", k, e, fetched, err)
 		}
 	}
 	// Flush a/1 only, as the agent's background pass does.
@@ -224,6 +224,9 @@ func TestUnflushedAcrossRestart(t *testing.T) {
 	}
 	if n, err := c.Settle(ctx); err != nil || n != 0 {
 		t.Errorf("Settle again = %d, %v; want nothing left to flush", n, err)
+	}
+	if e, err := c.Lookup(k1); err != nil || e.Unflushed || e.Bytes != 4096 {
+		t.Errorf("the entry after Settle: %+v, %v; want it flushed, 4096 bytes", e, err)
 	}
 	if _, _, err := c.Get(ctx, k2, writeGen(4096, &fills)); err != nil {
 		t.Fatal(err)

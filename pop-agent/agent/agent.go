@@ -168,6 +168,7 @@ type metrics struct {
 	poolIdle    *prometheus.GaugeVec
 	cacheBytes  prometheus.Gauge
 	cacheGens   prometheus.Gauge
+	unflushed   prometheus.Gauge
 	fetches     *prometheus.CounterVec
 	evictions   prometheus.Counter
 	envCopies   prometheus.Gauge
@@ -228,6 +229,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.cacheGens = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fogdeploy_checkpoint_cache_generations", Help: "Checkpoint generations this node holds for its restores.",
 	})
+	m.unflushed = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fogdeploy_checkpoint_cache_unflushed_bytes", Help: "Bytes of the node's checkpoint copies not flushed to disk yet: a restart of the machine drops them, and they are fetched again.",
+	})
 	m.fetches = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fogdeploy_checkpoint_fetches_total", Help: "Checkpoint generations copied to this node from the cluster, by what asked (restore: a deploy waited for it; ahead: a warm-pool slot or agent.fetch sealed).",
 	}, []string{"by"})
@@ -239,7 +243,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	})
 	m.registerLifecycle(reg)
 	reg.MustRegister(m.envCopies, m.backend, m.recovered, m.checkpoints, m.deploys, m.duration, m.auto, m.poolHits, m.poolMisses, m.poolRefill, m.recycled, m.poolIdle,
-		m.autoEngine, m.measured, m.cacheBytes, m.cacheGens, m.fetches, m.evictions,
+		m.autoEngine, m.measured, m.cacheBytes, m.cacheGens, m.unflushed, m.fetches, m.evictions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

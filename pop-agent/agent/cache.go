@@ -118,11 +118,15 @@ func (a *agent) exportCache() {
 	if err != nil {
 		return
 	}
-	var n int64
+	var n, unflushed int64
 	for _, e := range es {
 		n += e.Bytes
+		if e.Unflushed {
+			unflushed += e.Bytes
+		}
 	}
 	a.m.cacheBytes.Set(float64(n))
+	a.m.unflushed.Set(float64(unflushed))
 	a.m.cacheGens.Set(float64(len(es)))
 	if ls, err := a.d.Lowers(); err == nil {
 		a.m.envCopies.Set(float64(len(ls)))
