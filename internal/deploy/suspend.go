@@ -100,8 +100,11 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 	}
 	// The checkpoint's image is mapped, formatted and mounted while the
 	// checkpoint runs, off the time the app answers nothing.
+	// So is the hold of its generation (sealSuspension).
 	var mounted func() error
+	held, holding := func() error { return nil }, false
 	defer func() {
+		_ = held()
 		if mounted != nil && err != nil {
 			_ = mounted()
 			_ = d.deps.Mapper.Release(context.WithoutCancel(ctx), suspendMapping(id))
@@ -115,6 +118,10 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 		if mounted, err = d.mountSuspension(ctx, &rec, ckptImg); err != nil {
 			return spec.Suspension{}, err
 		}
+		if held, err = d.holdSoon(ctx, &rec, susp); err != nil {
+			return spec.Suspension{}, err
+		}
+		holding = true
 		asked = true
 		if err := d.checkpointInstance(ctx, rec, &susp, continuing); err != nil {
 			return spec.Suspension{}, err
@@ -139,7 +146,10 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 		}
 		o.phase(StepStore)
 	}
-	if err := d.sealSuspension(ctx, &rec, &susp); err != nil {
+	if err := held(); err != nil {
+		return spec.Suspension{}, err
+	}
+	if err := d.sealSuspension(ctx, &rec, &susp, holding); err != nil {
 		return spec.Suspension{}, err
 	}
 	if err := removeDir(rec.Dir); err != nil {
@@ -195,9 +205,10 @@ func (d *Deployer) storeAndRelease(ctx context.Context, rec *Deployment, susp *s
 		return fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, h.Driver, rec.ID)
 	}
 	mid := suspendMapping(rec.ID)
-	// Every image but the two is a parent of the writable image (a
-	// resumed instance's suspension before): it stays with it.
-	susp.Parents = slices.DeleteFunc(slices.Clone(rec.Images), func(img string) bool { return img == envImg || img == ckptImg })
+	// Every image but the two and the hold is a parent of the writable
+	// image (a resumed instance's suspension before): it stays with it.
+	hold := suspendHoldImage(rec.ID)
+	susp.Parents = slices.DeleteFunc(slices.Clone(rec.Images), func(img string) bool { return img == envImg || img == ckptImg || img == hold })
 	susp.Env = layering.SnapRef{Image: envImg, Snap: layering.SealedSnap}
 	susp.Ckpt = layering.SnapRef{Image: ckptImg, Snap: layering.SealedSnap}
 	meta := d.suspensionMeta(rec.ID)
@@ -217,21 +228,28 @@ func (d *Deployer) storeAndRelease(ctx context.Context, rec *Deployment, susp *s
 	if err := errors.Join(released, stored()); err != nil {
 		return err
 	}
-	rec.Owned = Owned{Images: append([]string{envImg, ckptImg}, susp.Parents...), Dir: rec.Dir}
+	owned := append([]string{envImg, ckptImg}, susp.Parents...)
+	if slices.Contains(rec.Images, hold) { // made during the checkpoint
+		owned = append(owned, hold)
+	}
+	rec.Owned = Owned{Images: owned, Dir: rec.Dir}
 	return nil
 }
 
 // undoSuspend gives rec back its Running record when a suspend failed
 // before its checkpoint was asked: the checkpoint's image goes.
 func (d *Deployer) undoSuspend(ctx context.Context, rec *Deployment, ckptImg string) {
+	made := []string{ckptImg, suspendHoldImage(rec.ID)}
 	rec.Phase, rec.Suspension, rec.Error = spec.PhaseRunning, nil, ""
-	rec.Images = slices.DeleteFunc(rec.Images, func(img string) bool { return img == ckptImg })
+	rec.Images = slices.DeleteFunc(rec.Images, func(img string) bool { return slices.Contains(made, img) })
 	if err := d.save(rec); err != nil {
 		d.log.Warn("undoing a suspend that failed before its checkpoint", "deployment", rec.ID, "err", err)
 		return
 	}
-	if err := d.deps.Store.Remove(ctx, ckptImg); err != nil && !errors.Is(err, layering.ErrNotFound) {
-		d.log.Warn("removing the image of a suspend that failed before its checkpoint; gc removes it", "image", ckptImg, "err", err)
+	for _, img := range made {
+		if err := d.deps.Store.Remove(ctx, img); err != nil && !errors.Is(err, layering.ErrNotFound) {
+			d.log.Warn("removing the image of a suspend that failed before its checkpoint; gc removes it", "image", img, "err", err)
+		}
 	}
 }
 
@@ -372,8 +390,8 @@ func (d *Deployer) sealImage(ctx context.Context, ref layering.SnapRef, meta, mo
 
 // sealSuspension ends a suspend whose images are sealed: the size of its
 // writable image, and, for an overlay's upper layer, a clone of the
-// generation's environment that holds it.
-func (d *Deployer) sealSuspension(ctx context.Context, rec *Deployment, susp *spec.Suspension) error {
+// generation's environment that holds it (made already if held).
+func (d *Deployer) sealSuspension(ctx context.Context, rec *Deployment, susp *spec.Suspension, held bool) error {
 	st := d.deps.Store
 	if info, err := st.Stat(ctx, susp.Env.Image); err == nil {
 		susp.EnvBytes = info.Used
@@ -381,18 +399,41 @@ func (d *Deployer) sealSuspension(ctx context.Context, rec *Deployment, susp *sp
 	if !susp.Upper {
 		return nil
 	}
+	if !held {
+		made, err := d.holdSoon(ctx, rec, *susp)
+		if err == nil {
+			err = made()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	susp.Hold = suspendHoldImage(rec.ID)
+	return nil
+}
+
+// holdSoon journals in rec the clone that holds the generation a
+// suspension with an upper layer came from, and starts to make it (once:
+// a clone made before is kept); the function it returns waits for it.
+// Nothing is held for a suspension of a whole root.
+func (d *Deployer) holdSoon(ctx context.Context, rec *Deployment, susp spec.Suspension) (func() error, error) {
+	if !susp.Upper {
+		return func() error { return nil }, nil
+	}
 	hold := suspendHoldImage(rec.ID)
 	if !slices.Contains(rec.Images, hold) {
 		rec.Images = append(rec.Images, hold)
 		if err := d.save(rec); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if err := st.Clone(ctx, susp.From.EnvSnap, hold); err != nil && !errors.Is(err, layering.ErrExists) {
-		return err
-	}
-	susp.Hold = hold
-	return st.SetMeta(ctx, hold, d.suspensionMeta(rec.ID))
+	st, meta := d.deps.Store, d.suspensionMeta(rec.ID)
+	return async(func() error {
+		if err := st.Clone(ctx, susp.From.EnvSnap, hold); err != nil && !errors.Is(err, layering.ErrExists) {
+			return err
+		}
+		return st.SetMeta(ctx, hold, meta)
+	}), nil
 }
 
 // Forget drops the record of a suspended deployment, whose suspension is
