@@ -117,10 +117,10 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 		defer func() { _ = wait() }()
 	}
 	env, lower, lowerMade, err := d.slotEnv(ctx, o, s, src)
+	defer func() { _, _ = lowerMade() }() // nothing of it outlives the call
 	if err != nil {
 		return err
 	}
-	defer func() { _, _ = lowerMade() }()
 	if err := d.cloneSlot(ctx, s, src, env, lower); err != nil {
 		return err
 	}
