@@ -158,3 +158,29 @@ func (d *Deployer) adoptCheckpoint(g spec.Generation, stage string) {
 		d.log.Warn("keeping the checkpoint on the node; it is fetched on first use instead", "app", g.App, "gen", g.Gen, "err", err)
 	}
 }
+
+// sourceLater returns the directory of the node's copy of the checkpoint
+// that slot s restores, when its instance can be created while the copy
+// is being fetched: the fetch goes on (fetching is open), the slot serves
+// a deploy (a pool's slot reads ahead once made) and its driver reads
+// the copy only once started (drivers.LateSourcer).
+func (d *Deployer) sourceLater(s *Slot, src slotSource, known <-chan string, fetching <-chan struct{}) (string, bool) {
+	select {
+	case <-fetching:
+		return "", false
+	default:
+	}
+	if s.Pool {
+		return "", false
+	}
+	dr, err := d.driverByRun(src.app, s.Mode, src.engine)
+	if ls, ok := dr.(drivers.LateSourcer); err != nil || !ok || !ls.TakesSourceLater() {
+		return "", false
+	}
+	select {
+	case dir := <-known:
+		return dir, dir != ""
+	case <-fetching:
+		return "", false
+	}
+}

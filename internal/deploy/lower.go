@@ -346,3 +346,40 @@ func (d *Deployer) unmountRoot(ctx context.Context, dir string) error {
 	}
 	return d.deps.Roots.UnmountShared(filepath.Join(dir, "mnt"))
 }
+
+// slotEnv is the environment snapshot a slot clones. With the shared read
+// path (s.Lower) its environment is read from the node's copy of the
+// generation's (lower.go), and its writable image is a clone of a blank
+// filesystem; otherwise the generation's environment is cloned for this
+// slot (the node's copy checks it once, makeLower). A node's copy not made
+// yet is made while the slot's own images are cloned and mapped: lower is
+// then without its Root, and made waits for it.
+func (d *Deployer) slotEnv(ctx context.Context, o *op, s *Slot, src slotSource) (env layering.SnapRef, lower Lower, made func() (Lower, error), err error) {
+	env = src.env
+	made = func() (Lower, error) { return lower, nil }
+	switch {
+	case s.Lower != "" && src.gen != nil:
+		of := src.gen
+		if src.lowerOf != nil {
+			of = src.lowerOf
+		}
+		if lower, made, err = d.lowerSoon(ctx, *of); err != nil {
+			return layering.SnapRef{}, Lower{}, made, err
+		}
+		if !src.resume { // a resume's upper layer is its suspension's
+			if env, err = d.upperSource(ctx, lower); err != nil {
+				return layering.SnapRef{}, Lower{}, made, err
+			}
+		}
+		if lower.Root != "" {
+			o.phase(StepLower)
+		}
+	case src.resume:
+		// Its suspension's root, cloned: one level below its generation.
+	case src.gen != nil:
+		if _, err := d.deps.Envs.CheckDepth(ctx, src.env, src.app.Env); err != nil {
+			return layering.SnapRef{}, Lower{}, made, err
+		}
+	}
+	return env, lower, made, nil
+}

@@ -174,69 +174,6 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 	return d.slots.Save(s.ID, s)
 }
 
-// sourceLater returns the directory of the node's copy of the checkpoint
-// that slot s restores, when its instance can be created while the copy
-// is being fetched: the fetch goes on (fetching is open), the slot serves
-// a deploy (a pool's slot reads ahead once made) and its driver reads
-// the copy only once started (drivers.LateSourcer).
-func (d *Deployer) sourceLater(s *Slot, src slotSource, known <-chan string, fetching <-chan struct{}) (string, bool) {
-	select {
-	case <-fetching:
-		return "", false
-	default:
-	}
-	if s.Pool {
-		return "", false
-	}
-	dr, err := d.driverByRun(src.app, s.Mode, src.engine)
-	if ls, ok := dr.(drivers.LateSourcer); err != nil || !ok || !ls.TakesSourceLater() {
-		return "", false
-	}
-	select {
-	case dir := <-known:
-		return dir, dir != ""
-	case <-fetching:
-		return "", false
-	}
-}
-
-// slotEnv is the environment snapshot a slot clones. With the shared read
-// path (s.Lower) its environment is read from the node's copy of the
-// generation's (lower.go), and its writable image is a clone of a blank
-// filesystem; otherwise the generation's environment is cloned for this
-// slot (the node's copy checks it once, makeLower). A node's copy not made
-// yet is made while the slot's own images are cloned and mapped: lower is
-// then without its Root, and made waits for it.
-func (d *Deployer) slotEnv(ctx context.Context, o *op, s *Slot, src slotSource) (env layering.SnapRef, lower Lower, made func() (Lower, error), err error) {
-	env = src.env
-	made = func() (Lower, error) { return lower, nil }
-	switch {
-	case s.Lower != "" && src.gen != nil:
-		of := src.gen
-		if src.lowerOf != nil {
-			of = src.lowerOf
-		}
-		if lower, made, err = d.lowerSoon(ctx, *of); err != nil {
-			return layering.SnapRef{}, Lower{}, made, err
-		}
-		if !src.resume { // a resume's upper layer is its suspension's
-			if env, err = d.upperSource(ctx, lower); err != nil {
-				return layering.SnapRef{}, Lower{}, made, err
-			}
-		}
-		if lower.Root != "" {
-			o.phase(StepLower)
-		}
-	case src.resume:
-		// Its suspension's root, cloned: one level below its generation.
-	case src.gen != nil:
-		if _, err := d.deps.Envs.CheckDepth(ctx, src.env, src.app.Env); err != nil {
-			return layering.SnapRef{}, Lower{}, made, err
-		}
-	}
-	return env, lower, made, nil
-}
-
 // onCkpt runs f on the slot's checkpoint image, if it has one.
 func onCkpt(s *Slot, f func(img string) error) func() error {
 	return func() error {
