@@ -1,4 +1,4 @@
-// Suspend and resume on this node (internal/deploy/suspend.go does the work; internal/state
+// Suspend and resume on this node (internal/deploy/suspend.go and resume.go do the work; internal/state
 // records it): a suspend asked of a deployment running here, and a resume placed here. A
 // suspension this node made but had not recorded in etcd when it stopped is recorded by the
 // next resync (reconcile.go).
