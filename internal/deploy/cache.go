@@ -37,15 +37,12 @@ func CacheKey(g spec.Generation) gencache.Key { return gencache.KeyOf(g.App, g.G
 func (d *Deployer) ckptSource(ctx context.Context, g spec.Generation, known func(dir string)) (e gencache.Entry, fetched bool, err error) {
 	start := time.Now()
 	fill := func(ctx context.Context, dst string) error { return d.fetch(ctx, g, dst) }
-	if known == nil {
-		e, fetched, err = d.cache.Get(ctx, CacheKey(g), fill)
-	} else {
-		var dir string
-		var wait func() (gencache.Entry, bool, error)
-		if dir, wait, err = d.cache.Begin(ctx, CacheKey(g), fill); err == nil {
+	dir, wait, err := d.cache.Begin(ctx, CacheKey(g), fill)
+	if err == nil {
+		if known != nil {
 			known(dir)
-			e, fetched, err = wait()
 		}
+		e, fetched, err = wait()
 	}
 	if err != nil {
 		return e, fetched, err

@@ -92,14 +92,12 @@ func (d *Deployer) lowerFor(ctx context.Context, g spec.Generation) (Lower, erro
 	unlock := d.lowerLock.Lock(id)
 	defer unlock()
 	rec, err := d.lowers.Load(id)
-	if err == nil && rec.Ready && rec.Sealed.Equal(g.Created) {
-		if ok, err := d.deps.Mapper.Mounted(rec.ID); err == nil && ok {
-			if rec.Size == 0 {
-				// Recorded before its size was.
-				err = d.sizeLower(ctx, &rec)
-			}
-			return rec, err
+	if err == nil && d.lowerReady(rec, g) {
+		if rec.Size == 0 {
+			// Recorded before its size was.
+			err = d.sizeLower(ctx, &rec)
 		}
+		return rec, err
 	}
 	if err == nil {
 		// Half made, of another generation of that number, or its
@@ -122,16 +120,24 @@ func (d *Deployer) lowerFor(ctx context.Context, g spec.Generation) (Lower, erro
 	return rec, nil
 }
 
+// lowerReady reports whether rec is the node's whole, mounted copy of
+// generation g's environment.
+func (d *Deployer) lowerReady(rec Lower, g spec.Generation) bool {
+	if !rec.Ready || !rec.Sealed.Equal(g.Created) {
+		return false
+	}
+	ok, err := d.deps.Mapper.Mounted(rec.ID)
+	return err == nil && ok
+}
+
 // lowerSoon returns the node's copy of generation g's environment if it
 // holds one; otherwise it starts making it and returns what a slot needs
 // of it meanwhile (its app, generation and size, no Root), and made waits
 // for the copy.
 func (d *Deployer) lowerSoon(ctx context.Context, g spec.Generation) (lower Lower, made func() (Lower, error), err error) {
 	id := lowerID(g.App, g.Gen)
-	if rec, err := d.lowers.Load(id); err == nil && rec.Ready && rec.Size > 0 && rec.Sealed.Equal(g.Created) {
-		if ok, err := d.deps.Mapper.Mounted(rec.ID); err == nil && ok {
-			return rec, func() (Lower, error) { return rec, nil }, nil
-		}
+	if rec, err := d.lowers.Load(id); err == nil && rec.Size > 0 && d.lowerReady(rec, g) {
+		return rec, func() (Lower, error) { return rec, nil }, nil
 	}
 	var got Lower
 	wait := async(func() (err error) {

@@ -102,6 +102,7 @@ func (d *Deployer) adoptSuspension(dep Deployment, susp spec.Suspension) Deploym
 // undeploy. Like every change of a deployment, it is not called while
 // another runs on id.
 func (d *Deployer) DropSuspension(ctx context.Context, id string, susp spec.Suspension) {
+	var gone []string
 	for _, img := range []string{susp.Ckpt.Image, susp.Hold} {
 		if img == "" {
 			continue
@@ -110,9 +111,10 @@ func (d *Deployer) DropSuspension(ctx context.Context, id string, susp spec.Susp
 			d.log.Warn("removing a resumed suspension's image; the deployment's undeploy removes it", "deployment", id, "image", img, "err", err)
 			continue
 		}
-		if dep, err := d.Load(id); err == nil {
-			dep.Images = slices.DeleteFunc(dep.Images, func(i string) bool { return i == img })
-			_ = d.save(&dep)
-		}
+		gone = append(gone, img)
+	}
+	if dep, err := d.Load(id); err == nil && len(gone) > 0 {
+		dep.Images = slices.DeleteFunc(dep.Images, func(i string) bool { return slices.Contains(gone, i) })
+		_ = d.save(&dep)
 	}
 }

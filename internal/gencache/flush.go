@@ -71,9 +71,12 @@ func (c *Cache) Settle(ctx context.Context) (int, error) {
 		if err := ctx.Err(); err != nil {
 			return n, err
 		}
-		b, err := os.ReadFile(c.marker(e.Key))
-		if err != nil || parseMarker(b).boot == "" {
-			continue // dropped meanwhile, or flushed
+		if !e.Unflushed {
+			continue
+		}
+		before, err := os.Stat(c.marker(e.Key))
+		if err != nil {
+			continue // dropped meanwhile
 		}
 		if _, err := syncTree(e.Dir); err != nil {
 			if _, lerr := os.Stat(c.marker(e.Key)); lerr == nil {
@@ -81,7 +84,7 @@ func (c *Cache) Settle(ctx context.Context) (int, error) {
 			}
 			continue
 		}
-		settled, err := c.settled(e.Key, b)
+		settled, err := c.settled(e.Key, before)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -92,27 +95,28 @@ func (c *Cache) Settle(ctx context.Context) (int, error) {
 	return n, errors.Join(errs...)
 }
 
-// settled rewrites k's marker, as it read before flushing the entry
-// (was), without its boot, unless the entry changed meanwhile.
-func (c *Cache) settled(k Key, was []byte) (bool, error) {
+// settled rewrites k's marker without its boot, unless the marker is
+// not the one Settle found before flushing the entry (before): the entry
+// was dropped, or dropped and filled again, meanwhile.
+func (c *Cache) settled(k Key, before os.FileInfo) (bool, error) {
 	unlock := c.keys.Lock(k)
 	defer unlock()
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	b, err := os.ReadFile(c.marker(k))
-	if err != nil || string(b) != string(was) {
-		return false, nil // dropped or filled again meanwhile
-	}
-	m := parseMarker(b)
-	m.boot = ""
-	// Keeps the marker's time: its last use.
 	st, err := os.Stat(c.marker(k))
+	if err != nil || !os.SameFile(before, st) {
+		return false, nil
+	}
+	b, err := os.ReadFile(c.marker(k))
 	if err != nil {
 		return false, nil
 	}
+	m := parseMarker(b)
+	m.boot = ""
 	if err := writeFileSync(c.marker(k), []byte(m.String())); err != nil {
 		return false, fmt.Errorf("checkpoint cache: %w", err)
 	}
+	// Keeps the marker's time: its last use.
 	_ = os.Chtimes(c.marker(k), st.ModTime(), st.ModTime())
 	return true, nil
 }

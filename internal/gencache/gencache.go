@@ -148,8 +148,8 @@ func (c *Cache) Begin(ctx context.Context, k Key, fill Fill) (dir string, wait f
 	known := make(chan struct{})
 	done := make(chan result, 1)
 	go func() {
-		var once sync.Once
-		e, fetched, err := c.get(ctx, k, fill, func() { once.Do(func() { close(known) }) })
+		// get calls it once at most.
+		e, fetched, err := c.get(ctx, k, fill, func() { close(known) })
 		done <- result{e, fetched, err}
 	}()
 	var r result
