@@ -59,6 +59,7 @@ type config struct {
 	criuPrefix   string      // installed CRIU prefix (engine criu)
 	lazy         bool        // restart with CRIU's lazy pages
 	sourceLater  bool        // restart: -from is read only once ordered (the host still fills it)
+	rootLater    bool        // restart: nothing is read or prepared before the order (the host still mounts the root and fills the checkpoint volume)
 	recycle      bool        // serve instance after instance (release, rearm)
 	app          []string    // launch: the app's argv
 }
@@ -90,6 +91,7 @@ func parseConfig(mode string, args []string, stderr io.Writer) (*config, error) 
 	fs.StringVar(&c.criuPrefix, "criu-prefix", envOr("FOG_CRIU_PREFIX", "/opt/criu"), "installed CRIU prefix (engine criu)")
 	fs.BoolVar(&c.lazy, "lazy", false, "restart: with engine criu, restore with lazy pages (the app runs before all its memory is in)")
 	fs.BoolVar(&c.sourceLater, "source-later", false, "restart with -wait and -from: generation -from is whole only once the order is given (the host is still copying it), so it is read after the order")
+	fs.BoolVar(&c.rootLater, "root-later", false, "restart with -wait: the root and the checkpoint volume are ready only once the order is given (the host still mounts the root, under a directory bound with slave propagation, and fills the volume), so the root is prepared and the generation read after the order")
 	fs.BoolVar(&c.recycle, "recycle", false, "restart with -wait: on -wait's directory's release file, end the app and wait for its rearm file to serve the next order in the same container (the root must be a mount the host resets meanwhile, seen through slave propagation)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json (logs go to stderr)")
@@ -142,6 +144,9 @@ func (c *config) validate() error {
 	}
 	if c.sourceLater && (c.mode != modeRestart || c.wait == "" || c.from == 0) {
 		errs = append(errs, errors.New("-source-later is for restart with -wait and -from: drop -source-later"))
+	}
+	if c.rootLater && (c.mode != modeRestart || c.wait == "") {
+		errs = append(errs, errors.New("-root-later is for restart with -wait: drop -root-later"))
 	}
 	switch c.engine {
 	case engine.NameDMTCP:

@@ -60,6 +60,13 @@ func (s *supervisor) runCRIU() int {
 // status, or again once a recycled container has given its instance back
 // and been rearmed for the next.
 func (s *supervisor) lifeCRIU(ctx context.Context, eng *engine.CRIU, sigs <-chan os.Signal) (code int, again bool) {
+	if s.cfg.rootLater {
+		// The host mounts the root and fills the checkpoint volume until
+		// it orders: nothing of them is read before.
+		if code, ok := s.awaitOrder(sigs); !ok {
+			return code, false
+		}
+	}
 	var img engine.Image
 	if code := s.pickGenerations(func(gens []generation) (err error) {
 		if s.cfg.sourceLater {
@@ -76,7 +83,7 @@ func (s *supervisor) lifeCRIU(ctx context.Context, eng *engine.CRIU, sigs <-chan
 	if !s.mountRoot() {
 		return exitSetup, false
 	}
-	if s.cfg.mode == modeRestart && s.cfg.wait != "" && !s.restarted && !s.cfg.sourceLater {
+	if s.cfg.mode == modeRestart && s.cfg.wait != "" && !s.restarted && !s.cfg.sourceLater && !s.cfg.rootLater {
 		// A recycled container restored this generation already: its
 		// images are in the page cache.
 		if _, err := os.Stat(s.cfg.wait); err != nil {
@@ -85,8 +92,10 @@ func (s *supervisor) lifeCRIU(ctx context.Context, eng *engine.CRIU, sigs <-chan
 	}
 	stopOrphans := s.reapOrphans()
 	defer stopOrphans()
-	if code, ok := s.awaitOrder(sigs); !ok {
-		return code, false
+	if !s.cfg.rootLater {
+		if code, ok := s.awaitOrder(sigs); !ok {
+			return code, false
+		}
 	}
 	if s.cfg.sourceLater {
 		var code int

@@ -54,6 +54,8 @@ func TestParseConfig(t *testing.T) {
 		{modeRestart, []string{"-source-later", "-from", "2"}, "-source-later is for restart with -wait and -from"},
 		{modeRestart, []string{"-source-later", "-wait", "/fog/ctl/order"}, "-source-later is for restart with -wait and -from"},
 		{modeLaunch, []string{"-source-later", "-wait", "/fog/ctl/order", "-from", "2", "app"}, "-source-later is for restart"},
+		{modeRestart, []string{"-root-later"}, "-root-later is for restart with -wait"},
+		{modeLaunch, []string{"-root-later", "-wait", "/fog/ctl/order", "app"}, "-root-later is for restart with -wait"},
 		{modeLaunch, []string{"-engine", "criu", "-lazy", "app"}, "-lazy is for restart only"},
 		{modeLaunch, []string{"-engine", "criu", "-after-checkpoint", "continue", "app"}, "criu dump stops the app"},
 		{modeLaunch, []string{"-engine", "criu", "-criu-prefix", "opt/criu", "app"}, `-criu-prefix "opt/criu" must be an absolute path`},

@@ -212,6 +212,15 @@ func (s *supervisor) start(sigs <-chan os.Signal) (app, coord <-chan syscall.Wai
 	if s.cfg.mode == modeBoot {
 		return s.boot(sigs)
 	}
+	ordered := false
+	if s.cfg.rootLater {
+		// The host mounts the root and fills the checkpoint volume until
+		// it orders: nothing of them is read before.
+		if code, ok := s.awaitOrder(sigs); !ok {
+			return nil, nil, code
+		}
+		ordered = true
+	}
 	var from generation
 	if code := s.pickGenerations(func(gens []generation) (err error) {
 		if s.cfg.sourceLater {
@@ -247,15 +256,17 @@ func (s *supervisor) start(sigs <-chan os.Signal) (app, coord <-chan syscall.Wai
 	s.tm.record("coordinator", 0, t, 0, nil)
 	s.log.Info("coordinator listening", "addr", "127.0.0.1:"+strconv.Itoa(port), "pid", pid)
 
-	if s.cfg.mode == modeRestart && s.cfg.wait != "" && !s.cfg.sourceLater {
+	if s.cfg.mode == modeRestart && s.cfg.wait != "" && !s.cfg.sourceLater && !ordered {
 		// A slot that waits (a warm pool's) reads its checkpoint ahead;
 		// one whose order is already there restarts at once.
 		if _, err := os.Stat(s.cfg.wait); err != nil && !s.restarted {
 			go s.warm(from)
 		}
 	}
-	if code, ok := s.awaitOrder(sigs); !ok {
-		return nil, nil, code
+	if !ordered {
+		if code, ok := s.awaitOrder(sigs); !ok {
+			return nil, nil, code
+		}
 	}
 	if s.cfg.sourceLater {
 		var code int

@@ -47,22 +47,31 @@ func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spe
 	}
 	defer d.undoOnError(ctx, rec, &err)
 	o := d.newOp(&rec.Timings, opts.Progress)
-	s, err := d.newSlot(app.Name, g.Gen, drivers.RunRestart, false, id, nil)
-	if err != nil {
-		return Deployment{}, err
+	s, prepared := d.takePrepared(ctx, id, app, susp)
+	if !prepared {
+		if s, err = d.newSlot(app.Name, g.Gen, drivers.RunRestart, false, id, nil); err != nil {
+			return Deployment{}, err
+		}
+		s.Lower = ""
+		if susp.Upper {
+			s.Lower = lowerID(app.Name, susp.From.Gen)
+		}
 	}
-	s.Lower, s.Seed, s.KeepSeed = "", seed, seed != ""
-	if susp.Upper {
-		s.Lower = lowerID(app.Name, susp.From.Gen)
-	}
+	s.Phase, s.Seed, s.KeepSeed, s.Timings = SlotProvisioning, seed, seed != "", nil
 	rec.Slot = s.ID
 	if err := errors.Join(d.slots.Save(s.ID, s), d.save(rec)); err != nil {
 		_ = d.ReleaseSlot(context.WithoutCancel(ctx), s.ID)
 		return Deployment{}, err
 	}
 	from := susp.From
-	if err := d.provision(ctx, o, s, slotSource{app: app, engine: susp.Engine, env: susp.Env, gen: &g, lowerOf: &from, resume: true,
-		config: d.genConfig(ctx, susp.From), background: opts.Background}); err != nil {
+	src := slotSource{app: app, engine: susp.Engine, env: susp.Env, gen: &g, lowerOf: &from, resume: true,
+		config: d.genConfig(ctx, susp.From), background: opts.Background}
+	if prepared {
+		err = d.provisionPrepared(ctx, o, s, src)
+	} else {
+		err = d.provision(ctx, o, s, src)
+	}
+	if err != nil {
 		return Deployment{}, err
 	}
 	dr, _, err := d.startReady(ctx, o, s, id, app, true)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -80,6 +81,8 @@ type Slot struct {
 	// KeepSeed: its instance keeps Seed (a resume); otherwise each
 	// instance draws its own.
 	KeepSeed bool `json:"keep_seed,omitempty"`
+	// Engine is the engine of a slot prepared for a resume (SlotPrepared).
+	Engine engine.Name `json:"engine,omitempty"`
 	// Fetched: provisioning brought the generation's checkpoint to the
 	// node (it held no copy).
 	Fetched bool              `json:"fetched,omitempty"`

@@ -268,6 +268,10 @@ func (d *Deployer) mountSlot(ctx context.Context, s *Slot, envMap, ckptMap *mapp
 type instanceSource struct {
 	envPath, ckptPath, source string
 	later                     bool
+	// rootLater, if set, is the environment's files (the node's copy):
+	// the root at envPath is mounted, and the checkpoint put in ckptPath,
+	// only after the instance is created (drivers.Run.RootLater).
+	rootLater string
 }
 
 // createInstance creates the slot's instance with its driver, waiting
@@ -281,8 +285,13 @@ func (d *Deployer) createInstance(ctx context.Context, s *Slot, src slotSource, 
 	if err != nil {
 		return err
 	}
-	run := drivers.Run{Mode: s.Mode, ID: s.ID, App: src.app, EnvPath: in.envPath, CkptPath: in.ckptPath, CkptSource: in.source, SourceLater: in.later, Gen: s.Gen,
-		ImageEnv: src.config.Env, WorkDir: src.config.WorkDir, CtlPath: ctl, Background: s.Pool || src.background, Limits: d.cfg.Limits, Resettable: s.Lower != "" && !src.resume}
+	gen := s.Gen
+	if in.rootLater != "" {
+		gen = 0 // the newest it finds once ordered: the one put there
+	}
+	run := drivers.Run{Mode: s.Mode, ID: s.ID, App: src.app, EnvPath: in.envPath, CkptPath: in.ckptPath, CkptSource: in.source, SourceLater: in.later, Gen: gen,
+		ImageEnv: src.config.Env, WorkDir: src.config.WorkDir, CtlPath: ctl, Background: s.Pool || src.background, Limits: d.cfg.Limits, Resettable: s.Lower != "" && !src.resume,
+		RootLater: in.rootLater != "", EnvFiles: in.rootLater}
 	h, err := dr.Create(ctx, run)
 	if err != nil {
 		return err

@@ -50,6 +50,10 @@ const (
 	// SourceLaterLabel, "1", marks an image whose entrypoint reads a
 	// restart's checkpoint source once ordered (-source-later).
 	SourceLaterLabel = "io.fogdeploy.source-later"
+	// RootLaterLabel, "1", marks an image whose entrypoint prepares a
+	// restart's root and reads its checkpoint volume once ordered
+	// (-root-later).
+	RootLaterLabel = "io.fogdeploy.root-later"
 )
 
 // Container runs instances in the DMTCP container (dmtcp-image/): the
@@ -94,6 +98,15 @@ func (c *Container) TakesSourceLater() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.found.sourceLater
+}
+
+// TakesRootLater: the light container's entrypoint prepares a restart's
+// root and reads its checkpoint volume once ordered to start
+// (LateSourcer), where the image found says so (RootLaterLabel).
+func (c *Container) TakesRootLater() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.found.rootLater
 }
 
 // Networks of instances (runtime.Spec.Network).
@@ -148,7 +161,7 @@ func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 		return Handle{}, err
 	}
 	h := Handle{Driver: c.Name(), EnvPath: r.EnvPath, CkptPath: r.CkptPath, CtlPath: r.CtlPath, Gen: r.Gen, Background: r.Background,
-		Recycle: recycle}
+		Recycle: recycle, RootLater: r.RootLater}
 	if r.Mode == RunRestart {
 		h.Gen = r.Gen + 1
 	}
@@ -330,7 +343,7 @@ func (c *Container) Exec(ctx context.Context, h Handle, e Exec) (runtime.ExecRes
 	if e.User != "" {
 		cmd = append(cmd, "-user", e.User)
 	}
-	cmd = append(append(cmd, runtime.DMTCPRoot(h.EnvPath, h.Recycle), "/"), e.Argv...)
+	cmd = append(append(cmd, runtime.DMTCPRoot(h.EnvPath, h.Recycle || h.RootLater), "/"), e.Argv...)
 	r, err := c.RT.Exec(ctx, h.Ref, runtime.ExecSpec{Cmd: cmd, Env: e.Env})
 	if errors.Is(err, runtime.ErrNotFound) || errors.Is(err, runtime.ErrConflict) {
 		return r, fmt.Errorf("container %s: %w (%w)", shortRef(h.Ref), spec.ErrNotFound, err)

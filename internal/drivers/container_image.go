@@ -42,6 +42,7 @@ type dmtcpImage struct {
 	criu                string // CRIU's version, "" if the image has none
 	recycle             string // RecycleLabel: the engines its entrypoint's -recycle serves
 	sourceLater         bool   // SourceLaterLabel: its entrypoint takes -source-later
+	rootLater           bool   // RootLaterLabel: its entrypoint takes -root-later
 }
 
 // recycles says whether the image's entrypoint serves instance after
@@ -151,7 +152,8 @@ func (c *Container) findImage(ctx context.Context) (dmtcpImage, error) {
 		}
 		im := ims[0]
 		return dmtcpImage{ref: im.Ref, version: im.Labels[DMTCPVersionLabel], glibc: im.Labels[DMTCPGlibcLabel],
-			criu: im.Labels[CRIUVersionLabel], recycle: im.Labels[RecycleLabel], sourceLater: im.Labels[SourceLaterLabel] == "1"}, nil
+			criu: im.Labels[CRIUVersionLabel], recycle: im.Labels[RecycleLabel], sourceLater: im.Labels[SourceLaterLabel] == "1",
+			rootLater: im.Labels[RootLaterLabel] == "1"}, nil
 	}
 	labels, err := c.RT.ImageLabels(ctx, c.Image)
 	if errors.Is(err, runtime.ErrImageNotFound) {
@@ -167,7 +169,7 @@ func (c *Container) findImage(ctx context.Context) (dmtcpImage, error) {
 			build+", and set agent.dmtcp_image to its tag or leave it empty")
 	}
 	return dmtcpImage{ref: c.Image, version: v, glibc: labels[DMTCPGlibcLabel], criu: labels[CRIUVersionLabel],
-		recycle: labels[RecycleLabel], sourceLater: labels[SourceLaterLabel] == "1"}, nil
+		recycle: labels[RecycleLabel], sourceLater: labels[SourceLaterLabel] == "1", rootLater: labels[RootLaterLabel] == "1"}, nil
 }
 
 // image returns the DMTCP image to run: the one Check found last, else

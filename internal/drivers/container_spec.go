@@ -29,6 +29,7 @@ func (c *Container) spec(r Run, image string) runtime.DMTCPContainer {
 		CkptSource: r.CkptSource,
 		// Read after the order, which Start gives once it is whole.
 		SourceLater: r.SourceLater,
+		RootLater:   r.RootLater,
 		Env:         appEnv(r.ImageEnv, r.App.Environment),
 		WorkingDir:  firstNonEmpty(r.App.WorkDir, r.WorkDir),
 		User:        r.App.User,
@@ -80,8 +81,14 @@ func (c *Container) containerSpec(ctx context.Context, r Run) (_ runtime.Spec, r
 		}
 		recyclable = img.recycles(eng)
 		switch {
+		case r.RootLater && !img.rootLater:
+			return runtime.Spec{}, false, fmt.Errorf("%w: image %s cannot take a root mounted after it is created (no label %s): rebuild it with `make dmtcp-image`", ErrDriver, img.ref, RootLaterLabel)
 		case r.App.Engine != engine.NameCRIU:
-			if err := checkEnvForDMTCP(r.EnvPath, r.App.Env, img.glibc); err != nil {
+			envFiles := r.EnvPath
+			if r.RootLater {
+				envFiles = r.EnvFiles // the root is not mounted yet
+			}
+			if err := checkEnvForDMTCP(envFiles, r.App.Env, img.glibc); err != nil {
 				return runtime.Spec{}, false, err
 			}
 		case img.criu == "":

@@ -137,13 +137,15 @@ type Sweeper interface {
 	RemoveDeployment(ctx context.Context, id string) error
 }
 
-// LateSourcer is a Driver whose instances read their checkpoint source
-// only once started, so that it can be created while the source is being
-// filled (Run.SourceLater): the light container binds the directory at
-// Create and its entrypoint reads it after the order.
+// LateSourcer is a Driver whose instances read their checkpoint source,
+// or their root and checkpoint volume, only once started, so that they
+// can be created while these are being filled (Run.SourceLater,
+// Run.RootLater): the light container binds the directories at Create
+// and its entrypoint reads them after the order.
 type LateSourcer interface {
 	Driver
 	TakesSourceLater() bool
+	TakesRootLater() bool
 }
 
 // Run describes an instance to create.
@@ -168,6 +170,14 @@ type Run struct {
 	// is whole once Start is called. Only drivers that are LateSourcers
 	// take it.
 	SourceLater bool
+	// RootLater: a restart's root is mounted at EnvPath (under a shared
+	// mount directory, its parent, as for Resettable) and the generation
+	// it restores put into CkptPath only after Create, before Start; the
+	// environment is checked at EnvFiles meanwhile, a read-only tree of
+	// the same environment's files. Only drivers that are LateSourcers
+	// take it.
+	RootLater bool
+	EnvFiles  string
 	// Gen is the checkpoint generation to write (launch) or to restore
 	// (restart).
 	Gen int
@@ -214,6 +224,9 @@ func (r Run) validate() error {
 	if r.SourceLater && (r.Mode != RunRestart || r.CkptSource == "") {
 		bad("a source filled later is for a restart from a checkpoint source")
 	}
+	if r.RootLater && (r.Mode != RunRestart || r.CkptSource != "" || r.SourceLater || r.EnvFiles == "") {
+		bad("a root mounted later is for a restart from its own checkpoint volume, its environment's files given")
+	}
 	return errors.Join(errs...)
 }
 
@@ -247,6 +260,8 @@ type Handle struct {
 	// Recycle: the instance can serve again after its app ends
 	// (Recycler).
 	Recycle bool `json:"recycle,omitempty"`
+	// RootLater: its root was mounted after Create (Run.RootLater).
+	RootLater bool `json:"root_later,omitempty"`
 	// Pid is the host PID of the container's main process as Create found
 	// it running (Container): while that process is still the container's,
 	// Start and Running need no runtime call.

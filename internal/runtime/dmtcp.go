@@ -118,6 +118,12 @@ type DMTCPContainer struct {
 	// SourceLater: CkptSource is whole only once the order is given (Wait):
 	// the entrypoint reads it after the order (-source-later).
 	SourceLater bool
+	// RootLater: the root at EnvPath is mounted, and CkptPath filled with
+	// the generation to restore, only before the order (Wait): EnvPath's
+	// parent, a shared mount on the host, is bound with slave propagation
+	// as for Recycle, and the entrypoint reads nothing of either before
+	// the order (-root-later).
+	RootLater bool
 	// sourceGen is the generation CkptSource is bound as.
 	sourceGen int
 	// Ports are the app's ports to publish.
@@ -197,7 +203,7 @@ type DMTCPContainer struct {
 // Launch returns the spec of a container that runs argv under DMTCP. It
 // checkpoints into the next generation on SIGUSR1 or instancectl.CheckpointRequest.
 func (c DMTCPContainer) Launch(argv []string) Spec {
-	c.Recycle = false
+	c.Recycle, c.RootLater = false, false
 	return c.spec(append(append(c.flags(0), "--"), argv...), "launch")
 }
 
@@ -213,7 +219,7 @@ func (c DMTCPContainer) Restart(gen int) Spec {
 // `dmtcp-image/build.sh -b`. CkptPath is not bound; the ready probe reports
 // boot_ready.
 func (c DMTCPContainer) Boot(argv []string) Spec {
-	c.CkptPath, c.AfterCheckpoint, c.CheckpointDelay, c.Engine, c.Lazy, c.Recycle = "", "", 0, "", false, false
+	c.CkptPath, c.AfterCheckpoint, c.CheckpointDelay, c.Engine, c.Lazy, c.Recycle, c.RootLater = "", "", 0, "", false, false, false
 	return c.spec(append(append(c.flags(0), "--"), argv...), "boot")
 }
 
@@ -221,7 +227,7 @@ func (c DMTCPContainer) Boot(argv []string) Spec {
 // can run (for CRIU: criu check, with a CRIU instance's capabilities) and
 // exits 0 if so. Nothing is bound and no network is needed.
 func (c DMTCPContainer) Check() Spec {
-	c.EnvPath, c.CkptPath, c.CtlPath, c.Ports, c.ReadyAddr, c.Wait, c.Recycle = "", "", "", nil, "", false, false
+	c.EnvPath, c.CkptPath, c.CtlPath, c.Ports, c.ReadyAddr, c.Wait, c.Recycle, c.RootLater = "", "", "", nil, "", false, false, false
 	s := c.spec(c.flags(0), "check")
 	s.Network = NetworkNone
 	return s
@@ -266,7 +272,13 @@ func (c DMTCPContainer) flags(from int) []string {
 		}
 	}
 	if c.Recycle && c.EnvPath != "" {
-		f = append(f, "-recycle", "-root", DMTCPRoot(c.EnvPath, true))
+		f = append(f, "-recycle")
+	}
+	if c.underMnt() {
+		f = append(f, "-root", DMTCPRoot(c.EnvPath, true))
+	}
+	if c.RootLater && c.Wait && c.EnvPath != "" {
+		f = append(f, "-root-later")
 	}
 	if c.Engine == engine.NameCRIU {
 		f = append(f, "-engine", string(engine.NameCRIU))
@@ -339,7 +351,7 @@ func (c DMTCPContainer) spec(args []string, mode string) Spec {
 func (c DMTCPContainer) binds() []Bind {
 	var b []Bind
 	switch {
-	case c.EnvPath != "" && c.Recycle:
+	case c.underMnt():
 		b = append(b, Bind{HostPath: filepath.Dir(c.EnvPath), ContainerPath: DMTCPMntPath, Propagation: PropagationSlave})
 	case c.EnvPath != "":
 		b = append(b, Bind{HostPath: c.EnvPath, ContainerPath: DMTCPRootPath})
@@ -354,6 +366,12 @@ func (c DMTCPContainer) binds() []Bind {
 		b = append(b, Bind{HostPath: c.CtlPath, ContainerPath: DMTCPCtlPath})
 	}
 	return b
+}
+
+// underMnt: the root is mounted under EnvPath's parent, bound with slave
+// propagation (Recycle, RootLater).
+func (c DMTCPContainer) underMnt() bool {
+	return c.EnvPath != "" && (c.Recycle || c.RootLater)
 }
 
 // DMTCPRoot is the path inside the container of the root mounted at host

@@ -90,6 +90,7 @@ type fakeFlags struct {
 	wait                string
 	recycle             bool
 	sourceLater         bool
+	rootLater           bool
 	// engine is the checkpoint engine the entrypoint runs (-engine): the
 	// fake keeps the same image for either; lazy (-lazy) changes nothing.
 	engine string
@@ -104,10 +105,11 @@ func parseFakeFlags(args []string) (fakeFlags, []string, error) {
 		if name == "--" {
 			return f, args[1:], nil
 		}
-		if name == "-recycle" || name == "-lazy" || name == "-source-later" { // the flags without a value
+		if name == "-recycle" || name == "-lazy" || name == "-source-later" || name == "-root-later" { // the flags without a value
 			f.recycle = f.recycle || name == "-recycle"
 			f.lazy = f.lazy || name == "-lazy"
 			f.sourceLater = f.sourceLater || name == "-source-later"
+			f.rootLater = f.rootLater || name == "-root-later"
 			args = args[1:]
 			continue
 		}
@@ -218,7 +220,7 @@ func fakeEntrypoint(ctx context.Context, p *FakeProcess) int {
 		}
 		load = nil
 	case "restart":
-		if fl.sourceLater && fl.wait != "" {
+		if (fl.sourceLater || fl.rootLater) && fl.wait != "" {
 			gen = fl.from + 1
 			break
 		}
@@ -274,10 +276,15 @@ func fakeLife(ctx context.Context, p *FakeProcess, fl fakeFlags, mode string, ar
 			fmt.Fprintf(p.Stdout, "entrypoint: -wait %s: its directory is not bound\n", fl.wait)
 			return 3, false
 		}
-		fakeBindIdentity(ctl)
+		if !fl.rootLater { // the root is prepared before the order
+			fakeBindIdentity(ctl)
+		}
 		t0 := time.Now()
 		if !waitForFile(ctx, filepath.Join(ctl, path.Base(fl.wait))) {
 			return 0, false
+		}
+		if fl.rootLater {
+			fakeBindIdentity(ctl)
 		}
 		timing(Timing{Phase: "order", MS: float64(time.Since(t0).Microseconds()) / 1000})
 		start = time.Now()

@@ -108,6 +108,22 @@ func TestDMTCPContainerSpecs(t *testing.T) {
 	}
 	c.CheckpointDelay = 0
 
+	// A root mounted after the container is made: the root's parent is
+	// bound with slave propagation, the root under it, and the entrypoint
+	// reads nothing before its order; a launch or a boot ignores it.
+	late := c
+	late.EnvPath, late.Wait, late.CtlPath, late.RootLater = "/mnt/slot/mnt/root", true, "/mnt/slot/ctl", true
+	r = late.Restart(0)
+	if !slices.Contains(r.Cmd, "-root-later") || !slices.Contains(r.Cmd, runtime.DMTCPMntPath+"/root") ||
+		!slices.Contains(r.Binds, runtime.Bind{HostPath: "/mnt/slot/mnt", ContainerPath: runtime.DMTCPMntPath, Propagation: runtime.PropagationSlave}) {
+		t.Errorf("restart with its root later: cmd %q, binds %+v; want -root-later, -root under %s bound with slave propagation", r.Cmd, r.Binds, runtime.DMTCPMntPath)
+	}
+	for _, s := range []runtime.Spec{late.Launch([]string{"redis-server"}), late.Boot([]string{"redis-server"})} {
+		if slices.Contains(s.Cmd, "-root-later") {
+			t.Errorf("%s cmd = %q: a root mounted later is for a restart", s.Cmd[0], s.Cmd)
+		}
+	}
+
 	// An app with a user: the entrypoint is told, and the container may
 	// switch to it (SETUID, SETGID; the keeper drops both before the app).
 	c.User = "postgres"

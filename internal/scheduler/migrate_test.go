@@ -136,3 +136,55 @@ func TestMigrate(t *testing.T) {
 		t.Errorf("web-3, Pending, was touched by the drain: %+v", d.Desired)
 	}
 }
+
+// A migration asked without a target names the node placement picks then
+// (Move.Likely, whose agent prepares the resume meanwhile), and is resumed
+// there; where that node no longer takes it (cordoned meanwhile), on
+// another.
+func TestMigrateLikelyTarget(t *testing.T) {
+	st := statetest.Store(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if _, err := st.Register(ctx, state.Node{Name: n, Capacity: 4}, 30); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, cordon := range []bool{false, true} {
+		id := "web-" + string(rune('a'+i))
+		if err := st.CreateDeployment(ctx, state.Desired{ID: id, App: "web", Node: "n1", Created: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetStatus(ctx, id, state.Status{Instance: spec.Instance{Phase: spec.PhaseRunning, Node: "n1"}}); err != nil {
+			t.Fatal(err)
+		}
+		d, err := st.RequestMigrate(ctx, id, "")
+		if err != nil || d.Move == nil || d.Move.To != "" || (d.Move.Likely != "n2" && d.Move.Likely != "n3") {
+			t.Fatalf("migrate %s without a target = %+v, %v; want the likely target n2 or n3", id, d.Move, err)
+		}
+		likely := d.Move.Likely
+		if cordon {
+			if _, err := st.CordonNode(ctx, likely, "maintenance"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		susp := spec.Suspension{From: spec.Generation{App: "web", Gen: 1}, Engine: "dmtcp", CkptGen: 2, Node: "n1", Bytes: 42}
+		if err := st.SetSuspended(ctx, id, susp, nil); err != nil {
+			t.Fatal(err)
+		}
+		d, err = st.MoveOn(ctx, id)
+		switch {
+		case err != nil || d.Move == nil || d.Node == "" || d.Node == "n1" || d.Move.To != d.Node:
+			t.Errorf("%s moved on = node %q, move %+v, %v; want placed on another node", id, d.Node, d.Move, err)
+		case !cordon && d.Node != likely:
+			t.Errorf("%s resumed on %s; want %s, its likely target", id, d.Node, likely)
+		case cordon && d.Node == likely:
+			t.Errorf("%s resumed on %s, cordoned since; want the other node", id, d.Node)
+		}
+		if cordon {
+			if err := st.UncordonNode(ctx, likely); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

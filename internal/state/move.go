@@ -28,6 +28,10 @@ type Move struct {
 	// To is the target asked for ("": placement picks among the nodes
 	// other than From), then the one it was placed on.
 	To string `json:"to,omitempty"`
+	// Likely is where placement would put it when the migration was
+	// asked without a target (To ""): MoveOn tries that node first, and
+	// its agent prepares the resume meanwhile.
+	Likely string `json:"likely,omitempty"`
 	// Back: the target refused it or its resume failed there, and it is
 	// resumed on From again.
 	Back bool `json:"back,omitempty"`
@@ -59,7 +63,11 @@ func (s *Store) RequestMigrate(ctx context.Context, id, node string) (Deployment
 			return d, err
 		}
 	}
-	d.Suspend, d.Move = true, &Move{From: d.Node, To: node, Started: time.Now().UTC()}
+	m := &Move{From: d.Node, To: node, Started: time.Now().UTC()}
+	if node == "" {
+		m.Likely = s.likelyTarget(ctx, d)
+	}
+	d.Suspend, d.Move = true, m
 	ok, err := s.putDesired(ctx, d, r.Responses[0].GetResponseRange().Kvs[0].ModRevision)
 	if err != nil {
 		return d, err
@@ -69,6 +77,21 @@ func (s *Store) RequestMigrate(ctx context.Context, id, node string) (Deployment
 	}
 	s.Event(ctx, id, "migrate requested", "from node "+d.Node+to(node))
 	return d, nil
+}
+
+// likelyTarget is the node placement picks for d among the nodes other
+// than its own, or "" (none fits, or etcd did not answer): a guess, which
+// reserves nothing.
+func (s *Store) likelyTarget(ctx context.Context, d Deployment) string {
+	v, err := s.readPlacement(ctx)
+	if err != nil {
+		return ""
+	}
+	pl, err := place(v, Desired{App: d.App}, func(n Node) bool { return n.Name != d.Node })
+	if err != nil {
+		return ""
+	}
+	return pl.Node
 }
 
 // transient: a step that failed for want of etcd, not for a refusal,
@@ -102,11 +125,21 @@ func (s *Store) MoveOn(ctx context.Context, id string) (Deployment, error) {
 	}
 	if !m.Back && d.Status.Error == "" {
 		from := m.From
-		placed, err := s.requestResume(ctx, id, m.To, func(n Node) bool { return n.Name != from }, false, func(d *Desired) {
-			if d.Move != nil {
-				d.Move.To = d.Node // the target placement chose
-			}
-		})
+		resumeOn := func(node string) (Deployment, error) {
+			return s.requestResume(ctx, id, node, func(n Node) bool { return n.Name != from }, false, func(d *Desired) {
+				if d.Move != nil {
+					d.Move.To = d.Node // the target placement chose
+				}
+			})
+		}
+		first := m.To
+		if first == "" {
+			first = m.Likely // where its resume was prepared, if it still fits there
+		}
+		placed, err := resumeOn(first)
+		if err != nil && first != m.To && !transient(ctx, err) && !errors.Is(err, ErrConflict) && !errors.Is(err, ErrContended) {
+			placed, err = resumeOn(m.To)
+		}
 		if err == nil || errors.Is(err, ErrConflict) || errors.Is(err, ErrContended) {
 			return placed, nil
 		}

@@ -174,8 +174,11 @@ type metrics struct {
 	envCopies   prometheus.Gauge
 	// suspends and resumes count them by result; their durations are
 	// from the pickup to Suspended, and to Running.
-	suspends, resumes               *prometheus.CounterVec
-	idleSuspends                    prometheus.Counter
+	suspends, resumes *prometheus.CounterVec
+	idleSuspends      prometheus.Counter
+	// prepared counts the resumes prepared here during a migration's
+	// suspend, by result (prepared, failed, dropped).
+	prepared                        *prometheus.CounterVec
 	suspendDuration, resumeDuration prometheus.Histogram
 }
 
@@ -267,5 +270,9 @@ func (m *metrics) registerLifecycle(reg prometheus.Registerer) {
 	m.idleSuspends = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fogdeploy_idle_suspends_total", Help: "Suspends this node asked for instances idle for their app's suspend_after.",
 	})
-	reg.MustRegister(m.suspends, m.resumes, m.suspendDuration, m.resumeDuration, m.idleSuspends)
+	m.prepared = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fogdeploy_resumes_prepared_total",
+		Help: "Resumes this node prepared (its container created) while a migration's source suspended the instance, by result: prepared, failed, dropped (no resume took it).",
+	}, []string{"result"})
+	reg.MustRegister(m.suspends, m.resumes, m.suspendDuration, m.resumeDuration, m.idleSuspends, m.prepared)
 }

@@ -81,6 +81,8 @@ func (a *agent) reconcile(ctx context.Context) {
 					var dsr state.Desired
 					if err := json.Unmarshal(ev.Kv.Value, &dsr); err == nil && dsr.Node == a.c.Node.Name {
 						a.spawn(ctx, id, func(ctx context.Context) { a.deploy(ctx, dsr) })
+					} else if err == nil && a.preparesHere(dsr) {
+						a.spawn(ctx, id, func(ctx context.Context) { a.prepareResume(ctx, dsr) })
 					}
 				case clientv3.EventTypeDelete:
 					if ev.PrevKv != nil {
@@ -117,6 +119,7 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 	}
 	a.plane.seen(state.HeaderOf(r.Header))
 	recs := a.records()
+	a.dropPrepared(ctx, r.Kvs)
 	want := map[string]bool{}
 	for _, kv := range r.Kvs {
 		var dsr state.Desired

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
@@ -61,6 +62,20 @@ func testMigrateDrain(t *testing.T, eng engine.Name) {
 	t.Logf("%s: migrated %s from %s to %s: no answer for %s at the client (%s in the agents), checkpoint %d bytes, %s in all",
 		eng, dep.ID, moved.From, moved.To, down.Round(time.Millisecond), moved.Downtime.Round(time.Millisecond), moved.Bytes,
 		moved.Total.Round(time.Millisecond))
+	// Its target made its container while the source suspended it.
+	if d, err := p.st.Deployment(ctx, dep.ID); err != nil {
+		t.Fatal(err)
+	} else if _, made := d.Status.Timings.Get(string(deploy.StepContainer)); made {
+		t.Errorf("the migration's resume made its container (%s); want the one its target prepared meanwhile", d.Status.Timings)
+	} else {
+		evs, _ := p.st.Events(ctx, dep.ID)
+		for _, ev := range evs {
+			if ev.Reason == "suspended" {
+				t.Logf("suspended on %s: %s", moved.From, ev.Message)
+			}
+		}
+		t.Logf("resumed on %s: %s", d.Node, d.Status.Timings)
+	}
 	out := os.Getenv("FOGDEPLOY_BENCH_OUT")
 	var big bigState
 	if out != "" {

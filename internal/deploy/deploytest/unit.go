@@ -71,7 +71,7 @@ func NewUnit(t testing.TB) *Unit {
 	}
 	rt := runtime.NewFake()
 	rt.AddLabelledImage(UnitImage, runtime.FakeDMTCP(), runtime.ImageConfig{Labels: map[string]string{
-		drivers.DMTCPVersionLabel: "fake", drivers.DMTCPGlibcLabel: "2.36", drivers.CRIUVersionLabel: "fake", drivers.RecycleLabel: "dmtcp,criu", drivers.SourceLaterLabel: "1"}})
+		drivers.DMTCPVersionLabel: "fake", drivers.DMTCPGlibcLabel: "2.36", drivers.CRIUVersionLabel: "fake", drivers.RecycleLabel: "dmtcp,criu", drivers.SourceLaterLabel: "1", drivers.RootLaterLabel: "1"}})
 	rt.AddLabelledImage(UnitBootImage, runtime.FakeDMTCP(), runtime.ImageConfig{})
 	u := &Unit{Images: store, Mapper: mp, Envs: envs, RT: rt, Priority: cgrouptest.NewFake(), Env: "unit-env"}
 	u.Priority.Initial = u.createdWeights

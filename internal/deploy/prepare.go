@@ -1,0 +1,194 @@
+// Prepared resumes: a migration's target makes the instance that will resume the deployment (its
+// slot's directory, the node's copy of its environment, its light container created and waiting)
+// while the source still checkpoints it. The resume then only clones, maps and mounts the
+// suspension's writable image under the waiting container, copies its checkpoint in, and orders
+// it to start: the container's creation (0.2-0.5 s) is off the time the instance answers nothing.
+
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+)
+
+// SlotPrepared: the slot waits for the resume of its deployment
+// (PrepareResume): its container is created, its root not mounted yet.
+const SlotPrepared SlotPhase = "Prepared"
+
+// ErrNotPreparable: this node cannot make an instance ahead of its root
+// (the host driver, an image whose entrypoint lacks -root-later, an
+// instance whose root is its own clone).
+var ErrNotPreparable = errors.New("cannot prepare a resume ahead")
+
+// PrepareResume makes, on this node, the instance that will resume
+// deployment id, running generation from of app under eng elsewhere and
+// being suspended to move here: a slot whose light container waits for
+// its root and its checkpoint (drivers.Run.RootLater), over the node's
+// copy of from's environment. Resume takes it. A slot that no resume
+// takes is released with DropPrepared, or at the agent's next start
+// (RecoverSlots: it has no deployment's record here).
+func (d *Deployer) PrepareResume(ctx context.Context, app spec.App, id string, eng engine.Name, from spec.Generation) (_ Slot, err error) {
+	if err := ValidateID(id); err != nil {
+		return Slot{}, err
+	}
+	if s, ok := d.prepared(id); ok {
+		return s, nil
+	}
+	app = restoredSpec(from, app)
+	app.PostRestore = nil
+	if d.cfg.EnvRead != EnvShared {
+		return Slot{}, fmt.Errorf("deployment %s: restores read their own clone of the environment: %w", id, ErrNotPreparable)
+	}
+	dr, err := d.driverByRun(app, drivers.RunRestart, eng)
+	if err != nil {
+		return Slot{}, err
+	}
+	if ls, ok := dr.(drivers.LateSourcer); !ok || !ls.TakesRootLater() {
+		return Slot{}, fmt.Errorf("deployment %s: driver %s: %w", id, dr.Name(), ErrNotPreparable)
+	}
+	s, err := d.newSlot(app.Name, from.Gen, drivers.RunRestart, false, id, nil)
+	if err != nil {
+		return Slot{}, err
+	}
+	s.Engine = eng
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, d.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
+		}
+	}()
+	o := d.newOp(&s.Timings, nil)
+	lower, err := d.lowerFor(ctx, from)
+	if err != nil {
+		return Slot{}, err
+	}
+	o.phase(StepLower)
+	mnt, ckpt := filepath.Join(s.Dir, "mnt"), filepath.Join(s.Dir, "ckpt")
+	if err := os.MkdirAll(ckpt, 0o755); err != nil {
+		return Slot{}, fmt.Errorf("slot %s checkpoint directory: %w", s.ID, err)
+	}
+	if err := d.deps.Roots.MountShared(mnt); err != nil {
+		return Slot{}, err
+	}
+	run := instanceSource{envPath: filepath.Join(mnt, "root"), ckptPath: ckpt, rootLater: lower.Root}
+	// resume: its root is the suspension's, never reset for another.
+	if err := d.createInstance(ctx, s, slotSource{app: app, engine: eng, config: d.genConfig(ctx, from), resume: true}, run); err != nil {
+		return Slot{}, err
+	}
+	o.phase(StepContainer)
+	s.Phase = SlotPrepared
+	if err := d.slots.Save(s.ID, s); err != nil {
+		return Slot{}, err
+	}
+	d.log.Info("resume prepared", "deployment", id, "slot", s.ID, "app", app.Name, "gen", from.Gen, "engine", eng, "timings", s.Timings.String())
+	return *s, nil
+}
+
+// prepared returns the slot prepared for deployment id's resume, if any.
+func (d *Deployer) prepared(id string) (Slot, bool) {
+	all, err := d.slots.List()
+	if err != nil {
+		return Slot{}, false
+	}
+	for _, s := range all {
+		if s.Phase == SlotPrepared && s.Deployment == id {
+			return s, true
+		}
+	}
+	return Slot{}, false
+}
+
+// Prepared lists the deployments whose resume this node prepared.
+func (d *Deployer) Prepared() []string {
+	all, _ := d.slots.List()
+	var ids []string
+	for _, s := range all {
+		if s.Phase == SlotPrepared {
+			ids = append(ids, s.Deployment)
+		}
+	}
+	return ids
+}
+
+// DropPrepared releases the slot prepared for deployment id's resume (no
+// error if there is none).
+func (d *Deployer) DropPrepared(ctx context.Context, id string) error {
+	s, ok := d.prepared(id)
+	if !ok {
+		return nil
+	}
+	return d.ReleaseSlot(ctx, s.ID)
+}
+
+// takePrepared returns the slot prepared for the resume of deployment id
+// from suspension susp, if there is one that fits it (same engine and
+// app, its root an overlay of the node's copy of the generation it came
+// from); one that does not fit is released.
+func (d *Deployer) takePrepared(ctx context.Context, id string, app spec.App, susp spec.Suspension) (*Slot, bool) {
+	s, ok := d.prepared(id)
+	if !ok {
+		return nil, false
+	}
+	if s.App != app.Name || s.Engine != susp.Engine || !susp.Upper || s.Lower != lowerID(app.Name, susp.From.Gen) || s.Handle == nil {
+		d.log.Info("the resume prepared does not fit the suspension; resuming without it", "deployment", id, "slot", s.ID)
+		if err := d.ReleaseSlot(context.WithoutCancel(ctx), s.ID); err != nil {
+			d.log.Warn("releasing a prepared resume", "slot", s.ID, "err", err)
+		}
+		return nil, false
+	}
+	return &s, true
+}
+
+// provisionPrepared is provision for a slot made by PrepareResume: the
+// suspension's writable image cloned, mapped and mounted under the node's
+// copy of its generation's environment, where the waiting container sees
+// it, and its checkpoint g copied into the instance's checkpoint volume
+// meanwhile. It leaves s in SlotIdle, its timings without a container.
+func (d *Deployer) provisionPrepared(ctx context.Context, o *op, s *Slot, src slotSource) error {
+	g := *src.gen
+	dst := filepath.Join(s.Dir, "ckpt", fmt.Sprint(g.Gen))
+	start := time.Now()
+	wait := async(func() error {
+		if err := os.RemoveAll(dst); err != nil {
+			return err
+		}
+		if err := os.Mkdir(dst, 0o755); err != nil {
+			return err
+		}
+		return d.fetch(ctx, g, dst)
+	})
+	defer func() { _ = wait() }()
+	lower, err := d.lowerFor(ctx, *src.lowerOf)
+	if err != nil {
+		return err
+	}
+	if err := d.cloneSlot(ctx, s, src, src.env, lower); err != nil {
+		return err
+	}
+	o.phase(StepClone)
+	envMap, _, err := d.mapSlot(ctx, s)
+	if err != nil {
+		return err
+	}
+	o.phase(StepMap)
+	if _, _, err := d.mountSlot(ctx, s, envMap, nil, lower); err != nil {
+		return err
+	}
+	o.phase(StepMount)
+	if err := wait(); err != nil {
+		return err
+	}
+	s.Fetched = true
+	o.phase(StepFetch)
+	d.log.Debug("suspension's checkpoint copied into a prepared instance", "slot", s.ID, "gen", g.Gen, "ms", time.Since(start).Milliseconds())
+	s.Gen, s.Handle.Gen = g.Gen, g.Gen+1
+	s.Phase = SlotIdle
+	return d.slots.Save(s.ID, s)
+}

@@ -1,0 +1,124 @@
+package deploy_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
+)
+
+// TestResumePrepared: a migration's target prepares the resume while the
+// instance is being suspended (its container made, waiting for its root
+// and checkpoint); the resume takes it and makes no container, the
+// instance's key is there after; a prepared resume that no resume takes
+// is released, by DropPrepared or by the recovery of a restarted agent.
+// On the fakes under each engine.
+func TestResumePrepared(t *testing.T) {
+	for _, eng := range spec.Engines {
+		t.Run(string(eng), func(t *testing.T) {
+			u, ctx, app := unitRedis(t, eng)
+			resumePrepared(ctx, t, u, app)
+		})
+	}
+}
+
+// TestResumePreparedContainer is TestResumePrepared in the light
+// container on Ceph and Docker, with the real entrypoint (-root-later).
+func TestResumePreparedContainer(t *testing.T) {
+	for _, eng := range spec.Engines {
+		t.Run(string(eng), func(t *testing.T) {
+			f, ctx, app := redisFixture(t, "container", eng, "prep")
+			resumePrepared(ctx, t, f, app)
+		})
+	}
+}
+
+func resumePrepared(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App) {
+	d := n.Deployer()
+	first, err := d.Deploy(ctx, app, deploy.Options{}) // boot and checkpoint
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep, err := d.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "SET", "k", "moved"); err != nil || got != "OK" {
+		t.Fatalf("SET: %q, %v", got, err)
+	}
+	gen := generationOf(ctx, t, d, dep)
+
+	// Prepared, never taken: released, and so is one a restarted agent
+	// finds.
+	if _, err := d.PrepareResume(ctx, app, dep.ID, dep.Engine, gen); err != nil {
+		t.Fatalf("prepare a resume: %v", err)
+	}
+	if err := d.DropPrepared(ctx, dep.ID); err != nil || len(d.Prepared()) != 0 {
+		t.Fatalf("drop a prepared resume: %v; prepared %v, want none", err, d.Prepared())
+	}
+	if _, err := d.PrepareResume(ctx, app, dep.ID, dep.Engine, gen); err != nil {
+		t.Fatalf("prepare a resume: %v", err)
+	}
+	d = n.Reopen(t)
+	if _, err := d.RecoverSlots(ctx); err != nil || len(d.Prepared()) != 0 {
+		t.Fatalf("recovery after a restart: %v; prepared %v, want none", err, d.Prepared())
+	}
+
+	// Prepared while the instance is suspended, then taken by its resume.
+	s, err := d.PrepareResume(ctx, app, dep.ID, dep.Engine, gen)
+	if err != nil {
+		t.Fatalf("prepare a resume: %v", err)
+	}
+	if _, made := s.Timings.Get(string(deploy.StepContainer)); s.Phase != deploy.SlotPrepared || !made {
+		t.Errorf("prepared slot: phase %s, timings %s; want %s with its container made", s.Phase, s.Timings, deploy.SlotPrepared)
+	}
+	susp, err := d.Suspend(ctx, dep.ID, app, nil)
+	if err != nil {
+		t.Fatalf("suspend: %v", err)
+	}
+	if err := d.Forget(dep.ID); err != nil { // as the agent does once etcd has the suspension
+		t.Fatal(err)
+	}
+	var phases []string
+	resumed, err := d.Resume(ctx, app, dep.ID, susp, deploy.Options{Progress: func(p string, _ time.Duration) { phases = append(phases, p) }})
+	if err != nil {
+		t.Fatalf("resume into the prepared instance: %v (phases %v)", err, phases)
+	}
+	d.DropSuspension(ctx, resumed.ID, susp)
+	if resumed.Slot != s.ID || slices.Contains(phases, string(deploy.StepContainer)) || !slices.Contains(phases, string(deploy.StepFetch)) {
+		t.Errorf("resume: slot %s, phases %v; want the prepared slot %s, its checkpoint fetched and no container made", resumed.Slot, phases, s.ID)
+	}
+	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, resumed), "GET", "k"); err != nil || got != "moved" {
+		t.Errorf("after a resume into the prepared instance: GET k = %q, %v; want moved", got, err)
+	}
+	if len(d.Prepared()) != 0 {
+		t.Errorf("prepared after the resume: %v; want none", d.Prepared())
+	}
+	for _, id := range []string{resumed.ID, first.ID} {
+		if err := d.Undeploy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.AssertNothingLeft(t, app.Name, true)
+}
+
+// generationOf is the generation deployment dep restored.
+func generationOf(ctx context.Context, t *testing.T, d *deploy.Deployer, dep deploy.Deployment) spec.Generation {
+	t.Helper()
+	gens, err := d.Generations(ctx, dep.App)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range gens {
+		if g.Gen == dep.Gen && g.Engine == dep.Engine {
+			return g
+		}
+	}
+	t.Fatalf("generation %d (%s) of %s: not in the catalog", dep.Gen, dep.Engine, dep.App)
+	return spec.Generation{}
+}
