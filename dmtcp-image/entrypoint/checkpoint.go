@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/dmtcpctl"
+	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 )
 
 // ckptResult reports the end of one checkpoint.
@@ -121,5 +122,18 @@ func (s *supervisor) shutdownCoordinator() {
 		_ = syscall.Kill(s.coordPid, syscall.SIGKILL)
 		time.Sleep(5 * time.Millisecond)
 		s.reaper.reap()
+	}
+}
+
+// reportCheckpoint writes, in the control directory (-wait's), the
+// checkpoint that stopped the app, once the app is gone: the host reads
+// it as soon as this process exits (instancectl.Checkpointed).
+func (s *supervisor) reportCheckpoint(res ckptResult) {
+	if s.cfg.wait == "" {
+		return
+	}
+	ms := float64(time.Since(res.gen.startedAt()).Microseconds()) / 1000
+	if err := writeJSON(s.ctlFile(instancectl.Checkpointed), instancectl.CheckpointedBody{Gen: res.gen.n, Bytes: res.gen.bytes(), MS: ms}); err != nil {
+		s.log.Warn("report the checkpoint in the control directory; the host reads it from the logs", "err", err)
 	}
 }

@@ -269,6 +269,7 @@ func (s *supervisor) superviseCRIU(ctx context.Context, eng *engine.CRIU, proc e
 			}
 			s.log.Info("checkpoint complete", "gen", res.gen.n, "dir", res.gen.dir, "images", len(res.gen.images), "bytes", res.gen.bytes())
 			s.tm.record("exit", res.gen.n, s.started, 0, nil)
+			s.reportCheckpoint(res)
 			return exitOK, false
 		}
 	}

@@ -191,6 +191,7 @@ func (s *supervisor) checkpointed(res ckptResult, appDone <-chan syscall.WaitSta
 		s.stopApp(appDone)
 		s.shutdownCoordinator()
 		s.tm.record("exit", res.gen.n, s.started, 0, nil)
+		s.reportCheckpoint(res)
 		return exitOK, true
 	case appStatus >= 0:
 		s.shutdownCoordinator()

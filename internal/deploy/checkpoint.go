@@ -110,7 +110,7 @@ func (d *Deployer) Checkpoint(ctx context.Context, app spec.App, opts Checkpoint
 		CkptSnap: layering.SnapRef{Image: s.Images[1], Snap: layering.SealedSnap},
 		Engine:   app.Engine, EngineVersion: version, Driver: dr.Name(), Bytes: ck.Bytes, CheckpointMS: ck.MS,
 		BootReadyMS: float64(bootReady.Microseconds()) / 1000, Node: d.cfg.Node, Spec: app, EnvConfig: &env.Config, Platform: &d.platform}
-	if err := d.seal(ctx, o, s, dr, h, &g); err != nil {
+	if err := d.seal(ctx, o, s, dr, h, ck.Exited, &g); err != nil {
 		return spec.Generation{}, err
 	}
 	d.log.Info("checkpoint generation sealed", "app", app.Name, "gen", n, "bytes", ck.Bytes, "timings", g.Timings.String())
@@ -146,10 +146,16 @@ func (d *Deployer) checkpointable(ctx context.Context, app spec.App) (env layeri
 // them through every mapper backend: fsfreeze alone does not reach RBD
 // through rbd-fuse's page cache), snapshotted and protected, and the
 // generation's record is written last on the checkpoint image: that makes
-// it visible. The slot then goes, its images now the generation's.
-func (d *Deployer) seal(ctx context.Context, o *op, s *Slot, dr drivers.Driver, h drivers.Handle, g *spec.Generation) error {
-	if err := dr.Remove(ctx, h); err != nil {
-		return err
+// it visible. The slot then goes, its images now the generation's. An
+// instance whose processes are gone (exited: they held its mounts) is
+// removed meanwhile.
+func (d *Deployer) seal(ctx context.Context, o *op, s *Slot, dr drivers.Driver, h drivers.Handle, exited bool, g *spec.Generation) error {
+	removed := async(func() error { return dr.Remove(ctx, h) })
+	defer func() { _ = removed() }()
+	if !exited {
+		if err := removed(); err != nil {
+			return err
+		}
 	}
 	// This node keeps a copy of what was just written (in the page
 	// cache), for its restores to read instead of fetching it.
@@ -158,10 +164,13 @@ func (d *Deployer) seal(ctx context.Context, o *op, s *Slot, dr drivers.Driver, 
 	if err := d.releaseMappings(ctx, s.Mappings); err != nil {
 		return err
 	}
-	for _, ref := range []layering.SnapRef{g.EnvSnap, g.CkptSnap} {
-		if err := d.deps.Store.Snapshot(ctx, ref); err != nil {
-			return err
-		}
+	if err := both(
+		func() error { return d.deps.Store.Snapshot(ctx, g.EnvSnap) },
+		func() error { return d.deps.Store.Snapshot(ctx, g.CkptSnap) }); err != nil {
+		return err
+	}
+	if err := removed(); err != nil {
+		return err
 	}
 	o.phase("seal")
 	g.Created, g.Timings = time.Now().UTC(), s.Timings

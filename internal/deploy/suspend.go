@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -100,11 +101,14 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 	}
 	// The checkpoint's image is mapped, formatted and mounted while the
 	// checkpoint runs, off the time the app answers nothing.
-	// So is the hold of its generation (sealSuspension).
+	// So are the hold of its generation (sealSuspension) and the tags of
+	// both images (tagSuspension).
 	var mounted func() error
 	held, holding := func() error { return nil }, false
+	tagged := func() error { return errTagLater }
+	exited := false
 	defer func() {
-		_ = held()
+		_, _ = held(), tagged()
 		if mounted != nil && err != nil {
 			_ = mounted()
 			_ = d.deps.Mapper.Release(context.WithoutCancel(ctx), suspendMapping(id))
@@ -122,8 +126,9 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 			return spec.Suspension{}, err
 		}
 		holding = true
+		tagged = async(func() error { return d.tagSuspension(ctx, rec, envImg, ckptImg) })
 		asked = true
-		if err := d.checkpointInstance(ctx, rec, &susp, continuing); err != nil {
+		if exited, err = d.checkpointInstance(ctx, rec, &susp, continuing); err != nil {
 			return spec.Suspension{}, err
 		}
 		if err := journal(); err != nil {
@@ -137,7 +142,7 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 				return spec.Suspension{}, err
 			}
 		}
-		if err := d.storeAndRelease(ctx, &rec, &susp, envImg, ckptImg, mounted); err != nil {
+		if err := d.storeAndRelease(ctx, &rec, &susp, suspendImages{env: envImg, ckpt: ckptImg, mounted: mounted, tagged: tagged, exited: exited}); err != nil {
 			return spec.Suspension{}, err
 		}
 		mounted = nil // released
@@ -181,24 +186,56 @@ func (d *Deployer) beginSuspend(ctx context.Context, rec Deployment) (spec.Suspe
 
 // checkpointInstance checkpoints rec's instance into susp (continuing a
 // suspend cut short, it reads the checkpoint asked before; checkpointOf).
-func (d *Deployer) checkpointInstance(ctx context.Context, rec Deployment, susp *spec.Suspension, continuing bool) error {
+// exited: the instance's processes are gone (drivers.Checkpointed.Exited).
+func (d *Deployer) checkpointInstance(ctx context.Context, rec Deployment, susp *spec.Suspension, continuing bool) (exited bool, err error) {
 	dr := d.driverByName(rec.Handle.Driver)
 	if dr == nil {
-		return fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, rec.Handle.Driver, rec.ID)
+		return false, fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, rec.Handle.Driver, rec.ID)
 	}
 	ck, err := checkpointOf(ctx, dr, *rec.Handle, continuing)
 	if err != nil {
-		return err
+		return false, err
 	}
 	susp.CkptGen, susp.Bytes = ck.Gen, ck.Bytes
-	return nil
+	return ck.Exited, nil
+}
+
+// suspendImages is what a suspend's store step works on: the writable
+// image (env) and the checkpoint's (ckpt, mounted: its unmount), tagged
+// (the wait for tagSuspension, or errTagLater), and whether the
+// instance's processes are gone already (exited).
+type suspendImages struct {
+	env, ckpt       string
+	mounted, tagged func() error
+	exited          bool
+}
+
+// errTagLater: the images were not tagged during the checkpoint (a
+// suspend cut short goes on); sealImage tags them.
+var errTagLater = errors.New("tagged at the seal")
+
+// tagSuspension tags the suspension's images of rec (the writable env and
+// the checkpoint's ckpt) as its own, while the checkpoint runs: the seal
+// then only snapshots them.
+func (d *Deployer) tagSuspension(ctx context.Context, rec Deployment, env, ckpt string) error {
+	meta := d.suspensionMeta(rec.ID)
+	return errors.Join(d.deps.Store.SetMeta(ctx, env, meta), d.deps.Store.SetMeta(ctx, ckpt, withSeed(meta, rec.Seed)))
+}
+
+// withSeed is meta with the identity seed of the instance a suspension
+// checkpointed (a resume keeps it).
+func withSeed(meta map[string]string, seed string) map[string]string {
+	m := maps.Clone(meta)
+	m[metaSeed] = seed
+	return m
 }
 
 // storeAndRelease runs at once the copy of rec's checkpoint into image
 // ckptImg and the release of its instance, root and mappings, each image
 // sealed once it is written; rec then owns the images and its directory
 // only (the directory goes at the suspend's end).
-func (d *Deployer) storeAndRelease(ctx context.Context, rec *Deployment, susp *spec.Suspension, envImg, ckptImg string, mounted func() error) error {
+func (d *Deployer) storeAndRelease(ctx context.Context, rec *Deployment, susp *spec.Suspension, si suspendImages) error {
+	envImg, ckptImg := si.env, si.ckpt
 	h := *rec.Handle
 	dr := d.driverByName(h.Driver)
 	if dr == nil {
@@ -212,20 +249,31 @@ func (d *Deployer) storeAndRelease(ctx context.Context, rec *Deployment, susp *s
 	susp.Env = layering.SnapRef{Image: envImg, Snap: layering.SealedSnap}
 	susp.Ckpt = layering.SnapRef{Image: ckptImg, Snap: layering.SealedSnap}
 	meta := d.suspensionMeta(rec.ID)
+	tagged := si.tagged()
 	stored := async(func() error {
-		if err := d.storeCheckpoint(ctx, rec.Dir, mid, mounted, drivers.GenDir(h.CkptPath, susp.CkptGen), susp.CkptGen); err != nil {
+		if err := d.storeCheckpoint(ctx, rec.Dir, mid, si.mounted, drivers.GenDir(h.CkptPath, susp.CkptGen), susp.CkptGen); err != nil {
 			return err
 		}
-		return d.sealImage(ctx, susp.Ckpt, meta, map[string]string{metaSeed: rec.Seed})
+		return d.sealImage(ctx, susp.Ckpt, withSeed(meta, rec.Seed), tagged)
 	})
-	released := d.releaseInstance(ctx, dr, *rec, mid)
+	// An instance whose processes are gone holds no mount of its root:
+	// the root is unmounted and its image unmapped and sealed while the
+	// instance is removed.
+	removed := func() error { return nil }
+	var released error
+	if si.exited {
+		removed = async(func() error { return d.removeInstance(ctx, dr, h) })
+		released = d.releaseRoot(ctx, *rec, mid)
+	} else {
+		released = d.releaseInstance(ctx, dr, *rec, mid)
+	}
 	if released == nil {
 		released = d.detachParents(ctx, rec, susp)
 	}
 	if released == nil {
-		released = d.sealImage(ctx, susp.Env, meta, nil)
+		released = d.sealImage(ctx, susp.Env, meta, tagged)
 	}
-	if err := errors.Join(released, stored()); err != nil {
+	if err := errors.Join(released, stored(), removed()); err != nil {
 		return err
 	}
 	owned := append([]string{envImg, ckptImg}, susp.Parents...)
@@ -259,6 +307,11 @@ func (d *Deployer) releaseInstance(ctx context.Context, dr drivers.Driver, rec D
 	if err := d.removeInstance(ctx, dr, *rec.Handle); err != nil {
 		return err
 	}
+	return d.releaseRoot(ctx, rec, mid)
+}
+
+// releaseRoot unmounts rec's root and releases its mappings but mid.
+func (d *Deployer) releaseRoot(ctx context.Context, rec Deployment, mid string) error {
 	if err := d.unmountRoot(ctx, rec.Dir); err != nil {
 		return fmt.Errorf("unmount root: %w", err)
 	}
@@ -371,14 +424,12 @@ func (d *Deployer) suspensionMeta(id string) map[string]string {
 	return map[string]string{catalog.MetaDeployment: id, MetaSlot: "", catalog.MetaNode: d.cfg.Node}
 }
 
-// sealImage tags ref's image with meta and more and snapshots it (once).
-func (d *Deployer) sealImage(ctx context.Context, ref layering.SnapRef, meta, more map[string]string) error {
+// sealImage tags ref's image with meta, unless tagged (the result of
+// tagSuspension) says it is, and snapshots it (once).
+func (d *Deployer) sealImage(ctx context.Context, ref layering.SnapRef, meta map[string]string, tagged error) error {
 	st := d.deps.Store
-	if err := st.SetMeta(ctx, ref.Image, meta); err != nil {
-		return err
-	}
-	if more != nil {
-		if err := st.SetMeta(ctx, ref.Image, more); err != nil {
+	if tagged != nil {
+		if err := st.SetMeta(ctx, ref.Image, meta); err != nil {
 			return err
 		}
 	}

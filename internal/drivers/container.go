@@ -1,7 +1,6 @@
 package drivers
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -208,10 +207,8 @@ func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 // deploy's critical path, and a runtime call there costs dockerd CPU and
 // waits behind every other call of a busy node.
 func (c *Container) state(ctx context.Context, h Handle) (runtime.State, error) {
-	if h.Pid > 0 && len(h.Ref) >= 12 {
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", h.Pid)); err == nil && bytes.Contains(b, []byte(h.Ref)) {
-			return runtime.State{ID: h.Ref, Status: "running", Running: true, Pid: h.Pid}, nil
-		}
+	if h.Pid > 0 && c.ownsPid(h) {
+		return runtime.State{ID: h.Ref, Status: "running", Running: true, Pid: h.Pid}, nil
 	}
 	return c.RT.Inspect(ctx, h.Ref)
 }
@@ -292,9 +289,23 @@ func (c *Container) Start(ctx context.Context, h Handle) (Handle, error) {
 
 // Checkpoint implements Driver: SIGUSR1 to the entrypoint, which writes
 // generation h.Gen with `dmtcp_command -kc` and exits 0.
+//
+// Where the container's main process can be watched (Handle.Pid, a
+// pidfd), the checkpoint is known once that process has exited, from the
+// report its entrypoint wrote just before (instancectl.Checkpointed): the
+// runtime reports the container's exit 0.1-0.2 s later, once it has torn
+// down its network and cgroup. Its processes and their mounts are gone
+// by then (Checkpointed.Exited); the container itself is left to Remove.
 func (c *Container) Checkpoint(ctx context.Context, h Handle) (Checkpointed, error) {
+	exited, stop := c.watchExit(h)
+	defer stop()
 	if err := c.RT.Signal(ctx, h.Ref, "USR1"); err != nil {
 		return Checkpointed{}, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	if exited != nil {
+		if ck, ok := c.reported(ctx, h, exited); ok {
+			return ck, nil
+		}
 	}
 	return c.Checkpointed(ctx, h)
 }
@@ -311,7 +322,7 @@ func (c *Container) Checkpointed(ctx context.Context, h Handle) (Checkpointed, e
 	}
 	for _, t := range runtime.ParseTimings(logs) {
 		if t.Phase == "checkpoint" && t.Error == "" && code == 0 {
-			return Checkpointed{Gen: t.Gen, Bytes: t.Bytes, MS: t.MS}, nil
+			return Checkpointed{Gen: t.Gen, Bytes: t.Bytes, MS: t.MS, Exited: true}, nil
 		}
 	}
 	return Checkpointed{}, engine.WithOutput(fmt.Errorf("%w: the light container exited %d without a complete checkpoint", ErrCheckpoint, code),

@@ -5,16 +5,20 @@
 package drivers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"sync"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/cgroup"
 	"github.com/fogdeploy/fogdeploy/internal/ctlfs"
 	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"golang.org/x/sys/unix"
 )
 
 // ordered reports whether Start has ordered the instance to run.
@@ -143,4 +147,69 @@ func (c *Container) raise(pid int, h Handle) (Handle, error) {
 	}
 	h.Background = false
 	return h, nil
+}
+
+// watchExit watches instance h's main process (Handle.Pid, while it is
+// still its container's): the channel is closed once it has exited; nil
+// where it cannot be watched (no PID, a runtime without host processes,
+// a kernel without pidfds).
+func (c *Container) watchExit(h Handle) (<-chan struct{}, func()) {
+	if h.Pid <= 0 || h.CtlPath == "" || !c.ownsPid(h) {
+		return nil, func() {}
+	}
+	fd, err := unix.PidfdOpen(h.Pid, 0)
+	if err != nil {
+		return nil, func() {}
+	}
+	if !c.ownsPid(h) { // the PID's process changed before the pidfd pinned it
+		_ = unix.Close(fd)
+		return nil, func() {}
+	}
+	_ = ctlfs.Dir(h.CtlPath).Remove(instancectl.Checkpointed) // an earlier checkpoint's
+	exited, stop := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer unix.Close(fd)
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if n, err := unix.Poll(fds, 100); n > 0 || err != nil && !errors.Is(err, unix.EINTR) {
+				close(exited)
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return exited, func() { once.Do(func() { close(stop) }) }
+}
+
+// ownsPid reports whether h.Pid is a process of h's container (its cgroup
+// names the container).
+func (c *Container) ownsPid(h Handle) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", h.Pid))
+	return err == nil && len(h.Ref) >= 12 && bytes.Contains(b, []byte(h.Ref))
+}
+
+// reported waits until instance h's main process has exited (exited
+// closed) and returns the checkpoint its entrypoint reported in the
+// control directory; false if it reported none (the caller asks the
+// runtime).
+func (c *Container) reported(ctx context.Context, h Handle, exited <-chan struct{}) (Checkpointed, bool) {
+	select {
+	case <-exited:
+	case <-ctx.Done():
+		return Checkpointed{}, false
+	}
+	b, err := ctlfs.Dir(h.CtlPath).ReadFile(instancectl.Checkpointed)
+	if err != nil {
+		return Checkpointed{}, false
+	}
+	var r instancectl.CheckpointedBody
+	if json.Unmarshal(b, &r) != nil || r.Gen <= 0 || r.Bytes <= 0 {
+		return Checkpointed{}, false
+	}
+	return Checkpointed{Gen: r.Gen, Bytes: r.Bytes, MS: r.MS, Exited: true}, true
 }

@@ -301,6 +301,10 @@ type Checkpointed struct {
 	MS float64 `json:"ms"`
 	// EngineVersion is the version of the engine that wrote it.
 	EngineVersion string `json:"engine_version,omitempty"`
+	// Exited: every process of the instance is gone, and with them its
+	// mounts of the root (the instance's root can be unmounted before the
+	// instance is removed).
+	Exited bool `json:"exited,omitempty"`
 }
 
 // PortKey is the key of Handle.Ports: "6379/tcp".

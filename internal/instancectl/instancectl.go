@@ -24,6 +24,12 @@ const (
 	Release  = "release"
 	Released = "released"
 	Rearm    = "rearm"
+	// Checkpointed is written by an entrypoint whose checkpoint stopped
+	// its app, once the app is gone and just before it exits: a
+	// CheckpointedBody. The agent reads it once the container's main
+	// process has exited, without waiting for the runtime to report the
+	// container's exit.
+	Checkpointed = "checkpointed"
 	// IdentityDir is bound read-only at the root's /run/fogdeploy
 	// (spec.IdentityFile's directory) by an entrypoint that waits for an
 	// order, which then writes IdentityBound: the agent writes an
@@ -36,6 +42,14 @@ const (
 // CheckpointRequest is the file, in the checkpoint directory, whose
 // creation asks the entrypoint for a checkpoint (as SIGUSR1 does).
 const CheckpointRequest = "checkpoint.request"
+
+// CheckpointedBody is Checkpointed's content: the generation written, its
+// size and how long the engine took.
+type CheckpointedBody struct {
+	Gen   int     `json:"gen"`
+	Bytes int64   `json:"bytes"`
+	MS    float64 `json:"ms"`
+}
 
 // OrderBody is what the agent writes into Order: the instance the slot
 // becomes. Every field is optional.

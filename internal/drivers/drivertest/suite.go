@@ -443,6 +443,11 @@ func testCheckpointRestart(t *testing.T, s *suite) {
 	if ck.Gen != 1 || ck.Bytes <= 0 {
 		t.Errorf("Checkpoint = %+v; want generation 1 with bytes", ck)
 	}
+	// Exited promises that no process of the instance is left (its root
+	// can be unmounted at once).
+	if st := procField(h.Pid, "State"); ck.Exited && h.Pid > 0 && st != "" && !strings.HasPrefix(st, "Z") {
+		t.Errorf("Checkpoint = %+v, but the instance's main process %d is still there (state %s)", ck, h.Pid, st)
+	}
 	if bad := s.eventually(func() []string {
 		if ok, _ := s.Driver.Running(s.ctx, h); ok {
 			return []string{"running"}
