@@ -62,20 +62,7 @@ func testMigrateDrain(t *testing.T, eng engine.Name) {
 	t.Logf("%s: migrated %s from %s to %s: no answer for %s at the client (%s in the agents), checkpoint %d bytes, %s in all",
 		eng, dep.ID, moved.From, moved.To, down.Round(time.Millisecond), moved.Downtime.Round(time.Millisecond), moved.Bytes,
 		moved.Total.Round(time.Millisecond))
-	// Its target made its container while the source suspended it.
-	if d, err := p.st.Deployment(ctx, dep.ID); err != nil {
-		t.Fatal(err)
-	} else if _, made := d.Status.Timings.Get(string(deploy.StepContainer)); made {
-		t.Errorf("the migration's resume made its container (%s); want the one its target prepared meanwhile", d.Status.Timings)
-	} else {
-		evs, _ := p.st.Events(ctx, dep.ID)
-		for _, ev := range evs {
-			if ev.Reason == "suspended" {
-				t.Logf("suspended on %s: %s", moved.From, ev.Message)
-			}
-		}
-		t.Logf("resumed on %s: %s", d.Node, d.Status.Timings)
-	}
+	prepared(ctx, t, p, dep.ID)
 	out := os.Getenv("FOGDEPLOY_BENCH_OUT")
 	var big bigState
 	if out != "" {
@@ -160,6 +147,27 @@ type migrationBench struct {
 	Big bigState `json:"big"`
 }
 
+// prepared checks that the target of deployment id's migration made its
+// container while the source suspended it (its resume made none), and
+// logs the suspend's and the resume's phases.
+func prepared(ctx context.Context, t *testing.T, p *pop, id string) {
+	t.Helper()
+	d, err := p.st.Deployment(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, made := d.Status.Timings.Get(string(deploy.StepContainer)); made {
+		t.Errorf("the migration's resume made its container (%s); want the one its target prepared meanwhile", d.Status.Timings)
+	}
+	evs, _ := p.st.Events(ctx, id)
+	for _, ev := range evs {
+		if ev.Reason == "suspended" {
+			t.Logf("suspended: %s", ev.Message)
+		}
+	}
+	t.Logf("resumed on %s: %s", d.Node, d.Status.Timings)
+}
+
 // migrateUnderPings migrates id (answering at src) through the hook API
 // to the node placement picks while a client PINGs it every 10 ms, and
 // returns the time from its last answer at src to its first at its new
@@ -240,6 +248,7 @@ func measureBig(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture
 	}
 	down, moved := migrateUnderPings(ctx, t, client, api, dep.ID, src)
 	res := bigState{Bytes: moved.Bytes, DowntimeMS: msOf(down)}
+	prepared(ctx, t, p, dep.ID)
 	// The suspend, until no container of the app is left (it has no
 	// other instance).
 	gone := make(chan time.Duration, 1)
