@@ -24,8 +24,10 @@ import (
 const SlotPrepared SlotPhase = "Prepared"
 
 // ErrNotPreparable: this node cannot make an instance ahead of its root
-// (the host driver, an image whose entrypoint lacks -root-later, an
-// instance whose root is its own clone).
+// (the host driver, an image whose entrypoint lacks -root-later, restores
+// that read their own clone of the environment). A suspension whose root
+// is its own clone finds a prepared instance unfit, and is resumed
+// without it.
 var ErrNotPreparable = errors.New("cannot prepare a resume ahead")
 
 // PrepareResume makes, on this node, the instance that will resume

@@ -14,19 +14,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
-	"github.com/fogdeploy/fogdeploy/internal/gencache"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
-	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
 
 // Steps of a suspend (Suspension.Timings).
@@ -200,90 +195,6 @@ func (d *Deployer) checkpointInstance(ctx context.Context, rec Deployment, susp 
 	return ck.Exited, nil
 }
 
-// suspendImages is what a suspend's store step works on: the writable
-// image (env) and the checkpoint's (ckpt, mounted: its unmount), tagged
-// (the wait for tagSuspension, or errTagLater), and whether the
-// instance's processes are gone already (exited).
-type suspendImages struct {
-	env, ckpt       string
-	mounted, tagged func() error
-	exited          bool
-}
-
-// errTagLater: the images were not tagged during the checkpoint (a
-// suspend cut short goes on); sealImage tags them.
-var errTagLater = errors.New("tagged at the seal")
-
-// tagSuspension tags the suspension's images of rec (the writable env and
-// the checkpoint's ckpt) as its own, while the checkpoint runs: the seal
-// then only snapshots them.
-func (d *Deployer) tagSuspension(ctx context.Context, rec Deployment, env, ckpt string) error {
-	meta := d.suspensionMeta(rec.ID)
-	return errors.Join(d.deps.Store.SetMeta(ctx, env, meta), d.deps.Store.SetMeta(ctx, ckpt, withSeed(meta, rec.Seed)))
-}
-
-// withSeed is meta with the identity seed of the instance a suspension
-// checkpointed (a resume keeps it).
-func withSeed(meta map[string]string, seed string) map[string]string {
-	m := maps.Clone(meta)
-	m[metaSeed] = seed
-	return m
-}
-
-// storeAndRelease runs at once the copy of rec's checkpoint into image
-// ckptImg and the release of its instance, root and mappings, each image
-// sealed once it is written; rec then owns the images and its directory
-// only (the directory goes at the suspend's end).
-func (d *Deployer) storeAndRelease(ctx context.Context, rec *Deployment, susp *spec.Suspension, si suspendImages) error {
-	envImg, ckptImg := si.env, si.ckpt
-	h := *rec.Handle
-	dr := d.driverByName(h.Driver)
-	if dr == nil {
-		return fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, h.Driver, rec.ID)
-	}
-	mid := suspendMapping(rec.ID)
-	// Every image but the two and the hold is a parent of the writable
-	// image (a resumed instance's suspension before): it stays with it.
-	hold := suspendHoldImage(rec.ID)
-	susp.Parents = slices.DeleteFunc(slices.Clone(rec.Images), func(img string) bool { return img == envImg || img == ckptImg || img == hold })
-	susp.Env = layering.SnapRef{Image: envImg, Snap: layering.SealedSnap}
-	susp.Ckpt = layering.SnapRef{Image: ckptImg, Snap: layering.SealedSnap}
-	meta := d.suspensionMeta(rec.ID)
-	tagged := si.tagged()
-	stored := async(func() error {
-		if err := d.storeCheckpoint(ctx, rec.Dir, mid, si.mounted, drivers.GenDir(h.CkptPath, susp.CkptGen), susp.CkptGen); err != nil {
-			return err
-		}
-		return d.sealImage(ctx, susp.Ckpt, withSeed(meta, rec.Seed), tagged)
-	})
-	// An instance whose processes are gone holds no mount of its root:
-	// the root is unmounted and its image unmapped and sealed while the
-	// instance is removed.
-	removed := func() error { return nil }
-	var released error
-	if si.exited {
-		removed = async(func() error { return d.removeInstance(ctx, dr, h) })
-		released = d.releaseRoot(ctx, *rec, mid)
-	} else {
-		released = d.releaseInstance(ctx, dr, *rec, mid)
-	}
-	if released == nil {
-		released = d.detachParents(ctx, rec, susp)
-	}
-	if released == nil {
-		released = d.sealImage(ctx, susp.Env, meta, tagged)
-	}
-	if err := errors.Join(released, stored(), removed()); err != nil {
-		return err
-	}
-	owned := append([]string{envImg, ckptImg}, susp.Parents...)
-	if slices.Contains(rec.Images, hold) { // made during the checkpoint
-		owned = append(owned, hold)
-	}
-	rec.Owned = Owned{Images: owned, Dir: rec.Dir}
-	return nil
-}
-
 // undoSuspend gives rec back its Running record when a suspend failed
 // before its checkpoint was asked: the checkpoint's image goes.
 func (d *Deployer) undoSuspend(ctx context.Context, rec *Deployment, ckptImg string) {
@@ -299,23 +210,6 @@ func (d *Deployer) undoSuspend(ctx context.Context, rec *Deployment, ckptImg str
 			d.log.Warn("removing the image of a suspend that failed before its checkpoint; gc removes it", "image", img, "err", err)
 		}
 	}
-}
-
-// releaseInstance removes rec's instance, unmounts its root and releases
-// its mappings but mid; it leaves its images and its directory.
-func (d *Deployer) releaseInstance(ctx context.Context, dr drivers.Driver, rec Deployment, mid string) error {
-	if err := d.removeInstance(ctx, dr, *rec.Handle); err != nil {
-		return err
-	}
-	return d.releaseRoot(ctx, rec, mid)
-}
-
-// releaseRoot unmounts rec's root and releases its mappings but mid.
-func (d *Deployer) releaseRoot(ctx context.Context, rec Deployment, mid string) error {
-	if err := d.unmountRoot(ctx, rec.Dir); err != nil {
-		return fmt.Errorf("unmount root: %w", err)
-	}
-	return d.releaseMappings(ctx, slices.DeleteFunc(slices.Clone(rec.Mappings), func(m string) bool { return m == mid }))
 }
 
 // journalMapping records mapping id among rec's before it is made: a
@@ -367,76 +261,6 @@ func (d *Deployer) suspendable(ctx context.Context, rec Deployment) (spec.Genera
 			"a deployment can be suspended while the generation it was restored from exists")
 	}
 	return from, nil
-}
-
-// suspendMapping is the mapping of deployment id's suspension image.
-func suspendMapping(id string) string { return id + "-susp" }
-
-// suspendMount is where a suspend mounts its checkpoint's image.
-func suspendMount(instDir string) string { return filepath.Join(instDir, "suspend") }
-
-// mountSuspension journals the mapping of rec's suspension image img and
-// starts to map, format and mount it (suspendMount); the function it
-// returns waits for that.
-func (d *Deployer) mountSuspension(ctx context.Context, rec *Deployment, img string) (func() error, error) {
-	mid, err := d.journalMapping(rec, suspendMapping(rec.ID))
-	if err != nil {
-		return nil, err
-	}
-	target := suspendMount(rec.Dir)
-	return async(func() error {
-		_ = d.deps.Mapper.Release(ctx, mid) // one a crash left
-		_, err := d.deps.Mapper.MapAndMount(ctx, mapper.Image{Pool: d.cfg.Pool, Name: img}, target,
-			mapper.MountOptions{Format: true}, mapper.WithID(mid))
-		return err
-	}), nil
-}
-
-// storeCheckpoint copies the checkpoint files in dir into directory gen of
-// the suspension's image, once mounted (mountSuspension), then releases
-// its mapping mid, which flushes them.
-func (d *Deployer) storeCheckpoint(ctx context.Context, instDir, mid string, mounted func() error, dir string, gen int) (err error) {
-	target := suspendMount(instDir)
-	defer func() {
-		// The release flushes what was written.
-		if rerr := d.deps.Mapper.Release(context.WithoutCancel(ctx), mid); rerr != nil && !errors.Is(rerr, mapper.ErrNotMapped) {
-			err = errors.Join(err, rerr)
-		}
-		_ = os.Remove(target)
-	}()
-	if err := mounted(); err != nil {
-		return err
-	}
-	// Anew: a copy that a crash cut short is replaced.
-	dst := drivers.GenDir(target, gen)
-	if err := os.RemoveAll(dst); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		return err
-	}
-	return gencache.CopyTree(ctx, dir, dst)
-}
-
-// suspensionMeta names deployment id on a suspension's images (gc keeps
-// them while it exists) and no slot.
-func (d *Deployer) suspensionMeta(id string) map[string]string {
-	return map[string]string{catalog.MetaDeployment: id, MetaSlot: "", catalog.MetaNode: d.cfg.Node}
-}
-
-// sealImage tags ref's image with meta, unless tagged (the result of
-// tagSuspension) says it is, and snapshots it (once).
-func (d *Deployer) sealImage(ctx context.Context, ref layering.SnapRef, meta map[string]string, tagged error) error {
-	st := d.deps.Store
-	if tagged != nil {
-		if err := st.SetMeta(ctx, ref.Image, meta); err != nil {
-			return err
-		}
-	}
-	if err := st.Snapshot(ctx, ref); err != nil && !errors.Is(err, layering.ErrExists) {
-		return err
-	}
-	return nil
 }
 
 // sealSuspension ends a suspend whose images are sealed: the size of its
