@@ -96,14 +96,12 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 	}
 	// The checkpoint's image is mapped, formatted and mounted while the
 	// checkpoint runs, off the time the app answers nothing.
-	// So are the hold of its generation (sealSuspension) and the tags of
-	// both images (tagSuspension).
+	// So is the hold of its generation (sealSuspension).
 	var mounted func() error
 	held, holding := func() error { return nil }, false
-	tagged := func() error { return errTagLater }
 	exited := false
 	defer func() {
-		_, _ = held(), tagged()
+		_ = held()
 		if mounted != nil && err != nil {
 			_ = mounted()
 			_ = d.deps.Mapper.Release(context.WithoutCancel(ctx), suspendMapping(id))
@@ -114,6 +112,15 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 		if err := d.deps.Store.Create(ctx, ckptImg, size); err != nil && !errors.Is(err, layering.ErrExists) {
 			return spec.Suspension{}, err
 		}
+		// Tagged before it is mapped: librbd's metadata writes wait for
+		// the exclusive lock of an image that rbd-fuse holds open, and
+		// may wait for ever (a mapping a crash left goes first).
+		if continuing {
+			_ = d.deps.Mapper.Release(ctx, suspendMapping(id))
+		}
+		if err := d.deps.Store.SetMeta(ctx, ckptImg, withSeed(d.suspensionMeta(id), rec.Seed)); err != nil {
+			return spec.Suspension{}, err
+		}
 		if mounted, err = d.mountSuspension(ctx, &rec, ckptImg); err != nil {
 			return spec.Suspension{}, err
 		}
@@ -121,7 +128,6 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 			return spec.Suspension{}, err
 		}
 		holding = true
-		tagged = async(func() error { return d.tagSuspension(ctx, rec, envImg, ckptImg) })
 		asked = true
 		if exited, err = d.checkpointInstance(ctx, rec, &susp, continuing); err != nil {
 			return spec.Suspension{}, err
@@ -137,7 +143,7 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 				return spec.Suspension{}, err
 			}
 		}
-		if err := d.storeAndRelease(ctx, &rec, &susp, suspendImages{env: envImg, ckpt: ckptImg, mounted: mounted, tagged: tagged, exited: exited}); err != nil {
+		if err := d.storeAndRelease(ctx, &rec, &susp, suspendImages{env: envImg, ckpt: ckptImg, mounted: mounted, exited: exited}); err != nil {
 			return spec.Suspension{}, err
 		}
 		mounted = nil // released

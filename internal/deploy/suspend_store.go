@@ -21,25 +21,13 @@ import (
 )
 
 // suspendImages is what a suspend's store step works on: the writable
-// image (env) and the checkpoint's (ckpt, mounted: its unmount), tagged
-// (the wait for tagSuspension, or errTagLater), and whether the
-// instance's processes are gone already (exited).
+// image (env) and the checkpoint's (ckpt, tagged when it was made;
+// mounted: its unmount), and whether the instance's processes are gone
+// already (exited).
 type suspendImages struct {
-	env, ckpt       string
-	mounted, tagged func() error
-	exited          bool
-}
-
-// errTagLater: the images were not tagged during the checkpoint (a
-// suspend cut short goes on); sealImage tags them.
-var errTagLater = errors.New("tagged at the seal")
-
-// tagSuspension tags the suspension's images of rec (the writable env and
-// the checkpoint's ckpt) as its own, while the checkpoint runs: the seal
-// then only snapshots them.
-func (d *Deployer) tagSuspension(ctx context.Context, rec Deployment, env, ckpt string) error {
-	meta := d.suspensionMeta(rec.ID)
-	return errors.Join(d.deps.Store.SetMeta(ctx, env, meta), d.deps.Store.SetMeta(ctx, ckpt, withSeed(meta, rec.Seed)))
+	env, ckpt string
+	mounted   func() error
+	exited    bool
 }
 
 // withSeed is meta with the identity seed of the instance a suspension
@@ -69,12 +57,11 @@ func (d *Deployer) storeAndRelease(ctx context.Context, rec *Deployment, susp *s
 	susp.Env = layering.SnapRef{Image: envImg, Snap: layering.SealedSnap}
 	susp.Ckpt = layering.SnapRef{Image: ckptImg, Snap: layering.SealedSnap}
 	meta := d.suspensionMeta(rec.ID)
-	tagged := si.tagged()
 	stored := async(func() error {
 		if err := d.storeCheckpoint(ctx, rec.Dir, mid, si.mounted, drivers.GenDir(h.CkptPath, susp.CkptGen), susp.CkptGen); err != nil {
 			return err
 		}
-		return d.sealImage(ctx, susp.Ckpt, withSeed(meta, rec.Seed), tagged)
+		return d.sealImage(ctx, susp.Ckpt, nil)
 	})
 	// An instance whose processes are gone holds no mount of its root:
 	// the root is unmounted and its image unmapped and sealed while the
@@ -91,7 +78,7 @@ func (d *Deployer) storeAndRelease(ctx context.Context, rec *Deployment, susp *s
 		released = d.detachParents(ctx, rec, susp)
 	}
 	if released == nil {
-		released = d.sealImage(ctx, susp.Env, meta, tagged)
+		released = d.sealImage(ctx, susp.Env, meta)
 	}
 	if err := errors.Join(released, stored(), removed()); err != nil {
 		return err
@@ -176,11 +163,11 @@ func (d *Deployer) suspensionMeta(id string) map[string]string {
 	return map[string]string{catalog.MetaDeployment: id, MetaSlot: "", catalog.MetaNode: d.cfg.Node}
 }
 
-// sealImage tags ref's image with meta, unless tagged (the result of
-// tagSuspension) says it is, and snapshots it (once).
-func (d *Deployer) sealImage(ctx context.Context, ref layering.SnapRef, meta map[string]string, tagged error) error {
+// sealImage tags ref's image with meta (if any), once nothing maps it,
+// and snapshots it (once).
+func (d *Deployer) sealImage(ctx context.Context, ref layering.SnapRef, meta map[string]string) error {
 	st := d.deps.Store
-	if tagged != nil {
+	if meta != nil {
 		if err := st.SetMeta(ctx, ref.Image, meta); err != nil {
 			return err
 		}
