@@ -42,20 +42,28 @@ func agents(ctx context.Context, st *state.Store, fail map[string]bool) {
 	}()
 }
 
+// threeNodes is a store with nodes n1, n2 and n3 of capacity 4, and a
+// context that ends with the test (a minute at most).
+func threeNodes(t *testing.T) (*state.Store, context.Context) {
+	t.Helper()
+	st := statetest.Store(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if _, err := st.Register(ctx, state.Node{Name: n, Capacity: 4}, 30); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st, ctx
+}
+
 // A migration moves a running deployment to another node; when the
 // resume fails there, it is resumed back where it was, even on a cordoned
 // node, and the error says so: never lost, never on two nodes. One not
 // running, or asked to its own node, is refused with nothing changed; a
 // drain cordons the node and moves what runs there.
 func TestMigrate(t *testing.T) {
-	st := statetest.Store(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for _, n := range []string{"n1", "n2", "n3"} {
-		if _, err := st.Register(ctx, state.Node{Name: n, Capacity: 4}, 30); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, ctx := threeNodes(t)
 	running := func(id, node string) {
 		t.Helper()
 		if err := st.CreateDeployment(ctx, state.Desired{ID: id, App: "web", Node: node, Created: time.Now()}); err != nil {
@@ -142,14 +150,7 @@ func TestMigrate(t *testing.T) {
 // there; where that node no longer takes it (cordoned meanwhile), on
 // another.
 func TestMigrateLikelyTarget(t *testing.T) {
-	st := statetest.Store(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for _, n := range []string{"n1", "n2", "n3"} {
-		if _, err := st.Register(ctx, state.Node{Name: n, Capacity: 4}, 30); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, ctx := threeNodes(t)
 	for i, cordon := range []bool{false, true} {
 		id := "web-" + string(rune('a'+i))
 		if err := st.CreateDeployment(ctx, state.Desired{ID: id, App: "web", Node: "n1", Created: time.Now()}); err != nil {
@@ -180,6 +181,14 @@ func TestMigrateLikelyTarget(t *testing.T) {
 			t.Errorf("%s resumed on %s; want %s, its likely target", id, d.Node, likely)
 		case cordon && d.Node == likely:
 			t.Errorf("%s resumed on %s, cordoned since; want the other node", id, d.Node)
+		}
+		// Its source, started again, records its suspension once more:
+		// the move that went on stays.
+		if err := st.RecordSuspended(ctx, id, susp); err != nil {
+			t.Fatal(err)
+		}
+		if again, err := st.Deployment(ctx, id); err != nil || again.Node != d.Node || again.Status.Phase != spec.PhasePending {
+			t.Errorf("%s after its source recorded its suspension again: %s on %q, %v; want Pending on %s", id, again.Status.Phase, again.Node, err, d.Node)
 		}
 		if cordon {
 			if err := st.UncordonNode(ctx, likely); err != nil {

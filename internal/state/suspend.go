@@ -70,7 +70,7 @@ func (s *Store) CancelSuspend(ctx context.Context, id string) error {
 // removes the suspension's images.
 func (s *Store) SetSuspended(ctx context.Context, id string, susp spec.Suspension, why error) error {
 	for range placeAttempts {
-		ok, err := s.setSuspended(ctx, id, susp, why)
+		ok, err := s.setSuspended(ctx, id, susp, why, nil)
 		if err != nil || ok {
 			return err
 		}
@@ -78,10 +78,34 @@ func (s *Store) SetSuspended(ctx context.Context, id string, susp spec.Suspensio
 	return fmt.Errorf("deployment %s: %w", id, ErrContended)
 }
 
-func (s *Store) setSuspended(ctx context.Context, id string, susp spec.Suspension, why error) (bool, error) {
+// RecordSuspended is SetSuspended (without an error) for the node that
+// made suspension susp, unless it is recorded already: an agent started
+// again records the suspension its record holds, and a migration may have
+// gone on from it meanwhile (placed on its target, or running there),
+// which must not be undone.
+func (s *Store) RecordSuspended(ctx context.Context, id string, susp spec.Suspension) error {
+	recorded := func(d Deployment) bool {
+		cur := d.Status.Suspension
+		return cur != nil && cur.Ckpt == susp.Ckpt || d.Node != "" && d.Node != susp.Node
+	}
+	for range placeAttempts {
+		ok, err := s.setSuspended(ctx, id, susp, nil, recorded)
+		if err != nil || ok {
+			return err
+		}
+	}
+	return fmt.Errorf("deployment %s: %w", id, ErrContended)
+}
+
+// setSuspended records suspension susp of deployment id unless skip says
+// it needs not; false if the record changed meanwhile (read again).
+func (s *Store) setSuspended(ctx context.Context, id string, susp spec.Suspension, why error, skip func(Deployment) bool) (bool, error) {
 	d, r, err := s.deploymentAt(ctx, id)
 	if err != nil {
 		return false, err
+	}
+	if skip != nil && skip(d) {
+		return true, nil
 	}
 	rev := r.Responses[0].GetResponseRange().Kvs[0].ModRevision
 	d.Node, d.Suspend, d.Placement = "", true, ""

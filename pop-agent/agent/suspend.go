@@ -76,7 +76,7 @@ func (a *agent) recordSuspended(ctx context.Context, rec deploy.Deployment) {
 	if rec.Suspension == nil {
 		return
 	}
-	err := a.st.SetSuspended(ctx, rec.ID, *rec.Suspension, nil)
+	err := a.st.RecordSuspended(ctx, rec.ID, *rec.Suspension)
 	if errors.Is(err, state.ErrNotFound) {
 		if rerr := a.d.RemoveSuspension(ctx, *rec.Suspension); rerr != nil {
 			a.log.Warn("removing the suspension of a withdrawn deployment; gc removes what is left", "deployment", rec.ID, "err", rerr)

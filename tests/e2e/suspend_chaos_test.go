@@ -89,10 +89,10 @@ func startAgain(t *testing.T, p *pop, node string) string {
 // TestChaosMigrate: a migration asked of n1 (its caller then gone) goes
 // on when an agent is SIGKILLed midway and started again: n1's after its
 // suspend's store step and once it is Suspended (before or after it asked
-// the resume), n2's after its resume's fetch step and its container
-// step. Each
-// time the deployment ends Running on n2 alone with the key written
-// before, and nothing is left on n1.
+// the resume), n2's while n1 checkpoints (n2 prepares the resume then),
+// and after its resume's fetch step and its mount step. Each time the
+// deployment ends Running on n2 alone with the key written before, and
+// nothing is left on n1, nor of a prepared instance on n2.
 func TestChaosMigrate(t *testing.T) {
 	ctx, p, f, app := redisOnPoP(t, "e2e-chaos-mig", engine.NameDMTCP, nil, "n1", "n2")
 	client := &http.Client{}
@@ -101,7 +101,11 @@ func TestChaosMigrate(t *testing.T) {
 		phase spec.Phase
 		step  deploy.Step
 	}{{"n1", spec.PhaseSuspending, deploy.StepStore}, {"n1", spec.PhaseSuspended, ""}, {"n2", spec.PhaseResuming, deploy.StepFetch},
-		{"n2", spec.PhaseResuming, deploy.StepContainer}} {
+		// The target killed while the source checkpoints (its resume
+		// prepared then, or being prepared: its agent's recovery
+		// releases it), and once the prepared instance's root is
+		// mounted.
+		{"n2", spec.PhaseSuspending, deploy.StepCheckpoint}, {"n2", spec.PhaseResuming, deploy.StepMount}} {
 		dep := createOn(ctx, t, client, "http://"+p.apis["n1"], app.Name, "n1")
 		at := string(kill.step) + " step"
 		if kill.step == "" {
