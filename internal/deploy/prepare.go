@@ -14,8 +14,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
-	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
@@ -31,19 +31,27 @@ const SlotPrepared SlotPhase = "Prepared"
 var ErrNotPreparable = errors.New("cannot prepare a resume ahead")
 
 // PrepareResume makes, on this node, the instance that will resume
-// deployment id, running generation from of app under eng elsewhere and
-// being suspended to move here: a slot whose light container waits for
-// its root and its checkpoint (drivers.Run.RootLater), over the node's
-// copy of from's environment. Resume takes it. A slot that no resume
+// deployment id, running generation gen of app elsewhere and being
+// suspended to move here: a slot whose light container waits for its
+// root and its checkpoint (drivers.Run.RootLater), over the node's copy
+// of the generation's environment. Resume takes it. A slot that no resume
 // takes is released with DropPrepared, or at the agent's next start
 // (RecoverSlots: it has no deployment's record here).
-func (d *Deployer) PrepareResume(ctx context.Context, app spec.App, id string, eng engine.Name, from spec.Generation) (_ Slot, err error) {
+func (d *Deployer) PrepareResume(ctx context.Context, app spec.App, id string, gen int) (_ Slot, err error) {
 	if err := ValidateID(id); err != nil {
 		return Slot{}, err
 	}
 	if s, ok := d.prepared(id); ok {
 		return s, nil
 	}
+	from, ok, err := catalog.ReadGen(ctx, d.deps.Store, app.Name, gen)
+	if err != nil {
+		return Slot{}, err
+	}
+	if !ok {
+		return Slot{}, fmt.Errorf("deployment %s: generation %d of %s is not sealed: %w", id, gen, app.Name, spec.ErrNotFound)
+	}
+	eng := from.Engine
 	app = restoredSpec(from, app)
 	app.PostRestore = nil
 	if d.cfg.EnvRead != EnvShared {

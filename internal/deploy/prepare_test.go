@@ -51,17 +51,16 @@ func resumePrepared(ctx context.Context, t *testing.T, n deploytest.Node, app sp
 	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "SET", "k", "moved"); err != nil || got != "OK" {
 		t.Fatalf("SET: %q, %v", got, err)
 	}
-	gen := generationOf(ctx, t, d, dep)
 
 	// Prepared, never taken: released, and so is one a restarted agent
 	// finds.
-	if _, err := d.PrepareResume(ctx, app, dep.ID, dep.Engine, gen); err != nil {
+	if _, err := d.PrepareResume(ctx, app, dep.ID, dep.Gen); err != nil {
 		t.Fatalf("prepare a resume: %v", err)
 	}
 	if err := d.DropPrepared(ctx, dep.ID); err != nil || len(d.Prepared()) != 0 {
 		t.Fatalf("drop a prepared resume: %v; prepared %v, want none", err, d.Prepared())
 	}
-	if _, err := d.PrepareResume(ctx, app, dep.ID, dep.Engine, gen); err != nil {
+	if _, err := d.PrepareResume(ctx, app, dep.ID, dep.Gen); err != nil {
 		t.Fatalf("prepare a resume: %v", err)
 	}
 	d = n.Reopen(t)
@@ -70,7 +69,7 @@ func resumePrepared(ctx context.Context, t *testing.T, n deploytest.Node, app sp
 	}
 
 	// Prepared while the instance is suspended, then taken by its resume.
-	s, err := d.PrepareResume(ctx, app, dep.ID, dep.Engine, gen)
+	s, err := d.PrepareResume(ctx, app, dep.ID, dep.Gen)
 	if err != nil {
 		t.Fatalf("prepare a resume: %v", err)
 	}
@@ -105,20 +104,4 @@ func resumePrepared(ctx context.Context, t *testing.T, n deploytest.Node, app sp
 		}
 	}
 	n.AssertNothingLeft(t, app.Name, true)
-}
-
-// generationOf is the generation deployment dep restored.
-func generationOf(ctx context.Context, t *testing.T, d *deploy.Deployer, dep deploy.Deployment) spec.Generation {
-	t.Helper()
-	gens, err := d.Generations(ctx, dep.App)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range gens {
-		if g.Gen == dep.Gen && g.Engine == dep.Engine {
-			return g
-		}
-	}
-	t.Fatalf("generation %d (%s) of %s: not in the catalog", dep.Gen, dep.Engine, dep.App)
-	return spec.Generation{}
 }

@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
@@ -41,30 +40,17 @@ func (a *agent) prepareResume(ctx context.Context, dsr state.Desired) {
 }
 
 func (a *agent) prepare(ctx context.Context, dsr state.Desired) error {
-	dep, err := a.st.Deployment(ctx, dsr.ID)
+	dep, app, err := a.st.DeploymentWithApp(ctx, dsr.ID, dsr.App)
 	if err != nil {
 		return err
 	}
 	if !a.preparesHere(dep.Desired) || dep.Status.Suspension != nil || dep.Status.Gen == 0 {
 		return nil // moved on meanwhile, or not a restore of a generation
 	}
-	app, err := a.st.App(ctx, dep.App)
-	if err != nil {
-		return err
-	}
-	gens, err := a.d.Generations(ctx, app.Name)
-	if err != nil {
-		return err
-	}
-	for _, g := range gens {
-		if g.Gen == dep.Status.Gen && g.Engine == dep.Status.Engine {
-			a.pool.inflight.Add(1)
-			defer a.pool.inflight.Add(-1)
-			_, err := a.d.PrepareResume(ctx, app, dsr.ID, g.Engine, g)
-			return err
-		}
-	}
-	return fmt.Errorf("generation %d of %s (%s) is not in the catalog", dep.Status.Gen, app.Name, dep.Status.Engine)
+	a.pool.inflight.Add(1)
+	defer a.pool.inflight.Add(-1)
+	_, err = a.d.PrepareResume(ctx, app, dsr.ID, dep.Status.Gen)
+	return err
 }
 
 // dropPrepared releases the resumes prepared here that no migration
