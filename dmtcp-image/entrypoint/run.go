@@ -40,6 +40,7 @@ const usage = `usage:
   entrypoint restart [flags]                      restore the newest generation in -ckpt
   entrypoint boot    [flags] [--] APP [ARGS...]   run APP chrooted into -root with no checkpoint engine
   entrypoint check   -engine criu                 run criu check as a launch or restart would, and exit
+  entrypoint spare   -assign FILE [-engine E]     wait for FILE to assign a restart, and become it
 Send SIGUSR1 (docker kill -s USR1) or create -trigger to checkpoint into -ckpt/<gen>.
 Run "entrypoint launch -h" for the flags.
 `
@@ -58,6 +59,8 @@ func Main(args []string) int {
 		return noCaps(args[1:])
 	case modeRead:
 		return readFiles(args[1:])
+	case modeSpare:
+		return spare(args[1:], os.Stderr)
 	case modeLaunch, modeRestart, modeBoot, modeCheck:
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(os.Stdout, usage)

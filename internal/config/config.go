@@ -53,6 +53,17 @@ type Agent struct {
 	// PoolSize is how many idle slots per app this node keeps ready by
 	// default (an app's `pool:` wins); 0, the default, keeps none.
 	PoolSize int `yaml:"pool_size"`
+	// SpareSlots is how many spare slots per engine this node keeps:
+	// slots made for no app, which a restore of any app that has no pool
+	// slot free takes (0, the default: none). They count against
+	// Capacity.
+	SpareSlots int `yaml:"spare_slots"`
+	// SparePorts is how many TCP ports a spare publishes (an app with
+	// more does not take one); 0: 4.
+	SparePorts int `yaml:"spare_ports"`
+	// SpareDisk is the size of a spare's writable image ("4GiB", the
+	// default): an app whose environment is larger does not take one.
+	SpareDisk string `yaml:"spare_disk"`
 	// LeaseTTL is the node lease in seconds: a killed agent's node turns
 	// NotReady after it.
 	LeaseTTL int `yaml:"lease_ttl"`
@@ -150,6 +161,14 @@ const (
 	FetchSealed   = "sealed"
 )
 
+// SpareDiskBytes is Agent.SpareDisk in bytes.
+func (a Agent) SpareDiskBytes() (int64, error) {
+	if strings.TrimSpace(a.SpareDisk) == "" {
+		return 0, nil
+	}
+	return layering.ParseSize("agent.spare_disk", a.SpareDisk)
+}
+
 // CheckpointCacheBytes is Agent.CheckpointCache in bytes (0: no limit).
 func (a Agent) CheckpointCacheBytes() (int64, error) {
 	if strings.TrimSpace(a.CheckpointCache) == "0" {
@@ -220,7 +239,7 @@ func Default() Config {
 		Node:     Node{Name: host, StateDir: filepath.Join(devenv.Dir(), "node", host)},
 		Etcd:     Etcd{Endpoints: []string{devenv.EtcdEndpoint}, DialTimeout: 5 * time.Second},
 		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: spec.DriverContainer, CRIUDriver: spec.DriverContainer, Recycle: On, PoolAhead: On, RecycleKeep: 2 * time.Minute,
-			BootImage: "fogdeploy/boot:latest", IfBusy: spec.PolicyWait, IfNoEngine: spec.PolicyBoot, CheckpointCache: "4GiB", Fetch: FetchFirstUse,
+			BootImage: "fogdeploy/boot:latest", IfBusy: spec.PolicyWait, IfNoEngine: spec.PolicyBoot, CheckpointCache: "4GiB", SpareDisk: "4GiB", Fetch: FetchFirstUse,
 			EnvRead: EnvReadShared},
 		Limits: DefaultLimits(),
 	}
@@ -362,6 +381,17 @@ func (a Agent) validate() []error {
 	}
 	if a.PoolSize < 0 || a.PoolSize > a.Capacity {
 		add("agent.pool_size %d: give the idle slots per app this node keeps ready, 0 to agent.capacity (%d)", a.PoolSize, a.Capacity)
+	}
+	if a.SpareSlots < 0 || a.SpareSlots > a.Capacity {
+		add("agent.spare_slots %d: give the spare slots per engine this node keeps, 0 to agent.capacity (%d)", a.SpareSlots, a.Capacity)
+	}
+	if a.SparePorts < 0 || a.SparePorts > 16 {
+		add("agent.spare_ports %d: give the TCP ports a spare slot publishes, 1 to 16 (0: 4)", a.SparePorts)
+	}
+	if b, err := a.SpareDiskBytes(); err != nil {
+		add("%v: give a size such as 4GiB", err)
+	} else if b != 0 && b < 64<<20 {
+		add("agent.spare_disk %s: give at least 64MiB, e.g. 4GiB", a.SpareDisk)
 	}
 	if a.ReconcileInterval < time.Second || a.ReconcileInterval > time.Hour {
 		add("agent.reconcile_interval %s: give a duration between 1s and 1h, e.g. 10s", a.ReconcileInterval)

@@ -53,6 +53,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/journal"
 	"github.com/fogdeploy/fogdeploy/internal/keyedmutex"
 	"github.com/fogdeploy/fogdeploy/internal/overlay"
+	fdruntime "github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
@@ -96,6 +97,11 @@ type Config struct {
 	// Limits are an instance's where its app spec is silent (the
 	// agent's `limits:`); zero: none.
 	Limits spec.Limits
+	// SparePorts and SpareBytes are what a spare slot is made with
+	// (spare.go): how many generic ports its instance publishes, and the
+	// size of its writable image; 0: DefaultSparePorts, DefaultSpareBytes.
+	SparePorts int
+	SpareBytes int64
 }
 
 // DefaultHitConcurrency is the default Config.HitConcurrency: the number
@@ -117,6 +123,12 @@ func (c Config) Validate() error {
 	}
 	if c.HitConcurrency < 0 {
 		errs = append(errs, fmt.Errorf("hit concurrency %d: give 0 (the default, the number of CPUs plus one) or more", c.HitConcurrency))
+	}
+	if c.SparePorts < 0 || c.SparePorts > fdruntime.MaxSparePorts {
+		errs = append(errs, fmt.Errorf("spare ports %d: give 0 (the default, %d) to %d", c.SparePorts, DefaultSparePorts, fdruntime.MaxSparePorts))
+	}
+	if c.SpareBytes < 0 || (c.SpareBytes > 0 && c.SpareBytes < 64<<20) {
+		errs = append(errs, fmt.Errorf("spare bytes %d: give 0 (the default, %d) or at least 64 MiB", c.SpareBytes, DefaultSpareBytes))
 	}
 	if c.CacheBytes < 0 {
 		errs = append(errs, fmt.Errorf("checkpoint cache budget %d bytes: give 0 (no limit) or more", c.CacheBytes))
@@ -223,6 +235,9 @@ type Deployer struct {
 	// found or made: one per environment size.
 	blankMu sync.Mutex
 	blanks  map[int64]layering.SnapRef
+	// spares indexes this process's idle spare slots (spare.go), under
+	// slotMu, as idle does the pool's.
+	spares map[string]Slot
 }
 
 // New returns a Deployer.
@@ -248,6 +263,12 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	if cfg.EnvRead == "" {
 		cfg.EnvRead = EnvShared
 	}
+	if cfg.SparePorts == 0 {
+		cfg.SparePorts = DefaultSparePorts
+	}
+	if cfg.SpareBytes == 0 {
+		cfg.SpareBytes = DefaultSpareBytes
+	}
 	if deps.Log == nil {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
@@ -272,7 +293,7 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	} else if len(removed) > 0 {
 		deps.Log.Info("checkpoint cache: removed what interrupted fills left", "paths", removed)
 	}
-	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: spec.HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{}, idle: map[string]idleSlot{}, claimed: map[string]claimedSlot{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
+	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: spec.HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{}, idle: map[string]idleSlot{}, spares: map[string]Slot{}, claimed: map[string]claimedSlot{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
 		deployments: journal.Journal[Deployment]{Dir: filepath.Join(cfg.StateDir, "deployments"), What: "deployment", NotFound: spec.ErrNotFound, Exists: spec.ErrExists},
 		slots:       journal.Journal[Slot]{Dir: filepath.Join(cfg.StateDir, "slots"), What: "slot", NotFound: ErrNoSlot, Exists: spec.ErrExists},
 		lowers:      journal.Journal[Lower]{Dir: filepath.Join(cfg.StateDir, "lowers", "records"), What: "environment copy", NotFound: ErrNoLower, Exists: spec.ErrExists},

@@ -350,6 +350,9 @@ func (d *Deployer) unmountRoot(ctx context.Context, dir string) error {
 			return err
 		}
 	}
+	if err := d.unbindCkpt(dir); err != nil {
+		return err
+	}
 	return d.deps.Roots.UnmountShared(filepath.Join(dir, "mnt"))
 }
 

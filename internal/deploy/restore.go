@@ -75,17 +75,34 @@ func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options,
 			}
 		}()
 	case errors.Is(err, ErrNoSlot):
-		rec.Pool = spec.PoolMiss
 		if err := fresh(); err != nil {
 			return Deployment{}, err
 		}
-		if err := d.create(rec); err != nil {
-			return Deployment{}, err
+		var serr error
+		if !opts.NoPool {
+			s, serr = d.takeSpare(ctx, o, rec, app, g)
 		}
-		defer d.undoOnError(ctx, rec, &err)
-		if s, err = d.provisionFor(ctx, o, rec, app, drivers.RunRestart, g.Gen, nil, slotSource{app: app, engine: g.Engine,
-			env: g.EnvSnap, gen: &g, config: d.genConfig(ctx, g), background: opts.Background}); err != nil {
-			return Deployment{}, err
+		if opts.NoPool || errors.Is(serr, ErrNoSpare) {
+			if serr != nil && !errors.Is(serr, errNoIdleSpare) {
+				d.log.Info("restore without a spare slot", "deployment", id, "app", app.Name, "why", serr)
+			}
+			rec.Pool = spec.PoolMiss
+			if err := d.create(rec); err != nil {
+				return Deployment{}, err
+			}
+			defer d.undoOnError(ctx, rec, &err)
+			if s, err = d.provisionFor(ctx, o, rec, app, drivers.RunRestart, g.Gen, nil, slotSource{app: app, engine: g.Engine,
+				env: g.EnvSnap, gen: &g, config: d.genConfig(ctx, g), background: opts.Background}); err != nil {
+				return Deployment{}, err
+			}
+			break
+		}
+		if rec.Pool == spec.PoolSpare {
+			// Its record was created with the claim: an error undoes it.
+			defer d.undoOnError(ctx, rec, &err)
+		}
+		if serr != nil {
+			return Deployment{}, serr
 		}
 	default:
 		return Deployment{}, err

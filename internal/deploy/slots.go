@@ -83,6 +83,9 @@ type Slot struct {
 	KeepSeed bool `json:"keep_seed,omitempty"`
 	// Engine is the engine of a slot prepared for a resume (SlotPrepared).
 	Engine engine.Name `json:"engine,omitempty"`
+	// Spare is set on a spare slot (spare.go), made for no app: App and
+	// Gen are those of the restore that took it, once one did.
+	Spare *SpareSlot `json:"spare,omitempty"`
 	// Fetched: provisioning brought the generation's checkpoint to the
 	// node (it held no copy).
 	Fetched bool              `json:"fetched,omitempty"`

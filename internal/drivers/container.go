@@ -53,6 +53,9 @@ const (
 	// restart's root and reads its checkpoint volume once ordered
 	// (-root-later).
 	RootLaterLabel = "io.fogdeploy.root-later"
+	// SpareLabel, "1", marks an image whose entrypoint waits as a spare
+	// for the restart it is assigned (its spare mode).
+	SpareLabel = "io.fogdeploy.spare"
 )
 
 // Container runs instances in the DMTCP container (dmtcp-image/): the

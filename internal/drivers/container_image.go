@@ -43,6 +43,7 @@ type dmtcpImage struct {
 	recycle             string // RecycleLabel: the engines its entrypoint's -recycle serves
 	sourceLater         bool   // SourceLaterLabel: its entrypoint takes -source-later
 	rootLater           bool   // RootLaterLabel: its entrypoint takes -root-later
+	spare               bool   // SpareLabel: its entrypoint has the spare mode
 }
 
 // recycles says whether the image's entrypoint serves instance after
@@ -153,7 +154,7 @@ func (c *Container) findImage(ctx context.Context) (dmtcpImage, error) {
 		im := ims[0]
 		return dmtcpImage{ref: im.Ref, version: im.Labels[DMTCPVersionLabel], glibc: im.Labels[DMTCPGlibcLabel],
 			criu: im.Labels[CRIUVersionLabel], recycle: im.Labels[RecycleLabel], sourceLater: im.Labels[SourceLaterLabel] == "1",
-			rootLater: im.Labels[RootLaterLabel] == "1"}, nil
+			rootLater: im.Labels[RootLaterLabel] == "1", spare: im.Labels[SpareLabel] == "1"}, nil
 	}
 	labels, err := c.RT.ImageLabels(ctx, c.Image)
 	if errors.Is(err, runtime.ErrImageNotFound) {
@@ -169,7 +170,8 @@ func (c *Container) findImage(ctx context.Context) (dmtcpImage, error) {
 			build+", and set agent.dmtcp_image to its tag or leave it empty")
 	}
 	return dmtcpImage{ref: c.Image, version: v, glibc: labels[DMTCPGlibcLabel], criu: labels[CRIUVersionLabel],
-		recycle: labels[RecycleLabel], sourceLater: labels[SourceLaterLabel] == "1", rootLater: labels[RootLaterLabel] == "1"}, nil
+		recycle: labels[RecycleLabel], sourceLater: labels[SourceLaterLabel] == "1", rootLater: labels[RootLaterLabel] == "1",
+		spare: labels[SpareLabel] == "1"}, nil
 }
 
 // image returns the DMTCP image to run: the one Check found last, else

@@ -60,49 +60,12 @@ func (c *Container) spec(r Run, image string) runtime.DMTCPContainer {
 	return dc
 }
 
-// containerSpec is the container of run r: the boot image's, or the DMTCP
-// image's with the engine's checks (DMTCP: the environment's glibc; CRIU:
-// the image carries it). recycle says whether
-// the instance serves again after its app ends.
+// containerSpec is the container of run r (container). recycle says
+// whether the instance serves again after its app ends.
 func (c *Container) containerSpec(ctx context.Context, r Run) (_ runtime.Spec, recycle bool, err error) {
-	var dc runtime.DMTCPContainer
-	recyclable := false
-	if r.Mode == RunBoot {
-		dc = c.spec(r, c.BootImage)
-	} else {
-		img, err := c.image(ctx)
-		if err != nil {
-			return runtime.Spec{}, false, err
-		}
-		dc = c.spec(r, img.ref)
-		eng := engine.NameDMTCP
-		if r.App.Engine == engine.NameCRIU {
-			eng = engine.NameCRIU
-		}
-		recyclable = img.recycles(eng)
-		switch {
-		case r.RootLater && !img.rootLater:
-			return runtime.Spec{}, false, fmt.Errorf("%w: image %s cannot take a root mounted after it is created (no label %s): rebuild it with `make dmtcp-image`", ErrDriver, img.ref, RootLaterLabel)
-		case r.App.Engine != engine.NameCRIU:
-			envFiles := r.EnvPath
-			if r.RootLater {
-				envFiles = r.EnvFiles // the root is not mounted yet
-			}
-			if err := checkEnvForDMTCP(envFiles, r.App.Env, img.glibc); err != nil {
-				return runtime.Spec{}, false, err
-			}
-		case img.criu == "":
-			return runtime.Spec{}, false, fmt.Errorf("%w: app %s (engine criu): image %s carries no CRIU", ErrDriver, r.App.Name, img.ref)
-		default:
-			dc.Engine, dc.Lazy = engine.NameCRIU, r.App.Lazy && r.Mode == RunRestart
-		}
-	}
-	// A restore whose root the deployer can reset serves again after its
-	// app ends (Recycle), where the image's entrypoint can for its engine.
-	dc.Recycle = r.Resettable && r.Mode == RunRestart && recyclable
-	dc.CtlPath, dc.Wait = r.CtlPath, true
-	if r.Background {
-		dc.CPUShares = backgroundShares
+	dc, err := c.container(ctx, r)
+	if err != nil {
+		return runtime.Spec{}, false, err
 	}
 	var spec runtime.Spec
 	switch r.Mode {
@@ -121,6 +84,52 @@ func (c *Container) containerSpec(ctx context.Context, r Run) (_ runtime.Spec, r
 		spec = dc.Boot(r.App.Command)
 	}
 	return spec, dc.Recycle, nil
+}
+
+// container is the light container of run r, checked: the boot image's,
+// or the DMTCP image's with the engine's checks (DMTCP: the environment's
+// glibc; CRIU: the image carries it).
+func (c *Container) container(ctx context.Context, r Run) (runtime.DMTCPContainer, error) {
+	var dc runtime.DMTCPContainer
+	recyclable := false
+	if r.Mode == RunBoot {
+		dc = c.spec(r, c.BootImage)
+	} else {
+		img, err := c.image(ctx)
+		if err != nil {
+			return runtime.DMTCPContainer{}, err
+		}
+		dc = c.spec(r, img.ref)
+		eng := engine.NameDMTCP
+		if r.App.Engine == engine.NameCRIU {
+			eng = engine.NameCRIU
+		}
+		recyclable = img.recycles(eng)
+		switch {
+		case r.RootLater && !img.rootLater:
+			return runtime.DMTCPContainer{}, fmt.Errorf("%w: image %s cannot take a root mounted after it is created (no label %s): rebuild it with `make dmtcp-image`", ErrDriver, img.ref, RootLaterLabel)
+		case r.App.Engine != engine.NameCRIU:
+			envFiles := r.EnvPath
+			if r.RootLater {
+				envFiles = r.EnvFiles // the root is not mounted yet
+			}
+			if err := checkEnvForDMTCP(envFiles, r.App.Env, img.glibc); err != nil {
+				return runtime.DMTCPContainer{}, err
+			}
+		case img.criu == "":
+			return runtime.DMTCPContainer{}, fmt.Errorf("%w: app %s (engine criu): image %s carries no CRIU", ErrDriver, r.App.Name, img.ref)
+		default:
+			dc.Engine, dc.Lazy = engine.NameCRIU, r.App.Lazy && r.Mode == RunRestart
+		}
+	}
+	// A restore whose root the deployer can reset serves again after its
+	// app ends (Recycle), where the image's entrypoint can for its engine.
+	dc.Recycle = r.Resettable && r.Mode == RunRestart && recyclable
+	dc.CtlPath, dc.Wait = r.CtlPath, true
+	if r.Background {
+		dc.CPUShares = backgroundShares
+	}
+	return dc, nil
 }
 
 // backgroundShares is the CPU weight (cpu.shares) of a waiting slot's

@@ -37,7 +37,17 @@ const (
 	// through the root's.
 	IdentityDir   = "identity"
 	IdentityBound = "identity.bound"
+	// Assign, written by the agent, makes a spare container (one created
+	// for no app) the restart of one: its JSON body is an AssignBody.
+	// The spare's entrypoint reads it before any app runs in it.
+	Assign = "assign"
 )
+
+// AssignBody is Assign's content: the entrypoint's arguments for the
+// restart the spare becomes, its mode first ("restart", then its flags).
+type AssignBody struct {
+	Args []string `json:"args"`
+}
 
 // CheckpointRequest is the file, in the checkpoint directory, whose
 // creation asks the entrypoint for a checkpoint (as SIGUSR1 does).

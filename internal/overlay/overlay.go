@@ -219,6 +219,38 @@ func UnmountShared(dir string) error {
 	}
 }
 
+// BindReadOnly binds directory src at target (made if missing),
+// read-only, nosuid and nodev. target already bound is not an error.
+func BindReadOnly(src, target string) error {
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return fmt.Errorf("bind %s at %s: %w", src, target, err)
+	}
+	if ok, err := mountPoint(target); err != nil || ok {
+		return err
+	}
+	if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s at %s: %w", src, target, err)
+	}
+	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		_ = unix.Unmount(target, unix.MNT_DETACH)
+		return fmt.Errorf("bind %s at %s read-only: %w", src, target, err)
+	}
+	return nil
+}
+
+// Unbind unmounts what is bound at target; nothing there is not an error.
+func Unbind(target string) error {
+	for {
+		ok, err := mountPoint(target)
+		if err != nil || !ok {
+			return err
+		}
+		if err := unix.Unmount(target, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("unbind %s: %w", target, err)
+		}
+	}
+}
+
 // mountPoint reports whether something is mounted at dir.
 func mountPoint(dir string) (bool, error) {
 	return findMount(dir, func([]string) bool { return true })

@@ -32,6 +32,10 @@ type Roots interface {
 	// propagation; UnmountShared undoes it.
 	MountShared(dir string) error
 	UnmountShared(dir string) error
+	// BindReadOnly shows directory src, read-only, at target (made if
+	// missing); Unbind undoes it (no error if nothing is bound there).
+	BindReadOnly(src, target string) error
+	Unbind(target string) error
 }
 
 // Kernel is Roots over the kernel's overlay file system (the package's
@@ -57,6 +61,12 @@ func (Kernel) MountShared(dir string) error { return MountShared(dir) }
 
 // UnmountShared implements Roots.
 func (Kernel) UnmountShared(dir string) error { return UnmountShared(dir) }
+
+// BindReadOnly implements Roots.
+func (Kernel) BindReadOnly(src, target string) error { return BindReadOnly(src, target) }
+
+// Unbind implements Roots.
+func (Kernel) Unbind(target string) error { return Unbind(target) }
 
 // Copy is Roots without a mount, for unit tests that run without root: a
 // mount copies the lower directory into the target, then what the upper
@@ -161,6 +171,35 @@ func (c *Copy) MountShared(dir string) error { return os.MkdirAll(dir, 0o755) }
 
 // UnmountShared implements Roots.
 func (c *Copy) UnmountShared(string) error { return nil }
+
+// BindReadOnly implements Roots: src's files are copied to target, their
+// write bits taken off.
+func (c *Copy) BindReadOnly(src, target string) error {
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return fmt.Errorf("bind %s at %s: %w", src, target, err)
+	}
+	if err := copyTree(context.Background(), src, target); err != nil {
+		return fmt.Errorf("bind %s at %s: %w", src, target, err)
+	}
+	return filepath.WalkDir(target, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Type()&fs.ModeSymlink != 0 {
+			return err
+		}
+		st, err := d.Info()
+		if err != nil {
+			return err
+		}
+		return os.Chmod(p, st.Mode().Perm()&^0o222)
+	})
+}
+
+// Unbind implements Roots: target is emptied.
+func (c *Copy) Unbind(target string) error {
+	if err := os.RemoveAll(target); err != nil {
+		return fmt.Errorf("unbind %s: %w", target, err)
+	}
+	return nil
+}
 
 // keepWrites makes l's upper directory the target's files, and the list of
 // deletions the lower files the target lacks.

@@ -126,6 +126,9 @@ type DMTCPContainer struct {
 	RootLater bool
 	// sourceGen is the generation CkptSource is bound as.
 	sourceGen int
+	// userCaps gives the container DMTCPUserCapabilities without a User
+	// (a spare: Spare).
+	userCaps bool
 	// Ports are the app's ports to publish.
 	Ports []Port
 	// ReadyAddr, if set, is an address inside the container
@@ -296,7 +299,7 @@ func (c DMTCPContainer) spec(args []string, mode string) Spec {
 		stopSignal = "SIGTERM"
 	}
 	caps := DMTCPCapabilities()
-	if c.User != "" {
+	if c.User != "" || c.userCaps {
 		caps = append(caps, DMTCPUserCapabilities()...)
 	}
 	var (

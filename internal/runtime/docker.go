@@ -42,6 +42,7 @@ type DockerClient interface {
 	ContainerLogs(ctx context.Context, containerID string, options container.LogsOptions) (io.ReadCloser, error)
 	ContainerWait(ctx context.Context, containerID string, condition container.WaitCondition) (<-chan container.WaitResponse, <-chan error)
 	ContainerKill(ctx context.Context, containerID, signal string) error
+	ContainerUpdate(ctx context.Context, containerID string, updateConfig container.UpdateConfig) (container.UpdateResponse, error)
 	ImageImport(ctx context.Context, source image.ImportSource, ref string, options image.ImportOptions) (io.ReadCloser, error)
 	ImageInspect(ctx context.Context, imageID string, inspectOpts ...client.ImageInspectOption) (image.InspectResponse, error)
 	ImageList(ctx context.Context, options image.ListOptions) ([]image.Summary, error)
@@ -411,6 +412,22 @@ func (d *Docker) Wait(ctx context.Context, id string) (int, error) {
 func (d *Docker) Signal(ctx context.Context, id, signal string) error {
 	if err := d.api.ContainerKill(ctx, id, signal); err != nil {
 		return d.wrap("signal "+signal+" to container", id, err)
+	}
+	return nil
+}
+
+// Update implements Updater.
+func (d *Docker) Update(ctx context.Context, id string, r Resources) error {
+	res := container.Resources{NanoCPUs: r.NanoCPUs, Memory: r.MemoryBytes}
+	if r.MemoryBytes > 0 {
+		// As at create: swap up to the memory again (dockerd's default).
+		res.MemorySwap = 2 * r.MemoryBytes
+	}
+	if r.PidsLimit > 0 {
+		res.PidsLimit = &r.PidsLimit
+	}
+	if _, err := d.api.ContainerUpdate(ctx, id, container.UpdateConfig{Resources: res}); err != nil {
+		return d.wrap("update the limits of container", id, err)
 	}
 	return nil
 }

@@ -402,6 +402,18 @@ func (f *Fake) Wait(ctx context.Context, id string) (int, error) {
 // Signal implements Signaler: TERM, INT and KILL end the program; other
 // signals go to FakeProcess.Signals, where a program that does not read
 // them ignores them, like a process without a handler for them.
+// Update implements Updater: the container's spec takes the limits.
+func (f *Fake) Update(ctx context.Context, id string, r Resources) error {
+	c, err := f.lookup(id)
+	if err != nil {
+		return fmt.Errorf("update container %s: %w", id, err)
+	}
+	c.mu.Lock()
+	c.spec.NanoCPUs, c.spec.MemoryBytes, c.spec.PidsLimit = r.NanoCPUs, r.MemoryBytes, r.PidsLimit
+	c.mu.Unlock()
+	return nil
+}
+
 func (f *Fake) Signal(ctx context.Context, id, signal string) error {
 	c, err := f.lookup(id)
 	if err != nil {

@@ -14,7 +14,15 @@ const (
 	PoolHit PoolResult = "hit"
 	// PoolMiss: no pool slot was free; the deploy provisioned its own.
 	PoolMiss PoolResult = "miss"
+	// PoolSpare: no pool slot of the app was free; the deploy took one of
+	// the node's spare slots, made for no app, and provisioned only its
+	// root, checkpoint and ports.
+	PoolSpare PoolResult = "spare"
 )
+
+// SpareApp is the name spare slots go by (their IDs and images start with
+// it): no app may take it.
+const SpareApp = "spare"
 
 // Instance is what a deployment's instance is, as its node's record
 // (deploy.Deployment) and the PoP's status of it (state.Status) both say:

@@ -27,6 +27,9 @@ func (a App) Validate() error {
 			p.fail(err)
 		}
 	}
+	if a.Name == SpareApp {
+		p.bad("name", "%q is the name of the nodes' spare slots: give the app another name", a.Name)
+	}
 	if a.Network != "" && !networkName.MatchString(a.Network) {
 		p.bad("network", "%q: give 1 to 30 lowercase letters, digits or '-' (not first or last), e.g. shop", a.Network)
 	}

@@ -180,6 +180,11 @@ type metrics struct {
 	// suspend, by result (prepared, failed, dropped).
 	prepared                        *prometheus.CounterVec
 	suspendDuration, resumeDuration prometheus.Histogram
+	// spareTaken counts the restores that took a spare slot, by engine;
+	// spareIdle is the idle spares by engine; spareRefill times one.
+	spareTaken  *prometheus.CounterVec
+	spareIdle   *prometheus.GaugeVec
+	spareRefill prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -245,6 +250,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "fogdeploy_env_copies", Help: "Generations whose environment this node holds as a read-only copy that its restores share (agent.env_read shared).",
 	})
 	m.registerLifecycle(reg)
+	m.registerSpares(reg)
 	reg.MustRegister(m.envCopies, m.backend, m.recovered, m.checkpoints, m.deploys, m.duration, m.auto, m.poolHits, m.poolMisses, m.poolRefill, m.recycled, m.poolIdle,
 		m.autoEngine, m.measured, m.cacheBytes, m.cacheGens, m.unflushed, m.fetches, m.evictions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -123,6 +123,7 @@ func (a *agent) refill(ctx context.Context) {
 			current[app.Name] = unknownGen
 		}
 	}
+	a.refillSpares(ctx, cordoned)
 	a.trimCache(ctx, apps, current)
 }
 
@@ -287,7 +288,11 @@ func (a *agent) room() int {
 	if err != nil {
 		return 0
 	}
-	return a.c.Agent.Capacity - len(recs) - len(slots)
+	spares, err := a.d.SpareSlots()
+	if err != nil {
+		return 0
+	}
+	return a.c.Agent.Capacity - len(recs) - len(slots) - len(spares)
 }
 
 // makeRoom drops the oldest idle pool slot of another app when the node
@@ -311,6 +316,10 @@ func (a *agent) makeRoom(ctx context.Context, app string) {
 			a.dropPool(ctx, s.App, func(o deploy.Slot) bool { return o.ID == s.ID }, "the node is at capacity and a deploy of "+app+" needs room")
 			return
 		}
+	}
+	// No pool slot to give up: a spare (the deploy may take another).
+	if ids, err := a.d.ReleaseSpares(ctx, "", 1); err == nil && len(ids) > 0 {
+		a.log.Info("spare slots: one released; the node is at capacity and a deploy needs room", "app", app, "slot", ids[0])
 	}
 }
 
@@ -354,6 +363,10 @@ func (a *agent) poolDeployed(ctx context.Context, app spec.App, dep deploy.Deplo
 	case spec.PoolMiss:
 		a.pool.misses[app.Name]++
 		a.m.poolMisses.WithLabelValues(app.Name).Inc()
+	case spec.PoolSpare:
+		a.pool.misses[app.Name]++
+		a.m.poolMisses.WithLabelValues(app.Name).Inc()
+		a.m.spareTaken.WithLabelValues(string(dep.Engine)).Inc()
 	}
 	a.pool.mu.Unlock()
 	if dep.Fetched {

@@ -238,9 +238,13 @@ func newDeployer(ctx context.Context, c config.Config, l *wire.Layering, log *sl
 	if err != nil {
 		return nil, "", err
 	}
+	spareBytes, err := c.Agent.SpareDiskBytes()
+	if err != nil {
+		return nil, "", err
+	}
 	d, err = deploy.New(deploy.Config{StateDir: filepath.Join(c.Node.StateDir, "deploy"), Pool: c.Ceph.Pool,
 		Node: c.Node.Name, DMTCPDriver: c.Agent.DMTCPDriver, CRIUDriver: c.Agent.CRIUDriver, CacheBytes: cacheBytes, EnvRead: deploy.EnvRead(c.Agent.EnvRead),
-		HitConcurrency: c.Agent.HitConcurrency, Limits: c.Limits.Spec()}, deps)
+		HitConcurrency: c.Agent.HitConcurrency, Limits: c.Limits.Spec(), SparePorts: c.Agent.SparePorts, SpareBytes: spareBytes}, deps)
 	if err != nil {
 		return nil, "", err
 	}
@@ -393,6 +397,11 @@ func (a *agent) releaseNode(ctx context.Context) {
 		a.log.Warn("releasing the warm pool's slots; the next start releases the rest", "err", err)
 	} else if len(released) > 0 {
 		a.log.Info("released the warm pool's slots", "slots", len(released))
+	}
+	if released, err := a.d.ReleaseSpares(ctx, "", -1); err != nil {
+		a.log.Warn("releasing the spare slots; the next start releases the rest", "err", err)
+	} else if len(released) > 0 {
+		a.log.Info("released the spare slots", "slots", len(released))
 	}
 	if dropped, err := a.d.TrimLowers(ctx, nil); err != nil {
 		a.log.Warn("dropping the node's unused copies of environments; the next start keeps or drops them", "err", err)

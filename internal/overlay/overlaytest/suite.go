@@ -22,6 +22,7 @@ func RunSuite(t *testing.T, newRoots func(t *testing.T) overlay.Roots) {
 		{"MergedWritesKeptLowerUntouched", testMerged},
 		{"ResetDropsWrites", testReset},
 		{"BadLayers", testBadLayers},
+		{"BindReadOnly", testBind},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRoots(t)
@@ -153,5 +154,30 @@ func testBadLayers(t *testing.T, r overlay.Roots, l overlay.Layers, target strin
 	}
 	if ok, _ := r.Mounted(target); ok {
 		t.Errorf("a refused Mount left an overlay at %s", target)
+	}
+}
+
+// testBind: a read-only bind shows its source's files, and no write into
+// it reaches the source; after Unbind (twice is not an error) the source is untouched.
+func testBind(t *testing.T, r overlay.Roots, l overlay.Layers, _ string) {
+	target := filepath.Join(filepath.Dir(l.Lower), "bound", "1")
+	if err := r.BindReadOnly(l.Lower, target); err != nil {
+		t.Fatalf("BindReadOnly: %v", err)
+	}
+	if got := read(t, filepath.Join(target, "etc", "kept")); got != "lower" {
+		t.Errorf("bound file = %q; want the source's", got)
+	}
+	// Refused by the kernel's; never reaching the source either way.
+	_ = os.WriteFile(filepath.Join(target, "shared"), []byte("written"), 0o644)
+	for range 2 {
+		if err := r.Unbind(target); err != nil {
+			t.Fatalf("Unbind: %v", err)
+		}
+	}
+	if got := read(t, filepath.Join(l.Lower, "shared")); got != "lower" {
+		t.Errorf("source after Unbind = %q; want it untouched", got)
+	}
+	if got := read(t, filepath.Join(target, "shared")); got != "(none)" {
+		t.Errorf("target after Unbind still shows %q", got)
 	}
 }

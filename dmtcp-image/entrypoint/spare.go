@@ -1,0 +1,118 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/instancectl"
+)
+
+// modeSpare: a container created for no app waits for the restart it is
+// assigned (instancectl.Assign) and becomes it.
+const modeSpare = "spare"
+
+// spare is the spare mode: it waits for the assignment file -assign names,
+// checks the restart it holds as the restart mode would, drops what that
+// restart does not need of the spare's capabilities, and executes this
+// binary again as that restart (same PID 1, same container). A
+// termination signal before any assignment ends it with status 0.
+func spare(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet(modeSpare, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	assign := fs.String("assign", "", "file whose appearance assigns the restart this container becomes (its JSON holds the restart's arguments)")
+	eng := fs.String("engine", string(engine.NameDMTCP), "the engine of the restarts this container may become: dmtcp or criu")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "text or json")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	log := newLogger(stderr, *logLevel, *logFormat).With("mode", modeSpare)
+	if !strings.HasPrefix(*assign, "/") || (*eng != string(engine.NameDMTCP) && *eng != string(engine.NameCRIU)) || fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "entrypoint spare: want -assign ABSOLUTE-FILE and -engine dmtcp|criu, and no argument\n")
+		return exitUsage
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
+	log.Info("spare: waiting for an assignment", "file", *assign, "engine", *eng)
+	w := watchDirs(log, []string{filepath.Dir(*assign)}, watchSafety, watchFallback)
+	var b []byte
+	for b == nil {
+		select {
+		case <-w.C:
+			if got, err := os.ReadFile(*assign); err == nil {
+				b = got
+			}
+		case sig := <-sigs:
+			w.stop()
+			log.Info("spare released before any assignment", "signal", sig.String())
+			return exitOK
+		}
+	}
+	w.stop()
+	argv, cfg, err := assignment(b, engine.Name(*eng), stderr)
+	if err != nil {
+		log.Error("assignment refused", "err", err)
+		return exitUsage
+	}
+	if cfg.engine == engine.NameDMTCP && cfg.user == "" {
+		// The app runs as root without capabilities: nothing of this
+		// container needs the user switch's.
+		if err := dropCaps(capSetuid, capSetgid); err != nil {
+			log.Error("drop the user switch's capabilities", "err", err)
+			return exitSetup
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		log.Error("find own binary", "err", err)
+		return exitSetup
+	}
+	signal.Reset()
+	log.Info("spare assigned", "args", argv)
+	err = syscall.Exec(self, append([]string{self}, argv...), os.Environ())
+	log.Error("execute the assigned restart", "err", err)
+	return exitSetup
+}
+
+// assignment reads an assignment (instancectl.AssignBody) and returns its
+// arguments once they are a restart the restart mode accepts, of engine
+// eng, that waits for its order and reads its root only then (-wait and
+// -root-later, its root under the mount directory).
+func assignment(b []byte, eng engine.Name, stderr io.Writer) ([]string, *config, error) {
+	var body instancectl.AssignBody
+	if err := json.Unmarshal(b, &body); err != nil {
+		return nil, nil, fmt.Errorf("assignment: %w", err)
+	}
+	if len(body.Args) == 0 || body.Args[0] != modeRestart {
+		return nil, nil, fmt.Errorf("assignment %q: want the arguments of a restart (restart [flags])", body.Args)
+	}
+	cfg, err := parseConfig(modeRestart, body.Args[1:], stderr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("assignment: %w", err)
+	}
+	switch {
+	case cfg.engine != eng:
+		return nil, nil, fmt.Errorf("assignment: engine %s, but this spare was made for %s", cfg.engine, eng)
+	case !cfg.rootLater || cfg.wait == "":
+		return nil, nil, errors.New("assignment: want -wait and -root-later (the root is mounted before the order)")
+	case !strings.HasPrefix(cfg.root, spareMnt) || !strings.HasPrefix(cfg.ckpt, spareMnt):
+		return nil, nil, fmt.Errorf("assignment: root %s and checkpoint volume %s must be under %s, where the host mounts them", cfg.root, cfg.ckpt, spareMnt)
+	}
+	return body.Args, cfg, nil
+}
+
+// spareMnt is where a spare's mount directory is bound (its root and
+// checkpoint volume are under it).
+const spareMnt = "/fog/mnt/"

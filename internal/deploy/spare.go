@@ -1,0 +1,387 @@
+// Spare slots: slots made for no app. A spare holds what every restore's slot has in common on the
+// shared read path: a writable image (a clone of a blank filesystem) mapped and mounted, a shared
+// mount directory, and a light container created, at background priority, its generic ports
+// published, waiting to be assigned. A restore that finds no pool slot of its app takes a spare of
+// its engine that fits it (drivers.Sparer.Fits) and only attaches its app to it: the overlay root
+// over the node's copy of the environment, the node's copy of the checkpoint bound read-only, its
+// ports pointed at the spare's, the restart assigned (StepAttach). What the agent keeps of them is
+// its policy (pop-agent/agent/spare.go).
+
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/catalog"
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
+)
+
+// StepAttach: a restore that took a spare slot attached its app to it
+// (root, checkpoint, ports, assignment).
+const StepAttach Step = "attach"
+
+// Defaults of a spare slot (Config.SparePorts, Config.SpareBytes).
+const (
+	DefaultSparePorts       = 4
+	DefaultSpareBytes int64 = 4 << 30
+)
+
+// ErrNoSpare: this node has no idle spare slot that fits the restore.
+var ErrNoSpare = errors.New("no spare slot")
+
+// errNoIdleSpare: no spare of the restore's engine is idle (nothing to
+// say about it).
+var errNoIdleSpare = fmt.Errorf("%w idle", ErrNoSpare)
+
+// SpareSlot is what a spare slot was made with (Slot.Spare).
+type SpareSlot struct {
+	Engine engine.Name `json:"engine"`
+	// Ports is how many generic ports its instance publishes.
+	Ports int `json:"ports"`
+	// Bytes is the size of its writable image: it takes apps whose
+	// environment is no larger.
+	Bytes  int64       `json:"bytes"`
+	Limits spec.Limits `json:"limits"`
+}
+
+// spareOf is the driver's description of spare slot s.
+func spareOf(s *Slot) drivers.Spare {
+	return drivers.Spare{ID: s.ID, Engine: s.Spare.Engine, MntPath: filepath.Join(s.Dir, "mnt"), CtlPath: filepath.Join(s.Dir, "ctl"),
+		Ports: s.Spare.Ports, Limits: s.Spare.Limits}
+}
+
+// sparer is the driver that makes spares of engine eng on this node, or
+// why there is none (ErrNoSpare).
+func (d *Deployer) sparer(ctx context.Context, eng engine.Name) (drivers.Sparer, error) {
+	if d.cfg.EnvRead != EnvShared {
+		return nil, fmt.Errorf("%w of engine %s: restores read their own clone of the environment (agent.env_read: clone)", ErrNoSpare, eng)
+	}
+	dr, err := d.engineDriver(eng)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoSpare, err)
+	}
+	sp, ok := dr.(drivers.Sparer)
+	if !ok {
+		return nil, fmt.Errorf("%w of engine %s: its driver makes none", ErrNoSpare, eng)
+	}
+	if err := sp.MakesSpares(ctx, eng); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoSpare, err)
+	}
+	return sp, nil
+}
+
+// MakesSpares reports, wrapping ErrNoSpare, why this node makes no spare
+// slots of engine eng (nil when it does).
+func (d *Deployer) MakesSpares(ctx context.Context, eng engine.Name) error {
+	_, err := d.sparer(ctx, eng)
+	return err
+}
+
+// ProvisionSpare makes one spare slot of engine eng on this node, at
+// background priority: its writable image cloned from the blank
+// filesystem of Config.SpareBytes, mapped and mounted, its mount
+// directory shared, its instance created and waiting. On error nothing
+// of it is left.
+func (d *Deployer) ProvisionSpare(ctx context.Context, eng engine.Name) (_ Slot, err error) {
+	dr, err := d.sparer(ctx, eng)
+	if err != nil {
+		return Slot{}, err
+	}
+	id := NewSlotID(spec.SpareApp)
+	s := &Slot{ID: id, Node: d.cfg.Node, Mode: drivers.RunRestart, Phase: SlotProvisioning,
+		Spare: &SpareSlot{Engine: eng, Ports: d.cfg.SparePorts, Bytes: d.cfg.SpareBytes, Limits: d.cfg.Limits},
+		Owned: Owned{Images: []string{catalog.InstancePrefix + id + "-env"}, Mappings: []string{id + "-env"},
+			Dir: filepath.Join(d.cfg.StateDir, "instances", id)},
+		Created: time.Now().UTC()}
+	if err := d.slots.Create(id, s, true); err != nil {
+		return Slot{}, err
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, d.ReleaseSlot(context.WithoutCancel(ctx), id))
+		}
+	}()
+	o := d.newOp(&s.Timings, nil)
+	blank, err := d.upperSource(ctx, Lower{App: spec.SpareApp, Size: s.Spare.Bytes})
+	if err != nil {
+		return Slot{}, err
+	}
+	st := d.deps.Store
+	if err := st.Clone(ctx, blank, s.Images[0]); err != nil {
+		if !errors.Is(err, layering.ErrNotFound) {
+			return Slot{}, err
+		}
+		d.forgetBlank(blank) // gone from the pool since it was made
+		if blank, err = d.upperSource(ctx, Lower{App: spec.SpareApp, Size: s.Spare.Bytes}); err != nil {
+			return Slot{}, err
+		}
+		if err := st.Clone(ctx, blank, s.Images[0]); err != nil {
+			return Slot{}, err
+		}
+	}
+	meta := map[string]string{MetaSlot: s.ID}
+	if d.cfg.Node != "" {
+		meta[catalog.MetaNode] = d.cfg.Node
+	}
+	_ = st.SetMeta(ctx, s.Images[0], meta) // before it is mapped: a mapping holds its lock
+	o.phase(StepClone)
+	envMap, _, err := d.mapSlot(ctx, s)
+	if err != nil {
+		return Slot{}, err
+	}
+	o.phase(StepMap)
+	if err := d.deps.Mapper.Mount(ctx, envMap, filepath.Join(s.Dir, "disk"), mapper.MountOptions{}); err != nil {
+		return Slot{}, err
+	}
+	sp := spareOf(s)
+	if err := d.deps.Roots.MountShared(sp.MntPath); err != nil {
+		return Slot{}, err
+	}
+	o.phase(StepMount)
+	if err := os.MkdirAll(sp.CtlPath, 0o755); err != nil {
+		return Slot{}, fmt.Errorf("spare %s control directory: %w", id, err)
+	}
+	h, err := dr.CreateSpare(ctx, sp)
+	if err != nil {
+		return Slot{}, err
+	}
+	s.Handle, s.Phase = &h, SlotIdle
+	if err := d.slots.Save(id, s); err != nil {
+		_ = dr.Remove(context.WithoutCancel(ctx), h)
+		return Slot{}, err
+	}
+	o.phase(StepContainer)
+	d.slotMu.Lock()
+	d.spares[id] = *s
+	d.slotMu.Unlock()
+	d.log.Info("spare slot provisioned", "slot", id, "engine", eng, "timings", s.Timings.String())
+	return *s, nil
+}
+
+// SpareSlots returns this node's spare slots, oldest first: idle, and
+// being provisioned or attached.
+func (d *Deployer) SpareSlots() ([]Slot, error) {
+	all, err := d.Slots()
+	if err != nil {
+		return nil, err
+	}
+	var out []Slot
+	for _, s := range all {
+		if s.Spare != nil {
+			out = append(out, s)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	return out, nil
+}
+
+// ReleaseSpares releases idle spare slots of engine eng ("": any), n at the
+// most (n < 0: all), the newest first. It returns the released IDs.
+func (d *Deployer) ReleaseSpares(ctx context.Context, eng engine.Name, n int) ([]string, error) {
+	d.slotMu.Lock()
+	var picked []Slot
+	for _, s := range d.spares {
+		if eng == "" || s.Spare.Engine == eng {
+			picked = append(picked, s)
+		}
+	}
+	sort.Slice(picked, func(i, j int) bool { return picked[i].Created.After(picked[j].Created) })
+	if n >= 0 && len(picked) > n {
+		picked = picked[:n]
+	}
+	for _, s := range picked {
+		delete(d.spares, s.ID)
+	}
+	d.slotMu.Unlock()
+	var done []string
+	var errs []error
+	for _, s := range picked {
+		if err := d.ReleaseSlot(ctx, s.ID); err != nil {
+			errs = append(errs, fmt.Errorf("spare slot %s: %w", s.ID, err))
+			continue
+		}
+		done = append(done, s.ID)
+	}
+	return done, errors.Join(errs...)
+}
+
+// claimSpare takes the oldest idle spare slot of engine eng that run r
+// fits, for deployment dep, or returns ErrNoSpare. Like claim, it writes
+// nothing: the deploy saves the slot's record once it attaches.
+func (d *Deployer) claimSpare(dr drivers.Sparer, eng engine.Name, r drivers.Run, dep string) (*Slot, error) {
+	d.slotMu.Lock()
+	defer d.slotMu.Unlock()
+	var best *Slot
+	var why error
+	for id := range d.spares {
+		s := d.spares[id]
+		if s.Spare.Engine != eng || s.Handle == nil {
+			continue
+		}
+		if err := dr.Fits(spareOf(&s), r); err != nil {
+			why = err
+			continue
+		}
+		if best == nil || s.Created.Before(best.Created) {
+			best = &s
+		}
+	}
+	if best == nil {
+		if why != nil {
+			return nil, fmt.Errorf("%w: %w", ErrNoSpare, why)
+		}
+		return nil, fmt.Errorf("%w of engine %s idle", ErrNoSpare, eng)
+	}
+	delete(d.spares, best.ID)
+	s := *best
+	h := *s.Handle
+	s.Handle, s.Deployment = &h, dep
+	return &s, nil
+}
+
+// unclaimSpare gives spare s, untouched, back to the index.
+func (d *Deployer) unclaimSpare(s *Slot) {
+	s.Deployment = ""
+	d.slotMu.Lock()
+	d.spares[s.ID] = *s
+	d.slotMu.Unlock()
+}
+
+// takeSpare is a restore of generation g for deployment rec in a spare
+// slot: it claims one that fits the restore's run, then attaches the app
+// to it. ErrNoSpare when none fits (rec untouched): the restore
+// provisions a slot of its own. Once claimed, the spare is the
+// deployment's (its record names it), and an error releases it.
+func (d *Deployer) takeSpare(ctx context.Context, o *op, rec *Deployment, app spec.App, g spec.Generation) (*Slot, error) {
+	if !d.hasSpare(g.Engine) {
+		return nil, errNoIdleSpare
+	}
+	dr, err := d.engineDriver(g.Engine)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoSpare, err)
+	}
+	sp, ok := dr.(drivers.Sparer)
+	if !ok {
+		return nil, fmt.Errorf("%w of engine %s: its driver makes none", ErrNoSpare, g.Engine)
+	}
+	if size, err := d.envSize(ctx, g); err != nil {
+		return nil, err
+	} else if size > d.cfg.SpareBytes {
+		return nil, fmt.Errorf("%w: the environment of %s (%d bytes) is larger than a spare's writable image (%d bytes)", ErrNoSpare, app.Name, size, d.cfg.SpareBytes)
+	}
+	run := drivers.Run{Mode: drivers.RunRestart, ID: rec.ID, App: app, Gen: g.Gen, Limits: d.cfg.Limits}
+	s, err := d.claimSpare(sp, g.Engine, run, rec.ID)
+	if err != nil {
+		return nil, err
+	}
+	// From here the slot is the deployment's: its record names it first.
+	s.App, s.Gen, s.Phase, s.Lower = app.Name, g.Gen, SlotClaimed, lowerID(app.Name, g.Gen)
+	if err := d.slots.Save(s.ID, s); err != nil {
+		d.unclaimSpare(s)
+		return nil, err
+	}
+	rec.Slot, rec.Pool = s.ID, spec.PoolSpare
+	if err := d.create(rec); err != nil {
+		rec.Slot, rec.Pool = "", ""
+		return nil, errors.Join(err, d.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
+	}
+	return s, d.attach(ctx, o, s, sp, run, g)
+}
+
+// hasSpare reports whether an idle spare slot of engine eng waits here.
+func (d *Deployer) hasSpare(eng engine.Name) bool {
+	d.slotMu.Lock()
+	defer d.slotMu.Unlock()
+	for _, s := range d.spares {
+		if s.Spare.Engine == eng {
+			return true
+		}
+	}
+	return false
+}
+
+// envSize is the size of generation g's environment: its node copy's
+// record says it, else its image.
+func (d *Deployer) envSize(ctx context.Context, g spec.Generation) (int64, error) {
+	if l, err := d.lowers.Load(lowerID(g.App, g.Gen)); err == nil && l.Size > 0 {
+		return l.Size, nil
+	}
+	info, err := d.deps.Store.Stat(ctx, g.EnvSnap.Image)
+	if err != nil {
+		return 0, fmt.Errorf("size of the environment of %s generation %d: %w", g.App, g.Gen, err)
+	}
+	return info.Size, nil
+}
+
+// attach attaches the app of run r, restoring generation g, to spare slot
+// s: the node's copies of its environment and checkpoint (made or fetched
+// if the node has none), the overlay root over the first with the spare's
+// writable image as its upper layer, the second bound read-only in the
+// instance's checkpoint volume, then the driver's Assign.
+func (d *Deployer) attach(ctx context.Context, o *op, s *Slot, dr drivers.Sparer, r drivers.Run, g spec.Generation) error {
+	var lower Lower
+	var src string
+	if err := both(
+		func() (err error) {
+			lower, err = d.lowerFor(ctx, g)
+			return err
+		},
+		func() error {
+			e, fetched, err := d.ckptSource(ctx, g, nil)
+			src, s.Fetched = e.Dir, fetched
+			return err
+		}); err != nil {
+		return err
+	}
+	if lower.Size > s.Spare.Bytes {
+		return fmt.Errorf("the environment of %s (%d bytes) is larger than spare %s's writable image (%d bytes)", r.App.Name, lower.Size, s.ID, s.Spare.Bytes)
+	}
+	sp := spareOf(s)
+	if _, err := d.overlayRoot(ctx, lower, s.Dir); err != nil {
+		return err
+	}
+	if err := d.deps.Roots.BindReadOnly(src, filepath.Join(sp.SpareCkpt(), strconv.Itoa(g.Gen))); err != nil {
+		return err
+	}
+	h, err := dr.Assign(ctx, *s.Handle, sp, r)
+	if err != nil {
+		return err
+	}
+	s.Handle, s.Ports = &h, h.Ports
+	if err := d.slots.Save(s.ID, s); err != nil {
+		return err
+	}
+	o.phase(StepAttach)
+	return nil
+}
+
+// unbindCkpt unbinds the generations bound in a spare's checkpoint volume
+// under dir (attach), if any.
+func (d *Deployer) unbindCkpt(dir string) error {
+	vol := filepath.Join(dir, "mnt", "ckpt")
+	ents, err := os.ReadDir(vol)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err == nil && e.IsDir() {
+			errs = append(errs, d.deps.Roots.Unbind(filepath.Join(vol, e.Name())))
+		}
+	}
+	return errors.Join(errs...)
+}

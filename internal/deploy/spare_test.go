@@ -1,0 +1,223 @@
+package deploy_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/cgroup"
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
+)
+
+func TestSpareSlotDMTCPContainer(t *testing.T) { testSpareSlot(t, engine.NameDMTCP) }
+func TestSpareSlotCRIUContainer(t *testing.T)  { testSpareSlot(t, engine.NameCRIU) }
+
+// testSpareSlot is what a spare slot promises: made for no app, it
+// answers nothing; a restore of an app without a pool slot of its own
+// takes it and runs no clone, map, mount or container of its own, only
+// attach, start, ready and bind; the instance has the checkpoint's state,
+// its own port, and the normal CPU weight; a restore with no spare left
+// provisions its own slot; released spares and undeployed instances leave
+// nothing.
+func testSpareSlot(t *testing.T, eng engine.Name) {
+	f, ctx, app := redisFixture(t, "container", eng, "vacant")
+	d := f.D
+	t.Cleanup(func() {
+		if _, err := d.ReleaseSpares(context.Background(), "", -1); err != nil {
+			t.Errorf("cleanup: release spares: %v", err)
+		}
+	})
+	if err := d.MakesSpares(ctx, eng); err != nil {
+		t.Fatalf("this node makes no spares of %s: %v", eng, err)
+	}
+
+	first, err := d.Deploy(ctx, app, deploy.Options{Prepare: func(ctx context.Context, tg deploy.Target) error {
+		_, err := testenv.RedisDo(ctx, nil, tg.Ports["6379/tcp"], "SET", "greeting", "from the checkpoint")
+		return err
+	}})
+	if err != nil {
+		t.Fatalf("first deploy: %v", err)
+	}
+
+	var spares []deploy.Slot
+	for range 2 {
+		s, err := d.ProvisionSpare(ctx, eng)
+		if err != nil {
+			t.Fatalf("provision a spare: %v", err)
+		}
+		t.Logf("spare %s: %s", s.ID, s.Timings)
+		spares = append(spares, s)
+	}
+	listed, err := d.SpareSlots()
+	if err != nil || len(listed) != 2 || listed[0].Phase != deploy.SlotIdle || listed[0].App != "" || listed[0].Spare.Engine != eng {
+		t.Fatalf("spare slots = %+v, %v; want 2 idle of engine %s and no app", listed, err, eng)
+	}
+	if pool, _ := d.PoolSlots(); len(pool) != 0 {
+		t.Errorf("spares listed as the pool's slots: %+v", pool)
+	}
+	for _, step := range []deploy.Step{deploy.StepClone, deploy.StepMap, deploy.StepMount, deploy.StepContainer} {
+		if !hasPhase(spares[0].Timings, step) {
+			t.Errorf("spare %s timings %s lack %q", spares[0].ID, spares[0].Timings, step)
+		}
+	}
+	// Its generic port answers nothing: no app runs in it.
+	if addr := spares[0].Handle.Ports["61000/tcp"]; addr == "" {
+		t.Errorf("spare %s publishes no generic port: %+v", spares[0].ID, spares[0].Handle.Ports)
+	} else if got, err := testenv.RedisDo(ctx, nil, addr, "PING"); err == nil {
+		t.Errorf("spare %s answered PING with %q before any deploy", spares[0].ID, got)
+	}
+	if w := f.Weight(ctx, t, spares[0].Handle.Ref); w != -1 && w != cgroup.Background.CPU {
+		t.Errorf("spare %s has CPU weight %d; want %d (background)", spares[0].ID, w, cgroup.Background.CPU)
+	}
+
+	var deps []deploy.Deployment
+	for i, want := range spares {
+		var phases []string
+		dep, err := d.Deploy(ctx, app, deploy.Options{Progress: func(p string, _ time.Duration) { phases = append(phases, p) }})
+		if err != nil {
+			t.Fatalf("restore %d into a spare: %v", i+1, err)
+		}
+		deps = append(deps, dep)
+		t.Logf("restore %d into spare %s: %s (total %s)", i+1, want.ID, dep.Timings, dep.Total().Round(time.Millisecond))
+		if dep.Pool != spec.PoolSpare || dep.Slot != want.ID {
+			t.Errorf("restore %d: pool %q slot %s; want the oldest spare %s", i+1, dep.Pool, dep.Slot, want.ID)
+		}
+		for _, step := range append(slices.Clone(deploy.ProvisionSteps), deploy.StepContainer) {
+			if hasPhase(dep.Timings, step) || slices.Contains(phases, string(step)) {
+				t.Errorf("restore %d into a spare waited for %q: %s", i+1, step, dep.Timings)
+			}
+		}
+		for _, step := range []deploy.Step{deploy.StepAttach, deploy.StepStart, deploy.StepReady, deploy.StepBind} {
+			if !hasPhase(dep.Timings, step) {
+				t.Errorf("restore %d timings %s lack %q", i+1, dep.Timings, step)
+			}
+		}
+		if dep.Handle == nil || dep.Handle.Ref != want.Handle.Ref || !slices.Equal(dep.Images, want.Images) {
+			t.Errorf("restore %d owns %v (handle %+v); want spare %s's %v", i+1, dep.Images, dep.Handle, want.ID, want.Images)
+		}
+		if _, ok := dep.Ports["6379/tcp"]; !ok || len(dep.Ports) != 1 {
+			t.Errorf("restore %d ports %v; want the app's 6379/tcp only", i+1, dep.Ports)
+		}
+		addr := deploytest.RedisAddr(t, dep)
+		if got, err := testenv.RedisDo(ctx, nil, addr, "GET", "greeting"); err != nil || got != "from the checkpoint" {
+			t.Errorf("restore %d: GET greeting = %q, %v; want the checkpoint's", i+1, got, err)
+		}
+		if _, err := testenv.RedisDo(ctx, nil, addr, "SET", "mine", dep.ID); err != nil {
+			t.Errorf("restore %d: SET: %v", i+1, err)
+		}
+		if w := f.Weight(ctx, t, dep.Handle.Ref); w != -1 && w != cgroup.Normal.CPU {
+			t.Errorf("restore %d: CPU weight %d; want %d (normal)", i+1, w, cgroup.Normal.CPU)
+		}
+		if _, err := d.LoadSlot(want.ID); !errors.Is(err, deploy.ErrNoSlot) {
+			t.Errorf("spare %s still has a record after deployment %s bound it (%v)", want.ID, dep.ID, err)
+		}
+	}
+	// Two instances, one state each.
+	for _, dep := range deps {
+		if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "GET", "mine"); err != nil || got != dep.ID {
+			t.Errorf("%s: GET mine = %q, %v; want its own", dep.ID, got, err)
+		}
+	}
+
+	// No spare left: the next restore provisions its own slot.
+	miss, err := d.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps = append(deps, miss)
+	if miss.Pool != spec.PoolMiss || !hasPhase(miss.Timings, deploy.StepClone) {
+		t.Errorf("restore with no spare: pool %q, timings %s; want a miss that provisions", miss.Pool, miss.Timings)
+	}
+
+	// A spare made for the other engine is not taken.
+	other := engine.NameCRIU
+	if eng == engine.NameCRIU {
+		other = engine.NameDMTCP
+	}
+	if d.MakesSpares(ctx, other) == nil {
+		s, err := d.ProvisionSpare(ctx, other)
+		if err != nil {
+			t.Fatalf("a spare of %s: %v", other, err)
+		}
+		dep, err := d.Deploy(ctx, app, deploy.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deps = append(deps, dep)
+		if dep.Pool == spec.PoolSpare || dep.Slot == s.ID {
+			t.Errorf("a restore under %s took spare %s of %s", eng, s.ID, other)
+		}
+	}
+	if _, err := d.ReleaseSpares(ctx, "", -1); err != nil {
+		t.Fatal(err)
+	}
+	for _, dep := range append(deps, first) {
+		if err := d.Undeploy(ctx, dep.ID); err != nil {
+			t.Errorf("undeploy %s: %v", dep.ID, err)
+		}
+	}
+	f.AssertNothingLeft(t, app.Name, true)
+	assertNoSpareLeft(t, f)
+}
+
+// assertNoSpareLeft fails t if the node or the pool holds anything of a
+// spare slot: an image, a mapping, a mount, a container or a record.
+func assertNoSpareLeft(t *testing.T, f *deploytest.Fixture) {
+	t.Helper()
+	lo := f.Leftovers(t, spec.SpareApp)
+	ofSpare := func(xs []string) []string {
+		var out []string
+		for _, x := range xs {
+			if strings.Contains(x, spec.SpareApp+"-s") {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	lo.Mappings, lo.Mounts = ofSpare(lo.Mappings), ofSpare(lo.Mounts)
+	if slots, _ := f.D.SpareSlots(); len(slots) > 0 {
+		t.Errorf("spare slots left: %+v", slots)
+	}
+	if !lo.Empty() {
+		t.Errorf("left behind of spare slots: %+v", lo)
+	}
+}
+
+// TestSpareFits: what a spare refuses, each with why.
+func TestSpareFits(t *testing.T) {
+	c := &drivers.Container{}
+	lim := spec.Limits{Pids: 512, OpenFiles: 1024}
+	sp := drivers.Spare{ID: "spare-s1", Engine: engine.NameDMTCP, MntPath: "/x/mnt", CtlPath: "/x/ctl", Ports: 2, Limits: lim}
+	redis := spec.App{Name: "redis", Engine: engine.NameDMTCP, Ports: []spec.Port{{Port: 6379}}}
+	run := func(a spec.App) drivers.Run {
+		return drivers.Run{Mode: drivers.RunRestart, ID: "d1", App: a, Limits: lim}
+	}
+	if err := c.Fits(sp, run(redis)); err != nil {
+		t.Fatalf("redis does not fit: %v", err)
+	}
+	for name, a := range map[string]spec.App{
+		"engine":  {Name: "a", Engine: engine.NameCRIU, Ports: redis.Ports},
+		"network": {Name: "a", Ports: redis.Ports, Network: "shop"},
+		"ports":   {Name: "a", Ports: []spec.Port{{Port: 1}, {Port: 2}, {Port: 3}}},
+		"udp":     {Name: "a", Ports: []spec.Port{{Port: 53, Proto: "udp"}}},
+		"generic": {Name: "a", Ports: []spec.Port{{Port: 61001}}},
+		"signal":  {Name: "a", StopSignal: "SIGINT"},
+		"memory":  {Name: "a", Resources: spec.Resources{Memory: "64MiB"}},
+		"cpus":    {Name: "a", Resources: spec.Resources{CPUs: 0.5}},
+	} {
+		if err := c.Fits(sp, run(a)); !errors.Is(err, drivers.ErrUnfit) {
+			t.Errorf("%s: Fits = %v; want ErrUnfit", name, err)
+		}
+	}
+	if err := c.Fits(sp, drivers.Run{Mode: drivers.RunLaunch, App: redis, Limits: lim}); !errors.Is(err, drivers.ErrUnfit) {
+		t.Errorf("a launch: Fits = %v; want ErrUnfit", err)
+	}
+}

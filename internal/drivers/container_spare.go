@@ -1,0 +1,248 @@
+// Spare instances of the light container: created for no app, at background priority, with a few
+// generic ports published; a restore of any app that fits one takes it (Assign), so that it pays
+// for no container of its own.
+
+package drivers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/instancectl"
+	"github.com/fogdeploy/fogdeploy/internal/netredirect"
+	"github.com/fogdeploy/fogdeploy/internal/runtime"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+)
+
+// ErrUnfit: a run cannot take a spare (its engine, ports, network, limits
+// or stop signal differ from what the spare was made with).
+var ErrUnfit = errors.New("the spare does not fit")
+
+// ErrNoSpares: the driver, or its image, makes no spares.
+var ErrNoSpares = errors.New("no spare instances")
+
+// Spare is what a spare instance is made with.
+type Spare struct {
+	// ID names the instance (its container), as Run.ID.
+	ID     string
+	Engine engine.Name
+	// MntPath is a shared mount on the host, bound into the instance with
+	// slave propagation: the root of the run it is assigned is mounted at
+	// MntPath/root and its generation bound under MntPath/ckpt after Create.
+	MntPath string
+	// CtlPath is the instance's control directory.
+	CtlPath string
+	// Ports is how many generic ports it publishes (at most
+	// runtime.MaxSparePorts): a run takes it with as many of its own.
+	Ports int
+	// Limits are the instance's limits: a run takes it only with the same.
+	Limits spec.Limits
+}
+
+// SpareRoot and SpareCkpt are where, under a spare's MntPath, the root of
+// the run it is assigned is mounted and its checkpoint volume is.
+func (sp Spare) SpareRoot() string { return filepath.Join(sp.MntPath, "root") }
+func (sp Spare) SpareCkpt() string { return filepath.Join(sp.MntPath, "ckpt") }
+
+func (sp Spare) validate() error {
+	var errs []error
+	if sp.ID == "" {
+		errs = append(errs, errors.New("no ID"))
+	}
+	if sp.Engine != engine.NameDMTCP && sp.Engine != engine.NameCRIU {
+		errs = append(errs, fmt.Errorf("engine %q: want %s or %s", sp.Engine, engine.NameDMTCP, engine.NameCRIU))
+	}
+	if !filepath.IsAbs(sp.MntPath) || !filepath.IsAbs(sp.CtlPath) {
+		errs = append(errs, fmt.Errorf("mount directory %q and control directory %q must be absolute paths", sp.MntPath, sp.CtlPath))
+	}
+	if sp.Ports < 0 || sp.Ports > runtime.MaxSparePorts {
+		errs = append(errs, fmt.Errorf("ports %d: want 0 to %d", sp.Ports, runtime.MaxSparePorts))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("spare %q: %w: %w", sp.ID, err, spec.ErrInvalidSpec)
+	}
+	return nil
+}
+
+// Sparer is a Driver that makes spare instances and gives one to a run.
+type Sparer interface {
+	Driver
+	// MakesSpares reports, wrapping ErrNoSpares, why this node's driver
+	// makes no spares of engine eng (nil when it does).
+	MakesSpares(ctx context.Context, eng engine.Name) error
+	// CreateSpare creates a spare instance, waiting for its assignment.
+	CreateSpare(ctx context.Context, sp Spare) (Handle, error)
+	// Fits reports, wrapping ErrUnfit, why run r cannot take spare sp.
+	Fits(sp Spare, r Run) error
+	// Assign makes spare h (made with sp) the instance of restart r, whose
+	// root is mounted at sp.SpareRoot() and generation r.Gen is in
+	// sp.SpareCkpt(): it points the app's ports at the spare's and gives
+	// the spare the restart to become. Start then orders it, as an
+	// instance created for r.
+	Assign(ctx context.Context, h Handle, sp Spare, r Run) (Handle, error)
+}
+
+var _ Sparer = (*Container)(nil)
+
+// MakesSpares implements Sparer.
+func (c *Container) MakesSpares(ctx context.Context, eng engine.Name) error {
+	img, err := c.image(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNoSpares, err)
+	}
+	switch {
+	case !img.spare:
+		return fmt.Errorf("%w: image %s has no spare mode (no label %s): rebuild it with `make dmtcp-image`", ErrNoSpares, img.ref, SpareLabel)
+	case eng == engine.NameCRIU && img.criu == "":
+		return fmt.Errorf("%w of engine criu: image %s carries no CRIU", ErrNoSpares, img.ref)
+	case eng == engine.NameCRIU:
+		if _, err := c.Check(ctx, engine.NameCRIU); err != nil {
+			return fmt.Errorf("%w of engine criu: %w", ErrNoSpares, err)
+		}
+	}
+	return nil
+}
+
+// CreateSpare implements Sparer: the light container, started, its
+// entrypoint in its spare mode.
+func (c *Container) CreateSpare(ctx context.Context, sp Spare) (_ Handle, err error) {
+	if err := sp.validate(); err != nil {
+		return Handle{}, err
+	}
+	if err := c.MakesSpares(ctx, sp.Engine); err != nil {
+		return Handle{}, err
+	}
+	img, err := c.image(ctx)
+	if err != nil {
+		return Handle{}, err
+	}
+	dc := runtime.DMTCPContainer{Image: img.ref, Deployment: sp.ID, App: spareApp, Name: "fd-" + sp.ID, EnvPath: sp.SpareRoot(),
+		CtlPath: sp.CtlPath, Engine: sp.Engine, NanoCPUs: int64(sp.Limits.CPUs * 1e9), MemoryBytes: sp.Limits.MemoryBytes,
+		Network: IsolatedNetwork, PidsLimit: sp.Limits.Pids, OpenFiles: sp.Limits.OpenFiles, LogBytes: sp.Limits.LogBytes,
+		LogFiles: sp.Limits.LogFiles, CPUShares: backgroundShares, Labels: map[string]string{"io.fogdeploy.gen": "0"}}
+	rs := dc.Spare(sp.Ports)
+	h := Handle{Driver: c.Name(), EnvPath: sp.SpareRoot(), CkptPath: sp.SpareCkpt(), CtlPath: sp.CtlPath, Background: true, RootLater: true}
+	id, err := c.RT.Create(ctx, rs)
+	if errors.Is(err, runtime.ErrConflict) {
+		h, err = c.existing(ctx, h, rs, err)
+		if err != nil {
+			return Handle{}, err
+		}
+		id = h.Ref
+	} else if err != nil {
+		return Handle{}, err
+	}
+	h.Ref = id
+	defer func() {
+		if err != nil {
+			_ = c.Remove(context.WithoutCancel(ctx), h)
+		}
+	}()
+	st, err := c.RT.Inspect(ctx, id)
+	if err != nil {
+		return Handle{}, err
+	}
+	if st.Status == statusCreated {
+		if err := c.RT.Start(ctx, id); err != nil {
+			return Handle{}, err
+		}
+		if st, err = c.RT.Inspect(ctx, id); err != nil {
+			return Handle{}, err
+		}
+	}
+	if h.Ports, err = c.ports(st); err != nil {
+		return Handle{}, err
+	}
+	h.Pid, h.IP = st.Pid, st.IP
+	return h, nil
+}
+
+// spareApp is the app label of a spare container.
+const spareApp = "spare"
+
+// Fits implements Sparer.
+func (c *Container) Fits(sp Spare, r Run) error {
+	no := func(format string, args ...any) error {
+		return fmt.Errorf("app %s: "+format+": %w", append(append([]any{r.App.Name}, args...), ErrUnfit)...)
+	}
+	app := r.App
+	eng := app.Engine
+	if eng != engine.NameCRIU {
+		eng = engine.NameDMTCP
+	}
+	switch {
+	case r.Mode != RunRestart:
+		return no("a spare serves restores only, not %s", r.Mode)
+	case eng != sp.Engine:
+		return no("engine %s, the spare's is %s", eng, sp.Engine)
+	case app.Network != "":
+		return no("network group %q: spares are on the isolated network", app.Network)
+	case len(app.Ports) > sp.Ports:
+		return no("%d ports, the spare publishes %d", len(app.Ports), sp.Ports)
+	case app.StopSignal != "" && app.StopSignal != "SIGTERM":
+		return no("stop signal %s: a spare stops with SIGTERM", app.StopSignal)
+	}
+	lim := app.LimitsOver(r.Limits)
+	if _, ok := c.RT.(runtime.Updater); ok {
+		// CPUs, memory and processes are set when it is assigned.
+		lim.CPUs, lim.MemoryBytes, lim.Pids = sp.Limits.CPUs, sp.Limits.MemoryBytes, sp.Limits.Pids
+	}
+	if lim != sp.Limits {
+		return no("limits %+v, the spare's are %+v", app.LimitsOver(r.Limits), sp.Limits)
+	}
+	for _, p := range app.Ports {
+		if p.Proto != "" && p.Proto != "tcp" {
+			return no("port %d/%s: a spare publishes TCP ports only", p.Port, p.Proto)
+		}
+		if p.Port >= runtime.SparePortBase && p.Port < runtime.SparePortBase+runtime.MaxSparePorts {
+			return no("port %d is one of a spare's own (%d-%d)", p.Port, runtime.SparePortBase, runtime.SparePortBase+runtime.MaxSparePorts-1)
+		}
+	}
+	return nil
+}
+
+// Assign implements Sparer.
+func (c *Container) Assign(ctx context.Context, h Handle, sp Spare, r Run) (Handle, error) {
+	if err := c.Fits(sp, r); err != nil {
+		return Handle{}, err
+	}
+	r.EnvPath, r.CkptPath, r.CtlPath, r.CkptSource, r.SourceLater, r.RootLater, r.EnvFiles = sp.SpareRoot(), sp.SpareCkpt(), sp.CtlPath, "", false, true, sp.SpareRoot()
+	if err := r.validate(); err != nil {
+		return Handle{}, err
+	}
+	dc, err := c.container(ctx, r)
+	if err != nil {
+		return Handle{}, err
+	}
+	if h.Pid <= 0 || !c.ownsPid(h) {
+		return Handle{}, fmt.Errorf("spare %s: its container's main process is gone: %w", sp.ID, spec.ErrNotFound)
+	}
+	ports := map[string]string{}
+	var rules []netredirect.Rule
+	for i, p := range r.App.Ports {
+		generic := PortKey(runtime.SparePortBase+i, "tcp")
+		addr, ok := h.Ports[generic]
+		if !ok {
+			return Handle{}, fmt.Errorf("spare %s publishes no port %s", sp.ID, generic)
+		}
+		ports[PortKey(p.Port, "tcp")] = addr
+		rules = append(rules, netredirect.Rule{From: uint16(runtime.SparePortBase + i), To: uint16(p.Port)})
+	}
+	if err := netredirect.Set(h.Pid, rules); err != nil {
+		return Handle{}, fmt.Errorf("spare %s: %w", sp.ID, err)
+	}
+	if lim := r.App.LimitsOver(r.Limits); lim != sp.Limits {
+		up, _ := c.RT.(runtime.Updater) // Fits checked it can
+		if err := up.Update(ctx, h.Ref, runtime.Resources{NanoCPUs: dc.NanoCPUs, MemoryBytes: dc.MemoryBytes, PidsLimit: dc.PidsLimit}); err != nil {
+			return Handle{}, fmt.Errorf("spare %s: the limits of app %s: %w", sp.ID, r.App.Name, err)
+		}
+	}
+	if err := writeCtl(h.CtlPath, instancectl.Assign, instancectl.AssignBody{Args: dc.Assignment(r.Gen)}); err != nil {
+		return Handle{}, err
+	}
+	h.Ports, h.Gen, h.EnvPath, h.CkptPath = ports, r.Gen+1, r.EnvPath, r.CkptPath
+	return h, nil
+}

@@ -1,0 +1,93 @@
+// The spare slots' keeper: agent.spare_slots idle spare slots per engine whose driver makes them on
+// this node (deploy.Deployer.ProvisionSpare), none while the node is cordoned, made one at a time at
+// background priority once no deploy is under way, within the node's capacity.
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// spareEngines are the engines spares are kept for.
+var spareEngines = []engine.Name{engine.NameDMTCP, engine.NameCRIU}
+
+// registerSpares makes and registers the spare slots' metrics.
+func (m *metrics) registerSpares(reg prometheus.Registerer) {
+	m.spareTaken = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fogdeploy_spare_slots_taken_total", Help: "Restores that found no idle warm-pool slot of their app and took a spare slot (made for no app) on this node, by engine.",
+	}, []string{"engine"})
+	m.spareIdle = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fogdeploy_spare_slots_idle", Help: "Idle spare slots on this node, by engine (agent.spare_slots per engine).",
+	}, []string{"engine"})
+	m.spareRefill = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "fogdeploy_spare_refill_seconds", Help: "Time to provision one spare slot (clone, map, mount, create).",
+		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8},
+	})
+	reg.MustRegister(m.spareTaken, m.spareIdle, m.spareRefill)
+}
+
+// refillSpares keeps agent.spare_slots idle spares of each engine that
+// this node makes spares of (none when cordoned): extra ones are
+// released, missing ones made while the node has room.
+func (a *agent) refillSpares(ctx context.Context, cordoned bool) {
+	want := a.c.Agent.SpareSlots
+	if cordoned {
+		want = 0
+	}
+	for _, eng := range spareEngines {
+		if ctx.Err() != nil {
+			return
+		}
+		n := want
+		if n > 0 {
+			if err := a.d.MakesSpares(ctx, eng); err != nil {
+				a.log.Debug("spare slots: none of this engine on this node", "engine", eng, "err", err)
+				n = 0
+			}
+		}
+		for ctx.Err() == nil {
+			idle := a.idleSpares(eng)
+			a.m.spareIdle.WithLabelValues(string(eng)).Set(float64(idle))
+			if idle > n {
+				if _, err := a.d.ReleaseSpares(ctx, eng, idle-n); err != nil {
+					a.log.Warn("spare slots: releasing extra ones", "engine", eng, "err", err)
+				}
+				continue
+			}
+			if idle == n || a.room() <= 0 || !a.waitIdle(ctx) {
+				break
+			}
+			start := time.Now()
+			s, err := a.d.ProvisionSpare(ctx, eng)
+			if err != nil {
+				if !errors.Is(err, context.Canceled) {
+					a.log.Warn("spare slots: provisioning one failed; retried at the next refill", "engine", eng, "err", err)
+				}
+				break
+			}
+			a.m.spareRefill.Observe(time.Since(start).Seconds())
+			a.log.Info("spare slot ready", "engine", eng, "slot", s.ID, "took", time.Since(start).Round(time.Millisecond))
+		}
+	}
+}
+
+// idleSpares counts the idle spare slots of engine eng on this node.
+func (a *agent) idleSpares(eng engine.Name) int {
+	slots, err := a.d.SpareSlots()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, s := range slots {
+		if s.Spare.Engine == eng && s.Phase == deploy.SlotIdle {
+			n++
+		}
+	}
+	return n
+}
