@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -307,6 +308,13 @@ func (c *Config) ApplyEnv() {
 		}
 	}
 	set(&c.Agent.CheckpointCache, "FOGDEPLOY_CHECKPOINT_CACHE")
+	if v := os.Getenv("FOGDEPLOY_SPARE_SLOTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			n = -1 // Validate says what to give
+		}
+		c.Agent.SpareSlots = n
+	}
 	if v := os.Getenv("FOGDEPLOY_ETCD_ENDPOINTS"); v != "" {
 		c.Etcd.Endpoints = strings.Split(v, ",")
 	}

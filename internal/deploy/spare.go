@@ -344,18 +344,28 @@ func (d *Deployer) attach(ctx context.Context, o *op, s *Slot, dr drivers.Sparer
 		}); err != nil {
 		return err
 	}
+	if s.Fetched {
+		o.phase(StepFetch) // the node held no copy of the checkpoint
+	}
 	if lower.Size > s.Spare.Bytes {
 		return fmt.Errorf("the environment of %s (%d bytes) is larger than spare %s's writable image (%d bytes)", r.App.Name, lower.Size, s.ID, s.Spare.Bytes)
 	}
 	sp := spareOf(s)
-	if _, err := d.overlayRoot(ctx, lower, s.Dir); err != nil {
-		return err
-	}
-	if err := d.deps.Roots.BindReadOnly(src, filepath.Join(sp.SpareCkpt(), strconv.Itoa(g.Gen))); err != nil {
-		return err
-	}
-	h, err := dr.Assign(ctx, *s.Handle, sp, r)
-	if err != nil {
+	// The restart it is assigned reads its root and checkpoint only once
+	// ordered: both are mounted meanwhile.
+	r.EnvFiles = lower.Root
+	var h drivers.Handle
+	if err := both(
+		func() error {
+			if _, err := d.overlayRoot(ctx, lower, s.Dir); err != nil {
+				return err
+			}
+			return d.deps.Roots.BindReadOnly(src, filepath.Join(sp.SpareCkpt(), strconv.Itoa(g.Gen)))
+		},
+		func() (err error) {
+			h, err = dr.Assign(ctx, *s.Handle, sp, r)
+			return err
+		}); err != nil {
 		return err
 	}
 	s.Handle, s.Ports = &h, h.Ports

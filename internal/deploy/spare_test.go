@@ -86,7 +86,7 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 			t.Fatalf("restore %d into a spare: %v", i+1, err)
 		}
 		deps = append(deps, dep)
-		t.Logf("restore %d into spare %s: %s (total %s)", i+1, want.ID, dep.Timings, dep.Total().Round(time.Millisecond))
+		t.Logf("restore %d into spare %s: %s (total %s, the engine's restart %.0f ms)", i+1, want.ID, dep.Timings, dep.Total().Round(time.Millisecond), dep.EngineReadyMS)
 		if dep.Pool != spec.PoolSpare || dep.Slot != want.ID {
 			t.Errorf("restore %d: pool %q slot %s; want the oldest spare %s", i+1, dep.Pool, dep.Slot, want.ID)
 		}

@@ -77,11 +77,13 @@ type Sparer interface {
 	CreateSpare(ctx context.Context, sp Spare) (Handle, error)
 	// Fits reports, wrapping ErrUnfit, why run r cannot take spare sp.
 	Fits(sp Spare, r Run) error
-	// Assign makes spare h (made with sp) the instance of restart r, whose
-	// root is mounted at sp.SpareRoot() and generation r.Gen is in
-	// sp.SpareCkpt(): it points the app's ports at the spare's and gives
-	// the spare the restart to become. Start then orders it, as an
-	// instance created for r.
+	// Assign makes spare h (made with sp) the instance of restart r: it
+	// points the app's ports at the spare's, sets the app's limits and
+	// gives the spare the restart to become, which reads nothing before
+	// Start orders it (as an instance created for r with Run.RootLater):
+	// its root is mounted at sp.SpareRoot() and generation r.Gen put in
+	// sp.SpareCkpt() meanwhile or before. The environment is checked at
+	// r.EnvFiles (the same files; "": the root, mounted already).
 	Assign(ctx context.Context, h Handle, sp Spare, r Run) (Handle, error)
 }
 
@@ -157,6 +159,10 @@ func (c *Container) CreateSpare(ctx context.Context, sp Spare) (_ Handle, err er
 		return Handle{}, err
 	}
 	h.Pid, h.IP = st.Pid, st.IP
+	// What the kernel takes longest for, paid before any request.
+	if err := netredirect.Prepare(h.Pid); err != nil {
+		return Handle{}, fmt.Errorf("spare %s: %w", sp.ID, err)
+	}
 	return h, nil
 }
 
@@ -209,7 +215,10 @@ func (c *Container) Assign(ctx context.Context, h Handle, sp Spare, r Run) (Hand
 	if err := c.Fits(sp, r); err != nil {
 		return Handle{}, err
 	}
-	r.EnvPath, r.CkptPath, r.CtlPath, r.CkptSource, r.SourceLater, r.RootLater, r.EnvFiles = sp.SpareRoot(), sp.SpareCkpt(), sp.CtlPath, "", false, true, sp.SpareRoot()
+	if r.EnvFiles == "" {
+		r.EnvFiles = sp.SpareRoot() // mounted already
+	}
+	r.EnvPath, r.CkptPath, r.CtlPath, r.CkptSource, r.SourceLater, r.RootLater = sp.SpareRoot(), sp.SpareCkpt(), sp.CtlPath, "", false, true
 	if err := r.validate(); err != nil {
 		return Handle{}, err
 	}
@@ -231,14 +240,26 @@ func (c *Container) Assign(ctx context.Context, h Handle, sp Spare, r Run) (Hand
 		ports[PortKey(p.Port, "tcp")] = addr
 		rules = append(rules, netredirect.Rule{From: uint16(runtime.SparePortBase + i), To: uint16(p.Port)})
 	}
-	if err := netredirect.Set(h.Pid, rules); err != nil {
-		return Handle{}, fmt.Errorf("spare %s: %w", sp.ID, err)
-	}
-	if lim := r.App.LimitsOver(r.Limits); lim != sp.Limits {
-		up, _ := c.RT.(runtime.Updater) // Fits checked it can
-		if err := up.Update(ctx, h.Ref, runtime.Resources{NanoCPUs: dc.NanoCPUs, MemoryBytes: dc.MemoryBytes, PidsLimit: dc.PidsLimit}); err != nil {
-			return Handle{}, fmt.Errorf("spare %s: the limits of app %s: %w", sp.ID, r.App.Name, err)
+	// The redirects and the limits at once: each waits on the kernel or
+	// dockerd for several milliseconds.
+	var limits error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if lim := r.App.LimitsOver(r.Limits); lim != sp.Limits {
+			up, _ := c.RT.(runtime.Updater) // Fits checked it can
+			if err := up.Update(ctx, h.Ref, runtime.Resources{NanoCPUs: dc.NanoCPUs, MemoryBytes: dc.MemoryBytes, PidsLimit: dc.PidsLimit}); err != nil {
+				limits = fmt.Errorf("spare %s: the limits of app %s: %w", sp.ID, r.App.Name, err)
+			}
 		}
+	}()
+	redirects := netredirect.Set(h.Pid, rules)
+	<-done
+	if redirects != nil {
+		redirects = fmt.Errorf("spare %s: %w", sp.ID, redirects)
+	}
+	if err := errors.Join(redirects, limits); err != nil {
+		return Handle{}, err
 	}
 	if err := writeCtl(h.CtlPath, instancectl.Assign, instancectl.AssignBody{Args: dc.Assignment(r.Gen)}); err != nil {
 		return Handle{}, err

@@ -1,7 +1,8 @@
 // Package netredirect points ports of a network namespace at others: a TCP connection that
 // arrives in the namespace for port From is taken by the socket listening on port To (an nftables
 // redirect in the namespace's own nat table, made over netlink without entering the namespace). A
-// spare instance publishes generic ports; the app that takes it listens on its own.
+// spare instance publishes generic ports; the app that takes it listens on its own. Prepare makes
+// the table ahead (what costs the kernel most), Set adds the rules.
 package netredirect
 
 import (
@@ -35,16 +36,66 @@ func (r Rule) Validate() error {
 	return nil
 }
 
-// Set puts rules into the network namespace of process pid, in one
-// netlink transaction: the table is made anew, so that a second Set
-// replaces what the first put. The process's namespace is opened through
-// /proc; the calling thread stays in its own.
+// Prepare makes the table and chain of the redirects in the network
+// namespace of process pid, with a redirect of port Idle onto itself
+// (which changes nothing): a namespace's first NAT chain and redirect cost
+// the kernel 8-15 ms to hook in (connection tracking), which Prepare pays
+// ahead of Set. A second Prepare drops what Set added.
+func Prepare(pid int) error {
+	return in(pid, func(c *nftables.Conn) {
+		t := table()
+		c.AddTable(t) // so that the delete below finds one
+		c.DelTable(t)
+		c.AddTable(t)
+		c.AddRule(redirect(t, c.AddChain(chain(t)), Rule{From: Idle, To: Idle}))
+	})
+}
+
+// Idle is the port of the redirect Prepare makes, onto itself.
+const Idle = 1
+
+// Set adds rules to the chain Prepare made in the network namespace of
+// process pid, in one netlink transaction; without Prepare it makes the
+// table and chain first.
 func Set(pid int, rules []Rule) error {
 	for _, r := range rules {
 		if err := r.Validate(); err != nil {
 			return err
 		}
 	}
+	return in(pid, func(c *nftables.Conn) {
+		t := table()
+		c.AddTable(t) // no-op if it exists
+		ch := c.AddChain(chain(t))
+		for _, r := range rules {
+			c.AddRule(redirect(t, ch, r))
+		}
+	})
+}
+
+// redirect is the rule of r in chain ch.
+func redirect(t *nftables.Table, ch *nftables.Chain, r Rule) *nftables.Rule {
+	return &nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(r.From)},
+		&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(r.To)},
+		&expr.Redir{RegisterProtoMin: 1},
+	}}
+}
+
+func table() *nftables.Table { return &nftables.Table{Family: nftables.TableFamilyIPv4, Name: Table} }
+
+func chain(t *nftables.Table) *nftables.Chain {
+	return &nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest}
+}
+
+// in runs batch on a netlink connection in process pid's network
+// namespace (opened through /proc; the calling thread stays in its own)
+// and flushes it.
+func in(pid int, batch func(*nftables.Conn)) error {
 	ns, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/net")
 	if err != nil {
 		return fmt.Errorf("%w: network namespace of process %d: %w", ErrRedirect, pid, err)
@@ -55,22 +106,7 @@ func Set(pid int, rules []Rule) error {
 		return fmt.Errorf("%w: netlink in the namespace of process %d: %w", ErrRedirect, pid, err)
 	}
 	defer func() { _ = c.CloseLasting() }()
-	t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: Table}
-	c.AddTable(t) // so that the delete below finds one
-	c.DelTable(t)
-	c.AddTable(t)
-	ch := c.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
-	for _, r := range rules {
-		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(r.From)},
-			&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(r.To)},
-			&expr.Redir{RegisterProtoMin: 1},
-		}})
-	}
+	batch(c)
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("%w: in the namespace of process %d: %w", ErrRedirect, pid, err)
 	}
@@ -89,8 +125,8 @@ func List(pid int) ([]Rule, error) {
 		return nil, fmt.Errorf("%w: netlink in the namespace of process %d: %w", ErrRedirect, pid, err)
 	}
 	defer func() { _ = c.CloseLasting() }()
-	t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: Table}
-	rs, err := c.GetRules(t, &nftables.Chain{Name: "prerouting", Table: t})
+	t := table()
+	rs, err := c.GetRules(t, chain(t))
 	if err != nil {
 		return nil, fmt.Errorf("%w: in the namespace of process %d: %w", ErrRedirect, pid, err)
 	}
@@ -109,7 +145,7 @@ func List(pid int) ([]Rule, error) {
 				}
 			}
 		}
-		if len(ports) == 2 {
+		if len(ports) == 2 && ports[0] != Idle {
 			out = append(out, Rule{From: ports[0], To: ports[1]})
 		}
 	}

@@ -38,7 +38,7 @@ func inNewNetns(t *testing.T) int {
 	return 0
 }
 
-func TestSetReplacesAndLists(t *testing.T) {
+func TestPrepareSetList(t *testing.T) {
 	pid := inNewNetns(t)
 	if err := netredirect.Set(pid, []netredirect.Rule{{From: 61000, To: 6379}, {From: 61001, To: 8080}}); err != nil {
 		t.Fatalf("Set: %v", err)
@@ -50,11 +50,17 @@ func TestSetReplacesAndLists(t *testing.T) {
 	if want := []netredirect.Rule{{From: 61000, To: 6379}, {From: 61001, To: 8080}}; !slices.Equal(got, want) {
 		t.Fatalf("rules %v, want %v", got, want)
 	}
+	if err := netredirect.Prepare(pid); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if got, _ := netredirect.List(pid); len(got) != 0 {
+		t.Fatalf("after Prepare: %v, want none", got)
+	}
 	if err := netredirect.Set(pid, []netredirect.Rule{{From: 61000, To: 5432}}); err != nil {
-		t.Fatalf("second Set: %v", err)
+		t.Fatalf("Set after Prepare: %v", err)
 	}
 	if got, _ := netredirect.List(pid); !slices.Equal(got, []netredirect.Rule{{From: 61000, To: 5432}}) {
-		t.Fatalf("after a second Set: %v, want only 61000 -> 5432", got)
+		t.Fatalf("after Prepare and Set: %v, want only 61000 -> 5432", got)
 	}
 	// Nothing of it in this process's own namespace.
 	if got, err := netredirect.List(os.Getpid()); err == nil && len(got) > 0 {

@@ -1,0 +1,106 @@
+//go:build !no_ceph
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/runtime"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
+)
+
+// TestSparePoP: two agents with agent.spare_slots 1 and an app with no
+// warm pool. Each node keeps one idle spare slot per engine; a restore on
+// either node (the second one without the checkpoint yet) takes its spare:
+// its phases show no clone, map, mount or container, and it answers; the
+// node makes a new spare meanwhile; the metrics count it; the agents'
+// shutdown releases their spares and leaves nothing.
+func TestSparePoP(t *testing.T) {
+	f := deploytest.NewFixture(t, "container")
+	if _, _, err := f.D.CheckEngine(context.Background(), engine.NameDMTCP); err != nil {
+		testenv.Unavailable(t, testenv.DMTCP, err.Error())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	app := deploytest.RedisApp("e2e-spare-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, engine.NameDMTCP)
+	t.Cleanup(func() {
+		// Runs after startPoP's (registered later), which stops the
+		// agents: their spares are gone by now.
+		if sts, _ := f.RT.List(context.Background(), map[string]string{runtime.LabelApp: "spare"}); len(sts) > 0 {
+			t.Errorf("spare containers left after the agents stopped: %d", len(sts))
+		}
+		lo := f.Leftovers(t, spec.SpareApp)
+		if len(lo.Images) > 0 || len(lo.Containers) > 0 {
+			t.Errorf("spare images or containers left: %+v", lo)
+		}
+	})
+	p := startPoP(ctx, t, f, app.Name, "fogdeploy/dmtcp:deploytest", "")
+	p.env = append(p.env, "FOGDEPLOY_SPARE_SLOTS=1")
+	nodes := []string{"n1", "n2"}
+	for _, n := range nodes {
+		p.startAgent(n, "")
+	}
+	if err := p.st.CreateApp(ctx, app, false); err != nil {
+		t.Fatal(err)
+	}
+	idle := func(node string) float64 {
+		return metricCount(t, p.apis[node], `fogdeploy_spare_slots_idle{engine="dmtcp"}`)
+	}
+	waitSpares := func(why string) {
+		t.Helper()
+		start := time.Now()
+		for _, n := range nodes {
+			for idle(n) != 1 {
+				if time.Since(start) > 90*time.Second {
+					t.Fatalf("%s: node %s has %v idle DMTCP spares after 90 s; want 1", why, n, idle(n))
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+		t.Logf("spares ready %s in %s", why, time.Since(start).Round(time.Millisecond))
+	}
+	waitSpares("at start")
+
+	// The first deploy boots and checkpoints (no generation yet).
+	out, errOut, code := p.fogctl(ctx, "deploy", app.Name, "--node", "n1", "--mode", "restore", "--wait", "-o", "json")
+	var first state.Deployment
+	if err := json.Unmarshal([]byte(out), &first); code != 0 || err != nil || !first.Status.Booted {
+		t.Fatalf("first deploy = %d, %v, booted %v\n%s", code, err, first.Status.Booted, errOut)
+	}
+	waitSpares("after the first checkpoint")
+
+	for _, n := range nodes {
+		out, errOut, code := p.fogctl(ctx, "deploy", app.Name, "--node", n, "--mode", "restore", "--wait", "-o", "json")
+		var d state.Deployment
+		if err := json.Unmarshal([]byte(out), &d); code != 0 || err != nil {
+			t.Fatalf("deploy on %s = %d, %v\n%s", n, code, err, errOut)
+		}
+		t.Logf("restore on %s: pool %s, %s", n, d.Status.Pool, d.Status.Timings)
+		if d.Status.Pool != spec.PoolSpare || d.Status.Mode != spec.ModeRestore {
+			t.Errorf("restore on %s: pool %q mode %q; want a restore into a spare slot", n, d.Status.Pool, d.Status.Mode)
+		}
+		for _, ph := range d.Status.Timings {
+			if slices.Contains([]deploy.Step{deploy.StepClone, deploy.StepMap, deploy.StepMount, deploy.StepContainer}, deploy.Step(ph.Name)) {
+				t.Errorf("restore on %s into a spare waited for %s: %s", n, ph.Name, d.Status.Timings)
+			}
+		}
+		if got, err := testenv.RedisDo(ctx, nil, d.Status.Ports["6379/tcp"], "PING"); err != nil || got != "PONG" {
+			t.Errorf("restore on %s: PING = %q, %v", n, got, err)
+		}
+		// On n1 the first deploy's restore took one too.
+		if got := metricCount(t, p.apis[n], `fogdeploy_spare_slots_taken_total{engine="dmtcp"}`); got < 1 {
+			t.Errorf("node %s counts %v restores into spares; want at least 1", n, got)
+		}
+		waitSpares("after a restore on " + n + " took one")
+	}
+}
