@@ -113,7 +113,9 @@ else
 fi
 fd_info "the boot image (runs apps without a checkpoint engine)"
 image -b
-bash scripts/dev-agents.sh up "${DEMO_NODES:-3}"
+# One spare slot per engine on each node (agent.spare_slots): a restore
+# that finds no warm-pool slot of its app takes one.
+FOGDEPLOY_SPARE_SLOTS=${FOGDEPLOY_SPARE_SLOTS:-1} bash scripts/dev-agents.sh up "${DEMO_NODES:-3}"
 fd_info "the PoP's nodes (ENGINES: what each can checkpoint and restore with)"
 "$FOGCTL" node ls
 if $engine && [[ $("$FOGCTL" node ls -o json |
@@ -147,6 +149,25 @@ deploy_one() {
 		fd_warn "deploy $n of $app failed (above); the demo goes on"
 	fi
 	echo
+}
+
+# wait_spares: wait until every agent has an idle DMTCP spare slot (its
+# /metrics say so; at most 60 s). A restore took one moments ago, and the
+# agent makes another in the background once no deploy is under way.
+wait_spares() {
+	local i port n t0
+	t0=$(fd_now_us)
+	for ((i = 1; i <= ${DEMO_NODES:-3}; i++)); do
+		port=$((7480 + i))
+		for _ in $(seq 300); do
+			n=$(curl -fsS --max-time 2 "http://127.0.0.1:$port/metrics" 2>/dev/null |
+				awk '$1 == "fogdeploy_spare_slots_idle{engine=\"dmtcp\"}" {print int($2)}')
+			((${n:-0} >= 1)) && break
+			sleep 0.2
+		done
+		((${n:-0} >= 1)) || fd_warn "node$i has no idle spare slot after 60 s (its log: $DEV/agents/node$i.log)"
+	done
+	fd_info "an idle spare slot on each node after $(fd_since "$t0") s"
 }
 
 # wait_pool APP: wait until every node that runs APP's engine has an idle
@@ -216,8 +237,10 @@ for app in "${APPS[@]}"; do
 	deploy_one "$app" "$app, a plain boot (--mode boot): the baseline, without a checkpoint engine" --mode boot
 	if $engine; then
 		deploy_one "$app" "$app, the first deploy: no checkpoint yet, so the agent boots it, checkpoints it, seals both images and restores"
+		wait_spares
 		deploy_one "$app" "$app, a deploy in the default mode (auto), placed where a node holds the checkpoint: the agent restores it\
- (a clone of the environment, the node's copy of the checkpoint) or boots it, whichever it measured faster, and says why"
+ (in one of the node's spare slots, made for no app: only the app's root, checkpoint, ports and limits are attached) or boots it,\
+ whichever it measured faster, and says why"
 		if [[ $(jq -r '.status.mode // empty' "$REC/$(printf '%02d' "$n").json" 2>/dev/null) == boot ]]; then
 			fd_info "$app: mode auto booted it (above, with the medians it compared); for the table, one restore on request"
 			deploy_one "$app" "$app, restored from the checkpoint on request (--mode restore)" --mode restore
@@ -274,6 +297,7 @@ jq -r '
 		elif .status.mode == "restore" and .status.booted then "boot + checkpoint as gen \(.status.gen)"
 		elif .status.mode == "restore" and .status.pool == "hit" and .status.ahead then "restore from gen \(.status.gen), warm-pool hit (restored ahead)"
 		elif .status.mode == "restore" and .status.pool == "hit" then "restore from gen \(.status.gen), warm-pool hit"
+		elif .status.mode == "restore" and .status.pool == "spare" then "restore from gen \(.status.gen), in a spare slot"
 		elif .status.mode == "restore" then "restore from gen \(.status.gen)"
 		elif .status.mode == "checkpoint" then "checkpoint (gen \(.status.gen))"
 		else "? mode \(.status.mode // "none"), phase \(.status.phase)" end;

@@ -84,12 +84,13 @@ func (d *Deployer) withdraw(id string) bool {
 	return ok
 }
 
-// forget takes slot id out of the index and its claim (it is bound or
-// released).
+// forget takes slot id out of the indexes (the pool's, the spares') and
+// its claim (it is bound or released).
 func (d *Deployer) forget(id string) {
 	d.slotMu.Lock()
 	d.withdraw(id)
 	delete(d.claimed, id)
+	delete(d.spares, id)
 	d.slotMu.Unlock()
 }
 

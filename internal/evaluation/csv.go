@@ -25,7 +25,7 @@ func WriteAppsCSV(w io.Writer, apps []App) error {
 	for _, col := range appColumns {
 		head = append(head, statsCols(col.name)...)
 	}
-	head = append(head, "speedup", "first_speedup", "pool_speedup", "pool_slot_mib", "pool_slot_cpu_ms_per_s", "auto_mode", "auto_speedup", "state_check")
+	head = append(head, "speedup", "first_speedup", "pool_speedup", "pool_slot_mib", "pool_slot_cpu_ms_per_s", "spare_slot_mib", "spare_slot_cpu_ms_per_s", "auto_mode", "auto_speedup", "state_check")
 	if err := c.Write(head); err != nil {
 		return err
 	}
@@ -34,7 +34,7 @@ func WriteAppsCSV(w io.Writer, apps []App) error {
 		for _, col := range appColumns {
 			row = append(row, statsVals(col.get(a))...)
 		}
-		row = append(row, num(a.Speedup), num(a.FirstSpeedup), num(a.PoolSpeedup), num(a.PoolSlotMiB), num(a.PoolSlotCPU), a.AutoMode, num(a.AutoSpeedup), a.StateCheck)
+		row = append(row, num(a.Speedup), num(a.FirstSpeedup), num(a.PoolSpeedup), num(a.PoolSlotMiB), num(a.PoolSlotCPU), num(a.SpareSlotMiB), num(a.SpareSlotCPU), a.AutoMode, num(a.AutoSpeedup), a.StateCheck)
 		if err := c.Write(row); err != nil {
 			return err
 		}

@@ -103,6 +103,9 @@ var appColumns = []struct {
 	{"pool_overhead_ms", func(a App) Stats { return a.PoolOverheadMS }},
 	{"pool_restart_ms", func(a App) Stats { return a.PoolRestartMS }},
 	{"pool_refill_ms", func(a App) Stats { return a.PoolRefillMS }},
+	{"spare_ms", func(a App) Stats { return a.SpareMS }},
+	{"spare_overhead_ms", func(a App) Stats { return a.SpareOverheadMS }},
+	{"miss_overhead_ms", func(a App) Stats { return a.MissOverheadMS }},
 	{"checkpoint_osd_read_mib", func(a App) Stats { return a.CheckpointIO.ReadMiB }},
 	{"checkpoint_osd_written_mib", func(a App) Stats { return a.CheckpointIO.WrittenMiB }},
 	{"first_restore_osd_read_mib", func(a App) Stats { return a.FirstRestoreIO.ReadMiB }},
@@ -193,6 +196,23 @@ func writeApps(b *strings.Builder, apps []App) {
 	fmt.Fprintf(b, "\nPlain boot is a deploy that boots the app in a plain container of a clone of the same environment. "+
 		"A first restore on a node fetches the checkpoint to the node (while the environment is cloned, mapped and mounted); "+
 		"later restores there read the node's copy. Speedup = plain boot / restore.\n\n![boot vs restore](%s)\n\n", PlotBootRestore)
+
+	b.WriteString("## Spare slots: restores without a pool slot of their app\n\n")
+	b.WriteString("| app | restore (a slot of its own) | beyond the engine's restart | restore (a spare slot) | beyond the engine's restart | speedup (spare against own) | memory of an idle spare | CPU of an idle spare |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, a := range apps {
+		speedup := 0.0
+		if a.SpareMS.Median > 0 {
+			speedup = a.RestoreMS.Median / a.SpareMS.Median
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %.1fx | %.1f MiB | %.1f ms/s |\n", a.Name, seconds(a.RestoreMS), millis(a.MissOverheadMS),
+			seconds(a.SpareMS), millis(a.SpareOverheadMS), speedup, a.SpareSlotMiB, a.SpareSlotCPU)
+	}
+	b.WriteString("\nBoth restore with the checkpoint on the node. A slot of its own is cloned, mapped, mounted and its container created " +
+		"for the deploy; a spare slot (agent.spare_slots) was made before for no app, and the deploy only attaches the app to it " +
+		"(its root over the node's copy of the environment, its checkpoint, its ports and limits). Beyond the engine's restart: " +
+		"the restore's time less the engine's own restart-to-ready, as the entrypoint measured it. The memory and CPU of an idle " +
+		"spare are measured as those of an idle pool slot, with 4 spares (shim, waiting entrypoint, rbd-fuse, port proxies).\n\n")
 
 	b.WriteString("## Warm pool: restores that find a slot waiting\n\n")
 	b.WriteString("| app | restore (pool miss) | pool hit, restart on request | pool hit (restored ahead) | beyond the engine's restart | speedup (pool hit) | refilling one slot | memory of an idle slot | CPU of an idle slot | auto chose | auto | speedup (auto) |\n")

@@ -134,6 +134,19 @@ type App struct {
 	// PoolSlotCPU is the CPU time (ms) one idle pool slot's processes
 	// spend per second while they wait, measured with the same slots.
 	PoolSlotCPU float64 `json:"pool_slot_cpu_ms_per_s"`
+	// SpareMS is restore-to-ready of a restore that found no pool slot of
+	// its app and took a spare slot (made for no app: it attaches the
+	// app's root, checkpoint, ports and limits, then starts, waits until
+	// ready and binds), the checkpoint on the node; SpareOverheadMS what
+	// it adds to the engine's own restart (as PoolOverheadMS), and
+	// MissOverheadMS what a restore in a slot of its own (RestoreMS)
+	// adds. SpareSlotMiB and SpareSlotCPU are an idle spare's memory
+	// and CPU, measured as PoolSlotMiB and PoolSlotCPU with 4 spares.
+	SpareMS         Stats   `json:"spare_ms"`
+	SpareOverheadMS Stats   `json:"spare_overhead_ms"`
+	MissOverheadMS  Stats   `json:"miss_overhead_ms"`
+	SpareSlotMiB    float64 `json:"spare_slot_mib"`
+	SpareSlotCPU    float64 `json:"spare_slot_cpu_ms_per_s"`
 	// AutoMode is what mode auto's policy chose from the plain boots and
 	// the pool hits measured (boot or restore), AutoReason why, AutoMS the
 	// time of a deploy as it chose, and AutoSpeedup PlainBootMS / AutoMS

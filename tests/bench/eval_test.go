@@ -375,8 +375,11 @@ func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spec.
 	if err := evalAuto(ctx, t, f, app, catalogName, last, plain, hit, &a); err != nil {
 		return a, err
 	}
-	if a.PoolSlotMiB, a.PoolSlotCPU, err = poolCost(ctx, f, last, poolSlotsMeasured); err != nil {
+	if a.PoolSlotMiB, a.PoolSlotCPU, err = slotCost(ctx, f, poolSlotsMeasured, func() (deploy.Slot, error) { return provisionSlot(ctx, f, last, true) }); err != nil {
 		return a, fmt.Errorf("cost of %d idle pool slots: %w", poolSlotsMeasured, err)
+	}
+	if err := evalSpare(ctx, t, f, app, catalogName, last, check, reps, &a); err != nil {
+		return a, err
 	}
 	t.Logf("  %s: %d idle pool slots take %.1f MiB of the node's memory and %.1f ms of CPU a second each", catalogName, poolSlotsMeasured,
 		a.PoolSlotMiB, a.PoolSlotCPU)
@@ -384,6 +387,13 @@ func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spec.
 	a.FirstDeployMS, a.BootReadyMS = evaluation.Summarize(first), evaluation.Summarize(bootReady)
 	a.CheckpointMS, a.ImageMiB = evaluation.Summarize(ckptMS), evaluation.Summarize(image)
 	a.RestoreMS, a.EngineRestartMS = evaluation.Summarize(restore), evaluation.Summarize(engineMS)
+	if len(engineMS) == len(restore) {
+		over := make([]float64, len(restore))
+		for i := range restore {
+			over[i] = max(0, restore[i]-engineMS[i])
+		}
+		a.MissOverheadMS = evaluation.Summarize(over)
+	}
 	a.CheckpointIO = evaluation.IO{ReadMiB: evaluation.Summarize(ckR), WrittenMiB: evaluation.Summarize(ckW)}
 	a.RestoreIO = evaluation.IO{ReadMiB: evaluation.Summarize(rsR), WrittenMiB: evaluation.Summarize(rsW)}
 	a.FirstRestoreMS = evaluation.Summarize(firstRestore)
@@ -426,8 +436,9 @@ const (
 	poolCPUWindow = 5 * time.Second
 )
 
-// poolCost provisions n idle pool slots of g (restored ahead where the
-// node can) and returns what each costs while it waits: the memory, the
+// slotCost provisions n idle slots with provision (pool slots restored
+// ahead where the node can, or spares) and returns what each costs while
+// it waits: the memory, the
 // proportional set size (Pss: private pages, and shared ones split among
 // the processes that map them) of the processes that appeared with them
 // (per slot, its container's shim, its entrypoint and keeper, the app and
@@ -435,7 +446,7 @@ const (
 // and the CPU time those processes spend per second, over n. The page
 // cache their mounts fill is not counted: the node reclaims it. It removes
 // them again.
-func poolCost(ctx context.Context, f *deploytest.Fixture, g spec.Generation, n int) (mib, cpuMSPerS float64, err error) {
+func slotCost(ctx context.Context, f *deploytest.Fixture, n int, provision func() (deploy.Slot, error)) (mib, cpuMSPerS float64, err error) {
 	before := map[string]bool{}
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -451,7 +462,7 @@ func poolCost(ctx context.Context, f *deploytest.Fixture, g spec.Generation, n i
 		}
 	}()
 	for range n {
-		s, err := provisionSlot(ctx, f, g, true)
+		s, err := provision()
 		if err != nil {
 			return 0, 0, err
 		}
@@ -627,6 +638,56 @@ func evalPool(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spec
 		}
 	}
 	return hit, overhead, refill, nil
+}
+
+// evalSpare measures restores of g that find no pool slot of the app and
+// take a spare slot, made for no app just before (as the agent's refill
+// does), the checkpoint on the node, and what an idle spare costs.
+func evalSpare(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spec.App, catalogName string, g spec.Generation,
+	check stateCheck, reps int, a *evaluation.App) error {
+	if err := f.D.MakesSpares(ctx, g.Engine); err != nil {
+		t.Logf("  %s: no spare slots: %v", catalogName, err)
+		return nil
+	}
+	var total, overhead []float64
+	for i := range reps {
+		s, err := f.D.ProvisionSpare(ctx, g.Engine)
+		if err != nil {
+			return fmt.Errorf("spare %d: %w", i+1, err)
+		}
+		time.Sleep(poolArrival)
+		dep, err := f.D.Deploy(ctx, app, deploy.Options{})
+		if err != nil {
+			_ = f.D.ReleaseSlot(ctx, s.ID)
+			return fmt.Errorf("restore into spare %d: %w", i+1, err)
+		}
+		if dep.Pool != spec.PoolSpare || dep.Slot != s.ID || dep.Gen != g.Gen {
+			_ = f.D.Undeploy(ctx, dep.ID)
+			_ = f.D.ReleaseSlot(ctx, s.ID)
+			return fmt.Errorf("restore into spare %d: deploy %s found pool %q in slot %q (generation %d); want spare %s (generation %d)", i+1, dep.ID, dep.Pool, dep.Slot, dep.Gen, s.ID, g.Gen)
+		}
+		if check != nil {
+			if err := check.after(ctx, dep); err != nil {
+				_ = f.D.Undeploy(ctx, dep.ID)
+				return fmt.Errorf("restore into spare %d does not carry the state written before the checkpoint: %w", i+1, err)
+			}
+		}
+		total = append(total, ms(dep.Total()))
+		if dep.EngineReadyMS > 0 {
+			overhead = append(overhead, max(0, total[i]-dep.EngineReadyMS))
+		}
+		t.Logf("  %s restore into a spare %d/%d: %s (engine %s) (%s)", catalogName, i+1, reps, secs(total[i]), secs(dep.EngineReadyMS), dep.Timings)
+		if err := f.D.Undeploy(ctx, dep.ID); err != nil {
+			return err
+		}
+	}
+	a.SpareMS, a.SpareOverheadMS = evaluation.Summarize(total), evaluation.Summarize(overhead)
+	var err error
+	if a.SpareSlotMiB, a.SpareSlotCPU, err = slotCost(ctx, f, poolSlotsMeasured, func() (deploy.Slot, error) { return f.D.ProvisionSpare(ctx, g.Engine) }); err != nil {
+		return fmt.Errorf("cost of %d idle spares: %w", poolSlotsMeasured, err)
+	}
+	t.Logf("  %s: an idle spare takes %.1f MiB of the node's memory and %.1f ms of CPU a second", catalogName, a.SpareSlotMiB, a.SpareSlotCPU)
+	return nil
 }
 
 // evalConcurrency restores app 1, 2, 4 and 8 times at once on the node

@@ -206,6 +206,32 @@ func testHostile(t *testing.T, eng engine.Name) {
 		}
 	}
 
+	// A spare slot, made for no app, that this app's restore takes: the
+	// same sandbox, the node's limits, no neighbour reached.
+	if err := f.D.MakesSpares(ctx, eng); err != nil {
+		t.Errorf("no spare slots of %s on this node: %v", eng, err)
+	} else {
+		t.Cleanup(func() { _, _ = f.D.ReleaseSpares(context.Background(), "", -1) })
+		if _, err := f.D.ProvisionSpare(ctx, eng); err != nil {
+			t.Fatalf("spare: %v", err)
+		}
+		sp, err := f.D.Deploy(ctx, app, deploy.Options{})
+		if err != nil {
+			t.Fatalf("restore into a spare: %v", err)
+		}
+		if sp.Pool != spec.PoolSpare {
+			t.Errorf("restore %s: pool %q; want a spare slot", sp.ID, sp.Pool)
+		}
+		runProbe(ctx, t, f, sp, app, "a spare slot")
+		checkLimits(ctx, t, f, sp, want)
+		if err := dialFrom(ctx, f, sp, neighbour); err == nil {
+			t.Errorf("%s (in a spare slot) reached another user's instance %s", sp.ID, neighbour.ID)
+		}
+		if err := f.D.Undeploy(ctx, sp.ID); err != nil {
+			t.Fatalf("undeploy the spare's instance: %v", err)
+		}
+	}
+
 	// Recycled for the next tenant: a warm-pool slot serves two
 	// deployments in one container; the second finds nothing of the first,
 	// and the links the first planted were not followed.
