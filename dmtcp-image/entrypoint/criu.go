@@ -38,14 +38,21 @@ func (s *supervisor) runCRIU() int {
 		return exitSetup
 	}
 	s.self = self
-	t := time.Now()
-	eng, info, err := newCRIU(ctx, s.cfg, s.log)
-	s.tm.record("check", 0, t, 0, err)
-	if err != nil {
-		s.log.Error("criu cannot run in this container", "err", err)
-		return exitSetup
+	var eng *engine.CRIU
+	if os.Getenv(envCRIUChecked) == "1" {
+		// A spare ran the check before it was assigned this restart.
+		eng = criuEngine(s.cfg, s.log)
+	} else {
+		t := time.Now()
+		var info engine.Info
+		eng, info, err = newCRIU(ctx, s.cfg, s.log)
+		s.tm.record("check", 0, t, 0, err)
+		if err != nil {
+			s.log.Error("criu cannot run in this container", "err", err)
+			return exitSetup
+		}
+		s.log.Info("criu found", "version", info.Version, "prefix", info.Prefix)
 	}
-	s.log.Info("criu found", "version", info.Version, "prefix", info.Prefix)
 	for {
 		code, again := s.lifeCRIU(ctx, eng, sigs)
 		if !again {
@@ -184,12 +191,22 @@ func newCRIU(ctx context.Context, cfg *config, log *slog.Logger) (*engine.CRIU, 
 	if err := mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
 		return nil, engine.Info{}, fmt.Errorf("mount a fresh /proc for criu: %w", err)
 	}
-	// Connections open at the checkpoint are restored closed: a restored
-	// instance has another address, and the container has no iptables.
-	eng := engine.NewCRIU(engine.Config{Prefix: cfg.criuPrefix, Logger: log, Timeout: cfg.ckptTimeout, TCPClose: true})
+	eng := criuEngine(cfg, log)
 	info, err := eng.Check(ctx)
 	return eng, info, err
 }
+
+// criuEngine is the CRIU engine of cfg. Connections open at the
+// checkpoint are restored closed: a restored instance has another
+// address, and the container has no iptables.
+func criuEngine(cfg *config, log *slog.Logger) *engine.CRIU {
+	return engine.NewCRIU(engine.Config{Prefix: cfg.criuPrefix, Logger: log, Timeout: cfg.ckptTimeout, TCPClose: true})
+}
+
+// envCRIUChecked, "1", tells a restart that a spare ran newCRIU in this
+// container before it executed the restart: /proc is the fresh one criu
+// needs, and its kernel-feature cache is in /run.
+const envCRIUChecked = "FOG_CRIU_CHECKED"
 
 // checkEngine is the check mode: it reports on stdout whether the engine
 // can run in this container (for CRIU: criu check passes, with the

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/instancectl"
@@ -45,6 +47,18 @@ func spare(args []string, stderr io.Writer) int {
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
+	env := os.Environ()
+	if *eng == string(engine.NameCRIU) {
+		// What the restart would check first, done before it is assigned:
+		// criu check fills its kernel-feature cache, which spares the
+		// restore a probe of the kernel.
+		cfg := &config{criuPrefix: envOr("FOG_CRIU_PREFIX", "/opt/criu"), ckptTimeout: time.Minute}
+		if _, _, err := newCRIU(context.Background(), cfg, log); err != nil {
+			log.Error("criu cannot run in this container", "err", err)
+			return exitSetup
+		}
+		env = append(env, envCRIUChecked+"=1")
+	}
 	log.Info("spare: waiting for an assignment", "file", *assign, "engine", *eng)
 	w := watchDirs(log, []string{filepath.Dir(*assign)}, watchSafety, watchFallback)
 	var b []byte
@@ -81,7 +95,7 @@ func spare(args []string, stderr io.Writer) int {
 	}
 	signal.Reset()
 	log.Info("spare assigned", "args", argv)
-	err = syscall.Exec(self, append([]string{self}, argv...), os.Environ())
+	err = syscall.Exec(self, append([]string{self}, argv...), env)
 	log.Error("execute the assigned restart", "err", err)
 	return exitSetup
 }

@@ -159,6 +159,36 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 	if _, err := d.ReleaseSpares(ctx, "", -1); err != nil {
 		t.Fatal(err)
 	}
+
+	// A process killed with a spare idle, and another with a spare
+	// attached to a deployment not yet running: the next one releases
+	// both whole, and the deployment's record says it failed.
+	if _, err := d.ProvisionSpare(ctx, eng); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.ProvisionSpare(ctx, eng); err != nil {
+		t.Fatal(err)
+	}
+	g, err := d.Latest(ctx, app.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attached, err := deploy.AttachSpare(ctx, d, app, g, app.Name+"-cut")
+	if err != nil {
+		t.Fatalf("attach a spare: %v", err)
+	}
+	if attached.Phase != deploy.SlotClaimed || attached.Deployment != app.Name+"-cut" {
+		t.Errorf("attached spare %s: phase %s deployment %q; want claimed by %s", attached.ID, attached.Phase, attached.Deployment, app.Name+"-cut")
+	}
+	d2 := f.Reopen(t)
+	released, err := d2.RecoverSlots(ctx)
+	if err != nil || len(released) != 2 || !slices.Contains(released, attached.ID) {
+		t.Errorf("RecoverSlots = %v, %v; want both spares released, %s among them", released, err, attached.ID)
+	}
+	if err := d2.Undeploy(ctx, app.Name+"-cut"); err != nil {
+		t.Errorf("undeploy the deployment cut short: %v", err)
+	}
+	d = d2
 	for _, dep := range append(deps, first) {
 		if err := d.Undeploy(ctx, dep.ID); err != nil {
 			t.Errorf("undeploy %s: %v", dep.ID, err)
