@@ -19,9 +19,10 @@ func NewCmdPool(f *Factory) *cobra.Command {
 	var node string
 	ls := &cobra.Command{
 		Use: "ls [APP]", Aliases: []string{"list"}, Args: cobra.MaximumNArgs(1),
-		Short: "List each node's warm pool per app: size, idle slots (and how many were restored ahead), provisioning slots, hits, misses, last refill, and whether it holds the checkpoint",
+		Short: "List each node's warm pool per app: size, idle slots (and how many were restored ahead), provisioning slots, hits, misses, last refill, and whether it holds the checkpoint; the spare slots, made for no app, as app spare",
 		Example: `  fogctl pool ls
-  fogctl pool ls redis -o json`,
+  fogctl pool ls redis -o json
+  fogctl pool ls spare`,
 		RunE: withState(f, func(cmd *cobra.Command, args []string, st *state.Store) error {
 			// A node or an app that is not there is an error, not an
 			// empty list.
@@ -30,7 +31,7 @@ func NewCmdPool(f *Factory) *cobra.Command {
 					return err
 				}
 			}
-			if len(args) == 1 {
+			if len(args) == 1 && args[0] != spec.SpareApp { // the nodes' spare slots, made for no app
 				if _, err := st.App(cmd.Context(), args[0]); err != nil {
 					return err
 				}

@@ -219,16 +219,23 @@ func (d *Deployer) DropPool(ctx context.Context, app string, drop func(Slot) boo
 		}
 	}
 	d.slotMu.Unlock()
+	done, rerr := d.releaseSlots(ctx, picked)
+	return done, errors.Join(rerr, err)
+}
+
+// releaseSlots releases slots (taken out of the indexes already) and
+// returns the IDs of those it released.
+func (d *Deployer) releaseSlots(ctx context.Context, slots []Slot) ([]string, error) {
 	var done []string
 	var errs []error
-	for _, s := range picked {
-		if rerr := d.ReleaseSlot(ctx, s.ID); rerr != nil {
-			errs = append(errs, fmt.Errorf("slot %s: %w", s.ID, rerr))
+	for _, s := range slots {
+		if err := d.ReleaseSlot(ctx, s.ID); err != nil {
+			errs = append(errs, fmt.Errorf("slot %s: %w", s.ID, err))
 			continue
 		}
 		done = append(done, s.ID)
 	}
-	return done, errors.Join(append(errs, err)...)
+	return done, errors.Join(errs...)
 }
 
 // ReleasePool releases every idle pool slot on this node (at shutdown).

@@ -78,32 +78,10 @@ func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options,
 		if err := fresh(); err != nil {
 			return Deployment{}, err
 		}
-		var serr error
-		if !opts.NoPool {
-			s, serr = d.takeSpare(ctx, o, rec, app, g)
+		if s, err = d.slotFor(ctx, o, rec, app, g, opts); err != nil {
+			return Deployment{}, err
 		}
-		if opts.NoPool || errors.Is(serr, ErrNoSpare) {
-			if serr != nil && !errors.Is(serr, errNoIdleSpare) {
-				d.log.Info("restore without a spare slot", "deployment", id, "app", app.Name, "why", serr)
-			}
-			rec.Pool = spec.PoolMiss
-			if err := d.create(rec); err != nil {
-				return Deployment{}, err
-			}
-			defer d.undoOnError(ctx, rec, &err)
-			if s, err = d.provisionFor(ctx, o, rec, app, drivers.RunRestart, g.Gen, nil, slotSource{app: app, engine: g.Engine,
-				env: g.EnvSnap, gen: &g, config: d.genConfig(ctx, g), background: opts.Background}); err != nil {
-				return Deployment{}, err
-			}
-			break
-		}
-		if rec.Pool == spec.PoolSpare {
-			// Its record was created with the claim: an error undoes it.
-			defer d.undoOnError(ctx, rec, &err)
-		}
-		if serr != nil {
-			return Deployment{}, serr
-		}
+		defer d.undoOnError(ctx, rec, &err)
 	default:
 		return Deployment{}, err
 	}
@@ -116,6 +94,47 @@ func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options,
 		return Deployment{}, err
 	}
 	return d.bind(ctx, o, s, rec, dr, app, "restart_ready")
+}
+
+// slotFor is the slot of a restore of generation g for deployment rec
+// that found no pool slot of its app: a spare slot that fits it
+// (takeSpare), else one provisioned for it (a pool miss; also when its
+// spare could not be attached, which is released). It creates rec; on
+// error rec is undone.
+func (d *Deployer) slotFor(ctx context.Context, o *op, rec *Deployment, app spec.App, g spec.Generation, opts Options) (_ *Slot, err error) {
+	var serr error
+	if !opts.NoPool {
+		s, err := d.takeSpare(ctx, o, rec, app, g)
+		if err == nil {
+			return s, nil
+		}
+		serr = err
+	}
+	created := rec.Pool == spec.PoolSpare // takeSpare made the record
+	if created {
+		defer d.undoOnError(ctx, rec, &err)
+		if ctx.Err() != nil {
+			return nil, serr
+		}
+		d.log.Warn("restore into a spare slot failed; provisioning a slot of its own", "deployment", rec.ID, "app", app.Name, "slot", rec.Slot, "err", serr)
+		if err := d.ReleaseSlot(context.WithoutCancel(ctx), rec.Slot); err != nil {
+			return nil, errors.Join(serr, err)
+		}
+		rec.Slot = ""
+	} else if serr != nil && !errors.Is(serr, ErrNoSpare) {
+		return nil, serr
+	} else if serr != nil && !errors.Is(serr, errNoIdleSpare) {
+		d.log.Info("restore without a spare slot", "deployment", rec.ID, "app", app.Name, "why", serr)
+	}
+	rec.Pool = spec.PoolMiss
+	if !created {
+		if err := d.create(rec); err != nil {
+			return nil, err
+		}
+		defer d.undoOnError(ctx, rec, &err)
+	}
+	return d.provisionFor(ctx, o, rec, app, drivers.RunRestart, g.Gen, nil, slotSource{app: app, engine: g.Engine,
+		env: g.EnvSnap, gen: &g, config: d.genConfig(ctx, g), background: opts.Background})
 }
 
 // restoredSpec is the spec a restore of generation g runs: the one sealed

@@ -204,16 +204,7 @@ func (d *Deployer) ReleaseSpares(ctx context.Context, eng engine.Name, n int) ([
 		delete(d.spares, s.ID)
 	}
 	d.slotMu.Unlock()
-	var done []string
-	var errs []error
-	for _, s := range picked {
-		if err := d.ReleaseSlot(ctx, s.ID); err != nil {
-			errs = append(errs, fmt.Errorf("spare slot %s: %w", s.ID, err))
-			continue
-		}
-		done = append(done, s.ID)
-	}
-	return done, errors.Join(errs...)
+	return d.releaseSlots(ctx, picked)
 }
 
 // claimSpare takes the oldest idle spare slot of engine eng that run r

@@ -126,6 +126,48 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 			t.Errorf("%s: GET mine = %q, %v; want its own", dep.ID, got, err)
 		}
 	}
+	// An instance in a spare keeps its state through a suspend and a
+	// resume (its writable image and checkpoint volume are a spare's).
+	susp, err := d.Suspend(ctx, deps[0].ID, app, nil)
+	if err != nil {
+		t.Fatalf("suspend the instance of a spare: %v", err)
+	}
+	if err := d.Forget(deps[0].ID); err != nil { // as the agent does once etcd has the suspension
+		t.Fatal(err)
+	}
+	resumed, err := d.Resume(ctx, app, deps[0].ID, susp, deploy.Options{})
+	if err != nil {
+		t.Fatalf("resume the instance of a spare: %v", err)
+	}
+	d.DropSuspension(ctx, resumed.ID, susp)
+	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, resumed), "GET", "mine"); err != nil || got != resumed.ID {
+		t.Errorf("%s after suspend and resume: GET mine = %q, %v; want its own", resumed.ID, got, err)
+	}
+	deps[0] = resumed
+
+	// A spare whose container is gone (stopped behind the agent's back):
+	// the restore that takes it releases it and provisions its own slot.
+	gone, err := d.ProvisionSpare(ctx, eng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.RT.Stop(ctx, gone.Handle.Ref, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	fell, err := d.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatalf("restore whose spare's container is gone: %v", err)
+	}
+	deps = append(deps, fell)
+	if fell.Pool != spec.PoolMiss || fell.Slot == gone.ID || !hasPhase(fell.Timings, deploy.StepClone) {
+		t.Errorf("restore whose spare's container is gone: pool %q slot %s, timings %s; want a slot of its own", fell.Pool, fell.Slot, fell.Timings)
+	}
+	if _, err := d.LoadSlot(gone.ID); !errors.Is(err, deploy.ErrNoSlot) {
+		t.Errorf("the spare whose container was gone is still there (%v)", err)
+	}
+	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, fell), "GET", "greeting"); err != nil || got != "from the checkpoint" {
+		t.Errorf("restore whose spare's container is gone: GET greeting = %q, %v", got, err)
+	}
 
 	// No spare left: the next restore provisions its own slot.
 	miss, err := d.Deploy(ctx, app, deploy.Options{})

@@ -147,7 +147,7 @@ func escape(s string) string {
 // (for DMTCP) its coordinator listening, and its entrypoint waiting for the
 // order that Start writes into Run.CtlPath. Everything but the app's own
 // start is done here, ahead of the request that Start serves.
-func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
+func (c *Container) Create(ctx context.Context, r Run) (Handle, error) {
 	if err := r.validate(); err != nil {
 		return Handle{}, err
 	}
@@ -167,6 +167,14 @@ func (c *Container) Create(ctx context.Context, r Run) (_ Handle, err error) {
 	if r.Mode == RunRestart {
 		h.Gen = r.Gen + 1
 	}
+	return c.started(ctx, h, spec)
+}
+
+// started creates the container of spec (or finds the one a call before
+// created, existing), starts it if it has not run, and returns h with its
+// reference, host ports, main process and address. On error the
+// container is removed.
+func (c *Container) started(ctx context.Context, h Handle, spec runtime.Spec) (_ Handle, err error) {
 	id, err := c.RT.Create(ctx, spec)
 	if errors.Is(err, runtime.ErrConflict) {
 		h, err = c.existing(ctx, h, spec, err)

@@ -110,7 +110,7 @@ func (c *Container) MakesSpares(ctx context.Context, eng engine.Name) error {
 
 // CreateSpare implements Sparer: the light container, started, its
 // entrypoint in its spare mode.
-func (c *Container) CreateSpare(ctx context.Context, sp Spare) (_ Handle, err error) {
+func (c *Container) CreateSpare(ctx context.Context, sp Spare) (Handle, error) {
 	if err := sp.validate(); err != nil {
 		return Handle{}, err
 	}
@@ -127,41 +127,13 @@ func (c *Container) CreateSpare(ctx context.Context, sp Spare) (_ Handle, err er
 		LogFiles: sp.Limits.LogFiles, CPUShares: backgroundShares, Labels: map[string]string{"io.fogdeploy.gen": "0"}}
 	rs := dc.Spare(sp.Ports)
 	h := Handle{Driver: c.Name(), EnvPath: sp.SpareRoot(), CkptPath: sp.SpareCkpt(), CtlPath: sp.CtlPath, Background: true, RootLater: true}
-	id, err := c.RT.Create(ctx, rs)
-	if errors.Is(err, runtime.ErrConflict) {
-		h, err = c.existing(ctx, h, rs, err)
-		if err != nil {
-			return Handle{}, err
-		}
-		id = h.Ref
-	} else if err != nil {
-		return Handle{}, err
-	}
-	h.Ref = id
-	defer func() {
-		if err != nil {
-			_ = c.Remove(context.WithoutCancel(ctx), h)
-		}
-	}()
-	st, err := c.RT.Inspect(ctx, id)
+	h, err = c.started(ctx, h, rs)
 	if err != nil {
 		return Handle{}, err
 	}
-	if st.Status == statusCreated {
-		if err := c.RT.Start(ctx, id); err != nil {
-			return Handle{}, err
-		}
-		if st, err = c.RT.Inspect(ctx, id); err != nil {
-			return Handle{}, err
-		}
-	}
-	if h.Ports, err = c.ports(st); err != nil {
-		return Handle{}, err
-	}
-	h.Pid, h.IP = st.Pid, st.IP
 	// What the kernel takes longest for, paid before any request.
 	if err := netredirect.Prepare(h.Pid); err != nil {
-		return Handle{}, fmt.Errorf("spare %s: %w", sp.ID, err)
+		return Handle{}, errors.Join(fmt.Errorf("spare %s: %w", sp.ID, err), c.Remove(context.WithoutCancel(ctx), h))
 	}
 	return h, nil
 }
@@ -227,7 +199,7 @@ func (c *Container) Assign(ctx context.Context, h Handle, sp Spare, r Run) (Hand
 		return Handle{}, err
 	}
 	if h.Pid <= 0 || !c.ownsPid(h) {
-		return Handle{}, fmt.Errorf("spare %s: its container's main process is gone: %w", sp.ID, spec.ErrNotFound)
+		return Handle{}, fmt.Errorf("spare %s: its container's main process (%d) is gone: the container was stopped or removed", sp.ID, h.Pid)
 	}
 	ports := map[string]string{}
 	var rules []netredirect.Rule

@@ -207,7 +207,11 @@ func MountShared(dir string) error {
 
 // UnmountShared undoes MountShared, once what was mounted under dir is
 // unmounted. A dir that is not a mount point is not an error.
-func UnmountShared(dir string) error {
+func UnmountShared(dir string) error { return unmountAll(dir) }
+
+// unmountAll unmounts, lazily, whatever is mounted at dir until nothing
+// is; nothing there is not an error.
+func unmountAll(dir string) error {
 	for {
 		ok, err := mountPoint(dir)
 		if err != nil || !ok {
@@ -239,17 +243,7 @@ func BindReadOnly(src, target string) error {
 }
 
 // Unbind unmounts what is bound at target; nothing there is not an error.
-func Unbind(target string) error {
-	for {
-		ok, err := mountPoint(target)
-		if err != nil || !ok {
-			return err
-		}
-		if err := unix.Unmount(target, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("unbind %s: %w", target, err)
-		}
-	}
-}
+func Unbind(target string) error { return unmountAll(target) }
 
 // mountPoint reports whether something is mounted at dir.
 func mountPoint(dir string) (bool, error) {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -40,10 +42,8 @@ func (a *agent) refillSpares(ctx context.Context, cordoned bool) {
 	if cordoned {
 		want = 0
 	}
+	wants, size := map[engine.Name]int{}, 0
 	for _, eng := range spareEngines {
-		if ctx.Err() != nil {
-			return
-		}
 		n := want
 		if n > 0 {
 			if err := a.d.MakesSpares(ctx, eng); err != nil {
@@ -51,12 +51,18 @@ func (a *agent) refillSpares(ctx context.Context, cordoned bool) {
 				n = 0
 			}
 		}
+		wants[eng], size = n, size+n
+	}
+	defer a.publishSpares(ctx, size)
+	for _, eng := range spareEngines {
+		n := wants[eng]
 		for ctx.Err() == nil {
 			idle := a.idleSpares(eng)
 			a.m.spareIdle.WithLabelValues(string(eng)).Set(float64(idle))
 			if idle > n {
 				if _, err := a.d.ReleaseSpares(ctx, eng, idle-n); err != nil {
-					a.log.Warn("spare slots: releasing extra ones", "engine", eng, "err", err)
+					a.log.Warn("spare slots: releasing extra ones; retried at the next refill", "engine", eng, "err", err)
+					break
 				}
 				continue
 			}
@@ -73,6 +79,7 @@ func (a *agent) refillSpares(ctx context.Context, cordoned bool) {
 			}
 			a.m.spareRefill.Observe(time.Since(start).Seconds())
 			a.log.Info("spare slot ready", "engine", eng, "slot", s.ID, "took", time.Since(start).Round(time.Millisecond))
+			a.publishSpares(ctx, size)
 		}
 	}
 }
@@ -90,4 +97,32 @@ func (a *agent) idleSpares(eng engine.Name) int {
 		}
 	}
 	return n
+}
+
+// publishSpares writes this node's spare slots to etcd as the pool of
+// spec.SpareApp, which no app takes for its name (`fogctl pool ls`, and
+// the POOL of `fogctl node ls`), size the number it keeps, or withdraws
+// it when the node keeps and has none.
+func (a *agent) publishSpares(ctx context.Context, size int) {
+	slots, err := a.d.SpareSlots()
+	if err != nil {
+		return
+	}
+	p := state.Pool{Node: a.c.Node.Name, App: spec.SpareApp, Size: size}
+	for _, s := range slots {
+		switch s.Phase {
+		case deploy.SlotIdle:
+			p.Idle++
+			p.Slots = append(p.Slots, s.ID)
+		case deploy.SlotProvisioning:
+			p.Provisioning++
+		}
+	}
+	if size == 0 && p.Idle == 0 && p.Provisioning == 0 {
+		_ = a.st.DeletePool(ctx, a.c.Node.Name, spec.SpareApp)
+		return
+	}
+	if err := a.st.PutPool(ctx, a.session(), p); err != nil {
+		a.log.Debug("spare slots: publishing", "err", err)
+	}
 }

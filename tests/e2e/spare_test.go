@@ -70,9 +70,23 @@ func TestSparePoP(t *testing.T) {
 		t.Logf("spares ready %s in %s", why, time.Since(start).Round(time.Millisecond))
 	}
 	waitSpares("at start")
+	// fogctl pool ls lists them as the pool of "spare" on each node.
+	var out, errOut string
+	var code int
+	for start := time.Now(); time.Since(start) < 30*time.Second; time.Sleep(200 * time.Millisecond) {
+		out, errOut, code = p.fogctl(ctx, "pool", "ls", spec.SpareApp, "-o", "json")
+		var listed []state.Pool
+		if err := json.Unmarshal([]byte(out), &listed); code == 0 && err == nil && len(listed) == len(nodes) && listed[0].Idle >= 1 && listed[1].Idle >= 1 {
+			break
+		}
+	}
+	var listed []state.Pool
+	if err := json.Unmarshal([]byte(out), &listed); code != 0 || err != nil || len(listed) != len(nodes) || listed[0].Idle < 1 || listed[1].Idle < 1 {
+		t.Errorf("fogctl pool ls spare -o json = %d, %v, %+v; want one pool of idle spares per node\n%s", code, err, listed, errOut)
+	}
 
 	// The first deploy boots and checkpoints (no generation yet).
-	out, errOut, code := p.fogctl(ctx, "deploy", app.Name, "--node", "n1", "--mode", "restore", "--wait", "-o", "json")
+	out, errOut, code = p.fogctl(ctx, "deploy", app.Name, "--node", "n1", "--mode", "restore", "--wait", "-o", "json")
 	var first state.Deployment
 	if err := json.Unmarshal([]byte(out), &first); code != 0 || err != nil || !first.Status.Booted {
 		t.Fatalf("first deploy = %d, %v, booted %v\n%s", code, err, first.Status.Booted, errOut)
