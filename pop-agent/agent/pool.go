@@ -29,6 +29,9 @@ type poolKeeper struct {
 	// inflight counts the deploys under way: refilling waits for them.
 	inflight atomic.Int64
 
+	// sparesShown: the node's spare slots are published (publishSpares).
+	sparesShown atomic.Bool
+
 	mu           sync.Mutex
 	hits, misses map[string]int
 	lastRefillMS map[string]float64

@@ -119,10 +119,15 @@ func (a *agent) publishSpares(ctx context.Context, size int) {
 		}
 	}
 	if size == 0 && p.Idle == 0 && p.Provisioning == 0 {
-		_ = a.st.DeletePool(ctx, a.c.Node.Name, spec.SpareApp)
+		// Once: a node without spares writes nothing at each refill.
+		if a.pool.sparesShown.Load() && a.st.DeletePool(ctx, a.c.Node.Name, spec.SpareApp) == nil {
+			a.pool.sparesShown.Store(false)
+		}
 		return
 	}
 	if err := a.st.PutPool(ctx, a.session(), p); err != nil {
 		a.log.Debug("spare slots: publishing", "err", err)
+		return
 	}
+	a.pool.sparesShown.Store(true)
 }
