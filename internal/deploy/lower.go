@@ -213,6 +213,20 @@ func (d *Deployer) upperSource(ctx context.Context, lower Lower) (layering.SnapR
 	return ref, nil
 }
 
+// cloneBlank clones blank, the pool's blank filesystem of lower's size
+// (upperSource), into image name; a blank gone from the pool since it
+// was found is forgotten, and a new one made and cloned.
+func (d *Deployer) cloneBlank(ctx context.Context, blank layering.SnapRef, lower Lower, name string) error {
+	err := d.deps.Store.Clone(ctx, blank, name)
+	if errors.Is(err, layering.ErrNotFound) {
+		d.forgetBlank(blank)
+		if blank, err = d.upperSource(ctx, lower); err == nil {
+			err = d.deps.Store.Clone(ctx, blank, name)
+		}
+	}
+	return err
+}
+
 // forgetBlank drops a remembered blank snapshot (gone from the pool).
 func (d *Deployer) forgetBlank(ref layering.SnapRef) {
 	d.blankMu.Lock()

@@ -23,7 +23,6 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
-	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
 
@@ -113,23 +112,15 @@ func (d *Deployer) ProvisionSpare(ctx context.Context, eng engine.Name) (_ Slot,
 		}
 	}()
 	o := d.newOp(&s.Timings, nil)
-	blank, err := d.upperSource(ctx, Lower{App: spec.SpareApp, Size: s.Spare.Bytes})
+	of := Lower{App: spec.SpareApp, Size: s.Spare.Bytes}
+	blank, err := d.upperSource(ctx, of)
 	if err != nil {
 		return Slot{}, err
 	}
-	st := d.deps.Store
-	if err := st.Clone(ctx, blank, s.Images[0]); err != nil {
-		if !errors.Is(err, layering.ErrNotFound) {
-			return Slot{}, err
-		}
-		d.forgetBlank(blank) // gone from the pool since it was made
-		if blank, err = d.upperSource(ctx, Lower{App: spec.SpareApp, Size: s.Spare.Bytes}); err != nil {
-			return Slot{}, err
-		}
-		if err := st.Clone(ctx, blank, s.Images[0]); err != nil {
-			return Slot{}, err
-		}
+	if err := d.cloneBlank(ctx, blank, of, s.Images[0]); err != nil {
+		return Slot{}, err
 	}
+	st := d.deps.Store
 	meta := map[string]string{MetaSlot: s.ID}
 	if d.cfg.Node != "" {
 		meta[catalog.MetaNode] = d.cfg.Node

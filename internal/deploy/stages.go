@@ -191,15 +191,10 @@ func (d *Deployer) cloneSlot(ctx context.Context, s *Slot, src slotSource, env l
 	shared := lower.App != "" // a zero Lower: not on the shared read path
 	if err := both(
 		func() error {
-			err := st.Clone(ctx, env, s.Images[0])
-			if shared && !src.resume && errors.Is(err, layering.ErrNotFound) {
-				// The blank went from the pool since it was found.
-				d.forgetBlank(env)
-				if env, err = d.upperSource(ctx, lower); err == nil {
-					err = st.Clone(ctx, env, s.Images[0])
-				}
+			if shared && !src.resume {
+				return d.cloneBlank(ctx, env, lower, s.Images[0])
 			}
-			return err
+			return st.Clone(ctx, env, s.Images[0])
 		},
 		onCkpt(s, func(img string) error { return st.Create(ctx, img, src.ckptSize) })); err != nil {
 		return err
