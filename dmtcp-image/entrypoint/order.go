@@ -22,6 +22,7 @@ var errReleased = errors.New("released before an order")
 // remains when a deployment binds it. A termination signal ends the wait
 // with errReleased; SIGCHLD is reaped meanwhile.
 func (s *supervisor) waitOrder(sigs <-chan os.Signal) (instancectl.OrderBody, error) {
+	s.recordAssigned()
 	t := time.Now()
 	s.log.Info("waiting for an order", "file", s.cfg.wait)
 	b, err := s.waitFile(s.cfg.wait, sigs)

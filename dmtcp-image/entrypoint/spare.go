@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -75,6 +76,7 @@ func spare(args []string, stderr io.Writer) int {
 		}
 	}
 	w.stop()
+	assigned := time.Now()
 	argv, cfg, err := assignment(b, engine.Name(*eng), stderr)
 	if err != nil {
 		log.Error("assignment refused", "err", err)
@@ -95,9 +97,28 @@ func spare(args []string, stderr io.Writer) int {
 	}
 	signal.Reset()
 	log.Info("spare assigned", "args", argv)
+	env = append(env, envAssignedAt+"="+strconv.FormatInt(assigned.UnixNano(), 10))
 	err = syscall.Exec(self, append([]string{self}, argv...), env)
 	log.Error("execute the assigned restart", "err", err)
 	return exitSetup
+}
+
+// envAssignedAt carries, in Unix nanoseconds, when a spare read its
+// assignment to the restart it executes: the restart records the time it
+// took to become it (timing phase "assigned"), up to its wait for the
+// order.
+const envAssignedAt = "FOG_ASSIGNED_AT"
+
+// recordAssigned records phase "assigned" for a restart a spare became.
+func (s *supervisor) recordAssigned() {
+	v := os.Getenv(envAssignedAt)
+	if v == "" {
+		return
+	}
+	_ = os.Unsetenv(envAssignedAt) // not the app's
+	if ns, err := strconv.ParseInt(v, 10, 64); err == nil {
+		s.tm.record("assigned", 0, time.Unix(0, ns), 0, nil)
+	}
 }
 
 // assignment reads an assignment (instancectl.AssignBody) and returns its

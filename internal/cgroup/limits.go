@@ -17,11 +17,16 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
-// Limits bound the processes of one group; a zero field is no bound.
+// Limits bound the processes of one group; a zero field is no bound,
+// but for SwapBytes, which only a Limiter writes.
 type Limits struct {
-	MemoryBytes int64   // memory (v1 memory.limit_in_bytes, v2 memory.max)
-	Pids        int64   // processes and threads (pids.max)
-	CPUs        float64 // CPU time, in CPUs (v1 cpu.cfs_quota_us, v2 cpu.max)
+	MemoryBytes int64 // memory (v1 memory.limit_in_bytes, v2 memory.max)
+	// SwapBytes is the swap allowed beyond MemoryBytes (v1
+	// memory.memsw.limit_in_bytes less memory, where the kernel accounts
+	// swap; v2 memory.swap.max): 0 is none; no bound without MemoryBytes.
+	SwapBytes int64
+	Pids      int64   // processes and threads (pids.max)
+	CPUs      float64 // CPU time, in CPUs (v1 cpu.cfs_quota_us, v2 cpu.max)
 }
 
 // cpuPeriodUS is the CFS period the CPU bound is a quota of.

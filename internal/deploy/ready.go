@@ -149,13 +149,27 @@ func (d *Deployer) waitReady(ctx context.Context, dr drivers.Driver, h drivers.H
 				return fail("failed: the instance exited", last)
 			}
 		}
+		// The first probes come closer together: a restore answers within
+		// a few hundred milliseconds, and the answer waits for half an
+		// interval on average.
+		wait := d.cfg.ReadyInterval
+		if time.Since(start) < readySoon {
+			wait = min(wait, readySoonInterval)
+		}
 		select {
 		case <-ctx.Done():
 			return fail("not ready", last)
-		case <-time.After(d.cfg.ReadyInterval):
+		case <-time.After(wait):
 		}
 	}
 }
+
+// For the first readySoon of its wait, an instance is probed every
+// readySoonInterval at most.
+const (
+	readySoon         = 300 * time.Millisecond
+	readySoonInterval = 2 * time.Millisecond
+)
 
 // entrypointProbe is ready once the DMTCP container's entrypoint reports
 // launch_ready, restart_ready or boot_ready.

@@ -29,7 +29,11 @@ func TestSpareSlotCRIUContainer(t *testing.T)  { testSpareSlot(t, engine.NameCRI
 // nothing.
 func testSpareSlot(t *testing.T, eng engine.Name) {
 	f, ctx, app := redisFixture(t, "container", eng, "vacant")
+	// Limits of its own, which a spare made with the node's takes when
+	// it is assigned.
+	app.Resources = spec.Resources{CPUs: 1.5, Memory: "256MiB"}
 	d := f.D
+	limiter, limErr := cgroup.NewLimiter(cgroup.Paths{})
 	t.Cleanup(func() {
 		if _, err := d.ReleaseSpares(context.Background(), "", -1); err != nil {
 			t.Errorf("cleanup: release spares: %v", err)
@@ -115,6 +119,14 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 		}
 		if w := f.Weight(ctx, t, dep.Handle.Ref); w != -1 && w != cgroup.Normal.CPU {
 			t.Errorf("restore %d: CPU weight %d; want %d (normal)", i+1, w, cgroup.Normal.CPU)
+		}
+		if limErr == nil {
+			// The kernel bounds the instance by its app's limits, not the
+			// spare's.
+			got, err := limiter.Limits(dep.Handle.Pid)
+			if err != nil || got.MemoryBytes != 256<<20 || got.CPUs != 1.5 || got.Pids != want.Spare.Limits.Pids {
+				t.Errorf("restore %d: its cgroup's limits %+v, %v; want memory 256 MiB, 1.5 CPUs and the node's %d processes", i+1, got, err, want.Spare.Limits.Pids)
+			}
 		}
 		if _, err := d.LoadSlot(want.ID); !errors.Is(err, deploy.ErrNoSlot) {
 			t.Errorf("spare %s still has a record after deployment %s bound it (%v)", want.ID, dep.ID, err)

@@ -80,6 +80,10 @@ type Container struct {
 	// Priority raises a background slot's container to normal priority
 	// when Start binds it (nil: it keeps the weight it was created with).
 	Priority cgroup.Priority
+	// Limiter gives a spare its app's limits in the kernel's cgroup files
+	// when it is assigned (nil: through the runtime, runtime.Updater,
+	// 15-20 ms on the restore's path).
+	Limiter cgroup.Limiter
 
 	mu    sync.Mutex
 	found dmtcpImage // what Check found last

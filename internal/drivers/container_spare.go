@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/fogdeploy/fogdeploy/internal/cgroup"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 	"github.com/fogdeploy/fogdeploy/internal/netredirect"
@@ -164,7 +165,7 @@ func (c *Container) Fits(sp Spare, r Run) error {
 		return no("stop signal %s: a spare stops with SIGTERM", app.StopSignal)
 	}
 	lim := app.LimitsOver(r.Limits)
-	if _, ok := c.RT.(runtime.Updater); ok {
+	if c.limits() {
 		// CPUs, memory and processes are set when it is assigned.
 		lim.CPUs, lim.MemoryBytes, lim.Pids = sp.Limits.CPUs, sp.Limits.MemoryBytes, sp.Limits.Pids
 	}
@@ -212,15 +213,25 @@ func (c *Container) Assign(ctx context.Context, h Handle, sp Spare, r Run) (Hand
 		ports[PortKey(p.Port, "tcp")] = addr
 		rules = append(rules, netredirect.Rule{From: uint16(runtime.SparePortBase + i), To: uint16(p.Port)})
 	}
-	// The redirects and the limits at once: each waits on the kernel or
-	// dockerd for several milliseconds.
+	// Its entrypoint becomes the app's restart first, while the rest is
+	// done (the restart reads nothing before Start orders it), at the
+	// normal weight: at the background one, the deploy's own work would
+	// starve it. A spare whose Assign fails is not given again.
+	h, err = c.raise(h.Pid, h)
+	if err != nil {
+		return Handle{}, err
+	}
+	if err := writeCtl(h.CtlPath, instancectl.Assign, instancectl.AssignBody{Args: dc.Assignment(r.Gen)}); err != nil {
+		return Handle{}, err
+	}
+	// The redirects and the limits at once: each waits on the kernel, or
+	// dockerd, for a moment.
 	var limits error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		if lim := r.App.LimitsOver(r.Limits); lim != sp.Limits {
-			up, _ := c.RT.(runtime.Updater) // Fits checked it can
-			if err := up.Update(ctx, h.Ref, runtime.Resources{NanoCPUs: dc.NanoCPUs, MemoryBytes: dc.MemoryBytes, PidsLimit: dc.PidsLimit}); err != nil {
+			if err := c.limit(ctx, h, dc); err != nil {
 				limits = fmt.Errorf("spare %s: the limits of app %s: %w", sp.ID, r.App.Name, err)
 			}
 		}
@@ -233,9 +244,25 @@ func (c *Container) Assign(ctx context.Context, h Handle, sp Spare, r Run) (Hand
 	if err := errors.Join(redirects, limits); err != nil {
 		return Handle{}, err
 	}
-	if err := writeCtl(h.CtlPath, instancectl.Assign, instancectl.AssignBody{Args: dc.Assignment(r.Gen)}); err != nil {
-		return Handle{}, err
-	}
 	h.Ports, h.Gen, h.EnvPath, h.CkptPath = ports, r.Gen+1, r.EnvPath, r.CkptPath
 	return h, nil
+}
+
+// limits reports whether a spare's CPU, memory and processes bounds can
+// change when it is assigned.
+func (c *Container) limits() bool {
+	_, ok := c.RT.(runtime.Updater)
+	return ok || c.Limiter != nil
+}
+
+// limit gives spare h the CPU, memory and processes bounds of container
+// dc: in its cgroup's files where c.Limiter can, else through the runtime.
+// Swap is as at create: as much again as the memory.
+func (c *Container) limit(ctx context.Context, h Handle, dc runtime.DMTCPContainer) error {
+	if c.Limiter != nil {
+		return c.Limiter.Limit(h.Pid, cgroup.Limits{MemoryBytes: dc.MemoryBytes, SwapBytes: dc.MemoryBytes, Pids: dc.PidsLimit,
+			CPUs: float64(dc.NanoCPUs) / 1e9})
+	}
+	up, _ := c.RT.(runtime.Updater) // Fits checked it can
+	return up.Update(ctx, h.Ref, runtime.Resources{NanoCPUs: dc.NanoCPUs, MemoryBytes: dc.MemoryBytes, PidsLimit: dc.PidsLimit})
 }

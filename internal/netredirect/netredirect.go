@@ -56,13 +56,26 @@ const Idle = 1
 
 // Set adds rules to the chain Prepare made in the network namespace of
 // process pid, in one netlink transaction; without Prepare it makes the
-// table and chain first.
+// table and chain first. Only the rules are sent when the chain is there:
+// naming the chain again, even unchanged, makes the kernel hook it in
+// anew (10-15 ms here, against under 1 ms for the rules alone).
 func Set(pid int, rules []Rule) error {
 	for _, r := range rules {
 		if err := r.Validate(); err != nil {
 			return err
 		}
 	}
+	err := in(pid, func(c *nftables.Conn) {
+		t := table()
+		ch := chain(t)
+		for _, r := range rules {
+			c.AddRule(redirect(t, ch, r))
+		}
+	})
+	if !errors.Is(err, unix.ENOENT) {
+		return err
+	}
+	// No table or chain yet (no Prepare): made in the same transaction.
 	return in(pid, func(c *nftables.Conn) {
 		t := table()
 		c.AddTable(t) // no-op if it exists

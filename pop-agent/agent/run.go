@@ -226,6 +226,14 @@ func newDeployer(ctx context.Context, c config.Config, l *wire.Layering, log *sl
 			ctr.Priority = p
 		}
 	}
+	if ctr != nil {
+		// A spare takes its app's limits in its cgroup's files.
+		if l, err := cgroup.NewLimiter(cgroup.Paths{}); err != nil {
+			log.Info("spare slots take their apps' limits through dockerd (docker update), not the cgroup files", "err", err)
+		} else {
+			ctr.Limiter = l
+		}
+	}
 	log.Info("warm-pool refill priority", "cgroup", priority)
 	if c.Agent.PoolAhead.IsOn() {
 		if ctr == nil || ctr.Priority == nil {

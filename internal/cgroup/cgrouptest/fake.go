@@ -16,14 +16,18 @@ type Fake struct {
 	// changed (those its container was created with); nil: the defaults.
 	Initial func(pid int) cgroup.Weights
 
-	mu sync.Mutex
-	w  map[int]cgroup.Weights
+	mu  sync.Mutex
+	w   map[int]cgroup.Weights
+	lim map[int]cgroup.Limits
 }
 
-var _ cgroup.Priority = (*Fake)(nil)
+var (
+	_ cgroup.Priority = (*Fake)(nil)
+	_ cgroup.Limiter  = (*Fake)(nil)
+)
 
 // NewFake returns a Fake without processes.
-func NewFake() *Fake { return &Fake{w: map[int]cgroup.Weights{}} }
+func NewFake() *Fake { return &Fake{w: map[int]cgroup.Weights{}, lim: map[int]cgroup.Limits{}} }
 
 // pidMax is the kernel's highest pid_max.
 const pidMax = 1 << 22
@@ -67,3 +71,31 @@ func (f *Fake) Get(pid int) (cgroup.Weights, error) {
 
 // Describe implements cgroup.Priority.
 func (f *Fake) Describe() string { return "cgroup v2: cpu.weight and io.weight (in memory)" }
+
+// Limit implements cgroup.Limiter.
+func (f *Fake) Limit(pid int, lim cgroup.Limits) error {
+	if err := lim.Validate(); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.weights(pid); err != nil {
+		return err
+	}
+	if lim.MemoryBytes == 0 {
+		lim.SwapBytes = 0
+	}
+	f.lim[pid] = lim
+	return nil
+}
+
+// Limits implements cgroup.Limiter: a process Limit never bounded has no
+// bound.
+func (f *Fake) Limits(pid int) (cgroup.Limits, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.weights(pid); err != nil {
+		return cgroup.Limits{}, err
+	}
+	return f.lim[pid], nil
+}

@@ -242,6 +242,9 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 		if p, err := cgroup.Detect(cgroup.Paths{}); err == nil {
 			f.Container.Priority = p
 		}
+		if l, err := cgroup.NewLimiter(cgroup.Paths{}); err == nil {
+			f.Container.Limiter = l
+		}
 		deps.Container = f.Container
 	}
 	f.D, err = deploy.New(dc, deps)

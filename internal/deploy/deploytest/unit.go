@@ -75,7 +75,7 @@ func NewUnit(t testing.TB) *Unit {
 	rt.AddLabelledImage(UnitBootImage, runtime.FakeDMTCP(), runtime.ImageConfig{})
 	u := &Unit{Images: store, Mapper: mp, Envs: envs, RT: rt, Priority: cgrouptest.NewFake(), Env: "unit-env"}
 	u.Priority.Initial = u.createdWeights
-	ctr := &drivers.Container{RT: rt, Image: UnitImage, BootImage: UnitBootImage, StopTimeout: 2 * time.Second, Priority: u.Priority}
+	ctr := &drivers.Container{RT: rt, Image: UnitImage, BootImage: UnitBootImage, StopTimeout: 2 * time.Second, Priority: u.Priority, Limiter: u.Priority}
 	u.cfg = deploy.Config{StateDir: filepath.Join(dir, "deploy"), Pool: UnitPool, Node: "unit",
 		Limits: config.DefaultLimits().Spec()}
 	u.deps = deploy.Deps{Store: store, Envs: envs, Mapper: mp, Container: ctr, Roots: &overlay.Copy{}, Log: log}
