@@ -75,7 +75,9 @@ type Placement struct {
 // (Node.Fence) nor cordoned (Node.Cordon), by locality (paper 002): first a node with an idle
 // warm-pool slot of app (the most idle slots first), then a node that
 // holds the app's newest generation's checkpoint (its restore fetches
-// nothing), then the one with the best Score (ties: the lexically first).
+// nothing; one with an idle spare slot too first), then a node with an
+// idle spare slot (its restore makes no slot), then the one with the best
+// Score (ties: the lexically first).
 // loc maps a node to what it holds of app (Localities). It returns
 // ErrNoNode when every node is NotReady, fenced or full, also wrapping
 // ErrFull when some node is ready (and so every ready one full).
@@ -133,6 +135,9 @@ func Place(nodes []Node, deps []Deployment, app string, loc map[string]Locality)
 		if a.loc.Local != b.loc.Local {
 			return a.loc.Local
 		}
+		if a.loc.Spare != b.loc.Spare {
+			return a.loc.Spare
+		}
 		if a.score != b.score {
 			return a.score > b.score
 		}
@@ -142,8 +147,12 @@ func Place(nodes []Node, deps []Deployment, app string, loc map[string]Locality)
 	switch {
 	case c.loc.Idle > 0:
 		return Placement{Node: c.name, Reason: fmt.Sprintf("pool: %d idle slot(s) of %s on %s", c.loc.Idle, app, c.name)}, nil
+	case c.loc.Local && c.loc.Spare:
+		return Placement{Node: c.name, Reason: fmt.Sprintf("local: no node has an idle pool slot of %s; %s holds its checkpoint and an idle spare slot (score %.0f)", app, c.name, c.score)}, nil
 	case c.loc.Local:
 		return Placement{Node: c.name, Reason: fmt.Sprintf("local: no node has an idle pool slot of %s; %s holds its checkpoint (score %.0f)", app, c.name, c.score)}, nil
+	case c.loc.Spare:
+		return Placement{Node: c.name, Reason: fmt.Sprintf("spare: no node has an idle pool slot or the checkpoint of %s; %s has an idle spare slot (score %.0f)", app, c.name, c.score)}, nil
 	}
 	return Placement{Node: c.name, Reason: fmt.Sprintf("capacity: no node has an idle pool slot or the checkpoint of %s; %s has the most room (score %.0f)", app, c.name, c.score)}, nil
 }

@@ -7,6 +7,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
 // PoolsPrefix holds each node's warm pool per app: pools/<node>/<app>.
@@ -76,18 +78,27 @@ type Locality struct {
 	Idle int
 	// Local: it holds the app's newest generation's checkpoint.
 	Local bool
+	// Spare: it has an idle spare slot (made for no app), which a
+	// restore of an app that fits one attaches instead of provisioning a
+	// slot (of either engine: placement does not know the app's).
+	Spare bool
 }
 
-// Localities maps each node to what it holds of app.
+// Localities maps each node to what it holds of app, and to whether it
+// has an idle spare slot (the pool of spec.SpareApp).
 func Localities(pools []Pool, app string) map[string]Locality {
 	out := map[string]Locality{}
 	for _, p := range pools {
-		if p.App != app {
+		if p.App != app && (p.App != spec.SpareApp || p.Idle == 0) {
 			continue
 		}
 		l := out[p.Node]
-		l.Idle += p.Idle
-		l.Local = l.Local || p.Local
+		if p.App == spec.SpareApp {
+			l.Spare = true
+		} else {
+			l.Idle += p.Idle
+			l.Local = l.Local || p.Local
+		}
 		out[p.Node] = l
 	}
 	return out

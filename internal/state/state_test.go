@@ -236,6 +236,23 @@ func TestPlacePrefersPoolSlot(t *testing.T) {
 	if got := state.Localities([]state.Pool{{Node: "a", App: "web", Idle: 1}, {Node: "b", App: "web", Local: true}, {Node: "b", App: "db", Idle: 3}}, "web"); got["a"].Idle != 1 || got["a"].Local || !got["b"].Local || got["b"].Idle != 0 {
 		t.Errorf("Localities = %+v; want a: 1 idle, b: local and no idle slot of web", got)
 	}
+	// Without pool slots of the app: a node with its checkpoint and a
+	// spare slot, then its checkpoint alone, then a spare slot, then room.
+	pl, err = state.Place(nodes, deps, "web", map[string]state.Locality{"a": {Local: true}, "c": {Local: true, Spare: true}})
+	if err != nil || pl.Node != "c" || !strings.HasPrefix(pl.Reason, "local:") || !strings.Contains(pl.Reason, "spare") {
+		t.Errorf("placement with a holding the checkpoint, c the checkpoint and a spare = %+v, %v; want c, local with a spare", pl, err)
+	}
+	pl, err = state.Place(nodes, deps, "web", map[string]state.Locality{"a": {Local: true}, "c": {Spare: true}})
+	if err != nil || pl.Node != "a" {
+		t.Errorf("placement with a holding the checkpoint, c a spare = %+v, %v; want a", pl, err)
+	}
+	pl, err = state.Place(nodes, deps, "web", map[string]state.Locality{"c": {Spare: true}})
+	if err != nil || pl.Node != "c" || !strings.HasPrefix(pl.Reason, "spare:") {
+		t.Errorf("placement with c alone having a spare = %+v, %v; want c (fewer free places than a), with a spare reason", pl, err)
+	}
+	if got := state.Localities([]state.Pool{{Node: "a", App: spec.SpareApp, Idle: 1}, {Node: "b", App: spec.SpareApp, Idle: 0, Provisioning: 1}, {Node: "b", App: "web", Local: true}}, "web"); !got["a"].Spare || got["a"].Idle != 0 || got["b"].Spare || !got["b"].Local {
+		t.Errorf("Localities with spares = %+v; want a: a spare and no slot of web; b: local and no idle spare", got)
+	}
 	full := append(deps, state.Deployment{Desired: state.Desired{ID: "3", App: "db", Node: "c"}},
 		state.Deployment{Desired: state.Desired{ID: "4", App: "db", Node: "c"}})
 	if pl, err := state.Place(nodes, full, "web", map[string]state.Locality{"c": {Idle: 1, Local: true}}); err != nil || pl.Node == "c" {
