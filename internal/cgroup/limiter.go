@@ -58,31 +58,11 @@ func (lim Limits) Validate() error {
 // v2.
 func NewLimiter(p Paths) (Limiter, error) {
 	p = p.withDefaults()
-	ms, err := readMounts(p.Mountinfo)
+	v, ms, err := limitMounts(p)
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := ms.v1("memory"); ok {
-		l := &limiter{proc: p.Proc, version: V1}
-		for _, c := range limitControllers {
-			m, ok := ms.v1(c)
-			if !ok {
-				return nil, fmt.Errorf("no cgroup v1 %s controller mounted: %w", c, ErrUnsupported)
-			}
-			l.mounts = append(l.mounts, m)
-		}
-		return l, nil
-	}
-	if m, ok := ms.v2(); ok {
-		for _, c := range limitControllers {
-			if !hasController(m.point, c) {
-				return nil, hint.With(fmt.Errorf("cgroup v2 at %s has no %s controller: %w", m.point, c, ErrUnsupported),
-					"enable memory, pids and cpu in the root cgroup's cgroup.subtree_control")
-			}
-		}
-		return &limiter{proc: p.Proc, version: V2, mounts: []mount{m}}, nil
-	}
-	return nil, fmt.Errorf("no cgroup memory controller mounted (%s): %w", p.Mountinfo, ErrUnsupported)
+	return &limiter{proc: p.Proc, version: v, mounts: ms}, nil
 }
 
 // limiter implements Limiter: mounts are the memory, pids and cpu

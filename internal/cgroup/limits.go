@@ -72,33 +72,47 @@ func NewGroups(p Paths, parent string) (Groups, error) {
 	if err := oneElement("parent", parent); err != nil {
 		return nil, err
 	}
-	p = p.withDefaults()
-	ms, err := readMounts(p.Mountinfo)
+	v, ms, err := limitMounts(p.withDefaults())
 	if err != nil {
 		return nil, err
 	}
+	g := &groups{version: v}
+	for _, m := range ms {
+		g.dirs = append(g.dirs, filepath.Join(m.point, parent))
+	}
+	return g, g.makeParents()
+}
+
+// limitMounts finds the hierarchies limits are written in: cgroup v1's
+// memory, pids and cpu ones (in limitControllers' order) where memory is
+// mounted in v1, else cgroup v2's one when its root delegates those
+// controllers.
+func limitMounts(p Paths) (Version, []mount, error) {
+	ms, err := readMounts(p.Mountinfo)
+	if err != nil {
+		return "", nil, err
+	}
 	if _, ok := ms.v1("memory"); ok {
-		g := &groups{version: V1}
+		var out []mount
 		for _, c := range limitControllers {
 			m, ok := ms.v1(c)
 			if !ok {
-				return nil, fmt.Errorf("no cgroup v1 %s controller mounted: %w", c, ErrUnsupported)
+				return "", nil, fmt.Errorf("no cgroup v1 %s controller mounted: %w", c, ErrUnsupported)
 			}
-			g.dirs = append(g.dirs, filepath.Join(m.point, parent))
+			out = append(out, m)
 		}
-		return g, g.makeParents()
+		return V1, out, nil
 	}
 	if m, ok := ms.v2(); ok {
 		for _, c := range limitControllers {
 			if !hasController(m.point, c) {
-				return nil, hint.With(fmt.Errorf("cgroup v2 at %s has no %s controller: %w", m.point, c, ErrUnsupported),
+				return "", nil, hint.With(fmt.Errorf("cgroup v2 at %s has no %s controller: %w", m.point, c, ErrUnsupported),
 					"enable memory, pids and cpu in the root cgroup's cgroup.subtree_control")
 			}
 		}
-		g := &groups{version: V2, dirs: []string{filepath.Join(m.point, parent)}}
-		return g, g.makeParents()
+		return V2, []mount{m}, nil
 	}
-	return nil, fmt.Errorf("no cgroup memory controller mounted (%s): %w", p.Mountinfo, ErrUnsupported)
+	return "", nil, fmt.Errorf("no cgroup memory controller mounted (%s): %w", p.Mountinfo, ErrUnsupported)
 }
 
 // ErrInvalidName is returned for a group or parent name that is not one
