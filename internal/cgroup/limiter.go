@@ -128,11 +128,11 @@ func (l *limiter) Limit(pid int, lim Limits) error {
 			// Memory and swap together never go below memory alone:
 			// raised first when memory grows, lowered after it shrinks.
 			memsw := file{"memory.memsw.limit_in_bytes", bound(lim.MemoryBytes+swap, "-1")}
-			cur, err := readInt64(filepath.Join(mem, memory.name))
+			cur, err := readLimit(filepath.Join(mem, memory.name))
 			if err != nil {
 				return err
 			}
-			if lim.MemoryBytes == 0 || lim.MemoryBytes > cur {
+			if lim.MemoryBytes == 0 || (cur > 0 && lim.MemoryBytes > cur) {
 				add(mem, memsw, memory)
 			} else {
 				add(mem, memory, memsw)
@@ -177,27 +177,9 @@ func (l *limiter) Limits(pid int) (Limits, error) {
 		return Limits{}, err
 	}
 	var lim Limits
-	read := func(path string) (int64, error) {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return 0, fmt.Errorf("read %s: %w", path, err)
-		}
-		s := strings.TrimSpace(string(b))
-		if s == "max" || s == "-1" {
-			return 0, nil
-		}
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("read %s: %w", path, err)
-		}
-		if n >= unbounded {
-			return 0, nil
-		}
-		return n, nil
-	}
 	var errs []error
 	get := func(dst *int64, path string) {
-		v, err := read(path)
+		v, err := readLimit(path)
 		*dst = v
 		errs = append(errs, err)
 	}
@@ -236,14 +218,23 @@ func (l *limiter) Limits(pid int) (Limits, error) {
 	return lim, nil
 }
 
-func readInt64(path string) (int64, error) {
+// readLimit reads a limit file: 0 where it holds no bound ("max", -1,
+// or v1's near-maximal value).
+func readLimit(path string) (int64, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, fmt.Errorf("read %s: %w", path, err)
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	s := strings.TrimSpace(string(b))
+	if s == "max" || s == "-1" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	if n >= unbounded {
+		return 0, nil
 	}
 	return n, nil
 }
