@@ -11,9 +11,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
@@ -36,7 +38,11 @@ func CacheKey(g spec.Generation) gencache.Key { return gencache.KeyOf(g.App, g.G
 // fetch ends (gencache.Cache.Begin).
 func (d *Deployer) ckptSource(ctx context.Context, g spec.Generation, known func(dir string)) (e gencache.Entry, fetched bool, err error) {
 	start := time.Now()
-	fill := func(ctx context.Context, dst string) error { return d.fetch(ctx, g, dst) }
+	var st gencache.CopyStats
+	fill := func(ctx context.Context, dst string) (err error) {
+		st, err = d.fetch(ctx, g, dst)
+		return err
+	}
 	dir, wait, err := d.cache.Begin(ctx, CacheKey(g), fill)
 	if err == nil {
 		if known != nil {
@@ -49,14 +55,14 @@ func (d *Deployer) ckptSource(ctx context.Context, g spec.Generation, known func
 	}
 	if fetched {
 		d.log.Info("checkpoint fetched to the node", "app", g.App, "gen", g.Gen, "bytes", e.Bytes,
-			"ms", time.Since(start).Milliseconds(), "dir", e.Dir)
+			"read", st.Read, "reused", st.Reused, "zero", st.Zero, "ms", time.Since(start).Milliseconds(), "dir", e.Dir)
 	}
 	return e, fetched, nil
 }
 
 // fetch copies generation g's checkpoint files into dst from its sealed
 // snapshot, mapped and mounted read-only for the copy only.
-func (d *Deployer) fetch(ctx context.Context, g spec.Generation, dst string) (err error) {
+func (d *Deployer) fetch(ctx context.Context, g spec.Generation, dst string) (_ gencache.CopyStats, err error) {
 	// Named after its image too: a suspension's checkpoint (suspend.go)
 	// is another of app's, fetched beside a generation of its number.
 	sum := sha256.Sum256([]byte(g.CkptSnap.String()))
@@ -78,7 +84,7 @@ func (d *Deployer) fetch(ctx context.Context, g spec.Generation, dst string) (er
 		mp, err = mapRO(img)
 	}
 	if err != nil {
-		return err
+		return gencache.CopyStats{}, err
 	}
 	defer func() {
 		rerr := d.deps.Mapper.Release(context.WithoutCancel(ctx), mp.ID)
@@ -89,9 +95,73 @@ func (d *Deployer) fetch(ctx context.Context, g spec.Generation, dst string) (er
 	}()
 	src := drivers.GenDir(target, g.Gen)
 	if _, err := os.Stat(src); err != nil {
-		return fmt.Errorf("generation %d of %s: its checkpoint image holds no generation directory: %w", g.Gen, g.App, err)
+		return gencache.CopyStats{}, fmt.Errorf("generation %d of %s: its checkpoint image holds no generation directory: %w", g.Gen, g.App, err)
 	}
-	return gencache.CopyTree(ctx, src, dst)
+	return d.copyCheckpoint(ctx, g, target, dst)
+}
+
+// blocksPath is where a checkpoint image holds the block index of its
+// generation gen (beside the generation's directory, not in it).
+func blocksPath(ckpt string, gen int) string { return drivers.GenDir(ckpt, gen) + ".blocks" }
+
+// copyCheckpoint copies generation g's checkpoint files from the image
+// mounted at ckpt into dst: with the generation's block index, only the
+// blocks that are neither zero nor already copied are read from the
+// cluster (the processes of an app share most of their pages); without
+// one (a generation sealed before indexes, a suspension), or if the
+// files are not those of their index, every byte.
+func (d *Deployer) copyCheckpoint(ctx context.Context, g spec.Generation, ckpt, dst string) (gencache.CopyStats, error) {
+	src := drivers.GenDir(ckpt, g.Gen)
+	x, err := gencache.ReadIndex(blocksPath(ckpt, g.Gen))
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			d.log.Warn("reading the checkpoint's block index; copying every byte", "app", g.App, "gen", g.Gen, "err", err)
+		}
+		x = &gencache.Index{}
+	}
+	st, err := gencache.CopyTreeFrom(ctx, src, dst, x)
+	if errors.Is(err, gencache.ErrIndexMismatch) {
+		d.log.Warn("the checkpoint differs from its block index; copying every byte", "app", g.App, "gen", g.Gen, "err", err)
+		d.fetched.add(st)
+		if err := emptyDir(dst); err != nil {
+			return st, err
+		}
+		st, err = gencache.CopyTreeFrom(ctx, src, dst, &gencache.Index{})
+	}
+	d.fetched.add(st)
+	return st, err
+}
+
+// fetchCounters sums the CopyStats of a node's fetches.
+type fetchCounters struct{ bytes, read, reused, zero atomic.Int64 }
+
+func (c *fetchCounters) add(st gencache.CopyStats) {
+	c.bytes.Add(st.Bytes)
+	c.read.Add(st.Read)
+	c.reused.Add(st.Reused)
+	c.zero.Add(st.Zero)
+}
+
+// FetchBytes sums what this node's checkpoint fetches copied since the
+// deployer started: the bytes of the files, those read from the cluster,
+// those copied from blocks the fetch already held, and the zero ones.
+func (d *Deployer) FetchBytes() gencache.CopyStats {
+	c := &d.fetched
+	return gencache.CopyStats{Bytes: c.bytes.Load(), Read: c.read.Load(), Reused: c.reused.Load(), Zero: c.zero.Load()}
+}
+
+// emptyDir removes everything in dir, keeping dir.
+func emptyDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Prefetch brings generation g's checkpoint to this node ahead of its
@@ -137,13 +207,26 @@ func (d *Deployer) TrimCache(keep func(gencache.Key) bool) ([]gencache.Entry, er
 func (d *Deployer) stageCheckpoint(ctx context.Context, s *Slot, ckptPath string) string {
 	stage := filepath.Join(s.Dir, "stage")
 	if err := os.MkdirAll(stage, 0o755); err == nil {
-		if err = gencache.CopyTree(ctx, drivers.GenDir(ckptPath, s.Gen), stage); err == nil {
+		var x *gencache.Index
+		if x, err = gencache.CopyTreeIndexed(ctx, drivers.GenDir(ckptPath, s.Gen), stage); err == nil {
+			d.writeBlocks(s, ckptPath, x)
 			return stage
 		}
 		d.log.Warn("keeping the checkpoint on the node; it is fetched on first use instead", "app", s.App, "gen", s.Gen, "err", err)
 	}
 	_ = os.RemoveAll(stage)
 	return ""
+}
+
+// writeBlocks writes the block index x of slot s's checkpoint into its
+// image, to be sealed with it: other nodes' fetches then read only its
+// distinct blocks. Without it they copy every byte.
+func (d *Deployer) writeBlocks(s *Slot, ckptPath string, x *gencache.Index) {
+	if err := gencache.WriteIndex(blocksPath(ckptPath, s.Gen), x); err != nil {
+		d.log.Warn("writing the checkpoint's block index; its fetches copy every byte", "app", s.App, "gen", s.Gen, "err", err)
+		return
+	}
+	d.log.Debug("checkpoint's block index written", "app", s.App, "gen", s.Gen, "bytes", x.Bytes(), "distinct", x.Unique())
 }
 
 // adoptCheckpoint makes the staged copy of sealed generation g the node's.

@@ -510,6 +510,19 @@ func tokenApp(prefix, env string) spec.App {
 	}
 }
 
+// getToken returns what the instance of dep answers to GET / on port 8000.
+func getToken(t *testing.T, dep deploy.Deployment) string {
+	t.Helper()
+	addr := dep.Ports[drivers.PortKey(8000, "tcp")]
+	resp, err := http.Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatalf("GET %s of %s: %v", addr, dep.ID, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
 // TestDMTCPEnvironmentWithOnlyGlibc: an environment with python3 and a
 // glibc, without libstdc++6 or libatomic1, boots under DMTCP, checkpoints
 // and restores, because the DMTCP container brings what DMTCP needs.
@@ -525,17 +538,7 @@ func TestDMTCPEnvironmentWithOnlyGlibc(t *testing.T) {
 	defer cancel()
 	app := tokenApp("pytoken", f.Env)
 	t.Cleanup(func() { f.UndeployAll(t, app.Name); f.RemoveGenerations(t, app.Name) })
-	get := func(dep deploy.Deployment) string {
-		t.Helper()
-		addr := dep.Ports[drivers.PortKey(8000, "tcp")]
-		resp, err := http.Get("http://" + addr + "/")
-		if err != nil {
-			t.Fatalf("GET %s of %s: %v", addr, dep.ID, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
-	}
+	get := func(dep deploy.Deployment) string { return getToken(t, dep) }
 	first, err := f.D.Deploy(ctx, app, deploy.Options{})
 	if err != nil {
 		t.Fatalf("first deploy (boot, checkpoint, restore) of python3 without libstdc++ and libatomic: %v", err)

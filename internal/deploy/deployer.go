@@ -227,6 +227,9 @@ type Deployer struct {
 	// cache is the node's read-only copies of the generations its
 	// restores read (cache.go).
 	cache *gencache.Cache
+	// fetched sums what this node's checkpoint fetches read from the
+	// cluster and what their block indexes spared them (FetchBytes).
+	fetched fetchCounters
 	// lowers are the node's read-only copies of generations'
 	// environments (lower.go), one maker of each at a time.
 	lowers    journal.Journal[Lower]

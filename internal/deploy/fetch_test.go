@@ -122,3 +122,88 @@ func restoreWhileFetching(ctx context.Context, t *testing.T, n deploytest.Node, 
 	}
 	n.AssertNothingLeft(t, app.Name, true)
 }
+
+// preforkServer is a Python HTTP server shaped like PostgreSQL or nginx:
+// the parent fills 16 MiB with random bytes, then forks three children
+// that serve one listening socket; every GET answers the SHA-256 of the
+// 16 MiB as the serving process holds them. Its checkpoint holds the
+// same pages four times.
+var preforkServer = []string{"python3", "-c", `import hashlib, http.server, os, socketserver
+data = os.urandom(16 << 20)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        b = hashlib.sha256(data).hexdigest().encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+    def log_message(self, *a):
+        pass
+srv = socketserver.TCPServer(("0.0.0.0", 8000), H)
+for _ in range(3):
+    if os.fork() == 0:
+        srv.serve_forever()
+while True:
+    os.wait()`}
+
+// TestFirstRestoreReadsSharedPagesOnce: the first restore on a node of
+// an app whose processes share most of their memory (a parent and three
+// forked children holding the same 16 MiB) reads from the cluster only
+// the blocks of its checkpoint that are neither zero nor repeated (the
+// generation's block index), less than half of the checkpoint, and
+// every process of the restored instance holds the checkpoint's bytes.
+// Under each engine, on Ceph and Docker.
+func TestFirstRestoreReadsSharedPagesOnce(t *testing.T) {
+	f := deploytest.NewPythonFixture(t)
+	for _, eng := range spec.Engines {
+		t.Run(string(eng), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			app := tokenApp("prefork-"+string(eng), f.Env)
+			app.Engine, app.Command = eng, preforkServer
+			app.Resources.Memory, app.CheckpointSize = "512M", "1G"
+			t.Cleanup(func() { f.UndeployAll(t, app.Name); f.RemoveGenerations(t, app.Name) })
+			first, err := f.D.Deploy(ctx, app, deploy.Options{})
+			if err != nil {
+				t.Fatalf("first deploy (boot, checkpoint, restore): %v", err)
+			}
+			want := getToken(t, first)
+			if _, err := f.D.TrimCache(func(k gencache.Key) bool { return k.App != app.Name }); err != nil {
+				t.Fatal(err)
+			}
+			before, osdBefore := f.D.FetchBytes(), cephIO(ctx, t, f)
+			dep, err := f.D.Deploy(ctx, app, deploy.Options{})
+			if err != nil {
+				t.Fatalf("first restore on the node: %v", err)
+			}
+			after, osd := f.D.FetchBytes(), cephIO(ctx, t, f)-osdBefore
+			size, read := after.Bytes-before.Bytes, after.Read-before.Read
+			if !dep.Fetched || size < 4*16<<20 || read <= 0 || read > size/2 {
+				t.Errorf("first restore (fetched %v): its checkpoint of %d MiB read %d MiB from the cluster; want at least 64 MiB, less than half of it read",
+					dep.Fetched, size>>20, read>>20)
+			}
+			if osd > uint64(size)*6/10 {
+				t.Errorf("first restore: the OSDs read %d MiB for a checkpoint of %d MiB; want the shared blocks read once", osd>>20, size>>20)
+			}
+			// Each GET is a new connection, served by whichever process
+			// accepts it first.
+			for i := range 12 {
+				if got := getToken(t, dep); len(want) != 64 || got != want {
+					t.Fatalf("GET %d of the first restore on the node = %q; want the checkpoint's digest %q", i, got, want)
+				}
+			}
+			t.Logf("%s: checkpoint %d MiB, read %d MiB (the OSDs: %d MiB), %d MiB copied from the node's own blocks, %d MiB zero",
+				eng, size>>20, read>>20, osd>>20, (after.Reused-before.Reused)>>20, (after.Zero-before.Zero)>>20)
+		})
+	}
+}
+
+// cephIO is what the cluster's OSDs have read so far.
+func cephIO(ctx context.Context, t *testing.T, f *deploytest.Fixture) uint64 {
+	t.Helper()
+	c, err := f.Ceph.IOCounters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Read
+}

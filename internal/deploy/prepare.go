@@ -172,7 +172,8 @@ func (d *Deployer) provisionPrepared(ctx context.Context, o *op, s *Slot, src sl
 		if err := os.Mkdir(dst, 0o755); err != nil {
 			return err
 		}
-		return d.fetch(ctx, g, dst)
+		_, err := d.fetch(ctx, g, dst)
+		return err
 	})
 	defer func() { _ = wait() }()
 	lower, err := d.lowerFor(ctx, *src.lowerOf)

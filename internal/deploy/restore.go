@@ -125,6 +125,7 @@ func (d *Deployer) slotFor(ctx context.Context, o *op, rec *Deployment, app spec
 		return nil, serr
 	} else if serr != nil && !errors.Is(serr, errNoIdleSpare) {
 		d.log.Info("restore without a spare slot", "deployment", rec.ID, "app", app.Name, "why", serr)
+		rec.SpareReason = serr.Error()
 	}
 	rec.Pool = spec.PoolMiss
 	if !created {

@@ -250,6 +250,28 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 	}
 	f.AssertNothingLeft(t, app.Name, true)
 	assertNoSpareLeft(t, f)
+
+	// An app that does not fit the idle spare (it stops with another
+	// signal) takes a slot of its own, and its status says why.
+	if _, err := d.ProvisionSpare(ctx, eng); err != nil {
+		t.Fatal(err)
+	}
+	sig := deploytest.RedisApp("sig-"+app.Name, f.Env, eng)
+	sig.StopSignal = "SIGINT"
+	t.Cleanup(func() { f.UndeployAll(t, sig.Name); f.RemoveGenerations(t, sig.Name) })
+	unfit, err := d.Deploy(ctx, sig, deploy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unfit.Pool != spec.PoolMiss || !strings.Contains(unfit.SpareReason, "stop signal SIGINT") {
+		t.Errorf("restore of an app that stops with SIGINT beside an idle spare: pool %q, spare reason %q; want a miss that says why", unfit.Pool, unfit.SpareReason)
+	}
+	if _, err := d.ReleaseSpares(ctx, "", -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Undeploy(ctx, unfit.ID); err != nil {
+		t.Error(err)
+	}
 }
 
 // assertNoSpareLeft fails t if the node or the pool holds anything of a

@@ -201,6 +201,10 @@ func writeApps(b *strings.Builder, apps []App) {
 	b.WriteString("| app | restore (a slot of its own) | beyond the engine's restart | restore (a spare slot) | beyond the engine's restart | speedup (spare against own) | memory of an idle spare | CPU of an idle spare |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, a := range apps {
+		if a.NoSpare != "" {
+			fmt.Fprintf(b, "| %s | %s | %s | %s | – | – | – | – |\n", a.Name, seconds(a.RestoreMS), millis(a.MissOverheadMS), a.NoSpare)
+			continue
+		}
 		speedup := 0.0
 		if a.SpareMS.Median > 0 {
 			speedup = a.RestoreMS.Median / a.SpareMS.Median

@@ -147,6 +147,9 @@ type App struct {
 	MissOverheadMS  Stats   `json:"miss_overhead_ms"`
 	SpareSlotMiB    float64 `json:"spare_slot_mib"`
 	SpareSlotCPU    float64 `json:"spare_slot_cpu_ms_per_s"`
+	// NoSpare says why the app's restores take no spare slot (it does
+	// not fit one); the spare columns are then empty.
+	NoSpare string `json:"no_spare,omitempty"`
 	// AutoMode is what mode auto's policy chose from the plain boots and
 	// the pool hits measured (boot or restore), AutoReason why, AutoMS the
 	// time of a deploy as it chose, and AutoSpeedup PlainBootMS / AutoMS

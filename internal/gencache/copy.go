@@ -16,6 +16,15 @@ import (
 // restores as that user must read them). Other kinds of files are refused.
 func CopyTree(ctx context.Context, src, dst string) error {
 	buf := make([]byte, copyBuffer)
+	return walkTree(ctx, src, dst, func(_, from, to string, perm fs.FileMode) error {
+		return copyFileWith(from, to, perm, buf, nil)
+	})
+}
+
+// walkTree makes in dst the directories and links of the tree src, and
+// has file copy each regular file (rel: its path under src), then gives
+// each copy its mode and owner; other kinds of files are refused.
+func walkTree(ctx context.Context, src, dst string, file func(rel, from, to string, perm fs.FileMode) error) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -48,7 +57,7 @@ func CopyTree(ctx context.Context, src, dst string) error {
 				return err
 			}
 		case d.Type().IsRegular():
-			if err := copyFile(p, to, info.Mode().Perm(), buf); err != nil {
+			if err := file(rel, p, to, info.Mode().Perm()); err != nil {
 				return err
 			}
 		default:
@@ -73,7 +82,11 @@ func CopyTree(ctx context.Context, src, dst string) error {
 // node's cores with the container a restore creates meanwhile).
 const copyBuffer = 1 << 20
 
-func copyFile(from, to string, perm fs.FileMode, buf []byte) error {
+// copyFileWith copies from into a new file to through buf, handing each
+// chunk to seen (if set) as it goes: every chunk but the last is a whole
+// buffer. What seen returns (if not nil) is called once the chunk is
+// written, before buf is read into again.
+func copyFileWith(from, to string, perm fs.FileMode, buf []byte, seen func([]byte) func()) error {
 	in, err := os.Open(from)
 	if err != nil {
 		return err
@@ -83,11 +96,29 @@ func copyFile(from, to string, perm fs.FileMode, buf []byte) error {
 	if err != nil {
 		return err
 	}
-	// Wrapped, so that the copy goes through buf rather than the
-	// file's own ReadFrom (32 KiB).
-	if _, err := io.CopyBuffer(struct{ io.Writer }{out}, struct{ io.Reader }{in}, buf); err != nil {
-		out.Close()
-		return err
+	for {
+		n, rerr := io.ReadFull(in, buf)
+		if n > 0 {
+			var done func()
+			if seen != nil {
+				done = seen(buf[:n])
+			}
+			_, err := out.Write(buf[:n])
+			if done != nil {
+				done()
+			}
+			if err != nil {
+				out.Close()
+				return err
+			}
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			out.Close()
+			return rerr
+		}
 	}
 	return out.Close()
 }

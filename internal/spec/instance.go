@@ -54,6 +54,10 @@ type Instance struct {
 	// node, which held no copy (a first restore on the node); otherwise
 	// the restore read the node's copy.
 	Fetched bool `json:"fetched,omitempty"`
+	// SpareReason says why a restore that found no pool slot of its app
+	// took none of the node's idle spare slots (its app does not fit
+	// them), when the node had some.
+	SpareReason string `json:"spare_reason,omitempty"`
 	// Ports maps "6379/tcp" to the address where the instance answers.
 	Ports map[string]string `json:"ports,omitempty"`
 	// Limits are what the instance may use: its app's resources, the

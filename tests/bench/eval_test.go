@@ -661,6 +661,11 @@ func evalSpare(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spe
 			_ = f.D.ReleaseSlot(ctx, s.ID)
 			return fmt.Errorf("restore into spare %d: %w", i+1, err)
 		}
+		if i == 0 && dep.Pool != spec.PoolSpare && dep.SpareReason != "" {
+			t.Logf("  %s: restores take no spare slot: %s", catalogName, dep.SpareReason)
+			a.NoSpare = dep.SpareReason
+			return errors.Join(f.D.Undeploy(ctx, dep.ID), f.D.ReleaseSlot(ctx, s.ID))
+		}
 		if dep.Pool != spec.PoolSpare || dep.Slot != s.ID || dep.Gen != g.Gen {
 			_ = f.D.Undeploy(ctx, dep.ID)
 			_ = f.D.ReleaseSlot(ctx, s.ID)

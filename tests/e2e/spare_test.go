@@ -115,6 +115,13 @@ func TestSparePoP(t *testing.T) {
 		if got := metricCount(t, p.apis[n], `fogdeploy_spare_slots_taken_total{engine="dmtcp"}`); got < 1 {
 			t.Errorf("node %s counts %v restores into spares; want at least 1", n, got)
 		}
+		// Elsewhere the restore fetched the checkpoint: its bytes are
+		// counted by where they came from.
+		if n != "n1" {
+			if got := metricCount(t, p.apis[n], `fogdeploy_checkpoint_fetch_bytes_total{from="cluster"}`); !d.Status.Fetched || got <= 0 {
+				t.Errorf("restore on %s: fetched %v, %v bytes counted from the cluster; want a fetch counted", n, d.Status.Fetched, got)
+			}
+		}
 		waitSpares("after a restore on " + n + " took one")
 	}
 }
