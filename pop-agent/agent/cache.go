@@ -14,6 +14,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/config"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/gencache"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // prefetch copies generation g's checkpoint to the node ahead of any
@@ -130,5 +131,25 @@ func (a *agent) exportCache() {
 	a.m.cacheGens.Set(float64(len(es)))
 	if ls, err := a.d.Lowers(); err == nil {
 		a.m.envCopies.Set(float64(len(ls)))
+	}
+}
+
+// registerFetchBytes exports what the node's checkpoint fetches copied,
+// by where each byte came from: read from the cluster, copied from a
+// block the fetch already held (the generation's block index), or left
+// as a hole (zero).
+func registerFetchBytes(reg prometheus.Registerer, d *deploy.Deployer) {
+	for _, c := range []struct {
+		from string
+		of   func(gencache.CopyStats) int64
+	}{
+		{"cluster", func(s gencache.CopyStats) int64 { return s.Read }},
+		{"node", func(s gencache.CopyStats) int64 { return s.Reused }},
+		{"zero", func(s gencache.CopyStats) int64 { return s.Zero }},
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "fogdeploy_checkpoint_fetch_bytes_total", ConstLabels: prometheus.Labels{"from": c.from},
+			Help: "Bytes of the checkpoints fetched to this node, by where they came from: cluster (read), node (a block the fetch already held, by the generation's block index), zero (left as a hole).",
+		}, func() float64 { return float64(c.of(d.FetchBytes())) }))
 	}
 }

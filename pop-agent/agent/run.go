@@ -27,7 +27,6 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
-	"github.com/fogdeploy/fogdeploy/internal/gencache"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/keyedmutex"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
@@ -489,24 +488,4 @@ func advertised(advertise string, l net.Addr) (string, error) {
 		return "", fmt.Errorf("--listen %s: on every address, the agent needs agent.advertise (the host:port that fogctl and the other nodes reach it at, e.g. 10.0.0.11:%d)", a, t.Port)
 	}
 	return a, nil
-}
-
-// registerFetchBytes exports what the node's checkpoint fetches copied,
-// by where each byte came from: read from the cluster, copied from a
-// block the fetch already held (the generation's block index), or left
-// as a hole (zero).
-func registerFetchBytes(reg prometheus.Registerer, d *deploy.Deployer) {
-	for _, c := range []struct {
-		from string
-		of   func(gencache.CopyStats) int64
-	}{
-		{"cluster", func(s gencache.CopyStats) int64 { return s.Read }},
-		{"node", func(s gencache.CopyStats) int64 { return s.Reused }},
-		{"zero", func(s gencache.CopyStats) int64 { return s.Zero }},
-	} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "fogdeploy_checkpoint_fetch_bytes_total", ConstLabels: prometheus.Labels{"from": c.from},
-			Help: "Bytes of the checkpoints fetched to this node, by where they came from: cluster (read), node (a block the fetch already held, by the generation's block index), zero (left as a hole).",
-		}, func() float64 { return float64(c.of(d.FetchBytes())) }))
-	}
 }
