@@ -6,7 +6,8 @@
 # without concurrent deployments; then pool hits through the hook API as a client sees them
 # (tests/e2e TestRequestPathPoP: request-path.json), and migrations and a drain, and a redis with
 # 256 MiB written migrated, suspended and resumed beside a restore (TestMigrateDrainPoP:
-# migrate-<engine>.json). Results: bench/results/<timestamp>/ (JSON, CSV, Markdown, SVG),
+# migrate-<engine>.json); and the memory of 1, 2 and 4 slots restored ahead without and with
+# same-page merging (tests/bench TestPoolMemory: pool-memory.json, pool-memory.md). Results: bench/results/<timestamp>/ (JSON, CSV, Markdown, SVG),
 # bench/results/latest points at the newest. Then the layering micro-benchmarks.
 #   APPS=redis,nginx     a subset of the catalog (default: all of it)
 #   BENCH_REPS=5         repetitions per measurement
@@ -83,6 +84,18 @@ e2e_measure() {
 	set -e
 	((rc == 0)) || fd_die "$1 failed (exit $rc); see $dir/$2.log"
 }
+
+fd_info "memory of 1, 2 and 4 slots restored ahead, without and with same-page merging"
+set +e
+APPS=$(
+	IFS=,
+	echo "${apps[*]}"
+) FOGDEPLOY_BENCH=1 FOGDEPLOY_BENCH_OUT=$dir FOGDEPLOY_DMTCP_PREFIX=$DMTCP_PREFIX \
+	"$GO" test -tags="${CEPH_TAGS:-pacific}" -count=1 -v -run '^TestPoolMemory$' -timeout 30m ./tests/bench/ 2>&1 |
+	tee "$dir/pool-memory.log" | grep --line-buffered -E 'slots restored ahead|^(--- FAIL|FAIL)' | sed -u 's/^ *[a-z_]*_test\.go:[0-9]*: //'
+rc=${PIPESTATUS[0]}
+set -e
+((rc == 0)) || fd_die "TestPoolMemory failed (exit $rc); see $dir/pool-memory.log"
 
 fd_info "request path: pool hits on a 3-node PoP, from a client's hook POST to the app's first answer"
 e2e_measure TestRequestPathPoP request-path 'request path'

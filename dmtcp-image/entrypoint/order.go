@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/instancectl"
+	"github.com/fogdeploy/fogdeploy/internal/ksm"
 )
 
 // errReleased: the slot was released (a termination signal) before any
@@ -36,8 +37,27 @@ func (s *supervisor) waitOrder(sigs <-chan os.Signal) (instancectl.OrderBody, er
 		}
 	}
 	s.tm.record("order", 0, t, 0, nil)
-	s.log.Info("order received", "deployment", o.Deployment, "node", o.Node)
+	s.log.Info("order received", "deployment", o.Deployment, "node", o.Node, "memory_merge", o.MemoryMerge)
+	s.mergeMemory(o.MemoryMerge)
 	return o, nil
+}
+
+// mergeMemory opts the entrypoint in or out of same-page merging before it
+// starts the app, which inherits the choice (internal/ksm): the restore a
+// pool slot is ordered ahead of any request shares its identical pages
+// with the node's other instances that opted in. A recycled container
+// that served such an instance opts out again for the next one. A kernel
+// without it restores the app unmerged.
+func (s *supervisor) mergeMemory(on bool) {
+	if cur, err := ksm.Self(); err != nil || cur == on {
+		if err != nil && on {
+			s.log.Warn("the app's pages will not be merged", "err", err)
+		}
+		return
+	}
+	if err := ksm.SetSelf(on); err != nil {
+		s.log.Warn("same-page merging", "on", on, "err", err)
+	}
 }
 
 // waitFile blocks until path appears, and returns what it holds. A

@@ -148,6 +148,8 @@ type Agent struct {
 	// under an overlay whose writes go to the instance's own clone) or
 	// clone (the instance's own clone only).
 	EnvRead string `yaml:"env_read"`
+	// MemoryMerge: slots restored ahead share their identical pages.
+	MemoryMerge MemoryMerge `yaml:"memory_merge"`
 }
 
 // Environment read paths (Agent.EnvRead).
@@ -241,7 +243,7 @@ func Default() Config {
 		Etcd:     Etcd{Endpoints: []string{devenv.EtcdEndpoint}, DialTimeout: 5 * time.Second},
 		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: spec.DriverContainer, CRIUDriver: spec.DriverContainer, Recycle: On, PoolAhead: On, RecycleKeep: 2 * time.Minute,
 			BootImage: "fogdeploy/boot:latest", IfBusy: spec.PolicyWait, IfNoEngine: spec.PolicyBoot, CheckpointCache: "4GiB", SpareDisk: "4GiB", Fetch: FetchFirstUse,
-			EnvRead: EnvReadShared},
+			EnvRead: EnvReadShared, MemoryMerge: MemoryMerge{PagesToScan: DefaultMergePages}},
 		Limits: DefaultLimits(),
 	}
 }
@@ -407,6 +409,7 @@ func (a Agent) validate() []error {
 	if a.KeepGenerations < 1 || a.KeepGenerations > 100 {
 		add("agent.keep_generations %d: keep between 1 and 100 checkpoint generations per app", a.KeepGenerations)
 	}
+	errs = append(errs, a.MemoryMerge.validate()...)
 	if a.LeaseTTL < 2 || a.LeaseTTL > 300 {
 		add("agent.lease_ttl %d: give seconds between 2 and 300", a.LeaseTTL)
 	}

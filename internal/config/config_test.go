@@ -147,3 +147,21 @@ func TestAPICredentials(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestMemoryMergeConfig(t *testing.T) {
+	c := Default()
+	if c.Agent.MemoryMerge.Enabled || c.Agent.MemoryMerge.PagesToScan != DefaultMergePages {
+		t.Fatalf("default memory_merge = %+v: want off, %d pages", c.Agent.MemoryMerge, DefaultMergePages)
+	}
+	for _, n := range []int{-1, 100001} {
+		c.Agent.MemoryMerge = MemoryMerge{Enabled: true, PagesToScan: n}
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), "agent.memory_merge.pages_to_scan") {
+			t.Errorf("pages_to_scan %d: %v; want an error naming agent.memory_merge.pages_to_scan", n, err)
+		}
+	}
+	c.Agent.MemoryMerge = MemoryMerge{Enabled: true}
+	if err := c.Validate(); err != nil {
+		t.Errorf("pages_to_scan 0 (the kernel's): %v", err)
+	}
+}

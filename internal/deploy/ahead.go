@@ -94,6 +94,7 @@ func (d *Deployer) StartAhead(ctx context.Context, g spec.Generation, id string)
 	app.PostRestore = nil // it runs when a deployment binds the slot, with its identity
 	timings := s.Timings
 	o := d.newOp(&timings, nil)
+	o.merge = d.cfg.MemoryMerge
 	// Start must not raise the slot's weight: the app restores and waits
 	// at background priority, and the deploy that binds it raises it.
 	bg := s.Handle.Background

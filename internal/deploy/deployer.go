@@ -102,6 +102,11 @@ type Config struct {
 	// size of its writable image; 0: DefaultSparePorts, DefaultSpareBytes.
 	SparePorts int
 	SpareBytes int64
+	// MemoryMerge: a pool slot restored ahead asks its processes' pages
+	// to be merged with the identical pages of other instances on the
+	// node (internal/ksm; the node's scanner turned on by the caller).
+	// Only the container driver's instances ask it.
+	MemoryMerge bool
 }
 
 // DefaultHitConcurrency is the default Config.HitConcurrency: the number

@@ -68,6 +68,9 @@ type op struct {
 	start   time.Time
 	timings *layering.Timings
 	prog    func(string, time.Duration)
+	// merge: the instance's start asks its pages to be merged with
+	// other instances' (a pool slot restored ahead, Config.MemoryMerge).
+	merge bool
 }
 
 func (d *Deployer) newOp(timings *layering.Timings, prog func(string, time.Duration)) *op {
@@ -380,6 +383,7 @@ func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, a
 		o.phase(StepRaise)
 		return dr, h, d.ready(ctx, o, dr, h, app, restored, id)
 	}
+	h.MemoryMerge = o.merge
 	if h, err = dr.Start(ctx, h); err != nil {
 		return nil, drivers.Handle{}, err
 	}

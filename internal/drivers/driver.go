@@ -266,6 +266,9 @@ type Handle struct {
 	// it running (Container): while that process is still the container's,
 	// Start and Running need no runtime call.
 	Pid int `json:"pid,omitempty"`
+	// MemoryMerge: Start orders the app's processes to share their
+	// identical pages with other instances' (Container; internal/ksm).
+	MemoryMerge bool `json:"memory_merge,omitempty"`
 }
 
 // ErrNotRecyclable: the instance cannot serve another deployment; it is

@@ -66,6 +66,9 @@ type CheckpointedBody struct {
 type OrderBody struct {
 	Deployment string `json:"deployment,omitempty"`
 	Node       string `json:"node,omitempty"`
+	// MemoryMerge: the app's processes share their identical pages with
+	// other instances' (internal/ksm); a pool slot restored ahead asks it.
+	MemoryMerge bool `json:"memory_merge,omitempty"`
 }
 
 // ReleasedBody is the entrypoint's answer to a release.

@@ -5,8 +5,12 @@
 // namespaced: the kernel's keyrings (uid 0's are the node's), bpf,
 // perf_event_open, and new user namespaces, in which it would hold every
 // capability again. The filter answers EPERM to keyctl, add_key,
-// request_key, bpf, perf_event_open, and unshare or clone with
-// CLONE_NEWUSER; ENOSYS to clone3, whose flags a filter cannot read (the C
+// request_key, bpf, perf_event_open, unshare or clone with CLONE_NEWUSER,
+// and the calls that opt memory in to the kernel's same-page merging
+// (prctl PR_SET_MEMORY_MERGE, madvise MADV_MERGEABLE: an app that merged
+// its own pages could time its writes to learn what its neighbours hold;
+// only the supervisor of a slot restored ahead opts its app in, see
+// internal/ksm); ENOSYS to clone3, whose flags a filter cannot read (the C
 // library then uses clone), and to every call of another architecture's
 // ABI (i386, x32).
 //
@@ -34,6 +38,7 @@ const (
 	offNr   = 0
 	offArch = 4
 	offArg0 = 16
+	offArg2 = 32
 	x32Bit  = 0x40000000 // __X32_SYSCALL_BIT
 )
 
@@ -75,6 +80,17 @@ func Program() ([]unix.SockFilter, error) {
 		p = append(p, jump(jeq, nr, 0, 1), eperm)
 	}
 	p = append(p,
+		// prctl(PR_SET_MEMORY_MERGE) and madvise(MADV_MERGEABLE): EPERM.
+		jump(jeq, unix.SYS_PRCTL, 0, 4),
+		stmt(ld, offArg0),
+		jump(jeq, unix.PR_SET_MEMORY_MERGE, 0, 1),
+		eperm,
+		allow,
+		jump(jeq, unix.SYS_MADVISE, 0, 4),
+		stmt(ld, offArg2),
+		jump(jeq, unix.MADV_MERGEABLE, 0, 1),
+		eperm,
+		allow,
 		jump(jeq, unix.SYS_CLONE3, 0, 1), enosys,
 		// unshare or clone: EPERM with CLONE_NEWUSER in their flags.
 		jump(jeq, unix.SYS_UNSHARE, 1, 0),

@@ -15,13 +15,19 @@ import (
 // script makes, in one process, the calls the filter denies and those it
 // must let through, and prints what each returned.
 const script = `
-import ctypes, os, threading
+import ctypes, mmap, os, threading
 libc = ctypes.CDLL(None, use_errno=True)
 def call(nr, *args):
     r = libc.syscall(nr, *args)
     return "ok" if r >= 0 else os.strerror(ctypes.get_errno())
 print("keyctl", call(%d, 0, -4, 0))         # KEYCTL_GET_KEYRING_ID of the user keyring
 print("unshare-user", call(%d, 0x10000000)) # unshare(CLONE_NEWUSER)
+print("merge-self", call(%d, 67, 1, 0, 0, 0))  # prctl(PR_SET_MEMORY_MERGE, 1)
+print("prctl-other", call(%d, 68, 0, 0, 0, 0)) # prctl(PR_GET_MEMORY_MERGE)
+m = mmap.mmap(-1, 4 << 12)
+a = ctypes.addressof(ctypes.c_char.from_buffer(m))
+print("madvise-merge", call(%d, ctypes.c_void_p(a), 4 << 12, 12))  # MADV_MERGEABLE
+print("madvise-other", call(%d, ctypes.c_void_p(a), 4 << 12, 4))   # MADV_DONTNEED
 t = threading.Thread(target=lambda: None); t.start(); t.join()
 print("thread ok")
 print("fork", "ok" if os.fork() or os._exit(0) else "")
@@ -46,7 +52,7 @@ func run(t *testing.T, filtered bool) string {
 			}
 		}
 		var err error
-		out, err = exec.Command(py, "-c", fmt.Sprintf(script, unix.SYS_KEYCTL, unix.SYS_UNSHARE)).CombinedOutput()
+		out, err = exec.Command(py, "-c", fmt.Sprintf(script, unix.SYS_KEYCTL, unix.SYS_UNSHARE, unix.SYS_PRCTL, unix.SYS_PRCTL, unix.SYS_MADVISE, unix.SYS_MADVISE)).CombinedOutput()
 		return err
 	})
 	if err != nil {
@@ -60,13 +66,17 @@ func TestFilter(t *testing.T) {
 		t.Skip(err)
 	}
 	out := run(t, true)
-	for _, want := range []string{"keyctl Operation not permitted", "unshare-user Operation not permitted", "thread ok", "fork ok"} {
+	for _, want := range []string{"keyctl Operation not permitted", "unshare-user Operation not permitted", "thread ok", "fork ok",
+		"merge-self Operation not permitted", "madvise-merge Operation not permitted", "prctl-other ok", "madvise-other ok"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("under the filter, want %q in:\n%s", want, out)
 		}
 	}
 	// The same calls without the filter: what it changes.
-	if out := run(t, false); !strings.Contains(out, "keyctl ok") {
-		t.Errorf("without the filter, keyctl should answer:\n%s", out)
+	out = run(t, false)
+	for _, want := range []string{"keyctl ok", "madvise-merge ok"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("without the filter, want %q in:\n%s", want, out)
+		}
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/keyedmutex"
+	"github.com/fogdeploy/fogdeploy/internal/ksm"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
@@ -99,6 +100,9 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 		return err
 	}
 	registerFetchBytes(reg, d)
+	if err := startMemoryMerge(c.Agent.MemoryMerge, ksm.Node{}, reg, log); err != nil {
+		return err
+	}
 	return runNode(ctx, c, o, log, sec, reg, m, nodeParts{d: d, store: l.Store, mapper: l.Mapper, backend: l.Mapper.Choice().Backend, priority: priority})
 }
 
@@ -253,7 +257,8 @@ func newDeployer(ctx context.Context, c config.Config, l *wire.Layering, log *sl
 	}
 	d, err = deploy.New(deploy.Config{StateDir: filepath.Join(c.Node.StateDir, "deploy"), Pool: c.Ceph.Pool,
 		Node: c.Node.Name, DMTCPDriver: c.Agent.DMTCPDriver, CRIUDriver: c.Agent.CRIUDriver, CacheBytes: cacheBytes, EnvRead: deploy.EnvRead(c.Agent.EnvRead),
-		HitConcurrency: c.Agent.HitConcurrency, Limits: c.Limits.Spec(), SparePorts: c.Agent.SparePorts, SpareBytes: spareBytes}, deps)
+		HitConcurrency: c.Agent.HitConcurrency, Limits: c.Limits.Spec(), SparePorts: c.Agent.SparePorts, SpareBytes: spareBytes,
+		MemoryMerge: c.Agent.MemoryMerge.Enabled}, deps)
 	if err != nil {
 		return nil, "", err
 	}

@@ -100,6 +100,9 @@ done
 # again, inside it), the kernel's keyrings (uid 0's are the node's).
 if command -v unshare >/dev/null 2>&1 && unshare -U true 2>/dev/null; then hole "made a user namespace (unshare -U)"; fi
 if command -v keyctl >/dev/null 2>&1 && keyctl show @u >/dev/null 2>&1; then hole "read the user keyring (keyctl show @u)"; fi
+# Its pages offered to the kernel's same-page merging, to time its writes
+# against its neighbours' pages: prctl(PR_SET_MEMORY_MERGE, 1) (157 on x86_64).
+if [ "$(uname -m)" = x86_64 ] && command -v perl >/dev/null 2>&1 && perl -e 'exit(syscall(157, 67, 1, 0, 0, 0) == 0 ? 0 : 1)' 2>/dev/null; then hole "opted its memory in to same-page merging (prctl PR_SET_MEMORY_MERGE)"; fi
 # Capabilities: none beyond what the app's driver gives (CapEff in hex).
 echo "caps: $(grep CapEff /proc/self/status)"
 # What a tenant before left.

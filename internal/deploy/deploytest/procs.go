@@ -1,0 +1,91 @@
+package deploytest
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+)
+
+// InstanceProcs lists the host PIDs of the processes of an instance: slot
+// id's, or deployment id's. They are its container's main process and
+// every descendant.
+func InstanceProcs(d *deploy.Deployer, id string) ([]int, error) {
+	slots, err := d.Slots()
+	if err != nil {
+		return nil, err
+	}
+	root := 0
+	for _, s := range slots {
+		if s.ID == id && s.Handle != nil {
+			root = s.Handle.Pid
+		}
+	}
+	recs, err := d.List()
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		if r.ID == id && r.Handle != nil {
+			root = r.Handle.Pid
+		}
+	}
+	if root == 0 {
+		return nil, fmt.Errorf("instance %s: no process known", id)
+	}
+	parent := map[int]int{}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces.
+		if f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])); len(f) > 1 {
+			parent[pid], _ = strconv.Atoi(f[1])
+		}
+	}
+	in := map[int]bool{root: true}
+	for changed := true; changed; {
+		changed = false
+		for pid, pp := range parent {
+			if in[pp] && !in[pid] {
+				in[pid], changed = true, true
+			}
+		}
+	}
+	pids := make([]int, 0, len(in))
+	for pid := range in {
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
+
+// PSSKiB is the proportional set size of pids in KiB: the node's memory
+// they hold, each page shared by n processes counted 1/n for each. A
+// process gone meanwhile counts for nothing.
+func PSSKiB(pids ...int) uint64 {
+	var kb uint64
+	for _, pid := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+		if err != nil {
+			continue
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if f := strings.Fields(line); len(f) == 3 && f[0] == "Pss:" {
+				v, _ := strconv.ParseUint(f[1], 10, 64)
+				kb += v
+			}
+		}
+	}
+	return kb
+}
