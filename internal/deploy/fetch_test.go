@@ -10,6 +10,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/gencache"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
@@ -159,15 +160,7 @@ func TestFirstRestoreReadsSharedPagesOnce(t *testing.T) {
 		t.Run(string(eng), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			app := tokenApp("prefork-"+string(eng), f.Env)
-			app.Engine, app.Command = eng, preforkServer
-			app.Resources.Memory, app.CheckpointSize = "512M", "1G"
-			t.Cleanup(func() { f.UndeployAll(t, app.Name); f.RemoveGenerations(t, app.Name) })
-			first, err := f.D.Deploy(ctx, app, deploy.Options{})
-			if err != nil {
-				t.Fatalf("first deploy (boot, checkpoint, restore): %v", err)
-			}
-			want := getToken(t, first)
+			app, _, want := deployPrefork(ctx, t, f, "prefork", eng)
 			if _, err := f.D.TrimCache(func(k gencache.Key) bool { return k.App != app.Name }); err != nil {
 				t.Fatal(err)
 			}
@@ -196,6 +189,23 @@ func TestFirstRestoreReadsSharedPagesOnce(t *testing.T) {
 				eng, size>>20, read>>20, osd>>20, (after.Reused-before.Reused)>>20, (after.Zero-before.Zero)>>20)
 		})
 	}
+}
+
+// deployPrefork deploys a preforkServer app of engine eng (named after
+// prefix) for the first time (boot, checkpoint, restore), and returns it,
+// its deployment and the digest it answers; the app and its generations go
+// after the test.
+func deployPrefork(ctx context.Context, t *testing.T, f *deploytest.Fixture, prefix string, eng engine.Name) (spec.App, deploy.Deployment, string) {
+	t.Helper()
+	app := tokenApp(prefix+"-"+string(eng), f.Env)
+	app.Engine, app.Command = eng, preforkServer
+	app.Resources.Memory, app.CheckpointSize = "512M", "1G"
+	t.Cleanup(func() { f.UndeployAll(t, app.Name); f.RemoveGenerations(t, app.Name) })
+	first, err := f.D.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatalf("first deploy (boot, checkpoint, restore): %v", err)
+	}
+	return app, first, getToken(t, first)
 }
 
 // cephIO is what the cluster's OSDs have read so far.

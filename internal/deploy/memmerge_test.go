@@ -36,15 +36,7 @@ func TestPoolSlotsShareMemory(t *testing.T) {
 		t.Run(string(eng), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 			defer cancel()
-			app := tokenApp("merge-"+string(eng), f.Env)
-			app.Engine, app.Command = eng, preforkServer
-			app.Resources.Memory, app.CheckpointSize = "512M", "1G"
-			t.Cleanup(func() { f.UndeployAll(t, app.Name); f.RemoveGenerations(t, app.Name) })
-			first, err := f.D.Deploy(ctx, app, deploy.Options{})
-			if err != nil {
-				t.Fatalf("first deploy (boot, checkpoint, restore): %v", err)
-			}
-			want := getToken(t, first)
+			app, first, want := deployPrefork(ctx, t, f, "merge", eng)
 			if pids := appProcs(t, slotProcs(t, f.D, first.ID)); anyMerging(pids) {
 				t.Errorf("a restore on demand opted in to same-page merging")
 			}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
 // InstanceProcs lists the host PIDs of the processes of an instance: slot
@@ -36,23 +37,8 @@ func InstanceProcs(d *deploy.Deployer, id string) ([]int, error) {
 		return nil, fmt.Errorf("instance %s: no process known", id)
 	}
 	parent := map[int]int{}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces.
-		if f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])); len(f) > 1 {
-			parent[pid], _ = strconv.Atoi(f[1])
-		}
+	for pid, p := range testenv.Procs() {
+		parent[pid] = p.PPID
 	}
 	in := map[int]bool{root: true}
 	for changed := true; changed; {
