@@ -161,6 +161,8 @@ func (c *Container) Fits(sp Spare, r Run) error {
 		return no("network group %q: spares are on the isolated network", app.Network)
 	case len(app.Ports) > sp.Ports:
 		return no("%d ports, the spare publishes %d", len(app.Ports), sp.Ports)
+	case app.StopSignal != "" && app.StopSignal != "SIGTERM":
+		return no("stop signal %s: a spare stops with SIGTERM", app.StopSignal)
 	}
 	lim := app.LimitsOver(r.Limits)
 	if c.limits() {
@@ -243,9 +245,6 @@ func (c *Container) Assign(ctx context.Context, h Handle, sp Spare, r Run) (Hand
 		return Handle{}, err
 	}
 	h.Ports, h.Gen, h.EnvPath, h.CkptPath = ports, r.Gen+1, r.EnvPath, r.CkptPath
-	if r.App.StopSignal != "" && r.App.StopSignal != "SIGTERM" {
-		h.StopSignal = r.App.StopSignal // the spare's container stops with SIGTERM
-	}
 	return h, nil
 }
 
