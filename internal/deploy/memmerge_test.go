@@ -102,27 +102,16 @@ func TestPoolSlotsShareMemory(t *testing.T) {
 // settings back after it.
 func scannerOn(t *testing.T) ksm.Node {
 	t.Helper()
-	n := ksm.Node{}
-	var saved = map[string]string{}
-	for _, name := range []string{"run", "pages_to_scan", "smart_scan"} {
-		b, err := os.ReadFile(ksm.DefaultDir + "/" + name)
-		if err != nil {
-			testenv.Unavailable(t, testenv.Root, "no same-page merging on this kernel: "+err.Error())
-		}
-		saved[name] = strings.TrimSpace(string(b))
+	n, err := deploytest.ScannerOn(t, ksm.Settings{PagesToScan: 4000})
+	if errors.Is(err, ksm.ErrUnavailable) {
+		testenv.Unavailable(t, testenv.Root, "no same-page merging on this kernel: "+err.Error())
+	} else if err != nil {
+		t.Fatal(err)
 	}
 	if err := ksm.SetSelf(true); errors.Is(err, ksm.ErrUnavailable) {
 		testenv.Unavailable(t, testenv.Root, err.Error())
 	}
 	_ = ksm.SetSelf(false)
-	if err := n.Enable(ksm.Settings{PagesToScan: 4000}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, name := range []string{"pages_to_scan", "smart_scan", "run"} {
-			_ = os.WriteFile(ksm.DefaultDir+"/"+name, []byte(saved[name]+"\n"), 0o644)
-		}
-	})
 	return n
 }
 
@@ -140,10 +129,11 @@ func mergedPSS(ctx context.Context, t *testing.T, n ksm.Node, d *deploy.Deployer
 	var kb uint64
 	for _, id := range ids {
 		for _, pid := range slotProcs(t, d, id) {
-			kb += deploytest.PSSKiB(pid)
+			pss := deploytest.PSSKiB(pid)
+			kb += pss
 			comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
 			p, _ := ksm.ReadProcess("", pid)
-			t.Logf("slot %s: %d %s: pss %d KiB, merge_any %v, %d merging pages", id, pid, strings.TrimSpace(string(comm)), deploytest.PSSKiB(pid), p.MergeAny, p.MergingPages)
+			t.Logf("slot %s: %d %s: pss %d KiB, merge_any %v, %d merging pages", id, pid, strings.TrimSpace(string(comm)), pss, p.MergeAny, p.MergingPages)
 		}
 	}
 	return float64(kb) / 1024

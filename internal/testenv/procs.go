@@ -52,9 +52,11 @@ func Procs() map[int]Proc {
 
 // Descendants lists the processes below this (test) process, zombies
 // included.
-func Descendants() []Proc {
+func Descendants() []Proc { return DescendantsOf(os.Getpid()) }
+
+// DescendantsOf lists the processes below process self, zombies included.
+func DescendantsOf(self int) []Proc {
 	all := Procs()
-	self := os.Getpid()
 	var out []Proc
 	for pid, p := range all {
 		for q, hops := p, 0; q.PPID != 0 && hops < 64; hops++ {

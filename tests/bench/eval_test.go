@@ -475,20 +475,12 @@ func slotCost(ctx context.Context, f *deploytest.Fixture, n int, provision func(
 	var kb uint64
 	var pids []string
 	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil || before[e.Name()] {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || before[e.Name()] {
 			continue
 		}
 		pids = append(pids, e.Name())
-		b, err := os.ReadFile("/proc/" + e.Name() + "/smaps_rollup")
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) == 3 && f[0] == "Pss:" {
-				v, _ := strconv.ParseUint(f[1], 10, 64)
-				kb += v
-			}
-		}
+		kb += deploytest.PSSKiB(pid)
 	}
 	time.Sleep(poolSettle)
 	c0 := procsCPU(pids)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -151,7 +152,7 @@ func poolMemory(ctx context.Context, t *testing.T, f *deploytest.Fixture, mergin
 				release()
 				return row, fmt.Errorf("slot %d restored ahead (merging %v): %w", n, merged, err)
 			}
-			if !containsInt(poolMemoryCounts, n) {
+			if !slices.Contains(poolMemoryCounts, n) {
 				continue
 			}
 			if merged {
@@ -203,23 +204,10 @@ func poolMemory(ctx context.Context, t *testing.T, f *deploytest.Fixture, mergin
 // agent.memory_merge does, and puts its settings back after the test.
 func scannerFor(t *testing.T) ksm.Node {
 	t.Helper()
-	n := ksm.Node{}
-	saved := map[string][]byte{}
-	for _, name := range []string{"pages_to_scan", "smart_scan", "run"} {
-		b, err := os.ReadFile(filepath.Join(ksm.DefaultDir, name))
-		if err != nil {
-			t.Fatalf("the node's same-page merging: %v", err)
-		}
-		saved[name] = b
+	n, err := deploytest.ScannerOn(t, config.MemoryMerge{Enabled: true, PagesToScan: config.DefaultMergePages}.Settings())
+	if err != nil {
+		t.Fatalf("the node's same-page merging: %v", err)
 	}
-	if err := n.Enable(config.MemoryMerge{Enabled: true, PagesToScan: config.DefaultMergePages}.Settings()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, name := range []string{"pages_to_scan", "smart_scan", "run"} {
-			_ = os.WriteFile(filepath.Join(ksm.DefaultDir, name), saved[name], 0o644)
-		}
-	})
 	return n
 }
 
@@ -240,15 +228,6 @@ func scannerCPU() float64 {
 }
 
 func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }
-
-func containsInt(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
 
 // poolMemoryTable is the Markdown table of rows.
 func poolMemoryTable(rows []PoolMemory) string {

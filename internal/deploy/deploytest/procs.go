@@ -36,22 +36,9 @@ func InstanceProcs(d *deploy.Deployer, id string) ([]int, error) {
 	if root == 0 {
 		return nil, fmt.Errorf("instance %s: no process known", id)
 	}
-	parent := map[int]int{}
-	for pid, p := range testenv.Procs() {
-		parent[pid] = p.PPID
-	}
-	in := map[int]bool{root: true}
-	for changed := true; changed; {
-		changed = false
-		for pid, pp := range parent {
-			if in[pp] && !in[pid] {
-				in[pid], changed = true, true
-			}
-		}
-	}
-	pids := make([]int, 0, len(in))
-	for pid := range in {
-		pids = append(pids, pid)
+	pids := []int{root}
+	for _, p := range testenv.DescendantsOf(root) {
+		pids = append(pids, p.PID)
 	}
 	return pids, nil
 }
