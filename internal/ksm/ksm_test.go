@@ -50,7 +50,11 @@ func TestEnableAndStats(t *testing.T) {
 	defer cancel()
 	go func() {
 		time.Sleep(100 * time.Millisecond)
-		_ = os.WriteFile(filepath.Join(dir, "full_scans"), []byte("6\n"), 0o644)
+		// Replaced whole, as the kernel's file reads: never empty.
+		tmp := filepath.Join(t.TempDir(), "full_scans")
+		if err := os.WriteFile(tmp, []byte("6\n"), 0o644); err == nil {
+			_ = os.Rename(tmp, filepath.Join(dir, "full_scans"))
+		}
 	}()
 	if err := n.AwaitScans(ctx, 2); err != nil {
 		t.Fatalf("AwaitScans: %v", err)
