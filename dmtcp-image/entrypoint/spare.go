@@ -142,8 +142,8 @@ func assignment(b []byte, eng engine.Name, stderr io.Writer) ([]string, *config,
 		return nil, nil, fmt.Errorf("assignment: engine %s, but this spare was made for %s", cfg.engine, eng)
 	case !cfg.rootLater || cfg.wait == "":
 		return nil, nil, errors.New("assignment: want -wait and -root-later (the root is mounted before the order)")
-	case !strings.HasPrefix(cfg.root, spareMnt) || !strings.HasPrefix(cfg.ckpt, spareMnt):
-		return nil, nil, fmt.Errorf("assignment: root %s and checkpoint volume %s must be under %s, where the host mounts them", cfg.root, cfg.ckpt, spareMnt)
+	case !strings.HasPrefix(cfg.root, spareMnt) || filepath.Clean(cfg.ckpt) != spareCkpt:
+		return nil, nil, fmt.Errorf("assignment: root %s must be under %s and checkpoint volume %s be %s, where the host mounts them", cfg.root, spareMnt, cfg.ckpt, spareCkpt)
 	}
 	return body.Args, cfg, nil
 }
@@ -151,3 +151,9 @@ func assignment(b []byte, eng engine.Name, stderr io.Writer) ([]string, *config,
 // spareMnt is where a spare's mount directory is bound (its root and
 // checkpoint volume are under it).
 const spareMnt = "/fog/mnt/"
+
+// spareCkpt is a spare's checkpoint volume (runtime.SpareCkptPath): its
+// mount directory's ckpt, bound where a container made for its app has
+// its checkpoint, because DMTCP names the files it saved beside an image
+// by their paths there.
+const spareCkpt = "/fog/ckpt"

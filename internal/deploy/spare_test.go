@@ -3,10 +3,15 @@ package deploy_test
 import (
 	"context"
 	"errors"
+	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/filters"
 
 	"github.com/fogdeploy/fogdeploy/internal/cgroup"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
@@ -251,26 +256,87 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 	f.AssertNothingLeft(t, app.Name, true)
 	assertNoSpareLeft(t, f)
 
-	// An app that does not fit the idle spare (it stops with another
-	// signal) takes a slot of its own, and its status says why.
+	// An app that does not fit the idle spare (more ports than it
+	// publishes) takes a slot of its own, and its status says why.
 	if _, err := d.ProvisionSpare(ctx, eng); err != nil {
 		t.Fatal(err)
 	}
-	sig := deploytest.RedisApp("sig-"+app.Name, f.Env, eng)
-	sig.StopSignal = "SIGINT"
-	t.Cleanup(func() { f.UndeployAll(t, sig.Name); f.RemoveGenerations(t, sig.Name) })
-	unfit, err := d.Deploy(ctx, sig, deploy.Options{})
+	wide := deploytest.RedisApp("wide-"+app.Name, f.Env, eng)
+	for p := range deploy.DefaultSparePorts {
+		wide.Ports = append(wide.Ports, spec.Port{Port: 7000 + p})
+	}
+	t.Cleanup(func() { f.UndeployAll(t, wide.Name); f.RemoveGenerations(t, wide.Name) })
+	unfit, err := d.Deploy(ctx, wide, deploy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if unfit.Pool != spec.PoolMiss || !strings.Contains(unfit.SpareReason, "stop signal SIGINT") {
-		t.Errorf("restore of an app that stops with SIGINT beside an idle spare: pool %q, spare reason %q; want a miss that says why", unfit.Pool, unfit.SpareReason)
+	if unfit.Pool != spec.PoolMiss || !strings.Contains(unfit.SpareReason, "ports") {
+		t.Errorf("restore of an app with more ports than a spare publishes beside an idle spare: pool %q, spare reason %q; want a miss that says why", unfit.Pool, unfit.SpareReason)
+	}
+	if err := d.Undeploy(ctx, unfit.ID); err != nil {
+		t.Error(err)
+	}
+
+	// An app that stops with another signal than the spare's container
+	// (SIGTERM) takes the spare, and its undeploy stops it with its own.
+	sig := deploytest.RedisApp("sig-"+app.Name, f.Env, eng)
+	sig.StopSignal = "SIGQUIT"
+	t.Cleanup(func() { f.UndeployAll(t, sig.Name); f.RemoveGenerations(t, sig.Name) })
+	sigFirst, err := d.Deploy(ctx, sig, deploy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Undeploy(ctx, sigFirst.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.ProvisionSpare(ctx, eng); err != nil {
+		t.Fatal(err)
+	}
+	quit, err := d.Deploy(ctx, sig, deploy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if quit.Pool != spec.PoolSpare {
+		t.Errorf("restore of an app that stops with SIGQUIT beside an idle spare: pool %q, spare reason %q; want the spare", quit.Pool, quit.SpareReason)
+	}
+	if quit.Handle == nil {
+		t.Fatalf("deployment %s has no instance", quit.ID)
+	}
+	ref := quit.Handle.Ref
+	since := time.Now()
+	if err := d.Undeploy(ctx, quit.ID); err != nil {
+		t.Error(err)
+	}
+	if got := stopSignals(ctx, t, ref, since); !slices.Contains(got, "3") {
+		t.Errorf("undeploy of an app that stops with SIGQUIT in a spare: its container was sent signals %v; want SIGQUIT (3)", got)
 	}
 	if _, err := d.ReleaseSpares(ctx, "", -1); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Undeploy(ctx, unfit.ID); err != nil {
-		t.Error(err)
+}
+
+// stopSignals lists the signals dockerd sent container ref since then (its
+// kill events), by number.
+func stopSignals(ctx context.Context, t *testing.T, ref string, since time.Time) []string {
+	t.Helper()
+	cli := testenv.DockerClient(t)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	msgs, errs := cli.Events(ctx, events.ListOptions{
+		Since: strconv.FormatInt(since.Add(-time.Second).Unix(), 10), Until: strconv.FormatInt(time.Now().Add(time.Second).Unix(), 10),
+		Filters: filters.NewArgs(filters.Arg("container", ref), filters.Arg("event", "kill")),
+	})
+	var sigs []string
+	for {
+		select {
+		case m := <-msgs:
+			sigs = append(sigs, m.Actor.Attributes["signal"])
+		case err := <-errs:
+			if err != nil && !errors.Is(err, io.EOF) {
+				t.Fatalf("docker events of %s: %v", ref, err)
+			}
+			return sigs
+		}
 	}
 }
 
@@ -309,13 +375,17 @@ func TestSpareFits(t *testing.T) {
 	if err := c.Fits(sp, run(redis)); err != nil {
 		t.Fatalf("redis does not fit: %v", err)
 	}
+	quit := redis
+	quit.StopSignal = "SIGQUIT" // stopped with it at undeploy (Handle.StopSignal)
+	if err := c.Fits(sp, run(quit)); err != nil {
+		t.Fatalf("an app that stops with SIGQUIT does not fit: %v", err)
+	}
 	for name, a := range map[string]spec.App{
 		"engine":  {Name: "a", Engine: engine.NameCRIU, Ports: redis.Ports},
 		"network": {Name: "a", Ports: redis.Ports, Network: "shop"},
 		"ports":   {Name: "a", Ports: []spec.Port{{Port: 1}, {Port: 2}, {Port: 3}}},
 		"udp":     {Name: "a", Ports: []spec.Port{{Port: 53, Proto: "udp"}}},
 		"generic": {Name: "a", Ports: []spec.Port{{Port: 61001}}},
-		"signal":  {Name: "a", StopSignal: "SIGINT"},
 		"memory":  {Name: "a", Resources: spec.Resources{Memory: "64MiB"}},
 		"cpus":    {Name: "a", Resources: spec.Resources{CPUs: 0.5}},
 	} {
@@ -326,4 +396,79 @@ func TestSpareFits(t *testing.T) {
 	if err := c.Fits(sp, drivers.Run{Mode: drivers.RunLaunch, App: redis, Limits: lim}); !errors.Is(err, drivers.ErrUnfit) {
 		t.Errorf("a launch: Fits = %v; want ErrUnfit", err)
 	}
+}
+
+// savedFilesServer answers GET / with a token and what it wrote, before
+// its checkpoint, into a file it deleted and holds open: DMTCP saves such
+// a file beside its checkpoint image (ckpt_*_files/, as PostgreSQL's
+// shared memory segments) and puts it back at a restore.
+var savedFilesServer = []string{"python3", "-c", `import http.server, os, secrets
+token = secrets.token_hex(8).encode()
+gone = os.open("/tmp/fog-deleted", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+os.write(gone, token[::-1])
+os.unlink("/tmp/fog-deleted")
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        b = token + b" " + os.pread(gone, 16, 0)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("0.0.0.0", 8000), H).serve_forever()`}
+
+// TestSpareSlotSavedFiles: an app whose checkpoint carries a file saved
+// beside its image (a deleted one it holds open) restores into a spare
+// slot as into a slot of its own: the same bytes in the file, and nothing of the spare left after its undeploy. Under
+// each engine, on Ceph and Docker.
+func TestSpareSlotSavedFiles(t *testing.T) {
+	f := deploytest.NewPythonFixture(t)
+	for _, eng := range spec.Engines {
+		t.Run(string(eng), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			d := f.D
+			if err := d.MakesSpares(ctx, eng); err != nil {
+				t.Fatalf("this node makes no spares of %s: %v", eng, err)
+			}
+			app := tokenApp("saved-"+string(eng), f.Env)
+			app.Engine, app.Command = eng, savedFilesServer
+			t.Cleanup(func() { f.UndeployAll(t, app.Name); f.RemoveGenerations(t, app.Name) })
+			first, err := d.Deploy(ctx, app, deploy.Options{})
+			if err != nil {
+				t.Fatalf("first deploy (boot, checkpoint, restore): %v", err)
+			}
+			want := getToken(t, first)
+			if tok, rev, ok := strings.Cut(want, " "); !ok || len(tok) != 16 || rev != reverse(tok) {
+				t.Fatalf("the first deploy answers %q; want a token and its reverse", want)
+			}
+			if _, err := d.ProvisionSpare(ctx, eng); err != nil {
+				t.Fatalf("provision a spare: %v", err)
+			}
+			dep, err := d.Deploy(ctx, app, deploy.Options{})
+			if err != nil {
+				t.Fatalf("restore into a spare: %v", err)
+			}
+			if dep.Pool != spec.PoolSpare {
+				t.Errorf("restore beside an idle spare: pool %q (spare reason %q); want the spare", dep.Pool, dep.SpareReason)
+			}
+			if got := getToken(t, dep); got != want {
+				t.Errorf("restore into a spare answers %q; want the checkpoint's %q", got, want)
+			}
+			for _, x := range []deploy.Deployment{dep, first} {
+				if err := d.Undeploy(ctx, x.ID); err != nil {
+					t.Errorf("undeploy %s: %v", x.ID, err)
+				}
+			}
+			assertNoSpareLeft(t, f)
+		})
+	}
+}
+
+// reverse is s, its bytes in the other order.
+func reverse(s string) string {
+	b := []byte(s)
+	slices.Reverse(b)
+	return string(b)
 }

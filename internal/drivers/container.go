@@ -405,10 +405,35 @@ func (c *Container) Remove(ctx context.Context, h Handle) error {
 	if h.Ref == "" {
 		return nil
 	}
+	if h.StopSignal != "" {
+		c.signalStop(ctx, h)
+	}
 	if err := c.RT.Stop(ctx, h.Ref, c.StopTimeoutOrDefault()); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return err
 	}
 	return c.RT.Remove(ctx, h.Ref)
+}
+
+// signalStop stops the app of a container made with another stop signal
+// (a spare's) with its own, h.StopSignal, and waits up to the stop timeout
+// for it to exit: the entrypoint passes the signal on to the app. What is
+// still running after it gets the container's stop and SIGKILL.
+func (c *Container) signalStop(ctx context.Context, h Handle) {
+	if err := c.RT.Signal(ctx, h.Ref, h.StopSignal); err != nil {
+		return
+	}
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for deadline := time.Now().Add(c.StopTimeoutOrDefault()); time.Now().Before(deadline); {
+		if st, err := c.RT.Inspect(ctx, h.Ref); err != nil || !st.Running {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // DefaultStopTimeout is how long an instance may take to stop after

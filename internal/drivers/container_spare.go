@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/fogdeploy/fogdeploy/internal/cgroup"
@@ -46,7 +47,7 @@ type Spare struct {
 // SpareRoot and SpareCkpt are where, under a spare's MntPath, the root of
 // the run it is assigned is mounted and its checkpoint volume is.
 func (sp Spare) SpareRoot() string { return filepath.Join(sp.MntPath, "root") }
-func (sp Spare) SpareCkpt() string { return filepath.Join(sp.MntPath, "ckpt") }
+func (sp Spare) SpareCkpt() string { return runtime.SpareCkptDir(sp.SpareRoot()) }
 
 func (sp Spare) validate() error {
 	var errs []error
@@ -122,6 +123,9 @@ func (c *Container) CreateSpare(ctx context.Context, sp Spare) (Handle, error) {
 	if err != nil {
 		return Handle{}, err
 	}
+	if err := os.MkdirAll(sp.SpareCkpt(), 0o755); err != nil { // bound at runtime.SpareCkptPath
+		return Handle{}, fmt.Errorf("spare %s checkpoint volume: %w", sp.ID, err)
+	}
 	dc := runtime.DMTCPContainer{Image: img.ref, Deployment: sp.ID, App: spareApp, Name: "fd-" + sp.ID, EnvPath: sp.SpareRoot(),
 		CtlPath: sp.CtlPath, Engine: sp.Engine, NanoCPUs: int64(sp.Limits.CPUs * 1e9), MemoryBytes: sp.Limits.MemoryBytes,
 		Network: IsolatedNetwork, PidsLimit: sp.Limits.Pids, OpenFiles: sp.Limits.OpenFiles, LogBytes: sp.Limits.LogBytes,
@@ -161,8 +165,6 @@ func (c *Container) Fits(sp Spare, r Run) error {
 		return no("network group %q: spares are on the isolated network", app.Network)
 	case len(app.Ports) > sp.Ports:
 		return no("%d ports, the spare publishes %d", len(app.Ports), sp.Ports)
-	case app.StopSignal != "" && app.StopSignal != "SIGTERM":
-		return no("stop signal %s: a spare stops with SIGTERM", app.StopSignal)
 	}
 	lim := app.LimitsOver(r.Limits)
 	if c.limits() {
@@ -245,6 +247,9 @@ func (c *Container) Assign(ctx context.Context, h Handle, sp Spare, r Run) (Hand
 		return Handle{}, err
 	}
 	h.Ports, h.Gen, h.EnvPath, h.CkptPath = ports, r.Gen+1, r.EnvPath, r.CkptPath
+	if r.App.StopSignal != "" && r.App.StopSignal != "SIGTERM" {
+		h.StopSignal = r.App.StopSignal // the spare's container stops with SIGTERM
+	}
 	return h, nil
 }
 

@@ -269,6 +269,9 @@ type Handle struct {
 	// MemoryMerge: Start orders the app's processes to share their
 	// identical pages with other instances' (Container; internal/ksm).
 	MemoryMerge bool `json:"memory_merge,omitempty"`
+	// StopSignal is the app's stop signal where its container was made
+	// with another (a spare slot's, SIGTERM): Remove sends it first.
+	StopSignal string `json:"stop_signal,omitempty"`
 }
 
 // ErrNotRecyclable: the instance cannot serve another deployment; it is

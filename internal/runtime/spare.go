@@ -7,6 +7,7 @@ package runtime
 
 import (
 	"context"
+	"path/filepath"
 
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/instancectl"
@@ -22,9 +23,17 @@ const SparePortBase = 61000
 const MaxSparePorts = 16
 
 // SpareCkptPath is the checkpoint volume of an instance that took a
-// spare: under the mount directory, so that the generation the host binds
-// there after the container was created shows inside it.
-const SpareCkptPath = DMTCPMntPath + "/ckpt"
+// spare: DMTCPCkptPath, as in a container made for its app, because a
+// DMTCP checkpoint names the files it saved beside its image
+// (ckpt_*_files/) by their absolute paths there. It is the mount
+// directory's ckpt, bound with slave propagation, so that the generation
+// the host binds there after the container was created shows inside it.
+const SpareCkptPath = DMTCPCkptPath
+
+// SpareCkptDir is the host directory, beside a spare's root at envPath
+// under its mount directory, that is bound at SpareCkptPath: the host
+// binds the generation a spare is assigned in it (as its number).
+func SpareCkptDir(envPath string) string { return filepath.Join(filepath.Dir(envPath), "ckpt") }
 
 // SpareRole is the io.fogdeploy.role label of a spare container.
 const SpareRole = "dmtcp-spare"
@@ -50,6 +59,7 @@ func (c DMTCPContainer) Spare(ports int) Spec {
 	c.RootLater, c.Wait = true, true
 	c.userCaps = c.Engine != engine.NameCRIU
 	s := c.spec([]string{"-assign", DMTCPCtlPath + "/" + instancectl.Assign, "-engine", string(engineOr(c.Engine))}, "spare")
+	s.Binds = append(s.Binds, Bind{HostPath: SpareCkptDir(c.EnvPath), ContainerPath: SpareCkptPath, Propagation: PropagationSlave})
 	s.Labels["io.fogdeploy.role"] = SpareRole
 	return s
 }
