@@ -91,6 +91,41 @@ func TestDeploymentsAndStatus(t *testing.T) {
 	}
 }
 
+// A withdrawn deployment that node n1 suspended has its status forgotten
+// by n1, unless an instance resumed from it runs on another node: that
+// node's status stays until its own undeploy.
+func TestForgetSuspendedStatus(t *testing.T) {
+	st := statetest.Store(t)
+	ctx := context.Background()
+	for id, inst := range map[string]spec.Instance{
+		"suspended": {Phase: spec.PhaseSuspended},
+		"resumed":   {Phase: spec.PhaseRunning, Node: "n2"},
+		"here":      {Phase: spec.PhaseSuspending, Node: "n1"},
+	} {
+		if err := st.CreateDeployment(ctx, state.Desired{ID: id, App: "a", Node: "n1", Created: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetStatus(ctx, id, state.Status{Instance: inst}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.DeleteDeployment(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, want := range map[string]string{"suspended": "", "resumed": "n2", "here": "", "never": ""} {
+		if other, err := st.ForgetSuspendedStatus(ctx, id, "n1"); err != nil || other != want {
+			t.Errorf("ForgetSuspendedStatus(%s) = %q, %v; want %q", id, other, err, want)
+		}
+	}
+	sts, err := st.Statuses(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := sts["resumed"]; !ok || len(sts) != 1 {
+		t.Errorf("statuses left = %v; want only that of the instance resumed on n2", sts)
+	}
+}
+
 // A node is Ready while its agent's lease lives, and NotReady after.
 func TestNodeLease(t *testing.T) {
 	st := statetest.Store(t)

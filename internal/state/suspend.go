@@ -234,3 +234,33 @@ func (s *Store) DeleteSuspended(ctx context.Context, id string) (susp spec.Suspe
 	s.Event(ctx, id, "undeploy requested", "suspended: its images are removed")
 	return *d.Status.Suspension, true, nil
 }
+
+// ForgetSuspendedStatus removes the status of withdrawn deployment id,
+// suspended by node, unless another node has it (an instance resumed
+// there from the suspension, which then owns the suspension's images and
+// removes them with its own undeploy): other is that node, and the
+// status is left to it.
+func (s *Store) ForgetSuspendedStatus(ctx context.Context, id, node string) (other string, err error) {
+	for range placeAttempts {
+		r, err := s.cli.Get(ctx, statusKey(id))
+		if err != nil {
+			return "", wrapUnavailable(err)
+		}
+		if len(r.Kvs) == 0 {
+			return "", nil
+		}
+		var st Status
+		if json.Unmarshal(r.Kvs[0].Value, &st) == nil && st.Node != "" && st.Node != node {
+			return st.Node, nil
+		}
+		tr, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(statusKey(id)), "=", r.Kvs[0].ModRevision)).
+			Then(clientv3.OpDelete(statusKey(id))).Commit()
+		if err != nil {
+			return "", wrapUnavailable(err)
+		}
+		if tr.Succeeded {
+			return "", nil
+		}
+	}
+	return "", fmt.Errorf("status of deployment %s: %w", id, ErrContended)
+}

@@ -78,10 +78,25 @@ func (a *agent) recordSuspended(ctx context.Context, rec deploy.Deployment) {
 	}
 	err := a.st.RecordSuspended(ctx, rec.ID, *rec.Suspension)
 	if errors.Is(err, state.ErrNotFound) {
-		if rerr := a.d.RemoveSuspension(ctx, *rec.Suspension); rerr != nil {
-			a.log.Warn("removing the suspension of a withdrawn deployment; gc removes what is left", "deployment", rec.ID, "err", rerr)
+		// Withdrawn. Resumed on another node before that (this agent
+		// stopped before it forgot the record), the suspension's images
+		// are that instance's, which removes them with its undeploy.
+		other, ferr := a.st.ForgetSuspendedStatus(ctx, rec.ID, a.c.Node.Name)
+		switch {
+		case ferr != nil:
+			a.log.Warn("forgetting the status of a withdrawn suspended deployment; retried every reconcile interval", "deployment", rec.ID, "err", ferr)
+			return
+		case other != "":
+			a.log.Info("a withdrawn deployment suspended here was resumed on another node: its suspension is that node's", "deployment", rec.ID, "node", other)
+		default:
+			if rerr := a.d.RemoveSuspension(ctx, *rec.Suspension); rerr != nil {
+				a.log.Warn("removing the suspension of a withdrawn deployment; gc removes what is left", "deployment", rec.ID, "err", rerr)
+			}
 		}
-		_ = a.st.ForgetStatus(ctx, rec.ID)
+		if err := a.d.Forget(rec.ID); err != nil {
+			a.log.Warn("forgetting a withdrawn suspended deployment's record", "deployment", rec.ID, "err", err)
+		}
+		return
 	} else if err != nil {
 		a.log.Warn("recording a suspension; retried every reconcile interval", "deployment", rec.ID, "err", err)
 		return
