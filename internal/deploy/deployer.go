@@ -225,6 +225,9 @@ type Deployer struct {
 	// next generation's image (newerGen).
 	newest coalesce[string, int]
 	newer  coalesce[appGen, bool]
+	// known is the generation of each app that the last lookup gave,
+	// which a restore without a pool slot takes and checks (knownGen).
+	known knownGens
 	// appLock: one producer of an app's first checkpoint on this node.
 	appLock keyedmutex.Map[string]
 	// platform is this node's, recorded in the generations it seals.

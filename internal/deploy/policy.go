@@ -124,7 +124,7 @@ func (d *Deployer) Deploy(ctx context.Context, app spec.App, opts Options) (Depl
 		// phase.
 		dep, err = d.restore(ctx, gen, opts, app, time.Since(start)-producing, fresh)
 		if errors.Is(err, errNewerGen) && pooled {
-			d.log.Info("a newer generation than the pool's: restoring the newest", "app", app.Name, "gen", gen.Gen)
+			d.log.Info("a newer generation than the one taken: restoring the newest", "app", app.Name, "gen", gen.Gen, "why", err)
 			continue
 		}
 		if len(boot) > 0 {
@@ -140,14 +140,18 @@ func (d *Deployer) Deploy(ctx context.Context, app spec.App, opts Options) (Depl
 
 // resolve returns the generation a deploy of app restores: with pooled
 // set and an idle slot on the node, the one that slot was filled with
-// (pooledGen), and fresh, which says whether it is still the app's newest;
-// else the app's newest once the engine is checked (lookup), produced
+// (pooledGen), else the one this node's last lookup gave (knownGen), and
+// fresh, which says whether it is still the app's newest; else (or
+// without pooled) the app's newest once the engine is checked (lookup), produced
 // first if there is none (boot holds the producing deploy's boot and
 // checkpoint, producing its time). why, when set, is why the deploy boots
 // instead.
 func (d *Deployer) resolve(ctx context.Context, app spec.App, opts Options, pooled bool) (gen spec.Generation, fresh func() error, boot layering.Timings, producing time.Duration, why string, err error) {
 	if pooled {
 		if g, fresh, ok := d.pooledGen(ctx, app, opts.Engine); ok {
+			return g, fresh, nil, 0, "", nil
+		}
+		if g, fresh, ok := d.knownGen(ctx, app, opts.Engine); ok {
 			return g, fresh, nil, 0, "", nil
 		}
 	}
@@ -190,9 +194,11 @@ func (d *Deployer) lookup(ctx context.Context, app spec.App, opts Options) (gen 
 		// restore (another engine version, missing CPU features).
 		if why := restorableOn(gen, d.platform, version); why != nil {
 			d.log.Warn("booting: this node cannot restore the app's generation", "app", app.Name, "gen", gen.Gen, "reason", why)
+			d.known.forget(app.Name, opts.Engine)
 			return gen, nil, 0, strings.TrimPrefix(why.Error(), ErrIncompatible.Error()+": "), nil
 		}
 	}
+	d.known.set(app.Name, opts.Engine, gen)
 	return gen, boot, producing, "", nil
 }
 

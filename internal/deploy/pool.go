@@ -109,16 +109,7 @@ func (d *Deployer) pooledGen(ctx context.Context, app spec.App, eng engine.Name)
 	if !ok {
 		return spec.Generation{}, nil, false
 	}
-	newer := async(func() error {
-		switch newer, err := d.newerGen(ctx, app.Name, best.Gen); {
-		case err != nil:
-			// The full lookup says what is wrong.
-			return fmt.Errorf("app %s: whether a generation is newer than %d: %w (%w)", app.Name, best.Gen, err, errNewerGen)
-		case newer:
-			return fmt.Errorf("app %s: a generation newer than %d: %w", app.Name, best.Gen, errNewerGen)
-		}
-		return nil
-	})
+	newer := async(func() error { return d.stillNewest(ctx, app.Name, best.Gen) })
 	return best, newer, true
 }
 

@@ -29,9 +29,9 @@ func (d *Deployer) Restore(ctx context.Context, g spec.Generation, opts Options)
 // restore is Restore with the post_restore command and lazy of current,
 // the app's spec as it is now; resolved is how long its deploy took to
 // look up the generation (its first phase, StepResolve, when not 0).
-// fresh, when set, says whether g is still the app's newest (pooledGen):
-// a pool hit starts meanwhile and waits for it before it binds, a miss
-// before it provisions.
+// fresh, when set, says whether g is still the app's newest (pooledGen,
+// knownGen): a pool hit or a restore into a spare slot goes on meanwhile
+// and waits for it before it binds, a miss before it provisions.
 func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options, current spec.App, resolved time.Duration, fresh func() error) (_ Deployment, err error) {
 	if fresh == nil {
 		fresh = func() error { return nil }
@@ -75,10 +75,7 @@ func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options,
 			}
 		}()
 	case errors.Is(err, ErrNoSlot):
-		if err := fresh(); err != nil {
-			return Deployment{}, err
-		}
-		if s, err = d.slotFor(ctx, o, rec, app, g, opts); err != nil {
+		if s, err = d.slotFor(ctx, o, rec, app, g, opts, fresh); err != nil {
 			return Deployment{}, err
 		}
 		defer d.undoOnError(ctx, rec, &err)
@@ -99,9 +96,9 @@ func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options,
 // slotFor is the slot of a restore of generation g for deployment rec
 // that found no pool slot of its app: a spare slot that fits it
 // (takeSpare), else one provisioned for it (a pool miss; also when its
-// spare could not be attached, which is released). It creates rec; on
-// error rec is undone.
-func (d *Deployer) slotFor(ctx context.Context, o *op, rec *Deployment, app spec.App, g spec.Generation, opts Options) (_ *Slot, err error) {
+// spare could not be attached, which is released, once fresh says g is
+// still the newest). It creates rec; on error rec is undone.
+func (d *Deployer) slotFor(ctx context.Context, o *op, rec *Deployment, app spec.App, g spec.Generation, opts Options, fresh func() error) (_ *Slot, err error) {
 	var serr error
 	if !opts.NoPool {
 		s, err := d.takeSpare(ctx, o, rec, app, g)
@@ -122,10 +119,15 @@ func (d *Deployer) slotFor(ctx context.Context, o *op, rec *Deployment, app spec
 		}
 		rec.Slot = ""
 	} else if serr != nil && !errors.Is(serr, ErrNoSpare) {
-		return nil, serr
+		// A generation removed meanwhile is not an error: the deploy
+		// restores the newest.
+		return nil, errors.Join(fresh(), serr)
 	} else if serr != nil && !errors.Is(serr, errNoIdleSpare) {
 		d.log.Info("restore without a spare slot", "deployment", rec.ID, "app", app.Name, "why", serr)
 		rec.SpareReason = serr.Error()
+	}
+	if err := fresh(); err != nil {
+		return nil, err
 	}
 	rec.Pool = spec.PoolMiss
 	if !created {

@@ -313,6 +313,56 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 	if _, err := d.ReleaseSpares(ctx, "", -1); err != nil {
 		t.Fatal(err)
 	}
+	newerThanKnown(ctx, t, f, d, app)
+}
+
+// newerThanKnown: a restore into a spare takes the generation that its
+// node's last lookup of app gave without looking it up again, and a
+// generation sealed since (here by the node's own Checkpoint, which no
+// deploy sees) is the one it restores all the same, with its state.
+func newerThanKnown(ctx context.Context, t *testing.T, f *deploytest.Fixture, d *deploy.Deployer, app spec.App) {
+	t.Helper()
+	if _, err := d.ProvisionSpare(ctx, app.Engine); err != nil {
+		t.Fatal(err)
+	}
+	looked, err := d.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Undeploy(ctx, looked.ID); err != nil {
+		t.Fatal(err)
+	}
+	newer, err := d.Checkpoint(ctx, app, deploy.CheckpointOptions{Prepare: func(ctx context.Context, tg deploy.Target) error {
+		_, err := testenv.RedisDo(ctx, nil, tg.Ports["6379/tcp"], "SET", "greeting", "from the newer checkpoint")
+		return err
+	}})
+	if err != nil {
+		t.Fatalf("a newer generation: %v", err)
+	}
+	for range 2 { // the first may be attached to the older one, then released
+		if _, err := d.ProvisionSpare(ctx, app.Engine); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dep, err := d.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatalf("restore after generation %d was sealed: %v", newer.Gen, err)
+	}
+	t.Cleanup(func() { _ = d.Undeploy(context.Background(), dep.ID) })
+	if dep.Gen != newer.Gen || dep.Gen == looked.Gen || dep.Pool != spec.PoolSpare {
+		t.Errorf("restore after generation %d was sealed (the node last looked up %d): generation %d, pool %q; want the newer one in a spare",
+			newer.Gen, looked.Gen, dep.Gen, dep.Pool)
+	}
+	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "GET", "greeting"); err != nil || got != "from the newer checkpoint" {
+		t.Errorf("restore after generation %d was sealed: GET greeting = %q, %v; want the newer checkpoint's", newer.Gen, got, err)
+	}
+	if err := d.Undeploy(ctx, dep.ID); err != nil {
+		t.Error(err)
+	}
+	if _, err := d.ReleaseSpares(ctx, "", -1); err != nil {
+		t.Fatal(err)
+	}
+	assertNoSpareLeft(t, f)
 }
 
 // stopSignals lists the signals dockerd sent container ref since then (its
