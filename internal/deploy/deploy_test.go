@@ -275,6 +275,26 @@ func TestDeployNeverReady(t *testing.T) {
 	deploytest.AssertNothingLeft(t, f, app.Name, false)
 }
 
+// TestDeployExits: an app that exits before it is ready fails its deploy
+// as soon as its instance is gone, not at its ready timeout, with an
+// error that says so and shows its last output, and leaves nothing.
+func TestDeployExits(t *testing.T) {
+	f := deploytest.NewFixture(t, "container")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	app := deploytest.RedisApp("exits-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, engine.NameDMTCP)
+	app.Command = []string{"sh", "-c", "echo cannot read its configuration; sleep 0.3; exit 3"}
+	app.Ready.Timeout = spec.Duration(2 * time.Minute)
+	_, err := f.D.Deploy(ctx, app, deploy.Options{})
+	if !errors.Is(err, engine.ErrNotReady) || !strings.Contains(err.Error(), "the instance exited") {
+		t.Fatalf("deploy of an app that exits = %v; want ErrNotReady saying the instance exited", err)
+	}
+	if !strings.Contains(err.Error(), "cannot read its configuration") {
+		t.Errorf("the error does not show the app's last lines:\n%v", err)
+	}
+	deploytest.AssertNothingLeft(t, f, app.Name, false)
+}
+
 // TestDeployBadSpec: a bad spec is refused before anything is created,
 // with an error that says which field is wrong.
 func TestDeployBadSpec(t *testing.T) {

@@ -133,21 +133,30 @@ func (d *Deployer) waitReady(ctx context.Context, dr drivers.Driver, h drivers.H
 			"check the app's command and its ready settings (fogctl logs shows its output); raise ready.timeout for a slow boot"),
 			"the app", lines)
 	}
-	// The first check waits a runningInterval too: most instances are
-	// ready before it, and it costs the runtime a call on the critical path.
-	checked := time.Now()
+	// Whether the instance still runs costs a runtime call: asked every
+	// runningInterval beside the probes, not between them, so that an
+	// answer that comes meanwhile is seen at once. The first check waits
+	// a runningInterval too: most instances are ready before it.
+	exited := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(runningInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if ok, err := dr.Running(ctx, h); err == nil && !ok {
+					close(exited)
+					return
+				}
+			}
+		}
+	}()
 	for {
 		last := p.Probe(ctx)
 		if last == nil {
 			return nil
-		}
-		// Whether the instance still runs costs a runtime call: asked at
-		// most every runningInterval, not at every probe.
-		if time.Since(checked) >= runningInterval {
-			checked = time.Now()
-			if ok, err := dr.Running(ctx, h); err == nil && !ok {
-				return fail("failed: the instance exited", last)
-			}
 		}
 		// The first probes come closer together: a restore answers within
 		// a few hundred milliseconds, and the answer waits for half an
@@ -159,6 +168,8 @@ func (d *Deployer) waitReady(ctx context.Context, dr drivers.Driver, h drivers.H
 		select {
 		case <-ctx.Done():
 			return fail("not ready", last)
+		case <-exited:
+			return fail("failed: the instance exited", last)
 		case <-time.After(wait):
 		}
 	}
