@@ -259,40 +259,46 @@ func deployRedis(ctx context.Context, t *testing.T, n deploytest.Node, app spec.
 // error that shows its last output, and leaves nothing: no generation, no
 // clone, mapping, mount, container or record.
 func TestDeployNeverReady(t *testing.T) {
-	f := deploytest.NewFixture(t, "container")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	app := deploytest.RedisApp("never-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, engine.NameDMTCP)
-	app.Command = []string{"sh", "-c", "echo warming up the cache forever; exec sleep 600"}
-	app.Ready.Timeout = spec.Duration(3 * time.Second)
-	_, err := f.D.Deploy(ctx, app, deploy.Options{})
+	err := deployUnready(t, "never", "echo warming up the cache forever; exec sleep 600", 3*time.Second)
 	if !errors.Is(err, engine.ErrNotReady) {
 		t.Fatalf("deploy of an app that never listens = %v; want ErrNotReady", err)
 	}
 	if !strings.Contains(err.Error(), "warming up the cache forever") {
 		t.Errorf("the error does not show the app's last lines:\n%v", err)
 	}
-	deploytest.AssertNothingLeft(t, f, app.Name, false)
 }
 
 // TestDeployExits: an app that exits before it is ready fails its deploy
 // as soon as its instance is gone, not at its ready timeout, with an
 // error that says so and shows its last output, and leaves nothing.
 func TestDeployExits(t *testing.T) {
-	f := deploytest.NewFixture(t, "container")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	app := deploytest.RedisApp("exits-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, engine.NameDMTCP)
-	app.Command = []string{"sh", "-c", "echo cannot read its configuration; sleep 0.3; exit 3"}
-	app.Ready.Timeout = spec.Duration(2 * time.Minute)
-	_, err := f.D.Deploy(ctx, app, deploy.Options{})
+	err := deployUnready(t, "exits", "echo cannot read its configuration; sleep 0.3; exit 3", 2*time.Minute)
 	if !errors.Is(err, engine.ErrNotReady) || !strings.Contains(err.Error(), "the instance exited") {
 		t.Fatalf("deploy of an app that exits = %v; want ErrNotReady saying the instance exited", err)
 	}
 	if !strings.Contains(err.Error(), "cannot read its configuration") {
 		t.Errorf("the error does not show the app's last lines:\n%v", err)
 	}
+}
+
+// deployUnready deploys, under DMTCP in the container driver, an app of
+// the redis spec whose command is the shell script script and whose ready
+// timeout is timeout, checks that it leaves nothing, and returns the
+// deploy's error.
+func deployUnready(t *testing.T, prefix, script string, timeout time.Duration) error {
+	t.Helper()
+	f := deploytest.NewFixture(t, "container")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	app := deploytest.RedisApp(prefix+"-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, engine.NameDMTCP)
+	app.Command = []string{"sh", "-c", script}
+	app.Ready.Timeout = spec.Duration(timeout)
+	_, err := f.D.Deploy(ctx, app, deploy.Options{})
+	if err == nil {
+		t.Fatalf("deploy of %s (%q) succeeded; want it to fail", app.Name, script)
+	}
 	deploytest.AssertNothingLeft(t, f, app.Name, false)
+	return err
 }
 
 // TestDeployBadSpec: a bad spec is refused before anything is created,

@@ -66,20 +66,23 @@ func (d *Deployer) knownGen(ctx context.Context, app spec.App, eng engine.Name) 
 	}
 	return g, async(func() error {
 		now, ok, err := catalog.ReadGen(context.WithoutCancel(ctx), d.deps.Store, app.Name, g.Gen)
-		switch {
-		case err != nil:
+		if err != nil {
 			return fmt.Errorf("app %s: whether generation %d is still there: %w (%w)", app.Name, g.Gen, err, errNewerGen)
+		}
+		var stale string
+		switch {
 		case !ok:
-			d.known.forget(app.Name, eng)
-			return fmt.Errorf("app %s: generation %d is gone: %w", app.Name, g.Gen, errNewerGen)
+			stale = "is gone"
 		case now.Retired:
-			d.known.forget(app.Name, eng)
-			return fmt.Errorf("app %s: generation %d is retired: %w", app.Name, g.Gen, errNewerGen)
+			stale = "is retired"
 		case !sameRecord(now, g):
 			// Written again since (its platform, its engine's version):
 			// the lookup checks it anew.
+			stale = "has another record"
+		}
+		if stale != "" {
 			d.known.forget(app.Name, eng)
-			return fmt.Errorf("app %s: the record of generation %d changed: %w", app.Name, g.Gen, errNewerGen)
+			return fmt.Errorf("app %s: generation %d %s: %w", app.Name, g.Gen, stale, errNewerGen)
 		}
 		return d.stillNewest(ctx, app.Name, g.Gen)
 	}), true
