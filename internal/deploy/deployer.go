@@ -213,6 +213,10 @@ type Deployer struct {
 	// or released yet, by slot ID: the deployment's ID and the slot's
 	// entry in idle. A claim is kept here only (claim, in slots.go).
 	claimed map[string]claimedSlot
+	// releasing are the pool slots a DropPool releases now. A slot whose
+	// record says Releasing and that is not here is one whose release
+	// failed: the next DropPool of its app retries it.
+	releasing map[string]bool
 	// hits admits Config.HitConcurrency pool hits at a time (hitTurn).
 	hits chan struct{}
 	// starting are the pool slots being restored ahead (ahead.go), that
@@ -304,7 +308,7 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	} else if len(removed) > 0 {
 		deps.Log.Info("checkpoint cache: removed what interrupted fills left", "paths", removed)
 	}
-	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: spec.HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{}, idle: map[string]idleSlot{}, spares: map[string]Slot{}, claimed: map[string]claimedSlot{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
+	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: spec.HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{}, idle: map[string]idleSlot{}, spares: map[string]Slot{}, claimed: map[string]claimedSlot{}, releasing: map[string]bool{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
 		deployments: journal.Journal[Deployment]{Dir: filepath.Join(cfg.StateDir, "deployments"), What: "deployment", NotFound: spec.ErrNotFound, Exists: spec.ErrExists},
 		slots:       journal.Journal[Slot]{Dir: filepath.Join(cfg.StateDir, "slots"), What: "slot", NotFound: ErrNoSlot, Exists: spec.ErrExists},
 		lowers:      journal.Journal[Lower]{Dir: filepath.Join(cfg.StateDir, "lowers", "records"), What: "environment copy", NotFound: ErrNoLower, Exists: spec.ErrExists},

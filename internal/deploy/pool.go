@@ -191,32 +191,52 @@ func (d *Deployer) PoolSlots() ([]Slot, error) {
 }
 
 // DropPool releases the idle pool slots of app that drop says to (nil:
-// all of them), e.g. those of a generation that is no longer the newest.
-// A slot being claimed or restored ahead meanwhile is left to its stage. It returns the
-// released IDs.
+// all of them), e.g. those of a generation that is no longer the newest,
+// and those of app whose release failed before (a cluster that did not
+// answer). A slot being claimed or restored ahead meanwhile is left to its
+// stage. A release once started runs to its end, whatever ctx says, so
+// that an agent shutting down leaves no half-released slot. It returns
+// the released IDs.
 func (d *Deployer) DropPool(ctx context.Context, app string, drop func(Slot) bool) ([]string, error) {
 	d.slotMu.Lock()
 	all, err := d.slots.List()
 	var picked []Slot
 	for _, s := range all {
-		if _, idle := d.idle[s.ID]; err == nil && s.Pool && s.App == app && s.Phase == SlotIdle && idle && (drop == nil || drop(s)) {
+		if err != nil || !s.Pool || s.App != app || d.releasing[s.ID] {
+			continue
+		}
+		_, idle := d.idle[s.ID]
+		retry := s.Phase == SlotReleasing
+		if !retry && (s.Phase != SlotIdle || !idle || drop != nil && !drop(s)) {
+			continue
+		}
+		if !retry {
 			s.Phase = SlotReleasing
 			if serr := d.slots.Save(s.ID, &s); serr != nil {
 				err = serr
 				break
 			}
 			d.withdraw(s.ID)
-			picked = append(picked, s)
 		}
+		d.releasing[s.ID] = true
+		picked = append(picked, s)
 	}
 	d.slotMu.Unlock()
 	done, rerr := d.releaseSlots(ctx, picked)
+	d.slotMu.Lock()
+	for _, s := range picked {
+		delete(d.releasing, s.ID)
+	}
+	d.slotMu.Unlock()
 	return done, errors.Join(rerr, err)
 }
 
 // releaseSlots releases slots (taken out of the indexes already) and
-// returns the IDs of those it released.
+// returns the IDs of those it released. Each release runs to its end
+// whatever ctx says: a slot out of the indexes that stays half released
+// would wait for the agent's next start.
 func (d *Deployer) releaseSlots(ctx context.Context, slots []Slot) ([]string, error) {
+	ctx = context.WithoutCancel(ctx)
 	var done []string
 	var errs []error
 	for _, s := range slots {
