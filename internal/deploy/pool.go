@@ -200,23 +200,26 @@ func (d *Deployer) PoolSlots() ([]Slot, error) {
 func (d *Deployer) DropPool(ctx context.Context, app string, drop func(Slot) bool) ([]string, error) {
 	d.slotMu.Lock()
 	all, err := d.slots.List()
+	if err != nil {
+		d.slotMu.Unlock()
+		return nil, err
+	}
 	var picked []Slot
+pick:
 	for _, s := range all {
-		if err != nil || !s.Pool || s.App != app || d.releasing[s.ID] {
+		if !s.Pool || s.App != app || d.releasing[s.ID] {
 			continue
 		}
-		_, idle := d.idle[s.ID]
-		retry := s.Phase == SlotReleasing
-		if !retry && (s.Phase != SlotIdle || !idle || drop != nil && !drop(s)) {
-			continue
-		}
-		if !retry {
+		switch _, idle := d.idle[s.ID]; {
+		case s.Phase == SlotReleasing: // its release failed before: again
+		case s.Phase == SlotIdle && idle && (drop == nil || drop(s)):
 			s.Phase = SlotReleasing
-			if serr := d.slots.Save(s.ID, &s); serr != nil {
-				err = serr
-				break
+			if err = d.slots.Save(s.ID, &s); err != nil {
+				break pick
 			}
 			d.withdraw(s.ID)
+		default:
+			continue
 		}
 		d.releasing[s.ID] = true
 		picked = append(picked, s)
