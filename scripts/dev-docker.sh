@@ -18,6 +18,7 @@ BRIDGE=${FOGDEPLOY_DOCKER_BRIDGE:-fogdeploy0}        # own bridge: no IP clash w
 BRIDGE_CIDR=${FOGDEPLOY_DOCKER_BRIDGE_CIDR:-172.30.0.1/16}
 IPTABLES=${FOGDEPLOY_DOCKER_IPTABLES:-true}          # NAT for egress, port DNAT, isolation rules
 LIVE_RESTORE=${FOGDEPLOY_DOCKER_LIVE_RESTORE:-false} # true: containers keep running while dockerd restarts
+USERLAND_PROXY=${FOGDEPLOY_DOCKER_USERLAND_PROXY:-false} # false: published ports are DNAT rules, no docker-proxy process per port
 STORAGE=${FOGDEPLOY_DOCKER_STORAGE_DRIVER:-}         # empty: overlay2, falling back to vfs
 START_TIMEOUT=${FOGDEPLOY_DOCKER_START_TIMEOUT:-60}
 STOP_TIMEOUT=${FOGDEPLOY_DOCKER_STOP_TIMEOUT:-20}
@@ -140,12 +141,18 @@ start_dockerd() {
 		--data-root "$D/root" --exec-root "$D/exec" --pidfile "$PIDFILE" --host "unix://$SOCK"
 		--config-file "$D/daemon.json" --storage-driver "$driver"
 		--containerd-namespace fogdeploy --containerd-plugins-namespace fogdeploy-plugins
-		--shutdown-timeout 5 --userland-proxy=true
+		--shutdown-timeout 5
 	)
 	if [[ $BRIDGE == none ]]; then
 		args+=(--bridge=none --iptables=false)
 	else
 		args+=(--bridge="$BRIDGE" --iptables="$IPTABLES")
+	fi
+	# Without iptables, only docker-proxy can publish a port.
+	if [[ $BRIDGE == none || $IPTABLES != true ]]; then
+		args+=(--userland-proxy=true)
+	else
+		args+=(--userland-proxy="$USERLAND_PROXY")
 	fi
 	if [[ $LIVE_RESTORE == true ]]; then args+=(--live-restore); fi
 	printf '\n=== %s dockerd %s\n' "$(date -Is)" "${args[*]}" >>"$LOG"

@@ -216,7 +216,7 @@ func writeApps(b *strings.Builder, apps []App) {
 		"for the deploy; a spare slot (agent.spare_slots) was made before for no app, and the deploy only attaches the app to it " +
 		"(its root over the node's copy of the environment, its checkpoint, its ports and limits). Beyond the engine's restart: " +
 		"the restore's time less the engine's own restart-to-ready, as the entrypoint measured it. The memory and CPU of an idle " +
-		"spare are measured as those of an idle pool slot, with 4 spares (shim, waiting entrypoint, rbd-fuse, port proxies).\n\n")
+		"spare are measured as those of an idle pool slot, with 4 spares (shim, waiting entrypoint, rbd-fuse, and port proxies where dockerd runs them).\n\n")
 
 	b.WriteString("## Warm pool: restores that find a slot waiting\n\n")
 	b.WriteString("| app | restore (pool miss) | pool hit, restart on request | pool hit (restored ahead) | beyond the engine's restart | speedup (pool hit) | refilling one slot | memory of an idle slot | CPU of an idle slot | auto chose | auto | speedup (auto) |\n")
@@ -229,7 +229,7 @@ func writeApps(b *strings.Builder, apps []App) {
 		"the deploy (refilling one slot), at the lowest CPU weight. A slot restored ahead (the agent's default, agent.pool_ahead) " +
 		"also ran the engine's restart before the deploy and waited at that weight: the hit raises it; its refill includes the restart, and its memory the app's. " +
 		"The memory and CPU of an idle slot are those of the processes 4 slots restored ahead added (shim, entrypoint, app, " +
-		"coordinator, rbd-fuse, port proxies), per slot; the CPU is counted over 5 s once they have settled. " +
+		"coordinator, rbd-fuse, and port proxies where dockerd runs them), per slot; the CPU is counted over 5 s once they have settled. " +
 		"Speedup = plain boot / pool hit (restored ahead). Auto is mode auto: " +
 		"its policy chose from the plain boots and pool hits above (restore only when restoring is faster), and one deploy " +
 		"ran as it chose.\n\n")

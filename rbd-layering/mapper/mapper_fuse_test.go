@@ -272,6 +272,13 @@ func TestFuseUsers(t *testing.T) {
 	if got, err := procprio.Of(pid); err != nil || got != procprio.Background {
 		t.Errorf("rbd-fuse (pid %d) runs at priority %+v, %v; want the background priority %+v", pid, got, err, procprio.Background)
 	}
+	// It is lean: one messenger worker thread, one malloc arena.
+	if workers := threadsNamed(t, pid, "msgr-worker-"); workers != 1 {
+		t.Errorf("rbd-fuse (pid %d) runs %d messenger workers; want 1", pid, workers)
+	}
+	if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid)); err != nil || !strings.Contains("\x00"+string(env), "\x00MALLOC_ARENA_MAX=1\x00") {
+		t.Errorf("rbd-fuse (pid %d) runs without MALLOC_ARENA_MAX=1 (%v)", pid, err)
+	}
 	other := img
 	other.Name += "-other"
 	if users, err := m.Users(other); err != nil || len(users) != 0 {
@@ -283,4 +290,22 @@ func TestFuseUsers(t *testing.T) {
 	if users, err := m.Users(img); err != nil || len(users) != 0 {
 		t.Errorf("Users after Release = %q, %v; want none", users, err)
 	}
+}
+
+// threadsNamed counts the threads of process pid whose name begins with
+// prefix.
+func threadsNamed(t *testing.T, pid int, prefix string) int {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("threads of %d: %v", pid, err)
+	}
+	n := 0
+	for _, e := range ents {
+		if b, err := os.ReadFile(filepath.Join(dir, e.Name(), "comm")); err == nil && strings.HasPrefix(string(b), prefix) {
+			n++
+		}
+	}
+	return n
 }
