@@ -37,20 +37,22 @@ type Request struct {
 }
 
 // Create places and records a deployment. Placement (or the check of
-// req.Node) and the node's capacity check commit with the record, in one
-// etcd transaction (state.Store.CreatePlaced).
+// req.Node), the node's capacity check and the check that the app exists
+// commit with the record, in one etcd transaction (state.Store.CreatePlaced).
 func Create(ctx context.Context, st *state.Store, req Request, requester string) (state.Desired, error) {
 	if req.Mode != spec.ModeCheckpoint {
 		if err := spec.ValidateMode(req.Mode); err != nil {
 			return state.Desired{}, err
 		}
 	}
-	app, err := st.App(ctx, req.App)
-	if err != nil {
-		return state.Desired{}, err
-	}
+	// The app's existence is checked in CreatePlaced's transaction; only a
+	// checkpoint reads the app first, for its engine.
 	var eligible func(state.Node) bool
 	if req.Mode == spec.ModeCheckpoint {
+		app, err := st.App(ctx, req.App)
+		if err != nil {
+			return state.Desired{}, err
+		}
 		// Only a node with the app's engine can make its checkpoint.
 		eng := app.WithDefaults().Engine
 		eligible = func(n state.Node) bool { return slices.Contains(n.Engines, eng) }

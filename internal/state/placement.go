@@ -278,7 +278,8 @@ func (v *placementView) addInfoRevs(nr *clientv3.GetResponse) {
 // CreatePlaced records the desired deployment d on d.Node, or, when
 // d.Node is "", on the node Place picks among the nodes that eligible
 // accepts (nil: all), and returns d with its node. The node must be
-// registered, Ready and not full (Choose); ErrExists if the ID is taken.
+// registered, Ready and not full (Choose); ErrExists if the ID is taken,
+// ErrNotFound if d.App is not (or no longer) an app.
 //
 // The read, the placement and the write are one optimistic transaction:
 // the write commits only if no deployment was recorded on the chosen node,
@@ -320,12 +321,16 @@ func (s *Store) CreatePlaced(ctx context.Context, d Desired, eligible func(Node)
 			pl, err = place(v, d, eligible)
 		}
 		if err != nil {
+			// An unknown app is the first thing to say.
+			if _, aerr := s.App(ctx, d.App); aerr != nil {
+				return Desired{}, aerr
+			}
 			return Desired{}, err
 		}
 		node := pl.Node
 		placed := d
 		placed.Node, placed.Placement = node, pl.Reason
-		ok, err := s.commitDeployment(ctx, placed, v.placedOn(node, false)...)
+		ok, err := s.commitDeployment(ctx, placed, true, v.placedOn(node, false)...)
 		if err != nil {
 			return Desired{}, err
 		}
@@ -361,9 +366,11 @@ func place(v placementView, d Desired, eligible func(Node) bool) (Placement, err
 }
 
 // commitDeployment writes d, its Pending status and d's placement key if
-// its ID is free and cmps hold. ok is false when a cmp failed; ErrExists
-// when the ID is taken.
-func (s *Store) commitDeployment(ctx context.Context, d Desired, cmps ...clientv3.Cmp) (ok bool, err error) {
+// its ID is free, its app exists (if withApp: checked in the same
+// transaction, so that no read before it is needed and no deployment of a
+// deleted app is recorded) and cmps hold. ok is false when a cmp failed;
+// ErrExists when the ID is taken; ErrNotFound when the app is not.
+func (s *Store) commitDeployment(ctx context.Context, d Desired, withApp bool, cmps ...clientv3.Cmp) (ok bool, err error) {
 	b, err := json.Marshal(d)
 	if err != nil {
 		return false, err
@@ -373,10 +380,14 @@ func (s *Store) commitDeployment(ctx context.Context, d Desired, cmps ...clientv
 	if d.Node != "" {
 		ops = append(ops, clientv3.OpPut(placementKey(d.Node), d.ID))
 	}
-	cmps = append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(deploymentKey(d.ID)), "=", 0)}, cmps...)
+	own := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(deploymentKey(d.ID)), "=", 0)}
+	if withApp {
+		own = append(own, clientv3.Compare(clientv3.CreateRevision(appKey(d.App)), ">", 0))
+	}
+	cmps = append(own, cmps...)
 	commit := func(ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 		return s.cli.Txn(ctx).If(cmps...).Then(ops...).
-			Else(clientv3.OpGet(deploymentKey(d.ID), clientv3.WithCountOnly())).Commit()
+			Else(clientv3.OpGet(deploymentKey(d.ID), clientv3.WithCountOnly()), clientv3.OpGet(appKey(d.App), clientv3.WithCountOnly())).Commit()
 	}
 	// Its event is written with it: one round trip for the caller. Without
 	// a lease for it (etcd unavailable for a grant, or emptied since), the
@@ -400,6 +411,9 @@ func (s *Store) commitDeployment(ctx context.Context, d Desired, cmps ...clientv
 	if !r.Succeeded {
 		if r.Responses[0].GetResponseRange().Count > 0 {
 			return false, fmt.Errorf("deployment %s: %w", d.ID, ErrExists)
+		}
+		if withApp && r.Responses[1].GetResponseRange().Count == 0 {
+			return false, appNotFound(d.App)
 		}
 		return false, nil
 	}

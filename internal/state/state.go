@@ -136,7 +136,7 @@ func (s *Store) Close() error { return s.cli.Close() }
 // Client returns the etcd client (for sessions and watches).
 func (s *Store) Client() *clientv3.Client { return s.cli }
 
-func appKey(n string) string               { return Prefix + "apps/" + n }
+func appKey(n string) string               { return AppsPrefix + n }
 func nodeInfoKey(n string) string          { return Prefix + "nodes/" + n + "/info" }
 func nodeAliveKey(n string) string         { return Prefix + "nodes/" + n + "/alive" }
 func nodeCordonKey(n string) string        { return Prefix + "nodes/" + n + "/cordon" }
@@ -144,8 +144,14 @@ func deploymentKey(id string) string       { return Prefix + "deployments/" + id
 func statusKey(id string) string           { return Prefix + "status/" + id }
 func checkpointKey(a string, g int) string { return fmt.Sprintf("%scheckpoints/%s/%08d", Prefix, a, g) }
 
-// DeploymentsPrefix is the prefix agents watch.
+// DeploymentsPrefix is the prefix of the deployments' records.
 const DeploymentsPrefix = Prefix + "deployments/"
+
+// AppsPrefix is the prefix of the apps' records. It sorts before
+// DeploymentsPrefix, and the agents watch the keys from one to the other
+// (apps, checkpoints, costs, deployments) as one ordered stream, so that
+// a deployment's event comes after every change of its app before it.
+const AppsPrefix = Prefix + "apps/"
 
 func getJSON(ctx context.Context, cli *clientv3.Client, key string, v any) error {
 	r, err := cli.Get(ctx, key)
@@ -236,7 +242,7 @@ func appNotFound(name string) error {
 
 // Apps lists the apps by name.
 func (s *Store) Apps(ctx context.Context) ([]spec.App, error) {
-	return listJSON[spec.App](ctx, s.cli, Prefix+"apps/")
+	return listJSON[spec.App](ctx, s.cli, AppsPrefix)
 }
 
 // DeleteApp removes an app, and what its deploys cost on each node;
@@ -312,7 +318,7 @@ type Deployment struct {
 // the node's placement key too, so that a concurrent CreatePlaced on the
 // same node places again.
 func (s *Store) CreateDeployment(ctx context.Context, d Desired) error {
-	_, err := s.commitDeployment(ctx, d)
+	_, err := s.commitDeployment(ctx, d, false)
 	return err
 }
 

@@ -346,6 +346,9 @@ func TestPlacementViewFollows(t *testing.T) {
 	match("the start")
 	registerNodes(t, st, 3, "n1", "n2")
 	match("two registrations")
+	if err := st.CreateApp(ctx, app("web"), false); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := st.CreatePlaced(ctx, state.Desired{ID: "web-1", App: "web"}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -445,6 +448,9 @@ func TestCreatePlacedConcurrent(t *testing.T) { eachView(t, testCreatePlacedConc
 
 func testCreatePlacedConcurrent(t *testing.T, st *state.Store) {
 	registerNodes(t, st, 3, "n1", "n2")
+	if err := st.CreateApp(context.Background(), app("web"), false); err != nil {
+		t.Fatal(err)
+	}
 	ok := succeededOrFull(t, createConcurrently(st, 20, "web", ""))
 	per := perNode(t, st)
 	if ok != 6 || per["n1"] != 3 || per["n2"] != 3 || len(per) != 2 {
@@ -459,6 +465,15 @@ func TestCreatePlacedPinned(t *testing.T) { eachView(t, testCreatePlacedPinned) 
 func testCreatePlacedPinned(t *testing.T, st *state.Store) {
 	ctx := context.Background()
 	registerNodes(t, st, 3, "n1", "n2")
+	// Before its app exists, a create that finds room is refused by its
+	// own transaction, and records nothing.
+	if _, err := st.CreatePlaced(ctx, state.Desired{ID: "web-0", App: "web", Node: "n1"}, nil); !errors.Is(err, state.ErrNotFound) ||
+		!strings.Contains(err.Error(), "app web") {
+		t.Errorf("create before its app exists = %v; want ErrNotFound naming the app", err)
+	}
+	if n := perNode(t, st); len(n) != 0 {
+		t.Errorf("a refused create left deployments %v", n)
+	}
 	if err := st.CreateApp(ctx, app("web"), false); err != nil {
 		t.Fatal(err)
 	}
@@ -495,6 +510,14 @@ func testCreatePlacedPinned(t *testing.T, st *state.Store) {
 	}
 	if _, err := st.CreatePlaced(ctx, state.Desired{ID: "web-w", App: "web"}, nil); !errors.Is(err, state.ErrFull) {
 		t.Errorf("create on a full PoP = %v; want ErrFull", err)
+	}
+	// An unknown app is said first, even on a full PoP, and records nothing.
+	if _, err := st.CreatePlaced(ctx, state.Desired{ID: "nope-1", App: "nope"}, nil); !errors.Is(err, state.ErrNotFound) ||
+		!strings.Contains(err.Error(), "app nope") || !strings.Contains(hint.Of(err), "app create") {
+		t.Errorf("create of an unknown app on a full PoP = %v (hint %q); want ErrNotFound naming the app, with a hint", err, hint.Of(err))
+	}
+	if _, err := st.Deployment(ctx, "nope-1"); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("the refused create of an unknown app left a record: %v", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()

@@ -19,8 +19,12 @@ import (
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
-func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
-	app, ok := a.dispatch(ctx, dsr)
+func (a *agent) deploy(ctx context.Context, dsr state.Desired) { a.deployKnown(ctx, dsr, nil) }
+
+// deployKnown is deploy of a deployment the reconcile watch saw created,
+// with its app as of that event (known; nil: read it from the cluster).
+func (a *agent) deployKnown(ctx context.Context, dsr state.Desired, known *spec.App) {
+	app, ok := a.dispatch(ctx, dsr, known)
 	if !ok {
 		return
 	}
@@ -87,7 +91,7 @@ func (a *agent) deploy(ctx context.Context, dsr state.Desired) {
 // dispatch handles what deployment dsr asks of this node other than a new
 // instance (nothing, a suspend, a resume, a checkpoint refresh, a failure)
 // and returns its app and true when a deploy is what it asks.
-func (a *agent) dispatch(ctx context.Context, dsr state.Desired) (spec.App, bool) {
+func (a *agent) dispatch(ctx context.Context, dsr state.Desired, known *spec.App) (spec.App, bool) {
 	if dsr.Suspend {
 		a.suspend(ctx, dsr)
 		return spec.App{}, false
@@ -96,8 +100,18 @@ func (a *agent) dispatch(ctx context.Context, dsr state.Desired) (spec.App, bool
 	if lerr == nil && rec.Phase == spec.PhaseRunning {
 		return spec.App{}, false // already here (a repeated event)
 	}
-	// One read of the cluster: the deployment as it is now, and its app.
-	cur, app, err := a.st.DeploymentWithApp(ctx, dsr.ID, dsr.App)
+	// One read of the cluster: the deployment as it is now, and its app;
+	// none for a deployment seen created with its app (known): it is
+	// then as it was created, Pending (withdrawn since, its deploy is
+	// undone as it ends: running).
+	var cur state.Deployment
+	var app spec.App
+	var err error
+	if known != nil {
+		cur, app = state.Deployment{Desired: dsr, Status: state.Status{Instance: spec.Instance{Phase: spec.PhasePending}}}, *known
+	} else {
+		cur, app, err = a.st.DeploymentWithApp(ctx, dsr.ID, dsr.App)
+	}
 	switch {
 	case err != nil && cur.ID == "":
 		// Withdrawn meanwhile, or etcd unavailable (the next resync

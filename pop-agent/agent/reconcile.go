@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,9 +23,14 @@ import (
 // only once etcd is known to be the one this node knew (plane.check);
 // while fenced, it checks again every reconcile interval and acts on
 // nothing.
+//
+// The watch covers the apps' records too (state.AppsPrefix, in one
+// ordered stream with the deployments'): apps is then the apps as of the
+// event at hand, and a deployment created by that event is deployed with
+// its app from there, without a read of the cluster first (dispatch).
 func (a *agent) reconcile(ctx context.Context) {
 	for {
-		rev, err := a.resync(ctx)
+		rev, apps, err := a.resyncWith(ctx, true)
 		if err != nil {
 			wait := 2 * time.Second
 			if errors.Is(err, state.ErrFenced) {
@@ -40,7 +46,8 @@ func (a *agent) reconcile(ctx context.Context) {
 			}
 		}
 		wctx, stopWatch := context.WithCancel(ctx)
-		wch := a.st.Client().Watch(wctx, state.DeploymentsPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
+		wch := a.st.Client().Watch(wctx, state.AppsPrefix, clientv3.WithRange(clientv3.GetPrefixRangeEnd(state.DeploymentsPrefix)),
+			clientv3.WithRev(rev+1), clientv3.WithPrevKV())
 		tick := time.NewTicker(a.c.Agent.ReconcileInterval)
 	watch:
 		for {
@@ -65,22 +72,29 @@ func (a *agent) reconcile(ctx context.Context) {
 				break
 			}
 			// An emptied etcd deletes every deployment at once: act on
-			// no event before etcd is the one this node knew. Listing
-			// again catches up with what is skipped.
-			if err := a.plane.check(ctx); err != nil {
-				if !errors.Is(err, state.ErrFenced) {
-					a.log.Warn("checking etcd before acting on its changes; listing again", "err", err)
+			// no deployment's event before etcd is the one this node
+			// knew. Listing again catches up with what is skipped.
+			if slices.ContainsFunc(wr.Events, isDeployment) {
+				if err := a.plane.check(ctx); err != nil {
+					if !errors.Is(err, state.ErrFenced) {
+						a.log.Warn("checking etcd before acting on its changes; listing again", "err", err)
+					}
+					break
 				}
-				break
+				a.plane.seen(state.HeaderOf(&wr.Header))
 			}
-			a.plane.seen(state.HeaderOf(&wr.Header))
 			for _, ev := range wr.Events {
+				if !isDeployment(ev) {
+					apps.follow(ev)
+					continue
+				}
 				id := strings.TrimPrefix(string(ev.Kv.Key), state.DeploymentsPrefix)
 				switch ev.Type {
 				case clientv3.EventTypePut:
 					var dsr state.Desired
 					if err := json.Unmarshal(ev.Kv.Value, &dsr); err == nil && dsr.Node == a.c.Node.Name {
-						a.spawn(ctx, id, func(ctx context.Context) { a.deploy(ctx, dsr) })
+						known := apps.created(ev, dsr.App)
+						a.spawn(ctx, id, func(ctx context.Context) { a.deployKnown(ctx, dsr, known) })
 					} else if err == nil && a.preparesHere(dsr) {
 						a.spawn(ctx, id, func(ctx context.Context) { a.prepareResume(ctx, dsr) })
 					}
@@ -108,20 +122,35 @@ func (a *agent) reconcile(ctx context.Context) {
 // acting on nothing, an error wrapping state.ErrFenced when etcd is not
 // the one this node knew (an emptied etcd lists no deployment).
 func (a *agent) resync(ctx context.Context) (int64, error) {
-	r, err := a.st.Client().Get(ctx, state.DeploymentsPrefix, clientv3.WithPrefix())
+	rev, _, err := a.resyncWith(ctx, false)
+	return rev, err
+}
+
+// resyncWith is resync, and, withApps, the apps as of the same revision.
+func (a *agent) resyncWith(ctx context.Context, withApps bool) (int64, appView, error) {
+	ops := []clientv3.Op{clientv3.OpGet(state.DeploymentsPrefix, clientv3.WithPrefix())}
+	if withApps {
+		ops = append(ops, clientv3.OpGet(state.AppsPrefix, clientv3.WithPrefix()))
+	}
+	r, err := a.st.Client().Txn(ctx).Then(ops...).Commit()
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	// Checked after the list: the list is then no newer than what the
 	// check saw.
 	if err := a.plane.check(ctx); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	a.plane.seen(state.HeaderOf(r.Header))
+	var apps appView
+	if withApps {
+		apps = newAppView(r.Responses[1].GetResponseRange().Kvs)
+	}
+	kvs := r.Responses[0].GetResponseRange().Kvs
 	recs := a.records()
-	a.dropPrepared(ctx, r.Kvs)
+	a.dropPrepared(ctx, kvs)
 	want := map[string]bool{}
-	for _, kv := range r.Kvs {
+	for _, kv := range kvs {
 		var dsr state.Desired
 		if json.Unmarshal(kv.Value, &dsr) != nil {
 			continue
@@ -181,7 +210,7 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 			}
 		}
 	}
-	return r.Header.Revision, nil
+	return r.Header.Revision, apps, nil
 }
 
 // settleHeld undeploys what this node holds and etcd no longer wants here,
