@@ -68,8 +68,8 @@ func (b *fuseBackend) dir(id string) string { return filepath.Join(b.cfg.StateDi
 // recent log entry in memory instead of 10000 (its log goes nowhere but a
 // crash report). Together they take about 2.3 MiB of the 11 MiB an idle
 // rbd-fuse holds, and read and write an image as fast on a node's few
-// cores (docs/evaluation.md). An
-// arena count already in our environment keeps both malloc settings ours.
+// cores (docs/evaluation.md). An arena count already in our environment
+// keeps both malloc settings ours.
 func (b *fuseBackend) env() []string {
 	var env []string
 	arenas := false

@@ -278,7 +278,7 @@ func TestFuseUsers(t *testing.T) {
 	}
 	if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid)); err != nil || !strings.Contains("\x00"+string(env), "\x00MALLOC_ARENA_MAX=1\x00") {
 		t.Errorf("rbd-fuse (pid %d) runs without MALLOC_ARENA_MAX=1 (%v)", pid, err)
-	} else if !strings.Contains(string(env), " --log_max_recent 1") {
+	} else if !strings.Contains(string(env)+"\x00", " --log_max_recent 1 ") && !strings.Contains(string(env), " --log_max_recent 1\x00") {
 		t.Errorf("rbd-fuse (pid %d) keeps Ceph's default 10000 recent log entries in memory; want 1", pid)
 	}
 	other := img
