@@ -213,9 +213,10 @@ type Deployer struct {
 	// or released yet, by slot ID: the deployment's ID and the slot's
 	// entry in idle. A claim is kept here only (claim, in slots.go).
 	claimed map[string]claimedSlot
-	// releasing are the pool slots a DropPool releases now. A slot whose
-	// record says Releasing and that is not here is one whose release
-	// failed: the next DropPool of its app retries it.
+	// releasing are the slots a DropPool or ReleaseSpares releases now. A
+	// slot whose record says Releasing and that is not here is one whose
+	// release failed: the next DropPool of its app (a spare: the next
+	// ReleaseSpares) retries it.
 	releasing map[string]bool
 	// hits admits Config.HitConcurrency pool hits at a time (hitTurn).
 	hits chan struct{}

@@ -18,7 +18,8 @@ import (
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
-// SlotReleasing: an idle slot being released (dropped from the pool).
+// SlotReleasing: an idle slot being released (dropped from the pool, or a
+// spare released), or whose release failed and is to be done again.
 const SlotReleasing SlotPhase = "Releasing"
 
 // ProvisionPoolSlot provisions one warm-pool slot of generation g: clones
@@ -212,26 +213,47 @@ pick:
 		}
 		switch _, idle := d.idle[s.ID]; {
 		case s.Phase == SlotReleasing: // its release failed before: again
+			d.releasing[s.ID] = true
 		case s.Phase == SlotIdle && idle && (drop == nil || drop(s)):
-			s.Phase = SlotReleasing
-			if err = d.slots.Save(s.ID, &s); err != nil {
+			if err = d.markReleasing(&s); err != nil {
 				break pick
 			}
 			d.withdraw(s.ID)
 		default:
 			continue
 		}
-		d.releasing[s.ID] = true
 		picked = append(picked, s)
 	}
 	d.slotMu.Unlock()
-	done, rerr := d.releaseSlots(ctx, picked)
+	done, rerr := d.releasePicked(ctx, picked)
+	return done, errors.Join(rerr, err)
+}
+
+// markReleasing records idle slot s as being released (its record says
+// Releasing, and d.releasing holds it) before its release begins: should
+// the release fail, the record says so, and the next DropPool of its app
+// (a pool slot) or ReleaseSpares (a spare) does it again. The caller
+// holds slotMu and takes s out of its index.
+func (d *Deployer) markReleasing(s *Slot) error {
+	s.Phase = SlotReleasing
+	if err := d.slots.Save(s.ID, s); err != nil {
+		return err
+	}
+	d.releasing[s.ID] = true
+	return nil
+}
+
+// releasePicked releases the slots that markReleasing marked (or whose
+// failed release is retried, in d.releasing too), and then takes them out
+// of d.releasing, released or not.
+func (d *Deployer) releasePicked(ctx context.Context, picked []Slot) ([]string, error) {
+	done, err := d.releaseSlots(ctx, picked)
 	d.slotMu.Lock()
 	for _, s := range picked {
 		delete(d.releasing, s.ID)
 	}
 	d.slotMu.Unlock()
-	return done, errors.Join(rerr, err)
+	return done, err
 }
 
 // releaseSlots releases slots (taken out of the indexes already) and

@@ -178,24 +178,43 @@ func (d *Deployer) SpareSlots() ([]Slot, error) {
 }
 
 // ReleaseSpares releases idle spare slots of engine eng ("": any), n at the
-// most (n < 0: all), the newest first. It returns the released IDs.
+// most (n < 0: all), the newest first, and every spare of eng whose release
+// failed before (its record says Releasing), as DropPool does the pool's:
+// no spare stays half released, and counted by no one, until the agent's
+// next start. It returns the released IDs.
 func (d *Deployer) ReleaseSpares(ctx context.Context, eng engine.Name, n int) ([]string, error) {
 	d.slotMu.Lock()
-	var picked []Slot
+	all, err := d.slots.List()
+	if err != nil {
+		d.slotMu.Unlock()
+		return nil, err
+	}
+	var idle, picked []Slot
 	for _, s := range d.spares {
 		if eng == "" || s.Spare.Engine == eng {
+			idle = append(idle, s)
+		}
+	}
+	sort.Slice(idle, func(i, j int) bool { return idle[i].Created.After(idle[j].Created) })
+	if n >= 0 && len(idle) > n {
+		idle = idle[:n]
+	}
+	for _, s := range idle {
+		if err = d.markReleasing(&s); err != nil {
+			break
+		}
+		delete(d.spares, s.ID)
+		picked = append(picked, s)
+	}
+	for _, s := range all {
+		if s.Spare != nil && (eng == "" || s.Spare.Engine == eng) && s.Phase == SlotReleasing && !d.releasing[s.ID] {
+			d.releasing[s.ID] = true
 			picked = append(picked, s)
 		}
 	}
-	sort.Slice(picked, func(i, j int) bool { return picked[i].Created.After(picked[j].Created) })
-	if n >= 0 && len(picked) > n {
-		picked = picked[:n]
-	}
-	for _, s := range picked {
-		delete(d.spares, s.ID)
-	}
 	d.slotMu.Unlock()
-	return d.releaseSlots(ctx, picked)
+	done, rerr := d.releasePicked(ctx, picked)
+	return done, errors.Join(rerr, err)
 }
 
 // claimSpare takes the oldest idle spare slot of engine eng that run r

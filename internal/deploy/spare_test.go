@@ -522,3 +522,42 @@ func reverse(s string) string {
 	slices.Reverse(b)
 	return string(b)
 }
+
+// TestReleaseSparesFinishes: a spare whose release fails (its mapping's
+// release answered with an error, as a call whose answer was lost) stays
+// recorded as Releasing, no idle spare that a restore could take, and the
+// next ReleaseSpares of its engine releases it although asked to release
+// none: no spare stays half released until the agent's next start.
+func TestReleaseSparesFinishes(t *testing.T) {
+	f, ctx, _ := redisFixture(t, "container", engine.NameDMTCP, "sparefin")
+	eng := engine.NameDMTCP
+	hook := &releaseHook{}
+	d := f.ReopenMapping(t, func(m deploy.Mapper) deploy.Mapper { hook.Mapper = m; return hook })
+	t.Cleanup(func() { _, _ = d.ReleaseSpares(context.Background(), "", -1) })
+	if err := d.MakesSpares(ctx, eng); err != nil {
+		t.Fatalf("this node makes no spares of %s: %v", eng, err)
+	}
+	s, err := d.ProvisionSpare(ctx, eng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook.set(func(rctx context.Context, release func(context.Context) error) error {
+		if err := release(rctx); err != nil {
+			return err
+		}
+		return errors.New("the cluster did not answer")
+	})
+	if ids, err := d.ReleaseSpares(ctx, eng, -1); err == nil || len(ids) != 0 {
+		t.Errorf("ReleaseSpares whose release fails = %v, %v; want the error, nothing released", ids, err)
+	}
+	if spares, err := d.SpareSlots(); err != nil || len(spares) != 1 || spares[0].ID != s.ID || spares[0].Phase != deploy.SlotReleasing {
+		t.Fatalf("spare slots after a failed release = %+v, %v; want %s Releasing", spares, err, s.ID)
+	}
+	if ids, err := d.ReleaseSpares(ctx, engine.NameCRIU, -1); err != nil || len(ids) != 0 {
+		t.Errorf("ReleaseSpares of the other engine = %v, %v; want nothing released", ids, err)
+	}
+	if ids, err := d.ReleaseSpares(ctx, eng, 0); err != nil || !slices.Equal(ids, []string{s.ID}) {
+		t.Errorf("the next ReleaseSpares = %v, %v; want %s, whose release failed, released", ids, err, s.ID)
+	}
+	assertNoSpareLeft(t, f)
+}

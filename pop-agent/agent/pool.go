@@ -370,7 +370,8 @@ func (a *agent) poolDeployed(ctx context.Context, app spec.App, dep deploy.Deplo
 		a.pool.misses[app.Name]++
 		a.m.poolMisses.WithLabelValues(app.Name).Inc()
 		a.m.spareTaken.WithLabelValues(string(dep.Engine)).Inc()
-		a.m.spareIdle.WithLabelValues(string(dep.Engine)).Set(float64(a.idleSpares(dep.Engine)))
+		idle, _ := a.idleSpares(dep.Engine)
+		a.m.spareIdle.WithLabelValues(string(dep.Engine)).Set(float64(idle))
 	}
 	a.pool.mu.Unlock()
 	if dep.Fetched {

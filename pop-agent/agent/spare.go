@@ -57,11 +57,16 @@ func (a *agent) refillSpares(ctx context.Context, cordoned bool) {
 	for _, eng := range spareEngines {
 		n := wants[eng]
 		for ctx.Err() == nil {
-			idle := a.idleSpares(eng)
+			idle, unreleased := a.idleSpares(eng)
 			a.m.spareIdle.WithLabelValues(string(eng)).Set(float64(idle))
-			if idle > n {
-				if _, err := a.d.ReleaseSpares(ctx, eng, idle-n); err != nil {
+			if idle > n || unreleased > 0 {
+				// Extra spares, and those whose release failed before.
+				ids, err := a.d.ReleaseSpares(ctx, eng, max(idle-n, 0))
+				if err != nil {
 					a.log.Warn("spare slots: releasing extra ones; retried at the next refill", "engine", eng, "err", err)
+					break
+				}
+				if len(ids) == 0 { // another call releases them now
 					break
 				}
 				continue
@@ -84,19 +89,23 @@ func (a *agent) refillSpares(ctx context.Context, cordoned bool) {
 	}
 }
 
-// idleSpares counts the idle spare slots of engine eng on this node.
-func (a *agent) idleSpares(eng engine.Name) int {
+// idleSpares counts the idle spare slots of engine eng on this node, and
+// those whose release failed (deploy.SlotReleasing), to be released again.
+func (a *agent) idleSpares(eng engine.Name) (idle, unreleased int) {
 	slots, err := a.d.SpareSlots()
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	n := 0
 	for _, s := range slots {
-		if s.Spare.Engine == eng && s.Phase == deploy.SlotIdle {
-			n++
+		switch {
+		case s.Spare.Engine != eng:
+		case s.Phase == deploy.SlotIdle:
+			idle++
+		case s.Phase == deploy.SlotReleasing:
+			unreleased++
 		}
 	}
-	return n
+	return idle, unreleased
 }
 
 // publishSpares writes this node's spare slots to etcd as the pool of

@@ -47,6 +47,9 @@ type Store struct {
 	// dead holds the watches that LeaveDeadWatcher left, by image: until
 	// when the cluster would keep each.
 	dead map[string]time.Time
+	// live counts the watches of live clients by image (Watch): the fake
+	// mapper's mappings, as a mapped RBD image is watched by its mapper.
+	live map[string]int
 }
 
 var _ layering.Backend = (*Store)(nil)
@@ -58,7 +61,7 @@ func New(dir string) (*Store, error) {
 			return nil, err
 		}
 	}
-	return &Store{dir: dir, images: map[string]*image{}, tags: map[string][]byte{}, dead: map[string]time.Time{}}, nil
+	return &Store{dir: dir, images: map[string]*image{}, tags: map[string][]byte{}, dead: map[string]time.Time{}, live: map[string]int{}}, nil
 }
 
 // Path returns the file that holds an image's blocks.
@@ -384,6 +387,9 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 	if dev := loopOf(s.Path(name)); dev != "" {
 		return fmt.Errorf("remove %q: attached to %s: %w", name, dev, layering.ErrBusy)
 	}
+	if n := s.live[name]; n > 0 {
+		return fmt.Errorf("remove %q: watched by %d live client(s): %w", name, n, layering.ErrBusy)
+	}
 	if until, ok := s.dead[name]; ok && time.Now().Before(until) {
 		return fmt.Errorf("remove %q: watched by a dead client until %s: %w", name, until.Format(time.TimeOnly), layering.ErrBusy)
 	}
@@ -396,64 +402,6 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 	}
 	delete(s.images, name)
 	return nil
-}
-
-// RemoveUnmapped implements layering.Store: a watch that LeaveDeadWatcher
-// left is evicted at once; a loop device attached to the image's file is
-// a live mapping, which it never detaches: after a few tries with
-// backoff the error wraps ErrBusy.
-func (s *Store) RemoveUnmapped(ctx context.Context, name string) ([]layering.Eviction, error) {
-	var evicted []layering.Eviction
-	wait := 10 * time.Millisecond
-	for try := 1; ; try++ {
-		err := s.Remove(ctx, name)
-		if err == nil || !errors.Is(err, layering.ErrBusy) {
-			return evicted, err
-		}
-		s.mu.Lock()
-		_, dead := s.dead[name]
-		delete(s.dead, name)
-		s.mu.Unlock()
-		if dead {
-			evicted = append(evicted, layering.Eviction{Client: "client.fake", Addr: "fake:0/" + name})
-			continue
-		}
-		if try == 4 {
-			return evicted, err
-		}
-		select {
-		case <-ctx.Done():
-			return evicted, fmt.Errorf("%w (%w)", err, ctx.Err())
-		case <-time.After(wait):
-		}
-		wait *= 2
-	}
-}
-
-// LeaveDeadWatcher makes the image look like one a client was killed
-// with open: Remove refuses with ErrBusy for d, as RBD does until
-// osd_client_watch_timeout, and RemoveUnmapped evicts the watch.
-func (s *Store) LeaveDeadWatcher(name string, d time.Duration) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, err := s.get(name); err != nil {
-		return err
-	}
-	s.dead[name] = time.Now().Add(d)
-	return nil
-}
-
-// loopOf returns the loop device whose backing file is path, like RBD's
-// watcher check for a mapped image.
-func loopOf(path string) string {
-	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err == nil && strings.TrimSpace(string(b)) == path {
-			return "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f)))
-		}
-	}
-	return ""
 }
 
 // Close implements layering.Store.

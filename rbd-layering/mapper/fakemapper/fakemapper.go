@@ -49,17 +49,21 @@ type Mapper struct {
 
 	mu   sync.Mutex
 	maps map[string]*mapper.Mapping
-	next int
+	// unwatch ends the store's watch of each mapping's image, by ID.
+	unwatch map[string]func()
+	next    int
 }
 
 var _ mapper.Node = (*Mapper)(nil)
 
 // New returns a mapper of the images of store.
 func New(store *fakestore.Store) *Mapper {
-	return &Mapper{store: store, maps: map[string]*mapper.Mapping{}}
+	return &Mapper{store: store, maps: map[string]*mapper.Mapping{}, unwatch: map[string]func(){}}
 }
 
-// Map records a mapping of img. A snapshot's mapping is read-only.
+// Map records a mapping of img. A snapshot's mapping is read-only. Until
+// its release the image is watched: the store refuses to remove it, as
+// RBD refuses to remove a mapped image.
 func (m *Mapper) Map(ctx context.Context, img mapper.Image, opts ...mapper.MapOption) (*mapper.Mapping, error) {
 	if err := img.Validate(); err != nil {
 		return nil, err
@@ -83,6 +87,11 @@ func (m *Mapper) Map(ctx context.Context, img mapper.Image, opts ...mapper.MapOp
 	if _, ok := m.maps[id]; ok {
 		return nil, fmt.Errorf("map %s: mapping ID %s is taken: %w", img, id, mapper.ErrBusy)
 	}
+	unwatch, err := m.store.Watch(img.Name)
+	if err != nil {
+		return nil, fmt.Errorf("map %s: %w", img, mapper.ErrImageNotFound)
+	}
+	m.unwatch[id] = unwatch
 	mp := &mapper.Mapping{ID: id, Image: img, Backend: Backend, Device: "fake:" + img.String(),
 		ReadOnly: o.ReadOnly || img.Snap != "", Created: time.Now(), Ephemeral: o.Ephemeral, Live: true}
 	m.maps[id] = mp
@@ -195,6 +204,10 @@ func (m *Mapper) Release(ctx context.Context, id string) error {
 		}
 	}
 	delete(m.maps, id)
+	if unwatch, ok := m.unwatch[id]; ok {
+		unwatch()
+		delete(m.unwatch, id)
+	}
 	return nil
 }
 

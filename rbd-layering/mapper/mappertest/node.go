@@ -24,8 +24,8 @@ const Pool = "fake"
 // RunNodeSuite runs what the deployer relies on against h, over the fake
 // store's images: a formatted image keeps the files written through its
 // mount, and so do its snapshots and their clones; a snapshot maps
-// read-only; a mapping is listed, names its image's users, and is gone
-// after its release; bad calls fail with the package's sentinels and
+// read-only; a mapping is listed, names its image's users, keeps the
+// store from removing its image, and is gone after its release; bad calls fail with the package's sentinels and
 // leave no mapping.
 func RunNodeSuite(t *testing.T, h NodeHarness) {
 	for _, tc := range []struct {
@@ -176,6 +176,11 @@ func testListAndUsers(t *testing.T, e *nodeEnv) {
 	if _, err := e.m.Map(t.Context(), img, mapper.WithID("slot-1")); !errors.Is(err, mapper.ErrBusy) {
 		t.Errorf("a second mapping with ID slot-1: %v; want ErrBusy", err)
 	}
+	// A mapped image is in use: the store refuses to remove it, as RBD
+	// refuses while the image's mapper watches it.
+	if err := e.store.Remove(t.Context(), img.Name); !errors.Is(err, layering.ErrBusy) {
+		t.Errorf("remove %s while mapped: %v; want ErrBusy", img, err)
+	}
 	e.release(mp)
 	if users, err := e.m.Users(img); err != nil || len(users) != 0 {
 		t.Errorf("Users(%s) after release = %v, %v; want none", img, users, err)
@@ -185,6 +190,11 @@ func testListAndUsers(t *testing.T, e *nodeEnv) {
 	}
 	if err := e.m.Release(t.Context(), mp.ID); !errors.Is(err, mapper.ErrNotMapped) {
 		t.Errorf("second release: %v; want ErrNotMapped", err)
+	}
+	// Released, it is free: a loop device the kernel detaches a moment
+	// later is waited for as RemoveUnmapped waits for a slow unmap.
+	if _, err := e.store.RemoveUnmapped(t.Context(), img.Name); err != nil {
+		t.Errorf("remove %s after its release: %v", img, err)
 	}
 }
 
