@@ -189,7 +189,11 @@ elif [[ $criu_prefix != none ]]; then
 fi
 
 info "building the entrypoint"
-(cd "$repo" && CGO_ENABLED=0 "$go" build -trimpath -ldflags='-s -w' -o "$ctx/entrypoint" ./dmtcp-image/entrypoint)
+# The engines' prefixes are written into the binary: the image's facts,
+# which no variable of a container can change.
+ldflags="-s -w -X main.imageDMTCPPrefix=$prefix"
+[[ -z $criu_version ]] || ldflags+=" -X main.imageCRIUPrefix=$criu_prefix"
+(cd "$repo" && CGO_ENABLED=0 "$go" build -trimpath -ldflags="$ldflags" -o "$ctx/entrypoint" ./dmtcp-image/entrypoint)
 cp -- "$here/Dockerfile" "$ctx/Dockerfile"
 
 revision=$(repo_revision)

@@ -67,7 +67,8 @@ func initApp(user, root, workdir string, argv []string) int {
 	// bounding set): CAP_SETPCAP to drop the rest, CAP_SETUID and
 	// CAP_SETGID to start the app as its user.
 	if err := dropCaps(capsExcept(capSetpcap, capSetuid, capSetgid)...); err != nil {
-		fmt.Fprintf(os.Stderr, "entrypoint keep -init: warning: %v\n", err)
+		fmt.Fprintf(os.Stderr, "entrypoint keep -init: %v: the app is not started with capabilities it must not have\n", err)
+		return exitSetup
 	}
 	kargv := []string{"/proc/self/exe", modeKeep}
 	if user != "" {
@@ -83,7 +84,11 @@ func initApp(user, root, workdir string, argv []string) int {
 		return exitSetup
 	}
 	if err := dropCaps(capsExcept()...); err != nil {
-		fmt.Fprintf(os.Stderr, "entrypoint keep -init: warning: %v\n", err)
+		// The init of the app's namespace must hold nothing: the app is
+		// ended with it (the kernel kills the namespace).
+		fmt.Fprintf(os.Stderr, "entrypoint keep -init: %v: the app is ended rather than run beside an init with capabilities\n", err)
+		_ = syscall.Kill(keeper, syscall.SIGKILL)
+		return exitSetup
 	}
 	for {
 		select {

@@ -62,7 +62,24 @@ type config struct {
 	rootLater    bool        // restart: nothing is read or prepared before the order (the host still mounts the root and fills the checkpoint volume)
 	recycle      bool        // serve instance after instance (release, rearm)
 	app          []string    // launch: the app's argv
+	// appEnv is the app's environment (-env, repeated): data for the app
+	// alone. The entrypoint's own environment is never the app's, and
+	// nothing of it steers the entrypoint (ownEnv).
+	appEnv []string
+	// assignedAt (Unix nanoseconds) and criuChecked are set by a spare on
+	// the restart it becomes (spare.go): when it read its assignment, and
+	// that it ran criu check in this container already.
+	assignedAt  int64
+	criuChecked bool
 }
+
+// The prefixes of the engines in the image, written into the binary when
+// the image is built (dmtcp-image/build.sh: -ldflags -X): the image's
+// own facts, which no variable of the container can change.
+var (
+	imageDMTCPPrefix = "/opt/dmtcp"
+	imageCRIUPrefix  = "/opt/criu"
+)
 
 func parseConfig(mode string, args []string, stderr io.Writer) (*config, error) {
 	c := &config{mode: mode}
@@ -70,7 +87,7 @@ func parseConfig(mode string, args []string, stderr io.Writer) (*config, error) 
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.root, "root", "/fog/root", "environment clone to use as the app's root")
 	fs.StringVar(&c.ckpt, "ckpt", "/fog/ckpt", "checkpoint directory (generations are subdirectories 1, 2, ...)")
-	fs.StringVar(&c.prefix, "prefix", envOr("FOG_DMTCP_PREFIX", "/opt/dmtcp"), "installed DMTCP prefix")
+	fs.StringVar(&c.prefix, "prefix", imageDMTCPPrefix, "installed DMTCP prefix")
 	fs.IntVar(&c.gen, "gen", 0, "generation to write at checkpoint (0: one past the newest)")
 	fs.IntVar(&c.from, "from", 0, "restart: generation to restore (0: newest complete)")
 	fs.StringVar(&c.ready, "ready", "", "TCP address inside the container whose first accepted connection marks the app ready")
@@ -88,11 +105,20 @@ func parseConfig(mode string, args []string, stderr io.Writer) (*config, error) 
 	fs.StringVar(&c.workdir, "workdir", "/", "app's working directory inside the root")
 	fs.StringVar(&c.user, "user", "", "run the app as this user of the root (NAME, UID, NAME:GROUP or UID:GID); needs CAP_SETUID and CAP_SETGID in the container")
 	fs.StringVar((*string)(&c.engine), "engine", string(engine.NameDMTCP), "checkpoint engine: dmtcp (a coordinator in the container) or criu (criu dump and criu restore run by this process; needs the capabilities of runtime.CRIUCapabilities)")
-	fs.StringVar(&c.criuPrefix, "criu-prefix", envOr("FOG_CRIU_PREFIX", "/opt/criu"), "installed CRIU prefix (engine criu)")
+	fs.StringVar(&c.criuPrefix, "criu-prefix", imageCRIUPrefix, "installed CRIU prefix (engine criu)")
 	fs.BoolVar(&c.lazy, "lazy", false, "restart: with engine criu, restore with lazy pages (the app runs before all its memory is in)")
 	fs.BoolVar(&c.sourceLater, "source-later", false, "restart with -wait and -from: generation -from is whole only once the order is given (the host is still copying it), so it is read after the order")
 	fs.BoolVar(&c.rootLater, "root-later", false, "restart with -wait: the root and the checkpoint volume are ready only once the order is given (the host still mounts the root, under a directory bound with slave propagation, and fills the volume), so the root is prepared and the generation read after the order")
 	fs.BoolVar(&c.recycle, "recycle", false, "restart with -wait: on -wait's directory's release file, end the app and wait for its rearm file to serve the next order in the same container (the root must be a mount the host resets meanwhile, seen through slave propagation)")
+	fs.Func("env", "KEY=VALUE of the app's environment (repeat it); the app gets no other variable of the container's", func(kv string) error {
+		if err := checkEnvVar(kv); err != nil {
+			return err
+		}
+		c.appEnv = append(c.appEnv, kv)
+		return nil
+	})
+	fs.Int64Var(&c.assignedAt, "assigned-at", 0, "internal: when a spare read the assignment this restart is (Unix nanoseconds)")
+	fs.BoolVar(&c.criuChecked, "criu-checked", false, "internal: a spare ran criu check in this container before it became this restart")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json (logs go to stderr)")
 	if err := fs.Parse(args); err != nil {
@@ -169,6 +195,20 @@ func (c *config) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkEnvVar checks one KEY=VALUE of the app's environment: a key that
+// is not empty and holds neither "=" nor a NUL byte, and a value without
+// a NUL byte.
+func checkEnvVar(kv string) error {
+	k, _, ok := strings.Cut(kv, "=")
+	switch {
+	case !ok || k == "":
+		return fmt.Errorf("-env %q: want KEY=VALUE", kv)
+	case strings.ContainsRune(kv, 0):
+		return fmt.Errorf("-env %q: a NUL byte cannot be in an environment variable", k)
+	}
+	return nil
 }
 
 // unescape turns the escapes \r, \n, \t and \\ into their bytes.

@@ -39,7 +39,7 @@ func (s *supervisor) runCRIU() int {
 	}
 	s.self = self
 	var eng *engine.CRIU
-	if os.Getenv(envCRIUChecked) == "1" {
+	if s.cfg.criuChecked {
 		// A spare ran the check before it was assigned this restart.
 		eng = criuEngine(s.cfg, s.log)
 	} else {
@@ -198,15 +198,11 @@ func newCRIU(ctx context.Context, cfg *config, log *slog.Logger) (*engine.CRIU, 
 
 // criuEngine is the CRIU engine of cfg. Connections open at the
 // checkpoint are restored closed: a restored instance has another
-// address, and the container has no iptables.
+// address, and the container has no iptables. Each instance gets a /dev
+// of its own, as under DMTCP (prepareRoot).
 func criuEngine(cfg *config, log *slog.Logger) *engine.CRIU {
-	return engine.NewCRIU(engine.Config{Prefix: cfg.criuPrefix, Logger: log, Timeout: cfg.ckptTimeout, TCPClose: true})
+	return engine.NewCRIU(engine.Config{Prefix: cfg.criuPrefix, Logger: log, Timeout: cfg.ckptTimeout, TCPClose: true, PrivateDev: true})
 }
-
-// envCRIUChecked, "1", tells a restart that a spare ran newCRIU in this
-// container before it executed the restart: /proc is the fresh one criu
-// needs, and its kernel-feature cache is in /run.
-const envCRIUChecked = "FOG_CRIU_CHECKED"
 
 // checkEngine is the check mode: it reports on stdout whether the engine
 // can run in this container (for CRIU: criu check passes, with the

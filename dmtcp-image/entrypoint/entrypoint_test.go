@@ -626,3 +626,40 @@ func TestReadAs(t *testing.T) {
 		t.Errorf("read of root's 0600 file as uid %d = %v; want permission denied naming the uid", nobody, err)
 	}
 }
+
+// The app's variables are the app's alone: a container whose environment
+// names the supervisor's settings (its engines' prefixes, its PATH)
+// changes none of them, and the app's environment is its -env flags, not
+// the container's.
+func TestAppEnvSteersNothing(t *testing.T) {
+	t.Setenv("FOG_DMTCP_PREFIX", "/nonexistent-fog")
+	t.Setenv("FOG_CRIU_PREFIX", "/fog/root/opt/x")
+	t.Setenv("PATH", "/fog/root/bin")
+	t.Setenv("SUPERVISOR_ONLY", "1")
+	cfg, err := parseConfig(modeLaunch, []string{"-engine", "criu", "-env", "PATH=/app/bin", "-env", "FOG_CRIU_PREFIX=/app", "--", "app"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.prefix != imageDMTCPPrefix || cfg.criuPrefix != imageCRIUPrefix {
+		t.Errorf("prefixes %s, %s; want the image's %s, %s whatever the environment says", cfg.prefix, cfg.criuPrefix, imageDMTCPPrefix, imageCRIUPrefix)
+	}
+	ownEnv()
+	if got := os.Environ(); !slices.Equal(got, []string{"PATH=" + ownPath, "LC_ALL=C"}) && !slices.Equal(got, []string{"LC_ALL=C", "PATH=" + ownPath}) {
+		t.Errorf("the entrypoint's own environment = %q; want its PATH and locale alone", got)
+	}
+	s := &supervisor{cfg: cfg}
+	env := s.appEnv()
+	for _, want := range []string{"PATH=/app/bin", "FOG_CRIU_PREFIX=/app", "HOME=/root"} {
+		if !slices.Contains(env, want) {
+			t.Errorf("app env %q lacks %s", env, want)
+		}
+	}
+	if slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "SUPERVISOR_ONLY=") }) {
+		t.Errorf("app env %q has the container's own variable", env)
+	}
+	for _, bad := range []string{"NOEQUALS", "=value", "K=a\x00b"} {
+		if _, err := parseConfig(modeLaunch, []string{"-env", bad, "--", "app"}, io.Discard); err == nil {
+			t.Errorf("-env %q accepted", bad)
+		}
+	}
+}

@@ -87,11 +87,13 @@ func keep(args []string) int {
 	// CAP_SETGID stay until the app has started.
 	if user != "" {
 		if err := dropBounding(capSetuid, capSetgid); err != nil {
-			fmt.Fprintf(os.Stderr, "entrypoint keep: warning: %v\n", err)
+			fmt.Fprintf(os.Stderr, "entrypoint keep: %v: the app is not started\n", err)
+			return exitSetup
 		}
 	}
 	if err := dropCaps(allCapsBut(user != "")...); err != nil {
-		fmt.Fprintf(os.Stderr, "entrypoint keep: warning: %v; the app keeps these capabilities\n", err)
+		fmt.Fprintf(os.Stderr, "entrypoint keep: %v: the app is not started with capabilities it must not have\n", err)
+		return exitSetup
 	}
 	// The app, forked from this thread, inherits its system-call filter
 	// (internal/seccomp): a CRIU container runs without Docker's.
@@ -150,10 +152,18 @@ func keepApp(argv []string, workdir, user string, acct account) int {
 		// real and effective uid become the app's, the saved uid stays 0
 		// so that PID 1 can still signal the keeper.
 		if err := syscall.Setresuid(int(acct.uid), int(acct.uid), 0); err != nil {
-			fmt.Fprintf(os.Stderr, "entrypoint keep: warning: setresuid: %v; signals cannot reach the app\n", err)
+			fmt.Fprintf(os.Stderr, "entrypoint keep: setresuid: %v: signals could not reach the app; it is ended\n", err)
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return exitSetup
 		}
 		if err := dropCaps(capSetuid, capSetgid); err != nil {
-			fmt.Fprintf(os.Stderr, "entrypoint keep: warning: %v\n", err)
+			// The app's parent must not keep the user switch's
+			// capabilities beside it.
+			fmt.Fprintf(os.Stderr, "entrypoint keep: %v: the app is ended\n", err)
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return exitSetup
 		}
 	}
 	done := make(chan error, 1)
@@ -189,29 +199,11 @@ func keepApp(argv []string, workdir, user string, acct account) int {
 // instead, it takes that user of its root (as keep -user does) and keeps
 // no capability: a CRIU app that runs as a user.
 //
-// With -root, it chroots into DIR first: DMTCP's coordinator and
-// dmtcp_command run in the app's root (where the DMTCP prefix and the
-// checkpoint volume are bound at their paths), so that no process of the
-// supervisor that the app could reach has the container's root as its
-// own.
+//	entrypoint nocaps [-keep CAP,...|-user USER] ARGV...
 //
-//	entrypoint nocaps [-root DIR] [-keep CAP,...|-user USER] ARGV...
+// A capability that cannot be dropped ends it before the exec.
 func noCaps(args []string) int {
 	var kept []int
-	if len(args) >= 2 && args[0] == "-root" {
-		// Chrooted first (CAP_SYS_CHROOT goes with the rest below): the
-		// process's /proc/PID/root is then the app's root, not the
-		// container's, for an app that looks at it.
-		if err := syscall.Chroot(args[1]); err != nil {
-			fmt.Fprintf(os.Stderr, "entrypoint nocaps: chroot %s: %v\n", args[1], err)
-			return exitSetup
-		}
-		if err := os.Chdir("/"); err != nil {
-			fmt.Fprintf(os.Stderr, "entrypoint nocaps: chdir / inside %s: %v\n", args[1], err)
-			return exitSetup
-		}
-		args = args[2:]
-	}
 	if len(args) >= 2 && args[0] == "-keep" {
 		for _, name := range strings.Split(args[1], ",") {
 			c, ok := appCaps[strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(name)), "CAP_")]
@@ -240,7 +232,8 @@ func noCaps(args []string) int {
 		}
 		env = withHome(env, acct.home)
 	} else if err := dropCaps(capsExcept(kept...)...); err != nil {
-		fmt.Fprintf(os.Stderr, "entrypoint nocaps: warning: %v\n", err)
+		fmt.Fprintf(os.Stderr, "entrypoint nocaps: %v: %s is not run with capabilities it must not have\n", err, args[0])
+		return exitSetup
 	}
 	path := args[0]
 	if !strings.Contains(path, "/") {

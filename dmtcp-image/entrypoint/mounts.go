@@ -8,6 +8,10 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/fogdeploy/fogdeploy/internal/ctlfs"
+	"github.com/fogdeploy/fogdeploy/internal/devfs"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 	"github.com/fogdeploy/fogdeploy/internal/procfs"
@@ -18,7 +22,9 @@ import (
 //
 //	proc        -> <root>/proc       (fresh procfs of the container's PID namespace;
 //	                                  its sys/ bound read-only over itself)
-//	/dev        -> <root>/dev        (recursive bind: pts, shm, mqueue come along)
+//	devfs       -> <root>/dev        (a /dev of the instance's own, internal/devfs:
+//	                                  the harmless nodes bound, its own devpts and
+//	                                  shm, and the container's /dev/mqueue bound)
 //	tmpfs       -> <root>/tmp        (mode 1777; DMTCP's --tmpdir)
 //	<prefix>    -> <root>/<prefix>   (read-only bind: DMTCP at the same path inside)
 //	<ckpt>      -> <root>/<ckpt>     (bind: images are written by the app itself)
@@ -28,7 +34,12 @@ import (
 //
 // In boot mode (no checkpoint engine) and under CRIU (whose dump and restore
 // run outside the root) only proc, /dev and /tmp are mounted.
-// The mount points are created in the clone when missing. Nothing here
+// The mount points are created in the clone when missing; each is a
+// directory of the root reached without following a link (the root's
+// names are the app's: /tmp -> / must not mount over the container's).
+// /dev is new for every instance: whatever an app made of its /dev goes
+// with the instance, and a recycled container's next instance never sees
+// it. Nothing here
 // propagates to the host: the namespace is made recursively private first
 // (with -recycle, a slave: the host's unmount and mount of the root between
 // two instances still show up here).
@@ -63,10 +74,13 @@ func prepareRoot(cfg *config) error {
 		readOnly         bool
 		engine           bool // only when a checkpoint engine runs
 	}{
-		{"/dev", "/dev", "", syscall.MS_BIND | syscall.MS_REC, "", false, false},
 		{"tmpfs", "/tmp", "tmpfs", syscall.MS_NOSUID | syscall.MS_NODEV, "mode=1777", false, false},
 		{cfg.prefix, cfg.prefix, "", syscall.MS_BIND | syscall.MS_REC, "", true, true},
 		{cfg.ckpt, cfg.ckpt, "", syscall.MS_BIND | syscall.MS_REC, "", false, true},
+	}
+	root := ctlfs.Dir(cfg.root)
+	if err := root.MkdirAll("proc", 0o755); err != nil {
+		return fmt.Errorf("mount point of /proc: %w", err)
 	}
 	// A fresh procfs shows the kernel's control surface (its keys and
 	// timers, /proc/sysrq-trigger, /proc/sys, /proc/irq) that Docker's
@@ -74,14 +88,17 @@ func prepareRoot(cfg *config) error {
 	if err := procfs.Mount(cfg.root); err != nil {
 		return err
 	}
+	if err := mountDev(cfg.root); err != nil {
+		return err
+	}
 	for _, s := range steps {
 		if boot && s.engine {
 			continue
 		}
-		dst := filepath.Join(cfg.root, s.dst)
-		if err := os.MkdirAll(dst, 0o755); err != nil {
-			return fmt.Errorf("mount point %s: %w", dst, err)
+		if err := root.MkdirAll(strings.TrimPrefix(s.dst, "/"), 0o755); err != nil {
+			return fmt.Errorf("mount point of %s: %w", s.dst, err)
 		}
+		dst := filepath.Join(cfg.root, s.dst)
 		if err := mount(s.src, dst, s.fstype, s.flags, s.data); err != nil {
 			return err
 		}
@@ -93,6 +110,27 @@ func prepareRoot(cfg *config) error {
 	}
 	bindIdentity(cfg)
 	return nil
+}
+
+// mountDev mounts the instance's own /dev on root/dev (devfs.MountIn),
+// with the container's /dev/mqueue bound in it: POSIX message queues
+// belong to the container's IPC namespace, which a recycle clears.
+func mountDev(root string) error {
+	dev, err := devfs.MountIn(root)
+	if err != nil {
+		if errors.Is(err, syscall.EPERM) {
+			return fmt.Errorf("%w (%w)", errNeedSysAdmin, err)
+		}
+		return err
+	}
+	defer unix.Close(dev)
+	if _, err := os.Stat("/dev/mqueue"); err != nil {
+		return nil // none to bind
+	}
+	if err := unix.Mkdirat(dev, "mqueue", 0o1777); err != nil {
+		return fmt.Errorf("/dev/mqueue in %s: %w", root, err)
+	}
+	return mount("/dev/mqueue", filepath.Join(root, "dev", "mqueue"), "", syscall.MS_BIND, "")
 }
 
 // identityDir is where, inside the root, the app reads its identity

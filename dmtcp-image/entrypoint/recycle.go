@@ -113,8 +113,8 @@ func (s *supervisor) release() error {
 	clearDir("/dev/mqueue")
 	// The checkpoint volume was bound writable into the root: what the
 	// app wrote there goes; the generation it restores from, bound
-	// read-only from the node's copy, stays.
-	if err := clearUnmounted(s.cfg.ckpt); err != nil {
+	// read-only from the node's copy or named by -from, stays.
+	if err := clearUnmounted(s.cfg.ckpt, s.cfg.from); err != nil {
 		return err
 	}
 	_ = os.Remove(s.cfg.wait)
@@ -211,12 +211,13 @@ func removeIPC() {
 	}
 }
 
-// clearUnmounted removes what dir holds but the mount points below it, the
-// directories that lead to them, and the generations' directories (named
-// by their number): a restore reads its generation from the node's copy,
-// bound read-only there, or, where it has none, from the checkpoint
-// volume itself.
-func clearUnmounted(dir string) error {
+// clearUnmounted removes what dir holds but the mount points below it and
+// the directories that lead to them, and the generation keep (0: none):
+// the one the host named with -from, which it put there itself, where the
+// node had no copy to bind read-only. Anything else, a directory named as
+// a generation included, is what the app wrote, and goes: what survives
+// a recycle is what the host put there, never what a name looks like.
+func clearUnmounted(dir string, keep int) error {
 	points, err := mountsUnder(dir)
 	if err != nil {
 		return err
@@ -230,7 +231,7 @@ func clearUnmounted(dir string) error {
 	}
 	for _, e := range ents {
 		p := filepath.Join(dir, e.Name())
-		if isGeneration(e) || slices.ContainsFunc(points, func(m string) bool { return m == p || strings.HasPrefix(m, p+"/") }) {
+		if (keep > 0 && e.IsDir() && e.Name() == strconv.Itoa(keep)) || slices.ContainsFunc(points, func(m string) bool { return m == p || strings.HasPrefix(m, p+"/") }) {
 			continue
 		}
 		if err := os.RemoveAll(p); err != nil {
@@ -238,12 +239,6 @@ func clearUnmounted(dir string) error {
 		}
 	}
 	return nil
-}
-
-// isGeneration says whether e is a generation's directory.
-func isGeneration(e os.DirEntry) bool {
-	_, err := strconv.Atoi(e.Name())
-	return e.IsDir() && err == nil
 }
 
 // clearDir removes what dir holds, not dir itself.

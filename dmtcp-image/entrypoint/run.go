@@ -60,6 +60,7 @@ func Main(args []string) int {
 	case modeRead:
 		return readFiles(args[1:])
 	case modeSpare:
+		ownEnv()
 		return spare(args[1:], os.Stderr)
 	case modeLaunch, modeRestart, modeBoot, modeCheck:
 	case "-h", "-help", "--help", "help":
@@ -69,6 +70,7 @@ func Main(args []string) int {
 		fmt.Fprintf(os.Stderr, "entrypoint: unknown mode %q\n%s", args[0], usage)
 		return exitUsage
 	}
+	ownEnv()
 	cfg, err := parseConfig(args[0], args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
@@ -115,9 +117,17 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 	return slog.New(h).With("component", "dmtcp-entrypoint")
 }
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
+// ownPath is the entrypoint's PATH: the image's directories, whatever the
+// container's environment says.
+const ownPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// ownEnv empties the entrypoint's environment but for ownPath and
+// LC_ALL=C: what runs as PID 1 and the engines it runs with the
+// container's capabilities (criu, the coordinator, their tools found on
+// PATH) read no variable that anyone but the image set. The app's
+// variables come as -env flags, for the app alone.
+func ownEnv() {
+	os.Clearenv()
+	_ = os.Setenv("PATH", ownPath)
+	_ = os.Setenv("LC_ALL", "C")
 }

@@ -48,17 +48,18 @@ func spare(args []string, stderr io.Writer) int {
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
-	env := os.Environ()
+	env := os.Environ()  // ownEnv's
+	var handoff []string // what the restart learns of this spare
 	if *eng == string(engine.NameCRIU) {
 		// What the restart would check first, done before it is assigned:
 		// criu check fills its kernel-feature cache, which spares the
 		// restore a probe of the kernel.
-		cfg := &config{criuPrefix: envOr("FOG_CRIU_PREFIX", "/opt/criu"), ckptTimeout: time.Minute}
+		cfg := &config{criuPrefix: imageCRIUPrefix, ckptTimeout: time.Minute}
 		if _, _, err := newCRIU(context.Background(), cfg, log); err != nil {
 			log.Error("criu cannot run in this container", "err", err)
 			return exitSetup
 		}
-		env = append(env, envCRIUChecked+"=1")
+		handoff = append(handoff, "-criu-checked")
 	}
 	log.Info("spare: waiting for an assignment", "file", *assign, "engine", *eng)
 	w := watchDirs(log, []string{filepath.Dir(*assign)}, watchSafety, watchFallback)
@@ -97,28 +98,21 @@ func spare(args []string, stderr io.Writer) int {
 	}
 	signal.Reset()
 	log.Info("spare assigned", "args", argv)
-	env = append(env, envAssignedAt+"="+strconv.FormatInt(assigned.UnixNano(), 10))
-	err = syscall.Exec(self, append([]string{self}, argv...), env)
+	handoff = append(handoff, "-assigned-at", strconv.FormatInt(assigned.UnixNano(), 10))
+	err = syscall.Exec(self, append(append([]string{self}, argv...), handoff...), env)
 	log.Error("execute the assigned restart", "err", err)
 	return exitSetup
 }
 
-// envAssignedAt carries, in Unix nanoseconds, when a spare read its
-// assignment to the restart it executes: the restart records the time it
-// took to become it (timing phase "assigned"), up to its wait for the
-// order.
-const envAssignedAt = "FOG_ASSIGNED_AT"
-
-// recordAssigned records phase "assigned" for a restart a spare became.
+// recordAssigned records phase "assigned" for a restart a spare became:
+// the time it took to become it (from -assigned-at), up to its wait for
+// the order.
 func (s *supervisor) recordAssigned() {
-	v := os.Getenv(envAssignedAt)
-	if v == "" {
+	if s.cfg.assignedAt <= 0 {
 		return
 	}
-	_ = os.Unsetenv(envAssignedAt) // not the app's
-	if ns, err := strconv.ParseInt(v, 10, 64); err == nil {
-		s.tm.record("assigned", 0, time.Unix(0, ns), 0, nil)
-	}
+	s.tm.record("assigned", 0, time.Unix(0, s.cfg.assignedAt), 0, nil)
+	s.cfg.assignedAt = 0 // once: a recycled container serves again
 }
 
 // assignment reads an assignment (instancectl.AssignBody) and returns its

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -445,24 +446,24 @@ func (s *supervisor) dmtcpRun() dmtcpctl.Run {
 	return dmtcpctl.Run{CkptDir: filepath.Join(s.cfg.ckpt, strconv.Itoa(s.gen)), TmpDir: "/tmp"}
 }
 
-// appEnv is the app's environment: the container's without the
-// entrypoint's own variables, with a PATH, under DMTCP's settings
-// (dmtcpctl.Run.Env). Boot mode and CRIU get the same locale, LC_ALL=C.
+// appEnv is the app's environment: its -env variables, with a PATH, a
+// HOME and the container's HOSTNAME where they lack them (what Docker
+// gave an app that ran as the container's process), under DMTCP's
+// settings (dmtcpctl.Run.Env). Boot mode and CRIU get the same locale,
+// LC_ALL=C. Nothing of the entrypoint's own environment is in it.
 func (s *supervisor) appEnv() []string {
-	var env []string
-	hasPath := false
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		switch {
-		case strings.HasPrefix(k, "FOG_"):
-			continue
-		case k == "PATH":
-			hasPath = true
-		}
-		env = append(env, kv)
+	env := slices.Clone(s.cfg.appEnv)
+	has := func(key string) bool {
+		return slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, key+"=") })
 	}
-	if !hasPath {
-		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	if !has("PATH") {
+		env = append(env, "PATH="+ownPath)
+	}
+	if !has("HOME") {
+		env = append(env, "HOME=/root")
+	}
+	if h, err := os.Hostname(); err == nil && !has("HOSTNAME") {
+		env = append(env, "HOSTNAME="+h)
 	}
 	if s.cfg.mode == modeBoot || s.cfg.engine == engine.NameCRIU {
 		return dmtcpctl.CleanEnv(env)

@@ -80,7 +80,8 @@ func TestParseTokens(t *testing.T) {
 	}
 }
 
-// Scopes: apps, and with a label only what the client created; creates
+// Scopes: apps, and only what the client created, with or without a
+// label (another client's deployment of the same app is not its); creates
 // carry the label.
 func TestScopes(t *testing.T) {
 	chat := &Client{Name: "chat", Apps: []string{"chat"}, Label: "user"}
@@ -95,7 +96,9 @@ func TestScopes(t *testing.T) {
 		{chat, "chat", "other", false},
 		{chat, "chat", "", false},
 		{chat, "db", "chat", false},
-		{anyApp, "db", "someone", true},
+		{anyApp, "db", "any", true},
+		{anyApp, "db", "someone", false},
+		{anyApp, "db", "", false},
 		{admin, "db", "", true},
 	} {
 		if got := tc.c.Sees(tc.app, tc.creator); got != tc.want {

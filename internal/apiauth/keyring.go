@@ -99,16 +99,15 @@ func (c *Client) MayApp(app string) bool {
 }
 
 // Sees says whether a deployment of app created by creator (a client's
-// name, "" for fogctl's and --dev's) is the client's: an admin's always;
-// else one of its apps, and with a label, one it created.
+// name, "" for fogctl's and --dev's) is the client's to see, delete,
+// suspend and move: an admin's always; else one of its apps that it
+// created itself. Another client's deployment of the same app is never
+// its: scoped to an app, a client still acts for its own users only.
 func (c *Client) Sees(app, creator string) bool {
 	if c.Admin {
 		return true
 	}
-	if !c.MayApp(app) {
-		return false
-	}
-	return c.Label == "" || creator == c.Name
+	return c.MayApp(app) && creator == c.Name
 }
 
 // MayCreate checks a create of app with labels against the client's

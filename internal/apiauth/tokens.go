@@ -64,8 +64,9 @@ type Client struct {
 	// Apps it may deploy, list, read and delete; ["*"]: every app.
 	Apps []string `yaml:"apps,omitempty"`
 	// Label, when set, is a label key (e.g. "user"): the client may only
-	// create deployments that carry it, and its deployments are the ones
-	// it created; without it, every deployment of its apps is its.
+	// create deployments that carry it. With or without it, a client's
+	// deployments are the ones it created (Sees); only an admin sees
+	// another client's.
 	Label string `yaml:"label,omitempty"`
 	// Rate is its requests per second (default 10; an admin: no limit),
 	// Burst how many it may send at once above it (default 2 x rate).

@@ -28,6 +28,9 @@ const MaxFileBytes = 1 << 20
 // a directory, a device the app planted).
 var ErrNotRegular = errors.New("not a regular file")
 
+// ErrTooLarge: a file is larger than its reader reads.
+var ErrTooLarge = errors.New("file too large")
+
 // Dir is a control directory, at a path of the node's own (its parents
 // are not the app's to change).
 type Dir string
@@ -69,6 +72,45 @@ func (d Dir) ReadFile(name string) ([]byte, error) {
 	}
 	if len(b) > MaxFileBytes {
 		return nil, fmt.Errorf("%s: larger than %d bytes", f.Name(), MaxFileBytes)
+	}
+	return b, nil
+}
+
+// ReadInRoot reads rel, a regular file of the file system whose root is
+// root (an instance's environment or checkpoint: the app's files), of at
+// most max bytes. Its links are followed as they would be inside, with
+// root as "/" (openat2 with RESOLVE_IN_ROOT), never out of it; anything
+// but a regular file (a FIFO that would hang the reader, a device) is
+// refused with ErrNotRegular, and a larger file (a sparse one of 64 GiB)
+// with ErrTooLarge, before anything is read.
+func ReadInRoot(root, rel string, max int64) ([]byte, error) {
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: root, Err: err}
+	}
+	defer unix.Close(rfd)
+	how := unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+	fd, err := unix.Openat2(rfd, rel, &how)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path.Join(root, rel), Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path.Join(root, rel))
+	defer f.Close()
+	if err := regular(f); err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err != nil {
+		return nil, err
+	} else if st.Size() > max {
+		return nil, fmt.Errorf("%s: %d bytes: %w (at most %d)", f.Name(), st.Size(), ErrTooLarge, max)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%s: %w (at most %d bytes)", f.Name(), ErrTooLarge, max)
 	}
 	return b, nil
 }

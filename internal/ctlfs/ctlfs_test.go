@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -29,7 +30,16 @@ func TestLinksAreNeverFollowed(t *testing.T) {
 	}
 	must(os.Symlink(secret, filepath.Join(ctl, "timings.json")))
 	must(os.Symlink(host, filepath.Join(ctl, "identity")))
-	must(os.Symlink("../../"+filepath.Base(host)+"/shadow", filepath.Join(ctl, "relative.json")))
+	// Both temporary directories are in the test's own: from ctl, "../"
+	// is their parent.
+	must(os.Symlink("../"+filepath.Base(host)+"/shadow", filepath.Join(ctl, "relative.json")))
+	for _, name := range []string{"timings.json", "relative.json", "identity/shadow"} {
+		// Each link reaches the secret when followed: refusing to read it
+		// is the directory's doing, not a dangling link's.
+		if b, err := os.ReadFile(filepath.Join(ctl, name)); err != nil || string(b) != "root:secret" {
+			t.Fatalf("the link %s does not reach the host's file (%q, %v): the test would prove nothing", name, b, err)
+		}
+	}
 
 	for _, name := range []string{"timings.json", "relative.json", "identity/shadow"} {
 		if b, err := d.ReadFile(name); err == nil || strings.Contains(string(b), "secret") {
@@ -103,5 +113,54 @@ func TestMkdirAll(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(host, "lib")); err == nil {
 		t.Error("a directory was made in the host's directory through a link")
+	}
+}
+
+// ReadInRoot reads an app's file as the app's root resolves it: a link
+// that points out of the root (absolute or through "..") lands inside it,
+// a FIFO is refused at once instead of blocking, and a sparse file larger
+// than the bound is refused before anything is read.
+func TestReadInRoot(t *testing.T) {
+	root, host := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(host, "secret"), []byte("the node's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, host), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, host, "secret"), []byte("the app's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, target := range map[string]string{"abs": filepath.Join(host, "secret"), "up": "../../../../../../.." + filepath.Join(host, "secret")} {
+		if err := os.Symlink(target, filepath.Join(root, name)); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := ReadInRoot(root, name, 1<<10); err != nil || string(b) != "the app's" {
+			t.Errorf("ReadInRoot(link %s -> %s) = %q, %v; want the root's own file", name, target, b, err)
+		}
+	}
+	if err := unix.Mkfifo(filepath.Join(root, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := ReadInRoot(root, "fifo", 1<<10); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrNotRegular) {
+			t.Errorf("ReadInRoot(a FIFO) = %v; want ErrNotRegular", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ReadInRoot(a FIFO) blocked")
+	}
+	f, err := os.Create(filepath.Join(root, "sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(64 << 30); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := ReadInRoot(root, "sparse", 32<<20); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("ReadInRoot(a sparse 64 GiB file) = %v; want ErrTooLarge", err)
 	}
 }

@@ -75,6 +75,37 @@ func Mount(target int) error {
 	return nil
 }
 
+// MountIn mounts a private /dev (Mount) on root's dev directory, made if
+// missing. root's own names are the app's: dev must be a directory of
+// root, reached without following a link (openat2 with RESOLVE_BENEATH
+// and RESOLVE_NO_SYMLINKS). It returns a descriptor of the new /dev's
+// root, for a caller that adds to it (BindFile, Mkdirat).
+func MountIn(root string) (int, error) {
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open root %s: %w", root, err)
+	}
+	defer unix.Close(rfd)
+	if err := unix.Mkdirat(rfd, "dev", 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+		return -1, fmt.Errorf("%s/dev: %w", root, err)
+	}
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	dir, err := unix.Openat2(rfd, "dev", &how)
+	if err != nil {
+		return -1, fmt.Errorf("%s/dev (a directory of the root, not a link): %w", root, err)
+	}
+	defer unix.Close(dir)
+	if err := Mount(dir); err != nil {
+		return -1, fmt.Errorf("private /dev in %s: %w", root, err)
+	}
+	dev, err := unix.Openat2(rfd, "dev", &how)
+	if err != nil {
+		return -1, fmt.Errorf("%s/dev once mounted: %w", root, err)
+	}
+	return dev, nil
+}
+
 // NewMount makes a new file system of fstype with options (an empty
 // value: a flag) and mount attributes, and mounts it on the directory
 // target (a descriptor: no path is looked up). It returns a descriptor

@@ -1,15 +1,13 @@
 package drivers
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 
+	"github.com/fogdeploy/fogdeploy/internal/ctlfs"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
@@ -22,6 +20,10 @@ var libcPaths = []string{
 	"lib64/libc.so.6", "usr/lib64/libc.so.6", "lib/libc.so.6", "usr/lib/libc.so.6",
 }
 
+// maxLibcBytes bounds the libc.so.6 that EnvGlibc reads (glibc 2.36's
+// is about 2 MiB).
+const maxLibcBytes = 32 << 20
+
 var (
 	glibcBanner  = regexp.MustCompile(`GNU C Library [^\n]*release version ([0-9]+\.[0-9]+)`)
 	glibcVersion = regexp.MustCompile(`GLIBC_([0-9]+\.[0-9]+)`)
@@ -31,11 +33,9 @@ var (
 // system at root ("2.36"), or an error saying it has none.
 func EnvGlibc(root string) (string, error) {
 	for _, p := range libcPaths {
-		host, err := resolveIn(root, p)
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(host)
+		// The root holds what the app wrote at its first boot: its links
+		// stay inside, and a FIFO or a sparse giant is refused unread.
+		b, err := ctlfs.ReadInRoot(root, p, maxLibcBytes)
 		if err != nil {
 			continue
 		}
@@ -90,50 +90,4 @@ func versionLess(a, b string) bool {
 		}
 	}
 	return false
-}
-
-// resolveIn returns the host path of rel inside the root file system at
-// root, following its symlinks as the root would (absolute targets are
-// taken from root, and nothing resolves outside it).
-func resolveIn(root, rel string) (string, error) {
-	todo := strings.Split(filepath.ToSlash(rel), "/")
-	cur := "" // resolved, relative to root
-	for hops := 0; len(todo) > 0; {
-		part := todo[0]
-		todo = todo[1:]
-		switch part {
-		case "", ".":
-			continue
-		case "..":
-			cur = filepath.Dir(cur)
-			if cur == "." {
-				cur = ""
-			}
-			continue
-		}
-		next := filepath.Join(cur, part)
-		st, err := os.Lstat(filepath.Join(root, next))
-		if err != nil {
-			return "", err
-		}
-		if st.Mode()&fs.ModeSymlink == 0 {
-			cur = next
-			continue
-		}
-		if hops++; hops > 40 {
-			return "", fmt.Errorf("%s: too many symbolic links", rel)
-		}
-		target, err := os.Readlink(filepath.Join(root, next))
-		if err != nil {
-			return "", err
-		}
-		if strings.HasPrefix(target, "/") {
-			cur = ""
-		}
-		todo = append(strings.Split(target, "/"), todo...)
-	}
-	if cur == "" {
-		return "", errors.New("resolves to the root itself")
-	}
-	return filepath.Join(root, cur), nil
 }

@@ -58,8 +58,13 @@ type Config struct {
 	// capability and cannot gain one (no_new_privs), even as root, and the
 	// root gets a private /dev (internal/devfs) instead of the host's. The
 	// host driver's engines set it; the light container's entrypoint drops
-	// its app's capabilities itself and has Docker's /dev.
+	// its app's capabilities itself and sets PrivateDev.
 	Confine bool
+	// PrivateDev gives an app in a Root a private /dev (internal/devfs),
+	// new for each launch and restore, instead of a bind of the caller's
+	// /dev, which a root app could change for whoever comes next. Confine
+	// implies it.
+	PrivateDev bool
 }
 
 // Validate returns every problem with the configuration.

@@ -148,7 +148,7 @@ func (c *CRIU) Launch(ctx context.Context, spec LaunchSpec) (_ Process, err erro
 		}
 	}()
 	if p.sb, err = newSandbox(sandboxSpec{mountNS: spec.Root != "", netNS: spec.NetNS, root: spec.Root,
-		confine: c.cfg.Confine && spec.Root != ""}); err != nil {
+		confine: c.cfg.Confine && spec.Root != "", privateDev: c.cfg.PrivateDev}); err != nil {
 		return nil, fmt.Errorf("launch %s: sandbox: %w", spec.Argv[0], err)
 	}
 	if spec.Root != "" {
@@ -423,7 +423,7 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	if p.sb, err = newSandbox(sandboxSpec{mountNS: true, netNS: spec.NetNS, root: img.Root, rootSrc: spec.Root,
-		confine: c.cfg.Confine}); err != nil {
+		confine: c.cfg.Confine, privateDev: c.cfg.PrivateDev}); err != nil {
 		return nil, fmt.Errorf("restore %s: sandbox: %w (%w)", img.Dir, ErrRestore, err)
 	}
 	if err = c.startInit(ctx, p, 0); err != nil {

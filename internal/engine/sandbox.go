@@ -57,6 +57,8 @@ type sandboxSpec struct {
 	// confine gives the root a private /dev and makes doConfined drop
 	// capabilities (Config.Confine).
 	confine bool
+	// privateDev gives the root a private /dev (Config.PrivateDev).
+	privateDev bool
 }
 
 type bindMount struct {
@@ -107,7 +109,7 @@ func buildSandbox(spec sandboxSpec) (*sandbox, error) {
 				return nil, err
 			}
 		}
-		if err := mountRoot(spec.root, spec.mkdirs, spec.confine); err != nil {
+		if err := mountRoot(spec.root, spec.mkdirs, spec.confine || spec.privateDev); err != nil {
 			return nil, err
 		}
 	}
@@ -191,21 +193,11 @@ func mountRoot(root string, mkdirs []string, privateDev bool) error {
 // mountPrivateDev mounts a private /dev on root's dev directory, which
 // must be a directory of root (no link is followed).
 func mountPrivateDev(root string) error {
-	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	dev, err := devfs.MountIn(root)
 	if err != nil {
-		return fmt.Errorf("open root %s: %w", root, err)
+		return err
 	}
-	defer unix.Close(rfd)
-	dev, err := unix.Openat2(rfd, "dev", &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
-	if err != nil {
-		return fmt.Errorf("%s/dev (a directory of the root, not a link): %w", root, err)
-	}
-	defer unix.Close(dev)
-	if err := devfs.Mount(dev); err != nil {
-		return fmt.Errorf("private /dev in %s: %w", root, err)
-	}
-	return nil
+	return unix.Close(dev)
 }
 
 // do runs fn on a fresh locked thread inside the sandbox's namespaces.

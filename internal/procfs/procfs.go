@@ -24,7 +24,9 @@ import (
 
 // Masked are the paths below /proc that an app must neither read nor
 // write: Docker's default masked paths under /proc.
-var Masked = []string{"asound", "acpi", "kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "scsi"}
+// /proc/interrupts shows every CPU's interrupt counts, a side channel on
+// other tenants' activity (GHSA-6fw5-f8r9-fgfm).
+var Masked = []string{"asound", "acpi", "interrupts", "kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "scsi"}
 
 // ReadOnly are the paths below /proc that an app may read but not write:
 // Docker's default read-only paths.

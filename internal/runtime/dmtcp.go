@@ -153,7 +153,11 @@ type DMTCPContainer struct {
 	// /etc/passwd and /etc/group); "" runs it as root. Either way the app
 	// holds no capability.
 	User string
-	// Env is the app's environment (KEY=VALUE); the entrypoint adds LC_ALL=C.
+	// Env is the app's environment (KEY=VALUE). It goes to the entrypoint
+	// as -env flags, for the app alone: the container's own environment
+	// is the image's, so that no variable of the app's steers the
+	// entrypoint, which runs with the container's capabilities. The
+	// entrypoint adds LC_ALL=C.
 	Env         []string
 	WorkingDir  string
 	NanoCPUs    int64
@@ -238,6 +242,9 @@ func (c DMTCPContainer) Check() Spec {
 
 func (c DMTCPContainer) flags(from int) []string {
 	var f []string
+	for _, kv := range c.Env {
+		f = append(f, "-env", kv)
+	}
 	if c.ReadyAddr != "" {
 		f = append(f, "-ready", c.ReadyAddr)
 		if c.ReadySend != "" {
@@ -328,7 +335,6 @@ func (c DMTCPContainer) spec(args []string, mode string) Spec {
 		App:          c.App,
 		Image:        c.Image,
 		Cmd:          append([]string{mode}, args...),
-		Env:          c.Env,
 		Binds:        c.binds(),
 		Ports:        c.Ports,
 		CapDrop:      []string{"ALL"},

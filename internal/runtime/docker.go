@@ -27,6 +27,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/docker"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/procfs"
 )
 
 // DockerClient is the part of the moby client (*client.Client) that Docker
@@ -221,6 +222,8 @@ func dockerConfig(spec Spec, netMode string) (*container.Config, *container.Host
 		Tmpfs:          spec.Tmpfs,
 		Privileged:     false,
 		ReadonlyRootfs: spec.ReadOnlyRoot,
+		MaskedPaths:    maskedPaths(),
+		ReadonlyPaths:  readonlyPaths(),
 		Init:           &noInit,
 		AutoRemove:     false,
 		Resources: container.Resources{
@@ -243,6 +246,29 @@ func dockerConfig(spec Spec, netMode string) (*container.Config, *container.Host
 			"max-size": strconv.FormatInt(spec.LogBytes, 10), "max-file": strconv.Itoa(files)}}
 	}
 	return cfg, host
+}
+
+// maskedPaths are the paths a container's processes can neither read nor
+// write: the project's procfs.Masked under /proc, which hold Docker's
+// current defaults (an older daemon, such as Debian's 20.10, masks fewer:
+// not /proc/interrupts), and Docker's defaults under /sys. Given, they
+// replace the daemon's own list.
+func maskedPaths() []string {
+	paths := []string{"/sys/firmware", "/sys/devices/virtual/powercap"}
+	for _, p := range procfs.Masked {
+		paths = append(paths, "/proc/"+p)
+	}
+	return paths
+}
+
+// readonlyPaths are the paths a container's processes may read but not
+// write: procfs.ReadOnly under /proc, as Docker's defaults.
+func readonlyPaths() []string {
+	var paths []string
+	for _, p := range procfs.ReadOnly {
+		paths = append(paths, "/proc/"+p)
+	}
+	return paths
 }
 
 // Start implements Runtime.

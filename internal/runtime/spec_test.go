@@ -63,6 +63,19 @@ func TestDMTCPContainerSpecs(t *testing.T) {
 	if !slices.Equal(r.Cmd, []string{"restart", "-ready", "127.0.0.1:6379", "-ready-send", `PING\r\n`, "-ready-expect", "+PONG", "-from", "2"}) {
 		t.Errorf("Restart cmd = %q", r.Cmd)
 	}
+	// The app's variables go to the entrypoint as data for the app, never
+	// into the container's environment, which the entrypoint runs in
+	// with the container's capabilities.
+	withEnv := c
+	withEnv.Env = []string{"FOG_CRIU_PREFIX=/fog/root/opt/x", "PATH=/evil"}
+	for _, s := range []runtime.Spec{withEnv.Launch([]string{"redis-server"}), withEnv.Restart(2), withEnv.Boot([]string{"redis-server"})} {
+		if len(s.Env) != 0 {
+			t.Errorf("%s: container environment %q; want none of the app's", s.Cmd[0], s.Env)
+		}
+		if i := slices.Index(s.Cmd, "-env"); i < 0 || s.Cmd[i+1] != withEnv.Env[0] || !slices.Contains(s.Cmd, withEnv.Env[1]) {
+			t.Errorf("%s cmd = %q; want the app's variables as -env flags", s.Cmd[0], s.Cmd)
+		}
+	}
 	for _, s := range []runtime.Spec{l, r} {
 		if err := s.Validate(); err != nil {
 			t.Errorf("spec invalid: %v", err)

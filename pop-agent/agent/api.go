@@ -42,14 +42,31 @@ type hooks struct {
 type authed func(w http.ResponseWriter, r *http.Request, c *apiauth.Client)
 
 func (h *hooks) register(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/deployments", h.auth(h.create))
+	mux.HandleFunc("POST /v1/deployments", h.auth(h.acting(h.create)))
 	mux.HandleFunc("GET /v1/deployments", h.auth(h.list))
 	mux.HandleFunc("GET /v1/deployments/{id}", h.auth(h.get))
-	mux.HandleFunc("DELETE /v1/deployments/{id}", h.auth(h.remove))
+	mux.HandleFunc("DELETE /v1/deployments/{id}", h.auth(h.acting(h.remove)))
 	mux.HandleFunc("GET /v1/deployments/{id}/logs", h.auth(h.logs))
-	mux.HandleFunc("POST /v1/deployments/{id}/suspend", h.auth(h.suspend))
-	mux.HandleFunc("POST /v1/deployments/{id}/resume", h.auth(h.resume))
-	mux.HandleFunc("POST /v1/deployments/{id}/migrate", h.auth(h.migrate))
+	mux.HandleFunc("POST /v1/deployments/{id}/suspend", h.auth(h.acting(h.suspend)))
+	mux.HandleFunc("POST /v1/deployments/{id}/resume", h.auth(h.acting(h.resume)))
+	mux.HandleFunc("POST /v1/deployments/{id}/migrate", h.auth(h.acting(h.migrate)))
+}
+
+// acting admits a request that changes the PoP (a create, a delete, a
+// suspend, a resume, a migration) only while the agent may act on etcd's
+// word: while it is fenced (plane.go), it writes nothing into an etcd
+// that is not the one it knew, and answers 503 with why and what to do.
+func (h *hooks) acting(next authed) authed {
+	return func(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
+		if h.a != nil && h.a.plane != nil {
+			if err := h.a.plane.err(); err != nil {
+				w.Header().Set("Retry-After", "30")
+				h.error(w, err)
+				return
+			}
+		}
+		next(w, r, c)
+	}
 }
 
 // apiError is the body of every error response.
@@ -101,11 +118,7 @@ func (h *hooks) auth(next authed) http.HandlerFunc {
 
 // forbidden is the 403 error of a client outside its scope.
 func forbidden(err error, c *apiauth.Client) error {
-	what := "its apps"
-	if c.Label != "" {
-		what = "the deployments it created"
-	}
-	return hint.With(err, fmt.Sprintf("the token of client %s reaches %s only (agent.tokens_file); use that client's own deployments, or another token", c.Name, what))
+	return hint.With(err, fmt.Sprintf("the token of client %s reaches the deployments of its apps that it created only (agent.tokens_file); use that client's own deployments, or an admin's token", c.Name))
 }
 
 // visible reads deployment id for c: 404 if there is none, 403 if it is
@@ -417,7 +430,7 @@ func (h *hooks) error(w http.ResponseWriter, err error) {
 		code = http.StatusConflict
 	case errors.Is(err, state.ErrNoNode), errors.Is(err, state.ErrContended), errors.Is(err, scheduler.ErrNotMoved):
 		code = http.StatusServiceUnavailable
-	case errors.Is(err, state.ErrUnavailable):
+	case errors.Is(err, state.ErrUnavailable), errors.Is(err, state.ErrFenced):
 		code = http.StatusServiceUnavailable
 	}
 	writeJSON(w, code, body)

@@ -183,6 +183,8 @@ func TestScopedTokens(t *testing.T) {
 		{"delete another's", "DELETE", "/v1/deployments/" + mineB, alice, "", 403, "not one of client chat-a's"},
 		{"read the operator's", "GET", "/v1/deployments/" + ops, alice, "", 403, "not one of client chat-a's"},
 		{"another app's", "GET", "/v1/deployments/" + mineA, dba, "", 403, "not one of client dba's"},
+		{"another client's of its app, no label", "GET", "/v1/deployments/" + ops, dba, "", 403, "not one of client dba's"},
+		{"delete another client's of its app", "DELETE", "/v1/deployments/" + ops, dba, "", 403, "not one of client dba's"},
 		{"delete another app's", "DELETE", "/v1/deployments/" + mineA, dba, "", 403, "not one of client dba's"},
 		{"logs of another app's", "GET", "/v1/deployments/" + mineA + "/logs?tail=5", dba, "", 403, "not one of client dba's"},
 		{"unknown deployment", "GET", "/v1/deployments/chat-00000000", alice, "", 404, "not found"},
@@ -204,8 +206,8 @@ func TestScopedTokens(t *testing.T) {
 		t.Errorf("refused requests changed the state: %d keys, then %d", before, after)
 	}
 
-	// Lists: each client its own; a client without a label every deployment
-	// of its apps; the operator all.
+	// Lists: each client its own, with a label or without (another
+	// client's deployment of its apps is not its); the operator all.
 	list := func(tok string) []string {
 		t.Helper()
 		req, _ := http.NewRequest("GET", srv.URL+"/v1/deployments", nil)
@@ -225,7 +227,7 @@ func TestScopedTokens(t *testing.T) {
 		}
 		return ids
 	}
-	for tok, want := range map[string][]string{alice: {mineA}, bob: {mineB}, dba: {ops}, operator: {mineA, mineB, ops}, slow: {mineA, mineB}} {
+	for tok, want := range map[string][]string{alice: {mineA}, bob: {mineB}, dba: nil, operator: {mineA, mineB, ops}, slow: nil} {
 		if got := list(tok); strings.Join(got, ",") != strings.Join(want, ",") {
 			t.Errorf("list = %v; want %v", got, want)
 		}

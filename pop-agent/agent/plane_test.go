@@ -317,6 +317,31 @@ func TestFenceWhenEtcdIsEmptied(t *testing.T) {
 	if cp, _ := body["control_plane"].(map[string]any); cp["fenced"] != true || cp["pop"] != pop.ID {
 		t.Errorf("/healthz control_plane = %v", body["control_plane"])
 	}
+	// The hook API writes nothing into the emptied etcd: a create, a
+	// delete, a suspend, a resume and a migration answer 503 with why.
+	mux := http.NewServeMux()
+	(&hooks{a: a}).register(mux)
+	api := httptest.NewServer(mux)
+	for _, req := range []struct{ method, path, body string }{
+		{"POST", "/v1/deployments", `{"app":"web"}`}, {"DELETE", "/v1/deployments/web-1", ""},
+		{"POST", "/v1/deployments/web-1/suspend", ""}, {"POST", "/v1/deployments/web-1/resume", ""}, {"POST", "/v1/deployments/web-1/migrate", "{}"},
+	} {
+		r, _ := http.NewRequest(req.method, api.URL+req.path, strings.NewReader(req.body))
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e apiError
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(e.Error, "etcd has no PoP record") || !strings.Contains(e.Hint, "--adopt-pop") {
+			t.Errorf("%s %s while fenced = %d %+v; want 503 with why and what to do", req.method, req.path, resp.StatusCode, e)
+		}
+	}
+	api.Close()
+	if ds, err := st.Deployments(ctx); err != nil || len(ds) != 0 {
+		t.Errorf("deployments in the emptied etcd after the hook calls = %v, %v; want none", ds, err)
+	}
 	n, err := st.Node(ctx, "n1")
 	if err != nil || !strings.Contains(n.Fence(), "etcd has no PoP record") || !n.Ready {
 		t.Errorf("node record while fenced = %+v, %v; want Ready with the %s problem", n, err, state.ProblemControlPlane)

@@ -39,7 +39,7 @@ const probe = `
 open=0
 hole() { echo "OPEN: $*"; open=1; }
 # The kernel's control surface.
-for f in kcore keys timer_list timer_stats latency_stats sched_debug; do
+for f in kcore keys timer_list timer_stats latency_stats sched_debug interrupts; do
   p=/proc/$f
   [ -e $p ] || continue
   if [ -n "$(head -c 1 $p 2>/dev/null)" ]; then hole "$p is readable"; fi
@@ -105,14 +105,30 @@ if command -v keyctl >/dev/null 2>&1 && keyctl show @u >/dev/null 2>&1; then hol
 if [ "$(uname -m)" = x86_64 ] && command -v perl >/dev/null 2>&1 && perl -e 'exit(syscall(157, 67, 1, 0, 0, 0) == 0 ? 0 : 1)' 2>/dev/null; then hole "opted its memory in to same-page merging (prctl PR_SET_MEMORY_MERGE)"; fi
 # Capabilities: none beyond what the app's driver gives (CapEff in hex).
 echo "caps: $(grep CapEff /proc/self/status)"
-# What a tenant before left.
-for f in /tmp/hostile-marker /var/tmp/hostile-marker /dev/shm/hostile-marker /fog/ckpt/hostile-marker; do
+# The app's own variables reached the app: those named as the
+# supervisor's settings too, which must have steered nothing else.
+for p in /proc/[0-9]*; do
+  case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in
+    *redis-server*)
+      if tr '\0' '\n' < $p/environ 2>/dev/null | grep -qx "FOG_CRIU_PREFIX=/nonexistent-fog"; then echo "app env: own"; fi;;
+  esac
+done
+# /dev is the instance's own: what a tenant before made of it is gone.
+if [ -e /dev/urandom ] && [ ! -c /dev/urandom ]; then hole "/dev/urandom is not the kernel's device: $(ls -l /dev/urandom)"; fi
+if [ "$(head -c 16 /dev/urandom 2>/dev/null | od -An -tx1 | tr -d ' \n')" = 00000000000000000000000000000000 ]; then hole "/dev/urandom gives zeros"; fi
+# What a tenant before left, in its volumes and under a name that looks
+# like a checkpoint generation's.
+markers="/tmp/hostile-marker /var/tmp/hostile-marker /dev/shm/hostile-marker /dev/hostile-marker /fog/ckpt/hostile-marker /fog/ckpt/97/hostile-marker"
+for f in $markers; do
   if [ -e $f ]; then hole "$f of the tenant before is here: $(cat $f)"; fi
 done
-# Markers for the tenant after.
-for f in /tmp/hostile-marker /var/tmp/hostile-marker /dev/shm/hostile-marker /fog/ckpt/hostile-marker; do
+# Markers for the tenant after, and a /dev/urandom of zeros.
+mkdir -p /fog/ckpt/97 2>/dev/null
+for f in $markers; do
   echo "$FOGDEPLOY_INSTANCE" > $f 2>/dev/null
 done
+rm -f /dev/urandom 2>/dev/null
+if head -c 4096 /dev/zero > /dev/urandom.zero 2>/dev/null; then mv -f /dev/urandom.zero /dev/urandom 2>/dev/null; rm -f /dev/urandom.zero; fi
 echo probed
 exit $open
 `
@@ -147,7 +163,11 @@ func testHostile(t *testing.T, eng engine.Name) {
 	}
 	target := filepath.Join(t.TempDir(), "planted-by-the-app")
 	app := newApp("hostile")
-	app.Environment = append(app.Environment, "TARGET="+target)
+	// Variables named as the supervisor's settings (its engines' prefixes,
+	// the PATH it looks its tools up in): the app's, steering nothing of
+	// the supervisor; the deploy works and the app sees them.
+	app.Environment = append(app.Environment, "TARGET="+target, "FOG_DMTCP_PREFIX=/nonexistent-fog", "FOG_CRIU_PREFIX=/nonexistent-fog",
+		"PATH=/nonexistent-fog:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 
 	first, err := f.D.Deploy(ctx, app, deploy.Options{})
 	if err != nil {
@@ -288,6 +308,14 @@ func runProbeIn(ctx context.Context, t *testing.T, dr drivers.Driver, dep deploy
 	// The probe ran among the app's processes, as the app would.
 	if !strings.Contains(r.Output, "app visible: 1") {
 		t.Errorf("%s: the probe does not see the app's own processes:\n%s", what, r.Output)
+	}
+	// The app has the variables of its spec, those named as the
+	// supervisor's included. Only a booted app shows them in
+	// /proc/PID/environ: a restored process's environment block is the
+	// restarter's there (neither engine may move it without
+	// CAP_SYS_RESOURCE), whatever the process holds.
+	if what == "a boot" && envOf(app, "FOG_CRIU_PREFIX") != "" && !strings.Contains(r.Output, "app env: own") {
+		t.Errorf("%s: the app lacks the variables of its spec:\n%s", what, r.Output)
 	}
 	// No process of the supervisor that the app can reach has the
 	// container's root as its own (DMTCP's coordinator and dmtcp_command run
