@@ -61,7 +61,15 @@ func (m *Manager) Build(ctx context.Context, name string, bf *BuildFile, opts Bu
 	if err != nil {
 		return res, fmt.Errorf("FROM %s: %w", bf.From, err)
 	}
-	// Check COPY sources before touching the store.
+	// Check each RUN's network and the COPY sources before touching the
+	// store.
+	for _, st := range bf.Steps {
+		if st.Kind == StepRun {
+			if err := st.Network.check(m.cfg); err != nil {
+				return res, fmt.Errorf("line %d: %s: %w", st.Line, st, err)
+			}
+		}
+	}
 	hashes, err := copyHashes(bf, opts.ContextDir)
 	if err != nil {
 		return res, err

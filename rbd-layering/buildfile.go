@@ -6,6 +6,8 @@ import (
 	"io"
 	"path"
 	"strings"
+
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
 // StepKind is the instruction of one build-file line.
@@ -25,20 +27,41 @@ type Network string
 
 // Networks of a RUN step.
 const (
-	// NetworkNone, the default: a network namespace of the step's own,
-	// with only the loopback interface up.
-	NetworkNone Network = ""
-	// NetworkHost: the host's network namespace and its /etc/resolv.conf
-	// (bound read-only), for a step that needs the package mirror
-	// (`RUN --network=host apt-get install ...`).
+	// NetworkDefault, the default, what Docker gives a build: a network
+	// namespace of the step's own whose only way out is a user-mode NAT
+	// (slirp4netns, sandbox_net.go), for outbound connections and DNS;
+	// the node's loopback, and so its etcd and agents, are not reachable,
+	// and the step holds no capability over the node's network.
+	NetworkDefault Network = ""
+	// NetworkNone: a network namespace of the step's own with only the
+	// loopback interface up (`RUN --network=none`).
+	NetworkNone Network = "none"
+	// NetworkHost: the node's network namespace and its /etc/resolv.conf
+	// (bound read-only). Only where the operator allows it
+	// (layering.build_host_network; ManagerConfig.HostNetwork).
 	NetworkHost Network = "host"
 )
+
+// check says whether the step's network may be used by a manager of cfg.
+func (n Network) check(cfg ManagerConfig) error {
+	switch n {
+	case NetworkDefault, NetworkNone:
+		return nil
+	case NetworkHost:
+		if !cfg.HostNetwork {
+			return hint.With(fmt.Errorf("network host: %w: a step on the node's own network could change its firewall and reach its etcd", ErrInvalid),
+				"drop --network=host: the default network reaches the package mirror through NAT; an operator who trusts the build file sets layering.build_host_network: true")
+		}
+		return nil
+	}
+	return fmt.Errorf("network %q: want %q, %q or the default: %w", string(n), NetworkNone, NetworkHost, ErrInvalid)
+}
 
 // Step is one parsed instruction.
 type Step struct {
 	Kind StepKind
 	Args []string // RUN: [command]; COPY: [src, dst]; ENV: [key, value]; WORKDIR: [dir]; FROM: [env]
-	// Network is RUN's --network (NetworkNone unless --network=host). It
+	// Network is RUN's --network (NetworkDefault unless given). It
 	// is not part of the step's cache key: a layer is what its command
 	// made, whatever network it had.
 	Network Network
@@ -50,7 +73,7 @@ func (s Step) String() string {
 	switch {
 	case s.Kind == StepEnv:
 		return fmt.Sprintf("ENV %s=%s", s.Args[0], s.Args[1])
-	case s.Kind == StepRun && s.Network != NetworkNone:
+	case s.Kind == StepRun && s.Network != NetworkDefault:
 		return "RUN --network=" + string(s.Network) + " " + strings.Join(s.Args, " ")
 	default:
 		return string(s.Kind) + " " + strings.Join(s.Args, " ")
@@ -137,7 +160,7 @@ func (bf *BuildFile) add(line string, n int) error {
 		bf.From = rest
 		return nil
 	case StepRun:
-		network := NetworkNone
+		network := NetworkDefault
 		for strings.HasPrefix(rest, "--") {
 			flag, after := rest, ""
 			if i := strings.IndexAny(rest, " \t"); i >= 0 {
@@ -146,15 +169,17 @@ func (bf *BuildFile) add(line string, n int) error {
 			switch flag {
 			case "--network=host":
 				network = NetworkHost
-			case "--network=none", "--network=default":
+			case "--network=none":
 				network = NetworkNone
+			case "--network=default":
+				network = NetworkDefault
 			default:
-				return bad("RUN flag %q: RUN takes only --network=host (the host's network, for a step that needs the package mirror, e.g. `RUN --network=host apt-get update`) or --network=none (the default)", flag)
+				return bad("RUN flag %q: RUN takes only --network=none (no network), --network=default (outbound through NAT, as without the flag) or --network=host (the node's network, where the operator allows it)", flag)
 			}
 			rest = strings.TrimSpace(after)
 		}
 		if rest == "" {
-			return bad("RUN needs a command, e.g. `RUN --network=host apt-get install -y redis-server`")
+			return bad("RUN needs a command, e.g. `RUN apt-get install -y redis-server`")
 		}
 		bf.Steps = append(bf.Steps, Step{Kind: kind, Args: []string{rest}, Network: network, Line: n})
 	case StepCopy:

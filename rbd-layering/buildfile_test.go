@@ -32,16 +32,26 @@ WORKDIR /srv
 // TestParseRunNetwork: RUN --network=host gives the step the host's
 // network; it shows in the step as written, not in its cache key.
 func TestParseRunNetwork(t *testing.T) {
-	bf, err := ParseBuildFile(strings.NewReader("FROM a\nRUN --network=host\tapt-get update\nRUN --network=none true\nRUN apt-get update\n"))
+	bf, err := ParseBuildFile(strings.NewReader("FROM a\nRUN --network=host\tapt-get update\nRUN --network=none true\nRUN apt-get update\nRUN --network=default true\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, none, plain := bf.Steps[0], bf.Steps[1], bf.Steps[2]
+	host, none, plain, def := bf.Steps[0], bf.Steps[1], bf.Steps[2], bf.Steps[3]
 	if host.Network != NetworkHost || host.Args[0] != "apt-get update" || host.String() != "RUN --network=host apt-get update" {
 		t.Errorf("RUN --network=host apt-get update = %+v (%s)", host, host)
 	}
-	if none.Network != NetworkNone || none.String() != "RUN true" || plain.Network != NetworkNone {
-		t.Errorf("RUN --network=none true = %+v (%s); RUN apt-get update = %+v", none, none, plain)
+	if none.Network != NetworkNone || none.String() != "RUN --network=none true" {
+		t.Errorf("RUN --network=none true = %+v (%s)", none, none)
+	}
+	if plain.Network != NetworkDefault || plain.String() != "RUN apt-get update" || def.Network != NetworkDefault || def.String() != "RUN true" {
+		t.Errorf("RUN apt-get update = %+v (%s), RUN --network=default true = %+v (%s); want the default network", plain, plain, def, def)
+	}
+	// The node's own network only where the manager allows it.
+	if err := host.Network.check(DefaultManagerConfig("/w")); !errors.Is(err, ErrInvalid) {
+		t.Errorf("--network=host without HostNetwork: %v; want ErrInvalid", err)
+	}
+	if err := host.Network.check(ManagerConfig{HostNetwork: true}); err != nil {
+		t.Errorf("--network=host with HostNetwork: %v", err)
 	}
 	parent := SnapRef{Image: "fdl-x", Snap: SealedSnap}
 	if cacheKey(parent, host, ImageConfig{}, "") != cacheKey(parent, plain, ImageConfig{}, "") {
@@ -118,5 +128,19 @@ func TestNamesAndSizes(t *testing.T) {
 		if _, err := ParseSize("--size", bad); err == nil || !strings.Contains(err.Error(), "--size") {
 			t.Errorf("ParseSize(%q) = %v, want an error naming --size", bad, err)
 		}
+	}
+}
+
+// A RUN that fails to resolve a name says what its network is and how to
+// give it one.
+func TestDNSFailedHint(t *testing.T) {
+	out := "Err:1 http://deb.debian.org/debian bookworm InRelease\n  Temporary failure resolving 'deb.debian.org'\nE: Unable to locate package redis-server\n"
+	for network, want := range map[Network]string{NetworkNone: "--network=none", NetworkDefault: stepDNS, NetworkHost: "node's resolver"} {
+		if h, ok := dnsFailed(out, network); !ok || !strings.Contains(h, want) {
+			t.Errorf("dnsFailed(network %q) = %q, %v; want a hint naming %q", network, h, ok, want)
+		}
+	}
+	if h, ok := dnsFailed("E: Sub-process /usr/bin/dpkg returned an error code (1)\n", NetworkDefault); ok {
+		t.Errorf("dnsFailed(a dpkg failure) = %q; want none", h)
 	}
 }

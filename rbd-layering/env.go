@@ -87,6 +87,10 @@ type ManagerConfig struct {
 	// warning, past the hard limit a refusal (ceph-csi: 4 and 8).
 	SoftDepth int
 	HardDepth int
+	// HostNetwork lets a RUN step or an exec ask for the node's own
+	// network (--network=host). Off, such a step is refused: the default
+	// network reaches out through NAT only (NetworkDefault).
+	HostNetwork bool
 }
 
 // Validate reports every problem at once.

@@ -31,7 +31,9 @@ func TestEnvSuiteCeph(t *testing.T) {
 		dir := t.TempDir()
 		envtest.UnmountLeft(t, dir)
 		mc := mapper.Config{Backend: mapper.BackendAuto, StateDir: dir + "/mapper", CephConf: c.Conf, Keyring: c.Keyring, ID: c.ID}
-		l, err := wire.NewLayering(ctx, s, c.Pool, mc, layering.DefaultManagerConfig(dir+"/work"), nil)
+		lc := layering.DefaultManagerConfig(dir + "/work")
+		lc.HostNetwork = true // the suite tries --network=host too
+		l, err := wire.NewLayering(ctx, s, c.Pool, mc, lc, nil)
 		if err != nil {
 			s.Close()
 			t.Fatal(err)

@@ -51,14 +51,14 @@ func (t Timings) String() string {
 type ExecOptions struct {
 	// Output receives what the command prints (nil discards it).
 	Output io.Writer
-	// Network is NetworkNone (the default: a network namespace with only
-	// lo) or NetworkHost (the host's network and resolv.conf), as RUN's
-	// --network.
+	// Network is RUN's --network: NetworkDefault (outbound through NAT),
+	// NetworkNone (only lo) or NetworkHost (the node's network, where
+	// ManagerConfig.HostNetwork allows it).
 	Network Network
 }
 
-// Exec runs a shell command in a throwaway clone of an environment, with
-// no network: ExecWith with Output out.
+// Exec runs a shell command in a throwaway clone of an environment, on
+// the default network: ExecWith with Output out.
 func (m *Manager) Exec(ctx context.Context, name, command string, out io.Writer) (Timings, error) {
 	return m.ExecWith(ctx, name, command, ExecOptions{Output: out})
 }
@@ -70,8 +70,8 @@ func (m *Manager) Exec(ctx context.Context, name, command string, out io.Writer)
 // remove the clone. What the command writes is discarded with the clone.
 // It returns the phase timings.
 func (m *Manager) ExecWith(ctx context.Context, name, command string, opts ExecOptions) (t Timings, err error) {
-	if opts.Network != NetworkNone && opts.Network != NetworkHost {
-		return nil, fmt.Errorf("exec: network %q: use %q or the default (none): %w", opts.Network, NetworkHost, ErrInvalid)
+	if err := opts.Network.check(m.cfg); err != nil {
+		return nil, fmt.Errorf("exec: %w", err)
 	}
 	if opts.Output == nil {
 		opts.Output = io.Discard

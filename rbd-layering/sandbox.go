@@ -39,7 +39,10 @@ import (
 //     so the namespace's first process is the host's /bin/sh running
 //     stepInit, which mounts it, waits until the thread has moved the
 //     root, and execs the environment's /bin/sh.
-//   - network (unless NetworkHost): only lo, up.
+//   - network (unless NetworkHost): lo, up, and on NetworkDefault the
+//     tap0 of a user-mode NAT (sandbox_net.go). The step's bounding set
+//     is stepCaps: the host's setpriv drops the rest before the
+//     environment's shell runs.
 //   - UTS and IPC: a hostname or System V objects of a package's scripts
 //     stay in the step.
 //
@@ -50,14 +53,23 @@ import (
 
 // stepInit is the script of the host's /bin/sh that becomes the step's
 // command: run with the step's root as its working directory, fd 3 to say
-// that /proc is ready and fd 4 to wait for the root to be moved. It runs
-// with a fixed environment (no variable of the environment reaches a host
-// binary); the step's variables are exported just before the exec, whose
-// /bin/sh is then the environment's.
+// that /proc is ready and fd 4 to wait for the root to be moved. It mounts
+// /proc, then the host's setpriv leaves the step only stepCaps in its
+// bounding set (and so in what its root processes hold), and runs
+// stepRun, which waits for the new root and execs the environment's
+// /bin/sh. It runs with a fixed environment (no variable of the
+// environment reaches a host binary); the step's variables are exported
+// just before that exec.
 const stepInit = `set -e
 mount -t proc -o nosuid,nodev,noexec proc proc
 PROC=proc
-` + "%s" + `echo ready >&3
+` + "%s" + `exec setpriv --bounding-set=%s --inh-caps=-all /bin/sh -c "$2" step "$1"
+`
+
+// stepRun is the second half of stepInit, run with the step's
+// capabilities only.
+const stepRun = `set -e
+echo ready >&3
 exec 3>&-
 read -r go <&4
 exec 4<&-
@@ -81,6 +93,10 @@ type stepSpec struct {
 	cfg     ImageConfig
 	network Network
 	out     io.Writer
+	// resolv is the node's file bound on the step's /etc/resolv.conf:
+	// the node's own (NetworkHost) or one naming the NAT's DNS
+	// (NetworkDefault); "" binds none.
+	resolv string
 }
 
 // runStep runs a shell command in the environment mounted at s.root with
@@ -96,7 +112,18 @@ func runStep(ctx context.Context, s stepSpec) (err error) {
 		wd = "/"
 	}
 	inner := fmt.Sprintf("mkdir -p %s && cd %s && %s", shellQuote(wd), shellQuote(wd), s.command)
-	undo, err := prepareRoot(s.root, s.network)
+	switch s.network {
+	case NetworkHost:
+		if _, err := os.Stat("/etc/resolv.conf"); err == nil {
+			s.resolv = "/etc/resolv.conf"
+		}
+	case NetworkDefault:
+		if s.resolv, err = stepResolvConf(); err != nil {
+			return fmt.Errorf("the step's resolv.conf: %w", err)
+		}
+		defer os.Remove(s.resolv)
+	}
+	undo, err := prepareRoot(s.root, s.resolv != "")
 	if err != nil {
 		return err
 	}
@@ -112,7 +139,11 @@ func runStep(ctx context.Context, s stepSpec) (err error) {
 	err = osthread.Run(func() error { return sandboxed(ctx, s, inner, exports, w) })
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
-		return fmt.Errorf("RUN %s: %w: %w\n%s", s.command, ErrBuildStep, err, tail.String())
+		err = fmt.Errorf("RUN %s: %w: %w\n%s", s.command, ErrBuildStep, err, tail.String())
+		if h, ok := dnsFailed(tail.String(), s.network); ok {
+			err = hint.With(err, h)
+		}
+		return err
 	}
 	if err != nil {
 		return fmt.Errorf("RUN %s: %w\n%s", s.command, err, tail.String())
@@ -140,10 +171,10 @@ func stepExports(cfg ImageConfig) (string, error) {
 
 // prepareRoot makes, in the clone, the mount points a step needs (dev and
 // proc, which must be directories) and what it writes for the step
-// (usr/sbin/policy-rc.d, so that packages start no service; with
-// NetworkHost an empty etc/resolv.conf to bind the host's on), all
-// beneath root. undo removes what it wrote.
-func prepareRoot(root string, network Network) (undo func() error, err error) {
+// (usr/sbin/policy-rc.d, so that packages start no service; with resolv
+// an empty etc/resolv.conf to bind the step's on), all beneath root.
+// undo removes what it wrote.
+func prepareRoot(root string, resolv bool) (undo func() error, err error) {
 	rfd, err := openRoot(root)
 	if err != nil {
 		return nil, err
@@ -193,7 +224,7 @@ func prepareRoot(root string, network Network) (undo func() error, err error) {
 		created = append(created, made{dfd, name})
 	}
 	create("usr/sbin", "policy-rc.d", []byte("#!/bin/sh\nexit 101\n"), 0o755)
-	if network == NetworkHost {
+	if resolv {
 		create("etc", "resolv.conf", nil, 0o644)
 	}
 	return undo, nil
@@ -210,6 +241,13 @@ func sandboxed(ctx context.Context, s stepSpec, inner, exports string, w io.Writ
 		return err
 	}
 	defer func() { err = errors.Join(err, leave()) }()
+	if s.network == NetworkDefault {
+		var nat *stepNet
+		if nat, err = startStepNet(ctx, unix.Gettid()); err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, nat.stop()) }()
+	}
 	rfd, err := prepareStepRoot(s)
 	if err != nil {
 		return err
@@ -260,8 +298,8 @@ func enterStepNamespaces(network Network) (leave func() error, err error) {
 }
 
 // prepareStepRoot readies, in the step's namespaces, its root s.root (its
-// /dev, the host's resolv.conf on the host's network, the loopback link on
-// its own) and returns the root's descriptor.
+// /dev, its resolv.conf, the loopback link of a network of its own) and
+// returns the root's descriptor.
 func prepareStepRoot(s stepSpec) (int, error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
 		return -1, fmt.Errorf("make / a slave mount: %w", err)
@@ -279,8 +317,8 @@ func prepareStepRoot(s stepSpec) (int, error) {
 	if err := mountDev(rfd); err != nil {
 		return fail(err)
 	}
-	if s.network == NetworkHost {
-		if err := bindResolvConf(rfd); err != nil {
+	if s.resolv != "" {
+		if err := bindResolvConf(rfd, s.resolv); err != nil {
 			return fail(err)
 		}
 	}
@@ -316,7 +354,7 @@ func startStep(ctx context.Context, s stepSpec, rfd int, inner, exports string, 
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return fmt.Errorf("mark descriptors close-on-exec: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", fmt.Sprintf(stepInit, procfs.Script(), exports), "step", inner)
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", fmt.Sprintf(stepInit, procfs.Script(), stepBoundingSet()), "step", inner, fmt.Sprintf(stepRun, exports))
 	cmd.Dir = s.root
 	cmd.Env = []string{stepPath}
 	cmd.Stdout, cmd.Stderr = w, w

@@ -6,7 +6,6 @@ package layering
 
 import (
 	"fmt"
-	"os"
 
 	"golang.org/x/sys/unix"
 
@@ -45,14 +44,11 @@ func mountDev(rfd int) error {
 	return nil
 }
 
-// bindResolvConf binds the host's /etc/resolv.conf, read-only, on the
+// bindResolvConf binds src, a file of the node's, read-only, on the
 // environment's etc/resolv.conf when that is a regular file (prepareRoot
 // made it if it was missing); a link there is left as it is, not
 // followed.
-func bindResolvConf(rfd int) error {
-	if _, err := os.Stat("/etc/resolv.conf"); err != nil {
-		return nil // the host has none
-	}
+func bindResolvConf(rfd int, src string) error {
 	etc, err := openBeneath(rfd, "etc", unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil
@@ -61,8 +57,8 @@ func bindResolvConf(rfd int) error {
 	if t, err := fileType(etc, "resolv.conf"); err != nil || t != unix.S_IFREG {
 		return nil
 	}
-	if err := devfs.BindFile("/etc/resolv.conf", etc, "resolv.conf", unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC); err != nil {
-		return fmt.Errorf("bind the host's /etc/resolv.conf into the step: %w", err)
+	if err := devfs.BindFile(src, etc, "resolv.conf", unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC); err != nil {
+		return fmt.Errorf("bind %s on the step's /etc/resolv.conf: %w", src, err)
 	}
 	return nil
 }

@@ -13,7 +13,7 @@ group_pkgs() {
 	ceph) echo ceph-mon ceph-osd ceph-mgr ceph-common rbd-fuse rbd-nbd librbd-dev librados-dev ;;
 	docker) echo docker.io containerd runc ;;
 	etcd) echo etcd-server etcd-client ;;
-	tools) echo debootstrap e2fsprogs util-linux fuse3 zstd jq iproute2 apache2-utils curl ca-certificates busybox-static tar bsdextrautils ;;
+	tools) echo debootstrap e2fsprogs util-linux fuse3 zstd jq iproute2 apache2-utils curl ca-certificates busybox-static tar bsdextrautils slirp4netns ;;
 	debug) echo gdb ;;
 	*) return 1 ;;
 	esac

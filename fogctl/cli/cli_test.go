@@ -105,7 +105,7 @@ func TestExitCodesAndErrors(t *testing.T) {
 		{[]string{"env", "ls", "--timeout", "-1s"}, ExitInvalid, "--timeout"},
 		{[]string{"env", "frobnicate"}, ExitInvalid, "unknown command"},
 		{[]string{"env", "exec", "x"}, ExitInvalid, "NAME -- COMMAND"},
-		{[]string{"env", "exec", "x", "--network", "bridge", "--", "true"}, ExitInvalid, `--network "bridge": use none`},
+		{[]string{"env", "exec", "x", "--network", "bridge", "--", "true"}, ExitInvalid, `--network "bridge": use default`},
 		{[]string{"env", "prune", "--min-age", "-1m"}, ExitInvalid, "--min-age"},
 	}
 	for _, c := range cases {

@@ -30,7 +30,9 @@ func NewCmdEnvExec(f *Factory, runF func(context.Context, *EnvExecOptions) error
 with the clone as its root, in mount, PID and network namespaces of its own
 with a private /dev and /proc (as a RUN step), then unmount, unmap and
 remove the clone. Prints the time of each phase. Nothing the command writes
-is kept. It has no network unless --network host.`,
+is kept. Its network is, as a RUN step's, outbound through NAT (default),
+none (only lo), or host (the node's own, where layering.build_host_network
+allows it).`,
 		Example: `  fogctl env exec redis -- redis-server --version
   fogctl env exec redis -- sh -c 'ls /etc | wc -l'`,
 		ValidArgsFunction: completeEnvNames(f),
@@ -42,8 +44,8 @@ is kept. It has no network unless --network host.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Name, opts.Command = args[0], layering.ShellJoin(args[1:])
-			if opts.Network != "none" && opts.Network != "host" {
-				return usageError{fmt.Errorf("--network %q: use none (only lo) or host (the node's network, for a package mirror)", opts.Network)}
+			if opts.Network != "default" && opts.Network != "none" && opts.Network != "host" {
+				return usageError{fmt.Errorf("--network %q: use default (outbound through NAT), none (only lo) or host (the node's network, where layering.build_host_network allows it)", opts.Network)}
 			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
@@ -51,7 +53,7 @@ is kept. It has no network unless --network host.`,
 			return envExecRun(cmd.Context(), opts)
 		},
 	}
-	cmd.Flags().StringVar(&opts.Network, "network", "none", "the command's network: none (only lo) or host")
+	cmd.Flags().StringVar(&opts.Network, "network", "default", "the command's network: default (outbound through NAT), none (only lo) or host (the node's, where layering.build_host_network allows it)")
 	return cmd
 }
 
@@ -65,8 +67,11 @@ func envExecRun(ctx context.Context, opts *EnvExecOptions) error {
 	if opts.F.Global.Output == "json" {
 		out = opts.F.ErrOut
 	}
-	network := layering.NetworkNone
-	if opts.Network == "host" {
+	network := layering.NetworkDefault
+	switch opts.Network {
+	case "none":
+		network = layering.NetworkNone
+	case "host":
 		network = layering.NetworkHost
 	}
 	t, err := l.Manager.ExecWith(ctx, opts.Name, opts.Command, layering.ExecOptions{Output: out, Network: network})

@@ -206,6 +206,10 @@ type Layering struct {
 	DefaultSize string `yaml:"default_size"`
 	SoftDepth   int    `yaml:"soft_depth"`
 	HardDepth   int    `yaml:"hard_depth"`
+	// BuildHostNetwork lets a RUN step (and fogctl env exec) ask for the
+	// node's own network with --network=host; off by default, when the
+	// default network (outbound through NAT) serves.
+	BuildHostNetwork bool `yaml:"build_host_network"`
 }
 
 // Docker says how to reach dockerd.

@@ -65,6 +65,7 @@ func OpenLayering(ctx context.Context, c config.Config, log *slog.Logger) (*Laye
 		WorkDir:     filepath.Join(c.Node.StateDir, "work"),
 		DefaultSize: c.DefaultSizeBytes(),
 		SoftDepth:   c.Layering.SoftDepth,
+		HostNetwork: c.Layering.BuildHostNetwork,
 		HardDepth:   c.Layering.HardDepth,
 	}, log)
 	if err != nil {

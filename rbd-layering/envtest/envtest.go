@@ -586,6 +586,7 @@ func FakeLayeringWith(t *testing.T, change func(*layering.ManagerConfig)) *wire.
 	dir := t.TempDir()
 	UnmountLeft(t, dir)
 	lc := layering.DefaultManagerConfig(dir + "/work")
+	lc.HostNetwork = true // the suite tries --network=host too
 	change(&lc)
 	fs, err := fakestore.New(dir + "/store")
 	if err != nil {

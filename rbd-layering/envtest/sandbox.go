@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -24,11 +25,20 @@ import (
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
+// stepCapMask is what a step holds (CapBnd, CapEff in /proc/self/status):
+// CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, SETGID, SETUID, SETPCAP,
+// NET_BIND_SERVICE, SYS_CHROOT, AUDIT_WRITE and SETFCAP.
+const stepCapMask = "00000000a00405fb"
+
 // stepDevices is what a step's /dev holds.
 var stepDevices = []string{"fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"}
 
 // testStepNamespaces: a command that Exec runs (as a RUN step runs) has
-// namespaces of its own: only lo unless it asks for the host's network,
+// namespaces of its own: on the default network lo and the NAT's tap0,
+// whose DNS is the NAT's and from which the node's loopback is out of
+// reach; only lo with --network=none; the host's network only where the
+// manager allows it (refused by default, building nothing); the
+// capabilities of a build and no more;
 // its shell as PID 1 and no other process of the host, a /dev of the
 // usual nodes only, a /proc hidden as Docker hides it, and a mount table
 // that holds nothing of the host's; the host's mount table holds nothing
@@ -48,10 +58,62 @@ func testStepNamespaces(t *testing.T, l *wire.Layering) {
 		}
 		return out.String()
 	}
-	none, host := layering.NetworkNone, layering.NetworkHost
+	none, host, def := layering.NetworkNone, layering.NetworkHost, layering.NetworkDefault
 
 	if got := interfaces(run(none, "cat /proc/net/dev")); !slices.Equal(got, []string{"lo"}) {
-		t.Errorf("a step's network interfaces: %v; want only lo", got)
+		t.Errorf("a step's network interfaces with --network=none: %v; want only lo", got)
+	}
+	if got := interfaces(run(def, "cat /proc/net/dev")); !slices.Equal(got, []string{"lo", "tap0"}) {
+		t.Errorf("a step's network interfaces on the default network: %v; want lo and the NAT's tap0", got)
+	}
+	if got := run(def, "cat /etc/resolv.conf"); got != "nameserver 10.0.2.3\n" {
+		t.Errorf("a step's resolv.conf on the default network: %q; want the NAT's DNS", got)
+	}
+	// The node's loopback (its etcd, its agents) is out of reach: a server
+	// on 127.0.0.1 gets no connection through the NAT's gateway.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer ln.Close()
+	reached := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+			reached <- struct{}{}
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	if got := run(def, fmt.Sprintf("if echo x | timeout 5 nc 10.0.2.2 %d; then echo reached; else echo refused; fi", port)); !strings.Contains(got, "refused") {
+		t.Errorf("a step on the default network reached the node's loopback through 10.0.2.2: %q", got)
+	}
+	select {
+	case <-reached:
+		t.Errorf("a step on the default network connected to the node's 127.0.0.1:%d", port)
+	default:
+	}
+	// A build's capabilities (Docker's default set for a build, less
+	// NET_RAW and MKNOD), whatever its network: CapBnd and CapEff.
+	for _, network := range []layering.Network{none, def, host} {
+		got := run(network, "grep -E '^Cap(Bnd|Eff)' /proc/self/status")
+		for _, want := range []string{"CapBnd:\t" + stepCapMask, "CapEff:\t" + stepCapMask} {
+			if !strings.Contains(got, want) {
+				t.Errorf("a step's capabilities (network %q): %q; want %s", network, got, want)
+			}
+		}
+	}
+	// The node's own network only where the operator allows it.
+	strict, err := layering.NewManager(l.Store, l.Manager.Mounter(), layering.DefaultManagerConfig(t.TempDir()), nil)
+	must(t, err)
+	if _, err := strict.ExecWith(ctx, base, "true", layering.ExecOptions{Network: host}); !errors.Is(err, layering.ErrInvalid) || hint.Of(err) == "" {
+		t.Errorf("exec with the host's network, not allowed: %v; want ErrInvalid with a hint", err)
+	}
+	bf, err := layering.ParseBuildFile(strings.NewReader("FROM " + base + "\nRUN true\nRUN --network=host true\n"))
+	must(t, err)
+	refused := uniq("hostrefused")
+	if _, err := strict.Build(ctx, refused, bf, layering.BuildOptions{}); !errors.Is(err, layering.ErrInvalid) || !strings.Contains(err.Error(), "line 3") {
+		t.Errorf("a build with RUN --network=host, not allowed: %v; want ErrInvalid naming line 3", err)
+	}
+	if _, err := l.Manager.Get(ctx, refused); !errors.Is(err, layering.ErrNotFound) {
+		t.Errorf("the refused build made environment %s: %v", refused, err)
 	}
 	hostNet, err := os.ReadFile("/proc/net/dev")
 	must(t, err)
@@ -85,7 +147,7 @@ func testStepNamespaces(t *testing.T, l *wire.Layering) {
 	}
 
 	_, hostResolv := os.Stat("/etc/resolv.conf")
-	for _, network := range []layering.Network{none, host} {
+	for _, network := range []layering.Network{none, def, host} {
 		mi := run(network, "cat /proc/self/mountinfo")
 		if open := procfs.Hidden(mi, "/proc"); len(open) > 0 {
 			t.Errorf("a step's /proc (network %q) leaves open %v", network, open)
@@ -96,7 +158,7 @@ func testStepNamespaces(t *testing.T, l *wire.Layering) {
 				t.Errorf("a step's mount table (network %q) holds %s: want only its root, /dev, /proc and (host network) /etc/resolv.conf", network, mp)
 			}
 		}
-		if want := network == host && hostResolv == nil; slices.Contains(points, "/etc/resolv.conf") != want {
+		if want := network == def || (network == host && hostResolv == nil); slices.Contains(points, "/etc/resolv.conf") != want {
 			t.Errorf("a step's mount table (network %q) has /etc/resolv.conf bound: %v; want %v", network, !want, want)
 		}
 	}
@@ -159,8 +221,8 @@ func testBuildStepNamespaces(t *testing.T, l *wire.Layering) {
 		}
 		return string(b)
 	}
-	if got := interfaces(read("out/net")); !slices.Equal(got, []string{"lo"}) {
-		t.Errorf("a RUN step's interfaces: %v; want only lo", got)
+	if got := interfaces(read("out/net")); !slices.Equal(got, []string{"lo", "tap0"}) {
+		t.Errorf("a RUN step's interfaces: %v; want lo and the NAT's tap0", got)
 	}
 	hostNet, err := os.ReadFile("/proc/net/dev")
 	must(t, err)
@@ -324,7 +386,7 @@ func stepMount(mp string, network layering.Network) bool {
 	case strings.HasPrefix(mp, "/dev/"), strings.HasPrefix(mp, "/proc/"):
 		return true
 	case mp == "/etc/resolv.conf":
-		return network == layering.NetworkHost
+		return network != layering.NetworkNone
 	}
 	return false
 }
