@@ -5,10 +5,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -206,4 +208,44 @@ func mustHex(t *testing.T, s string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// A client's bounds: its token's, else the defaults; an admin has none
+// unless its entry gives one. A request beyond is refused with
+// ErrTooMany and a hint, counting nothing; a release frees its place once.
+func TestInflight(t *testing.T) {
+	c := &Client{Name: "chat", Apps: []string{"chat"}, Waits: 2}
+	if c.Bound(KindWait) != 2 || c.Bound(KindMigration) != DefaultMigrations {
+		t.Errorf("bounds of %+v: %d waits, %d migrations", c, c.Bound(KindWait), c.Bound(KindMigration))
+	}
+	if admin := (&Client{Name: "ops", Admin: true}); admin.Bound(KindWait) != 0 || admin.Bound(KindMigration) != 0 {
+		t.Errorf("an admin's bounds: %d, %d; want none", admin.Bound(KindWait), admin.Bound(KindMigration))
+	}
+	var f Inflight
+	var changes []int
+	f.Changed = func(client string, k Kind, n int) { changes = append(changes, n) }
+	r1, err1 := f.Take(c, KindWait)
+	r2, err2 := f.Take(c, KindWait)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("two waits within the bound: %v, %v", err1, err2)
+	}
+	if _, err := f.Take(c, KindWait); !errors.Is(err, ErrTooMany) || !strings.Contains(hint.Of(err), "waits") {
+		t.Errorf("a third wait: %v; want ErrTooMany with a hint naming waits", err)
+	}
+	if _, err := f.Take(c, KindMigration); err != nil {
+		t.Errorf("a migration beside the waits: %v", err)
+	}
+	r1()
+	r1() // once only
+	if f.InUse("chat", KindWait) != 1 {
+		t.Errorf("waits in use after one release (called twice): %d; want 1", f.InUse("chat", KindWait))
+	}
+	r2()
+	if !slices.Equal(changes, []int{1, 2, 1, 1, 0}) {
+		t.Errorf("counts reported: %v", changes)
+	}
+	if _, err := ParseTokens([]byte("- name: x\n  sha256: "+Hash(NewToken())+"\n  apps: [a]\n  waits: -1\n  migrations: 100001\n"), "t.yaml"); err == nil ||
+		!strings.Contains(err.Error(), "waits -1") || !strings.Contains(err.Error(), "migrations 100001") {
+		t.Errorf("bad bounds in a tokens file: %v; want both named", err)
+	}
 }

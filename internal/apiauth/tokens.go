@@ -72,6 +72,11 @@ type Client struct {
 	// Burst how many it may send at once above it (default 2 x rate).
 	Rate  float64 `yaml:"rate,omitempty"`
 	Burst int     `yaml:"burst,omitempty"`
+	// Waits is how many long polls (?wait) it may have under way at once
+	// (default 16; an admin: no bound unless given); Migrations how many
+	// migrations (default 2). Beyond, a request is a 429.
+	Waits      int `yaml:"waits,omitempty"`
+	Migrations int `yaml:"migrations,omitempty"`
 	// Admin has every app and sees every deployment, and /metrics.
 	Admin bool `yaml:"admin,omitempty"`
 	// Metrics may read /metrics, which names the node's apps.
@@ -125,6 +130,12 @@ func (c *Client) check() error {
 	}
 	if c.Rate < 0 || c.Rate > maxRate || math.IsNaN(c.Rate) {
 		add("rate %v: give requests per second, above 0 and at most %d (default %d)", c.Rate, maxRate, DefaultRate)
+	}
+	if c.Waits < 0 || c.Waits > maxInflight {
+		add("waits %d: give how many long polls (?wait) the client may have under way at once, 1 to %d (default %d)", c.Waits, maxInflight, DefaultWaits)
+	}
+	if c.Migrations < 0 || c.Migrations > maxInflight {
+		add("migrations %d: give how many migrations the client may have under way at once, 1 to %d (default %d)", c.Migrations, maxInflight, DefaultMigrations)
 	}
 	if c.Burst < 0 || c.Burst > maxRate {
 		add("burst %d: give how many requests may come at once above the rate, 1 to %d (default twice the rate)", c.Burst, maxRate)

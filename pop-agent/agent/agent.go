@@ -185,6 +185,9 @@ type metrics struct {
 	spareTaken  *prometheus.CounterVec
 	spareIdle   *prometheus.GaugeVec
 	spareRefill prometheus.Histogram
+	// apiInflight is the hook API's requests under way that a client's
+	// token bounds (apiauth.Kind), by client and kind.
+	apiInflight *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -281,4 +284,8 @@ func (m *metrics) registerLifecycle(reg prometheus.Registerer) {
 		Help: "Resumes this node prepared (its container created) while a migration's source suspended the instance, by result: prepared, failed, dropped (no resume took it).",
 	}, []string{"result"})
 	reg.MustRegister(m.suspends, m.resumes, m.suspendDuration, m.resumeDuration, m.idleSuspends, m.prepared)
+	m.apiInflight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fogdeploy_api_inflight", Help: "Hook API requests under way that a client's token bounds (long polls, migrations), by client and kind; beyond its bound a request is a 429.",
+	}, []string{"client", "kind"})
+	reg.MustRegister(m.apiInflight)
 }

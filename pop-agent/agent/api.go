@@ -36,6 +36,8 @@ type hooks struct {
 	openMetrics bool
 	// now is the clock of the rate limits (time.Now if nil).
 	now func() time.Time
+	// inflight bounds each client's long polls and migrations under way.
+	inflight apiauth.Inflight
 }
 
 // authed is a handler of a caller that authenticated as c.
@@ -257,6 +259,16 @@ func (h *hooks) create(w http.ResponseWriter, r *http.Request, c *apiauth.Client
 		return
 	}
 	req.Client = c.Name
+	if wait > 0 {
+		// Before anything is written: beyond the client's bound of long
+		// polls, the create is refused whole.
+		release, err := h.inflight.Take(c, apiauth.KindWait)
+		if err != nil {
+			h.error(w, err)
+			return
+		}
+		defer release()
+	}
 	d, err := scheduler.Create(r.Context(), h.a.st, req, "hook:"+r.RemoteAddr)
 	if err != nil {
 		h.error(w, err)
@@ -280,6 +292,7 @@ func (h *hooks) create(w http.ResponseWriter, r *http.Request, c *apiauth.Client
 // after set: a new address, a failure) or settles (without), or wait ends
 // (or the caller leaves): it returns the last read, and an error only if
 // the deployment could not be read (withdrawn meanwhile, etcd gone).
+// The caller holds one of its client's long polls (apiauth.KindWait).
 func (h *hooks) follow(ctx context.Context, id string, wait time.Duration, after time.Time) (state.Deployment, error) {
 	fctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -336,7 +349,13 @@ func (h *hooks) get(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
 		return
 	}
 	if wait > 0 {
-		// A long poll.
+		// A long poll, within the client's bound of them.
+		release, err := h.inflight.Take(c, apiauth.KindWait)
+		if err != nil {
+			h.error(w, err)
+			return
+		}
+		defer release()
 		if d, err = h.follow(r.Context(), id, wait, after); err != nil {
 			h.error(w, err)
 			return
@@ -424,6 +443,8 @@ func (h *hooks) error(w http.ResponseWriter, err error) {
 		code = http.StatusForbidden
 	case errors.Is(err, errTooLarge):
 		code = http.StatusRequestEntityTooLarge
+	case errors.Is(err, apiauth.ErrTooMany):
+		code = http.StatusTooManyRequests
 	case errors.Is(err, state.ErrNotFound), errors.Is(err, spec.ErrNotFound):
 		code = http.StatusNotFound
 	case errors.Is(err, state.ErrExists), errors.Is(err, state.ErrConflict):

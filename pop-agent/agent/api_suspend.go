@@ -124,6 +124,14 @@ func (h *hooks) migrate(w http.ResponseWriter, r *http.Request, c *apiauth.Clien
 		h.error(w, err)
 		return
 	}
+	// Held until the migration ends, which its caller's leaving does not
+	// stop: a client cannot start more than its bound.
+	release, err := h.inflight.Take(c, apiauth.KindMigration)
+	if err != nil {
+		h.error(w, err)
+		return
+	}
+	defer release()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), MaxWait)
 	defer cancel()
 	m, err := scheduler.Migrate(ctx, h.a.st, id, req.Node)

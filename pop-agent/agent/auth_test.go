@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
@@ -21,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -526,4 +528,125 @@ func TestTokenCommand(t *testing.T) {
 	if code, _, _ := run("--name", "x", "extra"); code != 2 {
 		t.Errorf("token with an argument = exit %d", code)
 	}
+}
+
+// A client's long polls and migrations are bounded by its token: 200
+// long polls at once from one client hold its bound (waits: 4) and the
+// rest are 429s at once with a hint, a create with ?wait beyond it is
+// refused whole (nothing written), /metrics counts what is under way,
+// and another client's requests are answered meanwhile. When the polls
+// end, the client may poll again.
+func TestInflightBounds(t *testing.T) {
+	st := statetest.Store(t)
+	ctx := context.Background()
+	if err := st.CreateApp(ctx, spec.App{Name: "chat", Env: "e", Command: []string{"x"},
+		Ready: spec.Readiness{Kind: spec.ReadyOutput, Phrase: "up"}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Register(ctx, state.Node{Name: "n1", Capacity: 50}, 10); err != nil {
+		t.Fatal(err)
+	}
+	const operator = "0123456789abcdef-operator"
+	poller, other := apiauth.NewToken(), apiauth.NewToken()
+	sec := credentials(t, operator,
+		entry("poller", poller, "  apps: [chat]\n  rate: 10000\n  burst: 10000\n  waits: 4\n")+
+			entry("other", other, "  apps: [chat]\n  rate: 1000\n"), nil)
+	reg := prometheus.NewRegistry()
+	a := &agent{st: st, m: newMetrics(reg)}
+	h := &hooks{a: a, keys: sec.keys}
+	h.inflight.Changed = func(client string, k apiauth.Kind, n int) {
+		a.m.apiInflight.WithLabelValues(client, string(k)).Set(float64(n))
+	}
+	mux := http.NewServeMux()
+	h.register(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	api := caller{t: t, url: srv.URL, client: srv.Client()}
+	create := func(tok string) string {
+		t.Helper()
+		code, _, v := api.do("POST", "/v1/deployments", tok, `{"app":"chat"}`)
+		if code != 201 {
+			t.Fatalf("create: %d %v", code, v)
+		}
+		return v["id"].(string)
+	}
+	mine, theirs := create(poller), create(other)
+
+	const polls = 200
+	codes := make(chan int, polls)
+	var wg sync.WaitGroup
+	for range polls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, _, _ := api.do("GET", "/v1/deployments/"+mine+"?wait=3s&after=2100-01-01T00:00:00Z", poller, "")
+			codes <- code
+		}()
+	}
+	// The bound is held, and the rest were refused at once.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(codes) < polls-4 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := h.inflight.InUse("poller", apiauth.KindWait); n != 4 {
+		t.Errorf("long polls of poller under way: %d; want its bound, 4", n)
+	}
+	if got := gaugeValue(t, reg, "fogdeploy_api_inflight", map[string]string{"client": "poller", "kind": "wait"}); got != 4 {
+		t.Errorf("fogdeploy_api_inflight{client=poller,kind=wait} = %v; want 4", got)
+	}
+	before := keys(t, st)
+	code, hdr, v := api.do("POST", "/v1/deployments?wait=3s", poller, `{"app":"chat"}`)
+	if code != 429 || v["hint"] == nil || !strings.Contains(fmt.Sprint(v["error"]), "4 wait request(s) at once") {
+		t.Errorf("a create with ?wait beyond the bound: %d %v %v; want 429 with a hint", code, hdr, v)
+	}
+	if after := keys(t, st); after != before {
+		t.Errorf("the refused create wrote into etcd: %d keys, then %d", before, after)
+	}
+	// Another client is answered meanwhile, long poll included.
+	start := time.Now()
+	if code, _, v := api.do("GET", "/v1/deployments/"+theirs+"?wait=1ms", other, ""); code != 200 {
+		t.Errorf("another client's read during the polls: %d %v", code, v)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("another client's read took %s during the polls", d)
+	}
+	wg.Wait()
+	close(codes)
+	n := map[int]int{}
+	for c := range codes {
+		n[c]++
+	}
+	if n[200] != 4 || n[429] != polls-4 {
+		t.Errorf("200 long polls with a bound of 4: %v; want 4 answered at their wait and %d 429s", n, polls-4)
+	}
+	if n := h.inflight.InUse("poller", apiauth.KindWait); n != 0 {
+		t.Errorf("long polls under way once all ended: %d", n)
+	}
+	if code, _, v := api.do("GET", "/v1/deployments/"+mine+"?wait=1ms", poller, ""); code != 200 {
+		t.Errorf("a long poll once the others ended: %d %v", code, v)
+	}
+}
+
+// gaugeValue is the value of gauge name with labels in reg (-1: none).
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if labels[l.GetName()] != l.GetValue() {
+					continue metrics
+				}
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return -1
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/fogdeploy/fogdeploy/internal/apiauth"
 	"github.com/fogdeploy/fogdeploy/internal/cgroup"
 	"github.com/fogdeploy/fogdeploy/internal/config"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
@@ -178,6 +179,9 @@ func runNode(ctx context.Context, c config.Config, o Options, log *slog.Logger, 
 	a.sess = sess
 	defer func() { a.session().Close() }()
 	h := &hooks{a: a, keys: sec.keys, openMetrics: o.Dev}
+	h.inflight.Changed = func(client string, k apiauth.Kind, n int) {
+		a.m.apiInflight.WithLabelValues(client, string(k)).Set(float64(n))
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", a.serveHealthz(h, n.backend, engines))
 	mux.Handle("GET /metrics", h.metrics(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
