@@ -1,6 +1,7 @@
 package procfs
 
 import (
+	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -11,6 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fogdeploy/fogdeploy/internal/osthread"
 )
 
 // The lists hold every /proc path that the vendored moby's own default
@@ -111,5 +116,58 @@ func TestScript(t *testing.T) {
 		if !strings.Contains(s, `"$PROC/`+p+`"`) {
 			t.Errorf("Script does not name %s", p)
 		}
+	}
+}
+
+// Mount and Hide on this machine's kernel: in a mount namespace of its
+// own, a fresh procfs mounted in a root has every path of Masked that the
+// kernel has covered (reads give nothing) and every path of ReadOnly
+// read-only (a write is refused), as its mount table says too.
+func TestMountHides(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount")
+	}
+	root := t.TempDir()
+	var mi string
+	var read map[string]string
+	var wrote error
+	err := osthread.Run(func() error {
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			return err
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+			return err
+		}
+		if err := Mount(root); err != nil {
+			return err
+		}
+		b, err := os.ReadFile("/proc/thread-self/mountinfo")
+		mi = string(b)
+		read = map[string]string{}
+		for _, p := range Masked {
+			if st, err := os.Stat(filepath.Join(root, "proc", p)); err == nil && !st.IsDir() {
+				got, _ := os.ReadFile(filepath.Join(root, "proc", p))
+				read[p] = string(got)
+			}
+		}
+		wrote = os.WriteFile(filepath.Join(root, "proc", "sys", "kernel", "domainname"), []byte("x"), 0)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if open := Hidden(mi, filepath.Join(root, "proc")); len(open) > 0 {
+		t.Errorf("a procfs Mount hid leaves open %v", open)
+	}
+	for p, got := range read {
+		if got != "" {
+			t.Errorf("/proc/%s reads %d bytes; want none (masked)", p, len(got))
+		}
+	}
+	if len(read) == 0 {
+		t.Error("no masked file was found to read: the check read nothing")
+	}
+	if !errors.Is(wrote, unix.EROFS) {
+		t.Errorf("a write to /proc/sys/kernel/domainname: %v; want read-only", wrote)
 	}
 }
