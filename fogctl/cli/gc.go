@@ -55,13 +55,21 @@ Node-local leftovers (containers, mappings, mounts) are swept by each pop-agent.
 		},
 	}
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "show what would be removed, remove nothing")
-	cmd.Flags().IntVar(&o.Keep, "keep", 3, "checkpoint generations to keep per app")
+	cmd.Flags().IntVar(&o.Keep, "keep", 0, "checkpoint generations to keep per app (default: the config's agent.keep_generations, 3)")
 	cmd.Flags().DurationVar(&o.MinAge, "min-age", 10*time.Minute, "spare orphans younger than this")
 	cmd.Flags().BoolVar(&o.Blanks, "blanks", false, "also remove the pool's blank filesystem images that no clone uses (shared by every PoP of the pool)")
 	return cmd
 }
 
 func gcRun(ctx context.Context, o *GCOptions) error {
+	if o.Keep == 0 {
+		// What the agents keep, so that gc takes none they would keep.
+		c, err := o.F.Config()
+		if err != nil {
+			return err
+		}
+		o.Keep = c.Agent.KeepGenerations
+	}
 	if o.Keep < 1 {
 		return usageError{fmt.Errorf("--keep %d: keep at least 1 generation per app", o.Keep)}
 	}
