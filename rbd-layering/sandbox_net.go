@@ -28,7 +28,8 @@ import (
 // node's loopback (its etcd, its agents' APIs, dockerd's ports); the
 // step holds no capability over the node's network, and slirp4netns runs
 // sandboxed (--enable-sandbox: its own mount namespace, no capability but
-// NET_BIND_SERVICE).
+// NET_BIND_SERVICE) in a mount namespace of its own, recursively
+// private, so that nothing it mounts or unmounts reaches the node's.
 
 // slirpBin is the user-mode NAT's program.
 const slirpBin = "slirp4netns"
@@ -74,7 +75,10 @@ func startStepNet(ctx context.Context, tid int) (*stepNet, error) {
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	var out tailBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &unix.SysProcAttr{Pdeathsig: unix.SIGKILL}
+	// A mount namespace of its own, made recursively private before it
+	// runs (Go does that for CLONE_NEWNS): nothing --enable-sandbox
+	// mounts or detaches there can reach the node's shared mounts.
+	cmd.SysProcAttr = &unix.SysProcAttr{Pdeathsig: unix.SIGKILL, Unshareflags: unix.CLONE_NEWNS}
 	started := make(chan error, 1)
 	go func() { started <- cmd.Start() }()
 	err = <-started

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/procfs"
 	"github.com/fogdeploy/fogdeploy/internal/wire"
@@ -65,6 +67,22 @@ func testStepNamespaces(t *testing.T, l *wire.Layering) {
 	}
 	if got := interfaces(run(def, "cat /proc/net/dev")); !slices.Equal(got, []string{"lo", "tap0"}) {
 		t.Errorf("a step's network interfaces on the default network: %v; want lo and the NAT's tap0", got)
+	}
+	// The NAT runs sandboxed in a mount namespace of its own: the node's
+	// shared mounts (as dockerd's container roots are) are all still
+	// mounted after a step, a submount of a shared one included, not
+	// unmounted through propagation when the sandbox detaches its old
+	// root.
+	shared := t.TempDir()
+	must(t, unix.Mount("tmpfs", shared, "tmpfs", 0, "size=64k"))
+	t.Cleanup(func() { _ = unix.Unmount(shared, unix.MNT_DETACH) })
+	must(t, unix.Mount("", shared, "", unix.MS_SHARED, ""))
+	sub := filepath.Join(shared, "sub")
+	must(t, os.Mkdir(sub, 0o755))
+	must(t, unix.Mount("tmpfs", sub, "tmpfs", 0, "size=64k"))
+	run(def, "true")
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err != nil || !slices.Contains(mountPoints(string(mi)), sub) {
+		t.Errorf("after a step on the default network, the node's mount %s (below a shared one) is gone (%v)", sub, err)
 	}
 	if got := run(def, "cat /etc/resolv.conf"); got != "nameserver 10.0.2.3\n" {
 		t.Errorf("a step's resolv.conf on the default network: %q; want the NAT's DNS", got)
