@@ -118,6 +118,17 @@ func (h *hooks) auth(next authed) http.HandlerFunc {
 	}
 }
 
+// take counts one request of kind k for client c (h.inflight), or answers
+// the 429 of a client beyond its bound; release it once the request ends.
+func (h *hooks) take(w http.ResponseWriter, c *apiauth.Client, k apiauth.Kind) (release func(), ok bool) {
+	release, err := h.inflight.Take(c, k)
+	if err != nil {
+		h.error(w, err)
+		return nil, false
+	}
+	return release, true
+}
+
 // forbidden is the 403 error of a client outside its scope.
 func forbidden(err error, c *apiauth.Client) error {
 	return hint.With(err, fmt.Sprintf("the token of client %s reaches the deployments of its apps that it created only (agent.tokens_file); use that client's own deployments, or an admin's token", c.Name))
@@ -262,9 +273,8 @@ func (h *hooks) create(w http.ResponseWriter, r *http.Request, c *apiauth.Client
 	if wait > 0 {
 		// Before anything is written: beyond the client's bound of long
 		// polls, the create is refused whole.
-		release, err := h.inflight.Take(c, apiauth.KindWait)
-		if err != nil {
-			h.error(w, err)
+		release, ok := h.take(w, c, apiauth.KindWait)
+		if !ok {
 			return
 		}
 		defer release()
@@ -350,9 +360,8 @@ func (h *hooks) get(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
 	}
 	if wait > 0 {
 		// A long poll, within the client's bound of them.
-		release, err := h.inflight.Take(c, apiauth.KindWait)
-		if err != nil {
-			h.error(w, err)
+		release, ok := h.take(w, c, apiauth.KindWait)
+		if !ok {
 			return
 		}
 		defer release()

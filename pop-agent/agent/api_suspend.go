@@ -126,9 +126,8 @@ func (h *hooks) migrate(w http.ResponseWriter, r *http.Request, c *apiauth.Clien
 	}
 	// Held until the migration ends, which its caller's leaving does not
 	// stop: a client cannot start more than its bound.
-	release, err := h.inflight.Take(c, apiauth.KindMigration)
-	if err != nil {
-		h.error(w, err)
+	release, ok := h.take(w, c, apiauth.KindMigration)
+	if !ok {
 		return
 	}
 	defer release()

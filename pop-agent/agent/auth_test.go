@@ -108,6 +108,24 @@ func (c caller) do(method, path, tok, body string) (int, http.Header, map[string
 	return resp.StatusCode, resp.Header, v
 }
 
+// hookStore is an etcd with apps and node n1 of capacity registered, as
+// the hook API's tests need them.
+func hookStore(t *testing.T, capacity int, apps ...string) *state.Store {
+	t.Helper()
+	st := statetest.Store(t)
+	ctx := context.Background()
+	for _, app := range apps {
+		if err := st.CreateApp(ctx, spec.App{Name: app, Env: "e", Command: []string{"x"},
+			Ready: spec.Readiness{Kind: spec.ReadyOutput, Phrase: "up"}}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Register(ctx, state.Node{Name: "n1", Capacity: capacity}, 10); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // keys counts every key of the PoP's state (deployments, statuses,
 // events): what a refused request must not change.
 func keys(t *testing.T, st *state.Store) int64 {
@@ -125,17 +143,8 @@ func keys(t *testing.T, st *state.Store) int64 {
 // another's); an unknown token is a 401; a burst beyond a client's rate is
 // a 429 with Retry-After; a refused request writes nothing.
 func TestScopedTokens(t *testing.T) {
-	st := statetest.Store(t)
+	st := hookStore(t, 50, "chat", "db")
 	ctx := context.Background()
-	for _, app := range []string{"chat", "db"} {
-		if err := st.CreateApp(ctx, spec.App{Name: app, Env: "e", Command: []string{"x"},
-			Ready: spec.Readiness{Kind: spec.ReadyOutput, Phrase: "up"}}, false); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := st.Register(ctx, state.Node{Name: "n1", Capacity: 50}, 10); err != nil {
-		t.Fatal(err)
-	}
 	const operator = "0123456789abcdef-operator"
 	alice, bob, dba, slow := apiauth.NewToken(), apiauth.NewToken(), apiauth.NewToken(), apiauth.NewToken()
 	sec := credentials(t, operator,
@@ -335,15 +344,7 @@ func toJSON(v any) string {
 // HTTP request to it fails and writes nothing; a client that does not
 // trust the certificate fails; one verified against it works.
 func TestTLSListener(t *testing.T) {
-	st := statetest.Store(t)
-	ctx := context.Background()
-	if err := st.CreateApp(ctx, spec.App{Name: "web", Env: "e", Command: []string{"x"},
-		Ready: spec.Readiness{Kind: spec.ReadyOutput, Phrase: "up"}}, false); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Register(ctx, state.Node{Name: "n1", Capacity: 4}, 10); err != nil {
-		t.Fatal(err)
-	}
+	st := hookStore(t, 4, "web")
 	const operator = "0123456789abcdef-operator"
 	certFile, keyFile := selfSigned(t, t.TempDir(), time.Now().Add(time.Hour))
 	sec := credentials(t, operator, "", func(c *config.Config, o *Options) {
@@ -537,15 +538,7 @@ func TestTokenCommand(t *testing.T) {
 // and another client's requests are answered meanwhile. When the polls
 // end, the client may poll again.
 func TestInflightBounds(t *testing.T) {
-	st := statetest.Store(t)
-	ctx := context.Background()
-	if err := st.CreateApp(ctx, spec.App{Name: "chat", Env: "e", Command: []string{"x"},
-		Ready: spec.Readiness{Kind: spec.ReadyOutput, Phrase: "up"}}, false); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Register(ctx, state.Node{Name: "n1", Capacity: 50}, 10); err != nil {
-		t.Fatal(err)
-	}
+	st := hookStore(t, 50, "chat")
 	const operator = "0123456789abcdef-operator"
 	poller, other := apiauth.NewToken(), apiauth.NewToken()
 	sec := credentials(t, operator,
