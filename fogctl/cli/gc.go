@@ -44,7 +44,11 @@ Nothing younger than --min-age is touched. --dry-run only shows the plan.
 Against an etcd that may not be the PoP's, gc removes nothing and says why:
 one without the PoP's record while the pool holds images of deployments or
 checkpoints (emptied or replaced: each would look orphaned), or one a node
-is fenced from (` + "`fogctl node ls`" + ` shows Fenced).
+is fenced from (` + "`fogctl node ls`" + ` shows Fenced). An image that carries
+its node's record of its owner (the etcd revision at which the node held
+its deployment or app) is kept, and listed as kept with why, where this
+etcd did not hold that owner at that revision or has not reached it: an
+etcd restored from an older backup while the agents were down.
 Node-local leftovers (containers, mappings, mounts) are swept by each pop-agent.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Apps = args

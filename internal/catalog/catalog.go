@@ -49,6 +49,12 @@ const (
 	MetaRestores = "fogdeploy.restores"
 	// MetaNode names the node that made an instance clone or a generation.
 	MetaNode = "fogdeploy.node"
+	// MetaEtcd is the etcd revision the node that made an image had seen
+	// when it named the image's owner (a deployment, a generation): the
+	// image's own record that its owner existed then. gc never takes for
+	// an orphan an image whose owner the PoP's etcd did not hold at that
+	// revision (an etcd restored from an older backup).
+	MetaEtcd = "fogdeploy.etcd"
 )
 
 // GenImage names image kind ("env" or "ckpt") of generation gen of app.

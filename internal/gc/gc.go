@@ -10,7 +10,9 @@
 // app's checkpoint lock is held, or anything younger than Config.MinAge;
 // and it plans nothing (state.ErrFenced) against an etcd that may not be
 // the PoP's: one without a PoP record while the pool holds fogdeploy's
-// images, or one that a registered node is fenced from.
+// images, or one that a registered node is fenced from. An image whose own
+// record of its owner (catalog.MetaEtcd) this etcd contradicts is kept
+// (keepUnseenOwners): an etcd restored from an older backup.
 // Node-local leftovers (containers, mappings, mounts) are each agent's to
 // sweep; see pop-agent.
 package gc
@@ -117,6 +119,9 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 		return nil, err
 	}
 	plan = append(plan, stale...)
+	if err := c.keepUnseenOwners(ctx, plan); err != nil {
+		return nil, err
+	}
 	sort.SliceStable(plan, func(i, j int) bool {
 		if plan[i].Kind != plan[j].Kind {
 			return plan[i].Kind < plan[j].Kind

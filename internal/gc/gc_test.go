@@ -334,3 +334,104 @@ func testGC(t *testing.T, s layering.Store) {
 	// Cleanup order: the clone before its parent.
 	_ = s.Remove(ctx, used)
 }
+
+// An etcd restored from an older backup while the agents were down holds
+// none of the deployments and apps made after the backup; their images
+// carry their own record that the node held the owner at a revision
+// (catalog.MetaEtcd). gc keeps, and lists as kept with why, each image
+// whose owner this etcd did not hold at its revision or whose revision it
+// has not reached, and still removes an image whose owner it saw removed
+// or that carries no such record.
+func TestGCKeepsWhatEtcdNeverHeld(t *testing.T) {
+	s, err := fakestore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	st := statetest.Store(t)
+	sess, err := st.Register(ctx, state.Node{Name: "gc-r1", Capacity: 4}, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if _, _, err := st.EnsurePoP(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sfx := strconv.FormatInt(time.Now().UnixNano()%1e6, 36)
+	mk := func(name string, meta map[string]string) {
+		t.Helper()
+		if err := s.Create(ctx, name, 1<<20); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetMeta(ctx, name, meta); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := "gc-gone" + sfx
+	if err := st.CreateDeployment(ctx, state.Desired{ID: gone, App: "web", Node: "gc-r1"}); err != nil {
+		t.Fatal(err)
+	}
+	_, h, err := st.PoP(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := strconv.FormatInt(h.Revision, 10)
+	if err := st.DeleteDeployment(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ForgetStatus(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	owner := func(id, rev string) map[string]string {
+		m := map[string]string{catalog.MetaNode: "gc-r1", catalog.MetaDeployment: id}
+		if rev != "" {
+			m[catalog.MetaEtcd] = rev
+		}
+		return m
+	}
+	removed, lost, ahead, unstamped := catalog.InstancePrefix+gone+"-env", catalog.InstancePrefix+"gc-lost"+sfx+"-env",
+		catalog.InstancePrefix+"gc-ahead"+sfx+"-env", catalog.InstancePrefix+"gc-old"+sfx+"-env"
+	mk(removed, owner(gone, held))
+	mk(lost, owner("gc-lost"+sfx, held))
+	mk(ahead, owner("gc-ahead"+sfx, strconv.FormatInt(h.Revision+1000, 10)))
+	mk(unstamped, owner("gc-old"+sfx, ""))
+	// A generation of an app this etcd never held at its revision.
+	lostApp := "gclost" + sfx
+	mk(catalog.GenImage(lostApp, 1, "env"), map[string]string{catalog.MetaNode: "gc-r1"})
+	mk(catalog.GenImage(lostApp, 1, "ckpt"), map[string]string{catalog.MetaNode: "gc-r1", catalog.MetaEtcd: held})
+
+	plan, err := gc.Plan(ctx, gc.Config{Store: s, State: st, Keep: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]gc.Item{}
+	for _, it := range plan {
+		byName[it.Name] = it
+	}
+	for name, wantKept := range map[string]bool{removed: false, unstamped: false, lost: true, ahead: true, lostApp + "/1": true} {
+		it, ok := byName[name]
+		switch {
+		case !ok:
+			t.Errorf("%s is not in the plan: %+v", name, plan)
+		case it.Skip != wantKept:
+			t.Errorf("%s: kept %v (%s); want kept %v", name, it.Skip, it.Reason, wantKept)
+		case wantKept && !strings.Contains(it.Reason, "older backup"):
+			t.Errorf("%s is kept for %q; want the reason to name an older backup", name, it.Reason)
+		}
+	}
+	done, err := gc.Apply(ctx, gc.Config{Store: s, State: st, Keep: 1}, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{lost, ahead, catalog.GenImage(lostApp, 1, "ckpt")} {
+		if _, err := s.Stat(ctx, name); err != nil {
+			t.Errorf("%s after gc: %v; want it kept", name, err)
+		}
+	}
+	for _, name := range []string{removed, unstamped} {
+		if _, err := s.Stat(ctx, name); err == nil {
+			t.Errorf("%s is still there after gc (%+v)", name, done)
+		}
+	}
+}

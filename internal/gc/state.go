@@ -4,8 +4,10 @@ package gc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/fogdeploy/fogdeploy/internal/catalog"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/state"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
 // checkControlPlane refuses a plan, with an error wrapping
@@ -128,4 +131,85 @@ func staleStatuses(ctx context.Context, st *state.Store, nodes []state.Node) ([]
 		}
 	}
 	return out, nil
+}
+
+// keepUnseenOwners marks Skip, with why, each item of plan that would
+// remove an image whose own record of its owner (catalog.MetaEtcd: the
+// etcd revision at which the node that made it held its owner) this etcd
+// contradicts: an instance's or a suspension's clone whose deployment, or
+// a generation whose app, this etcd did not hold at that revision, or a
+// revision this etcd has not reached. Such an etcd was restored from an
+// older backup (with the agents down, no node was there to be fenced by
+// it), and what it does not know is not an orphan. An etcd that no longer
+// keeps that revision's history says nothing, and the item stays.
+func (c Config) keepUnseenOwners(ctx context.Context, plan []Item) error {
+	for i := range plan {
+		it := &plan[i]
+		if it.Skip {
+			continue
+		}
+		var why string
+		var err error
+		switch it.Kind {
+		case KindClone:
+			for _, img := range it.Images {
+				if why, err = c.unseenDeployment(ctx, img); err != nil || why != "" {
+					break
+				}
+			}
+		case KindPartial:
+			why, err = c.unseenApp(ctx, catalog.GenImage(it.App, it.Gen, "ckpt"), it.App)
+		}
+		if err != nil {
+			return err
+		}
+		if why != "" {
+			it.Skip, it.Reason = true, why
+		}
+	}
+	return nil
+}
+
+// stamp reads image name's owner record: the deployment it names and the
+// revision of MetaEtcd (0: none).
+func (c Config) stamp(ctx context.Context, name string) (map[string]string, int64, error) {
+	info, err := c.Store.Stat(ctx, name)
+	if errors.Is(err, layering.ErrNotFound) {
+		return nil, 0, nil
+	} else if err != nil {
+		return nil, 0, err
+	}
+	rev, _ := strconv.ParseInt(info.Meta[catalog.MetaEtcd], 10, 64)
+	return info.Meta, rev, nil
+}
+
+func (c Config) unseenDeployment(ctx context.Context, img string) (string, error) {
+	meta, rev, err := c.stamp(ctx, img)
+	id := meta[catalog.MetaDeployment]
+	if err != nil || rev <= 0 || id == "" {
+		return "", err
+	}
+	seen, err := c.State.DeploymentSeen(ctx, id, rev)
+	return unseenReason(seen, "deployment "+id, rev), err
+}
+
+func (c Config) unseenApp(ctx context.Context, img, app string) (string, error) {
+	_, rev, err := c.stamp(ctx, img)
+	if err != nil || rev <= 0 {
+		return "", err
+	}
+	seen, err := c.State.AppSeen(ctx, app, rev)
+	return unseenReason(seen, "app "+app, rev), err
+}
+
+// unseenReason is why an image of owner, stamped at revision rev, stays.
+func unseenReason(seen state.Seen, owner string, rev int64) string {
+	const what = "etcd may have been restored from an older backup: restore the newer one, or, once you know its owner is gone for good, remove its images with `rbd rm`"
+	switch seen {
+	case state.SeenNever:
+		return fmt.Sprintf("its node held %s at etcd revision %d, and this etcd has no record of it there: %s", owner, rev, what)
+	case state.SeenAhead:
+		return fmt.Sprintf("its node held %s at etcd revision %d, beyond this etcd's newest: %s", owner, rev, what)
+	}
+	return ""
 }

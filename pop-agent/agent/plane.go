@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/atomicfile"
@@ -197,6 +198,31 @@ type plane struct {
 	// asked and applied are the seq of the last request made and of the
 	// last one whose verdict was applied (an older answer is not).
 	asked, applied uint64
+	// published, if set, holds mem.Revision for readers without the lock
+	// (the stamps on the images the node makes, stamp.go).
+	published *atomic.Int64
+}
+
+// publish makes the plane keep to the revision the node has seen (0
+// while its memory is unreadable). The caller reads it when it stamps
+// an image.
+func (p *plane) publish(to *atomic.Int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.published = to
+	p.publishLocked()
+}
+
+// publishLocked stores mem.Revision where publish said; p.mu is held.
+func (p *plane) publishLocked() {
+	if p.published == nil {
+		return
+	}
+	if p.memErr != nil {
+		p.published.Store(0)
+		return
+	}
+	p.published.Store(p.mem.Revision)
 }
 
 // newPlane reads the node's memory from path.
@@ -245,6 +271,7 @@ func (p *plane) adopt(ctx context.Context, why string) error {
 	p.mem = memory{PoP: pop.ID, PoPCreated: pop.Created, ClusterID: h.ClusterID, Revision: h.Revision}
 	p.memErr = nil
 	p.applied = p.asked // answers asked before this do not count
+	p.publishLocked()
 	err = p.saveLocked()
 	p.mu.Unlock()
 	if err != nil {
@@ -361,6 +388,7 @@ func (p *plane) seen(h state.Header) {
 	}
 	if h.Revision > p.mem.Revision {
 		p.mem.Revision, p.dirty = h.Revision, true
+		p.publishLocked()
 	}
 	if p.dirty && time.Since(p.mem.Saved) >= memorySaveEvery {
 		if err := p.saveLocked(); err != nil {

@@ -15,6 +15,7 @@ import (
 	goruntime "runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -96,7 +97,10 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 			Name: "fogdeploy_ceph_stalls_total", Help: "Calls into librbd given up on after 3 x ceph.timeout; after each the agent connected to the cluster again.",
 		}, func() float64 { return float64(sc.Stalls()) }))
 	}
-	d, priority, err := newDeployer(ctx, c, l, log)
+	// The etcd revision this node has seen, kept by its control plane and
+	// written on the images it makes for an owner (stampStore).
+	seen := &atomic.Int64{}
+	d, priority, err := newDeployer(ctx, c, l, seen, log)
 	if err != nil {
 		return err
 	}
@@ -104,7 +108,7 @@ func Run(ctx context.Context, c config.Config, o Options, log *slog.Logger) erro
 	if err := startMemoryMerge(c.Agent.MemoryMerge, ksm.Node{}, reg, log); err != nil {
 		return err
 	}
-	return runNode(ctx, c, o, log, sec, reg, m, nodeParts{d: d, store: l.Store, mapper: l.Mapper, backend: l.Mapper.Choice().Backend, priority: priority})
+	return runNode(ctx, c, o, log, sec, reg, m, nodeParts{d: d, store: l.Store, mapper: l.Mapper, backend: l.Mapper.Choice().Backend, priority: priority, seen: seen})
 }
 
 // nodeMapper is what the agent asks of the node's mapper beyond the
@@ -120,6 +124,8 @@ type nodeMapper interface {
 // how its waiting slots are prioritized. Run makes them on the node; a
 // unit test gives fakes (deploytest.Unit).
 type nodeParts struct {
+	// seen, if set, receives the etcd revision the control plane saw.
+	seen     *atomic.Int64
 	d        *deploy.Deployer
 	store    layering.Store
 	mapper   nodeMapper
@@ -144,7 +150,7 @@ func runNode(ctx context.Context, c config.Config, o Options, log *slog.Logger, 
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	st.WatchPlacement(wctx, log)
-	pl, err := openPlane(ctx, c, o, st, d, reg, log)
+	pl, err := openPlane(ctx, c, o, st, d, reg, n.seen, log)
 	if err != nil {
 		return err
 	}
@@ -197,7 +203,7 @@ const hostCgroups = "fogdeploy-host"
 // newDeployer makes the node's drivers (the host driver, the light
 // container where dockerd answers, with the cgroups that lower a waiting
 // slot's priority) and its deployer. priority says how slots wait.
-func newDeployer(ctx context.Context, c config.Config, l *wire.Layering, log *slog.Logger) (d *deploy.Deployer, priority string, err error) {
+func newDeployer(ctx context.Context, c config.Config, l *wire.Layering, seen *atomic.Int64, log *slog.Logger) (d *deploy.Deployer, priority string, err error) {
 	ec := engine.Config{Logger: log, TempDir: filepath.Join(c.Node.StateDir, "engine"), Confine: true}
 	if err := os.MkdirAll(ec.TempDir, 0o700); err != nil {
 		return nil, "", err
@@ -216,7 +222,7 @@ func newDeployer(ctx context.Context, c config.Config, l *wire.Layering, log *sl
 			log.Info("host driver: killed the instances a previous run left", "groups", n, "err", err)
 		}
 	}
-	deps := deploy.Deps{Store: l.Store, Envs: l.Manager, Mapper: l.Mapper, Log: log, Host: host}
+	deps := deploy.Deps{Store: stampStore{Backend: l.Store, seen: seen}, Envs: l.Manager, Mapper: l.Mapper, Log: log, Host: host}
 	var ctr *drivers.Container
 	if rt, err := runtime.Dial(ctx, c.Docker.Host, log); err != nil {
 		log.Warn("dockerd unavailable: DMTCP apps cannot run in the DMTCP container", "err", err)
@@ -340,8 +346,9 @@ func recoverNode(ctx context.Context, d *deploy.Deployer, mp nodeMapper, m *metr
 // openPlane checks that etcd is the one this node knew: a fenced agent
 // keeps what it runs and acts on nothing; one that holds nothing adopts
 // what it finds.
-func openPlane(ctx context.Context, c config.Config, o Options, st *state.Store, d *deploy.Deployer, reg *prometheus.Registry, log *slog.Logger) (*plane, error) {
+func openPlane(ctx context.Context, c config.Config, o Options, st *state.Store, d *deploy.Deployer, reg *prometheus.Registry, seen *atomic.Int64, log *slog.Logger) (*plane, error) {
 	pl := newPlane(filepath.Join(c.Node.StateDir, memoryFile), st, log)
+	pl.publish(seen)
 	holds := 1 // unknown: as if it held one
 	if recs, err := d.List(); err == nil {
 		holds = len(recs)
