@@ -6,8 +6,8 @@ import (
 	"context"
 	"errors"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Seen is what etcd says of a record at a revision.
