@@ -30,10 +30,30 @@ var Kinds = []Kind{KindWait, KindMigration}
 
 // Bounds a client without its own (an admin: none).
 const (
-	DefaultWaits      = 16
-	DefaultMigrations = 2
-	maxInflight       = 10000
+	DefaultWaits       = 16
+	DefaultMigrations  = 2
+	DefaultDeployments = 64
+	maxInflight        = 10000
 )
+
+// DeploymentQuota is how many deployments the client may hold at once;
+// 0 is no bound (an admin that gives none).
+func (c *Client) DeploymentQuota() int {
+	if c.Deployments == 0 && !c.Admin {
+		return DefaultDeployments
+	}
+	return c.Deployments
+}
+
+// CheckQuota refuses, wrapping ErrTooMany with a hint, a create by a
+// client that holds held deployments already.
+func (c *Client) CheckQuota(held int) error {
+	if q := c.DeploymentQuota(); q > 0 && held >= q {
+		return hint.With(fmt.Errorf("client %s: %w: it holds %d deployment(s), its quota", c.Name, ErrTooMany, held),
+			"undeploy one of its deployments first, or raise deployments in the client's entry of the tokens file")
+	}
+	return nil
+}
 
 // Bound is how many requests of kind k the client may have under way at
 // once; 0 is no bound (an admin that gives none).

@@ -77,6 +77,9 @@ type Client struct {
 	// migrations (default 2). Beyond, a request is a 429.
 	Waits      int `yaml:"waits,omitempty"`
 	Migrations int `yaml:"migrations,omitempty"`
+	// Deployments is how many deployments it may hold at once (default
+	// 64; an admin: no bound unless given). Beyond, a create is a 429.
+	Deployments int `yaml:"deployments,omitempty"`
 	// Admin has every app and sees every deployment, and /metrics.
 	Admin bool `yaml:"admin,omitempty"`
 	// Metrics may read /metrics, which names the node's apps.
@@ -133,6 +136,9 @@ func (c *Client) check() error {
 	}
 	if c.Waits < 0 || c.Waits > maxInflight {
 		add("waits %d: give how many long polls (?wait) the client may have under way at once, 1 to %d (default %d)", c.Waits, maxInflight, DefaultWaits)
+	}
+	if c.Deployments < 0 || c.Deployments > maxInflight {
+		add("deployments %d: give how many deployments the client may hold at once, 1 to %d (default %d)", c.Deployments, maxInflight, DefaultDeployments)
 	}
 	if c.Migrations < 0 || c.Migrations > maxInflight {
 		add("migrations %d: give how many migrations the client may have under way at once, 1 to %d (default %d)", c.Migrations, maxInflight, DefaultMigrations)

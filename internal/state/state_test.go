@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -586,5 +587,44 @@ func testCordon(t *testing.T, st *state.Store) {
 	}
 	if n, _ := st.Node(ctx, "n2"); n.Cordon != nil {
 		t.Errorf("n2 cordoned by a refused request: %+v", n.Cordon)
+	}
+}
+
+// DeploymentsOf counts a client's deployments, from the watched view once
+// it follows etcd, and from etcd before: the same either way.
+func TestDeploymentsOf(t *testing.T) {
+	st := statetest.Store(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	registerNodes(t, st, 8, "n1")
+	if err := st.CreateApp(ctx, app("web"), false); err != nil {
+		t.Fatal(err)
+	}
+	for i, client := range []string{"a", "a", "b", ""} {
+		if _, err := st.CreatePlaced(ctx, state.Desired{ID: fmt.Sprintf("web-%d", i), App: "web", Client: client}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func() map[string]int {
+		got := map[string]int{}
+		for _, c := range []string{"a", "b", "c"} {
+			n, err := st.DeploymentsOf(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[c] = n
+		}
+		return got
+	}
+	want := map[string]int{"a": 2, "b": 1, "c": 0}
+	if got := count(); !reflect.DeepEqual(got, want) {
+		t.Errorf("read from etcd: %v; want %v", got, want)
+	}
+	st.WatchPlacement(ctx, slog.New(slog.DiscardHandler))
+	if err := eventually(func() error { return state.PlacementViewMatches(ctx, st) }); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(); !reflect.DeepEqual(got, want) {
+		t.Errorf("from the watched view: %v; want %v", got, want)
 	}
 }

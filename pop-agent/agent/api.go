@@ -270,6 +270,17 @@ func (h *hooks) create(w http.ResponseWriter, r *http.Request, c *apiauth.Client
 		return
 	}
 	req.Client = c.Name
+	// The client's quota of deployments, counted from the agent's view
+	// (no read of etcd where it is loaded): creates under way at once
+	// on several agents may pass it by as many.
+	held, err := h.a.st.DeploymentsOf(r.Context(), c.Name)
+	if err == nil {
+		err = c.CheckQuota(held)
+	}
+	if err != nil {
+		h.error(w, err)
+		return
+	}
 	if wait > 0 {
 		// Before anything is written: beyond the client's bound of long
 		// polls, the create is refused whole.

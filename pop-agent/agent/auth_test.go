@@ -643,3 +643,45 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string, labels map[
 	}
 	return -1
 }
+
+// A client's quota of deployments: with deployments: 2, a third create is
+// a 429 with a hint that writes nothing; once one is deleted, it may
+// create again. Another client's deployments do not count against it.
+func TestDeploymentQuota(t *testing.T) {
+	st := hookStore(t, 50, "chat")
+	const operator = "0123456789abcdef-operator"
+	capped, other := apiauth.NewToken(), apiauth.NewToken()
+	sec := credentials(t, operator,
+		entry("capped", capped, "  apps: [chat]\n  rate: 1000\n  deployments: 2\n")+
+			entry("other", other, "  apps: [chat]\n  rate: 1000\n"), nil)
+	h := &hooks{a: &agent{st: st}, keys: sec.keys}
+	mux := http.NewServeMux()
+	h.register(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	api := caller{t: t, url: srv.URL, client: srv.Client()}
+	create := func(tok string, want int) string {
+		t.Helper()
+		code, _, v := api.do("POST", "/v1/deployments", tok, `{"app":"chat"}`)
+		if code != want {
+			t.Fatalf("create: %d %v; want %d", code, v, want)
+		}
+		id, _ := v["id"].(string)
+		return id
+	}
+	create(other, 201)
+	first := create(capped, 201)
+	create(capped, 201)
+	before := keys(t, st)
+	code, _, v := api.do("POST", "/v1/deployments", capped, `{"app":"chat"}`)
+	if code != 429 || v["hint"] == nil || !strings.Contains(fmt.Sprint(v["error"]), "holds 2 deployment(s), its quota") {
+		t.Errorf("a create beyond the quota: %d %v; want 429 with a hint", code, v)
+	}
+	if after := keys(t, st); after != before {
+		t.Errorf("the refused create wrote into etcd: %d keys, then %d", before, after)
+	}
+	if code, _, v := api.do("DELETE", "/v1/deployments/"+first, capped, ""); code != 202 {
+		t.Fatalf("delete: %d %v", code, v)
+	}
+	create(capped, 201)
+}
