@@ -16,13 +16,18 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fogdeploy/fogdeploy/internal/atomicfile"
+	"github.com/fogdeploy/fogdeploy/internal/config"
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 )
@@ -476,4 +481,28 @@ func (p *plane) describe() map[string]any {
 		out["fenced"], out["since"], out["reason"], out["triggers"], out["hint"] = true, p.since.UTC().Format(time.RFC3339), p.v.Reason, p.v.Triggers, p.v.hint()
 	}
 	return out
+}
+
+// openPlane checks that etcd is the one this node knew: a fenced agent
+// keeps what it runs and acts on nothing; one that holds nothing adopts
+// what it finds.
+func openPlane(ctx context.Context, c config.Config, o Options, st *state.Store, d *deploy.Deployer, reg *prometheus.Registry, seen *atomic.Int64, log *slog.Logger) (*plane, error) {
+	pl := newPlane(filepath.Join(c.Node.StateDir, memoryFile), st, log)
+	pl.publish(seen)
+	holds := 1 // unknown: as if it held one
+	if recs, err := d.List(); err == nil {
+		holds = len(recs)
+	}
+	if err := pl.start(ctx, o.AdoptPoP, holds); err != nil {
+		return nil, err
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fogdeploy_control_plane_fenced", Help: "1 while the agent acts on nothing because etcd is not the one it knew (emptied, another cluster, or behind the revision it saw; /healthz says why), else 0.",
+	}, func() float64 {
+		if pl.err() != nil {
+			return 1
+		}
+		return 0
+	}))
+	return pl, nil
 }

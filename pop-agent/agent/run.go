@@ -343,30 +343,6 @@ func recoverNode(ctx context.Context, d *deploy.Deployer, mp nodeMapper, m *metr
 	log.Info("recovered", "kept", kept, "removed", removed)
 }
 
-// openPlane checks that etcd is the one this node knew: a fenced agent
-// keeps what it runs and acts on nothing; one that holds nothing adopts
-// what it finds.
-func openPlane(ctx context.Context, c config.Config, o Options, st *state.Store, d *deploy.Deployer, reg *prometheus.Registry, seen *atomic.Int64, log *slog.Logger) (*plane, error) {
-	pl := newPlane(filepath.Join(c.Node.StateDir, memoryFile), st, log)
-	pl.publish(seen)
-	holds := 1 // unknown: as if it held one
-	if recs, err := d.List(); err == nil {
-		holds = len(recs)
-	}
-	if err := pl.start(ctx, o.AdoptPoP, holds); err != nil {
-		return nil, err
-	}
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "fogdeploy_control_plane_fenced", Help: "1 while the agent acts on nothing because etcd is not the one it knew (emptied, another cluster, or behind the revision it saw; /healthz says why), else 0.",
-	}, func() float64 {
-		if pl.err() != nil {
-			return 1
-		}
-		return 0
-	}))
-	return pl, nil
-}
-
 // serve runs the hook API on ln and the node's loops (the reconciler, the
 // lease's keeper, the warm pool's keeper) until ctx is done or the API
 // stops. Each operation they or the hooks start is in a.wg. Shutting down
