@@ -108,6 +108,17 @@ func (c caller) do(method, path, tok, body string) (int, http.Header, map[string
 	return resp.StatusCode, resp.Header, v
 }
 
+// serveHooks serves h's hook API until the test ends, and returns a caller
+// of it.
+func serveHooks(t *testing.T, h *hooks) caller {
+	t.Helper()
+	mux := http.NewServeMux()
+	h.register(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return caller{t: t, url: srv.URL, client: srv.Client()}
+}
+
 // hookStore is an etcd with apps and node n1 of capacity registered, as
 // the hook API's tests need them.
 func hookStore(t *testing.T, capacity int, apps ...string) *state.Store {
@@ -550,11 +561,7 @@ func TestInflightBounds(t *testing.T) {
 	h.inflight.Changed = func(client string, k apiauth.Kind, n int) {
 		a.m.apiInflight.WithLabelValues(client, string(k)).Set(float64(n))
 	}
-	mux := http.NewServeMux()
-	h.register(mux)
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	api := caller{t: t, url: srv.URL, client: srv.Client()}
+	api := serveHooks(t, h)
 	create := func(tok string) string {
 		t.Helper()
 		code, _, v := api.do("POST", "/v1/deployments", tok, `{"app":"chat"}`)
@@ -656,11 +663,7 @@ func TestDeploymentQuota(t *testing.T) {
 		entry("capped", capped, "  apps: [chat]\n  rate: 1000\n  deployments: 2\n")+
 			entry("other", other, "  apps: [chat]\n  rate: 1000\n"), nil)
 	h := &hooks{a: &agent{st: st}, keys: sec.keys}
-	mux := http.NewServeMux()
-	h.register(mux)
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	api := caller{t: t, url: srv.URL, client: srv.Client()}
+	api := serveHooks(t, h)
 	create := func(tok string, want int) string {
 		t.Helper()
 		code, _, v := api.do("POST", "/v1/deployments", tok, `{"app":"chat"}`)
