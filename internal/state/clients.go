@@ -5,11 +5,11 @@ package state
 import "context"
 
 // DeploymentsOf counts the deployments that the hook API's client created
-// (Desired.Client). It counts from the agent's placement view
-// (WatchPlacement) where it is loaded, with no read of etcd; otherwise it
+// (Desired.Client). It counts from the agent's view
+// (Watch) where it is loaded, with no read of etcd; otherwise it
 // reads the deployments.
 func (s *Store) DeploymentsOf(ctx context.Context, client string) (int, error) {
-	if c := s.placement.Load(); c != nil {
+	if c := s.watched.Load(); c != nil {
 		c.mu.Lock()
 		loaded, n := c.loaded, 0
 		for _, d := range c.deps {

@@ -9,7 +9,7 @@ import (
 // PlacementViewMatches reports how the watched placement view differs
 // from a read of etcd (nil: it is the same, and loaded).
 func PlacementViewMatches(ctx context.Context, s *Store) error {
-	c := s.placement.Load()
+	c := s.watched.Load()
 	if c == nil {
 		return fmt.Errorf("no watched view")
 	}

@@ -3,6 +3,7 @@ package state_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -14,9 +15,23 @@ import (
 // TestFollow: a follower sees each status its agent writes, in order,
 // and stops at the first settled one; it gives up at its context's end
 // with the last status it read, and fails with ErrNotFound once the
-// deployment is withdrawn.
+// deployment is withdrawn. The same, reading etcd and following the
+// agent's watched view.
 func TestFollow(t *testing.T) {
-	st := statetest.Store(t)
+	for _, watched := range []bool{false, true} {
+		t.Run(map[bool]string{false: "etcd", true: "watched"}[watched], func(t *testing.T) {
+			st := statetest.Store(t)
+			if watched {
+				ctx, cancel := context.WithCancel(context.Background())
+				t.Cleanup(cancel)
+				st.Watch(ctx, slog.New(slog.DiscardHandler))
+			}
+			testFollow(t, st)
+		})
+	}
+}
+
+func testFollow(t *testing.T, st *state.Store) {
 	ctx := context.Background()
 	if err := st.CreateDeployment(ctx, state.Desired{ID: "web-1", App: "web", Node: "n1"}); err != nil {
 		t.Fatal(err)
@@ -52,5 +67,35 @@ func TestFollow(t *testing.T) {
 	}
 	if _, err := st.Follow(ctx, "web-2", func(state.Deployment) bool { return false }); !errors.Is(err, state.ErrNotFound) {
 		t.Errorf("Follow of a withdrawn deployment: %v; want ErrNotFound", err)
+	}
+
+	// A follower of a deployment made a moment ago (a view may not hold it
+	// yet) sees it, then its withdrawal while it waits.
+	if err := st.CreateDeployment(ctx, state.Desired{ID: "web-3", App: "web", Node: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	withdrawn := make(chan error, 1)
+	var seen3 []spec.Phase
+	go func() {
+		_, err := st.Follow(ctx, "web-3", func(d state.Deployment) bool {
+			seen3 = append(seen3, d.Status.Phase)
+			return false
+		})
+		withdrawn <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := st.DeleteDeployment(ctx, "web-3"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-withdrawn:
+		if !errors.Is(err, state.ErrNotFound) || len(seen3) == 0 {
+			t.Errorf("Follow of a deployment withdrawn while followed: %v after %v; want ErrNotFound after its Pending status", err, seen3)
+		}
+	case <-time.After(10 * time.Second):
+		t.Errorf("Follow of a deployment withdrawn while followed: still following 10 s later")
+	}
+	if _, err := st.Follow(ctx, "never-1", func(state.Deployment) bool { return true }); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("Follow of a deployment that never was: %v; want ErrNotFound", err)
 	}
 }

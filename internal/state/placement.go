@@ -284,7 +284,7 @@ func (v *placementView) addInfoRevs(nr *clientv3.GetResponse) {
 // The read, the placement and the write are one optimistic transaction:
 // the write commits only if no deployment was recorded on the chosen node,
 // and the node neither registered again nor lost its lease, since the
-// read. The read is the watched view (WatchPlacement) when the store keeps
+// read. The read is the watched view (Watch) when the store keeps
 // one: the create then costs its commit alone; a refusal from the view is
 // checked against a read of etcd. A create that lost that race reads and places again, up to
 // placeAttempts times (then ErrContended), so that concurrent creates
@@ -344,7 +344,7 @@ func (s *Store) CreatePlaced(ctx context.Context, d Desired, eligible func(Node)
 
 // cachedPlacement is the watched view for a create's first attempt.
 func (s *Store) cachedPlacement(attempt int) (placementView, bool) {
-	c := s.placement.Load()
+	c := s.watched.Load()
 	if c == nil || attempt > 0 {
 		return placementView{}, false
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
@@ -58,6 +59,10 @@ type Config struct {
 	CAFile   string `yaml:"ca_file"`
 	CertFile string `yaml:"cert_file"`
 	KeyFile  string `yaml:"key_file"`
+	// Requests, if set, is called with the method of each request the
+	// store makes of etcd (e.g. "/etcdserverpb.KV/Txn"; watches, opened
+	// on one stream, are not requests): what an agent counts in its metrics.
+	Requests func(method string) `yaml:"-"`
 }
 
 // Validate reports every problem at once.
@@ -81,8 +86,8 @@ func (c Config) Validate() error {
 type Store struct {
 	cli    *clientv3.Client
 	events eventLease
-	// placement is the view WatchPlacement keeps (nil: none).
-	placement atomic.Pointer[placementCache]
+	// watched is the view Watch keeps (nil: none).
+	watched atomic.Pointer[watchCache]
 }
 
 // Open connects to etcd and checks that it answers.
@@ -94,6 +99,14 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		c.DialTimeout = 5 * time.Second
 	}
 	cc := clientv3.Config{Endpoints: c.Endpoints, DialTimeout: c.DialTimeout, Logger: nil}
+	if c.Requests != nil {
+		count := c.Requests
+		cc.DialOptions = append(cc.DialOptions, grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, conn *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				count(method)
+				return invoke(ctx, method, req, reply, conn, opts...)
+			}))
+	}
 	if c.CAFile != "" || c.CertFile != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
 		if c.CAFile != "" {

@@ -307,7 +307,7 @@ func eachView(t *testing.T, test func(t *testing.T, st *state.Store)) {
 		st := statetest.Store(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
-		st.WatchPlacement(ctx, slog.New(slog.DiscardHandler))
+		st.Watch(ctx, slog.New(slog.DiscardHandler))
 		if err := eventually(func() error { return state.PlacementViewMatches(ctx, st) }); err != nil {
 			t.Fatal(err)
 		}
@@ -337,7 +337,7 @@ func TestPlacementViewFollows(t *testing.T) {
 	st := statetest.Store(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st.WatchPlacement(ctx, slog.New(slog.DiscardHandler))
+	st.Watch(ctx, slog.New(slog.DiscardHandler))
 	match := func(after string) {
 		t.Helper()
 		if err := eventually(func() error { return state.PlacementViewMatches(ctx, st) }); err != nil {
@@ -620,7 +620,7 @@ func TestDeploymentsOf(t *testing.T) {
 	if got := count(); !reflect.DeepEqual(got, want) {
 		t.Errorf("read from etcd: %v; want %v", got, want)
 	}
-	st.WatchPlacement(ctx, slog.New(slog.DiscardHandler))
+	st.Watch(ctx, slog.New(slog.DiscardHandler))
 	if err := eventually(func() error { return state.PlacementViewMatches(ctx, st) }); err != nil {
 		t.Fatal(err)
 	}

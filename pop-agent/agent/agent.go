@@ -188,6 +188,8 @@ type metrics struct {
 	// apiInflight is the hook API's requests under way that a client's
 	// token bounds (apiauth.Kind), by client and kind.
 	apiInflight *prometheus.GaugeVec
+	// etcdRequests counts the requests the agent made of etcd, by method.
+	etcdRequests *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -288,4 +290,8 @@ func (m *metrics) registerLifecycle(reg prometheus.Registerer) {
 		Name: "fogdeploy_api_inflight", Help: "Hook API requests under way that a client's token bounds (long polls, migrations), by client and kind; beyond its bound a request is a 429.",
 	}, []string{"client", "kind"})
 	reg.MustRegister(m.apiInflight)
+	m.etcdRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fogdeploy_etcd_requests_total", Help: "Requests this agent made of etcd (reads, transactions, lease grants and revocations; not its watches' events), by gRPC method.",
+	}, []string{"method"})
+	reg.MustRegister(m.etcdRequests)
 }

@@ -364,18 +364,21 @@ func (h *hooks) get(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
 		h.error(w, err)
 		return
 	}
+	if wait > 0 {
+		// A long poll, within the client's bound of them: one beyond it is
+		// refused before it costs a read.
+		release, ok := h.take(w, c, apiauth.KindWait)
+		if !ok {
+			return
+		}
+		defer release()
+	}
 	d, err := h.visible(r.Context(), c, id)
 	if err != nil {
 		h.error(w, err)
 		return
 	}
 	if wait > 0 {
-		// A long poll, within the client's bound of them.
-		release, ok := h.take(w, c, apiauth.KindWait)
-		if !ok {
-			return
-		}
-		defer release()
 		if d, err = h.follow(r.Context(), id, wait, after); err != nil {
 			h.error(w, err)
 			return

@@ -141,15 +141,18 @@ func runNode(ctx context.Context, c config.Config, o Options, log *slog.Logger, 
 	engines, fingerprint, problems := checkEngines(ctx, c, d, log)
 	recoverNode(ctx, d, n.mapper, m, log)
 
-	st, err := state.Open(ctx, wire.StateConfig(c))
+	sc := wire.StateConfig(c)
+	sc.Requests = func(method string) { m.etcdRequests.WithLabelValues(method).Inc() }
+	st, err := state.Open(ctx, sc)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	// The hook API places creates from a view kept current by watching.
+	// The hook API places creates and follows long polls from a view kept
+	// current by watching.
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	st.WatchPlacement(wctx, log)
+	st.Watch(wctx, log)
 	pl, err := openPlane(ctx, c, o, st, d, reg, n.seen, log)
 	if err != nil {
 		return err
