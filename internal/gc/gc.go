@@ -119,7 +119,11 @@ func Plan(ctx context.Context, c Config) ([]Item, error) {
 		return nil, err
 	}
 	plan = append(plan, stale...)
-	if err := c.keepUnseenOwners(ctx, plan); err != nil {
+	last, err := c.State.LastBackup(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.keepUnseenOwners(ctx, plan, last); err != nil {
 		return nil, err
 	}
 	sort.SliceStable(plan, func(i, j int) bool {

@@ -1,9 +1,11 @@
 package gc_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -432,6 +434,95 @@ func TestGCKeepsWhatEtcdNeverHeld(t *testing.T) {
 	for _, name := range []string{removed, unstamped} {
 		if _, err := s.Stat(ctx, name); err == nil {
 			t.Errorf("%s is still there after gc (%+v)", name, done)
+		}
+	}
+}
+
+// TestGCKeepsWhatTheLastBackupMissed: after `fogctl pop backup`, gc keeps,
+// saying why, an orphan made after the backup (an etcd restored from it
+// would not know it), and removes one made before it; the snapshot is
+// etcd's own, and holds the backup's record.
+func TestGCKeepsWhatTheLastBackupMissed(t *testing.T) {
+	s, err := fakestore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	st := statetest.Store(t)
+	sess, err := st.Register(ctx, state.Node{Name: "gc-b1", Capacity: 4}, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if _, _, err := st.EnsurePoP(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if last, err := st.LastBackup(ctx); err != nil || last != nil {
+		t.Fatalf("LastBackup before any: %+v, %v; want none", last, err)
+	}
+	sfx := strconv.FormatInt(time.Now().UnixNano()%1e6, 36)
+	orphan := func(id string) string {
+		t.Helper()
+		name := catalog.InstancePrefix + id + sfx + "-env"
+		if err := s.Create(ctx, name, 1<<20); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetMeta(ctx, name, map[string]string{catalog.MetaNode: "gc-b1", catalog.MetaDeployment: id + sfx}); err != nil {
+			t.Fatal(err)
+		}
+		return name
+	}
+	before := orphan("gc-before")
+	time.Sleep(1100 * time.Millisecond) // creation times have a second's grain on RBD
+	var snap bytes.Buffer
+	b, err := st.Snapshot(ctx, &snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Bytes != int64(snap.Len()) || b.Bytes == 0 || b.Revision == 0 {
+		t.Errorf("Snapshot = %+v with %d bytes written; want its size and revision", b, snap.Len())
+	}
+	if !bytes.Contains(snap.Bytes(), []byte(state.BackupKey)) {
+		t.Errorf("the snapshot does not hold the backup's own record %s", state.BackupKey)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	after := orphan("gc-after")
+
+	plan, err := gc.Plan(ctx, gc.Config{Store: s, State: st, Keep: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]gc.Item{}
+	for _, it := range plan {
+		byName[it.Name] = it
+	}
+	if it, ok := byName[before]; !ok || it.Skip {
+		t.Errorf("an orphan made before the last backup: %+v (in plan %v); want it removed", it, ok)
+	}
+	if it := byName[after]; !it.Skip || !strings.Contains(it.Reason, "after the PoP's last backup") || !strings.Contains(it.Reason, "fogctl pop backup") {
+		t.Errorf("an orphan made after the last backup: %+v; want it kept, naming the backup and how to let gc remove it", it)
+	}
+	if _, err := gc.Apply(ctx, gc.Config{Store: s, State: st, Keep: 1}, plan); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Stat(ctx, after); err != nil {
+		t.Errorf("%s after gc: %v; want it kept", after, err)
+	}
+	if _, err := s.Stat(ctx, before); err == nil {
+		t.Errorf("%s is still there after gc", before)
+	}
+	// A new backup lets gc remove it.
+	if _, err := st.Snapshot(ctx, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	plan, err = gc.Plan(ctx, gc.Config{Store: s, State: st, Keep: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range plan {
+		if it.Name == after && it.Skip {
+			t.Errorf("after a new backup, %s is still kept: %s", after, it.Reason)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
@@ -134,72 +135,73 @@ func staleStatuses(ctx context.Context, st *state.Store, nodes []state.Node) ([]
 }
 
 // keepUnseenOwners marks Skip, with why, each item of plan that would
-// remove an image whose own record of its owner (catalog.MetaEtcd: the
-// etcd revision at which the node that made it held its owner) this etcd
-// contradicts: an instance's or a suspension's clone whose deployment, or
-// a generation whose app, this etcd did not hold at that revision, or a
-// revision this etcd has not reached. Such an etcd was restored from an
-// older backup (with the agents down, no node was there to be fenced by
-// it), and what it does not know is not an orphan. An etcd that no longer
-// keeps that revision's history says nothing, and the item stays.
-func (c Config) keepUnseenOwners(ctx context.Context, plan []Item) error {
+// remove an image an etcd restored from an older backup would wrongly
+// call an orphan (with the agents down, no node was there to be fenced by
+// it), by two rules:
+//   - its own record of its owner (catalog.MetaEtcd: the etcd revision at
+//     which the node that made it held its owner) is contradicted: an
+//     instance's or a suspension's clone whose deployment, or a generation
+//     whose app, this etcd did not hold at that revision, or a revision
+//     this etcd has not reached. An etcd that no longer keeps that
+//     revision's history says nothing by this rule;
+//   - it was made after the PoP's last backup (last; nil: none recorded),
+//     which an etcd restored from that backup would not know of.
+func (c Config) keepUnseenOwners(ctx context.Context, plan []Item, last *state.Backup) error {
 	for i := range plan {
 		it := &plan[i]
 		if it.Skip {
 			continue
 		}
-		var why string
-		var err error
+		// A clone's owner is the deployment it records; a generation's,
+		// its app.
+		var imgs []string
+		app := ""
 		switch it.Kind {
 		case KindClone:
-			for _, img := range it.Images {
-				if why, err = c.unseenDeployment(ctx, img); err != nil || why != "" {
-					break
-				}
-			}
+			imgs = it.Images
 		case KindPartial:
-			why, err = c.unseenApp(ctx, catalog.GenImage(it.App, it.Gen, "ckpt"), it.App)
+			imgs, app = []string{catalog.GenImage(it.App, it.Gen, "ckpt")}, it.App
 		}
-		if err != nil {
-			return err
-		}
-		if why != "" {
-			it.Skip, it.Reason = true, why
+		for _, img := range imgs {
+			why, err := c.unseenOwner(ctx, img, app, last)
+			if err != nil {
+				return err
+			}
+			if why != "" {
+				it.Skip, it.Reason = true, why
+				break
+			}
 		}
 	}
 	return nil
 }
 
-// stamp reads image name's owner record: the deployment it names and the
-// revision of MetaEtcd (0: none).
-func (c Config) stamp(ctx context.Context, name string) (map[string]string, int64, error) {
-	info, err := c.Store.Stat(ctx, name)
+// unseenOwner is why image img (of app, for a generation's) stays, or "".
+func (c Config) unseenOwner(ctx context.Context, img, app string, last *state.Backup) (string, error) {
+	info, err := c.Store.Stat(ctx, img)
 	if errors.Is(err, layering.ErrNotFound) {
-		return nil, 0, nil
+		return "", nil
 	} else if err != nil {
-		return nil, 0, err
+		return "", err
+	}
+	if last != nil && info.Created.After(last.Taken) {
+		return fmt.Sprintf("made at %s, after the PoP's last backup (%s): an etcd restored from that backup would not know it; a new backup (`fogctl pop backup`) lets gc remove it",
+			info.Created.UTC().Format(time.RFC3339), last.Taken.Format(time.RFC3339)), nil
 	}
 	rev, _ := strconv.ParseInt(info.Meta[catalog.MetaEtcd], 10, 64)
-	return info.Meta, rev, nil
-}
-
-func (c Config) unseenDeployment(ctx context.Context, img string) (string, error) {
-	meta, rev, err := c.stamp(ctx, img)
-	id := meta[catalog.MetaDeployment]
-	if err != nil || rev <= 0 || id == "" {
-		return "", err
+	if rev <= 0 {
+		return "", nil
+	}
+	if app != "" {
+		seen, err := c.State.AppSeen(ctx, app, rev)
+		return unseenReason(seen, "app "+app, rev), err
+	}
+	id := info.Meta[catalog.MetaDeployment]
+	if id == "" {
+		return "", nil
 	}
 	seen, err := c.State.DeploymentSeen(ctx, id, rev)
 	return unseenReason(seen, "deployment "+id, rev), err
-}
-
-func (c Config) unseenApp(ctx context.Context, img, app string) (string, error) {
-	_, rev, err := c.stamp(ctx, img)
-	if err != nil || rev <= 0 {
-		return "", err
-	}
-	seen, err := c.State.AppSeen(ctx, app, rev)
-	return unseenReason(seen, "app "+app, rev), err
 }
 
 // unseenReason is why an image of owner, stamped at revision rev, stays.

@@ -35,6 +35,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/fogdeploy/fogdeploy/internal/spec"
@@ -98,7 +99,9 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = 5 * time.Second
 	}
-	cc := clientv3.Config{Endpoints: c.Endpoints, DialTimeout: c.DialTimeout, Logger: nil}
+	// The client's own log (a snapshot's progress, its retries) is not the
+	// caller's: errors come back as errors.
+	cc := clientv3.Config{Endpoints: c.Endpoints, DialTimeout: c.DialTimeout, Logger: zap.NewNop()}
 	if c.Requests != nil {
 		count := c.Requests
 		cc.DialOptions = append(cc.DialOptions, grpc.WithChainUnaryInterceptor(
