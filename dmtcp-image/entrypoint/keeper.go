@@ -220,7 +220,7 @@ func noCaps(args []string) int {
 		user, args = args[1], args[2:]
 	}
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "entrypoint nocaps: want [-root DIR] [-keep CAP,...|-user USER] ARGV...")
+		fmt.Fprintln(os.Stderr, "entrypoint nocaps: want [-keep CAP,...|-user USER] ARGV...")
 		return exitUsage
 	}
 	env := os.Environ()

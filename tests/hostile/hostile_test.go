@@ -9,10 +9,12 @@ package hostile
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -193,6 +195,10 @@ func testHostile(t *testing.T, eng engine.Name) {
 		}
 	}
 
+	if eng == engine.NameDMTCP {
+		preloadAttack(ctx, t, f, app)
+	}
+
 	// No limit in the spec: the node's defaults.
 	want := config.DefaultLimits().Spec()
 	if first.Limits == nil || *first.Limits != want {
@@ -337,6 +343,87 @@ func runProbeIn(ctx context.Context, t *testing.T, dr drivers.Driver, dep deploy
 		t.Errorf("%s: the app reached the container's root through a process of the supervisor:\n%s", what, r.Output)
 	}
 	return r.Output
+}
+
+// preloadSource is a library the app writes into its root and lists in
+// its /etc/ld.so.preload: loaded into a process of DMTCP's supervisor
+// (its coordinator, dmtcp_command), it says so in the app's /var/tmp.
+// The app's own processes load it too, and it leaves them be.
+const preloadSource = `
+#include <fcntl.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+__attribute__((constructor)) static void hostile(void) {
+	char comm[17] = {0};
+	if (prctl(PR_GET_NAME, comm) != 0) return;
+	if (strncmp(comm, "dmtcp_coord", 11) != 0 && strncmp(comm, "dmtcp_command", 13) != 0) return;
+	int fd = open("/var/tmp/hostile-preload-ran", O_WRONLY | O_CREAT | O_APPEND, 0666);
+	if (fd < 0) return;
+	comm[strlen(comm)] = '\n';
+	write(fd, comm, strlen(comm));
+	close(fd);
+}
+`
+
+// preloadAttack: an app that writes a library into its root and lists it
+// in /etc/ld.so.preload gets no code run in its supervisor's processes:
+// neither in dmtcp_command, which its suspend's checkpoint runs, nor in
+// the coordinator its resume starts. (Both ran chrooted into the app's
+// root, on its loader and /etc/ld.so.preload, before they ran on the
+// image's own libraries.)
+func preloadAttack(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spec.App) {
+	t.Helper()
+	dir := t.TempDir()
+	src, lib := filepath.Join(dir, "preload.c"), filepath.Join(dir, "preload.so")
+	if err := os.WriteFile(src, []byte(preloadSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// gcc is among the tools the engines' build installs.
+	if out, err := exec.CommandContext(ctx, "gcc", "-shared", "-fPIC", "-O2", "-o", lib, src).CombinedOutput(); err != nil {
+		t.Fatalf("building the app's library: %v\n%s", err, out)
+	}
+	so, err := os.ReadFile(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep, err := f.D.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatalf("deploy for the preload: %v", err)
+	}
+	t.Cleanup(func() { _ = f.D.Undeploy(context.Background(), dep.ID) })
+	const plant = `echo "$SO" | base64 -d > /usr/lib/hostile-preload.so && echo /usr/lib/hostile-preload.so > /etc/ld.so.preload && rm -f /var/tmp/hostile-preload-ran && echo planted`
+	r, err := f.Container.Exec(ctx, *dep.Handle, drivers.Exec{Argv: []string{"sh", "-c", plant}, User: app.User,
+		Env: []string{"SO=" + base64.StdEncoding.EncodeToString(so)}})
+	if err != nil || !strings.Contains(r.Output, "planted") {
+		t.Fatalf("the app could not write its preload (%v):\n%s", err, r.Output)
+	}
+	susp, err := f.D.Suspend(ctx, dep.ID, app, nil)
+	if err != nil {
+		t.Fatalf("suspend with the app's preload: %v", err)
+	}
+	if err := f.D.Forget(dep.ID); err != nil { // as the agent does once etcd has the suspension
+		t.Fatal(err)
+	}
+	resumed, err := f.D.Resume(ctx, app, dep.ID, susp, deploy.Options{})
+	if err != nil {
+		t.Fatalf("resume with the app's preload: %v", err)
+	}
+	f.D.DropSuspension(ctx, resumed.ID, susp)
+	r, err = f.Container.Exec(ctx, *resumed.Handle, drivers.Exec{Argv: []string{"sh", "-c",
+		"cat /etc/ld.so.preload; cat /var/tmp/hostile-preload-ran 2>/dev/null | sed 's/^/ran in: /'; echo checked"}, User: app.User})
+	if err != nil || !strings.Contains(r.Output, "hostile-preload.so") || !strings.Contains(r.Output, "checked") {
+		t.Fatalf("reading what the preload left (%v): the app's root lost its files?\n%s", err, r.Output)
+	}
+	if strings.Contains(r.Output, "ran in: ") {
+		t.Errorf("the app's /etc/ld.so.preload ran its code in a process of its supervisor:\n%s", r.Output)
+	}
+	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, resumed), "PING"); err != nil || got != "PONG" {
+		t.Errorf("the resumed app with its preload: PING = %q, %v", got, err)
+	}
+	if err := f.D.Undeploy(ctx, resumed.ID); err != nil {
+		t.Errorf("undeploy: %v", err)
+	}
 }
 
 func envOf(app spec.App, key string) string {
