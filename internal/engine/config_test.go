@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/fogdeploy/fogdeploy/internal/ctlfs"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
@@ -117,5 +120,35 @@ func TestImageManifest(t *testing.T) {
 	}
 	if _, err := ReadImage(t.TempDir()); !errors.Is(err, ErrNoImage) || hint.Of(err) == "" {
 		t.Fatalf("no manifest: %v, want ErrNoImage with a hint", err)
+	}
+	// The app can write its checkpoint volume: a manifest that is a FIFO
+	// (a reader would hang), a sparse file of 64 GiB, or a link out of the
+	// directory is refused, not read.
+	fifo := t.TempDir()
+	if err := unix.Mkfifo(filepath.Join(fifo, ManifestName), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadImage(fifo); !errors.Is(err, ctlfs.ErrNotRegular) {
+		t.Errorf("a FIFO as the manifest: %v; want ErrNotRegular", err)
+	}
+	sparse := t.TempDir()
+	if f, err := os.Create(filepath.Join(sparse, ManifestName)); err != nil {
+		t.Fatal(err)
+	} else if err := errors.Join(f.Truncate(64<<30), f.Close()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadImage(sparse); !errors.Is(err, ctlfs.ErrTooLarge) {
+		t.Errorf("a 64 GiB manifest: %v; want ErrTooLarge", err)
+	}
+	outside := filepath.Join(t.TempDir(), "manifest.json")
+	if err := os.WriteFile(outside, []byte(`{"engine":"criu","files":["x"]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	linked := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(linked, ManifestName)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadImage(linked); !errors.Is(err, ErrNoImage) {
+		t.Errorf("a manifest linked out of its directory: %v; want it not found there (ErrNoImage)", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/fogdeploy/fogdeploy/internal/atomicfile"
+	"github.com/fogdeploy/fogdeploy/internal/ctlfs"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 )
 
@@ -17,10 +18,16 @@ import (
 // Its presence marks the image complete.
 const ManifestName = "fogdeploy-image.json"
 
+// maxManifest bounds a manifest's size: the directory is the instance's
+// checkpoint volume, which its app can write.
+const maxManifest = 1 << 20
+
 // ReadImage reads the manifest of the image in dir. The error wraps
-// ErrNoImage when dir holds no complete image.
+// ErrNoImage when dir holds no complete image. The manifest is read as
+// the app's file it may be: a regular file of at most 1 MiB, links
+// resolved inside dir.
 func ReadImage(dir string) (Image, error) {
-	b, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	b, err := ctlfs.ReadInRoot(dir, ManifestName, maxManifest)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Image{}, hint.With(fmt.Errorf("%s has no %s: %w", dir, ManifestName, ErrNoImage),
 			"the checkpoint did not complete, or this is not a checkpoint directory")
