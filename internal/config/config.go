@@ -33,6 +33,8 @@ type Config struct {
 	Node     Node     `yaml:"node"`
 	Etcd     Etcd     `yaml:"etcd"`
 	Agent    Agent    `yaml:"agent"`
+	// PoP is what every node and fogctl of the PoP share.
+	PoP PoP `yaml:"pop"`
 	// Limits are an instance's where its app spec is silent.
 	Limits Limits `yaml:"limits"`
 }
@@ -150,6 +152,8 @@ type Agent struct {
 	EnvRead string `yaml:"env_read"`
 	// MemoryMerge: slots restored ahead share their identical pages.
 	MemoryMerge MemoryMerge `yaml:"memory_merge"`
+	// Frontend is the node's front end to the PoP's endpoints.
+	Frontend Frontend `yaml:"frontend"`
 }
 
 // Environment read paths (Agent.EnvRead).
@@ -247,7 +251,8 @@ func Default() Config {
 		Etcd:     Etcd{Endpoints: []string{devenv.EtcdEndpoint}, DialTimeout: 5 * time.Second},
 		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: spec.DriverContainer, CRIUDriver: spec.DriverContainer, Recycle: On, PoolAhead: On, RecycleKeep: 2 * time.Minute,
 			BootImage: "fogdeploy/boot:latest", IfBusy: spec.PolicyWait, IfNoEngine: spec.PolicyBoot, CheckpointCache: "4GiB", SpareDisk: "4GiB", Fetch: FetchFirstUse,
-			EnvRead: EnvReadShared, MemoryMerge: MemoryMerge{PagesToScan: DefaultMergePages}},
+			EnvRead: EnvReadShared, MemoryMerge: MemoryMerge{PagesToScan: DefaultMergePages}, Frontend: Frontend{HoldTimeout: 10 * time.Second}},
+		PoP:    PoP{Frontend: PoPFrontend{Ports: DefaultEndpointPorts}},
 		Limits: DefaultLimits(),
 	}
 }
@@ -305,6 +310,8 @@ func (c *Config) ApplyEnv() {
 	set(&c.Agent.CAFile, "FOGDEPLOY_CA_FILE")
 	set(&c.Agent.Fetch, "FOGDEPLOY_FETCH")
 	set(&c.Agent.EnvRead, "FOGDEPLOY_ENV_READ")
+	set(&c.Agent.Frontend.Listen, "FOGDEPLOY_FRONTEND_LISTEN")
+	set(&c.PoP.Frontend.Ports, "FOGDEPLOY_FRONTEND_PORTS")
 	if v := os.Getenv("FOGDEPLOY_CRIU_DRIVER"); v != "" {
 		c.Agent.CRIUDriver = spec.DriverName(v)
 	}
@@ -345,6 +352,9 @@ func (c Config) Validate() error {
 		add("etcd.cert_file and etcd.key_file: give both or neither")
 	}
 	errs = append(errs, c.Agent.validate()...)
+	if _, _, _, err := c.PoP.Frontend.Range(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Docker.Host != "" && !strings.Contains(c.Docker.Host, "://") {
 		add("docker.host %q: give a URL such as unix:///var/run/docker.sock", c.Docker.Host)
 	}
@@ -414,6 +424,7 @@ func (a Agent) validate() []error {
 		add("agent.keep_generations %d: keep between 1 and 100 checkpoint generations per app", a.KeepGenerations)
 	}
 	errs = append(errs, a.MemoryMerge.validate()...)
+	errs = append(errs, a.Frontend.validate()...)
 	if a.LeaseTTL < 2 || a.LeaseTTL > 300 {
 		add("agent.lease_ttl %d: give seconds between 2 and 300", a.LeaseTTL)
 	}

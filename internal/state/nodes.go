@@ -26,6 +26,9 @@ type Node struct {
 	// https://host:port over TLS, host:port for plain HTTP (an agent on a
 	// loopback address without a certificate).
 	API string `json:"api"`
+	// Frontend is the address of the node's front end, which accepts
+	// connections to every endpoint port of the PoP ("": none).
+	Frontend string `json:"frontend,omitempty"`
 	// Capacity is how many instances the node takes.
 	Capacity int           `json:"capacity"`
 	Mapper   string        `json:"mapper"`

@@ -208,6 +208,8 @@ type placementView struct {
 	infoRev, placedRev map[string]int64
 	// pools are the warm pools the agents report.
 	pools []Pool
+	// taken are the endpoint ports deployments hold.
+	taken map[int]bool
 }
 
 // placementOps are the reads of a placement, in one transaction.
@@ -217,11 +219,12 @@ func placementOps() []clientv3.Op {
 		clientv3.OpGet(DeploymentsPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(Prefix+"placement/", clientv3.WithPrefix()),
 		clientv3.OpGet(PoolsPrefix, clientv3.WithPrefix()),
+		clientv3.OpGet(EndpointsPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 	}
 }
 
 func (s *Store) readPlacement(ctx context.Context) (placementView, error) {
-	v := placementView{infoRev: map[string]int64{}, placedRev: map[string]int64{}}
+	v := placementView{infoRev: map[string]int64{}, placedRev: map[string]int64{}, taken: map[int]bool{}}
 	r, err := s.cli.Txn(ctx).Then(placementOps()...).Commit()
 	if err != nil {
 		return v, wrapUnavailable(err)
@@ -245,6 +248,11 @@ func (s *Store) readPlacement(ctx context.Context) (placementView, error) {
 		var p Pool
 		if err := json.Unmarshal(kv.Value, &p); err == nil {
 			v.pools = append(v.pools, p)
+		}
+	}
+	for _, kv := range r.Responses[4].GetResponseRange().Kvs {
+		if p, ok := parseEndpointKey(string(kv.Key)); ok {
+			v.taken[p] = true
 		}
 	}
 	return v, nil
@@ -330,6 +338,9 @@ func (s *Store) CreatePlaced(ctx context.Context, d Desired, eligible func(Node)
 		node := pl.Node
 		placed := d
 		placed.Node, placed.Placement = node, pl.Reason
+		if err := s.endpointFor(ctx, &placed, v.taken); err != nil {
+			return Desired{}, err
+		}
 		ok, err := s.commitDeployment(ctx, placed, true, v.placedOn(node, false)...)
 		if err != nil {
 			return Desired{}, err
@@ -384,7 +395,9 @@ func (s *Store) commitDeployment(ctx context.Context, d Desired, withApp bool, c
 	if withApp {
 		own = append(own, clientv3.Compare(clientv3.CreateRevision(appKey(d.App)), ">", 0))
 	}
-	cmps = append(own, cmps...)
+	epOps, epCmps := endpointOps(d)
+	ops = append(ops, epOps...)
+	cmps = append(append(own, cmps...), epCmps...)
 	commit := func(ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 		return s.cli.Txn(ctx).If(cmps...).Then(ops...).
 			Else(clientv3.OpGet(deploymentKey(d.ID), clientv3.WithCountOnly()), clientv3.OpGet(appKey(d.App), clientv3.WithCountOnly())).Commit()

@@ -64,6 +64,9 @@ type Config struct {
 	// store makes of etcd (e.g. "/etcdserverpb.KV/Txn"; watches, opened
 	// on one stream, are not requests): what an agent counts in its metrics.
 	Requests func(method string) `yaml:"-"`
+	// EndpointPorts is the PoP's range of endpoint ports
+	// (pop.frontend.ports; zero: deployments get no endpoint).
+	EndpointPorts PortRange `yaml:"-"`
 }
 
 // Validate reports every problem at once.
@@ -89,6 +92,8 @@ type Store struct {
 	events eventLease
 	// watched is the view Watch keeps (nil: none).
 	watched atomic.Pointer[watchCache]
+	// endpoints is the range creates take endpoint ports from.
+	endpoints PortRange
 }
 
 // Open connects to etcd and checks that it answers.
@@ -143,7 +148,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		return nil, hint.With(fmt.Errorf("etcd at %s: %w (%w)", strings.Join(c.Endpoints, ","), ErrUnavailable, err),
 			"start the dev etcd with `make dev-up`, or set etcd.endpoints (FOGDEPLOY_ETCD_ENDPOINTS)")
 	}
-	return &Store{cli: cli}, nil
+	return &Store{cli: cli, endpoints: c.EndpointPorts}, nil
 }
 
 // Close releases the connection.
@@ -308,8 +313,12 @@ type Desired struct {
 	Suspend bool `json:"suspend,omitempty"`
 	// Move is the migration under way (RequestMigrate), which the agents
 	// carry on from its suspend to its resume whoever asked for it.
-	Move    *Move     `json:"move,omitempty"`
-	Created time.Time `json:"created"`
+	Move *Move `json:"move,omitempty"`
+	// Endpoint is the deployment's port on every node's front end for
+	// each TCP port of its app ("6379/tcp": 20417), taken at its creation
+	// from the PoP's range and kept while it exists.
+	Endpoint map[string]int `json:"endpoint,omitempty"`
+	Created  time.Time      `json:"created"`
 }
 
 // Status is a deployment as its agent observes it.
@@ -433,16 +442,26 @@ func (s *Store) SetStatus(ctx context.Context, id string, st Status) error {
 
 // DeleteDeployment withdraws a desired deployment; its agent undeploys it
 // and then removes its status (ForgetStatus).
+//
+// Its endpoint ports are freed with its record, in one transaction.
 func (s *Store) DeleteDeployment(ctx context.Context, id string) error {
-	r, err := s.cli.Delete(ctx, deploymentKey(id))
-	if err != nil {
-		return wrapUnavailable(err)
+	for range placeAttempts {
+		d, r, err := s.deploymentAt(ctx, id)
+		if err != nil {
+			return err
+		}
+		rev := r.Responses[0].GetResponseRange().Kvs[0].ModRevision
+		tr, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(deploymentKey(id)), "=", rev)).
+			Then(append([]clientv3.Op{clientv3.OpDelete(deploymentKey(id))}, freeEndpointOps(d.Desired)...)...).Commit()
+		if err != nil {
+			return wrapUnavailable(err)
+		}
+		if tr.Succeeded {
+			s.Event(ctx, id, "undeploy requested", "")
+			return nil
+		}
 	}
-	if r.Deleted == 0 {
-		return hint.With(fmt.Errorf("deployment %s: %w", id, ErrNotFound), "`fogctl ps` lists the deployments")
-	}
-	s.Event(ctx, id, "undeploy requested", "")
-	return nil
+	return hint.With(fmt.Errorf("deployment %s: %w: it changed at each of %d attempts to withdraw it", id, ErrContended, placeAttempts), "undeploy it again")
 }
 
 // StaleStatuses returns the IDs of statuses written by node whose desired

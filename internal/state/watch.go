@@ -15,6 +15,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
 // The keys the view holds lie in one range (deployments, events, locks,
@@ -22,7 +24,7 @@ import (
 // delivers their changes in revision order and the view is always that of
 // one revision.
 const (
-	watchFrom = DeploymentsPrefix
+	watchFrom = AppsPrefix
 	watchEnd  = Prefix + "status0" // just after the statuses' keys
 )
 
@@ -38,6 +40,13 @@ type watchCache struct {
 	placed   map[string]int64
 	pools    map[string]Pool
 	statuses map[string]Status
+	// apps are the apps' specs (a create's endpoint needs its app's
+	// ports), and endpoints the endpoint ports taken.
+	apps      map[string]spec.App
+	endpoints map[int]bool
+	// changed is closed, and made anew, at each change of a deployment's
+	// record or a node's, and when the view is loaded or unloaded.
+	changed chan struct{}
 	// subs are the followers of each deployment ID, told of each change
 	// of its record or status, and all of them of an unload.
 	subs map[string]map[chan struct{}]struct{}
@@ -51,7 +60,7 @@ type watchCache struct {
 // node, read etcd as before. A watch that fails (etcd unavailable,
 // compacted) is made anew; meanwhile creates and followers read etcd.
 func (s *Store) Watch(ctx context.Context, log *slog.Logger) {
-	c := &watchCache{subs: map[string]map[chan struct{}]struct{}{}}
+	c := &watchCache{subs: map[string]map[chan struct{}]struct{}{}, changed: make(chan struct{})}
 	s.watched.Store(c)
 	go func() {
 		for ctx.Err() == nil {
@@ -83,7 +92,8 @@ func (s *Store) Watching() bool {
 // follow loads the view and applies each change until the watch ends.
 func (c *watchCache) follow(ctx context.Context, cli *clientv3.Client) error {
 	defer c.unload()
-	r, err := cli.Txn(ctx).Then(append(placementOps(), clientv3.OpGet(Prefix+"status/", clientv3.WithPrefix()))...).Commit()
+	r, err := cli.Txn(ctx).Then(append(placementOps(), clientv3.OpGet(Prefix+"status/", clientv3.WithPrefix()),
+		clientv3.OpGet(AppsPrefix, clientv3.WithPrefix()))...).Commit()
 	if err != nil {
 		return err
 	}
@@ -105,13 +115,20 @@ func (c *watchCache) load(r *clientv3.TxnResponse) {
 	defer c.mu.Unlock()
 	c.nodes, c.deps = map[string]*mvccpb.KeyValue{}, map[string]Desired{}
 	c.placed, c.pools = map[string]int64{}, map[string]Pool{}
-	c.statuses = map[string]Status{}
+	c.statuses, c.apps, c.endpoints = map[string]Status{}, map[string]spec.App{}, map[int]bool{}
 	for _, resp := range r.Responses {
 		for _, kv := range resp.GetResponseRange().Kvs {
 			c.put(kv)
 		}
 	}
 	c.rev, c.loaded = r.Header.Revision, true
+	c.tell()
+}
+
+// tell closes changed and makes it anew; c.mu is held.
+func (c *watchCache) tell() {
+	close(c.changed)
+	c.changed = make(chan struct{})
 }
 
 // unload marks the view as gone and wakes every follower, who then reads
@@ -120,6 +137,7 @@ func (c *watchCache) unload() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.loaded = false
+	c.tell()
 	for _, chs := range c.subs {
 		for ch := range chs {
 			wake(ch)
@@ -130,8 +148,12 @@ func (c *watchCache) unload() {
 func (c *watchCache) apply(evs []*clientv3.Event, rev int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	changed := false
 	for _, ev := range evs {
 		k := string(ev.Kv.Key)
+		if strings.HasPrefix(k, DeploymentsPrefix) || strings.HasPrefix(k, Prefix+"nodes/") {
+			changed = true
+		}
 		if ev.Type == clientv3.EventTypeDelete {
 			c.remove(k)
 		} else {
@@ -144,6 +166,9 @@ func (c *watchCache) apply(evs []*clientv3.Event, rev int64) {
 		}
 	}
 	c.rev = rev
+	if changed {
+		c.tell()
+	}
 }
 
 // followedID is the deployment whose record or status key k is.
@@ -187,6 +212,15 @@ func (c *watchCache) put(kv *mvccpb.KeyValue) {
 		if json.Unmarshal(kv.Value, &st) == nil {
 			c.statuses[strings.TrimPrefix(k, Prefix+"status/")] = st
 		}
+	case strings.HasPrefix(k, AppsPrefix):
+		var a spec.App
+		if json.Unmarshal(kv.Value, &a) == nil {
+			c.apps[k] = a
+		}
+	case strings.HasPrefix(k, EndpointsPrefix):
+		if p, ok := parseEndpointKey(k); ok {
+			c.endpoints[p] = true
+		}
 	}
 }
 
@@ -196,6 +230,10 @@ func (c *watchCache) remove(k string) {
 	delete(c.placed, strings.TrimPrefix(k, Prefix+"placement/"))
 	delete(c.pools, k)
 	delete(c.statuses, strings.TrimPrefix(k, Prefix+"status/"))
+	delete(c.apps, k)
+	if p, ok := parseEndpointKey(k); ok {
+		delete(c.endpoints, p)
+	}
 }
 
 // view is the cached view, or false while there is none.
@@ -205,7 +243,10 @@ func (c *watchCache) view() (placementView, bool) {
 	if !c.loaded {
 		return placementView{}, false
 	}
-	v := placementView{infoRev: map[string]int64{}, placedRev: map[string]int64{}}
+	v := placementView{infoRev: map[string]int64{}, placedRev: map[string]int64{}, taken: map[int]bool{}}
+	for p := range c.endpoints {
+		v.taken[p] = true
+	}
 	// In key order, as a read of etcd lists them.
 	nr := &clientv3.GetResponse{}
 	for _, k := range sortedKeys(c.nodes) {

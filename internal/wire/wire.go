@@ -121,6 +121,11 @@ func (a Mounter) Mount(ctx context.Context, image, target string, opts layering.
 
 // StateConfig is the PoP state's (etcd) client configuration from c.
 func StateConfig(c config.Config) state.Config {
-	return state.Config{Endpoints: c.Etcd.Endpoints, DialTimeout: c.Etcd.DialTimeout,
+	sc := state.Config{Endpoints: c.Etcd.Endpoints, DialTimeout: c.Etcd.DialTimeout,
 		CAFile: c.Etcd.CAFile, CertFile: c.Etcd.CertFile, KeyFile: c.Etcd.KeyFile}
+	// Validate refused a bad range before.
+	if lo, hi, ok, err := c.PoP.Frontend.Range(); ok && err == nil {
+		sc.EndpointPorts = state.PortRange{Lo: lo, Hi: hi}
+	}
+	return sc
 }

@@ -187,6 +187,16 @@ type CreateResponse struct {
 	// (Running with its ports, or Failed with its error) or when the wait
 	// ended (its phase then says how far it got).
 	Status *state.Status `json:"status,omitempty"`
+	// Endpoint is where its clients reach it, whatever node it runs on,
+	// for as long as it exists (none where the PoP gives no endpoints).
+	Endpoint *EndpointAnswer `json:"endpoint,omitempty"`
+}
+
+// EndpointAnswer is a deployment's endpoint: any of the PoP's front-end
+// addresses, at the deployment's port for each port of its app.
+type EndpointAnswer struct {
+	Addresses []string       `json:"addresses"`
+	Ports     map[string]int `json:"ports"`
 }
 
 // MaxWait bounds a create's ?wait.
@@ -296,6 +306,13 @@ func (h *hooks) create(w http.ResponseWriter, r *http.Request, c *apiauth.Client
 		return
 	}
 	resp := CreateResponse{ID: d.ID, App: d.App, Node: d.Node, URL: "/v1/deployments/" + d.ID}
+	if len(d.Endpoint) > 0 {
+		addrs, err := h.a.st.FrontendAddresses(r.Context())
+		if err != nil && h.a.log != nil {
+			h.a.log.Warn("create: reading the front ends' addresses", "err", err)
+		}
+		resp.Endpoint = &EndpointAnswer{Addresses: addrs, Ports: d.Endpoint}
+	}
 	if wait > 0 {
 		if fd, err := h.follow(r.Context(), d.ID, wait, time.Time{}); err != nil {
 			if h.a.log != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/frontend"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/keyedmutex"
 	"github.com/fogdeploy/fogdeploy/internal/ksm"
@@ -55,6 +56,9 @@ type agent struct {
 	pool   *poolKeeper
 	// plane fences the agent when etcd is not the one it knew (plane.go).
 	plane *plane
+	// frontend is the node's front end to the PoP's endpoints
+	// (frontend.go; its listen address "": none).
+	frontend frontendSetup
 	// recs is the deployer as the reconciler asks it; nil: d.
 	recs nodeRecords
 	// auto is the deployer as mode auto asks it; nil: d.
@@ -176,9 +180,14 @@ func runNode(ctx context.Context, c config.Config, o Options, log *slog.Logger, 
 		api = "https://" + api // fogctl's scheme; plain HTTP stays host:port
 	}
 	limits := c.Limits.Spec()
-	node := state.Node{Name: c.Node.Name, API: api, Capacity: c.Agent.Capacity,
+	fe, err := openFrontend(c, strings.TrimPrefix(api, "https://"), reg, log)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	node := state.Node{Name: c.Node.Name, API: api, Frontend: fe.listen, Capacity: c.Agent.Capacity,
 		Mapper: n.backend, Engines: engines, Fingerprint: fingerprint, Problems: problems, Priority: n.priority, Limits: &limits, Started: time.Now().UTC()}
-	a := &agent{c: c, o: o, log: log, st: st, node: node, d: d, m: m, store: n.store, mapper: n.mapper, pool: newPoolKeeper(), plane: pl}
+	a := &agent{c: c, o: o, log: log, st: st, node: node, d: d, m: m, store: n.store, mapper: n.mapper, pool: newPoolKeeper(), plane: pl, frontend: fe}
 	pl.changed = a.fenceChanged
 	sess, err := st.Register(ctx, a.nodeRecord(), c.Agent.LeaseTTL)
 	if err != nil {
@@ -370,7 +379,12 @@ func (a *agent) serve(ctx context.Context, srv *http.Server, ln net.Listener) er
 	if a.d != nil {
 		loopWG.Go(func() { a.watchIdle(loops) })
 	}
-	a.log.Info("pop-agent ready", "api", a.node.API, "engines", a.node.Engines, "version", version.String())
+	if a.frontend.listen != "" {
+		r := &router{st: a.st, node: a.c.Node.Name, mayWrite: a.plane.err, log: a.log}
+		fe := frontend.New(a.frontend.cfg, r)
+		loopWG.Go(func() { a.runFrontend(loops, fe, r) })
+	}
+	a.log.Info("pop-agent ready", "api", a.node.API, "frontend", a.node.Frontend, "engines", a.node.Engines, "version", version.String())
 
 	var serveErr error
 	select {

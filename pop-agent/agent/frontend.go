@@ -1,0 +1,174 @@
+// The node's front end: the PoP's endpoints, routed from the agent's view of the PoP.
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fogdeploy/fogdeploy/internal/config"
+	"github.com/fogdeploy/fogdeploy/internal/frontend"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+)
+
+// router is the node's frontend.Router: an endpoint port leads to the
+// deployment that holds it, followed in the agent's view (no read of etcd
+// per connection). A Running deployment is dialed where it answers on this
+// node, or through its node's front end; one that moves, resumes or is
+// created waits; a Suspended one is woken (resumed where placement puts
+// it) by the first connection, unless the agent is fenced.
+type router struct {
+	st   *state.Store
+	node string
+	// eps is the PoP's endpoints by port, as the front end's loop last
+	// saw them.
+	eps atomic.Pointer[map[int]state.Endpoint]
+	// mayWrite says why the agent may not write into etcd (fenced), or nil.
+	mayWrite func() error
+	log      *slog.Logger
+}
+
+// Route implements frontend.Router.
+func (r *router) Route(ctx context.Context, port int) (frontend.Target, error) {
+	var ep state.Endpoint
+	if eps := r.eps.Load(); eps != nil {
+		ep = (*eps)[port]
+	}
+	t := frontend.Target{Deployment: ep.Deployment}
+	if ep.Deployment == "" {
+		return t, fmt.Errorf("%w: no deployment holds endpoint port %d", frontend.ErrNoRoute, port)
+	}
+	asked := false
+	for {
+		d, err := r.st.Follow(ctx, ep.Deployment, func(d state.Deployment) bool {
+			switch d.Status.Phase {
+			case spec.PhaseRunning, spec.PhaseFailed:
+				return true
+			case spec.PhaseSuspended:
+				// A migration's suspend goes on to its resume by itself.
+				return !asked && d.Move == nil
+			}
+			return false
+		})
+		if err != nil {
+			t.Held = true
+			return t, fmt.Errorf("%w: deployment %s: %w", frontend.ErrNoRoute, ep.Deployment, err)
+		}
+		switch d.Status.Phase {
+		case spec.PhaseRunning:
+			addr, err := r.address(d, ep, port)
+			t.Addr = addr
+			return t, err
+		case spec.PhaseFailed:
+			return t, fmt.Errorf("%w: deployment %s failed: %s", frontend.ErrNoRoute, ep.Deployment, d.Status.Error)
+		}
+		// Suspended: this connection wakes it.
+		asked, t.Held = true, true
+		if err := r.wake(ctx, ep, port); err != nil {
+			return t, err
+		}
+		t.Woke = true
+	}
+}
+
+// address is where a connection to Running deployment d goes: its own
+// address on this node, or its node's front end.
+func (r *router) address(d state.Deployment, ep state.Endpoint, port int) (string, error) {
+	if d.Status.Node == r.node {
+		if a := d.Status.Ports[ep.Target]; a != "" {
+			return a, nil
+		}
+		return "", fmt.Errorf("%w: deployment %s publishes no %s", frontend.ErrNoRoute, d.ID, ep.Target)
+	}
+	n, ok := r.st.WatchedNode(d.Status.Node)
+	if !ok || n.Frontend == "" {
+		return "", fmt.Errorf("%w: deployment %s runs on node %s, which has no front end (agent.frontend.listen)", frontend.ErrNoRoute, d.ID, d.Status.Node)
+	}
+	return net.JoinHostPort(n.Frontend, strconv.Itoa(port)), nil
+}
+
+// wake asks that suspended deployment ep be resumed; a resume asked
+// meanwhile by another connection (or node) is no error.
+func (r *router) wake(ctx context.Context, ep state.Endpoint, port int) error {
+	if err := r.mayWrite(); err != nil {
+		return fmt.Errorf("%w: deployment %s is Suspended and this node cannot wake it: %w", frontend.ErrNoRoute, ep.Deployment, err)
+	}
+	d, err := r.st.RequestResume(ctx, ep.Deployment, "", nil)
+	if errors.Is(err, state.ErrConflict) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w: waking deployment %s: %w", frontend.ErrNoRoute, ep.Deployment, err)
+	}
+	r.st.Event(ctx, ep.Deployment, "woken", fmt.Sprintf("by a connection to endpoint port %d on node %s; resumed on node %s", port, r.node, d.Node))
+	r.log.Info("front end: woke a suspended deployment", "deployment", ep.Deployment, "port", port, "on", d.Node)
+	return nil
+}
+
+// frontendSetup is the node's front end as configured: listen "" is none
+// (pop.frontend.ports or agent.frontend.listen off).
+type frontendSetup struct {
+	listen string
+	cfg    frontend.Config
+}
+
+// openFrontend checks the front end's configuration against the node:
+// the PoP's range of endpoint ports must lie outside the ports the kernel
+// hands out to outgoing connections. advertise is the agent's API address.
+func openFrontend(c config.Config, advertise string, reg prometheus.Registerer, log *slog.Logger) (frontendSetup, error) {
+	lo, hi, on, err := c.PoP.Frontend.Range()
+	listen := c.Agent.Frontend.ListenAddress(advertise)
+	if err != nil || !on || listen == "" {
+		return frontendSetup{}, err
+	}
+	if err := frontend.CheckRange(lo, hi); err != nil {
+		return frontendSetup{}, err
+	}
+	return frontendSetup{listen: listen, cfg: frontend.Config{Listen: listen, HoldTimeout: c.Agent.Frontend.HoldTimeout,
+		Metrics: frontend.NewMetrics(reg), Log: log}}, nil
+}
+
+// runFrontend keeps the front end listening on every endpoint port of the
+// PoP, as the agent's view changes, until ctx ends; it then closes it.
+func (a *agent) runFrontend(ctx context.Context, fe *frontend.Frontend, r *router) {
+	defer fe.Close()
+	failing := map[int]bool{}
+	retry := time.NewTicker(5 * time.Second)
+	defer retry.Stop()
+	for {
+		eps, changed, ok := a.st.WatchedEndpoints()
+		if ok {
+			r.eps.Store(&eps)
+			ports := make([]int, 0, len(eps))
+			for p := range eps {
+				ports = append(ports, p)
+			}
+			slices.Sort(ports)
+			now := map[int]bool{}
+			for _, e := range fe.Sync(ports) {
+				now[e.Port] = true
+				if !failing[e.Port] {
+					a.log.Error("front end: an endpoint is unreachable on this node", "port", e.Port, "deployment", eps[e.Port].Deployment, "err", e.Err,
+						"hint", "free the port, or give pop.frontend.ports a range no other process uses (on every node and fogctl)")
+				}
+			}
+			failing = now
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-retry.C:
+		}
+	}
+}

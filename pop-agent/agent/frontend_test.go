@@ -1,0 +1,241 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fogdeploy/fogdeploy/internal/frontend"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
+)
+
+// lineServer answers each line with name:line until the test ends: an
+// instance's port.
+func lineServer(t *testing.T, name string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if _, err := io.WriteString(c, name+":"+line); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// TestFrontendRoutes: two nodes' front ends, each routing from its
+// agent's view of one etcd. A deployment's endpoint reaches its instance
+// through either node's front end (the other forwards to its node's);
+// while it migrates, a new connection is held and goes to the target once
+// it runs there; a Suspended deployment is woken by a connection (a
+// resume asked, a `woken` event, the connection forwarded once it runs);
+// an endpoint nobody holds is closed.
+func TestFrontendRoutes(t *testing.T) {
+	endpoint, seed := statetest.Start(t)
+	ctx := context.Background()
+	app := spec.App{Name: "chat", Env: "e", Command: []string{"x"}, Ready: spec.Readiness{Kind: spec.ReadyOutput, Phrase: "up"},
+		Ports: []spec.Port{{Port: 6379}}}
+	if err := seed.CreateApp(ctx, app, false); err != nil {
+		t.Fatal(err)
+	}
+	// Two nodes on one machine, each front end on an address of its own.
+	addrs := map[string]string{"n1": "127.0.0.1", "n2": "127.0.0.2"}
+	fes := map[string]*state.Store{}
+	regs := map[string]*prometheus.Registry{}
+	for _, n := range []string{"n1", "n2"} {
+		if _, err := seed.Register(ctx, state.Node{Name: n, Capacity: 8, Frontend: addrs[n]}, 30); err != nil {
+			t.Fatal(err)
+		}
+		st, err := state.Open(ctx, state.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second,
+			EndpointPorts: state.PortRange{Lo: 24100, Hi: 24199}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		wctx, cancel := context.WithCancel(ctx)
+		t.Cleanup(cancel)
+		st.Watch(wctx, slog.New(slog.DiscardHandler))
+		regs[n] = prometheus.NewRegistry()
+		a := &agent{st: st, log: slog.New(slog.DiscardHandler)}
+		r := &router{st: st, node: n, mayWrite: func() error { return nil }, log: a.log}
+		fe := frontend.New(frontend.Config{Listen: addrs[n], HoldTimeout: 5 * time.Second, Metrics: frontend.NewMetrics(regs[n])}, r)
+		go a.runFrontend(wctx, fe, r)
+		fes[n] = st
+	}
+	d, err := fes["n1"].CreatePlaced(ctx, state.Desired{ID: "chat-1", App: "chat", Node: "n1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := d.Endpoint["6379/tcp"]
+	if port < 24100 || port > 24199 {
+		t.Fatalf("endpoint %v; want a port of 24100-24199", d.Endpoint)
+	}
+	running := func(node, addr string) {
+		t.Helper()
+		if err := seed.SetStatus(ctx, d.ID, state.Status{Instance: spec.Instance{Phase: spec.PhaseRunning, Node: node,
+			Ports: map[string]string{"6379/tcp": addr}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	connect := func(via string) (net.Conn, *bufio.Reader) {
+		t.Helper()
+		var c net.Conn
+		var err error
+		// The front ends listen once their view holds the endpoint.
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if c, err = net.Dial("tcp", net.JoinHostPort(addrs[via], strconv.Itoa(port))); err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("the endpoint on %s's front end: %v", via, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		return c, bufio.NewReader(c)
+	}
+	say := func(c net.Conn, r *bufio.Reader, line string) string {
+		t.Helper()
+		if _, err := io.WriteString(c, line+"\n"); err != nil {
+			return "write: " + err.Error()
+		}
+		got, err := r.ReadString('\n')
+		if err != nil {
+			return "read: " + err.Error()
+		}
+		return strings.TrimSpace(got)
+	}
+
+	one := lineServer(t, "on-n1")
+	running("n1", one)
+	for _, via := range []string{"n1", "n2"} {
+		c, r := connect(via)
+		if got := say(c, r, "hi"); got != "on-n1:hi" {
+			t.Errorf("through %s's front end: %q; want on-n1:hi", via, got)
+		}
+	}
+
+	// A migration to n2: suspended with its move, then running there. A
+	// connection made meanwhile waits, and reaches n2.
+	if _, err := seed.RequestMigrate(ctx, d.ID, "n2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := seed.SetSuspended(ctx, d.ID, spec.Suspension{Node: "n1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := seed.Deployment(ctx, d.ID); got.Move == nil || got.Status.Phase != spec.PhaseSuspended {
+		t.Fatalf("the migration's suspend: %+v", got)
+	}
+	two := lineServer(t, "on-n2")
+	go func() {
+		time.Sleep(400 * time.Millisecond)
+		running("n2", two)
+	}()
+	start := time.Now()
+	c, r := connect("n1")
+	if got := say(c, r, "moved"); got != "on-n2:moved" {
+		t.Errorf("during the move: %q after %v; want on-n2:moved once it runs on n2", got, time.Since(start))
+	}
+	if v := testutil.ToFloat64(counterOf(t, regs["n1"], "fogdeploy_frontend_wakes_total")); v != 0 {
+		t.Errorf("a migration's suspend was woken by a connection (wakes %v): the move goes on by itself", v)
+	}
+	if err := seed.CancelSuspend(ctx, d.ID); err != nil { // the move is done
+		t.Fatal(err)
+	}
+
+	// Suspended, no move: the next connection wakes it.
+	if err := seed.SetSuspended(ctx, d.ID, spec.Suspension{Node: "n2"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		// As an agent would: resume it once asked.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			got, err := seed.Deployment(ctx, d.ID)
+			if err == nil && got.Status.Phase == spec.PhasePending && got.Node != "" {
+				running(got.Node, two)
+				return
+			}
+		}
+	}()
+	c, r = connect("n2")
+	if got := say(c, r, "wake"); got != "on-n2:wake" {
+		t.Errorf("a connection to a suspended deployment: %q; want it woken and answered", got)
+	}
+	evs, err := seed.Events(ctx, d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	woken := false
+	for _, e := range evs {
+		woken = woken || e.Reason == "woken"
+	}
+	if !woken {
+		t.Errorf("no woken event among %+v", evs)
+	}
+	if v := testutil.ToFloat64(counterOf(t, regs["n2"], "fogdeploy_frontend_wakes_total")); v != 1 {
+		t.Errorf("fogdeploy_frontend_wakes_total on n2 = %v; want 1", v)
+	}
+
+	// Withdrawn: its endpoint closes.
+	if err := seed.DeleteDeployment(ctx, d.ID); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(addrs["n1"], strconv.Itoa(port)), time.Second)
+		if err != nil {
+			return
+		}
+		c.Close()
+	}
+	t.Errorf("the endpoint of a withdrawn deployment still accepts")
+}
+
+// counterOf is the sum of counter name's series in reg.
+func counterOf(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "sum"})
+	c.Add(sum)
+	return c
+}
