@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Several pop-agents on one machine, as separate processes with distinct
-# node names (node1..nodeN), state directories and API ports (7481..), all
-# against the dev etcd, Ceph and dockerd.
+# node names (node1..nodeN), state directories, API ports (7481..) and
+# front-end addresses (127.0.0.2..: each node's front end accepts every
+# endpoint port of the PoP on its own address, as on separate machines),
+# all against the dev etcd, Ceph and dockerd. An agent already running
+# with other settings (FOGDEPLOY_* of this environment) is started again.
 #   dev-agents.sh up [N] | down | status
 set -euo pipefail
 FD_PROG=dev-agents
@@ -14,19 +17,28 @@ POPAGENT=${POPAGENT:-bin/pop-agent}
 FOGCTL=${FOGCTL:-bin/fogctl}
 
 cmd_up() {
-	local n=${1:-1} i name pid port
+	local n=${1:-1} i name pid port frontend opts
 	[[ $n =~ ^[1-9][0-9]?$ ]] || fd_die "N must be 1-99, not $n"
 	[[ -x $POPAGENT ]] || fd_die "$POPAGENT is missing: run \`make build\` first"
 	mkdir -p "$DIR"
 	for ((i = 1; i <= n; i++)); do
-		name=node$i port=$((7480 + i))
+		name=node$i port=$((7480 + i)) frontend=127.0.0.$((1 + i))
+		# What the agent is started with: the binary and this environment's
+		# settings. One running with others is started again.
+		opts="$(sha256sum "$POPAGENT" | cut -c1-16) $(env | grep '^FOGDEPLOY_' | sort | tr '\n' ' ')"
 		if pid=$(fd_pidfile_pid "$DIR/$name.pid"); then
-			fd_info "$name running (pid $pid, api 127.0.0.1:$port)"
-			continue
+			if [[ $(cat "$DIR/$name.opts" 2>/dev/null) == "$opts" ]]; then
+				fd_info "$name running (pid $pid, api 127.0.0.1:$port, front end $frontend)"
+				continue
+			fi
+			fd_info "$name running with other settings or another build: starting it again"
+			fd_stop_pids 20 "$pid"
 		fi
-		setsid "$POPAGENT" --dev --node "$name" --state-dir "$DEV/nodes/$name" --listen "127.0.0.1:$port" \
+		FOGDEPLOY_FRONTEND_LISTEN=$frontend \
+			setsid "$POPAGENT" --dev --node "$name" --state-dir "$DEV/nodes/$name" --listen "127.0.0.1:$port" \
 			>"$DIR/$name.log" 2>&1 </dev/null &
 		echo $! >"$DIR/$name.pid"
+		printf '%s' "$opts" >"$DIR/$name.opts"
 	done
 	for ((i = 1; i <= n; i++)); do
 		port=$((7480 + i))

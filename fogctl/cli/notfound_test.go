@@ -5,8 +5,8 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/config"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
 	"github.com/fogdeploy/fogdeploy/internal/wire"
@@ -65,7 +65,10 @@ func runOn(endpoint string, l *wire.Layering) func(args ...string) (int, string,
 		var out, errOut bytes.Buffer
 		f := &Factory{In: strings.NewReader(""), Out: &out, ErrOut: &errOut, Global: &GlobalOptions{}}
 		f.State = func(ctx context.Context) (*state.Store, error) {
-			return state.Open(ctx, state.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
+			// As fogctl opens it, from its configuration's defaults.
+			c := config.Default()
+			c.Etcd.Endpoints = []string{endpoint}
+			return state.Open(ctx, wire.StateConfig(c))
 		}
 		if l != nil {
 			f.Layering = func(context.Context) (*wire.Layering, error) { return l, nil }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,7 +44,7 @@ func psRun(ctx context.Context, opts *PsOptions) error {
 		return err
 	}
 	return printOut(opts.F, deps, func(w io.Writer) {
-		fmt.Fprintln(w, "ID\tAPP\tNODE\tPHASE\tMODE\tGEN\tREADY-IN\tADDRESS")
+		fmt.Fprintln(w, "ID\tAPP\tNODE\tPHASE\tMODE\tGEN\tREADY-IN\tENDPOINT\tADDRESS")
 		for _, d := range deps {
 			mode, total := d.Status.Mode, time.Duration(0)
 			if d.Status.Booted {
@@ -64,8 +66,26 @@ func psRun(ctx context.Context, opts *PsOptions) error {
 			if d.Status.Phase != spec.PhaseRunning {
 				ready = "-" // its phases are a suspend's, or a deploy's under way
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.ID, d.App, node, d.Status.Phase, mode, d.Status.Gen,
-				ready, strings.Join(addrs, ","))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", d.ID, d.App, node, d.Status.Phase, mode, d.Status.Gen,
+				ready, endpointColumn(d.Endpoint), strings.Join(addrs, ","))
 		}
 	})
+}
+
+// endpointColumn is a deployment's endpoint ports, ":20417" (or
+// ":20417->6379/tcp,:20418->8080/tcp" for several), "-" for none.
+func endpointColumn(ep map[string]int) string {
+	if len(ep) == 0 {
+		return "-"
+	}
+	if len(ep) == 1 {
+		for _, p := range ep {
+			return fmt.Sprintf(":%d", p)
+		}
+	}
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(ep)) {
+		out = append(out, fmt.Sprintf(":%d->%s", ep[name], name))
+	}
+	return strings.Join(out, ",")
 }

@@ -176,7 +176,7 @@ FOGDEPLOY_TOKEN_FILE).
 	root.AddCommand(envCmd)
 	root.AddGroup(&cobra.Group{ID: "pop", Title: "Point of presence:"})
 	for _, c := range []*cobra.Command{NewCmdNode(f), NewCmdApp(f), NewCmdDeploy(f), NewCmdPs(f, nil), NewCmdUndeploy(f, nil), NewCmdSuspend(f, nil), NewCmdResume(f, nil), NewCmdMigrate(f, nil),
-		NewCmdLogs(f, nil), NewCmdCheckpoint(f), NewCmdPool(f), NewCmdGC(f, nil), NewCmdPop(f)} {
+		NewCmdLogs(f, nil), NewCmdCheckpoint(f), NewCmdPool(f), NewCmdGC(f, nil), NewCmdPop(f), NewCmdEndpoint(f)} {
 		c.GroupID = "pop"
 		root.AddCommand(c)
 	}

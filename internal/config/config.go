@@ -58,7 +58,7 @@ type Agent struct {
 	PoolSize int `yaml:"pool_size"`
 	// SpareSlots is how many spare slots per engine this node keeps:
 	// slots made for no app, which a restore of any app that has no pool
-	// slot free takes (0, the default: none). They count against
+	// slot free takes (default 1; 0: none). They count against
 	// Capacity.
 	SpareSlots int `yaml:"spare_slots"`
 	// SparePorts is how many TCP ports a spare publishes (an app with
@@ -249,7 +249,7 @@ func Default() Config {
 		Docker:   Docker{Host: devenv.DockerHost()},
 		Node:     Node{Name: host, StateDir: filepath.Join(devenv.Dir(), "node", host)},
 		Etcd:     Etcd{Endpoints: []string{devenv.EtcdEndpoint}, DialTimeout: 5 * time.Second},
-		Agent: Agent{Capacity: 8, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: spec.DriverContainer, CRIUDriver: spec.DriverContainer, Recycle: On, PoolAhead: On, RecycleKeep: 2 * time.Minute,
+		Agent: Agent{Capacity: 8, SpareSlots: 1, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: spec.DriverContainer, CRIUDriver: spec.DriverContainer, Recycle: On, PoolAhead: On, RecycleKeep: 2 * time.Minute,
 			BootImage: "fogdeploy/boot:latest", IfBusy: spec.PolicyWait, IfNoEngine: spec.PolicyBoot, CheckpointCache: "4GiB", SpareDisk: "4GiB", Fetch: FetchFirstUse,
 			EnvRead: EnvReadShared, MemoryMerge: MemoryMerge{PagesToScan: DefaultMergePages}, Frontend: Frontend{HoldTimeout: 10 * time.Second}},
 		PoP:    PoP{Frontend: PoPFrontend{Ports: DefaultEndpointPorts}},

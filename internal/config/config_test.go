@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLoadAndValidate(t *testing.T) {
@@ -163,5 +164,44 @@ func TestMemoryMergeConfig(t *testing.T) {
 	c.Agent.MemoryMerge = MemoryMerge{Enabled: true}
 	if err := c.Validate(); err != nil {
 		t.Errorf("pages_to_scan 0 (the kernel's): %v", err)
+	}
+}
+
+// The front end's keys: the PoP's range of endpoint ports and the node's
+// front-end address; a bad value names its key and how to fix it; the
+// address defaults to the advertised API's host.
+func TestFrontendConfig(t *testing.T) {
+	c := Default()
+	if lo, hi, on, err := c.PoP.Frontend.Range(); err != nil || !on || lo != 20000 || hi != 29999 {
+		t.Errorf("default range: %d-%d on %v, %v; want 20000-29999", lo, hi, on, err)
+	}
+	if c.Agent.Frontend.HoldTimeout != 10*time.Second || c.Agent.SpareSlots != 1 {
+		t.Errorf("defaults: hold_timeout %s, spare_slots %d; want 10s and 1", c.Agent.Frontend.HoldTimeout, c.Agent.SpareSlots)
+	}
+	for _, bad := range []string{"", "20000", "30000-20000", "80-90", "20000-70000", "a-b"} {
+		c := Default()
+		c.PoP.Frontend.Ports = bad
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "pop.frontend.ports") || !strings.Contains(err.Error(), "LO-HI") {
+			t.Errorf("pop.frontend.ports %q: %v; want an error naming the key and the form", bad, err)
+		}
+	}
+	c.PoP.Frontend.Ports = "off"
+	if _, _, on, err := c.PoP.Frontend.Range(); on || err != nil {
+		t.Errorf("off: on %v, %v", on, err)
+	}
+	for _, bad := range []Frontend{{Listen: "node1.example"}, {Listen: "10.0.0.1:80"}, {HoldTimeout: -time.Second}, {HoldTimeout: time.Hour}} {
+		c := Default()
+		c.Agent.Frontend = bad
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "agent.frontend.") {
+			t.Errorf("agent.frontend %+v: %v; want an error naming its key", bad, err)
+		}
+	}
+	for _, tc := range []struct{ listen, advertise, want string }{
+		{"", "10.0.0.11:7480", "10.0.0.11"}, {"", "", "127.0.0.1"}, {"", "0.0.0.0:7480", "127.0.0.1"},
+		{"10.0.0.12", "10.0.0.11:7480", "10.0.0.12"}, {"off", "10.0.0.11:7480", ""},
+	} {
+		if got := (Frontend{Listen: tc.listen}).ListenAddress(tc.advertise); got != tc.want {
+			t.Errorf("listen %q with advertise %q: %q; want %q", tc.listen, tc.advertise, got, tc.want)
+		}
 	}
 }

@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -247,5 +250,25 @@ func TestForward(t *testing.T) {
 	_ = cn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := rn.ReadString('\n'); err == nil {
 		t.Errorf("a connection still open after Close")
+	}
+}
+
+// CheckRange refuses a range that overlaps the node's ephemeral ports.
+func TestCheckRange(t *testing.T) {
+	b, err := os.ReadFile(ephemeralPorts)
+	if err != nil {
+		t.Skipf("no %s: %v", ephemeralPorts, err)
+	}
+	var lo, hi int
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckRange(lo-10, lo); err == nil || !strings.Contains(err.Error(), "ephemeral") {
+		t.Errorf("a range ending at the ephemeral ports' first (%d): %v; want refused", lo, err)
+	}
+	if lo > 1100 {
+		if err := CheckRange(1024, lo-1); err != nil {
+			t.Errorf("a range below the ephemeral ports: %v", err)
+		}
 	}
 }

@@ -51,6 +51,19 @@ type pop struct {
 	st     *state.Store
 	agents map[string]*exec.Cmd
 	apis   map[string]string
+	// frontends are the agents' front-end addresses, one per node name
+	// (127.0.1.N: the dev PoP's are 127.0.0.N), kept across restarts.
+	frontends map[string]string
+}
+
+// frontend is node name's front-end address.
+func (p *pop) frontend(name string) string {
+	if a, ok := p.frontends[name]; ok {
+		return a
+	}
+	a := "127.0.1." + strconv.Itoa(len(p.frontends)+1)
+	p.frontends[name] = a
+	return a
 }
 
 // startAgent runs pop-agent NAME as its own process; with token, the hook
@@ -59,7 +72,7 @@ func (p *pop) startAgent(name, token string) {
 	t := p.t
 	port := freePort(t)
 	args := []string{"--node", name, "--state-dir", filepath.Join(p.dir, name), "--listen", "127.0.0.1:" + strconv.Itoa(port)}
-	env := p.env
+	env := append(p.env, "FOGDEPLOY_FRONTEND_LISTEN="+p.frontend(name))
 	if token == "" {
 		args = append(args, "--dev")
 	} else {
@@ -200,8 +213,9 @@ func startPoP(ctx context.Context, t *testing.T, f *deploytest.Fixture, app, dmt
 	// after the cleanup below, which uses it.
 	endpoint, st := statetest.Start(t)
 
-	p := &pop{t: t, bin: bin, dir: dir, st: st, agents: map[string]*exec.Cmd{}, apis: map[string]string{},
-		env: append(os.Environ(), "FOGDEPLOY_ETCD_ENDPOINTS="+endpoint, "FOGDEPLOY_DMTCP_IMAGE="+dmtcpImage,
+	p := &pop{t: t, bin: bin, dir: dir, st: st, agents: map[string]*exec.Cmd{}, apis: map[string]string{}, frontends: map[string]string{},
+		// No spare slots unless a test asks for them (a later value wins).
+		env: append(os.Environ(), "FOGDEPLOY_SPARE_SLOTS=0", "FOGDEPLOY_ETCD_ENDPOINTS="+endpoint, "FOGDEPLOY_DMTCP_IMAGE="+dmtcpImage,
 			"FOGDEPLOY_BOOT_IMAGE=fogdeploy/boot:deploytest",
 			devenv.EnvCephConf+"="+c.Conf, devenv.EnvCephKeyring+"="+c.Keyring, devenv.EnvCephPool+"="+c.Pool,
 			devenv.EnvDockerHost+"="+devenv.Lookup(devenv.EnvDockerHost, devenv.DockerHost()))}

@@ -87,7 +87,10 @@ func newPoP(ctx context.Context, t *testing.T, s *services, nodes ...string) *po
 	p.startEtcd(ctx)
 	p.env = append(append(os.Environ(), s.clientEnv()...), "FOGDEPLOY_CONFIG="+filepath.Join(dir, "fogdeploy.yaml"),
 		"FOGDEPLOY_ETCD_ENDPOINTS="+p.addr, "FOGDEPLOY_BOOT_IMAGE="+bootImage, "FOGDEPLOY_DMTCP_IMAGE=fogdeploy/dmtcp:absent",
-		"GOTRACEBACK=all") // dumpAgents: every goroutine
+		"GOTRACEBACK=all", // dumpAgents: every goroutine
+		// No spare slots and no front end: what these tests break is the
+		// rest (tests/e2e has the front end's).
+		"FOGDEPLOY_SPARE_SLOTS=0", "FOGDEPLOY_FRONTEND_LISTEN=off")
 	t.Cleanup(p.cleanup)
 	for _, n := range nodes {
 		p.startAgent(ctx, n, filepath.Join(dir, n))
