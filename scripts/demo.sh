@@ -10,7 +10,9 @@
 #     baseline), the first deploy (boot, checkpoint, seal, then restore), and
 #     a restore from clones of the checkpoint. Then the same for redis, which
 #     boots in a fraction of a second: restoring it does not pay off.
-#  3. One table with a row per deployment, labelled by what its agent reports
+#  3. One redis deployment reached at its endpoint (the PoP's port of it, on
+#     every node's front end) before and after a migration to another node.
+#  4. One table with a row per deployment, labelled by what its agent reports
 #     it did (status mode, booted, boot_reason), with the per-phase timings,
 #     and per app the speedup of a restore over a plain boot.
 #
@@ -282,6 +284,47 @@ if [[ $(jq --arg a "$MAIN" '[.[] | select(.app == $a and .status.phase == "Runni
 			fd_warn "the restored $MAIN did not answer"
 	fi
 	echo
+fi
+
+# --- the PoP's endpoint: one address for a user, through a migration ---------
+# resp ADDR CMD...: one RESP command to ADDR (host:port), its first line.
+resp() {
+	local addr=$1 line
+	shift
+	exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}" || return 1
+	printf '%s\r\n' "$*" >&3
+	IFS= read -r -t 10 line <&3 || line="(no answer)"
+	exec 3<&-
+	printf '%s' "${line%$'\r'}" | sed 's/^[+$:]//'
+}
+endpoint_demo() {
+	local id port node ep1 ep2 wrote got after moved
+	id=$(jq -r --arg a "$FAST" '[.[] | select(.app == $a and .status.phase == "Running" and .status.mode == "restore")] | last | .id // empty' <<<"$recs")
+	[[ -n $id ]] || return 0
+	port=$("$FOGCTL" ps -o json | jq -r --arg id "$id" '.[] | select(.id == $id) | .endpoint["6379/tcp"] // empty')
+	[[ -n $port ]] || {
+		fd_warn "$id has no endpoint (pop.frontend.ports off?)"
+		return 0
+	}
+	node=$("$FOGCTL" ps -o json | jq -r --arg id "$id" '.[] | select(.id == $id) | .status.node')
+	# Through the front ends of nodes other than the one it runs on.
+	ep1=127.0.0.$((1 + ${node#node} % ${DEMO_NODES:-3} + 1)):$port
+	fd_info "$FAST $id: its endpoint, port $port on every node's front end, before and after a migration"
+	wrote=$(resp "$ep1" SET user alice) || wrote="(refused)"
+	moved=$("$FOGCTL" migrate "$id" -o json 2>/dev/null) || moved='{}'
+	after=$(jq -r '.to // "?"' <<<"$moved")
+	ep2=127.0.0.$((1 + ${node#node})):$port
+	got=$(resp "$ep2" GET user) || got="(refused)"
+	{
+		printf 'WHEN\tRUNS ON\tCLIENT CONNECTS TO\tREQUEST\tANSWER\n'
+		printf 'before the migration\t%s\t%s\tSET user alice\t%s\n' "$node" "$ep1" "$wrote"
+		printf 'after the migration\t%s\t%s\tGET user\t%s\n' "$after" "$ep2" "$got"
+	} | column -t -s $'\t'
+	fd_info "(the migration stopped it for $(jq -r '(.downtime_ns // 0) / 1e6 | floor' <<<"$moved") ms; the endpoint stayed port $port, and a connection made meanwhile waits instead of being refused)"
+	echo
+}
+if $engine; then
+	endpoint_demo
 fi
 
 # --- 4. the table ----------------------------------------------------------

@@ -24,8 +24,8 @@ import (
 // router is the node's frontend.Router: an endpoint port leads to the
 // deployment that holds it, followed in the agent's view (no read of etcd
 // per connection). A Running deployment is dialed where it answers on this
-// node, or through its node's front end; one that moves, resumes or is
-// created waits; a Suspended one is woken (resumed where placement puts
+// node, or through its node's front end; one that moves (from the moment
+// its suspend is asked), resumes or is created waits; a Suspended one is woken (resumed where placement puts
 // it) by the first connection, unless the agent is fenced.
 type router struct {
 	st   *state.Store
@@ -52,7 +52,12 @@ func (r *router) Route(ctx context.Context, port int) (frontend.Target, error) {
 	for {
 		d, err := r.st.Follow(ctx, ep.Deployment, func(d state.Deployment) bool {
 			switch d.Status.Phase {
-			case spec.PhaseRunning, spec.PhaseFailed:
+			case spec.PhaseRunning:
+				// One about to be suspended (a suspend, a migration, a
+				// drain asked) takes no new connection: it would be cut
+				// at the checkpoint. It waits for where it runs next.
+				return !d.Suspend
+			case spec.PhaseFailed:
 				return true
 			case spec.PhaseSuspended:
 				// A migration's suspend goes on to its resume by itself.
