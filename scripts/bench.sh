@@ -102,6 +102,9 @@ e2e_measure TestRequestPathPoP request-path 'request path'
 fd_info "migration under DMTCP and CRIU: a client's downtime, 256 MiB moved, suspended and resumed, and a drain of 8 instances"
 e2e_measure TestMigrateDrainPoP migrate 'migrated|drained|256 MiB'
 
+fd_info "the front end under DMTCP and CRIU: PINGs direct and through the front ends, a wake at the client, a migration and a drain under load"
+e2e_measure TestFrontendPoP frontend 'front end|woken|under load'
+
 fd_info "layering micro-benchmarks (clone, map+mount, import)"
 "$GO" test -tags="${CEPH_TAGS:-pacific}" -count=1 -run '^$' -bench . -benchtime 20x -timeout 10m ./tests/bench/ 2>&1 |
 	tee "$dir/layering.txt" | grep -E '^(Benchmark|ok|FAIL)'

@@ -31,6 +31,12 @@ type Frontend struct {
 	// HoldTimeout bounds how long a connection waits for its instance
 	// while it moves, resumes or is woken (default 10s).
 	HoldTimeout time.Duration `yaml:"hold_timeout"`
+	// MaxHeld bounds the connections held at once (default 1024).
+	MaxHeld int `yaml:"max_held"`
+	// WakesPerSecond bounds how many Suspended deployments connections
+	// may wake through this node, a second (default 5, in bursts of
+	// twice as many): a scan of the PoP's ports does not wake it whole.
+	WakesPerSecond float64 `yaml:"wakes_per_second"`
 }
 
 // DefaultEndpointPorts is pop.frontend.ports' default.
@@ -77,6 +83,12 @@ func (f Frontend) validate() []error {
 	}
 	if f.HoldTimeout < 0 || f.HoldTimeout > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("agent.frontend.hold_timeout %s: give a duration between 0s and 10m, e.g. 10s", f.HoldTimeout))
+	}
+	if f.MaxHeld < 1 || f.MaxHeld > 1<<20 {
+		errs = append(errs, fmt.Errorf("agent.frontend.max_held %d: give how many connections may wait for their deployment at once, 1 to 1048576 (default 1024)", f.MaxHeld))
+	}
+	if f.WakesPerSecond < 0 || f.WakesPerSecond > 10000 {
+		errs = append(errs, fmt.Errorf("agent.frontend.wakes_per_second %v: give 0 (connections wake nothing) to 10000 (default 5)", f.WakesPerSecond))
 	}
 	return errs
 }

@@ -25,9 +25,14 @@ import (
 
 // ErrNoRoute: the endpoint leads nowhere (no deployment holds the port,
 // or it failed), or not within the hold timeout (ErrHoldTimeout too).
+// ErrHeldLimit: the front end holds as many connections as it may.
 var (
 	ErrNoRoute     = errors.New("no route")
 	ErrHoldTimeout = errors.New("hold timeout")
+	ErrHeldLimit   = errors.New("too many connections held")
+	// ErrWakeLimit: the node woke as many suspended deployments as its
+	// rate allows (a Router's answer).
+	ErrWakeLimit = errors.New("too many wakes")
 )
 
 // Target is where a connection to an endpoint goes now.
@@ -55,6 +60,11 @@ type Config struct {
 	HoldTimeout time.Duration
 	// DialTimeout bounds a connection to the target (default 3s).
 	DialTimeout time.Duration
+	// MaxHeld bounds the connections waiting for their route at once
+	// (default 1024): beyond it a connection is closed at once, so that a
+	// flood of connections to deployments that do not run costs the node
+	// a bounded number of goroutines and watches.
+	MaxHeld int
 	Metrics     *Metrics
 	Log         *slog.Logger
 }
@@ -70,6 +80,7 @@ type Frontend struct {
 	mu        sync.Mutex
 	listeners map[int]net.Listener
 	conns     map[net.Conn]struct{}
+	routing   int // connections asking their route now
 	closed    bool
 	wg        sync.WaitGroup
 }
@@ -78,6 +89,9 @@ type Frontend struct {
 func New(cfg Config, r Router) *Frontend {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 3 * time.Second
+	}
+	if cfg.MaxHeld <= 0 {
+		cfg.MaxHeld = 1024
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -214,9 +228,14 @@ func (f *Frontend) handle(c net.Conn, port int) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(f.ctx, f.cfg.HoldTimeout)
 	defer cancel()
+	if !f.beginRoute() {
+		m.failed(ErrHeldLimit)
+		return
+	}
 	m.holding(1)
 	up, t, err := f.connect(ctx, port)
 	m.holding(-1)
+	f.endRoute()
 	if t.Held {
 		m.held(time.Since(start))
 	}
@@ -237,6 +256,23 @@ func (f *Frontend) handle(c net.Conn, port int) {
 	defer m.open(-1)
 	in, out := splice(c, up)
 	m.bytes(in, out)
+}
+
+// beginRoute counts a connection asking its route, unless MaxHeld are.
+func (f *Frontend) beginRoute() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.routing >= f.cfg.MaxHeld {
+		return false
+	}
+	f.routing++
+	return true
+}
+
+func (f *Frontend) endRoute() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.routing--
 }
 
 // connect routes and dials; a dial that fails (the instance moved a

@@ -272,3 +272,47 @@ func TestCheckRange(t *testing.T) {
 		}
 	}
 }
+
+// TestHeldLimit: beyond MaxHeld connections waiting for their route, a
+// connection is closed at once and counted; the held one is forwarded
+// once routed.
+func TestHeldLimit(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	tb := newTable()
+	f := New(Config{Listen: "127.0.0.1", HoldTimeout: 5 * time.Second, MaxHeld: 1, Metrics: NewMetrics(reg)}, tb)
+	t.Cleanup(func() { f.Close() })
+	port := freePorts(t, 1)[0]
+	if errs := f.Sync([]int{port}); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	held, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	// The first is held (routing) before the second arrives.
+	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(f.cfg.Metrics.holding.WithLabelValues(strconv.Itoa(port))) != 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first connection is not held")
+		}
+	}
+	second, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	_ = second.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := second.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("a connection beyond MaxHeld: %v; want it closed at once (EOF)", err)
+	}
+	if v := testutil.ToFloat64(f.cfg.Metrics.failed.WithLabelValues(strconv.Itoa(port), "held-limit")); v != 1 {
+		t.Errorf("failed{reason=held-limit} = %v; want 1", v)
+	}
+	srv, _ := echo(t, "up")
+	tb.set(port, srv)
+	r := bufio.NewReader(held)
+	if got := ask(t, held, r, "late"); got != "up:late" {
+		t.Errorf("the held connection once routed: %q", got)
+	}
+}

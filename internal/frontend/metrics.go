@@ -37,7 +37,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		wakes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fogdeploy_frontend_wakes_total",
 			Help: "Suspended deployments a connection to their endpoint resumed, by endpoint port."}, []string{"endpoint"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fogdeploy_frontend_failed_total",
-			Help: "Connections the front end closed without forwarding them, by endpoint port and reason (no-route, timeout, dial)."}, []string{"endpoint", "reason"}),
+			Help: "Connections the front end closed without forwarding them, by endpoint port and reason (no-route, timeout, dial, held-limit, wake-limit)."}, []string{"endpoint", "reason"}),
 	}
 	reg.MustRegister(m.connections, m.bytes, m.open, m.holding, m.held, m.wakes, m.failed)
 	return m
@@ -99,6 +99,10 @@ func (e endpointMetrics) failed(err error) {
 	switch {
 	case errors.Is(err, ErrHoldTimeout):
 		reason = "timeout"
+	case errors.Is(err, ErrHeldLimit):
+		reason = "held-limit"
+	case errors.Is(err, ErrWakeLimit):
+		reason = "wake-limit"
 	case errors.As(err, &oe):
 		reason = "dial"
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/fogdeploy/fogdeploy/internal/config"
 	"github.com/fogdeploy/fogdeploy/internal/frontend"
@@ -35,7 +36,9 @@ type router struct {
 	eps atomic.Pointer[map[int]state.Endpoint]
 	// mayWrite says why the agent may not write into etcd (fenced), or nil.
 	mayWrite func() error
-	log      *slog.Logger
+	// wakes bounds the wakes this node asks (nil: none at all).
+	wakes *rate.Limiter
+	log   *slog.Logger
 }
 
 // Route implements frontend.Router.
@@ -108,6 +111,10 @@ func (r *router) wake(ctx context.Context, ep state.Endpoint, port int) error {
 	if err := r.mayWrite(); err != nil {
 		return fmt.Errorf("%w: deployment %s is Suspended and this node cannot wake it: %w", frontend.ErrNoRoute, ep.Deployment, err)
 	}
+	if r.wakes == nil || !r.wakes.Allow() {
+		return fmt.Errorf("%w: %w: deployment %s is Suspended, and this node woke as many as agent.frontend.wakes_per_second allows",
+			frontend.ErrNoRoute, frontend.ErrWakeLimit, ep.Deployment)
+	}
 	d, err := r.st.RequestResume(ctx, ep.Deployment, "", nil)
 	if errors.Is(err, state.ErrConflict) {
 		return nil
@@ -124,7 +131,18 @@ func (r *router) wake(ctx context.Context, ep state.Endpoint, port int) error {
 // (pop.frontend.ports or agent.frontend.listen off).
 type frontendSetup struct {
 	listen string
-	cfg    frontend.Config
+	// wakes is agent.frontend.wakes_per_second.
+	wakes float64
+	cfg   frontend.Config
+}
+
+// newRouter is the node's router, its wakes bounded as configured.
+func (a *agent) newRouter() *router {
+	r := &router{st: a.st, node: a.c.Node.Name, mayWrite: a.plane.err, log: a.log}
+	if w := a.frontend.wakes; w > 0 {
+		r.wakes = rate.NewLimiter(rate.Limit(w), max(1, int(2*w)))
+	}
+	return r
 }
 
 // openFrontend checks the front end's configuration against the node:
@@ -139,8 +157,8 @@ func openFrontend(c config.Config, advertise string, reg prometheus.Registerer, 
 	if err := frontend.CheckRange(lo, hi); err != nil {
 		return frontendSetup{}, err
 	}
-	return frontendSetup{listen: listen, cfg: frontend.Config{Listen: listen, HoldTimeout: c.Agent.Frontend.HoldTimeout,
-		Metrics: frontend.NewMetrics(reg), Log: log}}, nil
+	return frontendSetup{listen: listen, wakes: c.Agent.Frontend.WakesPerSecond, cfg: frontend.Config{Listen: listen,
+		HoldTimeout: c.Agent.Frontend.HoldTimeout, MaxHeld: c.Agent.Frontend.MaxHeld, Metrics: frontend.NewMetrics(reg), Log: log}}, nil
 }
 
 // runFrontend keeps the front end listening on every endpoint port of the

@@ -3,6 +3,7 @@ package agent
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/time/rate"
 
 	"github.com/fogdeploy/fogdeploy/internal/frontend"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
@@ -87,7 +89,7 @@ func TestFrontendRoutes(t *testing.T) {
 		st.Watch(wctx, slog.New(slog.DiscardHandler))
 		regs[n] = prometheus.NewRegistry()
 		a := &agent{st: st, log: slog.New(slog.DiscardHandler)}
-		r := &router{st: st, node: n, mayWrite: func() error { return nil }, log: a.log}
+		r := &router{st: st, node: n, mayWrite: func() error { return nil }, log: a.log, wakes: rate.NewLimiter(1, 1)}
 		fe := frontend.New(frontend.Config{Listen: addrs[n], HoldTimeout: 5 * time.Second, Metrics: frontend.NewMetrics(regs[n])}, r)
 		go a.runFrontend(wctx, fe, r)
 		fes[n] = st
@@ -156,6 +158,11 @@ func TestFrontendRoutes(t *testing.T) {
 	if got, _ := seed.Deployment(ctx, d.ID); got.Move == nil || got.Status.Phase != spec.PhaseSuspended {
 		t.Fatalf("the migration's suspend: %+v", got)
 	}
+	mctx, mcancel := context.WithTimeout(ctx, 5*time.Second)
+	if _, err := fes["n1"].Follow(mctx, d.ID, func(d state.Deployment) bool { return d.Status.Phase == spec.PhaseSuspended }); err != nil {
+		t.Fatal(err)
+	}
+	mcancel()
 	two := lineServer(t, "on-n2")
 	go func() {
 		// As the migration's target would: placed there, then running.
@@ -178,6 +185,13 @@ func TestFrontendRoutes(t *testing.T) {
 	if err := seed.SetSuspended(ctx, d.ID, spec.Suspension{Node: "n2"}, nil); err != nil {
 		t.Fatal(err)
 	}
+	// Once n2's view has it Suspended (the line server, unlike an
+	// instance, still answers at its old address).
+	sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+	if _, err := fes["n2"].Follow(sctx, d.ID, func(d state.Deployment) bool { return d.Status.Phase == spec.PhaseSuspended }); err != nil {
+		t.Fatal(err)
+	}
+	scancel()
 	go func() {
 		// As an agent would: resume it once asked.
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
@@ -239,4 +253,36 @@ func counterOf(t *testing.T, reg *prometheus.Registry, name string) prometheus.C
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "sum"})
 	c.Add(sum)
 	return c
+}
+
+// A node whose wakes are spent (or off: agent.frontend.wakes_per_second 0)
+// wakes nothing: the connection is refused with ErrWakeLimit, and the
+// deployment stays Suspended; a fenced node wakes nothing either.
+func TestWakeLimits(t *testing.T) {
+	st := hookStore(t, 8, "chat")
+	ctx := context.Background()
+	if err := st.CreateDeployment(ctx, state.Desired{ID: "chat-9", App: "chat", Node: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetSuspended(ctx, "chat-9", spec.Suspension{Node: "n1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ep := state.Endpoint{Port: 24999, Deployment: "chat-9", Target: "6379/tcp"}
+	off := &router{st: st, node: "n1", mayWrite: func() error { return nil }, log: slog.New(slog.DiscardHandler)}
+	if err := off.wake(ctx, ep, 24999); !errors.Is(err, frontend.ErrWakeLimit) {
+		t.Errorf("wake with wakes off: %v; want ErrWakeLimit", err)
+	}
+	spent := &router{st: st, node: "n1", mayWrite: func() error { return nil }, log: off.log, wakes: rate.NewLimiter(rate.Every(time.Hour), 1)}
+	spent.wakes.Allow()
+	if err := spent.wake(ctx, ep, 24999); !errors.Is(err, frontend.ErrWakeLimit) {
+		t.Errorf("wake with the node's wakes spent: %v; want ErrWakeLimit", err)
+	}
+	fenced := &router{st: st, node: "n1", mayWrite: func() error { return errors.New("fenced: etcd is not the one this node knew") }, log: off.log,
+		wakes: rate.NewLimiter(10, 10)}
+	if err := fenced.wake(ctx, ep, 24999); err == nil || !strings.Contains(err.Error(), "fenced") {
+		t.Errorf("wake by a fenced node: %v; want refused, saying why", err)
+	}
+	if d, _ := st.Deployment(ctx, "chat-9"); d.Status.Phase != spec.PhaseSuspended {
+		t.Errorf("after refused wakes: %s; want still Suspended", d.Status.Phase)
+	}
 }

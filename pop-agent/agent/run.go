@@ -380,7 +380,7 @@ func (a *agent) serve(ctx context.Context, srv *http.Server, ln net.Listener) er
 		loopWG.Go(func() { a.watchIdle(loops) })
 	}
 	if a.frontend.listen != "" {
-		r := &router{st: a.st, node: a.c.Node.Name, mayWrite: a.plane.err, log: a.log}
+		r := a.newRouter()
 		fe := frontend.New(a.frontend.cfg, r)
 		loopWG.Go(func() { a.runFrontend(loops, fe, r) })
 	}

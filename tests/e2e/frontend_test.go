@@ -3,16 +3,21 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/scheduler"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
@@ -57,6 +62,9 @@ func testFrontend(t *testing.T, eng engine.Name) {
 
 	dep := createOn(ctx, t, client, api, app.Name, "n1")
 	port := endpointOf(dep.ID)
+	if out := os.Getenv("FOGDEPLOY_BENCH_OUT"); out != "" {
+		benchFrontend(ctx, t, p, client, api, app.Name, eng, dep.Status.Ports[drivers.PortKey(6379, "tcp")], at("n1", port), at("n2", port), out)
+	}
 	// Through n2's front end, to n1's instance.
 	if got, err := redis(at("n2", port), "SET", "user", "alice"); err != nil || got != "OK" {
 		t.Fatalf("SET through n2's front end: %q, %v", got, err)
@@ -139,7 +147,49 @@ func testFrontend(t *testing.T, eng engine.Name) {
 		t.Errorf("uncordon %s: %d", from, rc)
 	}
 	if d, _ := p.st.Deployment(ctx, dep.ID); d.Status.Phase != spec.PhaseRunning || d.Endpoint["6379/tcp"] != port {
-		t.Errorf("at the end: %s with endpoint %v; want Running at port %d", d.Status.Phase, d.Endpoint, port)
+		t.Errorf("after the drain: %s with endpoint %v; want Running at port %d", d.Status.Phase, d.Endpoint, port)
+	}
+
+	// The agent of a node whose front end forwards an open connection is
+	// killed: the client's connection is closed (not left hanging), the
+	// deployment runs on, and the agent started again forwards anew.
+	d, _ = p.st.Deployment(ctx, dep.ID)
+	fwd := "n1"
+	if d.Status.Node == "n1" {
+		fwd = "n2"
+	}
+	conn, err := net.DialTimeout("tcp", at(fwd, port), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	r := bufio.NewReader(conn)
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := r.ReadString('\n'); err != nil || line != "+PONG\r\n" {
+		t.Fatalf("PING on a kept connection through %s: %q, %v", fwd, line, err)
+	}
+	p.stopAgent(fwd, syscall.SIGKILL)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, _ = conn.Write([]byte("PING\r\n"))
+	if line, err := r.ReadString('\n'); err == nil {
+		t.Errorf("a connection through the front end of a killed agent answered %q; want it closed", line)
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Errorf("a connection through the front end of a killed agent hangs; want it closed")
+	}
+	if got, err := redis(at(d.Status.Node, port), "GET", "user"); err != nil || got != "alice" {
+		t.Errorf("with %s's agent killed, through %s's front end: GET user = %q, %v; want alice", fwd, d.Status.Node, got, err)
+	}
+	startAgain(t, p, fwd)
+	var got string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if got, err = redis(at(fwd, port), "GET", "user"); err == nil {
+			break
+		}
+	}
+	if got != "alice" {
+		t.Errorf("through %s's front end once its agent is started again: GET user = %q, %v; want alice", fwd, got, err)
 	}
 }
 
@@ -172,4 +222,108 @@ func underLoad(ctx context.Context, t *testing.T, addr string, act func()) (fail
 	stop()
 	<-done
 	return failed, slowest
+}
+
+// frontendBench is what TestFrontendPoP measured for make bench: PINGs on
+// 16 kept connections for 3 s, direct to the instance and through the
+// front ends, and a wake at the client against a restore.
+type frontendBench struct {
+	Engine engine.Name `json:"engine"`
+	// RPS and MedianUS by path: direct, local (the front end of the node it
+	// runs on), remote (another node's, which forwards to the local one).
+	RPS      map[string]float64 `json:"rps"`
+	MedianUS map[string]float64 `json:"median_us"`
+	// WakeMS is a connection's first PING answered by a Suspended
+	// deployment; RestoreMS a create's restore of the same app (its
+	// phases), on the same PoP.
+	WakeMS    float64 `json:"wake_ms"`
+	RestoreMS float64 `json:"restore_ms"`
+}
+
+func benchFrontend(ctx context.Context, t *testing.T, p *pop, client *http.Client, api, app string, eng engine.Name, direct, local, remote, out string) {
+	t.Helper()
+	res := frontendBench{Engine: eng, RPS: map[string]float64{}, MedianUS: map[string]float64{}}
+	// Twice each, alternating, the better kept: two shared cores.
+	for range 2 {
+		for _, path := range []struct{ name, addr string }{{"direct", direct}, {"local", local}, {"remote", remote}} {
+			rps, med := pingLoad(ctx, t, path.addr, 16, 3*time.Second)
+			if rps > res.RPS[path.name] {
+				res.RPS[path.name], res.MedianUS[path.name] = rps, float64(med.Microseconds())
+			}
+		}
+	}
+	for _, path := range []string{"local", "remote"} {
+		t.Logf("%s: front end (%s): %.0f requests/s, %.0f%% of direct; median %.0f us, %+.0f us against direct", eng, path,
+			res.RPS[path], 100*res.RPS[path]/res.RPS["direct"], res.MedianUS[path], res.MedianUS[path]-res.MedianUS["direct"])
+	}
+	// A wake at the client against a restore of the same app.
+	d := createOn(ctx, t, client, api, app, "n2")
+	var restore time.Duration
+	for _, ph := range d.Status.Timings {
+		restore += ph.Duration
+	}
+	res.RestoreMS = float64(restore.Microseconds()) / 1000
+	if code, body := lifecycle(t, client, api, d.ID, "suspend", ""); code != http.StatusAccepted {
+		t.Fatalf("suspend: %d %v", code, body)
+	}
+	got, err := p.st.Deployment(ctx, d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if pong, err := testenv.RedisDo(ctx, nil, net.JoinHostPort(p.frontend("n1"), strconv.Itoa(got.Endpoint["6379/tcp"])), "PING"); err != nil || pong != "PONG" {
+		t.Errorf("wake: %q, %v", pong, err)
+	}
+	res.WakeMS = float64(time.Since(start).Microseconds()) / 1000
+	t.Logf("%s: woken at the client in %.0f ms; a restore of the same app %.0f ms (%.1fx)", eng, res.WakeMS, res.RestoreMS, res.WakeMS/res.RestoreMS)
+	if err := p.st.DeleteDeployment(ctx, d.ID); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(filepath.Join(out, "frontend-"+string(eng)+".json"), append(b, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pingLoad runs conns connections to addr, each sending PING after PING
+// for d, and returns the requests per second and the median latency.
+func pingLoad(ctx context.Context, t *testing.T, addr string, conns int, d time.Duration) (float64, time.Duration) {
+	t.Helper()
+	var mu sync.Mutex
+	var lat []time.Duration
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(d)
+	for range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				t.Errorf("dial %s: %v", addr, err)
+				return
+			}
+			defer c.Close()
+			r := bufio.NewReader(c)
+			var mine []time.Duration
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				start := time.Now()
+				if _, err := c.Write([]byte("PING\r\n")); err != nil {
+					break
+				}
+				if line, err := r.ReadString('\n'); err != nil || line != "+PONG\r\n" {
+					break
+				}
+				mine = append(mine, time.Since(start))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if len(lat) == 0 {
+		return 0, 0
+	}
+	slices.Sort(lat)
+	return float64(len(lat)) / d.Seconds(), lat[len(lat)/2]
 }
