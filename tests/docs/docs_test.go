@@ -65,7 +65,7 @@ func configKeys() map[string]bool {
 }
 
 // keyRef is a config key in backticks, maybe with its value: `agent.fetch: sealed`.
-var keyRef = regexp.MustCompile("`((?:ceph|mapper|layering|docker|node|etcd|agent|limits)\\.[a-z_.]+)[`:]")
+var keyRef = regexp.MustCompile("`((?:ceph|mapper|layering|docker|node|etcd|agent|limits|pop)\\.[a-z_.]+)[`:]")
 
 // fileNames are names of that form that are files, not keys.
 var fileNames = []string{"agent.log", "ceph.log", "layering.txt"}
