@@ -49,6 +49,8 @@ const (
 	MetaRestores = "fogdeploy.restores"
 	// MetaNode names the node that made an instance clone or a generation.
 	MetaNode = "fogdeploy.node"
+	// MetaSlot names the slot an instance clone was made for.
+	MetaSlot = "fogdeploy.slot"
 	// MetaEtcd is the etcd revision the node that made an image had seen
 	// when it named the image's owner (a deployment, a generation): the
 	// image's own record that its owner existed then. gc never takes for

@@ -22,9 +22,9 @@ func (d *Deployer) Boot(ctx context.Context, app spec.App, opts Options, reason 
 		return Deployment{}, err
 	}
 	if opts.ID == "" {
-		opts.ID = NewID(app.Name)
+		opts.ID = spec.NewID(app.Name)
 	}
-	if err := ValidateID(opts.ID); err != nil {
+	if err := spec.ValidateID(opts.ID); err != nil {
 		return Deployment{}, err
 	}
 	env, err := d.deps.Envs.Get(ctx, app.Env)

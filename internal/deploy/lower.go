@@ -78,9 +78,9 @@ const LowerIDPrefix = "lower-"
 // lowerID is the lower record and mapping ID of generation gen of app.
 func lowerID(app string, gen int) string {
 	id := LowerIDPrefix + app + "-" + strconv.Itoa(gen)
-	if len(id) > MaxIDLen {
+	if len(id) > spec.MaxIDLen {
 		sum := sha256.Sum256([]byte(id))
-		id = id[:MaxIDLen-9] + "-" + hex.EncodeToString(sum[:4])
+		id = id[:spec.MaxIDLen-9] + "-" + hex.EncodeToString(sum[:4])
 	}
 	return id
 }

@@ -93,9 +93,9 @@ func (d *Deployer) Deploy(ctx context.Context, app spec.App, opts Options) (Depl
 		return Deployment{}, err
 	}
 	if opts.ID == "" {
-		opts.ID = NewID(app.Name)
+		opts.ID = spec.NewID(app.Name)
 	}
-	if err := ValidateID(opts.ID); err != nil {
+	if err := spec.ValidateID(opts.ID); err != nil {
 		return Deployment{}, err
 	}
 	if _, err := d.Load(opts.ID); err == nil {

@@ -38,7 +38,7 @@ var ErrNotPreparable = errors.New("cannot prepare a resume ahead")
 // takes is released with DropPrepared, or at the agent's next start
 // (RecoverSlots: it has no deployment's record here).
 func (d *Deployer) PrepareResume(ctx context.Context, app spec.App, id string, gen int) (_ Slot, err error) {
-	if err := ValidateID(id); err != nil {
+	if err := spec.ValidateID(id); err != nil {
 		return Slot{}, err
 	}
 	if s, ok := d.prepared(id); ok {

@@ -6,16 +6,12 @@ package deploy
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
-	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
 // Deployment is the record of one instance on this node.
@@ -42,27 +38,6 @@ func (d Deployment) Total() time.Duration {
 		t += p.Duration
 	}
 	return t
-}
-
-// NewID returns a fresh deployment ID for app.
-func NewID(app string) string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	if len(app) > MaxIDLen-9 {
-		app = strings.TrimRight(app[:MaxIDLen-9], "-._")
-	}
-	return app + "-" + hex.EncodeToString(b)
-}
-
-// ValidateID checks a deployment ID.
-func ValidateID(id string) error {
-	if err := layering.ValidateName("deployment id", id); err != nil {
-		return fmt.Errorf("%w: %w", err, spec.ErrInvalidSpec)
-	}
-	if len(id) > MaxIDLen {
-		return fmt.Errorf("deployment id %q is longer than %d characters: %w", id, MaxIDLen, spec.ErrInvalidSpec)
-	}
-	return nil
 }
 
 // Logs returns the last n lines of a deployment's output.
@@ -154,7 +129,7 @@ func (d *Deployer) List() ([]Deployment, error) {
 
 // Load reads a deployment record.
 func (d *Deployer) Load(id string) (Deployment, error) {
-	if err := ValidateID(id); err != nil {
+	if err := spec.ValidateID(id); err != nil {
 		return Deployment{}, err
 	}
 	return d.deployments.Load(id)
@@ -200,6 +175,3 @@ func (d *Deployer) create(rec *Deployment) error { return d.deployments.Create(r
 func (d *Deployer) save(rec *Deployment) error { return d.deployments.Save(rec.ID, rec) }
 
 func (d *Deployer) remove(id string) error { return d.deployments.Remove(id) }
-
-// MaxIDLen bounds deployment IDs.
-const MaxIDLen = 40

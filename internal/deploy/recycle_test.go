@@ -113,7 +113,7 @@ func testPoolRecycle(t *testing.T, eng engine.Name, lazy bool) {
 		// would take them for orphans).
 		for _, img := range s.Images {
 			meta, err := f.L.Store.Meta(ctx, img)
-			if err != nil || meta[catalog.MetaDeployment] != "" || meta[deploy.MetaSlot] != s.ID {
+			if err != nil || meta[catalog.MetaDeployment] != "" || meta[catalog.MetaSlot] != s.ID {
 				t.Errorf("round %d: recycled slot's image %s has metadata %v (%v); want slot %s and no deployment", round, img, meta, err, s.ID)
 			}
 		}
@@ -166,7 +166,7 @@ func testPoolRecycle(t *testing.T, eng engine.Name, lazy bool) {
 	}
 	for _, img := range own.Images {
 		meta, err := f.L.Store.Meta(ctx, img)
-		if err != nil || meta[catalog.MetaDeployment] != "" || meta[deploy.MetaSlot] != own.ID {
+		if err != nil || meta[catalog.MetaDeployment] != "" || meta[catalog.MetaSlot] != own.ID {
 			t.Errorf("recycled pool miss's image %s has metadata %v (%v); want slot %s and no deployment", img, meta, err, own.ID)
 		}
 	}

@@ -38,9 +38,9 @@ func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options,
 	}
 	app := restoredSpec(g, current)
 	if opts.ID == "" {
-		opts.ID = NewID(app.Name)
+		opts.ID = spec.NewID(app.Name)
 	}
-	if err := ValidateID(opts.ID); err != nil {
+	if err := spec.ValidateID(opts.ID); err != nil {
 		return Deployment{}, err
 	}
 	if _, err := d.driver(app, g.Engine); err != nil {

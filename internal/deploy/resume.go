@@ -27,7 +27,7 @@ import (
 func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spec.Suspension, opts Options) (_ Deployment, err error) {
 	app = restoredSpec(susp.From, app)
 	app.PostRestore = nil
-	if err := ValidateID(id); err != nil {
+	if err := spec.ValidateID(id); err != nil {
 		return Deployment{}, err
 	}
 	if _, err := d.driver(app, susp.Engine); err != nil {

@@ -18,14 +18,12 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
 // ErrNoSlot: the warm pool has no idle slot for the app's generation.
 var ErrNoSlot = errors.New("no idle slot")
-
-// MetaSlot names the slot an instance clone was made for.
-const MetaSlot = "fogdeploy.slot"
 
 // SlotPhase is where a slot is in its life.
 type SlotPhase string
@@ -99,8 +97,8 @@ type Slot struct {
 func NewSlotID(app string) string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	if len(app) > MaxIDLen-10 {
-		app = strings.TrimRight(app[:MaxIDLen-10], "-._")
+	if len(app) > spec.MaxIDLen-10 {
+		app = strings.TrimRight(app[:spec.MaxIDLen-10], "-._")
 	}
 	return app + "-s" + hex.EncodeToString(b)
 }
@@ -152,7 +150,7 @@ func (d *Deployer) Slots() ([]Slot, error) {
 
 // LoadSlot reads a slot's record (with its claim, as Slots).
 func (d *Deployer) LoadSlot(id string) (Slot, error) {
-	if err := ValidateID(id); err != nil {
+	if err := spec.ValidateID(id); err != nil {
 		return Slot{}, err
 	}
 	s, err := d.slots.Load(id)

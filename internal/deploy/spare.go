@@ -121,7 +121,7 @@ func (d *Deployer) ProvisionSpare(ctx context.Context, eng engine.Name) (_ Slot,
 		return Slot{}, err
 	}
 	st := d.deps.Store
-	meta := map[string]string{MetaSlot: s.ID}
+	meta := map[string]string{catalog.MetaSlot: s.ID}
 	if d.cfg.Node != "" {
 		meta[catalog.MetaNode] = d.cfg.Node
 	}

@@ -202,7 +202,7 @@ func (d *Deployer) cloneSlot(ctx context.Context, s *Slot, src slotSource, env l
 		onCkpt(s, func(img string) error { return st.Create(ctx, img, src.ckptSize) })); err != nil {
 		return err
 	}
-	meta := map[string]string{MetaSlot: s.ID}
+	meta := map[string]string{catalog.MetaSlot: s.ID}
 	if shared {
 		meta[catalog.MetaRestores] = lower.App + "/" + strconv.Itoa(lower.Gen)
 	}

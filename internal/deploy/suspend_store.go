@@ -160,7 +160,7 @@ func (d *Deployer) storeCheckpoint(ctx context.Context, instDir, mid string, mou
 // suspensionMeta names deployment id on a suspension's images (gc keeps
 // them while it exists) and no slot.
 func (d *Deployer) suspensionMeta(id string) map[string]string {
-	return map[string]string{catalog.MetaDeployment: id, MetaSlot: "", catalog.MetaNode: d.cfg.Node}
+	return map[string]string{catalog.MetaDeployment: id, catalog.MetaSlot: "", catalog.MetaNode: d.cfg.Node}
 }
 
 // sealImage tags ref's image with meta (if any), once nothing maps it,

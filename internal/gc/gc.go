@@ -30,7 +30,6 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -344,7 +343,7 @@ func (c Config) clone(ctx context.Context, name string, known, down, desired map
 	} else if err != nil {
 		return nil, err
 	}
-	node, id, slot := info.Meta[catalog.MetaNode], info.Meta[catalog.MetaDeployment], info.Meta[deploy.MetaSlot]
+	node, id, slot := info.Meta[catalog.MetaNode], info.Meta[catalog.MetaDeployment], info.Meta[catalog.MetaSlot]
 	if id == "" && slot != "" {
 		// A warm pool's slot, or the slot a pool hit bound (its clones
 		// keep the slot's name and metadata): while its node is away,

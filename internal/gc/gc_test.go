@@ -15,7 +15,6 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/gc"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
@@ -110,9 +109,9 @@ func testGC(t *testing.T, s layering.Store) {
 	// a pool hit bound (the deployment's status names it) and a Ready
 	// node's slot stay.
 	idleSlot, boundSlot, liveSlot := catalog.InstancePrefix+"s-idle"+sfx+"-env", catalog.InstancePrefix+"s-bound"+sfx+"-env", catalog.InstancePrefix+"s-live"+sfx+"-env"
-	mk(idleSlot, map[string]string{catalog.MetaNode: "gc-n2", deploy.MetaSlot: "s-idle" + sfx})
-	mk(boundSlot, map[string]string{catalog.MetaNode: "gc-n2", deploy.MetaSlot: "s-bound" + sfx})
-	mk(liveSlot, map[string]string{catalog.MetaNode: "gc-n1", deploy.MetaSlot: "s-live" + sfx})
+	mk(idleSlot, map[string]string{catalog.MetaNode: "gc-n2", catalog.MetaSlot: "s-idle" + sfx})
+	mk(boundSlot, map[string]string{catalog.MetaNode: "gc-n2", catalog.MetaSlot: "s-bound" + sfx})
+	mk(liveSlot, map[string]string{catalog.MetaNode: "gc-n1", catalog.MetaSlot: "s-live" + sfx})
 	if err := st.CreateDeployment(ctx, state.Desired{ID: "gc-hit" + sfx, App: app, Node: "gc-n2"}); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +126,7 @@ func testGC(t *testing.T, s layering.Store) {
 	}
 	unsureNode.Close()
 	unsureSlot := catalog.InstancePrefix + "s-unsure" + sfx + "-env"
-	mk(unsureSlot, map[string]string{catalog.MetaNode: "gc-n3", deploy.MetaSlot: "s-unsure" + sfx})
+	mk(unsureSlot, map[string]string{catalog.MetaNode: "gc-n3", catalog.MetaSlot: "s-unsure" + sfx})
 	if err := st.CreateDeployment(ctx, state.Desired{ID: "gc-nostatus" + sfx, App: app, Node: "gc-n3"}); err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +145,7 @@ func testGC(t *testing.T, s layering.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Remove(context.Background(), upper) })
-	_ = s.SetMeta(ctx, upper, map[string]string{catalog.MetaNode: "gc-n1", deploy.MetaSlot: "s-live" + sfx})
+	_ = s.SetMeta(ctx, upper, map[string]string{catalog.MetaNode: "gc-n1", catalog.MetaSlot: "s-live" + sfx})
 	// A throwaway clone that a killed `fogctl env exec` left.
 	execClone := layering.ExecPrefix + "gcenv" + sfx + "-dead"
 	mk(execClone, nil)

@@ -15,7 +15,6 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 )
@@ -69,7 +68,7 @@ func Create(ctx context.Context, st *state.Store, req Request, requester string)
 				"`fogctl node ls` shows each node's engines; install the engine on a node and restart its pop-agent")
 		}
 	}
-	d := state.Desired{ID: deploy.NewID(req.App), App: req.App, Node: req.Node, Requester: requester, Client: req.Client, Labels: req.Labels,
+	d := state.Desired{ID: spec.NewID(req.App), App: req.App, Node: req.Node, Requester: requester, Client: req.Client, Labels: req.Labels,
 		Mode: req.Mode, Created: time.Now().UTC()}
 	return st.CreatePlaced(ctx, d, eligible)
 }

@@ -221,7 +221,7 @@ func (a *agent) measureSoon(ctx context.Context, app spec.App, mode spec.Mode, e
 	if a.d == nil {
 		return
 	}
-	id := deploy.NewID(app.Name)
+	id := spec.NewID(app.Name)
 	if !a.measuring.start(app.Name, id) {
 		return
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/fogdeploy/fogdeploy/internal/apiauth"
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/scheduler"
 	"github.com/fogdeploy/fogdeploy/internal/state"
@@ -367,7 +366,7 @@ func (h *hooks) list(w http.ResponseWriter, r *http.Request, c *apiauth.Client) 
 
 func (h *hooks) get(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
 	id := r.PathValue("id")
-	if err := deploy.ValidateID(id); err != nil {
+	if err := spec.ValidateID(id); err != nil {
 		h.error(w, fieldError("id", err.Error()))
 		return
 	}
@@ -423,7 +422,7 @@ func afterParam(r *http.Request, wait time.Duration) (time.Time, error) {
 
 func (h *hooks) remove(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
 	id := r.PathValue("id")
-	if err := deploy.ValidateID(id); err != nil {
+	if err := spec.ValidateID(id); err != nil {
 		h.error(w, fieldError("id", err.Error()))
 		return
 	}
@@ -442,7 +441,7 @@ func (h *hooks) remove(w http.ResponseWriter, r *http.Request, c *apiauth.Client
 
 func (h *hooks) logs(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
 	id := r.PathValue("id")
-	if err := deploy.ValidateID(id); err != nil {
+	if err := spec.ValidateID(id); err != nil {
 		h.error(w, fieldError("id", err.Error()))
 		return
 	}

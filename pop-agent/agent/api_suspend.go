@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/apiauth"
-	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/scheduler"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
@@ -144,7 +143,7 @@ func (h *hooks) migrate(w http.ResponseWriter, r *http.Request, c *apiauth.Clien
 // lifecycleRequest checks a suspend's or a resume's ID, wait and scope.
 func (h *hooks) lifecycleRequest(w http.ResponseWriter, r *http.Request, c *apiauth.Client) (id string, wait time.Duration, ok bool) {
 	id = r.PathValue("id")
-	if err := deploy.ValidateID(id); err != nil {
+	if err := spec.ValidateID(id); err != nil {
 		h.error(w, fieldError("id", err.Error()))
 		return "", 0, false
 	}
