@@ -6,11 +6,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fogdeploy/fogdeploy/internal/scheduler"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
-	"github.com/fogdeploy/fogdeploy/internal/state"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -58,11 +56,11 @@ func undeployRun(ctx context.Context, opts *UndeployOptions) error {
 		return err
 	}
 	for opts.Wait {
-		r, err := st.Client().Get(ctx, state.Prefix+"status/"+opts.ID, clientv3.WithCountOnly())
+		held, err := st.HasStatus(ctx, opts.ID)
 		if err != nil {
 			return err
 		}
-		if r.Count == 0 {
+		if !held {
 			break
 		}
 		select {

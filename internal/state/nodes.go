@@ -133,6 +133,13 @@ func (s *Store) Register(ctx context.Context, n Node, ttl int) (*concurrency.Ses
 	return sess, nil
 }
 
+// Answers reports whether etcd answers a read (of node name's record:
+// whether it is there does not matter), within ctx.
+func (s *Store) Answers(ctx context.Context, name string) error {
+	_, err := s.cli.Get(ctx, nodeInfoKey(name), clientv3.WithCountOnly())
+	return wrapUnavailable(err)
+}
+
 // Nodes lists the registered nodes, with Ready set from their leases.
 func (s *Store) Nodes(ctx context.Context) ([]Node, error) {
 	r, err := s.cli.Get(ctx, Prefix+"nodes/", clientv3.WithPrefix())

@@ -427,6 +427,16 @@ func (s *Store) Statuses(ctx context.Context) (map[string]Status, error) {
 	return byID, nil
 }
 
+// HasStatus reports whether deployment id still has a status: its agent
+// has not finished undoing it.
+func (s *Store) HasStatus(ctx context.Context, id string) (bool, error) {
+	r, err := s.cli.Get(ctx, statusKey(id), clientv3.WithCountOnly())
+	if err != nil {
+		return false, wrapUnavailable(err)
+	}
+	return r.Count > 0, nil
+}
+
 // SetStatus writes a deployment's status, unless the deployment is gone
 // (then it is not recreated).
 func (s *Store) SetStatus(ctx context.Context, id string, st Status) error {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/fogdeploy/fogdeploy/internal/state"
@@ -81,7 +80,7 @@ func (a *agent) register(ctx context.Context, old *concurrency.Session) (*concur
 		}
 		wait = min(2*wait, 5*time.Second)
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := a.st.Client().Get(pctx, state.Prefix+"nodes/"+a.c.Node.Name+"/info", clientv3.WithCountOnly())
+		err := a.st.Answers(pctx, a.c.Node.Name)
 		cancel()
 		if err != nil {
 			a.log.Debug("etcd still unavailable", "err", err)
