@@ -6,10 +6,7 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-
-	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/state"
@@ -54,9 +51,9 @@ func (a *agent) prepare(ctx context.Context, dsr state.Desired) error {
 }
 
 // dropPrepared releases the resumes prepared here that no migration
-// needs any more (kvs: every deployment's desired record): its deployment
+// needs any more (list: every deployment's desired record): its deployment
 // is gone, or no longer moving here.
-func (a *agent) dropPrepared(ctx context.Context, kvs []*mvccpb.KeyValue) {
+func (a *agent) dropPrepared(ctx context.Context, list []state.Desired) {
 	if a.d == nil { // a plane test's agent, without a deployer
 		return
 	}
@@ -65,11 +62,8 @@ func (a *agent) dropPrepared(ctx context.Context, kvs []*mvccpb.KeyValue) {
 		return
 	}
 	desired := map[string]state.Desired{}
-	for _, kv := range kvs {
-		var dsr state.Desired
-		if json.Unmarshal(kv.Value, &dsr) == nil {
-			desired[dsr.ID] = dsr
-		}
+	for _, dsr := range list {
+		desired[dsr.ID] = dsr
 	}
 	for _, id := range ids {
 		dsr, ok := desired[id]

@@ -5,15 +5,10 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/spec"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fogdeploy/fogdeploy/internal/state"
 )
@@ -30,7 +25,7 @@ import (
 // its app from there, without a read of the cluster first (dispatch).
 func (a *agent) reconcile(ctx context.Context) {
 	for {
-		rev, apps, err := a.resyncWith(ctx, true)
+		list, err := a.resyncWith(ctx, true)
 		if err != nil {
 			wait := 2 * time.Second
 			if errors.Is(err, state.ErrFenced) {
@@ -46,15 +41,14 @@ func (a *agent) reconcile(ctx context.Context) {
 			}
 		}
 		wctx, stopWatch := context.WithCancel(ctx)
-		wch := a.st.Client().Watch(wctx, state.AppsPrefix, clientv3.WithRange(clientv3.GetPrefixRangeEnd(state.DeploymentsPrefix)),
-			clientv3.WithRev(rev+1), clientv3.WithPrevKV())
+		changes := a.st.WatchDesired(wctx, list)
 		tick := time.NewTicker(a.c.Agent.ReconcileInterval)
 	watch:
 		for {
-			var wr clientv3.WatchResponse
+			var batch state.DesiredChanges
 			var ok bool
 			select {
-			case wr, ok = <-wch:
+			case batch, ok = <-changes:
 			case <-tick.C:
 				// Periodically: retry what failed, catch what was missed.
 				if _, err := a.resync(ctx); errors.Is(err, state.ErrFenced) {
@@ -67,46 +61,22 @@ func (a *agent) reconcile(ctx context.Context) {
 			if !ok {
 				break
 			}
-			if err := wr.Err(); err != nil {
-				a.log.Warn("watch", "err", err)
+			if batch.Err != nil {
+				a.log.Warn("watch", "err", batch.Err)
 				break
 			}
 			// An emptied etcd deletes every deployment at once: act on
-			// no deployment's event before etcd is the one this node
+			// no deployment's change before etcd is the one this node
 			// knew. Listing again catches up with what is skipped.
-			if slices.ContainsFunc(wr.Events, isDeployment) {
-				if err := a.plane.check(ctx); err != nil {
-					if !errors.Is(err, state.ErrFenced) {
-						a.log.Warn("checking etcd before acting on its changes; listing again", "err", err)
-					}
-					break
+			if err := a.plane.check(ctx); err != nil {
+				if !errors.Is(err, state.ErrFenced) {
+					a.log.Warn("checking etcd before acting on its changes; listing again", "err", err)
 				}
-				a.plane.seen(state.HeaderOf(&wr.Header))
+				break
 			}
-			for _, ev := range wr.Events {
-				if !isDeployment(ev) {
-					apps.follow(ev)
-					continue
-				}
-				id := strings.TrimPrefix(string(ev.Kv.Key), state.DeploymentsPrefix)
-				switch ev.Type {
-				case clientv3.EventTypePut:
-					var dsr state.Desired
-					if err := json.Unmarshal(ev.Kv.Value, &dsr); err == nil && dsr.Node == a.c.Node.Name {
-						known := apps.created(ev, dsr.App)
-						a.spawn(ctx, id, func(ctx context.Context) { a.deployKnown(ctx, dsr, known) })
-					} else if err == nil && a.preparesHere(dsr) {
-						a.spawn(ctx, id, func(ctx context.Context) { a.prepareResume(ctx, dsr) })
-					}
-				case clientv3.EventTypeDelete:
-					if ev.PrevKv != nil {
-						var dsr state.Desired
-						if err := json.Unmarshal(ev.PrevKv.Value, &dsr); err == nil && dsr.Node != a.c.Node.Name {
-							continue
-						}
-					}
-					a.spawn(ctx, id, func(ctx context.Context) { a.undeploy(ctx, id) })
-				}
+			a.plane.seen(batch.Header)
+			for _, c := range batch.Changes {
+				a.follow(ctx, c)
 			}
 		}
 		tick.Stop()
@@ -117,44 +87,52 @@ func (a *agent) reconcile(ctx context.Context) {
 	}
 }
 
+// follow acts on one change of a deployment's record: deploys one placed
+// here (with its app when the watch knew it at its creation), prepares
+// the resume of one migrating here, undeploys one withdrawn from here (or
+// whose record is unknown).
+func (a *agent) follow(ctx context.Context, c state.DesiredChange) {
+	dsr := c.Desired
+	switch {
+	case c.Invalid:
+	case c.Deleted:
+		if c.Known && dsr.Node != a.c.Node.Name {
+			return
+		}
+		a.spawn(ctx, c.ID, func(ctx context.Context) { a.undeploy(ctx, c.ID) })
+	case dsr.Node == a.c.Node.Name:
+		a.spawn(ctx, c.ID, func(ctx context.Context) { a.deployKnown(ctx, dsr, c.App) })
+	case a.preparesHere(dsr):
+		a.spawn(ctx, c.ID, func(ctx context.Context) { a.prepareResume(ctx, dsr) })
+	}
+}
+
 // resync deploys what is desired here and missing, and undeploys what is
 // here and no longer desired. It returns the etcd revision it saw, or,
 // acting on nothing, an error wrapping state.ErrFenced when etcd is not
 // the one this node knew (an emptied etcd lists no deployment).
 func (a *agent) resync(ctx context.Context) (int64, error) {
-	rev, _, err := a.resyncWith(ctx, false)
-	return rev, err
+	l, err := a.resyncWith(ctx, false)
+	return l.Header.Revision, err
 }
 
-// resyncWith is resync, and, withApps, the apps as of the same revision.
-func (a *agent) resyncWith(ctx context.Context, withApps bool) (int64, appView, error) {
-	ops := []clientv3.Op{clientv3.OpGet(state.DeploymentsPrefix, clientv3.WithPrefix())}
-	if withApps {
-		ops = append(ops, clientv3.OpGet(state.AppsPrefix, clientv3.WithPrefix()))
-	}
-	r, err := a.st.Client().Txn(ctx).Then(ops...).Commit()
+// resyncWith is resync, and, withApps, the apps as of the same revision;
+// it returns what it listed.
+func (a *agent) resyncWith(ctx context.Context, withApps bool) (state.DesiredList, error) {
+	l, err := a.st.ListDesired(ctx, withApps)
 	if err != nil {
-		return 0, nil, err
+		return l, err
 	}
 	// Checked after the list: the list is then no newer than what the
 	// check saw.
 	if err := a.plane.check(ctx); err != nil {
-		return 0, nil, err
+		return l, err
 	}
-	a.plane.seen(state.HeaderOf(r.Header))
-	var apps appView
-	if withApps {
-		apps = newAppView(r.Responses[1].GetResponseRange().Kvs)
-	}
-	kvs := r.Responses[0].GetResponseRange().Kvs
+	a.plane.seen(l.Header)
 	recs := a.records()
-	a.dropPrepared(ctx, kvs)
+	a.dropPrepared(ctx, l.Desired)
 	want := map[string]bool{}
-	for _, kv := range kvs {
-		var dsr state.Desired
-		if json.Unmarshal(kv.Value, &dsr) != nil {
-			continue
-		}
+	for _, dsr := range l.Desired {
 		if dsr.Node == "" && dsr.Move != nil && a.carriesOn(*dsr.Move) {
 			// Suspended on its way: its next step (MoveOn does nothing
 			// if none is due, and one node alone takes it).
@@ -210,7 +188,7 @@ func (a *agent) resyncWith(ctx context.Context, withApps bool) (int64, appView, 
 			}
 		}
 	}
-	return r.Header.Revision, apps, nil
+	return l, nil
 }
 
 // settleHeld undeploys what this node holds and etcd no longer wants here,
