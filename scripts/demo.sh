@@ -294,6 +294,11 @@ resp() {
 	exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}" || return 1
 	printf '%s\r\n' "$*" >&3
 	IFS= read -r -t 10 line <&3 || line="(no answer)"
+	# A bulk string: its length, then the string.
+	case $line in
+	'$-1'*) line="(nil)" ;;
+	'$'[0-9]*) IFS= read -r -t 10 line <&3 || line="(no answer)" ;;
+	esac
 	exec 3<&-
 	printf '%s' "${line%$'\r'}" | sed 's/^[+$:]//'
 }
