@@ -251,7 +251,7 @@ func Default() Config {
 		Etcd:     Etcd{Endpoints: []string{devenv.EtcdEndpoint}, DialTimeout: 5 * time.Second},
 		Agent: Agent{Capacity: 8, SpareSlots: 1, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: spec.DriverContainer, CRIUDriver: spec.DriverContainer, Recycle: On, PoolAhead: On, RecycleKeep: 2 * time.Minute,
 			BootImage: "fogdeploy/boot:latest", IfBusy: spec.PolicyWait, IfNoEngine: spec.PolicyBoot, CheckpointCache: "4GiB", SpareDisk: "4GiB", Fetch: FetchFirstUse,
-			EnvRead: EnvReadShared, MemoryMerge: MemoryMerge{PagesToScan: DefaultMergePages}, Frontend: Frontend{HoldTimeout: 10 * time.Second, MaxHeld: 1024, WakesPerSecond: 5}},
+			EnvRead: EnvReadShared, MemoryMerge: MemoryMerge{PagesToScan: DefaultMergePages}, Frontend: Frontend{HoldTimeout: 10 * time.Second, MaxHeld: 1024, WakesPerSecond: 5, Kernel: On}},
 		PoP:    PoP{Frontend: PoPFrontend{Ports: DefaultEndpointPorts}},
 		Limits: DefaultLimits(),
 	}
@@ -315,7 +315,8 @@ func (c *Config) ApplyEnv() {
 	if v := os.Getenv("FOGDEPLOY_CRIU_DRIVER"); v != "" {
 		c.Agent.CRIUDriver = spec.DriverName(v)
 	}
-	for dst, key := range map[*Switch]string{&c.Agent.Recycle: "FOGDEPLOY_RECYCLE", &c.Agent.PoolAhead: "FOGDEPLOY_POOL_AHEAD"} {
+	for dst, key := range map[*Switch]string{&c.Agent.Recycle: "FOGDEPLOY_RECYCLE", &c.Agent.PoolAhead: "FOGDEPLOY_POOL_AHEAD",
+		&c.Agent.Frontend.Kernel: "FOGDEPLOY_FRONTEND_KERNEL"} {
 		if v := os.Getenv(key); v != "" {
 			dst.parse(v)
 		}
@@ -449,7 +450,7 @@ func (a Agent) validate() []error {
 	if a.CRIUDriver != spec.DriverContainer && a.CRIUDriver != spec.DriverHost {
 		add("agent.criu_driver %q: use container or host", a.CRIUDriver)
 	}
-	for field, s := range map[string]Switch{"agent.recycle": a.Recycle, "agent.pool_ahead": a.PoolAhead} {
+	for field, s := range map[string]Switch{"agent.recycle": a.Recycle, "agent.pool_ahead": a.PoolAhead, "agent.frontend.kernel": a.Frontend.Kernel} {
 		if err := s.check(field); err != nil {
 			errs = append(errs, err)
 		}

@@ -37,6 +37,11 @@ type Frontend struct {
 	// may wake through this node, a second (default 5, in bursts of
 	// twice as many): a scan of the PoP's ports does not wake it whole.
 	WakesPerSecond float64 `yaml:"wakes_per_second"`
+	// Kernel: connections to an endpoint whose instance runs on this node
+	// and takes connections are forwarded by the kernel (a destination NAT
+	// in an nftables table of the front end's), not through the front
+	// end's process (on by default; IPv4 only).
+	Kernel Switch `yaml:"kernel"`
 }
 
 // DefaultEndpointPorts is pop.frontend.ports' default.

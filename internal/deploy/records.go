@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
@@ -55,6 +56,27 @@ func (d *Deployer) Logs(ctx context.Context, id string, n int) ([]string, error)
 	}
 	return dr.Logs(ctx, *rec.Handle, n)
 }
+
+// Targets is, for each TCP port of deployment id, the address and port
+// where the node reaches its app directly (drivers.Targeter); ErrNoTargets
+// for an instance whose driver has none (the host driver's).
+func (d *Deployer) Targets(ctx context.Context, id string) (map[string]netip.AddrPort, error) {
+	rec, err := d.Load(id)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Handle == nil {
+		return nil, fmt.Errorf("deployment %s has no instance yet (phase %s)", id, rec.Phase)
+	}
+	t, ok := d.driverByName(rec.Handle.Driver).(drivers.Targeter)
+	if !ok {
+		return nil, fmt.Errorf("deployment %s: %w", id, ErrNoTargets)
+	}
+	return t.Targets(ctx, *rec.Handle)
+}
+
+// ErrNoTargets: an instance's driver gives no address of its own.
+var ErrNoTargets = errors.New("no address of its own")
 
 // Adopt checks, at start, the deployments a previous run left on the
 // node: a Running one whose instance still runs is kept, and so is one

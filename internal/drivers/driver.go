@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"github.com/fogdeploy/fogdeploy/internal/engine"
@@ -128,6 +129,14 @@ type Exec struct {
 	Env []string
 	// User is the app's user (App.User); "" is root.
 	User string
+}
+
+// Targeter is implemented by drivers whose instances have an address of
+// their own that the node reaches: Targets gives, for each TCP port of h
+// ("6379/tcp"), the address and port that reach the app there without the
+// runtime's published port (a front end's kernel route).
+type Targeter interface {
+	Targets(ctx context.Context, h Handle) (map[string]netip.AddrPort, error)
 }
 
 // Sweeper is implemented by drivers that can find a deployment's instances

@@ -18,6 +18,7 @@ type Metrics struct {
 	held        prometheus.Histogram
 	wakes       *prometheus.CounterVec
 	failed      *prometheus.CounterVec
+	kernel      prometheus.Gauge
 }
 
 // NewMetrics registers a front end's metrics with reg.
@@ -39,7 +40,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fogdeploy_frontend_failed_total",
 			Help: "Connections the front end closed without forwarding them, by endpoint port and reason (no-route, timeout, dial, held-limit, wake-limit)."}, []string{"endpoint", "reason"}),
 	}
-	reg.MustRegister(m.connections, m.bytes, m.open, m.holding, m.held, m.wakes, m.failed)
+	m.kernel = prometheus.NewGauge(prometheus.GaugeOpts{Name: "fogdeploy_frontend_kernel_routes",
+		Help: "Endpoints whose connections the kernel forwards on this node (their instance runs here), not counted in the other front-end metrics."})
+	reg.MustRegister(m.connections, m.bytes, m.open, m.holding, m.held, m.wakes, m.failed, m.kernel)
 	return m
 }
 
@@ -107,4 +110,11 @@ func (e endpointMetrics) failed(err error) {
 		reason = "dial"
 	}
 	e.m.failed.WithLabelValues(e.port, reason).Inc()
+}
+
+// KernelRoutes records how many endpoints the kernel forwards.
+func (m *Metrics) KernelRoutes(n int) {
+	if m != nil {
+		m.kernel.Set(float64(n))
+	}
 }

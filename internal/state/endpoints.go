@@ -197,6 +197,16 @@ func (s *Store) WatchedEndpoints() (eps map[int]Endpoint, changed <-chan struct{
 	return eps, c.changed, true
 }
 
+// WatchedDeployment is deployment id as the view holds it.
+func (s *Store) WatchedDeployment(id string) (Deployment, bool) {
+	c := s.watched.Load()
+	if c == nil {
+		return Deployment{}, false
+	}
+	d, held, _, loaded := c.deployment(id)
+	return d, held && loaded
+}
+
 // WatchedNode is node name's record as the view holds it.
 func (s *Store) WatchedNode(name string) (Node, bool) {
 	c := s.watched.Load()

@@ -45,7 +45,8 @@ type watchCache struct {
 	apps      map[string]spec.App
 	endpoints map[int]bool
 	// changed is closed, and made anew, at each change of a deployment's
-	// record or a node's, and when the view is loaded or unloaded.
+	// record or status or a node's, and when the view is loaded or
+	// unloaded.
 	changed chan struct{}
 	// subs are the followers of each deployment ID, told of each change
 	// of its record or status, and all of them of an unload.
@@ -151,7 +152,7 @@ func (c *watchCache) apply(evs []*clientv3.Event, rev int64) {
 	changed := false
 	for _, ev := range evs {
 		k := string(ev.Kv.Key)
-		if strings.HasPrefix(k, DeploymentsPrefix) || strings.HasPrefix(k, Prefix+"nodes/") {
+		if strings.HasPrefix(k, DeploymentsPrefix) || strings.HasPrefix(k, Prefix+"nodes/") || strings.HasPrefix(k, Prefix+"status/") {
 			changed = true
 		}
 		if ev.Type == clientv3.EventTypeDelete {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/fogdeploy/fogdeploy/internal/config"
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/frontend"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
@@ -133,7 +135,10 @@ type frontendSetup struct {
 	listen string
 	// wakes is agent.frontend.wakes_per_second.
 	wakes float64
-	cfg   frontend.Config
+	// kernel forwards what runs here in the kernel (nil: the listener
+	// forwards everything).
+	kernel frontend.Kernel
+	cfg    frontend.Config
 }
 
 // newRouter is the node's router, its wakes bounded as configured.
@@ -157,14 +162,25 @@ func openFrontend(c config.Config, advertise string, reg prometheus.Registerer, 
 	if err := frontend.CheckRange(lo, hi); err != nil {
 		return frontendSetup{}, err
 	}
-	return frontendSetup{listen: listen, wakes: c.Agent.Frontend.WakesPerSecond, cfg: frontend.Config{Listen: listen,
-		HoldTimeout: c.Agent.Frontend.HoldTimeout, MaxHeld: c.Agent.Frontend.MaxHeld, Metrics: frontend.NewMetrics(reg), Log: log}}, nil
+	fs := frontendSetup{listen: listen, wakes: c.Agent.Frontend.WakesPerSecond, cfg: frontend.Config{Listen: listen,
+		HoldTimeout: c.Agent.Frontend.HoldTimeout, MaxHeld: c.Agent.Frontend.MaxHeld, Metrics: frontend.NewMetrics(reg), Log: log}}
+	if c.Agent.Frontend.Kernel.IsOn() {
+		k, err := frontend.NewNFTables(listen)
+		if err != nil {
+			log.Info("front end: every connection goes through the front end's process", "why", err)
+		} else {
+			fs.kernel = k
+		}
+	}
+	return fs, nil
 }
 
 // runFrontend keeps the front end listening on every endpoint port of the
 // PoP, as the agent's view changes, until ctx ends; it then closes it.
 func (a *agent) runFrontend(ctx context.Context, fe *frontend.Frontend, r *router) {
 	defer fe.Close()
+	kr := newKernelRoutes(a)
+	defer kr.close()
 	failing := map[int]bool{}
 	retry := time.NewTicker(5 * time.Second)
 	defer retry.Stop()
@@ -186,12 +202,85 @@ func (a *agent) runFrontend(ctx context.Context, fe *frontend.Frontend, r *route
 				}
 			}
 			failing = now
+			kr.set(ctx, eps)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-changed:
 		case <-retry.C:
+		}
+	}
+}
+
+// kernelRoutes keeps the kernel's routes of the node's front end: one per
+// endpoint whose deployment runs on this node and takes connections (not
+// about to be suspended), to its instance's own address. Every other
+// endpoint reaches the front end's listener.
+type kernelRoutes struct {
+	a *agent
+	k frontend.Kernel
+	// targets caches each deployment's addresses, by the status they
+	// were read for.
+	targets map[string]kernelTargets
+	routes  int
+}
+
+type kernelTargets struct {
+	updated time.Time
+	t       map[string]netip.AddrPort
+}
+
+func newKernelRoutes(a *agent) *kernelRoutes {
+	return &kernelRoutes{a: a, k: a.frontend.kernel, targets: map[string]kernelTargets{}}
+}
+
+// set makes the kernel's routes those of eps as the view holds them now.
+func (kr *kernelRoutes) set(ctx context.Context, eps map[int]state.Endpoint) {
+	if kr.k == nil || kr.a.d == nil {
+		return
+	}
+	routes := map[int]netip.AddrPort{}
+	seen := map[string]bool{}
+	for port, ep := range eps {
+		d, ok := kr.a.st.WatchedDeployment(ep.Deployment)
+		if !ok || d.Status.Phase != spec.PhaseRunning || d.Status.Node != kr.a.c.Node.Name || d.Suspend {
+			continue
+		}
+		seen[ep.Deployment] = true
+		t, ok := kr.targets[ep.Deployment]
+		if !ok || !t.updated.Equal(d.Status.Updated) {
+			m, err := kr.a.d.Targets(ctx, ep.Deployment)
+			if err != nil && !errors.Is(err, deploy.ErrNoTargets) {
+				kr.a.log.Info("front end: no kernel route; its connections go through the front end's process", "deployment", ep.Deployment, "err", err)
+			}
+			t = kernelTargets{updated: d.Status.Updated, t: m}
+			kr.targets[ep.Deployment] = t
+		}
+		if to, ok := t.t[ep.Target]; ok {
+			routes[port] = to
+		}
+	}
+	for id := range kr.targets {
+		if !seen[id] {
+			delete(kr.targets, id)
+		}
+	}
+	if err := kr.k.Set(routes); err != nil {
+		kr.a.log.Warn("front end: the kernel's routes could not be set; every connection goes through the front end's process", "err", err)
+		_ = kr.k.Close()
+		kr.k = nil
+		return
+	}
+	if kr.a.frontend.cfg.Metrics != nil {
+		kr.a.frontend.cfg.Metrics.KernelRoutes(len(routes))
+	}
+}
+
+func (kr *kernelRoutes) close() {
+	if kr.k != nil {
+		if err := kr.k.Close(); err != nil {
+			kr.a.log.Warn("front end: removing the kernel's routes", "err", err)
 		}
 	}
 }

@@ -6,12 +6,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -62,6 +64,10 @@ func testFrontend(t *testing.T, eng engine.Name) {
 
 	dep := createOn(ctx, t, client, api, app.Name, "n1")
 	port := endpointOf(dep.ID)
+	// The kernel of the node it runs on forwards its endpoint there.
+	if n := kernelRoutes(t, p, "n1"); n != 1 {
+		t.Errorf("n1's kernel routes: %v; want 1 (its endpoint, to the instance that runs there)", n)
+	}
 	if out := os.Getenv("FOGDEPLOY_BENCH_OUT"); out != "" {
 		benchFrontend(ctx, t, p, client, api, app.Name, eng, dep.Status.Ports[drivers.PortKey(6379, "tcp")], at("n1", port), at("n2", port), out)
 	}
@@ -326,4 +332,28 @@ func pingLoad(ctx context.Context, t *testing.T, addr string, conns int, d time.
 	}
 	slices.Sort(lat)
 	return float64(len(lat)) / d.Seconds(), lat[len(lat)/2]
+}
+
+// kernelRoutes is node's fogdeploy_frontend_kernel_routes, once it is not
+// 0 (within 5 s), from its agent's /metrics.
+func kernelRoutes(t *testing.T, p *pop, node string) float64 {
+	t.Helper()
+	v := -1.0
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get("http://" + p.apis[node] + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) == 2 && f[0] == "fogdeploy_frontend_kernel_routes" {
+				v, _ = strconv.ParseFloat(f[1], 64)
+			}
+		}
+		if v > 0 {
+			break
+		}
+	}
+	return v
 }
