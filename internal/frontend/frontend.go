@@ -65,8 +65,8 @@ type Config struct {
 	// flood of connections to deployments that do not run costs the node
 	// a bounded number of goroutines and watches.
 	MaxHeld int
-	Metrics     *Metrics
-	Log         *slog.Logger
+	Metrics *Metrics
+	Log     *slog.Logger
 }
 
 // Frontend accepts and forwards the connections to the PoP's endpoints on
