@@ -223,7 +223,6 @@ type kernelRoutes struct {
 	// targets caches each deployment's addresses, by the status they
 	// were read for.
 	targets map[string]kernelTargets
-	routes  int
 }
 
 type kernelTargets struct {
