@@ -344,21 +344,8 @@ func testGC(t *testing.T, s layering.Store) {
 // has not reached, and still removes an image whose owner it saw removed
 // or that carries no such record.
 func TestGCKeepsWhatEtcdNeverHeld(t *testing.T) {
-	s, err := fakestore.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s, st := rollbackPoP(t, "gc-r1")
 	ctx := context.Background()
-	st := statetest.Store(t)
-	sess, err := st.Register(ctx, state.Node{Name: "gc-r1", Capacity: 4}, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
-	if _, _, err := st.EnsurePoP(ctx); err != nil {
-		t.Fatal(err)
-	}
 	sfx := strconv.FormatInt(time.Now().UnixNano()%1e6, 36)
 	mk := func(name string, meta map[string]string) {
 		t.Helper()
@@ -442,21 +429,8 @@ func TestGCKeepsWhatEtcdNeverHeld(t *testing.T) {
 // would not know it), and removes one made before it; the snapshot is
 // etcd's own, and holds the backup's record.
 func TestGCKeepsWhatTheLastBackupMissed(t *testing.T) {
-	s, err := fakestore.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s, st := rollbackPoP(t, "gc-b1")
 	ctx := context.Background()
-	st := statetest.Store(t)
-	sess, err := st.Register(ctx, state.Node{Name: "gc-b1", Capacity: 4}, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
-	if _, _, err := st.EnsurePoP(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if last, err := st.LastBackup(ctx); err != nil || last != nil {
 		t.Fatalf("LastBackup before any: %+v, %v; want none", last, err)
 	}
@@ -524,4 +498,26 @@ func TestGCKeepsWhatTheLastBackupMissed(t *testing.T) {
 			t.Errorf("after a new backup, %s is still kept: %s", after, it.Reason)
 		}
 	}
+}
+
+// rollbackPoP is a fake pool and an embedded etcd with the PoP's record
+// and node registered, for the rollback tests.
+func rollbackPoP(t *testing.T, node string) (*fakestore.Store, *state.Store) {
+	t.Helper()
+	s, err := fakestore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	st := statetest.Store(t)
+	sess, err := st.Register(ctx, state.Node{Name: node, Capacity: 4}, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	if _, _, err := st.EnsurePoP(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s, st
 }
