@@ -19,6 +19,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/config"
 	hintpkg "github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/placement"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/version"
 	"github.com/fogdeploy/fogdeploy/internal/wire"
@@ -284,7 +285,7 @@ func exitCode(err error, ctx context.Context) int {
 		errors.Is(err, layering.ErrBusy), errors.Is(err, layering.ErrTooDeep), errors.Is(err, layering.ErrConflict),
 		errors.Is(err, state.ErrExists), errors.Is(err, state.ErrInUse), errors.Is(err, state.ErrConflict):
 		return ExitConflict
-	case cause == state.CauseUnavailable, errors.Is(err, state.ErrNoNode):
+	case cause == state.CauseUnavailable, errors.Is(err, placement.ErrNoNode):
 		return ExitUnavailable
 	}
 	return ExitError

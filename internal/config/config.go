@@ -20,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fogdeploy/fogdeploy/internal/devenv"
+	"github.com/fogdeploy/fogdeploy/internal/placement"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -252,7 +253,7 @@ func Default() Config {
 		Agent: Agent{Capacity: 8, SpareSlots: 1, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: spec.DriverContainer, CRIUDriver: spec.DriverContainer, Recycle: On, PoolAhead: On, RecycleKeep: 2 * time.Minute,
 			BootImage: "fogdeploy/boot:latest", IfBusy: spec.PolicyWait, IfNoEngine: spec.PolicyBoot, CheckpointCache: "4GiB", SpareDisk: "4GiB", Fetch: FetchFirstUse,
 			EnvRead: EnvReadShared, MemoryMerge: MemoryMerge{PagesToScan: DefaultMergePages}, Frontend: Frontend{HoldTimeout: 10 * time.Second, MaxHeld: 1024, WakesPerSecond: 5, Kernel: On}},
-		PoP:    PoP{Frontend: PoPFrontend{Ports: DefaultEndpointPorts}},
+		PoP:    PoP{Frontend: PoPFrontend{Ports: DefaultEndpointPorts}, Placement: placement.NameLocality},
 		Limits: DefaultLimits(),
 	}
 }
@@ -355,6 +356,10 @@ func (c Config) Validate() error {
 	errs = append(errs, c.Agent.validate()...)
 	if _, _, _, err := c.PoP.Frontend.Range(); err != nil {
 		errs = append(errs, err)
+	}
+	if _, ok := placement.ByName(c.PoP.Placement); !ok {
+		add("pop.placement %q: use %s (a node with the app's pool slots, its checkpoint or a spare slot first, then room) or %s (room alone)",
+			c.PoP.Placement, placement.NameLocality, placement.NameSpread)
 	}
 	if c.Docker.Host != "" && !strings.Contains(c.Docker.Host, "://") {
 		add("docker.host %q: give a URL such as unix:///var/run/docker.sock", c.Docker.Host)

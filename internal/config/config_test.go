@@ -205,3 +205,19 @@ func TestFrontendConfig(t *testing.T) {
 		}
 	}
 }
+
+// pop.placement names a policy: locality (the default) or spread.
+func TestPlacementConfig(t *testing.T) {
+	c := Default()
+	if c.PoP.Placement != "locality" {
+		t.Errorf("default pop.placement %q; want locality", c.PoP.Placement)
+	}
+	c.PoP.Placement = "spread"
+	if err := c.Validate(); err != nil {
+		t.Errorf("spread: %v", err)
+	}
+	c.PoP.Placement = "random"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "pop.placement") {
+		t.Errorf("pop.placement random: %v; want an error naming the key", err)
+	}
+}

@@ -11,6 +11,10 @@ import (
 // PoP holds what every node of a PoP, and fogctl, must be given alike.
 type PoP struct {
 	Frontend PoPFrontend `yaml:"frontend"`
+	// Placement names the policy that places deployments:
+	// locality (the default: a node with the app's pool slots, its
+	// checkpoint, a spare slot, then room) or spread (room alone).
+	Placement string `yaml:"placement"`
 }
 
 // PoPFrontend is the PoP's front end as a whole: where each deployment's

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/catalog"
+	"github.com/fogdeploy/fogdeploy/internal/placement"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 
@@ -64,7 +65,7 @@ func Create(ctx context.Context, st *state.Store, req Request, requester string)
 			return state.Desired{}, err
 		}
 		if !slices.ContainsFunc(nodes, eligible) {
-			return state.Desired{}, hint.With(fmt.Errorf("app %s: %w: no node has the %s engine", req.App, state.ErrNoNode, eng),
+			return state.Desired{}, hint.With(fmt.Errorf("app %s: %w: no node has the %s engine", req.App, placement.ErrNoNode, eng),
 				"`fogctl node ls` shows each node's engines; install the engine on a node and restart its pop-agent")
 		}
 	}

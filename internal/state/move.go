@@ -87,7 +87,7 @@ func (s *Store) likelyTarget(ctx context.Context, d Deployment) string {
 	if err != nil {
 		return ""
 	}
-	pl, err := place(v, Desired{App: d.App}, func(n Node) bool { return n.Name != d.Node })
+	pl, err := s.place(v, Desired{App: d.App}, func(n Node) bool { return n.Name != d.Node })
 	if err != nil {
 		return ""
 	}

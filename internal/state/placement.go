@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sort"
 	"strings"
 	"time"
 
@@ -14,15 +13,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/placement"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
-
-// ErrNoNode: no ready node can take the deployment.
-var ErrNoNode = errors.New("no node available")
-
-// ErrFull: a node already has as many deployments as its capacity. The
-// errors that wrap it also wrap ErrNoNode.
-var ErrFull = errors.New("at capacity")
 
 // ErrContended: CreatePlaced lost the race for its node to concurrent
 // deploys placeAttempts times in a row. Deploying again can work.
@@ -32,166 +25,27 @@ var ErrContended = errors.New("placement contended")
 // commits when concurrent deploys keep taking the node it chose.
 const placeAttempts = 16
 
-// capacityOf is the number of instances n takes (at least one).
-func capacityOf(n Node) int {
-	if n.Capacity <= 0 {
-		return 1
-	}
-	return n.Capacity
-}
-
-// Score rates a node for one more instance of app: its free capacity (in
-// percent), minus a penalty per instance of the same app already there so
-// that an app spreads over the PoP (the score may go below zero). ok is
-// false when the node is full. Locality (idle pool slots, a local copy of
-// the checkpoint) ranks before it (Place).
-func Score(n Node, deps []Deployment, app string) (score float64, ok bool) {
-	total, same := 0, 0
-	for _, d := range deps {
-		if d.Node != n.Name {
-			continue
-		}
-		total++
-		if d.App == app {
-			same++
-		}
-	}
-	capacity := capacityOf(n)
-	if total >= capacity {
-		return 0, false
-	}
-	return 100*float64(capacity-total)/float64(capacity) - 25*float64(same), true
-}
-
-// Placement is where a deployment goes and why.
-type Placement struct {
-	Node string
-	// Reason says why: "requested", "pool: ...", "local: ..." or
-	// "capacity: ...".
-	Reason string
-}
-
-// Place picks, among the ready nodes that have room and are neither fenced
-// (Node.Fence) nor cordoned (Node.Cordon), by locality (paper 002): first a node with an idle
-// warm-pool slot of app (the most idle slots first), then a node that
-// holds the app's newest generation's checkpoint (its restore fetches
-// nothing; one with an idle spare slot too first), then a node with an
-// idle spare slot (its restore makes no slot), then the one with the best
-// Score (ties: the lexically first).
-// loc maps a node to what it holds of app (Localities). It returns
-// ErrNoNode when every node is NotReady, fenced or full, also wrapping
-// ErrFull when some node is ready (and so every ready one full).
-func Place(nodes []Node, deps []Deployment, app string, loc map[string]Locality) (Placement, error) {
-	type cand struct {
-		name  string
-		loc   Locality
-		score float64
-	}
-	var cs []cand
-	ready, capacity, fenced, cordoned := 0, 0, 0, 0
+// candidates are nodes as the policy knows them, for one more instance of
+// app: their deployments counted from deps, what they hold of app from
+// loc.
+func candidates(nodes []Node, deps []Deployment, app string, loc map[string]placement.Locality) []placement.Node {
+	out := make([]placement.Node, 0, len(nodes))
 	for _, n := range nodes {
-		if !n.Ready {
-			continue
-		}
-		if n.Fence() != "" {
-			fenced++ // its agent acts on nothing: a deployment there would wait
-			continue
-		}
+		c := placement.Node{Name: n.Name, Capacity: n.Capacity, Ready: n.Ready, Fenced: n.Fence(), Locality: loc[n.Name]}
 		if n.Cordon != nil {
-			cordoned++ // an operator keeps new work off it
-			continue
+			c.Cordoned = n.Cordon.Describe()
 		}
-		ready++
-		capacity += capacityOf(n)
-		if s, ok := Score(n, deps, app); ok {
-			cs = append(cs, cand{n.Name, loc[n.Name], s})
-		}
-	}
-	if ready == 0 && fenced > 0 {
-		return Placement{}, hint.With(fmt.Errorf("app %s: %w (%d node(s) registered, %d of them ready but fenced: their etcd is not the one they knew)", app, ErrNoNode, len(nodes), fenced),
-			"`fogctl node ls` says why each node is fenced")
-	}
-	if ready == 0 && cordoned > 0 {
-		return Placement{}, hint.With(fmt.Errorf("app %s: %w (%d node(s) registered, every ready one cordoned or fenced: %d cordoned)", app, ErrNoNode, len(nodes), cordoned),
-			"`fogctl node uncordon NODE` lets a node take deployments again; `fogctl node ls` shows the nodes")
-	}
-	if ready == 0 {
-		return Placement{}, hint.With(fmt.Errorf("app %s: %w (%d node(s) registered, none ready)", app, ErrNoNode, len(nodes)),
-			"`fogctl node ls` shows the nodes; start a pop-agent")
-	}
-	if len(cs) == 0 {
-		return Placement{}, hint.With(fmt.Errorf("app %s: %w: every ready node is %w (%d of %d registered node(s) ready, capacity %d in all)",
-			app, ErrNoNode, ErrFull, ready, len(nodes), capacity),
-			"`fogctl ps` lists the deployments: undeploy one with `fogctl undeploy ID`, or start a pop-agent on another node")
-	}
-	sort.SliceStable(cs, func(i, j int) bool {
-		a, b := cs[i], cs[j]
-		if (a.loc.Idle > 0) != (b.loc.Idle > 0) {
-			return a.loc.Idle > 0
-		}
-		if a.loc.Idle != b.loc.Idle {
-			return a.loc.Idle > b.loc.Idle
-		}
-		if a.loc.Local != b.loc.Local {
-			return a.loc.Local
-		}
-		if a.loc.Spare != b.loc.Spare {
-			return a.loc.Spare
-		}
-		if a.score != b.score {
-			return a.score > b.score
-		}
-		return a.name < b.name
-	})
-	c := cs[0]
-	switch {
-	case c.loc.Idle > 0:
-		return Placement{Node: c.name, Reason: fmt.Sprintf("pool: %d idle slot(s) of %s on %s", c.loc.Idle, app, c.name)}, nil
-	case c.loc.Local && c.loc.Spare:
-		return Placement{Node: c.name, Reason: fmt.Sprintf("local: no node has an idle pool slot of %s; %s holds its checkpoint and an idle spare slot (score %.0f)", app, c.name, c.score)}, nil
-	case c.loc.Local:
-		return Placement{Node: c.name, Reason: fmt.Sprintf("local: no node has an idle pool slot of %s; %s holds its checkpoint (score %.0f)", app, c.name, c.score)}, nil
-	case c.loc.Spare:
-		return Placement{Node: c.name, Reason: fmt.Sprintf("spare: no node has an idle pool slot or the checkpoint of %s; %s has an idle spare slot (score %.0f)", app, c.name, c.score)}, nil
-	}
-	return Placement{Node: c.name, Reason: fmt.Sprintf("capacity: no node has an idle pool slot or the checkpoint of %s; %s has the most room (score %.0f)", app, c.name, c.score)}, nil
-}
-
-// Choose returns node when it is registered, Ready and has room for one
-// more instance of app, or, when node is "", the node Place picks. A full
-// node is refused with an error wrapping ErrFull and ErrNoNode.
-func Choose(nodes []Node, deps []Deployment, app, node string, loc map[string]Locality) (Placement, error) {
-	if node == "" {
-		return Place(nodes, deps, app, loc)
-	}
-	for _, n := range nodes {
-		if n.Name != node {
-			continue
-		}
-		if !n.Ready {
-			return Placement{}, fmt.Errorf("node %s is NotReady: %w", node, ErrNoNode)
-		}
-		if n.Fence() != "" {
-			return Placement{}, hint.With(fmt.Errorf("node %s is fenced (its etcd is not the one it knew), and deploys nothing: %w", node, ErrNoNode),
-				"`fogctl node ls` says why, and what to do")
-		}
-		if n.Cordon != nil {
-			return Placement{}, hint.With(fmt.Errorf("node %s is cordoned %s, and takes no new deployment: %w", node, n.Cordon.Describe(), ErrNoNode),
-				"`fogctl node uncordon "+node+"` lets it take deployments again, or deploy without --node")
-		}
-		if _, ok := Score(n, deps, app); !ok {
-			total := 0
-			for _, d := range deps {
-				if d.Node == node {
-					total++
+		for _, d := range deps {
+			if d.Node == n.Name {
+				c.Held++
+				if d.App == app {
+					c.Same++
 				}
 			}
-			return Placement{}, hint.With(fmt.Errorf("app %s: %w: node %s is %w (%d deployment(s), capacity %d)", app, ErrNoNode, node, ErrFull, total, capacityOf(n)),
-				"undeploy an instance on "+node+" (`fogctl ps` lists them), or deploy without --node to let the PoP place it")
 		}
-		return Placement{Node: node, Reason: "requested: --node " + node}, nil
+		out = append(out, c)
 	}
-	return Placement{}, nodeNotFound(node)
+	return out
 }
 
 // placementKey changes (its value: the last deployment recorded on node)
@@ -320,13 +174,13 @@ func (s *Store) CreatePlaced(ctx context.Context, d Desired, eligible func(Node)
 				return Desired{}, err
 			}
 		}
-		pl, err := place(v, d, eligible)
+		pl, err := s.place(v, d, eligible)
 		if err != nil && cached {
 			// The view may be behind: a refusal reads etcd first.
 			if v, err = s.readPlacement(ctx); err != nil {
 				return Desired{}, err
 			}
-			pl, err = place(v, d, eligible)
+			pl, err = s.place(v, d, eligible)
 		}
 		if err != nil {
 			// An unknown app is the first thing to say.
@@ -362,8 +216,9 @@ func (s *Store) cachedPlacement(attempt int) (placementView, bool) {
 	return c.view()
 }
 
-// place chooses d's node in v among the nodes eligible accepts (nil: all).
-func place(v placementView, d Desired, eligible func(Node) bool) (Placement, error) {
+// place chooses d's node in v among the nodes eligible accepts (nil: all),
+// by the store's policy.
+func (s *Store) place(v placementView, d Desired, eligible func(Node) bool) (placement.Decision, error) {
 	nodes := v.nodes
 	if eligible != nil {
 		nodes = nil
@@ -373,7 +228,7 @@ func place(v placementView, d Desired, eligible func(Node) bool) (Placement, err
 			}
 		}
 	}
-	return Choose(nodes, v.deps, d.App, d.Node, Localities(v.pools, d.App))
+	return placement.Choose(s.policy, d.App, d.Node, candidates(nodes, v.deps, d.App, Localities(v.pools, d.App)), nodeNotFound)
 }
 
 // commitDeployment writes d, its Pending status and d's placement key if

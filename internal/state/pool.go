@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/fogdeploy/fogdeploy/internal/placement"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
@@ -72,22 +73,10 @@ func (s *Store) Pools(ctx context.Context, node string) ([]Pool, error) {
 	return listJSON[Pool](ctx, s.cli, p)
 }
 
-// Locality is what a node holds of an app ahead of its deploys.
-type Locality struct {
-	// Idle is its idle warm-pool slots of the app.
-	Idle int
-	// Local: it holds the app's newest generation's checkpoint.
-	Local bool
-	// Spare: it has an idle spare slot (made for no app), which a
-	// restore of an app that fits one attaches instead of provisioning a
-	// slot (of either engine: placement does not know the app's).
-	Spare bool
-}
-
 // Localities maps each node to what it holds of app, and to whether it
 // has an idle spare slot (the pool of spec.SpareApp).
-func Localities(pools []Pool, app string) map[string]Locality {
-	out := map[string]Locality{}
+func Localities(pools []Pool, app string) map[string]placement.Locality {
+	out := map[string]placement.Locality{}
 	for _, p := range pools {
 		if p.App != app && (p.App != spec.SpareApp || p.Idle == 0) {
 			continue

@@ -94,22 +94,6 @@ func TestPoPRecord(t *testing.T) {
 	}
 }
 
-// Placement skips a fenced node (its agent deploys nothing), and refuses
-// one pinned with --node.
-func TestPlaceSkipsFenced(t *testing.T) {
-	fenced := state.Node{Name: "a", Capacity: 8, Ready: true, Problems: map[string]string{state.ProblemControlPlane: "fenced"}}
-	ok := state.Node{Name: "b", Capacity: 1, Ready: true}
-	if p, err := state.Place([]state.Node{fenced, ok}, nil, "web", nil); err != nil || p.Node != "b" {
-		t.Errorf("Place = %+v, %v; want b (a is fenced)", p, err)
-	}
-	if _, err := state.Place([]state.Node{fenced}, nil, "web", nil); !errors.Is(err, state.ErrNoNode) || !strings.Contains(err.Error(), "fenced") {
-		t.Errorf("Place on fenced nodes only = %v; want ErrNoNode saying they are fenced", err)
-	}
-	if _, err := state.Choose([]state.Node{fenced, ok}, nil, "web", "a", nil); !errors.Is(err, state.ErrNoNode) || !strings.Contains(err.Error(), "node a is fenced") {
-		t.Errorf("Choose a (fenced) = %v; want ErrNoNode", err)
-	}
-}
-
 // The embedded etcd serves a loopback address as it is, and any other
 // only with TLS and client certificate authentication.
 func TestCheckEmbedded(t *testing.T) {

@@ -33,6 +33,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/adaptive"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/placement"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -67,6 +68,9 @@ type Config struct {
 	// EndpointPorts is the PoP's range of endpoint ports
 	// (pop.frontend.ports; zero: deployments get no endpoint).
 	EndpointPorts PortRange `yaml:"-"`
+	// Policy places deployments (pop.placement; nil: the PoP's default,
+	// placement.LocalityFirst).
+	Policy placement.Policy `yaml:"-"`
 }
 
 // Validate reports every problem at once.
@@ -94,6 +98,8 @@ type Store struct {
 	watched atomic.Pointer[watchCache]
 	// endpoints is the range creates take endpoint ports from.
 	endpoints PortRange
+	// policy places deployments (placement.LocalityFirst unless told).
+	policy placement.Policy
 }
 
 // Open connects to etcd and checks that it answers.
@@ -148,7 +154,11 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		return nil, hint.With(fmt.Errorf("etcd at %s: %w (%w)", strings.Join(c.Endpoints, ","), ErrUnavailable, err),
 			"start the dev etcd with `make dev-up`, or set etcd.endpoints (FOGDEPLOY_ETCD_ENDPOINTS)")
 	}
-	return &Store{cli: cli, endpoints: c.EndpointPorts}, nil
+	policy := c.Policy
+	if policy == nil {
+		policy = placement.LocalityFirst{}
+	}
+	return &Store{cli: cli, endpoints: c.EndpointPorts, policy: policy}, nil
 }
 
 // Close releases the connection.

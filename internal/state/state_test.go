@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/placement"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
@@ -204,98 +204,14 @@ func TestLockCheckpoint(t *testing.T) {
 	}
 }
 
-func TestPlace(t *testing.T) {
-	nodes := []state.Node{{Name: "a", Capacity: 4, Ready: true}, {Name: "b", Capacity: 4, Ready: true}, {Name: "c", Capacity: 4}}
-	var deps []state.Deployment
-	counts := map[string]int{}
-	for i := range 6 {
-		pl, err := state.Place(nodes, deps, "web", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := pl.Node
-		counts[n]++
-		deps = append(deps, state.Deployment{Desired: state.Desired{ID: strconv.Itoa(i), App: "web", Node: n}})
-	}
-	if counts["a"] != 3 || counts["b"] != 3 || counts["c"] != 0 {
-		t.Errorf("placement = %v; want 3/3 and nothing on the NotReady node", counts)
-	}
-	// Full nodes take nothing.
-	deps = append(deps, state.Deployment{Desired: state.Desired{ID: "x", App: "db", Node: "a"}}, state.Deployment{Desired: state.Desired{ID: "y", App: "db", Node: "b"}})
-	if _, err := state.Place(nodes, deps, "web", nil); !errors.Is(err, state.ErrNoNode) {
-		t.Errorf("place on full nodes = %v; want ErrNoNode", err)
-	}
-	// A lone node takes instances of one app up to its capacity, however
-	// low the spreading penalty brings its score.
-	one := []state.Node{{Name: "solo", Capacity: 8, Ready: true}}
-	deps = nil
-	for i := range 8 {
-		if _, err := state.Place(one, deps, "web", nil); err != nil {
-			t.Fatalf("instance %d on a node with capacity 8: %v", i+1, err)
-		}
-		deps = append(deps, state.Deployment{Desired: state.Desired{ID: strconv.Itoa(i), App: "web", Node: "solo"}})
-	}
-	if _, err := state.Place(one, deps, "web", nil); !errors.Is(err, state.ErrNoNode) {
-		t.Errorf("a 9th instance on a node with capacity 8 = %v; want ErrNoNode", err)
-	}
-}
-
-// TestPlacePrefersPoolSlot: a node with an idle pool slot of the app wins
-// over one with more room, and the placement says why; a full node's pool
-// does not make it take more than its capacity.
-func TestPlacePrefersPoolSlot(t *testing.T) {
-	nodes := []state.Node{{Name: "a", Capacity: 4, Ready: true}, {Name: "b", Capacity: 4, Ready: true}, {Name: "c", Capacity: 4, Ready: true}}
-	deps := []state.Deployment{
-		{Desired: state.Desired{ID: "1", App: "db", Node: "c"}}, {Desired: state.Desired{ID: "2", App: "db", Node: "c"}},
-	}
-	pl, err := state.Place(nodes, deps, "web", map[string]state.Locality{"c": {Idle: 1}, "a": {Local: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pl.Node != "c" || !strings.HasPrefix(pl.Reason, "pool:") {
-		t.Errorf("placement = %+v; want node c (its idle pool slot), with a pool reason", pl)
-	}
-	pl, err = state.Place(nodes, deps, "web", map[string]state.Locality{"b": {Idle: 1}, "c": {Idle: 2}})
-	if err != nil || pl.Node != "c" {
-		t.Errorf("placement = %+v, %v; want c, the node with the most idle slots", pl, err)
-	}
-	pl, err = state.Place(nodes, deps, "web", nil)
-	if err != nil || pl.Node != "a" || !strings.HasPrefix(pl.Reason, "capacity:") {
-		t.Errorf("placement without pools = %+v, %v; want a by capacity", pl, err)
-	}
-	// Without idle slots, a node that holds the checkpoint wins over one
-	// with more room.
-	pl, err = state.Place(nodes, deps, "web", map[string]state.Locality{"c": {Local: true}, "b": {Local: false}})
-	if err != nil || pl.Node != "c" || !strings.HasPrefix(pl.Reason, "local:") {
-		t.Errorf("placement with c holding the checkpoint = %+v, %v; want c, with a local reason", pl, err)
-	}
+// Localities: what each node holds of an app, from the pools the agents
+// report: its idle slots, its checkpoint, an idle spare slot (of no app).
+func TestLocalities(t *testing.T) {
 	if got := state.Localities([]state.Pool{{Node: "a", App: "web", Idle: 1}, {Node: "b", App: "web", Local: true}, {Node: "b", App: "db", Idle: 3}}, "web"); got["a"].Idle != 1 || got["a"].Local || !got["b"].Local || got["b"].Idle != 0 {
 		t.Errorf("Localities = %+v; want a: 1 idle, b: local and no idle slot of web", got)
 	}
-	// Without pool slots of the app: a node with its checkpoint and a
-	// spare slot, then its checkpoint alone, then a spare slot, then room.
-	pl, err = state.Place(nodes, deps, "web", map[string]state.Locality{"a": {Local: true}, "c": {Local: true, Spare: true}})
-	if err != nil || pl.Node != "c" || !strings.HasPrefix(pl.Reason, "local:") || !strings.Contains(pl.Reason, "spare") {
-		t.Errorf("placement with a holding the checkpoint, c the checkpoint and a spare = %+v, %v; want c, local with a spare", pl, err)
-	}
-	pl, err = state.Place(nodes, deps, "web", map[string]state.Locality{"a": {Local: true}, "c": {Spare: true}})
-	if err != nil || pl.Node != "a" {
-		t.Errorf("placement with a holding the checkpoint, c a spare = %+v, %v; want a", pl, err)
-	}
-	pl, err = state.Place(nodes, deps, "web", map[string]state.Locality{"c": {Spare: true}})
-	if err != nil || pl.Node != "c" || !strings.HasPrefix(pl.Reason, "spare:") {
-		t.Errorf("placement with c alone having a spare = %+v, %v; want c (fewer free places than a), with a spare reason", pl, err)
-	}
 	if got := state.Localities([]state.Pool{{Node: "a", App: spec.SpareApp, Idle: 1}, {Node: "b", App: spec.SpareApp, Idle: 0, Provisioning: 1}, {Node: "b", App: "web", Local: true}}, "web"); !got["a"].Spare || got["a"].Idle != 0 || got["b"].Spare || !got["b"].Local {
 		t.Errorf("Localities with spares = %+v; want a: a spare and no slot of web; b: local and no idle spare", got)
-	}
-	full := append(deps, state.Deployment{Desired: state.Desired{ID: "3", App: "db", Node: "c"}},
-		state.Deployment{Desired: state.Desired{ID: "4", App: "db", Node: "c"}})
-	if pl, err := state.Place(nodes, full, "web", map[string]state.Locality{"c": {Idle: 1, Local: true}}); err != nil || pl.Node == "c" {
-		t.Errorf("placement with c full = %+v, %v; want another node", pl, err)
-	}
-	if pl, err := state.Choose(nodes, deps, "web", "b", map[string]state.Locality{"c": {Idle: 1}}); err != nil || pl.Node != "b" || !strings.HasPrefix(pl.Reason, "requested") {
-		t.Errorf("placement with --node b = %+v, %v; want b, requested", pl, err)
 	}
 }
 
@@ -435,7 +351,7 @@ func succeededOrFull(t *testing.T, errs []error) int {
 		switch {
 		case err == nil:
 			ok++
-		case !errors.Is(err, state.ErrFull) || !errors.Is(err, state.ErrNoNode):
+		case !errors.Is(err, placement.ErrFull) || !errors.Is(err, placement.ErrNoNode):
 			t.Errorf("create %d = %v; want success or ErrFull (and ErrNoNode)", i, err)
 		}
 	}
@@ -483,7 +399,7 @@ func testCreatePlacedPinned(t *testing.T, st *state.Store) {
 		t.Errorf("%d of 10 creates pinned to n1 succeeded, deployments per node %v; want 3, all on n1", ok, per)
 	}
 	_, err := st.CreatePlaced(ctx, state.Desired{ID: "web-x", App: "web", Node: "n1"}, nil)
-	if !errors.Is(err, state.ErrFull) || !strings.Contains(err.Error(), "node n1") || !strings.Contains(err.Error(), "capacity 3") ||
+	if !errors.Is(err, placement.ErrFull) || !strings.Contains(err.Error(), "node n1") || !strings.Contains(err.Error(), "capacity 3") ||
 		!strings.Contains(hint.Of(err), "undeploy") {
 		t.Errorf("pinned create on full n1 = %v (hint %q); want ErrFull naming n1 and capacity 3, with a hint", err, hint.Of(err))
 	}
@@ -499,7 +415,7 @@ func testCreatePlacedPinned(t *testing.T, st *state.Store) {
 	}
 	// Nodes the filter refuses take nothing.
 	none := func(state.Node) bool { return false }
-	if _, err := st.CreatePlaced(ctx, state.Desired{ID: "web-z", App: "web"}, none); !errors.Is(err, state.ErrNoNode) || errors.Is(err, state.ErrFull) {
+	if _, err := st.CreatePlaced(ctx, state.Desired{ID: "web-z", App: "web"}, none); !errors.Is(err, placement.ErrNoNode) || errors.Is(err, placement.ErrFull) {
 		t.Errorf("create with no eligible node = %v; want ErrNoNode without ErrFull", err)
 	}
 	// A deployment recorded without placement (CreateDeployment) counts.
@@ -509,7 +425,7 @@ func testCreatePlacedPinned(t *testing.T, st *state.Store) {
 	if _, err := st.CreatePlaced(ctx, state.Desired{ID: "web-z", App: "web", Node: "n2"}, nil); err != nil {
 		t.Errorf("third instance on n2 = %v", err)
 	}
-	if _, err := st.CreatePlaced(ctx, state.Desired{ID: "web-w", App: "web"}, nil); !errors.Is(err, state.ErrFull) {
+	if _, err := st.CreatePlaced(ctx, state.Desired{ID: "web-w", App: "web"}, nil); !errors.Is(err, placement.ErrFull) {
 		t.Errorf("create on a full PoP = %v; want ErrFull", err)
 	}
 	// An unknown app is said first, even on a full PoP, and records nothing.
@@ -554,12 +470,12 @@ func testCordon(t *testing.T, st *state.Store) {
 		if i < 3 && (err != nil || d.Node != "n2") {
 			t.Fatalf("create %d with n1 cordoned = %+v, %v; want it on n2", i, d, err)
 		}
-		if i == 3 && !errors.Is(err, state.ErrFull) {
+		if i == 3 && !errors.Is(err, placement.ErrFull) {
 			t.Fatalf("create with n2 full and n1 cordoned = %v; want ErrFull", err)
 		}
 	}
 	_, err = st.CreatePlaced(ctx, state.Desired{ID: "web-p", App: "web", Node: "n1"}, nil)
-	if !errors.Is(err, state.ErrNoNode) || !strings.Contains(err.Error(), "node n1 is cordoned since ") || !strings.Contains(err.Error(), "(disk replacement)") || !strings.Contains(hint.Of(err), "uncordon n1") {
+	if !errors.Is(err, placement.ErrNoNode) || !strings.Contains(err.Error(), "node n1 is cordoned since ") || !strings.Contains(err.Error(), "(disk replacement)") || !strings.Contains(hint.Of(err), "uncordon n1") {
 		t.Errorf("create pinned to cordoned n1 = %v (hint %q); want ErrNoNode saying why, with a hint", err, hint.Of(err))
 	}
 	if _, err := st.Deployment(ctx, "web-0"); err != nil {

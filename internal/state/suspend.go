@@ -161,7 +161,7 @@ func (s *Store) requestResume(ctx context.Context, id, node string, eligible fun
 				v.nodes[i].Cordon = nil
 			}
 		}
-		pl, err := place(v, Desired{App: d.App, Node: node}, eligible)
+		pl, err := s.place(v, Desired{App: d.App, Node: node}, eligible)
 		if err != nil {
 			return d, err
 		}

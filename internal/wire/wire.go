@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/fogdeploy/fogdeploy/internal/config"
+	"github.com/fogdeploy/fogdeploy/internal/placement"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/cephstore"
@@ -123,9 +124,10 @@ func (a Mounter) Mount(ctx context.Context, image, target string, opts layering.
 func StateConfig(c config.Config) state.Config {
 	sc := state.Config{Endpoints: c.Etcd.Endpoints, DialTimeout: c.Etcd.DialTimeout,
 		CAFile: c.Etcd.CAFile, CertFile: c.Etcd.CertFile, KeyFile: c.Etcd.KeyFile}
-	// Validate refused a bad range before.
+	// Validate refused a bad range or policy before.
 	if lo, hi, ok, err := c.PoP.Frontend.Range(); ok && err == nil {
 		sc.EndpointPorts = state.PortRange{Lo: lo, Hi: hi}
 	}
+	sc.Policy, _ = placement.ByName(c.PoP.Placement)
 	return sc
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/placement"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/fogdeploy/fogdeploy/internal/apiauth"
@@ -488,7 +489,7 @@ func (h *hooks) error(w http.ResponseWriter, err error) {
 		code = http.StatusNotFound
 	case errors.Is(err, state.ErrExists), errors.Is(err, state.ErrConflict):
 		code = http.StatusConflict
-	case errors.Is(err, state.ErrNoNode), errors.Is(err, state.ErrContended), errors.Is(err, scheduler.ErrNotMoved):
+	case errors.Is(err, placement.ErrNoNode), errors.Is(err, state.ErrContended), errors.Is(err, scheduler.ErrNotMoved):
 		code = http.StatusServiceUnavailable
 	case errors.Is(err, state.ErrUnavailable), errors.Is(err, state.ErrFenced):
 		code = http.StatusServiceUnavailable
