@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
-	"github.com/fogdeploy/fogdeploy/internal/wire"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/cephstore"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/envtest"
@@ -21,7 +20,7 @@ func TestEnvSuiteCeph(t *testing.T) {
 	testenv.NeedRoot(t)
 	// The suite compares the whole pool before and after failing steps.
 	c := testenv.PrivatePool(t, testenv.CephCluster(t))
-	envtest.RunSuite(t, func(t *testing.T) *wire.Layering {
+	envtest.RunSuite(t, func(t *testing.T) *envtest.Parts {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		s, err := cephstore.Open(ctx, cephstore.Config{Conf: c.Conf, Keyring: c.Keyring, ID: c.ID, Pool: c.Pool})
@@ -33,12 +32,12 @@ func TestEnvSuiteCeph(t *testing.T) {
 		mc := mapper.Config{Backend: mapper.BackendAuto, StateDir: dir + "/mapper", CephConf: c.Conf, Keyring: c.Keyring, ID: c.ID}
 		lc := layering.DefaultManagerConfig(dir + "/work")
 		lc.HostNetwork = true // the suite tries --network=host too
-		l, err := wire.NewLayering(ctx, s, c.Pool, mc, lc, nil)
+		l, err := envtest.NewParts(ctx, s, c.Pool, mc, lc)
 		if err != nil {
 			s.Close()
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { l.Close() })
+		t.Cleanup(func() { s.Close() })
 		return l
 	})
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
-	"github.com/fogdeploy/fogdeploy/rbd-layering/envtest"
+	"github.com/fogdeploy/fogdeploy/internal/wire/wiretest"
 )
 
 // The modes on the command line (app create --mode, deploy --mode) and
@@ -21,7 +21,7 @@ import (
 func TestModesAndAppCosts(t *testing.T) {
 	endpoint, st := statetest.Start(t)
 	ctx := context.Background()
-	l := envtest.FakeLayering(t)
+	l := wiretest.FakeLayering(t)
 	if err := l.Store.SetTag(ctx, "e", []byte(`{"name":"e","ref":{"image":"fdl-e","snap":"sealed"}}`)); err != nil {
 		t.Fatal(err)
 	}

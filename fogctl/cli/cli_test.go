@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fogdeploy/fogdeploy/internal/wire"
+	"github.com/fogdeploy/fogdeploy/internal/wire/wiretest"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/envtest"
 )
@@ -21,7 +22,7 @@ type harness struct {
 }
 
 func newHarness(t *testing.T) *harness {
-	return &harness{t: t, l: envtest.FakeLayering(t)}
+	return &harness{t: t, l: wiretest.FakeLayering(t)}
 }
 
 // run executes fogctl and returns exit code, stdout and stderr.

@@ -9,7 +9,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
-	"github.com/fogdeploy/fogdeploy/rbd-layering/envtest"
+	"github.com/fogdeploy/fogdeploy/internal/wire/wiretest"
 )
 
 // `fogctl node cordon` shows in `node ls` (status and why) and in -o json;
@@ -71,5 +71,5 @@ func twoNodes(t *testing.T) (func(args ...string) (int, string, string), *state.
 		}
 		t.Cleanup(func() { sess.Close() })
 	}
-	return runOn(endpoint, envtest.FakeLayering(t)), st
+	return runOn(endpoint, wiretest.FakeLayering(t)), st
 }

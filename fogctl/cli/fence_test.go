@@ -8,7 +8,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
-	"github.com/fogdeploy/fogdeploy/rbd-layering/envtest"
+	"github.com/fogdeploy/fogdeploy/internal/wire/wiretest"
 )
 
 // A fenced node shows in `fogctl node ls` with why; `fogctl gc` removes
@@ -17,7 +17,7 @@ import (
 func TestFencedNodeAndGC(t *testing.T) {
 	endpoint, st := statetest.Start(t)
 	ctx := context.Background()
-	l := envtest.FakeLayering(t)
+	l := wiretest.FakeLayering(t)
 	run := runOn(endpoint, l)
 	img := catalog.GenImage("web", 1, "ckpt")
 	if err := l.Store.Create(ctx, img, 1<<20); err != nil {

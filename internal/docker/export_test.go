@@ -20,6 +20,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/procstat"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
+	"github.com/fogdeploy/fogdeploy/internal/wire/wiretest"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/envtest"
 )
@@ -72,7 +73,7 @@ func TestImportDockerImage(t *testing.T) {
 	inProgress := leftover(fmt.Sprintf("%s/%d-%d", host, os.Getpid(), self))
 	otherHost := leftover(fmt.Sprintf("%s-elsewhere/%d-%d", host, dead.Process.Pid, self))
 
-	l := envtest.FakeLayering(t)
+	l := wiretest.FakeLayering(t)
 	env, err := l.Manager.Import(ctx, "from-docker", layering.Source{DockerImage: ref, Exporter: docker.Exporter{Client: dc}}, layering.ImportOptions{Size: 64 << 20})
 	if err != nil {
 		t.Fatal(err)

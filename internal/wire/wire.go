@@ -6,7 +6,6 @@ package wire
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -88,36 +87,11 @@ func NewLayering(ctx context.Context, store layering.Backend, pool string, mc ma
 	if _, err := mp.ReleaseAbandoned(ctx); err != nil {
 		log.Warn("releasing the mappings that killed processes left; retried by the next process", "err", err)
 	}
-	mgr, err := layering.NewManager(store, Mounter{M: mp, Pool: pool}, lc, log)
+	mgr, err := layering.NewManager(store, mapper.Mounter{M: mp, Pool: pool}, lc, log)
 	if err != nil {
 		return nil, err
 	}
 	return &Layering{Store: store, Mapper: mp, Manager: mgr, Pool: pool}, nil
-}
-
-// Mounter adapts a node's mapper (*mapper.Mapper, or the fake of package
-// fakemapper) to layering.Mounter.
-type Mounter struct {
-	M interface {
-		MapAndMount(ctx context.Context, img mapper.Image, target string, mopts mapper.MountOptions, opts ...mapper.MapOption) (*mapper.Mapping, error)
-		Release(ctx context.Context, id string) error
-	}
-	Pool string
-}
-
-// Mount implements layering.Mounter.
-func (a Mounter) Mount(ctx context.Context, image, target string, opts layering.MountOptions) (func(context.Context) error, error) {
-	// An environment's mappings last as long as the call that makes them:
-	// a process killed meanwhile leaves them to ReleaseAbandoned.
-	mp, err := a.M.MapAndMount(ctx, mapper.Image{Pool: a.Pool, Name: image}, target, mapper.MountOptions{ReadOnly: opts.ReadOnly, Format: opts.Format},
-		mapper.Ephemeral())
-	if err != nil {
-		if errors.Is(err, mapper.ErrImageNotFound) {
-			return nil, fmt.Errorf("%w: %w", layering.ErrNotFound, err)
-		}
-		return nil, err
-	}
-	return func(ctx context.Context) error { return a.M.Release(ctx, mp.ID) }, nil
 }
 
 // StateConfig is the PoP state's (etcd) client configuration from c.

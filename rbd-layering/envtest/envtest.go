@@ -24,14 +24,21 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/mountinfo"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
-	"github.com/fogdeploy/fogdeploy/internal/wire"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/fakestore"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
 
 // NewLayering returns a connected manager for one test.
-type NewLayering func(t *testing.T) *wire.Layering
+type NewLayering func(t *testing.T) *Parts
+
+// Parts are what the suite drives: a store, the node's mapper, and the
+// environments' manager over them.
+type Parts struct {
+	Store   layering.Backend
+	Mapper  *mapper.Mapper
+	Manager *layering.Manager
+}
 
 // BusyboxRootfs makes a minimal root filesystem with a static busybox, or
 // skips when the host has none.
@@ -85,7 +92,7 @@ func RunSuite(t *testing.T, newL NewLayering) {
 // name free, one makes the environment and the other fails, saying so,
 // and leaves no layer behind; a flatten of an environment removed while
 // it ran does not bring it back.
-func testConcurrentImports(t *testing.T, l *wire.Layering) {
+func testConcurrentImports(t *testing.T, l *Parts) {
 	ctx := context.Background()
 	name := uniq("ci")
 	removeEnvs(t, l, name)
@@ -149,7 +156,7 @@ func testConcurrentImports(t *testing.T, l *wire.Layering) {
 // testConcurrentBuilds: two builds of the same step at once make one
 // layer: the second waits for the first's (it says so) and takes it as
 // cached, instead of taking it for an interrupted build's.
-func testConcurrentBuilds(t *testing.T, l *wire.Layering) {
+func testConcurrentBuilds(t *testing.T, l *Parts) {
 	ctx := context.Background()
 	base, a, b := uniq("cb"), uniq("cba"), uniq("cbb")
 	removeEnvs(t, l, base, a, b)
@@ -206,7 +213,7 @@ func testConcurrentBuilds(t *testing.T, l *wire.Layering) {
 // snapshot) and a killed build step (a clone of its parent, unsealed) left
 // are removed by Prune once older than its UnsealedMinAge, except while
 // mapped; then the parent environment can be removed.
-func testPruneUnsealed(t *testing.T, l *wire.Layering) {
+func testPruneUnsealed(t *testing.T, l *Parts) {
 	ctx := context.Background()
 	base := uniq("pu")
 	removeEnvs(t, l, base)
@@ -249,7 +256,7 @@ func must(t *testing.T, err error) {
 
 // list returns the pool's images of the kinds the environment manager
 // makes (other packages' tests may share the pool meanwhile).
-func list(t *testing.T, l *wire.Layering) []string {
+func list(t *testing.T, l *Parts) []string {
 	t.Helper()
 	names, err := l.Store.List(context.Background())
 	must(t, err)
@@ -259,7 +266,7 @@ func list(t *testing.T, l *wire.Layering) []string {
 }
 
 // importBusybox imports the busybox root filesystem as environment name.
-func importBusybox(t *testing.T, l *wire.Layering, name string) layering.Environment {
+func importBusybox(t *testing.T, l *Parts, name string) layering.Environment {
 	t.Helper()
 	env, err := l.Manager.Import(context.Background(), name, layering.Source{Dir: BusyboxRootfs(t)}, layering.ImportOptions{Size: 64 << 20})
 	must(t, err)
@@ -267,7 +274,7 @@ func importBusybox(t *testing.T, l *wire.Layering, name string) layering.Environ
 }
 
 // removeEnvs removes environments (newest first) at the end of a test.
-func removeEnvs(t *testing.T, l *wire.Layering, names ...string) {
+func removeEnvs(t *testing.T, l *Parts, names ...string) {
 	t.Cleanup(func() {
 		for i := len(names) - 1; i >= 0; i-- {
 			if _, err := l.Manager.Remove(context.Background(), names[i]); err != nil && !errors.Is(err, layering.ErrNotFound) {
@@ -282,7 +289,7 @@ func removeEnvs(t *testing.T, l *wire.Layering, names ...string) {
 
 // mountClone clones ref into a fresh image, mounts it, and returns the
 // mountpoint; cleanup unmounts and removes the clone.
-func mountClone(t *testing.T, l *wire.Layering, ref layering.SnapRef) (string, string) {
+func mountClone(t *testing.T, l *Parts, ref layering.SnapRef) (string, string) {
 	t.Helper()
 	ctx := context.Background()
 	child := "fdi-" + uniq("clone")
@@ -304,7 +311,7 @@ func mountClone(t *testing.T, l *wire.Layering, ref layering.SnapRef) (string, s
 	return target, child
 }
 
-func testImportBuild(t *testing.T, l *wire.Layering) {
+func testImportBuild(t *testing.T, l *Parts) {
 	ctx := context.Background()
 	base, app := uniq("base"), uniq("app")
 	removeEnvs(t, l, base, app)
@@ -394,7 +401,7 @@ func testImportBuild(t *testing.T, l *wire.Layering) {
 	}
 }
 
-func testBadInput(t *testing.T, l *wire.Layering) {
+func testBadInput(t *testing.T, l *Parts) {
 	ctx := context.Background()
 	before := list(t, l)
 	base := uniq("bad")
@@ -449,7 +456,7 @@ func testBadInput(t *testing.T, l *wire.Layering) {
 	}
 }
 
-func testRemove(t *testing.T, l *wire.Layering) {
+func testRemove(t *testing.T, l *Parts) {
 	ctx := context.Background()
 	base := uniq("rm")
 	removeEnvs(t, l, base)
@@ -471,7 +478,7 @@ func testRemove(t *testing.T, l *wire.Layering) {
 	}
 }
 
-func testFailedStep(t *testing.T, l *wire.Layering) {
+func testFailedStep(t *testing.T, l *Parts) {
 	ctx := context.Background()
 	base, app := uniq("fs"), uniq("fsapp")
 	removeEnvs(t, l, base)
@@ -493,7 +500,7 @@ func testFailedStep(t *testing.T, l *wire.Layering) {
 // testExecBackground runs commands that leave a process behind: Exec and a
 // build's RUN must still end, unmount and remove their clone, and the
 // process must be gone.
-func testExecBackground(t *testing.T, l *wire.Layering) {
+func testExecBackground(t *testing.T, l *Parts) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	base := uniq("bg")
@@ -553,7 +560,7 @@ func processesNamed(t *testing.T, name string) []string {
 	return pids
 }
 
-func testImportTar(t *testing.T, l *wire.Layering) {
+func testImportTar(t *testing.T, l *Parts) {
 	ctx := context.Background()
 	name := uniq("tar")
 	removeEnvs(t, l, name)
@@ -574,13 +581,13 @@ func testImportTar(t *testing.T, l *wire.Layering) {
 
 // FakeLayering returns a manager over the file-backed fake store, whose
 // images the mapper's file backend attaches through loop devices (root).
-func FakeLayering(t *testing.T) *wire.Layering {
+func FakeLayering(t *testing.T) *Parts {
 	t.Helper()
 	return FakeLayeringWith(t, func(*layering.ManagerConfig) {})
 }
 
 // FakeLayeringWith is FakeLayering with a changed manager config.
-func FakeLayeringWith(t *testing.T, change func(*layering.ManagerConfig)) *wire.Layering {
+func FakeLayeringWith(t *testing.T, change func(*layering.ManagerConfig)) *Parts {
 	t.Helper()
 	testenv.NeedRoot(t)
 	dir := t.TempDir()
@@ -599,11 +606,31 @@ func FakeLayeringWith(t *testing.T, change func(*layering.ManagerConfig)) *wire.
 		}
 		return p, nil
 	}}
-	l, err := wire.NewLayering(context.Background(), fs, "fake", mc, lc, nil)
+	p, err := NewParts(context.Background(), fs, FakePool, mc, lc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l
+	return p
+}
+
+// FakePool is the pool name of FakeLayering's images.
+const FakePool = "fake"
+
+// NewParts makes the mapper of mc and a manager over store and it, for
+// the images of pool.
+func NewParts(ctx context.Context, store layering.Backend, pool string, mc mapper.Config, lc layering.ManagerConfig) (*Parts, error) {
+	mp, err := mapper.New(ctx, mc, nil)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := mp.ReleaseAbandoned(ctx); err != nil {
+		return nil, err
+	}
+	mgr, err := layering.NewManager(store, mapper.Mounter{M: mp, Pool: pool}, lc, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Parts{Store: store, Mapper: mp, Manager: mgr}, nil
 }
 
 // UnmountLeft makes the end of test t, before the removal of dir (a

@@ -23,7 +23,6 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/procfs"
-	"github.com/fogdeploy/fogdeploy/internal/wire"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
@@ -45,7 +44,7 @@ var stepDevices = []string{"fd", "full", "null", "ptmx", "pts", "random", "shm",
 // usual nodes only, a /proc hidden as Docker hides it, and a mount table
 // that holds nothing of the host's; the host's mount table holds nothing
 // of it, while it runs or after.
-func testStepNamespaces(t *testing.T, l *wire.Layering) {
+func testStepNamespaces(t *testing.T, l *Parts) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	base := uniq("ns")
@@ -213,7 +212,7 @@ func testStepNamespaces(t *testing.T, l *wire.Layering) {
 // namespaces, --network=host gives a step the host's network, and what
 // the builder wrote for the step (policy-rc.d, resolv.conf) is not left
 // in its layer.
-func testBuildStepNamespaces(t *testing.T, l *wire.Layering) {
+func testBuildStepNamespaces(t *testing.T, l *Parts) {
 	ctx := context.Background()
 	base, app := uniq("bns"), uniq("bnsapp")
 	removeEnvs(t, l, base, app)
@@ -278,7 +277,7 @@ func testBuildStepNamespaces(t *testing.T, l *wire.Layering) {
 // step refuses a /dev or /proc that is a link, a COPY refuses a
 // destination through a link and replaces a link it copies over, and
 // nothing of the host changes (its files, its mount table).
-func testEnvironmentLinks(t *testing.T, l *wire.Layering) {
+func testEnvironmentLinks(t *testing.T, l *Parts) {
 	ctx := context.Background()
 	hostDir := t.TempDir()
 	must(t, os.MkdirAll(filepath.Join(hostDir, "sbin"), 0o755))

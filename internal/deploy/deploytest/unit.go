@@ -21,9 +21,9 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/overlay"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
-	"github.com/fogdeploy/fogdeploy/internal/wire"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/fakestore"
+	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper/fakemapper"
 )
 
@@ -65,7 +65,7 @@ func NewUnit(t testing.TB) *Unit {
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	mp := fakemapper.New(store)
-	envs, err := layering.NewManager(store, wire.Mounter{M: mp, Pool: UnitPool}, layering.DefaultManagerConfig(filepath.Join(dir, "work")), log)
+	envs, err := layering.NewManager(store, mapper.Mounter{M: mp, Pool: UnitPool}, layering.DefaultManagerConfig(filepath.Join(dir, "work")), log)
 	if err != nil {
 		t.Fatal(err)
 	}
