@@ -187,7 +187,7 @@ func (c *config) validate() error {
 			errs = append(errs, errors.New("-lazy is for restart only"))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("-engine %q: want %s or %s", c.engine, engine.NameDMTCP, engine.NameCRIU))
+		errs = append(errs, fmt.Errorf("-engine %q: want %s", c.engine, engine.List(engine.Names())))
 	}
 	for name, p := range map[string]string{"-root": c.root, "-ckpt": c.ckpt, "-prefix": c.prefix, "-workdir": c.workdir, "-criu-prefix": c.criuPrefix} {
 		if !strings.HasPrefix(p, "/") {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,7 +33,7 @@ func spare(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet(modeSpare, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	assign := fs.String("assign", "", "file whose appearance assigns the restart this container becomes (its JSON holds the restart's arguments)")
-	eng := fs.String("engine", string(engine.NameDMTCP), "the engine of the restarts this container may become: dmtcp or criu")
+	eng := fs.String("engine", string(engine.NameDMTCP), "the engine of the restarts this container may become: "+engine.List(engine.Names()))
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
 	if err := fs.Parse(args); err != nil {
@@ -42,8 +43,9 @@ func spare(args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := newLogger(stderr, *logLevel, *logFormat).With("mode", modeSpare)
-	if !strings.HasPrefix(*assign, "/") || (*eng != string(engine.NameDMTCP) && *eng != string(engine.NameCRIU)) || fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "entrypoint spare: want -assign ABSOLUTE-FILE and -engine dmtcp|criu, and no argument\n")
+	spares := engine.NamesWith(func(f engine.Facts) bool { return f.SpareSlots })
+	if !strings.HasPrefix(*assign, "/") || !slices.Contains(spares, engine.Name(*eng)) || fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "entrypoint spare: want -assign ABSOLUTE-FILE and -engine %s, and no argument\n", engine.List(spares))
 		return exitUsage
 	}
 	sigs := make(chan os.Signal, 4)

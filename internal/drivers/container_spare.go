@@ -54,8 +54,8 @@ func (sp Spare) validate() error {
 	if sp.ID == "" {
 		errs = append(errs, errors.New("no ID"))
 	}
-	if sp.Engine != engine.NameDMTCP && sp.Engine != engine.NameCRIU {
-		errs = append(errs, fmt.Errorf("engine %q: want %s or %s", sp.Engine, engine.NameDMTCP, engine.NameCRIU))
+	if f, ok := engine.Lookup(sp.Engine); !ok || !f.SpareSlots {
+		errs = append(errs, fmt.Errorf("engine %q: want %s", sp.Engine, engine.List(engine.NamesWith(func(f engine.Facts) bool { return f.SpareSlots }))))
 	}
 	if !filepath.IsAbs(sp.MntPath) || !filepath.IsAbs(sp.CtlPath) {
 		errs = append(errs, fmt.Errorf("mount directory %q and control directory %q must be absolute paths", sp.MntPath, sp.CtlPath))

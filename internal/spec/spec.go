@@ -216,8 +216,9 @@ func ParseApp(r io.Reader) (App, error) {
 // EngineAuto is App.Engine for "each engine that can, then the fastest".
 const EngineAuto engine.Name = "auto"
 
-// Engines are the checkpoint engines, in the order mode auto tries them.
-var Engines = []engine.Name{engine.NameDMTCP, engine.NameCRIU}
+// Engines are the checkpoint engines, in the order mode auto tries them
+// (engine's registry).
+var Engines = engine.Names()
 
 // WithEngine is a with its engine set to eng (one of Engines), as a
 // checkpoint of an app of engine auto runs it.

@@ -132,19 +132,19 @@ func (a App) validateResources(p *problems) {
 // engine and what the engine allows, its stop signal and delay, its mode,
 // pool and checkpoint size.
 func (a App) validateCheckpoint(p *problems) {
-	switch a.Engine {
-	case "", engine.NameDMTCP, engine.NameCRIU, EngineAuto:
-	default:
-		p.bad("engine", "%q is not an engine: use dmtcp, criu or auto (each the node has, the fastest restore)", a.Engine)
+	facts, known := engine.Lookup(a.Engine)
+	if !known && a.Engine != "" && a.Engine != EngineAuto {
+		p.bad("engine", "%q is not an engine: use %s or auto (each the node has, the fastest restore)", a.Engine, engine.List(engine.Names()))
 	}
-	if a.Lazy && a.Engine != engine.NameCRIU && a.Engine != EngineAuto {
-		p.bad("lazy", "needs engine criu (or auto): only CRIU restores lazily")
+	if a.Lazy && known && !facts.LazyRestore {
+		lazy := engine.NamesWith(func(f engine.Facts) bool { return f.LazyRestore })
+		p.bad("lazy", "needs engine %s (or auto): only %s restore lazily", engine.List(lazy), engine.List(lazy))
 	}
 	switch a.Compression {
 	case "", "none":
 	case "gzip":
-		if a.Engine == engine.NameCRIU {
-			p.bad("compression", "gzip is only available with the dmtcp engine")
+		if known && !facts.Compression {
+			p.bad("compression", "gzip is only available with the %s engine", engine.List(engine.NamesWith(func(f engine.Facts) bool { return f.Compression })))
 		}
 	default:
 		p.bad("compression", "%q: use none or gzip", a.Compression)

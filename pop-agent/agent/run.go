@@ -220,7 +220,7 @@ func newDeployer(ctx context.Context, c config.Config, l *wire.Layering, seen *a
 	if err := os.MkdirAll(ec.TempDir, 0o700); err != nil {
 		return nil, "", err
 	}
-	host := drivers.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))
+	host := drivers.NewHost(engine.All(ec)...)
 	// One parent per node name: agents of several nodes may share a
 	// machine (dev, tests), and each sweeps only its own.
 	if gs, err := cgroup.NewGroups(cgroup.Paths{}, hostCgroups+"-"+c.Node.Name); err != nil {

@@ -17,7 +17,7 @@ import (
 )
 
 // spareEngines are the engines spares are kept for.
-var spareEngines = []engine.Name{engine.NameDMTCP, engine.NameCRIU}
+var spareEngines = engine.NamesWith(func(f engine.Facts) bool { return f.SpareSlots })
 
 // registerSpares makes and registers the spare slots' metrics.
 func (m *metrics) registerSpares(reg prometheus.Registerer) {

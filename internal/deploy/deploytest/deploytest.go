@@ -677,7 +677,8 @@ func (f *Fixture) Weight(ctx context.Context, t testing.TB, ref string) int {
 
 // CheckpointFiles implements Node.
 func (f *Fixture) CheckpointFiles(eng engine.Name) string {
-	return map[engine.Name]string{engine.NameDMTCP: "ckpt_*.dmtcp", engine.NameCRIU: "pages-*.img"}[eng]
+	facts, _ := engine.Lookup(eng)
+	return facts.ImageFiles
 }
 
 // AssertNothingLeft implements Node.

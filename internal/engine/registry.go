@@ -1,0 +1,89 @@
+package engine
+
+import (
+	"slices"
+	"strings"
+)
+
+// Facts are what the rest of the project may know of an engine, written
+// here once: adding an engine adds its implementation and one entry of
+// the registry below, and every list of engines (the apps' valid engines,
+// the spare slots kept, mode auto's order, the light container's flags)
+// follows.
+type Facts struct {
+	Name Name
+	// LazyRestore: it restores an app before its memory is read (an app
+	// spec's `lazy`).
+	LazyRestore bool
+	// Compression: it writes gzip-compressed images (an app spec's
+	// `compression: gzip`).
+	Compression bool
+	// SpareSlots: the light container keeps spare slots (made for no
+	// app) that its restores take.
+	SpareSlots bool
+	// ImageFiles is the glob of the files that hold an image's memory.
+	ImageFiles string
+	// New makes the engine (on the host: the host driver's).
+	New func(Config) Engine
+}
+
+// registry lists the engines, in the order mode auto tries them.
+var registry = []Facts{
+	{Name: NameDMTCP, Compression: true, SpareSlots: true, ImageFiles: "ckpt_*.dmtcp", New: func(c Config) Engine { return NewDMTCP(c) }},
+	{Name: NameCRIU, LazyRestore: true, SpareSlots: true, ImageFiles: "pages-*.img", New: func(c Config) Engine { return NewCRIU(c) }},
+}
+
+// All makes every engine of the registry, with cfg.
+func All(cfg Config) []Engine {
+	out := make([]Engine, 0, len(registry))
+	for _, f := range registry {
+		out = append(out, f.New(cfg))
+	}
+	return out
+}
+
+// Registry is every engine's facts, in the order mode auto tries them.
+func Registry() []Facts { return slices.Clone(registry) }
+
+// Names are the engines' names, in the registry's order.
+func Names() []Name {
+	out := make([]Name, 0, len(registry))
+	for _, f := range registry {
+		out = append(out, f.Name)
+	}
+	return out
+}
+
+// Lookup is engine name's facts; false for an engine the project does not
+// have.
+func Lookup(name Name) (Facts, bool) {
+	for _, f := range registry {
+		if f.Name == name {
+			return f, true
+		}
+	}
+	return Facts{}, false
+}
+
+// NamesWith are the engines whose facts have, in the registry's order.
+func NamesWith(has func(Facts) bool) []Name {
+	var out []Name
+	for _, f := range registry {
+		if has(f) {
+			out = append(out, f.Name)
+		}
+	}
+	return out
+}
+
+// List says names as "dmtcp or criu" (", " between more).
+func List(names []Name) string {
+	s := make([]string, len(names))
+	for i, n := range names {
+		s[i] = string(n)
+	}
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
+}

@@ -1,0 +1,41 @@
+package engine
+
+import (
+	"slices"
+	"testing"
+)
+
+// The registry: each engine once, each made by its New under its own
+// name, the lists of engines that can do a thing drawn from it.
+func TestRegistry(t *testing.T) {
+	names := Names()
+	if !slices.Equal(names, []Name{NameDMTCP, NameCRIU}) {
+		t.Errorf("Names = %v; want dmtcp, then criu (mode auto's order)", names)
+	}
+	seen := map[Name]bool{}
+	for _, f := range Registry() {
+		if seen[f.Name] {
+			t.Errorf("engine %s registered twice", f.Name)
+		}
+		seen[f.Name] = true
+		if f.New == nil || f.ImageFiles == "" {
+			t.Errorf("engine %s: no constructor or image files: %+v", f.Name, f)
+			continue
+		}
+		if e := f.New(Config{}); e.Name() != f.Name {
+			t.Errorf("engine %s's New makes %s", f.Name, e.Name())
+		}
+	}
+	if got := NamesWith(func(f Facts) bool { return f.LazyRestore }); !slices.Equal(got, []Name{NameCRIU}) {
+		t.Errorf("lazy engines = %v; want criu", got)
+	}
+	if _, ok := Lookup("podman"); ok {
+		t.Errorf("Lookup of an engine the project lacks: found")
+	}
+	if got := List(names); got != "dmtcp or criu" {
+		t.Errorf("List = %q", got)
+	}
+	if got := len(All(Config{})); got != len(names) {
+		t.Errorf("All made %d engines; want %d", got, len(names))
+	}
+}
