@@ -68,108 +68,165 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 	if err != nil {
 		return spec.Suspension{}, err
 	}
-	o := d.newOp(&susp.Timings, progress)
-	envImg, ckptImg := rec.Images[0], suspendCkptImage(id)
-	asked := continuing // a checkpoint may have been asked before the crash
-	defer func() {
-		switch {
-		case err == nil || ctx.Err() != nil:
-		case !asked:
-			// Nothing stopped the app: it runs on as before.
-			d.undoSuspend(context.WithoutCancel(ctx), &rec, ckptImg)
-		default:
-			rec.Phase, rec.Error = spec.PhaseFailed, err.Error()
-			_ = d.save(&rec)
-		}
-	}()
-	// journal records how far it got.
-	journal := func() error {
-		rec.Suspension = &susp
-		return d.save(&rec)
+	s := &suspension{d: d, rec: rec, susp: susp, continuing: continuing, o: d.newOp(&susp.Timings, progress),
+		envImg: rec.Images[0], ckptImg: suspendCkptImage(id), asked: continuing, held: func() error { return nil }}
+	s.o.timings = &s.susp.Timings
+	defer func() { s.end(ctx, err) }()
+	if err := s.own(); err != nil {
+		return spec.Suspension{}, err
 	}
-	if !continuing {
-		// Owned before it is made.
-		rec.Phase, rec.Images = spec.PhaseSuspending, append(rec.Images, ckptImg)
-		if err := journal(); err != nil {
-			return spec.Suspension{}, err
+	if err := s.checkpoint(ctx, app); err != nil {
+		return spec.Suspension{}, err
+	}
+	if err := s.store(ctx); err != nil {
+		return spec.Suspension{}, err
+	}
+	return s.seal(ctx)
+}
+
+// suspension is one Suspend under way, in its stages (own, checkpoint,
+// store, seal): the record it journals, the suspension as far as it got,
+// and what it holds until it ends.
+type suspension struct {
+	d    *Deployer
+	rec  Deployment
+	susp spec.Suspension
+	// continuing: a suspend cut short got this far before.
+	continuing bool
+	o          *op
+	// envImg is the instance's writable image, ckptImg the checkpoint's.
+	envImg, ckptImg string
+	// asked: a checkpoint was asked of the instance (here or before a
+	// crash), which may have stopped its app. holding: its generation
+	// is held (sealSuspension). exited: the checkpoint ended its app.
+	asked, holding, exited bool
+	// mounted unmounts the checkpoint's image while it is mounted; held
+	// lets the hold of its generation go.
+	mounted, held func() error
+}
+
+// journal records how far it got.
+func (s *suspension) journal() error {
+	s.rec.Suspension = &s.susp
+	return s.d.save(&s.rec)
+}
+
+// own records the checkpoint's image as the deployment's, before it is
+// made.
+func (s *suspension) own() error {
+	if s.continuing {
+		return nil
+	}
+	s.rec.Phase, s.rec.Images = spec.PhaseSuspending, append(s.rec.Images, s.ckptImg)
+	return s.journal()
+}
+
+// checkpoint checkpoints the instance into its image, made, mapped,
+// formatted and mounted while the checkpoint runs, off the time the app
+// answers nothing; so is the hold of its generation. A suspend that got
+// past it before skips it.
+func (s *suspension) checkpoint(ctx context.Context, app spec.App) error {
+	d, id := s.d, s.rec.ID
+	if s.rec.Handle == nil || s.susp.CkptGen != 0 {
+		return nil
+	}
+	size := max(app.CheckpointBytes(), 2*s.susp.From.Bytes)
+	if err := d.deps.Store.Create(ctx, s.ckptImg, size); err != nil && !errors.Is(err, layering.ErrExists) {
+		return err
+	}
+	// Tagged before it is mapped: librbd's metadata writes wait for
+	// the exclusive lock of an image that rbd-fuse holds open, and
+	// may wait for ever (a mapping a crash left goes first).
+	if s.continuing {
+		_ = d.deps.Mapper.Release(ctx, suspendMapping(id))
+	}
+	if err := d.deps.Store.SetMeta(ctx, s.ckptImg, withSeed(d.suspensionMeta(id), s.rec.Seed)); err != nil {
+		return err
+	}
+	var err error
+	if s.mounted, err = d.mountSuspension(ctx, &s.rec, s.ckptImg); err != nil {
+		return err
+	}
+	if s.held, err = d.holdSoon(ctx, &s.rec, s.susp); err != nil {
+		s.held = func() error { return nil }
+		return err
+	}
+	s.holding, s.asked = true, true
+	if s.exited, err = d.checkpointInstance(ctx, s.rec, &s.susp, s.continuing); err != nil {
+		return err
+	}
+	if err := s.journal(); err != nil {
+		return err
+	}
+	s.o.phase(StepCheckpoint)
+	return nil
+}
+
+// store copies the instance's files and checkpoint into the
+// suspension's images and releases the instance.
+func (s *suspension) store(ctx context.Context) error {
+	if s.rec.Handle == nil {
+		return nil
+	}
+	if s.mounted == nil { // continuing after the checkpoint
+		var err error
+		if s.mounted, err = s.d.mountSuspension(ctx, &s.rec, s.ckptImg); err != nil {
+			return err
 		}
 	}
-	// The checkpoint's image is mapped, formatted and mounted while the
-	// checkpoint runs, off the time the app answers nothing.
-	// So is the hold of its generation (sealSuspension).
-	var mounted func() error
-	held, holding := func() error { return nil }, false
-	exited := false
-	defer func() {
-		_ = held()
-		if mounted != nil && err != nil {
-			_ = mounted()
-			_ = d.deps.Mapper.Release(context.WithoutCancel(ctx), suspendMapping(id))
-		}
-	}()
-	if rec.Handle != nil && susp.CkptGen == 0 {
-		size := max(app.CheckpointBytes(), 2*susp.From.Bytes)
-		if err := d.deps.Store.Create(ctx, ckptImg, size); err != nil && !errors.Is(err, layering.ErrExists) {
-			return spec.Suspension{}, err
-		}
-		// Tagged before it is mapped: librbd's metadata writes wait for
-		// the exclusive lock of an image that rbd-fuse holds open, and
-		// may wait for ever (a mapping a crash left goes first).
-		if continuing {
-			_ = d.deps.Mapper.Release(ctx, suspendMapping(id))
-		}
-		if err := d.deps.Store.SetMeta(ctx, ckptImg, withSeed(d.suspensionMeta(id), rec.Seed)); err != nil {
-			return spec.Suspension{}, err
-		}
-		if mounted, err = d.mountSuspension(ctx, &rec, ckptImg); err != nil {
-			return spec.Suspension{}, err
-		}
-		if held, err = d.holdSoon(ctx, &rec, susp); err != nil {
-			return spec.Suspension{}, err
-		}
-		holding = true
-		asked = true
-		if exited, err = d.checkpointInstance(ctx, rec, &susp, continuing); err != nil {
-			return spec.Suspension{}, err
-		}
-		if err := journal(); err != nil {
-			return spec.Suspension{}, err
-		}
-		o.phase(StepCheckpoint)
+	if err := s.d.storeAndRelease(ctx, &s.rec, &s.susp, suspendImages{env: s.envImg, ckpt: s.ckptImg, mounted: s.mounted, exited: s.exited}); err != nil {
+		return err
 	}
-	if rec.Handle != nil {
-		if mounted == nil { // continuing after the checkpoint
-			if mounted, err = d.mountSuspension(ctx, &rec, ckptImg); err != nil {
-				return spec.Suspension{}, err
-			}
-		}
-		if err := d.storeAndRelease(ctx, &rec, &susp, suspendImages{env: envImg, ckpt: ckptImg, mounted: mounted, exited: exited}); err != nil {
-			return spec.Suspension{}, err
-		}
-		mounted = nil // released
-		if err := journal(); err != nil {
-			return spec.Suspension{}, err
-		}
-		o.phase(StepStore)
+	s.mounted = nil // released
+	if err := s.journal(); err != nil {
+		return err
 	}
+	s.o.phase(StepStore)
+	return nil
+}
+
+// seal seals the suspension's images and hands them over: the record owns
+// nothing now, the suspension all.
+func (s *suspension) seal(ctx context.Context) (spec.Suspension, error) {
+	held := s.held
+	s.held = func() error { return nil }
 	if err := held(); err != nil {
 		return spec.Suspension{}, err
 	}
-	if err := d.sealSuspension(ctx, &rec, &susp, holding); err != nil {
+	if err := s.d.sealSuspension(ctx, &s.rec, &s.susp, s.holding); err != nil {
 		return spec.Suspension{}, err
 	}
-	if err := removeDir(rec.Dir); err != nil {
+	if err := removeDir(s.rec.Dir); err != nil {
 		return spec.Suspension{}, err
 	}
-	o.phase(StepSeal)
-	// Handed over: the record owns nothing now, the suspension all.
-	rec.Owned, rec.Phase, rec.Ports = Owned{}, spec.PhaseSuspended, nil
-	if err := journal(); err != nil {
+	s.o.phase(StepSeal)
+	s.rec.Owned, s.rec.Phase, s.rec.Ports = Owned{}, spec.PhaseSuspended, nil
+	if err := s.journal(); err != nil {
 		return spec.Suspension{}, err
 	}
-	d.log.Info("suspended", "id", id, "app", rec.App, "gen", susp.From.Gen, "ckpt_gen", susp.CkptGen, "bytes", susp.Bytes,
-		"env", susp.Env.String(), "timings", susp.Timings.String())
-	return susp, nil
+	s.d.log.Info("suspended", "id", s.rec.ID, "app", s.rec.App, "gen", s.susp.From.Gen, "ckpt_gen", s.susp.CkptGen, "bytes", s.susp.Bytes,
+		"env", s.susp.Env.String(), "timings", s.susp.Timings.String())
+	return s.susp, nil
+}
+
+// end lets go of what the suspend holds, and, when it failed (err), undoes
+// it while nothing stopped the app (it runs on as before), or records the
+// deployment Failed.
+func (s *suspension) end(ctx context.Context, err error) {
+	_ = s.held()
+	if s.mounted != nil && err != nil {
+		_ = s.mounted()
+		_ = s.d.deps.Mapper.Release(context.WithoutCancel(ctx), suspendMapping(s.rec.ID))
+	}
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case !s.asked:
+		// Nothing stopped the app: it runs on as before.
+		s.d.undoSuspend(context.WithoutCancel(ctx), &s.rec, s.ckptImg)
+	default:
+		s.rec.Phase, s.rec.Error = spec.PhaseFailed, err.Error()
+		_ = s.d.save(&s.rec)
+	}
 }
 
 // beginSuspend is the suspension of rec as far as a suspend cut short got
