@@ -17,6 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fogdeploy/fogdeploy/internal/frontend/frontendtest"
 )
 
 // table is a Router over a table the test changes: a port without a
@@ -65,50 +67,7 @@ func (tb *table) Route(ctx context.Context, port int) (Target, error) {
 // echo serves lines back prefixed with name, until the test ends.
 func echo(t *testing.T, name string) (addr string, stop func()) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					if _, err := io.WriteString(c, name+":"+line); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	stop = func() {
-		l.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	}
-	t.Cleanup(stop)
-	return l.Addr().String(), stop
+	return frontendtest.LineServer(t, name)
 }
 
 func freePorts(t *testing.T, n int) []int {
