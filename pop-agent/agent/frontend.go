@@ -166,6 +166,12 @@ func openFrontend(c config.Config, advertise string, reg prometheus.Registerer, 
 		HoldTimeout: c.Agent.Frontend.HoldTimeout, MaxHeld: c.Agent.Frontend.MaxHeld, Metrics: frontend.NewMetrics(reg), Log: log}}
 	if c.Agent.Frontend.Kernel.IsOn() {
 		k, err := frontend.NewNFTables(listen)
+		if err == nil {
+			// A killed agent's routes go before this one makes or
+			// recycles a container: a route to a container that is gone
+			// could reach another tenant's that takes its address.
+			err = k.Set(map[int]netip.AddrPort{})
+		}
 		if err != nil {
 			log.Info("front end: every connection goes through the front end's process", "why", err)
 		} else {
