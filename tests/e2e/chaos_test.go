@@ -219,8 +219,9 @@ func chaos(t *testing.T, f *deploytest.Fixture, app spec.App, dmtcpImage string,
 			t.Logf("round %d: undeploy %d of %s killed after %s; gone", round, i, id, delay)
 		}
 	}
-	if kills < 20 {
-		t.Errorf("only %d kills; want 20 or more", kills)
+	// At least one kill per step of each round (the undeploys' besides).
+	if want := rounds * len(steps); kills < want {
+		t.Errorf("only %d kills; want %d or more (one per step of each round)", kills, want)
 	}
 	for _, id := range running {
 		_ = st.DeleteDeployment(ctx, id)
