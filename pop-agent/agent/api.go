@@ -127,6 +127,15 @@ func (h *hooks) take(w http.ResponseWriter, c *apiauth.Client, k apiauth.Kind) (
 	return release, true
 }
 
+// takeWait takes one of c's long polls when the request waits (wait > 0),
+// as take does; a request that does not wait takes nothing.
+func (h *hooks) takeWait(w http.ResponseWriter, c *apiauth.Client, wait time.Duration) (release func(), ok bool) {
+	if wait <= 0 {
+		return func() {}, true
+	}
+	return h.take(w, c, apiauth.KindWait)
+}
+
 // forbidden is the 403 error of a client outside its scope.
 func forbidden(err error, c *apiauth.Client) error {
 	return hint.With(err, fmt.Sprintf("the token of client %s reaches the deployments of its apps that it created only (agent.tokens_file); use that client's own deployments, or an admin's token", c.Name))

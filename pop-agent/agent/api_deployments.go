@@ -134,15 +134,13 @@ func (h *hooks) create(w http.ResponseWriter, r *http.Request, c *apiauth.Client
 		h.error(w, err)
 		return
 	}
-	if wait > 0 {
-		// Before anything is written: beyond the client's bound of long
-		// polls, the create is refused whole.
-		release, ok := h.take(w, c, apiauth.KindWait)
-		if !ok {
-			return
-		}
-		defer release()
+	// Before anything is written: beyond the client's bound of long
+	// polls, the create is refused whole.
+	release, ok := h.takeWait(w, c, wait)
+	if !ok {
+		return
 	}
+	defer release()
 	d, err := scheduler.Create(r.Context(), h.a.st, req, "hook:"+r.RemoteAddr)
 	if err != nil {
 		h.error(w, err)
@@ -224,15 +222,13 @@ func (h *hooks) get(w http.ResponseWriter, r *http.Request, c *apiauth.Client) {
 		h.error(w, err)
 		return
 	}
-	if wait > 0 {
-		// A long poll, within the client's bound of them: one beyond it is
-		// refused before it costs a read.
-		release, ok := h.take(w, c, apiauth.KindWait)
-		if !ok {
-			return
-		}
-		defer release()
+	// A long poll, within the client's bound of them: one beyond it is
+	// refused before it costs a read.
+	release, ok := h.takeWait(w, c, wait)
+	if !ok {
+		return
 	}
+	defer release()
 	d, err := h.visible(r.Context(), c, id)
 	if err != nil {
 		h.error(w, err)
