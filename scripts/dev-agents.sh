@@ -25,7 +25,7 @@ cmd_up() {
 		name=node$i port=$((7480 + i)) frontend=127.0.0.$((1 + i))
 		# What the agent is started with: the binary and this environment's
 		# settings. One running with others is started again.
-		opts="$(sha256sum "$POPAGENT" | cut -c1-16) $(env | grep '^FOGDEPLOY_' | sort | tr '\n' ' ')"
+		opts="$(sha256sum "$POPAGENT" | cut -c1-16) $({ env | grep '^FOGDEPLOY_' || true; } | sort | tr '\n' ' ')"
 		if pid=$(fd_pidfile_pid "$DIR/$name.pid"); then
 			if [[ $(cat "$DIR/$name.opts" 2>/dev/null) == "$opts" ]]; then
 				fd_info "$name running (pid $pid, api 127.0.0.1:$port, front end $frontend)"

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -105,6 +106,28 @@ func (p *pop) startAgent(name, token string) {
 	}
 	out, _ := os.ReadFile(logf.Name())
 	t.Fatalf("agent %s did not start:\n%s", name, out)
+}
+
+// logged returns every match of re in the agents' logs: the names they
+// gave what they made, told apart from what another PoP's agents on the
+// same dockerd made.
+func (p *pop) logged(re *regexp.Regexp) map[string]bool {
+	p.t.Helper()
+	logs, err := filepath.Glob(filepath.Join(p.dir, "*.log"))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		for _, m := range re.FindAll(b, -1) {
+			found[string(m)] = true
+		}
+	}
+	return found
 }
 
 // fogctl runs fogctl against the PoP and returns its stdout, stderr and

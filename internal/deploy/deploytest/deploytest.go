@@ -67,6 +67,10 @@ type Fixture struct {
 
 	cfg  deploy.Config
 	deps deploy.Deps
+	// before are the images and containers that were there when the
+	// fixture was set up: another PoP's on the same pool and dockerd
+	// (its spare slots, say), which Leftovers does not count.
+	before map[string]bool
 }
 
 // Reopen returns a new Deployer over the fixture's state and components,
@@ -252,6 +256,7 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 		t.Fatal(err)
 	}
 	f.cfg, f.deps = dc, deps
+	f.before = f.present(ctx, t)
 
 	if src == nil {
 		return f
@@ -376,6 +381,30 @@ func RedisAddr(t testing.TB, dep deploy.Deployment) string {
 }
 
 // snapshot of what a deployment can leave on the node and in the pool.
+// present returns the names of the pool's images and of the runtime's
+// fogdeploy containers.
+func (f *Fixture) present(ctx context.Context, t testing.TB) map[string]bool {
+	t.Helper()
+	names, err := f.L.Store.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, n := range names {
+		seen["image "+n] = true
+	}
+	if f.RT != nil {
+		sts, err := f.RT.List(ctx, map[string]string{runtime.LabelManaged: "true"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range sts {
+			seen["container "+s.Name] = true
+		}
+	}
+	return seen
+}
+
 // Leftovers is what a deployment can leave on the node and in the pool.
 type Leftovers struct {
 	Images     []string
@@ -400,6 +429,9 @@ func (f *Fixture) Leftovers(t testing.TB, app string) Leftovers {
 		t.Fatal(err)
 	}
 	for _, n := range names {
+		if f.before["image "+n] {
+			continue
+		}
 		if strings.HasPrefix(n, catalog.InstancePrefix+app+"-") || strings.HasPrefix(n, catalog.GenPrefix+app+"-") {
 			lo.Images = append(lo.Images, n)
 		}
@@ -418,7 +450,9 @@ func (f *Fixture) Leftovers(t testing.TB, app string) Leftovers {
 			t.Fatal(err)
 		}
 		for _, s := range sts {
-			lo.Containers = append(lo.Containers, s.Name)
+			if !f.before["container "+s.Name] {
+				lo.Containers = append(lo.Containers, s.Name)
+			}
 		}
 	}
 	recs, err := f.D.List()
