@@ -193,11 +193,17 @@ type Deps struct {
 	Log   *slog.Logger
 }
 
-// Deployer deploys apps on this node. It is safe for concurrent use.
-type Deployer struct {
+// node is what every part of the deploy path shares: the node's
+// configuration and components.
+type node struct {
 	cfg  Config
 	deps Deps
 	log  *slog.Logger
+}
+
+// Deployer deploys apps on this node. It is safe for concurrent use.
+type Deployer struct {
+	*node
 
 	// deployments and slots are the record store (internal/journal).
 	deployments journal.Journal[Deployment]
@@ -309,7 +315,8 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	} else if len(removed) > 0 {
 		deps.Log.Info("checkpoint cache: removed what interrupted fills left", "paths", removed)
 	}
-	return &Deployer{cfg: cfg, deps: deps, log: deps.Log, platform: spec.HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{}, idle: map[string]idleSlot{}, spares: map[string]Slot{}, claimed: map[string]claimedSlot{}, releasing: map[string]bool{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
+	n := &node{cfg: cfg, deps: deps, log: deps.Log}
+	return &Deployer{node: n, platform: spec.HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{}, idle: map[string]idleSlot{}, spares: map[string]Slot{}, claimed: map[string]claimedSlot{}, releasing: map[string]bool{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
 		deployments: journal.Journal[Deployment]{Dir: filepath.Join(cfg.StateDir, "deployments"), What: "deployment", NotFound: spec.ErrNotFound, Exists: spec.ErrExists},
 		slots:       journal.Journal[Slot]{Dir: filepath.Join(cfg.StateDir, "slots"), What: "slot", NotFound: ErrNoSlot, Exists: spec.ErrExists},
 		lowers:      journal.Journal[Lower]{Dir: filepath.Join(cfg.StateDir, "lowers", "records"), What: "environment copy", NotFound: ErrNoLower, Exists: spec.ErrExists},

@@ -21,7 +21,7 @@ import (
 // its instances, it runs every app.
 func TestHostDriverTrustedOnly(t *testing.T) {
 	host, container := &drivers.Host{}, &drivers.Container{}
-	d := &Deployer{cfg: Config{DMTCPDriver: "host", CRIUDriver: "container"}, deps: Deps{Host: host, Container: container}}
+	d := &Deployer{node: &node{cfg: Config{DMTCPDriver: "host", CRIUDriver: "container"}, deps: Deps{Host: host, Container: container}}}
 	stranger := spec.App{Name: "chat", Engine: engine.NameDMTCP}
 	_, err := d.driver(stranger, engine.NameDMTCP)
 	if !errors.Is(err, ErrUntrusted) || !errors.Is(err, drivers.ErrDriver) {
