@@ -22,7 +22,7 @@ func (d *Deployer) Activity(ctx context.Context, id string) (activity.Sample, er
 	if rec.Phase != spec.PhaseRunning || rec.Handle == nil {
 		return activity.Sample{}, fmt.Errorf("deployment %s is %s: %w", id, rec.Phase, ErrNotSuspendable)
 	}
-	dr := d.driverByName(rec.Handle.Driver)
+	dr := d.drv.driverByName(rec.Handle.Driver)
 	if dr == nil {
 		return activity.Sample{}, fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, rec.Handle.Driver, id)
 	}

@@ -35,7 +35,7 @@ var ErrNotAhead = errors.New("cannot restore ahead")
 // this node (nil: they can): their app would wait at normal priority,
 // competing with the serving instances.
 func (d *Deployer) CanStartAhead(g spec.Generation) error {
-	dr, err := d.driver(g.Spec, g.Engine)
+	dr, err := d.drv.driver(g.Spec, g.Engine)
 	if err != nil {
 		return err
 	}
@@ -156,7 +156,7 @@ func (d *Deployer) awaitStarting(ctx context.Context, app string, gen int) bool 
 	if st == nil {
 		return false
 	}
-	if r, ok := d.driverByName(st.handle.Driver).(drivers.Raiser); ok {
+	if r, ok := d.drv.driverByName(st.handle.Driver).(drivers.Raiser); ok {
 		h := st.handle
 		h.Background = true
 		if _, err := r.Raise(ctx, h); err != nil {

@@ -20,7 +20,7 @@ func (d *Deployer) Alive(ctx context.Context, id string) (bool, error) {
 	if rec.Phase != spec.PhaseRunning || rec.Handle == nil {
 		return false, fmt.Errorf("deployment %s is %s, not Running: %w", id, rec.Phase, spec.ErrNotFound)
 	}
-	dr := d.driverByName(rec.Handle.Driver)
+	dr := d.drv.driverByName(rec.Handle.Driver)
 	if dr == nil {
 		return false, fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, rec.Handle.Driver, id)
 	}

@@ -34,7 +34,7 @@ func (d *Deployer) Boot(ctx context.Context, app spec.App, opts Options, reason 
 	if _, err := d.deps.Envs.CheckDepth(ctx, env.Ref, app.Env); err != nil {
 		return Deployment{}, err
 	}
-	if err := d.CheckBoot(ctx); err != nil {
+	if err := d.drv.CheckBoot(ctx); err != nil {
 		return Deployment{}, err
 	}
 	rec := &Deployment{ID: opts.ID, App: app.Name, Created: time.Now().UTC(), Instance: spec.Instance{Node: d.cfg.Node, Phase: spec.PhaseBooting, Mode: spec.ModeBoot, BootReason: reason, Limits: d.limitsOf(app)}}

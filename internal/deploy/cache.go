@@ -253,7 +253,7 @@ func (d *Deployer) sourceLater(s *Slot, src slotSource, known <-chan string, fet
 	if s.Pool {
 		return "", false
 	}
-	dr, err := d.driverByRun(src.app, s.Mode, src.engine)
+	dr, err := d.drv.driverByRun(src.app, s.Mode, src.engine)
 	if ls, ok := dr.(drivers.LateSourcer); err != nil || !ok || !ls.TakesSourceLater() {
 		return "", false
 	}

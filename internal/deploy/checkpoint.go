@@ -31,8 +31,8 @@ func (d *Deployer) CheckpointAll(ctx context.Context, app spec.App, opts Checkpo
 	}
 	var gens []spec.Generation
 	var errs []error
-	for _, eng := range d.Engines(ctx) {
-		if _, err := d.driver(app, eng); err != nil {
+	for _, eng := range d.drv.Engines(ctx) {
+		if _, err := d.drv.driver(app, eng); err != nil {
 			d.log.Info("engine auto: not checkpointing with this engine", "app", app.Name, "engine", eng, "reason", err)
 			continue
 		}
@@ -133,7 +133,7 @@ func (d *Deployer) checkpointable(ctx context.Context, app spec.App) (env layeri
 	if _, err := d.deps.Envs.CheckDepth(ctx, env.Ref, app.Env); err != nil {
 		return env, nil, "", err
 	}
-	if dr, err = d.driver(app, app.Engine); err != nil {
+	if dr, err = d.drv.driver(app, app.Engine); err != nil {
 		return env, nil, "", err
 	}
 	version, err = dr.Check(ctx, app.Engine)

@@ -49,7 +49,7 @@ func redisFixture(t *testing.T, driver string, eng engine.Name, prefix string) (
 	f := deploytest.NewFixture(t, driver)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
-	if _, err := f.D.Host().Check(ctx, eng); err != nil && driver == "host" {
+	if _, err := f.D.Drivers().Host().Check(ctx, eng); err != nil && driver == "host" {
 		testenv.Unavailable(t, string(eng), err.Error())
 	}
 	app := deploytest.RedisApp(prefix+"-"+string(eng)+"-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, eng)
@@ -487,7 +487,7 @@ func TestEnvironmentWithoutGlibc(t *testing.T) {
 	defer cancel()
 	app := deploytest.BusyboxHTTPApp("static-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env)
 	t.Cleanup(func() { f.UndeployAll(t, app.Name) })
-	if _, _, err := f.D.Check(ctx, app); err != nil {
+	if _, _, err := f.D.Drivers().Check(ctx, app); err != nil {
 		t.Fatalf("the node has DMTCP: %v", err)
 	}
 	start := time.Now()

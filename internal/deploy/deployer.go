@@ -49,7 +49,6 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/gencache"
-	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/journal"
 	"github.com/fogdeploy/fogdeploy/internal/keyedmutex"
 	"github.com/fogdeploy/fogdeploy/internal/overlay"
@@ -204,6 +203,8 @@ type node struct {
 // Deployer deploys apps on this node. It is safe for concurrent use.
 type Deployer struct {
 	*node
+	// drv picks the driver of each instance (drivers.go).
+	drv *Drivers
 
 	// deployments and slots are the record store (internal/journal).
 	deployments journal.Journal[Deployment]
@@ -316,149 +317,9 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 		deps.Log.Info("checkpoint cache: removed what interrupted fills left", "paths", removed)
 	}
 	n := &node{cfg: cfg, deps: deps, log: deps.Log}
-	return &Deployer{node: n, platform: spec.HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{}, idle: map[string]idleSlot{}, spares: map[string]Slot{}, claimed: map[string]claimedSlot{}, releasing: map[string]bool{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
+	return &Deployer{node: n, drv: &Drivers{node: n}, platform: spec.HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{}, idle: map[string]idleSlot{}, spares: map[string]Slot{}, claimed: map[string]claimedSlot{}, releasing: map[string]bool{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
 		deployments: journal.Journal[Deployment]{Dir: filepath.Join(cfg.StateDir, "deployments"), What: "deployment", NotFound: spec.ErrNotFound, Exists: spec.ErrExists},
 		slots:       journal.Journal[Slot]{Dir: filepath.Join(cfg.StateDir, "slots"), What: "slot", NotFound: ErrNoSlot, Exists: spec.ErrExists},
 		lowers:      journal.Journal[Lower]{Dir: filepath.Join(cfg.StateDir, "lowers", "records"), What: "environment copy", NotFound: ErrNoLower, Exists: spec.ErrExists},
 	}, nil
-}
-
-// driver is the driver of app's instances under engine eng. A host
-// driver that cannot bound its instances (no cgroups: Host.Limited) runs
-// only apps the operator marked trusted (ErrUntrusted).
-func (d *Deployer) driver(app spec.App, eng engine.Name) (drivers.Driver, error) {
-	dr, err := d.engineDriver(eng)
-	if err != nil {
-		return nil, err
-	}
-	if dr == d.deps.Host && !hostLimited(dr) && !app.Trusted {
-		return nil, hint.With(fmt.Errorf("%w: app %s under the %s engine: %w", drivers.ErrDriver, app.Name, eng, ErrUntrusted),
-			"this node's host driver cannot bound its instances (no cgroup memory, pids and cpu controllers it can use): mark the app `trusted: true` only if you trust it not to exhaust the node, or run the engine in the light container (agent."+string(eng)+"_driver: container)")
-	}
-	if dr == d.deps.Host && app.User != "" {
-		return nil, hint.With(fmt.Errorf("%w: app %s runs as user %s: the host driver runs apps as root", drivers.ErrDriver, app.Name, app.User),
-			"run the "+string(eng)+" engine in the light container (agent."+string(eng)+"_driver: container), which runs an app as its user")
-	}
-	return dr, nil
-}
-
-// hostLimited says whether host driver dr bounds its instances.
-func hostLimited(dr drivers.Driver) bool {
-	l, ok := dr.(interface{ Limited() bool })
-	return ok && l.Limited()
-}
-
-// engineDriver is the driver this node runs engine eng's apps with.
-func (d *Deployer) engineDriver(eng engine.Name) (drivers.Driver, error) {
-	var dr drivers.Driver
-	switch {
-	case eng == engine.NameDMTCP && d.cfg.DMTCPDriver == spec.DriverContainer,
-		eng == engine.NameCRIU && d.cfg.CRIUDriver == spec.DriverContainer:
-		dr = d.deps.Container
-	default:
-		dr = d.deps.Host
-	}
-	if dr == nil {
-		return nil, fmt.Errorf("%w: no driver configured for the %s engine", drivers.ErrDriver, eng)
-	}
-	return dr, nil
-}
-
-// driverByRun is the driver of an instance in mode of an app with engine
-// eng: the Container driver boots apps without an engine.
-func (d *Deployer) driverByRun(app spec.App, mode drivers.RunMode, eng engine.Name) (drivers.Driver, error) {
-	if mode != drivers.RunBoot {
-		return d.driver(app, eng)
-	}
-	if d.deps.Container == nil {
-		return nil, fmt.Errorf("%w: booting without an engine needs the container driver", drivers.ErrDriver)
-	}
-	return d.deps.Container, nil
-}
-
-// Host returns the host driver (nil if none).
-func (d *Deployer) Host() drivers.Driver { return d.deps.Host }
-
-// Check reports whether this node can deploy app: the spec, the
-// environment, and the engine behind its driver.
-func (d *Deployer) Check(ctx context.Context, app spec.App) (driver, version string, err error) {
-	app = app.WithDefaults()
-	if err := app.Validate(); err != nil {
-		return "", "", err
-	}
-	if _, err := d.deps.Envs.Get(ctx, app.Env); err != nil {
-		return "", "", fmt.Errorf("env %q of app %s: %w", app.Env, app.Name, err)
-	}
-	eng, version, err := d.engineOf(ctx, app)
-	if err != nil {
-		return "", "", err
-	}
-	dr, _ := d.engineDriver(eng)
-	return dr.Name(), version, nil
-}
-
-// engineOf checks the engine app (validated) runs under on this node, the
-// first this node has for engine auto (whose driver runs app), and returns
-// it with its version.
-func (d *Deployer) engineOf(ctx context.Context, app spec.App) (eng engine.Name, version string, err error) {
-	eng = app.Engine
-	if eng == spec.EngineAuto {
-		var engs []engine.Name
-		for _, e := range d.Engines(ctx) {
-			if _, err := d.driver(app, e); err == nil {
-				engs = append(engs, e)
-			}
-		}
-		if len(engs) == 0 {
-			return "", "", fmt.Errorf("%w: app %s (engine auto): this node has no checkpoint engine that runs it", drivers.ErrDriver, app.Name)
-		}
-		eng = engs[0]
-	}
-	if _, err := d.driver(app, eng); err != nil {
-		return "", "", err
-	}
-	_, version, err = d.CheckEngine(ctx, eng)
-	return eng, version, err
-}
-
-// Engines lists the checkpoint engines this node can run (spec.Engines'
-// order).
-func (d *Deployer) Engines(ctx context.Context) []engine.Name {
-	var out []engine.Name
-	for _, e := range spec.Engines {
-		if _, _, err := d.CheckEngine(ctx, e); err == nil {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// CheckEngine reports whether this node can run apps with the named engine,
-// through which driver and at which engine version.
-func (d *Deployer) CheckEngine(ctx context.Context, eng engine.Name) (driver, version string, err error) {
-	dr, err := d.engineDriver(eng)
-	if err != nil {
-		return "", "", err
-	}
-	v, err := dr.Check(ctx, eng)
-	return dr.Name(), v, err
-}
-
-// CheckBoot reports whether this node can boot apps with no checkpoint
-// engine (the boot image of the Container driver).
-func (d *Deployer) CheckBoot(ctx context.Context) error {
-	c, ok := d.deps.Container.(*drivers.Container)
-	if !ok || c == nil {
-		return fmt.Errorf("%w: booting without an engine needs the container driver", drivers.ErrDriver)
-	}
-	return c.CheckBoot(ctx)
-}
-
-func (d *Deployer) driverByName(name string) drivers.Driver {
-	for _, dr := range []drivers.Driver{d.deps.Container, d.deps.Host} {
-		if dr != nil && dr.Name() == name {
-			return dr
-		}
-	}
-	return nil
 }

@@ -39,7 +39,7 @@ func TestFilesWrittenBeforeCheckpoint(t *testing.T) {
 		t.Run(string(eng), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			if _, _, err := f.D.CheckEngine(ctx, eng); err != nil {
+			if _, _, err := f.D.Drivers().CheckEngine(ctx, eng); err != nil {
 				testenv.Unavailable(t, string(eng), err.Error())
 			}
 			app := spec.App{

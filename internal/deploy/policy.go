@@ -164,7 +164,7 @@ func (d *Deployer) resolve(ctx context.Context, app spec.App, opts Options, pool
 func (d *Deployer) lookup(ctx context.Context, app spec.App, opts Options) (gen spec.Generation, boot layering.Timings, producing time.Duration, why string, err error) {
 	// The engine only: a restore needs no environment but the
 	// generation's, and a boot or a first checkpoint looks the app's up.
-	checked, version, err := d.engineOf(ctx, app)
+	checked, version, err := d.drv.engineOf(ctx, app)
 	if err != nil {
 		if errors.Is(err, drivers.ErrDriver) && opts.IfNoEngine == spec.PolicyBoot {
 			d.log.Info("booting without a checkpoint engine", "app", app.Name, "reason", err)
@@ -188,7 +188,7 @@ func (d *Deployer) lookup(ctx context.Context, app spec.App, opts Options) (gen 
 	}
 	if len(boot) == 0 {
 		if gen.Engine != checked {
-			_, version, _ = d.CheckEngine(ctx, gen.Engine)
+			_, version, _ = d.drv.CheckEngine(ctx, gen.Engine)
 		}
 		// Automatic cold-boot fallback: a generation this node cannot
 		// restore (another engine version, missing CPU features).
@@ -206,7 +206,7 @@ func (d *Deployer) lookup(ctx context.Context, app spec.App, opts Options) (gen 
 // restore generation g (another engine version, missing CPU features), or
 // nil.
 func (d *Deployer) Restorable(ctx context.Context, g spec.Generation) error {
-	_, version, _ := d.CheckEngine(ctx, g.Engine)
+	_, version, _ := d.drv.CheckEngine(ctx, g.Engine)
 	return restorableOn(g, d.platform, version)
 }
 

@@ -28,7 +28,7 @@ const SlotReleasing SlotPhase = "Releasing"
 // left.
 func (d *Deployer) ProvisionPoolSlot(ctx context.Context, g spec.Generation) (_ Slot, err error) {
 	app := g.Spec.WithDefaults()
-	if _, err := d.driver(app, g.Engine); err != nil {
+	if _, err := d.drv.driver(app, g.Engine); err != nil {
 		return Slot{}, err
 	}
 	s, err := d.newSlot(app.Name, g.Gen, drivers.RunRestart, true, "", nil)

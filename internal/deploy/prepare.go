@@ -57,7 +57,7 @@ func (d *Deployer) PrepareResume(ctx context.Context, app spec.App, id string, g
 	if d.cfg.EnvRead != EnvShared {
 		return Slot{}, fmt.Errorf("deployment %s: restores read their own clone of the environment: %w", id, ErrNotPreparable)
 	}
-	dr, err := d.driverByRun(app, drivers.RunRestart, eng)
+	dr, err := d.drv.driverByRun(app, drivers.RunRestart, eng)
 	if err != nil {
 		return Slot{}, err
 	}

@@ -50,7 +50,7 @@ func (d *Deployer) Logs(ctx context.Context, id string, n int) ([]string, error)
 	if rec.Handle == nil {
 		return nil, fmt.Errorf("deployment %s has no instance yet (phase %s)", id, rec.Phase)
 	}
-	dr := d.driverByName(rec.Handle.Driver)
+	dr := d.drv.driverByName(rec.Handle.Driver)
 	if dr == nil {
 		return nil, fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, rec.Handle.Driver, id)
 	}
@@ -68,7 +68,7 @@ func (d *Deployer) Targets(ctx context.Context, id string) (map[string]netip.Add
 	if rec.Handle == nil {
 		return nil, fmt.Errorf("deployment %s has no instance yet (phase %s)", id, rec.Phase)
 	}
-	t, ok := d.driverByName(rec.Handle.Driver).(drivers.Targeter)
+	t, ok := d.drv.driverByName(rec.Handle.Driver).(drivers.Targeter)
 	if !ok {
 		return nil, fmt.Errorf("deployment %s: %w", id, ErrNoTargets)
 	}
@@ -96,7 +96,7 @@ func (d *Deployer) Adopt(ctx context.Context) (kept, removed []string, err error
 			continue
 		}
 		if r.Phase == spec.PhaseRunning && r.Handle != nil {
-			if dr := d.driverByName(r.Handle.Driver); dr != nil {
+			if dr := d.drv.driverByName(r.Handle.Driver); dr != nil {
 				if ok, err := dr.Running(ctx, *r.Handle); err == nil && ok {
 					kept = append(kept, r.ID)
 					continue

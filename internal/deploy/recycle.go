@@ -102,7 +102,7 @@ func (d *Deployer) recycler(rec Deployment) (drivers.Recycler, error) {
 	case rec.Handle == nil || !rec.Handle.Recycle:
 		return nil, no("its instance serves once")
 	}
-	dr, ok := d.driverByName(rec.Handle.Driver).(drivers.Recycler)
+	dr, ok := d.drv.driverByName(rec.Handle.Driver).(drivers.Recycler)
 	if !ok {
 		return nil, no("driver " + rec.Handle.Driver + " cannot recycle")
 	}

@@ -43,7 +43,7 @@ func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options,
 	if err := spec.ValidateID(opts.ID); err != nil {
 		return Deployment{}, err
 	}
-	if _, err := d.driver(app, g.Engine); err != nil {
+	if _, err := d.drv.driver(app, g.Engine); err != nil {
 		return Deployment{}, err
 	}
 	id := opts.ID

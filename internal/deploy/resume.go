@@ -30,7 +30,7 @@ func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spe
 	if err := spec.ValidateID(id); err != nil {
 		return Deployment{}, err
 	}
-	if _, err := d.driver(app, susp.Engine); err != nil {
+	if _, err := d.drv.driver(app, susp.Engine); err != nil {
 		return Deployment{}, err
 	}
 	info, err := d.deps.Store.Stat(ctx, susp.Ckpt.Image)

@@ -66,7 +66,7 @@ func (d *Deployer) sparer(ctx context.Context, eng engine.Name) (drivers.Sparer,
 	if d.cfg.EnvRead != EnvShared {
 		return nil, fmt.Errorf("%w of engine %s: restores read their own clone of the environment (agent.env_read: clone)", ErrNoSpare, eng)
 	}
-	dr, err := d.engineDriver(eng)
+	dr, err := d.drv.engineDriver(eng)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoSpare, err)
 	}
@@ -268,7 +268,7 @@ func (d *Deployer) takeSpare(ctx context.Context, o *op, rec *Deployment, app sp
 	if !d.hasSpare(g.Engine) {
 		return nil, errNoIdleSpare
 	}
-	dr, err := d.engineDriver(g.Engine)
+	dr, err := d.drv.engineDriver(g.Engine)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoSpare, err)
 	}

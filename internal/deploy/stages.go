@@ -279,7 +279,7 @@ func (d *Deployer) createInstance(ctx context.Context, s *Slot, src slotSource, 
 	if err := os.MkdirAll(ctl, 0o755); err != nil {
 		return fmt.Errorf("slot %s control directory: %w", s.ID, err)
 	}
-	dr, err := d.driverByRun(src.app, s.Mode, src.engine)
+	dr, err := d.drv.driverByRun(src.app, s.Mode, src.engine)
 	if err != nil {
 		return err
 	}
@@ -359,7 +359,7 @@ func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, a
 	if s.Handle == nil {
 		return nil, drivers.Handle{}, fmt.Errorf("slot %s has no instance", s.ID)
 	}
-	dr := d.driverByName(s.Handle.Driver)
+	dr := d.drv.driverByName(s.Handle.Driver)
 	if dr == nil {
 		return nil, drivers.Handle{}, fmt.Errorf("%w: driver %q of slot %s", drivers.ErrDriver, s.Handle.Driver, s.ID)
 	}

@@ -246,7 +246,7 @@ func (d *Deployer) beginSuspend(ctx context.Context, rec Deployment) (spec.Suspe
 // suspend cut short, it reads the checkpoint asked before; checkpointOf).
 // exited: the instance's processes are gone (drivers.Checkpointed.Exited).
 func (d *Deployer) checkpointInstance(ctx context.Context, rec Deployment, susp *spec.Suspension, continuing bool) (exited bool, err error) {
-	dr := d.driverByName(rec.Handle.Driver)
+	dr := d.drv.driverByName(rec.Handle.Driver)
 	if dr == nil {
 		return false, fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, rec.Handle.Driver, rec.ID)
 	}

@@ -45,7 +45,7 @@ func withSeed(meta map[string]string, seed string) map[string]string {
 func (d *Deployer) storeAndRelease(ctx context.Context, rec *Deployment, susp *spec.Suspension, si suspendImages) error {
 	envImg, ckptImg := si.env, si.ckpt
 	h := *rec.Handle
-	dr := d.driverByName(h.Driver)
+	dr := d.drv.driverByName(h.Driver)
 	if dr == nil {
 		return fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, h.Driver, rec.ID)
 	}

@@ -83,7 +83,7 @@ func (d *Deployer) CutOff(ctx context.Context, id string) error {
 func (d *Deployer) releaseResources(ctx context.Context, who string, res Owned, sweep ...string) error {
 	var errs []error
 	if res.Handle != nil {
-		if dr := d.driverByName(res.Handle.Driver); dr != nil {
+		if dr := d.drv.driverByName(res.Handle.Driver); dr != nil {
 			if err := d.removeInstance(ctx, dr, *res.Handle); err != nil {
 				errs = append(errs, err)
 			}

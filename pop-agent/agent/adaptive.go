@@ -118,7 +118,13 @@ func (a *agent) autoNode() autoNode {
 	if a.auto != nil {
 		return a.auto
 	}
-	return a.d
+	return nodeAuto{a.d, a.d.Drivers()}
+}
+
+// nodeAuto is the deployer's parts that mode auto asks.
+type nodeAuto struct {
+	*deploy.Deployer
+	*deploy.Drivers
 }
 
 // restorableEngines are the engines of which app has a generation, made

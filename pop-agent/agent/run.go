@@ -304,7 +304,7 @@ func checkEngines(ctx context.Context, c config.Config, d *deploy.Deployer, log 
 	fingerprint = map[string]string{"arch": goruntime.GOARCH, "kernel": kernelRelease()}
 	problems = map[string]string{}
 	for _, e := range spec.Engines {
-		if drv, v, err := d.CheckEngine(ctx, e); err != nil {
+		if drv, v, err := d.Drivers().CheckEngine(ctx, e); err != nil {
 			log.Warn("engine unavailable: apps of this engine boot without a checkpoint here (agent.if_no_engine)", "engine", e, "reason", err)
 			problems[string(e)] = hint.Sentence(err)
 		} else {
@@ -312,7 +312,7 @@ func checkEngines(ctx context.Context, c config.Config, d *deploy.Deployer, log 
 			fingerprint[string(e)] = v + " (" + drv + ")"
 		}
 	}
-	if err := d.CheckBoot(ctx); err != nil {
+	if err := d.Drivers().CheckBoot(ctx); err != nil {
 		log.Warn("cannot boot apps without an engine", "reason", err)
 		problems["boot"] = hint.Sentence(err)
 	} else {

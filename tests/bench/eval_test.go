@@ -698,7 +698,7 @@ func evalConcurrencyCRIU(ctx context.Context, t *testing.T, f *deploytest.Fixtur
 	if app.Engine == engine.NameCRIU {
 		return nil, ""
 	}
-	if _, _, err := f.D.CheckEngine(ctx, engine.NameCRIU); err != nil {
+	if _, _, err := f.D.Drivers().CheckEngine(ctx, engine.NameCRIU); err != nil {
 		return nil, "simultaneous restores under CRIU left out: " + hint.Sentence(err)
 	}
 	alt := app.WithEngine(engine.NameCRIU)
@@ -1290,10 +1290,10 @@ func hostInfo(ctx context.Context, t *testing.T, f *deploytest.Fixture) evaluati
 		h.OSDs = c.OSDs
 	}
 	h.ObjectStore = cephObjectStore(ctx, testenv.CephCluster(t))
-	if _, v, err := f.D.CheckEngine(ctx, "dmtcp"); err == nil {
+	if _, v, err := f.D.Drivers().CheckEngine(ctx, "dmtcp"); err == nil {
 		h.DMTCP = v
 	}
-	if _, v, err := f.D.CheckEngine(ctx, "criu"); err == nil {
+	if _, v, err := f.D.Drivers().CheckEngine(ctx, "criu"); err == nil {
 		h.CRIU = v
 	}
 	if v, err := testenv.DockerClient(t).ServerVersion(ctx); err == nil {

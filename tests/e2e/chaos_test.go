@@ -44,7 +44,7 @@ func TestChaosBoot(t *testing.T) {
 // asks for more.
 func TestChaosCheckpoint(t *testing.T) {
 	f := deploytest.NewFixture(t, "container")
-	if _, _, err := f.D.CheckEngine(context.Background(), engine.NameDMTCP); err != nil {
+	if _, _, err := f.D.Drivers().CheckEngine(context.Background(), engine.NameDMTCP); err != nil {
 		testenv.Unavailable(t, testenv.DMTCP, err.Error())
 	}
 	app := deploytest.RedisApp("chaos-redis-"+strconv.FormatInt(time.Now().UnixNano()%1e6, 36), f.Env, engine.NameDMTCP)

@@ -287,7 +287,7 @@ func startPoP(ctx context.Context, t *testing.T, f *deploytest.Fixture, app, dmt
 // timings.
 func TestPoP(t *testing.T) {
 	f := deploytest.NewFixture(t, "container")
-	if _, _, err := f.D.CheckEngine(context.Background(), engine.NameDMTCP); err != nil {
+	if _, _, err := f.D.Drivers().CheckEngine(context.Background(), engine.NameDMTCP); err != nil {
 		testenv.Unavailable(t, testenv.DMTCP, err.Error())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -541,7 +541,7 @@ func redisOnPoP(t *testing.T, prefix string, eng engine.Name, configure func(*sp
 		need = []engine.Name{engine.NameDMTCP, engine.NameCRIU}
 	}
 	for _, e := range need {
-		if _, _, err := f.D.CheckEngine(context.Background(), e); err != nil {
+		if _, _, err := f.D.Drivers().CheckEngine(context.Background(), e); err != nil {
 			testenv.Unavailable(t, string(e), err.Error())
 		}
 	}

@@ -30,7 +30,7 @@ import (
 // shutdown releases their spares and leaves nothing.
 func TestSparePoP(t *testing.T) {
 	f := deploytest.NewFixture(t, "container")
-	if _, _, err := f.D.CheckEngine(context.Background(), engine.NameDMTCP); err != nil {
+	if _, _, err := f.D.Drivers().CheckEngine(context.Background(), engine.NameDMTCP); err != nil {
 		testenv.Unavailable(t, testenv.DMTCP, err.Error())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

@@ -152,7 +152,7 @@ func node(t *testing.T, driver string, eng engine.Name) (*deploytest.Fixture, co
 	f := deploytest.NewFixture(t, driver)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
-	if _, _, err := f.D.CheckEngine(ctx, eng); err != nil {
+	if _, _, err := f.D.Drivers().CheckEngine(ctx, eng); err != nil {
 		testenv.Unavailable(t, string(eng), err.Error())
 	}
 	return f, ctx
