@@ -192,14 +192,6 @@ type Deps struct {
 	Log   *slog.Logger
 }
 
-// node is what every part of the deploy path shares: the node's
-// configuration and components.
-type node struct {
-	cfg  Config
-	deps Deps
-	log  *slog.Logger
-}
-
 // Deployer deploys apps on this node. It is safe for concurrent use.
 type Deployer struct {
 	*node

@@ -376,23 +376,3 @@ func (d *Deployer) attach(ctx context.Context, o *op, s *Slot, dr drivers.Sparer
 	o.phase(StepAttach)
 	return nil
 }
-
-// unbindCkpt unbinds the generations bound in a spare's checkpoint volume
-// under dir (attach), if any.
-func (d *Deployer) unbindCkpt(dir string) error {
-	vol := filepath.Join(dir, "mnt", "ckpt")
-	ents, err := os.ReadDir(vol)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err == nil && e.IsDir() {
-			errs = append(errs, d.deps.Roots.Unbind(filepath.Join(vol, e.Name())))
-		}
-	}
-	return errors.Join(errs...)
-}

@@ -160,39 +160,3 @@ func (d *Deployer) removeInstance(ctx context.Context, dr drivers.Driver, h driv
 	}
 	return nil
 }
-
-// removeImage removes an image of deployment id. Its mappings are
-// released by then; when nothing on this node keeps the image open any
-// more (no mapping record, no rbd-fuse), a watcher that the cluster still
-// lists is a client that was killed with the image open: an rbd-fuse cut
-// off, or a previous agent killed mid-operation. The OSDs keep such a
-// watch for osd_client_watch_timeout (30 s), so the image is removed with
-// RemoveUnmapped, which evicts dead watchers and retries with bounded
-// backoff. Otherwise (or when the mapper cannot tell) plain Remove, which
-// refuses while the image is watched.
-func (d *Deployer) removeImage(ctx context.Context, id, img string) error {
-	users, err := d.deps.Mapper.Users(mapper.Image{Pool: d.cfg.Pool, Name: img})
-	if err != nil || len(users) > 0 {
-		if err != nil {
-			d.log.Warn("cannot tell whether an image is still mapped on this node; not evicting its watchers", "deployment", id, "image", img, "err", err)
-		}
-		return d.deps.Store.Remove(ctx, img)
-	}
-	evicted, err := d.deps.Store.RemoveUnmapped(ctx, img)
-	for _, e := range evicted {
-		d.log.Warn("evicted a dead client that still watched an image (blocklisted for a short while)",
-			"deployment", id, "image", img, "client", e.Client, "addr", e.Addr)
-	}
-	return err
-}
-
-// releaseMappings unmounts and unmaps mappings.
-func (d *Deployer) releaseMappings(ctx context.Context, mappings []string) error {
-	var errs []error
-	for _, m := range mappings {
-		if err := d.deps.Mapper.Release(ctx, m); err != nil && !errors.Is(err, mapper.ErrNotMapped) {
-			errs = append(errs, fmt.Errorf("release mapping %s: %w", m, err))
-		}
-	}
-	return errors.Join(errs...)
-}
