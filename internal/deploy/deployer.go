@@ -242,14 +242,9 @@ type Deployer struct {
 	// fetched sums what this node's checkpoint fetches read from the
 	// cluster and what their block indexes spared them (FetchBytes).
 	fetched fetchCounters
-	// lowers are the node's read-only copies of generations'
-	// environments (lower.go), one maker of each at a time.
-	lowers    journal.Journal[Lower]
-	lowerLock keyedmutex.Map[string]
-	// blanks are the pool's blank filesystems by size (lower.go), as
-	// found or made: one per environment size.
-	blankMu sync.Mutex
-	blanks  map[int64]layering.SnapRef
+	// envs are the node's copies of generations' environments and the
+	// pool's blank filesystems (lower.go).
+	envs *EnvCopies
 	// spares indexes this process's idle spare slots (spare.go), under
 	// slotMu, as idle does the pool's.
 	spares map[string]Slot
@@ -309,9 +304,12 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 		deps.Log.Info("checkpoint cache: removed what interrupted fills left", "paths", removed)
 	}
 	n := &node{cfg: cfg, deps: deps, log: deps.Log}
-	return &Deployer{node: n, drv: &Drivers{node: n}, platform: spec.HostPlatform(), cache: cache, blanks: map[int64]layering.SnapRef{}, idle: map[string]idleSlot{}, spares: map[string]Slot{}, claimed: map[string]claimedSlot{}, releasing: map[string]bool{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
+	d := &Deployer{node: n, drv: &Drivers{node: n}, platform: spec.HostPlatform(), cache: cache, idle: map[string]idleSlot{}, spares: map[string]Slot{}, claimed: map[string]claimedSlot{}, releasing: map[string]bool{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
 		deployments: journal.Journal[Deployment]{Dir: filepath.Join(cfg.StateDir, "deployments"), What: "deployment", NotFound: spec.ErrNotFound, Exists: spec.ErrExists},
 		slots:       journal.Journal[Slot]{Dir: filepath.Join(cfg.StateDir, "slots"), What: "slot", NotFound: ErrNoSlot, Exists: spec.ErrExists},
-		lowers:      journal.Journal[Lower]{Dir: filepath.Join(cfg.StateDir, "lowers", "records"), What: "environment copy", NotFound: ErrNoLower, Exists: spec.ErrExists},
-	}, nil
+	}
+	d.envs = &EnvCopies{node: n, blanks: map[int64]layering.SnapRef{},
+		lowers: journal.Journal[Lower]{Dir: filepath.Join(cfg.StateDir, "lowers", "records"), What: "environment copy", NotFound: ErrNoLower, Exists: spec.ErrExists},
+		used:   func(id string) (bool, error) { return lowerUsedBy(d.slots, d.deployments, id) }}
+	return d, nil
 }

@@ -101,7 +101,7 @@ func (d *Deployer) nextGen(ctx context.Context, app string) (int, error) {
 // layering.ErrHasChildren, while deployments still use it.
 // This node's copies of it go too (its environment's first: it is a clone).
 func (d *Deployer) RemoveGeneration(ctx context.Context, app string, gen int) error {
-	if _, err := d.TrimLowers(ctx, func(l Lower) bool { return l.App != app || l.Gen != gen }); err != nil {
+	if _, err := d.envs.TrimLowers(ctx, func(l Lower) bool { return l.App != app || l.Gen != gen }); err != nil {
 		return err
 	}
 	if err := catalog.RemoveGeneration(ctx, d.deps.Store, app, gen); err != nil {

@@ -19,9 +19,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/catalog"
+	"github.com/fogdeploy/fogdeploy/internal/journal"
+	"github.com/fogdeploy/fogdeploy/internal/keyedmutex"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/fogdeploy/fogdeploy/internal/mountinfo"
@@ -29,6 +32,26 @@ import (
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
+
+// EnvCopies are the node's read-only copies of generations' environments
+// (each journaled, one maker at a time) and the pool's blank filesystems
+// that take an instance's writes over them.
+type EnvCopies struct {
+	*node
+	// lowers are the copies' records, lowerLock one maker of each.
+	lowers    journal.Journal[Lower]
+	lowerLock keyedmutex.Map[string]
+	// blanks are the pool's blank filesystems by size, as found or made:
+	// one per environment size.
+	blankMu sync.Mutex
+	blanks  map[int64]layering.SnapRef
+	// used says whether a slot or a deployment of this node reads from a
+	// copy (by its ID).
+	used func(id string) (bool, error)
+}
+
+// EnvCopies returns the node's copies of environments.
+func (d *Deployer) EnvCopies() *EnvCopies { return d.envs }
 
 // EnvRead is where a restore reads its environment from (Config.EnvRead).
 type EnvRead string
@@ -87,46 +110,46 @@ func lowerID(app string, gen int) string {
 
 // lowerFor returns the root of the node's read-only copy of generation
 // g's environment, making it first if the node has none.
-func (d *Deployer) lowerFor(ctx context.Context, g spec.Generation) (Lower, error) {
+func (e *EnvCopies) lowerFor(ctx context.Context, g spec.Generation) (Lower, error) {
 	id := lowerID(g.App, g.Gen)
-	unlock := d.lowerLock.Lock(id)
+	unlock := e.lowerLock.Lock(id)
 	defer unlock()
-	rec, err := d.lowers.Load(id)
-	if err == nil && d.lowerReady(rec, g) {
+	rec, err := e.lowers.Load(id)
+	if err == nil && e.lowerReady(rec, g) {
 		if rec.Size == 0 {
 			// Recorded before its size was.
-			err = d.sizeLower(ctx, &rec)
+			err = e.sizeLower(ctx, &rec)
 		}
 		return rec, err
 	}
 	if err == nil {
 		// Half made, of another generation of that number, or its
 		// mount is gone: made again.
-		if err := d.dropLower(ctx, rec); err != nil {
+		if err := e.dropLower(ctx, rec); err != nil {
 			return Lower{}, err
 		}
 	} else if !errors.Is(err, ErrNoLower) {
 		return Lower{}, err
 	}
-	rec = Lower{ID: id, App: g.App, Gen: g.Gen, Sealed: g.Created, Image: catalog.LowerImage(g.App, g.Gen, d.cfg.Node),
-		Root: filepath.Join(d.cfg.StateDir, "lowers", id), Created: time.Now().UTC()}
-	if err := d.lowers.Create(id, &rec, true); err != nil {
+	rec = Lower{ID: id, App: g.App, Gen: g.Gen, Sealed: g.Created, Image: catalog.LowerImage(g.App, g.Gen, e.cfg.Node),
+		Root: filepath.Join(e.cfg.StateDir, "lowers", id), Created: time.Now().UTC()}
+	if err := e.lowers.Create(id, &rec, true); err != nil {
 		return Lower{}, err
 	}
-	if err := d.makeLower(ctx, g, &rec); err != nil {
-		return Lower{}, errors.Join(err, d.dropLower(context.WithoutCancel(ctx), rec))
+	if err := e.makeLower(ctx, g, &rec); err != nil {
+		return Lower{}, errors.Join(err, e.dropLower(context.WithoutCancel(ctx), rec))
 	}
-	d.log.Info("node copy of a generation's environment made", "app", g.App, "gen", g.Gen, "image", rec.Image, "root", rec.Root)
+	e.log.Info("node copy of a generation's environment made", "app", g.App, "gen", g.Gen, "image", rec.Image, "root", rec.Root)
 	return rec, nil
 }
 
 // lowerReady reports whether rec is the node's whole, mounted copy of
 // generation g's environment.
-func (d *Deployer) lowerReady(rec Lower, g spec.Generation) bool {
+func (e *EnvCopies) lowerReady(rec Lower, g spec.Generation) bool {
 	if !rec.Ready || !rec.Sealed.Equal(g.Created) {
 		return false
 	}
-	ok, err := d.deps.Mapper.Mounted(rec.ID)
+	ok, err := e.deps.Mapper.Mounted(rec.ID)
 	return err == nil && ok
 }
 
@@ -134,18 +157,18 @@ func (d *Deployer) lowerReady(rec Lower, g spec.Generation) bool {
 // holds one; otherwise it starts making it and returns what a slot needs
 // of it meanwhile (its app, generation and size, no Root), and made waits
 // for the copy.
-func (d *Deployer) lowerSoon(ctx context.Context, g spec.Generation) (lower Lower, made func() (Lower, error), err error) {
+func (e *EnvCopies) lowerSoon(ctx context.Context, g spec.Generation) (lower Lower, made func() (Lower, error), err error) {
 	id := lowerID(g.App, g.Gen)
-	if rec, err := d.lowers.Load(id); err == nil && rec.Size > 0 && d.lowerReady(rec, g) {
+	if rec, err := e.lowers.Load(id); err == nil && rec.Size > 0 && e.lowerReady(rec, g) {
 		return rec, func() (Lower, error) { return rec, nil }, nil
 	}
 	var got Lower
 	wait := async(func() (err error) {
-		got, err = d.lowerFor(ctx, g)
+		got, err = e.lowerFor(ctx, g)
 		return err
 	})
 	made = func() (Lower, error) { return got, wait() }
-	info, err := d.deps.Store.Stat(ctx, g.EnvSnap.Image)
+	info, err := e.deps.Store.Stat(ctx, g.EnvSnap.Image)
 	if err != nil {
 		_, _ = made()
 		return Lower{}, made, fmt.Errorf("size of generation %d of %s's environment: %w", g.Gen, g.App, err)
@@ -153,37 +176,37 @@ func (d *Deployer) lowerSoon(ctx context.Context, g spec.Generation) (lower Lowe
 	return Lower{ID: id, App: g.App, Gen: g.Gen, Sealed: g.Created, Size: info.Size}, made, nil
 }
 
-func (d *Deployer) makeLower(ctx context.Context, g spec.Generation, rec *Lower) error {
-	st := d.deps.Store
-	if _, err := d.deps.Envs.CheckDepth(ctx, g.EnvSnap, g.Spec.Env); err != nil {
+func (e *EnvCopies) makeLower(ctx context.Context, g spec.Generation, rec *Lower) error {
+	st := e.deps.Store
+	if _, err := e.deps.Envs.CheckDepth(ctx, g.EnvSnap, g.Spec.Env); err != nil {
 		return err
 	}
 	if err := st.Clone(ctx, g.EnvSnap, rec.Image); err != nil && !errors.Is(err, layering.ErrExists) {
 		return err
 	}
 	meta := map[string]string{catalog.MetaLower: g.App + "/" + strconv.Itoa(g.Gen)}
-	if d.cfg.Node != "" {
-		meta[catalog.MetaNode] = d.cfg.Node
+	if e.cfg.Node != "" {
+		meta[catalog.MetaNode] = e.cfg.Node
 	}
 	if err := st.SetMeta(ctx, rec.Image, meta); err != nil {
 		return err
 	}
-	if _, err := d.deps.Mapper.MapAndMount(ctx, mapper.Image{Pool: d.cfg.Pool, Name: rec.Image}, rec.Root,
+	if _, err := e.deps.Mapper.MapAndMount(ctx, mapper.Image{Pool: e.cfg.Pool, Name: rec.Image}, rec.Root,
 		mapper.MountOptions{ReadOnly: true}, mapper.WithID(rec.ID), mapper.WithReadOnly()); err != nil {
 		return err
 	}
 	rec.Ready = true
-	return d.sizeLower(ctx, rec)
+	return e.sizeLower(ctx, rec)
 }
 
 // sizeLower records the size of rec's image in rec.
-func (d *Deployer) sizeLower(ctx context.Context, rec *Lower) error {
-	info, err := d.deps.Store.Stat(ctx, rec.Image)
+func (e *EnvCopies) sizeLower(ctx context.Context, rec *Lower) error {
+	info, err := e.deps.Store.Stat(ctx, rec.Image)
 	if err != nil {
 		return fmt.Errorf("size of the node copy %s: %w", rec.Image, err)
 	}
 	rec.Size = info.Size
-	return d.lowers.Save(rec.ID, rec)
+	return e.lowers.Save(rec.ID, rec)
 }
 
 // upperSource is the snapshot that an instance's writable image over
@@ -192,75 +215,75 @@ func (d *Deployer) sizeLower(ctx context.Context, rec *Lower) error {
 // environment would do too, but every object of it that the instance
 // first writes (the filesystem's metadata, its journal) is read whole
 // from the cluster first; a clone of the blank reads next to nothing.
-func (d *Deployer) upperSource(ctx context.Context, lower Lower) (layering.SnapRef, error) {
-	d.blankMu.Lock()
-	ref, ok := d.blanks[lower.Size]
-	d.blankMu.Unlock()
+func (e *EnvCopies) upperSource(ctx context.Context, lower Lower) (layering.SnapRef, error) {
+	e.blankMu.Lock()
+	ref, ok := e.blanks[lower.Size]
+	e.blankMu.Unlock()
 	if ok {
 		return ref, nil
 	}
-	work := filepath.Join(d.cfg.StateDir, "tmp")
+	work := filepath.Join(e.cfg.StateDir, "tmp")
 	if err := os.MkdirAll(work, 0o700); err != nil {
 		return layering.SnapRef{}, err
 	}
-	ref, err := layering.Blank(ctx, d.deps.Store, lower.Size, work)
+	ref, err := layering.Blank(ctx, e.deps.Store, lower.Size, work)
 	if err != nil {
 		return layering.SnapRef{}, fmt.Errorf("blank filesystem for the writes of %s generation %d: %w", lower.App, lower.Gen, err)
 	}
-	d.blankMu.Lock()
-	d.blanks[lower.Size] = ref
-	d.blankMu.Unlock()
+	e.blankMu.Lock()
+	e.blanks[lower.Size] = ref
+	e.blankMu.Unlock()
 	return ref, nil
 }
 
 // cloneBlank clones blank, the pool's blank filesystem of lower's size
 // (upperSource), into image name; a blank gone from the pool since it
 // was found is forgotten, and a new one made and cloned.
-func (d *Deployer) cloneBlank(ctx context.Context, blank layering.SnapRef, lower Lower, name string) error {
-	err := d.deps.Store.Clone(ctx, blank, name)
+func (e *EnvCopies) cloneBlank(ctx context.Context, blank layering.SnapRef, lower Lower, name string) error {
+	err := e.deps.Store.Clone(ctx, blank, name)
 	if errors.Is(err, layering.ErrNotFound) {
-		d.forgetBlank(blank)
-		if blank, err = d.upperSource(ctx, lower); err == nil {
-			err = d.deps.Store.Clone(ctx, blank, name)
+		e.forgetBlank(blank)
+		if blank, err = e.upperSource(ctx, lower); err == nil {
+			err = e.deps.Store.Clone(ctx, blank, name)
 		}
 	}
 	return err
 }
 
 // forgetBlank drops a remembered blank snapshot (gone from the pool).
-func (d *Deployer) forgetBlank(ref layering.SnapRef) {
-	d.blankMu.Lock()
-	defer d.blankMu.Unlock()
-	for size, r := range d.blanks {
+func (e *EnvCopies) forgetBlank(ref layering.SnapRef) {
+	e.blankMu.Lock()
+	defer e.blankMu.Unlock()
+	for size, r := range e.blanks {
 		if r == ref {
-			delete(d.blanks, size)
+			delete(e.blanks, size)
 		}
 	}
 }
 
 // dropLower releases a lower's mapping, removes its image and its record.
-func (d *Deployer) dropLower(ctx context.Context, rec Lower) error {
-	if err := d.deps.Mapper.Release(ctx, rec.ID); err != nil && !errors.Is(err, mapper.ErrNotMapped) {
+func (e *EnvCopies) dropLower(ctx context.Context, rec Lower) error {
+	if err := e.deps.Mapper.Release(ctx, rec.ID); err != nil && !errors.Is(err, mapper.ErrNotMapped) {
 		return fmt.Errorf("release the node copy of %s generation %d: %w", rec.App, rec.Gen, err)
 	}
-	if err := d.removeImage(ctx, rec.ID, rec.Image); err != nil && !errors.Is(err, layering.ErrNotFound) {
+	if err := e.removeImage(ctx, rec.ID, rec.Image); err != nil && !errors.Is(err, layering.ErrNotFound) {
 		return fmt.Errorf("remove the node copy of %s generation %d: %w", rec.App, rec.Gen, err)
 	}
 	_ = os.Remove(rec.Root)
-	return d.lowers.Remove(rec.ID)
+	return e.lowers.Remove(rec.ID)
 }
 
 // ErrNoLower: the node holds no copy of that generation's environment.
 var ErrNoLower = errors.New("no node copy of the environment")
 
 // Lowers lists the node's read-only copies of generations' environments.
-func (d *Deployer) Lowers() ([]Lower, error) { return d.lowers.List() }
+func (e *EnvCopies) Lowers() ([]Lower, error) { return e.lowers.List() }
 
 // TrimLowers drops the node's copies of generations' environments that no
 // instance on the node uses and that keep rejects (nil: every unused one),
 // and returns them.
-func (d *Deployer) TrimLowers(ctx context.Context, keep func(Lower) bool) ([]Lower, error) {
-	recs, err := d.lowers.List()
+func (e *EnvCopies) TrimLowers(ctx context.Context, keep func(Lower) bool) ([]Lower, error) {
+	recs, err := e.lowers.List()
 	if err != nil {
 		return nil, err
 	}
@@ -270,10 +293,10 @@ func (d *Deployer) TrimLowers(ctx context.Context, keep func(Lower) bool) ([]Low
 		if keep != nil && keep(rec) {
 			continue
 		}
-		unlock := d.lowerLock.Lock(rec.ID)
-		used, err := d.lowerUsed(rec.ID)
+		unlock := e.lowerLock.Lock(rec.ID)
+		used, err := e.used(rec.ID)
 		if err == nil && !used {
-			err = d.dropLower(ctx, rec)
+			err = e.dropLower(ctx, rec)
 			if err == nil {
 				dropped = append(dropped, rec)
 			}
@@ -286,10 +309,10 @@ func (d *Deployer) TrimLowers(ctx context.Context, keep func(Lower) bool) ([]Low
 	return dropped, errors.Join(errs...)
 }
 
-// lowerUsed reports whether a slot or a deployment of this node reads
-// from lower id.
-func (d *Deployer) lowerUsed(id string) (bool, error) {
-	slots, err := d.slots.List()
+// lowerUsedBy reports whether a slot or a deployment of this node reads
+// from lower id (what EnvCopies.used asks).
+func lowerUsedBy(slotRecs journal.Journal[Slot], depRecs journal.Journal[Deployment], id string) (bool, error) {
+	slots, err := slotRecs.List()
 	if err != nil {
 		return false, err
 	}
@@ -298,7 +321,7 @@ func (d *Deployer) lowerUsed(id string) (bool, error) {
 			return true, nil
 		}
 	}
-	recs, err := d.deployments.List()
+	recs, err := depRecs.List()
 	if err != nil {
 		return false, err
 	}
@@ -314,12 +337,12 @@ func (d *Deployer) lowerUsed(id string) (bool, error) {
 // over its own clone (mounted at dir/disk). dir/mnt is a shared mount, so
 // that an instance that binds it with slave propagation sees resetRoot's
 // unmount and mount of the root.
-func (d *Deployer) overlayRoot(ctx context.Context, lower Lower, dir string) (string, error) {
-	if err := d.deps.Roots.MountShared(filepath.Join(dir, "mnt")); err != nil {
+func (e *EnvCopies) overlayRoot(ctx context.Context, lower Lower, dir string) (string, error) {
+	if err := e.deps.Roots.MountShared(filepath.Join(dir, "mnt")); err != nil {
 		return "", err
 	}
 	root := filepath.Join(dir, "mnt", "root")
-	if err := d.deps.Roots.Mount(ctx, rootLayers(lower, dir), root); err != nil {
+	if err := e.deps.Roots.Mount(ctx, rootLayers(lower, dir), root); err != nil {
 		return "", err
 	}
 	return root, nil
@@ -331,8 +354,8 @@ func rootLayers(lower Lower, dir string) overlay.Layers {
 
 // resetRoot drops what an instance wrote into its overlay root under dir:
 // the root is the generation's again.
-func (d *Deployer) resetRoot(ctx context.Context, lower Lower, dir string) error {
-	return d.deps.Roots.Reset(ctx, rootLayers(lower, dir), filepath.Join(dir, "mnt", "root"))
+func (e *EnvCopies) resetRoot(ctx context.Context, lower Lower, dir string) error {
+	return e.deps.Roots.Reset(ctx, rootLayers(lower, dir), filepath.Join(dir, "mnt", "root"))
 }
 
 // removeDir removes an instance's directory and what it holds, unless
@@ -347,12 +370,12 @@ func removeDir(dir string) error {
 // unmountRoot unmounts an instance's overlay root under dir (dir/mnt/root,
 // or dir/root where an earlier version mounted it), and its copies in the
 // mount namespaces of the apps run there, if it has one, then dir/mnt.
-func (d *Deployer) unmountRoot(ctx context.Context, dir string) error {
+func (e *EnvCopies) unmountRoot(ctx context.Context, dir string) error {
 	if dir == "" {
 		return nil
 	}
 	for _, root := range []string{filepath.Join(dir, "mnt", "root"), filepath.Join(dir, "root")} {
-		ok, err := d.deps.Roots.Mounted(root)
+		ok, err := e.deps.Roots.Mounted(root)
 		if err != nil {
 			return err
 		}
@@ -360,14 +383,14 @@ func (d *Deployer) unmountRoot(ctx context.Context, dir string) error {
 			continue
 		}
 		_, _ = mapper.DetachCopies(root)
-		if err := d.deps.Roots.Unmount(ctx, root); err != nil {
+		if err := e.deps.Roots.Unmount(ctx, root); err != nil {
 			return err
 		}
 	}
-	if err := d.unbindCkpt(dir); err != nil {
+	if err := e.unbindCkpt(dir); err != nil {
 		return err
 	}
-	return d.deps.Roots.UnmountShared(filepath.Join(dir, "mnt"))
+	return e.deps.Roots.UnmountShared(filepath.Join(dir, "mnt"))
 }
 
 // slotEnv is the environment snapshot a slot clones. With the shared read
@@ -377,7 +400,7 @@ func (d *Deployer) unmountRoot(ctx context.Context, dir string) error {
 // slot (the node's copy checks it once, makeLower). A node's copy not made
 // yet is made while the slot's own images are cloned and mapped: lower is
 // then without its Root, and made waits for it.
-func (d *Deployer) slotEnv(ctx context.Context, o *op, s *Slot, src slotSource) (env layering.SnapRef, lower Lower, made func() (Lower, error), err error) {
+func (e *EnvCopies) slotEnv(ctx context.Context, o *op, s *Slot, src slotSource) (env layering.SnapRef, lower Lower, made func() (Lower, error), err error) {
 	env = src.env
 	made = func() (Lower, error) { return lower, nil }
 	switch {
@@ -386,11 +409,11 @@ func (d *Deployer) slotEnv(ctx context.Context, o *op, s *Slot, src slotSource) 
 		if src.lowerOf != nil {
 			of = src.lowerOf
 		}
-		if lower, made, err = d.lowerSoon(ctx, *of); err != nil {
+		if lower, made, err = e.lowerSoon(ctx, *of); err != nil {
 			return layering.SnapRef{}, Lower{}, made, err
 		}
 		if !src.resume { // a resume's upper layer is its suspension's
-			if env, err = d.upperSource(ctx, lower); err != nil {
+			if env, err = e.upperSource(ctx, lower); err != nil {
 				return layering.SnapRef{}, Lower{}, made, err
 			}
 		}
@@ -400,7 +423,7 @@ func (d *Deployer) slotEnv(ctx context.Context, o *op, s *Slot, src slotSource) 
 	case src.resume:
 		// Its suspension's root, cloned: one level below its generation.
 	case src.gen != nil:
-		if _, err := d.deps.Envs.CheckDepth(ctx, src.env, src.app.Env); err != nil {
+		if _, err := e.deps.Envs.CheckDepth(ctx, src.env, src.app.Env); err != nil {
 			return layering.SnapRef{}, Lower{}, made, err
 		}
 	}

@@ -54,7 +54,7 @@ func TestSharedEnvReadPath(t *testing.T) {
 	if a.Lower == "" || a.Lower != b.Lower {
 		t.Fatalf("restores read from copies %q and %q; want one node copy for both", a.Lower, b.Lower)
 	}
-	lowers, err := f.D.Lowers()
+	lowers, err := f.D.EnvCopies().Lowers()
 	if err != nil || len(lowers) != 1 || lowers[0].ID != a.Lower || !lowers[0].Ready {
 		t.Fatalf("Lowers() = %+v, %v; want one ready copy %s", lowers, err, a.Lower)
 	}
@@ -113,7 +113,7 @@ func TestSharedEnvReadPath(t *testing.T) {
 				catalog.MetaRestores, info.Meta[catalog.MetaRestores], want, app.Name, g.Gen)
 		}
 	}
-	if dropped, err := f.D.TrimLowers(ctx, nil); err != nil || len(dropped) != 0 {
+	if dropped, err := f.D.EnvCopies().TrimLowers(ctx, nil); err != nil || len(dropped) != 0 {
 		t.Errorf("TrimLowers while instances use the copy = %v, %v; want it kept", dropped, err)
 	}
 	if err := f.D.RemoveGeneration(ctx, app.Name, g.Gen); !errors.Is(err, layering.ErrHasChildren) {
@@ -125,7 +125,7 @@ func TestSharedEnvReadPath(t *testing.T) {
 		}
 	}
 	// Unused, it stays while the agent keeps it (its generation is current).
-	if dropped, err := f.D.TrimLowers(ctx, func(deploy.Lower) bool { return true }); err != nil || len(dropped) != 0 {
+	if dropped, err := f.D.EnvCopies().TrimLowers(ctx, func(deploy.Lower) bool { return true }); err != nil || len(dropped) != 0 {
 		t.Errorf("TrimLowers keeping every copy = %v, %v", dropped, err)
 	}
 	deploytest.AssertNothingLeft(t, f, app.Name, true)
@@ -186,7 +186,7 @@ func TestSharedEnvReadPath(t *testing.T) {
 	if err := f.D.RemoveGeneration(ctx, app.Name, g.Gen); err != nil {
 		t.Fatalf("RemoveGeneration: %v", err)
 	}
-	if ls, err := f.D.Lowers(); err != nil || len(ls) != 0 {
+	if ls, err := f.D.EnvCopies().Lowers(); err != nil || len(ls) != 0 {
 		t.Errorf("Lowers() after the generation's removal = %+v, %v; want none", ls, err)
 	}
 	deploytest.AssertNothingLeft(t, f, app.Name, false)

@@ -75,7 +75,7 @@ func (d *Deployer) PrepareResume(ctx context.Context, app spec.App, id string, g
 		}
 	}()
 	o := d.newOp(&s.Timings, nil)
-	lower, err := d.lowerFor(ctx, from)
+	lower, err := d.envs.lowerFor(ctx, from)
 	if err != nil {
 		return Slot{}, err
 	}
@@ -176,7 +176,7 @@ func (d *Deployer) provisionPrepared(ctx context.Context, o *op, s *Slot, src sl
 		return err
 	})
 	defer func() { _ = wait() }()
-	lower, err := d.lowerFor(ctx, *src.lowerOf)
+	lower, err := d.envs.lowerFor(ctx, *src.lowerOf)
 	if err != nil {
 		return err
 	}

@@ -134,7 +134,7 @@ func (d *Deployer) Mappings() (map[string]bool, error) {
 		}
 	}
 	// The node's copies of environments are kept across restarts.
-	lowers, err := d.lowers.List()
+	lowers, err := d.envs.lowers.List()
 	if err != nil {
 		return nil, err
 	}

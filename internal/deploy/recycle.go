@@ -44,7 +44,7 @@ func (d *Deployer) Recycle(ctx context.Context, id string) (Slot, error) {
 	if err != nil {
 		return Slot{}, err
 	}
-	lower, err := d.lowers.Load(rec.Lower)
+	lower, err := d.envs.lowers.Load(rec.Lower)
 	if err != nil {
 		return Slot{}, fmt.Errorf("deployment %s: node copy %s: %w (%w)", id, rec.Lower, err, drivers.ErrNotRecyclable)
 	}
@@ -67,7 +67,7 @@ func (d *Deployer) Recycle(ctx context.Context, id string) (Slot, error) {
 		return Slot{}, err
 	}
 	o := d.newOp(&s.Timings, nil)
-	h, err := dr.Recycle(ctx, *rec.Handle, func(ctx context.Context) error { return d.resetRoot(ctx, lower, s.Dir) })
+	h, err := dr.Recycle(ctx, *rec.Handle, func(ctx context.Context) error { return d.envs.resetRoot(ctx, lower, s.Dir) })
 	if err == nil {
 		o.phase(StepRecycle)
 		s.Handle, s.Phase, s.Deployment = &h, SlotIdle, ""

@@ -113,11 +113,11 @@ func (d *Deployer) ProvisionSpare(ctx context.Context, eng engine.Name) (_ Slot,
 	}()
 	o := d.newOp(&s.Timings, nil)
 	of := Lower{App: spec.SpareApp, Size: s.Spare.Bytes}
-	blank, err := d.upperSource(ctx, of)
+	blank, err := d.envs.upperSource(ctx, of)
 	if err != nil {
 		return Slot{}, err
 	}
-	if err := d.cloneBlank(ctx, blank, of, s.Images[0]); err != nil {
+	if err := d.envs.cloneBlank(ctx, blank, of, s.Images[0]); err != nil {
 		return Slot{}, err
 	}
 	st := d.deps.Store
@@ -315,7 +315,7 @@ func (d *Deployer) hasSpare(eng engine.Name) bool {
 // envSize is the size of generation g's environment: its node copy's
 // record says it, else its image.
 func (d *Deployer) envSize(ctx context.Context, g spec.Generation) (int64, error) {
-	if l, err := d.lowers.Load(lowerID(g.App, g.Gen)); err == nil && l.Size > 0 {
+	if l, err := d.envs.lowers.Load(lowerID(g.App, g.Gen)); err == nil && l.Size > 0 {
 		return l.Size, nil
 	}
 	info, err := d.deps.Store.Stat(ctx, g.EnvSnap.Image)
@@ -335,7 +335,7 @@ func (d *Deployer) attach(ctx context.Context, o *op, s *Slot, dr drivers.Sparer
 	var src string
 	if err := both(
 		func() (err error) {
-			lower, err = d.lowerFor(ctx, g)
+			lower, err = d.envs.lowerFor(ctx, g)
 			return err
 		},
 		func() error {
@@ -358,7 +358,7 @@ func (d *Deployer) attach(ctx context.Context, o *op, s *Slot, dr drivers.Sparer
 	var h drivers.Handle
 	if err := both(
 		func() error {
-			if _, err := d.overlayRoot(ctx, lower, s.Dir); err != nil {
+			if _, err := d.envs.overlayRoot(ctx, lower, s.Dir); err != nil {
 				return err
 			}
 			return d.deps.Roots.BindReadOnly(src, filepath.Join(sp.SpareCkpt(), strconv.Itoa(g.Gen)))

@@ -119,7 +119,7 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 		})
 		defer func() { _ = wait() }()
 	}
-	env, lower, lowerMade, err := d.slotEnv(ctx, o, s, src)
+	env, lower, lowerMade, err := d.envs.slotEnv(ctx, o, s, src)
 	defer func() { _, _ = lowerMade() }() // nothing of it outlives the call
 	if err != nil {
 		return err
@@ -195,7 +195,7 @@ func (d *Deployer) cloneSlot(ctx context.Context, s *Slot, src slotSource, env l
 	if err := both(
 		func() error {
 			if shared && !src.resume {
-				return d.cloneBlank(ctx, env, lower, s.Images[0])
+				return d.envs.cloneBlank(ctx, env, lower, s.Images[0])
 			}
 			return st.Clone(ctx, env, s.Images[0])
 		},
@@ -253,7 +253,7 @@ func (d *Deployer) mountSlot(ctx context.Context, s *Slot, envMap, ckptMap *mapp
 		return "", "", err
 	}
 	if lower.App != "" {
-		if envPath, err = d.overlayRoot(ctx, lower, s.Dir); err != nil {
+		if envPath, err = d.envs.overlayRoot(ctx, lower, s.Dir); err != nil {
 			return "", "", err
 		}
 	}

@@ -102,7 +102,7 @@ func (d *Deployer) releaseInstance(ctx context.Context, dr drivers.Driver, rec D
 
 // releaseRoot unmounts rec's root and releases its mappings but mid.
 func (d *Deployer) releaseRoot(ctx context.Context, rec Deployment, mid string) error {
-	if err := d.unmountRoot(ctx, rec.Dir); err != nil {
+	if err := d.envs.unmountRoot(ctx, rec.Dir); err != nil {
 		return fmt.Errorf("unmount root: %w", err)
 	}
 	return d.releaseMappings(ctx, slices.DeleteFunc(slices.Clone(rec.Mappings), func(m string) bool { return m == mid }))

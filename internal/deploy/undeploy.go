@@ -104,7 +104,7 @@ func (d *Deployer) releaseResources(ctx context.Context, who string, res Owned, 
 		}
 	}
 	// The overlay root stacks on the clone's mount: it goes first.
-	if err := d.unmountRoot(ctx, res.Dir); err != nil {
+	if err := d.envs.unmountRoot(ctx, res.Dir); err != nil {
 		errs = append(errs, fmt.Errorf("unmount root: %w", err))
 	}
 	if err := d.releaseMappings(ctx, res.Mappings); err != nil {

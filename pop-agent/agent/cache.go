@@ -101,7 +101,7 @@ func (a *agent) trimCache(ctx context.Context, apps []spec.App, current map[stri
 // one its pool and its restores take here; unknownGen keeps them all): a
 // copy is a clone, which keeps gc from removing its generation.
 func (a *agent) trimLowers(ctx context.Context, current map[string]int) {
-	dropped, err := a.d.TrimLowers(ctx, func(l deploy.Lower) bool {
+	dropped, err := a.d.EnvCopies().TrimLowers(ctx, func(l deploy.Lower) bool {
 		g, ok := current[l.App]
 		return ok && (g == l.Gen || g == unknownGen)
 	})
@@ -129,7 +129,7 @@ func (a *agent) exportCache() {
 	a.m.cacheBytes.Set(float64(n))
 	a.m.unflushed.Set(float64(unflushed))
 	a.m.cacheGens.Set(float64(len(es)))
-	if ls, err := a.d.Lowers(); err == nil {
+	if ls, err := a.d.EnvCopies().Lowers(); err == nil {
 		a.m.envCopies.Set(float64(len(ls)))
 	}
 }

@@ -421,7 +421,7 @@ func (a *agent) releaseNode(ctx context.Context) {
 	} else if len(released) > 0 {
 		a.log.Info("released the spare slots", "slots", len(released))
 	}
-	if dropped, err := a.d.TrimLowers(ctx, nil); err != nil {
+	if dropped, err := a.d.EnvCopies().TrimLowers(ctx, nil); err != nil {
 		a.log.Warn("dropping the node's unused copies of environments; the next start keeps or drops them", "err", err)
 	} else if len(dropped) > 0 {
 		a.log.Info("dropped the node's unused copies of environments", "copies", len(dropped))

@@ -487,7 +487,7 @@ func (f *Fixture) Leftovers(t testing.TB, app string) Leftovers {
 			lo.Cached = append(lo.Cached, e.Key.String())
 		}
 	}
-	lowers, err := f.D.Lowers()
+	lowers, err := f.D.EnvCopies().Lowers()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,7 +509,7 @@ func OfLower(s string) bool { return strings.Contains(s, "/"+deploy.LowerIDPrefi
 // withoutLowers drops from lo what the node's copies of the app's
 // generations' environments hold: their images, mappings and mounts.
 func (lo Leftovers) withoutLowers(f *Fixture, t testing.TB) Leftovers {
-	lowers, err := f.D.Lowers()
+	lowers, err := f.D.EnvCopies().Lowers()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -187,7 +187,7 @@ func (u *Unit) AssertNothingLeft(t testing.TB, app string, keepGen bool) {
 	// environments.
 	lower := map[string]bool{}
 	if keepGen {
-		lowers, err := u.D.Lowers()
+		lowers, err := u.D.EnvCopies().Lowers()
 		if err != nil {
 			t.Fatal(err)
 		}
