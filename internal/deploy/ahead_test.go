@@ -57,7 +57,7 @@ func poolAhead(ctx context.Context, t *testing.T, n deploytest.Node, app spec.Ap
 	if err := d.Undeploy(ctx, first.ID); err != nil {
 		t.Fatal(err)
 	}
-	g, err := d.Latest(ctx, app.Name)
+	g, err := d.Checkpoints().Latest(ctx, app.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

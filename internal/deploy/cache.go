@@ -25,6 +25,35 @@ import (
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
 
+// Checkpoints are the node's copies of generations' checkpoints (its
+// checkpoint cache, filled once per generation) and what the node knows of
+// the generations: the newest of each app, shared by the lookups made at
+// once, and the one its last lookup gave.
+type Checkpoints struct {
+	*node
+	drv  *Drivers
+	envs *EnvCopies
+	// cache is the node's read-only copies of the generations its
+	// restores read.
+	cache *gencache.Cache
+	// fetched sums what this node's checkpoint fetches read from the
+	// cluster and what their block indexes spared them (FetchBytes).
+	fetched fetchCounters
+	// newest shares one listing of an app's generations among the pool
+	// hits that ask for it at once (newestGen), and newer one read of the
+	// next generation's image (newerGen).
+	newest coalesce[string, int]
+	newer  coalesce[appGen, bool]
+	// known is the generation of each app that the last lookup gave,
+	// which a restore without a pool slot takes and checks (knownGen).
+	known knownGens
+	// listSlots lists the node's slots, whose generations stay cached.
+	listSlots func() ([]Slot, error)
+}
+
+// Checkpoints returns the node's copies of checkpoints.
+func (d *Deployer) Checkpoints() *Checkpoints { return d.ckpts }
+
 // StepFetch is the wait for a generation's checkpoint to be on the node
 // (Deployment.Timings): about 0 once the node holds it.
 const StepFetch Step = "fetch"
@@ -36,14 +65,14 @@ func CacheKey(g spec.Generation) gencache.Key { return gencache.KeyOf(g.App, g.G
 // fetching it first when the node does not hold it (fetched). known, if
 // set, is told the copy's directory as soon as it is known, before the
 // fetch ends (gencache.Cache.Begin).
-func (d *Deployer) ckptSource(ctx context.Context, g spec.Generation, known func(dir string)) (e gencache.Entry, fetched bool, err error) {
+func (c *Checkpoints) ckptSource(ctx context.Context, g spec.Generation, known func(dir string)) (e gencache.Entry, fetched bool, err error) {
 	start := time.Now()
 	var st gencache.CopyStats
 	fill := func(ctx context.Context, dst string) (err error) {
-		st, err = d.fetch(ctx, g, dst)
+		st, err = c.fetch(ctx, g, dst)
 		return err
 	}
-	dir, wait, err := d.cache.Begin(ctx, CacheKey(g), fill)
+	dir, wait, err := c.cache.Begin(ctx, CacheKey(g), fill)
 	if err == nil {
 		if known != nil {
 			known(dir)
@@ -54,7 +83,7 @@ func (d *Deployer) ckptSource(ctx context.Context, g spec.Generation, known func
 		return e, fetched, err
 	}
 	if fetched {
-		d.log.Info("checkpoint fetched to the node", "app", g.App, "gen", g.Gen, "bytes", e.Bytes,
+		c.log.Info("checkpoint fetched to the node", "app", g.App, "gen", g.Gen, "bytes", e.Bytes,
 			"read", st.Read, "reused", st.Reused, "zero", st.Zero, "ms", time.Since(start).Milliseconds(), "dir", e.Dir)
 	}
 	return e, fetched, nil
@@ -62,7 +91,7 @@ func (d *Deployer) ckptSource(ctx context.Context, g spec.Generation, known func
 
 // fetch copies generation g's checkpoint files into dst from its sealed
 // snapshot, mapped and mounted read-only for the copy only.
-func (d *Deployer) fetch(ctx context.Context, g spec.Generation, dst string) (_ gencache.CopyStats, err error) {
+func (c *Checkpoints) fetch(ctx context.Context, g spec.Generation, dst string) (_ gencache.CopyStats, err error) {
 	// Named after its image too: a suspension's checkpoint (suspend.go)
 	// is another of app's, fetched beside a generation of its number.
 	sum := sha256.Sum256([]byte(g.CkptSnap.String()))
@@ -70,11 +99,11 @@ func (d *Deployer) fetch(ctx context.Context, g spec.Generation, dst string) (_ 
 	if len(id) > 64 {
 		id = id[:64]
 	}
-	target := filepath.Join(d.cfg.StateDir, "fetch", id)
+	target := filepath.Join(c.cfg.StateDir, "fetch", id)
 	mapRO := func(img mapper.Image) (*mapper.Mapping, error) {
-		return d.deps.Mapper.MapAndMount(ctx, img, target, mapper.MountOptions{ReadOnly: true}, mapper.WithID(id), mapper.WithReadOnly())
+		return c.deps.Mapper.MapAndMount(ctx, img, target, mapper.MountOptions{ReadOnly: true}, mapper.WithID(id), mapper.WithReadOnly())
 	}
-	img := mapper.Image{Pool: d.cfg.Pool, Name: g.CkptSnap.Image, Snap: g.CkptSnap.Snap}
+	img := mapper.Image{Pool: c.cfg.Pool, Name: g.CkptSnap.Image, Snap: g.CkptSnap.Snap}
 	mp, err := mapRO(img)
 	if errors.Is(err, mapper.ErrUnsupported) {
 		// rbd-fuse cannot expose a snapshot. A sealed generation's image
@@ -87,7 +116,7 @@ func (d *Deployer) fetch(ctx context.Context, g spec.Generation, dst string) (_ 
 		return gencache.CopyStats{}, err
 	}
 	defer func() {
-		rerr := d.deps.Mapper.Release(context.WithoutCancel(ctx), mp.ID)
+		rerr := c.deps.Mapper.Release(context.WithoutCancel(ctx), mp.ID)
 		if rerr != nil && !errors.Is(rerr, mapper.ErrNotMapped) {
 			err = errors.Join(err, rerr)
 		}
@@ -97,7 +126,7 @@ func (d *Deployer) fetch(ctx context.Context, g spec.Generation, dst string) (_ 
 	if _, err := os.Stat(src); err != nil {
 		return gencache.CopyStats{}, fmt.Errorf("generation %d of %s: its checkpoint image holds no generation directory: %w", g.Gen, g.App, err)
 	}
-	return d.copyCheckpoint(ctx, g, target, dst)
+	return c.copyCheckpoint(ctx, g, target, dst)
 }
 
 // blocksPath is where a checkpoint image holds the block index of its
@@ -110,25 +139,25 @@ func blocksPath(ckpt string, gen int) string { return drivers.GenDir(ckpt, gen) 
 // cluster (the processes of an app share most of their pages); without
 // one (a generation sealed before indexes, a suspension), or if the
 // files are not those of their index, every byte.
-func (d *Deployer) copyCheckpoint(ctx context.Context, g spec.Generation, ckpt, dst string) (gencache.CopyStats, error) {
+func (c *Checkpoints) copyCheckpoint(ctx context.Context, g spec.Generation, ckpt, dst string) (gencache.CopyStats, error) {
 	src := drivers.GenDir(ckpt, g.Gen)
 	x, err := gencache.ReadIndex(blocksPath(ckpt, g.Gen))
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			d.log.Warn("reading the checkpoint's block index; copying every byte", "app", g.App, "gen", g.Gen, "err", err)
+			c.log.Warn("reading the checkpoint's block index; copying every byte", "app", g.App, "gen", g.Gen, "err", err)
 		}
 		x = &gencache.Index{}
 	}
 	st, err := gencache.CopyTreeFrom(ctx, src, dst, x)
 	if errors.Is(err, gencache.ErrIndexMismatch) {
-		d.log.Warn("the checkpoint differs from its block index; copying every byte", "app", g.App, "gen", g.Gen, "err", err)
-		d.fetched.add(st)
+		c.log.Warn("the checkpoint differs from its block index; copying every byte", "app", g.App, "gen", g.Gen, "err", err)
+		c.fetched.add(st)
 		if err := emptyDir(dst); err != nil {
 			return st, err
 		}
 		st, err = gencache.CopyTreeFrom(ctx, src, dst, &gencache.Index{})
 	}
-	d.fetched.add(st)
+	c.fetched.add(st)
 	return st, err
 }
 
@@ -145,9 +174,9 @@ func (c *fetchCounters) add(st gencache.CopyStats) {
 // FetchBytes sums what this node's checkpoint fetches copied since the
 // deployer started: the bytes of the files, those read from the cluster,
 // those copied from blocks the fetch already held, and the zero ones.
-func (d *Deployer) FetchBytes() gencache.CopyStats {
-	c := &d.fetched
-	return gencache.CopyStats{Bytes: c.bytes.Load(), Read: c.read.Load(), Reused: c.reused.Load(), Zero: c.zero.Load()}
+func (c *Checkpoints) FetchBytes() gencache.CopyStats {
+	f := &c.fetched
+	return gencache.CopyStats{Bytes: f.bytes.Load(), Read: f.read.Load(), Reused: f.reused.Load(), Zero: f.zero.Load()}
 }
 
 // emptyDir removes everything in dir, keeping dir.
@@ -166,28 +195,28 @@ func emptyDir(dir string) error {
 
 // Prefetch brings generation g's checkpoint to this node ahead of its
 // restores (fetched: it was not here).
-func (d *Deployer) Prefetch(ctx context.Context, g spec.Generation) (fetched bool, err error) {
-	_, fetched, err = d.ckptSource(ctx, g, nil)
+func (c *Checkpoints) Prefetch(ctx context.Context, g spec.Generation) (fetched bool, err error) {
+	_, fetched, err = c.ckptSource(ctx, g, nil)
 	return fetched, err
 }
 
 // Cached lists the generations whose checkpoint this node holds, least
 // recently used first.
-func (d *Deployer) Cached() ([]gencache.Entry, error) { return d.cache.List() }
+func (c *Checkpoints) Cached() ([]gencache.Entry, error) { return c.cache.List() }
 
 // SettleCache flushes to disk the generations fetched or adopted since the
 // machine started (a restore reads them before they are: gencache.Settle),
 // so that they outlive a restart of the machine.
-func (d *Deployer) SettleCache(ctx context.Context) (int, error) { return d.cache.Settle(ctx) }
+func (c *Checkpoints) SettleCache(ctx context.Context) (int, error) { return c.cache.Settle(ctx) }
 
 // CacheBudget is the cache's byte budget (0: none).
-func (d *Deployer) CacheBudget() int64 { return d.cache.Budget() }
+func (c *Checkpoints) CacheBudget() int64 { return c.cache.Budget() }
 
 // TrimCache drops the cached generations that keep rejects (nil: none is
 // rejected) and then the least recently used ones beyond the budget; the
 // generations of this node's slots stay.
-func (d *Deployer) TrimCache(keep func(gencache.Key) bool) ([]gencache.Entry, error) {
-	slots, err := d.slots.List()
+func (c *Checkpoints) TrimCache(keep func(gencache.Key) bool) ([]gencache.Entry, error) {
+	slots, err := c.listSlots()
 	if err != nil {
 		return nil, err
 	}
@@ -197,22 +226,22 @@ func (d *Deployer) TrimCache(keep func(gencache.Key) bool) ([]gencache.Entry, er
 			used[gencache.Key{App: s.App, Gen: s.Gen}] = true
 		}
 	}
-	return d.cache.Trim(keep, func(k gencache.Key) bool { return used[gencache.Key{App: k.App, Gen: k.Gen}] })
+	return c.cache.Trim(keep, func(k gencache.Key) bool { return used[gencache.Key{App: k.App, Gen: k.Gen}] })
 }
 
 // stageCheckpoint copies the generation a checkpoint just wrote (under
 // ckptPath) next to the slot, so that it can enter the cache once the
 // generation is sealed (adoptCheckpoint); on error the node fetches it on
 // first use instead.
-func (d *Deployer) stageCheckpoint(ctx context.Context, s *Slot, ckptPath string) string {
+func (c *Checkpoints) stageCheckpoint(ctx context.Context, s *Slot, ckptPath string) string {
 	stage := filepath.Join(s.Dir, "stage")
 	if err := os.MkdirAll(stage, 0o755); err == nil {
 		var x *gencache.Index
 		if x, err = gencache.CopyTreeIndexed(ctx, drivers.GenDir(ckptPath, s.Gen), stage); err == nil {
-			d.writeBlocks(s, ckptPath, x)
+			c.writeBlocks(s, ckptPath, x)
 			return stage
 		}
-		d.log.Warn("keeping the checkpoint on the node; it is fetched on first use instead", "app", s.App, "gen", s.Gen, "err", err)
+		c.log.Warn("keeping the checkpoint on the node; it is fetched on first use instead", "app", s.App, "gen", s.Gen, "err", err)
 	}
 	_ = os.RemoveAll(stage)
 	return ""
@@ -221,21 +250,21 @@ func (d *Deployer) stageCheckpoint(ctx context.Context, s *Slot, ckptPath string
 // writeBlocks writes the block index x of slot s's checkpoint into its
 // image, to be sealed with it: other nodes' fetches then read only its
 // distinct blocks. Without it they copy every byte.
-func (d *Deployer) writeBlocks(s *Slot, ckptPath string, x *gencache.Index) {
+func (c *Checkpoints) writeBlocks(s *Slot, ckptPath string, x *gencache.Index) {
 	if err := gencache.WriteIndex(blocksPath(ckptPath, s.Gen), x); err != nil {
-		d.log.Warn("writing the checkpoint's block index; its fetches copy every byte", "app", s.App, "gen", s.Gen, "err", err)
+		c.log.Warn("writing the checkpoint's block index; its fetches copy every byte", "app", s.App, "gen", s.Gen, "err", err)
 		return
 	}
-	d.log.Debug("checkpoint's block index written", "app", s.App, "gen", s.Gen, "bytes", x.Bytes(), "distinct", x.Unique())
+	c.log.Debug("checkpoint's block index written", "app", s.App, "gen", s.Gen, "bytes", x.Bytes(), "distinct", x.Unique())
 }
 
 // adoptCheckpoint makes the staged copy of sealed generation g the node's.
-func (d *Deployer) adoptCheckpoint(g spec.Generation, stage string) {
+func (c *Checkpoints) adoptCheckpoint(g spec.Generation, stage string) {
 	if stage == "" {
 		return
 	}
-	if _, err := d.cache.Adopt(CacheKey(g), stage); err != nil {
-		d.log.Warn("keeping the checkpoint on the node; it is fetched on first use instead", "app", g.App, "gen", g.Gen, "err", err)
+	if _, err := c.cache.Adopt(CacheKey(g), stage); err != nil {
+		c.log.Warn("keeping the checkpoint on the node; it is fetched on first use instead", "app", g.App, "gen", g.Gen, "err", err)
 	}
 }
 
@@ -244,7 +273,7 @@ func (d *Deployer) adoptCheckpoint(g spec.Generation, stage string) {
 // is being fetched: the fetch goes on (fetching is open), the slot serves
 // a deploy (a pool's slot reads ahead once made) and its driver reads
 // the copy only once started (drivers.LateSourcer).
-func (d *Deployer) sourceLater(s *Slot, src slotSource, known <-chan string, fetching <-chan struct{}) (string, bool) {
+func (c *Checkpoints) sourceLater(s *Slot, src slotSource, known <-chan string, fetching <-chan struct{}) (string, bool) {
 	select {
 	case <-fetching:
 		return "", false
@@ -253,7 +282,7 @@ func (d *Deployer) sourceLater(s *Slot, src slotSource, known <-chan string, fet
 	if s.Pool {
 		return "", false
 	}
-	dr, err := d.drv.driverByRun(src.app, s.Mode, src.engine)
+	dr, err := c.drv.driverByRun(src.app, s.Mode, src.engine)
 	if ls, ok := dr.(drivers.LateSourcer); err != nil || !ok || !ls.TakesSourceLater() {
 		return "", false
 	}

@@ -66,7 +66,7 @@ func (d *Deployer) Checkpoint(ctx context.Context, app spec.App, opts Checkpoint
 	if err != nil {
 		return spec.Generation{}, err
 	}
-	n, err := d.nextGen(ctx, app.Name)
+	n, err := d.ckpts.nextGen(ctx, app.Name)
 	if err != nil {
 		return spec.Generation{}, err
 	}
@@ -159,7 +159,7 @@ func (d *Deployer) seal(ctx context.Context, o *op, s *Slot, dr drivers.Driver, 
 	}
 	// This node keeps a copy of what was just written (in the page
 	// cache), for its restores to read instead of fetching it.
-	stage := d.stageCheckpoint(ctx, s, h.CkptPath)
+	stage := d.ckpts.stageCheckpoint(ctx, s, h.CkptPath)
 	o.phase("stage")
 	if err := d.releaseMappings(ctx, s.Mappings); err != nil {
 		return err
@@ -181,7 +181,7 @@ func (d *Deployer) seal(ctx context.Context, o *op, s *Slot, dr drivers.Driver, 
 	if err := d.deps.Store.SetMeta(ctx, g.CkptSnap.Image, map[string]string{catalog.MetaGeneration: string(raw)}); err != nil {
 		return err
 	}
-	d.adoptCheckpoint(*g, stage)
+	d.ckpts.adoptCheckpoint(*g, stage)
 	s.Images, s.Mappings, s.Handle = nil, nil, nil
 	if err := d.slots.Save(s.ID, s); err != nil {
 		return err

@@ -115,7 +115,7 @@ func deployRedis(ctx context.Context, t *testing.T, n deploytest.Node, app spec.
 
 	// The generation: both images sealed by a protected snapshot, the
 	// engine's image in the checkpoint image.
-	g, err := d.Latest(ctx, app.Name)
+	g, err := d.Checkpoints().Latest(ctx, app.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func deployRedis(ctx context.Context, t *testing.T, n deploytest.Node, app spec.
 	pattern := n.CheckpointFiles(eng)
 	cachedGen := func() string {
 		t.Helper()
-		es, err := d.Cached()
+		es, err := d.Checkpoints().Cached()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,7 +201,7 @@ func deployRedis(ctx context.Context, t *testing.T, n deploytest.Node, app spec.
 	// Without its copy (a node that did not checkpoint, or one that
 	// evicted it), concurrent restores fetch it from the sealed snapshot
 	// once, and all of them read it.
-	if dropped, err := d.TrimCache(func(k gencache.Key) bool { return k.App != app.Name }); err != nil || len(dropped) != 1 {
+	if dropped, err := d.Checkpoints().TrimCache(func(k gencache.Key) bool { return k.App != app.Name }); err != nil || len(dropped) != 1 {
 		t.Fatalf("dropping the node's copy: dropped %+v, %v; want generation %d", dropped, err, g.Gen)
 	}
 	var wg sync.WaitGroup
@@ -397,7 +397,7 @@ func TestDeployBootWithoutEngine(t *testing.T) {
 		pages[body] = true
 		t.Logf("boot %d: %s at %s, %s", i, dep.ID, dep.Ports["8080/tcp"], dep.Timings)
 	}
-	if gens, err := f.D.Generations(ctx, app.Name); err != nil || len(gens) != 0 {
+	if gens, err := f.D.Checkpoints().Generations(ctx, app.Name); err != nil || len(gens) != 0 {
 		t.Errorf("generations after boots = %v, %v; want none", gens, err)
 	}
 	for _, dep := range deps {
@@ -455,7 +455,7 @@ func bootWhileCheckpointing(ctx context.Context, t *testing.T, n deploytest.Node
 		t.Errorf("first = booted %v gen %d; waiter = booted %v mode %s gen %d; want one checkpoint, the waiter restoring it",
 			first.Booted, first.Gen, waiter.Booted, waiter.Mode, waiter.Gen)
 	}
-	if gens, _ := d.Generations(ctx, app.Name); len(gens) != 1 {
+	if gens, _ := d.Checkpoints().Generations(ctx, app.Name); len(gens) != 1 {
 		t.Errorf("generations = %d; want exactly 1", len(gens))
 	}
 	for _, dep := range []deploy.Deployment{first, waiter, booted} {
@@ -599,7 +599,7 @@ func TestBootWhenGenerationIncompatible(t *testing.T) {
 	if _, err := f.D.Deploy(ctx, app, deploy.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	gen, err := f.D.Latest(ctx, app.Name)
+	gen, err := f.D.Checkpoints().Latest(ctx, app.Name)
 	if err != nil || gen.Platform == nil || gen.Platform.Arch == "" || gen.EngineVersion == "" {
 		t.Fatalf("generation %+v, %v: want the platform and engine version recorded", gen, err)
 	}

@@ -224,24 +224,13 @@ type Deployer struct {
 	starting map[string]*startingSlot
 	// aheadPause holds StartAhead before its restore (tests).
 	aheadPause time.Duration
-	// newest shares one listing of an app's generations among the pool
-	// hits that ask for it at once (newestGen), and newer one read of the
-	// next generation's image (newerGen).
-	newest coalesce[string, int]
-	newer  coalesce[appGen, bool]
-	// known is the generation of each app that the last lookup gave,
-	// which a restore without a pool slot takes and checks (knownGen).
-	known knownGens
 	// appLock: one producer of an app's first checkpoint on this node.
 	appLock keyedmutex.Map[string]
 	// platform is this node's, recorded in the generations it seals.
 	platform spec.Platform
-	// cache is the node's read-only copies of the generations its
-	// restores read (cache.go).
-	cache *gencache.Cache
-	// fetched sums what this node's checkpoint fetches read from the
-	// cluster and what their block indexes spared them (FetchBytes).
-	fetched fetchCounters
+	// ckpts are the node's copies of checkpoints and what it knows of the
+	// generations (cache.go, gens.go, known.go).
+	ckpts *Checkpoints
 	// envs are the node's copies of generations' environments and the
 	// pool's blank filesystems (lower.go).
 	envs *EnvCopies
@@ -304,12 +293,13 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 		deps.Log.Info("checkpoint cache: removed what interrupted fills left", "paths", removed)
 	}
 	n := &node{cfg: cfg, deps: deps, log: deps.Log}
-	d := &Deployer{node: n, drv: &Drivers{node: n}, platform: spec.HostPlatform(), cache: cache, idle: map[string]idleSlot{}, spares: map[string]Slot{}, claimed: map[string]claimedSlot{}, releasing: map[string]bool{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
+	d := &Deployer{node: n, drv: &Drivers{node: n}, platform: spec.HostPlatform(), idle: map[string]idleSlot{}, spares: map[string]Slot{}, claimed: map[string]claimedSlot{}, releasing: map[string]bool{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
 		deployments: journal.Journal[Deployment]{Dir: filepath.Join(cfg.StateDir, "deployments"), What: "deployment", NotFound: spec.ErrNotFound, Exists: spec.ErrExists},
 		slots:       journal.Journal[Slot]{Dir: filepath.Join(cfg.StateDir, "slots"), What: "slot", NotFound: ErrNoSlot, Exists: spec.ErrExists},
 	}
 	d.envs = &EnvCopies{node: n, blanks: map[int64]layering.SnapRef{},
 		lowers: journal.Journal[Lower]{Dir: filepath.Join(cfg.StateDir, "lowers", "records"), What: "environment copy", NotFound: ErrNoLower, Exists: spec.ErrExists},
 		used:   func(id string) (bool, error) { return lowerUsedBy(d.slots, d.deployments, id) }}
+	d.ckpts = &Checkpoints{node: n, cache: cache, drv: d.drv, envs: d.envs, listSlots: d.slots.List}
 	return d, nil
 }

@@ -62,7 +62,7 @@ func dropPoolFinishes(ctx context.Context, t *testing.T, n deploytest.Node, app 
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := d.Latest(ctx, app.Name)
+	g, err := d.Checkpoints().Latest(ctx, app.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,7 +77,7 @@ func restoreWhileFetching(ctx context.Context, t *testing.T, n deploytest.Node, 
 	}
 	drop := func() {
 		t.Helper()
-		if _, err := n.Deployer().TrimCache(func(k gencache.Key) bool { return k.App != app.Name }); err != nil {
+		if _, err := n.Deployer().Checkpoints().TrimCache(func(k gencache.Key) bool { return k.App != app.Name }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -161,15 +161,15 @@ func TestFirstRestoreReadsSharedPagesOnce(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			app, _, want := deployPrefork(ctx, t, f, "prefork", eng)
-			if _, err := f.D.TrimCache(func(k gencache.Key) bool { return k.App != app.Name }); err != nil {
+			if _, err := f.D.Checkpoints().TrimCache(func(k gencache.Key) bool { return k.App != app.Name }); err != nil {
 				t.Fatal(err)
 			}
-			before, osdBefore := f.D.FetchBytes(), cephIO(ctx, t, f)
+			before, osdBefore := f.D.Checkpoints().FetchBytes(), cephIO(ctx, t, f)
 			dep, err := f.D.Deploy(ctx, app, deploy.Options{})
 			if err != nil {
 				t.Fatalf("first restore on the node: %v", err)
 			}
-			after, osd := f.D.FetchBytes(), cephIO(ctx, t, f)-osdBefore
+			after, osd := f.D.Checkpoints().FetchBytes(), cephIO(ctx, t, f)-osdBefore
 			size, read := after.Bytes-before.Bytes, after.Read-before.Read
 			if !dep.Fetched || size < 4*16<<20 || read <= 0 || read > size/2 {
 				t.Errorf("first restore (fetched %v): its checkpoint of %d MiB read %d MiB from the cluster; want at least 64 MiB, less than half of it read",

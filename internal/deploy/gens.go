@@ -18,14 +18,14 @@ import (
 
 // Generations returns the complete checkpoint generations of app, oldest
 // first.
-func (d *Deployer) Generations(ctx context.Context, app string) ([]spec.Generation, error) {
-	return catalog.Generations(ctx, d.deps.Store, app)
+func (c *Checkpoints) Generations(ctx context.Context, app string) ([]spec.Generation, error) {
+	return catalog.Generations(ctx, c.deps.Store, app)
 }
 
 // Latest returns app's newest complete generation that is not retired,
 // or ErrNoCheckpoint.
-func (d *Deployer) Latest(ctx context.Context, app string) (spec.Generation, error) {
-	gens, err := d.Generations(ctx, app)
+func (c *Checkpoints) Latest(ctx context.Context, app string) (spec.Generation, error) {
+	gens, err := c.Generations(ctx, app)
 	if err != nil {
 		return spec.Generation{}, err
 	}
@@ -44,16 +44,16 @@ func (d *Deployer) Latest(ctx context.Context, app string) (spec.Generation, err
 // created again with another command, user or environment are not
 // restored, and its next deploy produces a new one. ErrNoCheckpoint when
 // there is none.
-func (d *Deployer) CurrentOf(ctx context.Context, app spec.App, eng engine.Name) (spec.Generation, error) {
+func (c *Checkpoints) CurrentOf(ctx context.Context, app spec.App, eng engine.Name) (spec.Generation, error) {
 	// Newest first, each record read only if no newer one stands: a
 	// deploy reads one as a rule.
-	nums, err := catalog.GenNumbers(ctx, d.deps.Store, app.Name)
+	nums, err := catalog.GenNumbers(ctx, c.deps.Store, app.Name)
 	if err != nil {
 		return spec.Generation{}, err
 	}
 	var newest *spec.Generation
 	for i := len(nums) - 1; i >= 0; i-- {
-		g, ok, err := catalog.ReadGen(ctx, d.deps.Store, app.Name, nums[i])
+		g, ok, err := catalog.ReadGen(ctx, c.deps.Store, app.Name, nums[i])
 		if err != nil {
 			return spec.Generation{}, err
 		}
@@ -74,8 +74,8 @@ func (d *Deployer) CurrentOf(ctx context.Context, app spec.App, eng engine.Name)
 }
 
 // nextGen is one past the highest generation number in use, sealed or not.
-func (d *Deployer) nextGen(ctx context.Context, app string) (int, error) {
-	names, err := d.deps.Store.List(ctx)
+func (c *Checkpoints) nextGen(ctx context.Context, app string) (int, error) {
+	names, err := c.deps.Store.List(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -100,13 +100,13 @@ func (d *Deployer) nextGen(ctx context.Context, app string) (int, error) {
 // RemoveGeneration removes a checkpoint generation. It refuses, wrapping
 // layering.ErrHasChildren, while deployments still use it.
 // This node's copies of it go too (its environment's first: it is a clone).
-func (d *Deployer) RemoveGeneration(ctx context.Context, app string, gen int) error {
-	if _, err := d.envs.TrimLowers(ctx, func(l Lower) bool { return l.App != app || l.Gen != gen }); err != nil {
+func (c *Checkpoints) RemoveGeneration(ctx context.Context, app string, gen int) error {
+	if _, err := c.envs.TrimLowers(ctx, func(l Lower) bool { return l.App != app || l.Gen != gen }); err != nil {
 		return err
 	}
-	if err := catalog.RemoveGeneration(ctx, d.deps.Store, app, gen); err != nil {
+	if err := catalog.RemoveGeneration(ctx, c.deps.Store, app, gen); err != nil {
 		return err
 	}
-	_, err := d.TrimCache(func(k gencache.Key) bool { return k.App != app || k.Gen != gen })
+	_, err := c.TrimCache(func(k gencache.Key) bool { return k.App != app || k.Gen != gen })
 	return err
 }

@@ -59,13 +59,13 @@ func (k *knownGens) forget(app string, eng engine.Name) {
 // newer generation is (newerGen). fresh runs meanwhile; a restore into a
 // spare slot waits for it before it binds, one that provisions a slot of
 // its own before it provisions.
-func (d *Deployer) knownGen(ctx context.Context, app spec.App, eng engine.Name) (g spec.Generation, fresh func() error, ok bool) {
-	g, ok = d.known.get(app.Name, eng)
+func (c *Checkpoints) knownGen(ctx context.Context, app spec.App, eng engine.Name) (g spec.Generation, fresh func() error, ok bool) {
+	g, ok = c.known.get(app.Name, eng)
 	if !ok || (len(g.Spec.Command) > 0 && !g.Spec.SameProcess(app)) {
 		return spec.Generation{}, nil, false
 	}
 	return g, async(func() error {
-		now, ok, err := catalog.ReadGen(context.WithoutCancel(ctx), d.deps.Store, app.Name, g.Gen)
+		now, ok, err := catalog.ReadGen(context.WithoutCancel(ctx), c.deps.Store, app.Name, g.Gen)
 		if err != nil {
 			return fmt.Errorf("app %s: whether generation %d is still there: %w (%w)", app.Name, g.Gen, err, errNewerGen)
 		}
@@ -81,10 +81,10 @@ func (d *Deployer) knownGen(ctx context.Context, app spec.App, eng engine.Name) 
 			stale = "has another record"
 		}
 		if stale != "" {
-			d.known.forget(app.Name, eng)
+			c.known.forget(app.Name, eng)
 			return fmt.Errorf("app %s: generation %d %s: %w", app.Name, g.Gen, stale, errNewerGen)
 		}
-		return d.stillNewest(ctx, app.Name, g.Gen)
+		return c.stillNewest(ctx, app.Name, g.Gen)
 	}), true
 }
 
@@ -99,8 +99,8 @@ func sameRecord(a, b spec.Generation) bool {
 // stillNewest says, wrapping errNewerGen, whether app may have a
 // generation newer than gen (newerGen): the deploy then looks the newest
 // up.
-func (d *Deployer) stillNewest(ctx context.Context, app string, gen int) error {
-	switch newer, err := d.newerGen(ctx, app, gen); {
+func (c *Checkpoints) stillNewest(ctx context.Context, app string, gen int) error {
+	switch newer, err := c.newerGen(ctx, app, gen); {
 	case err != nil:
 		// The full lookup says what is wrong.
 		return fmt.Errorf("app %s: whether a generation is newer than %d: %w (%w)", app, gen, err, errNewerGen)

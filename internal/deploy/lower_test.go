@@ -35,7 +35,7 @@ func TestSharedEnvReadPath(t *testing.T) {
 	if err != nil {
 		t.Fatalf("first deploy: %v", err)
 	}
-	g, err := f.D.Latest(ctx, app.Name)
+	g, err := f.D.Checkpoints().Latest(ctx, app.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestSharedEnvReadPath(t *testing.T) {
 	if dropped, err := f.D.EnvCopies().TrimLowers(ctx, nil); err != nil || len(dropped) != 0 {
 		t.Errorf("TrimLowers while instances use the copy = %v, %v; want it kept", dropped, err)
 	}
-	if err := f.D.RemoveGeneration(ctx, app.Name, g.Gen); !errors.Is(err, layering.ErrHasChildren) {
+	if err := f.D.Checkpoints().RemoveGeneration(ctx, app.Name, g.Gen); !errors.Is(err, layering.ErrHasChildren) {
 		t.Errorf("RemoveGeneration while instances run = %v; want ErrHasChildren", err)
 	}
 	for _, dep := range append(deps, first) {
@@ -176,14 +176,14 @@ func TestSharedEnvReadPath(t *testing.T) {
 	if err := catalog.RemoveGeneration(ctx, f.L.Store, app.Name, g.Gen); !errors.Is(err, catalog.ErrHeldByNodes) {
 		t.Fatalf("RemoveGeneration held by the node's copy only = %v; want ErrHeldByNodes", err)
 	}
-	if _, err := f.D.Latest(ctx, app.Name); !errors.Is(err, deploy.ErrNoCheckpoint) {
+	if _, err := f.D.Checkpoints().Latest(ctx, app.Name); !errors.Is(err, deploy.ErrNoCheckpoint) {
 		t.Errorf("Latest of a retired generation = %v; want ErrNoCheckpoint", err)
 	}
-	if gens, err := f.D.Generations(ctx, app.Name); err != nil || len(gens) != 1 || !gens[0].Retired {
+	if gens, err := f.D.Checkpoints().Generations(ctx, app.Name); err != nil || len(gens) != 1 || !gens[0].Retired {
 		t.Errorf("Generations = %+v, %v; want generation %d retired", gens, err, g.Gen)
 	}
 	// The node drops its copy, and the generation goes.
-	if err := f.D.RemoveGeneration(ctx, app.Name, g.Gen); err != nil {
+	if err := f.D.Checkpoints().RemoveGeneration(ctx, app.Name, g.Gen); err != nil {
 		t.Fatalf("RemoveGeneration: %v", err)
 	}
 	if ls, err := f.D.EnvCopies().Lowers(); err != nil || len(ls) != 0 {

@@ -43,7 +43,7 @@ func TestPoolSlotsShareMemory(t *testing.T) {
 			if err := f.D.Undeploy(ctx, first.ID); err != nil {
 				t.Fatal(err)
 			}
-			g, err := f.D.Latest(ctx, app.Name)
+			g, err := f.D.Checkpoints().Latest(ctx, app.Name)
 			if err != nil {
 				t.Fatal(err)
 			}

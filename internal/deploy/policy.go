@@ -151,7 +151,7 @@ func (d *Deployer) resolve(ctx context.Context, app spec.App, opts Options, pool
 		if g, fresh, ok := d.pooledGen(ctx, app, opts.Engine); ok {
 			return g, fresh, nil, 0, "", nil
 		}
-		if g, fresh, ok := d.knownGen(ctx, app, opts.Engine); ok {
+		if g, fresh, ok := d.ckpts.knownGen(ctx, app, opts.Engine); ok {
 			return g, fresh, nil, 0, "", nil
 		}
 	}
@@ -172,7 +172,7 @@ func (d *Deployer) lookup(ctx context.Context, app spec.App, opts Options) (gen 
 		}
 		return gen, nil, 0, "", err
 	}
-	gen, err = d.CurrentOf(ctx, app, opts.Engine)
+	gen, err = d.ckpts.CurrentOf(ctx, app, opts.Engine)
 	if errors.Is(err, ErrNoCheckpoint) {
 		// One producer per app on this node; the others wait and reuse.
 		p := time.Now()
@@ -194,11 +194,11 @@ func (d *Deployer) lookup(ctx context.Context, app spec.App, opts Options) (gen 
 		// restore (another engine version, missing CPU features).
 		if why := restorableOn(gen, d.platform, version); why != nil {
 			d.log.Warn("booting: this node cannot restore the app's generation", "app", app.Name, "gen", gen.Gen, "reason", why)
-			d.known.forget(app.Name, opts.Engine)
+			d.ckpts.known.forget(app.Name, opts.Engine)
 			return gen, nil, 0, strings.TrimPrefix(why.Error(), ErrIncompatible.Error()+": "), nil
 		}
 	}
-	d.known.set(app.Name, opts.Engine, gen)
+	d.ckpts.known.set(app.Name, opts.Engine, gen)
 	return gen, boot, producing, "", nil
 }
 
@@ -231,7 +231,7 @@ func (d *Deployer) produceOnce(ctx context.Context, app spec.App, opts Options) 
 		}
 		defer unlock()
 	}
-	gen, err := d.CurrentOf(ctx, app, opts.Engine)
+	gen, err := d.ckpts.CurrentOf(ctx, app, opts.Engine)
 	if !errors.Is(err, ErrNoCheckpoint) {
 		return gen, nil, err
 	}

@@ -110,7 +110,7 @@ func (d *Deployer) pooledGen(ctx context.Context, app spec.App, eng engine.Name)
 	if !ok {
 		return spec.Generation{}, nil, false
 	}
-	newer := async(func() error { return d.stillNewest(ctx, app.Name, best.Gen) })
+	newer := async(func() error { return d.ckpts.stillNewest(ctx, app.Name, best.Gen) })
 	return best, newer, true
 }
 
@@ -154,16 +154,16 @@ var errNewerGen = errors.New("newer generation")
 // Simultaneous hits share one read that started after each asked
 // (coalesce): eight deploys arriving at once make one or two round trips
 // to the cluster, not eight.
-func (d *Deployer) newerGen(ctx context.Context, app string, gen int) (bool, error) {
+func (c *Checkpoints) newerGen(ctx context.Context, app string, gen int) (bool, error) {
 	lctx := context.WithoutCancel(ctx) // a read may answer callers other than this one
-	return d.newer.Do(ctx, appGen{app, gen}, func() (bool, error) {
-		_, err := d.deps.Store.Meta(lctx, catalog.GenImage(app, gen+1, "ckpt"))
+	return c.newer.Do(ctx, appGen{app, gen}, func() (bool, error) {
+		_, err := c.deps.Store.Meta(lctx, catalog.GenImage(app, gen+1, "ckpt"))
 		if errors.Is(err, layering.ErrNotFound) {
 			return false, nil
 		} else if err != nil {
 			return false, err
 		}
-		newest, err := d.newestGen(lctx, app)
+		newest, err := c.newestGen(lctx, app)
 		return newest != gen, err
 	})
 }
@@ -297,10 +297,10 @@ func (d *Deployer) ReleasePool(ctx context.Context) ([]string, error) {
 
 // newestGen is the number of app's newest generation in the pool (0 for
 // none), from a listing that started after the call.
-func (d *Deployer) newestGen(ctx context.Context, app string) (int, error) {
+func (c *Checkpoints) newestGen(ctx context.Context, app string) (int, error) {
 	lctx := context.WithoutCancel(ctx) // a listing may answer callers other than this one
-	return d.newest.Do(ctx, app, func() (int, error) {
-		nums, err := catalog.GenNumbers(lctx, d.deps.Store, app)
+	return c.newest.Do(ctx, app, func() (int, error) {
+		nums, err := catalog.GenNumbers(lctx, c.deps.Store, app)
 		if err != nil || len(nums) == 0 {
 			return 0, err
 		}

@@ -55,7 +55,7 @@ func poolHit(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App,
 	if first.Pool != spec.PoolMiss {
 		t.Errorf("first deploy: pool %q; want %q (the pool was empty)", first.Pool, spec.PoolMiss)
 	}
-	g, err := d.Latest(ctx, app.Name)
+	g, err := d.Checkpoints().Latest(ctx, app.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func recoverSlots(ctx context.Context, t *testing.T, n deploytest.Node, app spec
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := d.Latest(ctx, app.Name)
+	g, err := d.Checkpoints().Latest(ctx, app.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

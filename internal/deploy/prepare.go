@@ -172,7 +172,7 @@ func (d *Deployer) provisionPrepared(ctx context.Context, o *op, s *Slot, src sl
 		if err := os.Mkdir(dst, 0o755); err != nil {
 			return err
 		}
-		_, err := d.fetch(ctx, g, dst)
+		_, err := d.ckpts.fetch(ctx, g, dst)
 		return err
 	})
 	defer func() { _ = wait() }()

@@ -59,7 +59,7 @@ func testPoolRecycle(t *testing.T, eng engine.Name, lazy bool) {
 	if err := f.D.Undeploy(ctx, boot.ID); err != nil {
 		t.Fatal(err)
 	}
-	g, err := f.D.Latest(ctx, app.Name)
+	g, err := f.D.Checkpoints().Latest(ctx, app.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -339,7 +339,7 @@ func (d *Deployer) attach(ctx context.Context, o *op, s *Slot, dr drivers.Sparer
 			return err
 		},
 		func() error {
-			e, fetched, err := d.ckptSource(ctx, g, nil)
+			e, fetched, err := d.ckpts.ckptSource(ctx, g, nil)
 			src, s.Fetched = e.Dir, fetched
 			return err
 		}); err != nil {

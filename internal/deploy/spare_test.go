@@ -228,7 +228,7 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 	if _, err := d.ProvisionSpare(ctx, eng); err != nil {
 		t.Fatal(err)
 	}
-	g, err := d.Latest(ctx, app.Name)
+	g, err := d.Checkpoints().Latest(ctx, app.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,7 +113,7 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 	if src.gen != nil {
 		wait = async(func() error {
 			defer close(fetching)
-			e, f, err := d.ckptSource(ctx, *src.gen, func(dir string) { known <- dir })
+			e, f, err := d.ckpts.ckptSource(ctx, *src.gen, func(dir string) { known <- dir })
 			source, fetched = e.Dir, f
 			return err
 		})
@@ -153,7 +153,7 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 		if err := os.MkdirAll(ckptPath, 0o755); err != nil {
 			return fmt.Errorf("slot %s checkpoint directory: %w", s.ID, err)
 		}
-		if dir, ok := d.sourceLater(s, src, known, fetching); ok {
+		if dir, ok := d.ckpts.sourceLater(s, src, known, fetching); ok {
 			inst.source, inst.later = dir, true
 			if err := d.createInstance(ctx, s, src, inst); err != nil {
 				return err

@@ -25,7 +25,7 @@ func (a *agent) prefetch(ctx context.Context, g spec.Generation) {
 		return
 	}
 	start := time.Now()
-	fetched, err := a.d.Prefetch(ctx, g)
+	fetched, err := a.d.Checkpoints().Prefetch(ctx, g)
 	if err != nil {
 		a.log.Warn("fetching a sealed checkpoint; its first restore fetches it", "app", g.App, "gen", g.Gen, "err", err)
 		return
@@ -38,7 +38,7 @@ func (a *agent) prefetch(ctx context.Context, g spec.Generation) {
 
 // holds reports whether the node has a copy of generation gen of app.
 func (a *agent) holds(app string, gen int) bool {
-	es, err := a.d.Cached()
+	es, err := a.d.Checkpoints().Cached()
 	if err != nil {
 		return false
 	}
@@ -54,7 +54,7 @@ func (a *agent) holds(app string, gen int) bool {
 // removed, or the generation itself) and then the least recently used
 // beyond the budget, and exports what is left.
 func (a *agent) trimCache(ctx context.Context, apps []spec.App, current map[string]int) {
-	es, err := a.d.Cached()
+	es, err := a.d.Checkpoints().Cached()
 	if err != nil {
 		a.log.Warn("listing the checkpoint cache", "err", err)
 		return
@@ -71,7 +71,7 @@ func (a *agent) trimCache(ctx context.Context, apps []spec.App, current map[stri
 			continue
 		}
 		listed[e.App] = true
-		gens, err := a.d.Generations(ctx, e.App)
+		gens, err := a.d.Checkpoints().Generations(ctx, e.App)
 		if err != nil {
 			return // keep everything while the cluster does not answer
 		}
@@ -79,7 +79,7 @@ func (a *agent) trimCache(ctx context.Context, apps []spec.App, current map[stri
 			exists[deploy.CacheKey(g)] = true
 		}
 	}
-	dropped, err := a.d.TrimCache(func(k gencache.Key) bool { return exists[k] })
+	dropped, err := a.d.Checkpoints().TrimCache(func(k gencache.Key) bool { return exists[k] })
 	for _, e := range dropped {
 		a.m.evictions.Inc()
 		a.log.Info("checkpoint cache: generation dropped", "app", e.App, "gen", e.Gen, "bytes", e.Bytes)
@@ -87,7 +87,7 @@ func (a *agent) trimCache(ctx context.Context, apps []spec.App, current map[stri
 	if err != nil {
 		a.log.Warn("trimming the checkpoint cache; retried at the next refill", "err", err)
 	}
-	if n, err := a.d.SettleCache(ctx); err != nil {
+	if n, err := a.d.Checkpoints().SettleCache(ctx); err != nil {
 		a.log.Warn("flushing the checkpoint cache to disk; retried at the next refill", "err", err)
 	} else if n > 0 {
 		a.log.Debug("checkpoint cache flushed to disk", "generations", n)
@@ -115,7 +115,7 @@ func (a *agent) trimLowers(ctx context.Context, current map[string]int) {
 
 // exportCache sets the cache's metrics.
 func (a *agent) exportCache() {
-	es, err := a.d.Cached()
+	es, err := a.d.Checkpoints().Cached()
 	if err != nil {
 		return
 	}
@@ -150,6 +150,6 @@ func registerFetchBytes(reg prometheus.Registerer, d *deploy.Deployer) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "fogdeploy_checkpoint_fetch_bytes_total", ConstLabels: prometheus.Labels{"from": c.from},
 			Help: "Bytes of the checkpoints fetched to this node, by where they came from: cluster (read), node (a block the fetch already held, by the generation's block index), zero (left as a hole).",
-		}, func() float64 { return float64(c.of(d.FetchBytes())) }))
+		}, func() float64 { return float64(c.of(d.Checkpoints().FetchBytes())) }))
 	}
 }

@@ -262,7 +262,7 @@ func (a *agent) poolGeneration(ctx context.Context, app spec.App) (spec.Generati
 			eng, _, _ = adaptive.ChooseEngine(c, a.restorableEngines(ctx, app))
 		}
 	}
-	return a.d.CurrentOf(ctx, app, eng)
+	return a.d.Checkpoints().CurrentOf(ctx, app, eng)
 }
 
 // idleSlots are app's idle pool slots of generation gen, oldest first.

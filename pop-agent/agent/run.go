@@ -290,7 +290,7 @@ func newDeployer(ctx context.Context, c config.Config, l *wire.Layering, seen *a
 				"engine", eng)
 		}
 	}
-	if held, err := d.Cached(); err == nil {
+	if held, err := d.Checkpoints().Cached(); err == nil {
 		log.Info("checkpoint cache", "budget", c.Agent.CheckpointCache, "fetch", c.Agent.Fetch, "generations", len(held), "env_read", c.Agent.EnvRead)
 	}
 	return d, priority, nil

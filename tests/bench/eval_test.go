@@ -291,7 +291,7 @@ func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spec.
 		t.Logf("  %s first deploy %d/%d: %s, image %.1f MiB, OSDs wrote %.1f MiB (%s)", catalogName, i+1, reps,
 			secs(first[i]), image[i], ckW[i], g.Timings)
 		if last.Gen != 0 {
-			if err := f.D.RemoveGeneration(ctx, app.Name, last.Gen); err != nil {
+			if err := f.D.Checkpoints().RemoveGeneration(ctx, app.Name, last.Gen); err != nil {
 				return a, err
 			}
 		}
@@ -300,7 +300,7 @@ func evalApp(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spec.
 	// First restores on a node: without its copy of the checkpoint.
 	var firstRestore, frR, frW []float64
 	for i := range reps {
-		if _, err := f.D.TrimCache(func(k gencache.Key) bool { return k.App != app.Name }); err != nil {
+		if _, err := f.D.Checkpoints().TrimCache(func(k gencache.Key) bool { return k.App != app.Name }); err != nil {
 			return a, err
 		}
 		dep, io, err := deployMeasured(ctx, f, app)
@@ -716,7 +716,7 @@ func evalConcurrencyCRIU(ctx context.Context, t *testing.T, f *deploytest.Fixtur
 
 func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spec.App, catalogName string, reps int) (*evaluation.Concurrency, error) {
 	co := &evaluation.Concurrency{App: catalogName, Engine: app.Engine, Rounds: reps, Interleaved: true}
-	g, err := f.D.Latest(ctx, app.Name)
+	g, err := f.D.Checkpoints().Latest(ctx, app.Name)
 	if err != nil {
 		return co, err
 	}
@@ -878,7 +878,7 @@ func evalInterference(ctx context.Context, t *testing.T, f *deploytest.Fixture, 
 	if err != nil {
 		return nil, err
 	}
-	loadGen, err := f.D.Latest(ctx, load.Name)
+	loadGen, err := f.D.Checkpoints().Latest(ctx, load.Name)
 	if err != nil {
 		return nil, fmt.Errorf("%s has no generation to refill a pool with: %w", loadName, err)
 	}
@@ -1403,7 +1403,7 @@ func evalLazy(ctx context.Context, t *testing.T, f *deploytest.Fixture, apps map
 // dropFromPageCache drops the node's copies of app's checkpoints from the
 // page cache, so that the next restore reads them from the node's disk.
 func dropFromPageCache(f *deploytest.Fixture, app string) error {
-	es, err := f.D.Cached()
+	es, err := f.D.Checkpoints().Cached()
 	if err != nil {
 		return err
 	}

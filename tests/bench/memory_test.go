@@ -124,7 +124,7 @@ func poolMemory(ctx context.Context, t *testing.T, f *deploytest.Fixture, mergin
 	if err := f.D.Undeploy(ctx, first.ID); err != nil {
 		return row, err
 	}
-	g, err := f.D.Latest(ctx, app.Name)
+	g, err := f.D.Checkpoints().Latest(ctx, app.Name)
 	if err != nil {
 		return row, err
 	}

@@ -269,7 +269,7 @@ func testHostile(t *testing.T, eng engine.Name) {
 	// Recycled for the next tenant: a warm-pool slot serves two
 	// deployments in one container; the second finds nothing of the first,
 	// and the links the first planted were not followed.
-	g, err := f.D.Latest(ctx, app.Name)
+	g, err := f.D.Checkpoints().Latest(ctx, app.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -478,7 +478,7 @@ func (f *Fixture) Leftovers(t testing.TB, app string) Leftovers {
 	for _, sp := range spares {
 		lo.Records = append(lo.Records, "spare "+filepath.Base(sp))
 	}
-	cached, err := f.D.Cached()
+	cached, err := f.D.Checkpoints().Cached()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -628,12 +628,12 @@ func (f *Fixture) UndeployAll(t testing.TB, app string) {
 // (up to a minute, as fogctl checkpoint rm does) while running agents drop
 // their copies of a generation's environment.
 func (f *Fixture) RemoveGenerations(t testing.TB, app string) {
-	gens, _ := f.D.Generations(context.Background(), app)
+	gens, _ := f.D.Checkpoints().Generations(context.Background(), app)
 	for _, g := range gens {
-		err := f.D.RemoveGeneration(context.Background(), app, g.Gen)
+		err := f.D.Checkpoints().RemoveGeneration(context.Background(), app, g.Gen)
 		for start := time.Now(); errors.Is(err, catalog.ErrHeldByNodes) && time.Since(start) < time.Minute; {
 			time.Sleep(500 * time.Millisecond)
-			err = f.D.RemoveGeneration(context.Background(), app, g.Gen)
+			err = f.D.Checkpoints().RemoveGeneration(context.Background(), app, g.Gen)
 		}
 		if err != nil {
 			t.Errorf("remove generation %d of %s: %v", g.Gen, app, err)
