@@ -13,7 +13,7 @@
 //
 // Every step that creates something is written to the deployment's record
 // (StateDir/deployments/<id>.json) before it happens, so that a failure (or
-// a later Undeploy or Recover, in another process) removes exactly what was
+// a later Undeploy or Adopt, in another process) removes exactly what was
 // made. The lifecycle is split into Checkpoint (produce a generation) and
 // Restore (an instance from a generation) so that a warm pool, an adaptive
 // boot-or-restore choice, lazy restore and migration can reuse them.
@@ -101,6 +101,9 @@ type Config struct {
 	// size of its writable image; 0: DefaultSparePorts, DefaultSpareBytes.
 	SparePorts int
 	SpareBytes int64
+	// AdoptWait bounds how long Adopt asks again a driver that cannot
+	// tell whether an instance runs (default DefaultAdoptWait).
+	AdoptWait time.Duration
 	// MemoryMerge: a pool slot restored ahead asks its processes' pages
 	// to be merged with the identical pages of other instances on the
 	// node (internal/ksm; the node's scanner turned on by the caller).
@@ -258,6 +261,9 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	}
 	if cfg.CRIUDriver == "" {
 		cfg.CRIUDriver = spec.DriverContainer
+	}
+	if cfg.AdoptWait <= 0 {
+		cfg.AdoptWait = DefaultAdoptWait
 	}
 	if cfg.EnvRead == "" {
 		cfg.EnvRead = EnvShared

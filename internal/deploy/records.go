@@ -1,5 +1,5 @@
 // Deployment records: the journal of one instance on this node (StateDir/deployments/<id>.json),
-// written before each step so that Undeploy, Recover and Adopt, in any process, undo exactly what
+// written before each step so that Undeploy and Adopt, in any process, undo exactly what
 // was made.
 
 package deploy
@@ -82,8 +82,12 @@ var ErrNoTargets = errors.New("no address of its own")
 // node: a Running one whose instance still runs is kept, and so is one
 // being suspended (Suspend goes on from where it stopped) or suspended
 // (its caller records its suspension); every other one (interrupted,
-// failed, or whose instance is gone) is undeployed. It returns the kept
-// and the removed IDs.
+// failed, or whose instance is gone) is undeployed. A Running one whose
+// driver cannot tell yet whether it runs (a dockerd that answers late at
+// the node's start) is asked again for up to Config.AdoptWait, and kept if it
+// still cannot tell: an instance is never removed on a doubt (the
+// agent's liveness check finds it later if it is gone); the error names
+// it. It returns the kept and the removed IDs.
 func (d *Deployer) Adopt(ctx context.Context) (kept, removed []string, err error) {
 	recs, err := d.List()
 	if err != nil {
@@ -97,7 +101,13 @@ func (d *Deployer) Adopt(ctx context.Context) (kept, removed []string, err error
 		}
 		if r.Phase == spec.PhaseRunning && r.Handle != nil {
 			if dr := d.drv.driverByName(r.Handle.Driver); dr != nil {
-				if ok, err := dr.Running(ctx, *r.Handle); err == nil && ok {
+				ok, err := runningSoon(ctx, dr, *r.Handle, d.cfg.AdoptWait)
+				if err != nil {
+					kept = append(kept, r.ID)
+					errs = append(errs, fmt.Errorf("deployment %s kept: its driver cannot tell whether it runs: %w", r.ID, err))
+					continue
+				}
+				if ok {
 					kept = append(kept, r.ID)
 					continue
 				}
@@ -110,6 +120,25 @@ func (d *Deployer) Adopt(ctx context.Context) (kept, removed []string, err error
 		removed = append(removed, r.ID)
 	}
 	return kept, removed, errors.Join(errs...)
+}
+
+// DefaultAdoptWait is the default Config.AdoptWait.
+const DefaultAdoptWait = 10 * time.Second
+
+// runningSoon asks dr whether h runs until it answers, for up to wait.
+func runningSoon(ctx context.Context, dr drivers.Driver, h drivers.Handle, wait time.Duration) (bool, error) {
+	deadline := time.Now().Add(wait)
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		ok, err := dr.Running(ctx, h)
+		if err == nil || time.Now().Add(backoff).After(deadline) {
+			return ok, err
+		}
+		select {
+		case <-ctx.Done():
+			return false, errors.Join(err, ctx.Err())
+		case <-time.After(backoff):
+		}
+	}
 }
 
 // Mappings returns the mapping IDs that deployment and slot records own.
@@ -155,31 +184,6 @@ func (d *Deployer) Load(id string) (Deployment, error) {
 		return Deployment{}, err
 	}
 	return d.deployments.Load(id)
-}
-
-// Recover undoes every deployment record left in a state other than
-// Running, Suspending or Suspended (a deploy interrupted by a crash) and
-// returns their IDs. A suspend cut short is Suspending: Suspend goes on
-// from where it stopped; a suspended one waits for its caller to record
-// its suspension (Suspended, Forget).
-func (d *Deployer) Recover(ctx context.Context) ([]string, error) {
-	recs, err := d.List()
-	if err != nil {
-		return nil, err
-	}
-	var done []string
-	var errs []error
-	for _, r := range recs {
-		if r.Phase == spec.PhaseRunning || suspending(r) {
-			continue
-		}
-		if err := d.Undeploy(ctx, r.ID); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		done = append(done, r.ID)
-	}
-	return done, errors.Join(errs...)
 }
 
 // suspending reports a record that a suspend holds: Suspending (begun) or

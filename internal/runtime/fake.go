@@ -33,6 +33,17 @@ type Fake struct {
 	containers map[string]*fakeContainer
 	network    string
 	nextPid    int
+	// down, while set, is what Inspect answers: a daemon that does not
+	// answer yet (SetDown).
+	down error
+}
+
+// SetDown makes Inspect fail with err until SetDown(nil), as a dockerd
+// that is starting or restarting does.
+func (f *Fake) SetDown(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down = err
 }
 
 var (
@@ -311,6 +322,12 @@ func (f *Fake) SpecOf(id string) (Spec, error) {
 
 // Inspect implements Runtime.
 func (f *Fake) Inspect(ctx context.Context, id string) (State, error) {
+	f.mu.Lock()
+	down := f.down
+	f.mu.Unlock()
+	if down != nil {
+		return State{}, fmt.Errorf("inspect container %s: %w", id, down)
+	}
 	c, err := f.lookup(id)
 	if err != nil {
 		return State{}, fmt.Errorf("inspect container %s: %w", id, err)

@@ -106,6 +106,14 @@ func (u *Unit) Reopen(t testing.TB) *deploy.Deployer {
 	return reopen(t, u.cfg, u.deps)
 }
 
+// ReopenWith is Reopen with the configuration that change makes.
+func (u *Unit) ReopenWith(t testing.TB, change func(*deploy.Config)) *deploy.Deployer {
+	t.Helper()
+	cfg := u.cfg
+	change(&cfg)
+	return reopen(t, cfg, u.deps)
+}
+
 // ReopenMapping implements Node.
 func (u *Unit) ReopenMapping(t testing.TB, wrap func(deploy.Mapper) deploy.Mapper) *deploy.Deployer {
 	t.Helper()
