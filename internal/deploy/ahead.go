@@ -93,13 +93,13 @@ func (d *Deployer) StartAhead(ctx context.Context, g spec.Generation, id string)
 	app := g.Spec.WithDefaults()
 	app.PostRestore = nil // it runs when a deployment binds the slot, with its identity
 	timings := s.Timings
-	o := d.newOp(&timings, nil)
+	o := d.stages.newOp(&timings, nil)
 	o.merge = d.cfg.MemoryMerge
 	// Start must not raise the slot's weight: the app restores and waits
 	// at background priority, and the deploy that binds it raises it.
 	bg := s.Handle.Background
 	s.Handle.Background = false
-	_, h, err := d.startReady(ctx, o, &s, s.ID, app, true)
+	_, h, err := d.stages.startReady(ctx, o, &s, s.ID, app, true)
 	if err != nil {
 		return Slot{}, err
 	}

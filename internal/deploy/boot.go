@@ -42,12 +42,12 @@ func (d *Deployer) Boot(ctx context.Context, app spec.App, opts Options, reason 
 		return Deployment{}, err
 	}
 	defer d.undoOnError(ctx, rec, &err)
-	o := d.newOp(&rec.Timings, opts.Progress)
+	o := d.stages.newOp(&rec.Timings, opts.Progress)
 	s, err := d.provisionFor(ctx, o, rec, app, drivers.RunBoot, 0, nil, slotSource{app: app, env: env.Ref, config: env.Config, background: opts.Background})
 	if err != nil {
 		return Deployment{}, err
 	}
-	dr, _, err := d.startReady(ctx, o, s, rec.ID, app, false)
+	dr, _, err := d.stages.startReady(ctx, o, s, rec.ID, app, false)
 	if err != nil {
 		return Deployment{}, err
 	}

@@ -80,13 +80,13 @@ func (d *Deployer) Checkpoint(ctx context.Context, app spec.App, opts Checkpoint
 			err = errors.Join(err, d.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
 		}
 	}()
-	o := d.newOp(&s.Timings, opts.Progress)
+	o := d.stages.newOp(&s.Timings, opts.Progress)
 	d.log.Info("booting app for its checkpoint", "app", app.Name, "gen", n, "env", env.Ref.String(), "driver", dr.Name(), "slot", s.ID)
-	if err := d.provision(ctx, o, s, slotSource{app: app, engine: app.Engine, env: env.Ref, ckptSize: app.CheckpointBytes(),
+	if err := d.stages.provision(ctx, o, s, slotSource{app: app, engine: app.Engine, env: env.Ref, ckptSize: app.CheckpointBytes(),
 		config: env.Config}); err != nil {
 		return spec.Generation{}, err
 	}
-	dr, h, err := d.startReady(ctx, o, s, "", app, false)
+	dr, h, err := d.stages.startReady(ctx, o, s, "", app, false)
 	if err != nil {
 		return spec.Generation{}, err
 	}

@@ -231,6 +231,8 @@ type Deployer struct {
 	appLock keyedmutex.Map[string]
 	// platform is this node's, recorded in the generations it seals.
 	platform spec.Platform
+	// stages are what an instance goes through in a slot (stages.go).
+	stages *Stages
 	// ckpts are the node's copies of checkpoints and what it knows of the
 	// generations (cache.go, gens.go, known.go).
 	ckpts *Checkpoints
@@ -307,5 +309,6 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 		lowers: journal.Journal[Lower]{Dir: filepath.Join(cfg.StateDir, "lowers", "records"), What: "environment copy", NotFound: ErrNoLower, Exists: spec.ErrExists},
 		used:   func(id string) (bool, error) { return lowerUsedBy(d.slots, d.deployments, id) }}
 	d.ckpts = &Checkpoints{node: n, cache: cache, drv: d.drv, envs: d.envs, listSlots: d.slots.List}
+	d.stages = &Stages{node: n, drv: d.drv, envs: d.envs, ckpts: d.ckpts, slots: d.slots}
 	return d, nil
 }

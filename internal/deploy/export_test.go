@@ -22,7 +22,7 @@ func PauseAhead(d *Deployer, p time.Duration) { d.aheadPause = p }
 // and attached), for a test that then stops as a killed process would.
 func AttachSpare(ctx context.Context, d *Deployer, app spec.App, g spec.Generation, id string) (Slot, error) {
 	rec := &Deployment{ID: id, App: app.Name, Instance: spec.Instance{Node: d.cfg.Node, Phase: spec.PhaseRestoring, Gen: g.Gen, Engine: g.Engine, Mode: spec.ModeRestore}}
-	s, err := d.takeSpare(ctx, d.newOp(&rec.Timings, nil), rec, restoredSpec(g, app), g)
+	s, err := d.takeSpare(ctx, d.stages.newOp(&rec.Timings, nil), rec, restoredSpec(g, app), g)
 	if err != nil {
 		return Slot{}, err
 	}

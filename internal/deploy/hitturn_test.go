@@ -19,13 +19,13 @@ import (
 func TestHitTurn(t *testing.T) {
 	d := &Deployer{hits: make(chan struct{}, 1)}
 	var first, second, third layering.Timings
-	done1, err := d.hitTurn(context.Background(), d.newOp(&first, nil))
+	done1, err := d.hitTurn(context.Background(), d.stages.newOp(&first, nil))
 	if err != nil || len(first) != 0 {
 		t.Fatalf("first hit: %v, timings %s; want its turn at once, no queue phase", err, first)
 	}
 	got := make(chan error, 1)
 	go func() {
-		done2, err := d.hitTurn(context.Background(), d.newOp(&second, nil))
+		done2, err := d.hitTurn(context.Background(), d.stages.newOp(&second, nil))
 		if err == nil {
 			done2()
 		}
@@ -45,11 +45,11 @@ func TestHitTurn(t *testing.T) {
 	}
 
 	// A hit that waits gives up when its deploy is cancelled.
-	done1, _ = d.hitTurn(context.Background(), d.newOp(&first, nil))
+	done1, _ = d.hitTurn(context.Background(), d.stages.newOp(&first, nil))
 	defer done1()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if _, err := d.hitTurn(ctx, d.newOp(&third, nil)); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := d.hitTurn(ctx, d.stages.newOp(&third, nil)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("hit waiting past its deadline: %v; want context.DeadlineExceeded", err)
 	}
 }

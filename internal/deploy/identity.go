@@ -153,7 +153,7 @@ func writeIdentityWithin(ctx context.Context, root string, id spec.Identity, bou
 
 // postRestore runs app's post_restore command in restored instance h, with
 // id in its environment, within the app's ready timeout.
-func (d *Deployer) postRestore(ctx context.Context, dr drivers.Driver, h drivers.Handle, app spec.App, id spec.Identity) error {
+func (sg *Stages) postRestore(ctx context.Context, dr drivers.Driver, h drivers.Handle, app spec.App, id spec.Identity) error {
 	timeout := readyTimeout(app)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

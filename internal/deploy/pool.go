@@ -40,9 +40,9 @@ func (d *Deployer) ProvisionPoolSlot(ctx context.Context, g spec.Generation) (_ 
 			err = errors.Join(err, d.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
 		}
 	}()
-	o := d.newOp(&s.Timings, nil)
-	if err := d.provision(ctx, o, s, slotSource{app: app, engine: g.Engine, env: g.EnvSnap, gen: &g,
-		config: d.genConfig(ctx, g)}); err != nil {
+	o := d.stages.newOp(&s.Timings, nil)
+	if err := d.stages.provision(ctx, o, s, slotSource{app: app, engine: g.Engine, env: g.EnvSnap, gen: &g,
+		config: d.stages.genConfig(ctx, g)}); err != nil {
 		return Slot{}, err
 	}
 	// The record of the deployment that binds the slot is written there.

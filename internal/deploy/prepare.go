@@ -74,7 +74,7 @@ func (d *Deployer) PrepareResume(ctx context.Context, app spec.App, id string, g
 			err = errors.Join(err, d.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
 		}
 	}()
-	o := d.newOp(&s.Timings, nil)
+	o := d.stages.newOp(&s.Timings, nil)
 	lower, err := d.envs.lowerFor(ctx, from)
 	if err != nil {
 		return Slot{}, err
@@ -89,7 +89,7 @@ func (d *Deployer) PrepareResume(ctx context.Context, app spec.App, id string, g
 	}
 	run := instanceSource{envPath: filepath.Join(mnt, "root"), ckptPath: ckpt, rootLater: lower.Root}
 	// resume: its root is the suspension's, never reset for another.
-	if err := d.createInstance(ctx, s, slotSource{app: app, engine: eng, config: d.genConfig(ctx, from), resume: true}, run); err != nil {
+	if err := d.stages.createInstance(ctx, s, slotSource{app: app, engine: eng, config: d.stages.genConfig(ctx, from), resume: true}, run); err != nil {
 		return Slot{}, err
 	}
 	o.phase(StepContainer)
@@ -180,16 +180,16 @@ func (d *Deployer) provisionPrepared(ctx context.Context, o *op, s *Slot, src sl
 	if err != nil {
 		return err
 	}
-	if err := d.cloneSlot(ctx, s, src, src.env, lower); err != nil {
+	if err := d.stages.cloneSlot(ctx, s, src, src.env, lower); err != nil {
 		return err
 	}
 	o.phase(StepClone)
-	envMap, _, err := d.mapSlot(ctx, s)
+	envMap, _, err := d.stages.mapSlot(ctx, s)
 	if err != nil {
 		return err
 	}
 	o.phase(StepMap)
-	if _, _, err := d.mountSlot(ctx, s, envMap, nil, lower); err != nil {
+	if _, _, err := d.stages.mountSlot(ctx, s, envMap, nil, lower); err != nil {
 		return err
 	}
 	o.phase(StepMount)

@@ -19,7 +19,7 @@ import (
 )
 
 // probe returns the readiness probe of an instance, run from the host.
-func (d *Deployer) probe(ctx context.Context, dr drivers.Driver, h drivers.Handle, app spec.App, restored bool) (engine.Probe, error) {
+func (sg *Stages) probe(ctx context.Context, dr drivers.Driver, h drivers.Handle, app spec.App, restored bool) (engine.Probe, error) {
 	r := app.Ready
 	switch r.Kind {
 	case spec.ReadyTCP:
@@ -117,8 +117,8 @@ const runningInterval = 100 * time.Millisecond
 
 // waitReady probes until the app is ready, its instance stops, or the
 // app's ready.timeout passes; the error then carries the app's last lines.
-func (d *Deployer) waitReady(ctx context.Context, dr drivers.Driver, h drivers.Handle, app spec.App, restored bool) error {
-	p, err := d.probe(ctx, dr, h, app, restored)
+func (sg *Stages) waitReady(ctx context.Context, dr drivers.Driver, h drivers.Handle, app spec.App, restored bool) error {
+	p, err := sg.probe(ctx, dr, h, app, restored)
 	if err != nil {
 		return err
 	}
@@ -161,7 +161,7 @@ func (d *Deployer) waitReady(ctx context.Context, dr drivers.Driver, h drivers.H
 		// The first probes come closer together: a restore answers within
 		// a few hundred milliseconds, and the answer waits for half an
 		// interval on average.
-		wait := d.cfg.ReadyInterval
+		wait := sg.cfg.ReadyInterval
 		if time.Since(start) < readySoon {
 			wait = min(wait, readySoonInterval)
 		}

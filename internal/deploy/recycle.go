@@ -66,7 +66,7 @@ func (d *Deployer) Recycle(ctx context.Context, id string) (Slot, error) {
 		_ = d.slots.Remove(s.ID)
 		return Slot{}, err
 	}
-	o := d.newOp(&s.Timings, nil)
+	o := d.stages.newOp(&s.Timings, nil)
 	h, err := dr.Recycle(ctx, *rec.Handle, func(ctx context.Context) error { return d.envs.resetRoot(ctx, lower, s.Dir) })
 	if err == nil {
 		o.phase(StepRecycle)

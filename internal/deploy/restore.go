@@ -54,7 +54,7 @@ func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options,
 			opts.Progress(string(StepResolve), resolved)
 		}
 	}
-	o := d.newOp(&rec.Timings, opts.Progress)
+	o := d.stages.newOp(&rec.Timings, opts.Progress)
 	s, err := d.claimFor(ctx, o, app.Name, g.Gen, id, opts.NoPool)
 	switch {
 	case err == nil:
@@ -83,7 +83,7 @@ func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options,
 		return Deployment{}, err
 	}
 	rec.Ahead = s.Ahead
-	dr, _, err := d.startReady(ctx, o, s, id, app, true)
+	dr, _, err := d.stages.startReady(ctx, o, s, id, app, true)
 	if err != nil {
 		return Deployment{}, err
 	}
@@ -137,7 +137,7 @@ func (d *Deployer) slotFor(ctx context.Context, o *op, rec *Deployment, app spec
 		defer d.undoOnError(ctx, rec, &err)
 	}
 	return d.provisionFor(ctx, o, rec, app, drivers.RunRestart, g.Gen, nil, slotSource{app: app, engine: g.Engine,
-		env: g.EnvSnap, gen: &g, config: d.genConfig(ctx, g), background: opts.Background})
+		env: g.EnvSnap, gen: &g, config: d.stages.genConfig(ctx, g), background: opts.Background})
 }
 
 // restoredSpec is the spec a restore of generation g runs: the one sealed
@@ -179,16 +179,16 @@ func (d *Deployer) provisionFor(ctx context.Context, o *op, rec *Deployment, app
 		_ = d.ReleaseSlot(context.WithoutCancel(ctx), s.ID)
 		return nil, err
 	}
-	return s, d.provision(ctx, o, s, src)
+	return s, d.stages.provision(ctx, o, s, src)
 }
 
 // genConfig is the ENV and WORKDIR generation g was launched with (the
 // environment's current ones for generations that did not record them).
-func (d *Deployer) genConfig(ctx context.Context, g spec.Generation) layering.ImageConfig {
+func (sg *Stages) genConfig(ctx context.Context, g spec.Generation) layering.ImageConfig {
 	if g.EnvConfig != nil {
 		return *g.EnvConfig
 	}
-	env, _ := d.deps.Envs.Get(ctx, g.Env)
+	env, _ := sg.deps.Envs.Get(ctx, g.Env)
 	return env.Config
 }
 

@@ -46,7 +46,7 @@ func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spe
 		return Deployment{}, err
 	}
 	defer d.undoOnError(ctx, rec, &err)
-	o := d.newOp(&rec.Timings, opts.Progress)
+	o := d.stages.newOp(&rec.Timings, opts.Progress)
 	s, prepared := d.takePrepared(ctx, id, app, susp)
 	if !prepared {
 		if s, err = d.newSlot(app.Name, g.Gen, drivers.RunRestart, false, id, nil); err != nil {
@@ -65,16 +65,16 @@ func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spe
 	}
 	from := susp.From
 	src := slotSource{app: app, engine: susp.Engine, env: susp.Env, gen: &g, lowerOf: &from, resume: true,
-		config: d.genConfig(ctx, susp.From), background: opts.Background}
+		config: d.stages.genConfig(ctx, susp.From), background: opts.Background}
 	if prepared {
 		err = d.provisionPrepared(ctx, o, s, src)
 	} else {
-		err = d.provision(ctx, o, s, src)
+		err = d.stages.provision(ctx, o, s, src)
 	}
 	if err != nil {
 		return Deployment{}, err
 	}
-	dr, _, err := d.startReady(ctx, o, s, id, app, true)
+	dr, _, err := d.stages.startReady(ctx, o, s, id, app, true)
 	if err != nil {
 		return Deployment{}, err
 	}

@@ -182,7 +182,7 @@ func (d *Deployer) ReleaseSlot(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if err := d.releaseResources(ctx, id, s.Owned, id); err != nil {
+	if err := d.stages.releaseResources(ctx, id, s.Owned, id); err != nil {
 		return err
 	}
 	if err := d.slots.Unreserve(id); err != nil {

@@ -111,7 +111,7 @@ func (d *Deployer) ProvisionSpare(ctx context.Context, eng engine.Name) (_ Slot,
 			err = errors.Join(err, d.ReleaseSlot(context.WithoutCancel(ctx), id))
 		}
 	}()
-	o := d.newOp(&s.Timings, nil)
+	o := d.stages.newOp(&s.Timings, nil)
 	of := Lower{App: spec.SpareApp, Size: s.Spare.Bytes}
 	blank, err := d.envs.upperSource(ctx, of)
 	if err != nil {
@@ -127,7 +127,7 @@ func (d *Deployer) ProvisionSpare(ctx context.Context, eng engine.Name) (_ Slot,
 	}
 	_ = st.SetMeta(ctx, s.Images[0], meta) // before it is mapped: a mapping holds its lock
 	o.phase(StepClone)
-	envMap, _, err := d.mapSlot(ctx, s)
+	envMap, _, err := d.stages.mapSlot(ctx, s)
 	if err != nil {
 		return Slot{}, err
 	}

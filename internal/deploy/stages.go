@@ -30,6 +30,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/journal"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
@@ -57,6 +58,20 @@ const (
 	StepQueue Step = "queue"
 )
 
+// Stages are the stages an instance goes through in a slot, each step
+// written into the slot's record before it happens: provision (clone, map,
+// mount, the node's copies, the container), start and ready (the app's
+// identity, readiness, post_restore), and the release of what a slot or a
+// deployment owns.
+type Stages struct {
+	*node
+	drv   *Drivers
+	envs  *EnvCopies
+	ckpts *Checkpoints
+	// slots are the records of the slots the stages run in.
+	slots journal.Journal[Slot]
+}
+
 // ProvisionSteps are the steps of provision, which a pool hit does not wait
 // for.
 var ProvisionSteps = []Step{StepLower, StepClone, StepMap, StepMount, StepFetch, StepContainer}
@@ -64,7 +79,6 @@ var ProvisionSteps = []Step{StepLower, StepClone, StepMap, StepMount, StepFetch,
 // op times the steps of one pipeline run: each phase goes to *timings and
 // to prog.
 type op struct {
-	d       *Deployer
 	start   time.Time
 	timings *layering.Timings
 	prog    func(string, time.Duration)
@@ -73,8 +87,8 @@ type op struct {
 	merge bool
 }
 
-func (d *Deployer) newOp(timings *layering.Timings, prog func(string, time.Duration)) *op {
-	return &op{d: d, start: time.Now(), timings: timings, prog: prog}
+func (sg *Stages) newOp(timings *layering.Timings, prog func(string, time.Duration)) *op {
+	return &op{start: time.Now(), timings: timings, prog: prog}
 }
 
 func (o *op) phase(step Step) {
@@ -101,7 +115,7 @@ func prefixed(p string, t layering.Timings) layering.Timings {
 // images, map and mount them under s.Dir, bring a restore's checkpoint to
 // the node (meanwhile), and create its instance. src says where the images
 // come from. It leaves s in SlotIdle.
-func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource) (err error) {
+func (sg *Stages) provision(ctx context.Context, o *op, s *Slot, src slotSource) (err error) {
 	// A restore reads its checkpoint from the node's copy (cache.go),
 	// fetched while the environment is cloned, mapped and mounted, and,
 	// where the driver reads it only once started, while its instance is
@@ -113,22 +127,22 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 	if src.gen != nil {
 		wait = async(func() error {
 			defer close(fetching)
-			e, f, err := d.ckpts.ckptSource(ctx, *src.gen, func(dir string) { known <- dir })
+			e, f, err := sg.ckpts.ckptSource(ctx, *src.gen, func(dir string) { known <- dir })
 			source, fetched = e.Dir, f
 			return err
 		})
 		defer func() { _ = wait() }()
 	}
-	env, lower, lowerMade, err := d.envs.slotEnv(ctx, o, s, src)
+	env, lower, lowerMade, err := sg.envs.slotEnv(ctx, o, s, src)
 	defer func() { _, _ = lowerMade() }() // nothing of it outlives the call
 	if err != nil {
 		return err
 	}
-	if err := d.cloneSlot(ctx, s, src, env, lower); err != nil {
+	if err := sg.cloneSlot(ctx, s, src, env, lower); err != nil {
 		return err
 	}
 	o.phase(StepClone)
-	envMap, ckptMap, err := d.mapSlot(ctx, s)
+	envMap, ckptMap, err := sg.mapSlot(ctx, s)
 	if err != nil {
 		return err
 	}
@@ -140,7 +154,7 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 		}
 		o.phase(StepLower)
 	}
-	envPath, ckptPath, err := d.mountSlot(ctx, s, envMap, ckptMap, lower)
+	envPath, ckptPath, err := sg.mountSlot(ctx, s, envMap, ckptMap, lower)
 	if err != nil {
 		return err
 	}
@@ -153,9 +167,9 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 		if err := os.MkdirAll(ckptPath, 0o755); err != nil {
 			return fmt.Errorf("slot %s checkpoint directory: %w", s.ID, err)
 		}
-		if dir, ok := d.ckpts.sourceLater(s, src, known, fetching); ok {
+		if dir, ok := sg.ckpts.sourceLater(s, src, known, fetching); ok {
 			inst.source, inst.later = dir, true
-			if err := d.createInstance(ctx, s, src, inst); err != nil {
+			if err := sg.createInstance(ctx, s, src, inst); err != nil {
 				return err
 			}
 			o.phase(StepContainer)
@@ -168,13 +182,13 @@ func (d *Deployer) provision(ctx context.Context, o *op, s *Slot, src slotSource
 	}
 	if !inst.later {
 		inst.source = source
-		if err := d.createInstance(ctx, s, src, inst); err != nil {
+		if err := sg.createInstance(ctx, s, src, inst); err != nil {
 			return err
 		}
 		o.phase(StepContainer)
 	}
 	s.Phase = SlotIdle
-	return d.slots.Save(s.ID, s)
+	return sg.slots.Save(s.ID, s)
 }
 
 // onCkpt runs f on the slot's checkpoint image, if it has one.
@@ -189,13 +203,13 @@ func onCkpt(s *Slot, f func(img string) error) func() error {
 
 // cloneSlot makes the slot's images (the environment's clone, an empty
 // checkpoint image) at once and tags them with what they belong to.
-func (d *Deployer) cloneSlot(ctx context.Context, s *Slot, src slotSource, env layering.SnapRef, lower Lower) error {
-	st := d.deps.Store
+func (sg *Stages) cloneSlot(ctx context.Context, s *Slot, src slotSource, env layering.SnapRef, lower Lower) error {
+	st := sg.deps.Store
 	shared := lower.App != "" // a zero Lower: not on the shared read path
 	if err := both(
 		func() error {
 			if shared && !src.resume {
-				return d.envs.cloneBlank(ctx, env, lower, s.Images[0])
+				return sg.envs.cloneBlank(ctx, env, lower, s.Images[0])
 			}
 			return st.Clone(ctx, env, s.Images[0])
 		},
@@ -209,8 +223,8 @@ func (d *Deployer) cloneSlot(ctx context.Context, s *Slot, src slotSource, env l
 	if s.Deployment != "" {
 		meta[catalog.MetaDeployment] = s.Deployment
 	}
-	if d.cfg.Node != "" {
-		meta[catalog.MetaNode] = d.cfg.Node
+	if sg.cfg.Node != "" {
+		meta[catalog.MetaNode] = sg.cfg.Node
 	}
 	for _, img := range s.Images {
 		_ = st.SetMeta(ctx, img, meta)
@@ -219,15 +233,15 @@ func (d *Deployer) cloneSlot(ctx context.Context, s *Slot, src slotSource, env l
 }
 
 // mapSlot maps the slot's images at once.
-func (d *Deployer) mapSlot(ctx context.Context, s *Slot) (envMap, ckptMap *mapper.Mapping, err error) {
-	mp := d.deps.Mapper
+func (sg *Stages) mapSlot(ctx context.Context, s *Slot) (envMap, ckptMap *mapper.Mapping, err error) {
+	mp := sg.deps.Mapper
 	err = both(
 		func() (err error) {
-			envMap, err = mp.Map(ctx, mapper.Image{Pool: d.cfg.Pool, Name: s.Images[0]}, mapper.WithID(s.Mappings[0]))
+			envMap, err = mp.Map(ctx, mapper.Image{Pool: sg.cfg.Pool, Name: s.Images[0]}, mapper.WithID(s.Mappings[0]))
 			return err
 		},
 		onCkpt(s, func(img string) (err error) {
-			ckptMap, err = mp.Map(ctx, mapper.Image{Pool: d.cfg.Pool, Name: img}, mapper.WithID(s.Mappings[1]))
+			ckptMap, err = mp.Map(ctx, mapper.Image{Pool: sg.cfg.Pool, Name: img}, mapper.WithID(s.Mappings[1]))
 			return err
 		}))
 	return envMap, ckptMap, err
@@ -237,8 +251,8 @@ func (d *Deployer) mapSlot(ctx context.Context, s *Slot) (envMap, ckptMap *mappe
 // formatted on first mount) and, on the shared read path, the overlay of
 // the node's copy under the clone. It returns the instance's root and
 // checkpoint directory ("" for a boot).
-func (d *Deployer) mountSlot(ctx context.Context, s *Slot, envMap, ckptMap *mapper.Mapping, lower Lower) (envPath, ckptPath string, err error) {
-	mp := d.deps.Mapper
+func (sg *Stages) mountSlot(ctx context.Context, s *Slot, envMap, ckptMap *mapper.Mapping, lower Lower) (envPath, ckptPath string, err error) {
+	mp := sg.deps.Mapper
 	envPath = filepath.Join(s.Dir, "root")
 	if s.Lower != "" {
 		// The clone takes the overlay's upper directory.
@@ -253,7 +267,7 @@ func (d *Deployer) mountSlot(ctx context.Context, s *Slot, envMap, ckptMap *mapp
 		return "", "", err
 	}
 	if lower.App != "" {
-		if envPath, err = d.envs.overlayRoot(ctx, lower, s.Dir); err != nil {
+		if envPath, err = sg.envs.overlayRoot(ctx, lower, s.Dir); err != nil {
 			return "", "", err
 		}
 	}
@@ -274,12 +288,12 @@ type instanceSource struct {
 
 // createInstance creates the slot's instance with its driver, waiting
 // (not started), and records it.
-func (d *Deployer) createInstance(ctx context.Context, s *Slot, src slotSource, in instanceSource) error {
+func (sg *Stages) createInstance(ctx context.Context, s *Slot, src slotSource, in instanceSource) error {
 	ctl := filepath.Join(s.Dir, "ctl")
 	if err := os.MkdirAll(ctl, 0o755); err != nil {
 		return fmt.Errorf("slot %s control directory: %w", s.ID, err)
 	}
-	dr, err := d.drv.driverByRun(src.app, s.Mode, src.engine)
+	dr, err := sg.drv.driverByRun(src.app, s.Mode, src.engine)
 	if err != nil {
 		return err
 	}
@@ -288,14 +302,14 @@ func (d *Deployer) createInstance(ctx context.Context, s *Slot, src slotSource, 
 		gen = 0 // the newest it finds once ordered: the one put there
 	}
 	run := drivers.Run{Mode: s.Mode, ID: s.ID, App: src.app, EnvPath: in.envPath, CkptPath: in.ckptPath, CkptSource: in.source, SourceLater: in.later, Gen: gen,
-		ImageEnv: src.config.Env, WorkDir: src.config.WorkDir, CtlPath: ctl, Background: s.Pool || src.background, Limits: d.cfg.Limits, Resettable: s.Lower != "" && !src.resume,
+		ImageEnv: src.config.Env, WorkDir: src.config.WorkDir, CtlPath: ctl, Background: s.Pool || src.background, Limits: sg.cfg.Limits, Resettable: s.Lower != "" && !src.resume,
 		RootLater: in.rootLater != "", EnvFiles: in.rootLater}
 	h, err := dr.Create(ctx, run)
 	if err != nil {
 		return err
 	}
 	s.Handle, s.Ports = &h, h.Ports
-	if err := d.slots.Save(s.ID, s); err != nil {
+	if err := sg.slots.Save(s.ID, s); err != nil {
 		_ = dr.Remove(context.WithoutCancel(ctx), h)
 		return err
 	}
@@ -355,17 +369,17 @@ func both(a, b func() error) error {
 // dep: it orders the instance to run as dep (or, restored ahead, raises
 // it) and waits until its app is ready. restored says whether the app
 // comes from a checkpoint.
-func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, app spec.App, restored bool) (drivers.Driver, drivers.Handle, error) {
+func (sg *Stages) startReady(ctx context.Context, o *op, s *Slot, dep string, app spec.App, restored bool) (drivers.Driver, drivers.Handle, error) {
 	if s.Handle == nil {
 		return nil, drivers.Handle{}, fmt.Errorf("slot %s has no instance", s.ID)
 	}
-	dr := d.drv.driverByName(s.Handle.Driver)
+	dr := sg.drv.driverByName(s.Handle.Driver)
 	if dr == nil {
 		return nil, drivers.Handle{}, fmt.Errorf("%w: driver %q of slot %s", drivers.ErrDriver, s.Handle.Driver, s.ID)
 	}
 	h := *s.Handle
 	h.Deployment = dep
-	id, err := d.identify(ctx, s, h, app, restored)
+	id, err := sg.identify(ctx, s, h, app, restored)
 	if err != nil {
 		return nil, drivers.Handle{}, err
 	}
@@ -381,27 +395,27 @@ func (d *Deployer) startReady(ctx context.Context, o *op, s *Slot, dep string, a
 		}
 		s.Handle = &h
 		o.phase(StepRaise)
-		return dr, h, d.ready(ctx, o, dr, h, app, restored, id)
+		return dr, h, sg.ready(ctx, o, dr, h, app, restored, id)
 	}
 	h.MemoryMerge = o.merge
 	if h, err = dr.Start(ctx, h); err != nil {
 		return nil, drivers.Handle{}, err
 	}
 	s.Handle, s.Ports = &h, h.Ports
-	if err := d.slots.Save(s.ID, s); err != nil {
+	if err := sg.slots.Save(s.ID, s); err != nil {
 		return nil, drivers.Handle{}, err
 	}
 	o.phase(StepStart)
-	return dr, h, d.ready(ctx, o, dr, h, app, restored, id)
+	return dr, h, sg.ready(ctx, o, dr, h, app, restored, id)
 }
 
 // identify writes the identity of deployment h.Deployment where slot s's
 // instance reads it (identity.go).
-func (d *Deployer) identify(ctx context.Context, s *Slot, h drivers.Handle, app spec.App, restored bool) (spec.Identity, error) {
+func (sg *Stages) identify(ctx context.Context, s *Slot, h drivers.Handle, app spec.App, restored bool) (spec.Identity, error) {
 	if !s.KeepSeed || s.Seed == "" {
 		s.Seed = newSeed()
 	}
-	id := spec.Identity{Instance: h.Deployment, App: app.Name, Node: d.cfg.Node, Slot: s.ID, Seed: s.Seed, Started: time.Now().UTC()}
+	id := spec.Identity{Instance: h.Deployment, App: app.Name, Node: sg.cfg.Node, Slot: s.ID, Seed: s.Seed, Started: time.Now().UTC()}
 	if restored {
 		id.Gen = s.Gen
 	}
@@ -418,20 +432,20 @@ func (d *Deployer) identify(ctx context.Context, s *Slot, h drivers.Handle, app 
 		if restored && len(app.PostRestore) > 0 {
 			return id, hint.With(err, "post_restore reads the identity: give the environment a /run directory that is not a symbolic link")
 		}
-		d.log.Warn("the instance gets no identity file", "slot", s.ID, "deployment", h.Deployment, "err", err)
+		sg.log.Warn("the instance gets no identity file", "slot", s.ID, "deployment", h.Deployment, "err", err)
 	}
 	return id, nil
 }
 
 // ready runs the ready stage of instance h: it waits until its app is
 // ready, then runs a restored app's post_restore with identity id.
-func (d *Deployer) ready(ctx context.Context, o *op, dr drivers.Driver, h drivers.Handle, app spec.App, restored bool, id spec.Identity) error {
-	if err := d.waitReady(ctx, dr, h, app, restored); err != nil {
+func (sg *Stages) ready(ctx context.Context, o *op, dr drivers.Driver, h drivers.Handle, app spec.App, restored bool, id spec.Identity) error {
+	if err := sg.waitReady(ctx, dr, h, app, restored); err != nil {
 		return err
 	}
 	o.phase(StepReady)
 	if restored && len(app.PostRestore) > 0 {
-		if err := d.postRestore(ctx, dr, h, app, id); err != nil {
+		if err := sg.postRestore(ctx, dr, h, app, id); err != nil {
 			return err
 		}
 		o.phase(StepPostRestore)

@@ -68,7 +68,7 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 	if err != nil {
 		return spec.Suspension{}, err
 	}
-	s := &suspension{d: d, rec: rec, susp: susp, continuing: continuing, o: d.newOp(&susp.Timings, progress),
+	s := &suspension{d: d, rec: rec, susp: susp, continuing: continuing, o: d.stages.newOp(&susp.Timings, progress),
 		envImg: rec.Images[0], ckptImg: suspendCkptImage(id), asked: continuing, held: func() error { return nil }}
 	s.o.timings = &s.susp.Timings
 	defer func() { s.end(ctx, err) }()

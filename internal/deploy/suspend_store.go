@@ -69,7 +69,7 @@ func (d *Deployer) storeAndRelease(ctx context.Context, rec *Deployment, susp *s
 	removed := func() error { return nil }
 	var released error
 	if si.exited {
-		removed = async(func() error { return d.removeInstance(ctx, dr, h) })
+		removed = async(func() error { return d.stages.removeInstance(ctx, dr, h) })
 		released = d.releaseRoot(ctx, *rec, mid)
 	} else {
 		released = d.releaseInstance(ctx, dr, *rec, mid)
@@ -94,7 +94,7 @@ func (d *Deployer) storeAndRelease(ctx context.Context, rec *Deployment, susp *s
 // releaseInstance removes rec's instance, unmounts its root and releases
 // its mappings but mid; it leaves its images and its directory.
 func (d *Deployer) releaseInstance(ctx context.Context, dr drivers.Driver, rec Deployment, mid string) error {
-	if err := d.removeInstance(ctx, dr, *rec.Handle); err != nil {
+	if err := d.stages.removeInstance(ctx, dr, *rec.Handle); err != nil {
 		return err
 	}
 	return d.releaseRoot(ctx, rec, mid)

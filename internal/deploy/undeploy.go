@@ -36,7 +36,7 @@ func (d *Deployer) Undeploy(ctx context.Context, id string) error {
 			errs = append(errs, d.ReleaseSlot(ctx, s.ID))
 		}
 	}
-	errs = append(errs, d.releaseResources(ctx, id, rec.Owned, id, rec.Slot))
+	errs = append(errs, d.stages.releaseResources(ctx, id, rec.Owned, id, rec.Slot))
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -80,16 +80,16 @@ func (d *Deployer) CutOff(ctx context.Context, id string) error {
 // releaseResources removes what an instance owns: its instance (and any
 // instance the drivers find labelled with one of sweep, which a crash may
 // have left unrecorded), its mappings, its images and its directory.
-func (d *Deployer) releaseResources(ctx context.Context, who string, res Owned, sweep ...string) error {
+func (sg *Stages) releaseResources(ctx context.Context, who string, res Owned, sweep ...string) error {
 	var errs []error
 	if res.Handle != nil {
-		if dr := d.drv.driverByName(res.Handle.Driver); dr != nil {
-			if err := d.removeInstance(ctx, dr, *res.Handle); err != nil {
+		if dr := sg.drv.driverByName(res.Handle.Driver); dr != nil {
+			if err := sg.removeInstance(ctx, dr, *res.Handle); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
-	for _, dr := range []drivers.Driver{d.deps.Container, d.deps.Host} {
+	for _, dr := range []drivers.Driver{sg.deps.Container, sg.deps.Host} {
 		s, ok := dr.(drivers.Sweeper)
 		if !ok || dr == nil {
 			continue
@@ -104,23 +104,23 @@ func (d *Deployer) releaseResources(ctx context.Context, who string, res Owned, 
 		}
 	}
 	// The overlay root stacks on the clone's mount: it goes first.
-	if err := d.envs.unmountRoot(ctx, res.Dir); err != nil {
+	if err := sg.envs.unmountRoot(ctx, res.Dir); err != nil {
 		errs = append(errs, fmt.Errorf("unmount root: %w", err))
 	}
-	if err := d.releaseMappings(ctx, res.Mappings); err != nil {
+	if err := sg.releaseMappings(ctx, res.Mappings); err != nil {
 		errs = append(errs, err)
 	}
 	rmErrs := make([]error, len(res.Images))
 	var wg sync.WaitGroup
 	for i, img := range res.Images {
-		wg.Go(func() { rmErrs[i] = d.removeImage(ctx, who, img) })
+		wg.Go(func() { rmErrs[i] = sg.removeImage(ctx, who, img) })
 	}
 	wg.Wait()
 	for i, err := range rmErrs {
 		// A parent (a resumed suspension's image) goes after its clone:
 		// once more, in order.
 		if errors.Is(err, layering.ErrHasChildren) {
-			rmErrs[i] = d.removeImage(ctx, who, res.Images[i])
+			rmErrs[i] = sg.removeImage(ctx, who, res.Images[i])
 		}
 	}
 	for i, err := range rmErrs {
@@ -138,8 +138,8 @@ func (d *Deployer) releaseResources(ctx context.Context, who string, res Owned, 
 // Config.StopGrace: an instance whose process does not exit (blocked in
 // the kernel on a mapping whose I/O stalled) fails with
 // context.DeadlineExceeded instead of waiting without end.
-func (d *Deployer) removeInstance(ctx context.Context, dr drivers.Driver, h drivers.Handle) error {
-	bound := d.cfg.StopGrace
+func (sg *Stages) removeInstance(ctx context.Context, dr drivers.Driver, h drivers.Handle) error {
+	bound := sg.cfg.StopGrace
 	if bound == 0 {
 		bound = DefaultStopGrace
 	}
