@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 )
 
@@ -75,4 +76,10 @@ func (n *node) unbindCkpt(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// limitsOf is what an instance of app may use on this node.
+func (n *node) limitsOf(app spec.App) *spec.Limits {
+	l := app.LimitsOver(n.cfg.Limits)
+	return &l
 }

@@ -26,12 +26,6 @@ type Deployment struct {
 	Created time.Time `json:"created"`
 }
 
-// limitsOf is what an instance of app may use on this node.
-func (d *Deployer) limitsOf(app spec.App) *spec.Limits {
-	l := app.LimitsOver(d.cfg.Limits)
-	return &l
-}
-
 // Total is the sum of the phases.
 func (d Deployment) Total() time.Duration {
 	var t time.Duration
