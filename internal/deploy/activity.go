@@ -15,7 +15,7 @@ import (
 // time of its processes and the connections established on its ports
 // (internal/activity), for an idle suspend.
 func (d *Deployer) Activity(ctx context.Context, id string) (activity.Sample, error) {
-	rec, err := d.Load(id)
+	rec, err := d.recs.Load(id)
 	if err != nil {
 		return activity.Sample{}, err
 	}

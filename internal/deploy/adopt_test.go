@@ -37,7 +37,7 @@ func TestAdoptKeepsWhatItCannotCheck(t *testing.T) {
 	if err != nil || !slices.Contains(kept, dep.ID) || len(removed) != 0 {
 		t.Fatalf("Adopt once dockerd answers = kept %v, removed %v, %v; want %s kept", kept, removed, err, dep.ID)
 	}
-	if rec, err := d.Load(dep.ID); err != nil || rec.Phase != spec.PhaseRunning {
+	if rec, err := d.Records().Load(dep.ID); err != nil || rec.Phase != spec.PhaseRunning {
 		t.Fatalf("record = %+v, %v; want Running", rec, err)
 	}
 	// Gone behind the agent's back: removed at the next start.

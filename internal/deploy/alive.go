@@ -13,7 +13,7 @@ import (
 // error means that it cannot tell: no such Running record, or the driver
 // does not answer (dockerd restarting).
 func (d *Deployer) Alive(ctx context.Context, id string) (bool, error) {
-	rec, err := d.Load(id)
+	rec, err := d.recs.Load(id)
 	if err != nil {
 		return false, err
 	}

@@ -38,7 +38,7 @@ func (d *Deployer) Boot(ctx context.Context, app spec.App, opts Options, reason 
 		return Deployment{}, err
 	}
 	rec := &Deployment{ID: opts.ID, App: app.Name, Created: time.Now().UTC(), Instance: spec.Instance{Node: d.cfg.Node, Phase: spec.PhaseBooting, Mode: spec.ModeBoot, BootReason: reason, Limits: d.limitsOf(app)}}
-	if err := d.create(rec); err != nil {
+	if err := d.recs.create(rec); err != nil {
 		return Deployment{}, err
 	}
 	defer d.undoOnError(ctx, rec, &err)

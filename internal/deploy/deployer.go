@@ -201,9 +201,10 @@ type Deployer struct {
 	// drv picks the driver of each instance (drivers.go).
 	drv *Drivers
 
-	// deployments and slots are the record store (internal/journal).
-	deployments journal.Journal[Deployment]
-	slots       journal.Journal[Slot]
+	// recs are the deployments' records (records.go).
+	recs *Records
+	// slots are the slots' records (internal/journal).
+	slots journal.Journal[Slot]
 	// slotMu guards idle and claimed, and the phase changes of the slots
 	// in them.
 	slotMu sync.Mutex
@@ -301,13 +302,15 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 		deps.Log.Info("checkpoint cache: removed what interrupted fills left", "paths", removed)
 	}
 	n := &node{cfg: cfg, deps: deps, log: deps.Log}
-	d := &Deployer{node: n, drv: &Drivers{node: n}, platform: spec.HostPlatform(), idle: map[string]idleSlot{}, spares: map[string]Slot{}, claimed: map[string]claimedSlot{}, releasing: map[string]bool{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
-		deployments: journal.Journal[Deployment]{Dir: filepath.Join(cfg.StateDir, "deployments"), What: "deployment", NotFound: spec.ErrNotFound, Exists: spec.ErrExists},
-		slots:       journal.Journal[Slot]{Dir: filepath.Join(cfg.StateDir, "slots"), What: "slot", NotFound: ErrNoSlot, Exists: spec.ErrExists},
+	drv := &Drivers{node: n}
+	d := &Deployer{node: n, drv: drv, platform: spec.HostPlatform(), idle: map[string]idleSlot{}, spares: map[string]Slot{}, claimed: map[string]claimedSlot{}, releasing: map[string]bool{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
+		recs: &Records{node: n, drv: drv,
+			deployments: journal.Journal[Deployment]{Dir: filepath.Join(cfg.StateDir, "deployments"), What: "deployment", NotFound: spec.ErrNotFound, Exists: spec.ErrExists}},
+		slots: journal.Journal[Slot]{Dir: filepath.Join(cfg.StateDir, "slots"), What: "slot", NotFound: ErrNoSlot, Exists: spec.ErrExists},
 	}
 	d.envs = &EnvCopies{node: n, blanks: map[int64]layering.SnapRef{},
 		lowers: journal.Journal[Lower]{Dir: filepath.Join(cfg.StateDir, "lowers", "records"), What: "environment copy", NotFound: ErrNoLower, Exists: spec.ErrExists},
-		used:   func(id string) (bool, error) { return lowerUsedBy(d.slots, d.deployments, id) }}
+		used:   func(id string) (bool, error) { return lowerUsedBy(d.slots, d.recs.deployments, id) }}
 	d.ckpts = &Checkpoints{node: n, cache: cache, drv: d.drv, envs: d.envs, listSlots: d.slots.List}
 	d.stages = &Stages{node: n, drv: d.drv, envs: d.envs, ckpts: d.ckpts, slots: d.slots}
 	return d, nil

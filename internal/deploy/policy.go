@@ -98,7 +98,7 @@ func (d *Deployer) Deploy(ctx context.Context, app spec.App, opts Options) (Depl
 	if err := spec.ValidateID(opts.ID); err != nil {
 		return Deployment{}, err
 	}
-	if _, err := d.Load(opts.ID); err == nil {
+	if _, err := d.recs.Load(opts.ID); err == nil {
 		return Deployment{}, fmt.Errorf("deployment %s: %w", opts.ID, spec.ErrExists)
 	}
 	if opts.Mode == spec.ModeBoot {
@@ -131,7 +131,7 @@ func (d *Deployer) Deploy(ctx context.Context, app spec.App, opts Options) (Depl
 			dep.Booted = true
 			dep.Timings = append(prefixed(spec.BootTimingPrefix, boot), dep.Timings...)
 			if err == nil {
-				_ = d.save(&dep)
+				_ = d.recs.save(&dep)
 			}
 		}
 		return dep, err

@@ -12,8 +12,19 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
+	"github.com/fogdeploy/fogdeploy/internal/journal"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
+
+// Records are this node's deployments' records.
+type Records struct {
+	*node
+	drv         *Drivers
+	deployments journal.Journal[Deployment]
+}
+
+// Records returns the node's deployment records.
+func (d *Deployer) Records() *Records { return d.recs }
 
 // Deployment is the record of one instance on this node.
 type Deployment struct {
@@ -36,15 +47,15 @@ func (d Deployment) Total() time.Duration {
 }
 
 // Logs returns the last n lines of a deployment's output.
-func (d *Deployer) Logs(ctx context.Context, id string, n int) ([]string, error) {
-	rec, err := d.Load(id)
+func (r *Records) Logs(ctx context.Context, id string, n int) ([]string, error) {
+	rec, err := r.Load(id)
 	if err != nil {
 		return nil, err
 	}
 	if rec.Handle == nil {
 		return nil, fmt.Errorf("deployment %s has no instance yet (phase %s)", id, rec.Phase)
 	}
-	dr := d.drv.driverByName(rec.Handle.Driver)
+	dr := r.drv.driverByName(rec.Handle.Driver)
 	if dr == nil {
 		return nil, fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, rec.Handle.Driver, id)
 	}
@@ -54,15 +65,15 @@ func (d *Deployer) Logs(ctx context.Context, id string, n int) ([]string, error)
 // Targets is, for each TCP port of deployment id, the address and port
 // where the node reaches its app directly (drivers.Targeter); ErrNoTargets
 // for an instance whose driver has none (the host driver's).
-func (d *Deployer) Targets(ctx context.Context, id string) (map[string]netip.AddrPort, error) {
-	rec, err := d.Load(id)
+func (r *Records) Targets(ctx context.Context, id string) (map[string]netip.AddrPort, error) {
+	rec, err := r.Load(id)
 	if err != nil {
 		return nil, err
 	}
 	if rec.Handle == nil {
 		return nil, fmt.Errorf("deployment %s has no instance yet (phase %s)", id, rec.Phase)
 	}
-	t, ok := d.drv.driverByName(rec.Handle.Driver).(drivers.Targeter)
+	t, ok := r.drv.driverByName(rec.Handle.Driver).(drivers.Targeter)
 	if !ok {
 		return nil, fmt.Errorf("deployment %s: %w", id, ErrNoTargets)
 	}
@@ -83,7 +94,7 @@ var ErrNoTargets = errors.New("no address of its own")
 // agent's liveness check finds it later if it is gone); the error names
 // it. It returns the kept and the removed IDs.
 func (d *Deployer) Adopt(ctx context.Context) (kept, removed []string, err error) {
-	recs, err := d.List()
+	recs, err := d.recs.List()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -137,7 +148,7 @@ func runningSoon(ctx context.Context, dr drivers.Driver, h drivers.Handle, wait 
 
 // Mappings returns the mapping IDs that deployment and slot records own.
 func (d *Deployer) Mappings() (map[string]bool, error) {
-	recs, err := d.List()
+	recs, err := d.recs.List()
 	if err != nil {
 		return nil, err
 	}
@@ -168,16 +179,16 @@ func (d *Deployer) Mappings() (map[string]bool, error) {
 }
 
 // List returns this node's deployment records, by ID.
-func (d *Deployer) List() ([]Deployment, error) {
-	return d.deployments.List()
+func (r *Records) List() ([]Deployment, error) {
+	return r.deployments.List()
 }
 
 // Load reads a deployment record.
-func (d *Deployer) Load(id string) (Deployment, error) {
+func (r *Records) Load(id string) (Deployment, error) {
 	if err := spec.ValidateID(id); err != nil {
 		return Deployment{}, err
 	}
-	return d.deployments.Load(id)
+	return r.deployments.Load(id)
 }
 
 // suspending reports a record that a suspend holds: Suspending (begun) or
@@ -190,8 +201,17 @@ func suspending(r Deployment) bool {
 // save that names its slot is durable before anything is made for it
 // (provisionFor), or a claimed slot's record says whose it is: it need
 // not wait for the disk.
-func (d *Deployer) create(rec *Deployment) error { return d.deployments.Create(rec.ID, rec, false) }
+func (r *Records) create(rec *Deployment) error { return r.deployments.Create(rec.ID, rec, false) }
 
-func (d *Deployer) save(rec *Deployment) error { return d.deployments.Save(rec.ID, rec) }
+func (r *Records) save(rec *Deployment) error { return r.deployments.Save(rec.ID, rec) }
 
-func (d *Deployer) remove(id string) error { return d.deployments.Remove(id) }
+func (r *Records) remove(id string) error { return r.deployments.Remove(id) }
+
+// createFrom writes a new deployment's record from the spare record at
+// path (journal.Journal.CreateFrom): refused if the ID is taken.
+func (r *Records) createFrom(path string, rec *Deployment) error {
+	return r.deployments.CreateFrom(path, rec.ID, rec)
+}
+
+// note saves rec without waiting for the disk (journal.Journal.Note).
+func (r *Records) note(rec *Deployment) error { return r.deployments.Note(rec.ID, rec) }

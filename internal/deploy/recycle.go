@@ -36,7 +36,7 @@ const StepRecycle Step = "recycle"
 // half way, everything is released as Undeploy does, and the error is
 // returned.
 func (d *Deployer) Recycle(ctx context.Context, id string) (Slot, error) {
-	rec, err := d.Load(id)
+	rec, err := d.recs.Load(id)
 	if err != nil {
 		return Slot{}, err
 	}
@@ -62,7 +62,7 @@ func (d *Deployer) Recycle(ctx context.Context, id string) (Slot, error) {
 	}
 	// From here the slot's record owns the resources (RecoverSlots keeps
 	// the deployment's while both exist).
-	if err := d.remove(id); err != nil {
+	if err := d.recs.remove(id); err != nil {
 		_ = d.slots.Remove(s.ID)
 		return Slot{}, err
 	}

@@ -106,7 +106,7 @@ func testPoolRecycle(t *testing.T, eng engine.Name, lazy bool) {
 		if s.ID != slot.ID || s.Phase != deploy.SlotIdle || s.Deployment != "" || s.Handle == nil || s.Handle.Ref != ref || !hasPhase(s.Timings, deploy.StepRecycle) {
 			t.Errorf("round %d: recycled slot %+v; want slot %s idle in container %s", round, s, slot.ID, ref)
 		}
-		if _, err := f.D.Load(dep.ID); !errors.Is(err, spec.ErrNotFound) {
+		if _, err := f.D.Records().Load(dep.ID); !errors.Is(err, spec.ErrNotFound) {
 			t.Errorf("round %d: deployment %s still has a record after its recycle: %v", round, dep.ID, err)
 		}
 		// Its clones name its slot, not the deployment that is gone (gc

@@ -131,7 +131,7 @@ func (d *Deployer) slotFor(ctx context.Context, o *op, rec *Deployment, app spec
 	}
 	rec.Pool = spec.PoolMiss
 	if !created {
-		if err := d.create(rec); err != nil {
+		if err := d.recs.create(rec); err != nil {
 			return nil, err
 		}
 		defer d.undoOnError(ctx, rec, &err)
@@ -175,7 +175,7 @@ func (d *Deployer) provisionFor(ctx context.Context, o *op, rec *Deployment, app
 		return nil, err
 	}
 	rec.Slot = s.ID
-	if err := d.save(rec); err != nil {
+	if err := d.recs.save(rec); err != nil {
 		_ = d.ReleaseSlot(context.WithoutCancel(ctx), s.ID)
 		return nil, err
 	}
@@ -201,7 +201,7 @@ func (d *Deployer) undoOnError(ctx context.Context, rec *Deployment, err *error)
 		return
 	}
 	rec.Phase, rec.Error = spec.PhaseFailed, (*err).Error()
-	_ = d.save(rec)
+	_ = d.recs.save(rec)
 	uctx := context.WithoutCancel(ctx)
 	if errors.Is(*err, mapper.ErrStalled) {
 		if cerr := d.CutOff(uctx, rec.ID); cerr != nil {

@@ -42,7 +42,7 @@ func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spe
 	g.Gen, g.Engine, g.CkptSnap, g.Created = susp.CkptGen, susp.Engine, susp.Ckpt, susp.Created
 	rec := &Deployment{ID: id, App: app.Name, Created: time.Now().UTC(), Instance: spec.Instance{Node: d.cfg.Node, Phase: spec.PhaseResuming,
 		Gen: susp.From.Gen, Engine: susp.Engine, Mode: spec.ModeRestore, Limits: d.limitsOf(app), Reason: "resumed", Pool: spec.PoolMiss}}
-	if err := d.create(rec); err != nil {
+	if err := d.recs.create(rec); err != nil {
 		return Deployment{}, err
 	}
 	defer d.undoOnError(ctx, rec, &err)
@@ -59,7 +59,7 @@ func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spe
 	}
 	s.Phase, s.Seed, s.KeepSeed, s.Timings = SlotProvisioning, seed, seed != "", nil
 	rec.Slot = s.ID
-	if err := errors.Join(d.slots.Save(s.ID, s), d.save(rec)); err != nil {
+	if err := errors.Join(d.slots.Save(s.ID, s), d.recs.save(rec)); err != nil {
 		_ = d.ReleaseSlot(context.WithoutCancel(ctx), s.ID)
 		return Deployment{}, err
 	}
@@ -97,7 +97,7 @@ func (d *Deployer) adoptSuspension(dep Deployment, susp spec.Suspension) Deploym
 			dep.Images = append(dep.Images, img)
 		}
 	}
-	if err := d.save(&dep); err != nil {
+	if err := d.recs.save(&dep); err != nil {
 		d.log.Warn("the resumed deployment does not own its suspension's images; gc removes them once the deployment is gone",
 			"deployment", dep.ID, "image", susp.Env.Image, "err", err)
 	}
@@ -122,8 +122,8 @@ func (d *Deployer) DropSuspension(ctx context.Context, id string, susp spec.Susp
 		}
 		gone = append(gone, img)
 	}
-	if dep, err := d.Load(id); err == nil && len(gone) > 0 {
+	if dep, err := d.recs.Load(id); err == nil && len(gone) > 0 {
 		dep.Images = slices.DeleteFunc(dep.Images, func(i string) bool { return slices.Contains(gone, i) })
-		_ = d.save(&dep)
+		_ = d.recs.save(&dep)
 	}
 }

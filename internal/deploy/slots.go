@@ -251,7 +251,7 @@ func (d *Deployer) RecoverSlots(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	recs, err := d.List()
+	recs, err := d.recs.List()
 	if err != nil {
 		return nil, err
 	}

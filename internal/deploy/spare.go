@@ -293,7 +293,7 @@ func (d *Deployer) takeSpare(ctx context.Context, o *op, rec *Deployment, app sp
 		return nil, err
 	}
 	rec.Slot, rec.Pool = s.ID, spec.PoolSpare
-	if err := d.create(rec); err != nil {
+	if err := d.recs.create(rec); err != nil {
 		rec.Slot, rec.Pool = "", ""
 		return nil, errors.Join(err, d.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
 	}

@@ -57,7 +57,7 @@ const metaSeed = "fogdeploy.seed"
 // stopped its app), its images owned by its record (Undeploy removes
 // them).
 func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progress func(string, time.Duration)) (_ spec.Suspension, err error) {
-	rec, err := d.Load(id)
+	rec, err := d.recs.Load(id)
 	if err != nil {
 		return spec.Suspension{}, err
 	}
@@ -108,7 +108,7 @@ type suspension struct {
 // journal records how far it got.
 func (s *suspension) journal() error {
 	s.rec.Suspension = &s.susp
-	return s.d.save(&s.rec)
+	return s.d.recs.save(&s.rec)
 }
 
 // own records the checkpoint's image as the deployment's, before it is
@@ -225,7 +225,7 @@ func (s *suspension) end(ctx context.Context, err error) {
 		s.d.undoSuspend(context.WithoutCancel(ctx), &s.rec, s.ckptImg)
 	default:
 		s.rec.Phase, s.rec.Error = spec.PhaseFailed, err.Error()
-		_ = s.d.save(&s.rec)
+		_ = s.d.recs.save(&s.rec)
 	}
 }
 
@@ -264,7 +264,7 @@ func (d *Deployer) undoSuspend(ctx context.Context, rec *Deployment, ckptImg str
 	made := []string{ckptImg, suspendHoldImage(rec.ID)}
 	rec.Phase, rec.Suspension, rec.Error = spec.PhaseRunning, nil, ""
 	rec.Images = slices.DeleteFunc(rec.Images, func(img string) bool { return slices.Contains(made, img) })
-	if err := d.save(rec); err != nil {
+	if err := d.recs.save(rec); err != nil {
 		d.log.Warn("undoing a suspend that failed before its checkpoint", "deployment", rec.ID, "err", err)
 		return
 	}
@@ -282,7 +282,7 @@ func (d *Deployer) journalMapping(rec *Deployment, id string) (string, error) {
 		return id, nil
 	}
 	rec.Mappings = append(rec.Mappings, id)
-	return id, d.save(rec)
+	return id, d.recs.save(rec)
 }
 
 // checkpointOf checkpoints instance h with dr; continuing a suspend cut
@@ -361,7 +361,7 @@ func (d *Deployer) holdSoon(ctx context.Context, rec *Deployment, susp spec.Susp
 	hold := suspendHoldImage(rec.ID)
 	if !slices.Contains(rec.Images, hold) {
 		rec.Images = append(rec.Images, hold)
-		if err := d.save(rec); err != nil {
+		if err := d.recs.save(rec); err != nil {
 			return nil, err
 		}
 	}
@@ -377,20 +377,20 @@ func (d *Deployer) holdSoon(ctx context.Context, rec *Deployment, susp spec.Susp
 // Forget drops the record of a suspended deployment, whose suspension is
 // recorded elsewhere now.
 func (d *Deployer) Forget(id string) error {
-	rec, err := d.Load(id)
+	rec, err := d.recs.Load(id)
 	if err != nil {
 		return err
 	}
 	if rec.Phase != spec.PhaseSuspended {
 		return fmt.Errorf("deployment %s is %s, not Suspended: %w", id, rec.Phase, ErrNotSuspendable)
 	}
-	return d.remove(id)
+	return d.recs.remove(id)
 }
 
 // Suspended lists the suspended deployments whose record this node still
 // holds (Forget was not called: the caller did not record them yet).
 func (d *Deployer) Suspended() ([]Deployment, error) {
-	recs, err := d.deployments.List()
+	recs, err := d.recs.List()
 	if err != nil {
 		return nil, err
 	}

@@ -59,7 +59,7 @@ func testSuspendResumeHost(t *testing.T, eng engine.Name) {
 	if _, err := f.Ceph.Stat(ctx, susp.Ckpt.Image); !errors.Is(err, layering.ErrNotFound) {
 		t.Errorf("the suspension's checkpoint image after DropSuspension: %v; want it removed", err)
 	}
-	if rec, err := d.Load(resumed.ID); err != nil || slices.Contains(rec.Images, susp.Ckpt.Image) {
+	if rec, err := d.Records().Load(resumed.ID); err != nil || slices.Contains(rec.Images, susp.Ckpt.Image) {
 		t.Errorf("the resumed deployment's record after DropSuspension: images %v, %v; want it without %s", rec.Images, err, susp.Ckpt.Image)
 	}
 	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, resumed), "GET", "k"); err != nil || got != "kept" {

@@ -24,12 +24,12 @@ import (
 // too. It is idempotent and finishes what a failed or interrupted deploy
 // left.
 func (d *Deployer) Undeploy(ctx context.Context, id string) error {
-	rec, err := d.Load(id)
+	rec, err := d.recs.Load(id)
 	if err != nil {
 		return err
 	}
 	rec.Phase = spec.PhaseRemoving
-	_ = d.save(&rec)
+	_ = d.recs.save(&rec)
 	var errs []error
 	if rec.Slot != "" {
 		if s, err := d.slots.Load(rec.Slot); err == nil && s.Deployment == id {
@@ -40,7 +40,7 @@ func (d *Deployer) Undeploy(ctx context.Context, id string) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	return d.remove(id)
+	return d.recs.remove(id)
 }
 
 // CutOff cuts off the I/O of deployment id's mappings, and of those of
@@ -50,7 +50,7 @@ func (d *Deployer) Undeploy(ctx context.Context, id string) error {
 // on them (its app, an unmount) returns, so that Undeploy can stop the
 // instance and release them. The mappings stay recorded until then.
 func (d *Deployer) CutOff(ctx context.Context, id string) error {
-	rec, err := d.Load(id)
+	rec, err := d.recs.Load(id)
 	if err != nil {
 		return err
 	}

@@ -112,7 +112,7 @@ exec busybox httpd -f -p 8080 -h /www`}
 	if took > time.Minute {
 		t.Errorf("undeploy of an instance that cannot exit took %s; want it bounded", took)
 	}
-	if _, err := d.Load(dep.ID); err != nil {
+	if _, err := d.Records().Load(dep.ID); err != nil {
 		t.Errorf("the record after a failed undeploy: %v; want it kept for the retry", err)
 	}
 

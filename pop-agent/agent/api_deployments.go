@@ -302,7 +302,7 @@ func (h *hooks) logs(w http.ResponseWriter, r *http.Request, c *apiauth.Client) 
 			return
 		}
 	}
-	lines, err := h.a.d.Logs(r.Context(), id, n)
+	lines, err := h.a.d.Records().Logs(r.Context(), id, n)
 	if err != nil {
 		h.error(w, err)
 		return

@@ -255,7 +255,7 @@ func (kr *kernelRoutes) set(ctx context.Context, eps map[int]state.Endpoint) {
 		seen[ep.Deployment] = true
 		t, ok := kr.targets[ep.Deployment]
 		if !ok || !t.updated.Equal(d.Status.Updated) {
-			m, err := kr.a.d.Targets(ctx, ep.Deployment)
+			m, err := kr.a.d.Records().Targets(ctx, ep.Deployment)
 			if err != nil && !errors.Is(err, deploy.ErrNoTargets) {
 				kr.a.log.Info("front end: no kernel route; its connections go through the front end's process", "deployment", ep.Deployment, "err", err)
 			}

@@ -72,7 +72,7 @@ func (a *agent) deployKnown(ctx context.Context, dsr state.Desired, known *spec.
 	a.pool.inflight.Add(-1)
 	live.stop()
 	if err != nil {
-		if _, lerr := a.d.Load(dsr.ID); lerr == nil {
+		if _, lerr := a.d.Records().Load(dsr.ID); lerr == nil {
 			// The deployer's own undo did not finish.
 			if cerr := a.clean(ctx, dsr.ID); cerr != nil {
 				log.Warn("what the failed deploy left stays until the cluster answers; retried every reconcile interval", "err", cerr)
@@ -96,7 +96,7 @@ func (a *agent) dispatch(ctx context.Context, dsr state.Desired, known *spec.App
 		a.suspend(ctx, dsr)
 		return spec.App{}, false
 	}
-	rec, lerr := a.d.Load(dsr.ID)
+	rec, lerr := a.d.Records().Load(dsr.ID)
 	if lerr == nil && rec.Phase == spec.PhaseRunning {
 		return spec.App{}, false // already here (a repeated event)
 	}

@@ -46,7 +46,7 @@ func (a *agent) watchIdle(ctx context.Context) {
 }
 
 func (a *agent) checkIdle(ctx context.Context, seen map[string]idleSince) {
-	recs, err := a.d.List()
+	recs, err := a.d.Records().List()
 	if err != nil {
 		return
 	}

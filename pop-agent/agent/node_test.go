@@ -177,7 +177,7 @@ func TestAgentOnUnitNode(t *testing.T) {
 		}
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if recs, err := u.D.List(); err == nil && len(recs) == 0 {
+		if recs, err := u.D.Records().List(); err == nil && len(recs) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -490,7 +490,7 @@ func openPlane(ctx context.Context, c config.Config, o Options, st *state.Store,
 	pl := newPlane(filepath.Join(c.Node.StateDir, memoryFile), st, log)
 	pl.publish(seen)
 	holds := 1 // unknown: as if it held one
-	if recs, err := d.List(); err == nil {
+	if recs, err := d.Records().List(); err == nil {
 		holds = len(recs)
 	}
 	if err := pl.start(ctx, o.AdoptPoP, holds); err != nil {

@@ -59,7 +59,14 @@ func (a *agent) records() nodeRecords {
 	if a.recs != nil {
 		return a.recs
 	}
-	return a.d
+	return nodeDeployer{a.d, a.d.Records()}
+}
+
+// nodeDeployer is the deployer with its records, as the reconciler asks
+// them.
+type nodeDeployer struct {
+	*deploy.Deployer
+	*deploy.Records
 }
 
 // statusWriter answers with code instead of 200 (/healthz of a fenced

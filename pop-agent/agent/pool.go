@@ -283,7 +283,7 @@ func (a *agent) idleSlots(app string, gen int) []deploy.Slot {
 // room is how many more instances or slots this node takes: its capacity
 // minus its deployments and its pool's slots.
 func (a *agent) room() int {
-	recs, err := a.d.List()
+	recs, err := a.d.Records().List()
 	if err != nil {
 		return 0
 	}
@@ -417,7 +417,7 @@ func (a *agent) recycle(ctx context.Context, id string) bool {
 	if !a.c.Agent.Recycle.IsOn() {
 		return false
 	}
-	rec, err := a.d.Load(id)
+	rec, err := a.d.Records().Load(id)
 	if err != nil || rec.Phase != spec.PhaseRunning || rec.Mode != spec.ModeRestore {
 		return false
 	}
@@ -447,7 +447,7 @@ func (a *agent) recycle(ctx context.Context, id string) bool {
 		a.publishPool(ctx, app.Name, g.Gen, size)
 		return true
 	case errors.Is(err, drivers.ErrNotRecyclable):
-		if _, lerr := a.d.Load(id); errors.Is(lerr, spec.ErrNotFound) {
+		if _, lerr := a.d.Records().Load(id); errors.Is(lerr, spec.ErrNotFound) {
 			// Its instance found it could not serve again (a connection
 			// left on a listening port that cannot be bound again): Recycle
 			// released it.

@@ -20,7 +20,7 @@ import (
 // suspension in etcd (its node then none). A failure leaves it Failed, its
 // app maybe stopped by the checkpoint.
 func (a *agent) suspend(ctx context.Context, dsr state.Desired) {
-	rec, err := a.d.Load(dsr.ID)
+	rec, err := a.d.Records().Load(dsr.ID)
 	switch {
 	case err == nil && rec.Phase == spec.PhaseSuspended:
 		a.recordSuspended(ctx, rec) // suspended before the agent stopped
@@ -43,7 +43,7 @@ func (a *agent) suspend(ctx context.Context, dsr state.Desired) {
 	live.stop()
 	if err != nil {
 		a.m.suspends.WithLabelValues("error").Inc()
-		if rec, lerr := a.d.Load(dsr.ID); lerr == nil && rec.Phase == spec.PhaseRunning {
+		if rec, lerr := a.d.Records().Load(dsr.ID); lerr == nil && rec.Phase == spec.PhaseRunning {
 			// It failed before its checkpoint: the instance runs on.
 			a.log.Error("suspend failed; the instance runs on", "deployment", dsr.ID, "err", err)
 			a.event(ctx, dsr.ID, "suspend failed", err.Error()+" (it runs on)")
@@ -59,7 +59,7 @@ func (a *agent) suspend(ctx context.Context, dsr state.Desired) {
 	}
 	a.m.suspends.WithLabelValues("ok").Inc()
 	a.m.suspendDuration.Observe(time.Since(start).Seconds())
-	rec, err = a.d.Load(dsr.ID)
+	rec, err = a.d.Records().Load(dsr.ID)
 	if err != nil {
 		a.log.Error("suspended, but its record is gone", "deployment", dsr.ID, "err", err)
 		return

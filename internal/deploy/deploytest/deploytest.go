@@ -455,7 +455,7 @@ func (f *Fixture) Leftovers(t testing.TB, app string) Leftovers {
 			}
 		}
 	}
-	recs, err := f.D.List()
+	recs, err := f.D.Records().List()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -614,7 +614,7 @@ func (f *Fixture) UndeployAll(t testing.TB, app string) {
 			}
 		}
 	}
-	recs, _ := f.D.List()
+	recs, _ := f.D.Records().List()
 	for _, r := range recs {
 		if r.App == app {
 			if err := f.D.Undeploy(context.Background(), r.ID); err != nil {

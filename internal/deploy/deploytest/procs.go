@@ -24,7 +24,7 @@ func InstanceProcs(d *deploy.Deployer, id string) ([]int, error) {
 			root = s.Handle.Pid
 		}
 	}
-	recs, err := d.List()
+	recs, err := d.Records().List()
 	if err != nil {
 		return nil, err
 	}

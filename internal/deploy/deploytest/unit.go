@@ -223,7 +223,7 @@ func (u *Unit) AssertNothingLeft(t testing.TB, app string, keepGen bool) {
 	for _, c := range cs {
 		held = append(held, "container "+c.Name)
 	}
-	deps, _ := u.D.List()
+	deps, _ := u.D.Records().List()
 	for _, d := range deps {
 		held = append(held, "deployment "+d.ID)
 	}
