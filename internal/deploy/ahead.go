@@ -34,8 +34,8 @@ var ErrNotAhead = errors.New("cannot restore ahead")
 // CanStartAhead says why slots of generation g cannot be restored ahead on
 // this node (nil: they can): their app would wait at normal priority,
 // competing with the serving instances.
-func (d *Deployer) CanStartAhead(g spec.Generation) error {
-	dr, err := d.drv.driver(g.Spec, g.Engine)
+func (p *Pool) CanStartAhead(g spec.Generation) error {
+	dr, err := p.drv.driver(g.Spec, g.Engine)
 	if err != nil {
 		return err
 	}
@@ -52,19 +52,19 @@ func (d *Deployer) CanStartAhead(g spec.Generation) error {
 // any request and leaves it running at the slot's background CPU weight. A
 // deploy that takes the slot raises it to the normal weight and runs the
 // app's post_restore with its own identity. On error the slot is released.
-func (d *Deployer) StartAhead(ctx context.Context, g spec.Generation, id string) (_ Slot, err error) {
-	if err := d.CanStartAhead(g); err != nil {
+func (p *Pool) StartAhead(ctx context.Context, g spec.Generation, id string) (_ Slot, err error) {
+	if err := p.CanStartAhead(g); err != nil {
 		return Slot{}, err
 	}
-	d.slotMu.Lock()
-	s, err := d.slots.Load(id)
-	if _, idle := d.idle[id]; err == nil && (!s.Pool || s.Phase != SlotIdle || s.Ahead || s.Mode != drivers.RunRestart || s.Handle == nil || s.Gen != g.Gen || s.App != g.App || !idle) {
+	p.slotMu.Lock()
+	s, err := p.slots.Load(id)
+	if _, idle := p.idle[id]; err == nil && (!s.Pool || s.Phase != SlotIdle || s.Ahead || s.Mode != drivers.RunRestart || s.Handle == nil || s.Gen != g.Gen || s.App != g.App || !idle) {
 		err = fmt.Errorf("slot %s (%s, generation %d of %s): not an idle pool slot waiting for an order: %w", id, s.Phase, s.Gen, s.App, ErrNotAhead)
 	}
 	if err == nil {
 		s.Phase = SlotStarting
-		if err = d.slots.Save(id, &s); err == nil {
-			d.withdraw(id) // no deploy claims it while it is Starting
+		if err = p.slots.Save(id, &s); err == nil {
+			p.withdraw(id) // no deploy claims it while it is Starting
 		}
 	}
 	var st *startingSlot
@@ -72,47 +72,47 @@ func (d *Deployer) StartAhead(ctx context.Context, g spec.Generation, id string)
 		// A deploy that finds no idle slot meanwhile waits for this one
 		// (awaitStarting) rather than provisioning its own.
 		st = &startingSlot{app: s.App, gen: s.Gen, filled: g, handle: *s.Handle, done: make(chan struct{})}
-		d.starting[id] = st
+		p.starting[id] = st
 	}
-	d.slotMu.Unlock()
+	p.slotMu.Unlock()
 	if err != nil {
 		return Slot{}, err
 	}
 	defer func() {
 		if err != nil {
-			err = errors.Join(fmt.Errorf("restore slot %s ahead: %w", id, err), d.ReleaseSlot(context.WithoutCancel(ctx), id))
+			err = errors.Join(fmt.Errorf("restore slot %s ahead: %w", id, err), p.ReleaseSlot(context.WithoutCancel(ctx), id))
 		}
-		d.slotMu.Lock()
-		delete(d.starting, id)
-		d.slotMu.Unlock()
+		p.slotMu.Lock()
+		delete(p.starting, id)
+		p.slotMu.Unlock()
 		close(st.done)
 	}()
-	if d.aheadPause > 0 {
-		time.Sleep(d.aheadPause) // tests: a deploy arrives meanwhile
+	if p.aheadPause > 0 {
+		time.Sleep(p.aheadPause) // tests: a deploy arrives meanwhile
 	}
 	app := g.Spec.WithDefaults()
 	app.PostRestore = nil // it runs when a deployment binds the slot, with its identity
 	timings := s.Timings
-	o := d.stages.newOp(&timings, nil)
-	o.merge = d.cfg.MemoryMerge
+	o := p.stages.newOp(&timings, nil)
+	o.merge = p.cfg.MemoryMerge
 	// Start must not raise the slot's weight: the app restores and waits
 	// at background priority, and the deploy that binds it raises it.
 	bg := s.Handle.Background
 	s.Handle.Background = false
-	_, h, err := d.stages.startReady(ctx, o, &s, s.ID, app, true)
+	_, h, err := p.stages.startReady(ctx, o, &s, s.ID, app, true)
 	if err != nil {
 		return Slot{}, err
 	}
 	h.Background = bg
-	d.slotMu.Lock()
+	p.slotMu.Lock()
 	s.Handle, s.Ahead, s.Phase, s.Timings = &h, true, SlotIdle, timings
-	err = d.slots.Save(id, &s)
-	d.slotMu.Unlock()
+	err = p.slots.Save(id, &s)
+	p.slotMu.Unlock()
 	if err != nil {
 		return Slot{}, err
 	}
-	d.offer(&s, &g)
-	d.log.Info("pool slot restored ahead", "slot", s.ID, "app", s.App, "gen", s.Gen, "timings", timings.String())
+	p.offer(&s, &g)
+	p.log.Info("pool slot restored ahead", "slot", s.ID, "app", s.App, "gen", s.Gen, "timings", timings.String())
 	return s, nil
 }
 
@@ -140,10 +140,10 @@ const StepAwait Step = "await"
 // normal weight first so that its restore no longer runs in the
 // background; it reports whether there was one. The slot is then offered
 // like any other idle slot, for the caller's next claim.
-func (d *Deployer) awaitStarting(ctx context.Context, app string, gen int) bool {
-	d.slotMu.Lock()
+func (p *Pool) awaitStarting(ctx context.Context, app string, gen int) bool {
+	p.slotMu.Lock()
 	var st *startingSlot
-	for _, c := range d.starting {
+	for _, c := range p.starting {
 		if c.app == app && c.gen == gen && !c.promised {
 			st = c
 			break
@@ -152,15 +152,15 @@ func (d *Deployer) awaitStarting(ctx context.Context, app string, gen int) bool 
 	if st != nil {
 		st.promised = true
 	}
-	d.slotMu.Unlock()
+	p.slotMu.Unlock()
 	if st == nil {
 		return false
 	}
-	if r, ok := d.drv.driverByName(st.handle.Driver).(drivers.Raiser); ok {
+	if r, ok := p.drv.driverByName(st.handle.Driver).(drivers.Raiser); ok {
 		h := st.handle
 		h.Background = true
 		if _, err := r.Raise(ctx, h); err != nil {
-			d.log.Debug("raising a slot being restored ahead for a waiting deploy", "app", app, "err", err)
+			p.log.Debug("raising a slot being restored ahead for a waiting deploy", "app", app, "err", err)
 		}
 	}
 	select {

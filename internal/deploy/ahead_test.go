@@ -61,19 +61,19 @@ func poolAhead(ctx context.Context, t *testing.T, n deploytest.Node, app spec.Ap
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.CanStartAhead(g); err != nil {
+	if err := d.Pool().CanStartAhead(g); err != nil {
 		t.Fatalf("CanStartAhead: %v", err)
 	}
 
 	// A slot still being provisioned, or unknown, is refused.
-	if _, err := d.StartAhead(ctx, g, "no-such-slot"); err == nil {
+	if _, err := d.Pool().StartAhead(ctx, g, "no-such-slot"); err == nil {
 		t.Errorf("StartAhead of an unknown slot succeeded")
 	}
-	s, err := d.ProvisionPoolSlot(ctx, g)
+	s, err := d.Pool().ProvisionPoolSlot(ctx, g)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err = d.StartAhead(ctx, g, s.ID)
+	s, err = d.Pool().StartAhead(ctx, g, s.ID)
 	if err != nil {
 		t.Fatalf("StartAhead: %v", err)
 	}
@@ -81,7 +81,7 @@ func poolAhead(ctx context.Context, t *testing.T, n deploytest.Node, app spec.Ap
 	if !s.Ahead || s.Phase != deploy.SlotIdle || !hasPhase(s.Timings, deploy.StepReady) {
 		t.Fatalf("slot after StartAhead: ahead %v, phase %s, timings %s; want an idle slot restored ahead", s.Ahead, s.Phase, s.Timings)
 	}
-	if _, err := d.StartAhead(ctx, g, s.ID); !errors.Is(err, deploy.ErrNotAhead) {
+	if _, err := d.Pool().StartAhead(ctx, g, s.ID); !errors.Is(err, deploy.ErrNotAhead) {
 		t.Errorf("StartAhead twice = %v; want ErrNotAhead", err)
 	}
 	if w := n.Weight(ctx, t, s.Handle.Ref); w != cgroup.Background.CPU {
@@ -137,11 +137,11 @@ func poolAhead(ctx context.Context, t *testing.T, n deploytest.Node, app spec.Ap
 		if _, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "SET", "mine", "first user"); err != nil {
 			t.Fatal(err)
 		}
-		rs, err := d.Recycle(ctx, dep.ID)
+		rs, err := d.Pool().Recycle(ctx, dep.ID)
 		if err != nil {
 			t.Fatalf("Recycle: %v", err)
 		}
-		if _, err := d.StartAhead(ctx, g, rs.ID); err != nil {
+		if _, err := d.Pool().StartAhead(ctx, g, rs.ID); err != nil {
 			t.Fatalf("StartAhead of the recycled slot: %v", err)
 		}
 		if dep, err = d.Deploy(ctx, app, deploy.Options{}); err != nil {
@@ -164,15 +164,15 @@ func poolAhead(ctx context.Context, t *testing.T, n deploytest.Node, app spec.Ap
 
 	// A deploy that finds no idle slot while one is being restored ahead
 	// waits for it (raising it) instead of provisioning its own.
-	s, err = d.ProvisionPoolSlot(ctx, g)
+	s, err = d.Pool().ProvisionPoolSlot(ctx, g)
 	if err != nil {
 		t.Fatal(err)
 	}
 	deploy.PauseAhead(d, 300*time.Millisecond)
 	ahead := make(chan error, 1)
-	go func() { _, err := d.StartAhead(ctx, g, s.ID); ahead <- err }()
+	go func() { _, err := d.Pool().StartAhead(ctx, g, s.ID); ahead <- err }()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		if ls, err := d.LoadSlot(s.ID); err == nil && ls.Phase == deploy.SlotStarting {
+		if ls, err := d.Pool().LoadSlot(s.ID); err == nil && ls.Phase == deploy.SlotStarting {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -208,14 +208,14 @@ func poolAhead(ctx context.Context, t *testing.T, n deploytest.Node, app spec.Ap
 	}
 
 	// A slot restored ahead and released leaves nothing.
-	s, err = d.ProvisionPoolSlot(ctx, g)
+	s, err = d.Pool().ProvisionPoolSlot(ctx, g)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.StartAhead(ctx, g, s.ID); err != nil {
+	if _, err := d.Pool().StartAhead(ctx, g, s.ID); err != nil {
 		t.Fatal(err)
 	}
-	if ids, err := d.DropPool(ctx, app.Name, nil); err != nil || len(ids) != 1 {
+	if ids, err := d.Pool().DropPool(ctx, app.Name, nil); err != nil || len(ids) != 1 {
 		t.Fatalf("DropPool = %v, %v; want the one slot", ids, err)
 	}
 	n.AssertNothingLeft(t, app.Name, true)

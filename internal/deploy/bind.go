@@ -19,7 +19,7 @@ func (d *Deployer) bind(ctx context.Context, o *op, s *Slot, rec *Deployment, dr
 		// A pool hit's first record (restore), written into the spare
 		// its slot was given ahead: refused if a deployment took the ID
 		// meanwhile.
-		err = d.recs.createFrom(d.slots.SparePath(s.ID), rec)
+		err = d.recs.createFrom(d.pool.slots.SparePath(s.ID), rec)
 	} else {
 		err = d.recs.save(rec)
 	}
@@ -27,8 +27,8 @@ func (d *Deployer) bind(ctx context.Context, o *op, s *Slot, rec *Deployment, dr
 		return Deployment{}, err
 	}
 	o.phase(StepBind)
-	d.forget(s.ID)
-	if err := d.slots.Remove(s.ID); err != nil {
+	d.pool.forget(s.ID)
+	if err := d.pool.slots.Remove(s.ID); err != nil {
 		d.log.Warn("removing a bound slot's record; recovery drops it", "slot", s.ID, "err", err)
 	}
 	// The engine's own time to ready, as the instance measured it, is

@@ -71,13 +71,13 @@ func (d *Deployer) Checkpoint(ctx context.Context, app spec.App, opts Checkpoint
 		return spec.Generation{}, err
 	}
 	// The slot's images are the generation's: they are sealed in place.
-	s, err := d.newSlot(app.Name, n, drivers.RunLaunch, false, "", []string{catalog.GenImage(app.Name, n, "env"), catalog.GenImage(app.Name, n, "ckpt")})
+	s, err := d.pool.newSlot(app.Name, n, drivers.RunLaunch, false, "", []string{catalog.GenImage(app.Name, n, "env"), catalog.GenImage(app.Name, n, "ckpt")})
 	if err != nil {
 		return spec.Generation{}, err
 	}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, d.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
+			err = errors.Join(err, d.pool.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
 		}
 	}()
 	o := d.stages.newOp(&s.Timings, opts.Progress)
@@ -183,11 +183,11 @@ func (d *Deployer) seal(ctx context.Context, o *op, s *Slot, dr drivers.Driver, 
 	}
 	d.ckpts.adoptCheckpoint(*g, stage)
 	s.Images, s.Mappings, s.Handle = nil, nil, nil
-	if err := d.slots.Save(s.ID, s); err != nil {
+	if err := d.pool.slots.Save(s.ID, s); err != nil {
 		return err
 	}
 	if err := removeDir(s.Dir); err != nil {
 		d.log.Warn("the sealed slot's directory stays", "slot", s.ID, "err", err)
 	}
-	return d.slots.Remove(s.ID)
+	return d.pool.slots.Remove(s.ID)
 }

@@ -43,7 +43,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
@@ -203,31 +202,11 @@ type Deployer struct {
 
 	// recs are the deployments' records (records.go).
 	recs *Records
-	// slots are the slots' records (internal/journal).
-	slots journal.Journal[Slot]
-	// slotMu guards idle and claimed, and the phase changes of the slots
-	// in them.
-	slotMu sync.Mutex
-	// idle indexes this process's idle pool slots (pool.go): what claims
-	// pick from, and the generation each was filled with, for a pool
-	// hit's lookup (pooledGen).
-	idle map[string]idleSlot
-	// claimed are the pool slots that a deploy claimed and has not bound
-	// or released yet, by slot ID: the deployment's ID and the slot's
-	// entry in idle. A claim is kept here only (claim, in slots.go).
-	claimed map[string]claimedSlot
-	// releasing are the slots a DropPool or ReleaseSpares releases now. A
-	// slot whose record says Releasing and that is not here is one whose
-	// release failed: the next DropPool of its app (a spare: the next
-	// ReleaseSpares) retries it.
-	releasing map[string]bool
+	// pool are the node's slots: the warm pools, the spares (slots.go,
+	// pool.go, ahead.go, recycle.go, spare.go).
+	pool *Pool
 	// hits admits Config.HitConcurrency pool hits at a time (hitTurn).
 	hits chan struct{}
-	// starting are the pool slots being restored ahead (ahead.go), that
-	// a deploy finding no idle slot waits for.
-	starting map[string]*startingSlot
-	// aheadPause holds StartAhead before its restore (tests).
-	aheadPause time.Duration
 	// appLock: one producer of an app's first checkpoint on this node.
 	appLock keyedmutex.Map[string]
 	// platform is this node's, recorded in the generations it seals.
@@ -240,9 +219,6 @@ type Deployer struct {
 	// envs are the node's copies of generations' environments and the
 	// pool's blank filesystems (lower.go).
 	envs *EnvCopies
-	// spares indexes this process's idle spare slots (spare.go), under
-	// slotMu, as idle does the pool's.
-	spares map[string]Slot
 }
 
 // New returns a Deployer.
@@ -303,15 +279,17 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	}
 	n := &node{cfg: cfg, deps: deps, log: deps.Log}
 	drv := &Drivers{node: n}
-	d := &Deployer{node: n, drv: drv, platform: spec.HostPlatform(), idle: map[string]idleSlot{}, spares: map[string]Slot{}, claimed: map[string]claimedSlot{}, releasing: map[string]bool{}, hits: make(chan struct{}, cfg.HitConcurrency), starting: map[string]*startingSlot{},
-		recs: &Records{node: n, drv: drv,
-			deployments: journal.Journal[Deployment]{Dir: filepath.Join(cfg.StateDir, "deployments"), What: "deployment", NotFound: spec.ErrNotFound, Exists: spec.ErrExists}},
-		slots: journal.Journal[Slot]{Dir: filepath.Join(cfg.StateDir, "slots"), What: "slot", NotFound: ErrNoSlot, Exists: spec.ErrExists},
-	}
-	d.envs = &EnvCopies{node: n, blanks: map[int64]layering.SnapRef{},
+	// The parts, from the bottom up: each takes only those below it.
+	recs := &Records{node: n, drv: drv,
+		deployments: journal.Journal[Deployment]{Dir: filepath.Join(cfg.StateDir, "deployments"), What: "deployment", NotFound: spec.ErrNotFound, Exists: spec.ErrExists}}
+	slots := journal.Journal[Slot]{Dir: filepath.Join(cfg.StateDir, "slots"), What: "slot", NotFound: ErrNoSlot, Exists: spec.ErrExists}
+	envs := &EnvCopies{node: n, blanks: map[int64]layering.SnapRef{},
 		lowers: journal.Journal[Lower]{Dir: filepath.Join(cfg.StateDir, "lowers", "records"), What: "environment copy", NotFound: ErrNoLower, Exists: spec.ErrExists},
-		used:   func(id string) (bool, error) { return lowerUsedBy(d.slots, d.recs.deployments, id) }}
-	d.ckpts = &Checkpoints{node: n, cache: cache, drv: d.drv, envs: d.envs, listSlots: d.slots.List}
-	d.stages = &Stages{node: n, drv: d.drv, envs: d.envs, ckpts: d.ckpts, slots: d.slots}
-	return d, nil
+		used:   func(id string) (bool, error) { return lowerUsedBy(slots, recs.deployments, id) }}
+	ckpts := &Checkpoints{node: n, cache: cache, drv: drv, envs: envs, listSlots: slots.List}
+	stages := &Stages{node: n, drv: drv, envs: envs, ckpts: ckpts, slots: slots}
+	pool := &Pool{node: n, drv: drv, envs: envs, ckpts: ckpts, recs: recs, stages: stages, slots: slots,
+		idle: map[string]idleSlot{}, spares: map[string]Slot{}, claimed: map[string]claimedSlot{}, releasing: map[string]bool{}, starting: map[string]*startingSlot{}}
+	return &Deployer{node: n, drv: drv, recs: recs, envs: envs, ckpts: ckpts, stages: stages, pool: pool,
+		platform: spec.HostPlatform(), hits: make(chan struct{}, cfg.HitConcurrency)}, nil
 }

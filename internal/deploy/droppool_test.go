@@ -68,7 +68,7 @@ func dropPoolFinishes(ctx context.Context, t *testing.T, n deploytest.Node, app 
 	}
 	provision := func() deploy.Slot {
 		t.Helper()
-		s, err := d.ProvisionPoolSlot(ctx, g)
+		s, err := d.Pool().ProvisionPoolSlot(ctx, g)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func dropPoolFinishes(ctx context.Context, t *testing.T, n deploytest.Node, app 
 	}
 	left := func(why string, want ...deploy.SlotPhase) {
 		t.Helper()
-		slots, err := d.PoolSlots()
+		slots, err := d.Pool().PoolSlots()
 		var got []deploy.SlotPhase
 		for _, s := range slots {
 			got = append(got, s.Phase)
@@ -97,7 +97,7 @@ func dropPoolFinishes(ctx context.Context, t *testing.T, n deploytest.Node, app 
 		}
 		return release(rctx)
 	})
-	if ids, err := d.DropPool(cctx, app.Name, nil); err != nil || !slices.Equal(ids, []string{s.ID}) {
+	if ids, err := d.Pool().DropPool(cctx, app.Name, nil); err != nil || !slices.Equal(ids, []string{s.ID}) {
 		t.Errorf("DropPool whose context ends during the release = %v, %v; want %s released", ids, err, s.ID)
 	}
 	left("after a release whose caller went away")
@@ -113,11 +113,11 @@ func dropPoolFinishes(ctx context.Context, t *testing.T, n deploytest.Node, app 
 		}
 		return errors.New("the cluster did not answer")
 	})
-	if ids, err := d.DropPool(ctx, app.Name, nil); err == nil || len(ids) != 0 {
+	if ids, err := d.Pool().DropPool(ctx, app.Name, nil); err == nil || len(ids) != 0 {
 		t.Errorf("DropPool whose release fails = %v, %v; want the error, nothing released", ids, err)
 	}
 	left("after a failed release", deploy.SlotReleasing)
-	if ids, err := d.DropPool(ctx, app.Name, func(deploy.Slot) bool { return false }); err != nil || !slices.Equal(ids, []string{s.ID}) {
+	if ids, err := d.Pool().DropPool(ctx, app.Name, func(deploy.Slot) bool { return false }); err != nil || !slices.Equal(ids, []string{s.ID}) {
 		t.Errorf("the next DropPool = %v, %v; want %s, whose release failed, released", ids, err, s.ID)
 	}
 	left("after the next DropPool")

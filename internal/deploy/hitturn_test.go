@@ -75,30 +75,30 @@ func TestConfigHitConcurrency(t *testing.T) {
 // next deploy claims it; a claim bound or released meanwhile is not
 // given back.
 func TestUnclaim(t *testing.T) {
-	d := &Deployer{idle: map[string]idleSlot{}, claimed: map[string]claimedSlot{}}
+	p := &Pool{idle: map[string]idleSlot{}, claimed: map[string]claimedSlot{}}
 	g := &spec.Generation{App: "a", Gen: 3}
-	d.offer(&Slot{ID: "s1", App: "a", Gen: 3, Pool: true, Phase: SlotIdle, Mode: drivers.RunRestart, Owned: Owned{Handle: &drivers.Handle{}}}, g)
-	s, err := d.claim("a", 3, "dep1")
+	p.offer(&Slot{ID: "s1", App: "a", Gen: 3, Pool: true, Phase: SlotIdle, Mode: drivers.RunRestart, Owned: Owned{Handle: &drivers.Handle{}}}, g)
+	s, err := p.claim("a", 3, "dep1")
 	if err != nil || s.ID != "s1" || s.Phase != SlotClaimed || s.Deployment != "dep1" {
 		t.Fatalf("claim = %+v, %v; want s1 claimed by dep1", s, err)
 	}
-	if _, err := d.claim("a", 3, "dep2"); !errors.Is(err, ErrNoSlot) {
+	if _, err := p.claim("a", 3, "dep2"); !errors.Is(err, ErrNoSlot) {
 		t.Fatalf("second claim of the only slot: %v; want ErrNoSlot", err)
 	}
-	d.unclaim("s1")
-	if c, ok := d.idle["s1"]; !ok || c.filled != g || c.slot.Phase != SlotIdle || c.slot.Deployment != "" {
+	p.unclaim("s1")
+	if c, ok := p.idle["s1"]; !ok || c.filled != g || c.slot.Phase != SlotIdle || c.slot.Deployment != "" {
 		t.Fatalf("after unclaim the index has %+v, %v; want s1 idle with its generation", c, ok)
 	}
-	if _, ok := d.claimed["s1"]; ok {
+	if _, ok := p.claimed["s1"]; ok {
 		t.Errorf("after unclaim s1 is still claimed")
 	}
-	s, err = d.claim("a", 3, "dep2")
+	s, err = p.claim("a", 3, "dep2")
 	if err != nil || s.ID != "s1" || s.Deployment != "dep2" {
 		t.Fatalf("claim after unclaim = %+v, %v; want s1 for dep2", s, err)
 	}
-	d.forget("s1") // bound
-	d.unclaim("s1")
-	if _, ok := d.idle["s1"]; ok {
+	p.forget("s1") // bound
+	p.unclaim("s1")
+	if _, ok := p.idle["s1"]; ok {
 		t.Errorf("unclaim after the slot was bound put it back in the index")
 	}
 }

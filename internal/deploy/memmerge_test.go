@@ -49,9 +49,9 @@ func TestPoolSlotsShareMemory(t *testing.T) {
 			}
 			ahead := func(d *deploy.Deployer) deploy.Slot {
 				t.Helper()
-				s, err := d.ProvisionPoolSlot(ctx, g)
+				s, err := d.Pool().ProvisionPoolSlot(ctx, g)
 				if err == nil {
-					s, err = d.StartAhead(ctx, g, s.ID)
+					s, err = d.Pool().StartAhead(ctx, g, s.ID)
 				}
 				if err != nil {
 					t.Fatalf("a slot restored ahead: %v", err)
@@ -63,7 +63,7 @@ func TestPoolSlotsShareMemory(t *testing.T) {
 				t.Errorf("a slot restored ahead without MemoryMerge opted in")
 			}
 			t.Logf("%s: one slot restored ahead without merging: %.1f MiB", eng, float64(deploytest.PSSKiB(slotProcs(t, f.D, plain.ID)...))/1024)
-			if err := f.D.ReleaseSlot(ctx, plain.ID); err != nil {
+			if err := f.D.Pool().ReleaseSlot(ctx, plain.ID); err != nil {
 				t.Fatal(err)
 			}
 

@@ -148,7 +148,7 @@ func (d *Deployer) Deploy(ctx context.Context, app spec.App, opts Options) (Depl
 // instead.
 func (d *Deployer) resolve(ctx context.Context, app spec.App, opts Options, pooled bool) (gen spec.Generation, fresh func() error, boot layering.Timings, producing time.Duration, why string, err error) {
 	if pooled {
-		if g, fresh, ok := d.pooledGen(ctx, app, opts.Engine); ok {
+		if g, fresh, ok := d.pool.pooledGen(ctx, app, opts.Engine); ok {
 			return g, fresh, nil, 0, "", nil
 		}
 		if g, fresh, ok := d.ckpts.knownGen(ctx, app, opts.Engine); ok {

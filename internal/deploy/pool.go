@@ -26,31 +26,31 @@ const SlotReleasing SlotPhase = "Releasing"
 // of both snapshots, mapped and mounted, and the instance created at
 // background priority, its entrypoint waiting. On error nothing of it is
 // left.
-func (d *Deployer) ProvisionPoolSlot(ctx context.Context, g spec.Generation) (_ Slot, err error) {
+func (p *Pool) ProvisionPoolSlot(ctx context.Context, g spec.Generation) (_ Slot, err error) {
 	app := g.Spec.WithDefaults()
-	if _, err := d.drv.driver(app, g.Engine); err != nil {
+	if _, err := p.drv.driver(app, g.Engine); err != nil {
 		return Slot{}, err
 	}
-	s, err := d.newSlot(app.Name, g.Gen, drivers.RunRestart, true, "", nil)
+	s, err := p.newSlot(app.Name, g.Gen, drivers.RunRestart, true, "", nil)
 	if err != nil {
 		return Slot{}, err
 	}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, d.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
+			err = errors.Join(err, p.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
 		}
 	}()
-	o := d.stages.newOp(&s.Timings, nil)
-	if err := d.stages.provision(ctx, o, s, slotSource{app: app, engine: g.Engine, env: g.EnvSnap, gen: &g,
-		config: d.stages.genConfig(ctx, g)}); err != nil {
+	o := p.stages.newOp(&s.Timings, nil)
+	if err := p.stages.provision(ctx, o, s, slotSource{app: app, engine: g.Engine, env: g.EnvSnap, gen: &g,
+		config: p.stages.genConfig(ctx, g)}); err != nil {
 		return Slot{}, err
 	}
 	// The record of the deployment that binds the slot is written there.
-	if err := d.slots.Reserve(s.ID); err != nil {
+	if err := p.slots.Reserve(s.ID); err != nil {
 		return Slot{}, fmt.Errorf("pool slot %s: %w", s.ID, err)
 	}
-	d.offer(s, &g)
-	d.log.Info("pool slot provisioned", "slot", s.ID, "app", s.App, "gen", s.Gen, "timings", s.Timings.String())
+	p.offer(s, &g)
+	p.log.Info("pool slot provisioned", "slot", s.ID, "app", s.App, "gen", s.Gen, "timings", s.Timings.String())
 	return *s, nil
 }
 
@@ -71,28 +71,28 @@ type idleSlot struct {
 
 // offer puts idle pool slot s (its record as saved), of generation filled
 // if known, in the index: deploys may claim it from now on.
-func (d *Deployer) offer(s *Slot, filled *spec.Generation) {
-	d.slotMu.Lock()
-	d.idle[s.ID] = idleSlot{slot: *s, filled: filled}
-	d.slotMu.Unlock()
+func (p *Pool) offer(s *Slot, filled *spec.Generation) {
+	p.slotMu.Lock()
+	p.idle[s.ID] = idleSlot{slot: *s, filled: filled}
+	p.slotMu.Unlock()
 }
 
 // withdraw takes slot id out of the index, and reports whether it was
 // there (idle and untaken). The caller holds slotMu.
-func (d *Deployer) withdraw(id string) bool {
-	_, ok := d.idle[id]
-	delete(d.idle, id)
+func (p *Pool) withdraw(id string) bool {
+	_, ok := p.idle[id]
+	delete(p.idle, id)
 	return ok
 }
 
 // forget takes slot id out of the indexes (the pool's, the spares') and
 // its claim (it is bound or released).
-func (d *Deployer) forget(id string) {
-	d.slotMu.Lock()
-	d.withdraw(id)
-	delete(d.claimed, id)
-	delete(d.spares, id)
-	d.slotMu.Unlock()
+func (p *Pool) forget(id string) {
+	p.slotMu.Lock()
+	p.withdraw(id)
+	delete(p.claimed, id)
+	delete(p.spares, id)
+	p.slotMu.Unlock()
 }
 
 // pooledGen returns the generation of app that an idle pool slot on this
@@ -105,12 +105,12 @@ func (d *Deployer) forget(id string) {
 // restores the newest instead. A generation retired since the refill is
 // still restored until the agent's next refill drops its slots (its
 // removal waits for the deployment, as for any other).
-func (d *Deployer) pooledGen(ctx context.Context, app spec.App, eng engine.Name) (g spec.Generation, fresh func() error, ok bool) {
-	best, ok := d.WaitingSlot(app, eng)
+func (p *Pool) pooledGen(ctx context.Context, app spec.App, eng engine.Name) (g spec.Generation, fresh func() error, ok bool) {
+	best, ok := p.WaitingSlot(app, eng)
 	if !ok {
 		return spec.Generation{}, nil, false
 	}
-	newer := async(func() error { return d.ckpts.stillNewest(ctx, app.Name, best.Gen) })
+	newer := async(func() error { return p.ckpts.stillNewest(ctx, app.Name, best.Gen) })
 	return best, newer, true
 }
 
@@ -118,9 +118,9 @@ func (d *Deployer) pooledGen(ctx context.Context, app spec.App, eng engine.Name)
 // app waits on this node (idle, or being restored ahead), of engine eng
 // ("": any), made from app's process; ok is false if none does. It reads
 // the deployer's memory only.
-func (d *Deployer) WaitingSlot(app spec.App, eng engine.Name) (g spec.Generation, ok bool) {
-	d.slotMu.Lock()
-	defer d.slotMu.Unlock()
+func (p *Pool) WaitingSlot(app spec.App, eng engine.Name) (g spec.Generation, ok bool) {
+	p.slotMu.Lock()
+	defer p.slotMu.Unlock()
 	var best *spec.Generation
 	pick := func(g *spec.Generation) {
 		if g != nil && g.App == app.Name && (eng == "" || g.Engine == eng) && (len(g.Spec.Command) == 0 || g.Spec.SameProcess(app)) &&
@@ -128,10 +128,10 @@ func (d *Deployer) WaitingSlot(app spec.App, eng engine.Name) (g spec.Generation
 			best = g
 		}
 	}
-	for _, s := range d.idle {
+	for _, s := range p.idle {
 		pick(s.filled)
 	}
-	for _, s := range d.starting {
+	for _, s := range p.starting {
 		pick(&s.filled) // restore waits for it (awaitStarting)
 	}
 	if best == nil {
@@ -176,8 +176,8 @@ type appGen struct {
 
 // PoolSlots returns the warm pool's slots on this node, oldest first:
 // idle, and being provisioned, claimed or released.
-func (d *Deployer) PoolSlots() ([]Slot, error) {
-	all, err := d.Slots()
+func (p *Pool) PoolSlots() ([]Slot, error) {
+	all, err := p.Slots()
 	if err != nil {
 		return nil, err
 	}
@@ -198,34 +198,34 @@ func (d *Deployer) PoolSlots() ([]Slot, error) {
 // stage. A release once started runs to its end, whatever ctx says, so
 // that an agent shutting down leaves no half-released slot. It returns
 // the released IDs.
-func (d *Deployer) DropPool(ctx context.Context, app string, drop func(Slot) bool) ([]string, error) {
-	d.slotMu.Lock()
-	all, err := d.slots.List()
+func (p *Pool) DropPool(ctx context.Context, app string, drop func(Slot) bool) ([]string, error) {
+	p.slotMu.Lock()
+	all, err := p.slots.List()
 	if err != nil {
-		d.slotMu.Unlock()
+		p.slotMu.Unlock()
 		return nil, err
 	}
 	var picked []Slot
 pick:
 	for _, s := range all {
-		if !s.Pool || s.App != app || d.releasing[s.ID] {
+		if !s.Pool || s.App != app || p.releasing[s.ID] {
 			continue
 		}
-		switch _, idle := d.idle[s.ID]; {
+		switch _, idle := p.idle[s.ID]; {
 		case s.Phase == SlotReleasing: // its release failed before: again
-			d.releasing[s.ID] = true
+			p.releasing[s.ID] = true
 		case s.Phase == SlotIdle && idle && (drop == nil || drop(s)):
-			if err = d.markReleasing(&s); err != nil {
+			if err = p.markReleasing(&s); err != nil {
 				break pick
 			}
-			d.withdraw(s.ID)
+			p.withdraw(s.ID)
 		default:
 			continue
 		}
 		picked = append(picked, s)
 	}
-	d.slotMu.Unlock()
-	done, rerr := d.releasePicked(ctx, picked)
+	p.slotMu.Unlock()
+	done, rerr := p.releasePicked(ctx, picked)
 	return done, errors.Join(rerr, err)
 }
 
@@ -234,25 +234,25 @@ pick:
 // the release fail, the record says so, and the next DropPool of its app
 // (a pool slot) or ReleaseSpares (a spare) does it again. The caller
 // holds slotMu and takes s out of its index.
-func (d *Deployer) markReleasing(s *Slot) error {
+func (p *Pool) markReleasing(s *Slot) error {
 	s.Phase = SlotReleasing
-	if err := d.slots.Save(s.ID, s); err != nil {
+	if err := p.slots.Save(s.ID, s); err != nil {
 		return err
 	}
-	d.releasing[s.ID] = true
+	p.releasing[s.ID] = true
 	return nil
 }
 
 // releasePicked releases the slots that markReleasing marked (or whose
 // failed release is retried, in d.releasing too), and then takes them out
 // of d.releasing, released or not.
-func (d *Deployer) releasePicked(ctx context.Context, picked []Slot) ([]string, error) {
-	done, err := d.releaseSlots(ctx, picked)
-	d.slotMu.Lock()
+func (p *Pool) releasePicked(ctx context.Context, picked []Slot) ([]string, error) {
+	done, err := p.releaseSlots(ctx, picked)
+	p.slotMu.Lock()
 	for _, s := range picked {
-		delete(d.releasing, s.ID)
+		delete(p.releasing, s.ID)
 	}
-	d.slotMu.Unlock()
+	p.slotMu.Unlock()
 	return done, err
 }
 
@@ -260,12 +260,12 @@ func (d *Deployer) releasePicked(ctx context.Context, picked []Slot) ([]string, 
 // returns the IDs of those it released. Each release runs to its end
 // whatever ctx says: a slot out of the indexes that stays half released
 // would wait for the agent's next start.
-func (d *Deployer) releaseSlots(ctx context.Context, slots []Slot) ([]string, error) {
+func (p *Pool) releaseSlots(ctx context.Context, slots []Slot) ([]string, error) {
 	ctx = context.WithoutCancel(ctx)
 	var done []string
 	var errs []error
 	for _, s := range slots {
-		if err := d.ReleaseSlot(ctx, s.ID); err != nil {
+		if err := p.ReleaseSlot(ctx, s.ID); err != nil {
 			errs = append(errs, fmt.Errorf("slot %s: %w", s.ID, err))
 			continue
 		}
@@ -275,8 +275,8 @@ func (d *Deployer) releaseSlots(ctx context.Context, slots []Slot) ([]string, er
 }
 
 // ReleasePool releases every idle pool slot on this node (at shutdown).
-func (d *Deployer) ReleasePool(ctx context.Context) ([]string, error) {
-	slots, err := d.PoolSlots()
+func (p *Pool) ReleasePool(ctx context.Context) ([]string, error) {
+	slots, err := p.PoolSlots()
 	if err != nil {
 		return nil, err
 	}
@@ -288,7 +288,7 @@ func (d *Deployer) ReleasePool(ctx context.Context) ([]string, error) {
 			continue
 		}
 		apps[s.App] = true
-		ids, err := d.DropPool(ctx, s.App, nil)
+		ids, err := p.DropPool(ctx, s.App, nil)
 		out = append(out, ids...)
 		errs = append(errs, err)
 	}

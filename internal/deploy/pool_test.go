@@ -62,13 +62,13 @@ func poolHit(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App,
 
 	var pooled []deploy.Slot
 	for range 2 {
-		s, err := d.ProvisionPoolSlot(ctx, g)
+		s, err := d.Pool().ProvisionPoolSlot(ctx, g)
 		if err != nil {
 			t.Fatalf("provision a pool slot: %v", err)
 		}
 		pooled = append(pooled, s)
 	}
-	slots, err := d.PoolSlots()
+	slots, err := d.Pool().PoolSlots()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func poolHit(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App,
 		if !slices.Equal(dep.Images, want.Images) || dep.Handle == nil || dep.Handle.Ref != want.Handle.Ref {
 			t.Errorf("deploy %d owns %v (handle %+v); want the slot's %v (%s)", i+1, dep.Images, dep.Handle, want.Images, want.Handle.Ref)
 		}
-		if _, err := d.LoadSlot(want.ID); err == nil {
+		if _, err := d.Pool().LoadSlot(want.ID); err == nil {
 			t.Errorf("slot %s still has a record after deployment %s bound it", want.ID, dep.ID)
 		}
 		check(dep)
@@ -159,7 +159,7 @@ func poolHit(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App,
 
 	// A slot filled before a newer generation was sealed is not taken:
 	// the deploy restores the newer one.
-	old, err := d.ProvisionPoolSlot(ctx, g)
+	old, err := d.Pool().ProvisionPoolSlot(ctx, g)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,17 +175,17 @@ func poolHit(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App,
 		t.Errorf("deploy after generation %d was sealed: generation %d, slot %s (%s); want the newer generation, not slot %s of %d",
 			g.Gen+1, newer.Gen, newer.Slot, newer.Pool, old.ID, g.Gen)
 	}
-	if _, err := d.DropPool(ctx, app.Name, nil); err != nil {
+	if _, err := d.Pool().DropPool(ctx, app.Name, nil); err != nil {
 		t.Fatal(err)
 	}
 
 	// Dropping and releasing idle slots leaves nothing of them.
 	for range 2 {
-		if _, err := d.ProvisionPoolSlot(ctx, g); err != nil {
+		if _, err := d.Pool().ProvisionPoolSlot(ctx, g); err != nil {
 			t.Fatal(err)
 		}
 	}
-	dropped, err := d.DropPool(ctx, app.Name, func(s deploy.Slot) bool { return s.Gen == g.Gen })
+	dropped, err := d.Pool().DropPool(ctx, app.Name, func(s deploy.Slot) bool { return s.Gen == g.Gen })
 	if err != nil || len(dropped) != 2 {
 		t.Errorf("DropPool = %v, %v; want both idle slots", dropped, err)
 	}
@@ -225,11 +225,11 @@ func recoverSlots(ctx context.Context, t *testing.T, n deploytest.Node, app spec
 	if err != nil {
 		t.Fatal(err)
 	}
-	idle, err := d.ProvisionPoolSlot(ctx, g)
+	idle, err := d.Pool().ProvisionPoolSlot(ctx, g)
 	if err != nil {
 		t.Fatal(err)
 	}
-	claimed, err := d.ProvisionPoolSlot(ctx, g)
+	claimed, err := d.Pool().ProvisionPoolSlot(ctx, g)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,14 +251,14 @@ func recoverSlots(ctx context.Context, t *testing.T, n deploytest.Node, app spec
 
 	// A new process over the same state, as an agent restarted.
 	d2 := n.Reopen(t)
-	released, err := d2.RecoverSlots(ctx)
+	released, err := d2.Pool().RecoverSlots(ctx)
 	if err != nil {
 		t.Fatalf("RecoverSlots: %v", err)
 	}
 	if !slices.Contains(released, claimed.ID) || slices.Contains(released, bound.ID) {
 		t.Errorf("RecoverSlots released %v; want %s (claimed by a deployment without a record) and not %s (bound)", released, claimed.ID, bound.ID)
 	}
-	if s, err := d2.Slots(); err != nil || len(s) != 0 {
+	if s, err := d2.Pool().Slots(); err != nil || len(s) != 0 {
 		t.Errorf("slot records after recovery: %+v, %v; want none", s, err)
 	}
 	// The bound deployment still runs and still owns what it had.

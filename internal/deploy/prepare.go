@@ -64,14 +64,14 @@ func (d *Deployer) PrepareResume(ctx context.Context, app spec.App, id string, g
 	if ls, ok := dr.(drivers.LateSourcer); !ok || !ls.TakesRootLater() {
 		return Slot{}, fmt.Errorf("deployment %s: driver %s: %w", id, dr.Name(), ErrNotPreparable)
 	}
-	s, err := d.newSlot(app.Name, from.Gen, drivers.RunRestart, false, id, nil)
+	s, err := d.pool.newSlot(app.Name, from.Gen, drivers.RunRestart, false, id, nil)
 	if err != nil {
 		return Slot{}, err
 	}
 	s.Engine = eng
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, d.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
+			err = errors.Join(err, d.pool.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
 		}
 	}()
 	o := d.stages.newOp(&s.Timings, nil)
@@ -94,7 +94,7 @@ func (d *Deployer) PrepareResume(ctx context.Context, app spec.App, id string, g
 	}
 	o.phase(StepContainer)
 	s.Phase = SlotPrepared
-	if err := d.slots.Save(s.ID, s); err != nil {
+	if err := d.pool.slots.Save(s.ID, s); err != nil {
 		return Slot{}, err
 	}
 	d.log.Info("resume prepared", "deployment", id, "slot", s.ID, "app", app.Name, "gen", from.Gen, "engine", eng, "timings", s.Timings.String())
@@ -103,7 +103,7 @@ func (d *Deployer) PrepareResume(ctx context.Context, app spec.App, id string, g
 
 // prepared returns the slot prepared for deployment id's resume, if any.
 func (d *Deployer) prepared(id string) (Slot, bool) {
-	all, err := d.slots.List()
+	all, err := d.pool.slots.List()
 	if err != nil {
 		return Slot{}, false
 	}
@@ -117,7 +117,7 @@ func (d *Deployer) prepared(id string) (Slot, bool) {
 
 // Prepared lists the deployments whose resume this node prepared.
 func (d *Deployer) Prepared() []string {
-	all, _ := d.slots.List()
+	all, _ := d.pool.slots.List()
 	var ids []string
 	for _, s := range all {
 		if s.Phase == SlotPrepared {
@@ -134,7 +134,7 @@ func (d *Deployer) DropPrepared(ctx context.Context, id string) error {
 	if !ok {
 		return nil
 	}
-	return d.ReleaseSlot(ctx, s.ID)
+	return d.pool.ReleaseSlot(ctx, s.ID)
 }
 
 // takePrepared returns the slot prepared for the resume of deployment id
@@ -148,7 +148,7 @@ func (d *Deployer) takePrepared(ctx context.Context, id string, app spec.App, su
 	}
 	if s.App != app.Name || s.Engine != susp.Engine || !susp.Upper || s.Lower != lowerID(app.Name, susp.From.Gen) || s.Handle == nil {
 		d.log.Info("the resume prepared does not fit the suspension; resuming without it", "deployment", id, "slot", s.ID)
-		if err := d.ReleaseSlot(context.WithoutCancel(ctx), s.ID); err != nil {
+		if err := d.pool.ReleaseSlot(context.WithoutCancel(ctx), s.ID); err != nil {
 			d.log.Warn("releasing a prepared resume", "slot", s.ID, "err", err)
 		}
 		return nil, false
@@ -201,5 +201,5 @@ func (d *Deployer) provisionPrepared(ctx context.Context, o *op, s *Slot, src sl
 	d.log.Debug("suspension's checkpoint copied into a prepared instance", "slot", s.ID, "gen", g.Gen, "ms", time.Since(start).Milliseconds())
 	s.Gen, s.Handle.Gen = g.Gen, g.Gen+1
 	s.Phase = SlotIdle
-	return d.slots.Save(s.ID, s)
+	return d.pool.slots.Save(s.ID, s)
 }

@@ -64,7 +64,7 @@ func resumePrepared(ctx context.Context, t *testing.T, n deploytest.Node, app sp
 		t.Fatalf("prepare a resume: %v", err)
 	}
 	d = n.Reopen(t)
-	if _, err := d.RecoverSlots(ctx); err != nil || len(d.Prepared()) != 0 {
+	if _, err := d.Pool().RecoverSlots(ctx); err != nil || len(d.Prepared()) != 0 {
 		t.Fatalf("recovery after a restart: %v; prepared %v, want none", err, d.Prepared())
 	}
 

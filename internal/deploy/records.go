@@ -152,7 +152,7 @@ func (d *Deployer) Mappings() (map[string]bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	slots, err := d.Slots()
+	slots, err := d.pool.Slots()
 	if err != nil {
 		return nil, err
 	}

@@ -35,60 +35,60 @@ const StepRecycle Step = "recycle"
 // ErrNotRecyclable and left as it was: Undeploy it. When recycling fails
 // half way, everything is released as Undeploy does, and the error is
 // returned.
-func (d *Deployer) Recycle(ctx context.Context, id string) (Slot, error) {
-	rec, err := d.recs.Load(id)
+func (p *Pool) Recycle(ctx context.Context, id string) (Slot, error) {
+	rec, err := p.recs.Load(id)
 	if err != nil {
 		return Slot{}, err
 	}
-	dr, err := d.recycler(rec)
+	dr, err := p.recycler(rec)
 	if err != nil {
 		return Slot{}, err
 	}
-	lower, err := d.envs.lowers.Load(rec.Lower)
+	lower, err := p.envs.lowers.Load(rec.Lower)
 	if err != nil {
 		return Slot{}, fmt.Errorf("deployment %s: node copy %s: %w (%w)", id, rec.Lower, err, drivers.ErrNotRecyclable)
 	}
-	s := &Slot{ID: rec.Slot, App: rec.App, Node: d.cfg.Node, Gen: rec.Gen, Mode: drivers.RunRestart, Phase: SlotRecycling, Pool: true,
+	s := &Slot{ID: rec.Slot, App: rec.App, Node: p.cfg.Node, Gen: rec.Gen, Mode: drivers.RunRestart, Phase: SlotRecycling, Pool: true,
 		Deployment: id, Owned: rec.Owned, Ports: rec.Ports, Created: time.Now().UTC()}
-	if err := d.slots.Save(s.ID, s); err != nil {
+	if err := p.slots.Save(s.ID, s); err != nil {
 		return Slot{}, err
 	}
 	// Its images no longer name the deployment: gc takes a clone of a
 	// deployment that is gone for an orphan.
 	for _, img := range s.Images {
-		if err := d.deps.Store.SetMeta(ctx, img, map[string]string{catalog.MetaDeployment: ""}); err != nil && !errors.Is(err, layering.ErrNotFound) {
-			return Slot{}, errors.Join(fmt.Errorf("recycle deployment %s: unmark image %s: %w", id, img, err), d.slots.Remove(s.ID))
+		if err := p.deps.Store.SetMeta(ctx, img, map[string]string{catalog.MetaDeployment: ""}); err != nil && !errors.Is(err, layering.ErrNotFound) {
+			return Slot{}, errors.Join(fmt.Errorf("recycle deployment %s: unmark image %s: %w", id, img, err), p.slots.Remove(s.ID))
 		}
 	}
 	// From here the slot's record owns the resources (RecoverSlots keeps
 	// the deployment's while both exist).
-	if err := d.recs.remove(id); err != nil {
-		_ = d.slots.Remove(s.ID)
+	if err := p.recs.remove(id); err != nil {
+		_ = p.slots.Remove(s.ID)
 		return Slot{}, err
 	}
-	o := d.stages.newOp(&s.Timings, nil)
-	h, err := dr.Recycle(ctx, *rec.Handle, func(ctx context.Context) error { return d.envs.resetRoot(ctx, lower, s.Dir) })
+	o := p.stages.newOp(&s.Timings, nil)
+	h, err := dr.Recycle(ctx, *rec.Handle, func(ctx context.Context) error { return p.envs.resetRoot(ctx, lower, s.Dir) })
 	if err == nil {
 		o.phase(StepRecycle)
 		s.Handle, s.Phase, s.Deployment = &h, SlotIdle, ""
-		err = d.slots.Reserve(s.ID)
+		err = p.slots.Reserve(s.ID)
 		if err == nil {
-			err = d.slots.Save(s.ID, s)
+			err = p.slots.Save(s.ID, s)
 		}
 		if err == nil {
-			d.offer(s, nil)
+			p.offer(s, nil)
 		}
 	}
 	if err != nil {
-		return Slot{}, errors.Join(fmt.Errorf("recycle deployment %s: %w", id, err), d.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
+		return Slot{}, errors.Join(fmt.Errorf("recycle deployment %s: %w", id, err), p.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
 	}
-	d.log.Info("deployment recycled into a pool slot", "id", id, "slot", s.ID, "app", s.App, "gen", s.Gen, "timings", s.Timings.String())
+	p.log.Info("deployment recycled into a pool slot", "id", id, "slot", s.ID, "app", s.App, "gen", s.Gen, "timings", s.Timings.String())
 	return *s, nil
 }
 
 // recycler returns the driver that can recycle rec's instance, or
 // ErrNotRecyclable with the reason.
-func (d *Deployer) recycler(rec Deployment) (drivers.Recycler, error) {
+func (p *Pool) recycler(rec Deployment) (drivers.Recycler, error) {
 	no := func(why string) error {
 		return fmt.Errorf("deployment %s: %s: %w", rec.ID, why, drivers.ErrNotRecyclable)
 	}
@@ -102,7 +102,7 @@ func (d *Deployer) recycler(rec Deployment) (drivers.Recycler, error) {
 	case rec.Handle == nil || !rec.Handle.Recycle:
 		return nil, no("its instance serves once")
 	}
-	dr, ok := d.drv.driverByName(rec.Handle.Driver).(drivers.Recycler)
+	dr, ok := p.drv.driverByName(rec.Handle.Driver).(drivers.Recycler)
 	if !ok {
 		return nil, no("driver " + rec.Handle.Driver + " cannot recycle")
 	}

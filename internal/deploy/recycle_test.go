@@ -50,7 +50,7 @@ func testPoolRecycle(t *testing.T, eng engine.Name, lazy bool) {
 	if err != nil {
 		t.Fatalf("boot: %v", err)
 	}
-	if _, err := f.D.Recycle(ctx, boot.ID); !errors.Is(err, drivers.ErrNotRecyclable) {
+	if _, err := f.D.Pool().Recycle(ctx, boot.ID); !errors.Is(err, drivers.ErrNotRecyclable) {
 		t.Errorf("Recycle of a boot: %v; want ErrNotRecyclable", err)
 	}
 	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, boot), "PING"); err != nil || got != "PONG" {
@@ -63,7 +63,7 @@ func testPoolRecycle(t *testing.T, eng engine.Name, lazy bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slot, err := f.D.ProvisionPoolSlot(ctx, g)
+	slot, err := f.D.Pool().ProvisionPoolSlot(ctx, g)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func testPoolRecycle(t *testing.T, eng engine.Name, lazy bool) {
 			t.Fatal(err)
 		}
 
-		s, err := f.D.Recycle(ctx, dep.ID)
+		s, err := f.D.Pool().Recycle(ctx, dep.ID)
 		if err != nil {
 			t.Fatalf("round %d: recycle %s: %v", round, dep.ID, err)
 		}
@@ -160,7 +160,7 @@ func testPoolRecycle(t *testing.T, eng engine.Name, lazy bool) {
 	if miss.Pool != spec.PoolMiss {
 		t.Fatalf("deploy %s with the only slot taken: pool %q; want a miss", miss.ID, miss.Pool)
 	}
-	own, err := f.D.Recycle(ctx, miss.ID)
+	own, err := f.D.Pool().Recycle(ctx, miss.ID)
 	if err != nil {
 		t.Fatalf("recycle the pool miss %s: %v", miss.ID, err)
 	}
@@ -170,7 +170,7 @@ func testPoolRecycle(t *testing.T, eng engine.Name, lazy bool) {
 			t.Errorf("recycled pool miss's image %s has metadata %v (%v); want slot %s and no deployment", img, meta, err, own.ID)
 		}
 	}
-	if _, err := f.D.DropPool(ctx, app.Name, func(s deploy.Slot) bool { return s.ID == own.ID }); err != nil {
+	if _, err := f.D.Pool().DropPool(ctx, app.Name, func(s deploy.Slot) bool { return s.ID == own.ID }); err != nil {
 		t.Fatal(err)
 	}
 
@@ -186,7 +186,7 @@ func testPoolRecycle(t *testing.T, eng engine.Name, lazy bool) {
 		t.Fatal(err)
 	}
 	d2 := f.Reopen(t)
-	if released, err := d2.RecoverSlots(ctx); err != nil || len(released) != 1 || released[0] != slot.ID {
+	if released, err := d2.Pool().RecoverSlots(ctx); err != nil || len(released) != 1 || released[0] != slot.ID {
 		t.Errorf("RecoverSlots = %v, %v; want the slot cut short in its recycle, %s", released, err, slot.ID)
 	}
 	if _, err := f.RT.Inspect(ctx, ref); err == nil {

@@ -65,13 +65,13 @@ func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options,
 		done, terr := d.hitTurn(ctx, o)
 		if terr != nil {
 			// Cancelled while it waited: the slot is as it was claimed.
-			d.unclaim(s.ID)
+			d.pool.unclaim(s.ID)
 			return Deployment{}, terr
 		}
 		defer done()
 		defer func() {
 			if err != nil {
-				err = errors.Join(err, d.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
+				err = errors.Join(err, d.pool.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
 			}
 		}()
 	case errors.Is(err, ErrNoSlot):
@@ -101,7 +101,7 @@ func (d *Deployer) restore(ctx context.Context, g spec.Generation, opts Options,
 func (d *Deployer) slotFor(ctx context.Context, o *op, rec *Deployment, app spec.App, g spec.Generation, opts Options, fresh func() error) (_ *Slot, err error) {
 	var serr error
 	if !opts.NoPool {
-		s, err := d.takeSpare(ctx, o, rec, app, g)
+		s, err := d.pool.takeSpare(ctx, o, rec, app, g)
 		if err == nil {
 			return s, nil
 		}
@@ -114,7 +114,7 @@ func (d *Deployer) slotFor(ctx context.Context, o *op, rec *Deployment, app spec
 			return nil, serr
 		}
 		d.log.Warn("restore into a spare slot failed; provisioning a slot of its own", "deployment", rec.ID, "app", app.Name, "slot", rec.Slot, "err", serr)
-		if err := d.ReleaseSlot(context.WithoutCancel(ctx), rec.Slot); err != nil {
+		if err := d.pool.ReleaseSlot(context.WithoutCancel(ctx), rec.Slot); err != nil {
 			return nil, errors.Join(serr, err)
 		}
 		rec.Slot = ""
@@ -157,11 +157,11 @@ func (d *Deployer) claimFor(ctx context.Context, o *op, app string, gen int, id 
 	if noPool {
 		return nil, ErrNoSlot
 	}
-	s, err := d.claim(app, gen, id)
-	if errors.Is(err, ErrNoSlot) && d.awaitStarting(ctx, app, gen) {
+	s, err := d.pool.claim(app, gen, id)
+	if errors.Is(err, ErrNoSlot) && d.pool.awaitStarting(ctx, app, gen) {
 		// A slot was being restored ahead: it is idle now, unless another
 		// deploy took it first.
-		s, err = d.claim(app, gen, id)
+		s, err = d.pool.claim(app, gen, id)
 		o.phase(StepAwait)
 	}
 	return s, err
@@ -170,13 +170,13 @@ func (d *Deployer) claimFor(ctx context.Context, o *op, app string, gen int, id 
 // provisionFor provisions a slot for deployment rec (a pool miss, a boot):
 // the deployment's record names the slot before the slot is made.
 func (d *Deployer) provisionFor(ctx context.Context, o *op, rec *Deployment, app spec.App, mode drivers.RunMode, gen int, images []string, src slotSource) (*Slot, error) {
-	s, err := d.newSlot(app.Name, gen, mode, false, rec.ID, images)
+	s, err := d.pool.newSlot(app.Name, gen, mode, false, rec.ID, images)
 	if err != nil {
 		return nil, err
 	}
 	rec.Slot = s.ID
 	if err := d.recs.save(rec); err != nil {
-		_ = d.ReleaseSlot(context.WithoutCancel(ctx), s.ID)
+		_ = d.pool.ReleaseSlot(context.WithoutCancel(ctx), s.ID)
 		return nil, err
 	}
 	return s, d.stages.provision(ctx, o, s, src)

@@ -49,7 +49,7 @@ func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spe
 	o := d.stages.newOp(&rec.Timings, opts.Progress)
 	s, prepared := d.takePrepared(ctx, id, app, susp)
 	if !prepared {
-		if s, err = d.newSlot(app.Name, g.Gen, drivers.RunRestart, false, id, nil); err != nil {
+		if s, err = d.pool.newSlot(app.Name, g.Gen, drivers.RunRestart, false, id, nil); err != nil {
 			return Deployment{}, err
 		}
 		s.Lower = ""
@@ -59,8 +59,8 @@ func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spe
 	}
 	s.Phase, s.Seed, s.KeepSeed, s.Timings = SlotProvisioning, seed, seed != "", nil
 	rec.Slot = s.ID
-	if err := errors.Join(d.slots.Save(s.ID, s), d.recs.save(rec)); err != nil {
-		_ = d.ReleaseSlot(context.WithoutCancel(ctx), s.ID)
+	if err := errors.Join(d.pool.slots.Save(s.ID, s), d.recs.save(rec)); err != nil {
+		_ = d.pool.ReleaseSlot(context.WithoutCancel(ctx), s.ID)
 		return Deployment{}, err
 	}
 	from := susp.From

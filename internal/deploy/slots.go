@@ -13,14 +13,62 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/journal"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
+
+// Pool is the node's slots: each one an instance's place made ahead of
+// its deployment (its images, mappings, mounts and container), journaled
+// in StateDir/slots. A warm pool's slots wait, filled with a generation of
+// their app or restored ahead, for a deploy to claim them; spare slots
+// wait for any app's restore; prepared slots for a suspended instance's
+// resume. Pool owns the slots' records and which of them are idle,
+// claimed, starting or being released.
+type Pool struct {
+	*node
+	drv    *Drivers
+	envs   *EnvCopies
+	ckpts  *Checkpoints
+	recs   *Records
+	stages *Stages
+
+	// slots are the slots' records (internal/journal).
+	slots journal.Journal[Slot]
+	// slotMu guards idle and claimed, and the phase changes of the slots
+	// in them.
+	slotMu sync.Mutex
+	// idle indexes this process's idle pool slots (pool.go): what claims
+	// pick from, and the generation each was filled with, for a pool
+	// hit's lookup (pooledGen).
+	idle map[string]idleSlot
+	// claimed are the pool slots that a deploy claimed and has not bound
+	// or released yet, by slot ID: the deployment's ID and the slot's
+	// entry in idle. A claim is kept here only (claim, in slots.go).
+	claimed map[string]claimedSlot
+	// releasing are the slots a DropPool or ReleaseSpares releases now. A
+	// slot whose record says Releasing and that is not here is one whose
+	// release failed: the next DropPool of its app (a spare: the next
+	// ReleaseSpares) retries it.
+	releasing map[string]bool
+	// starting are the pool slots being restored ahead (ahead.go), that
+	// a deploy finding no idle slot waits for.
+	starting map[string]*startingSlot
+	// aheadPause holds StartAhead before its restore (tests).
+	aheadPause time.Duration
+	// spares indexes this process's idle spare slots (spare.go), under
+	// slotMu, as idle does the pool's.
+	spares map[string]Slot
+}
+
+// Pool returns the node's slots.
+func (d *Deployer) Pool() *Pool { return d.pool }
 
 // ErrNoSlot: the warm pool has no idle slot for the app's generation.
 var ErrNoSlot = errors.New("no idle slot")
@@ -105,7 +153,7 @@ func NewSlotID(app string) string {
 
 // newSlot creates the record of a slot of app in mode, owning images
 // named after it (or the given ones) before any is made.
-func (d *Deployer) newSlot(app string, gen int, mode drivers.RunMode, pool bool, dep string, images []string) (*Slot, error) {
+func (p *Pool) newSlot(app string, gen int, mode drivers.RunMode, pool bool, dep string, images []string) (*Slot, error) {
 	id := NewSlotID(app)
 	if images == nil {
 		images = []string{catalog.InstancePrefix + id + "-env"}
@@ -118,14 +166,14 @@ func (d *Deployer) newSlot(app string, gen int, mode drivers.RunMode, pool bool,
 	if len(images) > 1 {
 		maps = append(maps, id+"-ckpt")
 	}
-	s := &Slot{ID: id, App: app, Node: d.cfg.Node, Gen: gen, Mode: mode, Phase: SlotProvisioning, Pool: pool, Deployment: dep,
-		Owned:   Owned{Images: images, Mappings: maps, Dir: filepath.Join(d.cfg.StateDir, "instances", id)},
+	s := &Slot{ID: id, App: app, Node: p.cfg.Node, Gen: gen, Mode: mode, Phase: SlotProvisioning, Pool: pool, Deployment: dep,
+		Owned:   Owned{Images: images, Mappings: maps, Dir: filepath.Join(p.cfg.StateDir, "instances", id)},
 		Created: time.Now().UTC()}
 	// Named before it is made, so that TrimLowers sees it in use.
-	if mode == drivers.RunRestart && d.cfg.EnvRead == EnvShared {
+	if mode == drivers.RunRestart && p.cfg.EnvRead == EnvShared {
 		s.Lower = lowerID(app, gen)
 	}
-	if err := d.slots.Create(id, s, true); err != nil {
+	if err := p.slots.Create(id, s, true); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -135,60 +183,60 @@ func (d *Deployer) newSlot(app string, gen int, mode drivers.RunMode, pool bool,
 // those being provisioned or started. A slot claimed by a deploy under
 // way is SlotClaimed, with its deployment, though its record says Idle
 // (claim).
-func (d *Deployer) Slots() ([]Slot, error) {
-	all, err := d.slots.List()
+func (p *Pool) Slots() ([]Slot, error) {
+	all, err := p.slots.List()
 	if err != nil {
 		return nil, err
 	}
-	d.slotMu.Lock()
-	defer d.slotMu.Unlock()
+	p.slotMu.Lock()
+	defer p.slotMu.Unlock()
 	for i := range all {
-		d.withClaim(&all[i])
+		p.withClaim(&all[i])
 	}
 	return all, nil
 }
 
 // LoadSlot reads a slot's record (with its claim, as Slots).
-func (d *Deployer) LoadSlot(id string) (Slot, error) {
+func (p *Pool) LoadSlot(id string) (Slot, error) {
 	if err := spec.ValidateID(id); err != nil {
 		return Slot{}, err
 	}
-	s, err := d.slots.Load(id)
+	s, err := p.slots.Load(id)
 	if err != nil {
 		return Slot{}, err
 	}
-	d.slotMu.Lock()
-	defer d.slotMu.Unlock()
-	d.withClaim(&s)
+	p.slotMu.Lock()
+	defer p.slotMu.Unlock()
+	p.withClaim(&s)
 	return s, nil
 }
 
 // withClaim marks s claimed if a deploy of this process claimed it. The
 // caller holds slotMu.
-func (d *Deployer) withClaim(s *Slot) {
-	if c, ok := d.claimed[s.ID]; ok && s.Phase == SlotIdle {
+func (p *Pool) withClaim(s *Slot) {
+	if c, ok := p.claimed[s.ID]; ok && s.Phase == SlotIdle {
 		s.Phase, s.Deployment = SlotClaimed, c.dep
 	}
 }
 
 // ReleaseSlot removes a slot that no deployment has bound: its instance,
 // mounts, mappings, images and record. It is idempotent.
-func (d *Deployer) ReleaseSlot(ctx context.Context, id string) error {
-	d.forget(id)
-	s, err := d.slots.Load(id)
+func (p *Pool) ReleaseSlot(ctx context.Context, id string) error {
+	p.forget(id)
+	s, err := p.slots.Load(id)
 	if errors.Is(err, ErrNoSlot) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if err := d.stages.releaseResources(ctx, id, s.Owned, id); err != nil {
+	if err := p.stages.releaseResources(ctx, id, s.Owned, id); err != nil {
 		return err
 	}
-	if err := d.slots.Unreserve(id); err != nil {
+	if err := p.slots.Unreserve(id); err != nil {
 		return err
 	}
-	return d.slots.Remove(id)
+	return p.slots.Remove(id)
 }
 
 // claim takes the oldest idle pool slot of app's generation gen for
@@ -199,11 +247,11 @@ func (d *Deployer) ReleaseSlot(ctx context.Context, id string) error {
 // binds the slot, when the deployment's record takes its resources, or
 // releases it on error. A claim lost with the process leaves an idle
 // slot's record, which recovery releases.
-func (d *Deployer) claim(app string, gen int, dep string) (*Slot, error) {
-	d.slotMu.Lock()
-	defer d.slotMu.Unlock()
+func (p *Pool) claim(app string, gen int, dep string) (*Slot, error) {
+	p.slotMu.Lock()
+	defer p.slotMu.Unlock()
 	var best *Slot
-	for _, c := range d.idle {
+	for _, c := range p.idle {
 		s := &c.slot
 		if s.App == app && s.Gen == gen && s.Pool && s.Phase == SlotIdle && s.Handle != nil && s.Mode == drivers.RunRestart &&
 			(best == nil || s.Ahead && !best.Ahead || s.Ahead == best.Ahead && s.Created.Before(best.Created)) {
@@ -213,8 +261,8 @@ func (d *Deployer) claim(app string, gen int, dep string) (*Slot, error) {
 	if best == nil {
 		return nil, fmt.Errorf("app %s generation %d: %w", app, gen, ErrNoSlot)
 	}
-	d.claimed[best.ID] = claimedSlot{dep: dep, idle: d.idle[best.ID]}
-	d.withdraw(best.ID)
+	p.claimed[best.ID] = claimedSlot{dep: dep, idle: p.idle[best.ID]}
+	p.withdraw(best.ID)
 	s := *best
 	h := *s.Handle
 	s.Handle = &h
@@ -233,12 +281,12 @@ type claimedSlot struct {
 // unclaim gives slot id back to the index as it was claimed: the deploy
 // that claimed it ended before any stage touched it (cancelled while it
 // waited for its turn).
-func (d *Deployer) unclaim(id string) {
-	d.slotMu.Lock()
-	defer d.slotMu.Unlock()
-	if c, ok := d.claimed[id]; ok {
-		delete(d.claimed, id)
-		d.idle[id] = c.idle
+func (p *Pool) unclaim(id string) {
+	p.slotMu.Lock()
+	defer p.slotMu.Unlock()
+	if c, ok := p.claimed[id]; ok {
+		delete(p.claimed, id)
+		p.idle[id] = c.idle
 	}
 }
 
@@ -246,12 +294,12 @@ func (d *Deployer) unclaim(id string) {
 // records: a slot whose resources a deployment's record owns (a bind cut
 // short) loses its record only; every other slot, idle ones included, is
 // released (the warm pool provisions anew). It returns the released IDs.
-func (d *Deployer) RecoverSlots(ctx context.Context) ([]string, error) {
-	slots, err := d.slots.List()
+func (p *Pool) RecoverSlots(ctx context.Context) ([]string, error) {
+	slots, err := p.slots.List()
 	if err != nil {
 		return nil, err
 	}
-	recs, err := d.recs.List()
+	recs, err := p.recs.List()
 	if err != nil {
 		return nil, err
 	}
@@ -265,16 +313,16 @@ func (d *Deployer) RecoverSlots(ctx context.Context) ([]string, error) {
 	var errs []error
 	for _, s := range slots {
 		if bound[s.ID] {
-			_ = d.slots.Remove(s.ID)
+			_ = p.slots.Remove(s.ID)
 			continue
 		}
-		if err := d.ReleaseSlot(ctx, s.ID); err != nil {
+		if err := p.ReleaseSlot(ctx, s.ID); err != nil {
 			errs = append(errs, fmt.Errorf("slot %s: %w", s.ID, err))
 			continue
 		}
 		done = append(done, s.ID)
 	}
-	if err := d.slots.DropSpares(); err != nil {
+	if err := p.slots.DropSpares(); err != nil {
 		errs = append(errs, err)
 	}
 	return done, errors.Join(errs...)

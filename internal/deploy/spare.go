@@ -62,11 +62,11 @@ func spareOf(s *Slot) drivers.Spare {
 
 // sparer is the driver that makes spares of engine eng on this node, or
 // why there is none (ErrNoSpare).
-func (d *Deployer) sparer(ctx context.Context, eng engine.Name) (drivers.Sparer, error) {
-	if d.cfg.EnvRead != EnvShared {
+func (p *Pool) sparer(ctx context.Context, eng engine.Name) (drivers.Sparer, error) {
+	if p.cfg.EnvRead != EnvShared {
 		return nil, fmt.Errorf("%w of engine %s: restores read their own clone of the environment (agent.env_read: clone)", ErrNoSpare, eng)
 	}
-	dr, err := d.drv.engineDriver(eng)
+	dr, err := p.drv.engineDriver(eng)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoSpare, err)
 	}
@@ -82,8 +82,8 @@ func (d *Deployer) sparer(ctx context.Context, eng engine.Name) (drivers.Sparer,
 
 // MakesSpares reports, wrapping ErrNoSpare, why this node makes no spare
 // slots of engine eng (nil when it does).
-func (d *Deployer) MakesSpares(ctx context.Context, eng engine.Name) error {
-	_, err := d.sparer(ctx, eng)
+func (p *Pool) MakesSpares(ctx context.Context, eng engine.Name) error {
+	_, err := p.sparer(ctx, eng)
 	return err
 }
 
@@ -92,51 +92,51 @@ func (d *Deployer) MakesSpares(ctx context.Context, eng engine.Name) error {
 // filesystem of Config.SpareBytes, mapped and mounted, its mount
 // directory shared, its instance created and waiting. On error nothing
 // of it is left.
-func (d *Deployer) ProvisionSpare(ctx context.Context, eng engine.Name) (_ Slot, err error) {
-	dr, err := d.sparer(ctx, eng)
+func (p *Pool) ProvisionSpare(ctx context.Context, eng engine.Name) (_ Slot, err error) {
+	dr, err := p.sparer(ctx, eng)
 	if err != nil {
 		return Slot{}, err
 	}
 	id := NewSlotID(spec.SpareApp)
-	s := &Slot{ID: id, Node: d.cfg.Node, Mode: drivers.RunRestart, Phase: SlotProvisioning,
-		Spare: &SpareSlot{Engine: eng, Ports: d.cfg.SparePorts, Bytes: d.cfg.SpareBytes, Limits: d.cfg.Limits},
+	s := &Slot{ID: id, Node: p.cfg.Node, Mode: drivers.RunRestart, Phase: SlotProvisioning,
+		Spare: &SpareSlot{Engine: eng, Ports: p.cfg.SparePorts, Bytes: p.cfg.SpareBytes, Limits: p.cfg.Limits},
 		Owned: Owned{Images: []string{catalog.InstancePrefix + id + "-env"}, Mappings: []string{id + "-env"},
-			Dir: filepath.Join(d.cfg.StateDir, "instances", id)},
+			Dir: filepath.Join(p.cfg.StateDir, "instances", id)},
 		Created: time.Now().UTC()}
-	if err := d.slots.Create(id, s, true); err != nil {
+	if err := p.slots.Create(id, s, true); err != nil {
 		return Slot{}, err
 	}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, d.ReleaseSlot(context.WithoutCancel(ctx), id))
+			err = errors.Join(err, p.ReleaseSlot(context.WithoutCancel(ctx), id))
 		}
 	}()
-	o := d.stages.newOp(&s.Timings, nil)
+	o := p.stages.newOp(&s.Timings, nil)
 	of := Lower{App: spec.SpareApp, Size: s.Spare.Bytes}
-	blank, err := d.envs.upperSource(ctx, of)
+	blank, err := p.envs.upperSource(ctx, of)
 	if err != nil {
 		return Slot{}, err
 	}
-	if err := d.envs.cloneBlank(ctx, blank, of, s.Images[0]); err != nil {
+	if err := p.envs.cloneBlank(ctx, blank, of, s.Images[0]); err != nil {
 		return Slot{}, err
 	}
-	st := d.deps.Store
+	st := p.deps.Store
 	meta := map[string]string{catalog.MetaSlot: s.ID}
-	if d.cfg.Node != "" {
-		meta[catalog.MetaNode] = d.cfg.Node
+	if p.cfg.Node != "" {
+		meta[catalog.MetaNode] = p.cfg.Node
 	}
 	_ = st.SetMeta(ctx, s.Images[0], meta) // before it is mapped: a mapping holds its lock
 	o.phase(StepClone)
-	envMap, _, err := d.stages.mapSlot(ctx, s)
+	envMap, _, err := p.stages.mapSlot(ctx, s)
 	if err != nil {
 		return Slot{}, err
 	}
 	o.phase(StepMap)
-	if err := d.deps.Mapper.Mount(ctx, envMap, filepath.Join(s.Dir, "disk"), mapper.MountOptions{}); err != nil {
+	if err := p.deps.Mapper.Mount(ctx, envMap, filepath.Join(s.Dir, "disk"), mapper.MountOptions{}); err != nil {
 		return Slot{}, err
 	}
 	sp := spareOf(s)
-	if err := d.deps.Roots.MountShared(sp.MntPath); err != nil {
+	if err := p.deps.Roots.MountShared(sp.MntPath); err != nil {
 		return Slot{}, err
 	}
 	o.phase(StepMount)
@@ -148,22 +148,22 @@ func (d *Deployer) ProvisionSpare(ctx context.Context, eng engine.Name) (_ Slot,
 		return Slot{}, err
 	}
 	s.Handle, s.Phase = &h, SlotIdle
-	if err := d.slots.Save(id, s); err != nil {
+	if err := p.slots.Save(id, s); err != nil {
 		_ = dr.Remove(context.WithoutCancel(ctx), h)
 		return Slot{}, err
 	}
 	o.phase(StepContainer)
-	d.slotMu.Lock()
-	d.spares[id] = *s
-	d.slotMu.Unlock()
-	d.log.Info("spare slot provisioned", "slot", id, "engine", eng, "timings", s.Timings.String())
+	p.slotMu.Lock()
+	p.spares[id] = *s
+	p.slotMu.Unlock()
+	p.log.Info("spare slot provisioned", "slot", id, "engine", eng, "timings", s.Timings.String())
 	return *s, nil
 }
 
 // SpareSlots returns this node's spare slots, oldest first: idle, and
 // being provisioned or attached.
-func (d *Deployer) SpareSlots() ([]Slot, error) {
-	all, err := d.Slots()
+func (p *Pool) SpareSlots() ([]Slot, error) {
+	all, err := p.Slots()
 	if err != nil {
 		return nil, err
 	}
@@ -182,15 +182,15 @@ func (d *Deployer) SpareSlots() ([]Slot, error) {
 // failed before (its record says Releasing), as DropPool does the pool's:
 // no spare stays half released, and counted by no one, until the agent's
 // next start. It returns the released IDs.
-func (d *Deployer) ReleaseSpares(ctx context.Context, eng engine.Name, n int) ([]string, error) {
-	d.slotMu.Lock()
-	all, err := d.slots.List()
+func (p *Pool) ReleaseSpares(ctx context.Context, eng engine.Name, n int) ([]string, error) {
+	p.slotMu.Lock()
+	all, err := p.slots.List()
 	if err != nil {
-		d.slotMu.Unlock()
+		p.slotMu.Unlock()
 		return nil, err
 	}
 	var idle, picked []Slot
-	for _, s := range d.spares {
+	for _, s := range p.spares {
 		if eng == "" || s.Spare.Engine == eng {
 			idle = append(idle, s)
 		}
@@ -200,33 +200,33 @@ func (d *Deployer) ReleaseSpares(ctx context.Context, eng engine.Name, n int) ([
 		idle = idle[:n]
 	}
 	for _, s := range idle {
-		if err = d.markReleasing(&s); err != nil {
+		if err = p.markReleasing(&s); err != nil {
 			break
 		}
-		delete(d.spares, s.ID)
+		delete(p.spares, s.ID)
 		picked = append(picked, s)
 	}
 	for _, s := range all {
-		if s.Spare != nil && (eng == "" || s.Spare.Engine == eng) && s.Phase == SlotReleasing && !d.releasing[s.ID] {
-			d.releasing[s.ID] = true
+		if s.Spare != nil && (eng == "" || s.Spare.Engine == eng) && s.Phase == SlotReleasing && !p.releasing[s.ID] {
+			p.releasing[s.ID] = true
 			picked = append(picked, s)
 		}
 	}
-	d.slotMu.Unlock()
-	done, rerr := d.releasePicked(ctx, picked)
+	p.slotMu.Unlock()
+	done, rerr := p.releasePicked(ctx, picked)
 	return done, errors.Join(rerr, err)
 }
 
 // claimSpare takes the oldest idle spare slot of engine eng that run r
 // fits, for deployment dep, or returns ErrNoSpare. Like claim, it writes
 // nothing: the deploy saves the slot's record once it attaches.
-func (d *Deployer) claimSpare(dr drivers.Sparer, eng engine.Name, r drivers.Run, dep string) (*Slot, error) {
-	d.slotMu.Lock()
-	defer d.slotMu.Unlock()
+func (p *Pool) claimSpare(dr drivers.Sparer, eng engine.Name, r drivers.Run, dep string) (*Slot, error) {
+	p.slotMu.Lock()
+	defer p.slotMu.Unlock()
 	var best *Slot
 	var why error
-	for id := range d.spares {
-		s := d.spares[id]
+	for id := range p.spares {
+		s := p.spares[id]
 		if s.Spare.Engine != eng || s.Handle == nil {
 			continue
 		}
@@ -244,7 +244,7 @@ func (d *Deployer) claimSpare(dr drivers.Sparer, eng engine.Name, r drivers.Run,
 		}
 		return nil, fmt.Errorf("%w of engine %s idle", ErrNoSpare, eng)
 	}
-	delete(d.spares, best.ID)
+	delete(p.spares, best.ID)
 	s := *best
 	h := *s.Handle
 	s.Handle, s.Deployment = &h, dep
@@ -252,11 +252,11 @@ func (d *Deployer) claimSpare(dr drivers.Sparer, eng engine.Name, r drivers.Run,
 }
 
 // unclaimSpare gives spare s, untouched, back to the index.
-func (d *Deployer) unclaimSpare(s *Slot) {
+func (p *Pool) unclaimSpare(s *Slot) {
 	s.Deployment = ""
-	d.slotMu.Lock()
-	d.spares[s.ID] = *s
-	d.slotMu.Unlock()
+	p.slotMu.Lock()
+	p.spares[s.ID] = *s
+	p.slotMu.Unlock()
 }
 
 // takeSpare is a restore of generation g for deployment rec in a spare
@@ -264,11 +264,11 @@ func (d *Deployer) unclaimSpare(s *Slot) {
 // to it. ErrNoSpare when none fits (rec untouched): the restore
 // provisions a slot of its own. Once claimed, the spare is the
 // deployment's (its record names it), and an error releases it.
-func (d *Deployer) takeSpare(ctx context.Context, o *op, rec *Deployment, app spec.App, g spec.Generation) (*Slot, error) {
-	if !d.hasSpare(g.Engine) {
+func (p *Pool) takeSpare(ctx context.Context, o *op, rec *Deployment, app spec.App, g spec.Generation) (*Slot, error) {
+	if !p.hasSpare(g.Engine) {
 		return nil, errNoIdleSpare
 	}
-	dr, err := d.drv.engineDriver(g.Engine)
+	dr, err := p.drv.engineDriver(g.Engine)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoSpare, err)
 	}
@@ -276,35 +276,35 @@ func (d *Deployer) takeSpare(ctx context.Context, o *op, rec *Deployment, app sp
 	if !ok {
 		return nil, fmt.Errorf("%w of engine %s: its driver makes none", ErrNoSpare, g.Engine)
 	}
-	if size, err := d.envSize(ctx, g); err != nil {
+	if size, err := p.envSize(ctx, g); err != nil {
 		return nil, err
-	} else if size > d.cfg.SpareBytes {
-		return nil, fmt.Errorf("%w: the environment of %s (%d bytes) is larger than a spare's writable image (%d bytes)", ErrNoSpare, app.Name, size, d.cfg.SpareBytes)
+	} else if size > p.cfg.SpareBytes {
+		return nil, fmt.Errorf("%w: the environment of %s (%d bytes) is larger than a spare's writable image (%d bytes)", ErrNoSpare, app.Name, size, p.cfg.SpareBytes)
 	}
-	run := drivers.Run{Mode: drivers.RunRestart, ID: rec.ID, App: app, Gen: g.Gen, Limits: d.cfg.Limits}
-	s, err := d.claimSpare(sp, g.Engine, run, rec.ID)
+	run := drivers.Run{Mode: drivers.RunRestart, ID: rec.ID, App: app, Gen: g.Gen, Limits: p.cfg.Limits}
+	s, err := p.claimSpare(sp, g.Engine, run, rec.ID)
 	if err != nil {
 		return nil, err
 	}
 	// From here the slot is the deployment's: its record names it first.
 	s.App, s.Gen, s.Phase, s.Lower = app.Name, g.Gen, SlotClaimed, lowerID(app.Name, g.Gen)
-	if err := d.slots.Save(s.ID, s); err != nil {
-		d.unclaimSpare(s)
+	if err := p.slots.Save(s.ID, s); err != nil {
+		p.unclaimSpare(s)
 		return nil, err
 	}
 	rec.Slot, rec.Pool = s.ID, spec.PoolSpare
-	if err := d.recs.create(rec); err != nil {
+	if err := p.recs.create(rec); err != nil {
 		rec.Slot, rec.Pool = "", ""
-		return nil, errors.Join(err, d.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
+		return nil, errors.Join(err, p.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
 	}
-	return s, d.attach(ctx, o, s, sp, run, g)
+	return s, p.attach(ctx, o, s, sp, run, g)
 }
 
 // hasSpare reports whether an idle spare slot of engine eng waits here.
-func (d *Deployer) hasSpare(eng engine.Name) bool {
-	d.slotMu.Lock()
-	defer d.slotMu.Unlock()
-	for _, s := range d.spares {
+func (p *Pool) hasSpare(eng engine.Name) bool {
+	p.slotMu.Lock()
+	defer p.slotMu.Unlock()
+	for _, s := range p.spares {
 		if s.Spare.Engine == eng {
 			return true
 		}
@@ -314,11 +314,11 @@ func (d *Deployer) hasSpare(eng engine.Name) bool {
 
 // envSize is the size of generation g's environment: its node copy's
 // record says it, else its image.
-func (d *Deployer) envSize(ctx context.Context, g spec.Generation) (int64, error) {
-	if l, err := d.envs.lowers.Load(lowerID(g.App, g.Gen)); err == nil && l.Size > 0 {
+func (p *Pool) envSize(ctx context.Context, g spec.Generation) (int64, error) {
+	if l, err := p.envs.lowers.Load(lowerID(g.App, g.Gen)); err == nil && l.Size > 0 {
 		return l.Size, nil
 	}
-	info, err := d.deps.Store.Stat(ctx, g.EnvSnap.Image)
+	info, err := p.deps.Store.Stat(ctx, g.EnvSnap.Image)
 	if err != nil {
 		return 0, fmt.Errorf("size of the environment of %s generation %d: %w", g.App, g.Gen, err)
 	}
@@ -330,16 +330,16 @@ func (d *Deployer) envSize(ctx context.Context, g spec.Generation) (int64, error
 // if the node has none), the overlay root over the first with the spare's
 // writable image as its upper layer, the second bound read-only in the
 // instance's checkpoint volume, then the driver's Assign.
-func (d *Deployer) attach(ctx context.Context, o *op, s *Slot, dr drivers.Sparer, r drivers.Run, g spec.Generation) error {
+func (p *Pool) attach(ctx context.Context, o *op, s *Slot, dr drivers.Sparer, r drivers.Run, g spec.Generation) error {
 	var lower Lower
 	var src string
 	if err := both(
 		func() (err error) {
-			lower, err = d.envs.lowerFor(ctx, g)
+			lower, err = p.envs.lowerFor(ctx, g)
 			return err
 		},
 		func() error {
-			e, fetched, err := d.ckpts.ckptSource(ctx, g, nil)
+			e, fetched, err := p.ckpts.ckptSource(ctx, g, nil)
 			src, s.Fetched = e.Dir, fetched
 			return err
 		}); err != nil {
@@ -358,10 +358,10 @@ func (d *Deployer) attach(ctx context.Context, o *op, s *Slot, dr drivers.Sparer
 	var h drivers.Handle
 	if err := both(
 		func() error {
-			if _, err := d.envs.overlayRoot(ctx, lower, s.Dir); err != nil {
+			if _, err := p.envs.overlayRoot(ctx, lower, s.Dir); err != nil {
 				return err
 			}
-			return d.deps.Roots.BindReadOnly(src, filepath.Join(sp.SpareCkpt(), strconv.Itoa(g.Gen)))
+			return p.deps.Roots.BindReadOnly(src, filepath.Join(sp.SpareCkpt(), strconv.Itoa(g.Gen)))
 		},
 		func() (err error) {
 			h, err = dr.Assign(ctx, *s.Handle, sp, r)
@@ -370,7 +370,7 @@ func (d *Deployer) attach(ctx context.Context, o *op, s *Slot, dr drivers.Sparer
 		return err
 	}
 	s.Handle, s.Ports = &h, h.Ports
-	if err := d.slots.Save(s.ID, s); err != nil {
+	if err := p.slots.Save(s.ID, s); err != nil {
 		return err
 	}
 	o.phase(StepAttach)

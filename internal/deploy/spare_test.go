@@ -40,11 +40,11 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 	d := f.D
 	limiter, limErr := cgroup.NewLimiter(cgroup.Paths{})
 	t.Cleanup(func() {
-		if _, err := d.ReleaseSpares(context.Background(), "", -1); err != nil {
+		if _, err := d.Pool().ReleaseSpares(context.Background(), "", -1); err != nil {
 			t.Errorf("cleanup: release spares: %v", err)
 		}
 	})
-	if err := d.MakesSpares(ctx, eng); err != nil {
+	if err := d.Pool().MakesSpares(ctx, eng); err != nil {
 		t.Fatalf("this node makes no spares of %s: %v", eng, err)
 	}
 
@@ -58,18 +58,18 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 
 	var spares []deploy.Slot
 	for range 2 {
-		s, err := d.ProvisionSpare(ctx, eng)
+		s, err := d.Pool().ProvisionSpare(ctx, eng)
 		if err != nil {
 			t.Fatalf("provision a spare: %v", err)
 		}
 		t.Logf("spare %s: %s", s.ID, s.Timings)
 		spares = append(spares, s)
 	}
-	listed, err := d.SpareSlots()
+	listed, err := d.Pool().SpareSlots()
 	if err != nil || len(listed) != 2 || listed[0].Phase != deploy.SlotIdle || listed[0].App != "" || listed[0].Spare.Engine != eng {
 		t.Fatalf("spare slots = %+v, %v; want 2 idle of engine %s and no app", listed, err, eng)
 	}
-	if pool, _ := d.PoolSlots(); len(pool) != 0 {
+	if pool, _ := d.Pool().PoolSlots(); len(pool) != 0 {
 		t.Errorf("spares listed as the pool's slots: %+v", pool)
 	}
 	for _, step := range []deploy.Step{deploy.StepClone, deploy.StepMap, deploy.StepMount, deploy.StepContainer} {
@@ -133,7 +133,7 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 				t.Errorf("restore %d: its cgroup's limits %+v, %v; want memory 256 MiB, 1.5 CPUs and the node's %d processes", i+1, got, err, want.Spare.Limits.Pids)
 			}
 		}
-		if _, err := d.LoadSlot(want.ID); !errors.Is(err, deploy.ErrNoSlot) {
+		if _, err := d.Pool().LoadSlot(want.ID); !errors.Is(err, deploy.ErrNoSlot) {
 			t.Errorf("spare %s still has a record after deployment %s bound it (%v)", want.ID, dep.ID, err)
 		}
 	}
@@ -164,7 +164,7 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 
 	// A spare whose container is gone (stopped behind the agent's back):
 	// the restore that takes it releases it and provisions its own slot.
-	gone, err := d.ProvisionSpare(ctx, eng)
+	gone, err := d.Pool().ProvisionSpare(ctx, eng)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 	if fell.Pool != spec.PoolMiss || fell.Slot == gone.ID || !hasPhase(fell.Timings, deploy.StepClone) {
 		t.Errorf("restore whose spare's container is gone: pool %q slot %s, timings %s; want a slot of its own", fell.Pool, fell.Slot, fell.Timings)
 	}
-	if _, err := d.LoadSlot(gone.ID); !errors.Is(err, deploy.ErrNoSlot) {
+	if _, err := d.Pool().LoadSlot(gone.ID); !errors.Is(err, deploy.ErrNoSlot) {
 		t.Errorf("the spare whose container was gone is still there (%v)", err)
 	}
 	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, fell), "GET", "greeting"); err != nil || got != "from the checkpoint" {
@@ -201,8 +201,8 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 	if eng == engine.NameCRIU {
 		other = engine.NameDMTCP
 	}
-	if d.MakesSpares(ctx, other) == nil {
-		s, err := d.ProvisionSpare(ctx, other)
+	if d.Pool().MakesSpares(ctx, other) == nil {
+		s, err := d.Pool().ProvisionSpare(ctx, other)
 		if err != nil {
 			t.Fatalf("a spare of %s: %v", other, err)
 		}
@@ -215,17 +215,17 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 			t.Errorf("a restore under %s took spare %s of %s", eng, s.ID, other)
 		}
 	}
-	if _, err := d.ReleaseSpares(ctx, "", -1); err != nil {
+	if _, err := d.Pool().ReleaseSpares(ctx, "", -1); err != nil {
 		t.Fatal(err)
 	}
 
 	// A process killed with a spare idle, and another with a spare
 	// attached to a deployment not yet running: the next one releases
 	// both whole, and the deployment's record says it failed.
-	if _, err := d.ProvisionSpare(ctx, eng); err != nil {
+	if _, err := d.Pool().ProvisionSpare(ctx, eng); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.ProvisionSpare(ctx, eng); err != nil {
+	if _, err := d.Pool().ProvisionSpare(ctx, eng); err != nil {
 		t.Fatal(err)
 	}
 	g, err := d.Checkpoints().Latest(ctx, app.Name)
@@ -240,7 +240,7 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 		t.Errorf("attached spare %s: phase %s deployment %q; want claimed by %s", attached.ID, attached.Phase, attached.Deployment, app.Name+"-cut")
 	}
 	d2 := f.Reopen(t)
-	released, err := d2.RecoverSlots(ctx)
+	released, err := d2.Pool().RecoverSlots(ctx)
 	if err != nil || len(released) != 2 || !slices.Contains(released, attached.ID) {
 		t.Errorf("RecoverSlots = %v, %v; want both spares released, %s among them", released, err, attached.ID)
 	}
@@ -258,7 +258,7 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 
 	// An app that does not fit the idle spare (more ports than it
 	// publishes) takes a slot of its own, and its status says why.
-	if _, err := d.ProvisionSpare(ctx, eng); err != nil {
+	if _, err := d.Pool().ProvisionSpare(ctx, eng); err != nil {
 		t.Fatal(err)
 	}
 	wide := deploytest.RedisApp("wide-"+app.Name, f.Env, eng)
@@ -289,7 +289,7 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 	if err := d.Undeploy(ctx, sigFirst.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.ProvisionSpare(ctx, eng); err != nil {
+	if _, err := d.Pool().ProvisionSpare(ctx, eng); err != nil {
 		t.Fatal(err)
 	}
 	quit, err := d.Deploy(ctx, sig, deploy.Options{})
@@ -310,7 +310,7 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 	if got := stopSignals(ctx, t, ref, since); !slices.Contains(got, "3") {
 		t.Errorf("undeploy of an app that stops with SIGQUIT in a spare: its container was sent signals %v; want SIGQUIT (3)", got)
 	}
-	if _, err := d.ReleaseSpares(ctx, "", -1); err != nil {
+	if _, err := d.Pool().ReleaseSpares(ctx, "", -1); err != nil {
 		t.Fatal(err)
 	}
 	newerThanKnown(ctx, t, f, d, app)
@@ -322,7 +322,7 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 // deploy sees) is the one it restores all the same, with its state.
 func newerThanKnown(ctx context.Context, t *testing.T, f *deploytest.Fixture, d *deploy.Deployer, app spec.App) {
 	t.Helper()
-	if _, err := d.ProvisionSpare(ctx, app.Engine); err != nil {
+	if _, err := d.Pool().ProvisionSpare(ctx, app.Engine); err != nil {
 		t.Fatal(err)
 	}
 	looked, err := d.Deploy(ctx, app, deploy.Options{})
@@ -340,7 +340,7 @@ func newerThanKnown(ctx context.Context, t *testing.T, f *deploytest.Fixture, d 
 		t.Fatalf("a newer generation: %v", err)
 	}
 	for range 2 { // the first may be attached to the older one, then released
-		if _, err := d.ProvisionSpare(ctx, app.Engine); err != nil {
+		if _, err := d.Pool().ProvisionSpare(ctx, app.Engine); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -359,7 +359,7 @@ func newerThanKnown(ctx context.Context, t *testing.T, f *deploytest.Fixture, d 
 	if err := d.Undeploy(ctx, dep.ID); err != nil {
 		t.Error(err)
 	}
-	if _, err := d.ReleaseSpares(ctx, "", -1); err != nil {
+	if _, err := d.Pool().ReleaseSpares(ctx, "", -1); err != nil {
 		t.Fatal(err)
 	}
 	assertNoSpareLeft(t, f)
@@ -405,7 +405,7 @@ func assertNoSpareLeft(t *testing.T, f *deploytest.Fixture) {
 		return out
 	}
 	lo.Mappings, lo.Mounts = ofSpare(lo.Mappings), ofSpare(lo.Mounts)
-	if slots, _ := f.D.SpareSlots(); len(slots) > 0 {
+	if slots, _ := f.D.Pool().SpareSlots(); len(slots) > 0 {
 		t.Errorf("spare slots left: %+v", slots)
 	}
 	if !lo.Empty() {
@@ -479,7 +479,7 @@ func TestSpareSlotSavedFiles(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			d := f.D
-			if err := d.MakesSpares(ctx, eng); err != nil {
+			if err := d.Pool().MakesSpares(ctx, eng); err != nil {
 				t.Fatalf("this node makes no spares of %s: %v", eng, err)
 			}
 			app := tokenApp("saved-"+string(eng), f.Env)
@@ -493,7 +493,7 @@ func TestSpareSlotSavedFiles(t *testing.T) {
 			if tok, rev, ok := strings.Cut(want, " "); !ok || len(tok) != 16 || rev != reverse(tok) {
 				t.Fatalf("the first deploy answers %q; want a token and its reverse", want)
 			}
-			if _, err := d.ProvisionSpare(ctx, eng); err != nil {
+			if _, err := d.Pool().ProvisionSpare(ctx, eng); err != nil {
 				t.Fatalf("provision a spare: %v", err)
 			}
 			dep, err := d.Deploy(ctx, app, deploy.Options{})
@@ -533,11 +533,11 @@ func TestReleaseSparesFinishes(t *testing.T) {
 	eng := engine.NameDMTCP
 	hook := &releaseHook{}
 	d := f.ReopenMapping(t, func(m deploy.Mapper) deploy.Mapper { hook.Mapper = m; return hook })
-	t.Cleanup(func() { _, _ = d.ReleaseSpares(context.Background(), "", -1) })
-	if err := d.MakesSpares(ctx, eng); err != nil {
+	t.Cleanup(func() { _, _ = d.Pool().ReleaseSpares(context.Background(), "", -1) })
+	if err := d.Pool().MakesSpares(ctx, eng); err != nil {
 		t.Fatalf("this node makes no spares of %s: %v", eng, err)
 	}
-	s, err := d.ProvisionSpare(ctx, eng)
+	s, err := d.Pool().ProvisionSpare(ctx, eng)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -547,16 +547,16 @@ func TestReleaseSparesFinishes(t *testing.T) {
 		}
 		return errors.New("the cluster did not answer")
 	})
-	if ids, err := d.ReleaseSpares(ctx, eng, -1); err == nil || len(ids) != 0 {
+	if ids, err := d.Pool().ReleaseSpares(ctx, eng, -1); err == nil || len(ids) != 0 {
 		t.Errorf("ReleaseSpares whose release fails = %v, %v; want the error, nothing released", ids, err)
 	}
-	if spares, err := d.SpareSlots(); err != nil || len(spares) != 1 || spares[0].ID != s.ID || spares[0].Phase != deploy.SlotReleasing {
+	if spares, err := d.Pool().SpareSlots(); err != nil || len(spares) != 1 || spares[0].ID != s.ID || spares[0].Phase != deploy.SlotReleasing {
 		t.Fatalf("spare slots after a failed release = %+v, %v; want %s Releasing", spares, err, s.ID)
 	}
-	if ids, err := d.ReleaseSpares(ctx, engine.NameCRIU, -1); err != nil || len(ids) != 0 {
+	if ids, err := d.Pool().ReleaseSpares(ctx, engine.NameCRIU, -1); err != nil || len(ids) != 0 {
 		t.Errorf("ReleaseSpares of the other engine = %v, %v; want nothing released", ids, err)
 	}
-	if ids, err := d.ReleaseSpares(ctx, eng, 0); err != nil || !slices.Equal(ids, []string{s.ID}) {
+	if ids, err := d.Pool().ReleaseSpares(ctx, eng, 0); err != nil || !slices.Equal(ids, []string{s.ID}) {
 		t.Errorf("the next ReleaseSpares = %v, %v; want %s, whose release failed, released", ids, err, s.ID)
 	}
 	assertNoSpareLeft(t, f)

@@ -32,8 +32,8 @@ func (d *Deployer) Undeploy(ctx context.Context, id string) error {
 	_ = d.recs.save(&rec)
 	var errs []error
 	if rec.Slot != "" {
-		if s, err := d.slots.Load(rec.Slot); err == nil && s.Deployment == id {
-			errs = append(errs, d.ReleaseSlot(ctx, s.ID))
+		if s, err := d.pool.slots.Load(rec.Slot); err == nil && s.Deployment == id {
+			errs = append(errs, d.pool.ReleaseSlot(ctx, s.ID))
 		}
 	}
 	errs = append(errs, d.stages.releaseResources(ctx, id, rec.Owned, id, rec.Slot))

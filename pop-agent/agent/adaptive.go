@@ -118,13 +118,14 @@ func (a *agent) autoNode() autoNode {
 	if a.auto != nil {
 		return a.auto
 	}
-	return nodeAuto{a.d, a.d.Drivers()}
+	return nodeAuto{a.d, a.d.Drivers(), a.d.Pool()}
 }
 
 // nodeAuto is the deployer's parts that mode auto asks.
 type nodeAuto struct {
 	*deploy.Deployer
 	*deploy.Drivers
+	*deploy.Pool
 }
 
 // restorableEngines are the engines of which app has a generation, made

@@ -98,7 +98,7 @@ func (a *agent) refill(ctx context.Context) {
 	for _, app := range apps {
 		known[app.Name] = true
 	}
-	if slots, err := a.d.PoolSlots(); err == nil {
+	if slots, err := a.d.Pool().PoolSlots(); err == nil {
 		for _, s := range slots {
 			if !known[s.App] {
 				a.dropPool(ctx, s.App, nil, "its app was removed")
@@ -182,9 +182,9 @@ func (a *agent) refillApp(ctx context.Context, app spec.App, cordoned bool) (int
 		a.pool.mu.Unlock()
 		a.publishPool(ctx, app.Name, g.Gen, size)
 		start := time.Now()
-		s, err := a.d.ProvisionPoolSlot(ctx, g)
+		s, err := a.d.Pool().ProvisionPoolSlot(ctx, g)
 		if err == nil && a.ahead(g) {
-			s, err = a.d.StartAhead(ctx, g, s.ID)
+			s, err = a.d.Pool().StartAhead(ctx, g, s.ID)
 		}
 		took := time.Since(start)
 		a.pool.mu.Lock()
@@ -207,7 +207,7 @@ func (a *agent) refillApp(ctx context.Context, app spec.App, cordoned bool) (int
 // ahead says whether the pool's slots of generation g are restored ahead
 // on this node (agent.pool_ahead, and cgroups that can be reweighted).
 func (a *agent) ahead(g spec.Generation) bool {
-	return a.c.Agent.PoolAhead.IsOn() && a.d.CanStartAhead(g) == nil
+	return a.c.Agent.PoolAhead.IsOn() && a.d.Pool().CanStartAhead(g) == nil
 }
 
 // startAhead restores ahead the idle slots of g that wait unstarted
@@ -224,7 +224,7 @@ func (a *agent) startAhead(ctx context.Context, g spec.Generation) {
 			return
 		}
 		// ErrNotAhead: a deploy took the slot meanwhile.
-		if _, err := a.d.StartAhead(ctx, g, s.ID); err != nil && !errors.Is(err, deploy.ErrNotAhead) {
+		if _, err := a.d.Pool().StartAhead(ctx, g, s.ID); err != nil && !errors.Is(err, deploy.ErrNotAhead) {
 			a.log.Warn("warm pool: restoring a slot ahead failed; the slot was released", "app", g.App, "gen", g.Gen, "slot", s.ID, "err", err)
 		}
 	}
@@ -267,7 +267,7 @@ func (a *agent) poolGeneration(ctx context.Context, app spec.App) (spec.Generati
 
 // idleSlots are app's idle pool slots of generation gen, oldest first.
 func (a *agent) idleSlots(app string, gen int) []deploy.Slot {
-	slots, err := a.d.PoolSlots()
+	slots, err := a.d.Pool().PoolSlots()
 	if err != nil {
 		return nil
 	}
@@ -287,11 +287,11 @@ func (a *agent) room() int {
 	if err != nil {
 		return 0
 	}
-	slots, err := a.d.PoolSlots()
+	slots, err := a.d.Pool().PoolSlots()
 	if err != nil {
 		return 0
 	}
-	spares, err := a.d.SpareSlots()
+	spares, err := a.d.Pool().SpareSlots()
 	if err != nil {
 		return 0
 	}
@@ -305,7 +305,7 @@ func (a *agent) makeRoom(ctx context.Context, app string) {
 	if a.room() > 0 {
 		return
 	}
-	slots, err := a.d.PoolSlots()
+	slots, err := a.d.Pool().PoolSlots()
 	if err != nil {
 		return
 	}
@@ -321,7 +321,7 @@ func (a *agent) makeRoom(ctx context.Context, app string) {
 		}
 	}
 	// No pool slot to give up: a spare (the deploy may take another).
-	if ids, err := a.d.ReleaseSpares(ctx, "", 1); err == nil && len(ids) > 0 {
+	if ids, err := a.d.Pool().ReleaseSpares(ctx, "", 1); err == nil && len(ids) > 0 {
 		a.log.Info("spare slots: one released; the node is at capacity and a deploy needs room", "app", app, "slot", ids[0])
 	}
 }
@@ -341,7 +341,7 @@ func (a *agent) waitIdle(ctx context.Context) bool {
 
 // dropPool releases app's idle slots that drop selects (nil: all).
 func (a *agent) dropPool(ctx context.Context, app string, drop func(deploy.Slot) bool, why string) {
-	ids, err := a.d.DropPool(ctx, app, drop)
+	ids, err := a.d.Pool().DropPool(ctx, app, drop)
 	if len(ids) > 0 {
 		a.log.Info("warm pool: slots released", "app", app, "slots", ids, "why", why)
 	}
@@ -439,7 +439,7 @@ func (a *agent) recycle(ctx context.Context, id string) bool {
 	if len(a.idleSlots(app.Name, g.Gen)) >= 2*size {
 		return false
 	}
-	s, err := a.d.Recycle(ctx, id)
+	s, err := a.d.Pool().Recycle(ctx, id)
 	switch {
 	case err == nil:
 		a.m.recycled.WithLabelValues(app.Name, "recycled").Inc()

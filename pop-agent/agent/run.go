@@ -343,7 +343,7 @@ func recoverNode(ctx context.Context, d *deploy.Deployer, mp nodeMapper, m *metr
 			}
 		}
 	}
-	if released, err := d.RecoverSlots(ctx); err != nil {
+	if released, err := d.Pool().RecoverSlots(ctx); err != nil {
 		log.Warn("releasing the slots a previous run left; retried at the next start", "err", err)
 	} else if len(released) > 0 {
 		log.Info("released the slots a previous run left (the warm pool provisions anew)", "slots", released)
@@ -411,12 +411,12 @@ func (a *agent) serve(ctx context.Context, srv *http.Server, ln net.Listener) er
 // instance uses (a killed agent's stay recorded and are kept at its next
 // start).
 func (a *agent) releaseNode(ctx context.Context) {
-	if released, err := a.d.ReleasePool(ctx); err != nil {
+	if released, err := a.d.Pool().ReleasePool(ctx); err != nil {
 		a.log.Warn("releasing the warm pool's slots; the next start releases the rest", "err", err)
 	} else if len(released) > 0 {
 		a.log.Info("released the warm pool's slots", "slots", len(released))
 	}
-	if released, err := a.d.ReleaseSpares(ctx, "", -1); err != nil {
+	if released, err := a.d.Pool().ReleaseSpares(ctx, "", -1); err != nil {
 		a.log.Warn("releasing the spare slots; the next start releases the rest", "err", err)
 	} else if len(released) > 0 {
 		a.log.Info("released the spare slots", "slots", len(released))

@@ -46,7 +46,7 @@ func (a *agent) refillSpares(ctx context.Context, cordoned bool) {
 	for _, eng := range spareEngines {
 		n := want
 		if n > 0 {
-			if err := a.d.MakesSpares(ctx, eng); err != nil {
+			if err := a.d.Pool().MakesSpares(ctx, eng); err != nil {
 				a.log.Debug("spare slots: none of this engine on this node", "engine", eng, "err", err)
 				n = 0
 			}
@@ -61,7 +61,7 @@ func (a *agent) refillSpares(ctx context.Context, cordoned bool) {
 			a.m.spareIdle.WithLabelValues(string(eng)).Set(float64(idle))
 			if idle > n || unreleased > 0 {
 				// Extra spares, and those whose release failed before.
-				ids, err := a.d.ReleaseSpares(ctx, eng, max(idle-n, 0))
+				ids, err := a.d.Pool().ReleaseSpares(ctx, eng, max(idle-n, 0))
 				if err != nil {
 					a.log.Warn("spare slots: releasing extra ones; retried at the next refill", "engine", eng, "err", err)
 					break
@@ -75,7 +75,7 @@ func (a *agent) refillSpares(ctx context.Context, cordoned bool) {
 				break
 			}
 			start := time.Now()
-			s, err := a.d.ProvisionSpare(ctx, eng)
+			s, err := a.d.Pool().ProvisionSpare(ctx, eng)
 			if err != nil {
 				if !errors.Is(err, context.Canceled) {
 					a.log.Warn("spare slots: provisioning one failed; retried at the next refill", "engine", eng, "err", err)
@@ -92,7 +92,7 @@ func (a *agent) refillSpares(ctx context.Context, cordoned bool) {
 // idleSpares counts the idle spare slots of engine eng on this node, and
 // those whose release failed (deploy.SlotReleasing), to be released again.
 func (a *agent) idleSpares(eng engine.Name) (idle, unreleased int) {
-	slots, err := a.d.SpareSlots()
+	slots, err := a.d.Pool().SpareSlots()
 	if err != nil {
 		return 0, 0
 	}
@@ -113,7 +113,7 @@ func (a *agent) idleSpares(eng engine.Name) (idle, unreleased int) {
 // the POOL of `fogctl node ls`), size the number it keeps, or withdraws
 // it when the node keeps and has none.
 func (a *agent) publishSpares(ctx context.Context, size int) {
-	slots, err := a.d.SpareSlots()
+	slots, err := a.d.Pool().SpareSlots()
 	if err != nil {
 		return
 	}

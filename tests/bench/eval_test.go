@@ -458,7 +458,7 @@ func slotCost(ctx context.Context, f *deploytest.Fixture, n int, provision func(
 	var ids []string
 	defer func() {
 		for _, id := range ids {
-			_ = f.D.ReleaseSlot(context.Background(), id)
+			_ = f.D.Pool().ReleaseSlot(context.Background(), id)
 		}
 	}()
 	for range n {
@@ -522,11 +522,11 @@ func evalAuto(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spec
 	}
 	slot := s.ID
 	time.Sleep(poolArrival)
-	_, waiting := f.D.WaitingSlot(app, "")
+	_, waiting := f.D.Pool().WaitingSlot(app, "")
 	dec := adaptive.Decide(c, adaptive.Situation{Generation: true, Pool: 1, SlotWaiting: waiting})
 	opts := deploy.Options{Mode: dec.Mode, Reason: dec.Reason}
 	if dec.Mode != spec.ModeRestore {
-		if err := f.D.ReleaseSlot(ctx, slot); err != nil {
+		if err := f.D.Pool().ReleaseSlot(ctx, slot); err != nil {
 			return err
 		}
 		slot = ""
@@ -534,7 +534,7 @@ func evalAuto(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spec
 	dep, err := f.D.Deploy(ctx, app, opts)
 	if err != nil {
 		if slot != "" {
-			_ = f.D.ReleaseSlot(ctx, slot)
+			_ = f.D.Pool().ReleaseSlot(ctx, slot)
 		}
 		return fmt.Errorf("auto (%s): %w", dec.Reason, err)
 	}
@@ -566,20 +566,20 @@ func deployMeasured(ctx context.Context, f *deploytest.Fixture, app spec.App) (d
 // (agent.pool_ahead: true, the default), its app restored ahead, waiting at the
 // background CPU weight.
 func provisionSlot(ctx context.Context, f *deploytest.Fixture, g spec.Generation, ahead bool) (deploy.Slot, error) {
-	s, err := f.D.ProvisionPoolSlot(ctx, g)
-	if err != nil || !ahead || f.D.CanStartAhead(g) != nil {
+	s, err := f.D.Pool().ProvisionPoolSlot(ctx, g)
+	if err != nil || !ahead || f.D.Pool().CanStartAhead(g) != nil {
 		return s, err
 	}
-	return f.D.StartAhead(ctx, g, s.ID)
+	return f.D.Pool().StartAhead(ctx, g, s.ID)
 }
 
 // startAheadRecycled restores ahead a slot that recycling left unstarted,
 // as the agent's next refill does.
 func startAheadRecycled(ctx context.Context, f *deploytest.Fixture, g spec.Generation, id string) error {
-	if id == "" || f.D.CanStartAhead(g) != nil {
+	if id == "" || f.D.Pool().CanStartAhead(g) != nil {
 		return nil
 	}
-	_, err := f.D.StartAhead(ctx, g, id)
+	_, err := f.D.Pool().StartAhead(ctx, g, id)
 	return err
 }
 
@@ -604,12 +604,12 @@ func evalPool(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spec
 		time.Sleep(poolArrival)
 		dep, err := f.D.Deploy(ctx, app, deploy.Options{})
 		if err != nil {
-			_ = f.D.ReleaseSlot(ctx, s.ID)
+			_ = f.D.Pool().ReleaseSlot(ctx, s.ID)
 			return nil, nil, nil, fmt.Errorf("pool hit %d: %w", i+1, err)
 		}
 		if dep.Pool != spec.PoolHit || dep.Slot != s.ID {
 			_ = f.D.Undeploy(ctx, dep.ID)
-			_ = f.D.ReleaseSlot(ctx, s.ID)
+			_ = f.D.Pool().ReleaseSlot(ctx, s.ID)
 			return nil, nil, nil, fmt.Errorf("pool hit %d: deploy %s found pool %q in slot %q; want a hit of slot %s", i+1, dep.ID, dep.Pool, dep.Slot, s.ID)
 		}
 		if check != nil {
@@ -637,30 +637,30 @@ func evalPool(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spec
 // does), the checkpoint on the node, and what an idle spare costs.
 func evalSpare(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spec.App, catalogName string, g spec.Generation,
 	check stateCheck, reps int, a *evaluation.App) error {
-	if err := f.D.MakesSpares(ctx, g.Engine); err != nil {
+	if err := f.D.Pool().MakesSpares(ctx, g.Engine); err != nil {
 		t.Logf("  %s: no spare slots: %v", catalogName, err)
 		return nil
 	}
 	var total, overhead []float64
 	for i := range reps {
-		s, err := f.D.ProvisionSpare(ctx, g.Engine)
+		s, err := f.D.Pool().ProvisionSpare(ctx, g.Engine)
 		if err != nil {
 			return fmt.Errorf("spare %d: %w", i+1, err)
 		}
 		time.Sleep(poolArrival)
 		dep, err := f.D.Deploy(ctx, app, deploy.Options{})
 		if err != nil {
-			_ = f.D.ReleaseSlot(ctx, s.ID)
+			_ = f.D.Pool().ReleaseSlot(ctx, s.ID)
 			return fmt.Errorf("restore into spare %d: %w", i+1, err)
 		}
 		if i == 0 && dep.Pool != spec.PoolSpare && dep.SpareReason != "" {
 			t.Logf("  %s: restores take no spare slot: %s", catalogName, dep.SpareReason)
 			a.NoSpare = dep.SpareReason
-			return errors.Join(f.D.Undeploy(ctx, dep.ID), f.D.ReleaseSlot(ctx, s.ID))
+			return errors.Join(f.D.Undeploy(ctx, dep.ID), f.D.Pool().ReleaseSlot(ctx, s.ID))
 		}
 		if dep.Pool != spec.PoolSpare || dep.Slot != s.ID || dep.Gen != g.Gen {
 			_ = f.D.Undeploy(ctx, dep.ID)
-			_ = f.D.ReleaseSlot(ctx, s.ID)
+			_ = f.D.Pool().ReleaseSlot(ctx, s.ID)
 			return fmt.Errorf("restore into spare %d: deploy %s found pool %q in slot %q (generation %d); want spare %s (generation %d)", i+1, dep.ID, dep.Pool, dep.Slot, dep.Gen, s.ID, g.Gen)
 		}
 		if check != nil {
@@ -680,7 +680,7 @@ func evalSpare(ctx context.Context, t *testing.T, f *deploytest.Fixture, app spe
 	}
 	a.SpareMS, a.SpareOverheadMS = evaluation.Summarize(total), evaluation.Summarize(overhead)
 	var err error
-	if a.SpareSlotMiB, a.SpareSlotCPU, err = slotCost(ctx, f, poolSlotsMeasured, func() (deploy.Slot, error) { return f.D.ProvisionSpare(ctx, g.Engine) }); err != nil {
+	if a.SpareSlotMiB, a.SpareSlotCPU, err = slotCost(ctx, f, poolSlotsMeasured, func() (deploy.Slot, error) { return f.D.Pool().ProvisionSpare(ctx, g.Engine) }); err != nil {
 		return fmt.Errorf("cost of %d idle spares: %w", poolSlotsMeasured, err)
 	}
 	t.Logf("  %s: an idle spare takes %.1f MiB of the node's memory and %.1f ms of CPU a second", catalogName, a.SpareSlotMiB, a.SpareSlotCPU)
@@ -741,7 +741,7 @@ func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, a
 	aheadPhases := make([]evaluation.Phases, len(simultaneous))
 	aheadCPU := make([][]float64, len(simultaneous))
 	for k, ahead := range []bool{false, true} {
-		if ahead && f.D.CanStartAhead(g) != nil {
+		if ahead && f.D.Pool().CanStartAhead(g) != nil {
 			break
 		}
 		for range reps {
@@ -781,14 +781,14 @@ func evalConcurrency(ctx context.Context, t *testing.T, f *deploytest.Fixture, a
 func poolRound(ctx context.Context, f *deploytest.Fixture, app spec.App, g spec.Generation, n int, ahead bool, phases *evaluation.Phases) ([]float64, float64, error) {
 	for i := range n {
 		if _, err := provisionSlot(ctx, f, g, ahead); err != nil {
-			_, _ = f.D.DropPool(ctx, app.Name, nil)
+			_, _ = f.D.Pool().DropPool(ctx, app.Name, nil)
 			return nil, 0, fmt.Errorf("pool slot %d of %d: %w", i+1, n, err)
 		}
 	}
 	time.Sleep(poolArrival)
 	round, cpu, err := restoreAtOnce(ctx, f, app, n, spec.PoolHit, phases)
 	if err != nil {
-		_, _ = f.D.DropPool(ctx, app.Name, nil)
+		_, _ = f.D.Pool().DropPool(ctx, app.Name, nil)
 		return nil, 0, fmt.Errorf("%d simultaneous restores with a pool of %d (restored ahead: %v): %w", n, n, ahead, err)
 	}
 	return round, cpu, nil
@@ -999,7 +999,7 @@ func abWhileDeploying(ctx context.Context, f *deploytest.Fixture, app spec.App, 
 	close(stop)
 	wg.Wait()
 	if free != "" {
-		if rerr := f.D.ReleaseSlot(ctx, free); rerr != nil && err == nil {
+		if rerr := f.D.Pool().ReleaseSlot(ctx, free); rerr != nil && err == nil {
 			err = rerr
 		}
 	}
@@ -1020,7 +1020,7 @@ func undeployToPool(ctx context.Context, f *deploytest.Fixture, id string, free 
 	if *free != "" {
 		return f.D.Undeploy(ctx, id)
 	}
-	s, err := f.D.Recycle(ctx, id)
+	s, err := f.D.Pool().Recycle(ctx, id)
 	if errors.Is(err, drivers.ErrNotRecyclable) {
 		return f.D.Undeploy(ctx, id)
 	}
@@ -1039,7 +1039,7 @@ func deployCosts(ctx context.Context, t *testing.T, f *deploytest.Fixture, app s
 		return nil, err
 	}
 	// A slot a failed hit left idle goes with the rest of the app's pool.
-	defer func() { _, _ = f.D.DropPool(context.Background(), app.Name, nil) }()
+	defer func() { _, _ = f.D.Pool().DropPool(context.Background(), app.Name, nil) }()
 	kinds := []struct {
 		kind          string
 		mode          spec.Mode
@@ -1049,7 +1049,7 @@ func deployCosts(ctx context.Context, t *testing.T, f *deploytest.Fixture, app s
 	var costs []evaluation.DeployCost
 	for _, k := range kinds {
 		// Each kind starts from an empty pool.
-		if _, err := f.D.DropPool(ctx, app.Name, nil); err != nil {
+		if _, err := f.D.Pool().DropPool(ctx, app.Name, nil); err != nil {
 			return costs, err
 		}
 		var cpu, wall, read, wrote []float64
@@ -1108,7 +1108,7 @@ func deployCosts(ctx context.Context, t *testing.T, f *deploytest.Fixture, app s
 				if err != nil {
 					return costs, err
 				}
-				if err := f.D.ReleaseSlot(ctx, s.ID); err != nil {
+				if err := f.D.Pool().ReleaseSlot(ctx, s.ID); err != nil {
 					return costs, err
 				}
 			}

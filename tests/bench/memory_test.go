@@ -129,7 +129,7 @@ func poolMemory(ctx context.Context, t *testing.T, f *deploytest.Fixture, mergin
 		return row, err
 	}
 	row.Engine = string(g.Engine)
-	if err := f.D.CanStartAhead(g); err != nil {
+	if err := f.D.Pool().CanStartAhead(g); err != nil {
 		row.Skipped = err.Error()
 		return row, nil
 	}
@@ -138,15 +138,15 @@ func poolMemory(ctx context.Context, t *testing.T, f *deploytest.Fixture, mergin
 		var ids []string
 		release := func() {
 			for _, id := range ids {
-				_ = d.ReleaseSlot(context.Background(), id)
+				_ = d.Pool().ReleaseSlot(context.Background(), id)
 			}
 			ids = nil
 		}
 		for n := 1; n <= poolMemoryCounts[len(poolMemoryCounts)-1]; n++ {
-			s, err := d.ProvisionPoolSlot(ctx, g)
+			s, err := d.Pool().ProvisionPoolSlot(ctx, g)
 			if err == nil {
 				ids = append(ids, s.ID)
-				_, err = d.StartAhead(ctx, g, s.ID)
+				_, err = d.Pool().StartAhead(ctx, g, s.ID)
 			}
 			if err != nil {
 				release()

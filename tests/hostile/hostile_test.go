@@ -242,11 +242,11 @@ func testHostile(t *testing.T, eng engine.Name) {
 
 	// A spare slot, made for no app, that this app's restore takes: the
 	// same sandbox, the node's limits, no neighbour reached.
-	if err := f.D.MakesSpares(ctx, eng); err != nil {
+	if err := f.D.Pool().MakesSpares(ctx, eng); err != nil {
 		t.Errorf("no spare slots of %s on this node: %v", eng, err)
 	} else {
-		t.Cleanup(func() { _, _ = f.D.ReleaseSpares(context.Background(), "", -1) })
-		if _, err := f.D.ProvisionSpare(ctx, eng); err != nil {
+		t.Cleanup(func() { _, _ = f.D.Pool().ReleaseSpares(context.Background(), "", -1) })
+		if _, err := f.D.Pool().ProvisionSpare(ctx, eng); err != nil {
 			t.Fatalf("spare: %v", err)
 		}
 		sp, err := f.D.Deploy(ctx, app, deploy.Options{})
@@ -273,7 +273,7 @@ func testHostile(t *testing.T, eng engine.Name) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.D.ProvisionPoolSlot(ctx, g); err != nil {
+	if _, err := f.D.Pool().ProvisionPoolSlot(ctx, g); err != nil {
 		t.Fatal(err)
 	}
 	var ref string
@@ -287,7 +287,7 @@ func testHostile(t *testing.T, eng engine.Name) {
 		}
 		ref = dep.Handle.Ref
 		runProbe(ctx, t, f, dep, app, fmt.Sprintf("round %d of a recycled container", round))
-		if _, err := f.D.Recycle(ctx, dep.ID); err != nil {
+		if _, err := f.D.Pool().Recycle(ctx, dep.ID); err != nil {
 			t.Fatalf("round %d: recycle: %v", round, err)
 		}
 	}

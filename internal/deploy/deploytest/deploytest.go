@@ -464,7 +464,7 @@ func (f *Fixture) Leftovers(t testing.TB, app string) Leftovers {
 			lo.Records = append(lo.Records, r.ID+" ("+string(r.Phase)+")")
 		}
 	}
-	slots, err := f.D.Slots()
+	slots, err := f.D.Pool().Slots()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -606,10 +606,10 @@ func RepoRoot() string {
 // UndeployAll removes what a failed test left of app's deployments and
 // slots.
 func (f *Fixture) UndeployAll(t testing.TB, app string) {
-	slots, _ := f.D.Slots()
+	slots, _ := f.D.Pool().Slots()
 	for _, s := range slots {
 		if s.App == app && s.Deployment == "" {
-			if err := f.D.ReleaseSlot(context.Background(), s.ID); err != nil {
+			if err := f.D.Pool().ReleaseSlot(context.Background(), s.ID); err != nil {
 				t.Errorf("cleanup: release slot %s: %v", s.ID, err)
 			}
 		}

@@ -14,7 +14,7 @@ import (
 // id's, or deployment id's. They are its container's main process and
 // every descendant.
 func InstanceProcs(d *deploy.Deployer, id string) ([]int, error) {
-	slots, err := d.Slots()
+	slots, err := d.Pool().Slots()
 	if err != nil {
 		return nil, err
 	}

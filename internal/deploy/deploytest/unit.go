@@ -227,7 +227,7 @@ func (u *Unit) AssertNothingLeft(t testing.TB, app string, keepGen bool) {
 	for _, d := range deps {
 		held = append(held, "deployment "+d.ID)
 	}
-	slots, _ := u.D.Slots()
+	slots, _ := u.D.Pool().Slots()
 	for _, s := range slots {
 		held = append(held, "slot "+s.ID)
 	}
