@@ -36,22 +36,32 @@ func (m *metrics) registerSpares(reg prometheus.Registerer) {
 
 // refillSpares keeps agent.spare_slots idle spares of each engine that
 // this node makes spares of (none when cordoned): extra ones are
-// released, missing ones made while the node has room.
+// released, missing ones made while the node has room. An engine whose
+// spares cannot be made now keeps those it has.
 func (a *agent) refillSpares(ctx context.Context, cordoned bool) {
 	want := a.c.Agent.SpareSlots
 	if cordoned {
 		want = 0
 	}
-	wants, size := map[engine.Name]int{}, 0
+	// An engine whose driver cannot make spares now (its check failed:
+	// a dockerd busy for a moment, say) keeps the idle ones it has, which
+	// were made when it could, and makes no new one.
+	wants, keepOnly, size := map[engine.Name]int{}, map[engine.Name]bool{}, 0
 	for _, eng := range spareEngines {
-		n := want
-		if n > 0 {
+		if want > 0 {
 			if err := a.d.Pool().MakesSpares(ctx, eng); err != nil {
-				a.log.Debug("spare slots: none of this engine on this node", "engine", eng, "err", err)
-				n = 0
+				a.log.Debug("spare slots: this node makes none of this engine now", "engine", eng, "err", err)
+				keepOnly[eng] = true
 			}
 		}
-		wants[eng], size = n, size+n
+		wants[eng] = want
+	}
+	for _, eng := range spareEngines {
+		if keepOnly[eng] {
+			idle, _ := a.idleSpares(eng)
+			wants[eng] = min(want, idle)
+		}
+		size += wants[eng]
 	}
 	defer a.publishSpares(ctx, size)
 	for _, eng := range spareEngines {

@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,6 +72,48 @@ type Fixture struct {
 	// fixture was set up: another PoP's on the same pool and dockerd
 	// (its spare slots, say), which Leftovers does not count.
 	before map[string]bool
+	// named are the slots the fixture's deployer named in its log: the
+	// spare slots it made, told apart from another PoP's.
+	named *slotNames
+}
+
+// slotNames are the slot IDs a log named.
+type slotNames struct {
+	mu    sync.Mutex
+	names map[string]bool
+}
+
+func (n *slotNames) has(id string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.names[id]
+}
+
+// slotNamer is a log handler that records the "slot" attribute of every
+// record into names.
+type slotNamer struct {
+	slog.Handler
+	names *slotNames
+}
+
+func (h slotNamer) Handle(ctx context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "slot" {
+			h.names.mu.Lock()
+			h.names.names[a.Value.String()] = true
+			h.names.mu.Unlock()
+		}
+		return true
+	})
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h slotNamer) WithAttrs(as []slog.Attr) slog.Handler {
+	return slotNamer{h.Handler.WithAttrs(as), h.names}
+}
+
+func (h slotNamer) WithGroup(g string) slog.Handler {
+	return slotNamer{h.Handler.WithGroup(g), h.names}
 }
 
 // Reopen returns a new Deployer over the fixture's state and components,
@@ -190,7 +233,8 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 	if logTo == nil {
 		logTo = testWriter{t}
 	}
-	log := slog.New(slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	named := &slotNames{names: map[string]bool{}}
+	log := slog.New(slotNamer{slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: slog.LevelInfo}), named})
 
 	s, err := cephstore.Open(ctx, cephstore.Config{Conf: c.Conf, Keyring: c.Keyring, ID: c.ID, Pool: c.Pool})
 	if err != nil {
@@ -217,7 +261,7 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 	}
 	t.Cleanup(func() { l.Close() })
 
-	f := &Fixture{L: l, Ceph: s, State: state}
+	f := &Fixture{L: l, Ceph: s, State: state, named: named}
 	// The limits an agent gives instances whose spec is silent, as on a node.
 	dc := deploy.Config{StateDir: state + "/deploy", Pool: c.Pool, Node: "test", DMTCPDriver: spec.DriverName(dmtcpDriver), CRIUDriver: spec.DriverName(dmtcpDriver),
 		Limits: config.DefaultLimits().Spec()}
@@ -381,6 +425,13 @@ func RedisAddr(t testing.TB, dep deploy.Deployment) string {
 }
 
 // snapshot of what a deployment can leave on the node and in the pool.
+// mine says whether what belongs to slot or deployment id of app is the
+// fixture's: a spare slot only if its deployer named it (another PoP's
+// agents on the same pool and dockerd make spares of their own).
+func (f *Fixture) mine(app, id string) bool {
+	return app != spec.SpareApp || f.named == nil || f.named.has(id)
+}
+
 // present returns the names of the pool's images and of the runtime's
 // fogdeploy containers.
 func (f *Fixture) present(ctx context.Context, t testing.TB) map[string]bool {
@@ -429,7 +480,7 @@ func (f *Fixture) Leftovers(t testing.TB, app string) Leftovers {
 		t.Fatal(err)
 	}
 	for _, n := range names {
-		if f.before["image "+n] {
+		if f.before["image "+n] || !f.mine(app, strings.TrimSuffix(strings.TrimPrefix(n, catalog.InstancePrefix), "-env")) {
 			continue
 		}
 		if strings.HasPrefix(n, catalog.InstancePrefix+app+"-") || strings.HasPrefix(n, catalog.GenPrefix+app+"-") {
@@ -450,7 +501,7 @@ func (f *Fixture) Leftovers(t testing.TB, app string) Leftovers {
 			t.Fatal(err)
 		}
 		for _, s := range sts {
-			if !f.before["container "+s.Name] {
+			if !f.before["container "+s.Name] && f.mine(app, s.Deployment) {
 				lo.Containers = append(lo.Containers, s.Name)
 			}
 		}
