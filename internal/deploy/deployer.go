@@ -202,6 +202,9 @@ type Deployer struct {
 
 	// recs are the deployments' records (records.go).
 	recs *Records
+	// suspensions are the node's suspends and prepared resumes
+	// (suspend*.go, prepare.go).
+	suspensions *Suspensions
 	// pool are the node's slots: the warm pools, the spares (slots.go,
 	// pool.go, ahead.go, recycle.go, spare.go).
 	pool *Pool
@@ -290,6 +293,7 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	stages := &Stages{node: n, drv: drv, envs: envs, ckpts: ckpts, slots: slots}
 	pool := &Pool{node: n, drv: drv, envs: envs, ckpts: ckpts, recs: recs, stages: stages, slots: slots,
 		idle: map[string]idleSlot{}, spares: map[string]Slot{}, claimed: map[string]claimedSlot{}, releasing: map[string]bool{}, starting: map[string]*startingSlot{}}
-	return &Deployer{node: n, drv: drv, recs: recs, envs: envs, ckpts: ckpts, stages: stages, pool: pool,
+	suspensions := &Suspensions{node: n, drv: drv, envs: envs, ckpts: ckpts, recs: recs, stages: stages, pool: pool}
+	return &Deployer{node: n, drv: drv, recs: recs, envs: envs, ckpts: ckpts, stages: stages, pool: pool, suspensions: suspensions,
 		platform: spec.HostPlatform(), hits: make(chan struct{}, cfg.HitConcurrency)}, nil
 }

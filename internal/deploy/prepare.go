@@ -37,14 +37,14 @@ var ErrNotPreparable = errors.New("cannot prepare a resume ahead")
 // of the generation's environment. Resume takes it. A slot that no resume
 // takes is released with DropPrepared, or at the agent's next start
 // (RecoverSlots: it has no deployment's record here).
-func (d *Deployer) PrepareResume(ctx context.Context, app spec.App, id string, gen int) (_ Slot, err error) {
+func (sx *Suspensions) PrepareResume(ctx context.Context, app spec.App, id string, gen int) (_ Slot, err error) {
 	if err := spec.ValidateID(id); err != nil {
 		return Slot{}, err
 	}
-	if s, ok := d.prepared(id); ok {
+	if s, ok := sx.prepared(id); ok {
 		return s, nil
 	}
-	from, ok, err := catalog.ReadGen(ctx, d.deps.Store, app.Name, gen)
+	from, ok, err := catalog.ReadGen(ctx, sx.deps.Store, app.Name, gen)
 	if err != nil {
 		return Slot{}, err
 	}
@@ -54,28 +54,28 @@ func (d *Deployer) PrepareResume(ctx context.Context, app spec.App, id string, g
 	eng := from.Engine
 	app = restoredSpec(from, app)
 	app.PostRestore = nil
-	if d.cfg.EnvRead != EnvShared {
+	if sx.cfg.EnvRead != EnvShared {
 		return Slot{}, fmt.Errorf("deployment %s: restores read their own clone of the environment: %w", id, ErrNotPreparable)
 	}
-	dr, err := d.drv.driverByRun(app, drivers.RunRestart, eng)
+	dr, err := sx.drv.driverByRun(app, drivers.RunRestart, eng)
 	if err != nil {
 		return Slot{}, err
 	}
 	if ls, ok := dr.(drivers.LateSourcer); !ok || !ls.TakesRootLater() {
 		return Slot{}, fmt.Errorf("deployment %s: driver %s: %w", id, dr.Name(), ErrNotPreparable)
 	}
-	s, err := d.pool.newSlot(app.Name, from.Gen, drivers.RunRestart, false, id, nil)
+	s, err := sx.pool.newSlot(app.Name, from.Gen, drivers.RunRestart, false, id, nil)
 	if err != nil {
 		return Slot{}, err
 	}
 	s.Engine = eng
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, d.pool.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
+			err = errors.Join(err, sx.pool.ReleaseSlot(context.WithoutCancel(ctx), s.ID))
 		}
 	}()
-	o := d.stages.newOp(&s.Timings, nil)
-	lower, err := d.envs.lowerFor(ctx, from)
+	o := sx.stages.newOp(&s.Timings, nil)
+	lower, err := sx.envs.lowerFor(ctx, from)
 	if err != nil {
 		return Slot{}, err
 	}
@@ -84,26 +84,26 @@ func (d *Deployer) PrepareResume(ctx context.Context, app spec.App, id string, g
 	if err := os.MkdirAll(ckpt, 0o755); err != nil {
 		return Slot{}, fmt.Errorf("slot %s checkpoint directory: %w", s.ID, err)
 	}
-	if err := d.deps.Roots.MountShared(mnt); err != nil {
+	if err := sx.deps.Roots.MountShared(mnt); err != nil {
 		return Slot{}, err
 	}
 	run := instanceSource{envPath: filepath.Join(mnt, "root"), ckptPath: ckpt, rootLater: lower.Root}
 	// resume: its root is the suspension's, never reset for another.
-	if err := d.stages.createInstance(ctx, s, slotSource{app: app, engine: eng, config: d.stages.genConfig(ctx, from), resume: true}, run); err != nil {
+	if err := sx.stages.createInstance(ctx, s, slotSource{app: app, engine: eng, config: sx.stages.genConfig(ctx, from), resume: true}, run); err != nil {
 		return Slot{}, err
 	}
 	o.phase(StepContainer)
 	s.Phase = SlotPrepared
-	if err := d.pool.slots.Save(s.ID, s); err != nil {
+	if err := sx.pool.slots.Save(s.ID, s); err != nil {
 		return Slot{}, err
 	}
-	d.log.Info("resume prepared", "deployment", id, "slot", s.ID, "app", app.Name, "gen", from.Gen, "engine", eng, "timings", s.Timings.String())
+	sx.log.Info("resume prepared", "deployment", id, "slot", s.ID, "app", app.Name, "gen", from.Gen, "engine", eng, "timings", s.Timings.String())
 	return *s, nil
 }
 
 // prepared returns the slot prepared for deployment id's resume, if any.
-func (d *Deployer) prepared(id string) (Slot, bool) {
-	all, err := d.pool.slots.List()
+func (sx *Suspensions) prepared(id string) (Slot, bool) {
+	all, err := sx.pool.slots.List()
 	if err != nil {
 		return Slot{}, false
 	}
@@ -116,8 +116,8 @@ func (d *Deployer) prepared(id string) (Slot, bool) {
 }
 
 // Prepared lists the deployments whose resume this node prepared.
-func (d *Deployer) Prepared() []string {
-	all, _ := d.pool.slots.List()
+func (sx *Suspensions) Prepared() []string {
+	all, _ := sx.pool.slots.List()
 	var ids []string
 	for _, s := range all {
 		if s.Phase == SlotPrepared {
@@ -129,27 +129,27 @@ func (d *Deployer) Prepared() []string {
 
 // DropPrepared releases the slot prepared for deployment id's resume (no
 // error if there is none).
-func (d *Deployer) DropPrepared(ctx context.Context, id string) error {
-	s, ok := d.prepared(id)
+func (sx *Suspensions) DropPrepared(ctx context.Context, id string) error {
+	s, ok := sx.prepared(id)
 	if !ok {
 		return nil
 	}
-	return d.pool.ReleaseSlot(ctx, s.ID)
+	return sx.pool.ReleaseSlot(ctx, s.ID)
 }
 
 // takePrepared returns the slot prepared for the resume of deployment id
 // from suspension susp, if there is one that fits it (same engine and
 // app, its root an overlay of the node's copy of the generation it came
 // from); one that does not fit is released.
-func (d *Deployer) takePrepared(ctx context.Context, id string, app spec.App, susp spec.Suspension) (*Slot, bool) {
-	s, ok := d.prepared(id)
+func (sx *Suspensions) takePrepared(ctx context.Context, id string, app spec.App, susp spec.Suspension) (*Slot, bool) {
+	s, ok := sx.prepared(id)
 	if !ok {
 		return nil, false
 	}
 	if s.App != app.Name || s.Engine != susp.Engine || !susp.Upper || s.Lower != lowerID(app.Name, susp.From.Gen) || s.Handle == nil {
-		d.log.Info("the resume prepared does not fit the suspension; resuming without it", "deployment", id, "slot", s.ID)
-		if err := d.pool.ReleaseSlot(context.WithoutCancel(ctx), s.ID); err != nil {
-			d.log.Warn("releasing a prepared resume", "slot", s.ID, "err", err)
+		sx.log.Info("the resume prepared does not fit the suspension; resuming without it", "deployment", id, "slot", s.ID)
+		if err := sx.pool.ReleaseSlot(context.WithoutCancel(ctx), s.ID); err != nil {
+			sx.log.Warn("releasing a prepared resume", "slot", s.ID, "err", err)
 		}
 		return nil, false
 	}
@@ -161,7 +161,7 @@ func (d *Deployer) takePrepared(ctx context.Context, id string, app spec.App, su
 // copy of its generation's environment, where the waiting container sees
 // it, and its checkpoint g copied into the instance's checkpoint volume
 // meanwhile. It leaves s in SlotIdle, its timings without a container.
-func (d *Deployer) provisionPrepared(ctx context.Context, o *op, s *Slot, src slotSource) error {
+func (sx *Suspensions) provisionPrepared(ctx context.Context, o *op, s *Slot, src slotSource) error {
 	g := *src.gen
 	dst := filepath.Join(s.Dir, "ckpt", fmt.Sprint(g.Gen))
 	start := time.Now()
@@ -172,24 +172,24 @@ func (d *Deployer) provisionPrepared(ctx context.Context, o *op, s *Slot, src sl
 		if err := os.Mkdir(dst, 0o755); err != nil {
 			return err
 		}
-		_, err := d.ckpts.fetch(ctx, g, dst)
+		_, err := sx.ckpts.fetch(ctx, g, dst)
 		return err
 	})
 	defer func() { _ = wait() }()
-	lower, err := d.envs.lowerFor(ctx, *src.lowerOf)
+	lower, err := sx.envs.lowerFor(ctx, *src.lowerOf)
 	if err != nil {
 		return err
 	}
-	if err := d.stages.cloneSlot(ctx, s, src, src.env, lower); err != nil {
+	if err := sx.stages.cloneSlot(ctx, s, src, src.env, lower); err != nil {
 		return err
 	}
 	o.phase(StepClone)
-	envMap, _, err := d.stages.mapSlot(ctx, s)
+	envMap, _, err := sx.stages.mapSlot(ctx, s)
 	if err != nil {
 		return err
 	}
 	o.phase(StepMap)
-	if _, _, err := d.stages.mountSlot(ctx, s, envMap, nil, lower); err != nil {
+	if _, _, err := sx.stages.mountSlot(ctx, s, envMap, nil, lower); err != nil {
 		return err
 	}
 	o.phase(StepMount)
@@ -198,8 +198,8 @@ func (d *Deployer) provisionPrepared(ctx context.Context, o *op, s *Slot, src sl
 	}
 	s.Fetched = true
 	o.phase(StepFetch)
-	d.log.Debug("suspension's checkpoint copied into a prepared instance", "slot", s.ID, "gen", g.Gen, "ms", time.Since(start).Milliseconds())
+	sx.log.Debug("suspension's checkpoint copied into a prepared instance", "slot", s.ID, "gen", g.Gen, "ms", time.Since(start).Milliseconds())
 	s.Gen, s.Handle.Gen = g.Gen, g.Gen+1
 	s.Phase = SlotIdle
-	return d.pool.slots.Save(s.ID, s)
+	return sx.pool.slots.Save(s.ID, s)
 }

@@ -54,33 +54,33 @@ func resumePrepared(ctx context.Context, t *testing.T, n deploytest.Node, app sp
 
 	// Prepared, never taken: released, and so is one a restarted agent
 	// finds.
-	if _, err := d.PrepareResume(ctx, app, dep.ID, dep.Gen); err != nil {
+	if _, err := d.Suspensions().PrepareResume(ctx, app, dep.ID, dep.Gen); err != nil {
 		t.Fatalf("prepare a resume: %v", err)
 	}
-	if err := d.DropPrepared(ctx, dep.ID); err != nil || len(d.Prepared()) != 0 {
-		t.Fatalf("drop a prepared resume: %v; prepared %v, want none", err, d.Prepared())
+	if err := d.Suspensions().DropPrepared(ctx, dep.ID); err != nil || len(d.Suspensions().Prepared()) != 0 {
+		t.Fatalf("drop a prepared resume: %v; prepared %v, want none", err, d.Suspensions().Prepared())
 	}
-	if _, err := d.PrepareResume(ctx, app, dep.ID, dep.Gen); err != nil {
+	if _, err := d.Suspensions().PrepareResume(ctx, app, dep.ID, dep.Gen); err != nil {
 		t.Fatalf("prepare a resume: %v", err)
 	}
 	d = n.Reopen(t)
-	if _, err := d.Pool().RecoverSlots(ctx); err != nil || len(d.Prepared()) != 0 {
-		t.Fatalf("recovery after a restart: %v; prepared %v, want none", err, d.Prepared())
+	if _, err := d.Pool().RecoverSlots(ctx); err != nil || len(d.Suspensions().Prepared()) != 0 {
+		t.Fatalf("recovery after a restart: %v; prepared %v, want none", err, d.Suspensions().Prepared())
 	}
 
 	// Prepared while the instance is suspended, then taken by its resume.
-	s, err := d.PrepareResume(ctx, app, dep.ID, dep.Gen)
+	s, err := d.Suspensions().PrepareResume(ctx, app, dep.ID, dep.Gen)
 	if err != nil {
 		t.Fatalf("prepare a resume: %v", err)
 	}
 	if _, made := s.Timings.Get(string(deploy.StepContainer)); s.Phase != deploy.SlotPrepared || !made {
 		t.Errorf("prepared slot: phase %s, timings %s; want %s with its container made", s.Phase, s.Timings, deploy.SlotPrepared)
 	}
-	susp, err := d.Suspend(ctx, dep.ID, app, nil)
+	susp, err := d.Suspensions().Suspend(ctx, dep.ID, app, nil)
 	if err != nil {
 		t.Fatalf("suspend: %v", err)
 	}
-	if err := d.Forget(dep.ID); err != nil { // as the agent does once etcd has the suspension
+	if err := d.Suspensions().Forget(dep.ID); err != nil { // as the agent does once etcd has the suspension
 		t.Fatal(err)
 	}
 	var phases []string
@@ -88,15 +88,15 @@ func resumePrepared(ctx context.Context, t *testing.T, n deploytest.Node, app sp
 	if err != nil {
 		t.Fatalf("resume into the prepared instance: %v (phases %v)", err, phases)
 	}
-	d.DropSuspension(ctx, resumed.ID, susp)
+	d.Suspensions().DropSuspension(ctx, resumed.ID, susp)
 	if resumed.Slot != s.ID || slices.Contains(phases, string(deploy.StepContainer)) || !slices.Contains(phases, string(deploy.StepFetch)) {
 		t.Errorf("resume: slot %s, phases %v; want the prepared slot %s, its checkpoint fetched and no container made", resumed.Slot, phases, s.ID)
 	}
 	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, resumed), "GET", "k"); err != nil || got != "moved" {
 		t.Errorf("after a resume into the prepared instance: GET k = %q, %v; want moved", got, err)
 	}
-	if len(d.Prepared()) != 0 {
-		t.Errorf("prepared after the resume: %v; want none", d.Prepared())
+	if len(d.Suspensions().Prepared()) != 0 {
+		t.Errorf("prepared after the resume: %v; want none", d.Suspensions().Prepared())
 	}
 	for _, id := range []string{resumed.ID, first.ID} {
 		if err := d.Undeploy(ctx, id); err != nil {

@@ -47,7 +47,7 @@ func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spe
 	}
 	defer d.undoOnError(ctx, rec, &err)
 	o := d.stages.newOp(&rec.Timings, opts.Progress)
-	s, prepared := d.takePrepared(ctx, id, app, susp)
+	s, prepared := d.suspensions.takePrepared(ctx, id, app, susp)
 	if !prepared {
 		if s, err = d.pool.newSlot(app.Name, g.Gen, drivers.RunRestart, false, id, nil); err != nil {
 			return Deployment{}, err
@@ -67,7 +67,7 @@ func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spe
 	src := slotSource{app: app, engine: susp.Engine, env: susp.Env, gen: &g, lowerOf: &from, resume: true,
 		config: d.stages.genConfig(ctx, susp.From), background: opts.Background}
 	if prepared {
-		err = d.provisionPrepared(ctx, o, s, src)
+		err = d.suspensions.provisionPrepared(ctx, o, s, src)
 	} else {
 		err = d.stages.provision(ctx, o, s, src)
 	}
@@ -82,7 +82,7 @@ func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spe
 	if err != nil {
 		return Deployment{}, err
 	}
-	return d.adoptSuspension(dep, susp), nil
+	return d.suspensions.adoptSuspension(dep, susp), nil
 }
 
 // adoptSuspension hands what is left of the suspension to the resumed
@@ -90,18 +90,18 @@ func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spe
 // clone), which it keeps, and the checkpoint's image and the hold, which
 // DropSuspension removes once the caller recorded dep Running (the
 // instance answers meanwhile; until then an undeploy removes them too).
-func (d *Deployer) adoptSuspension(dep Deployment, susp spec.Suspension) Deployment {
+func (sx *Suspensions) adoptSuspension(dep Deployment, susp spec.Suspension) Deployment {
 	dep.Images = append(append(dep.Images, susp.Env.Image), susp.Parents...)
 	for _, img := range []string{susp.Ckpt.Image, susp.Hold} {
 		if img != "" {
 			dep.Images = append(dep.Images, img)
 		}
 	}
-	if err := d.recs.save(&dep); err != nil {
-		d.log.Warn("the resumed deployment does not own its suspension's images; gc removes them once the deployment is gone",
+	if err := sx.recs.save(&dep); err != nil {
+		sx.log.Warn("the resumed deployment does not own its suspension's images; gc removes them once the deployment is gone",
 			"deployment", dep.ID, "image", susp.Env.Image, "err", err)
 	}
-	d.log.Info("resumed", "id", dep.ID, "app", dep.App, "gen", susp.From.Gen, "ports", dep.Ports, "timings", dep.Timings.String())
+	sx.log.Info("resumed", "id", dep.ID, "app", dep.App, "gen", susp.From.Gen, "ports", dep.Ports, "timings", dep.Timings.String())
 	return dep
 }
 
@@ -110,20 +110,20 @@ func (d *Deployer) adoptSuspension(dep Deployment, susp spec.Suspension) Deploym
 // owning them. A removal that fails leaves the image to the deployment's
 // undeploy. Like every change of a deployment, it is not called while
 // another runs on id.
-func (d *Deployer) DropSuspension(ctx context.Context, id string, susp spec.Suspension) {
+func (sx *Suspensions) DropSuspension(ctx context.Context, id string, susp spec.Suspension) {
 	var gone []string
 	for _, img := range []string{susp.Ckpt.Image, susp.Hold} {
 		if img == "" {
 			continue
 		}
-		if err := d.deps.Store.Remove(ctx, img); err != nil && !errors.Is(err, layering.ErrNotFound) {
-			d.log.Warn("removing a resumed suspension's image; the deployment's undeploy removes it", "deployment", id, "image", img, "err", err)
+		if err := sx.deps.Store.Remove(ctx, img); err != nil && !errors.Is(err, layering.ErrNotFound) {
+			sx.log.Warn("removing a resumed suspension's image; the deployment's undeploy removes it", "deployment", id, "image", img, "err", err)
 			continue
 		}
 		gone = append(gone, img)
 	}
-	if dep, err := d.recs.Load(id); err == nil && len(gone) > 0 {
+	if dep, err := sx.recs.Load(id); err == nil && len(gone) > 0 {
 		dep.Images = slices.DeleteFunc(dep.Images, func(i string) bool { return slices.Contains(gone, i) })
-		_ = d.recs.save(&dep)
+		_ = sx.recs.save(&dep)
 	}
 }

@@ -145,18 +145,18 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 	}
 	// An instance in a spare keeps its state through a suspend and a
 	// resume (its writable image and checkpoint volume are a spare's).
-	susp, err := d.Suspend(ctx, deps[0].ID, app, nil)
+	susp, err := d.Suspensions().Suspend(ctx, deps[0].ID, app, nil)
 	if err != nil {
 		t.Fatalf("suspend the instance of a spare: %v", err)
 	}
-	if err := d.Forget(deps[0].ID); err != nil { // as the agent does once etcd has the suspension
+	if err := d.Suspensions().Forget(deps[0].ID); err != nil { // as the agent does once etcd has the suspension
 		t.Fatal(err)
 	}
 	resumed, err := d.Resume(ctx, app, deps[0].ID, susp, deploy.Options{})
 	if err != nil {
 		t.Fatalf("resume the instance of a spare: %v", err)
 	}
-	d.DropSuspension(ctx, resumed.ID, susp)
+	d.Suspensions().DropSuspension(ctx, resumed.ID, susp)
 	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, resumed), "GET", "mine"); err != nil || got != resumed.ID {
 		t.Errorf("%s after suspend and resume: GET mine = %q, %v; want its own", resumed.ID, got, err)
 	}

@@ -33,6 +33,22 @@ const (
 	StepSeal  Step = "seal"
 )
 
+// Suspensions are the node's suspends of running instances (each step
+// journaled in the deployment's record), the images they leave in the
+// cluster, and the slots prepared ahead for a resume (prepare.go).
+type Suspensions struct {
+	*node
+	drv    *Drivers
+	envs   *EnvCopies
+	ckpts  *Checkpoints
+	recs   *Records
+	stages *Stages
+	pool   *Pool
+}
+
+// Suspensions returns the node's suspensions.
+func (d *Deployer) Suspensions() *Suspensions { return d.suspensions }
+
 // Suspension images: the checkpoint's and the clone that holds the
 // generation the instance came from, named after the deployment.
 func suspendCkptImage(id string) string { return catalog.InstancePrefix + id + "-susp" }
@@ -56,19 +72,19 @@ const metaSeed = "fogdeploy.seed"
 // fails otherwise leaves the deployment Failed (its checkpoint may have
 // stopped its app), its images owned by its record (Undeploy removes
 // them).
-func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progress func(string, time.Duration)) (_ spec.Suspension, err error) {
-	rec, err := d.recs.Load(id)
+func (sx *Suspensions) Suspend(ctx context.Context, id string, app spec.App, progress func(string, time.Duration)) (_ spec.Suspension, err error) {
+	rec, err := sx.recs.Load(id)
 	if err != nil {
 		return spec.Suspension{}, err
 	}
 	if rec.Phase == spec.PhaseSuspended && rec.Suspension != nil {
 		return *rec.Suspension, nil
 	}
-	susp, continuing, err := d.beginSuspend(ctx, rec)
+	susp, continuing, err := sx.beginSuspend(ctx, rec)
 	if err != nil {
 		return spec.Suspension{}, err
 	}
-	s := &suspension{d: d, rec: rec, susp: susp, continuing: continuing, o: d.stages.newOp(&susp.Timings, progress),
+	s := &suspension{sx: sx, rec: rec, susp: susp, continuing: continuing, o: sx.stages.newOp(&susp.Timings, progress),
 		envImg: rec.Images[0], ckptImg: suspendCkptImage(id), asked: continuing, held: func() error { return nil }}
 	s.o.timings = &s.susp.Timings
 	defer func() { s.end(ctx, err) }()
@@ -88,7 +104,7 @@ func (d *Deployer) Suspend(ctx context.Context, id string, app spec.App, progres
 // store, seal): the record it journals, the suspension as far as it got,
 // and what it holds until it ends.
 type suspension struct {
-	d    *Deployer
+	sx   *Suspensions
 	rec  Deployment
 	susp spec.Suspension
 	// continuing: a suspend cut short got this far before.
@@ -108,7 +124,7 @@ type suspension struct {
 // journal records how far it got.
 func (s *suspension) journal() error {
 	s.rec.Suspension = &s.susp
-	return s.d.recs.save(&s.rec)
+	return s.sx.recs.save(&s.rec)
 }
 
 // own records the checkpoint's image as the deployment's, before it is
@@ -126,33 +142,33 @@ func (s *suspension) own() error {
 // answers nothing; so is the hold of its generation. A suspend that got
 // past it before skips it.
 func (s *suspension) checkpoint(ctx context.Context, app spec.App) error {
-	d, id := s.d, s.rec.ID
+	sx, id := s.sx, s.rec.ID
 	if s.rec.Handle == nil || s.susp.CkptGen != 0 {
 		return nil
 	}
 	size := max(app.CheckpointBytes(), 2*s.susp.From.Bytes)
-	if err := d.deps.Store.Create(ctx, s.ckptImg, size); err != nil && !errors.Is(err, layering.ErrExists) {
+	if err := sx.deps.Store.Create(ctx, s.ckptImg, size); err != nil && !errors.Is(err, layering.ErrExists) {
 		return err
 	}
 	// Tagged before it is mapped: librbd's metadata writes wait for
 	// the exclusive lock of an image that rbd-fuse holds open, and
 	// may wait for ever (a mapping a crash left goes first).
 	if s.continuing {
-		_ = d.deps.Mapper.Release(ctx, suspendMapping(id))
+		_ = sx.deps.Mapper.Release(ctx, suspendMapping(id))
 	}
-	if err := d.deps.Store.SetMeta(ctx, s.ckptImg, withSeed(d.suspensionMeta(id), s.rec.Seed)); err != nil {
+	if err := sx.deps.Store.SetMeta(ctx, s.ckptImg, withSeed(sx.suspensionMeta(id), s.rec.Seed)); err != nil {
 		return err
 	}
 	var err error
-	if s.mounted, err = d.mountSuspension(ctx, &s.rec, s.ckptImg); err != nil {
+	if s.mounted, err = sx.mountSuspension(ctx, &s.rec, s.ckptImg); err != nil {
 		return err
 	}
-	if s.held, err = d.holdSoon(ctx, &s.rec, s.susp); err != nil {
+	if s.held, err = sx.holdSoon(ctx, &s.rec, s.susp); err != nil {
 		s.held = func() error { return nil }
 		return err
 	}
 	s.holding, s.asked = true, true
-	if s.exited, err = d.checkpointInstance(ctx, s.rec, &s.susp, s.continuing); err != nil {
+	if s.exited, err = sx.checkpointInstance(ctx, s.rec, &s.susp, s.continuing); err != nil {
 		return err
 	}
 	if err := s.journal(); err != nil {
@@ -170,11 +186,11 @@ func (s *suspension) store(ctx context.Context) error {
 	}
 	if s.mounted == nil { // continuing after the checkpoint
 		var err error
-		if s.mounted, err = s.d.mountSuspension(ctx, &s.rec, s.ckptImg); err != nil {
+		if s.mounted, err = s.sx.mountSuspension(ctx, &s.rec, s.ckptImg); err != nil {
 			return err
 		}
 	}
-	if err := s.d.storeAndRelease(ctx, &s.rec, &s.susp, suspendImages{env: s.envImg, ckpt: s.ckptImg, mounted: s.mounted, exited: s.exited}); err != nil {
+	if err := s.sx.storeAndRelease(ctx, &s.rec, &s.susp, suspendImages{env: s.envImg, ckpt: s.ckptImg, mounted: s.mounted, exited: s.exited}); err != nil {
 		return err
 	}
 	s.mounted = nil // released
@@ -193,7 +209,7 @@ func (s *suspension) seal(ctx context.Context) (spec.Suspension, error) {
 	if err := held(); err != nil {
 		return spec.Suspension{}, err
 	}
-	if err := s.d.sealSuspension(ctx, &s.rec, &s.susp, s.holding); err != nil {
+	if err := s.sx.sealSuspension(ctx, &s.rec, &s.susp, s.holding); err != nil {
 		return spec.Suspension{}, err
 	}
 	if err := removeDir(s.rec.Dir); err != nil {
@@ -204,7 +220,7 @@ func (s *suspension) seal(ctx context.Context) (spec.Suspension, error) {
 	if err := s.journal(); err != nil {
 		return spec.Suspension{}, err
 	}
-	s.d.log.Info("suspended", "id", s.rec.ID, "app", s.rec.App, "gen", s.susp.From.Gen, "ckpt_gen", s.susp.CkptGen, "bytes", s.susp.Bytes,
+	s.sx.log.Info("suspended", "id", s.rec.ID, "app", s.rec.App, "gen", s.susp.From.Gen, "ckpt_gen", s.susp.CkptGen, "bytes", s.susp.Bytes,
 		"env", s.susp.Env.String(), "timings", s.susp.Timings.String())
 	return s.susp, nil
 }
@@ -216,37 +232,37 @@ func (s *suspension) end(ctx context.Context, err error) {
 	_ = s.held()
 	if s.mounted != nil && err != nil {
 		_ = s.mounted()
-		_ = s.d.deps.Mapper.Release(context.WithoutCancel(ctx), suspendMapping(s.rec.ID))
+		_ = s.sx.deps.Mapper.Release(context.WithoutCancel(ctx), suspendMapping(s.rec.ID))
 	}
 	switch {
 	case err == nil || ctx.Err() != nil:
 	case !s.asked:
 		// Nothing stopped the app: it runs on as before.
-		s.d.undoSuspend(context.WithoutCancel(ctx), &s.rec, s.ckptImg)
+		s.sx.undoSuspend(context.WithoutCancel(ctx), &s.rec, s.ckptImg)
 	default:
 		s.rec.Phase, s.rec.Error = spec.PhaseFailed, err.Error()
-		_ = s.d.recs.save(&s.rec)
+		_ = s.sx.recs.save(&s.rec)
 	}
 }
 
 // beginSuspend is the suspension of rec as far as a suspend cut short got
 // (continuing), or a new one.
-func (d *Deployer) beginSuspend(ctx context.Context, rec Deployment) (spec.Suspension, bool, error) {
+func (sx *Suspensions) beginSuspend(ctx context.Context, rec Deployment) (spec.Suspension, bool, error) {
 	if rec.Phase == spec.PhaseSuspending && rec.Suspension != nil {
 		return *rec.Suspension, true, nil
 	}
-	from, err := d.suspendable(ctx, rec)
+	from, err := sx.suspendable(ctx, rec)
 	if err != nil {
 		return spec.Suspension{}, false, err
 	}
-	return spec.Suspension{From: from, Engine: rec.Engine, Upper: rec.Lower != "", Node: d.cfg.Node, Created: time.Now().UTC()}, false, nil
+	return spec.Suspension{From: from, Engine: rec.Engine, Upper: rec.Lower != "", Node: sx.cfg.Node, Created: time.Now().UTC()}, false, nil
 }
 
 // checkpointInstance checkpoints rec's instance into susp (continuing a
 // suspend cut short, it reads the checkpoint asked before; checkpointOf).
 // exited: the instance's processes are gone (drivers.Checkpointed.Exited).
-func (d *Deployer) checkpointInstance(ctx context.Context, rec Deployment, susp *spec.Suspension, continuing bool) (exited bool, err error) {
-	dr := d.drv.driverByName(rec.Handle.Driver)
+func (sx *Suspensions) checkpointInstance(ctx context.Context, rec Deployment, susp *spec.Suspension, continuing bool) (exited bool, err error) {
+	dr := sx.drv.driverByName(rec.Handle.Driver)
 	if dr == nil {
 		return false, fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, rec.Handle.Driver, rec.ID)
 	}
@@ -260,29 +276,29 @@ func (d *Deployer) checkpointInstance(ctx context.Context, rec Deployment, susp 
 
 // undoSuspend gives rec back its Running record when a suspend failed
 // before its checkpoint was asked: the checkpoint's image goes.
-func (d *Deployer) undoSuspend(ctx context.Context, rec *Deployment, ckptImg string) {
+func (sx *Suspensions) undoSuspend(ctx context.Context, rec *Deployment, ckptImg string) {
 	made := []string{ckptImg, suspendHoldImage(rec.ID)}
 	rec.Phase, rec.Suspension, rec.Error = spec.PhaseRunning, nil, ""
 	rec.Images = slices.DeleteFunc(rec.Images, func(img string) bool { return slices.Contains(made, img) })
-	if err := d.recs.save(rec); err != nil {
-		d.log.Warn("undoing a suspend that failed before its checkpoint", "deployment", rec.ID, "err", err)
+	if err := sx.recs.save(rec); err != nil {
+		sx.log.Warn("undoing a suspend that failed before its checkpoint", "deployment", rec.ID, "err", err)
 		return
 	}
 	for _, img := range made {
-		if err := d.deps.Store.Remove(ctx, img); err != nil && !errors.Is(err, layering.ErrNotFound) {
-			d.log.Warn("removing the image of a suspend that failed before its checkpoint; gc removes it", "image", img, "err", err)
+		if err := sx.deps.Store.Remove(ctx, img); err != nil && !errors.Is(err, layering.ErrNotFound) {
+			sx.log.Warn("removing the image of a suspend that failed before its checkpoint; gc removes it", "image", img, "err", err)
 		}
 	}
 }
 
 // journalMapping records mapping id among rec's before it is made: a
 // crash leaves it to the release.
-func (d *Deployer) journalMapping(rec *Deployment, id string) (string, error) {
+func (sx *Suspensions) journalMapping(rec *Deployment, id string) (string, error) {
 	if slices.Contains(rec.Mappings, id) {
 		return id, nil
 	}
 	rec.Mappings = append(rec.Mappings, id)
-	return id, d.recs.save(rec)
+	return id, sx.recs.save(rec)
 }
 
 // checkpointOf checkpoints instance h with dr; continuing a suspend cut
@@ -304,7 +320,7 @@ func checkpointOf(ctx context.Context, dr drivers.Driver, h drivers.Handle, cont
 
 // suspendable checks that rec's instance can be suspended and returns the
 // generation it was restored from.
-func (d *Deployer) suspendable(ctx context.Context, rec Deployment) (spec.Generation, error) {
+func (sx *Suspensions) suspendable(ctx context.Context, rec Deployment) (spec.Generation, error) {
 	no := func(why, fix string) error {
 		return hint.With(fmt.Errorf("deployment %s: %s: %w", rec.ID, why, ErrNotSuspendable), fix)
 	}
@@ -315,7 +331,7 @@ func (d *Deployer) suspendable(ctx context.Context, rec Deployment) (spec.Genera
 		return spec.Generation{}, no("it was booted without a checkpoint engine, which alone can save its memory",
 			"deploy it with mode restore (or auto, once its app has a generation)")
 	}
-	from, ok, err := catalog.ReadGen(ctx, d.deps.Store, rec.App, rec.Gen)
+	from, ok, err := catalog.ReadGen(ctx, sx.deps.Store, rec.App, rec.Gen)
 	if err != nil {
 		return spec.Generation{}, err
 	}
@@ -329,8 +345,8 @@ func (d *Deployer) suspendable(ctx context.Context, rec Deployment) (spec.Genera
 // sealSuspension ends a suspend whose images are sealed: the size of its
 // writable image, and, for an overlay's upper layer, a clone of the
 // generation's environment that holds it (made already if held).
-func (d *Deployer) sealSuspension(ctx context.Context, rec *Deployment, susp *spec.Suspension, held bool) error {
-	st := d.deps.Store
+func (sx *Suspensions) sealSuspension(ctx context.Context, rec *Deployment, susp *spec.Suspension, held bool) error {
+	st := sx.deps.Store
 	if info, err := st.Stat(ctx, susp.Env.Image); err == nil {
 		susp.EnvBytes = info.Used
 	}
@@ -338,7 +354,7 @@ func (d *Deployer) sealSuspension(ctx context.Context, rec *Deployment, susp *sp
 		return nil
 	}
 	if !held {
-		made, err := d.holdSoon(ctx, rec, *susp)
+		made, err := sx.holdSoon(ctx, rec, *susp)
 		if err == nil {
 			err = made()
 		}
@@ -354,18 +370,18 @@ func (d *Deployer) sealSuspension(ctx context.Context, rec *Deployment, susp *sp
 // suspension with an upper layer came from, and starts to make it (once:
 // a clone made before is kept); the function it returns waits for it.
 // Nothing is held for a suspension of a whole root.
-func (d *Deployer) holdSoon(ctx context.Context, rec *Deployment, susp spec.Suspension) (func() error, error) {
+func (sx *Suspensions) holdSoon(ctx context.Context, rec *Deployment, susp spec.Suspension) (func() error, error) {
 	if !susp.Upper {
 		return func() error { return nil }, nil
 	}
 	hold := suspendHoldImage(rec.ID)
 	if !slices.Contains(rec.Images, hold) {
 		rec.Images = append(rec.Images, hold)
-		if err := d.recs.save(rec); err != nil {
+		if err := sx.recs.save(rec); err != nil {
 			return nil, err
 		}
 	}
-	st, meta := d.deps.Store, d.suspensionMeta(rec.ID)
+	st, meta := sx.deps.Store, sx.suspensionMeta(rec.ID)
 	return async(func() error {
 		if err := st.Clone(ctx, susp.From.EnvSnap, hold); err != nil && !errors.Is(err, layering.ErrExists) {
 			return err
@@ -376,21 +392,21 @@ func (d *Deployer) holdSoon(ctx context.Context, rec *Deployment, susp spec.Susp
 
 // Forget drops the record of a suspended deployment, whose suspension is
 // recorded elsewhere now.
-func (d *Deployer) Forget(id string) error {
-	rec, err := d.recs.Load(id)
+func (sx *Suspensions) Forget(id string) error {
+	rec, err := sx.recs.Load(id)
 	if err != nil {
 		return err
 	}
 	if rec.Phase != spec.PhaseSuspended {
 		return fmt.Errorf("deployment %s is %s, not Suspended: %w", id, rec.Phase, ErrNotSuspendable)
 	}
-	return d.recs.remove(id)
+	return sx.recs.remove(id)
 }
 
 // Suspended lists the suspended deployments whose record this node still
 // holds (Forget was not called: the caller did not record them yet).
-func (d *Deployer) Suspended() ([]Deployment, error) {
-	recs, err := d.recs.List()
+func (sx *Suspensions) Suspended() ([]Deployment, error) {
+	recs, err := sx.recs.List()
 	if err != nil {
 		return nil, err
 	}
@@ -398,6 +414,6 @@ func (d *Deployer) Suspended() ([]Deployment, error) {
 }
 
 // RemoveSuspension removes the images of suspension susp.
-func (d *Deployer) RemoveSuspension(ctx context.Context, susp spec.Suspension) error {
-	return catalog.RemoveSuspension(ctx, d.deps.Store, susp)
+func (sx *Suspensions) RemoveSuspension(ctx context.Context, susp spec.Suspension) error {
+	return catalog.RemoveSuspension(ctx, sx.deps.Store, susp)
 }

@@ -22,7 +22,7 @@ import (
 // and no more; a root cloned from the generation's environment would
 // copy the whole environment. A parent that cannot be removed stays in
 // susp.Parents, owned as before.
-func (d *Deployer) detachParents(ctx context.Context, rec *Deployment, susp *spec.Suspension) error {
+func (sx *Suspensions) detachParents(ctx context.Context, rec *Deployment, susp *spec.Suspension) error {
 	if rec.Lower == "" || len(susp.Parents) == 0 {
 		return nil
 	}
@@ -30,7 +30,7 @@ func (d *Deployer) detachParents(ctx context.Context, rec *Deployment, susp *spe
 	// started again after the flatten finds none: they stay owned).
 	var chain []string
 	for img := susp.Env.Image; ; {
-		info, err := d.deps.Store.Stat(ctx, img)
+		info, err := sx.deps.Store.Stat(ctx, img)
 		if err != nil {
 			return err
 		}
@@ -44,18 +44,18 @@ func (d *Deployer) detachParents(ctx context.Context, rec *Deployment, susp *spe
 		return nil
 	}
 	t := time.Now()
-	if err := d.deps.Store.Flatten(ctx, susp.Env.Image); err != nil {
+	if err := sx.deps.Store.Flatten(ctx, susp.Env.Image); err != nil {
 		return fmt.Errorf("flatten %s: %w", susp.Env.Image, err)
 	}
 	kept := slices.DeleteFunc(slices.Clone(susp.Parents), func(img string) bool { return slices.Contains(chain, img) })
 	for _, p := range chain { // each is the parent of the one before
-		if err := d.removeImage(ctx, rec.ID, p); err != nil && !errors.Is(err, layering.ErrNotFound) {
-			d.log.Warn("removing a flattened instance's former parent; it stays with the suspension", "deployment", rec.ID, "image", p, "err", err)
+		if err := sx.removeImage(ctx, rec.ID, p); err != nil && !errors.Is(err, layering.ErrNotFound) {
+			sx.log.Warn("removing a flattened instance's former parent; it stays with the suspension", "deployment", rec.ID, "image", p, "err", err)
 			kept = append(kept, p)
 		}
 	}
 	susp.Parents = kept
-	d.log.Info("a resumed instance's writable image flattened", "deployment", rec.ID, "image", susp.Env.Image,
+	sx.log.Info("a resumed instance's writable image flattened", "deployment", rec.ID, "image", susp.Env.Image,
 		"parents_removed", len(chain)-len(kept), "took", time.Since(t).Round(time.Millisecond))
 	return nil
 }

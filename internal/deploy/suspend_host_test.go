@@ -36,11 +36,11 @@ func testSuspendResumeHost(t *testing.T, eng engine.Name) {
 	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "SET", "k", "kept"); err != nil || got != "OK" {
 		t.Fatalf("SET: %q, %v", got, err)
 	}
-	susp, err := d.Suspend(ctx, dep.ID, app, nil)
+	susp, err := d.Suspensions().Suspend(ctx, dep.ID, app, nil)
 	if err != nil {
 		t.Fatalf("suspend under the host driver: %v", err)
 	}
-	if err := d.Forget(dep.ID); err != nil { // as the agent does once etcd has the suspension
+	if err := d.Suspensions().Forget(dep.ID); err != nil { // as the agent does once etcd has the suspension
 		t.Fatal(err)
 	}
 	resumed, err := d.Resume(ctx, app, dep.ID, susp, deploy.Options{})
@@ -55,7 +55,7 @@ func testSuspendResumeHost(t *testing.T, eng engine.Name) {
 	if _, err := f.Ceph.Stat(ctx, susp.Ckpt.Image); err != nil {
 		t.Errorf("the suspension's checkpoint image before DropSuspension: %v; want it kept until then", err)
 	}
-	d.DropSuspension(ctx, resumed.ID, susp)
+	d.Suspensions().DropSuspension(ctx, resumed.ID, susp)
 	if _, err := f.Ceph.Stat(ctx, susp.Ckpt.Image); !errors.Is(err, layering.ErrNotFound) {
 		t.Errorf("the suspension's checkpoint image after DropSuspension: %v; want it removed", err)
 	}

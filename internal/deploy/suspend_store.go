@@ -42,10 +42,10 @@ func withSeed(meta map[string]string, seed string) map[string]string {
 // ckptImg and the release of its instance, root and mappings, each image
 // sealed once it is written; rec then owns the images and its directory
 // only (the directory goes at the suspend's end).
-func (d *Deployer) storeAndRelease(ctx context.Context, rec *Deployment, susp *spec.Suspension, si suspendImages) error {
+func (sx *Suspensions) storeAndRelease(ctx context.Context, rec *Deployment, susp *spec.Suspension, si suspendImages) error {
 	envImg, ckptImg := si.env, si.ckpt
 	h := *rec.Handle
-	dr := d.drv.driverByName(h.Driver)
+	dr := sx.drv.driverByName(h.Driver)
 	if dr == nil {
 		return fmt.Errorf("%w: driver %q of deployment %s", drivers.ErrDriver, h.Driver, rec.ID)
 	}
@@ -56,12 +56,12 @@ func (d *Deployer) storeAndRelease(ctx context.Context, rec *Deployment, susp *s
 	susp.Parents = slices.DeleteFunc(slices.Clone(rec.Images), func(img string) bool { return img == envImg || img == ckptImg || img == hold })
 	susp.Env = layering.SnapRef{Image: envImg, Snap: layering.SealedSnap}
 	susp.Ckpt = layering.SnapRef{Image: ckptImg, Snap: layering.SealedSnap}
-	meta := d.suspensionMeta(rec.ID)
+	meta := sx.suspensionMeta(rec.ID)
 	stored := async(func() error {
-		if err := d.storeCheckpoint(ctx, rec.Dir, mid, si.mounted, drivers.GenDir(h.CkptPath, susp.CkptGen), susp.CkptGen); err != nil {
+		if err := sx.storeCheckpoint(ctx, rec.Dir, mid, si.mounted, drivers.GenDir(h.CkptPath, susp.CkptGen), susp.CkptGen); err != nil {
 			return err
 		}
-		return d.sealImage(ctx, susp.Ckpt, nil)
+		return sx.sealImage(ctx, susp.Ckpt, nil)
 	})
 	// An instance whose processes are gone holds no mount of its root:
 	// the root is unmounted and its image unmapped and sealed while the
@@ -69,16 +69,16 @@ func (d *Deployer) storeAndRelease(ctx context.Context, rec *Deployment, susp *s
 	removed := func() error { return nil }
 	var released error
 	if si.exited {
-		removed = async(func() error { return d.stages.removeInstance(ctx, dr, h) })
-		released = d.releaseRoot(ctx, *rec, mid)
+		removed = async(func() error { return sx.stages.removeInstance(ctx, dr, h) })
+		released = sx.releaseRoot(ctx, *rec, mid)
 	} else {
-		released = d.releaseInstance(ctx, dr, *rec, mid)
+		released = sx.releaseInstance(ctx, dr, *rec, mid)
 	}
 	if released == nil {
-		released = d.detachParents(ctx, rec, susp)
+		released = sx.detachParents(ctx, rec, susp)
 	}
 	if released == nil {
-		released = d.sealImage(ctx, susp.Env, meta)
+		released = sx.sealImage(ctx, susp.Env, meta)
 	}
 	if err := errors.Join(released, stored(), removed()); err != nil {
 		return err
@@ -93,19 +93,19 @@ func (d *Deployer) storeAndRelease(ctx context.Context, rec *Deployment, susp *s
 
 // releaseInstance removes rec's instance, unmounts its root and releases
 // its mappings but mid; it leaves its images and its directory.
-func (d *Deployer) releaseInstance(ctx context.Context, dr drivers.Driver, rec Deployment, mid string) error {
-	if err := d.stages.removeInstance(ctx, dr, *rec.Handle); err != nil {
+func (sx *Suspensions) releaseInstance(ctx context.Context, dr drivers.Driver, rec Deployment, mid string) error {
+	if err := sx.stages.removeInstance(ctx, dr, *rec.Handle); err != nil {
 		return err
 	}
-	return d.releaseRoot(ctx, rec, mid)
+	return sx.releaseRoot(ctx, rec, mid)
 }
 
 // releaseRoot unmounts rec's root and releases its mappings but mid.
-func (d *Deployer) releaseRoot(ctx context.Context, rec Deployment, mid string) error {
-	if err := d.envs.unmountRoot(ctx, rec.Dir); err != nil {
+func (sx *Suspensions) releaseRoot(ctx context.Context, rec Deployment, mid string) error {
+	if err := sx.envs.unmountRoot(ctx, rec.Dir); err != nil {
 		return fmt.Errorf("unmount root: %w", err)
 	}
-	return d.releaseMappings(ctx, slices.DeleteFunc(slices.Clone(rec.Mappings), func(m string) bool { return m == mid }))
+	return sx.releaseMappings(ctx, slices.DeleteFunc(slices.Clone(rec.Mappings), func(m string) bool { return m == mid }))
 }
 
 // suspendMapping is the mapping of deployment id's suspension image.
@@ -117,15 +117,15 @@ func suspendMount(instDir string) string { return filepath.Join(instDir, "suspen
 // mountSuspension journals the mapping of rec's suspension image img and
 // starts to map, format and mount it (suspendMount); the function it
 // returns waits for that.
-func (d *Deployer) mountSuspension(ctx context.Context, rec *Deployment, img string) (func() error, error) {
-	mid, err := d.journalMapping(rec, suspendMapping(rec.ID))
+func (sx *Suspensions) mountSuspension(ctx context.Context, rec *Deployment, img string) (func() error, error) {
+	mid, err := sx.journalMapping(rec, suspendMapping(rec.ID))
 	if err != nil {
 		return nil, err
 	}
 	target := suspendMount(rec.Dir)
 	return async(func() error {
-		_ = d.deps.Mapper.Release(ctx, mid) // one a crash left
-		_, err := d.deps.Mapper.MapAndMount(ctx, mapper.Image{Pool: d.cfg.Pool, Name: img}, target,
+		_ = sx.deps.Mapper.Release(ctx, mid) // one a crash left
+		_, err := sx.deps.Mapper.MapAndMount(ctx, mapper.Image{Pool: sx.cfg.Pool, Name: img}, target,
 			mapper.MountOptions{Format: true}, mapper.WithID(mid))
 		return err
 	}), nil
@@ -134,11 +134,11 @@ func (d *Deployer) mountSuspension(ctx context.Context, rec *Deployment, img str
 // storeCheckpoint copies the checkpoint files in dir into directory gen of
 // the suspension's image, once mounted (mountSuspension), then releases
 // its mapping mid, which flushes them.
-func (d *Deployer) storeCheckpoint(ctx context.Context, instDir, mid string, mounted func() error, dir string, gen int) (err error) {
+func (sx *Suspensions) storeCheckpoint(ctx context.Context, instDir, mid string, mounted func() error, dir string, gen int) (err error) {
 	target := suspendMount(instDir)
 	defer func() {
 		// The release flushes what was written.
-		if rerr := d.deps.Mapper.Release(context.WithoutCancel(ctx), mid); rerr != nil && !errors.Is(rerr, mapper.ErrNotMapped) {
+		if rerr := sx.deps.Mapper.Release(context.WithoutCancel(ctx), mid); rerr != nil && !errors.Is(rerr, mapper.ErrNotMapped) {
 			err = errors.Join(err, rerr)
 		}
 		_ = os.Remove(target)
@@ -159,14 +159,14 @@ func (d *Deployer) storeCheckpoint(ctx context.Context, instDir, mid string, mou
 
 // suspensionMeta names deployment id on a suspension's images (gc keeps
 // them while it exists) and no slot.
-func (d *Deployer) suspensionMeta(id string) map[string]string {
-	return map[string]string{catalog.MetaDeployment: id, catalog.MetaSlot: "", catalog.MetaNode: d.cfg.Node}
+func (sx *Suspensions) suspensionMeta(id string) map[string]string {
+	return map[string]string{catalog.MetaDeployment: id, catalog.MetaSlot: "", catalog.MetaNode: sx.cfg.Node}
 }
 
 // sealImage tags ref's image with meta (if any), once nothing maps it,
 // and snapshots it (once).
-func (d *Deployer) sealImage(ctx context.Context, ref layering.SnapRef, meta map[string]string) error {
-	st := d.deps.Store
+func (sx *Suspensions) sealImage(ctx context.Context, ref layering.SnapRef, meta map[string]string) error {
+	st := sx.deps.Store
 	if meta != nil {
 		if err := st.SetMeta(ctx, ref.Image, meta); err != nil {
 			return err

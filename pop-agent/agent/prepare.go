@@ -46,7 +46,7 @@ func (a *agent) prepare(ctx context.Context, dsr state.Desired) error {
 	}
 	a.pool.inflight.Add(1)
 	defer a.pool.inflight.Add(-1)
-	_, err = a.d.PrepareResume(ctx, app, dsr.ID, dep.Status.Gen)
+	_, err = a.d.Suspensions().PrepareResume(ctx, app, dsr.ID, dep.Status.Gen)
 	return err
 }
 
@@ -57,7 +57,7 @@ func (a *agent) dropPrepared(ctx context.Context, list []state.Desired) {
 	if a.d == nil { // a plane test's agent, without a deployer
 		return
 	}
-	ids := a.d.Prepared()
+	ids := a.d.Suspensions().Prepared()
 	if len(ids) == 0 {
 		return
 	}
@@ -72,7 +72,7 @@ func (a *agent) dropPrepared(ctx context.Context, list []state.Desired) {
 		}
 		a.spawn(ctx, id, func(ctx context.Context) {
 			// A resume that took it meanwhile left nothing Prepared.
-			if err := a.d.DropPrepared(ctx, id); err != nil {
+			if err := a.d.Suspensions().DropPrepared(ctx, id); err != nil {
 				a.log.Warn("releasing a resume prepared for a migration that went elsewhere", "deployment", id, "err", err)
 				return
 			}

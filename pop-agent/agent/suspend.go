@@ -39,7 +39,7 @@ func (a *agent) suspend(ctx context.Context, dsr state.Desired) {
 	live := a.newLiveStatus(ctx, dsr.ID, st)
 	_ = a.setStatus(ctx, dsr.ID, st)
 	start := time.Now()
-	susp, err := a.d.Suspend(ctx, dsr.ID, app, live.progress)
+	susp, err := a.d.Suspensions().Suspend(ctx, dsr.ID, app, live.progress)
 	live.stop()
 	if err != nil {
 		a.m.suspends.WithLabelValues("error").Inc()
@@ -89,11 +89,11 @@ func (a *agent) recordSuspended(ctx context.Context, rec deploy.Deployment) {
 		case other != "":
 			a.log.Info("a withdrawn deployment suspended here was resumed on another node: its suspension is that node's", "deployment", rec.ID, "node", other)
 		default:
-			if rerr := a.d.RemoveSuspension(ctx, *rec.Suspension); rerr != nil {
+			if rerr := a.d.Suspensions().RemoveSuspension(ctx, *rec.Suspension); rerr != nil {
 				a.log.Warn("removing the suspension of a withdrawn deployment; gc removes what is left", "deployment", rec.ID, "err", rerr)
 			}
 		}
-		if err := a.d.Forget(rec.ID); err != nil {
+		if err := a.d.Suspensions().Forget(rec.ID); err != nil {
 			a.log.Warn("forgetting a withdrawn suspended deployment's record", "deployment", rec.ID, "err", err)
 		}
 		return
@@ -101,7 +101,7 @@ func (a *agent) recordSuspended(ctx context.Context, rec deploy.Deployment) {
 		a.log.Warn("recording a suspension; retried every reconcile interval", "deployment", rec.ID, "err", err)
 		return
 	}
-	if err := a.d.Forget(rec.ID); err != nil {
+	if err := a.d.Suspensions().Forget(rec.ID); err != nil {
 		a.log.Warn("forgetting a suspended deployment's record", "deployment", rec.ID, "err", err)
 	}
 	a.log.Info("deployment suspended", "deployment", rec.ID, "app", rec.App, "env", rec.Suspension.Env.String(),
@@ -150,7 +150,7 @@ func (a *agent) resume(ctx context.Context, dsr state.Desired, app spec.App, sus
 		a.log.Error("resume failed; the deployment stays suspended", "deployment", dsr.ID, "err", err)
 		serr := a.st.SetSuspended(ctx, dsr.ID, susp, err)
 		if errors.Is(serr, state.ErrNotFound) {
-			_ = a.d.RemoveSuspension(ctx, susp)
+			_ = a.d.Suspensions().RemoveSuspension(ctx, susp)
 			_ = a.st.ForgetStatus(ctx, dsr.ID)
 		}
 		a.event(ctx, dsr.ID, "resume failed", err.Error())
@@ -165,7 +165,7 @@ func (a *agent) resume(ctx context.Context, dsr state.Desired, app spec.App, sus
 		a.log.Warn("writing status", "err", err)
 	}
 	// Its callers know where it answers: what it needs no more goes.
-	a.d.DropSuspension(ctx, dsr.ID, susp)
+	a.d.Suspensions().DropSuspension(ctx, dsr.ID, susp)
 	a.event(ctx, dsr.ID, "resumed", fmt.Sprintf("on node %s, %s", a.c.Node.Name, dep.Timings))
 	a.log.Info("deployment resumed", "deployment", dsr.ID, "ports", dep.Ports, "timings", dep.Timings.String())
 	// Withdrawn while it resumed? Then undo at once.

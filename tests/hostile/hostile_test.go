@@ -398,18 +398,18 @@ func preloadAttack(ctx context.Context, t *testing.T, f *deploytest.Fixture, app
 	if err != nil || !strings.Contains(r.Output, "planted") {
 		t.Fatalf("the app could not write its preload (%v):\n%s", err, r.Output)
 	}
-	susp, err := f.D.Suspend(ctx, dep.ID, app, nil)
+	susp, err := f.D.Suspensions().Suspend(ctx, dep.ID, app, nil)
 	if err != nil {
 		t.Fatalf("suspend with the app's preload: %v", err)
 	}
-	if err := f.D.Forget(dep.ID); err != nil { // as the agent does once etcd has the suspension
+	if err := f.D.Suspensions().Forget(dep.ID); err != nil { // as the agent does once etcd has the suspension
 		t.Fatal(err)
 	}
 	resumed, err := f.D.Resume(ctx, app, dep.ID, susp, deploy.Options{})
 	if err != nil {
 		t.Fatalf("resume with the app's preload: %v", err)
 	}
-	f.D.DropSuspension(ctx, resumed.ID, susp)
+	f.D.Suspensions().DropSuspension(ctx, resumed.ID, susp)
 	r, err = f.Container.Exec(ctx, *resumed.Handle, drivers.Exec{Argv: []string{"sh", "-c",
 		"cat /etc/ld.so.preload; cat /var/tmp/hostile-preload-ran 2>/dev/null | sed 's/^/ran in: /'; echo checked"}, User: app.User})
 	if err != nil || !strings.Contains(r.Output, "hostile-preload.so") || !strings.Contains(r.Output, "checked") {
