@@ -18,21 +18,33 @@
 // Restore (an instance from a generation) so that a warm pool, an adaptive
 // boot-or-restore choice, lazy restore and migration can reuse them.
 //
-// Where each concern lives: deployer.go (wiring: Config, Deps, the
-// drivers; Mapper and Envs, the interfaces it consumes), errors.go,
-// policy.go (Deploy's choice), stages.go (the stages every instance goes
-// through), boot.go, checkpoint.go and restore.go (the three ways an
-// instance starts), slots.go, pool.go, ahead.go and recycle.go (the warm
-// pool: slots, hits, restore ahead, recycling), coalesce.go (lookups shared
-// by hits at once), undeploy.go, records.go (the records, kept by
-// internal/journal), gens.go (the generations as a deploy sees them; the
-// catalog itself, which fogctl and gc read without a Deployer, is package
-// catalog), compat.go (whether a generation restores
-// here), cache.go and lower.go (the node's copies of generations and of
-// their environments), identity.go (an instance's identity and
-// post_restore), ready.go and alive.go (readiness and liveness). Where the
-// app runs (the container and host drivers, and their behaviour suite) is
-// package drivers; the scenarios' nodes, real and of fakes, are deploytest.
+// The deploy path is a few types, each owning its state and its records,
+// from the bottom up (each takes only those below it; New wires them):
+//
+//   - node (node.go): the configuration, the components and their
+//     primitives (remove an image, release mappings), shared by all;
+//   - Drivers (drivers.go): which driver runs an app, and its engine's check;
+//   - Records (records.go): the deployments' records (internal/journal);
+//   - EnvCopies (lower.go): the node's read-only copies of generations'
+//     environments, and the pool's blank filesystems;
+//   - Checkpoints (cache.go, gens.go, known.go): the node's copies of
+//     checkpoints, and what it knows of the generations;
+//   - Stages (stages.go, ready.go, identity.go, release.go): what an
+//     instance goes through in a slot, and the release of what it owns;
+//   - Pool (slots.go, pool.go, ahead.go, recycle.go, spare.go): the slots,
+//     the warm pools, restore ahead, recycling and spare slots;
+//   - Suspensions (suspend*.go, prepare.go): suspends, their images, and
+//     the slots prepared for a resume;
+//   - Deployer: the lifecycle that composes them per deployment: Deploy's
+//     choice (policy.go), the three ways an instance starts (boot.go,
+//     checkpoint.go with restore.go, resume.go), the handover of a slot
+//     (bind.go), undeploy.go, a node's start (adopt.go), liveness and
+//     activity (alive.go, activity.go).
+//
+// errors.go holds the sentinels, compat.go whether a generation restores
+// here, coalesce.go lookups shared by callers at once. Where the app runs
+// (the container and host drivers, and their behaviour suite) is package
+// drivers; the scenarios' nodes, real and of fakes, are deploytest.
 package deploy
 
 import (

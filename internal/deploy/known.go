@@ -9,12 +9,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
 // knownGens remembers, per app and engine asked ("": any), the
@@ -108,4 +110,41 @@ func (c *Checkpoints) stillNewest(ctx context.Context, app string, gen int) erro
 		return fmt.Errorf("app %s: a generation newer than %d: %w", app, gen, errNewerGen)
 	}
 	return nil
+}
+
+// newestGen is the number of app's newest generation in the pool (0 for
+// none), from a listing that started after the call.
+func (c *Checkpoints) newestGen(ctx context.Context, app string) (int, error) {
+	lctx := context.WithoutCancel(ctx) // a listing may answer callers other than this one
+	return c.newest.Do(ctx, app, func() (int, error) {
+		nums, err := catalog.GenNumbers(lctx, c.deps.Store, app)
+		if err != nil || len(nums) == 0 {
+			return 0, err
+		}
+		return nums[len(nums)-1], nil
+	})
+}
+
+// newerGen says whether app has a generation newer than gen in the pool,
+// sealed or being made. Generation numbers are given in order (nextGen:
+// one past the highest in use), so a newer one exists only if gen+1 does:
+// one read of an object that is not there, where a listing of the pool
+// reads every image's name. Where gen+1 exists, the pool's listing says
+// whether it is newer than every other (newestGen).
+//
+// Simultaneous hits share one read that started after each asked
+// (coalesce): eight deploys arriving at once make one or two round trips
+// to the cluster, not eight.
+func (c *Checkpoints) newerGen(ctx context.Context, app string, gen int) (bool, error) {
+	lctx := context.WithoutCancel(ctx) // a read may answer callers other than this one
+	return c.newer.Do(ctx, appGen{app, gen}, func() (bool, error) {
+		_, err := c.deps.Store.Meta(lctx, catalog.GenImage(app, gen+1, "ckpt"))
+		if errors.Is(err, layering.ErrNotFound) {
+			return false, nil
+		} else if err != nil {
+			return false, err
+		}
+		newest, err := c.newestGen(lctx, app)
+		return newest != gen, err
+	})
 }

@@ -10,12 +10,9 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
-
-	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
 // SlotReleasing: an idle slot being released (dropped from the pool, or a
@@ -144,30 +141,6 @@ func (p *Pool) WaitingSlot(app spec.App, eng engine.Name) (g spec.Generation, ok
 // (pooledGen); the deploy looks the newest up and restores it.
 var errNewerGen = errors.New("newer generation")
 
-// newerGen says whether app has a generation newer than gen in the pool,
-// sealed or being made. Generation numbers are given in order (nextGen:
-// one past the highest in use), so a newer one exists only if gen+1 does:
-// one read of an object that is not there, where a listing of the pool
-// reads every image's name. Where gen+1 exists, the pool's listing says
-// whether it is newer than every other (newestGen).
-//
-// Simultaneous hits share one read that started after each asked
-// (coalesce): eight deploys arriving at once make one or two round trips
-// to the cluster, not eight.
-func (c *Checkpoints) newerGen(ctx context.Context, app string, gen int) (bool, error) {
-	lctx := context.WithoutCancel(ctx) // a read may answer callers other than this one
-	return c.newer.Do(ctx, appGen{app, gen}, func() (bool, error) {
-		_, err := c.deps.Store.Meta(lctx, catalog.GenImage(app, gen+1, "ckpt"))
-		if errors.Is(err, layering.ErrNotFound) {
-			return false, nil
-		} else if err != nil {
-			return false, err
-		}
-		newest, err := c.newestGen(lctx, app)
-		return newest != gen, err
-	})
-}
-
 // appGen names one generation of an app.
 type appGen struct {
 	app string
@@ -293,17 +266,4 @@ func (p *Pool) ReleasePool(ctx context.Context) ([]string, error) {
 		errs = append(errs, err)
 	}
 	return out, errors.Join(errs...)
-}
-
-// newestGen is the number of app's newest generation in the pool (0 for
-// none), from a listing that started after the call.
-func (c *Checkpoints) newestGen(ctx context.Context, app string) (int, error) {
-	lctx := context.WithoutCancel(ctx) // a listing may answer callers other than this one
-	return c.newest.Do(ctx, app, func() (int, error) {
-		nums, err := catalog.GenNumbers(lctx, c.deps.Store, app)
-		if err != nil || len(nums) == 0 {
-			return 0, err
-		}
-		return nums[len(nums)-1], nil
-	})
 }

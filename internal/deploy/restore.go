@@ -182,16 +182,6 @@ func (d *Deployer) provisionFor(ctx context.Context, o *op, rec *Deployment, app
 	return s, d.stages.provision(ctx, o, s, src)
 }
 
-// genConfig is the ENV and WORKDIR generation g was launched with (the
-// environment's current ones for generations that did not record them).
-func (sg *Stages) genConfig(ctx context.Context, g spec.Generation) layering.ImageConfig {
-	if g.EnvConfig != nil {
-		return *g.EnvConfig
-	}
-	env, _ := sg.deps.Envs.Get(ctx, g.Env)
-	return env.Config
-}
-
 // undoOnError marks the record Failed and undeploys it when *err is set.
 // A deploy that failed because its images' I/O stalled has its mappings
 // cut off first: its app may be blocked on them in the kernel, where no

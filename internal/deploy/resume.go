@@ -7,12 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
-	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
 
 // Resume restores deployment id, suspended as susp, on this node: a
@@ -83,47 +81,4 @@ func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spe
 		return Deployment{}, err
 	}
 	return d.suspensions.adoptSuspension(dep, susp), nil
-}
-
-// adoptSuspension hands what is left of the suspension to the resumed
-// deployment dep: its writable image (its clone's parent goes after the
-// clone), which it keeps, and the checkpoint's image and the hold, which
-// DropSuspension removes once the caller recorded dep Running (the
-// instance answers meanwhile; until then an undeploy removes them too).
-func (sx *Suspensions) adoptSuspension(dep Deployment, susp spec.Suspension) Deployment {
-	dep.Images = append(append(dep.Images, susp.Env.Image), susp.Parents...)
-	for _, img := range []string{susp.Ckpt.Image, susp.Hold} {
-		if img != "" {
-			dep.Images = append(dep.Images, img)
-		}
-	}
-	if err := sx.recs.save(&dep); err != nil {
-		sx.log.Warn("the resumed deployment does not own its suspension's images; gc removes them once the deployment is gone",
-			"deployment", dep.ID, "image", susp.Env.Image, "err", err)
-	}
-	sx.log.Info("resumed", "id", dep.ID, "app", dep.App, "gen", susp.From.Gen, "ports", dep.Ports, "timings", dep.Timings.String())
-	return dep
-}
-
-// DropSuspension removes the checkpoint's image and the hold of
-// suspension susp, which deployment id resumed from (Resume), and stops
-// owning them. A removal that fails leaves the image to the deployment's
-// undeploy. Like every change of a deployment, it is not called while
-// another runs on id.
-func (sx *Suspensions) DropSuspension(ctx context.Context, id string, susp spec.Suspension) {
-	var gone []string
-	for _, img := range []string{susp.Ckpt.Image, susp.Hold} {
-		if img == "" {
-			continue
-		}
-		if err := sx.deps.Store.Remove(ctx, img); err != nil && !errors.Is(err, layering.ErrNotFound) {
-			sx.log.Warn("removing a resumed suspension's image; the deployment's undeploy removes it", "deployment", id, "image", img, "err", err)
-			continue
-		}
-		gone = append(gone, img)
-	}
-	if dep, err := sx.recs.Load(id); err == nil && len(gone) > 0 {
-		dep.Images = slices.DeleteFunc(dep.Images, func(i string) bool { return slices.Contains(gone, i) })
-		_ = sx.recs.save(&dep)
-	}
 }

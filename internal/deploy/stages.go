@@ -452,3 +452,13 @@ func (sg *Stages) ready(ctx context.Context, o *op, dr drivers.Driver, h drivers
 	}
 	return nil
 }
+
+// genConfig is the ENV and WORKDIR generation g was launched with (the
+// environment's current ones for generations that did not record them).
+func (sg *Stages) genConfig(ctx context.Context, g spec.Generation) layering.ImageConfig {
+	if g.EnvConfig != nil {
+		return *g.EnvConfig
+	}
+	env, _ := sg.deps.Envs.Get(ctx, g.Env)
+	return env.Config
+}
