@@ -8,6 +8,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -133,7 +135,7 @@ func (p *pop) logged(re *regexp.Regexp) map[string]bool {
 // fogctl runs fogctl against the PoP and returns its stdout, stderr and
 // exit code.
 func (p *pop) fogctl(ctx context.Context, args ...string) (string, string, int) {
-	cmd := exec.CommandContext(ctx, filepath.Join(p.dir, "fogctl"), args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(filepath.Dir(p.bin), "fogctl"), args...)
 	cmd.Env = p.env
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -212,6 +214,50 @@ func hook(t *testing.T, method, url, token, body string) (int, map[string]any) {
 	return resp.StatusCode, v
 }
 
+// binaries are pop-agent and fogctl as built once for the test process
+// (built).
+var binaries struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// built returns the directory of pop-agent and fogctl, built from the
+// repository the first time a test asks: a build costs seconds, the same
+// for every PoP a test starts.
+func built(t *testing.T) string {
+	t.Helper()
+	binaries.once.Do(func() {
+		dir, err := os.MkdirTemp("", "fogdeploy-e2e-bin-")
+		if err != nil {
+			binaries.err = err
+			return
+		}
+		binaries.dir = dir
+		for _, b := range []string{"pop-agent", "fogctl"} {
+			build := exec.Command("go", "build", "-tags=pacific", "-o", filepath.Join(dir, b), "./"+b)
+			build.Dir = deploytest.RepoRoot()
+			if out, err := build.CombinedOutput(); err != nil {
+				binaries.err = fmt.Errorf("build %s: %v\n%s", b, err, out)
+				return
+			}
+		}
+	})
+	if binaries.err != nil {
+		t.Fatal(binaries.err)
+	}
+	return binaries.dir
+}
+
+// TestMain removes the binaries the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binaries.dir != "" {
+		os.RemoveAll(binaries.dir)
+	}
+	os.Exit(code)
+}
+
 // startPoP builds pop-agent, starts an embedded etcd in this process and
 // one agent process per name (the last one with the hook token, if any),
 // running DMTCP apps with dmtcpImage. Cleanup withdraws every deployment,
@@ -223,14 +269,8 @@ func startPoP(ctx context.Context, t *testing.T, f *deploytest.Fixture, app, dmt
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "pop-agent")
-	for _, b := range []string{"pop-agent", "fogctl"} {
-		build := exec.CommandContext(ctx, "go", "build", "-tags=pacific", "-o", filepath.Join(dir, b), "./"+b)
-		build.Dir = deploytest.RepoRoot()
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", b, err, out)
-		}
-	}
+	bins := built(t)
+	bin := filepath.Join(bins, "pop-agent")
 
 	// One etcd for the PoP: the embedded one, in this process; it closes
 	// after the cleanup below, which uses it.
