@@ -5,10 +5,13 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 )
@@ -43,12 +46,12 @@ type Agent struct {
 	// newest image on the node labelled as one (io.fogdeploy.dmtcp.version),
 	// whatever its tag, as `make dmtcp-image` builds it.
 	DMTCPImage string `yaml:"dmtcp_image"`
-	// DMTCPDriver is "container" (default) or "host".
-	DMTCPDriver spec.DriverName `yaml:"dmtcp_driver"`
-	// CRIUDriver is "container" (default: CRIU runs in the light
-	// container, whose image carries it when CRIU was installed at its
-	// build) or "host" (the agent runs criu; instances end with it).
-	CRIUDriver spec.DriverName `yaml:"criu_driver"`
+	// Drivers maps a checkpoint engine to the driver that runs its apps
+	// on this node: "container" (the default for an engine not listed:
+	// the engine in the light container, whose image carries it) or
+	// "host" (the agent runs the engine; each app in namespaces and a
+	// cgroup of its own; its instances end with the agent under CRIU).
+	Drivers map[engine.Name]spec.DriverName `yaml:"drivers"`
 	// Recycle on (default: an undeployed instance of an app with a
 	// pool goes back to the pool in its container, its root reset,
 	// instead of being removed, so that the next deploys need no slot
@@ -196,11 +199,13 @@ func (a Agent) validate() []error {
 	if a.IfNoEngine != spec.PolicyBoot && a.IfNoEngine != spec.PolicyFail {
 		add("agent.if_no_engine %q: use boot (normally, without a checkpoint) or fail", a.IfNoEngine)
 	}
-	if a.DMTCPDriver != spec.DriverContainer && a.DMTCPDriver != spec.DriverHost {
-		add("agent.dmtcp_driver %q: use container or host", a.DMTCPDriver)
-	}
-	if a.CRIUDriver != spec.DriverContainer && a.CRIUDriver != spec.DriverHost {
-		add("agent.criu_driver %q: use container or host", a.CRIUDriver)
+	for _, eng := range slices.Sorted(maps.Keys(a.Drivers)) {
+		if _, ok := engine.Lookup(eng); !ok {
+			add("agent.drivers: %q is not a checkpoint engine of this build: use %s", eng, engine.List(engine.Names()))
+		}
+		if dr := a.Drivers[eng]; dr != spec.DriverContainer && dr != spec.DriverHost {
+			add("agent.drivers.%s %q: use container or host", eng, dr)
+		}
 	}
 	for field, s := range map[string]Switch{"agent.recycle": a.Recycle, "agent.pool_ahead": a.PoolAhead, "agent.frontend.kernel": a.Frontend.Kernel} {
 		if err := s.check(field); err != nil {

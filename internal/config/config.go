@@ -19,6 +19,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fogdeploy/fogdeploy/internal/devenv"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/placement"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -113,7 +115,7 @@ func Default() Config {
 		Docker:   Docker{Host: devenv.DockerHost()},
 		Node:     Node{Name: host, StateDir: filepath.Join(devenv.Dir(), "node", host)},
 		Etcd:     Etcd{Endpoints: []string{devenv.EtcdEndpoint}, DialTimeout: 5 * time.Second},
-		Agent: Agent{Capacity: 8, SpareSlots: 1, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, DMTCPDriver: spec.DriverContainer, CRIUDriver: spec.DriverContainer, Recycle: On, PoolAhead: On, RecycleKeep: 2 * time.Minute,
+		Agent: Agent{Capacity: 8, SpareSlots: 1, LeaseTTL: 5, ReconcileInterval: 10 * time.Second, KeepGenerations: 3, Recycle: On, PoolAhead: On, RecycleKeep: 2 * time.Minute,
 			BootImage: "fogdeploy/boot:latest", IfBusy: spec.PolicyWait, IfNoEngine: spec.PolicyBoot, CheckpointCache: "4GiB", SpareDisk: "4GiB", Fetch: FetchFirstUse,
 			EnvRead: EnvReadShared, MemoryMerge: MemoryMerge{PagesToScan: DefaultMergePages}, Frontend: Frontend{HoldTimeout: 10 * time.Second, MaxHeld: 1024, WakesPerSecond: 5, Kernel: On}},
 		PoP:    PoP{Frontend: PoPFrontend{Ports: DefaultEndpointPorts}, Placement: placement.NameLocality},
@@ -145,7 +147,11 @@ func Load(path string) (Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return c, fmt.Errorf("config file %s: %w", path, err)
+		err = fmt.Errorf("config file %s: %w", path, err)
+		if strings.Contains(err.Error(), "field dmtcp_driver") || strings.Contains(err.Error(), "field criu_driver") {
+			err = hint.With(err, "agent.dmtcp_driver and agent.criu_driver are now one map, agent.drivers: e.g. `drivers: {dmtcp: container, criu: host}`")
+		}
+		return c, err
 	}
 	return c, nil
 }
@@ -176,8 +182,15 @@ func (c *Config) ApplyEnv() {
 	set(&c.Agent.EnvRead, "FOGDEPLOY_ENV_READ")
 	set(&c.Agent.Frontend.Listen, "FOGDEPLOY_FRONTEND_LISTEN")
 	set(&c.PoP.Frontend.Ports, "FOGDEPLOY_FRONTEND_PORTS")
-	if v := os.Getenv("FOGDEPLOY_CRIU_DRIVER"); v != "" {
-		c.Agent.CRIUDriver = spec.DriverName(v)
+	// FOGDEPLOY_DRIVERS: engine=driver[,engine=driver...] over agent.drivers.
+	if v := os.Getenv("FOGDEPLOY_DRIVERS"); v != "" {
+		for _, kv := range strings.Split(v, ",") {
+			eng, dr, _ := strings.Cut(strings.TrimSpace(kv), "=")
+			if c.Agent.Drivers == nil {
+				c.Agent.Drivers = map[engine.Name]spec.DriverName{}
+			}
+			c.Agent.Drivers[engine.Name(eng)] = spec.DriverName(dr) // Validate says what is wrong
+		}
 	}
 	for dst, key := range map[*Switch]string{&c.Agent.Recycle: "FOGDEPLOY_RECYCLE", &c.Agent.PoolAhead: "FOGDEPLOY_POOL_AHEAD",
 		&c.Agent.Frontend.Kernel: "FOGDEPLOY_FRONTEND_KERNEL"} {

@@ -6,6 +6,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/hint"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
 func TestLoadAndValidate(t *testing.T) {
@@ -219,5 +223,37 @@ func TestPlacementConfig(t *testing.T) {
 	c.PoP.Placement = "random"
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "pop.placement") {
 		t.Errorf("pop.placement random: %v; want an error naming the key", err)
+	}
+}
+
+// TestDriversConfig: agent.drivers maps an engine to its driver; an engine
+// the build lacks or a driver it lacks is named with what to give; the
+// environment's FOGDEPLOY_DRIVERS sets entries; the keys it replaced get
+// a hint to it.
+func TestDriversConfig(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "drivers.yaml")
+	os.WriteFile(good, []byte("agent:\n  drivers:\n    criu: host\n"), 0o600)
+	c, err := Load(good)
+	if err != nil || c.Agent.Drivers["criu"] != "host" || c.Validate() != nil {
+		t.Fatalf("agent.drivers {criu: host} = %v, %v, %v", c.Agent.Drivers, err, c.Validate())
+	}
+	c.Agent.Drivers = map[engine.Name]spec.DriverName{"zap": "container", "dmtcp": "vm"}
+	err = c.Validate()
+	for _, want := range []string{`agent.drivers: "zap" is not a checkpoint engine of this build: use dmtcp or criu`, `agent.drivers.dmtcp "vm": use container or host`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v; want %q", err, want)
+		}
+	}
+	t.Setenv("FOGDEPLOY_DRIVERS", "criu=host, dmtcp=container")
+	c = Default()
+	c.ApplyEnv()
+	if c.Agent.Drivers["criu"] != spec.DriverHost || c.Agent.Drivers["dmtcp"] != spec.DriverContainer || c.Validate() != nil {
+		t.Errorf("FOGDEPLOY_DRIVERS = %v, %v; want criu host and dmtcp container", c.Agent.Drivers, c.Validate())
+	}
+	old := filepath.Join(dir, "old.yaml")
+	os.WriteFile(old, []byte("agent:\n  criu_driver: host\n"), 0o600)
+	if _, err := Load(old); err == nil || !strings.Contains(hint.Of(err), "agent.drivers") {
+		t.Errorf("Load with agent.criu_driver = %v (hint %q); want a hint to agent.drivers", err, hint.Of(err))
 	}
 }

@@ -77,11 +77,9 @@ type Config struct {
 	Pool string
 	// Node names this node in records.
 	Node string
-	// DMTCPDriver is "container" (default) or "host".
-	DMTCPDriver spec.DriverName
-	// CRIUDriver is "container" (default: CRIU in the light container,
-	// whose image must carry it) or "host".
-	CRIUDriver spec.DriverName
+	// Drivers maps an engine to the driver that runs its apps: container
+	// (the default for an engine not listed) or host.
+	Drivers map[engine.Name]spec.DriverName
 	// ReadyInterval is the pause between readiness probes (default 10ms).
 	ReadyInterval time.Duration
 	// CacheBytes is the byte budget of the node's checkpoint cache
@@ -122,6 +120,14 @@ type Config struct {
 	MemoryMerge bool
 }
 
+// DriverOf is the driver that runs engine eng's apps.
+func (c Config) DriverOf(eng engine.Name) spec.DriverName {
+	if dr := c.Drivers[eng]; dr != "" {
+		return dr
+	}
+	return spec.DriverContainer
+}
+
 // DefaultHitConcurrency is the default Config.HitConcurrency: the number
 // of CPUs plus one, so that the CPUs stay busy while one hit waits for the
 // disk or the cluster.
@@ -159,7 +165,7 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("environment read path %q: use %s or %s", c.EnvRead, EnvShared, EnvClone))
 	}
-	for eng, dr := range map[engine.Name]spec.DriverName{engine.NameDMTCP: c.DMTCPDriver, engine.NameCRIU: c.CRIUDriver} {
+	for eng, dr := range c.Drivers {
 		switch dr {
 		case "", spec.DriverContainer, spec.DriverHost:
 		default:
@@ -194,8 +200,8 @@ type Deps struct {
 	Store  layering.Backend
 	Envs   Envs
 	Mapper Mapper
-	// Container runs DMTCP and CRIU apps (may be nil when DMTCPDriver
-	// and CRIUDriver are "host").
+	// Container runs the apps of the engines in the light container (may
+	// be nil when every engine's driver is "host").
 	Container drivers.Driver
 	// Host runs the apps of an engine whose driver is "host"; may be
 	// nil when no app needs it.
@@ -249,12 +255,6 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	}
 	if cfg.HitConcurrency == 0 {
 		cfg.HitConcurrency = DefaultHitConcurrency()
-	}
-	if cfg.DMTCPDriver == "" {
-		cfg.DMTCPDriver = spec.DriverContainer
-	}
-	if cfg.CRIUDriver == "" {
-		cfg.CRIUDriver = spec.DriverContainer
 	}
 	if cfg.AdoptWait <= 0 {
 		cfg.AdoptWait = DefaultAdoptWait

@@ -28,11 +28,11 @@ func (dv *Drivers) driver(app spec.App, eng engine.Name) (drivers.Driver, error)
 	}
 	if dr == dv.deps.Host && !hostLimited(dr) && !app.Trusted {
 		return nil, hint.With(fmt.Errorf("%w: app %s under the %s engine: %w", drivers.ErrDriver, app.Name, eng, ErrUntrusted),
-			"this node's host driver cannot bound its instances (no cgroup memory, pids and cpu controllers it can use): mark the app `trusted: true` only if you trust it not to exhaust the node, or run the engine in the light container (agent."+string(eng)+"_driver: container)")
+			"this node's host driver cannot bound its instances (no cgroup memory, pids and cpu controllers it can use): mark the app `trusted: true` only if you trust it not to exhaust the node, or run the engine in the light container (agent.drivers: {"+string(eng)+": container})")
 	}
 	if dr == dv.deps.Host && app.User != "" {
 		return nil, hint.With(fmt.Errorf("%w: app %s runs as user %s: the host driver runs apps as root", drivers.ErrDriver, app.Name, app.User),
-			"run the "+string(eng)+" engine in the light container (agent."+string(eng)+"_driver: container), which runs an app as its user")
+			"run the "+string(eng)+" engine in the light container (agent.drivers: {"+string(eng)+": container}), which runs an app as its user")
 	}
 	return dr, nil
 }
@@ -47,8 +47,7 @@ func hostLimited(dr drivers.Driver) bool {
 func (dv *Drivers) engineDriver(eng engine.Name) (drivers.Driver, error) {
 	var dr drivers.Driver
 	switch {
-	case eng == engine.NameDMTCP && dv.cfg.DMTCPDriver == spec.DriverContainer,
-		eng == engine.NameCRIU && dv.cfg.CRIUDriver == spec.DriverContainer:
+	case dv.cfg.DriverOf(eng) == spec.DriverContainer:
 		dr = dv.deps.Container
 	default:
 		dr = dv.deps.Host

@@ -21,13 +21,13 @@ import (
 // its instances, it runs every app.
 func TestHostDriverTrustedOnly(t *testing.T) {
 	host, container := &drivers.Host{}, &drivers.Container{}
-	d := &Deployer{drv: &Drivers{node: &node{cfg: Config{DMTCPDriver: "host", CRIUDriver: "container"}, deps: Deps{Host: host, Container: container}}}}
+	d := &Deployer{drv: &Drivers{node: &node{cfg: Config{Drivers: map[engine.Name]spec.DriverName{engine.NameDMTCP: spec.DriverHost}}, deps: Deps{Host: host, Container: container}}}}
 	stranger := spec.App{Name: "chat", Engine: engine.NameDMTCP}
 	_, err := d.drv.driver(stranger, engine.NameDMTCP)
 	if !errors.Is(err, ErrUntrusted) || !errors.Is(err, drivers.ErrDriver) {
 		t.Fatalf("untrusted app under the host driver: %v; want ErrUntrusted and ErrDriver", err)
 	}
-	if h := hint.Of(err); !strings.Contains(h, "trusted: true") || !strings.Contains(h, "agent.dmtcp_driver: container") {
+	if h := hint.Of(err); !strings.Contains(h, "trusted: true") || !strings.Contains(h, "agent.drivers: {dmtcp: container}") {
 		t.Errorf("hint %q; want both ways out", h)
 	}
 	if dr, err := d.drv.driver(stranger, engine.NameCRIU); err != nil || dr != drivers.Driver(container) {

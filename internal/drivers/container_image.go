@@ -78,7 +78,7 @@ func (c *Container) Check(ctx context.Context, eng engine.Name) (string, error) 
 	}
 	if img.criu == "" {
 		return "", hint.With(fmt.Errorf("%w: image %s carries no CRIU (no label %s)", ErrDriver, img.ref, CRIUVersionLabel),
-			"install CRIU (make engines) and rebuild the image with `make dmtcp-image`, or set agent.criu_driver: host (for apps marked trusted only)")
+			"install CRIU (make engines) and rebuild the image with `make dmtcp-image`, or set agent.drivers: {criu: host} (for apps marked trusted only)")
 	}
 	if err := c.checkCRIU(ctx, img.ref); err != nil {
 		return "", err
@@ -135,7 +135,7 @@ func (c *Container) runCRIUCheck(ctx context.Context, ref string) (err error) {
 		logs, _ := c.RT.Logs(context.WithoutCancel(ctx), id, 20)
 		return hint.With(engine.WithOutput(fmt.Errorf("%w: criu check failed in the container (exit %d)", ErrDriver, code),
 			"the check container", lastLines(logs, 10)),
-			"CRIU 4.x needs a kernel with its features; run `criu check` on the node, or set agent.criu_driver: host (for apps marked trusted only)")
+			"CRIU 4.x needs a kernel with its features; run `criu check` on the node, or set agent.drivers: {criu: host} (for apps marked trusted only)")
 	}
 	return nil
 }

@@ -31,7 +31,7 @@ import (
 // (engine.Config.Confine), and bounded by a cgroup of its own (Groups).
 // Each published port is a listener on 127.0.0.1 that forwards into the
 // app's network namespace. It runs the engines whose driver is "host"
-// (Config.DMTCPDriver, Config.CRIUDriver). Instances end with the process
+// (agent.drivers). Instances end with the process
 // that started them.
 type Host struct {
 	// Engines by name (engine.NameDMTCP, engine.NameCRIU).

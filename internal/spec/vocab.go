@@ -57,7 +57,7 @@ const (
 )
 
 // DriverName names what runs a checkpoint engine's apps on a node (the
-// agent's dmtcp_driver and criu_driver).
+// agent's drivers).
 type DriverName string
 
 // Drivers.

@@ -278,13 +278,13 @@ func newDeployer(ctx context.Context, c config.Config, l *wire.Layering, seen *a
 		return nil, "", err
 	}
 	d, err = deploy.New(deploy.Config{StateDir: filepath.Join(c.Node.StateDir, "deploy"), Pool: c.Ceph.Pool,
-		Node: c.Node.Name, DMTCPDriver: c.Agent.DMTCPDriver, CRIUDriver: c.Agent.CRIUDriver, CacheBytes: cacheBytes, EnvRead: deploy.EnvRead(c.Agent.EnvRead),
+		Node: c.Node.Name, Drivers: c.Agent.Drivers, CacheBytes: cacheBytes, EnvRead: deploy.EnvRead(c.Agent.EnvRead),
 		HitConcurrency: c.Agent.HitConcurrency, Limits: c.Limits.Spec(), SparePorts: c.Agent.SparePorts, SpareBytes: spareBytes,
 		MemoryMerge: c.Agent.MemoryMerge.Enabled}, deps)
 	if err != nil {
 		return nil, "", err
 	}
-	for eng, driver := range map[engine.Name]spec.DriverName{engine.NameDMTCP: c.Agent.DMTCPDriver, engine.NameCRIU: c.Agent.CRIUDriver} {
+	for eng, driver := range c.Agent.Drivers {
 		if driver == spec.DriverHost && !host.Limited() {
 			log.Warn("the host driver cannot bound this engine's instances (no cgroups): it runs only apps marked `trusted: true`; the others are refused under this engine, or boot in the container (agent.if_no_engine: boot) (docs/security.md)",
 				"engine", eng)

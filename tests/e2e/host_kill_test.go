@@ -25,7 +25,7 @@ import (
 func TestAgentKilledHostInstances(t *testing.T) {
 	ctx, p, _, app := redisOnPoP(t, "hkill", engine.NameCRIU, nil)
 	node := "hk" + strconv.FormatInt(time.Now().UnixNano()%1e5, 36)
-	p.env = append(p.env, "FOGDEPLOY_CRIU_DRIVER=host")
+	p.env = append(p.env, "FOGDEPLOY_DRIVERS=criu=host")
 	p.startAgent(node, "")
 	for range 2 {
 		if _, err := createDeployment(ctx, p.st, app.Name); err != nil {

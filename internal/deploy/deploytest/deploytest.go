@@ -263,7 +263,7 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 
 	f := &Fixture{L: l, Ceph: s, State: state, named: named}
 	// The limits an agent gives instances whose spec is silent, as on a node.
-	dc := deploy.Config{StateDir: state + "/deploy", Pool: c.Pool, Node: "test", DMTCPDriver: spec.DriverName(dmtcpDriver), CRIUDriver: spec.DriverName(dmtcpDriver),
+	dc := deploy.Config{StateDir: state + "/deploy", Pool: c.Pool, Node: "test", Drivers: map[engine.Name]spec.DriverName{engine.NameDMTCP: spec.DriverName(dmtcpDriver), engine.NameCRIU: spec.DriverName(dmtcpDriver)},
 		Limits: config.DefaultLimits().Spec()}
 	ec := engine.Config{Logger: log, Confine: true}
 	f.Host = drivers.NewHost(engine.NewDMTCP(ec), engine.NewCRIU(ec))
