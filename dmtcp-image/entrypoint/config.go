@@ -55,7 +55,7 @@ type config struct {
 	user         string        // the app's user in the root ("" = root, without capabilities)
 	logLevel     string
 	logFormat    string
-	engine       engine.Name // engine.NameDMTCP or engine.NameCRIU
+	engine       engine.Name // one of engine.Names
 	criuPrefix   string      // installed CRIU prefix (engine criu)
 	lazy         bool        // restart with CRIU's lazy pages
 	sourceLater  bool        // restart: -from is read only once ordered (the host still fills it)
@@ -104,7 +104,7 @@ func parseConfig(mode string, args []string, stderr io.Writer) (*config, error) 
 	fs.StringVar(&c.timings, "timings", "-", "where phase timings go as JSON lines: a file, or - for stdout")
 	fs.StringVar(&c.workdir, "workdir", "/", "app's working directory inside the root")
 	fs.StringVar(&c.user, "user", "", "run the app as this user of the root (NAME, UID, NAME:GROUP or UID:GID); needs CAP_SETUID and CAP_SETGID in the container")
-	fs.StringVar((*string)(&c.engine), "engine", string(engine.NameDMTCP), "checkpoint engine: dmtcp (a coordinator in the container) or criu (criu dump and criu restore run by this process; needs the capabilities of runtime.CRIUCapabilities)")
+	fs.StringVar((*string)(&c.engine), "engine", string(engine.Default()), "checkpoint engine: dmtcp (a coordinator in the container) or criu (criu dump and criu restore run by this process; needs the capabilities of runtime.CRIUCapabilities)")
 	fs.StringVar(&c.criuPrefix, "criu-prefix", imageCRIUPrefix, "installed CRIU prefix (engine criu)")
 	fs.BoolVar(&c.lazy, "lazy", false, "restart: with engine criu, restore with lazy pages (the app runs before all its memory is in)")
 	fs.BoolVar(&c.sourceLater, "source-later", false, "restart with -wait and -from: generation -from is whole only once the order is given (the host is still copying it), so it is read after the order")
@@ -174,20 +174,18 @@ func (c *config) validate() error {
 	if c.rootLater && (c.mode != modeRestart || c.wait == "") {
 		errs = append(errs, errors.New("-root-later is for restart with -wait: drop -root-later"))
 	}
-	switch c.engine {
-	case engine.NameDMTCP:
-		if c.lazy {
-			errs = append(errs, errors.New("-lazy needs -engine criu: DMTCP has no lazy restore"))
-		}
-	case engine.NameCRIU:
-		if c.after == afterContinue {
-			errs = append(errs, errors.New("-after-checkpoint continue needs -engine dmtcp: criu dump stops the app; use exit"))
+	if f, ok := engine.Lookup(c.engine); !ok {
+		errs = append(errs, fmt.Errorf("-engine %q: want %s", c.engine, engine.List(engine.Names())))
+	} else {
+		if c.lazy && !f.LazyRestore {
+			errs = append(errs, fmt.Errorf("-lazy needs an engine with lazy restore (%s): %s has none", engine.List(engine.NamesWith(func(f engine.Facts) bool { return f.LazyRestore })), c.engine))
 		}
 		if c.lazy && c.mode != modeRestart {
 			errs = append(errs, errors.New("-lazy is for restart only"))
 		}
-	default:
-		errs = append(errs, fmt.Errorf("-engine %q: want %s", c.engine, engine.List(engine.Names())))
+		if f.DumpsFromOutside && c.after == afterContinue {
+			errs = append(errs, fmt.Errorf("-after-checkpoint continue: %s's dump stops the app; use exit", c.engine))
+		}
 	}
 	for name, p := range map[string]string{"-root": c.root, "-ckpt": c.ckpt, "-prefix": c.prefix, "-workdir": c.workdir, "-criu-prefix": c.criuPrefix} {
 		if !strings.HasPrefix(p, "/") {

@@ -79,7 +79,7 @@ func (s *supervisor) lifeCRIU(ctx context.Context, eng *engine.CRIU, sigs <-chan
 		if s.cfg.sourceLater {
 			return nil // read once ordered
 		}
-		img, err = pickImage(s.cfg.ckpt, gens, s.cfg.from)
+		img, err = pickImage(s.cfg.ckpt, gens, s.cfg.from, s.cfg.engine)
 		return err
 	}); code != exitOK {
 		return code, false
@@ -107,7 +107,7 @@ func (s *supervisor) lifeCRIU(ctx context.Context, eng *engine.CRIU, sigs <-chan
 	if s.cfg.sourceLater {
 		var code int
 		if img, code = pickOnceOrdered(s, func(gens []generation) (engine.Image, error) {
-			return pickImage(s.cfg.ckpt, gens, s.cfg.from)
+			return pickImage(s.cfg.ckpt, gens, s.cfg.from, s.cfg.engine)
 		}); code != exitOK {
 			return code, false
 		}
@@ -171,7 +171,7 @@ func (s *supervisor) startCRIU(ctx context.Context, eng *engine.CRIU, img engine
 		}
 	}
 	s.appPid = proc.Pid()
-	s.log.Info("app started", "pid", s.appPid, "engine", engine.NameCRIU, "next_gen", s.gen)
+	s.log.Info("app started", "pid", s.appPid, "engine", s.cfg.engine, "next_gen", s.gen)
 	if s.cfg.ready != "" {
 		go s.probe(phase, img.Generation, t, s.appGone)
 	}
@@ -208,8 +208,8 @@ func criuEngine(cfg *config, log *slog.Logger) *engine.CRIU {
 // can run in this container (for CRIU: criu check passes, with the
 // container's capabilities) and exits 0 if so, exitSetup if not.
 func checkEngine(cfg *config, log *slog.Logger) int {
-	if cfg.engine != engine.NameCRIU {
-		fmt.Println("dmtcp: the coordinator needs no check")
+	if !engine.Of(cfg.engine).KernelCheck {
+		fmt.Println(string(cfg.engine) + ": the engine needs no check of the kernel")
 		return exitOK
 	}
 	_, info, err := newCRIU(context.Background(), cfg, log)
@@ -317,16 +317,17 @@ func (s *supervisor) dumpCRIU(ctx context.Context, eng *engine.CRIU, proc engine
 }
 
 // pickImage returns the image of generation from (0: the newest complete
-// one): a CRIU generation is complete once its manifest is written.
-func pickImage(ckpt string, gens []generation, from int) (engine.Image, error) {
+// one) that engine eng wrote: a generation is complete once its manifest
+// is written.
+func pickImage(ckpt string, gens []generation, from int, eng engine.Name) (engine.Image, error) {
 	for i := len(gens) - 1; i >= 0; i-- {
 		g := gens[i]
 		if from != 0 && g.n != from {
 			continue
 		}
 		img, err := engine.ReadImage(g.dir)
-		if err == nil && img.Engine != engine.NameCRIU {
-			err = fmt.Errorf("generation %s was written by %s, not criu", g.dir, img.Engine)
+		if err == nil && img.Engine != eng {
+			err = fmt.Errorf("generation %s was written by %s, not %s", g.dir, img.Engine, eng)
 		}
 		if err == nil {
 			img.Dir, img.Generation = g.dir, g.n

@@ -54,7 +54,7 @@ func prepareRoot(cfg *config) error {
 	if _, err := os.Stat(filepath.Join(cfg.root, "bin")); err != nil {
 		return fmt.Errorf("environment clone %s has no /bin: is the clone mounted? (%w)", cfg.root, err)
 	}
-	boot := cfg.mode == modeBoot || cfg.engine == engine.NameCRIU
+	boot := cfg.mode == modeBoot || engine.Of(cfg.engine).DumpsFromOutside
 	if !boot {
 		if err := os.MkdirAll(cfg.ckpt, 0o755); err != nil {
 			return fmt.Errorf("checkpoint dir %s: %w", cfg.ckpt, err)

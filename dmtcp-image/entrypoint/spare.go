@@ -33,7 +33,7 @@ func spare(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet(modeSpare, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	assign := fs.String("assign", "", "file whose appearance assigns the restart this container becomes (its JSON holds the restart's arguments)")
-	eng := fs.String("engine", string(engine.NameDMTCP), "the engine of the restarts this container may become: "+engine.List(engine.Names()))
+	eng := fs.String("engine", string(engine.Default()), "the engine of the restarts this container may become: "+engine.List(engine.Names()))
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
 	if err := fs.Parse(args); err != nil {
@@ -52,7 +52,7 @@ func spare(args []string, stderr io.Writer) int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
 	env := os.Environ()  // ownEnv's
 	var handoff []string // what the restart learns of this spare
-	if *eng == string(engine.NameCRIU) {
+	if engine.Of(engine.Name(*eng)).KernelCheck {
 		// What the restart would check first, done before it is assigned:
 		// criu check fills its kernel-feature cache, which spares the
 		// restore a probe of the kernel.
@@ -85,7 +85,7 @@ func spare(args []string, stderr io.Writer) int {
 		log.Error("assignment refused", "err", err)
 		return exitUsage
 	}
-	if cfg.engine == engine.NameDMTCP && cfg.user == "" {
+	if !engine.Of(cfg.engine).DumpsFromOutside && cfg.user == "" {
 		// The app runs as root without capabilities: nothing of this
 		// container needs the user switch's.
 		if err := dropCaps(capSetuid, capSetgid); err != nil {

@@ -62,7 +62,7 @@ func newSupervisor(cfg *config, log *slog.Logger, timingsOut io.Writer) *supervi
 
 // run does the whole life of the container and returns its exit status.
 func (s *supervisor) run() int {
-	if s.cfg.engine == engine.NameCRIU && s.cfg.mode != modeBoot {
+	if engine.Of(s.cfg.engine).DumpsFromOutside && s.cfg.mode != modeBoot {
 		return s.runCRIU()
 	}
 	sigs := make(chan os.Signal, 16)
@@ -407,7 +407,7 @@ func (s *supervisor) mountRoot() bool {
 // recycled container unmounts the root's mounts after each instance (the
 // app never holds it: nocaps, the keeper).
 func (s *supervisor) dropMountRights() {
-	if s.cfg.engine == engine.NameCRIU || s.cfg.recycle {
+	if engine.Of(s.cfg.engine).DumpsFromOutside || s.cfg.recycle {
 		return
 	}
 	if err := dropCaps(capSysAdmin); err != nil {
@@ -465,7 +465,7 @@ func (s *supervisor) appEnv() []string {
 	if h, err := os.Hostname(); err == nil && !has("HOSTNAME") {
 		env = append(env, "HOSTNAME="+h)
 	}
-	if s.cfg.mode == modeBoot || s.cfg.engine == engine.NameCRIU {
+	if s.cfg.mode == modeBoot || engine.Of(s.cfg.engine).DumpsFromOutside {
 		return dmtcpctl.CleanEnv(env)
 	}
 	return s.dmtcpRun().Env(env, s.coordPort)

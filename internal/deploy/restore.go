@@ -145,7 +145,7 @@ func (d *Deployer) slotFor(ctx context.Context, o *op, rec *Deployment, app spec
 // spec as it is now (current) says.
 func restoredSpec(g spec.Generation, current spec.App) spec.App {
 	app := g.Spec.WithDefaults()
-	app.PostRestore, app.Lazy = current.PostRestore, current.Lazy && g.Engine == engine.NameCRIU
+	app.PostRestore, app.Lazy = current.PostRestore, current.Lazy && engine.Of(g.Engine).LazyRestore
 	app.Trusted = current.Trusted // the operator's word now, not at the generation's time
 	return app
 }

@@ -87,9 +87,10 @@ type Container struct {
 
 	mu    sync.Mutex
 	found dmtcpImage // what Check found last
-	// criuMu serializes criu checks; criu is the last one's outcome.
-	criuMu sync.Mutex
-	criu   criuCheck
+	// checkMu serializes the engines' kernel checks; checks are the
+	// last one's outcome, by engine.
+	checkMu sync.Mutex
+	checks  map[engine.Name]kernelCheck
 }
 
 var _ Driver = (*Container)(nil)

@@ -100,11 +100,11 @@ func (c *Container) MakesSpares(ctx context.Context, eng engine.Name) error {
 	switch {
 	case !img.spare:
 		return fmt.Errorf("%w: image %s has no spare mode (no label %s): rebuild it with `make dmtcp-image`", ErrNoSpares, img.ref, SpareLabel)
-	case eng == engine.NameCRIU && img.criu == "":
-		return fmt.Errorf("%w of engine criu: image %s carries no CRIU", ErrNoSpares, img.ref)
-	case eng == engine.NameCRIU:
-		if _, err := c.Check(ctx, engine.NameCRIU); err != nil {
-			return fmt.Errorf("%w of engine criu: %w", ErrNoSpares, err)
+	case img.engines[eng] == "":
+		return fmt.Errorf("%w of engine %s: image %s carries none (no label %s)", ErrNoSpares, eng, img.ref, engine.ImageLabel(eng))
+	case engine.Of(eng).KernelCheck:
+		if _, err := c.Check(ctx, eng); err != nil {
+			return fmt.Errorf("%w of engine %s: %w", ErrNoSpares, eng, err)
 		}
 	}
 	return nil
@@ -152,10 +152,7 @@ func (c *Container) Fits(sp Spare, r Run) error {
 		return fmt.Errorf("app %s: "+format+": %w", append(append([]any{r.App.Name}, args...), ErrUnfit)...)
 	}
 	app := r.App
-	eng := app.Engine
-	if eng != engine.NameCRIU {
-		eng = engine.NameDMTCP
-	}
+	eng := engineOf(app)
 	switch {
 	case r.Mode != RunRestart:
 		return no("a spare serves restores only, not %s", r.Mode)

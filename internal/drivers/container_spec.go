@@ -100,15 +100,15 @@ func (c *Container) container(ctx context.Context, r Run) (runtime.DMTCPContaine
 			return runtime.DMTCPContainer{}, err
 		}
 		dc = c.spec(r, img.ref)
-		eng := engine.NameDMTCP
-		if r.App.Engine == engine.NameCRIU {
-			eng = engine.NameCRIU
-		}
+		eng := engineOf(r.App)
 		recyclable = img.recycles(eng)
 		switch {
 		case r.RootLater && !img.rootLater:
 			return runtime.DMTCPContainer{}, fmt.Errorf("%w: image %s cannot take a root mounted after it is created (no label %s): rebuild it with `make dmtcp-image`", ErrDriver, img.ref, RootLaterLabel)
-		case r.App.Engine != engine.NameCRIU:
+		case img.engines[eng] == "":
+			return runtime.DMTCPContainer{}, fmt.Errorf("%w: app %s (engine %s): image %s carries no %s (no label %s)", ErrDriver, r.App.Name, eng, img.ref, eng, engine.ImageLabel(eng))
+		case !engine.Of(eng).DumpsFromOutside:
+			// The engine's libraries run in the app's processes.
 			envFiles := r.EnvPath
 			if r.RootLater {
 				envFiles = r.EnvFiles // the root is not mounted yet
@@ -116,10 +116,8 @@ func (c *Container) container(ctx context.Context, r Run) (runtime.DMTCPContaine
 			if err := checkEnvForDMTCP(envFiles, r.App.Env, img.glibc); err != nil {
 				return runtime.DMTCPContainer{}, err
 			}
-		case img.criu == "":
-			return runtime.DMTCPContainer{}, fmt.Errorf("%w: app %s (engine criu): image %s carries no CRIU", ErrDriver, r.App.Name, img.ref)
 		default:
-			dc.Engine, dc.Lazy = engine.NameCRIU, r.App.Lazy && r.Mode == RunRestart
+			dc.Engine, dc.Lazy = eng, r.App.Lazy && r.Mode == RunRestart && engine.Of(eng).LazyRestore
 		}
 	}
 	// A restore whose root the deployer can reset serves again after its

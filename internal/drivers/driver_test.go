@@ -131,3 +131,20 @@ var mounts atomic.Int64
 func mountID() string {
 	return "dts-" + strconv.FormatInt(time.Now().UnixNano()%1e8, 36) + "-" + strconv.FormatInt(mounts.Add(1), 10)
 }
+
+// driverSuites are the drivers' behaviour suites of each engine of the
+// registry: in the light container and on the host.
+var driverSuites = map[engine.Name]struct{ container, host func(*testing.T) }{
+	engine.NameDMTCP: {TestDriverSuiteContainer, TestDriverSuiteHostDMTCP},
+	engine.NameCRIU:  {TestDriverSuiteContainerCRIU, TestDriverSuiteHost},
+}
+
+// TestEveryEngineHasDriverSuites: every engine of the registry runs the
+// drivers' behaviour suite in the light container and on the host.
+func TestEveryEngineHasDriverSuites(t *testing.T) {
+	for _, eng := range engine.Names() {
+		if s := driverSuites[eng]; s.container == nil || s.host == nil {
+			t.Errorf("engine %s is registered without the drivers' suite in the container and on the host: add both (drivertest.RunSuite), list them in driverSuites and in .ci/run's must-pass tests", eng)
+		}
+	}
+}

@@ -124,7 +124,7 @@ func TestContainerFindsDMTCPImage(t *testing.T) {
 	if _, err := missing.Check(ctx, engine.NameDMTCP); !errors.Is(err, ErrDriver) || !strings.Contains(err.Error(), "not on this node") {
 		t.Fatalf("missing image: %v", err)
 	}
-	if _, err := c.Check(ctx, engine.NameCRIU); !errors.Is(err, ErrDriver) || !strings.Contains(err.Error(), "carries no CRIU") {
+	if _, err := c.Check(ctx, engine.NameCRIU); !errors.Is(err, ErrDriver) || !strings.Contains(err.Error(), "carries no criu") {
 		t.Fatalf("criu on the container driver with an image without CRIU: %v, want ErrDriver saying so", err)
 	}
 	if _, err := c.Check(ctx, "podman"); !errors.Is(err, ErrDriver) {

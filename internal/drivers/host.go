@@ -34,7 +34,7 @@ import (
 // (agent.drivers). Instances end with the process
 // that started them.
 type Host struct {
-	// Engines by name (engine.NameDMTCP, engine.NameCRIU).
+	// Engines by name (engine.Names).
 	Engines map[engine.Name]engine.Engine
 	// LogLines is how many output lines each instance keeps (default 200).
 	LogLines int
@@ -198,7 +198,7 @@ func (d *Host) Start(ctx context.Context, h Handle) (_ Handle, err error) {
 			Root: r.EnvPath, Stdout: in.tail, Stderr: in.tail, NetNS: true, Compression: comp})
 	case RunRestart:
 		proc, err = in.eng.Restore(ctx, in.img, engine.RestoreSpec{Root: r.EnvPath, Stdout: in.tail, Stderr: in.tail, NetNS: true,
-			Lazy: r.App.Lazy && in.eng.Name() == engine.NameCRIU})
+			Lazy: r.App.Lazy && engine.Of(in.eng.Name()).LazyRestore})
 	}
 	if err != nil {
 		return Handle{}, err

@@ -145,3 +145,27 @@ func TestDMTCPGzip(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// suites are the conformance suites of the registry's engines, each run
+// on the host and confined (the host driver's): an engine registered
+// without its entries here fails TestEveryEngineHasItsSuite.
+var suites = map[engine.Name][]func(*testing.T){
+	engine.NameDMTCP: {TestDMTCP, TestDMTCPConfined},
+	engine.NameCRIU:  {TestCRIU, TestCRIUConfined},
+}
+
+// TestEveryEngineHasItsSuite: every engine of the registry has its
+// conformance suite (enginetest.RunSuite) on the host and confined, and
+// no suite stands for an engine the registry lacks.
+func TestEveryEngineHasItsSuite(t *testing.T) {
+	for _, eng := range engine.Names() {
+		if len(suites[eng]) < 2 {
+			t.Errorf("engine %s is registered without its conformance suites: add Test<Engine> and Test<Engine>Confined running enginetest.RunSuite over it, list them in suites, and in .ci/run's must-pass tests", eng)
+		}
+	}
+	for eng := range suites {
+		if _, ok := engine.Lookup(eng); !ok {
+			t.Errorf("a suite stands for %s, which the registry lacks", eng)
+		}
+	}
+}

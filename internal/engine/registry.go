@@ -23,6 +23,17 @@ type Facts struct {
 	SpareSlots bool
 	// ImageFiles is the glob of the files that hold an image's memory.
 	ImageFiles string
+	// DumpsFromOutside: a process outside the app (criu, run by the light
+	// container's PID 1) stops, dumps and restores the app's processes;
+	// its container needs the capabilities, devices and mounts of that
+	// (runtime.CRIUCapabilities). Otherwise the checkpoint code runs in
+	// the app's own processes, with a coordinator (DMTCP): the container
+	// needs nothing beyond an app's user switch.
+	DumpsFromOutside bool
+	// KernelCheck: the engine's own check of the kernel's features must
+	// pass in a container with its capabilities before its apps run there
+	// (`criu check`).
+	KernelCheck bool
 	// New makes the engine (on the host: the host driver's).
 	New func(Config) Engine
 }
@@ -30,8 +41,23 @@ type Facts struct {
 // registry lists the engines, in the order mode auto tries them.
 var registry = []Facts{
 	{Name: NameDMTCP, Compression: true, SpareSlots: true, ImageFiles: "ckpt_*.dmtcp", New: func(c Config) Engine { return NewDMTCP(c) }},
-	{Name: NameCRIU, LazyRestore: true, SpareSlots: true, ImageFiles: "pages-*.img", New: func(c Config) Engine { return NewCRIU(c) }},
+	{Name: NameCRIU, LazyRestore: true, SpareSlots: true, ImageFiles: "pages-*.img", DumpsFromOutside: true, KernelCheck: true, New: func(c Config) Engine { return NewCRIU(c) }},
 }
+
+// Default is the engine of an app spec that names none: the registry's
+// first.
+func Default() Name { return registry[0].Name }
+
+// Of is engine name's facts; the zero Facts (no capability) for an engine
+// the project does not have.
+func Of(name Name) Facts {
+	f, _ := Lookup(name)
+	return f
+}
+
+// ImageLabel is the label of a light container image that carries engine
+// name, with its version as the value.
+func ImageLabel(name Name) string { return "io.fogdeploy." + string(name) + ".version" }
 
 // All makes every engine of the registry, with cfg.
 func All(cfg Config) []Engine {

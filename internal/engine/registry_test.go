@@ -29,6 +29,18 @@ func TestRegistry(t *testing.T) {
 	if got := NamesWith(func(f Facts) bool { return f.LazyRestore }); !slices.Equal(got, []Name{NameCRIU}) {
 		t.Errorf("lazy engines = %v; want criu", got)
 	}
+	if got := NamesWith(func(f Facts) bool { return f.DumpsFromOutside }); !slices.Equal(got, []Name{NameCRIU}) {
+		t.Errorf("engines that dump from outside the app = %v; want criu", got)
+	}
+	if got := NamesWith(func(f Facts) bool { return f.KernelCheck }); !slices.Equal(got, []Name{NameCRIU}) {
+		t.Errorf("engines with a kernel check = %v; want criu", got)
+	}
+	if p := Of("podman"); Default() != NameDMTCP || p.Name != "" || p.New != nil || p.LazyRestore || p.DumpsFromOutside {
+		t.Errorf("Default = %s, Of(podman) = %+v; want dmtcp and no facts", Default(), Of("podman"))
+	}
+	if ImageLabel(NameCRIU) != "io.fogdeploy.criu.version" || ImageLabel(NameDMTCP) != "io.fogdeploy.dmtcp.version" {
+		t.Errorf("image labels %s, %s; want the light container image's labels", ImageLabel(NameDMTCP), ImageLabel(NameCRIU))
+	}
 	if _, ok := Lookup("podman"); ok {
 		t.Errorf("Lookup of an engine the project lacks: found")
 	}

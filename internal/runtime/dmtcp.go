@@ -290,11 +290,11 @@ func (c DMTCPContainer) flags(from int) []string {
 	if c.RootLater && c.Wait && c.EnvPath != "" {
 		f = append(f, "-root-later")
 	}
-	if c.Engine == engine.NameCRIU {
-		f = append(f, "-engine", string(engine.NameCRIU))
-		if c.Lazy {
-			f = append(f, "-lazy")
-		}
+	if eng := engineOr(c.Engine); eng != engine.Default() {
+		f = append(f, "-engine", string(eng))
+	}
+	if c.Lazy && engine.Of(c.Engine).LazyRestore {
+		f = append(f, "-lazy")
 	}
 	return f
 }
@@ -314,7 +314,7 @@ func (c DMTCPContainer) spec(args []string, mode string) Spec {
 		devices []Device
 	)
 	secOpt := []string{"no-new-privileges"}
-	if c.Engine == engine.NameCRIU && mode != "boot" {
+	if engine.Of(c.Engine).DumpsFromOutside && mode != "boot" {
 		caps, tmpfs, devices, secOpt = CRIUCapabilities(), CRIUTmpfs(), CRIUDevices(), CRIUSecurityOpt()
 	}
 	// The image's files are read-only: an app that reaches the container's

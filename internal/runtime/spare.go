@@ -57,7 +57,7 @@ func SparePorts(n int) []Port {
 func (c DMTCPContainer) Spare(ports int) Spec {
 	c.User, c.Ports, c.ReadyAddr, c.Recycle, c.CkptPath, c.CkptSource = "", SparePorts(ports), "", false, "", ""
 	c.RootLater, c.Wait = true, true
-	c.userCaps = c.Engine != engine.NameCRIU
+	c.userCaps = !engine.Of(engineOr(c.Engine)).DumpsFromOutside
 	s := c.spec([]string{"-assign", DMTCPCtlPath + "/" + instancectl.Assign, "-engine", string(engineOr(c.Engine))}, "spare")
 	s.Binds = append(s.Binds, Bind{HostPath: SpareCkptDir(c.EnvPath), ContainerPath: SpareCkptPath, Propagation: PropagationSlave})
 	s.Labels["io.fogdeploy.role"] = SpareRole
@@ -74,10 +74,10 @@ func (c DMTCPContainer) Assignment(gen int) []string {
 	return append([]string{"restart"}, append(c.flags(gen), "-ckpt", SpareCkptPath)...)
 }
 
-// engineOr is eng, or DMTCP when unset.
+// engineOr is eng, or the default engine when unset.
 func engineOr(eng engine.Name) engine.Name {
 	if eng == "" {
-		return engine.NameDMTCP
+		return engine.Default()
 	}
 	return eng
 }

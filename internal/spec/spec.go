@@ -224,7 +224,7 @@ var Engines = engine.Names()
 // checkpoint of an app of engine auto runs it.
 func (a App) WithEngine(eng engine.Name) App {
 	a.Engine = eng
-	if eng != engine.NameDMTCP {
+	if !engine.Of(eng).Compression {
 		a.Compression = "none"
 	}
 	return a
@@ -244,7 +244,7 @@ func (a App) SameProcess(b App) bool {
 // WithDefaults fills the optional fields.
 func (a App) WithDefaults() App {
 	if a.Engine == "" {
-		a.Engine = engine.NameDMTCP
+		a.Engine = engine.Default()
 	}
 	if a.Compression == "" {
 		a.Compression = "none"
