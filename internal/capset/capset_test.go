@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fogdeploy/fogdeploy/internal/osthread"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
 func status(t *testing.T, b []byte, field string) string {
@@ -24,9 +25,7 @@ func status(t *testing.T, b []byte, field string) string {
 // A process started by a thread after ForExec(Thread) runs as root with no
 // capability and no_new_privs; the rest of this process keeps its sets.
 func TestForExecThread(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: it drops capabilities root holds")
-	}
+	testenv.NeedRoot(t)
 	self, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		t.Fatal(err)
@@ -81,9 +80,7 @@ func capMask(t *testing.T, v string) uint64 {
 // Drop takes them out of every set: the thread no longer holds them
 // either. Neither changes the other threads of the process.
 func TestDropAndDropBounding(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: it drops capabilities root holds")
-	}
+	testenv.NeedRoot(t)
 	const chown, kill = 0, 5 // CAP_CHOWN, CAP_KILL
 	self, err := os.ReadFile("/proc/self/status")
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
 // The limit files of each version, as the kernel is given them.
@@ -52,9 +54,7 @@ func values(dirs [][]file) []map[string]string {
 // its limits, its children are born there, and the group goes once it is
 // empty.
 func TestGroupsOnNode(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to make cgroups")
-	}
+	testenv.NeedRoot(t)
 	gs, err := NewGroups(Paths{}, "fogdeploy-test")
 	if errors.Is(err, ErrUnsupported) {
 		t.Skipf("no cgroup memory controller here: %v", err)

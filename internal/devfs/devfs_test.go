@@ -9,14 +9,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fogdeploy/fogdeploy/internal/osthread"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
 // A private /dev holds the harmless nodes, working, and nothing else of
 // the host's /dev.
 func TestMount(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount")
-	}
+	testenv.NeedRoot(t)
 	dir := t.TempDir()
 	var names []string
 	var zero [4]byte

@@ -4,10 +4,11 @@ import (
 	"bufio"
 	"net"
 	"net/netip"
-	"os"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
 // TestNFTables: the kernel routes of a front end forward a connection to
@@ -15,9 +16,7 @@ import (
 // an empty set, or Close, leaves the port to whoever listens (here no
 // one: refused); a table a killed agent left is replaced.
 func TestNFTables(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("nftables needs root")
-	}
+	testenv.NeedRoot(t)
 	up, _ := echo(t, "kernel")
 	to := netip.MustParseAddrPort(up)
 	port := freePorts(t, 1)[0]

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fogdeploy/fogdeploy/internal/osthread"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
 // The lists hold every /proc path that the vendored moby's own default
@@ -124,9 +125,7 @@ func TestScript(t *testing.T) {
 // kernel has covered (reads give nothing) and every path of ReadOnly
 // read-only (a write is refused), as its mount table says too.
 func TestMountHides(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount")
-	}
+	testenv.NeedRoot(t)
 	root := t.TempDir()
 	var mi string
 	var read map[string]string

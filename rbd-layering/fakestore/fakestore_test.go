@@ -1,12 +1,14 @@
 package fakestore_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/fakestore"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/storetest"
@@ -27,15 +29,13 @@ func TestSuite(t *testing.T) {
 // TestWatchers: a loop device on an image's file is the fake's live
 // mapping, LeaveDeadWatcher its killed client.
 func TestWatchers(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("attaching a loop device needs root")
-	}
+	testenv.NeedRoot(t) // attaching a loop device
 	storetest.RunWatcherSuite(t, newStore, storetest.Watchers{
 		Live: func(t *testing.T, b layering.Backend, name string) func() {
 			path := b.(*fakestore.Store).Path(name)
 			out, err := exec.Command("losetup", "--find", "--show", path).CombinedOutput()
 			if err != nil {
-				t.Skipf("losetup: %v: %s", err, out)
+				testenv.Unavailable(t, testenv.Root, fmt.Sprintf("losetup: %v: %s", err, out))
 			}
 			dev := strings.TrimSpace(string(out))
 			return func() {

@@ -38,17 +38,14 @@ func (s fileStore) config(stateDir string) mapper.Config {
 
 func needLoop(t *testing.T) {
 	t.Helper()
-	testenv.SkipShort(t, testenv.Root)
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: losetup and mount")
-	}
+	testenv.NeedRoot(t)
 	for _, tool := range []string{"losetup", "mount", "umount", "mkfs.ext4", "blkid", "fsfreeze"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s in PATH", tool)
+			testenv.Unavailable(t, testenv.Root, "needs "+tool+" in PATH")
 		}
 	}
 	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		t.Skip("needs the loop driver (/dev/loop-control)")
+		testenv.Unavailable(t, testenv.Root, "needs the loop driver (/dev/loop-control)")
 	}
 }
 

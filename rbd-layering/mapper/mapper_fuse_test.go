@@ -14,6 +14,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/devenv"
 	"github.com/fogdeploy/fogdeploy/internal/procprio"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper"
 	"github.com/fogdeploy/fogdeploy/rbd-layering/mapper/mappertest"
 )
@@ -50,30 +51,17 @@ func (c cephEnv) rbd(t *testing.T, a ...string) {
 func needCeph(t *testing.T) cephEnv {
 	t.Helper()
 	needLoop(t)
-	c := cephEnv{
-		conf:    devenv.Lookup(devenv.EnvCephConf, devenv.CephConf()),
-		keyring: devenv.Lookup(devenv.EnvCephKeyring, devenv.CephKeyring()),
-		id:      os.Getenv(devenv.EnvCephID),
-		pool:    devenv.Lookup(devenv.EnvCephPool, devenv.DefaultPool),
-	}
-	if _, err := os.Stat(c.conf); err != nil {
-		t.Skipf("no Ceph cluster: %s is missing (start one with `make dev-up`, or set %s)", c.conf, devenv.EnvCephConf)
-	}
-	if _, err := os.Stat(c.keyring); err != nil {
-		c.keyring = "" // let ceph.conf name it
-	}
+	// testenv checks that the cluster answers (and skips, or fails where
+	// FOGDEPLOY_REQUIRE lists ceph).
+	cc := testenv.CephCluster(t)
+	c := cephEnv{conf: cc.Conf, keyring: cc.Keyring, id: os.Getenv(devenv.EnvCephID), pool: cc.Pool}
 	for _, tool := range []string{"ceph", "rbd", "rbd-fuse"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s in PATH (Debian packages ceph-common, rbd-fuse)", tool)
+			testenv.Unavailable(t, testenv.Ceph, "needs "+tool+" in PATH (Debian packages ceph-common, rbd-fuse)")
 		}
 	}
 	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("needs /dev/fuse")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, "ceph", c.args("-s")...).CombinedOutput(); err != nil {
-		t.Skipf("Ceph cluster at %s does not answer `ceph -s` within 5s: %v: %s", c.conf, err, strings.TrimSpace(string(out)))
+		testenv.Unavailable(t, testenv.Root, "needs /dev/fuse")
 	}
 	return c
 }
