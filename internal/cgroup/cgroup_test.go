@@ -177,19 +177,14 @@ func TestConformanceHost(t *testing.T) {
 				}
 				return pid
 			},
+			// A process moved into the hierarchy's root (on a systemd
+			// host, none is there to begin with).
 			RootProcess: func(t *testing.T) int {
-				b, err := os.ReadFile("/proc/self/cgroup")
-				if err != nil {
-					t.Fatal(err)
+				pid := sleeper(t).Process.Pid
+				if err := os.WriteFile(filepath.Join(cpuMount, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+					t.Fatalf("move a process into the root cgroup: %v", err)
 				}
-				if p.Version() == cgroup.V1 && !strings.Contains(string(b), ":cpu:/\n") && !strings.Contains(string(b), ",cpu:/\n") &&
-					!strings.Contains(string(b), ":cpu,cpuacct:/\n") {
-					return 0
-				}
-				if p.Version() == cgroup.V2 && !strings.Contains(string(b), "0::/\n") {
-					return 0
-				}
-				return sleeper(t).Process.Pid
+				return pid
 			},
 			HasIO: hasIO,
 		}
@@ -393,10 +388,11 @@ func TestKnobsPerCgroup(t *testing.T) {
 func TestConformanceInMemory(t *testing.T) {
 	next := 100
 	cgrouptest.Run(t, func(t *testing.T) cgrouptest.Harness {
+		f := cgrouptest.NewFake()
 		return cgrouptest.Harness{
-			Priority:    cgrouptest.NewFake(),
-			Process:     func(t *testing.T) int { next++; return next },
-			RootProcess: func(t *testing.T) int { return 0 },
+			Priority:    f,
+			Process:     func(t *testing.T) int { next++; f.Add(next, false); return next },
+			RootProcess: func(t *testing.T) int { next++; f.Add(next, true); return next },
 			HasIO:       true,
 		}
 	})

@@ -105,7 +105,8 @@ func TestLimiterConformanceFiles(t *testing.T) {
 func TestLimiterConformanceInMemory(t *testing.T) {
 	next := 100
 	cgrouptest.RunLimiter(t, func(t *testing.T) cgrouptest.LimiterHarness {
-		return cgrouptest.LimiterHarness{Limiter: cgrouptest.NewFake(), Process: func(t *testing.T) int { next++; return next }, HasSwap: true}
+		f := cgrouptest.NewFake()
+		return cgrouptest.LimiterHarness{Limiter: f, Process: func(t *testing.T) int { next++; f.Add(next, false); return next }, HasSwap: true}
 	})
 }
 

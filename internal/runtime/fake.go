@@ -38,6 +38,23 @@ type Fake struct {
 	down error
 }
 
+// Alive says whether pid is the main process of a running container
+// (what the kernel's /proc says of a real one).
+func (f *Fake) Alive(pid int) bool {
+	f.mu.Lock()
+	cs := make([]*fakeContainer, 0, len(f.containers))
+	for _, c := range f.containers {
+		cs = append(cs, c)
+	}
+	f.mu.Unlock()
+	for _, c := range cs {
+		if st := c.state(); st.Running && st.Pid == pid {
+			return true
+		}
+	}
+	return false
+}
+
 // SetDown makes Inspect fail with err until SetDown(nil), as a dockerd
 // that is starting or restarting does.
 func (f *Fake) SetDown(err error) {

@@ -8,13 +8,20 @@ import (
 )
 
 // Fake is a cgroup.Priority over weights kept in memory, for unit tests
-// whose processes are fakes too (runtime.Fake's): every pid up to the
-// kernel's limit (pidMax) has a cgroup of its own, at the default weights
-// (or Initial's) until Set; other pids do not exist. It passes Run (TestFake).
+// whose processes are fakes too (runtime.Fake's): a process exists while
+// Alive says so (or once Add made it), in a cgroup of its own at the
+// default weights (or Initial's) until Set, or in the root cgroup, whose
+// weights it refuses to change as the kernel's hierarchy does. It passes
+// Run (TestConformanceInMemory).
 type Fake struct {
 	// Initial, if set, gives the weights of a process that Set never
 	// changed (those its container was created with); nil: the defaults.
 	Initial func(pid int) cgroup.Weights
+	// Alive, if set, says whether a process exists (runtime.Fake.Alive:
+	// the main process of a running fake container).
+	Alive func(pid int) bool
+	// procs are the processes Add made: true for one of the root cgroup.
+	procs map[int]bool
 
 	mu  sync.Mutex
 	w   map[int]cgroup.Weights
@@ -27,14 +34,27 @@ var (
 )
 
 // NewFake returns a Fake without processes.
-func NewFake() *Fake { return &Fake{w: map[int]cgroup.Weights{}, lim: map[int]cgroup.Limits{}} }
+func NewFake() *Fake {
+	return &Fake{w: map[int]cgroup.Weights{}, lim: map[int]cgroup.Limits{}, procs: map[int]bool{}}
+}
+
+// Add makes process pid exist, in the root cgroup if root.
+func (f *Fake) Add(pid int, root bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.procs[pid] = root
+}
 
 // pidMax is the kernel's highest pid_max.
 const pidMax = 1 << 22
 
 func (f *Fake) weights(pid int) (cgroup.Weights, error) {
-	if pid <= 0 || pid > pidMax {
+	root, added := f.procs[pid]
+	if pid <= 0 || pid > pidMax || !added && (f.Alive == nil || !f.Alive(pid)) {
 		return cgroup.Weights{}, fmt.Errorf("process %d: %w", pid, cgroup.ErrNoProcess)
+	}
+	if root {
+		return cgroup.Weights{}, fmt.Errorf("process %d is in the root cgroup: %w", pid, cgroup.ErrUnsupported)
 	}
 	if w, ok := f.w[pid]; ok {
 		return w, nil

@@ -17,8 +17,7 @@ type Harness struct {
 	// Process returns a process in a cgroup of its own, which the test
 	// may reweight; it goes away with the test.
 	Process func(t *testing.T) int
-	// RootProcess returns a process of the root cgroup, or 0 when there
-	// is none to try.
+	// RootProcess returns a process of the root cgroup.
 	RootProcess func(t *testing.T) int
 	// HasIO says whether the hierarchy has an I/O weight.
 	HasIO bool
@@ -84,8 +83,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	t.Run("RootCgroupRefused", func(t *testing.T) {
 		h := newHarness(t)
 		pid := h.RootProcess(t)
-		if pid == 0 {
-			t.Skip("no process of the root cgroup to try")
+		if pid <= 0 {
+			t.Fatal("the harness gives no process of the root cgroup")
 		}
 		if _, err := h.Priority.Set(pid, cgroup.Background); !errors.Is(err, cgroup.ErrUnsupported) {
 			t.Fatalf("Set on a root-cgroup process = %v, want ErrUnsupported", err)

@@ -74,7 +74,7 @@ func NewUnit(t testing.TB) *Unit {
 		drivers.DMTCPVersionLabel: "fake", drivers.DMTCPGlibcLabel: "2.36", drivers.CRIUVersionLabel: "fake", drivers.RecycleLabel: "dmtcp,criu", drivers.SourceLaterLabel: "1", drivers.RootLaterLabel: "1"}})
 	rt.AddLabelledImage(UnitBootImage, runtime.FakeDMTCP(), runtime.ImageConfig{})
 	u := &Unit{Images: store, Mapper: mp, Envs: envs, RT: rt, Priority: cgrouptest.NewFake(), Env: "unit-env"}
-	u.Priority.Initial = u.createdWeights
+	u.Priority.Initial, u.Priority.Alive = u.createdWeights, rt.Alive
 	ctr := &drivers.Container{RT: rt, Image: UnitImage, BootImage: UnitBootImage, StopTimeout: 2 * time.Second, Priority: u.Priority, Limiter: u.Priority}
 	u.cfg = deploy.Config{StateDir: filepath.Join(dir, "deploy"), Pool: UnitPool, Node: "unit",
 		Limits: config.DefaultLimits().Spec()}
