@@ -296,10 +296,10 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	drv := &Drivers{node: n}
 	// The parts, from the bottom up: each takes only those below it.
 	recs := &Records{node: n, drv: drv,
-		deployments: journal.Journal[Deployment]{Dir: filepath.Join(cfg.StateDir, "deployments"), What: "deployment", NotFound: spec.ErrNotFound, Exists: spec.ErrExists}}
-	slots := journal.Journal[Slot]{Dir: filepath.Join(cfg.StateDir, "slots"), What: "slot", NotFound: ErrNoSlot, Exists: spec.ErrExists}
+		deployments: journal.Journal[Deployment]{Dir: filepath.Join(cfg.StateDir, "deployments"), What: "deployment", NotFound: spec.ErrNotFound, Exists: spec.ErrExists, Log: n.log}}
+	slots := journal.Journal[Slot]{Dir: filepath.Join(cfg.StateDir, "slots"), What: "slot", NotFound: ErrNoSlot, Exists: spec.ErrExists, Log: n.log}
 	envs := &EnvCopies{node: n, blanks: map[int64]layering.SnapRef{},
-		lowers: journal.Journal[Lower]{Dir: filepath.Join(cfg.StateDir, "lowers", "records"), What: "environment copy", NotFound: ErrNoLower, Exists: spec.ErrExists},
+		lowers: journal.Journal[Lower]{Dir: filepath.Join(cfg.StateDir, "lowers", "records"), What: "environment copy", NotFound: ErrNoLower, Exists: spec.ErrExists, Log: n.log},
 		used:   func(id string) (bool, error) { return lowerUsedBy(slots, recs.deployments, id) }}
 	ckpts := &Checkpoints{node: n, cache: cache, drv: drv, envs: envs, listSlots: slots.List}
 	stages := &Stages{node: n, drv: drv, envs: envs, ckpts: ckpts, slots: slots}

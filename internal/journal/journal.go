@@ -17,6 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"log/slog"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/fogdeploy/fogdeploy/internal/atomicfile"
@@ -36,7 +38,13 @@ type Journal[T any] struct {
 	// so that a record's name, not only its content, survives a power
 	// loss (records that name kernel resources: the mapper's).
 	SyncDir bool
+	// Log, if set, is told of each record List sets aside.
+	Log *slog.Logger
 }
+
+// CorruptSuffix ends the name of a record List set aside: <id>.json then
+// this.
+const CorruptSuffix = ".corrupt"
 
 // ErrExists is the default Journal.Exists.
 var ErrExists = errors.New("record exists")
@@ -254,7 +262,11 @@ func (j Journal[T]) IDs() ([]string, error) {
 	return ids, nil
 }
 
-// List returns every readable record, by ID.
+// List returns every readable record, by ID. A record that is not one
+// (a write the machine lost before it reached the disk) is set aside as
+// <id>.json.corrupt beside the others, where an operator finds it, and
+// logged (Log): List drops none without a word, and lists it no more. A
+// record that vanished meanwhile is skipped.
 func (j Journal[T]) List() ([]T, error) {
 	ids, err := j.IDs()
 	if err != nil {
@@ -262,11 +274,30 @@ func (j Journal[T]) List() ([]T, error) {
 	}
 	var out []T
 	for _, id := range ids {
-		if v, err := j.Load(id); err == nil {
+		v, err := j.Load(id)
+		switch {
+		case err == nil:
 			out = append(out, v)
+		case errors.Is(err, j.NotFound):
+		default:
+			j.setAside(id, err)
 		}
 	}
 	return out, nil
+}
+
+// setAside renames record id, which Load could not read, to its corrupt
+// name, and says so.
+func (j Journal[T]) setAside(id string, why error) {
+	path := j.Path(id)
+	err := os.Rename(path, path+CorruptSuffix)
+	if err == nil {
+		err = j.syncDir()
+	}
+	if j.Log != nil {
+		j.Log.Warn("a record that cannot be read was set aside; what it named is not undone by this node", "kind", j.What, "id", id,
+			"path", path+CorruptSuffix, "why", why, "err", err)
+	}
 }
 
 // Remove deletes a record; a missing one is not an error.

@@ -2,8 +2,10 @@ package journal
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -154,5 +156,33 @@ func TestRecords(t *testing.T) {
 		if strings.HasSuffix(e.Name(), ".tmp") && e.Name() != ".c.123.tmp" {
 			t.Errorf("Create left %s", e.Name())
 		}
+	}
+}
+
+// TestListSetsCorruptAside: a record that is not one (a write the machine
+// lost) is not dropped without a word: List sets it aside under its
+// corrupt name, with its content, logs it, lists the others, and lists it
+// no more.
+func TestListSetsCorruptAside(t *testing.T) {
+	var logged strings.Builder
+	j := Journal[note]{Dir: t.TempDir(), What: "slot", NotFound: errNotFound, Log: slog.New(slog.NewTextHandler(&logged, nil))}
+	if err := j.Create("good", &note{"kept"}, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(j.Path("lost"), []byte("   \x00\x00{\"te"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := j.List()
+	if err != nil || len(got) != 1 || got[0].Text != "kept" {
+		t.Fatalf("List = %+v, %v; want the good record only", got, err)
+	}
+	if b, err := os.ReadFile(j.Path("lost") + CorruptSuffix); err != nil || !strings.Contains(string(b), "{\"te") {
+		t.Errorf("the corrupt record set aside: %q, %v; want its content kept", b, err)
+	}
+	if !strings.Contains(logged.String(), "set aside") || !strings.Contains(logged.String(), "id=lost") {
+		t.Errorf("log = %q; want the record named", logged.String())
+	}
+	if ids, err := j.IDs(); err != nil || !slices.Equal(ids, []string{"good"}) {
+		t.Errorf("IDs after List = %v, %v; want good only", ids, err)
 	}
 }

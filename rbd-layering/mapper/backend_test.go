@@ -134,7 +134,7 @@ func TestCmdlineMatches(t *testing.T) {
 }
 
 func TestStoreCreateIsExclusive(t *testing.T) {
-	s := newStore(t.TempDir())
+	s := newStore(t.TempDir(), nil)
 	rec := &Record{Version: recordVersion, ID: "x1", Backend: "file"}
 	if err := s.create(rec); err != nil {
 		t.Fatal(err)

@@ -147,7 +147,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Mapper, error) {
 		cfg:   cfg,
 		log:   log,
 		run:   runner{log: log, timeout: cfg.timeout()},
-		store: newStore(filepath.Join(dir, "mappings")),
+		store: newStore(filepath.Join(dir, "mappings"), log),
 		busy:  map[string]bool{},
 	}
 	if err := m.store.init(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/journal"
@@ -82,8 +83,8 @@ func (r *Record) mapping() Mapping {
 // directory synced with each record made or removed.
 type store struct{ j journal.Journal[Record] }
 
-func newStore(dir string) store {
-	return store{journal.Journal[Record]{Dir: dir, What: "mapping", NotFound: ErrNotMapped, Exists: ErrBusy, SyncDir: true}}
+func newStore(dir string, log *slog.Logger) store {
+	return store{journal.Journal[Record]{Dir: dir, What: "mapping", NotFound: ErrNotMapped, Exists: ErrBusy, SyncDir: true, Log: log}}
 }
 
 func (s store) path(id string) string { return s.j.Path(id) }
