@@ -77,7 +77,7 @@ func ParseGenImage(name string) (app string, gen int, kind string, ok bool) {
 	}
 	rest, kind = rest[:i], rest[i+1:]
 	j := strings.LastIndex(rest, "-")
-	if j < 0 || (kind != "env" && kind != "ckpt") {
+	if j <= 0 || (kind != "env" && kind != "ckpt") {
 		return "", 0, "", false
 	}
 	gen, err := strconv.Atoi(rest[j+1:])
