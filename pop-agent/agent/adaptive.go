@@ -21,7 +21,7 @@ import (
 // autoNode is what mode auto asks of the node's deployer.
 type autoNode interface {
 	// WaitingSlot: the newest generation of which an idle slot of app
-	// waits (deploy.Deployer.WaitingSlot).
+	// waits (deploy.Pool.WaitingSlot).
 	WaitingSlot(app spec.App, eng engine.Name) (spec.Generation, bool)
 	// Restorable: why this node cannot restore g, or nil.
 	Restorable(ctx context.Context, g spec.Generation) error

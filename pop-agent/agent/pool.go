@@ -409,7 +409,7 @@ func (a *agent) publishPool(ctx context.Context, app string, gen, size int) {
 }
 
 // recycle gives deployment id's instance back to its app's warm pool
-// (deploy.Deployer.Recycle) when the deployment restored the pool's
+// (deploy.Pool.Recycle) when the deployment restored the pool's
 // current generation and the pool holds fewer than twice its size, and
 // reports whether it did. An instance that cannot serve again is left to
 // clean.

@@ -1,5 +1,5 @@
 // The spare slots' keeper: agent.spare_slots idle spare slots per engine whose driver makes them on
-// this node (deploy.Deployer.ProvisionSpare), none while the node is cordoned, made one at a time at
+// this node (deploy.Pool.ProvisionSpare), none while the node is cordoned, made one at a time at
 // background priority once no deploy is under way, within the node's capacity.
 
 package agent
