@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -549,6 +550,7 @@ func TestTokenCommand(t *testing.T) {
 // and another client's requests are answered meanwhile. When the polls
 // end, the client may poll again.
 func TestInflightBounds(t *testing.T) {
+	testenv.SkipShort(t, testenv.Etcd) // seconds of load or of an etcd restarted: not a unit test
 	st := hookStore(t, 50, "chat")
 	const operator = "0123456789abcdef-operator"
 	poller, other := apiauth.NewToken(), apiauth.NewToken()

@@ -16,6 +16,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
 // TestHookLoad: one client opens 200 long polls at once and creates 50
@@ -26,6 +27,7 @@ import (
 // refused request reads nothing), and another client's requests are
 // answered meanwhile.
 func TestHookLoad(t *testing.T) {
+	testenv.SkipShort(t, testenv.Etcd) // seconds of load or of an etcd restarted: not a unit test
 	endpoint, seed := statetest.Start(t)
 	ctx := context.Background()
 	if err := seed.CreateApp(ctx, spec.App{Name: "chat", Env: "e", Command: []string{"x"},

@@ -526,6 +526,7 @@ func TestFenceAtStart(t *testing.T) {
 // says why. Then etcd starts again on its own data: the agent acts again
 // by itself, and its instance stays (still desired there).
 func TestFenceWhenEtcdRestartsEmpty(t *testing.T) {
+	testenv.SkipShort(t, testenv.Etcd) // seconds of load or of an etcd restarted: not a unit test
 	endpoint := testenv.EtcdAddr(t)
 	start := func(dir string) (stop func()) {
 		ctx, cancel := context.WithCancel(context.Background())
