@@ -43,26 +43,17 @@ func (a *agent) refillSpares(ctx context.Context, cordoned bool) {
 	if cordoned {
 		want = 0
 	}
-	// An engine whose driver cannot make spares now (its check failed:
-	// a dockerd busy for a moment, say) keeps the idle ones it has, which
-	// were made when it could, and makes no new one.
-	wants, keepOnly, size := map[engine.Name]int{}, map[engine.Name]bool{}, 0
+	cannot, idle := map[engine.Name]error{}, map[engine.Name]int{}
 	for _, eng := range spareEngines {
 		if want > 0 {
 			if err := a.d.Pool().MakesSpares(ctx, eng); err != nil {
 				a.log.Debug("spare slots: this node makes none of this engine now", "engine", eng, "err", err)
-				keepOnly[eng] = true
+				cannot[eng] = err
 			}
 		}
-		wants[eng] = want
+		idle[eng], _ = a.idleSpares(eng)
 	}
-	for _, eng := range spareEngines {
-		if keepOnly[eng] {
-			idle, _ := a.idleSpares(eng)
-			wants[eng] = min(want, idle)
-		}
-		size += wants[eng]
-	}
+	wants, size := spareWants(want, spareEngines, cannot, idle)
 	defer a.publishSpares(ctx, size)
 	for _, eng := range spareEngines {
 		n := wants[eng]
@@ -97,6 +88,23 @@ func (a *agent) refillSpares(ctx context.Context, cordoned bool) {
 			a.publishSpares(ctx, size)
 		}
 	}
+}
+
+// spareWants is how many idle spares of each engine a node keeps when it
+// wants want of each: an engine whose spares cannot be made now (its
+// check failed: a dockerd busy for a moment, say) keeps the idle ones it
+// has, which were made when it could, up to want, and makes none. size is
+// their sum.
+func spareWants(want int, engines []engine.Name, cannot map[engine.Name]error, idle map[engine.Name]int) (wants map[engine.Name]int, size int) {
+	wants = map[engine.Name]int{}
+	for _, eng := range engines {
+		wants[eng] = want
+		if cannot[eng] != nil {
+			wants[eng] = min(want, idle[eng])
+		}
+		size += wants[eng]
+	}
+	return wants, size
 }
 
 // idleSpares counts the idle spare slots of engine eng on this node, and
