@@ -70,7 +70,7 @@ func TestGenerationsAndRemoval(t *testing.T) {
 	}
 	seal(ctx, t, store, "redis", 2)
 	seal(ctx, t, store, "redis", 1)
-	seal(ctx, t, store, "redis-2", 1) // another app whose name extends this one's
+	seal(ctx, t, store, "redis-2", 1)                                                      // another app whose name extends this one's
 	if err := store.Create(ctx, catalog.GenImage("redis", 3, "ckpt"), 1<<20); err != nil { // being made
 		t.Fatal(err)
 	}
