@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -274,11 +275,34 @@ func readonlyPaths() []string {
 // Start implements Runtime.
 //
 // Implements: POST /containers/{id}/start.
+//
+// dockerd picks a published port's host port among the free ones it knows
+// of, not among those another process of the node bound meanwhile: a start
+// that finds its port taken (its userland proxy cannot bind it) is tried
+// again, up to startAttempts times, and dockerd picks another.
 func (d *Docker) Start(ctx context.Context, id string) error {
-	if err := d.api.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+	var err error
+	for i := range startAttempts {
+		if err = d.api.ContainerStart(ctx, id, container.StartOptions{}); err == nil || !portTaken(err) || ctx.Err() != nil {
+			break
+		}
+		if i+1 < startAttempts {
+			d.log.Info("a port published for the container was taken by another process; starting it again on another", "container", shortID(id), "err", err)
+		}
+	}
+	if err != nil {
 		return d.wrap("start container", id, err)
 	}
 	return nil
+}
+
+// startAttempts bounds Start's attempts when a published port is taken.
+const startAttempts = 3
+
+// portTaken says whether dockerd refused a start because a published
+// host port was bound by another process.
+func portTaken(err error) bool {
+	return strings.Contains(err.Error(), "address already in use")
 }
 
 // Stop implements Runtime. The timeout is rounded up to whole seconds.
