@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/client/v3/concurrency"
-
 	"github.com/fogdeploy/fogdeploy/internal/adaptive"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
@@ -81,7 +79,7 @@ func TestModesAndAppCosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A slot of web waits on n3.
-	sess, err := concurrency.NewSession(st.Client())
+	sess, err := st.NewSession()
 	if err != nil {
 		t.Fatal(err)
 	}

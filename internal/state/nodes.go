@@ -111,6 +111,14 @@ func (s *Store) UncordonNode(ctx context.Context, name string) error {
 	return nil
 }
 
+// Session is a node's lease in etcd: what it holds (its record, its pool
+// slots, its locks) goes when the session ends or lapses.
+type Session = concurrency.Session
+
+// NewSession opens a session on the default lease TTL (tests that put what
+// a node would).
+func (s *Store) NewSession() (*Session, error) { return concurrency.NewSession(s.Client()) }
+
 // Register writes the node's record and its liveness key bound to a lease
 // of ttl seconds, kept alive until ctx ends. It returns the session (whose
 // lease also holds the agent's locks).

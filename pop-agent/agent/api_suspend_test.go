@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
@@ -56,13 +54,7 @@ func TestSuspendResumeRequests(t *testing.T) {
 	if err := st.CreateDeployment(ctx, state.Desired{ID: "web-1", App: "web", Node: "n1", Created: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	revision := func() int64 {
-		r, err := st.Client().Get(ctx, state.Prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r.Header.Revision
-	}
+	revision := func() int64 { return statetest.Revision(ctx, t, st) }
 	before := revision()
 	for _, c := range []struct {
 		name, tok, path, body string

@@ -10,8 +10,6 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
 )
@@ -50,13 +48,7 @@ func TestHooks(t *testing.T) {
 		_ = json.NewDecoder(resp.Body).Decode(&v)
 		return resp.StatusCode, v
 	}
-	count := func() int64 {
-		r, err := st.Client().Get(ctx, state.DeploymentsPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r.Count
-	}
+	count := func() int64 { return statetest.Count(ctx, t, st, "deployments/") }
 	for _, c := range []struct {
 		name, tok, body string
 		code            int

@@ -31,7 +31,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fogdeploy/fogdeploy/internal/apiauth"
 	"github.com/fogdeploy/fogdeploy/internal/config"
@@ -142,11 +141,7 @@ func hookStore(t *testing.T, capacity int, apps ...string) *state.Store {
 // events): what a refused request must not change.
 func keys(t *testing.T, st *state.Store) int64 {
 	t.Helper()
-	r, err := st.Client().Get(context.Background(), state.Prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r.Count
+	return statetest.Count(context.Background(), t, st, "")
 }
 
 // Per-client tokens: a client scoped to an app and a label creates only

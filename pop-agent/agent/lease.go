@@ -8,14 +8,12 @@ import (
 	"errors"
 	"time"
 
-	"go.etcd.io/etcd/client/v3/concurrency"
-
 	"github.com/fogdeploy/fogdeploy/internal/state"
 )
 
 // session returns the node's current etcd session (its lease also holds
 // the checkpoint locks this agent takes).
-func (a *agent) session() *concurrency.Session {
+func (a *agent) session() *state.Session {
 	a.sessMu.Lock()
 	defer a.sessMu.Unlock()
 	return a.sess
@@ -70,7 +68,7 @@ func (a *agent) keepRegistered(ctx context.Context) {
 // register retries until etcd answers, then drops the lost session's
 // lease and registers the node with a new one. It fails only when ctx
 // ends.
-func (a *agent) register(ctx context.Context, old *concurrency.Session) (*concurrency.Session, error) {
+func (a *agent) register(ctx context.Context, old *state.Session) (*state.Session, error) {
 	wait := time.Second
 	for {
 		select {

@@ -21,7 +21,6 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fogdeploy/fogdeploy/internal/config"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
@@ -291,9 +290,7 @@ func TestFenceWhenEtcdIsEmptied(t *testing.T) {
 	waitFor(t, "web-2 is undeployed", func() bool { return slices.Equal(recs.gone(), []string{"web-2"}) })
 
 	// etcd is emptied.
-	if _, err := st.Client().Delete(ctx, state.Prefix, clientv3.WithPrefix()); err != nil {
-		t.Fatal(err)
-	}
+	statetest.Wipe(ctx, t, st)
 	waitFor(t, "the agent is fenced", func() bool { return a.plane.err() != nil })
 	time.Sleep(5 * a.c.Agent.ReconcileInterval) // resyncs and checks on the empty etcd
 	a.refill(ctx)                               // no deployer: it would panic if it went on
@@ -405,9 +402,7 @@ func TestFenceAtStart(t *testing.T) {
 	mem, _ := loadMemory(path)
 
 	// etcd emptied while the agent was down.
-	if _, err := st.Client().Delete(ctx, state.Prefix, clientv3.WithPrefix()); err != nil {
-		t.Fatal(err)
-	}
+	statetest.Wipe(ctx, t, st)
 	p = newPlane(path, st, quiet)
 	if err := p.start(ctx, false, 3); err != nil {
 		t.Fatal(err)
@@ -484,9 +479,7 @@ func TestFenceAtStart(t *testing.T) {
 	}
 
 	// One that holds nothing adopts what it finds, at Warn (no fence).
-	if _, err := st.Client().Delete(ctx, state.Prefix, clientv3.WithPrefix()); err != nil {
-		t.Fatal(err)
-	}
+	statetest.Wipe(ctx, t, st)
 	logs := &syncBuffer{}
 	p = newPlane(path, st, slog.New(slog.NewTextHandler(logs, nil)))
 	if err := p.start(ctx, false, 0); err != nil {
@@ -502,9 +495,7 @@ func TestFenceAtStart(t *testing.T) {
 
 	// --adopt-pop: the etcd is emptied again; a node holding deployments
 	// adopts it when told to.
-	if _, err := st.Client().Delete(ctx, state.Prefix, clientv3.WithPrefix()); err != nil {
-		t.Fatal(err)
-	}
+	statetest.Wipe(ctx, t, st)
 	p = newPlane(path, st, quiet)
 	if err := p.start(ctx, true, 5); err != nil {
 		t.Fatal(err)

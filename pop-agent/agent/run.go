@@ -18,8 +18,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/client/v3/concurrency"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -70,8 +68,8 @@ type agent struct {
 	wg   sync.WaitGroup
 
 	sessMu   sync.Mutex
-	sess     *concurrency.Session // the node's lease; replaced after an etcd outage
-	etcdLost time.Time            // when the lease was lost; zero while registered
+	sess     *state.Session // the node's lease; replaced after an etcd outage
+	etcdLost time.Time      // when the lease was lost; zero while registered
 }
 
 // Run starts the agent and blocks until ctx is done. Its stages: the

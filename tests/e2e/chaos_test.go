@@ -15,8 +15,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
@@ -98,12 +97,8 @@ func countLeaks(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture
 		t.Fatal(err)
 	}
 	l.Containers = len(sts)
-	for _, pre := range []string{state.DeploymentsPrefix, state.Prefix + "status/", state.Prefix + "locks/"} {
-		r, err := p.st.Client().Get(ctx, pre, clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.Keys += int(r.Count)
+	for _, pre := range []string{"deployments/", "status/", "locks/"} {
+		l.Keys += int(statetest.Count(ctx, t, p.st, pre))
 	}
 	return l
 }
@@ -182,8 +177,7 @@ func chaos(t *testing.T, f *deploytest.Fixture, app spec.App, dmtcpImage string,
 			d, err := scheduler.Create(ctx, st, scheduler.Request{App: app.Name, Mode: spec.ModeRestore}, "e2e")
 			if err != nil {
 				nodes, _ := st.Nodes(ctx)
-				r, _ := st.Client().Get(ctx, state.Prefix+"nodes/", clientv3.WithPrefix())
-				for _, kv := range r.Kvs {
+				for _, kv := range statetest.List(ctx, t, st, "nodes/") {
 					t.Logf("%s lease %x: %s", kv.Key, kv.Lease, kv.Value)
 				}
 				t.Fatalf("%v (nodes %+v)", err, nodes)
@@ -251,8 +245,7 @@ func chaos(t *testing.T, f *deploytest.Fixture, app spec.App, dmtcpImage string,
 func waitGone(ctx context.Context, t *testing.T, st *state.Store, id string) {
 	t.Helper()
 	for i := 0; ; i++ {
-		r, err := st.Client().Get(ctx, state.Prefix+"status/"+id, clientv3.WithCountOnly())
-		if err == nil && r.Count == 0 {
+		if n, err := statetest.CountNow(ctx, st, "status/"+id); err == nil && n == 0 {
 			return
 		}
 		if i > 600 {

@@ -33,7 +33,6 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func freePort(t *testing.T) int {
@@ -299,8 +298,7 @@ func startPoP(ctx context.Context, t *testing.T, f *deploytest.Fixture, app, dmt
 			_ = scheduler.Undeploy(cctx, st, f.L.Store, d.ID)
 		}
 		for i := 0; i < 300 && cctx.Err() == nil; i++ {
-			r, _ := st.Client().Get(cctx, state.Prefix+"status/", clientCountOnly()...)
-			if r != nil && r.Count == 0 {
+			if n, err := statetest.CountNow(cctx, st, "status/"); err == nil && n == 0 {
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -464,13 +462,7 @@ func TestPoPWithoutEngine(t *testing.T) {
 	}
 
 	// The hook API.
-	count := func() int64 {
-		r, err := st.Client().Get(ctx, state.DeploymentsPrefix, clientCountOnly()...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r.Count
-	}
+	count := func() int64 { return statetest.Count(ctx, t, st, "deployments/") }
 	before = int(count())
 	api1, api2 := "http://"+p.apis["n1"]+"/v1/deployments", "http://"+p.apis["n2"]+"/v1/deployments"
 	for _, bad := range []struct {
@@ -542,8 +534,8 @@ func TestPoPWithoutEngine(t *testing.T) {
 	p.startAgent("n1", "")
 	for i := 0; ; i++ {
 		d, err := st.Deployment(ctx, n1[1])
-		r, _ := st.Client().Get(ctx, state.Prefix+"status/"+n1[0], clientCountOnly()...)
-		if err == nil && d.Status.Phase == spec.PhaseRunning && r != nil && r.Count == 0 {
+		left, cerr := statetest.CountNow(ctx, st, "status/"+n1[0])
+		if err == nil && d.Status.Phase == spec.PhaseRunning && cerr == nil && left == 0 {
 			break
 		}
 		if i > 300 {
@@ -562,10 +554,6 @@ func TestPoPWithoutEngine(t *testing.T) {
 
 func createDeployment(ctx context.Context, st *state.Store, app string) (state.Desired, error) {
 	return scheduler.Create(ctx, st, scheduler.Request{App: app}, "e2e")
-}
-
-func clientCountOnly() []clientv3.OpOption {
-	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCountOnly()}
 }
 
 // redisOnPoP is the start of the PoP tests of a redis app: a node fixture

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
 
 	"github.com/fogdeploy/fogdeploy/internal/state"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // failBound bounds a deploy that Ceph stops serving: the readiness wait,
@@ -44,7 +44,7 @@ func TestOSDStoppedDuringDeploy(t *testing.T) {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	cloned := make(chan string, 1)
-	events := p.st.Client().Watch(watchCtx, state.Prefix+"status/"+app+"-", clientv3.WithPrefix())
+	events := statetest.Watch(watchCtx, p.st, "status/"+app+"-")
 
 	// The operator's `fogctl deploy --wait`, running while the OSD stops.
 	cmd := exec.CommandContext(ctx, filepath.Join(s.bin, "fogctl"), "deploy", app, "--node", "n1", "--mode", "boot", "--wait")
@@ -57,20 +57,18 @@ func TestOSDStoppedDuringDeploy(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	go func() {
-		for resp := range events {
-			for _, ev := range resp.Events {
-				var st state.Status
-				if json.Unmarshal(ev.Kv.Value, &st) != nil {
-					continue
-				}
-				for _, ph := range st.Timings {
-					if ph.Name == "clone" {
-						select {
-						case cloned <- strings.TrimPrefix(string(ev.Kv.Key), state.Prefix+"status/"):
-						default:
-						}
-						return
+		for kv := range events {
+			var st state.Status
+			if json.Unmarshal(kv.Value, &st) != nil {
+				continue
+			}
+			for _, ph := range st.Timings {
+				if ph.Name == "clone" {
+					select {
+					case cloned <- strings.TrimPrefix(kv.Key, "status/"):
+					default:
 					}
+					return
 				}
 			}
 		}

@@ -21,10 +21,10 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/runtime"
@@ -120,8 +120,7 @@ func (p *pop) cleanup() {
 		}
 	}
 	for ctx.Err() == nil {
-		r, err := p.st.Client().Get(ctx, state.Prefix+"status/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err == nil && r.Count == 0 {
+		if n, err := statetest.CountNow(ctx, p.st, "status/"); err == nil && n == 0 {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
