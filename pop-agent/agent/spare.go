@@ -49,9 +49,9 @@ func (a *agent) refillSpares(ctx context.Context, cordoned bool) {
 			if err := a.d.Pool().MakesSpares(ctx, eng); err != nil {
 				a.log.Debug("spare slots: this node makes none of this engine now", "engine", eng, "err", err)
 				cannot[eng] = err
+				idle[eng], _ = a.idleSpares(eng) // what it keeps
 			}
 		}
-		idle[eng], _ = a.idleSpares(eng)
 	}
 	wants, size := spareWants(want, spareEngines, cannot, idle)
 	defer a.publishSpares(ctx, size)

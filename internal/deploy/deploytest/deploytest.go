@@ -68,10 +68,6 @@ type Fixture struct {
 
 	cfg  deploy.Config
 	deps deploy.Deps
-	// before are the images and containers that were there when the
-	// fixture was set up: another PoP's on the same pool and dockerd
-	// (its spare slots, say), which Leftovers does not count.
-	before map[string]bool
 	// named are the slots the fixture's deployer named in its log: the
 	// spare slots it made, told apart from another PoP's.
 	named *slotNames
@@ -300,7 +296,6 @@ func newFixture(t testing.TB, c testenv.CephConn, dmtcpDriver, envPrefix string,
 		t.Fatal(err)
 	}
 	f.cfg, f.deps = dc, deps
-	f.before = f.present(ctx, t)
 
 	if src == nil {
 		return f
@@ -432,30 +427,6 @@ func (f *Fixture) mine(app, id string) bool {
 	return app != spec.SpareApp || f.named == nil || f.named.has(id)
 }
 
-// present returns the names of the pool's images and of the runtime's
-// fogdeploy containers.
-func (f *Fixture) present(ctx context.Context, t testing.TB) map[string]bool {
-	t.Helper()
-	names, err := f.L.Store.List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]bool{}
-	for _, n := range names {
-		seen["image "+n] = true
-	}
-	if f.RT != nil {
-		sts, err := f.RT.List(ctx, map[string]string{runtime.LabelManaged: "true"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range sts {
-			seen["container "+s.Name] = true
-		}
-	}
-	return seen
-}
-
 // Leftovers is what a deployment can leave on the node and in the pool.
 type Leftovers struct {
 	Images     []string
@@ -480,7 +451,7 @@ func (f *Fixture) Leftovers(t testing.TB, app string) Leftovers {
 		t.Fatal(err)
 	}
 	for _, n := range names {
-		if f.before["image "+n] || !f.mine(app, strings.TrimSuffix(strings.TrimPrefix(n, catalog.InstancePrefix), "-env")) {
+		if !f.mine(app, strings.TrimSuffix(strings.TrimPrefix(n, catalog.InstancePrefix), "-env")) {
 			continue
 		}
 		if strings.HasPrefix(n, catalog.InstancePrefix+app+"-") || strings.HasPrefix(n, catalog.GenPrefix+app+"-") {
@@ -501,7 +472,7 @@ func (f *Fixture) Leftovers(t testing.TB, app string) Leftovers {
 			t.Fatal(err)
 		}
 		for _, s := range sts {
-			if !f.before["container "+s.Name] && f.mine(app, s.Deployment) {
+			if f.mine(app, s.Deployment) {
 				lo.Containers = append(lo.Containers, s.Name)
 			}
 		}
