@@ -65,11 +65,13 @@ func CacheKey(g spec.Generation) gencache.Key { return gencache.KeyOf(g.App, g.G
 // fetching it first when the node does not hold it (fetched). known, if
 // set, is told the copy's directory as soon as it is known, before the
 // fetch ends (gencache.Cache.Begin).
-func (c *Checkpoints) ckptSource(ctx context.Context, g spec.Generation, known func(dir string)) (e gencache.Entry, fetched bool, err error) {
+//
+// from, if set, brings the files instead of the cluster (a hand-over).
+func (c *Checkpoints) ckptSource(ctx context.Context, g spec.Generation, known func(dir string), from FetchCheckpoint) (e gencache.Entry, fetched bool, err error) {
 	start := time.Now()
 	var st gencache.CopyStats
 	fill := func(ctx context.Context, dst string) (err error) {
-		st, err = c.fetch(ctx, g, dst)
+		st, err = c.fetchFrom(ctx, g, dst, from)
 		return err
 	}
 	dir, wait, err := c.cache.Begin(ctx, CacheKey(g), fill)
@@ -87,6 +89,19 @@ func (c *Checkpoints) ckptSource(ctx context.Context, g spec.Generation, known f
 			"read", st.Read, "reused", st.Reused, "zero", st.Zero, "ms", time.Since(start).Milliseconds(), "dir", e.Dir)
 	}
 	return e, fetched, nil
+}
+
+// fetchFrom copies generation g's checkpoint files into dst with from,
+// or, nil, from the cluster (fetch).
+func (c *Checkpoints) fetchFrom(ctx context.Context, g spec.Generation, dst string, from FetchCheckpoint) (st gencache.CopyStats, err error) {
+	if from == nil {
+		return c.fetch(ctx, g, dst)
+	}
+	err = from(ctx, dst, func(ctx context.Context) (err error) {
+		st, err = c.fetch(ctx, g, dst)
+		return err
+	})
+	return st, err
 }
 
 // fetch copies generation g's checkpoint files into dst from its sealed
@@ -196,7 +211,7 @@ func emptyDir(dir string) error {
 // Prefetch brings generation g's checkpoint to this node ahead of its
 // restores (fetched: it was not here).
 func (c *Checkpoints) Prefetch(ctx context.Context, g spec.Generation) (fetched bool, err error) {
-	_, fetched, err = c.ckptSource(ctx, g, nil)
+	_, fetched, err = c.ckptSource(ctx, g, nil, nil)
 	return fetched, err
 }
 

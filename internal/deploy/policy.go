@@ -57,7 +57,16 @@ type Options struct {
 	LockCheckpoint func(ctx context.Context, wait bool) (unlock func(), err error)
 	// Sealed, if set, is called with a generation this deploy produced.
 	Sealed func(ctx context.Context, g spec.Generation) error
+	// Checkpoint, if set, brings a resume's checkpoint files to the node
+	// (a migration's hand-over, read from its source); nil: from the
+	// suspension's image in the cluster.
+	Checkpoint FetchCheckpoint
 }
+
+// FetchCheckpoint copies a checkpoint's files into dst, an empty
+// directory; fromCluster copies them from the checkpoint's image, once
+// sealed.
+type FetchCheckpoint func(ctx context.Context, dst string, fromCluster func(context.Context) error) error
 
 // PrepareFunc runs against the booted app before its checkpoint, e.g. to
 // warm a cache or load data that every restore then starts with.

@@ -172,7 +172,7 @@ func (sx *Suspensions) provisionPrepared(ctx context.Context, o *op, s *Slot, sr
 		if err := os.Mkdir(dst, 0o755); err != nil {
 			return err
 		}
-		_, err := sx.ckpts.fetch(ctx, g, dst)
+		_, err := sx.ckpts.fetchFrom(ctx, g, dst, src.fetch)
 		return err
 	})
 	defer func() { _ = wait() }()

@@ -76,7 +76,7 @@ func resumePrepared(ctx context.Context, t *testing.T, n deploytest.Node, app sp
 	if _, made := s.Timings.Get(string(deploy.StepContainer)); s.Phase != deploy.SlotPrepared || !made {
 		t.Errorf("prepared slot: phase %s, timings %s; want %s with its container made", s.Phase, s.Timings, deploy.SlotPrepared)
 	}
-	susp, err := d.Suspensions().Suspend(ctx, dep.ID, app, nil)
+	susp, err := d.Suspensions().Suspend(ctx, dep.ID, app, deploy.SuspendOptions{})
 	if err != nil {
 		t.Fatalf("suspend: %v", err)
 	}

@@ -63,7 +63,7 @@ func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spe
 	}
 	from := susp.From
 	src := slotSource{app: app, engine: susp.Engine, env: susp.Env, gen: &g, lowerOf: &from, resume: true,
-		config: d.stages.genConfig(ctx, susp.From), background: opts.Background}
+		config: d.stages.genConfig(ctx, susp.From), background: opts.Background, fetch: opts.Checkpoint}
 	if prepared {
 		err = d.suspensions.provisionPrepared(ctx, o, s, src)
 	} else {

@@ -339,7 +339,7 @@ func (p *Pool) attach(ctx context.Context, o *op, s *Slot, dr drivers.Sparer, r 
 			return err
 		},
 		func() error {
-			e, fetched, err := p.ckpts.ckptSource(ctx, g, nil)
+			e, fetched, err := p.ckpts.ckptSource(ctx, g, nil, nil)
 			src, s.Fetched = e.Dir, fetched
 			return err
 		}); err != nil {

@@ -145,7 +145,7 @@ func testSpareSlot(t *testing.T, eng engine.Name) {
 	}
 	// An instance in a spare keeps its state through a suspend and a
 	// resume (its writable image and checkpoint volume are a spare's).
-	susp, err := d.Suspensions().Suspend(ctx, deps[0].ID, app, nil)
+	susp, err := d.Suspensions().Suspend(ctx, deps[0].ID, app, deploy.SuspendOptions{})
 	if err != nil {
 		t.Fatalf("suspend the instance of a spare: %v", err)
 	}

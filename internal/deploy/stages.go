@@ -127,7 +127,7 @@ func (sg *Stages) provision(ctx context.Context, o *op, s *Slot, src slotSource)
 	if src.gen != nil {
 		wait = async(func() error {
 			defer close(fetching)
-			e, f, err := sg.ckpts.ckptSource(ctx, *src.gen, func(dir string) { known <- dir })
+			e, f, err := sg.ckpts.ckptSource(ctx, *src.gen, func(dir string) { known <- dir }, src.fetch)
 			source, fetched = e.Dir, f
 			return err
 		})
@@ -338,6 +338,8 @@ type slotSource struct {
 	// background creates the instance at background CPU priority, as a
 	// pool slot's (Options.Background).
 	background bool
+	// fetch, if set, brings gen's checkpoint (Options.Checkpoint).
+	fetch FetchCheckpoint
 }
 
 // async runs f in the background; the function it returns waits for f's

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/catalog"
@@ -44,14 +45,41 @@ type Suspensions struct {
 	recs   *Records
 	stages *Stages
 	pool   *Pool
+	// handoffs are the checkpoints kept here for a migration's target.
+	handoffs *Handoffs
+}
+
+// SuspendOptions say how a suspend goes.
+type SuspendOptions struct {
+	// Progress is told each step as it ends.
+	Progress func(string, time.Duration)
+	// Handoff keeps the checkpoint on this node, where a migration's
+	// target reads it (Handoffs): the suspension is Pending on this node
+	// until the caller has its durable copy written (Handoffs.Store) or
+	// needs it no more (Handoffs.Finish).
+	Handoff bool
 }
 
 // Suspensions returns the node's suspensions.
 func (d *Deployer) Suspensions() *Suspensions { return d.suspensions }
 
 // Suspension images: the checkpoint's and the clone that holds the
-// generation the instance came from, named after the deployment.
-func suspendCkptImage(id string) string { return catalog.InstancePrefix + id + "-susp" }
+// generation the instance came from, named after the deployment; the
+// checkpoint's after the suspend too, whose image a migration's source
+// may still write while the instance, resumed, is suspended again.
+func suspendCkptImage(id string, created time.Time) string {
+	return catalog.InstancePrefix + id + "-susp-" + strconv.FormatInt(created.UnixMilli(), 36)
+}
+
+// ckptImageOf is the checkpoint image of suspension susp of rec: named
+// after the suspend, or, for a suspend an earlier version began, after
+// the deployment alone.
+func ckptImageOf(rec Deployment, susp spec.Suspension) string {
+	if legacy := catalog.InstancePrefix + rec.ID + "-susp"; slices.Contains(rec.Images, legacy) {
+		return legacy
+	}
+	return suspendCkptImage(rec.ID, susp.Created)
+}
 func suspendHoldImage(id string) string { return catalog.InstancePrefix + id + "-hold" }
 
 // metaSeed, on a suspension's checkpoint image, is its instance's identity
@@ -72,7 +100,11 @@ const metaSeed = "fogdeploy.seed"
 // fails otherwise leaves the deployment Failed (its checkpoint may have
 // stopped its app), its images owned by its record (Undeploy removes
 // them).
-func (sx *Suspensions) Suspend(ctx context.Context, id string, app spec.App, progress func(string, time.Duration)) (_ spec.Suspension, err error) {
+//
+// With o.Handoff the checkpoint's files stay here (Handoffs) and the
+// suspension is sealed, Pending on this node, once the instance is
+// released: its checkpoint is copied into the cluster behind it.
+func (sx *Suspensions) Suspend(ctx context.Context, id string, app spec.App, o SuspendOptions) (_ spec.Suspension, err error) {
 	rec, err := sx.recs.Load(id)
 	if err != nil {
 		return spec.Suspension{}, err
@@ -84,14 +116,17 @@ func (sx *Suspensions) Suspend(ctx context.Context, id string, app spec.App, pro
 	if err != nil {
 		return spec.Suspension{}, err
 	}
-	s := &suspension{sx: sx, rec: rec, susp: susp, continuing: continuing, o: sx.stages.newOp(&susp.Timings, progress),
-		envImg: rec.Images[0], ckptImg: suspendCkptImage(id), asked: continuing, held: func() error { return nil }}
+	s := &suspension{sx: sx, rec: rec, susp: susp, continuing: continuing, o: sx.stages.newOp(&susp.Timings, o.Progress), opts: o,
+		envImg: rec.Images[0], ckptImg: ckptImageOf(rec, susp), asked: continuing, held: func() error { return nil }}
 	s.o.timings = &s.susp.Timings
 	defer func() { s.end(ctx, err) }()
 	if err := s.own(); err != nil {
 		return spec.Suspension{}, err
 	}
 	if err := s.checkpoint(ctx, app); err != nil {
+		return spec.Suspension{}, err
+	}
+	if err := s.keep(); err != nil {
 		return spec.Suspension{}, err
 	}
 	if err := s.store(ctx); err != nil {
@@ -110,6 +145,11 @@ type suspension struct {
 	// continuing: a suspend cut short got this far before.
 	continuing bool
 	o          *op
+	opts       SuspendOptions
+	// kept is the hand-over of its checkpoint (opts.Handoff), once kept;
+	// storing, that the hand-over holds the image's mount.
+	kept    *Handoff
+	storing bool
 	// envImg is the instance's writable image, ckptImg the checkpoint's.
 	envImg, ckptImg string
 	// asked: a checkpoint was asked of the instance (here or before a
@@ -160,7 +200,7 @@ func (s *suspension) checkpoint(ctx context.Context, app spec.App) error {
 		return err
 	}
 	var err error
-	if s.mounted, err = sx.mountSuspension(ctx, &s.rec, s.ckptImg); err != nil {
+	if s.mounted, err = s.mount(ctx); err != nil {
 		return err
 	}
 	if s.held, err = sx.holdSoon(ctx, &s.rec, s.susp); err != nil {
@@ -186,12 +226,17 @@ func (s *suspension) store(ctx context.Context) error {
 	}
 	if s.mounted == nil { // continuing after the checkpoint
 		var err error
-		if s.mounted, err = s.sx.mountSuspension(ctx, &s.rec, s.ckptImg); err != nil {
+		if s.mounted, err = s.mount(ctx); err != nil {
 			return err
 		}
 	}
-	if err := s.sx.storeAndRelease(ctx, &s.rec, &s.susp, suspendImages{env: s.envImg, ckpt: s.ckptImg, mounted: s.mounted, exited: s.exited}); err != nil {
+	if err := s.sx.storeAndRelease(ctx, &s.rec, &s.susp, suspendImages{env: s.envImg, ckpt: s.ckptImg, mounted: s.mounted, exited: s.exited, kept: s.kept}); err != nil {
 		return err
+	}
+	if s.kept != nil {
+		// Its checkpoint goes into the cluster behind the suspend.
+		s.sx.handoffs.hold(*s.kept, s.mounted)
+		s.storing = true
 	}
 	s.mounted = nil // released
 	if err := s.journal(); err != nil {
@@ -216,6 +261,9 @@ func (s *suspension) seal(ctx context.Context) (spec.Suspension, error) {
 		return spec.Suspension{}, err
 	}
 	s.o.phase(StepSeal)
+	if s.kept != nil {
+		s.susp.Pending = s.sx.cfg.Node
+	}
 	s.rec.Owned, s.rec.Phase, s.rec.Ports = Owned{}, spec.PhaseSuspended, nil
 	if err := s.journal(); err != nil {
 		return spec.Suspension{}, err
@@ -242,7 +290,39 @@ func (s *suspension) end(ctx context.Context, err error) {
 	default:
 		s.rec.Phase, s.rec.Error = spec.PhaseFailed, err.Error()
 		_ = s.sx.recs.save(&s.rec)
+		if s.kept != nil && !s.storing {
+			s.sx.handoffs.Drop(context.WithoutCancel(ctx), s.rec.ID)
+		}
 	}
+}
+
+// mount starts to map, format and mount the checkpoint's image: where a
+// hand-over writes its durable copy (opts.Handoff), or in the instance's
+// directory.
+func (s *suspension) mount(ctx context.Context) (func() error, error) {
+	if !s.opts.Handoff {
+		return s.sx.mountSuspension(ctx, &s.rec, s.ckptImg)
+	}
+	mid, err := s.sx.journalMapping(&s.rec, suspendMapping(s.rec.ID))
+	if err != nil {
+		return nil, err
+	}
+	return s.sx.handoffs.mount(ctx, s.ckptImg, mid, s.rec.ID), nil
+}
+
+// keep moves the checkpoint's files into a hand-over (opts.Handoff), where
+// the migration's target reads them.
+func (s *suspension) keep() error {
+	if !s.opts.Handoff || s.rec.Handle == nil {
+		return nil
+	}
+	h, err := s.sx.handoffs.keep(s.rec.ID, s.susp.CkptGen, drivers.GenDir(s.rec.Handle.CkptPath, s.susp.CkptGen), s.ckptImg,
+		suspendMapping(s.rec.ID), s.susp.Bytes)
+	if err != nil {
+		return err
+	}
+	s.kept = &h
+	return nil
 }
 
 // beginSuspend is the suspension of rec as far as a suspend cut short got
@@ -411,6 +491,21 @@ func (sx *Suspensions) Suspended() ([]Deployment, error) {
 		return nil, err
 	}
 	return slices.DeleteFunc(recs, func(r Deployment) bool { return r.Phase != spec.PhaseSuspended }), nil
+}
+
+// RemoveLost removes the images of suspension susp, whose checkpoint was
+// lost with the node that handed it over (its image is that node's, which
+// removes it if it comes back; gc, once the deployment is gone).
+func (sx *Suspensions) RemoveLost(ctx context.Context, susp spec.Suspension) error {
+	for _, img := range susp.Images() {
+		if img == susp.Ckpt.Image {
+			continue
+		}
+		if err := sx.deps.Store.Remove(ctx, img); err != nil && !errors.Is(err, layering.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
 }
 
 // RemoveSuspension removes the images of suspension susp.

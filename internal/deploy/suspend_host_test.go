@@ -36,7 +36,7 @@ func testSuspendResumeHost(t *testing.T, eng engine.Name) {
 	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "SET", "k", "kept"); err != nil || got != "OK" {
 		t.Fatalf("SET: %q, %v", got, err)
 	}
-	susp, err := d.Suspensions().Suspend(ctx, dep.ID, app, nil)
+	susp, err := d.Suspensions().Suspend(ctx, dep.ID, app, deploy.SuspendOptions{})
 	if err != nil {
 		t.Fatalf("suspend under the host driver: %v", err)
 	}

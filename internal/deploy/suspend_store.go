@@ -28,6 +28,9 @@ type suspendImages struct {
 	env, ckpt string
 	mounted   func() error
 	exited    bool
+	// kept: the checkpoint is a hand-over's, whose durable copy is
+	// written behind the suspend (Handoffs.store), not here.
+	kept *Handoff
 }
 
 // withSeed is meta with the identity seed of the instance a suspension
@@ -57,12 +60,15 @@ func (sx *Suspensions) storeAndRelease(ctx context.Context, rec *Deployment, sus
 	susp.Env = layering.SnapRef{Image: envImg, Snap: layering.SealedSnap}
 	susp.Ckpt = layering.SnapRef{Image: ckptImg, Snap: layering.SealedSnap}
 	meta := sx.suspensionMeta(rec.ID)
-	stored := async(func() error {
-		if err := sx.storeCheckpoint(ctx, rec.Dir, mid, si.mounted, drivers.GenDir(h.CkptPath, susp.CkptGen), susp.CkptGen); err != nil {
-			return err
-		}
-		return sx.sealImage(ctx, susp.Ckpt, nil)
-	})
+	stored := func() error { return nil }
+	if si.kept == nil {
+		stored = async(func() error {
+			if err := sx.storeCheckpoint(ctx, rec.Dir, mid, si.mounted, drivers.GenDir(h.CkptPath, susp.CkptGen), susp.CkptGen); err != nil {
+				return err
+			}
+			return sx.sealImage(ctx, susp.Ckpt, nil)
+		})
+	}
 	// An instance whose processes are gone holds no mount of its root:
 	// the root is unmounted and its image unmapped and sealed while the
 	// instance is removed.
@@ -207,6 +213,12 @@ func (sx *Suspensions) DropSuspension(ctx context.Context, id string, susp spec.
 	var gone []string
 	for _, img := range []string{susp.Ckpt.Image, susp.Hold} {
 		if img == "" {
+			continue
+		}
+		if img == susp.Ckpt.Image && susp.Pending != "" {
+			// A hand-over's source writes it still, and removes it
+			// once sealed (gc, if that node is lost meanwhile).
+			gone = append(gone, img)
 			continue
 		}
 		if err := sx.deps.Store.Remove(ctx, img); err != nil && !errors.Is(err, layering.ErrNotFound) {

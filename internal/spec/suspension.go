@@ -39,6 +39,11 @@ type Suspension struct {
 	Created time.Time `json:"created"`
 	// Timings are the suspend's phases.
 	Timings layering.Timings `json:"timings,omitempty"`
+	// Pending names the node that holds the only copy of its checkpoint
+	// while Ckpt's image is written behind a migration's hand-over (its
+	// target reads the checkpoint from that node); "" once Ckpt is sealed
+	// (durable).
+	Pending string `json:"pending,omitempty"`
 }
 
 // Images are the RBD images a suspension holds, in the order they can be

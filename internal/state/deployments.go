@@ -188,7 +188,7 @@ func (s *Store) DeleteDeployment(ctx context.Context, id string) error {
 		}
 		rev := r.Responses[0].GetResponseRange().Kvs[0].ModRevision
 		tr, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(deploymentKey(id)), "=", rev)).
-			Then(append([]clientv3.Op{clientv3.OpDelete(deploymentKey(id))}, freeEndpointOps(d.Desired)...)...).Commit()
+			Then(append([]clientv3.Op{clientv3.OpDelete(deploymentKey(id)), clientv3.OpDelete(handoffKey(id))}, freeEndpointOps(d.Desired)...)...).Commit()
 		if err != nil {
 			return wrapUnavailable(err)
 		}

@@ -224,7 +224,7 @@ func (s *Store) DeleteSuspended(ctx context.Context, id string) (susp spec.Suspe
 		return susp, false, nil
 	}
 	tr, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(statusKey(id)), "=", sts[0].ModRevision)).
-		Then(append([]clientv3.Op{clientv3.OpDelete(deploymentKey(id))}, freeEndpointOps(d.Desired)...)...).Commit()
+		Then(append([]clientv3.Op{clientv3.OpDelete(deploymentKey(id)), clientv3.OpDelete(handoffKey(id))}, freeEndpointOps(d.Desired)...)...).Commit()
 	if err != nil {
 		return susp, false, wrapUnavailable(err)
 	}

@@ -188,6 +188,8 @@ type metrics struct {
 	// apiInflight is the hook API's requests under way that a client's
 	// token bounds (apiauth.Kind), by client and kind.
 	apiInflight *prometheus.GaugeVec
+	// handoff counts migrations' checkpoints moved node to node.
+	handoff handoffMetrics
 	// etcdRequests counts the requests the agent made of etcd, by method.
 	etcdRequests *prometheus.CounterVec
 }
@@ -290,6 +292,7 @@ func (m *metrics) registerLifecycle(reg prometheus.Registerer) {
 		Name: "fogdeploy_api_inflight", Help: "Hook API requests under way that a client's token bounds (long polls, migrations), by client and kind; beyond its bound a request is a 429.",
 	}, []string{"client", "kind"})
 	reg.MustRegister(m.apiInflight)
+	m.handoff = newHandoffMetrics(reg)
 	m.etcdRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fogdeploy_etcd_requests_total", Help: "Requests this agent made of etcd (reads, transactions, lease grants and revocations; not its watches' events), by gRPC method.",
 	}, []string{"method"})

@@ -63,6 +63,9 @@ type agent struct {
 	auto autoNode
 	// measuring are mode auto's measurements under way.
 	measuring measurements
+	// following are the hand-overs whose deployments the agent follows
+	// (handoff.go).
+	following sync.Map
 
 	busy keyedmutex.Map[string] // one operation per deployment ID at a time
 	wg   sync.WaitGroup
@@ -202,6 +205,7 @@ func runNode(ctx context.Context, c config.Config, o Options, log *slog.Logger, 
 	mux.HandleFunc("GET /healthz", a.serveHealthz(h, n.backend, engines))
 	mux.Handle("GET /metrics", h.metrics(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	h.register(mux)
+	mux.HandleFunc("GET "+handoffPath+"{id}", a.serveHandoff)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, TLSConfig: sec.tls}
 	return a.serve(ctx, srv, ln)
 }
@@ -376,6 +380,7 @@ func (a *agent) serve(ctx context.Context, srv *http.Server, ln net.Listener) er
 	loopWG.Go(func() { a.keepPool(loops) })
 	if a.d != nil {
 		loopWG.Go(func() { a.watchIdle(loops) })
+		a.recoverHandoffs(loops)
 	}
 	if a.frontend.listen != "" {
 		r := a.newRouter()
@@ -459,7 +464,13 @@ func (a *agent) serveHealthz(h *hooks, backend string, engines []engine.Name) ht
 // store under them would leave their steps half done.
 func (a *agent) waitOperations(ctx context.Context) {
 	done := make(chan struct{})
-	go func() { a.wg.Wait(); close(done) }()
+	go func() {
+		a.wg.Wait()
+		if a.d != nil {
+			a.d.Handoffs().Wait() // the durable copies behind migrations
+		}
+		close(done)
+	}()
 	select {
 	case <-done:
 		return

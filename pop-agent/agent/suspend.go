@@ -39,7 +39,9 @@ func (a *agent) suspend(ctx context.Context, dsr state.Desired) {
 	live := a.newLiveStatus(ctx, dsr.ID, st)
 	_ = a.setStatus(ctx, dsr.ID, st)
 	start := time.Now()
-	susp, err := a.d.Suspensions().Suspend(ctx, dsr.ID, app, live.progress)
+	// For a migration, its checkpoint stays here, where its target reads
+	// it, and goes into the cluster behind it.
+	susp, err := a.d.Suspensions().Suspend(ctx, dsr.ID, app, deploy.SuspendOptions{Progress: live.progress, Handoff: dsr.Move != nil})
 	live.stop()
 	if err != nil {
 		a.m.suspends.WithLabelValues("error").Inc()
@@ -76,6 +78,21 @@ func (a *agent) recordSuspended(ctx context.Context, rec deploy.Deployment) {
 	if rec.Suspension == nil {
 		return
 	}
+	if rec.Suspension.Pending != "" {
+		// Its target reads the checkpoint here, with the hand-over's
+		// secret; a hand-over that ended meanwhile is durable.
+		h, err := a.d.Handoffs().Get(rec.ID)
+		switch {
+		case err == nil && !h.Durable:
+			err = a.st.PutHandoff(ctx, rec.ID, state.Handoff{Node: a.c.Node.Name, Ckpt: rec.Suspension.Ckpt.Image, Token: h.Token})
+		case err == nil || errors.Is(err, deploy.ErrNoHandoff):
+			rec.Suspension.Pending, err = "", nil
+		}
+		if err != nil {
+			a.log.Warn("recording a hand-over; retried every reconcile interval", "deployment", rec.ID, "err", err)
+			return
+		}
+	}
 	err := a.st.RecordSuspended(ctx, rec.ID, *rec.Suspension)
 	if errors.Is(err, state.ErrNotFound) {
 		// Withdrawn. Resumed on another node before that (this agent
@@ -106,6 +123,9 @@ func (a *agent) recordSuspended(ctx context.Context, rec deploy.Deployment) {
 	}
 	a.log.Info("deployment suspended", "deployment", rec.ID, "app", rec.App, "env", rec.Suspension.Env.String(),
 		"ckpt", rec.Suspension.Ckpt.String(), "bytes", rec.Suspension.Bytes, "timings", rec.Suspension.Timings.String())
+	if rec.Suspension.Pending != "" {
+		a.followHandoff(ctx, rec.ID)
+	}
 	a.moveOn(ctx, rec.ID)
 }
 
@@ -141,12 +161,26 @@ func (a *agent) resume(ctx context.Context, dsr state.Desired, app spec.App, sus
 	_ = a.setStatus(ctx, dsr.ID, st)
 	start := time.Now()
 	a.pool.inflight.Add(1)
-	dep, err := a.d.Resume(ctx, app, dsr.ID, susp, deploy.Options{Progress: live.progress})
+	opts := deploy.Options{Progress: live.progress}
+	if susp.Pending != "" {
+		opts.Checkpoint = a.fetchHandoff(dsr.ID, susp)
+	}
+	dep, err := a.d.Resume(ctx, app, dsr.ID, susp, opts)
 	a.pool.inflight.Add(-1)
 	live.stop()
 	if err != nil {
 		a.m.resumes.WithLabelValues("error").Inc()
 		err = a.explain(ctx, fmt.Errorf("resume on node %s: %w", a.c.Node.Name, err))
+		if errors.Is(err, ErrLostInMigration) {
+			// Nothing can resume it: what is left of it goes.
+			if rerr := a.d.Suspensions().RemoveLost(ctx, susp); rerr != nil {
+				a.log.Warn("removing what is left of an instance lost during its migration; gc removes it once the deployment is gone", "deployment", dsr.ID, "err", rerr)
+			}
+			s := live.status()
+			s.Suspension = nil
+			a.fail(ctx, dsr, &s, err)
+			return
+		}
 		a.log.Error("resume failed; the deployment stays suspended", "deployment", dsr.ID, "err", err)
 		serr := a.st.SetSuspended(ctx, dsr.ID, susp, err)
 		if errors.Is(serr, state.ErrNotFound) {

@@ -398,7 +398,7 @@ func preloadAttack(ctx context.Context, t *testing.T, f *deploytest.Fixture, app
 	if err != nil || !strings.Contains(r.Output, "planted") {
 		t.Fatalf("the app could not write its preload (%v):\n%s", err, r.Output)
 	}
-	susp, err := f.D.Suspensions().Suspend(ctx, dep.ID, app, nil)
+	susp, err := f.D.Suspensions().Suspend(ctx, dep.ID, app, deploy.SuspendOptions{})
 	if err != nil {
 		t.Fatalf("suspend with the app's preload: %v", err)
 	}

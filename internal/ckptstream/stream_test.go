@@ -1,0 +1,96 @@
+package ckptstream
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestRoundTrip(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(src, "sub"), 0o755))
+	must(os.WriteFile(filepath.Join(src, "pages-1.img"), bytes.Repeat([]byte{7}, 1<<20), 0o600))
+	must(os.WriteFile(filepath.Join(src, "sub", "core.img"), []byte("core"), 0o640))
+	must(os.Symlink("pages-1.img", filepath.Join(src, "latest")))
+	var buf bytes.Buffer
+	sent, err := Write(context.Background(), &buf, src)
+	must(err)
+	got, err := Read(context.Background(), &buf, dst, 0)
+	must(err)
+	if sent != 1<<20+4 || got != sent {
+		t.Fatalf("sent %d, received %d bytes; want %d both", sent, got, 1<<20+4)
+	}
+	b, err := os.ReadFile(filepath.Join(dst, "latest"))
+	must(err)
+	if !bytes.Equal(b, bytes.Repeat([]byte{7}, 1<<20)) {
+		t.Fatal("the link's file differs")
+	}
+	st, err := os.Stat(filepath.Join(dst, "sub", "core.img"))
+	must(err)
+	if st.Mode().Perm() != 0o640 {
+		t.Fatalf("mode %v, want 0640", st.Mode().Perm())
+	}
+}
+
+// A stream from a hostile or broken peer writes nothing outside its
+// directory and nothing through a link, and stays within its bound.
+func TestReadRefuses(t *testing.T) {
+	type entry struct {
+		name, link string
+		typ        byte
+		size       int
+	}
+	cases := map[string][]entry{
+		"parent":            {{name: "../escaped", typ: tar.TypeReg, size: 1}},
+		"absolute":          {{name: "/tmp/escaped", typ: tar.TypeReg, size: 1}},
+		"through a link":    {{name: "out", link: "/", typ: tar.TypeSymlink}, {name: "out/escaped", typ: tar.TypeReg, size: 1}},
+		"dir over a link":   {{name: "out", link: "/", typ: tar.TypeSymlink}, {name: "out", typ: tar.TypeDir}},
+		"device":            {{name: "null", typ: tar.TypeChar}},
+		"hard link":         {{name: "h", link: "/etc/passwd", typ: tar.TypeLink}},
+		"beyond the bound":  {{name: "big", typ: tar.TypeReg, size: 4096}},
+		"file over a link":  {{name: "x", link: "/etc/hostname", typ: tar.TypeSymlink}, {name: "x", typ: tar.TypeReg, size: 1}},
+		"fifo":              {{name: "fifo", typ: tar.TypeFifo}},
+		"parent after join": {{name: "a/../../escaped", typ: tar.TypeReg, size: 1}},
+	}
+	for name, entries := range cases {
+		t.Run(name, func(t *testing.T) {
+			var buf bytes.Buffer
+			tw := tar.NewWriter(&buf)
+			for _, e := range entries {
+				hdr := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: e.typ, Size: int64(e.size), Mode: 0o777}
+				if err := tw.WriteHeader(hdr); err != nil {
+					t.Fatal(err)
+				}
+				if e.size > 0 {
+					_, _ = tw.Write(make([]byte, e.size))
+				}
+			}
+			_ = tw.Close()
+			outer := t.TempDir()
+			dst := filepath.Join(outer, "dst")
+			if err := os.Mkdir(dst, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Read(context.Background(), &buf, dst, 1024)
+			if err == nil {
+				t.Fatal("read a stream it must refuse")
+			}
+			if name != "file over a link" && !errors.Is(err, ErrRefused) {
+				t.Fatalf("err %v, want ErrRefused", err)
+			}
+			if _, err := os.Lstat(filepath.Join(outer, "escaped")); err == nil {
+				t.Fatal("a file was written outside the destination")
+			}
+		})
+	}
+}

@@ -1,0 +1,117 @@
+// A migration's hand-over: the source keeps the suspension's checkpoint on its disk and records
+// here who may read it, node to node, while it writes the durable copy into the cluster behind
+// it (spec.Suspension.Pending):
+//
+//	source: PutHandoff → RecordSuspended (Pending: source) → MoveOn → … → MarkDurable
+//	target: Handoff (the token, the source's API) → reads the checkpoint from the source,
+//	        or, once MarkDurable ran, from the cluster
+//
+// The token is the only secret: it is in a key of its own, never in a record that the hook API
+// shows, and goes with the deployment or once the copy is durable.
+
+package state
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Handoff is who serves the checkpoint of a suspension whose image in the
+// cluster is being written, and the secret its reader shows.
+type Handoff struct {
+	// Node is the source; Ckpt the suspension's checkpoint image.
+	Node string `json:"node"`
+	Ckpt string `json:"ckpt"`
+	// Token is a secret the source made for this hand-over alone.
+	Token string `json:"token"`
+}
+
+func handoffKey(id string) string { return Prefix + "handoffs/" + id }
+
+// PutHandoff records hand-over h of deployment id's checkpoint, before its
+// suspension names it Pending.
+func (s *Store) PutHandoff(ctx context.Context, id string, h Handoff) error {
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	_, err = s.cli.Put(ctx, handoffKey(id), string(b))
+	return wrapUnavailable(err)
+}
+
+// Handoff is the hand-over of deployment id's checkpoint (ErrNotFound:
+// none, or it is over).
+func (s *Store) Handoff(ctx context.Context, id string) (Handoff, error) {
+	r, err := s.cli.Get(ctx, handoffKey(id))
+	if err != nil {
+		return Handoff{}, wrapUnavailable(err)
+	}
+	if len(r.Kvs) == 0 {
+		return Handoff{}, fmt.Errorf("hand-over of deployment %s: %w", id, ErrNotFound)
+	}
+	var h Handoff
+	if err := json.Unmarshal(r.Kvs[0].Value, &h); err != nil {
+		return Handoff{}, fmt.Errorf("hand-over of deployment %s: %w", id, err)
+	}
+	return h, nil
+}
+
+// EndHandoff removes the record of deployment id's hand-over, which is
+// over (its deployment runs again, or is gone).
+func (s *Store) EndHandoff(ctx context.Context, id string) error {
+	_, err := s.cli.Delete(ctx, handoffKey(id))
+	return wrapUnavailable(err)
+}
+
+// MarkDurable records that the checkpoint image ckpt of deployment id's
+// suspension is sealed in the cluster: a suspension that still names it
+// is Pending no more, and the hand-over's record goes.
+func (s *Store) MarkDurable(ctx context.Context, id, ckpt string) error {
+	for range placeAttempts {
+		r, err := s.cli.Get(ctx, statusKey(id))
+		if err != nil {
+			return wrapUnavailable(err)
+		}
+		var st Status
+		if len(r.Kvs) > 0 {
+			if err := json.Unmarshal(r.Kvs[0].Value, &st); err != nil {
+				return fmt.Errorf("status of deployment %s: %w", id, err)
+			}
+		}
+		susp := st.Suspension
+		if len(r.Kvs) == 0 || susp == nil || susp.Ckpt.Image != ckpt || susp.Pending == "" {
+			_, err := s.cli.Delete(ctx, handoffKey(id))
+			return wrapUnavailable(err)
+		}
+		susp.Pending = ""
+		b, err := json.Marshal(st)
+		if err != nil {
+			return err
+		}
+		tr, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(statusKey(id)), "=", r.Kvs[0].ModRevision)).
+			Then(clientv3.OpPut(statusKey(id), string(b)), clientv3.OpDelete(handoffKey(id))).Commit()
+		if err != nil {
+			return wrapUnavailable(err)
+		}
+		if tr.Succeeded {
+			s.Event(ctx, id, "suspension durable", "its checkpoint is sealed in the cluster")
+			return nil
+		}
+	}
+	return fmt.Errorf("status of deployment %s: %w", id, ErrContended)
+}
+
+// HandoffTarget reports whether deployment id is placed on node for a
+// resume from a suspension whose checkpoint image is ckpt: the one node
+// a hand-over's source serves.
+func (s *Store) HandoffTarget(ctx context.Context, id, node, ckpt string) (bool, error) {
+	d, err := s.Deployment(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	susp := d.Status.Suspension
+	return d.Node == node && susp != nil && susp.Ckpt.Image == ckpt, nil
+}
