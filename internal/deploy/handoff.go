@@ -194,7 +194,7 @@ func (hs *Handoffs) hold(h Handoff, mounted func() error) {
 // image, and whether its durable copy is under way (copying) or over
 // (durable), and whether its deployment needs it no more (finished).
 type handoffRun struct {
-	mounted                     func() error
+	mounted                    func() error
 	copying, durable, finished bool
 }
 

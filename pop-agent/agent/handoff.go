@@ -218,8 +218,6 @@ func (a *agent) handoffDurable(ctx context.Context, h deploy.Handoff, after time
 	}
 }
 
-
-
 // fetchHandoff brings the checkpoint of suspension susp of deployment id
 // to this node for its resume: from the node that holds it (the source's
 // hand-over; this node's own when it comes back), or from the cluster
