@@ -1,0 +1,133 @@
+package deploy_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/testenv"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+)
+
+// TestHandoff: a suspend for a migration keeps the checkpoint on the node
+// (Pending there), shows it to no one without its secret, and a resume
+// from what the hand-over holds finds the instance's key; once its
+// deployment runs, the hand-over is over (its image and files go).
+// Suspended again, its target never coming, the node's next run writes
+// the durable copy, after which a resume from the cluster finds the key.
+// On the fakes under each engine.
+func TestHandoff(t *testing.T) {
+	for _, eng := range spec.Engines {
+		t.Run(string(eng), func(t *testing.T) {
+			u, ctx, app := unitRedis(t, eng)
+			handoff(ctx, t, u, app)
+		})
+	}
+}
+
+// TestHandoffContainer is TestHandoff in the light container on Ceph and
+// Docker.
+func TestHandoffContainer(t *testing.T) {
+	for _, eng := range spec.Engines {
+		t.Run(string(eng), func(t *testing.T) {
+			f, ctx, app := redisFixture(t, "container", eng, "handoff")
+			handoff(ctx, t, f, app)
+		})
+	}
+}
+
+func handoff(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App) {
+	d := n.Deployer()
+	first, err := d.Deploy(ctx, app, deploy.Options{}) // boot and checkpoint
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep, err := d.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "SET", "k", "handed-over"); err != nil {
+		t.Fatal(err)
+	}
+	susp, err := d.Suspensions().Suspend(ctx, dep.ID, app, deploy.SuspendOptions{Handoff: true})
+	if err != nil {
+		t.Fatalf("suspend for a migration: %v", err)
+	}
+	if err := d.Suspensions().Forget(dep.ID); err != nil { // as the agent does once etcd has it
+		t.Fatal(err)
+	}
+	if susp.Pending == "" || susp.Pending != susp.Node {
+		t.Errorf("suspension pending on %q; want the node that suspended it, %q", susp.Pending, susp.Node)
+	}
+	h, err := d.Handoffs().Get(dep.ID)
+	if err != nil || h.Ckpt != susp.Ckpt.Image || len(h.Token) < 32 || h.Bytes != susp.Bytes {
+		t.Fatalf("hand-over %+v, %v; want one of %s with a secret", h, err, susp.Ckpt.Image)
+	}
+	for _, token := range []string{"", "0123456789abcdef0123456789abcdef0123456789abcdef"} {
+		if _, _, _, err := d.Handoffs().Open(dep.ID, token); !errors.Is(err, deploy.ErrNoHandoff) {
+			t.Errorf("hand-over opened with the secret %q: %v; want ErrNoHandoff", token, err)
+		}
+	}
+	fromHandoff := func(ctx context.Context, dst string, _ func(context.Context) error) error {
+		return d.Handoffs().CopyTo(ctx, dep.ID, dst)
+	}
+	resumed, err := d.Resume(ctx, app, dep.ID, susp, deploy.Options{Checkpoint: fromHandoff})
+	if err != nil {
+		t.Fatalf("resume from the hand-over: %v", err)
+	}
+	d.Suspensions().DropSuspension(ctx, resumed.ID, susp)
+	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, resumed), "GET", "k"); err != nil || got != "handed-over" {
+		t.Errorf("resumed from the hand-over: GET k = %q, %v; want handed-over", got, err)
+	}
+	d.Handoffs().Finish(ctx, dep.ID)
+	if _, err := n.Store().Stat(ctx, susp.Ckpt.Image); !errors.Is(err, layering.ErrNotFound) {
+		t.Errorf("the hand-over's image after it is over: %v; want it gone", err)
+	}
+	if hos, err := d.Handoffs().List(); err != nil || len(hos) != 0 {
+		t.Errorf("hand-overs after it is over: %v, %v; want none", hos, err)
+	}
+
+	// Its target never comes; the agent stops and starts again.
+	susp, err = d.Suspensions().Suspend(ctx, resumed.ID, app, deploy.SuspendOptions{Handoff: true})
+	if err != nil {
+		t.Fatalf("suspend for a migration, again: %v", err)
+	}
+	if err := d.Suspensions().Forget(resumed.ID); err != nil {
+		t.Fatal(err)
+	}
+	d = n.Reopen(t)
+	if hos, err := d.Handoffs().List(); err != nil || len(hos) != 1 || hos[0].ID != resumed.ID {
+		t.Fatalf("hand-overs a restarted node finds: %v, %v; want %s's", hos, err, resumed.ID)
+	}
+	durable := make(chan deploy.Handoff, 1)
+	d.Handoffs().Store(ctx, resumed.ID, func(_ context.Context, h deploy.Handoff, _ time.Duration) { durable <- h })
+	select {
+	case h := <-durable:
+		if !h.Durable || h.Ckpt != susp.Ckpt.Image {
+			t.Errorf("durable hand-over %+v; want %s's, durable", h, susp.Ckpt.Image)
+		}
+	case <-ctx.Done():
+		t.Fatal("the durable copy was not written")
+	}
+	susp.Pending = "" // as etcd records it once durable
+	again, err := d.Resume(ctx, app, resumed.ID, susp, deploy.Options{})
+	if err != nil {
+		t.Fatalf("resume from the durable copy: %v", err)
+	}
+	d.Suspensions().DropSuspension(ctx, again.ID, susp)
+	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, again), "GET", "k"); err != nil || got != "handed-over" {
+		t.Errorf("resumed from the durable copy: GET k = %q, %v; want handed-over", got, err)
+	}
+	d.Handoffs().Finish(ctx, again.ID)
+	d.Handoffs().Wait()
+	for _, id := range []string{again.ID, first.ID} {
+		if err := d.Undeploy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.AssertNothingLeft(t, app.Name, true)
+}

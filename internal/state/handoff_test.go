@@ -1,0 +1,73 @@
+package state_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/state"
+	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
+	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
+)
+
+// A hand-over's record: only the node placed for the resume from its
+// checkpoint is its target; marked durable, the suspension is Pending no
+// more and the secret goes; it goes with its deployment too.
+func TestHandoff(t *testing.T) {
+	st := statetest.Store(t)
+	ctx := context.Background()
+	susp := spec.Suspension{Ckpt: layering.SnapRef{Image: "fdi-d1-susp-x", Snap: layering.SealedSnap}, Node: "n1", Pending: "n1"}
+	if err := st.CreateDeployment(ctx, state.Desired{ID: "d1", App: "a", Node: "n2", Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetStatus(ctx, "d1", state.Status{Instance: spec.Instance{Phase: spec.PhasePending, Suspension: &susp}}); err != nil {
+		t.Fatal(err)
+	}
+	h := state.Handoff{Node: "n1", Ckpt: susp.Ckpt.Image, Token: "secret"}
+	if err := st.PutHandoff(ctx, "d1", h); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.Handoff(ctx, "d1"); err != nil || got != h {
+		t.Fatalf("Handoff = %+v, %v; want %+v", got, err, h)
+	}
+	for _, c := range []struct {
+		node, ckpt string
+		want       bool
+	}{{"n2", susp.Ckpt.Image, true}, {"n3", susp.Ckpt.Image, false}, {"n1", susp.Ckpt.Image, false}, {"n2", "fdi-d1-susp-older", false}} {
+		if ok, err := st.HandoffTarget(ctx, "d1", c.node, c.ckpt); err != nil || ok != c.want {
+			t.Errorf("HandoffTarget(d1, %s, %s) = %v, %v; want %v", c.node, c.ckpt, ok, err, c.want)
+		}
+	}
+	if err := st.MarkDurable(ctx, "d1", susp.Ckpt.Image); err != nil {
+		t.Fatal(err)
+	}
+	d, err := st.Deployment(ctx, "d1")
+	if err != nil || d.Status.Suspension == nil || d.Status.Suspension.Pending != "" || d.Status.Phase != spec.PhasePending {
+		t.Errorf("after MarkDurable: %+v, %v; want its suspension, Pending on no node", d.Status, err)
+	}
+	if _, err := st.Handoff(ctx, "d1"); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("Handoff after MarkDurable: %v; want ErrNotFound", err)
+	}
+
+	// With its deployment, and when it is over.
+	if err := st.PutHandoff(ctx, "d1", h); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteDeployment(ctx, "d1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Handoff(ctx, "d1"); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("Handoff of a withdrawn deployment: %v; want ErrNotFound", err)
+	}
+	if err := st.PutHandoff(ctx, "d2", h); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.EndHandoff(ctx, "d2"); err != nil {
+		t.Fatal(err)
+	}
+	if n := statetest.Count(ctx, t, st, "handoffs/"); n != 0 {
+		t.Errorf("%d hand-over records left; want none", n)
+	}
+}
