@@ -61,6 +61,10 @@ func psRun(ctx context.Context, opts *PsOptions) error {
 			if s := d.Status.Suspension; s != nil && d.Status.Phase == spec.PhaseSuspended {
 				// On no node: what it holds in the cluster instead.
 				node, addrs = "-", []string{fmt.Sprintf("held: checkpoint %s, files %s", mibs(s.Bytes), mibs(s.EnvBytes))}
+				if s.Pending != "" {
+					// A migration's hand-over: the checkpoint is on that node alone.
+					addrs[0] += ", checkpoint on " + s.Pending + " only"
+				}
 			}
 			ready := total.Round(time.Millisecond).String()
 			if d.Status.Phase != spec.PhaseRunning {

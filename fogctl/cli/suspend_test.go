@@ -45,6 +45,14 @@ func TestSuspendResumeCommands(t *testing.T) {
 	if f := strings.Fields(lineOf(out, "web-1")); len(f) < 7 || f[6] != "-" {
 		t.Errorf("ps: web-1 suspended has READY-IN %v; want -", f)
 	}
+	susp.Pending = "n1" // a migration's hand-over
+	if err := st.SetSuspended(ctx, "web-1", susp, nil); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := run("ps"); code != 0 || !strings.Contains(lineOf(out, "web-1"), "checkpoint on n1 only") {
+		t.Errorf("ps with web-1's checkpoint handed over by n1 = exit %d\n%s%s; want it said", code, out, errOut)
+	}
+	susp.Pending = ""
 
 	// suspend --wait shows the suspend's phases, not the deploy's before.
 	if err := st.CreateDeployment(ctx, state.Desired{ID: "web-2", App: "web", Node: "n1", Created: time.Now()}); err != nil {

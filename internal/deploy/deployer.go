@@ -33,6 +33,8 @@
 //     instance goes through in a slot, and the release of what it owns;
 //   - Pool (slots.go, pool.go, ahead.go, recycle.go, spare.go): the slots,
 //     the warm pools, restore ahead, recycling and spare slots;
+//   - Handoffs (handoff.go): the checkpoints a migration's source keeps
+//     for its target, and their durable copies;
 //   - Suspensions (suspend*.go, prepare.go): suspends, their images, and
 //     the slots prepared for a resume;
 //   - Deployer: the lifecycle that composes them per deployment: Deploy's

@@ -215,8 +215,8 @@ func (hs *Handoffs) run(ctx context.Context, h Handoff) *handoffRun {
 // Store writes hand-over id's durable copy in the background: its files
 // copied into its image, the mapping released (which flushes them), the
 // image sealed; then durable is told and the files go once no stream reads
-// them. A copy under way or made is not made again; one that fails is
-// tried again at the next Store.
+// them. A copy under way or made is not made again; one that failed is
+// made anew at the next Store.
 func (hs *Handoffs) Store(ctx context.Context, id string, durable Durable) {
 	h, err := hs.records.Load(id)
 	if err != nil {
@@ -254,7 +254,7 @@ func (hs *Handoffs) Store(ctx context.Context, id string, durable Durable) {
 			hs.Finish(context.WithoutCancel(ctx), h.ID)
 			return
 		case err != nil:
-			hs.log.Error("hand-over: writing the checkpoint's durable copy; tried again", "deployment", h.ID, "image", h.Ckpt, "err", err)
+			hs.log.Error("hand-over: writing the checkpoint's durable copy; its caller asks again", "deployment", h.ID, "image", h.Ckpt, "err", err)
 			return
 		}
 		hs.log.Info("hand-over durable: its checkpoint is sealed in the cluster", "deployment", h.ID, "image", h.Ckpt,

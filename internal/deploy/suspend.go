@@ -313,7 +313,14 @@ func (s *suspension) mount(ctx context.Context) (func() error, error) {
 // keep moves the checkpoint's files into a hand-over (opts.Handoff), where
 // the migration's target reads them.
 func (s *suspension) keep() error {
-	if !s.opts.Handoff || s.rec.Handle == nil {
+	if !s.opts.Handoff {
+		return nil
+	}
+	if h, err := s.sx.handoffs.Get(s.rec.ID); err == nil && h.Gen == s.susp.CkptGen {
+		s.kept = &h // kept before a crash, maybe after its instance went
+		return nil
+	}
+	if s.rec.Handle == nil {
 		return nil
 	}
 	h, err := s.sx.handoffs.keep(s.rec.ID, s.susp.CkptGen, drivers.GenDir(s.rec.Handle.CkptPath, s.susp.CkptGen), s.ckptImg,

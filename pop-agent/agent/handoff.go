@@ -74,6 +74,10 @@ func newHandoffMetrics(reg prometheus.Registerer) handoffMetrics {
 // is refused (403), and nothing is read.
 func (a *agent) serveHandoff(w http.ResponseWriter, r *http.Request) {
 	id, node := r.PathValue("id"), r.Header.Get(nodeHeader)
+	if a.d == nil {
+		writeJSON(w, http.StatusNotFound, apiError{Error: "this agent runs no deployer"})
+		return
+	}
 	refuse := func(code int, err error, fix string) {
 		a.m.handoff.reads.WithLabelValues("refused").Inc()
 		a.log.Warn("hand-over refused", "deployment", id, "node", node, "remote", r.RemoteAddr, "err", err)
@@ -142,12 +146,9 @@ func (a *agent) followHandoff(ctx context.Context, id string) {
 		defer a.wg.Done()
 		defer a.following.Delete(id)
 		stored := h.Durable
-		hold := time.Now().Add(handoffHold)
+		next := time.Now().Add(handoffHold)
 		for {
-			fctx, cancel := context.WithCancel(ctx)
-			if !stored {
-				fctx, cancel = context.WithDeadline(ctx, hold)
-			}
+			fctx, cancel := context.WithDeadline(ctx, next)
 			_, err := a.st.Follow(fctx, id, func(d state.Deployment) bool { return a.resumedFrom(d, h) })
 			cancel()
 			switch {
@@ -159,10 +160,14 @@ func (a *agent) followHandoff(ctx context.Context, id string) {
 				return
 			case ctx.Err() != nil:
 				return // the next start follows it again
-			case !stored && errors.Is(err, context.DeadlineExceeded):
-				a.log.Info("hand-over: the deployment does not run yet; writing its checkpoint's durable copy", "deployment", id, "after", handoffHold)
+			case errors.Is(err, context.DeadlineExceeded):
+				if !stored {
+					a.log.Info("hand-over: the deployment does not run yet; writing its checkpoint's durable copy", "deployment", id, "after", handoffHold)
+				}
+				// Asked again every 30 s: nothing once made or under way,
+				// a copy that failed made anew.
 				a.d.Handoffs().Store(ctx, id, a.handoffDurable)
-				stored = true
+				stored, next = true, time.Now().Add(30*time.Second)
 			default:
 				time.Sleep(time.Second) // etcd: followed again
 			}
@@ -289,6 +294,9 @@ func (a *agent) readHandoff(ctx context.Context, id string, h state.Handoff, dst
 		return err
 	}
 	u.Path = handoffPath + id
+	// Bounded: a source that stalls is asked again, or found lost.
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(bytes/(10<<20))*time.Second)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return err

@@ -88,8 +88,9 @@ func startAgain(t *testing.T, p *pop, node string) string {
 
 // TestChaosMigrate: a migration asked of n1 (its caller then gone) goes
 // on when an agent is SIGKILLed midway and started again: n1's after its
-// suspend's store step and once it is Suspended (before or after it asked
-// the resume), n2's while n1 checkpoints (n2 prepares the resume then),
+// suspend's checkpoint step (its checkpoint kept for the hand-over, or
+// about to be) and store step and once it is Suspended (before or after
+// it asked the resume, its checkpoint on n1 alone), n2's while n1 checkpoints (n2 prepares the resume then),
 // and after its resume's fetch step and its mount step. Each time the
 // deployment ends Running on n2 alone with the key written before, and
 // nothing is left on n1, nor of a prepared instance on n2.
@@ -100,7 +101,7 @@ func TestChaosMigrate(t *testing.T) {
 		node  string
 		phase spec.Phase
 		step  deploy.Step
-	}{{"n1", spec.PhaseSuspending, deploy.StepStore}, {"n1", spec.PhaseSuspended, ""}, {"n2", spec.PhaseResuming, deploy.StepFetch},
+	}{{"n1", spec.PhaseSuspending, deploy.StepCheckpoint}, {"n1", spec.PhaseSuspending, deploy.StepStore}, {"n1", spec.PhaseSuspended, ""}, {"n2", spec.PhaseResuming, deploy.StepFetch},
 		// The target killed while the source checkpoints (its resume
 		// prepared then, or being prepared: its agent's recovery
 		// releases it), and once the prepared instance's root is
