@@ -167,7 +167,7 @@ func (c *Checkpoints) copyCheckpoint(ctx context.Context, g spec.Generation, ckp
 	if errors.Is(err, gencache.ErrIndexMismatch) {
 		c.log.Warn("the checkpoint differs from its block index; copying every byte", "app", g.App, "gen", g.Gen, "err", err)
 		c.fetched.add(st)
-		if err := emptyDir(dst); err != nil {
+		if err := gencache.EmptyDir(dst); err != nil {
 			return st, err
 		}
 		st, err = gencache.CopyTreeFrom(ctx, src, dst, &gencache.Index{})
@@ -192,20 +192,6 @@ func (c *fetchCounters) add(st gencache.CopyStats) {
 func (c *Checkpoints) FetchBytes() gencache.CopyStats {
 	f := &c.fetched
 	return gencache.CopyStats{Bytes: f.bytes.Load(), Read: f.read.Load(), Reused: f.reused.Load(), Zero: f.zero.Load()}
-}
-
-// emptyDir removes everything in dir, keeping dir.
-func emptyDir(dir string) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Prefetch brings generation g's checkpoint to this node ahead of its

@@ -197,3 +197,18 @@ func writeFileSync(name string, b []byte) error {
 	}
 	return syncDir(filepath.Dir(name))
 }
+
+// EmptyDir removes everything in dir, keeping dir: a copy that failed
+// midway, before another.
+func EmptyDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -13,8 +13,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/apiauth"
 	"github.com/fogdeploy/fogdeploy/internal/ckptstream"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/gencache"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
@@ -273,7 +272,7 @@ func (a *agent) fetchHandoff(id string, susp spec.Suspension) deploy.FetchCheckp
 
 // fromCluster empties dst and copies the checkpoint from the cluster.
 func (a *agent) fromCluster(ctx context.Context, dst string, fromCluster func(context.Context) error) error {
-	if err := emptyDir(dst); err != nil {
+	if err := gencache.EmptyDir(dst); err != nil {
 		return err
 	}
 	return fromCluster(ctx)
@@ -282,7 +281,7 @@ func (a *agent) fromCluster(ctx context.Context, dst string, fromCluster func(co
 // readHandoff reads hand-over h of deployment id from its source into
 // dst (emptied first), at most a little more than the checkpoint's bytes.
 func (a *agent) readHandoff(ctx context.Context, id string, h state.Handoff, dst string, bytes int64) error {
-	if err := emptyDir(dst); err != nil {
+	if err := gencache.EmptyDir(dst); err != nil {
 		return err
 	}
 	src, err := a.st.Node(ctx, h.Node)
@@ -355,18 +354,4 @@ func errorBody(resp *http.Response) string {
 		return resp.Status
 	}
 	return e.Error
-}
-
-// emptyDir removes what directory dir holds.
-func emptyDir(dir string) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-			return err
-		}
-	}
-	return nil
 }
