@@ -32,7 +32,7 @@ import (
 // deployments from n1 to n2, each with its key, reports each one's
 // downtime, and leaves n1 cordoned with nothing running; a migrate to
 // the node it runs on is refused. With FOGDEPLOY_BENCH_OUT (make bench) it
-// drains 8 and writes migrate-<engine>.json there.
+// drains 8, 64 MiB written in each, and writes migrate-<engine>.json there.
 func TestMigrateDrainPoP(t *testing.T) {
 	for _, eng := range []engine.Name{engine.NameDMTCP, engine.NameCRIU} {
 		t.Run(string(eng), func(t *testing.T) { testMigrateDrain(t, eng) })
@@ -73,9 +73,9 @@ func testMigrateDrain(t *testing.T, eng engine.Name) {
 	if err := p.st.DeleteDeployment(ctx, dep.ID); err != nil {
 		t.Fatal(err)
 	}
-	n := 3
+	n, fill := 3, 0
 	if out != "" {
-		n = 8
+		n, fill = 8, 64<<20 // the issue's drain: 64 MiB written in each
 	}
 	ids := map[string]string{}
 	for i := range n {
@@ -83,6 +83,11 @@ func testMigrateDrain(t *testing.T, eng engine.Name) {
 		val := "value-" + string(rune('a'+i))
 		if _, err := testenv.RedisDo(ctx, nil, addrOf(d.Status.Ports), "SET", "k", val); err != nil {
 			t.Fatal(err)
+		}
+		if fill > 0 {
+			if got, err := testenv.RedisDo(ctx, nil, addrOf(d.Status.Ports), "SETRANGE", "fill", strconv.Itoa(fill-1), "z"); err != nil || got != strconv.Itoa(fill) {
+				t.Fatalf("SETRANGE of %d bytes: %q, %v", fill, got, err)
+			}
 		}
 		ids[d.ID] = val
 	}
@@ -93,7 +98,7 @@ func testMigrateDrain(t *testing.T, eng engine.Name) {
 		t.Fatalf("fogctl node drain n1 = %d, %v: %s%s; want %d moved", rc, err, stdout, errOut, n)
 	}
 	drained := time.Since(start)
-	t.Logf("%s: drained %d deployments from n1 in %s", eng, n, drained.Round(time.Millisecond))
+	t.Logf("%s: drained %d deployments (%d MiB written in each) from n1 in %s", eng, n, fill>>20, drained.Round(time.Millisecond))
 	for _, m := range report {
 		if m.To != "n2" || m.Error != "" || ids[m.ID] == "" {
 			t.Errorf("drain: %+v; want it moved to n2", m)
@@ -118,7 +123,7 @@ func testMigrateDrain(t *testing.T, eng engine.Name) {
 	}
 	if out != "" {
 		res := migrationBench{Engine: eng, DowntimeMS: msOf(down), AgentsMS: msOf(moved.Downtime), Bytes: moved.Bytes,
-			Drained: n, DrainMS: msOf(drained), Big: big}
+			Drained: n, DrainFilled: int64(fill), DrainMS: msOf(drained), Big: big}
 		for _, m := range report {
 			res.DrainDowntimesMS = append(res.DrainDowntimesMS, msOf(m.Downtime))
 		}
@@ -140,7 +145,10 @@ type migrationBench struct {
 	Bytes      int64   `json:"bytes"`
 	// Drained deployments moved off a node in DrainMS, each without an
 	// answer for DrainDowntimesMS.
-	Drained          int       `json:"drained"`
+	Drained int `json:"drained"`
+	// DrainFilled is what was written in each drained instance's memory
+	// before the drain (bytes; 0: redis as started).
+	DrainFilled      int64     `json:"drain_filled_bytes"`
 	DrainMS          float64   `json:"drain_ms"`
 	DrainDowntimesMS []float64 `json:"drain_downtimes_ms"`
 	// Big is the same redis with 256 MiB written.
