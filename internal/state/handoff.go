@@ -59,10 +59,23 @@ func (s *Store) Handoff(ctx context.Context, id string) (Handoff, error) {
 	return h, nil
 }
 
-// EndHandoff removes the record of deployment id's hand-over, which is
-// over (its deployment runs again, or is gone).
-func (s *Store) EndHandoff(ctx context.Context, id string) error {
-	_, err := s.cli.Delete(ctx, handoffKey(id))
+// EndHandoff removes the record of deployment id's hand-over of
+// checkpoint image ckpt, which is over (its deployment runs again, or is
+// gone); a later hand-over's record stays.
+func (s *Store) EndHandoff(ctx context.Context, id, ckpt string) error {
+	r, err := s.cli.Get(ctx, handoffKey(id))
+	if err != nil {
+		return wrapUnavailable(err)
+	}
+	if len(r.Kvs) == 0 {
+		return nil
+	}
+	var h Handoff
+	if json.Unmarshal(r.Kvs[0].Value, &h) == nil && h.Ckpt != ckpt {
+		return nil
+	}
+	_, err = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(handoffKey(id)), "=", r.Kvs[0].ModRevision)).
+		Then(clientv3.OpDelete(handoffKey(id))).Commit()
 	return wrapUnavailable(err)
 }
 
@@ -83,8 +96,7 @@ func (s *Store) MarkDurable(ctx context.Context, id, ckpt string) error {
 		}
 		susp := st.Suspension
 		if len(r.Kvs) == 0 || susp == nil || susp.Ckpt.Image != ckpt || susp.Pending == "" {
-			_, err := s.cli.Delete(ctx, handoffKey(id))
-			return wrapUnavailable(err)
+			return s.EndHandoff(ctx, id, ckpt)
 		}
 		susp.Pending = ""
 		b, err := json.Marshal(st)
@@ -92,13 +104,13 @@ func (s *Store) MarkDurable(ctx context.Context, id, ckpt string) error {
 			return err
 		}
 		tr, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(statusKey(id)), "=", r.Kvs[0].ModRevision)).
-			Then(clientv3.OpPut(statusKey(id), string(b)), clientv3.OpDelete(handoffKey(id))).Commit()
+			Then(clientv3.OpPut(statusKey(id), string(b))).Commit()
 		if err != nil {
 			return wrapUnavailable(err)
 		}
 		if tr.Succeeded {
 			s.Event(ctx, id, "suspension durable", "its checkpoint is sealed in the cluster")
-			return nil
+			return s.EndHandoff(ctx, id, ckpt)
 		}
 	}
 	return fmt.Errorf("status of deployment %s: %w", id, ErrContended)

@@ -64,8 +64,20 @@ func TestHandoff(t *testing.T) {
 	if err := st.PutHandoff(ctx, "d2", h); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.EndHandoff(ctx, "d2"); err != nil {
+	later := state.Handoff{Node: "n2", Ckpt: "fdi-d2-susp-later", Token: "other"}
+	if err := st.PutHandoff(ctx, "d3", later); err != nil {
 		t.Fatal(err)
+	}
+	if err := st.EndHandoff(ctx, "d3", h.Ckpt); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.Handoff(ctx, "d3"); err != nil || got != later {
+		t.Errorf("a later hand-over after the end of an earlier one: %+v, %v; want it kept", got, err)
+	}
+	for id, ckpt := range map[string]string{"d2": h.Ckpt, "d3": later.Ckpt} {
+		if err := st.EndHandoff(ctx, id, ckpt); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if n := statetest.Count(ctx, t, st, "handoffs/"); n != 0 {
 		t.Errorf("%d hand-over records left; want none", n)

@@ -148,11 +148,11 @@ func (a *agent) followHandoff(ctx context.Context, id string) {
 		next := time.Now().Add(handoffHold)
 		for {
 			fctx, cancel := context.WithDeadline(ctx, next)
-			_, err := a.st.Follow(fctx, id, func(d state.Deployment) bool { return a.resumedFrom(d, h) })
+			_, err := a.st.Follow(fctx, id, func(d state.Deployment) bool { return a.handoffOver(d, h) })
 			cancel()
 			switch {
 			case err == nil || errors.Is(err, state.ErrNotFound):
-				if err := a.st.EndHandoff(ctx, id); err != nil {
+				if err := a.st.EndHandoff(ctx, id, h.Ckpt); err != nil {
 					a.log.Warn("removing the record of a hand-over that is over; it goes with its deployment", "deployment", id, "err", err)
 				}
 				a.d.Handoffs().Finish(ctx, id)
@@ -174,10 +174,14 @@ func (a *agent) followHandoff(ctx context.Context, id string) {
 	}()
 }
 
-// resumedFrom reports whether deployment d runs again from hand-over h's
-// checkpoint: Running without a suspension, on another node, or on this
-// one from a resume made after the checkpoint was kept.
-func (a *agent) resumedFrom(d state.Deployment, h deploy.Handoff) bool {
+// handoffOver reports whether deployment d needs hand-over h's checkpoint
+// no more: it runs again from it (Running without a suspension, on
+// another node, or on this one from a resume made after the checkpoint
+// was kept), or a later suspension replaced it.
+func (a *agent) handoffOver(d state.Deployment, h deploy.Handoff) bool {
+	if s := d.Status.Suspension; s != nil && s.Ckpt.Image != "" && s.Ckpt.Image != h.Ckpt {
+		return true
+	}
 	if d.Status.Phase != spec.PhaseRunning || d.Status.Suspension != nil {
 		return false
 	}
