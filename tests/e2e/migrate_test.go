@@ -32,7 +32,8 @@ import (
 // deployments from n1 to n2, each with its key, reports each one's
 // downtime, and leaves n1 cordoned with nothing running; a migrate to
 // the node it runs on is refused. With FOGDEPLOY_BENCH_OUT (make bench) it
-// drains 8, 64 MiB written in each, and writes migrate-<engine>.json there.
+// migrates redis with 256 MiB written (and, under CRIU, 1 GiB), drains 8,
+// 64 MiB written in each, and writes migrate-<engine>.json there.
 func TestMigrateDrainPoP(t *testing.T) {
 	for _, eng := range []engine.Name{engine.NameDMTCP, engine.NameCRIU} {
 		t.Run(string(eng), func(t *testing.T) { testMigrateDrain(t, eng) })
@@ -65,8 +66,13 @@ func testMigrateDrain(t *testing.T, eng engine.Name) {
 	prepared(ctx, t, p, dep.ID)
 	out := os.Getenv("FOGDEPLOY_BENCH_OUT")
 	var big bigState
+	var huge *hugeState
 	if out != "" {
 		big = measureBig(ctx, t, p, f, client, api, app, eng)
+		if eng == engine.NameCRIU {
+			h := measureHuge(ctx, t, p, f, client, api, app)
+			huge = &h
+		}
 	}
 
 	// A drain of n1 with 3 deployments on it (8 for make bench).
@@ -123,7 +129,7 @@ func testMigrateDrain(t *testing.T, eng engine.Name) {
 	}
 	if out != "" {
 		res := migrationBench{Engine: eng, DowntimeMS: msOf(down), AgentsMS: msOf(moved.Downtime), Bytes: moved.Bytes,
-			Drained: n, DrainFilled: int64(fill), DrainMS: msOf(drained), Big: big}
+			Drained: n, DrainFilled: int64(fill), DrainMS: msOf(drained), Big: big, Huge: huge}
 		for _, m := range report {
 			res.DrainDowntimesMS = append(res.DrainDowntimesMS, msOf(m.Downtime))
 		}
@@ -153,6 +159,8 @@ type migrationBench struct {
 	DrainDowntimesMS []float64 `json:"drain_downtimes_ms"`
 	// Big is the same redis with 256 MiB written.
 	Big bigState `json:"big"`
+	// Huge is a migration with 1 GiB written (CRIU only).
+	Huge *hugeState `json:"huge,omitempty"`
 }
 
 // prepared checks that the target of deployment id's migration made its
@@ -217,6 +225,43 @@ func migrateUnderPings(ctx context.Context, t *testing.T, client *http.Client, a
 	mu.Lock()
 	defer mu.Unlock()
 	return firstAnswer.Sub(lastAnswer), moved
+}
+
+// hugeState is what measureHuge measured.
+type hugeState struct {
+	Bytes      int64   `json:"bytes"`
+	DowntimeMS float64 `json:"downtime_ms"`
+}
+
+// measureHuge measures, for make bench, the migration of a redis on n1
+// with 1 GiB written (app given 2 GiB) to n2 under a client's PINGs, and
+// checks the value after.
+func measureHuge(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture, client *http.Client, api string, small spec.App) hugeState {
+	t.Helper()
+	const size = 1 << 30
+	app := small
+	app.Name += "-huge"
+	app.Resources.Memory, app.CheckpointSize = "2G", "2G"
+	if err := p.st.CreateApp(ctx, app, false); err != nil {
+		t.Fatal(err)
+	}
+	dep := createOn(ctx, t, client, api, app.Name, "n1")
+	src := dep.Status.Ports[drivers.PortKey(6379, "tcp")]
+	if got, err := testenv.RedisDo(ctx, nil, src, "SETRANGE", "huge", strconv.Itoa(size-1), "z"); err != nil || got != strconv.Itoa(size) {
+		t.Fatalf("SETRANGE of 1 GiB: %q, %v", got, err)
+	}
+	down, moved := migrateUnderPings(ctx, t, client, api, dep.ID, src)
+	prepared(ctx, t, p, dep.ID)
+	if got, err := testenv.RedisDo(ctx, nil, moved.Ports[drivers.PortKey(6379, "tcp")], "STRLEN", "huge"); err != nil || got != strconv.Itoa(size) {
+		t.Errorf("after the migration: STRLEN huge = %q, %v; want %d", got, err, size)
+	}
+	t.Logf("1 GiB written: migrated with no answer for %s (checkpoint %d bytes)", down.Round(time.Millisecond), moved.Bytes)
+	undeployWait(ctx, t, p, dep.ID)
+	if err := p.st.DeleteApp(ctx, app.Name); err != nil {
+		t.Fatal(err)
+	}
+	f.RemoveGenerations(t, app.Name)
+	return hugeState{Bytes: moved.Bytes, DowntimeMS: msOf(down)}
 }
 
 // bigState is what measureBig measured.
