@@ -7,22 +7,32 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
 )
 
 // ensureNetwork makes fogdeploy's bridge network name unless it exists:
 // with inter-container traffic off unless open. Two agents or deploys
-// making it at once: the one that finds it made takes it.
+// making it at once: the one that finds it made takes it; two that both
+// made it (dockerd's check of a duplicate name is not atomic, and a
+// container is then refused: "network ... is ambiguous") keep the one of
+// the lowest ID and remove the other.
 //
-// Implements: GET /networks/{name}, POST /networks/create.
+// Implements: GET /networks/{name}, POST /networks/create, GET /networks,
+// DELETE /networks/{id}.
 func (d *Docker) ensureNetwork(ctx context.Context, name string, open bool) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.made[name] {
 		return nil
+	}
+	if err := d.dedupeNetwork(ctx, name); err != nil {
+		return d.wrap("network", name, err)
 	}
 	nw, err := d.api.NetworkInspect(ctx, name, network.InspectOptions{})
 	if cerrdefs.IsNotFound(err) {
@@ -34,6 +44,7 @@ func (d *Docker) ensureNetwork(ctx context.Context, name string, open bool) erro
 		}
 		if err == nil {
 			d.log.Info("network made", "network", name, "containers_reach_each_other", open)
+			err = d.dedupeNetwork(ctx, name)
 		}
 	} else if err == nil && nw.Options["com.docker.network.bridge.enable_icc"] != strconv.FormatBool(open) {
 		err = fmt.Errorf("network %s exists with enable_icc=%q, not %v: %w", name, nw.Options["com.docker.network.bridge.enable_icc"], open, ErrConflict)
@@ -45,6 +56,27 @@ func (d *Docker) ensureNetwork(ctx context.Context, name string, open bool) erro
 		d.made = map[string]bool{}
 	}
 	d.made[name] = true
+	return nil
+}
+
+// dedupeNetwork removes the networks named name but the one of the
+// lowest ID (made at once by two processes).
+func (d *Docker) dedupeNetwork(ctx context.Context, name string) error {
+	nws, err := d.api.NetworkList(ctx, network.ListOptions{Filters: filters.NewArgs(filters.Arg("name", name))})
+	if err != nil {
+		return err
+	}
+	nws = slices.DeleteFunc(nws, func(n network.Summary) bool { return n.Name != name }) // the filter matches a part
+	if len(nws) < 2 {
+		return nil
+	}
+	slices.SortFunc(nws, func(a, b network.Summary) int { return strings.Compare(a.ID, b.ID) })
+	for _, n := range nws[1:] {
+		if err := d.api.NetworkRemove(ctx, n.ID); err != nil && !cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("network %s made twice: removing %s: %w", name, n.ID, err)
+		}
+		d.log.Warn("network made twice at once; one removed", "network", name, "removed", n.ID, "kept", nws[0].ID)
+	}
 	return nil
 }
 
