@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,7 +80,9 @@ func (a *agent) serveHandoff(w http.ResponseWriter, r *http.Request) {
 	}
 	refuse := func(code int, err error, fix string) {
 		a.m.handoff.reads.WithLabelValues("refused").Inc()
-		a.log.Warn("hand-over refused", "deployment", id, "node", node, "remote", r.RemoteAddr, "err", err)
+		if a.refusals.allow(10 * time.Second) { // a flood of them logs one line per 10 s
+			a.log.Warn("hand-over refused (fogdeploy_handoff_reads_total{result=\"refused\"} counts them all)", "deployment", id, "node", node, "remote", r.RemoteAddr, "err", err)
+		}
 		writeJSON(w, code, apiError{Error: err.Error(), Hint: fix})
 	}
 	if spec.ValidateID(id) != nil || node == "" {
@@ -203,6 +206,14 @@ func (a *agent) recoverHandoffs(ctx context.Context) {
 		a.log.Info("hand-over left by a previous run: following its deployment", "deployment", h.ID, "durable", h.Durable)
 		a.followHandoff(ctx, h.ID)
 	}
+}
+
+// logGate lets a line through at most once per period.
+type logGate struct{ last atomic.Int64 }
+
+func (g *logGate) allow(every time.Duration) bool {
+	now, last := time.Now().UnixNano(), g.last.Load()
+	return now-last >= int64(every) && g.last.CompareAndSwap(last, now)
 }
 
 // handoffDurable records in etcd that hand-over h's checkpoint is sealed

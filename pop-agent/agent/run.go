@@ -64,8 +64,9 @@ type agent struct {
 	// measuring are mode auto's measurements under way.
 	measuring measurements
 	// following are the hand-overs whose deployments the agent follows
-	// (handoff.go).
+	// (handoff.go); refusals gates the log of the reads it refuses.
 	following sync.Map
+	refusals  logGate
 
 	busy keyedmutex.Map[string] // one operation per deployment ID at a time
 	wg   sync.WaitGroup
