@@ -139,7 +139,7 @@ func (hs *Handoffs) Open(id, token string) (h Handoff, dir string, done func(), 
 	}
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	if hs.stored[id] {
+	if hs.stored[id] || h.Durable {
 		return Handoff{}, "", nil, fmt.Errorf("deployment %s: its checkpoint is in the cluster now: %w", id, ErrDurable)
 	}
 	hs.readers[id]++

@@ -113,6 +113,12 @@ func handoff(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App)
 	case <-ctx.Done():
 		t.Fatal("the durable copy was not written")
 	}
+	// Its files gone, its record says so (what a restarted agent reads).
+	if h, err := d.Handoffs().Get(resumed.ID); err != nil || !h.Durable {
+		t.Errorf("the durable hand-over's record: %+v, %v; want it durable", h, err)
+	} else if _, _, _, err := d.Handoffs().Open(resumed.ID, h.Token); !errors.Is(err, deploy.ErrDurable) {
+		t.Errorf("a durable hand-over opened: %v; want ErrDurable (read it from the cluster)", err)
+	}
 	susp.Pending = "" // as etcd records it once durable
 	again, err := d.Resume(ctx, app, resumed.ID, susp, deploy.Options{})
 	if err != nil {
