@@ -153,8 +153,9 @@ func (s *supervisor) startCRIU(ctx context.Context, eng *engine.CRIU, img engine
 			Stdout: os.Stdout, Stderr: os.Stderr})
 	} else {
 		phase = "restart_ready"
-		s.log.Info("restoring", "gen", img.Generation, "dir", img.Dir, "lazy", s.cfg.lazy)
-		proc, err = eng.Restore(ctx, img, engine.RestoreSpec{Root: s.cfg.root, Stdout: os.Stdout, Stderr: os.Stderr, Lazy: s.cfg.lazy})
+		lazy := s.lazyRestore()
+		s.log.Info("restoring", "gen", img.Generation, "dir", img.Dir, "lazy", lazy)
+		proc, err = eng.Restore(ctx, img, engine.RestoreSpec{Root: s.cfg.root, Stdout: os.Stdout, Stderr: os.Stderr, Lazy: lazy})
 	}
 	if err != nil {
 		s.log.Error("start the app under criu", "err", err)

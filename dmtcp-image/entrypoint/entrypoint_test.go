@@ -663,3 +663,43 @@ func TestAppEnvSteersNothing(t *testing.T) {
 		}
 	}
 }
+
+// A restart ordered lazy (a resume's order) restores lazily under an
+// engine that can, as -lazy does; the next order of a recycled container
+// that does not ask it restores eagerly again; other engines never do.
+func TestOrderedLazy(t *testing.T) {
+	for _, c := range []struct {
+		eng     engine.Name
+		flag    bool
+		ordered []bool
+		want    []bool
+	}{
+		{engine.NameCRIU, false, []bool{true, false}, []bool{true, false}},
+		{engine.NameCRIU, true, []bool{false}, []bool{true}},
+		{engine.NameDMTCP, false, []bool{true}, []bool{false}},
+	} {
+		dir := t.TempDir()
+		args := []string{"-wait", filepath.Join(dir, "order"), "-engine", string(c.eng)}
+		if c.flag {
+			args = append(args, "-lazy")
+		}
+		cfg, err := parseConfig(modeRestart, args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := newSupervisor(cfg, newLogger(io.Discard, "error", "text"), io.Discard)
+		for i, lazy := range c.ordered {
+			b, _ := json.Marshal(instancectl.OrderBody{Deployment: "web-1a2b3c4d", Lazy: lazy})
+			if err := os.WriteFile(cfg.wait, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.waitOrder(make(chan os.Signal)); err != nil {
+				t.Fatal(err)
+			}
+			if got := s.lazyRestore(); got != c.want[i] {
+				t.Errorf("%s, -lazy %v, order %d lazy %v: restores lazily %v; want %v", c.eng, c.flag, i, lazy, got, c.want[i])
+			}
+			_ = os.Remove(cfg.wait)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/instancectl"
 	"github.com/fogdeploy/fogdeploy/internal/ksm"
 )
@@ -37,7 +38,8 @@ func (s *supervisor) waitOrder(sigs <-chan os.Signal) (instancectl.OrderBody, er
 		}
 	}
 	s.tm.record("order", 0, t, 0, nil)
-	s.log.Info("order received", "deployment", o.Deployment, "node", o.Node, "memory_merge", o.MemoryMerge)
+	s.ordered = o
+	s.log.Info("order received", "deployment", o.Deployment, "node", o.Node, "memory_merge", o.MemoryMerge, "lazy", o.Lazy)
 	s.mergeMemory(o.MemoryMerge)
 	return o, nil
 }
@@ -84,4 +86,11 @@ func (s *supervisor) waitFile(path string, sigs <-chan os.Signal) ([]byte, error
 			return nil, errReleased
 		}
 	}
+}
+
+// lazyRestore says whether a restart restores its app's memory lazily: so
+// made (-lazy), or so ordered (a resume's, OrderBody.Lazy), under an
+// engine that can.
+func (s *supervisor) lazyRestore() bool {
+	return s.cfg.mode == modeRestart && engine.Of(s.cfg.engine).LazyRestore && (s.cfg.lazy || s.ordered.Lazy)
 }

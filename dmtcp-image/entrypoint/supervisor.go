@@ -41,6 +41,9 @@ type supervisor struct {
 	// waiting for its images then gives up after appGoneGrace instead of
 	// the whole -checkpoint-timeout.
 	appGone chan struct{}
+	// ordered is the order of the instance it runs (waitOrder), which a
+	// recycled container's next order replaces.
+	ordered instancectl.OrderBody
 }
 
 // appGoneGrace is how long a checkpoint may still complete after the app

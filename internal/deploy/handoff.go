@@ -103,12 +103,10 @@ func (hs *Handoffs) files(h Handoff) string { return drivers.GenDir(hs.dir(h.ID)
 func (hs *Handoffs) mountOf(id string) string { return filepath.Join(hs.dir(id), "image") }
 
 // keep moves the checkpoint files src of generation gen of deployment id
-// into a hand-over and journals it (once: a suspend cut short that kept
-// them before finds them kept).
+// into a new hand-over and journals it; a suspend cut short that kept them
+// before finds that one with Get. Files a crash left moved are taken as
+// they are.
 func (hs *Handoffs) keep(id string, gen int, src, ckpt, mapping string, bytes int64) (Handoff, error) {
-	if h, err := hs.records.Load(id); err == nil && h.Gen == gen {
-		return h, nil
-	}
 	b := make([]byte, 24)
 	if _, err := rand.Read(b); err != nil {
 		return Handoff{}, err

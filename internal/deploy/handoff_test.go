@@ -8,6 +8,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
@@ -80,6 +81,9 @@ func handoff(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App)
 		t.Fatalf("resume from the hand-over: %v", err)
 	}
 	d.Suspensions().DropSuspension(ctx, resumed.ID, susp)
+	if want := engine.Of(susp.Engine).LazyRestore; resumed.Handle == nil || resumed.Handle.Lazy != want {
+		t.Errorf("resumed with handle %+v; want lazy %v (a resume restores lazily where its engine can)", resumed.Handle, want)
+	}
 	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, resumed), "GET", "k"); err != nil || got != "handed-over" {
 		t.Errorf("resumed from the hand-over: GET k = %q, %v; want handed-over", got, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
@@ -45,6 +46,11 @@ func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spe
 	}
 	defer d.undoOnError(ctx, rec, &err)
 	o := d.stages.newOp(&rec.Timings, opts.Progress)
+	// Restored lazily where the engine can: the instance answers before
+	// its whole checkpoint is read back from the node's copy (a
+	// migration's hand-over or the cluster's), the rest in the background.
+	o.lazy = engine.Of(susp.Engine).LazyRestore
+	app.Lazy = app.Lazy || o.lazy
 	s, prepared := d.suspensions.takePrepared(ctx, id, app, susp)
 	if !prepared {
 		if s, err = d.pool.newSlot(app.Name, g.Gen, drivers.RunRestart, false, id, nil); err != nil {

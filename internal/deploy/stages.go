@@ -85,6 +85,9 @@ type op struct {
 	// merge: the instance's start asks its pages to be merged with
 	// other instances' (a pool slot restored ahead, Config.MemoryMerge).
 	merge bool
+	// lazy: the instance's start asks its restore to read the app's
+	// memory lazily where the engine can (a resume's).
+	lazy bool
 }
 
 func (sg *Stages) newOp(timings *layering.Timings, prog func(string, time.Duration)) *op {
@@ -399,7 +402,7 @@ func (sg *Stages) startReady(ctx context.Context, o *op, s *Slot, dep string, ap
 		o.phase(StepRaise)
 		return dr, h, sg.ready(ctx, o, dr, h, app, restored, id)
 	}
-	h.MemoryMerge = o.merge
+	h.MemoryMerge, h.Lazy = o.merge, o.lazy
 	if h, err = dr.Start(ctx, h); err != nil {
 		return nil, drivers.Handle{}, err
 	}

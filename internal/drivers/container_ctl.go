@@ -28,7 +28,7 @@ func ordered(h Handle) bool {
 
 // writeOrder writes the order file.
 func writeOrder(h Handle) error {
-	return writeCtl(h.CtlPath, instancectl.Order, instancectl.OrderBody{Deployment: h.Deployment, MemoryMerge: h.MemoryMerge})
+	return writeCtl(h.CtlPath, instancectl.Order, instancectl.OrderBody{Deployment: h.Deployment, MemoryMerge: h.MemoryMerge, Lazy: h.Lazy})
 }
 
 // writeCtl writes v as JSON to control file name in dir, whole (a

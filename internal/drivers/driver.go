@@ -278,6 +278,9 @@ type Handle struct {
 	// MemoryMerge: Start orders the app's processes to share their
 	// identical pages with other instances' (Container; internal/ksm).
 	MemoryMerge bool `json:"memory_merge,omitempty"`
+	// Lazy: Start orders a restart to restore the app's memory lazily
+	// where its engine can (Container; a resume's).
+	Lazy bool `json:"lazy,omitempty"`
 	// StopSignal is the app's stop signal where its container was made
 	// with another (a spare slot's, SIGTERM): Remove sends it first.
 	StopSignal string `json:"stop_signal,omitempty"`

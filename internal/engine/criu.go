@@ -323,6 +323,12 @@ func (c *CRIU) dump(ctx context.Context, p *criuProc, info Info, dir string) (ti
 			target, _ = strconv.Atoi(f[len(f)-1])
 		}
 	}
+	// A lazily restored app is dumped once every page is in: the parasite
+	// would read the pages still missing through the page server, which a
+	// dump's end may stop halfway.
+	if err := p.lazy.wait(ctx); err != nil {
+		return 0, fmt.Errorf("checkpoint pid %d: %w", pid, err)
+	}
 	d, err := os.Open(dir)
 	if err != nil {
 		return 0, err

@@ -60,6 +60,20 @@ func startLazyPages(ctx context.Context, criu, imgDir, inst string, log *slog.Lo
 	}
 }
 
+// wait blocks until the page server has given the app every page (and
+// exited), or ctx ends. A nil server has nothing to wait for.
+func (lp *lazyPages) wait(ctx context.Context) error {
+	if lp == nil {
+		return nil
+	}
+	select {
+	case <-lp.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("the lazy page server still restores the app's memory: %w", ctx.Err())
+	}
+}
+
 // stop ends the page server if it still runs (the app it served is gone)
 // and reaps it. A nil server is a no-op.
 func (lp *lazyPages) stop() {

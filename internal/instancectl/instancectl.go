@@ -69,6 +69,9 @@ type OrderBody struct {
 	// MemoryMerge: the app's processes share their identical pages with
 	// other instances' (internal/ksm); a pool slot restored ahead asks it.
 	MemoryMerge bool `json:"memory_merge,omitempty"`
+	// Lazy: a restart restores the app's memory lazily where its engine
+	// can (CRIU's lazy pages), as -lazy does; a resume asks it.
+	Lazy bool `json:"lazy,omitempty"`
 }
 
 // ReleasedBody is the entrypoint's answer to a release.

@@ -239,14 +239,7 @@ type hugeState struct {
 func measureHuge(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture, client *http.Client, api string, small spec.App) hugeState {
 	t.Helper()
 	const size = 1 << 30
-	app := small
-	app.Name += "-huge"
-	app.Resources.Memory, app.CheckpointSize = "2G", "2G"
-	if err := p.st.CreateApp(ctx, app, false); err != nil {
-		t.Fatal(err)
-	}
-	dep := createOn(ctx, t, client, api, app.Name, "n1")
-	src := dep.Status.Ports[drivers.PortKey(6379, "tcp")]
+	app, dep, src := largeOnN1(ctx, t, p, client, api, small, "-huge", "2G")
 	// Two values of 512 MiB, redis's largest.
 	for _, k := range []string{"huge1", "huge2"} {
 		if got, err := testenv.RedisDo(ctx, nil, src, "SETRANGE", k, strconv.Itoa(size/2-1), "z"); err != nil || got != strconv.Itoa(size/2) {
@@ -261,11 +254,7 @@ func measureHuge(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixtur
 		}
 	}
 	t.Logf("1 GiB written: migrated with no answer for %s (checkpoint %d bytes)", down.Round(time.Millisecond), moved.Bytes)
-	undeployWait(ctx, t, p, dep.ID)
-	if err := p.st.DeleteApp(ctx, app.Name); err != nil {
-		t.Fatal(err)
-	}
-	f.RemoveGenerations(t, app.Name)
+	dropLarge(ctx, t, p, f, app, dep.ID)
 	return hugeState{Bytes: moved.Bytes, DowntimeMS: msOf(down)}
 }
 
@@ -293,14 +282,7 @@ type bigState struct {
 func measureBig(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture, client *http.Client, api string, small spec.App, eng engine.Name) bigState {
 	t.Helper()
 	const size = 256 << 20
-	app := small
-	app.Name += "-big"
-	app.Resources.Memory, app.CheckpointSize = "1G", "1G"
-	if err := p.st.CreateApp(ctx, app, false); err != nil {
-		t.Fatal(err)
-	}
-	dep := createOn(ctx, t, client, api, app.Name, "n1")
-	src := dep.Status.Ports[drivers.PortKey(6379, "tcp")]
+	app, dep, src := largeOnN1(ctx, t, p, client, api, small, "-big", "1G")
 	if got, err := testenv.RedisDo(ctx, nil, src, "SETRANGE", "big", strconv.Itoa(size-1), "z"); err != nil || got != strconv.Itoa(size) {
 		t.Fatalf("SETRANGE of 256 MiB: %q, %v", got, err)
 	}
@@ -345,12 +327,34 @@ func measureBig(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture
 	t.Logf("%s: 256 MiB written: migrated with no answer for %.0f ms (checkpoint %d bytes); suspended, memory back in %.0f ms; resumed to its first answer in %.0f ms, a restore of its app in %.0f ms (%.2fx)",
 		eng, res.DowntimeMS, res.Bytes, res.ReleaseMS, res.ResumeMS, res.RestoreMS, res.ResumeMS/res.RestoreMS)
 	// Gone, with the app and its generation, before the drain.
-	undeployWait(ctx, t, p, dep.ID, fresh.ID)
+	dropLarge(ctx, t, p, f, app, dep.ID, fresh.ID)
+	return res
+}
+
+// largeOnN1 makes small's app again as one named with suffix, with memory
+// and checkpoint size mem, and deploys it on n1: the app, its deployment
+// and its redis's address.
+func largeOnN1(ctx context.Context, t *testing.T, p *pop, client *http.Client, api string, small spec.App, suffix, mem string) (spec.App, created, string) {
+	t.Helper()
+	app := small
+	app.Name += suffix
+	app.Resources.Memory, app.CheckpointSize = mem, mem
+	if err := p.st.CreateApp(ctx, app, false); err != nil {
+		t.Fatal(err)
+	}
+	dep := createOn(ctx, t, client, api, app.Name, "n1")
+	return app, dep, dep.Status.Ports[drivers.PortKey(6379, "tcp")]
+}
+
+// dropLarge undeploys ids and removes app (largeOnN1's) and its
+// generations.
+func dropLarge(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture, app spec.App, ids ...string) {
+	t.Helper()
+	undeployWait(ctx, t, p, ids...)
 	if err := p.st.DeleteApp(ctx, app.Name); err != nil {
 		t.Fatal(err)
 	}
 	f.RemoveGenerations(t, app.Name)
-	return res
 }
 
 // migrateHook migrates id through the hook API to node ("" : placed).

@@ -149,11 +149,14 @@ func testSuspendResume(t *testing.T, eng engine.Name) {
 	}
 }
 
-// createOn deploys app on node through the hook API and waits until it runs.
-func createOn(ctx context.Context, t *testing.T, client *http.Client, api, app, node string) struct {
+// created is a deployment the hook API created: its ID and status.
+type created struct {
 	ID     string
 	Status state.Status
-} {
+}
+
+// createOn deploys app on node through the hook API and waits until it runs.
+func createOn(ctx context.Context, t *testing.T, client *http.Client, api, app, node string) created {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, api+"/v1/deployments?wait=3m",
 		strings.NewReader(`{"app":"`+app+`","node":"`+node+`","mode":"restore"}`))
@@ -170,10 +173,7 @@ func createOn(ctx context.Context, t *testing.T, client *http.Client, api, app, 
 	if err := json.Unmarshal(b, &cr); resp.StatusCode != http.StatusCreated || err != nil || cr.Status == nil || cr.Status.Phase != spec.PhaseRunning {
 		t.Fatalf("POST /v1/deployments: %d %v: %s", resp.StatusCode, err, b)
 	}
-	return struct {
-		ID     string
-		Status state.Status
-	}{cr.ID, *cr.Status}
+	return created{cr.ID, *cr.Status}
 }
 
 // lifecycle POSTs a suspend or resume of id with body and returns the
