@@ -178,16 +178,6 @@ func (hs *Handoffs) CopyTo(ctx context.Context, id, dst string) error {
 // Get is hand-over id (ErrNoHandoff: none).
 func (hs *Handoffs) Get(id string) (Handoff, error) { return hs.records.Load(id) }
 
-// hold registers the durable copy of h, whose image mounted maps and
-// mounts, to be written when Store asks it (or dropped by Finish).
-func (hs *Handoffs) hold(h Handoff, mounted func() error) {
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	if hs.runs[h.ID] == nil {
-		hs.runs[h.ID] = &handoffRun{mounted: mounted}
-	}
-}
-
 // handoffRun is what a hand-over does behind its suspend: the mount of its
 // image, and whether its durable copy is under way (copying) or over
 // (durable), and whether its deployment needs it no more (finished).
@@ -196,8 +186,8 @@ type handoffRun struct {
 	copying, durable, finished bool
 }
 
-// run is hand-over h's run, made (its image to be mapped on demand) after
-// an agent's restart; the caller holds mu.
+// run is hand-over h's run, made on its first Store or Finish (its image
+// to be mapped once its durable copy is written); the caller holds mu.
 func (hs *Handoffs) run(ctx context.Context, h Handoff) *handoffRun {
 	r := hs.runs[h.ID]
 	if r == nil {

@@ -133,8 +133,38 @@ func handoff(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App)
 		t.Errorf("resumed from the durable copy: GET k = %q, %v; want handed-over", got, err)
 	}
 	d.Handoffs().Finish(ctx, again.ID)
+
+	// Its durable copy asked of the agent that suspended it, without a
+	// restart between: its image, made at the suspend, is mapped and
+	// written then.
+	susp, err = d.Suspensions().Suspend(ctx, again.ID, app, deploy.SuspendOptions{Handoff: true})
+	if err != nil {
+		t.Fatalf("suspend for a migration, a third time: %v", err)
+	}
+	if err := d.Suspensions().Forget(again.ID); err != nil {
+		t.Fatal(err)
+	}
+	d.Handoffs().Store(ctx, again.ID, func(_ context.Context, h deploy.Handoff, _ time.Duration) { durable <- h })
+	select {
+	case h := <-durable:
+		if !h.Durable || h.Ckpt != susp.Ckpt.Image {
+			t.Errorf("durable hand-over %+v; want %s's, durable", h, susp.Ckpt.Image)
+		}
+	case <-ctx.Done():
+		t.Fatal("the durable copy was not written by the agent that suspended it")
+	}
+	susp.Pending = ""
+	last, err := d.Resume(ctx, app, again.ID, susp, deploy.Options{})
+	if err != nil {
+		t.Fatalf("resume from the durable copy written without a restart: %v", err)
+	}
+	d.Suspensions().DropSuspension(ctx, last.ID, susp)
+	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, last), "GET", "k"); err != nil || got != "handed-over" {
+		t.Errorf("resumed from the durable copy written without a restart: GET k = %q, %v; want handed-over", got, err)
+	}
+	d.Handoffs().Finish(ctx, last.ID)
 	d.Handoffs().Wait()
-	for _, id := range []string{again.ID, first.ID} {
+	for _, id := range []string{last.ID, first.ID} {
 		if err := d.Undeploy(ctx, id); err != nil {
 			t.Fatal(err)
 		}

@@ -147,7 +147,8 @@ type suspension struct {
 	o          *op
 	opts       SuspendOptions
 	// kept is the hand-over of its checkpoint (opts.Handoff), once kept;
-	// storing, that the hand-over holds the image's mount.
+	// storing, that the suspend is past its store step (the hand-over
+	// is the suspension's then).
 	kept    *Handoff
 	storing bool
 	// envImg is the instance's writable image, ckptImg the checkpoint's.
@@ -179,7 +180,8 @@ func (s *suspension) own() error {
 
 // checkpoint checkpoints the instance into its image, made, mapped,
 // formatted and mounted while the checkpoint runs, off the time the app
-// answers nothing; so is the hold of its generation. A suspend that got
+// answers nothing (a hand-over's is only made: its files are copied into
+// it later, if ever); so is the hold of its generation. A suspend that got
 // past it before skips it.
 func (s *suspension) checkpoint(ctx context.Context, app spec.App) error {
 	sx, id := s.sx, s.rec.ID
@@ -200,8 +202,12 @@ func (s *suspension) checkpoint(ctx context.Context, app spec.App) error {
 		return err
 	}
 	var err error
-	if s.mounted, err = s.mount(ctx); err != nil {
-		return err
+	if !s.opts.Handoff {
+		// A hand-over's image is mapped only if its durable copy is
+		// written (Handoffs.Store), not beside the checkpoint.
+		if s.mounted, err = sx.mountSuspension(ctx, &s.rec, s.ckptImg); err != nil {
+			return err
+		}
 	}
 	if s.held, err = sx.holdSoon(ctx, &s.rec, s.susp); err != nil {
 		s.held = func() error { return nil }
@@ -224,20 +230,18 @@ func (s *suspension) store(ctx context.Context) error {
 	if s.rec.Handle == nil {
 		return nil
 	}
-	if s.mounted == nil { // continuing after the checkpoint
+	if s.mounted == nil && !s.opts.Handoff { // continuing after the checkpoint
 		var err error
-		if s.mounted, err = s.mount(ctx); err != nil {
+		if s.mounted, err = s.sx.mountSuspension(ctx, &s.rec, s.ckptImg); err != nil {
 			return err
 		}
 	}
 	if err := s.sx.storeAndRelease(ctx, &s.rec, &s.susp, suspendImages{env: s.envImg, ckpt: s.ckptImg, mounted: s.mounted, exited: s.exited, kept: s.kept}); err != nil {
 		return err
 	}
-	if s.kept != nil {
-		// Its checkpoint goes into the cluster behind the suspend.
-		s.sx.handoffs.hold(*s.kept, s.mounted)
-		s.storing = true
-	}
+	// A hand-over's checkpoint goes into the cluster behind the suspend,
+	// if its target does not run it first (Handoffs.Store).
+	s.storing = s.kept != nil
 	s.mounted = nil // released
 	if err := s.journal(); err != nil {
 		return err
@@ -294,20 +298,6 @@ func (s *suspension) end(ctx context.Context, err error) {
 			s.sx.handoffs.Drop(context.WithoutCancel(ctx), s.rec.ID)
 		}
 	}
-}
-
-// mount starts to map, format and mount the checkpoint's image: where a
-// hand-over writes its durable copy (opts.Handoff), or in the instance's
-// directory.
-func (s *suspension) mount(ctx context.Context) (func() error, error) {
-	if !s.opts.Handoff {
-		return s.sx.mountSuspension(ctx, &s.rec, s.ckptImg)
-	}
-	mid, err := s.sx.journalMapping(&s.rec, suspendMapping(s.rec.ID))
-	if err != nil {
-		return nil, err
-	}
-	return s.sx.handoffs.mount(ctx, s.ckptImg, mid, s.rec.ID), nil
 }
 
 // keep moves the checkpoint's files into a hand-over (opts.Handoff), where
