@@ -107,32 +107,7 @@ func handoff(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App)
 	if hos, err := d.Handoffs().List(); err != nil || len(hos) != 1 || hos[0].ID != resumed.ID {
 		t.Fatalf("hand-overs a restarted node finds: %v, %v; want %s's", hos, err, resumed.ID)
 	}
-	durable := make(chan deploy.Handoff, 1)
-	d.Handoffs().Store(ctx, resumed.ID, func(_ context.Context, h deploy.Handoff, _ time.Duration) { durable <- h })
-	select {
-	case h := <-durable:
-		if !h.Durable || h.Ckpt != susp.Ckpt.Image {
-			t.Errorf("durable hand-over %+v; want %s's, durable", h, susp.Ckpt.Image)
-		}
-	case <-ctx.Done():
-		t.Fatal("the durable copy was not written")
-	}
-	// Its files gone, its record says so (what a restarted agent reads).
-	if h, err := d.Handoffs().Get(resumed.ID); err != nil || !h.Durable {
-		t.Errorf("the durable hand-over's record: %+v, %v; want it durable", h, err)
-	} else if _, _, _, err := d.Handoffs().Open(resumed.ID, h.Token); !errors.Is(err, deploy.ErrDurable) {
-		t.Errorf("a durable hand-over opened: %v; want ErrDurable (read it from the cluster)", err)
-	}
-	susp.Pending = "" // as etcd records it once durable
-	again, err := d.Resume(ctx, app, resumed.ID, susp, deploy.Options{})
-	if err != nil {
-		t.Fatalf("resume from the durable copy: %v", err)
-	}
-	d.Suspensions().DropSuspension(ctx, again.ID, susp)
-	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, again), "GET", "k"); err != nil || got != "handed-over" {
-		t.Errorf("resumed from the durable copy: GET k = %q, %v; want handed-over", got, err)
-	}
-	d.Handoffs().Finish(ctx, again.ID)
+	again := storeAndResume(ctx, t, d, app, resumed.ID, susp, "after a restart")
 
 	// Its durable copy asked of the agent that suspended it, without a
 	// restart between: its image, made at the suspend, is mapped and
@@ -144,25 +119,7 @@ func handoff(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App)
 	if err := d.Suspensions().Forget(again.ID); err != nil {
 		t.Fatal(err)
 	}
-	d.Handoffs().Store(ctx, again.ID, func(_ context.Context, h deploy.Handoff, _ time.Duration) { durable <- h })
-	select {
-	case h := <-durable:
-		if !h.Durable || h.Ckpt != susp.Ckpt.Image {
-			t.Errorf("durable hand-over %+v; want %s's, durable", h, susp.Ckpt.Image)
-		}
-	case <-ctx.Done():
-		t.Fatal("the durable copy was not written by the agent that suspended it")
-	}
-	susp.Pending = ""
-	last, err := d.Resume(ctx, app, again.ID, susp, deploy.Options{})
-	if err != nil {
-		t.Fatalf("resume from the durable copy written without a restart: %v", err)
-	}
-	d.Suspensions().DropSuspension(ctx, last.ID, susp)
-	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, last), "GET", "k"); err != nil || got != "handed-over" {
-		t.Errorf("resumed from the durable copy written without a restart: GET k = %q, %v; want handed-over", got, err)
-	}
-	d.Handoffs().Finish(ctx, last.ID)
+	last := storeAndResume(ctx, t, d, app, again.ID, susp, "without a restart")
 	d.Handoffs().Wait()
 	for _, id := range []string{last.ID, first.ID} {
 		if err := d.Undeploy(ctx, id); err != nil {
@@ -170,4 +127,38 @@ func handoff(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App)
 		}
 	}
 	n.AssertNothingLeft(t, app.Name, true)
+}
+
+// storeAndResume has d write the durable copy of hand-over id (suspension
+// susp) and resumes the deployment from the cluster's copy, as etcd
+// records it once durable; the hand-over then ends. when says which round.
+func storeAndResume(ctx context.Context, t *testing.T, d *deploy.Deployer, app spec.App, id string, susp spec.Suspension, when string) deploy.Deployment {
+	t.Helper()
+	durable := make(chan deploy.Handoff, 1)
+	d.Handoffs().Store(ctx, id, func(_ context.Context, h deploy.Handoff, _ time.Duration) { durable <- h })
+	select {
+	case h := <-durable:
+		if !h.Durable || h.Ckpt != susp.Ckpt.Image {
+			t.Errorf("%s: durable hand-over %+v; want %s's, durable", when, h, susp.Ckpt.Image)
+		}
+	case <-ctx.Done():
+		t.Fatalf("%s: the durable copy was not written", when)
+	}
+	// Its files gone, its record says so (what a restarted agent reads).
+	if h, err := d.Handoffs().Get(id); err != nil || !h.Durable {
+		t.Errorf("%s: the durable hand-over's record: %+v, %v; want it durable", when, h, err)
+	} else if _, _, _, err := d.Handoffs().Open(id, h.Token); !errors.Is(err, deploy.ErrDurable) {
+		t.Errorf("%s: a durable hand-over opened: %v; want ErrDurable (read it from the cluster)", when, err)
+	}
+	susp.Pending = "" // as etcd records it once durable
+	dep, err := d.Resume(ctx, app, id, susp, deploy.Options{})
+	if err != nil {
+		t.Fatalf("%s: resume from the durable copy: %v", when, err)
+	}
+	d.Suspensions().DropSuspension(ctx, dep.ID, susp)
+	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "GET", "k"); err != nil || got != "handed-over" {
+		t.Errorf("%s: resumed from the durable copy: GET k = %q, %v; want handed-over", when, got, err)
+	}
+	d.Handoffs().Finish(ctx, dep.ID)
+	return dep
 }
