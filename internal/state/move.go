@@ -38,6 +38,20 @@ type Move struct {
 	// Error is why it is back (or, Suspended, why it stays so).
 	Error   string    `json:"error,omitempty"`
 	Started time.Time `json:"started"`
+	// Prepared is the target (To, or Likely) once its agent has made the
+	// instance that will resume it (or found it cannot): the source
+	// checkpoints then, so that the resume does not wait for it while the
+	// app answers nothing (MarkPrepared).
+	Prepared string `json:"prepared,omitempty"`
+}
+
+// Target is the node the move's resume is prepared on: To, or Likely
+// when none was asked ("": none known yet).
+func (m Move) Target() string {
+	if m.To != "" {
+		return m.To
+	}
+	return m.Likely
 }
 
 // RequestMigrate asks deployment id's node to suspend it for a move to
@@ -182,4 +196,26 @@ func (s *Store) MoveOn(ctx context.Context, id string) (Deployment, error) {
 		}
 	}
 	return d, fmt.Errorf("deployment %s: %w", id, ErrContended)
+}
+
+// MarkPrepared records that node, the target of deployment id's migration
+// (Move.Target), has prepared its resume, or tried: its source checkpoints
+// it then. A move that went on meanwhile (Suspended, back, elsewhere) is
+// left as it is.
+func (s *Store) MarkPrepared(ctx context.Context, id, node string) error {
+	for range placeAttempts {
+		d, r, err := s.deploymentAt(ctx, id)
+		if err != nil {
+			return err
+		}
+		if !d.Suspend || d.Move == nil || d.Move.Back || d.Move.Target() != node || d.Move.Prepared == node || d.Node != d.Move.From {
+			return nil
+		}
+		d.Move.Prepared = node
+		ok, err := s.putDesired(ctx, d, r.Responses[0].GetResponseRange().Kvs[0].ModRevision)
+		if err != nil || ok {
+			return err
+		}
+	}
+	return fmt.Errorf("deployment %s: %w", id, ErrContended)
 }

@@ -179,6 +179,9 @@ type metrics struct {
 	// prepared counts the resumes prepared here during a migration's
 	// suspend, by result (prepared, failed, dropped).
 	prepared                        *prometheus.CounterVec
+	// targetWait is how long a migration's source let its instance run
+	// on until its target had prepared the resume.
+	targetWait prometheus.Histogram
 	suspendDuration, resumeDuration prometheus.Histogram
 	// spareTaken counts the restores that took a spare slot, by engine;
 	// spareIdle is the idle spares by engine; spareRefill times one.
@@ -287,7 +290,12 @@ func (m *metrics) registerLifecycle(reg prometheus.Registerer) {
 		Name: "fogdeploy_resumes_prepared_total",
 		Help: "Resumes this node prepared (its container created) while a migration's source suspended the instance, by result: prepared, failed, dropped (no resume took it).",
 	}, []string{"result"})
-	reg.MustRegister(m.suspends, m.resumes, m.suspendDuration, m.resumeDuration, m.idleSuspends, m.prepared)
+	m.targetWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "fogdeploy_migrate_target_wait_seconds",
+		Help:    "How long a migration's source let its instance run on, before its checkpoint, until the target had prepared the resume (at most 3 s).",
+		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 3},
+	})
+	reg.MustRegister(m.suspends, m.resumes, m.suspendDuration, m.resumeDuration, m.idleSuspends, m.prepared, m.targetWait)
 	m.apiInflight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "fogdeploy_api_inflight", Help: "Hook API requests under way that a client's token bounds (long polls, migrations), by client and kind; beyond its bound a request is a 429.",
 	}, []string{"client", "kind"})

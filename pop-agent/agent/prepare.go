@@ -1,12 +1,14 @@
-// A migration's target prepares the resume (internal/deploy/prepare.go) while the source suspends
-// the instance: it sees the migration asked in its watch, and makes the instance that will resume
-// it; the resume, placed here once the instance is Suspended, takes it.
+// A migration's target prepares the resume (internal/deploy/prepare.go) before the source suspends
+// the instance: it sees the migration asked in its watch, makes the instance that will resume it
+// and says so (state.MarkPrepared); the source, which lets the instance run on until then (at most
+// prepareWait), checkpoints it, and the resume, placed here once it is Suspended, takes it.
 
 package agent
 
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/state"
@@ -25,6 +27,10 @@ func (a *agent) preparesHere(dsr state.Desired) bool {
 // resume then makes its instance itself.
 func (a *agent) prepareResume(ctx context.Context, dsr state.Desired) {
 	err := a.prepare(ctx, dsr)
+	// Prepared or not, the source need wait no more.
+	if merr := a.st.MarkPrepared(ctx, dsr.ID, a.c.Node.Name); merr != nil {
+		a.log.Warn("saying a migration's resume is prepared; its source checkpoints after at most "+prepareWait.String(), "deployment", dsr.ID, "err", merr)
+	}
 	switch {
 	case err == nil:
 		a.m.prepared.WithLabelValues("prepared").Inc()
@@ -80,4 +86,36 @@ func (a *agent) dropPrepared(ctx context.Context, list []state.Desired) {
 			a.log.Info("released the resume prepared for a migration that went elsewhere", "deployment", id)
 		})
 	}
+}
+
+// prepareWait bounds how long a migration's source lets its instance run
+// on, before the checkpoint that stops it, until the target has prepared
+// the resume (a target whose agent does not say so, or a slow one).
+const prepareWait = 3 * time.Second
+
+// awaitTarget lets the instance of deployment dsr, whose migration its
+// source is about to checkpoint, run on until the target has prepared the
+// resume (Move.Prepared), the move went on otherwise, or prepareWait has
+// passed: the resume then finds its container made, and the app answers
+// nothing only for the checkpoint, its hand-over and the restore.
+func (a *agent) awaitTarget(ctx context.Context, dsr state.Desired) {
+	m := dsr.Move
+	target := m.Target()
+	if target == "" || m.Back || m.Prepared == target {
+		return
+	}
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, prepareWait)
+	defer cancel()
+	_, err := a.st.Follow(wctx, dsr.ID, func(d state.Deployment) bool {
+		return !d.Suspend || d.Move == nil || d.Move.Back || d.Move.Target() != target || d.Move.Prepared == target
+	})
+	waited := time.Since(start)
+	a.m.targetWait.Observe(waited.Seconds())
+	if err != nil {
+		a.log.Info("the migration's target has not said its resume is prepared; checkpointing now", "deployment", dsr.ID, "target", target,
+			"waited", waited.Round(time.Millisecond), "err", err)
+		return
+	}
+	a.log.Debug("the migration's target has prepared its resume", "deployment", dsr.ID, "target", target, "waited", waited.Round(time.Millisecond))
 }

@@ -102,7 +102,7 @@ func (a *agent) follow(ctx context.Context, c state.DesiredChange) {
 		a.spawn(ctx, c.ID, func(ctx context.Context) { a.undeploy(ctx, c.ID) })
 	case dsr.Node == a.c.Node.Name:
 		a.spawn(ctx, c.ID, func(ctx context.Context) { a.deployKnown(ctx, dsr, c.App) })
-	case a.preparesHere(dsr):
+	case a.preparesHere(dsr) && dsr.Move.Prepared != a.c.Node.Name:
 		a.spawn(ctx, c.ID, func(ctx context.Context) { a.prepareResume(ctx, dsr) })
 	}
 }

@@ -33,6 +33,9 @@ func (a *agent) suspend(ctx context.Context, dsr state.Desired) {
 		a.fail(ctx, dsr, nil, fmt.Errorf("suspend: %w", err))
 		return
 	}
+	if dsr.Move != nil && rec.Phase == spec.PhaseRunning {
+		a.awaitTarget(ctx, dsr)
+	}
 	// Suspending: one this agent began before it stopped goes on.
 	st := state.Status{Instance: rec.Instance}
 	st.Phase, st.Timings, st.Suspension = spec.PhaseSuspending, nil, nil
