@@ -178,10 +178,10 @@ type metrics struct {
 	idleSuspends      prometheus.Counter
 	// prepared counts the resumes prepared here during a migration's
 	// suspend, by result (prepared, failed, dropped).
-	prepared                        *prometheus.CounterVec
+	prepared *prometheus.CounterVec
 	// targetWait is how long a migration's source let its instance run
 	// on until its target had prepared the resume.
-	targetWait prometheus.Histogram
+	targetWait                      prometheus.Histogram
 	suspendDuration, resumeDuration prometheus.Histogram
 	// spareTaken counts the restores that took a spare slot, by engine;
 	// spareIdle is the idle spares by engine; spareRefill times one.
