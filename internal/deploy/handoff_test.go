@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func TestHandoff(t *testing.T) {
 	for _, eng := range spec.Engines {
 		t.Run(string(eng), func(t *testing.T) {
 			u, ctx, app := unitRedis(t, eng)
-			handoff(ctx, t, u, app)
+			handoff(ctx, t, u, app, 0)
 		})
 	}
 }
@@ -36,12 +37,14 @@ func TestHandoffContainer(t *testing.T) {
 	for _, eng := range spec.Engines {
 		t.Run(string(eng), func(t *testing.T) {
 			f, ctx, app := redisFixture(t, "container", eng, "handoff")
-			handoff(ctx, t, f, app)
+			handoff(ctx, t, f, app, 40<<20) // beyond deploy.LazyResumeBytes
 		})
 	}
 }
 
-func handoff(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App) {
+// handoff runs TestHandoff on n, with a value of big bytes written too (0:
+// none, the fakes' redis takes no large value).
+func handoff(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App, big int) {
 	d := n.Deployer()
 	first, err := d.Deploy(ctx, app, deploy.Options{}) // boot and checkpoint
 	if err != nil {
@@ -53,6 +56,13 @@ func handoff(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App)
 	}
 	if _, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "SET", "k", "handed-over"); err != nil {
 		t.Fatal(err)
+	}
+	value := make([]byte, big)
+	_, _ = rand.Read(value)
+	if big > 0 {
+		if _, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, dep), "SET", "big", string(value)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	susp, err := d.Suspensions().Suspend(ctx, dep.ID, app, deploy.SuspendOptions{Handoff: true})
 	if err != nil {
@@ -81,8 +91,14 @@ func handoff(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App)
 		t.Fatalf("resume from the hand-over: %v", err)
 	}
 	d.Suspensions().DropSuspension(ctx, resumed.ID, susp)
-	if want := engine.Of(susp.Engine).LazyRestore; resumed.Handle == nil || resumed.Handle.Lazy != want {
-		t.Errorf("resumed with handle %+v; want lazy %v (a resume restores lazily where its engine can)", resumed.Handle, want)
+	if want := engine.Of(susp.Engine).LazyRestore && susp.Bytes >= deploy.LazyResumeBytes; resumed.Handle == nil || resumed.Handle.Lazy != want {
+		t.Errorf("resumed from %d bytes with handle %+v; want lazy %v (a resume restores lazily where its engine can, from %d bytes)",
+			susp.Bytes, resumed.Handle, want, deploy.LazyResumeBytes)
+	}
+	if big > 0 {
+		if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, resumed), "GETRANGE", "big", "1000", "1015"); err != nil || got != string(value[1000:1016]) {
+			t.Errorf("resumed from the hand-over: GETRANGE big = %q, %v; want what was written", got, err)
+		}
 	}
 	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, resumed), "GET", "k"); err != nil || got != "handed-over" {
 		t.Errorf("resumed from the hand-over: GET k = %q, %v; want handed-over", got, err)

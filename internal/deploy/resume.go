@@ -14,6 +14,12 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
+// LazyResumeBytes is the checkpoint size from which a resume restores the
+// app's memory lazily (where its engine can): below it, starting the page
+// server costs more than reading the pages at once (measured: 16-30 ms more
+// with 2.8 MB; 0.1 s less with 271 MB, 2.7 s less with 1 GiB).
+const LazyResumeBytes = 32 << 20
+
 // Resume restores deployment id, suspended as susp, on this node: a
 // restore (Options as for Restore, but for the ID, which is id) whose
 // environment is the suspension's writable image (its clone, over the
@@ -46,10 +52,11 @@ func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spe
 	}
 	defer d.undoOnError(ctx, rec, &err)
 	o := d.stages.newOp(&rec.Timings, opts.Progress)
-	// Restored lazily where the engine can: the instance answers before
-	// its whole checkpoint is read back from the node's copy (a
-	// migration's hand-over or the cluster's), the rest in the background.
-	o.lazy = engine.Of(susp.Engine).LazyRestore
+	// Restored lazily where the engine can, from LazyResumeBytes: the
+	// instance answers before its whole checkpoint is read back from the
+	// node's copy (a migration's hand-over or the cluster's), the rest in
+	// the background.
+	o.lazy = engine.Of(susp.Engine).LazyRestore && susp.Bytes >= LazyResumeBytes
 	app.Lazy = app.Lazy || o.lazy
 	s, prepared := d.suspensions.takePrepared(ctx, id, app, susp)
 	if !prepared {
