@@ -348,6 +348,7 @@ func (sx *Suspensions) checkpointInstance(ctx context.Context, rec Deployment, s
 		return false, err
 	}
 	susp.CkptGen, susp.Bytes = ck.Gen, ck.Bytes
+	sx.log.Debug("instance checkpointed for its suspend", "deployment", rec.ID, "gen", ck.Gen, "bytes", ck.Bytes, "engine_ms", ck.MS, "exited", ck.Exited)
 	return ck.Exited, nil
 }
 
