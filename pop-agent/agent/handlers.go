@@ -186,7 +186,11 @@ const liveStatusDelay = 50 * time.Millisecond
 // liveStatus is a deploying deployment's status as its stages report
 // them, named boot.* while the deploy boots the app to make its first
 // checkpoint. It is written to etcd once the deploy has run for
-// liveStatusDelay, then at each timing as it comes, until stop.
+// liveStatusDelay, then at each timing as it comes, until stop. Its
+// writer writes in the background, the latest status each time (a
+// stage never waits for etcd, whose writes a disk busy with a large
+// checkpoint can make slow); stop waits for a write under way, so that
+// none lands after the status the deploy's end writes.
 type liveStatus struct {
 	a   *agent
 	ctx context.Context
@@ -198,14 +202,43 @@ type liveStatus struct {
 	shown   bool // written since the delay
 	stopped bool
 	timer   *time.Timer
+	// kick wakes the writer (one pending wake is enough: it writes the
+	// latest status); done is closed once the writer is gone.
+	kick chan struct{}
+	done chan struct{}
 }
 
 func (a *agent) newLiveStatus(ctx context.Context, id string, st state.Status) *liveStatus {
-	l := &liveStatus{a: a, ctx: ctx, id: id, st: st}
+	l := &liveStatus{a: a, ctx: ctx, id: id, st: st, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	go l.writer()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.timer = time.AfterFunc(liveStatusDelay, l.show)
 	return l
+}
+
+// writer writes the status each time it is woken, until stop.
+func (l *liveStatus) writer() {
+	defer close(l.done)
+	for {
+		select {
+		case _, ok := <-l.kick:
+			if !ok {
+				return
+			}
+		case <-l.ctx.Done():
+			return
+		}
+		l.mu.Lock()
+		if l.stopped {
+			l.mu.Unlock()
+			return
+		}
+		st := l.st
+		st.Timings = slices.Clone(l.st.Timings)
+		l.mu.Unlock()
+		_ = l.a.setStatus(l.ctx, l.id, st)
+	}
 }
 
 // show writes the status, and each change from now on.
@@ -219,19 +252,30 @@ func (l *liveStatus) show() {
 	l.write()
 }
 
-// write writes the status if it is shown; l.mu is held.
+// write has the writer write the status if it is shown; l.mu is held.
 func (l *liveStatus) write() {
 	if l.shown && !l.stopped {
-		_ = l.a.setStatus(l.ctx, l.id, l.st)
+		select {
+		case l.kick <- struct{}{}:
+		default: // a write is pending: it takes this change too
+		}
 	}
 }
 
-// stop ends the writes: the deploy's end writes its own status.
+// stop ends the writes, once a write under way is done: the deploy's end
+// writes its own status.
 func (l *liveStatus) stop() {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	if l.stopped {
+		l.mu.Unlock()
+		<-l.done
+		return
+	}
 	l.stopped = true
 	l.timer.Stop()
+	close(l.kick)
+	l.mu.Unlock()
+	<-l.done
 }
 
 func (l *liveStatus) progress(phase string, took time.Duration) {
