@@ -448,7 +448,9 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 	defer d.Close()
 	extra, args := c.restoreArgs(img, inst, d, p.out)
 	if spec.Lazy {
-		if p.lazy, err = startLazyPages(ctx, info.Binaries["criu"], imgDir, inst, log); err != nil {
+		// Its failure ends the PID namespace, and so the whole app.
+		init := p.init.Process
+		if p.lazy, err = startLazyPages(ctx, info.Binaries["criu"], imgDir, inst, log, func() { _ = init.Kill() }); err != nil {
 			return nil, fmt.Errorf("restore %s: %w (%w)", img.Dir, ErrRestore, err)
 		}
 		args = append(args, "--lazy-pages")

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,19 +17,27 @@ import (
 // userfaultfd, each on its first touch, and the rest in the background;
 // it exits once every page is in. It runs beside the restore, on the host,
 // and meets it at lazy-pages.socket in the instance's work directory.
+//
+// A page server that fails before every page is in must not leave the
+// app running: once its userfaultfd is closed, a page it never handed in
+// reads as zeros, not as an error. Its failure calls failed, which stops
+// the app.
 type lazyPages struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	once sync.Once
-	log  *slog.Logger
+	cmd      *exec.Cmd
+	done     chan struct{}
+	once     sync.Once
+	log      *slog.Logger
+	stopping atomic.Bool
+	failed   func()
 }
 
 // lazySocket is where criu restore --lazy-pages finds the page server.
 const lazySocket = "lazy-pages.socket"
 
 // startLazyPages starts the page server of the image in imgDir for a
-// restore whose work directory is inst, and returns once it listens.
-func startLazyPages(ctx context.Context, criu, imgDir, inst string, log *slog.Logger) (*lazyPages, error) {
+// restore whose work directory is inst, and returns once it listens;
+// failed is called if it fails before every page is in (not once stopped).
+func startLazyPages(ctx context.Context, criu, imgDir, inst string, log *slog.Logger, failed func()) (*lazyPages, error) {
 	// Not CommandContext: the server outlives the restore's context, until
 	// every page is in the app (or the instance goes).
 	cmd := exec.Command(criu, "lazy-pages", "-D", imgDir, "--work-dir", inst, "-o", "lazy-pages.log")
@@ -36,11 +45,19 @@ func startLazyPages(ctx context.Context, criu, imgDir, inst string, log *slog.Lo
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("criu lazy-pages: %w", err)
 	}
-	lp := &lazyPages{cmd: cmd, done: make(chan struct{}), log: log}
+	lp := &lazyPages{cmd: cmd, done: make(chan struct{}), log: log, failed: failed}
 	start := time.Now()
 	go func() {
 		err := cmd.Wait()
-		log.Debug("lazy page server gone", "err", err, "after", time.Since(start).Round(time.Millisecond))
+		if err != nil && !lp.stopping.Load() {
+			log.Error("lazy page server failed before every page was in: the app is stopped (a page it lacks would read as zeros)",
+				"err", err, "after", time.Since(start).Round(time.Millisecond), "log", logTail(filepath.Join(inst, "lazy-pages.log"), 5))
+			if lp.failed != nil {
+				lp.failed()
+			}
+		} else {
+			log.Debug("lazy page server gone", "err", err, "after", time.Since(start).Round(time.Millisecond))
+		}
 		close(lp.done)
 	}()
 	sock := filepath.Join(inst, lazySocket)
@@ -81,6 +98,7 @@ func (lp *lazyPages) stop() {
 		return
 	}
 	lp.once.Do(func() {
+		lp.stopping.Store(true)
 		select {
 		case <-lp.done:
 		default:
