@@ -234,8 +234,7 @@ func (l *liveStatus) writer() {
 			l.mu.Unlock()
 			return
 		}
-		st := l.st
-		st.Timings = slices.Clone(l.st.Timings)
+		st := l.snapshot()
 		l.mu.Unlock()
 		_ = l.a.setStatus(l.ctx, l.id, st)
 	}
@@ -304,6 +303,11 @@ func (l *liveStatus) boot(on bool) {
 func (l *liveStatus) status() state.Status {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.snapshot()
+}
+
+// snapshot is a copy of the status, its timings its own; l.mu is held.
+func (l *liveStatus) snapshot() state.Status {
 	st := l.st
 	st.Timings = slices.Clone(l.st.Timings)
 	return st
