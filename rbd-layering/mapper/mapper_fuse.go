@@ -191,6 +191,7 @@ func (b *fuseBackend) waitReady(ctx context.Context, img Image, dir, file string
 		}
 		return fmt.Errorf("map %s: %s", img, msg)
 	}
+	var missingSince time.Time
 	for {
 		select {
 		case <-exited:
@@ -216,7 +217,25 @@ func (b *fuseBackend) waitReady(ctx context.Context, img Image, dir, file string
 			case err == nil:
 				return nil
 			case errors.Is(err, fs.ErrNotExist):
-				return fmt.Errorf("map %s: %w (hint: `rbd ls %s` lists the pool's images)", img, ErrImageNotFound, img.Pool)
+				// rbd-fuse answers ENOENT also when its listing or its
+				// rbd_open failed for a moment (it lists the pool anew at
+				// every lookup, and a failed list or open reads as a
+				// missing image): only an image missing for
+				// fuseMissingSettle is one.
+				if missingSince.IsZero() {
+					missingSince = time.Now()
+				}
+				if time.Since(missingSince) < fuseMissingSettle {
+					b.log.Debug("rbd-fuse does not show the image yet", "image", img.String())
+					continue
+				}
+				msg := ""
+				if out, err := os.ReadFile(logPath); err == nil {
+					if tail := lastLines(string(out), 2); tail != "" {
+						msg = " (rbd-fuse: " + tail + ")"
+					}
+				}
+				return fmt.Errorf("map %s: %w%s (hint: `rbd ls %s` lists the pool's images)", img, ErrImageNotFound, msg, img.Pool)
 			default:
 				b.log.Debug("rbd-fuse not ready", "image", img.String(), "err", err)
 			}
@@ -234,6 +253,10 @@ func (b *fuseBackend) waitReady(ctx context.Context, img Image, dir, file string
 		}
 	}
 }
+
+// fuseMissingSettle is how long an image rbd-fuse does not show is taken
+// for a passing failure of its listing before it is taken for missing.
+const fuseMissingSettle = 2 * time.Second
 
 // poolMissing reports whether the cluster answers and does not list pool.
 // It is false when the cluster cannot be asked.

@@ -299,3 +299,61 @@ func threadsNamed(t *testing.T, pid int, prefix string) int {
 	}
 	return n
 }
+
+// TestFuseImageShownLate: rbd-fuse answers ENOENT for an image it does not
+// list at that moment, also when its listing or open failed for a moment.
+// An image created once rbd-fuse has mounted (so that its first lookups do
+// not find it) is still mapped, and one that never comes is refused with
+// ErrImageNotFound, naming it.
+func TestFuseImageShownLate(t *testing.T) {
+	c := needCeph(t)
+	h := c.harness()
+	state := t.TempDir()
+	m := h.NewMapper(t, state)
+	ctx := t.Context()
+	img := mapper.Image{Pool: c.pool, Name: fmt.Sprintf("mt-late-%d", os.Getpid())}
+	t.Cleanup(func() {
+		if l, err := m.List(); err == nil {
+			for _, mp := range l {
+				m.Release(context.Background(), mp.ID)
+			}
+		}
+		exec.Command("rbd", c.args("rm", "--no-progress", img.String())...).Run()
+	})
+	type result struct {
+		mp  *mapper.Mapping
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		mp, err := m.Map(ctx, img)
+		done <- result{mp, err}
+	}()
+	// Once rbd-fuse has mounted under the state directory, its lookups of
+	// the image find nothing: create it then.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, _ := os.ReadFile("/proc/self/mountinfo")
+		if strings.Contains(string(b), state) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("rbd-fuse did not mount within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.rbd(t, "create", img.String(), "--size", "8M")
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("Map of an image created while rbd-fuse looked for it: %v", r.err)
+	}
+	if err := m.Release(ctx, r.mp.ID); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+
+	missing := mapper.Image{Pool: c.pool, Name: img.Name + "-never"}
+	_, err := m.Map(ctx, missing)
+	if !errors.Is(err, mapper.ErrImageNotFound) || !strings.Contains(err.Error(), missing.Name) {
+		t.Fatalf("Map of an image that never comes: %v; want ErrImageNotFound naming %s", err, missing.Name)
+	}
+}
