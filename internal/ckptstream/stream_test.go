@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -92,5 +93,75 @@ func TestReadRefuses(t *testing.T) {
 				t.Fatal("a file was written outside the destination")
 			}
 		})
+	}
+}
+
+// A file written without its holes arrives at its whole size, its holes
+// reading zeros and taking no room, its other bytes as they were; a
+// stream whose holes do not fit its file is refused.
+func TestWriteWithout(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	data := make([]byte, 1<<20)
+	for i := range data {
+		data[i] = byte(i/4096) + 1
+	}
+	if err := os.WriteFile(filepath.Join(src, "pages-1.img"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "core.img"), []byte("core"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	holes := []Extent{{0, 8192}, {65536, 512 << 10}, {1<<20 - 4096, 4096}}
+	var buf bytes.Buffer
+	sent, err := WriteWithout(context.Background(), &buf, src, map[string][]Extent{"pages-1.img": holes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(1<<20-8192-512<<10-4096) + 4; sent != want {
+		t.Fatalf("sent %d bytes; want %d (the file without its holes, and core.img)", sent, want)
+	}
+	got, err := Read(context.Background(), &buf, dst, 1<<20)
+	if err != nil || got != sent {
+		t.Fatalf("Read = %d, %v; want %d", got, err, sent)
+	}
+	b, err := os.ReadFile(filepath.Join(dst, "pages-1.img"))
+	if err != nil || len(b) != len(data) {
+		t.Fatalf("received pages-1.img: %d bytes, %v; want %d", len(b), err, len(data))
+	}
+	for i := range b {
+		inHole := false
+		for _, h := range holes {
+			if int64(i) >= h.Off && int64(i) < h.Off+h.Len {
+				inHole = true
+			}
+		}
+		if want := data[i]; inHole && b[i] != 0 || !inHole && b[i] != want {
+			t.Fatalf("byte %d = %d (in a hole: %v); want %d, or 0 in a hole", i, b[i], inHole, want)
+		}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(dst, "pages-1.img"), &st); err != nil || st.Blocks*512 > int64(len(data))-int64(400<<10) {
+		t.Errorf("received pages-1.img takes %d bytes on disk, %v; want its holes left unwritten", st.Blocks*512, err)
+	}
+
+	// Holes out of order, out of the file, or that leave other bytes than
+	// the stream holds.
+	for _, c := range []struct{ size, holes string }{
+		{"8192", "4096+4096,0+4096"},
+		{"8192", "4096+8192"},
+		{"8192", ""},
+		{"x", "0+4096"},
+		{"8192", "0-4096"},
+		{"1099511627776", "0+4096"},
+	} {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		_ = tw.WriteHeader(&tar.Header{Name: "pages-1.img", Mode: 0o600, Size: 4096, Typeflag: tar.TypeReg, Format: tar.FormatPAX,
+			PAXRecords: map[string]string{paxSize: c.size, paxHoles: c.holes}})
+		_, _ = tw.Write(make([]byte, 4096))
+		_ = tw.Close()
+		if _, err := Read(context.Background(), &b, t.TempDir(), 1<<20); !errors.Is(err, ErrRefused) {
+			t.Errorf("size %s, holes %s: Read = %v; want ErrRefused", c.size, c.holes, err)
+		}
 	}
 }

@@ -415,6 +415,17 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 	if err != nil {
 		return nil, err
 	}
+	// An image whose memory pages are on a remote page server (a
+	// migration's source) is restored lazily, from that server.
+	remote, err := remotePages(imgDir, spec.Lazy)
+	if err != nil {
+		return nil, fmt.Errorf("restore %s: %w", img.Dir, err)
+	}
+	defer func() {
+		if remote != nil {
+			remote.Close() // the page server holds its own copy
+		}
+	}()
 	inst, err := os.MkdirTemp(c.cfg.TempDir, "fogdeploy-criu-")
 	if err != nil {
 		return nil, fmt.Errorf("instance directory: %w", err)
@@ -450,7 +461,7 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 	if spec.Lazy {
 		// Its failure ends the PID namespace, and so the whole app.
 		init := p.init.Process
-		if p.lazy, err = startLazyPages(ctx, info.Binaries["criu"], imgDir, inst, log, func() { _ = init.Kill() }); err != nil {
+		if p.lazy, err = startLazyPages(ctx, info.Binaries["criu"], imgDir, inst, remote, log, func() { _ = init.Kill() }); err != nil {
 			return nil, fmt.Errorf("restore %s: %w (%w)", img.Dir, ErrRestore, err)
 		}
 		args = append(args, "--lazy-pages")
@@ -468,7 +479,7 @@ func (c *CRIU) Restore(ctx context.Context, img Image, spec RestoreSpec) (_ Proc
 	p.teardown = p.endNamespace(p.init, p.lazy)
 	p.supervise()
 	p.timings.Restore = time.Since(start)
-	log.Info("restored", "pid", p.pid, "root", spec.Root, "netns", spec.NetNS, "lazy", spec.Lazy, "ms", p.timings.Restore.Milliseconds())
+	log.Info("restored", "pid", p.pid, "root", spec.Root, "netns", spec.NetNS, "lazy", spec.Lazy, "remote_pages", remote != nil, "ms", p.timings.Restore.Milliseconds())
 	return p, nil
 }
 

@@ -2,8 +2,11 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,10 +40,20 @@ const lazySocket = "lazy-pages.socket"
 // startLazyPages starts the page server of the image in imgDir for a
 // restore whose work directory is inst, and returns once it listens;
 // failed is called if it fails before every page is in (not once stopped).
-func startLazyPages(ctx context.Context, criu, imgDir, inst string, log *slog.Logger, failed func()) (*lazyPages, error) {
+//
+// With remote (a connection to the page server of the node that holds the
+// pages, PagesSocket), it asks that server for the pages instead of
+// reading the image's files.
+func startLazyPages(ctx context.Context, criu, imgDir, inst string, remote *os.File, log *slog.Logger, failed func()) (*lazyPages, error) {
 	// Not CommandContext: the server outlives the restore's context, until
 	// every page is in the app (or the instance goes).
-	cmd := exec.Command(criu, "lazy-pages", "-D", imgDir, "--work-dir", inst, "-o", "lazy-pages.log")
+	args := []string{"lazy-pages", "-D", imgDir, "--work-dir", inst, "-o", "lazy-pages.log"}
+	cmd := exec.Command(criu)
+	if remote != nil {
+		args = append(args, "--page-server", "--ps-socket", "3")
+		cmd.ExtraFiles = []*os.File{remote}
+	}
+	cmd.Args = append(cmd.Args, args...)
 	cmd.Dir = "/"
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("criu lazy-pages: %w", err)
@@ -106,4 +119,32 @@ func (lp *lazyPages) stop() {
 			<-lp.done
 		}
 	})
+}
+
+// remotePages is a connection to the page server of image directory dir,
+// when the image's pages are elsewhere (PagesSocket in it): only a lazy
+// restore can have them (ErrInvalid otherwise), and a page server that
+// does not answer fails the restore (a page it lacks would read as
+// zeros). Nil when the image holds its pages.
+func remotePages(dir string, lazy bool) (*os.File, error) {
+	sock := filepath.Join(dir, PagesSocket)
+	if _, err := os.Lstat(sock); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if !lazy {
+		return nil, fmt.Errorf("its memory pages are on a remote page server (%s), which only a lazy restore reads: %w", PagesSocket, ErrInvalid)
+	}
+	// Through the directory's descriptor: a socket's path is bounded
+	// (108 bytes), the directory's path is not.
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), PagesSocket), Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("the page server of its memory pages does not answer: %w (%w)", err, ErrRestore)
+	}
+	defer conn.Close()
+	return conn.File()
 }

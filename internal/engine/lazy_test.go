@@ -35,7 +35,7 @@ func TestLazyPagesFailureStopsTheApp(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			failed := make(chan struct{}, 1)
-			lp, err := startLazyPages(context.Background(), fakeLazyPages(t, c.then), t.TempDir(), t.TempDir(), slog.New(slog.DiscardHandler),
+			lp, err := startLazyPages(context.Background(), fakeLazyPages(t, c.then), t.TempDir(), t.TempDir(), nil, slog.New(slog.DiscardHandler),
 				func() { failed <- struct{}{} })
 			if err != nil {
 				t.Fatal(err)

@@ -15,6 +15,10 @@ type Facts struct {
 	// LazyRestore: it restores an app before its memory is read (an app
 	// spec's `lazy`).
 	LazyRestore bool
+	// RemotePages: a lazy restore of its images can read their memory
+	// from a page server on another node (OpenPages serves it), so that
+	// only the rest of an image moves before the app runs.
+	RemotePages bool
 	// Compression: it writes gzip-compressed images (an app spec's
 	// `compression: gzip`).
 	Compression bool
@@ -41,7 +45,7 @@ type Facts struct {
 // registry lists the engines, in the order mode auto tries them.
 var registry = []Facts{
 	{Name: NameDMTCP, Compression: true, SpareSlots: true, ImageFiles: "ckpt_*.dmtcp", New: func(c Config) Engine { return NewDMTCP(c) }},
-	{Name: NameCRIU, LazyRestore: true, SpareSlots: true, ImageFiles: "pages-*.img", DumpsFromOutside: true, KernelCheck: true, New: func(c Config) Engine { return NewCRIU(c) }},
+	{Name: NameCRIU, LazyRestore: true, RemotePages: true, SpareSlots: true, ImageFiles: "pages-*.img", DumpsFromOutside: true, KernelCheck: true, New: func(c Config) Engine { return NewCRIU(c) }},
 }
 
 // Default is the engine of an app spec that names none: the registry's

@@ -145,8 +145,8 @@ func syncTree(dir string) (int64, error) {
 		if err != nil {
 			return err
 		}
-		if d.Type()&fs.ModeSymlink != 0 {
-			return nil
+		if !d.IsDir() && !d.Type().IsRegular() {
+			return nil // a link, a socket: nothing to flush
 		}
 		if d.Type().IsRegular() {
 			info, err := d.Info()

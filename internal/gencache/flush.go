@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -71,8 +72,8 @@ func (c *Cache) Settle(ctx context.Context) (int, error) {
 		if err := ctx.Err(); err != nil {
 			return n, err
 		}
-		if !e.Unflushed {
-			continue
+		if _, err := os.Lstat(filepath.Join(e.Dir, PartialFile)); !e.Unflushed || err == nil {
+			continue // a partial copy holds for its one restore only
 		}
 		before, err := os.Stat(c.marker(e.Key))
 		if err != nil {

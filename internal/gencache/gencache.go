@@ -201,8 +201,22 @@ func (c *Cache) Lookup(k Key) (Entry, error) {
 	return c.touch(k)
 }
 
-// touch marks k used and returns its entry.
+// PartialFile, in an entry's directory, marks a copy that lacks some of
+// its files' bytes (MarkPartial): it serves the restore it was filled for
+// only, and is filled anew for any other.
+const PartialFile = ".partial"
+
+// MarkPartial marks dir, an entry's directory being filled (Begin), a
+// partial copy: its fill's own restore reads it, no later one.
+func MarkPartial(dir string) error {
+	return os.WriteFile(filepath.Join(dir, PartialFile), nil, 0o600)
+}
+
+// touch marks k used and returns its entry; a partial copy is not one.
 func (c *Cache) touch(k Key) (Entry, error) {
+	if _, err := os.Lstat(filepath.Join(c.entryDir(k), PartialFile)); err == nil {
+		return Entry{}, fmt.Errorf("%s: a partial copy: %w", k, ErrNotCached)
+	}
 	now := time.Now()
 	if err := os.Chtimes(c.marker(k), now, now); errors.Is(err, fs.ErrNotExist) {
 		return Entry{}, fmt.Errorf("%s: %w", k, ErrNotCached)
@@ -414,8 +428,8 @@ func (c *Cache) Trim(keep, inUse func(Key) bool) ([]Entry, error) {
 }
 
 // Recover removes what fills cut short left: directories without their
-// marker, markers without their directory, and entries that were not
-// flushed before the machine restarted.
+// marker, markers without their directory, entries that were not flushed
+// before the machine restarted, and partial copies.
 func (c *Cache) Recover() ([]string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -443,7 +457,11 @@ func (c *Cache) Recover() ([]string, error) {
 				}
 			} else {
 				b, err := os.ReadFile(p + ".done")
-				orphan = err != nil || !parseMarker(b).holds(c.boot)
+				_, perr := os.Lstat(filepath.Join(p, PartialFile))
+				orphan = err != nil || !parseMarker(b).holds(c.boot) || perr == nil
+				if orphan {
+					_ = os.Remove(p + ".done")
+				}
 			}
 			if orphan {
 				if err := os.RemoveAll(p); err != nil {

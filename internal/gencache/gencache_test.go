@@ -310,3 +310,48 @@ func TestBeginGivesTheDirectoryBeforeTheFill(t *testing.T) {
 		}
 	}
 }
+
+// A partial copy (a checkpoint whose pages come later, from elsewhere)
+// serves the restore it was filled for, and no other: the next Get fills
+// it anew, and Recover removes one a crash left.
+func TestPartialServesItsFillOnly(t *testing.T) {
+	dir := t.TempDir()
+	c, err := gencache.New(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fills atomic.Int32
+	k := gencache.Key{App: "redis", Gen: 4}
+	partial := func(ctx context.Context, dst string) error {
+		if err := writeGen(4096, &fills)(ctx, dst); err != nil {
+			return err
+		}
+		return gencache.MarkPartial(dst)
+	}
+	e, fetched, err := c.Get(context.Background(), k, partial)
+	if err != nil || !fetched {
+		t.Fatalf("Get with a partial fill = %v, fetched %v; want its entry for its own restore", err, fetched)
+	}
+	if _, err := c.Lookup(k); !errors.Is(err, gencache.ErrNotCached) {
+		t.Fatalf("Lookup of a partial copy = %v; want ErrNotCached", err)
+	}
+	if _, fetched, err := c.Get(context.Background(), k, writeGen(4096, &fills)); err != nil || !fetched || fills.Load() != 2 {
+		t.Fatalf("Get after a partial copy: fetched %v, %v, %d fills; want it filled anew", fetched, err, fills.Load())
+	}
+	if _, err := os.Stat(filepath.Join(e.Dir, gencache.PartialFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the copy filled anew is still marked partial: %v", err)
+	}
+	if _, _, err := c.Get(context.Background(), gencache.Key{App: "redis", Gen: 5}, partial); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := c.Recover()
+	if err != nil || len(removed) == 0 || filepath.Base(removed[0]) != "5" {
+		t.Fatalf("Recover = %v, %v; want the partial copy removed", removed, err)
+	}
+	if _, err := c.Lookup(gencache.Key{App: "redis", Gen: 5}); !errors.Is(err, gencache.ErrNotCached) {
+		t.Fatalf("after Recover, the partial copy: %v", err)
+	}
+	if _, err := c.Lookup(k); err != nil {
+		t.Fatalf("after Recover, the whole copy: %v", err)
+	}
+}

@@ -193,6 +193,7 @@ type metrics struct {
 	apiInflight *prometheus.GaugeVec
 	// handoff counts migrations' checkpoints moved node to node.
 	handoff handoffMetrics
+	pages   pagesMetrics
 	// etcdRequests counts the requests the agent made of etcd, by method.
 	etcdRequests *prometheus.CounterVec
 }
@@ -301,6 +302,7 @@ func (m *metrics) registerLifecycle(reg prometheus.Registerer) {
 	}, []string{"client", "kind"})
 	reg.MustRegister(m.apiInflight)
 	m.handoff = newHandoffMetrics(reg)
+	m.pages = newPagesMetrics(reg)
 	m.etcdRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fogdeploy_etcd_requests_total", Help: "Requests this agent made of etcd (reads, transactions, lease grants and revocations; not its watches' events), by gRPC method.",
 	}, []string{"method"})

@@ -22,6 +22,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/apiauth"
 	"github.com/fogdeploy/fogdeploy/internal/ckptstream"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/gencache"
 	"github.com/fogdeploy/fogdeploy/internal/hint"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
@@ -110,10 +111,21 @@ func (a *agent) serveHandoff(w http.ResponseWriter, r *http.Request) {
 			"a node reads a migration's checkpoint only while etcd places the migration on it")
 		return
 	}
+	// Its target restores lazily, and fetches later the pages a lazy
+	// restore reads from a page server (pages.go): they stay here.
+	var holes map[string][]ckptstream.Extent
+	if r.URL.RawQuery == pagesQuery {
+		if pages := pagesOf(dir); pages != nil {
+			holes = extents(pages.Holes())
+			pages.Close()
+			a.pages.expect(id)
+			w.Header().Set(pagesHeader, "remote")
+		}
+	}
 	w.Header().Set("Content-Type", "application/x-tar")
 	w.Header().Set("Fogdeploy-Bytes", fmt.Sprint(h.Bytes))
 	start := time.Now()
-	n, err := ckptstream.Write(r.Context(), w, dir)
+	n, err := ckptstream.WriteWithout(r.Context(), w, dir, holes)
 	a.m.handoff.bytes.WithLabelValues("sent").Add(float64(n))
 	if err != nil {
 		a.m.handoff.reads.WithLabelValues("failed").Inc()
@@ -121,7 +133,18 @@ func (a *agent) serveHandoff(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.m.handoff.reads.WithLabelValues("served").Inc()
-	a.log.Info("hand-over sent", "deployment", id, "node", node, "bytes", n, "ms", time.Since(start).Milliseconds())
+	a.log.Info("hand-over sent", "deployment", id, "node", node, "bytes", n, "pages_later", holes != nil, "ms", time.Since(start).Milliseconds())
+}
+
+// extents are engine extents as a checkpoint stream's.
+func extents(holes map[string][]engine.Extent) map[string][]ckptstream.Extent {
+	out := make(map[string][]ckptstream.Extent, len(holes))
+	for f, hs := range holes {
+		for _, h := range hs {
+			out[f] = append(out[f], ckptstream.Extent{Off: h.Off, Len: h.Len})
+		}
+	}
+	return out
 }
 
 // handoffHold is how long a source waits for its target to run the
@@ -155,6 +178,8 @@ func (a *agent) followHandoff(ctx context.Context, id string) {
 			cancel()
 			switch {
 			case err == nil || errors.Is(err, state.ErrNotFound):
+				// A target still fetching its pages reads them here.
+				a.pages.wait(ctx, id, pagesHold)
 				if err := a.st.EndHandoff(ctx, id, h.Ckpt); err != nil {
 					a.log.Warn("removing the record of a hand-over that is over; it goes with its deployment", "deployment", id, "err", err)
 				}
@@ -242,7 +267,12 @@ func (a *agent) handoffDurable(ctx context.Context, h deploy.Handoff, after time
 // hand-over; this node's own when it comes back), or from the cluster
 // once it is sealed there. A source lost before either is
 // ErrLostInMigration.
-func (a *agent) fetchHandoff(id string, susp spec.Suspension) deploy.FetchCheckpoint {
+//
+// Where the resume restores lazily under an engine that reads pages from
+// another node (remotePages), the source's hand-over comes without them,
+// and the restore fetches them from the source after it runs (pages.go),
+// through agent, which outlives the resume.
+func (a *agent) fetchHandoff(agent context.Context, id string, susp spec.Suspension) deploy.FetchCheckpoint {
 	return func(ctx context.Context, dst string, fromCluster func(context.Context) error) error {
 		if susp.Pending == a.c.Node.Name {
 			err := a.d.Handoffs().CopyTo(ctx, id, dst)
@@ -260,7 +290,10 @@ func (a *agent) fetchHandoff(id string, susp spec.Suspension) deploy.FetchCheckp
 			case err != nil:
 				return err
 			}
-			err = a.readHandoff(ctx, id, h, dst, susp.Bytes)
+			later, err := a.readHandoff(ctx, id, h, dst, susp.Bytes, remotePages(susp))
+			if err == nil && later {
+				err = a.pagesLater(agent, id, h, dst)
+			}
 			if err == nil || errors.Is(err, ckptstream.ErrRefused) || ctx.Err() != nil {
 				return err
 			}
@@ -294,48 +327,74 @@ func (a *agent) fromCluster(ctx context.Context, dst string, fromCluster func(co
 }
 
 // readHandoff reads hand-over h of deployment id from its source into
-// dst (emptied first), at most a little more than the checkpoint's bytes.
-func (a *agent) readHandoff(ctx context.Context, id string, h state.Handoff, dst string, bytes int64) error {
+// dst (emptied first), at most a little more than the checkpoint's bytes;
+// with pages, without the pages a lazy restore fetches later, if the
+// source can leave them out (later).
+func (a *agent) readHandoff(ctx context.Context, id string, h state.Handoff, dst string, bytes int64, pages bool) (later bool, err error) {
 	if err := gencache.EmptyDir(dst); err != nil {
-		return err
+		return false, err
 	}
 	src, err := a.st.Node(ctx, h.Node)
 	if err != nil {
-		return err
+		return false, err
 	}
 	u, client, err := a.peer(src)
 	if err != nil {
-		return err
+		return false, err
 	}
 	u.Path = handoffPath + id
+	if pages {
+		u.RawQuery = pagesQuery
+	}
 	// Bounded: a source that stalls is asked again, or found lost.
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(bytes/(10<<20))*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return err
+		return false, err
 	}
 	req.Header.Set("Authorization", "Bearer "+h.Token)
 	req.Header.Set(nodeHeader, a.c.Node.Name)
 	start := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusOK:
 	case http.StatusGone:
-		return deploy.ErrDurable
+		return false, deploy.ErrDurable
 	default:
-		return fmt.Errorf("node %s answered %s to the hand-over of %s: %s", h.Node, resp.Status, id, errorBody(resp))
+		return false, fmt.Errorf("node %s answered %s to the hand-over of %s: %s", h.Node, resp.Status, id, errorBody(resp))
 	}
+	later = pages && resp.Header.Get(pagesHeader) == "remote"
 	n, err := ckptstream.Read(ctx, resp.Body, dst, bytes+bytes/8+64<<20)
 	a.m.handoff.bytes.WithLabelValues("received").Add(float64(n))
 	if err != nil {
-		return fmt.Errorf("hand-over of %s from node %s: %w", id, h.Node, err)
+		return false, fmt.Errorf("hand-over of %s from node %s: %w", id, h.Node, err)
 	}
-	a.log.Info("hand-over received", "deployment", id, "source", h.Node, "bytes", n, "ms", time.Since(start).Milliseconds())
+	a.log.Info("hand-over received", "deployment", id, "source", h.Node, "bytes", n, "pages_later", later, "ms", time.Since(start).Milliseconds())
+	return later, nil
+}
+
+// pagesLater makes dst, a checkpoint read without the pages its lazy
+// restore fetches from hand-over h's source, that restore's: a partial
+// copy (never the node's copy of the checkpoint for another restore), with
+// the socket of its page server, which relays to the source.
+func (a *agent) pagesLater(ctx context.Context, id string, h state.Handoff, dst string) error {
+	if err := gencache.MarkPartial(dst); err != nil {
+		return err
+	}
+	ln, err := engine.ListenPages(dst)
+	if err != nil {
+		return err
+	}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.relayPages(ctx, id, h, ln)
+	}()
 	return nil
 }
 

@@ -67,6 +67,9 @@ type agent struct {
 	// (handoff.go); refusals gates the log of the reads it refuses.
 	following sync.Map
 	refusals  logGate
+	// pages are the page sessions of the hand-overs sent without their
+	// pages (pages.go).
+	pages pageSessions
 
 	busy keyedmutex.Map[string] // one operation per deployment ID at a time
 	wg   sync.WaitGroup
@@ -207,6 +210,7 @@ func runNode(ctx context.Context, c config.Config, o Options, log *slog.Logger, 
 	mux.Handle("GET /metrics", h.metrics(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	h.register(mux)
 	mux.HandleFunc("GET "+handoffPath+"{id}", a.serveHandoff)
+	mux.HandleFunc("GET "+handoffPath+"{id}/pages", a.servePages)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, TLSConfig: sec.tls}
 	return a.serve(ctx, srv, ln)
 }

@@ -166,7 +166,7 @@ func (a *agent) resume(ctx context.Context, dsr state.Desired, app spec.App, sus
 	a.pool.inflight.Add(1)
 	opts := deploy.Options{Progress: live.progress}
 	if susp.Pending != "" {
-		opts.Checkpoint = a.fetchHandoff(dsr.ID, susp)
+		opts.Checkpoint = a.fetchHandoff(ctx, dsr.ID, susp)
 	}
 	dep, err := a.d.Resume(ctx, app, dsr.ID, susp, opts)
 	a.pool.inflight.Add(-1)

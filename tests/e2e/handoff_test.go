@@ -55,6 +55,10 @@ func TestMigrateHandoff(t *testing.T) {
 		if code != http.StatusForbidden {
 			t.Errorf("hand-over read with %s: %d %s; want 403", c.why, code, body)
 		}
+		// Nor are its pages served (a post-copy's page session).
+		if code, body := getPages(ctx, t, p.apis["n1"], dep.ID, c.token, c.node); code != http.StatusForbidden {
+			t.Errorf("page session asked with %s: %d %s; want 403", c.why, code, body)
+		}
 	}
 	dir := t.TempDir()
 	if n := readHandoff(ctx, t, p.apis["n1"], dep.ID, h.Token, "n2", dir); n < susp.Bytes*9/10 || n > susp.Bytes+susp.Bytes/8+1<<20 {
@@ -166,11 +170,28 @@ func readHandoff(ctx context.Context, t *testing.T, api, id, token, node, dir st
 	return n
 }
 
-func handoffRequest(ctx context.Context, t *testing.T, api, id, token, node string) *http.Response {
+// getPages asks api for deployment id's page session as node with token
+// (upgrading, as a target's relay does), and returns the status and the
+// body's start.
+func getPages(ctx context.Context, t *testing.T, api, id, token, node string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+api+"/v1/handoffs/"+id, nil)
+	resp := handoffRequest(ctx, t, api, id+"/pages", token, node, "Connection", "Upgrade", "Upgrade", "fogdeploy-criu-pages")
+	defer resp.Body.Close()
+	b := make([]byte, 512)
+	n, _ := resp.Body.Read(b)
+	return resp.StatusCode, string(b[:n])
+}
+
+// handoffRequest asks api for hand-over path (a deployment's ID) as node
+// with token, with the header pairs kv.
+func handoffRequest(ctx context.Context, t *testing.T, api, path, token, node string, kv ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+api+"/v1/handoffs/"+path, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		req.Header.Set(kv[i], kv[i+1])
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)

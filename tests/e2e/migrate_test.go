@@ -5,9 +5,11 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	mrand "math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -231,6 +233,10 @@ func migrateUnderPings(ctx context.Context, t *testing.T, client *http.Client, a
 type hugeState struct {
 	Bytes      int64   `json:"bytes"`
 	DowntimeMS float64 `json:"downtime_ms"`
+	// P99BeforeMS and P99AfterMS are p99Reads' before the migration and
+	// in the 2 s after it.
+	P99BeforeMS float64 `json:"p99_before_ms"`
+	P99AfterMS  float64 `json:"p99_after_ms"`
 }
 
 // measureHuge measures, for make bench, the migration of a redis on n1
@@ -246,16 +252,39 @@ func measureHuge(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixtur
 			t.Fatalf("SETRANGE of 512 MiB: %q, %v", got, err)
 		}
 	}
+	before := p99Reads(ctx, t, src, "huge1", size/2, time.Second)
 	down, moved := migrateUnderPings(ctx, t, client, api, dep.ID, src)
+	after := p99Reads(ctx, t, moved.Ports[drivers.PortKey(6379, "tcp")], "huge1", size/2, 2*time.Second)
 	prepared(ctx, t, p, dep.ID)
 	for _, k := range []string{"huge1", "huge2"} {
 		if got, err := testenv.RedisDo(ctx, nil, moved.Ports[drivers.PortKey(6379, "tcp")], "STRLEN", k); err != nil || got != strconv.Itoa(size/2) {
 			t.Errorf("after the migration: STRLEN %s = %q, %v; want %d", k, got, err, size/2)
 		}
 	}
-	t.Logf("1 GiB written: migrated with no answer for %s (checkpoint %d bytes)", down.Round(time.Millisecond), moved.Bytes)
+	t.Logf("1 GiB written: migrated with no answer for %s (checkpoint %d bytes); p99 of a read of 16 bytes: %s before, %s in the 2 s after",
+		down.Round(time.Millisecond), moved.Bytes, before.Round(10*time.Microsecond), after.Round(10*time.Microsecond))
 	dropLarge(ctx, t, p, f, app, dep.ID)
-	return hugeState{Bytes: moved.Bytes, DowntimeMS: msOf(down)}
+	return hugeState{Bytes: moved.Bytes, DowntimeMS: msOf(down), P99BeforeMS: msOf(before), P99AfterMS: msOf(after)}
+}
+
+// p99Reads reads 16 bytes of value key (of size bytes) at addr, at a
+// random offset every 10 ms for d, and returns the 99th percentile of the
+// reads' latency: right after a migration, the app's latency while its
+// memory arrives (a read of a page not yet in waits for it).
+func p99Reads(ctx context.Context, t *testing.T, addr, key string, size int, d time.Duration) time.Duration {
+	t.Helper()
+	var lat []time.Duration
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		off := mrand.IntN(size - 16)
+		start := time.Now()
+		if _, err := testenv.RedisDo(ctx, nil, addr, "GETRANGE", key, strconv.Itoa(off), strconv.Itoa(off+15)); err != nil {
+			t.Errorf("GETRANGE %s at %s: %v", key, addr, err)
+			return 0
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	return lat[len(lat)*99/100]
 }
 
 // bigState is what measureBig measured.
@@ -272,6 +301,10 @@ type bigState struct {
 	// (its generation restored, checkpoint local).
 	ResumeMS  float64 `json:"resume_ms"`
 	RestoreMS float64 `json:"restore_ms"`
+	// P99BeforeMS and P99AfterMS are p99Reads' before the migration and
+	// in the 2 s after it (its memory arriving, after a post-copy).
+	P99BeforeMS float64 `json:"p99_before_ms"`
+	P99AfterMS  float64 `json:"p99_after_ms"`
 }
 
 // measureBig measures, for make bench, a redis on n1 with 256 MiB written
@@ -286,8 +319,10 @@ func measureBig(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture
 	if got, err := testenv.RedisDo(ctx, nil, src, "SETRANGE", "big", strconv.Itoa(size-1), "z"); err != nil || got != strconv.Itoa(size) {
 		t.Fatalf("SETRANGE of 256 MiB: %q, %v", got, err)
 	}
+	before := p99Reads(ctx, t, src, "big", size, time.Second)
 	down, moved := migrateUnderPings(ctx, t, client, api, dep.ID, src)
-	res := bigState{Bytes: moved.Bytes, DowntimeMS: msOf(down)}
+	res := bigState{Bytes: moved.Bytes, DowntimeMS: msOf(down), P99BeforeMS: msOf(before),
+		P99AfterMS: msOf(p99Reads(ctx, t, moved.Ports[drivers.PortKey(6379, "tcp")], "big", size, 2*time.Second))}
 	prepared(ctx, t, p, dep.ID)
 	// The suspend, until no container of the app is left (it has no
 	// other instance).
@@ -324,8 +359,8 @@ func measureBig(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture
 	if got, err := testenv.RedisDo(ctx, nil, back.Ports[drivers.PortKey(6379, "tcp")], "STRLEN", "big"); err != nil || got != strconv.Itoa(size) {
 		t.Errorf("after migration, suspend and resume: STRLEN big = %q, %v; want %d", got, err, size)
 	}
-	t.Logf("%s: 256 MiB written: migrated with no answer for %.0f ms (checkpoint %d bytes); suspended, memory back in %.0f ms; resumed to its first answer in %.0f ms, a restore of its app in %.0f ms (%.2fx)",
-		eng, res.DowntimeMS, res.Bytes, res.ReleaseMS, res.ResumeMS, res.RestoreMS, res.ResumeMS/res.RestoreMS)
+	t.Logf("%s: 256 MiB written: migrated with no answer for %.0f ms (checkpoint %d bytes), p99 of a read %.2f ms before, %.2f ms in the 2 s after; suspended, memory back in %.0f ms; resumed to its first answer in %.0f ms, a restore of its app in %.0f ms (%.2fx)",
+		eng, res.DowntimeMS, res.Bytes, res.P99BeforeMS, res.P99AfterMS, res.ReleaseMS, res.ResumeMS, res.RestoreMS, res.ResumeMS/res.RestoreMS)
 	// Gone, with the app and its generation, before the drain.
 	dropLarge(ctx, t, p, f, app, dep.ID, fresh.ID)
 	return res

@@ -46,6 +46,7 @@ func RunSuite(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 	t.Run("CheckpointNonEmptyDir", func(t *testing.T) { testNonEmptyDir(t, newEngine) })
 	t.Run("RestoreWithoutImage", func(t *testing.T) { testNoImage(t, newEngine) })
 	t.Run("LazyRestore", func(t *testing.T) { testLazy(t, newEngine) })
+	t.Run("RemotePages", func(t *testing.T) { testRemotePages(t, newEngine) })
 }
 
 // setup returns a checked engine and a bounded context.
@@ -415,17 +416,7 @@ func testNoImage(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 // app is; an engine that cannot restore lazily refuses at once.
 func testLazy(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 	e, ctx := setup(t, newEngine)
-	needRedis(t, e, "")
-	port := freePort(t)
-	first := launch(t, ctx, e, "", port)
-	chunk := make([]byte, 4<<20)
-	for i := range 16 {
-		_, _ = rand.Read(chunk)
-		if got := first.do(t, ctx, "SET", "blob"+strconv.Itoa(i), string(chunk)); got != "OK" {
-			t.Fatalf("SET blob%d: %q", i, got)
-		}
-	}
-	sum := first.do(t, ctx, "GETRANGE", "blob15", "1000", "1015")
+	port, first, sum := launchFilled(t, ctx, e)
 	img := checkpoint(t, ctx, e, first, 1)
 
 	in := &instance{port: port, netns: true, log: engine.NewLogTail(200), called: time.Now()}
@@ -446,8 +437,8 @@ func testLazy(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 	if got := in.do(t, ctx, "GETRANGE", "blob15", "1000", "1015"); got != sum {
 		t.Errorf("blob15 after a lazy restore = %q; want %q", got, sum)
 	}
-	if got := in.do(t, ctx, "STRLEN", "blob7"); got != strconv.Itoa(len(chunk)) {
-		t.Errorf("STRLEN blob7 = %s; want %d", got, len(chunk))
+	if got := in.do(t, ctx, "STRLEN", "blob7"); got != strconv.Itoa(blobSize) {
+		t.Errorf("STRLEN blob7 = %s; want %d", got, blobSize)
 	}
 	// Checkpointed again at once (a migration's target suspended again),
 	// before its page server may have given it every page: the next
@@ -458,8 +449,8 @@ func testLazy(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 	}
 	again := restore(t, ctx, e, img2, "", port)
 	for i := range 16 {
-		if got := again.do(t, ctx, "STRLEN", "blob"+strconv.Itoa(i)); got != strconv.Itoa(len(chunk)) {
-			t.Errorf("STRLEN blob%d after the lazily restored app's checkpoint = %s; want %d", i, got, len(chunk))
+		if got := again.do(t, ctx, "STRLEN", "blob"+strconv.Itoa(i)); got != strconv.Itoa(blobSize) {
+			t.Errorf("STRLEN blob%d after the lazily restored app's checkpoint = %s; want %d", i, got, blobSize)
 		}
 	}
 	if got := again.do(t, ctx, "GETRANGE", "blob15", "1000", "1015"); got != sum {
@@ -468,4 +459,25 @@ func testLazy(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 	again.stop(t, ctx)
 	assertNoLeftovers(t)
 	leftoverPort(t, port)
+}
+
+// blobSize is the size of each of launchFilled's 16 values.
+const blobSize = 4 << 20
+
+// launchFilled launches redis on the host on a free port and writes 16
+// values of blobSize random bytes (blob0 to blob15): it returns the port,
+// the instance and 16 bytes of blob15.
+func launchFilled(t *testing.T, ctx context.Context, e engine.Engine) (int, *instance, string) {
+	t.Helper()
+	needRedis(t, e, "")
+	port := freePort(t)
+	in := launch(t, ctx, e, "", port)
+	chunk := make([]byte, blobSize)
+	for i := range 16 {
+		_, _ = rand.Read(chunk)
+		if got := in.do(t, ctx, "SET", "blob"+strconv.Itoa(i), string(chunk)); got != "OK" {
+			t.Fatalf("SET blob%d: %q", i, got)
+		}
+	}
+	return port, in, in.do(t, ctx, "GETRANGE", "blob15", "1000", "1015")
 }
