@@ -49,6 +49,10 @@ type Checkpoints struct {
 	known knownGens
 	// listSlots lists the node's slots, whose generations stay cached.
 	listSlots func() ([]Slot, error)
+	// serving are the checkpoint images whose pages lazy restores read
+	// from this node (pages.go), served the bytes of those pages.
+	serving servings
+	served  atomic.Int64
 }
 
 // Checkpoints returns the node's copies of checkpoints.
@@ -107,14 +111,27 @@ func (c *Checkpoints) fetchFrom(ctx context.Context, g spec.Generation, dst stri
 // fetch copies generation g's checkpoint files into dst from its sealed
 // snapshot, mapped and mounted read-only for the copy only.
 func (c *Checkpoints) fetch(ctx context.Context, g spec.Generation, dst string) (_ gencache.CopyStats, err error) {
+	target, release, err := c.mapCheckpoint(ctx, g, "fetch")
+	if err != nil {
+		return gencache.CopyStats{}, err
+	}
+	defer func() { err = errors.Join(err, release()) }()
+	return c.copyCheckpoint(ctx, g, target, dst)
+}
+
+// mapCheckpoint maps and mounts generation g's sealed checkpoint image
+// read-only (a mapping named use-<image's hash>-<app>-<gen>, which no
+// record owns: an agent's start releases one a crash left), and returns
+// where, and its release.
+func (c *Checkpoints) mapCheckpoint(ctx context.Context, g spec.Generation, use string) (target string, release func() error, err error) {
 	// Named after its image too: a suspension's checkpoint (suspend.go)
 	// is another of app's, fetched beside a generation of its number.
 	sum := sha256.Sum256([]byte(g.CkptSnap.String()))
-	id := "fetch-" + hex.EncodeToString(sum[:4]) + "-" + g.App + "-" + strconv.Itoa(g.Gen)
+	id := use + "-" + hex.EncodeToString(sum[:4]) + "-" + g.App + "-" + strconv.Itoa(g.Gen)
 	if len(id) > 64 {
 		id = id[:64]
 	}
-	target := filepath.Join(c.cfg.StateDir, "fetch", id)
+	target = filepath.Join(c.cfg.StateDir, "fetch", id)
 	mapRO := func(img mapper.Image) (*mapper.Mapping, error) {
 		return c.deps.Mapper.MapAndMount(ctx, img, target, mapper.MountOptions{ReadOnly: true}, mapper.WithID(id), mapper.WithReadOnly())
 	}
@@ -128,20 +145,19 @@ func (c *Checkpoints) fetch(ctx context.Context, g spec.Generation, dst string) 
 		mp, err = mapRO(img)
 	}
 	if err != nil {
-		return gencache.CopyStats{}, err
+		return "", nil, err
 	}
-	defer func() {
-		rerr := c.deps.Mapper.Release(context.WithoutCancel(ctx), mp.ID)
-		if rerr != nil && !errors.Is(rerr, mapper.ErrNotMapped) {
-			err = errors.Join(err, rerr)
+	release = func() error {
+		defer os.Remove(target)
+		if err := c.deps.Mapper.Release(context.WithoutCancel(ctx), mp.ID); err != nil && !errors.Is(err, mapper.ErrNotMapped) {
+			return err
 		}
-		_ = os.Remove(target)
-	}()
-	src := drivers.GenDir(target, g.Gen)
-	if _, err := os.Stat(src); err != nil {
-		return gencache.CopyStats{}, fmt.Errorf("generation %d of %s: its checkpoint image holds no generation directory: %w", g.Gen, g.App, err)
+		return nil
 	}
-	return c.copyCheckpoint(ctx, g, target, dst)
+	if _, err := os.Stat(drivers.GenDir(target, g.Gen)); err != nil {
+		return "", nil, errors.Join(fmt.Errorf("generation %d of %s: its checkpoint image holds no generation directory: %w", g.Gen, g.App, err), release())
+	}
+	return target, release, nil
 }
 
 // blocksPath is where a checkpoint image holds the block index of its

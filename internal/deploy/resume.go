@@ -81,8 +81,14 @@ func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spe
 		return Deployment{}, err
 	}
 	from := susp.From
+	fetch := opts.Checkpoint
+	if fetch == nil && o.lazy && engine.Of(susp.Engine).RemotePages {
+		// From the cluster: the pages a lazy restore reads later are read
+		// from the suspension's image when the app asks for them.
+		fetch = d.ckpts.servedFetch(g)
+	}
 	src := slotSource{app: app, engine: susp.Engine, env: susp.Env, gen: &g, lowerOf: &from, resume: true,
-		config: d.stages.genConfig(ctx, susp.From), background: opts.Background, fetch: opts.Checkpoint}
+		config: d.stages.genConfig(ctx, susp.From), background: opts.Background, fetch: fetch}
 	if prepared {
 		err = d.suspensions.provisionPrepared(ctx, o, s, src)
 	} else {

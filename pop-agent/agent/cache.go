@@ -152,4 +152,8 @@ func registerFetchBytes(reg prometheus.Registerer, d *deploy.Deployer) {
 			Help: "Bytes of the checkpoints fetched to this node, by where they came from: cluster (read), node (a block the fetch already held, by the generation's block index), zero (left as a hole).",
 		}, func() float64 { return float64(c.of(d.Checkpoints().FetchBytes())) }))
 	}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "fogdeploy_checkpoint_pages_served_bytes_total",
+		Help: "Bytes of memory pages this node read from the cluster for lazy resumes after their apps ran (the rest of their checkpoints is in fogdeploy_checkpoint_fetch_bytes_total).",
+	}, func() float64 { return float64(d.Checkpoints().PagesServed()) }))
 }

@@ -116,7 +116,7 @@ func (a *agent) serveHandoff(w http.ResponseWriter, r *http.Request) {
 	var holes map[string][]ckptstream.Extent
 	if r.URL.RawQuery == pagesQuery {
 		if pages := pagesOf(dir); pages != nil {
-			holes = extents(pages.Holes())
+			holes = deploy.StreamHoles(pages)
 			pages.Close()
 			a.pages.expect(id)
 			w.Header().Set(pagesHeader, "remote")
@@ -134,17 +134,6 @@ func (a *agent) serveHandoff(w http.ResponseWriter, r *http.Request) {
 	}
 	a.m.handoff.reads.WithLabelValues("served").Inc()
 	a.log.Info("hand-over sent", "deployment", id, "node", node, "bytes", n, "pages_later", holes != nil, "ms", time.Since(start).Milliseconds())
-}
-
-// extents are engine extents as a checkpoint stream's.
-func extents(holes map[string][]engine.Extent) map[string][]ckptstream.Extent {
-	out := make(map[string][]ckptstream.Extent, len(holes))
-	for f, hs := range holes {
-		for _, h := range hs {
-			out[f] = append(out[f], ckptstream.Extent{Off: h.Off, Len: h.Len})
-		}
-	}
-	return out
 }
 
 // handoffHold is how long a source waits for its target to run the

@@ -201,8 +201,22 @@ func (a *agent) resume(ctx context.Context, dsr state.Desired, app spec.App, sus
 	if err := a.setStatus(ctx, dsr.ID, runningStatus(dep)); err != nil {
 		a.log.Warn("writing status", "err", err)
 	}
-	// Its callers know where it answers: what it needs no more goes.
-	a.d.Suspensions().DropSuspension(ctx, dsr.ID, susp)
+	// Its callers know where it answers: what it needs no more goes (the
+	// checkpoint's image once the restore has its pages, if it reads them
+	// from it).
+	if served := a.d.Checkpoints().Serving(susp.Ckpt.Image); served != nil {
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			select {
+			case <-served:
+				a.spawn(ctx, dsr.ID, func(ctx context.Context) { a.d.Suspensions().DropSuspension(ctx, dsr.ID, susp) })
+			case <-ctx.Done():
+			}
+		}()
+	} else {
+		a.d.Suspensions().DropSuspension(ctx, dsr.ID, susp)
+	}
 	a.event(ctx, dsr.ID, "resumed", fmt.Sprintf("on node %s, %s", a.c.Node.Name, dep.Timings))
 	a.log.Info("deployment resumed", "deployment", dsr.ID, "ports", dep.Ports, "timings", dep.Timings.String())
 	// Withdrawn while it resumed? Then undo at once.

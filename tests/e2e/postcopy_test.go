@@ -21,7 +21,9 @@ import (
 // under CRIU from n1 to n2. Its target restores it from a hand-over read
 // without the pages a lazy restore fetches later, and fetches them from
 // n1 once the app answers: each side counts one page session done, n1
-// keeps its hand-over until then, and every value is whole at n2.
+// keeps its hand-over until then, and every value is whole at n2. Then it
+// is suspended and resumed on n1 from the cluster: its memory is read from
+// the suspension's image as the app asks for it, every value whole.
 func TestMigratePostCopyPoP(t *testing.T) {
 	ctx, p, f, app := redisOnPoP(t, "e2e-pc", engine.NameCRIU, nil, "n1", "n2")
 	api := "http://" + p.apis["n1"]
@@ -58,6 +60,43 @@ func TestMigratePostCopyPoP(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("96 MiB of values: migrated after the memory, no answer for %s (checkpoint %d bytes)", down.Round(time.Millisecond), moved.Bytes)
+
+	// Suspended on n2 and resumed on n1 from the cluster: the resume
+	// copies the checkpoint but its lazy pages, which n1 reads from the
+	// suspension's image as the app asks for them.
+	susp := suspendWait(t, client, api, dep.ID).Suspension
+	if susp == nil {
+		t.Fatal("the suspend's status has no suspension")
+	}
+	served := func() float64 { return metricCount(t, p.apis["n1"], "fogdeploy_checkpoint_pages_served_bytes_total") }
+	fetched := func() float64 {
+		return metricCount(t, p.apis["n1"], `fogdeploy_checkpoint_fetch_bytes_total{from="cluster"}`)
+	}
+	servedBefore, fetchedBefore := served(), fetched()
+	back := resumeWait(t, client, api, dep.ID, "n1")
+	for k, sum := range sums {
+		got, err := testenv.RedisDo(ctx, nil, back.Ports[drivers.PortKey(6379, "tcp")], "GET", k)
+		if err != nil || sha256.Sum256([]byte(got)) != sum {
+			t.Errorf("after a resume from the cluster: GET %s: %d bytes, %v; want the 4 MiB written", k, len(got), err)
+		}
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for served()-servedBefore < 90<<20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("n1 served %v bytes of pages from the cluster to the resume; want the 96 MiB of values", served()-servedBefore)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if f := fetched() - fetchedBefore; f > 32<<20 {
+		t.Errorf("the resume from the cluster copied %v bytes of its checkpoint before it ran; want its memory read on demand", f)
+	}
+	t.Logf("resumed from the cluster: %v bytes copied before the app ran, %v bytes of pages served after", fetched()-fetchedBefore, served()-servedBefore)
+	// Read to its last page, the suspension's checkpoint image goes.
+	for deadline = time.Now().Add(30 * time.Second); imageExists(ctx, f, susp.Ckpt.Image); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after the resume read its pages, the suspension's checkpoint image %s is still there", susp.Ckpt.Image)
+		}
+	}
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	dropLarge(cctx, t, p, f, big, dep.ID)
