@@ -18,9 +18,10 @@ func NewCmdMigrate(f *Factory, runF func(context.Context, *LifecycleOptions) err
 	cmd := lifecycleCmd(opts, runF, migrateRun, "migrate ID", "Move a running deployment to another node with its memory and files",
 		"Migrate suspends a Running deployment on its node and resumes it on another (the one given, or the one\n"+
 			"the PoP places it on), same ID and state, at a new address; the target reads its checkpoint from the\n"+
-			"node it leaves. If the resume fails there, it is resumed back where it was: it is never on two nodes.\n"+
-			"A node lost before its target has read the checkpoint loses the instance (Failed, lost during\n"+
-			"migration). It reports the time it did not answer.")
+			"node it leaves (under CRIU, from 32 MiB of checkpoint, its memory after it runs there). If the resume\n"+
+			"fails there, it is resumed back where it was: it is never on two nodes. A node lost before its target\n"+
+			"has its checkpoint and memory loses the instance (Failed, lost during migration). It reports the time\n"+
+			"it did not answer.")
 	cmd.Flags().StringVar(&opts.Node, "node", "", "the node to move it to (default: the PoP places it on another)")
 	return cmd
 }

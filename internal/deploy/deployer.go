@@ -307,7 +307,7 @@ func New(cfg Config, deps Deps) (*Deployer, error) {
 	stages := &Stages{node: n, drv: drv, envs: envs, ckpts: ckpts, slots: slots}
 	pool := &Pool{node: n, drv: drv, envs: envs, ckpts: ckpts, recs: recs, stages: stages, slots: slots,
 		idle: map[string]idleSlot{}, spares: map[string]Slot{}, claimed: map[string]claimedSlot{}, releasing: map[string]bool{}, starting: map[string]*startingSlot{}}
-	suspensions := &Suspensions{node: n, drv: drv, envs: envs, ckpts: ckpts, recs: recs, stages: stages, pool: pool, handoffs: newHandoffs(n)}
+	suspensions := &Suspensions{node: n, drv: drv, envs: envs, ckpts: ckpts, recs: recs, stages: stages, pool: pool, handoffs: newHandoffs(n, ckpts)}
 	return &Deployer{node: n, drv: drv, recs: recs, envs: envs, ckpts: ckpts, stages: stages, pool: pool, suspensions: suspensions,
 		platform: spec.HostPlatform(), hits: make(chan struct{}, cfg.HitConcurrency)}, nil
 }

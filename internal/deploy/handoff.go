@@ -81,13 +81,16 @@ type Handoffs struct {
 	runs map[string]*handoffRun
 	// copies are the durable copies under way (Wait).
 	copies sync.WaitGroup
+	// ckpts say which checkpoint images a lazy restore still reads
+	// (a durable copy's, resumed from the cluster).
+	ckpts *Checkpoints
 }
 
 // Handoffs returns the node's hand-overs.
 func (d *Deployer) Handoffs() *Handoffs { return d.suspensions.handoffs }
 
-func newHandoffs(n *node) *Handoffs {
-	return &Handoffs{node: n, readers: map[string]int{}, stored: map[string]bool{}, runs: map[string]*handoffRun{},
+func newHandoffs(n *node, ckpts *Checkpoints) *Handoffs {
+	return &Handoffs{node: n, ckpts: ckpts, readers: map[string]int{}, stored: map[string]bool{}, runs: map[string]*handoffRun{},
 		records: journal.Journal[Handoff]{Dir: filepath.Join(n.cfg.StateDir, "handoffs", "records"), What: "hand-over", NotFound: ErrNoHandoff, Exists: spec.ErrExists, Log: n.log}}
 }
 
@@ -273,12 +276,27 @@ func (hs *Handoffs) Finish(ctx context.Context, id string) {
 		}
 	}
 	hs.mu.Unlock()
+	// A restore that reads its pages from the durable copy has them first.
+	if served := hs.ckpts.Serving(h.Ckpt); served != nil {
+		select {
+		case <-served:
+		case <-ctx.Done():
+		}
+	}
+	failed := func(what string, err error) {
+		hs.log.Warn("hand-over: "+what+"; tried again when the agent starts", "deployment", id, "image", h.Ckpt, "err", err)
+		// Its record stays for that; a later hand-over of the deployment
+		// starts afresh.
+		hs.mu.Lock()
+		delete(hs.runs, id)
+		hs.mu.Unlock()
+	}
 	if err := hs.deps.Mapper.Release(ctx, h.Mapping); err != nil && !errors.Is(err, mapper.ErrNotMapped) {
-		hs.log.Warn("hand-over: releasing its image's mapping; tried again when the agent starts", "deployment", id, "err", err)
+		failed("releasing its image's mapping", err)
 		return
 	}
 	if err := hs.deps.Store.Remove(ctx, h.Ckpt); err != nil && !errors.Is(err, layering.ErrNotFound) {
-		hs.log.Warn("hand-over: removing its checkpoint image; tried again when the agent starts", "deployment", id, "image", h.Ckpt, "err", err)
+		failed("removing its checkpoint image", err)
 		return
 	}
 	hs.log.Info("hand-over over: its deployment needs its checkpoint no more", "deployment", id, "image", h.Ckpt)

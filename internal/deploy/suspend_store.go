@@ -209,7 +209,17 @@ func (sx *Suspensions) adoptSuspension(dep Deployment, susp spec.Suspension) Dep
 // owning them. A removal that fails leaves the image to the deployment's
 // undeploy. Like every change of a deployment, it is not called while
 // another runs on id.
+//
+// A checkpoint image whose pages a lazy restore still reads (servedFetch)
+// is removed once it has every page.
 func (sx *Suspensions) DropSuspension(ctx context.Context, id string, susp spec.Suspension) {
+	if served := sx.ckpts.Serving(susp.Ckpt.Image); served != nil {
+		select {
+		case <-served:
+		case <-ctx.Done():
+			return
+		}
+	}
 	var gone []string
 	for _, img := range []string{susp.Ckpt.Image, susp.Hold} {
 		if img == "" {

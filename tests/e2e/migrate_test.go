@@ -237,6 +237,8 @@ type hugeState struct {
 	// in the 2 s after it.
 	P99BeforeMS float64 `json:"p99_before_ms"`
 	P99AfterMS  float64 `json:"p99_after_ms"`
+	// PostCopyMS is how long its memory took to follow it (CRIU).
+	PostCopyMS float64 `json:"postcopy_ms,omitempty"`
 }
 
 // measureHuge measures, for make bench, the migration of a redis on n1
@@ -253,18 +255,38 @@ func measureHuge(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixtur
 		}
 	}
 	before := p99Reads(ctx, t, src, "huge1", size/2, time.Second)
+	window := postCopyWindow(t, p)
 	down, moved := migrateUnderPings(ctx, t, client, api, dep.ID, src)
 	after := p99Reads(ctx, t, moved.Ports[drivers.PortKey(6379, "tcp")], "huge1", size/2, 2*time.Second)
+	postCopy := window()
 	prepared(ctx, t, p, dep.ID)
 	for _, k := range []string{"huge1", "huge2"} {
 		if got, err := testenv.RedisDo(ctx, nil, moved.Ports[drivers.PortKey(6379, "tcp")], "STRLEN", k); err != nil || got != strconv.Itoa(size/2) {
 			t.Errorf("after the migration: STRLEN %s = %q, %v; want %d", k, got, err, size/2)
 		}
 	}
-	t.Logf("1 GiB written: migrated with no answer for %s (checkpoint %d bytes); p99 of a read of 16 bytes: %s before, %s in the 2 s after",
-		down.Round(time.Millisecond), moved.Bytes, before.Round(10*time.Microsecond), after.Round(10*time.Microsecond))
+	t.Logf("1 GiB written: migrated with no answer for %s (checkpoint %d bytes), its memory after it in %s; p99 of a read of 16 bytes: %s before, %s in the 2 s after",
+		down.Round(time.Millisecond), moved.Bytes, postCopy.Round(time.Millisecond), before.Round(10*time.Microsecond), after.Round(10*time.Microsecond))
 	dropLarge(ctx, t, p, f, app, dep.ID)
-	return hugeState{Bytes: moved.Bytes, DowntimeMS: msOf(down), P99BeforeMS: msOf(before), P99AfterMS: msOf(after)}
+	return hugeState{Bytes: moved.Bytes, DowntimeMS: msOf(down), P99BeforeMS: msOf(before), P99AfterMS: msOf(after), PostCopyMS: msOf(postCopy)}
+}
+
+// postCopyWindow returns a function that waits (up to 60 s) for n1's next
+// post-copy page session to end and returns how long it took: the window
+// in which a loss of n1 would lose the instance after it runs on n2.
+func postCopyWindow(t *testing.T, p *pop) func() time.Duration {
+	t.Helper()
+	const name = "fogdeploy_migrate_postcopy_seconds"
+	count, sum := metricCount(t, p.apis["n1"], name+"_count"), metricCount(t, p.apis["n1"], name+"_sum")
+	return func() time.Duration {
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if metricCount(t, p.apis["n1"], name+"_count") > count {
+				return time.Duration((metricCount(t, p.apis["n1"], name+"_sum") - sum) * float64(time.Second))
+			}
+		}
+		t.Errorf("no post-copy page session ended on n1 within a minute of the migration")
+		return 0
+	}
 }
 
 // p99Reads reads 16 bytes of value key (of size bytes) at addr, at a
@@ -305,6 +327,8 @@ type bigState struct {
 	// in the 2 s after it (its memory arriving, after a post-copy).
 	P99BeforeMS float64 `json:"p99_before_ms"`
 	P99AfterMS  float64 `json:"p99_after_ms"`
+	// PostCopyMS is how long its memory took to follow it (CRIU).
+	PostCopyMS float64 `json:"postcopy_ms,omitempty"`
 }
 
 // measureBig measures, for make bench, a redis on n1 with 256 MiB written
@@ -320,9 +344,13 @@ func measureBig(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture
 		t.Fatalf("SETRANGE of 256 MiB: %q, %v", got, err)
 	}
 	before := p99Reads(ctx, t, src, "big", size, time.Second)
+	window := postCopyWindow(t, p)
 	down, moved := migrateUnderPings(ctx, t, client, api, dep.ID, src)
 	res := bigState{Bytes: moved.Bytes, DowntimeMS: msOf(down), P99BeforeMS: msOf(before),
 		P99AfterMS: msOf(p99Reads(ctx, t, moved.Ports[drivers.PortKey(6379, "tcp")], "big", size, 2*time.Second))}
+	if eng == engine.NameCRIU {
+		res.PostCopyMS = msOf(window())
+	}
 	prepared(ctx, t, p, dep.ID)
 	// The suspend, until no container of the app is left (it has no
 	// other instance).
@@ -359,8 +387,8 @@ func measureBig(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture
 	if got, err := testenv.RedisDo(ctx, nil, back.Ports[drivers.PortKey(6379, "tcp")], "STRLEN", "big"); err != nil || got != strconv.Itoa(size) {
 		t.Errorf("after migration, suspend and resume: STRLEN big = %q, %v; want %d", got, err, size)
 	}
-	t.Logf("%s: 256 MiB written: migrated with no answer for %.0f ms (checkpoint %d bytes), p99 of a read %.2f ms before, %.2f ms in the 2 s after; suspended, memory back in %.0f ms; resumed to its first answer in %.0f ms, a restore of its app in %.0f ms (%.2fx)",
-		eng, res.DowntimeMS, res.Bytes, res.P99BeforeMS, res.P99AfterMS, res.ReleaseMS, res.ResumeMS, res.RestoreMS, res.ResumeMS/res.RestoreMS)
+	t.Logf("%s: 256 MiB written: migrated with no answer for %.0f ms (checkpoint %d bytes), its memory after it in %.0f ms, p99 of a read %.2f ms before, %.2f ms in the 2 s after; suspended, memory back in %.0f ms; resumed to its first answer in %.0f ms, a restore of its app in %.0f ms (%.2fx)",
+		eng, res.DowntimeMS, res.Bytes, res.PostCopyMS, res.P99BeforeMS, res.P99AfterMS, res.ReleaseMS, res.ResumeMS, res.RestoreMS, res.ResumeMS/res.RestoreMS)
 	// Gone, with the app and its generation, before the drain.
 	dropLarge(ctx, t, p, f, app, dep.ID, fresh.ID)
 	return res
