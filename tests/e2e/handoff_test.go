@@ -39,10 +39,7 @@ func TestMigrateHandoff(t *testing.T) {
 	if _, err := testenv.RedisDo(ctx, nil, dep.Status.Ports[drivers.PortKey(6379, "tcp")], "SET", "k", "handed-over"); err != nil {
 		t.Fatal(err)
 	}
-	signal(t, p, "n2", syscall.SIGSTOP)
-	if _, err := p.st.RequestMigrate(ctx, dep.ID, "n2"); err != nil {
-		t.Fatal(err)
-	}
+	migratePaused(ctx, t, p, dep.ID)
 	susp := pendingOn(ctx, t, p, dep.ID, "n1", "n2")
 	h, err := p.st.Handoff(ctx, dep.ID)
 	if err != nil || h.Node != "n1" || h.Ckpt != susp.Ckpt.Image || len(h.Token) < 32 {
@@ -90,10 +87,7 @@ func TestMigrateHandoff(t *testing.T) {
 
 	// The source lost for good with the checkpoint on it alone.
 	dep = createOn(ctx, t, client, api, app.Name, "n1")
-	signal(t, p, "n2", syscall.SIGSTOP)
-	if _, err := p.st.RequestMigrate(ctx, dep.ID, "n2"); err != nil {
-		t.Fatal(err)
-	}
+	migratePaused(ctx, t, p, dep.ID)
 	pendingOn(ctx, t, p, dep.ID, "n1", "n2")
 	p.stopAgent("n1", syscall.SIGKILL)
 	signal(t, p, "n2", syscall.SIGCONT)
@@ -107,6 +101,25 @@ func TestMigrateHandoff(t *testing.T) {
 	t.Logf("n1 lost during the hand-over: Failed %s later: %s", time.Since(start).Round(time.Millisecond), d.Status.Error)
 	p.startAgent("n1", "")
 	undeployWait(ctx, t, p, dep.ID)
+}
+
+// migratePaused asks deployment id's migration to n2 and pauses n2's
+// agent (SIGSTOP) once it has said the resume is prepared: its source then
+// checkpoints at once, while n2's lease still holds (a source that waited
+// for a paused target would find its lease gone, and move the instance
+// back), and n2 reads nothing until it is continued.
+func migratePaused(ctx context.Context, t *testing.T, p *pop, id string) {
+	t.Helper()
+	if _, err := p.st.RequestMigrate(ctx, id, "n2"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	d, err := p.st.Follow(wctx, id, func(d state.Deployment) bool { return d.Move == nil || d.Move.Prepared == "n2" })
+	if err != nil || d.Move == nil {
+		t.Fatalf("migration of %s to n2: %+v, %v; want n2 to say its resume is prepared", id, d.Move, err)
+	}
+	signal(t, p, "n2", syscall.SIGSTOP)
 }
 
 // signal sends sig to node's agent; one stopped (SIGSTOP) is continued
