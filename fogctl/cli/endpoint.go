@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 )
 
@@ -32,7 +34,9 @@ func NewCmdEndpointLs(f *Factory, runF func(context.Context, *EndpointLsOptions)
 		Short: "List the endpoints: each deployment's port on every node's front end, and where it runs now",
 		Long: "A client reaches a deployment at any front-end address (agent.frontend.listen of each Ready node) on its " +
 			"endpoint port, which stays the same while the deployment exists: through migrations, drains, suspends and " +
-			"resumes. A connection to a Suspended deployment wakes it.",
+			"resumes. A connection to a Suspended deployment wakes it. An app served on demand (frontend.on_demand) has a " +
+			"shared endpoint, \"(on demand)\": a connection to it reaches the app's instance on the node that takes it, " +
+			"made by that connection when there is none.",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if runF != nil {
 				return runF(cmd.Context(), opts)
@@ -54,6 +58,9 @@ type endpointEntry struct {
 	state.Endpoint
 	Node  string `json:"node"`
 	Phase string `json:"phase"`
+	// Instances are, for an app's shared endpoint, its instances made on
+	// demand (their IDs).
+	Instances []string `json:"instances,omitempty"`
 }
 
 func endpointLsRun(ctx context.Context, opts *EndpointLsOptions) error {
@@ -71,8 +78,12 @@ func endpointLsRun(ctx context.Context, opts *EndpointLsOptions) error {
 		return err
 	}
 	byID := map[string]state.Deployment{}
+	onDemand := map[string][]state.Deployment{}
 	for _, d := range deps {
 		byID[d.ID] = d
+		if d.OnDemand {
+			onDemand[d.App] = append(onDemand[d.App], d)
+		}
 	}
 	eps, err := st.Endpoints(ctx)
 	if err != nil {
@@ -81,6 +92,10 @@ func endpointLsRun(ctx context.Context, opts *EndpointLsOptions) error {
 	out := endpointList{Addresses: addrs, Endpoints: []endpointEntry{}}
 	for _, e := range eps {
 		if opts.App != "" && e.App != opts.App {
+			continue
+		}
+		if e.Shared {
+			out.Endpoints = append(out.Endpoints, sharedEntry(e, onDemand[e.App]))
 			continue
 		}
 		d := byID[e.Deployment]
@@ -93,7 +108,11 @@ func endpointLsRun(ctx context.Context, opts *EndpointLsOptions) error {
 	return printOut(opts.F, out, func(w io.Writer) {
 		fmt.Fprintln(w, "PORT\tDEPLOYMENT\tAPP\tTARGET\tNODE\tPHASE")
 		for _, e := range out.Endpoints {
-			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", e.Port, e.Deployment, e.App, e.Target, e.Node, e.Phase)
+			dep := e.Deployment
+			if e.Shared {
+				dep = "(on demand)"
+			}
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", e.Port, dep, e.App, e.Target, e.Node, e.Phase)
 		}
 		if len(addrs) == 0 {
 			fmt.Fprintln(w, "# no Ready node has a front end (agent.frontend.listen); pop.frontend.ports \"off\" gives no endpoints")
@@ -101,4 +120,25 @@ func endpointLsRun(ctx context.Context, opts *EndpointLsOptions) error {
 		}
 		fmt.Fprintf(w, "# reach each at any front end: %s\n", strings.Join(addrs, ", "))
 	})
+}
+
+// sharedEntry is app e.App's shared endpoint with its instances made on
+// demand: the nodes they run on, and how many run.
+func sharedEntry(e state.Endpoint, deps []state.Deployment) endpointEntry {
+	ent := endpointEntry{Endpoint: e, Node: "-"}
+	var nodes []string
+	running := 0
+	for _, d := range deps {
+		ent.Instances = append(ent.Instances, d.ID)
+		if d.Status.Phase == spec.PhaseRunning {
+			running++
+			nodes = append(nodes, d.Status.Node)
+		}
+	}
+	if len(nodes) > 0 {
+		slices.Sort(nodes)
+		ent.Node = strings.Join(slices.Compact(nodes), ",")
+	}
+	ent.Phase = fmt.Sprintf("%d running", running)
+	return ent
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/state"
 )
 
 // PsOptions are the inputs of `fogctl ps`.
@@ -71,14 +72,18 @@ func psRun(ctx context.Context, opts *PsOptions) error {
 				ready = "-" // its phases are a suspend's, or a deploy's under way
 			}
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", d.ID, d.App, node, d.Status.Phase, mode, d.Status.Gen,
-				ready, endpointColumn(d.Endpoint), strings.Join(addrs, ","))
+				ready, endpointColumn(d.Desired), strings.Join(addrs, ","))
 		}
 	})
 }
 
 // endpointColumn is a deployment's endpoint ports, ":20417" (or
 // ":20417->6379/tcp,:20418->8080/tcp" for several), "-" for none.
-func endpointColumn(ep map[string]int) string {
+func endpointColumn(d state.Desired) string {
+	ep := d.Endpoint
+	if d.OnDemand {
+		return "app's, on demand" // its app's shared endpoint (fogctl endpoint ls)
+	}
 	if len(ep) == 0 {
 		return "-"
 	}

@@ -42,8 +42,9 @@ type Target struct {
 	Addr       string
 	Deployment string
 	// Held: the connection waited for the deployment (a move, a resume,
-	// a wake). Woke: this connection's request resumed it.
-	Held, Woke bool
+	// a wake). Woke: this connection's request resumed it. Made: it made
+	// the app's instance on demand (an app's shared endpoint).
+	Held, Woke, Made bool
 }
 
 // Router resolves an endpoint port to its Target, waiting while the
@@ -242,6 +243,9 @@ func (f *Frontend) handle(c net.Conn, port int) {
 	if t.Woke {
 		m.woke()
 	}
+	if t.Made {
+		m.made()
+	}
 	if err != nil {
 		m.failed(err)
 		f.cfg.Log.Info("front end: connection not forwarded", "port", port, "deployment", t.Deployment, "after", time.Since(start).Round(time.Millisecond), "err", err)
@@ -278,11 +282,11 @@ func (f *Frontend) endRoute() {
 // connect routes and dials; a dial that fails (the instance moved a
 // moment ago) routes again, within the hold timeout.
 func (f *Frontend) connect(ctx context.Context, port int) (net.Conn, Target, error) {
-	var held, woke bool
+	var held, woke, made bool
 	for {
 		t, err := f.router.Route(ctx, port)
-		held, woke = held || t.Held, woke || t.Woke
-		t.Held, t.Woke = held, woke
+		held, woke, made = held || t.Held, woke || t.Woke, made || t.Made
+		t.Held, t.Woke, t.Made = held, woke, made
 		if err != nil {
 			if ctx.Err() != nil && f.ctx.Err() == nil {
 				err = fmt.Errorf("%w: %w: held %s (agent.frontend.hold_timeout) without its deployment running: %w", ErrNoRoute, ErrHoldTimeout, f.cfg.HoldTimeout, err)

@@ -17,6 +17,7 @@ type Metrics struct {
 	holding     *prometheus.GaugeVec
 	held        prometheus.Histogram
 	wakes       *prometheus.CounterVec
+	made        *prometheus.CounterVec
 	failed      *prometheus.CounterVec
 	kernel      prometheus.Gauge
 }
@@ -37,12 +38,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}),
 		wakes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fogdeploy_frontend_wakes_total",
 			Help: "Suspended deployments a connection to their endpoint resumed, by endpoint port."}, []string{"endpoint"}),
+		made: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fogdeploy_frontend_made_total",
+			Help: "Instances a connection to an app's shared endpoint made on demand, by endpoint port."}, []string{"endpoint"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fogdeploy_frontend_failed_total",
 			Help: "Connections the front end closed without forwarding them, by endpoint port and reason (no-route, timeout, dial, held-limit, wake-limit)."}, []string{"endpoint", "reason"}),
 	}
 	m.kernel = prometheus.NewGauge(prometheus.GaugeOpts{Name: "fogdeploy_frontend_kernel_routes",
 		Help: "Endpoints whose connections the kernel forwards on this node (their instance runs here), not counted in the other front-end metrics."})
-	reg.MustRegister(m.connections, m.bytes, m.open, m.holding, m.held, m.wakes, m.failed, m.kernel)
+	reg.MustRegister(m.connections, m.bytes, m.open, m.holding, m.held, m.wakes, m.made, m.failed, m.kernel)
 	return m
 }
 
@@ -77,6 +80,12 @@ func (e endpointMetrics) held(d time.Duration) {
 func (e endpointMetrics) woke() {
 	if e.m != nil {
 		e.m.wakes.WithLabelValues(e.port).Inc()
+	}
+}
+
+func (e endpointMetrics) made() {
+	if e.m != nil {
+		e.m.made.WithLabelValues(e.port).Inc()
 	}
 }
 

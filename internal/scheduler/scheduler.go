@@ -34,6 +34,9 @@ type Request struct {
 	// Client is the hook API client that asks (state.Desired.Client);
 	// never read from a request body.
 	Client string `json:"-"`
+	// OnDemand: a front end makes it for a connection to its app's shared
+	// endpoint (state.Desired.OnDemand); never read from a request body.
+	OnDemand bool `json:"-"`
 }
 
 // Create places and records a deployment. Placement (or the check of
@@ -70,7 +73,7 @@ func Create(ctx context.Context, st *state.Store, req Request, requester string)
 		}
 	}
 	d := state.Desired{ID: spec.NewID(req.App), App: req.App, Node: req.Node, Requester: requester, Client: req.Client, Labels: req.Labels,
-		Mode: req.Mode, Created: time.Now().UTC()}
+		Mode: req.Mode, OnDemand: req.OnDemand, Created: time.Now().UTC()}
 	return st.CreatePlaced(ctx, d, eligible)
 }
 

@@ -124,7 +124,29 @@ type App struct {
 	// "host". Any other app of such an engine is refused there, or boots
 	// in the container under if_no_engine: boot.
 	Trusted bool `yaml:"trusted,omitempty" json:"trusted,omitempty"`
+	// Frontend says how the PoP's front ends serve the app beyond each
+	// deployment's own endpoint.
+	Frontend AppFrontend `yaml:"frontend,omitempty" json:"frontend,omitempty"`
 }
+
+// AppFrontend is an app's use of the PoP's front ends.
+type AppFrontend struct {
+	// OnDemand gives the app a shared endpoint (a PoP port per TCP port of
+	// the app, taken when the app is created): a connection to it on a
+	// node's front end reaches the app's instance made on demand on that
+	// node, which the connection creates (from a slot restored ahead, or a
+	// spare) when there is none; the instance is undeployed once idle for
+	// IdleAfter. For apps without state of their own to keep: what the
+	// instance holds goes with it.
+	OnDemand bool `yaml:"on_demand,omitempty" json:"on_demand,omitempty"`
+	// IdleAfter undeploys an instance made on demand once it has served no
+	// connection and used no more CPU than an idle app for that long
+	// (default DefaultIdleAfter).
+	IdleAfter Duration `yaml:"idle_after,omitempty" json:"idle_after,omitempty"`
+}
+
+// DefaultIdleAfter is AppFrontend.IdleAfter's default.
+const DefaultIdleAfter = 5 * time.Minute
 
 // MaxPool bounds App.Pool.
 const MaxPool = 64
@@ -262,6 +284,9 @@ func (a App) WithDefaults() App {
 	}
 	if a.Ready.Kind == ReadyHTTP && a.Ready.Path == "" {
 		a.Ready.Path = "/"
+	}
+	if a.Frontend.OnDemand && a.Frontend.IdleAfter == 0 {
+		a.Frontend.IdleAfter = Duration(DefaultIdleAfter)
 	}
 	return a
 }

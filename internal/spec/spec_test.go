@@ -75,6 +75,12 @@ func TestParseAppRefuses(t *testing.T) {
 		"mode":                {`{name: a, env: e, command: [x], mode: fast, ready: {kind: output, phrase: up}}`, "mode"},
 		"mode checkpoint":     {`{name: a, env: e, command: [x], mode: checkpoint, ready: {kind: output, phrase: up}}`, "mode"},
 		"lazy with dmtcp":     {`{name: a, env: e, command: [x], lazy: true, ready: {kind: output, phrase: up}}`, "lazy"},
+		"on demand, no port":  {`{name: a, env: e, command: [x], frontend: {on_demand: true}, ready: {kind: output, phrase: up}}`, "frontend.on_demand"},
+		"on demand, udp only": {`{name: a, env: e, command: [x], ports: [{port: 53, proto: udp}], frontend: {on_demand: true}, ready: {kind: output, phrase: up}}`, "frontend.on_demand"},
+		"on demand, suspend":  {`{name: a, env: e, command: [x], ports: [{port: 80}], suspend_after: 1m, frontend: {on_demand: true}, ready: {kind: output, phrase: up}}`, "frontend.on_demand"},
+		"idle after, short":   {`{name: a, env: e, command: [x], ports: [{port: 80}], frontend: {on_demand: true, idle_after: 1s}, ready: {kind: output, phrase: up}}`, "frontend.idle_after"},
+		"idle after alone":    {`{name: a, env: e, command: [x], ports: [{port: 80}], frontend: {idle_after: 1m}, ready: {kind: output, phrase: up}}`, "frontend.idle_after"},
+		"frontend unknown":    {`{name: a, env: e, command: [x], ports: [{port: 80}], frontend: {on_demnd: true}, ready: {kind: output, phrase: up}}`, "on_demnd"},
 	}
 	for name, c := range cases {
 		_, err := ParseApp(strings.NewReader(c.spec))
@@ -146,5 +152,20 @@ func TestEngineAuto(t *testing.T) {
 	}
 	if d := a.WithEngine("dmtcp"); d.Compression != "gzip" {
 		t.Errorf("WithEngine(dmtcp) compression %q; want gzip kept", d.Compression)
+	}
+}
+
+// An app served on demand gets the default idle_after; one given is kept.
+func TestOnDemandDefaults(t *testing.T) {
+	a, err := ParseApp(strings.NewReader(`{name: a, env: e, command: [x], ports: [{port: 80}], frontend: {on_demand: true}, ready: {kind: tcp, port: 80}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := time.Duration(a.WithDefaults().Frontend.IdleAfter); got != DefaultIdleAfter {
+		t.Errorf("idle_after by default: %s; want %s", got, DefaultIdleAfter)
+	}
+	a, err = ParseApp(strings.NewReader(`{name: a, env: e, command: [x], ports: [{port: 80}], frontend: {on_demand: true, idle_after: 30s}, ready: {kind: tcp, port: 80}}`))
+	if err != nil || time.Duration(a.WithDefaults().Frontend.IdleAfter) != 30*time.Second {
+		t.Errorf("idle_after 30s: %v, %v", a.Frontend, err)
 	}
 }

@@ -38,7 +38,30 @@ func (a App) Validate() error {
 	a.validateReady(p.bad)
 	a.validateResources(&p)
 	a.validateCheckpoint(&p)
+	a.validateFrontend(&p)
 	return p.err()
+}
+
+// validateFrontend checks the app's use of the front ends: an app made on
+// demand needs a TCP port to be reached at, and is undeployed when idle,
+// not suspended.
+func (a App) validateFrontend(p *problems) {
+	f := a.Frontend
+	if idle := time.Duration(f.IdleAfter); idle != 0 && (idle < MinSuspendAfter || idle > MaxSuspendAfter) {
+		p.bad("frontend.idle_after", "%s: use a duration between %s and %s, or leave it out (default %s)", idle, MinSuspendAfter, MaxSuspendAfter, DefaultIdleAfter)
+	}
+	if !f.OnDemand {
+		if f.IdleAfter != 0 {
+			p.bad("frontend.idle_after", "is set without frontend.on_demand: it undeploys instances made on demand only; set on_demand: true, or leave it out")
+		}
+		return
+	}
+	if !slices.ContainsFunc(a.Ports, func(p Port) bool { return p.Proto == "" || p.Proto == "tcp" }) {
+		p.bad("frontend.on_demand", "the app has no tcp port to be reached at: add one under ports, or leave on_demand out")
+	}
+	if a.SuspendAfter != 0 {
+		p.bad("frontend.on_demand", "cannot go with suspend_after: an instance made on demand is undeployed when idle (frontend.idle_after), with what it holds; keep suspend_after for apps whose instances keep a user's state")
+	}
 }
 
 // problems collects what is wrong with a spec, each wrapping

@@ -44,7 +44,11 @@ type Desired struct {
 	// each TCP port of its app ("6379/tcp": 20417), taken at its creation
 	// from the PoP's range and kept while it exists.
 	Endpoint map[string]int `json:"endpoint,omitempty"`
-	Created  time.Time      `json:"created"`
+	// OnDemand: a connection to its app's shared endpoint made it (on the
+	// node that took the connection); it has no endpoint of its own, and
+	// is undeployed once idle for its app's frontend.idle_after.
+	OnDemand bool      `json:"on_demand,omitempty"`
+	Created  time.Time `json:"created"`
 }
 
 // Status is a deployment as its agent observes it.

@@ -39,15 +39,66 @@ const EndpointsPrefix = Prefix + "endpoints/"
 
 func endpointKey(port int) string { return fmt.Sprintf("%s%05d", EndpointsPrefix, port) }
 
-// Endpoint is one port of a deployment's endpoint: what a front end routes.
+// Endpoint is one port of a deployment's endpoint, or of an app's shared
+// one: what a front end routes.
 type Endpoint struct {
 	// Port is the PoP's port (on every node's front end).
 	Port int `json:"port"`
-	// Deployment is its deployment's ID, and Target the app's port it
-	// reaches ("6379/tcp").
-	Deployment string `json:"deployment"`
+	// Deployment is its deployment's ID ("" for an app's shared
+	// endpoint), and Target the app's port it reaches ("6379/tcp").
+	Deployment string `json:"deployment,omitempty"`
 	App        string `json:"app"`
 	Target     string `json:"target"`
+	// Shared: the app's shared endpoint (frontend.on_demand), which
+	// reaches the app's instance made on demand on the node that takes
+	// the connection.
+	Shared bool `json:"shared,omitempty"`
+}
+
+// appRecord is an app's record: its spec and, for an app served on
+// demand, its shared endpoint's port for each TCP port of the app.
+type appRecord struct {
+	spec.App
+	Endpoint map[string]int `json:"endpoint,omitempty"`
+}
+
+// sharedEndpointOps give rec, about to replace old (zero: none), its
+// shared endpoint: the ports old had for the app's ports it keeps, new
+// ones (none of taken) for the others; the ports it no longer needs are
+// freed. Each port taken must be free when the writes commit.
+func (s *Store) sharedEndpointOps(rec *appRecord, old appRecord, taken map[int]bool) ([]clientv3.Op, []clientv3.Cmp, error) {
+	var ops []clientv3.Op
+	var cmps []clientv3.Cmp
+	keep := map[string]int{}
+	var fresh []string
+	if rec.Frontend.OnDemand {
+		for _, name := range endpointNames(rec.App) {
+			if p, ok := old.Endpoint[name]; ok {
+				keep[name] = p
+			} else {
+				fresh = append(fresh, name)
+			}
+		}
+	}
+	for name, p := range old.Endpoint {
+		if _, ok := keep[name]; !ok {
+			ops = append(ops, clientv3.OpDelete(endpointKey(p)))
+		}
+	}
+	got, err := takePorts(s.endpoints, fresh, taken)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, name := range fresh {
+		p := got[name]
+		keep[name] = p
+		ops = append(ops, clientv3.OpPut(endpointKey(p), "app/"+rec.Name))
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(endpointKey(p)), "=", 0))
+	}
+	if len(keep) > 0 {
+		rec.Endpoint = keep
+	}
+	return ops, cmps, nil
 }
 
 // endpointNames are the app's ports a deployment gets an endpoint port
@@ -128,8 +179,8 @@ func sortedPorts(m map[string]int) []int {
 // port of its app, none of those taken (the keys of EndpointsPrefix as
 // placement read them). The app is read from the view where it holds it.
 func (s *Store) endpointFor(ctx context.Context, d *Desired, taken map[int]bool) error {
-	if !s.endpoints.On() {
-		return nil
+	if !s.endpoints.On() || d.OnDemand {
+		return nil // one made on demand is reached at its app's shared endpoint
 	}
 	a, ok := s.watchedApp(d.App)
 	if !ok {
@@ -153,15 +204,23 @@ func parseEndpointKey(k string) (int, bool) {
 	return n, err == nil && strings.HasPrefix(k, EndpointsPrefix)
 }
 
-// Endpoints lists the PoP's endpoints by port, read from etcd.
+// Endpoints lists the PoP's endpoints by port, read from etcd: the
+// deployments' and the apps' shared ones.
 func (s *Store) Endpoints(ctx context.Context) ([]Endpoint, error) {
 	ds, err := listJSON[Desired](ctx, s.cli, DeploymentsPrefix)
+	if err != nil {
+		return nil, err
+	}
+	as, err := listJSON[appRecord](ctx, s.cli, AppsPrefix)
 	if err != nil {
 		return nil, err
 	}
 	var out []Endpoint
 	for _, d := range ds {
 		out = append(out, endpointsOf(d)...)
+	}
+	for _, a := range as {
+		out = append(out, sharedEndpointsOf(a)...)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Port < out[j].Port })
 	return out, nil
@@ -171,6 +230,14 @@ func endpointsOf(d Desired) []Endpoint {
 	var out []Endpoint
 	for name, p := range d.Endpoint {
 		out = append(out, Endpoint{Port: p, Deployment: d.ID, App: d.App, Target: name})
+	}
+	return out
+}
+
+func sharedEndpointsOf(a appRecord) []Endpoint {
+	var out []Endpoint
+	for name, p := range a.Endpoint {
+		out = append(out, Endpoint{Port: p, App: a.Name, Target: name, Shared: true})
 	}
 	return out
 }
@@ -194,7 +261,33 @@ func (s *Store) WatchedEndpoints() (eps map[int]Endpoint, changed <-chan struct{
 			eps[e.Port] = e
 		}
 	}
+	for _, a := range c.apps {
+		for _, e := range sharedEndpointsOf(a) {
+			eps[e.Port] = e
+		}
+	}
 	return eps, c.changed, true
+}
+
+// WatchedOnDemand are the deployments made on demand for app (through its
+// shared endpoint), as the view holds them, by ID; ok is false while
+// there is no view.
+func (s *Store) WatchedOnDemand(app string) (deps []Deployment, ok bool) {
+	c := s.watched.Load()
+	if c == nil {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.loaded {
+		return nil, false
+	}
+	for _, k := range sortedKeys(c.deps) {
+		if d := c.deps[k]; d.OnDemand && d.App == app {
+			deps = append(deps, Deployment{Desired: d, Status: c.statuses[d.ID]})
+		}
+	}
+	return deps, true
 }
 
 // WatchedDeployment is deployment id as the view holds it.
@@ -232,7 +325,7 @@ func (s *Store) watchedApp(name string) (spec.App, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a, ok := c.apps[appKey(name)]
-	return a, ok && c.loaded
+	return a.App, ok && c.loaded
 }
 
 // FrontendAddresses are the addresses of the Ready nodes' front ends, in

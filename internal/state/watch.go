@@ -15,8 +15,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
 // The keys the view holds lie in one range (deployments, events, locks,
@@ -42,7 +40,7 @@ type watchCache struct {
 	statuses map[string]Status
 	// apps are the apps' specs (a create's endpoint needs its app's
 	// ports), and endpoints the endpoint ports taken.
-	apps      map[string]spec.App
+	apps      map[string]appRecord
 	endpoints map[int]bool
 	// changed is closed, and made anew, at each change of a deployment's
 	// record or status or a node's, and when the view is loaded or
@@ -116,7 +114,7 @@ func (c *watchCache) load(r *clientv3.TxnResponse) {
 	defer c.mu.Unlock()
 	c.nodes, c.deps = map[string]*mvccpb.KeyValue{}, map[string]Desired{}
 	c.placed, c.pools = map[string]int64{}, map[string]Pool{}
-	c.statuses, c.apps, c.endpoints = map[string]Status{}, map[string]spec.App{}, map[int]bool{}
+	c.statuses, c.apps, c.endpoints = map[string]Status{}, map[string]appRecord{}, map[int]bool{}
 	for _, resp := range r.Responses {
 		for _, kv := range resp.GetResponseRange().Kvs {
 			c.put(kv)
@@ -214,7 +212,7 @@ func (c *watchCache) put(kv *mvccpb.KeyValue) {
 			c.statuses[strings.TrimPrefix(k, Prefix+"status/")] = st
 		}
 	case strings.HasPrefix(k, AppsPrefix):
-		var a spec.App
+		var a appRecord
 		if json.Unmarshal(kv.Value, &a) == nil {
 			c.apps[k] = a
 		}

@@ -176,6 +176,7 @@ type metrics struct {
 	// from the pickup to Suspended, and to Running.
 	suspends, resumes *prometheus.CounterVec
 	idleSuspends      prometheus.Counter
+	idleUndeploys     prometheus.Counter
 	// prepared counts the resumes prepared here during a migration's
 	// suspend, by result (prepared, failed, dropped).
 	prepared *prometheus.CounterVec
@@ -287,6 +288,9 @@ func (m *metrics) registerLifecycle(reg prometheus.Registerer) {
 	m.idleSuspends = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fogdeploy_idle_suspends_total", Help: "Suspends this node asked for instances idle for their app's suspend_after.",
 	})
+	m.idleUndeploys = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fogdeploy_idle_undeploys_total", Help: "Instances made on demand that this node undeployed, idle for their app's frontend.idle_after.",
+	})
 	m.prepared = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fogdeploy_resumes_prepared_total",
 		Help: "Resumes this node prepared (its container created) while a migration's source suspended the instance, by result: prepared, failed, dropped (no resume took it).",
@@ -296,7 +300,7 @@ func (m *metrics) registerLifecycle(reg prometheus.Registerer) {
 		Help:    "How long a migration's source let its instance run on, before its checkpoint, until the target had prepared the resume (at most 3 s).",
 		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 3},
 	})
-	reg.MustRegister(m.suspends, m.resumes, m.suspendDuration, m.resumeDuration, m.idleSuspends, m.prepared, m.targetWait)
+	reg.MustRegister(m.suspends, m.resumes, m.suspendDuration, m.resumeDuration, m.idleSuspends, m.idleUndeploys, m.prepared, m.targetWait)
 	m.apiInflight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "fogdeploy_api_inflight", Help: "Hook API requests under way that a client's token bounds (long polls, migrations), by client and kind; beyond its bound a request is a 429.",
 	}, []string{"client", "kind"})

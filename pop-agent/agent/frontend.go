@@ -38,8 +38,10 @@ type router struct {
 	eps atomic.Pointer[map[int]state.Endpoint]
 	// mayWrite says why the agent may not write into etcd (fenced), or nil.
 	mayWrite func() error
-	// wakes bounds the wakes this node asks (nil: none at all).
+	// wakes bounds the wakes this node asks, and the instances it makes
+	// on demand (nil: none at all).
 	wakes *rate.Limiter
+	od    onDemand
 	log   *slog.Logger
 }
 
@@ -48,6 +50,9 @@ func (r *router) Route(ctx context.Context, port int) (frontend.Target, error) {
 	var ep state.Endpoint
 	if eps := r.eps.Load(); eps != nil {
 		ep = (*eps)[port]
+	}
+	if ep.Shared {
+		return r.routeShared(ctx, ep, port)
 	}
 	t := frontend.Target{Deployment: ep.Deployment}
 	if ep.Deployment == "" {
@@ -248,6 +253,13 @@ func (kr *kernelRoutes) set(ctx context.Context, eps map[int]state.Endpoint) {
 	routes := map[int]netip.AddrPort{}
 	seen := map[string]bool{}
 	for port, ep := range eps {
+		if ep.Shared {
+			// An app's shared endpoint: to its instance made on
+			// demand here, once it runs.
+			if ep.Deployment = runningOnDemandHere(kr.a.st, ep.App, kr.a.c.Node.Name); ep.Deployment == "" {
+				continue
+			}
+		}
 		d, ok := kr.a.st.WatchedDeployment(ep.Deployment)
 		if !ok || d.Status.Phase != spec.PhaseRunning || d.Status.Node != kr.a.c.Node.Name || d.Suspend {
 			continue

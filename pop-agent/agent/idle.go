@@ -1,5 +1,6 @@
-// Idle suspend: this node's running deployments whose app has suspend_after, and that served
-// no connection and used no more CPU than an idle app for that long, are suspended (suspend.go).
+// Idle instances: this node's running deployments whose app has suspend_after, and that served
+// no connection and used no more CPU than an idle app for that long, are suspended (suspend.go);
+// those made on demand (ondemand.go) are undeployed after their app's frontend.idle_after.
 
 package agent
 
@@ -63,7 +64,11 @@ func (a *agent) checkIdle(ctx context.Context, seen map[string]idleSince) {
 			}
 			apps[r.App] = app
 		}
-		after := time.Duration(app.SuspendAfter)
+		after, undeploy := time.Duration(app.SuspendAfter), false
+		if d, ok := a.st.WatchedDeployment(r.ID); ok && d.OnDemand {
+			// Made on demand: undeployed when idle, with what it holds.
+			after, undeploy = time.Duration(app.WithDefaults().Frontend.IdleAfter), true
+		}
 		if after <= 0 {
 			continue
 		}
@@ -79,7 +84,15 @@ func (a *agent) checkIdle(ctx context.Context, seen map[string]idleSince) {
 		}
 		prev.last = s
 		seen[r.ID] = prev
-		if idle := s.At.Sub(prev.since); idle >= after {
+		if idle := s.At.Sub(prev.since); idle >= after && undeploy {
+			if err := a.st.DeleteDeployment(ctx, r.ID); err != nil {
+				a.log.Warn("idle: undeploying an instance made on demand", "deployment", r.ID, "err", err)
+				continue
+			}
+			delete(seen, r.ID)
+			a.m.idleUndeploys.Inc()
+			a.log.Info("idle: undeploying an instance made on demand", "deployment", r.ID, "app", r.App, "idle", idle.Round(time.Second))
+		} else if idle >= after {
 			if _, err := a.st.RequestSuspend(ctx, r.ID); err != nil {
 				a.log.Warn("idle suspend: asking for the suspend", "deployment", r.ID, "err", err)
 				continue

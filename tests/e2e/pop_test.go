@@ -592,6 +592,22 @@ func redisOnPoP(t *testing.T, prefix string, eng engine.Name, configure func(*sp
 		configure(&app)
 	}
 	p := startPoP(ctx, t, f, app.Name, "fogdeploy/dmtcp:deploytest", "", nodes...)
+	if app.Frontend.OnDemand {
+		// Through fogctl, whose configuration gives the PoP's endpoints
+		// (the app's shared endpoint takes its ports at its creation).
+		b, err := json.Marshal(app)
+		if err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(t.TempDir(), "app.json")
+		if err := os.WriteFile(file, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out, errOut, rc := p.fogctl(ctx, "app", "create", "-f", file); rc != 0 {
+			t.Fatalf("fogctl app create -f %s = %d: %s%s", file, rc, out, errOut)
+		}
+		return ctx, p, f, app
+	}
 	if err := p.st.CreateApp(ctx, app, false); err != nil {
 		t.Fatal(err)
 	}
