@@ -6,7 +6,8 @@
 # without concurrent deployments; then pool hits through the hook API as a client sees them
 # (tests/e2e TestRequestPathPoP: request-path.json), and migrations and a drain, and a redis with
 # 256 MiB written migrated, suspended and resumed beside a restore (TestMigrateDrainPoP:
-# migrate-<engine>.json); and the memory of 1, 2 and 4 slots restored ahead without and with
+# migrate-<engine>.json); the front end (TestFrontendPoP, and with nginx TestFrontendNginxPoP:
+# frontend-<engine>.json, frontend-nginx.json); and the memory of 1, 2 and 4 slots restored ahead without and with
 # same-page merging (tests/bench TestPoolMemory: pool-memory.json, pool-memory.md). Results: bench/results/<timestamp>/ (JSON, CSV, Markdown, SVG),
 # bench/results/latest points at the newest. Then the layering micro-benchmarks.
 #   APPS=redis,nginx     a subset of the catalog (default: all of it)
@@ -104,6 +105,10 @@ e2e_measure TestMigrateDrainPoP migrate 'migrated|drained|256 MiB'
 
 fd_info "the front end under DMTCP and CRIU: PINGs direct and through the front ends, a wake at the client, a migration and a drain under load"
 e2e_measure TestFrontendPoP frontend 'front end|woken|under load'
+if [[ " ${apps[*]} " == *" nginx "* ]]; then
+	fd_info "the front end under nginx's load: ab -k -c 100 direct and through the front ends"
+	e2e_measure TestFrontendNginxPoP frontend-nginx 'front end nginx'
+fi
 
 fd_info "layering micro-benchmarks (clone, map+mount, import)"
 "$GO" test -tags="${CEPH_TAGS:-pacific}" -count=1 -run '^$' -bench . -benchtime 20x -timeout 10m ./tests/bench/ 2>&1 |

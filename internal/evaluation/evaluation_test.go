@@ -210,12 +210,14 @@ Complete requests:      20873
 Failed requests:        2
 Non-2xx responses:      1
 Requests per second:    4173.52 [#/sec] (mean)
+Time per request:       23.960 [ms] (mean)
+Time per request:       0.240 [ms] (mean, across all concurrent requests)
 `
 	got, err := evaluation.ParseAB(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (evaluation.AB{Complete: 20873, Failed: 2, Non2xx: 1, RPS: 4173.52}); got != want {
+	if want := (evaluation.AB{Complete: 20873, Failed: 2, Non2xx: 1, RPS: 4173.52, MeanMS: 23.96}); got != want {
 		t.Errorf("ParseAB = %+v, want %+v", got, want)
 	}
 	if _, err := evaluation.ParseAB("apr_socket_recv: Connection refused (111)"); !errors.Is(err, evaluation.ErrParse) {

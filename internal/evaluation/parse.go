@@ -17,6 +17,9 @@ type AB struct {
 	// Non2xx counts responses that were not 2xx.
 	Non2xx int
 	RPS    float64
+	// MeanMS is ab's mean time per request (ms): from its send to its
+	// answer, at the run's concurrency.
+	MeanMS float64
 }
 
 var (
@@ -24,6 +27,7 @@ var (
 	abComplete = regexp.MustCompile(`(?m)^Complete requests:\s+([0-9]+)`)
 	abFailed   = regexp.MustCompile(`(?m)^Failed requests:\s+([0-9]+)`)
 	abNon2xx   = regexp.MustCompile(`(?m)^Non-2xx responses:\s+([0-9]+)`)
+	abMean     = regexp.MustCompile(`(?m)^Time per request:\s+([0-9.]+) \[ms\] \(mean\)$`)
 )
 
 // ParseAB reads the summary ab prints.
@@ -44,6 +48,9 @@ func ParseAB(out string) (AB, error) {
 		if m := f.re.FindStringSubmatch(out); m != nil {
 			*f.dst, _ = strconv.Atoi(m[1])
 		}
+	}
+	if m := abMean.FindStringSubmatch(out); m != nil {
+		r.MeanMS, _ = strconv.ParseFloat(m[1], 64)
 	}
 	return r, nil
 }

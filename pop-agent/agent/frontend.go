@@ -28,7 +28,7 @@ import (
 // deployment that holds it, followed in the agent's view (no read of etcd
 // per connection). A Running deployment is dialed where it answers on this
 // node, or through its node's front end; one that moves (from the moment
-// its suspend is asked), resumes or is created waits; a Suspended one is woken (resumed where placement puts
+// its agent says Suspending), resumes or is created waits; a Suspended one is woken (resumed where placement puts
 // it) by the first connection, unless the agent is fenced.
 type router struct {
 	st   *state.Store
@@ -60,13 +60,13 @@ func (r *router) Route(ctx context.Context, port int) (frontend.Target, error) {
 	}
 	asked := false
 	for {
+		// One its agent is suspending (a suspend, a migration or a
+		// drain) takes no new connection, which would be cut at the
+		// checkpoint: it waits for where it runs next.
 		d, err := r.st.Follow(ctx, ep.Deployment, func(d state.Deployment) bool {
 			switch d.Status.Phase {
 			case spec.PhaseRunning:
-				// One about to be suspended (a suspend, a migration, a
-				// drain asked) takes no new connection: it would be cut
-				// at the checkpoint. It waits for where it runs next.
-				return !d.Suspend
+				return true
 			case spec.PhaseFailed:
 				return true
 			case spec.PhaseSuspended:
@@ -95,6 +95,14 @@ func (r *router) Route(ctx context.Context, port int) (frontend.Target, error) {
 		t.Woke = true
 	}
 }
+
+// takesConnections reports whether deployment d's instance takes new
+// connections: it runs, and its agent has not begun to suspend it. A
+// suspend asked (or a migration's, while its target prepares the resume)
+// leaves it Running and answering; its agent says Suspending a moment
+// before the checkpoint (suspendGrace), and the front ends then hold new
+// connections until it runs again, on its new node.
+func takesConnections(d state.Deployment) bool { return d.Status.Phase == spec.PhaseRunning }
 
 // address is where a connection to Running deployment d goes: its own
 // address on this node, or its node's front end.
@@ -226,7 +234,7 @@ func (a *agent) runFrontend(ctx context.Context, fe *frontend.Frontend, r *route
 
 // kernelRoutes keeps the kernel's routes of the node's front end: one per
 // endpoint whose deployment runs on this node and takes connections (not
-// about to be suspended), to its instance's own address. Every other
+// being suspended), to its instance's own address. Every other
 // endpoint reaches the front end's listener.
 type kernelRoutes struct {
 	a *agent
@@ -261,7 +269,7 @@ func (kr *kernelRoutes) set(ctx context.Context, eps map[int]state.Endpoint) {
 			}
 		}
 		d, ok := kr.a.st.WatchedDeployment(ep.Deployment)
-		if !ok || d.Status.Phase != spec.PhaseRunning || d.Status.Node != kr.a.c.Node.Name || d.Suspend {
+		if !ok || !takesConnections(d) || d.Status.Node != kr.a.c.Node.Name {
 			continue
 		}
 		seen[ep.Deployment] = true

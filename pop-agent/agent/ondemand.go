@@ -45,7 +45,7 @@ type making struct {
 func runningOnDemandHere(st *state.Store, app, node string) string {
 	deps, _ := st.WatchedOnDemand(app)
 	for _, d := range deps {
-		if d.Status.Phase == spec.PhaseRunning && !d.Suspend && d.Status.Node == node {
+		if takesConnections(d) && d.Status.Node == node {
 			return d.ID
 		}
 	}
@@ -68,11 +68,11 @@ func (r *router) routeShared(ctx context.Context, ep state.Endpoint, port int) (
 			r.log.Info("front end: this node makes no instance on demand; forwarding to another node's", "app", ep.App, "deployment", id, "why", err)
 		}
 		t.Deployment = id
-		if d, ok := r.st.WatchedDeployment(id); made || !ok || d.Status.Phase != spec.PhaseRunning || d.Suspend {
+		if d, ok := r.st.WatchedDeployment(id); made || !ok || !takesConnections(d) {
 			t.Held = true
 		}
 		d, err := r.st.Follow(ctx, id, func(d state.Deployment) bool {
-			return d.Status.Phase == spec.PhaseFailed || d.Status.Phase == spec.PhaseRunning && !d.Suspend
+			return d.Status.Phase == spec.PhaseFailed || takesConnections(d)
 		})
 		if errors.Is(err, state.ErrNotFound) {
 			// Undeployed meanwhile (idle): the next one serves.
@@ -160,7 +160,7 @@ func (r *router) ownOnDemand(app string) string {
 func (r *router) remoteOnDemand(app string) string {
 	deps, _ := r.st.WatchedOnDemand(app)
 	for _, d := range deps {
-		if d.Status.Phase == spec.PhaseRunning && !d.Suspend && d.Status.Node != r.node {
+		if takesConnections(d) && d.Status.Node != r.node {
 			return d.ID
 		}
 	}

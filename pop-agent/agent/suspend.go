@@ -19,6 +19,11 @@ import (
 // suspend suspends deployment dsr, running on this node, and records its
 // suspension in etcd (its node then none). A failure leaves it Failed, its
 // app maybe stopped by the checkpoint.
+// suspendGrace is how long an instance runs on once its agent has said
+// Suspending, before its checkpoint: the front ends' views follow the
+// status within milliseconds and stop giving it connections.
+const suspendGrace = 50 * time.Millisecond
+
 func (a *agent) suspend(ctx context.Context, dsr state.Desired) {
 	rec, err := a.d.Records().Load(dsr.ID)
 	switch {
@@ -41,6 +46,15 @@ func (a *agent) suspend(ctx context.Context, dsr state.Desired) {
 	st.Phase, st.Timings, st.Suspension = spec.PhaseSuspending, nil, nil
 	live := a.newLiveStatus(ctx, dsr.ID, st)
 	_ = a.setStatus(ctx, dsr.ID, st)
+	if rec.Phase == spec.PhaseRunning {
+		// The front ends hold new connections from the moment their
+		// views say Suspending: those they gave it a moment before end
+		// their requests before the checkpoint cuts them.
+		select {
+		case <-ctx.Done():
+		case <-time.After(suspendGrace):
+		}
+	}
 	start := time.Now()
 	// For a migration, its checkpoint stays here, where its target reads
 	// it, and goes into the cluster behind it.

@@ -68,8 +68,10 @@ func testFrontend(t *testing.T, eng engine.Name) {
 	if n := kernelRoutes(t, p, "n1"); n != 1 {
 		t.Errorf("n1's kernel routes: %v; want 1 (its endpoint, to the instance that runs there)", n)
 	}
-	if out := os.Getenv("FOGDEPLOY_BENCH_OUT"); out != "" {
-		benchFrontend(ctx, t, p, client, api, app.Name, eng, dep.Status.Ports[drivers.PortKey(6379, "tcp")], at("n1", port), at("n2", port), out)
+	benchOut := os.Getenv("FOGDEPLOY_BENCH_OUT")
+	var bench *frontendBench
+	if benchOut != "" {
+		bench = benchFrontend(ctx, t, p, client, api, app.Name, eng, dep.Status.Ports[drivers.PortKey(6379, "tcp")], at("n1", port), at("n2", port))
 	}
 	// Through n2's front end, to n1's instance.
 	if got, err := redis(at("n2", port), "SET", "user", "alice"); err != nil || got != "OK" {
@@ -93,17 +95,30 @@ func testFrontend(t *testing.T, eng engine.Name) {
 		t.Errorf("fogctl endpoint ls -o json = %d, %v: %s; want both front ends' addresses", code, err, out)
 	}
 
-	// A migration under a client's steady load through the endpoint.
+	// A migration under a client's steady load through the endpoint, and
+	// another client's PINGs straight to the instance (its downtime).
+	direct := directPings(ctx, dep.Status.Ports[drivers.PortKey(6379, "tcp")])
+	var moved scheduler.Moved
 	failed, slowest := underLoad(ctx, t, at("n2", port), func() {
-		code, moved := migrateHook(t, client, api, dep.ID, "n2")
+		var code int
+		code, moved = migrateHook(t, client, api, dep.ID, "n2")
 		if code != http.StatusOK || moved.To != "n2" {
 			t.Errorf("migrate to n2: %d %+v", code, moved)
 		}
 	})
+	downtime := direct(moved.Ports[drivers.PortKey(6379, "tcp")])
 	if failed != 0 {
 		t.Errorf("%d requests failed through the endpoint during the migration; want none (held, not refused)", failed)
 	}
-	t.Logf("%s: migration under load: 0 failed, slowest request %s", eng, slowest.Round(time.Millisecond))
+	t.Logf("%s: migration under load: 0 failed, slowest request %s; the instance answered nothing for %s (direct)", eng,
+		slowest.Round(time.Millisecond), downtime.Round(time.Millisecond))
+	if bench != nil {
+		bench.MigrateStallMS, bench.MigrateDowntimeMS = float64(slowest.Microseconds())/1000, float64(downtime.Microseconds())/1000
+		b, _ := json.MarshalIndent(bench, "", "  ")
+		if err := os.WriteFile(filepath.Join(benchOut, "frontend-"+string(eng)+".json"), append(b, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if got, err := redis(at("n1", port), "GET", "user"); err != nil || got != "alice" {
 		t.Errorf("after the migration, at the same endpoint: GET user = %q, %v; want alice", got, err)
 	}
@@ -244,9 +259,14 @@ type frontendBench struct {
 	// phases), on the same PoP.
 	WakeMS    float64 `json:"wake_ms"`
 	RestoreMS float64 `json:"restore_ms"`
+	// MigrateStallMS is the slowest PING through the endpoint (a new
+	// connection every 10 ms) during a migration; MigrateDowntimeMS how
+	// long the instance answered nothing to PINGs straight to it.
+	MigrateStallMS    float64 `json:"migrate_stall_ms"`
+	MigrateDowntimeMS float64 `json:"migrate_downtime_ms"`
 }
 
-func benchFrontend(ctx context.Context, t *testing.T, p *pop, client *http.Client, api, app string, eng engine.Name, direct, local, remote, out string) {
+func benchFrontend(ctx context.Context, t *testing.T, p *pop, client *http.Client, api, app string, eng engine.Name, direct, local, remote string) *frontendBench {
 	t.Helper()
 	res := frontendBench{Engine: eng, RPS: map[string]float64{}, MedianUS: map[string]float64{}}
 	// Twice each, alternating, the better kept: two shared cores.
@@ -285,9 +305,47 @@ func benchFrontend(ctx context.Context, t *testing.T, p *pop, client *http.Clien
 	if err := p.st.DeleteDeployment(ctx, d.ID); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.MarshalIndent(res, "", "  ")
-	if err := os.WriteFile(filepath.Join(out, "frontend-"+string(eng)+".json"), append(b, '\n'), 0o644); err != nil {
-		t.Fatal(err)
+	return &res
+}
+
+// directPings PINGs the instance at src every 10 ms, on a new connection
+// each time, until it is given the instance's address after its move,
+// which it PINGs until it answers: it returns how long nothing answered
+// (the last answer at src to the first at dst).
+func directPings(ctx context.Context, src string) func(dst string) time.Duration {
+	var mu sync.Mutex
+	var last time.Time
+	pctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for pctx.Err() == nil {
+			cctx, cancel := context.WithTimeout(pctx, 50*time.Millisecond)
+			if got, err := testenv.RedisDo(cctx, nil, src, "PING"); err == nil && got == "PONG" {
+				mu.Lock()
+				last = time.Now()
+				mu.Unlock()
+			}
+			cancel()
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	return func(dst string) time.Duration {
+		var first time.Time
+		for deadline := time.Now().Add(10 * time.Second); dst != "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if got, err := testenv.RedisDo(ctx, nil, dst, "PING"); err == nil && got == "PONG" {
+				first = time.Now()
+				break
+			}
+		}
+		stop()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		if first.IsZero() || last.IsZero() {
+			return 0
+		}
+		return first.Sub(last)
 	}
 }
 
