@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -262,7 +263,8 @@ func containersOf(t *testing.T, f *deploytest.Fixture, app string) []string {
 // TestIdleSuspendPoP: a redis with `suspend_after: 6s` is not suspended
 // while a client holds a connection to it, even an idle one; once the
 // client has gone it is suspended within its suspend_after and two
-// samples, says why in its events, and a resume finds its key.
+// samples, says why in its events, and the user's next connection to its
+// endpoint wakes it, with its key.
 func TestIdleSuspendPoP(t *testing.T) {
 	ctx, p, _, app := redisOnPoP(t, "e2e-idle", engine.NameDMTCP, func(a *spec.App) {
 		a.SuspendAfter = spec.Duration(6 * time.Second)
@@ -295,8 +297,15 @@ func TestIdleSuspendPoP(t *testing.T) {
 	if !slices.ContainsFunc(evs, func(e state.Event) bool { return e.Reason == "idle" && strings.Contains(e.Message, "suspend_after 6s") }) {
 		t.Errorf("events %+v; want one saying it was idle", evs)
 	}
-	back := resumeWait(t, client, api, dep.ID, "n1")
-	if got, err := testenv.RedisDo(ctx, nil, back.Ports[drivers.PortKey(6379, "tcp")], "GET", "k"); err != nil || got != "kept" {
-		t.Errorf("resumed: GET k = %q, %v; want kept", got, err)
+	// The user's next request, at the deployment's endpoint, wakes it.
+	ep := net.JoinHostPort(p.frontend("n1"), strconv.Itoa(d.Endpoint["6379/tcp"]))
+	start := time.Now()
+	if got, err := testenv.RedisDo(ctx, nil, ep, "GET", "k"); err != nil || got != "kept" {
+		t.Errorf("a connection to the idle-suspended deployment's endpoint %s: GET k = %q, %v; want it woken, with its key", ep, got, err)
+	}
+	t.Logf("woken by a connection and answered in %s", time.Since(start).Round(time.Millisecond))
+	evs, _ = p.st.Events(ctx, dep.ID)
+	if !slices.ContainsFunc(evs, func(e state.Event) bool { return e.Reason == "woken" }) {
+		t.Errorf("events %+v; want one saying it was woken", evs)
 	}
 }
