@@ -351,6 +351,14 @@ func measureBig(ctx context.Context, t *testing.T, p *pop, f *deploytest.Fixture
 	if eng == engine.NameCRIU {
 		res.PostCopyMS = msOf(window())
 	}
+	// The phases of the migration's suspend and resume, for the log.
+	if evs, err := p.st.Events(ctx, dep.ID); err == nil {
+		for _, e := range evs {
+			if e.Reason == "suspended" || e.Reason == "resumed" {
+				t.Logf("%s: 256 MiB migration: %s: %s", eng, e.Reason, e.Message)
+			}
+		}
+	}
 	prepared(ctx, t, p, dep.ID)
 	// The suspend, until no container of the app is left (it has no
 	// other instance).
