@@ -73,11 +73,7 @@ func (c *Checkpoints) servedFetch(g spec.Generation) FetchCheckpoint {
 			return err
 		}
 		src := drivers.GenDir(target, g.Gen)
-		img, err := engine.ReadImage(src)
-		var pages *engine.Pages
-		if err == nil {
-			pages, err = engine.OpenPages(img)
-		}
+		pages, err := engine.OpenPagesIn(src)
 		if err != nil {
 			c.log.Warn("the checkpoint cannot be served page by page; copied whole", "app", g.App, "gen", g.Gen, "err", err)
 			if rerr := release(); rerr != nil {

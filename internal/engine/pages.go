@@ -86,6 +86,15 @@ const (
 
 var pagemapName = regexp.MustCompile(`^pagemap-([0-9]+)\.img$`)
 
+// OpenPagesIn is OpenPages of the image in checkpoint directory dir.
+func OpenPagesIn(dir string) (*Pages, error) {
+	img, err := ReadImage(dir)
+	if err != nil {
+		return nil, err
+	}
+	return OpenPages(img)
+}
+
 // OpenPages reads the memory layout of image img, whose engine must serve
 // its pages to a remote lazy restore (Facts.RemotePages), else ErrInvalid.
 func OpenPages(img Image) (_ *Pages, err error) {

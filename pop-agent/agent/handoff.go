@@ -79,38 +79,15 @@ func (a *agent) serveHandoff(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, apiError{Error: "this agent runs no deployer"})
 		return
 	}
-	refuse := func(code int, err error, fix string) {
-		a.m.handoff.reads.WithLabelValues("refused").Inc()
-		if a.refusals.allow(10 * time.Second) { // a flood of them logs one line per 10 s
-			a.log.Warn("hand-over refused (fogdeploy_handoff_reads_total{result=\"refused\"} counts them all)", "deployment", id, "node", node, "remote", r.RemoteAddr, "err", err)
-		}
-		writeJSON(w, code, apiError{Error: err.Error(), Hint: fix})
-	}
 	if spec.ValidateID(id) != nil || node == "" {
-		refuse(http.StatusBadRequest, fmt.Errorf("a hand-over is asked as GET %s<deployment> with the %s header", handoffPath, nodeHeader), "")
+		a.refuseHandoff(w, r, http.StatusBadRequest, fmt.Errorf("a hand-over is asked as GET %s<deployment> with the %s header", handoffPath, nodeHeader), "")
 		return
 	}
-	h, dir, done, err := a.d.Handoffs().Open(id, apiauth.BearerToken(r.Header.Get("Authorization")))
-	if errors.Is(err, deploy.ErrDurable) {
-		writeJSON(w, http.StatusGone, apiError{Error: err.Error(), Hint: "read it from the suspension's image in the cluster"})
-		return
-	}
-	if err != nil {
-		refuse(http.StatusForbidden, fmt.Errorf("no hand-over of deployment %s for this token", id), "only a migration's target, with the secret etcd holds for it, reads its checkpoint")
+	h, dir, done, ok := a.openHandoff(w, r, id, node)
+	if !ok {
 		return
 	}
 	defer done()
-	ok, err := a.st.HandoffTarget(r.Context(), id, node, h.Ckpt)
-	if err != nil {
-		a.m.handoff.reads.WithLabelValues("failed").Inc()
-		writeJSON(w, http.StatusServiceUnavailable, apiError{Error: err.Error(), Hint: "asked again once etcd answers"})
-		return
-	}
-	if !ok {
-		refuse(http.StatusForbidden, fmt.Errorf("deployment %s is not placed on node %s for a resume from this checkpoint", id, node),
-			"a node reads a migration's checkpoint only while etcd places the migration on it")
-		return
-	}
 	// Its target restores lazily, and fetches later the pages a lazy
 	// restore reads from a page server (pages.go): they stay here.
 	var holes map[string][]ckptstream.Extent
@@ -134,6 +111,50 @@ func (a *agent) serveHandoff(w http.ResponseWriter, r *http.Request) {
 	}
 	a.m.handoff.reads.WithLabelValues("served").Inc()
 	a.log.Info("hand-over sent", "deployment", id, "node", node, "bytes", n, "pages_later", holes != nil, "ms", time.Since(start).Milliseconds())
+}
+
+// openHandoff opens deployment id's hand-over for node, which asks it
+// with request r, and answers r itself when it may not: without the
+// hand-over's secret, or when etcd does not place the deployment on node
+// for a resume from that checkpoint (403), once the checkpoint is in the
+// cluster (410), or while etcd does not answer (503). What a caller
+// reads, the hand-over's checkpoint or its pages, goes through here.
+func (a *agent) openHandoff(w http.ResponseWriter, r *http.Request, id, node string) (h deploy.Handoff, dir string, done func(), ok bool) {
+	h, dir, done, err := a.d.Handoffs().Open(id, apiauth.BearerToken(r.Header.Get("Authorization")))
+	if errors.Is(err, deploy.ErrDurable) {
+		writeJSON(w, http.StatusGone, apiError{Error: err.Error(), Hint: "read it from the suspension's image in the cluster"})
+		return h, "", nil, false
+	}
+	if err != nil {
+		a.refuseHandoff(w, r, http.StatusForbidden, fmt.Errorf("no hand-over of deployment %s for this token", id),
+			"only a migration's target, with the secret etcd holds for it, reads its checkpoint")
+		return h, "", nil, false
+	}
+	placed, err := a.st.HandoffTarget(r.Context(), id, node, h.Ckpt)
+	if err != nil {
+		done()
+		a.m.handoff.reads.WithLabelValues("failed").Inc()
+		writeJSON(w, http.StatusServiceUnavailable, apiError{Error: err.Error(), Hint: "asked again once etcd answers"})
+		return h, "", nil, false
+	}
+	if !placed {
+		done()
+		a.refuseHandoff(w, r, http.StatusForbidden, fmt.Errorf("deployment %s is not placed on node %s for a resume from this checkpoint", id, node),
+			"a node reads a migration's checkpoint only while etcd places the migration on it")
+		return h, "", nil, false
+	}
+	return h, dir, done, true
+}
+
+// refuseHandoff answers r with code and err, counted; a flood of refusals
+// logs one line per 10 s.
+func (a *agent) refuseHandoff(w http.ResponseWriter, r *http.Request, code int, err error, fix string) {
+	a.m.handoff.reads.WithLabelValues("refused").Inc()
+	if a.refusals.allow(10 * time.Second) {
+		a.log.Warn("hand-over refused (fogdeploy_handoff_reads_total{result=\"refused\"} counts them all)", "deployment", r.PathValue("id"),
+			"node", r.Header.Get(nodeHeader), "remote", r.RemoteAddr, "err", err)
+	}
+	writeJSON(w, code, apiError{Error: err.Error(), Hint: fix})
 }
 
 // handoffHold is how long a source waits for its target to run the
@@ -323,27 +344,17 @@ func (a *agent) readHandoff(ctx context.Context, id string, h state.Handoff, dst
 	if err := gencache.EmptyDir(dst); err != nil {
 		return false, err
 	}
-	src, err := a.st.Node(ctx, h.Node)
-	if err != nil {
-		return false, err
-	}
-	u, client, err := a.peer(src)
-	if err != nil {
-		return false, err
-	}
-	u.Path = handoffPath + id
-	if pages {
-		u.RawQuery = pagesQuery
-	}
 	// Bounded: a source that stalls is asked again, or found lost.
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(bytes/(10<<20))*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	query := ""
+	if pages {
+		query = pagesQuery
+	}
+	req, client, err := a.handoffRequest(ctx, id, h, "", query)
 	if err != nil {
 		return false, err
 	}
-	req.Header.Set("Authorization", "Bearer "+h.Token)
-	req.Header.Set(nodeHeader, a.c.Node.Name)
 	start := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
@@ -365,6 +376,28 @@ func (a *agent) readHandoff(ctx context.Context, id string, h state.Handoff, dst
 	}
 	a.log.Info("hand-over received", "deployment", id, "source", h.Node, "bytes", n, "pages_later", later, "ms", time.Since(start).Milliseconds())
 	return later, nil
+}
+
+// handoffRequest is a GET of hand-over h of deployment id (at sub under
+// it, with query) from its source's agent, as this node, with the
+// hand-over's secret, and the client that reaches that agent.
+func (a *agent) handoffRequest(ctx context.Context, id string, h state.Handoff, sub, query string) (*http.Request, *http.Client, error) {
+	src, err := a.st.Node(ctx, h.Node)
+	if err != nil {
+		return nil, nil, err
+	}
+	u, client, err := a.peer(src)
+	if err != nil {
+		return nil, nil, err
+	}
+	u.Path, u.RawQuery = handoffPath+id+sub, query
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+h.Token)
+	req.Header.Set(nodeHeader, a.c.Node.Name)
+	return req, client, nil
 }
 
 // pagesLater makes dst, a checkpoint read without the pages its lazy

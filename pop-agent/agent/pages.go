@@ -20,7 +20,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fogdeploy/fogdeploy/internal/apiauth"
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
@@ -124,11 +123,7 @@ func remotePages(susp spec.Suspension) bool {
 // pagesOf opens the memory of hand-over dir's checkpoint for a page
 // server; nil if its engine cannot serve it.
 func pagesOf(dir string) *engine.Pages {
-	img, err := engine.ReadImage(dir)
-	if err != nil {
-		return nil
-	}
-	p, err := engine.OpenPages(img)
+	p, err := engine.OpenPagesIn(dir)
 	if err != nil {
 		return nil
 	}
@@ -142,22 +137,20 @@ func pagesOf(dir string) *engine.Pages {
 // restore has every page.
 func (a *agent) servePages(w http.ResponseWriter, r *http.Request) {
 	id, node := r.PathValue("id"), r.Header.Get(nodeHeader)
-	if a.d == nil || spec.ValidateID(id) != nil || node == "" || r.Header.Get("Upgrade") != pagesProtocol {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("a page session is asked as GET %s<deployment>/pages with the %s header, upgrading to %s", handoffPath, nodeHeader, pagesProtocol)})
+	if a.d == nil {
+		writeJSON(w, http.StatusNotFound, apiError{Error: "this agent runs no deployer"})
 		return
 	}
-	h, dir, done, err := a.d.Handoffs().Open(id, apiauth.BearerToken(r.Header.Get("Authorization")))
-	if err != nil {
-		a.m.handoff.reads.WithLabelValues("refused").Inc()
-		writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("no hand-over of deployment %s for this token", id)})
+	if spec.ValidateID(id) != nil || node == "" || r.Header.Get("Upgrade") != pagesProtocol {
+		a.refuseHandoff(w, r, http.StatusBadRequest, fmt.Errorf("a page session is asked as GET %s<deployment>/pages with the %s header, upgrading to %s",
+			handoffPath, nodeHeader, pagesProtocol), "")
+		return
+	}
+	_, dir, done, ok := a.openHandoff(w, r, id, node)
+	if !ok {
 		return
 	}
 	defer done()
-	if ok, err := a.st.HandoffTarget(r.Context(), id, node, h.Ckpt); err != nil || !ok {
-		a.m.handoff.reads.WithLabelValues("refused").Inc()
-		writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("deployment %s is not placed on node %s for a resume from this checkpoint", id, node)})
-		return
-	}
 	// Its target asks: the hand-over is kept until the session ends.
 	defer a.pages.end(id)
 	pages := pagesOf(dir)
@@ -287,11 +280,7 @@ func (a *agent) pagesLost(ctx context.Context, id string, h state.Handoff, got i
 // dialPages opens the page session of hand-over h of deployment id with
 // its source: the hand-over's request, upgraded to the page protocol.
 func (a *agent) dialPages(ctx context.Context, id string, h state.Handoff) (io.ReadWriteCloser, error) {
-	src, err := a.st.Node(ctx, h.Node)
-	if err != nil {
-		return nil, err
-	}
-	u, client, err := a.peer(src)
+	req, client, err := a.handoffRequest(ctx, id, h, "/pages", "")
 	if err != nil {
 		return nil, err
 	}
@@ -304,13 +293,6 @@ func (a *agent) dialPages(ctx context.Context, id string, h state.Handoff) (io.R
 	} else {
 		client = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, ResponseHeaderTimeout: 10 * time.Second}}
 	}
-	u.Path = handoffPath + id + "/pages"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+h.Token)
-	req.Header.Set(nodeHeader, a.c.Node.Name)
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", pagesProtocol)
 	resp, err := client.Do(req)
