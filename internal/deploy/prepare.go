@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/catalog"
@@ -130,6 +132,7 @@ func (sx *Suspensions) Prepared() []string {
 // DropPrepared releases the slot prepared for deployment id's resume (no
 // error if there is none).
 func (sx *Suspensions) DropPrepared(ctx context.Context, id string) error {
+	sx.dropEarly(id)
 	s, ok := sx.prepared(id)
 	if !ok {
 		return nil
@@ -148,12 +151,110 @@ func (sx *Suspensions) takePrepared(ctx context.Context, id string, app spec.App
 	}
 	if s.App != app.Name || s.Engine != susp.Engine || !susp.Upper || s.Lower != lowerID(app.Name, susp.From.Gen) || s.Handle == nil {
 		sx.log.Info("the resume prepared does not fit the suspension; resuming without it", "deployment", id, "slot", s.ID)
+		sx.dropEarly(id)
 		if err := sx.pool.ReleaseSlot(context.WithoutCancel(ctx), s.ID); err != nil {
 			sx.log.Warn("releasing a prepared resume", "slot", s.ID, "err", err)
 		}
 		return nil, false
 	}
 	return &s, true
+}
+
+// earlyReads are the checkpoints read into prepared slots while their
+// sources still store the rest of the suspensions (ReadEarly), by
+// deployment.
+type earlyReads struct {
+	mu    sync.Mutex
+	reads map[string]*earlyRead
+}
+
+// earlyRead is one: done is closed once err is known.
+type earlyRead struct {
+	gen    int
+	done   chan struct{}
+	err    error
+	cancel context.CancelFunc
+}
+
+// errNoEarlyRead: no early read of that checkpoint.
+var errNoEarlyRead = errors.New("no early read")
+
+// ReadEarly copies generation gen of deployment id's checkpoint into the
+// slot prepared for its resume with read, in the background, while the
+// migration's source still stores the rest of the suspension: the resume
+// then finds it there (provisionPrepared), or copies it again where this
+// read failed. It reports false, reading nothing, where no slot is
+// prepared for id or a read of gen is under way or done.
+func (sx *Suspensions) ReadEarly(ctx context.Context, id string, gen int, read func(ctx context.Context, dst string) error) bool {
+	s, ok := sx.prepared(id)
+	if !ok {
+		return false
+	}
+	sx.early.mu.Lock()
+	if sx.early.reads == nil {
+		sx.early.reads = map[string]*earlyRead{}
+	}
+	if r, ok := sx.early.reads[id]; ok && r.gen == gen {
+		sx.early.mu.Unlock()
+		return false
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	r := &earlyRead{gen: gen, done: make(chan struct{}), cancel: cancel}
+	sx.early.reads[id] = r
+	sx.early.mu.Unlock()
+	dst := filepath.Join(s.Dir, "ckpt", strconv.Itoa(gen))
+	go func() {
+		defer close(r.done)
+		start := time.Now()
+		r.err = os.RemoveAll(dst)
+		if r.err == nil {
+			r.err = os.Mkdir(dst, 0o755)
+		}
+		if r.err == nil {
+			r.err = read(rctx, dst)
+		}
+		sx.log.Info("checkpoint read early into a prepared resume", "deployment", id, "gen", gen, "ms", time.Since(start).Milliseconds(), "err", r.err)
+	}()
+	return true
+}
+
+// takeEarly waits for the early read of generation gen of deployment
+// id's checkpoint and forgets it: nil if it copied the checkpoint,
+// errNoEarlyRead if there was none of gen.
+func (sx *Suspensions) takeEarly(ctx context.Context, id string, gen int) error {
+	sx.early.mu.Lock()
+	r, ok := sx.early.reads[id]
+	delete(sx.early.reads, id)
+	sx.early.mu.Unlock()
+	if !ok {
+		return errNoEarlyRead
+	}
+	if r.gen != gen {
+		r.cancel()
+		<-r.done
+		return errNoEarlyRead
+	}
+	select {
+	case <-ctx.Done():
+		r.cancel()
+		<-r.done
+		return ctx.Err()
+	case <-r.done:
+		r.cancel()
+		return r.err
+	}
+}
+
+// dropEarly stops deployment id's early read, if any, and waits for it.
+func (sx *Suspensions) dropEarly(id string) {
+	sx.early.mu.Lock()
+	r, ok := sx.early.reads[id]
+	delete(sx.early.reads, id)
+	sx.early.mu.Unlock()
+	if ok {
+		r.cancel()
+		<-r.done
+	}
 }
 
 // provisionPrepared is provision for a slot made by PrepareResume: the
@@ -166,13 +267,20 @@ func (sx *Suspensions) provisionPrepared(ctx context.Context, o *op, s *Slot, sr
 	dst := filepath.Join(s.Dir, "ckpt", fmt.Sprint(g.Gen))
 	start := time.Now()
 	wait := async(func() error {
+		err := sx.takeEarly(ctx, s.Deployment, g.Gen)
+		if err == nil {
+			return nil // read while the source stored the suspension
+		}
+		if !errors.Is(err, errNoEarlyRead) {
+			sx.log.Warn("the checkpoint read early is not whole; read again", "deployment", s.Deployment, "gen", g.Gen, "err", err)
+		}
 		if err := os.RemoveAll(dst); err != nil {
 			return err
 		}
 		if err := os.Mkdir(dst, 0o755); err != nil {
 			return err
 		}
-		_, err := sx.ckpts.fetchFrom(ctx, g, dst, src.fetch)
+		_, err = sx.ckpts.fetchFrom(ctx, g, dst, src.fetch)
 		return err
 	})
 	defer func() { _ = wait() }()

@@ -2,7 +2,9 @@ package deploy_test
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,24 +78,21 @@ func resumePrepared(ctx context.Context, t *testing.T, n deploytest.Node, app sp
 	if _, made := s.Timings.Get(string(deploy.StepContainer)); s.Phase != deploy.SlotPrepared || !made {
 		t.Errorf("prepared slot: phase %s, timings %s; want %s with its container made", s.Phase, s.Timings, deploy.SlotPrepared)
 	}
-	susp, err := d.Suspensions().Suspend(ctx, dep.ID, app, deploy.SuspendOptions{})
-	if err != nil {
-		t.Fatalf("suspend: %v", err)
-	}
-	if err := d.Suspensions().Forget(dep.ID); err != nil { // as the agent does once etcd has the suspension
-		t.Fatal(err)
-	}
-	var phases []string
-	resumed, err := d.Resume(ctx, app, dep.ID, susp, deploy.Options{Progress: func(p string, _ time.Duration) { phases = append(phases, p) }})
-	if err != nil {
-		t.Fatalf("resume into the prepared instance: %v (phases %v)", err, phases)
-	}
-	d.Suspensions().DropSuspension(ctx, resumed.ID, susp)
-	if resumed.Slot != s.ID || slices.Contains(phases, string(deploy.StepContainer)) || !slices.Contains(phases, string(deploy.StepFetch)) {
-		t.Errorf("resume: slot %s, phases %v; want the prepared slot %s, its checkpoint fetched and no container made", resumed.Slot, phases, s.ID)
-	}
+	// A migration's: its checkpoint is read into the prepared instance as
+	// soon as the hand-over keeps it, before the suspension is sealed, and
+	// the resume reads it no more.
+	resumed := migratePrepared(ctx, t, d, app, dep.ID, s.ID, nil)
 	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, resumed), "GET", "k"); err != nil || got != "moved" {
 		t.Errorf("after a resume into the prepared instance: GET k = %q, %v; want moved", got, err)
+	}
+	// An early read that fails: the resume reads the checkpoint itself.
+	s, err = d.Suspensions().PrepareResume(ctx, app, dep.ID, dep.Gen)
+	if err != nil {
+		t.Fatalf("prepare a resume: %v", err)
+	}
+	resumed = migratePrepared(ctx, t, d, app, dep.ID, s.ID, errors.New("the source's agent stopped"))
+	if got, err := testenv.RedisDo(ctx, nil, deploytest.RedisAddr(t, resumed), "GET", "k"); err != nil || got != "moved" {
+		t.Errorf("after a resume whose early read failed: GET k = %q, %v; want moved", got, err)
 	}
 	if len(d.Suspensions().Prepared()) != 0 {
 		t.Errorf("prepared after the resume: %v; want none", d.Suspensions().Prepared())
@@ -104,4 +103,54 @@ func resumePrepared(ctx context.Context, t *testing.T, n deploytest.Node, app sp
 		}
 	}
 	n.AssertNothingLeft(t, app.Name, true)
+}
+
+// migratePrepared suspends deployment id for a migration (a hand-over)
+// and resumes it into the prepared slot, as its target would: the
+// checkpoint read early, as the hand-over keeps it (failing with
+// earlyErr, if given), and by the resume only where that failed. It
+// checks which read and the resume's slot and phases.
+func migratePrepared(ctx context.Context, t *testing.T, d *deploy.Deployer, app spec.App, id, slot string, earlyErr error) deploy.Deployment {
+	t.Helper()
+	var early, fetched atomic.Int32
+	fromHandoff := func(ctx context.Context, dst string) error { return d.Handoffs().CopyTo(ctx, id, dst) }
+	susp, err := d.Suspensions().Suspend(ctx, id, app, deploy.SuspendOptions{Handoff: true, Kept: func(h deploy.Handoff, _ spec.Suspension) {
+		ok := d.Suspensions().ReadEarly(ctx, id, h.Gen, func(ctx context.Context, dst string) error {
+			early.Add(1)
+			if earlyErr != nil {
+				return earlyErr
+			}
+			return fromHandoff(ctx, dst)
+		})
+		if !ok {
+			t.Errorf("the hand-over's checkpoint was not read early into the prepared resume")
+		}
+	}})
+	if err != nil {
+		t.Fatalf("suspend for a migration: %v", err)
+	}
+	if err := d.Suspensions().Forget(id); err != nil { // as the agent does once etcd has the suspension
+		t.Fatal(err)
+	}
+	var phases []string
+	resumed, err := d.Resume(ctx, app, id, susp, deploy.Options{Progress: func(p string, _ time.Duration) { phases = append(phases, p) },
+		Checkpoint: func(ctx context.Context, dst string, _ func(context.Context) error) error {
+			fetched.Add(1)
+			return fromHandoff(ctx, dst)
+		}})
+	if err != nil {
+		t.Fatalf("resume into the prepared instance: %v (phases %v)", err, phases)
+	}
+	d.Handoffs().Finish(ctx, id)
+	if resumed.Slot != slot || slices.Contains(phases, string(deploy.StepContainer)) || !slices.Contains(phases, string(deploy.StepFetch)) {
+		t.Errorf("resume: slot %s, phases %v; want the prepared slot %s, its checkpoint fetched and no container made", resumed.Slot, phases, slot)
+	}
+	want := int32(0)
+	if earlyErr != nil {
+		want = 1
+	}
+	if early.Load() != 1 || fetched.Load() != want {
+		t.Errorf("checkpoint read early %d time(s), by the resume %d; want 1 and %d", early.Load(), fetched.Load(), want)
+	}
+	return resumed
 }

@@ -47,6 +47,9 @@ type Suspensions struct {
 	pool   *Pool
 	// handoffs are the checkpoints kept here for a migration's target.
 	handoffs *Handoffs
+	// early are the checkpoints read into slots prepared here before
+	// their suspensions are sealed (ReadEarly).
+	early earlyReads
 }
 
 // SuspendOptions say how a suspend goes.
@@ -58,6 +61,11 @@ type SuspendOptions struct {
 	// until the caller has its durable copy written (Handoffs.Store) or
 	// needs it no more (Handoffs.Finish).
 	Handoff bool
+	// Kept, with Handoff, is told of the hand-over once the checkpoint's
+	// files are in it, before the instance is released and its files
+	// sealed: its target may read it from then on (ReadEarly), with the
+	// suspension as far as it got (its engine, its bytes).
+	Kept func(Handoff, spec.Suspension)
 }
 
 // Suspensions returns the node's suspensions.
@@ -128,6 +136,9 @@ func (sx *Suspensions) Suspend(ctx context.Context, id string, app spec.App, o S
 	}
 	if err := s.keep(); err != nil {
 		return spec.Suspension{}, err
+	}
+	if s.kept != nil && o.Kept != nil {
+		o.Kept(*s.kept, s.susp)
 	}
 	if err := s.store(ctx); err != nil {
 		return spec.Suspension{}, err

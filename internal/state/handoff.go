@@ -2,9 +2,11 @@
 // here who may read it, node to node, while it writes the durable copy into the cluster behind
 // it (spec.Suspension.Pending):
 //
-//	source: PutHandoff → RecordSuspended (Pending: source) → MoveOn → … → MarkDurable
-//	target: Handoff (the token, the source's API) → reads the checkpoint from the source,
-//	        or, once MarkDurable ran, from the cluster
+//	source: PutHandoff (once the checkpoint's files are kept) → RecordSuspended (Pending: source)
+//	        → MoveOn → … → MarkDurable
+//	target: MarkPrepared → Handoff (the token, the source's API) → reads the checkpoint from the
+//	        source (while the source seals the suspension, or after), or, once MarkDurable ran,
+//	        from the cluster
 //
 // The token is the only secret: it is in a key of its own, never in a record that the hook API
 // shows, and goes with the deployment or once the copy is durable.
@@ -27,6 +29,13 @@ type Handoff struct {
 	Ckpt string `json:"ckpt"`
 	// Token is a secret the source made for this hand-over alone.
 	Token string `json:"token"`
+	// Gen is the checkpoint's generation (its directory) and Bytes its
+	// size; Pages: its target fetches its memory after it runs, from the
+	// source's page server. The migration's prepared target reads it from
+	// these before the suspension is recorded.
+	Gen   int   `json:"gen,omitempty"`
+	Bytes int64 `json:"bytes,omitempty"`
+	Pages bool  `json:"pages,omitempty"`
 }
 
 func handoffKey(id string) string { return Prefix + "handoffs/" + id }
@@ -118,12 +127,16 @@ func (s *Store) MarkDurable(ctx context.Context, id, ckpt string) error {
 
 // HandoffTarget reports whether deployment id is placed on node for a
 // resume from a suspension whose checkpoint image is ckpt: the one node
-// a hand-over's source serves.
+// a hand-over's source serves. Before the suspension is recorded, that
+// is the node its migration goes to, once it has prepared the resume.
 func (s *Store) HandoffTarget(ctx context.Context, id, node, ckpt string) (bool, error) {
 	d, err := s.Deployment(ctx, id)
 	if err != nil {
 		return false, err
 	}
-	susp := d.Status.Suspension
-	return d.Node == node && susp != nil && susp.Ckpt.Image == ckpt, nil
+	if susp := d.Status.Suspension; susp != nil {
+		return d.Node == node && susp.Ckpt.Image == ckpt, nil
+	}
+	m := d.Move
+	return d.Suspend && m != nil && !m.Back && m.Target() == node && m.Prepared == node, nil
 }

@@ -83,3 +83,41 @@ func TestHandoff(t *testing.T) {
 		t.Errorf("%d hand-over records left; want none", n)
 	}
 }
+
+// TestHandoffTargetEarly: before its suspension is recorded, a migration's
+// checkpoint is readable by the node it moves to once that node has
+// prepared the resume, and by no other node; a migration sent back reads
+// nothing early.
+func TestHandoffTargetEarly(t *testing.T) {
+	st := statetest.Store(t)
+	ctx := context.Background()
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if _, err := st.Register(ctx, state.Node{Name: n, Capacity: 8}, 30); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.CreateDeployment(ctx, state.Desired{ID: "d1", App: "a", Node: "n1", Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetStatus(ctx, "d1", state.Status{Instance: spec.Instance{Phase: spec.PhaseRunning, Node: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	ckpt := "fdi-d1-susp-y"
+	check := func(when string, want map[string]bool) {
+		t.Helper()
+		for node, w := range want {
+			if ok, err := st.HandoffTarget(ctx, "d1", node, ckpt); err != nil || ok != w {
+				t.Errorf("%s: HandoffTarget(d1, %s) = %v, %v; want %v", when, node, ok, err, w)
+			}
+		}
+	}
+	check("running", map[string]bool{"n1": false, "n2": false})
+	if _, err := st.RequestMigrate(ctx, "d1", "n2"); err != nil {
+		t.Fatal(err)
+	}
+	check("a migration to n2 asked, not prepared", map[string]bool{"n2": false, "n3": false})
+	if err := st.MarkPrepared(ctx, "d1", "n2"); err != nil {
+		t.Fatal(err)
+	}
+	check("prepared on n2", map[string]bool{"n2": true, "n3": false, "n1": false})
+}

@@ -49,6 +49,7 @@ const handoffWait = 60 * time.Second
 type handoffMetrics struct {
 	bytes   *prometheus.CounterVec
 	reads   *prometheus.CounterVec
+	early   *prometheus.CounterVec
 	durable prometheus.Histogram
 }
 
@@ -60,13 +61,17 @@ func newHandoffMetrics(reg prometheus.Registerer) handoffMetrics {
 		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fogdeploy_handoff_reads_total", Help: "Hand-overs asked of this node, by result (served, refused, failed).",
 		}, []string{"result"}),
+		early: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fogdeploy_handoff_early_reads_total",
+			Help: "Checkpoints this node read as a migration's prepared target before their suspension was sealed, by result (read, failed: its resume read it again).",
+		}, []string{"result"}),
 		durable: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "fogdeploy_handoff_durable_seconds",
 			Help:    "Time from a migration's checkpoint to its durable copy sealed in the cluster: the window in which a loss of this node loses the instance unless its target has it.",
 			Buckets: []float64{0.25, 0.5, 1, 2, 4, 8, 16, 32},
 		}),
 	}
-	reg.MustRegister(m.bytes, m.reads, m.durable)
+	reg.MustRegister(m.bytes, m.reads, m.early, m.durable)
 	return m
 }
 

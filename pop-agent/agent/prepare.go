@@ -34,6 +34,12 @@ func (a *agent) prepareResume(ctx context.Context, dsr state.Desired) {
 	switch {
 	case err == nil:
 		a.m.prepared.WithLabelValues("prepared").Inc()
+		// Not under the deployment's lock, which its resume takes.
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.readEarly(ctx, dsr)
+		}()
 	case errors.Is(err, deploy.ErrNotPreparable):
 		a.log.Debug("the resume of a migration cannot be prepared here", "deployment", dsr.ID, "err", err)
 	default:
@@ -118,4 +124,51 @@ func (a *agent) awaitTarget(ctx context.Context, dsr state.Desired) {
 		return
 	}
 	a.log.Debug("the migration's target has prepared its resume", "deployment", dsr.ID, "target", target, "waited", waited.Round(time.Millisecond))
+}
+
+// earlyWait bounds how long a prepared target waits for its source to
+// keep the checkpoint (its instance's run until then, and the checkpoint).
+const earlyWait = 60 * time.Second
+
+// earlyPoll is how often it asks.
+const earlyPoll = 25 * time.Millisecond
+
+// readEarly reads the checkpoint of deployment dsr, whose resume this node
+// prepared, from its source as soon as the source has kept it, into the
+// prepared instance, while the source releases the instance and seals
+// the rest of the suspension: the resume, once the suspension is
+// recorded, then waits for none of it. A checkpoint whose memory the
+// resume fetches later (a post-copy) is read by the resume itself. Any
+// failure leaves the read to the resume.
+func (a *agent) readEarly(ctx context.Context, dsr state.Desired) {
+	wctx, cancel := context.WithTimeout(ctx, earlyWait)
+	defer cancel()
+	var h state.Handoff
+	for {
+		var err error
+		if h, err = a.st.Handoff(wctx, dsr.ID); err == nil && h.Node == dsr.Move.From && h.Gen > 0 {
+			break
+		}
+		if d, ok := a.st.WatchedDeployment(dsr.ID); !ok || !d.Suspend || d.Move == nil || d.Move.Back ||
+			d.Move.Target() != a.c.Node.Name || d.Status.Suspension != nil {
+			return // moved on: the resume reads it
+		}
+		select {
+		case <-wctx.Done():
+			return
+		case <-time.After(earlyPoll):
+		}
+	}
+	if h.Pages {
+		return
+	}
+	a.d.Suspensions().ReadEarly(ctx, dsr.ID, h.Gen, func(ctx context.Context, dst string) error {
+		_, err := a.readHandoff(ctx, dsr.ID, h, dst, h.Bytes, false)
+		result := "read"
+		if err != nil {
+			result = "failed"
+		}
+		a.m.handoff.early.WithLabelValues(result).Inc()
+		return err
+	})
 }

@@ -58,10 +58,29 @@ func (a *agent) suspend(ctx context.Context, dsr state.Desired) {
 	start := time.Now()
 	// For a migration, its checkpoint stays here, where its target reads
 	// it, and goes into the cluster behind it.
-	susp, err := a.d.Suspensions().Suspend(ctx, dsr.ID, app, deploy.SuspendOptions{Progress: live.progress, Handoff: dsr.Move != nil})
+	opts := deploy.SuspendOptions{Progress: live.progress, Handoff: dsr.Move != nil}
+	var kept *state.Handoff
+	if dsr.Move != nil {
+		// Its target may read the checkpoint from the moment its files
+		// are kept, while this node seals the rest (readEarly).
+		opts.Kept = func(h deploy.Handoff, susp spec.Suspension) {
+			rec := handoffRecord(a.c.Node.Name, h, susp)
+			if err := a.st.PutHandoff(ctx, dsr.ID, rec); err != nil {
+				a.log.Info("recording a hand-over before its suspension; its target reads it once the suspension is recorded", "deployment", dsr.ID, "err", err)
+				return
+			}
+			kept = &rec
+		}
+	}
+	susp, err := a.d.Suspensions().Suspend(ctx, dsr.ID, app, opts)
 	live.stop()
 	if err != nil {
 		a.m.suspends.WithLabelValues("error").Inc()
+		if kept != nil {
+			if eerr := a.st.EndHandoff(ctx, dsr.ID, kept.Ckpt); eerr != nil {
+				a.log.Warn("removing the record of a hand-over whose suspend failed; it goes with the deployment", "deployment", dsr.ID, "err", eerr)
+			}
+		}
 		if rec, lerr := a.d.Records().Load(dsr.ID); lerr == nil && rec.Phase == spec.PhaseRunning {
 			// It failed before its checkpoint: the instance runs on.
 			a.log.Error("suspend failed; the instance runs on", "deployment", dsr.ID, "err", err)
@@ -88,6 +107,13 @@ func (a *agent) suspend(ctx context.Context, dsr state.Desired) {
 		susp.Bytes, susp.Env.Image, susp.Timings))
 }
 
+// handoffRecord is what etcd holds of hand-over h of suspension susp,
+// kept on node: who serves it, with which secret, and what its target
+// reads.
+func handoffRecord(node string, h deploy.Handoff, susp spec.Suspension) state.Handoff {
+	return state.Handoff{Node: node, Ckpt: h.Ckpt, Token: h.Token, Gen: h.Gen, Bytes: h.Bytes, Pages: remotePages(susp)}
+}
+
 // recordSuspended writes suspended record rec's suspension to etcd, then
 // forgets the record; a deployment withdrawn meanwhile has its
 // suspension's images removed.
@@ -101,7 +127,7 @@ func (a *agent) recordSuspended(ctx context.Context, rec deploy.Deployment) {
 		h, err := a.d.Handoffs().Get(rec.ID)
 		switch {
 		case err == nil && !h.Durable:
-			err = a.st.PutHandoff(ctx, rec.ID, state.Handoff{Node: a.c.Node.Name, Ckpt: rec.Suspension.Ckpt.Image, Token: h.Token})
+			err = a.st.PutHandoff(ctx, rec.ID, handoffRecord(a.c.Node.Name, h, *rec.Suspension))
 		case err == nil || errors.Is(err, deploy.ErrNoHandoff):
 			rec.Suspension.Pending, err = "", nil
 		}
