@@ -46,30 +46,8 @@ func TestFrontendRoutes(t *testing.T) {
 	if err := seed.CreateApp(ctx, app, false); err != nil {
 		t.Fatal(err)
 	}
-	// Two nodes on one machine, each front end on an address of its own.
-	addrs := map[string]string{"n1": "127.0.0.1", "n2": "127.0.0.2"}
-	fes := map[string]*state.Store{}
-	regs := map[string]*prometheus.Registry{}
-	for _, n := range []string{"n1", "n2"} {
-		if _, err := seed.Register(ctx, state.Node{Name: n, Capacity: 8, Frontend: addrs[n]}, 30); err != nil {
-			t.Fatal(err)
-		}
-		st, err := state.Open(ctx, state.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second,
-			EndpointPorts: state.PortRange{Lo: 24100, Hi: 24199}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		wctx, cancel := context.WithCancel(ctx)
-		t.Cleanup(cancel)
-		st.Watch(wctx, slog.New(slog.DiscardHandler))
-		regs[n] = prometheus.NewRegistry()
-		a := &agent{st: st, log: slog.New(slog.DiscardHandler)}
-		r := &router{st: st, node: n, mayWrite: func() error { return nil }, log: a.log, wakes: rate.NewLimiter(1, 1)}
-		fe := frontend.New(frontend.Config{Listen: addrs[n], HoldTimeout: 5 * time.Second, Metrics: frontend.NewMetrics(regs[n])}, r)
-		go a.runFrontend(wctx, fe, r)
-		fes[n] = st
-	}
+	addrs := frontendAddrs
+	fes, regs := frontendNodes(t, endpoint, seed, state.PortRange{Lo: 24100, Hi: 24199}, rate.NewLimiter(1, 1), nil)
 	d, err := fes["n1"].CreatePlaced(ctx, state.Desired{ID: "chat-1", App: "chat", Node: "n1"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -209,6 +187,45 @@ func TestFrontendRoutes(t *testing.T) {
 		c.Close()
 	}
 	t.Errorf("the endpoint of a withdrawn deployment still accepts")
+}
+
+// frontendAddrs are the front ends' addresses of frontendNodes' nodes:
+// two nodes on one machine, each front end on an address of its own.
+var frontendAddrs = map[string]string{"n1": "127.0.0.1", "n2": "127.0.0.2"}
+
+// frontendNodes registers nodes n1 and n2 with seed and runs a front end
+// for each, routing from a view of its own of the etcd at endpoint, with
+// endpoint ports ports, wakes each (nil: none) and mayWrite for each node
+// (nil: the node may write): each node's store and metrics.
+func frontendNodes(t *testing.T, endpoint string, seed *state.Store, ports state.PortRange, wakes *rate.Limiter,
+	mayWrite map[string]func() error) (map[string]*state.Store, map[string]*prometheus.Registry) {
+	t.Helper()
+	ctx := context.Background()
+	stores, regs := map[string]*state.Store{}, map[string]*prometheus.Registry{}
+	for _, n := range []string{"n1", "n2"} {
+		if _, err := seed.Register(ctx, state.Node{Name: n, Capacity: 8, Frontend: frontendAddrs[n]}, 30); err != nil {
+			t.Fatal(err)
+		}
+		st, err := state.Open(ctx, state.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second, EndpointPorts: ports})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		wctx, cancel := context.WithCancel(ctx)
+		t.Cleanup(cancel)
+		st.Watch(wctx, slog.New(slog.DiscardHandler))
+		regs[n] = prometheus.NewRegistry()
+		a := &agent{st: st, log: slog.New(slog.DiscardHandler)}
+		may := mayWrite[n]
+		if may == nil {
+			may = func() error { return nil }
+		}
+		r := &router{st: st, node: n, mayWrite: may, log: a.log, wakes: wakes}
+		fe := frontend.New(frontend.Config{Listen: frontendAddrs[n], HoldTimeout: 5 * time.Second, Metrics: frontend.NewMetrics(regs[n])}, r)
+		go a.runFrontend(wctx, fe, r)
+		stores[n] = st
+	}
+	return stores, regs
 }
 
 // counterOf is the sum of counter name's series in reg.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -14,11 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/time/rate"
 
-	"github.com/fogdeploy/fogdeploy/internal/frontend"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
@@ -34,39 +31,15 @@ import (
 func TestOnDemandRoutes(t *testing.T) {
 	endpoint, seed := statetest.Start(t)
 	ctx := context.Background()
-	addrs := map[string]string{"n1": "127.0.0.1", "n2": "127.0.0.2"}
-	stores := map[string]*state.Store{}
-	regs := map[string]*prometheus.Registry{}
+	addrs := frontendAddrs
 	var fenced atomic.Bool
-	for _, n := range []string{"n1", "n2"} {
-		if _, err := seed.Register(ctx, state.Node{Name: n, Capacity: 8, Frontend: addrs[n]}, 30); err != nil {
-			t.Fatal(err)
-		}
-		st, err := state.Open(ctx, state.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second,
-			EndpointPorts: state.PortRange{Lo: 24200, Hi: 24299}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		wctx, cancel := context.WithCancel(ctx)
-		t.Cleanup(cancel)
-		st.Watch(wctx, slog.New(slog.DiscardHandler))
-		regs[n] = prometheus.NewRegistry()
-		a := &agent{st: st, log: slog.New(slog.DiscardHandler)}
-		mayWrite := func() error { return nil }
-		if n == "n1" {
-			mayWrite = func() error {
-				if fenced.Load() {
-					return errors.New("fenced: etcd is not the one this node knew")
-				}
-				return nil
+	stores, regs := frontendNodes(t, endpoint, seed, state.PortRange{Lo: 24200, Hi: 24299}, rate.NewLimiter(100, 100),
+		map[string]func() error{"n1": func() error {
+			if fenced.Load() {
+				return errors.New("fenced: etcd is not the one this node knew")
 			}
-		}
-		r := &router{st: st, node: n, mayWrite: mayWrite, log: a.log, wakes: rate.NewLimiter(100, 100)}
-		fe := frontend.New(frontend.Config{Listen: addrs[n], HoldTimeout: 5 * time.Second, Metrics: frontend.NewMetrics(regs[n])}, r)
-		go a.runFrontend(wctx, fe, r)
-		stores[n] = st
-	}
+			return nil
+		}})
 	app := spec.App{Name: "web", Env: "e", Command: []string{"x"}, Ready: spec.Readiness{Kind: spec.ReadyOutput, Phrase: "up"},
 		Ports: []spec.Port{{Port: 80}}, Frontend: spec.AppFrontend{OnDemand: true}}
 	if err := stores["n1"].CreateApp(ctx, app, false); err != nil {

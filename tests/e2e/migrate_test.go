@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -192,41 +191,14 @@ func prepared(ctx context.Context, t *testing.T, p *pop, id string) {
 // address, and what the migration reported.
 func migrateUnderPings(ctx context.Context, t *testing.T, client *http.Client, api, id, src string) (time.Duration, scheduler.Moved) {
 	t.Helper()
-	var mu sync.Mutex
-	var lastAnswer time.Time
-	pctx, stopPoll := context.WithCancel(ctx)
-	polled := make(chan struct{})
-	go func() {
-		defer close(polled)
-		for pctx.Err() == nil {
-			cctx, cancel := context.WithTimeout(pctx, 50*time.Millisecond)
-			if got, err := testenv.RedisDo(cctx, nil, src, "PING"); err == nil && got == "PONG" {
-				mu.Lock()
-				lastAnswer = time.Now()
-				mu.Unlock()
-			}
-			cancel()
-			time.Sleep(10 * time.Millisecond)
-		}
-	}()
+	down := directPings(ctx, src)
 	time.Sleep(100 * time.Millisecond)
 	code, moved := migrateHook(t, client, api, id, "")
-	var firstAnswer time.Time
-	dst := moved.Ports[drivers.PortKey(6379, "tcp")]
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if got, err := testenv.RedisDo(ctx, nil, dst, "PING"); err == nil && got == "PONG" {
-			firstAnswer = time.Now()
-			break
-		}
+	d := down(moved.Ports[drivers.PortKey(6379, "tcp")])
+	if code != http.StatusOK || moved.From != "n1" || moved.To != "n2" || d == 0 {
+		t.Fatalf("migrate: %d %+v, no answer before and after it (%s)", code, moved, d)
 	}
-	stopPoll()
-	<-polled
-	if code != http.StatusOK || moved.From != "n1" || moved.To != "n2" || firstAnswer.IsZero() {
-		t.Fatalf("migrate: %d %+v, first answer at %s %v", code, moved, dst, firstAnswer)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	return firstAnswer.Sub(lastAnswer), moved
+	return d, moved
 }
 
 // hugeState is what measureHuge measured.
