@@ -66,8 +66,12 @@ func (a *agent) checkIdle(ctx context.Context, seen map[string]idleSince) {
 		}
 		after, undeploy := time.Duration(app.SuspendAfter), false
 		if d, ok := a.st.WatchedDeployment(r.ID); ok && d.OnDemand {
-			// Made on demand: undeployed when idle, with what it holds.
+			// Made on demand: undeployed when idle, with what it holds
+			// (after the default, if the app is served on demand no more).
 			after, undeploy = time.Duration(app.WithDefaults().Frontend.IdleAfter), true
+			if after <= 0 {
+				after = spec.DefaultIdleAfter
+			}
 		}
 		if after <= 0 {
 			continue

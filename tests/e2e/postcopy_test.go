@@ -6,14 +6,21 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
+	"github.com/fogdeploy/fogdeploy/internal/spec"
+	"github.com/fogdeploy/fogdeploy/internal/state"
 	"github.com/fogdeploy/fogdeploy/internal/testenv"
 )
 
@@ -100,4 +107,96 @@ func TestMigratePostCopyPoP(t *testing.T) {
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	dropLarge(cctx, t, p, f, big, dep.ID)
+}
+
+// TestPostCopySourceLost: the source's agent of a post-copy migration is
+// stopped the moment the target says the instance runs there, while the
+// target's restore still fetches the app's memory from it, then killed
+// for good. The instance is never half there: either its memory had all
+// moved (it runs on n2 with every value whole) or the deployment ends
+// Failed, lost during migration, with the reason, its instance stopped.
+// n1's agent, started again, keeps no hand-over of it.
+func TestPostCopySourceLost(t *testing.T) {
+	ctx, p, f, app := redisOnPoP(t, "e2e-pcl", engine.NameCRIU, nil, "n1", "n2")
+	api := "http://" + p.apis["n1"]
+	client := &http.Client{}
+	big, dep, src := largeOnN1(ctx, t, p, client, api, app, "-pcl", "512M")
+	sums := map[string][32]byte{}
+	blob := make([]byte, 4<<20)
+	for i := range 32 {
+		_, _ = rand.Read(blob)
+		k := "blob" + strconv.Itoa(i)
+		if got, err := testenv.RedisDo(ctx, nil, src, "SET", k, string(blob)); err != nil || got != "OK" {
+			t.Fatalf("SET %s: %q, %v", k, got, err)
+		}
+		sums[k] = sha256.Sum256(blob)
+	}
+	if _, err := p.st.RequestMigrate(ctx, dep.ID, "n2"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	d, err := p.st.Follow(wctx, dep.ID, func(d state.Deployment) bool {
+		return d.Status.Phase == spec.PhaseRunning && d.Status.Node == "n2" || d.Status.Phase == spec.PhaseFailed
+	})
+	if err != nil || d.Status.Phase != spec.PhaseRunning {
+		t.Fatalf("the migration: %s on %s (%s), %v; want Running on n2", d.Status.Phase, d.Status.Node, d.Status.Error, err)
+	}
+	signal(t, p, "n1", syscall.SIGSTOP)
+	p.stopAgent("n1", syscall.SIGKILL)
+	// The target's page session ends: cut (the instance is lost), or
+	// done before n1 stopped.
+	session := func(result string) float64 {
+		return metricCount(t, p.apis["n2"], fmt.Sprintf(`fogdeploy_migrate_page_sessions_total{result=%q,side="target"}`, result))
+	}
+	for session("cut")+session("done") == 0 {
+		if wctx.Err() != nil {
+			t.Fatal("n2's page session with the lost n1 neither ended nor was cut within 2 minutes")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if session("cut") > 0 {
+		d, err = p.st.Follow(wctx, dep.ID, func(d state.Deployment) bool { return d.Status.Phase == spec.PhaseFailed })
+	} else {
+		err = context.DeadlineExceeded
+	}
+	switch {
+	case err == nil:
+		if !strings.Contains(d.Status.Error, "lost during migration: source node n1 failed before its memory had moved") {
+			t.Errorf("Failed with %q; want lost during migration, saying why", d.Status.Error)
+		}
+		t.Logf("n1 lost during the post-copy: Failed: %s", d.Status.Error)
+		addr := d.Status.Ports[drivers.PortKey(6379, "tcp")]
+		if addr != "" {
+			if got, err := testenv.RedisDo(ctx, nil, addr, "PING"); err == nil {
+				t.Errorf("the instance that lost its memory still answers at %s: %q", addr, got)
+			}
+		}
+	case errors.Is(err, context.DeadlineExceeded) && session("cut") == 0:
+		// Its memory had all moved before n1 stopped: whole on n2.
+		d, _ = p.st.Deployment(ctx, dep.ID)
+		for k, sum := range sums {
+			got, err := testenv.RedisDo(ctx, nil, d.Status.Ports[drivers.PortKey(6379, "tcp")], "GET", k)
+			if err != nil || sha256.Sum256([]byte(got)) != sum {
+				t.Errorf("running on n2 after n1 was lost: GET %s: %d bytes, %v; want the 4 MiB written", k, len(got), err)
+			}
+		}
+		t.Logf("n1 lost after the post-copy had ended: the instance runs on n2, whole")
+	default:
+		t.Fatal(err)
+	}
+	p.startAgent("n1", "")
+	hos := filepath.Join(p.dir, "n1", "handoffs")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		ents, _ := os.ReadDir(hos)
+		if len(ents) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n1 started again keeps %d hand-over(s) in %s 30 s later", len(ents), hos)
+		}
+	}
+	dctx, dcancel := context.WithTimeout(ctx, time.Minute)
+	defer dcancel()
+	dropLarge(dctx, t, p, f, big, dep.ID)
 }
