@@ -186,11 +186,15 @@ var errNoEarlyRead = errors.New("no early read")
 // read failed. It reports false, reading nothing, where no slot is
 // prepared for id or a read of gen is under way or done.
 func (sx *Suspensions) ReadEarly(ctx context.Context, id string, gen int, read func(ctx context.Context, dst string) error) bool {
+	// Under the lock takeEarly takes: a resume that takes the slot
+	// (its phase saved before it asks takeEarly) either finds this read
+	// or is seen here, and no read begins in a slot a resume fills.
+	sx.early.mu.Lock()
 	s, ok := sx.prepared(id)
 	if !ok {
+		sx.early.mu.Unlock()
 		return false
 	}
-	sx.early.mu.Lock()
 	if sx.early.reads == nil {
 		sx.early.reads = map[string]*earlyRead{}
 	}
