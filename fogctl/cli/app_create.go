@@ -29,6 +29,9 @@ type AppCreateOptions struct {
 	Timeout time.Duration
 	// Pool, when >= 0, sets the spec's pool.
 	Pool int
+	// NoCheckpoint: an app served on demand is not checkpointed at its
+	// creation (its first connection then boots it).
+	NoCheckpoint bool
 }
 
 // newCmdAppCreate builds `fogctl app create`.
@@ -53,6 +56,7 @@ func newCmdAppCreate(f *Factory) *cobra.Command {
 	fl.StringVar(&o.App.Resources.Memory, "memory", "", "memory limit per instance, e.g. 512M")
 	fl.IntVar(&o.Pool, "pool", -1, "idle slots of the app each node keeps ready (a warm pool; default: the node's agent.pool_size); overrides the spec's pool")
 	fl.StringVar((*string)(&o.App.Mode), "mode", "", "mode of its deployments that ask for none: auto (default: boot or restore, whichever has been faster on the node), restore or boot")
+	fl.BoolVar(&o.NoCheckpoint, "no-checkpoint", false, "an app served on demand (frontend.on_demand): do not make its first generation now (its first connection then waits for its boot)")
 	_ = create.RegisterFlagCompletionFunc("engine", fixedCompletion("dmtcp", "criu", "auto"))
 	_ = create.RegisterFlagCompletionFunc("mode", fixedCompletion(string(spec.ModeAuto), string(spec.ModeRestore), string(spec.ModeBoot)))
 	return create
@@ -117,6 +121,16 @@ func appCreateRun(ctx context.Context, o *AppCreateOptions, args []string) error
 	defer st.Close()
 	if err := st.CreateApp(ctx, app, o.Replace); err != nil {
 		return err
+	}
+	if app.Frontend.OnDemand && !o.Replace && !o.NoCheckpoint {
+		// Served on demand: its first connection restores a generation
+		// made now, instead of waiting for the app's boot.
+		if g, err := refreshGeneration(ctx, o.F, st, app.Name, ""); err != nil {
+			fmt.Fprintf(o.F.ErrOut, "warning: app %s is created, but its first generation is not made (%v): its first connection boots it; `fogctl checkpoint refresh %s` makes one\n",
+				app.Name, err, app.Name)
+		} else {
+			fmt.Fprintf(o.F.ErrOut, "==> generation %d of %s sealed: connections to its shared endpoint restore it (`fogctl endpoint ls --app %s`)\n", g.Gen, app.Name, app.Name)
+		}
 	}
 	return printOut(o.F, app.WithDefaults(), func(w io.Writer) {
 		fmt.Fprintf(w, "Created app %s (env %s, engine %s)\n", app.Name, app.Env, app.WithDefaults().Engine)

@@ -8,6 +8,7 @@ import (
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 
 	"github.com/fogdeploy/fogdeploy/internal/scheduler"
+	"github.com/fogdeploy/fogdeploy/internal/state"
 	layering "github.com/fogdeploy/fogdeploy/rbd-layering"
 	"github.com/spf13/cobra"
 )
@@ -47,9 +48,22 @@ func checkpointRefreshRun(ctx context.Context, opts *CheckpointRefreshOptions) e
 		return err
 	}
 	defer st.Close()
-	d, err := scheduler.Create(ctx, st, scheduler.Request{App: opts.App, Node: opts.Node, Mode: spec.ModeCheckpoint}, "fogctl")
+	g, err := refreshGeneration(ctx, f, st, opts.App, opts.Node)
 	if err != nil {
 		return err
+	}
+	return printOut(f, g, func(w io.Writer) {
+		fmt.Fprintf(w, "%s\tgeneration %d\t%s\t%s\n", g.App, g.Gen, layering.FormatSize(g.Bytes), g.Timings)
+	})
+}
+
+// refreshGeneration has a node with app's engine (node, or the one
+// placement picks) boot app, checkpoint it and seal a new generation,
+// showing its phases on f's error output, and returns the generation.
+func refreshGeneration(ctx context.Context, f *Factory, st *state.Store, app, node string) (spec.Generation, error) {
+	d, err := scheduler.Create(ctx, st, scheduler.Request{App: app, Node: node, Mode: spec.ModeCheckpoint}, "fogctl")
+	if err != nil {
+		return spec.Generation{}, err
 	}
 	fmt.Fprintf(f.ErrOut, "==> checkpoint refresh %s of %s placed on %s\n", d.ID, d.App, d.Node)
 	dep, err := waitDeployment(ctx, f, st, d.ID)
@@ -58,18 +72,16 @@ func checkpointRefreshRun(ctx context.Context, opts *CheckpointRefreshOptions) e
 		err = derr
 	}
 	if err != nil {
-		return err
+		return spec.Generation{}, err
 	}
-	gens, err := st.Checkpoints(ctx, opts.App)
+	gens, err := st.Checkpoints(ctx, app)
 	if err != nil {
-		return err
+		return spec.Generation{}, err
 	}
 	for _, g := range gens {
 		if g.Gen == dep.Status.Gen {
-			return printOut(f, g, func(w io.Writer) {
-				fmt.Fprintf(w, "%s\tgeneration %d\t%s\t%s\n", g.App, g.Gen, layering.FormatSize(g.Bytes), g.Timings)
-			})
+			return g, nil
 		}
 	}
-	return fmt.Errorf("generation %d of %s was sealed by %s but is not recorded", dep.Status.Gen, opts.App, d.Node)
+	return spec.Generation{}, fmt.Errorf("generation %d of %s was sealed by %s but is not recorded", dep.Status.Gen, app, d.Node)
 }

@@ -24,7 +24,8 @@ import (
 // app's instance on n2 and is answered by it; the next connections reach
 // the same instance; idle for the app's idle_after, the instance is
 // undeployed (its slot released); the next connection makes a new one,
-// which holds nothing of the one before. fogctl endpoint ls lists the
+// which holds nothing of the one before. fogctl app create made the app's
+// first generation, which the first connection restores. fogctl endpoint ls lists the
 // shared endpoint, and the agent's metrics count what it made and
 // undeployed.
 func TestOnDemandPoP(t *testing.T) {
@@ -37,6 +38,11 @@ func testOnDemand(t *testing.T, eng engine.Name) {
 	ctx, p, _, app := redisOnPoP(t, "e2e-od", eng, func(a *spec.App) {
 		a.Frontend = spec.AppFrontend{OnDemand: true, IdleAfter: spec.Duration(5 * time.Second)}
 	}, "n1", "n2")
+	// fogctl app create made its first generation: no connection waits
+	// for its boot.
+	if gens, err := p.st.Checkpoints(ctx, app.Name); err != nil || len(gens) == 0 {
+		t.Fatalf("generations of %s after fogctl app create: %v, %v; want the first one made", app.Name, gens, err)
+	}
 	eps, err := p.st.Endpoints(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -84,8 +90,8 @@ func testOnDemand(t *testing.T, eng engine.Name) {
 	}
 	t.Logf("%s: made on demand and answered in %s", eng, time.Since(start).Round(time.Millisecond))
 	deps := onDemand()
-	if len(deps) != 1 || deps[0].Status.Node != "n2" || deps[0].Status.Phase != spec.PhaseRunning {
-		t.Fatalf("after the first connection through n2: %+v; want one instance Running on n2", deps)
+	if len(deps) != 1 || deps[0].Status.Node != "n2" || deps[0].Status.Phase != spec.PhaseRunning || deps[0].Status.Mode != spec.ModeRestore {
+		t.Fatalf("after the first connection through n2: %+v; want one instance Running on n2, restored", deps)
 	}
 	first := deps[0].ID
 	if got, err := redis("GET", "user"); err != nil || got != "alice" {
