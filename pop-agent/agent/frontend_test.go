@@ -65,14 +65,7 @@ func TestFrontendRoutes(t *testing.T) {
 	}
 	connect := func(via string) (net.Conn, *bufio.Reader) {
 		t.Helper()
-		var c net.Conn
-		var err error
-		// The front ends listen once their view holds the endpoint.
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if c, err = net.Dial("tcp", net.JoinHostPort(addrs[via], strconv.Itoa(port))); err == nil || time.Now().After(deadline) {
-				break
-			}
-		}
+		c, err := dialEndpoint(via, port)
 		if err != nil {
 			t.Fatalf("the endpoint on %s's front end: %v", via, err)
 		}
@@ -80,17 +73,7 @@ func TestFrontendRoutes(t *testing.T) {
 		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
 		return c, bufio.NewReader(c)
 	}
-	say := func(c net.Conn, r *bufio.Reader, line string) string {
-		t.Helper()
-		if _, err := io.WriteString(c, line+"\n"); err != nil {
-			return "write: " + err.Error()
-		}
-		got, err := r.ReadString('\n')
-		if err != nil {
-			return "read: " + err.Error()
-		}
-		return strings.TrimSpace(got)
-	}
+	say := sayLine
 
 	one := lineServer(t, "on-n1")
 	running("n1", one)
@@ -226,6 +209,32 @@ func frontendNodes(t *testing.T, endpoint string, seed *state.Store, ports state
 		stores[n] = st
 	}
 	return stores, regs
+}
+
+// dialEndpoint connects to endpoint port on node's front end (of
+// frontendNodes), trying for 5 s: a front end listens once its view
+// holds the endpoint.
+func dialEndpoint(node string, port int) (net.Conn, error) {
+	var c net.Conn
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err = net.Dial("tcp", net.JoinHostPort(frontendAddrs[node], strconv.Itoa(port))); err == nil || time.Now().After(deadline) {
+			return c, err
+		}
+	}
+}
+
+// sayLine writes line on c and returns the line answered (or what
+// failed), as a line server answers.
+func sayLine(c net.Conn, r *bufio.Reader, line string) string {
+	if _, err := io.WriteString(c, line+"\n"); err != nil {
+		return "write: " + err.Error()
+	}
+	got, err := r.ReadString('\n')
+	if err != nil {
+		return "read: " + err.Error()
+	}
+	return strings.TrimSpace(got)
 }
 
 // counterOf is the sum of counter name's series in reg.

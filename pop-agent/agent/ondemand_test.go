@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"io"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,7 +29,6 @@ import (
 func TestOnDemandRoutes(t *testing.T) {
 	endpoint, seed := statetest.Start(t)
 	ctx := context.Background()
-	addrs := frontendAddrs
 	var fenced atomic.Bool
 	stores, regs := frontendNodes(t, endpoint, seed, state.PortRange{Lo: 24200, Hi: 24299}, rate.NewLimiter(100, 100),
 		map[string]func() error{"n1": func() error {
@@ -79,27 +76,13 @@ func TestOnDemandRoutes(t *testing.T) {
 	}()
 	say := func(via, line string) string {
 		t.Helper()
-		var c net.Conn
-		var err error
-		// The front ends listen once their view holds the endpoint.
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if c, err = net.Dial("tcp", net.JoinHostPort(addrs[via], strconv.Itoa(port))); err == nil || time.Now().After(deadline) {
-				break
-			}
-		}
+		c, err := dialEndpoint(via, port)
 		if err != nil {
 			return "dial: " + err.Error()
 		}
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.WriteString(c, line+"\n"); err != nil {
-			return "write: " + err.Error()
-		}
-		got, err := bufio.NewReader(c).ReadString('\n')
-		if err != nil {
-			return "read: " + err.Error()
-		}
-		return strings.TrimSpace(got)
+		return sayLine(c, bufio.NewReader(c), line)
 	}
 	onDemand := func() map[string][]state.Deployment {
 		t.Helper()

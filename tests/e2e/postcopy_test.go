@@ -36,16 +36,7 @@ func TestMigratePostCopyPoP(t *testing.T) {
 	api := "http://" + p.apis["n1"]
 	client := &http.Client{}
 	big, dep, src := largeOnN1(ctx, t, p, client, api, app, "-pc", "512M")
-	sums := map[string][32]byte{}
-	blob := make([]byte, 4<<20)
-	for i := range 24 {
-		_, _ = rand.Read(blob)
-		k := "blob" + strconv.Itoa(i)
-		if got, err := testenv.RedisDo(ctx, nil, src, "SET", k, string(blob)); err != nil || got != "OK" {
-			t.Fatalf("SET %s: %q, %v", k, got, err)
-		}
-		sums[k] = sha256.Sum256(blob)
-	}
+	sums := randomBlobs(ctx, t, src, 24)
 	done := func(node, side string) float64 {
 		return metricCount(t, p.apis[node], fmt.Sprintf(`fogdeploy_migrate_page_sessions_total{result="done",side=%q}`, side))
 	}
@@ -109,6 +100,23 @@ func TestMigratePostCopyPoP(t *testing.T) {
 	dropLarge(cctx, t, p, f, big, dep.ID)
 }
 
+// randomBlobs SETs n values of 4 MiB of random bytes (keys blob0...) in
+// the redis at addr, and returns each one's digest by key.
+func randomBlobs(ctx context.Context, t *testing.T, addr string, n int) map[string][32]byte {
+	t.Helper()
+	sums := map[string][32]byte{}
+	blob := make([]byte, 4<<20)
+	for i := range n {
+		_, _ = rand.Read(blob)
+		k := "blob" + strconv.Itoa(i)
+		if got, err := testenv.RedisDo(ctx, nil, addr, "SET", k, string(blob)); err != nil || got != "OK" {
+			t.Fatalf("SET %s: %q, %v", k, got, err)
+		}
+		sums[k] = sha256.Sum256(blob)
+	}
+	return sums
+}
+
 // TestPostCopySourceLost: the source's agent of a post-copy migration is
 // stopped the moment the target says the instance runs there, while the
 // target's restore still fetches the app's memory from it, then killed
@@ -121,16 +129,7 @@ func TestPostCopySourceLost(t *testing.T) {
 	api := "http://" + p.apis["n1"]
 	client := &http.Client{}
 	big, dep, src := largeOnN1(ctx, t, p, client, api, app, "-pcl", "512M")
-	sums := map[string][32]byte{}
-	blob := make([]byte, 4<<20)
-	for i := range 32 {
-		_, _ = rand.Read(blob)
-		k := "blob" + strconv.Itoa(i)
-		if got, err := testenv.RedisDo(ctx, nil, src, "SET", k, string(blob)); err != nil || got != "OK" {
-			t.Fatalf("SET %s: %q, %v", k, got, err)
-		}
-		sums[k] = sha256.Sum256(blob)
-	}
+	sums := randomBlobs(ctx, t, src, 32)
 	if _, err := p.st.RequestMigrate(ctx, dep.ID, "n2"); err != nil {
 		t.Fatal(err)
 	}
