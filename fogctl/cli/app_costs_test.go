@@ -17,13 +17,8 @@ import (
 // The modes on the command line (app create --mode, deploy --mode) and
 // `fogctl app costs`, against a real (embedded) etcd.
 func TestModesAndAppCosts(t *testing.T) {
-	endpoint, st := statetest.Start(t)
+	run, st := withEnvE(t)
 	ctx := context.Background()
-	l := wiretest.FakeLayering(t)
-	if err := l.Store.SetTag(ctx, "e", []byte(`{"name":"e","ref":{"image":"fdl-e","snap":"sealed"}}`)); err != nil {
-		t.Fatal(err)
-	}
-	run := runOn(endpoint, l)
 	// An app whose environment is not in the catalog is refused, and not
 	// created.
 	if code, _, errOut := run("app", "create", "web", "--env", "nosuch", "--ready", "output:up", "--", "x"); code != ExitNotFound ||
@@ -130,4 +125,16 @@ func TestModesAndAppCosts(t *testing.T) {
 	if code, _, errOut := run("app", "costs", "nope"); code != ExitNotFound || !strings.Contains(errOut, "app nope") {
 		t.Errorf("app costs of an unknown app = exit %d:\n%s", code, errOut)
 	}
+}
+
+// withEnvE starts an embedded etcd and a catalog that holds environment
+// e, and returns fogctl run against them.
+func withEnvE(t *testing.T) (func(args ...string) (int, string, string), *state.Store) {
+	t.Helper()
+	endpoint, st := statetest.Start(t)
+	l := wiretest.FakeLayering(t)
+	if err := l.Store.SetTag(context.Background(), "e", []byte(`{"name":"e","ref":{"image":"fdl-e","snap":"sealed"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	return runOn(endpoint, l), st
 }

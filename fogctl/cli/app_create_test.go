@@ -6,9 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/fogdeploy/fogdeploy/internal/state/statetest"
-	"github.com/fogdeploy/fogdeploy/internal/wire/wiretest"
 )
 
 // An app served on demand: created with its shared endpoint; fogctl then
@@ -16,13 +13,8 @@ import (
 // registered) says so and leaves the app created; --no-checkpoint asks
 // none.
 func TestAppCreateOnDemand(t *testing.T) {
-	endpoint, st := statetest.Start(t)
+	run, st := withEnvE(t)
 	ctx := context.Background()
-	l := wiretest.FakeLayering(t)
-	if err := l.Store.SetTag(ctx, "e", []byte(`{"name":"e","ref":{"image":"fdl-e","snap":"sealed"}}`)); err != nil {
-		t.Fatal(err)
-	}
-	run := runOn(endpoint, l)
 	spec := func(name string) string {
 		f := filepath.Join(t.TempDir(), name+".yaml")
 		body := "name: " + name + "\nenv: e\ncommand: [x]\nports: [{port: 80}]\nready: {kind: tcp, port: 80}\nfrontend: {on_demand: true}\n"
