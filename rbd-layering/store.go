@@ -88,6 +88,12 @@ type Store interface {
 	List(ctx context.Context) ([]string, error)
 	// Snapshot creates and protects a snapshot.
 	Snapshot(ctx context.Context, ref SnapRef) error
+	// Seal sets metadata keys on ref's image (as SetMeta) and creates and
+	// protects snapshot ref (as Snapshot), all in one opening of the
+	// image: a suspension's writable image is sealed so while its
+	// instance answers nothing. ErrExists if the snapshot exists (the
+	// keys are set all the same).
+	Seal(ctx context.Context, ref SnapRef, meta map[string]string) error
 	// Clone makes child a copy-on-write clone of the protected snapshot parent.
 	Clone(ctx context.Context, parent SnapRef, child string) error
 	// Children lists the images cloned from a snapshot, sorted.

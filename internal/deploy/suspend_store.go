@@ -172,13 +172,7 @@ func (sx *Suspensions) suspensionMeta(id string) map[string]string {
 // sealImage tags ref's image with meta (if any), once nothing maps it,
 // and snapshots it (once).
 func (sx *Suspensions) sealImage(ctx context.Context, ref layering.SnapRef, meta map[string]string) error {
-	st := sx.deps.Store
-	if meta != nil {
-		if err := st.SetMeta(ctx, ref.Image, meta); err != nil {
-			return err
-		}
-	}
-	if err := st.Snapshot(ctx, ref); err != nil && !errors.Is(err, layering.ErrExists) {
+	if err := sx.deps.Store.Seal(ctx, ref, meta); err != nil && !errors.Is(err, layering.ErrExists) {
 		return err
 	}
 	return nil

@@ -16,7 +16,9 @@ package state
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -38,7 +40,80 @@ type Handoff struct {
 	Pages bool  `json:"pages,omitempty"`
 }
 
-func handoffKey(id string) string { return Prefix + "handoffs/" + id }
+const handoffsPrefix = Prefix + "handoffs/"
+
+func handoffKey(id string) string { return handoffsPrefix + id }
+
+// handoffPoll is how often AwaitHandoff reads etcd while the store keeps
+// no view.
+const handoffPoll = 25 * time.Millisecond
+
+// AwaitHandoff waits for a hand-over of deployment id's checkpoint that
+// want accepts, while still holds for the deployment (ErrNotFound once it
+// does not, or once the deployment is withdrawn). Where the store keeps
+// the agent's view (Watch) it waits in the view: no read of etcd, and no
+// delay once the source records it. Otherwise it reads etcd every
+// handoffPoll.
+func (s *Store) AwaitHandoff(ctx context.Context, id string, want func(Handoff) bool, still func(Deployment) bool) (Handoff, error) {
+	gone := fmt.Errorf("hand-over of deployment %s: %w", id, ErrNotFound)
+	for {
+		if c := s.watched.Load(); c != nil {
+			if h, err, ok := c.awaitHandoff(ctx, id, want, still); ok {
+				if errors.Is(err, ErrNotFound) {
+					err = gone
+				}
+				return h, err
+			}
+		}
+		h, err := s.Handoff(ctx, id)
+		switch {
+		case err == nil && want(h):
+			return h, nil
+		case err != nil && !errors.Is(err, ErrNotFound):
+			return Handoff{}, err
+		}
+		d, _, err := s.deploymentAt(ctx, id)
+		if errors.Is(err, ErrNotFound) || err == nil && !still(d) {
+			return Handoff{}, gone
+		}
+		if err != nil {
+			return Handoff{}, err
+		}
+		select {
+		case <-ctx.Done():
+			return Handoff{}, ctx.Err()
+		case <-time.After(handoffPoll):
+		}
+	}
+}
+
+// awaitHandoff is AwaitHandoff in the view: ok false once the view is
+// not (or no longer) loaded, for the caller to read etcd instead.
+func (c *watchCache) awaitHandoff(ctx context.Context, id string, want func(Handoff) bool, still func(Deployment) bool) (h Handoff, err error, ok bool) {
+	ch := c.subscribe(id)
+	defer c.unsubscribe(id, ch)
+	for {
+		c.mu.Lock()
+		loaded := c.loaded
+		h, kept := c.handoffs[id]
+		desired, held := c.deps[deploymentKey(id)]
+		d := Deployment{Desired: desired, Status: c.statuses[id]}
+		c.mu.Unlock()
+		switch {
+		case !loaded:
+			return Handoff{}, nil, false
+		case kept && want(h):
+			return h, nil, true
+		case !held || !still(d):
+			return Handoff{}, ErrNotFound, true
+		}
+		select {
+		case <-ctx.Done():
+			return Handoff{}, ctx.Err(), true
+		case <-ch:
+		}
+	}
+}
 
 // PutHandoff records hand-over h of deployment id's checkpoint, before its
 // suspension names it Pending.

@@ -3,6 +3,7 @@ package state_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -120,4 +121,98 @@ func TestHandoffTargetEarly(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("prepared on n2", map[string]bool{"n2": true, "n3": false, "n1": false})
+}
+
+// TestAwaitHandoff: a prepared target's wait for its source's hand-over
+// ends with the first record it accepts (not one of a checkpoint not yet
+// kept), and with ErrNotFound once the migration moved on (its suspension
+// recorded) or its deployment is withdrawn. The same, reading etcd and in
+// the agent's watched view.
+func TestAwaitHandoff(t *testing.T) {
+	for _, watched := range []bool{false, true} {
+		t.Run(map[bool]string{false: "etcd", true: "watched"}[watched], func(t *testing.T) {
+			st := statetest.Store(t)
+			if watched {
+				ctx, cancel := context.WithCancel(context.Background())
+				t.Cleanup(cancel)
+				st.Watch(ctx, slog.New(slog.DiscardHandler))
+				for i := 0; !st.Watching(); i++ {
+					if i > 200 {
+						t.Fatal("the view is not loaded after 2 s")
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			testAwaitHandoff(t, st)
+		})
+	}
+}
+
+func testAwaitHandoff(t *testing.T, st *state.Store) {
+	ctx := context.Background()
+	want := func(h state.Handoff) bool { return h.Node == "n1" && h.Gen > 0 }
+	still := func(d state.Deployment) bool { return d.Suspend && d.Status.Suspension == nil }
+	type result struct {
+		h   state.Handoff
+		err error
+	}
+	await := func(id string) chan result {
+		ch := make(chan result, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			h, err := st.AwaitHandoff(wctx, id, want, still)
+			ch <- result{h, err}
+		}()
+		return ch
+	}
+	for _, id := range []string{"d1", "d2", "d3"} {
+		if err := st.CreateDeployment(ctx, state.Desired{ID: id, App: "a", Node: "n1", Suspend: true,
+			Move: &state.Move{From: "n1", To: "n2"}, Created: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Kept: the first record with its checkpoint's generation.
+	got := await("d1")
+	if err := st.PutHandoff(ctx, "d1", state.Handoff{Node: "n1", Ckpt: "fdi-d1-susp-x", Token: "secret"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("AwaitHandoff = %+v, %v before the checkpoint was kept; want it waiting", r.h, r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	kept := state.Handoff{Node: "n1", Ckpt: "fdi-d1-susp-x", Token: "secret", Gen: 3, Bytes: 4096}
+	if err := st.PutHandoff(ctx, "d1", kept); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil || r.h != kept {
+			t.Fatalf("AwaitHandoff = %+v, %v; want %+v", r.h, r.err, kept)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("AwaitHandoff still waits 5 s after the hand-over was recorded")
+	}
+
+	// Moved on: its suspension recorded (the resume reads it then).
+	got = await("d2")
+	time.Sleep(100 * time.Millisecond)
+	if err := st.SetStatus(ctx, "d2", state.Status{Instance: spec.Instance{Phase: spec.PhaseSuspended, Suspension: &spec.Suspension{Node: "n1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-got; !errors.Is(r.err, state.ErrNotFound) {
+		t.Errorf("AwaitHandoff once the suspension is recorded = %+v, %v; want ErrNotFound", r.h, r.err)
+	}
+
+	// Withdrawn.
+	got = await("d3")
+	time.Sleep(100 * time.Millisecond)
+	if err := st.DeleteDeployment(ctx, "d3"); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-got; !errors.Is(r.err, state.ErrNotFound) {
+		t.Errorf("AwaitHandoff of a withdrawn deployment = %+v, %v; want ErrNotFound", r.h, r.err)
+	}
 }

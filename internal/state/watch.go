@@ -17,8 +17,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// The keys the view holds lie in one range (deployments, events, locks,
-// nodes, placement, pools, the PoP's record, statuses), so that one watch
+// The keys the view holds lie in one range (deployments, events,
+// hand-overs, locks, nodes, placement, pools, the PoP's record, statuses), so that one watch
 // delivers their changes in revision order and the view is always that of
 // one revision.
 const (
@@ -42,6 +42,9 @@ type watchCache struct {
 	// ports), and endpoints the endpoint ports taken.
 	apps      map[string]appRecord
 	endpoints map[int]bool
+	// handoffs are the migrations' hand-overs, by deployment ID (a
+	// prepared target waits for its own in the view: AwaitHandoff).
+	handoffs map[string]Handoff
 	// changed is closed, and made anew, at each change of a deployment's
 	// record or status or a node's, and when the view is loaded or
 	// unloaded.
@@ -92,7 +95,7 @@ func (s *Store) Watching() bool {
 func (c *watchCache) follow(ctx context.Context, cli *clientv3.Client) error {
 	defer c.unload()
 	r, err := cli.Txn(ctx).Then(append(placementOps(), clientv3.OpGet(Prefix+"status/", clientv3.WithPrefix()),
-		clientv3.OpGet(AppsPrefix, clientv3.WithPrefix()))...).Commit()
+		clientv3.OpGet(AppsPrefix, clientv3.WithPrefix()), clientv3.OpGet(handoffsPrefix, clientv3.WithPrefix()))...).Commit()
 	if err != nil {
 		return err
 	}
@@ -115,6 +118,7 @@ func (c *watchCache) load(r *clientv3.TxnResponse) {
 	c.nodes, c.deps = map[string]*mvccpb.KeyValue{}, map[string]Desired{}
 	c.placed, c.pools = map[string]int64{}, map[string]Pool{}
 	c.statuses, c.apps, c.endpoints = map[string]Status{}, map[string]appRecord{}, map[int]bool{}
+	c.handoffs = map[string]Handoff{}
 	for _, resp := range r.Responses {
 		for _, kv := range resp.GetResponseRange().Kvs {
 			c.put(kv)
@@ -170,9 +174,13 @@ func (c *watchCache) apply(evs []*clientv3.Event, rev int64) {
 	}
 }
 
-// followedID is the deployment whose record or status key k is.
+// followedID is the deployment whose record, status or hand-over key k
+// is.
 func followedID(k string) (string, bool) {
 	if id, ok := strings.CutPrefix(k, DeploymentsPrefix); ok {
+		return id, true
+	}
+	if id, ok := strings.CutPrefix(k, handoffsPrefix); ok {
 		return id, true
 	}
 	return strings.CutPrefix(k, Prefix+"status/")
@@ -220,6 +228,11 @@ func (c *watchCache) put(kv *mvccpb.KeyValue) {
 		if p, ok := parseEndpointKey(k); ok {
 			c.endpoints[p] = true
 		}
+	case strings.HasPrefix(k, handoffsPrefix):
+		var h Handoff
+		if json.Unmarshal(kv.Value, &h) == nil {
+			c.handoffs[strings.TrimPrefix(k, handoffsPrefix)] = h
+		}
 	}
 }
 
@@ -230,6 +243,7 @@ func (c *watchCache) remove(k string) {
 	delete(c.pools, k)
 	delete(c.statuses, strings.TrimPrefix(k, Prefix+"status/"))
 	delete(c.apps, k)
+	delete(c.handoffs, strings.TrimPrefix(k, handoffsPrefix))
 	if p, ok := parseEndpointKey(k); ok {
 		delete(c.endpoints, p)
 	}

@@ -130,34 +130,25 @@ func (a *agent) awaitTarget(ctx context.Context, dsr state.Desired) {
 // keep the checkpoint (its instance's run until then, and the checkpoint).
 const earlyWait = 60 * time.Second
 
-// earlyPoll is how often it asks.
-const earlyPoll = 25 * time.Millisecond
-
 // readEarly reads the checkpoint of deployment dsr, whose resume this node
 // prepared, from its source as soon as the source has kept it, into the
 // prepared instance, while the source releases the instance and seals
 // the rest of the suspension: the resume, once the suspension is
 // recorded, then waits for none of it. A checkpoint whose memory the
 // resume fetches later (a post-copy) is read by the resume itself. Any
-// failure leaves the read to the resume.
+// failure leaves the read to the resume. It waits for the source's record
+// in the agent's view of etcd (no read of etcd, no delay).
 func (a *agent) readEarly(ctx context.Context, dsr state.Desired) {
 	wctx, cancel := context.WithTimeout(ctx, earlyWait)
 	defer cancel()
-	var h state.Handoff
-	for {
-		var err error
-		if h, err = a.st.Handoff(wctx, dsr.ID); err == nil && h.Node == dsr.Move.From && h.Gen > 0 {
-			break
-		}
-		if d, ok := a.st.WatchedDeployment(dsr.ID); !ok || !d.Suspend || d.Move == nil || d.Move.Back ||
-			d.Move.Target() != a.c.Node.Name || d.Status.Suspension != nil {
-			return // moved on: the resume reads it
-		}
-		select {
-		case <-wctx.Done():
-			return
-		case <-time.After(earlyPoll):
-		}
+	h, err := a.st.AwaitHandoff(wctx, dsr.ID, func(h state.Handoff) bool { return h.Node == dsr.Move.From && h.Gen > 0 },
+		func(d state.Deployment) bool {
+			// Moved on (the resume reads it then): no longer this node's
+			// migration, or its suspension recorded.
+			return d.Suspend && d.Move != nil && !d.Move.Back && d.Move.Target() == a.c.Node.Name && d.Status.Suspension == nil
+		})
+	if err != nil {
+		return
 	}
 	if h.Pages {
 		return

@@ -96,10 +96,15 @@ func (s *Store) SetMeta(ctx context.Context, name string, meta map[string]string
 		return err
 	}
 	defer img.Close()
+	return s.setMeta(ctx, img, name, meta)
+}
+
+// setMeta sets meta's keys on img, image name, open.
+func (s *Store) setMeta(ctx context.Context, img *image, name string, meta map[string]string) error {
 	keys := slices.Sorted(maps.Keys(meta))
 	for _, key := range keys {
 		if value := meta[key]; value == "" {
-			err = img.RemoveMetadata(key)
+			err := img.RemoveMetadata(key)
 			if errno(err) == eNOENT {
 				err = nil
 			}

@@ -292,6 +292,34 @@ func (s *Store) Snapshot(ctx context.Context, ref layering.SnapRef) (err error) 
 		return err
 	}
 	defer img.Close()
+	return s.snapshot(ctx, img, ref)
+}
+
+// Seal implements layering.Store.
+//
+// Implements: rbd_metadata_set, rbd_metadata_remove, rbd_snap_create,
+// rbd_snap_protect.
+func (s *Store) Seal(ctx context.Context, ref layering.SnapRef, meta map[string]string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if ref.Snap == "" {
+		return fmt.Errorf("seal %s: empty snapshot name: %w", ref, layering.ErrInvalid)
+	}
+	// Opening an image opens its whole parent chain: once for both.
+	img, err := s.openImage(ctx, "seal "+ref.String(), ref.Image, rbd.NoSnapshot, false)
+	if err != nil {
+		return err
+	}
+	defer img.Close()
+	if err := s.setMeta(ctx, img, ref.Image, meta); err != nil {
+		return err
+	}
+	return s.snapshot(ctx, img, ref)
+}
+
+// snapshot creates and protects snapshot ref of img, open.
+func (s *Store) snapshot(ctx context.Context, img *image, ref layering.SnapRef) error {
 	snap, err := img.CreateSnapshot(ref.Snap)
 	if err != nil {
 		return s.wrap(ctx, "snapshot "+ref.String(), err)

@@ -285,6 +285,17 @@ func (s *Store) Snapshot(ctx context.Context, ref layering.SnapRef) error {
 	return nil
 }
 
+// Seal implements layering.Store.
+func (s *Store) Seal(ctx context.Context, ref layering.SnapRef, meta map[string]string) error {
+	if ref.Snap == "" {
+		return fmt.Errorf("seal %s: empty snapshot name: %w", ref, layering.ErrInvalid)
+	}
+	if err := s.SetMeta(ctx, ref.Image, meta); err != nil {
+		return err
+	}
+	return s.Snapshot(ctx, ref)
+}
+
 // Clone implements layering.Store.
 func (s *Store) Clone(ctx context.Context, parent layering.SnapRef, child string) error {
 	s.mu.Lock()

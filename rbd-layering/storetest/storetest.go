@@ -34,6 +34,7 @@ func RunSuite(t *testing.T, newB NewBackend) {
 		{"ChildrenAndRemoveRefusal", testChildren},
 		{"Flatten", testFlatten},
 		{"Metadata", testMeta},
+		{"Seal", testSeal},
 		{"Catalog", testCatalog},
 		{"CatalogSwap", testCatalogSwap},
 		{"Errors", testErrors},
@@ -244,6 +245,42 @@ func testMeta(t *testing.T, b layering.Backend, p string) {
 	}
 	if err := b.SetMeta(ctx, p+"absent", map[string]string{"k": "v"}); !errors.Is(err, layering.ErrNotFound) {
 		t.Fatalf("SetMeta on a missing image = %v, want ErrNotFound", err)
+	}
+}
+
+// testSeal: Seal sets the keys and makes the protected snapshot a clone
+// reads the image's content from, as SetMeta and Snapshot would; a second
+// Seal of the same snapshot is ErrExists and still sets its keys.
+func testSeal(t *testing.T, b layering.Backend, p string) {
+	ctx := context.Background()
+	must(t, b.Create(ctx, p+"w", mib))
+	must(t, b.Write(ctx, p+"w", bytes.NewReader(bytes.Repeat([]byte{7}, 4096)), 4096))
+	must(t, b.SetMeta(ctx, p+"w", map[string]string{"fogdeploy.slot": "s1"}))
+	ref := layering.SnapRef{Image: p + "w", Snap: layering.SealedSnap}
+	must(t, b.Seal(ctx, ref, map[string]string{"fogdeploy.slot": "", "fogdeploy.node": "n1"}))
+	info, err := b.Stat(ctx, p+"w")
+	must(t, err)
+	if !isSealed(info) {
+		t.Fatalf("after Seal: snapshots %+v, want %s protected", info.Snapshots, layering.SealedSnap)
+	}
+	if _, ok := info.Meta["fogdeploy.slot"]; ok || info.Meta["fogdeploy.node"] != "n1" {
+		t.Fatalf("after Seal: meta %v, want slot deleted and node n1", info.Meta)
+	}
+	must(t, b.Clone(ctx, ref, p+"c"))
+	if got := read(t, b, p+"c", 0, 4096); !bytes.Equal(got, bytes.Repeat([]byte{7}, 4096)) {
+		t.Fatalf("a clone of the sealed snapshot reads %v..., want the image's bytes", got[:8])
+	}
+	if err := b.Seal(ctx, ref, map[string]string{"fogdeploy.node": "n2"}); !errors.Is(err, layering.ErrExists) {
+		t.Fatalf("Seal of a sealed snapshot = %v, want ErrExists", err)
+	}
+	if md, _ := b.Meta(ctx, p+"w"); md["fogdeploy.node"] != "n2" {
+		t.Fatalf("meta after a second Seal = %v, want node n2", md)
+	}
+	if err := b.Seal(ctx, layering.SnapRef{Image: p + "absent", Snap: "s"}, nil); !errors.Is(err, layering.ErrNotFound) {
+		t.Fatalf("Seal of a missing image = %v, want ErrNotFound", err)
+	}
+	if err := b.Seal(ctx, layering.SnapRef{Image: p + "w"}, nil); !errors.Is(err, layering.ErrInvalid) {
+		t.Fatalf("Seal without a snapshot name = %v, want ErrInvalid", err)
 	}
 }
 

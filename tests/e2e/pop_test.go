@@ -312,7 +312,7 @@ func startPoP(ctx context.Context, t *testing.T, f *deploytest.Fixture, app, dmt
 			t.Errorf("containers left: %d", len(sts))
 		}
 		deploytest.AssertNothingLeft(t, f, app, false)
-		if !t.Failed() {
+		if !t.Failed() && os.Getenv("FOGDEPLOY_KEEP_LOGS") == "" {
 			os.RemoveAll(dir)
 		} else {
 			t.Logf("agent logs kept in %s", dir)
