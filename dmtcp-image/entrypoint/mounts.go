@@ -40,9 +40,11 @@ import (
 // /dev is new for every instance: whatever an app made of its /dev goes
 // with the instance, and a recycled container's next instance never sees
 // it. Nothing here
-// propagates to the host: the namespace is made recursively private first
-// (with -recycle, a slave: the host's unmount and mount of the root between
-// two instances still show up here).
+// propagates to the host: the namespace is made a recursive slave first,
+// so that what the host mounts where it bound a directory with slave
+// propagation still shows up here (a recycled container's root, unmounted
+// and mounted again between two instances; a checkpoint generation's
+// directory the host mounts in memory before a migration's checkpoint).
 func prepareRoot(cfg *config) error {
 	st, err := os.Stat(cfg.root)
 	if err != nil {
@@ -60,11 +62,10 @@ func prepareRoot(cfg *config) error {
 			return fmt.Errorf("checkpoint dir %s: %w", cfg.ckpt, err)
 		}
 	}
-	prop := uintptr(syscall.MS_PRIVATE)
-	if cfg.recycle {
-		prop = syscall.MS_SLAVE
-	}
-	if err := mount("(make-rprivate)", "/", "", syscall.MS_REC|prop, ""); err != nil {
+	// A slave receives and sends nothing: the host's mounts come in only
+	// where a bind is a slave already (the root's directory of a recycled
+	// or root-later container, a checkpoint volume bound so).
+	if err := mount("(make-rslave)", "/", "", syscall.MS_REC|syscall.MS_SLAVE, ""); err != nil {
 		return err
 	}
 	steps := []struct {

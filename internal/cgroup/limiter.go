@@ -26,6 +26,9 @@ type Limiter interface {
 	// Limits reads the limits of pid's cgroup; SwapBytes is 0 where the
 	// kernel does not account swap.
 	Limits(pid int) (Limits, error)
+	// MemoryUsed reads the memory pid's cgroup uses now (its processes'
+	// and the files they cached), what its memory bound counts.
+	MemoryUsed(pid int) (int64, error)
 }
 
 // ErrInvalidLimits is returned for limits no cgroup takes.
@@ -216,6 +219,18 @@ func (l *limiter) Limits(pid int) (Limits, error) {
 		lim.CPUs = float64(quota) / float64(period)
 	}
 	return lim, nil
+}
+
+func (l *limiter) MemoryUsed(pid int) (int64, error) {
+	dirs, err := l.dirs(pid)
+	if err != nil {
+		return 0, err
+	}
+	file := "memory.current"
+	if l.version == V1 {
+		file = "memory.usage_in_bytes"
+	}
+	return readLimit(filepath.Join(dirs[0], file))
 }
 
 // readLimit reads a limit file: 0 where it holds no bound ("max", -1,

@@ -151,6 +151,7 @@ func (f limitTree) limited(t *testing.T) int {
 	case cgroup.V1:
 		f.write(t, filepath.Join(f.mount("memory"), name, "memory.limit_in_bytes"), "9223372036854771712\n")
 		f.write(t, filepath.Join(f.mount("memory"), name, "memory.memsw.limit_in_bytes"), "9223372036854771712\n")
+		f.write(t, filepath.Join(f.mount("memory"), name, "memory.usage_in_bytes"), "2101248\n")
 		f.write(t, filepath.Join(f.mount("pids"), name, "pids.max"), "max\n")
 		f.write(t, filepath.Join(f.mount("cpu"), name, "cpu.cfs_period_us"), "100000\n")
 		f.write(t, filepath.Join(f.mount("cpu"), name, "cpu.cfs_quota_us"), "-1\n")
@@ -158,6 +159,7 @@ func (f limitTree) limited(t *testing.T) int {
 		d := filepath.Join(f.mount("unified"), name)
 		f.write(t, filepath.Join(d, "memory.max"), "max\n")
 		f.write(t, filepath.Join(d, "memory.swap.max"), "max\n")
+		f.write(t, filepath.Join(d, "memory.current"), "2101248\n")
 		f.write(t, filepath.Join(d, "pids.max"), "max\n")
 		f.write(t, filepath.Join(d, "cpu.max"), "max 100000\n")
 	}

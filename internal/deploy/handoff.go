@@ -23,9 +23,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
@@ -115,11 +118,7 @@ func (hs *Handoffs) keep(id string, gen int, src, ckpt, mapping string, bytes in
 		return Handoff{}, err
 	}
 	h := Handoff{ID: id, Gen: gen, Ckpt: ckpt, Mapping: mapping, Token: hex.EncodeToString(b), Bytes: bytes, Kept: time.Now().UTC()}
-	dst := hs.files(h)
-	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-		return Handoff{}, err
-	}
-	if err := os.Rename(src, dst); err != nil && !(errors.Is(err, os.ErrNotExist) && exists(dst)) {
+	if err := hs.take(src, hs.files(h)); err != nil {
 		return Handoff{}, fmt.Errorf("keeping the checkpoint of %s for its hand-over: %w", id, err)
 	}
 	if err := hs.records.Init(); err != nil {
@@ -129,6 +128,83 @@ func (hs *Handoffs) keep(id string, gen int, src, ckpt, mapping string, bytes in
 }
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// prepare makes the directory that deployment id's checkpoint of
+// generation gen is written into, in memory (memory bytes at most) or,
+// with memory 0, on the node's disk, and binds it at genDir, where the
+// instance writes that generation: the hand-over then keeps the files
+// where they were written (take). A directory an earlier suspend of id
+// left without a hand-over goes first. On error nothing is left.
+func (hs *Handoffs) prepare(id string, gen int, genDir string, memory int64) (err error) {
+	if _, err := hs.records.Load(id); err == nil {
+		return fmt.Errorf("deployment %s: a hand-over of it is kept already: %w", id, spec.ErrExists)
+	}
+	hs.removeFiles(id)
+	dst := drivers.GenDir(hs.dir(id), gen)
+	defer func() {
+		if err != nil {
+			_ = hs.deps.Roots.Unbind(genDir)
+			hs.removeFiles(id)
+		}
+	}()
+	if err := os.MkdirAll(hs.dir(id), 0o700); err != nil {
+		return err
+	}
+	// Its mode and owner are those of the instance's directory (an app
+	// run as a user writes its own images).
+	mode, uid, gid := fs.FileMode(0o755), 0, 0
+	if st, err := os.Stat(genDir); err == nil {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			mode, uid, gid = st.Mode().Perm(), int(sys.Uid), int(sys.Gid)
+		}
+	}
+	if err := os.Mkdir(dst, mode); err != nil {
+		return err
+	}
+	if err := os.Chmod(dst, mode); err != nil {
+		return err
+	}
+	if err := os.Chown(dst, uid, gid); err != nil {
+		return err
+	}
+	if memory > 0 {
+		if err := hs.deps.Roots.MountMemory(dst, memory); err != nil {
+			return err
+		}
+	}
+	return hs.deps.Roots.Bind(dst, genDir)
+}
+
+// take takes the checkpoint files written at src into dst, a hand-over's:
+// written where prepare bound dst, the bind goes (the instance sees them
+// no more); otherwise they are renamed, or copied where a rename cannot
+// cross from the instance's mount.
+func (hs *Handoffs) take(src, dst string) error {
+	if err := hs.deps.Roots.Unbind(src); err != nil {
+		return err
+	}
+	if exists(dst) {
+		return nil // written there, or taken before a crash
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return err
+	}
+	err := os.Rename(src, dst)
+	if !errors.Is(err, syscall.EXDEV) {
+		return err
+	}
+	tmp := dst + ".part"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if err := gencache.CopyTree(context.Background(), src, tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return err
+	}
+	return os.RemoveAll(src)
+}
 
 // Open gives a reader of hand-over id that shows token its files, until
 // the function it returns is called; ErrNoHandoff if this node hands none
@@ -388,9 +464,32 @@ func (hs *Handoffs) Drop(ctx context.Context, id string) {
 
 // removeFiles removes hand-over id's files (its record stays).
 func (hs *Handoffs) removeFiles(id string) {
+	if err := hs.unmountFiles(id); err != nil {
+		hs.log.Warn("hand-over: unmounting its files in memory; unmounted when it is over", "deployment", id, "err", err)
+		return
+	}
 	if err := removeDir(hs.dir(id)); err != nil {
 		hs.log.Warn("hand-over: removing its files; removed when it is over", "deployment", id, "err", err)
 	}
+}
+
+// unmountFiles unmounts the files of hand-over id kept in memory (each
+// generation's directory that is a mount), which go with it.
+func (hs *Handoffs) unmountFiles(id string) error {
+	ents, err := os.ReadDir(hs.dir(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err == nil && e.IsDir() {
+			errs = append(errs, hs.deps.Roots.Unbind(filepath.Join(hs.dir(id), e.Name())))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Wait waits for the durable copies under way: a caller that stops them

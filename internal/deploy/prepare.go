@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
@@ -82,7 +81,7 @@ func (sx *Suspensions) PrepareResume(ctx context.Context, app spec.App, id strin
 		return Slot{}, err
 	}
 	o.phase(StepLower)
-	mnt, ckpt := filepath.Join(s.Dir, "mnt"), filepath.Join(s.Dir, "ckpt")
+	mnt, ckpt := filepath.Join(s.Dir, "mnt"), sharedCkptDir(s.Dir)
 	if err := os.MkdirAll(ckpt, 0o755); err != nil {
 		return Slot{}, fmt.Errorf("slot %s checkpoint directory: %w", s.ID, err)
 	}
@@ -206,7 +205,7 @@ func (sx *Suspensions) ReadEarly(ctx context.Context, id string, gen int, read f
 	r := &earlyRead{gen: gen, done: make(chan struct{}), cancel: cancel}
 	sx.early.reads[id] = r
 	sx.early.mu.Unlock()
-	dst := filepath.Join(s.Dir, "ckpt", strconv.Itoa(gen))
+	dst := drivers.GenDir(slotCkptDir(s), gen)
 	go func() {
 		defer close(r.done)
 		start := time.Now()
@@ -268,7 +267,7 @@ func (sx *Suspensions) dropEarly(id string) {
 // meanwhile. It leaves s in SlotIdle, its timings without a container.
 func (sx *Suspensions) provisionPrepared(ctx context.Context, o *op, s *Slot, src slotSource) error {
 	g := *src.gen
-	dst := filepath.Join(s.Dir, "ckpt", fmt.Sprint(g.Gen))
+	dst := drivers.GenDir(slotCkptDir(*s), g.Gen)
 	start := time.Now()
 	wait := async(func() error {
 		err := sx.takeEarly(ctx, s.Deployment, g.Gen)

@@ -262,7 +262,7 @@ func (sg *Stages) mountSlot(ctx context.Context, s *Slot, envMap, ckptMap *mappe
 		envPath = filepath.Join(s.Dir, "disk")
 	}
 	if s.Mode != drivers.RunBoot {
-		ckptPath = filepath.Join(s.Dir, "ckpt")
+		ckptPath = slotCkptDir(*s)
 	}
 	if err := both(
 		func() error { return mp.Mount(ctx, envMap, envPath, mapper.MountOptions{}) },
@@ -276,6 +276,25 @@ func (sg *Stages) mountSlot(ctx context.Context, s *Slot, envMap, ckptMap *mappe
 	}
 	return envPath, ckptPath, nil
 }
+
+// slotCkptDir is slot s's checkpoint volume: its checkpoint image's mount
+// (s.Dir/ckpt), or, without one, a directory of its own. On the shared
+// read path that directory lies in the shared mount of its root
+// (sharedCkptDir), where the host can mount a generation's directory in
+// memory for a migration's checkpoint after the instance is made.
+func slotCkptDir(s Slot) string {
+	if s.Handle != nil && s.Handle.CkptPath != "" {
+		return s.Handle.CkptPath
+	}
+	if len(s.Images) < 2 && s.Lower != "" {
+		return sharedCkptDir(s.Dir)
+	}
+	return filepath.Join(s.Dir, "ckpt")
+}
+
+// sharedCkptDir is the checkpoint volume of a slot in directory dir that
+// lies in the shared mount of its root (dir/mnt, overlayRoot).
+func sharedCkptDir(dir string) string { return filepath.Join(dir, "mnt", "ckpt") }
 
 // instanceSource is where a slot's instance finds its root and its
 // checkpoint: later, its source is still being fetched when it is
@@ -306,7 +325,7 @@ func (sg *Stages) createInstance(ctx context.Context, s *Slot, src slotSource, i
 	}
 	run := drivers.Run{Mode: s.Mode, ID: s.ID, App: src.app, EnvPath: in.envPath, CkptPath: in.ckptPath, CkptSource: in.source, SourceLater: in.later, Gen: gen,
 		ImageEnv: src.config.Env, WorkDir: src.config.WorkDir, CtlPath: ctl, Background: s.Pool || src.background, Limits: sg.cfg.Limits, Resettable: s.Lower != "" && !src.resume,
-		RootLater: in.rootLater != "", EnvFiles: in.rootLater}
+		RootLater: in.rootLater != "", EnvFiles: in.rootLater, CkptShared: in.ckptPath != "" && in.ckptPath == sharedCkptDir(s.Dir)}
 	h, err := dr.Create(ctx, run)
 	if err != nil {
 		return err

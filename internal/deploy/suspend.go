@@ -171,6 +171,8 @@ type suspension struct {
 	// mounted unmounts the checkpoint's image while it is mounted; held
 	// lets the hold of its generation go.
 	mounted, held func() error
+	// memory: the checkpoint is written into memory (checkpointInMemory).
+	memory bool
 }
 
 // journal records how far it got.
@@ -223,6 +225,11 @@ func (s *suspension) checkpoint(ctx context.Context, app spec.App) error {
 	if s.held, err = sx.holdSoon(ctx, &s.rec, s.susp); err != nil {
 		s.held = func() error { return nil }
 		return err
+	}
+	if s.opts.Handoff && !s.continuing {
+		// Its files are handed over, not copied into the cluster: written
+		// into the hand-over's directory, in memory where there is room.
+		s.memory = sx.prepareHandoff(s.rec)
 	}
 	s.holding, s.asked = true, true
 	if s.exited, err = sx.checkpointInstance(ctx, s.rec, &s.susp, s.continuing); err != nil {
@@ -284,7 +291,7 @@ func (s *suspension) seal(ctx context.Context) (spec.Suspension, error) {
 		return spec.Suspension{}, err
 	}
 	s.sx.log.Info("suspended", "id", s.rec.ID, "app", s.rec.App, "gen", s.susp.From.Gen, "ckpt_gen", s.susp.CkptGen, "bytes", s.susp.Bytes,
-		"env", s.susp.Env.String(), "timings", s.susp.Timings.String())
+		"env", s.susp.Env.String(), "in_memory", s.memory, "timings", s.susp.Timings.String())
 	return s.susp, nil
 }
 
@@ -296,6 +303,14 @@ func (s *suspension) end(ctx context.Context, err error) {
 	if s.mounted != nil && err != nil {
 		_ = s.mounted()
 		_ = s.sx.deps.Mapper.Release(context.WithoutCancel(ctx), suspendMapping(s.rec.ID))
+	}
+	if err != nil && ctx.Err() == nil && s.opts.Handoff && s.kept == nil && s.rec.Handle != nil {
+		// What prepareHandoff made for a checkpoint never kept goes (an
+		// instance that runs on would write its next one there).
+		if uerr := s.sx.deps.Roots.Unbind(drivers.GenDir(s.rec.Handle.CkptPath, s.rec.Handle.Gen)); uerr != nil {
+			s.sx.log.Warn("unbinding a migration's checkpoint directory; unbound with its instance", "deployment", s.rec.ID, "err", uerr)
+		}
+		s.sx.handoffs.removeFiles(s.rec.ID)
 	}
 	switch {
 	case err == nil || ctx.Err() != nil:

@@ -168,7 +168,7 @@ func (c *Container) Create(ctx context.Context, r Run) (Handle, error) {
 		return Handle{}, err
 	}
 	h := Handle{Driver: c.Name(), EnvPath: r.EnvPath, CkptPath: r.CkptPath, CtlPath: r.CtlPath, Gen: r.Gen, Background: r.Background,
-		Recycle: recycle, RootLater: r.RootLater}
+		Recycle: recycle, RootLater: r.RootLater, CkptShared: r.CkptShared}
 	if r.Mode == RunRestart {
 		h.Gen = r.Gen + 1
 	}

@@ -131,7 +131,8 @@ func (c *Container) CreateSpare(ctx context.Context, sp Spare) (Handle, error) {
 		Network: IsolatedNetwork, PidsLimit: sp.Limits.Pids, OpenFiles: sp.Limits.OpenFiles, LogBytes: sp.Limits.LogBytes,
 		LogFiles: sp.Limits.LogFiles, CPUShares: backgroundShares, Labels: map[string]string{"io.fogdeploy.gen": "0"}}
 	rs := dc.Spare(sp.Ports)
-	h := Handle{Driver: c.Name(), EnvPath: sp.SpareRoot(), CkptPath: sp.SpareCkpt(), CtlPath: sp.CtlPath, Background: true, RootLater: true}
+	h := Handle{Driver: c.Name(), EnvPath: sp.SpareRoot(), CkptPath: sp.SpareCkpt(), CtlPath: sp.CtlPath, Background: true, RootLater: true,
+		CkptShared: true} // its checkpoint volume is bound with slave propagation
 	h, err = c.started(ctx, h, rs)
 	if err != nil {
 		return Handle{}, err
@@ -267,4 +268,21 @@ func (c *Container) limit(ctx context.Context, h Handle, dc runtime.DMTCPContain
 	}
 	up, _ := c.RT.(runtime.Updater) // Fits checked it can
 	return up.Update(ctx, h.Ref, runtime.Resources{NanoCPUs: dc.NanoCPUs, MemoryBytes: dc.MemoryBytes, PidsLimit: dc.PidsLimit})
+}
+
+// Memory reads what instance h's memory bound leaves it: the memory its
+// cgroup uses now and its bound (0: none), in the kernel's cgroup files
+// (c.Limiter; without one, an error).
+func (c *Container) Memory(h Handle) (used, bound int64, err error) {
+	if c.Limiter == nil || h.Pid <= 0 {
+		return 0, 0, fmt.Errorf("memory of instance %s: no cgroup to read it in", h.Ref)
+	}
+	if used, err = c.Limiter.MemoryUsed(h.Pid); err != nil {
+		return 0, 0, fmt.Errorf("memory of instance %s: %w", h.Ref, err)
+	}
+	lim, err := c.Limiter.Limits(h.Pid)
+	if err != nil {
+		return 0, 0, fmt.Errorf("memory of instance %s: %w", h.Ref, err)
+	}
+	return used, lim.MemoryBytes, nil
 }

@@ -30,6 +30,7 @@ func (c *Container) spec(r Run, image string) runtime.DMTCPContainer {
 		// Read after the order, which Start gives once it is whole.
 		SourceLater: r.SourceLater,
 		RootLater:   r.RootLater,
+		CkptShared:  r.CkptShared,
 		Env:         appEnv(r.ImageEnv, r.App.Environment),
 		WorkingDir:  firstNonEmpty(r.App.WorkDir, r.WorkDir),
 		User:        r.App.User,

@@ -187,6 +187,11 @@ type Run struct {
 	// take it.
 	RootLater bool
 	EnvFiles  string
+	// CkptShared: CkptPath lies in a shared mount of the host, where the
+	// host may mount a generation's directory after Create (a checkpoint
+	// written into memory, Handle.CkptShared); the Container driver binds
+	// it with slave propagation.
+	CkptShared bool
 	// Gen is the checkpoint generation to write (launch) or to restore
 	// (restart).
 	Gen int
@@ -271,6 +276,9 @@ type Handle struct {
 	Recycle bool `json:"recycle,omitempty"`
 	// RootLater: its root was mounted after Create (Run.RootLater).
 	RootLater bool `json:"root_later,omitempty"`
+	// CkptShared: a directory mounted in CkptPath after Create shows up in
+	// the instance (Run.CkptShared, where the driver takes it).
+	CkptShared bool `json:"ckpt_shared,omitempty"`
 	// Pid is the host PID of the container's main process as Create found
 	// it running (Container): while that process is still the container's,
 	// Start and Running need no runtime call.

@@ -245,6 +245,45 @@ func BindReadOnly(src, target string) error {
 // Unbind unmounts what is bound at target; nothing there is not an error.
 func Unbind(target string) error { return unmountAll(target) }
 
+// MountMemory mounts a tmpfs of at most size bytes at dir, an existing
+// directory, with dir's mode and owner (nosuid, nodev); a dir that is a
+// mount point already (mounted before a crash) is left as it is.
+func MountMemory(dir string, size int64) error {
+	if size <= 0 {
+		return fmt.Errorf("memory mount at %s: size %d: %w", dir, size, ErrInvalid)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return fmt.Errorf("memory mount at %s: %w", dir, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("memory mount at %s: not a directory", dir)
+	}
+	if ok, err := mountPoint(dir); err != nil || ok {
+		return err // mounted before a crash: as it is
+	}
+	data := fmt.Sprintf("size=%d,mode=%o,uid=%d,gid=%d", size, st.Mode&0o7777, st.Uid, st.Gid)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		return fmt.Errorf("memory mount at %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Bind binds directory src at target (made if missing), read and write.
+// target already a mount point is not an error.
+func Bind(src, target string) error {
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return fmt.Errorf("bind %s at %s: %w", src, target, err)
+	}
+	if ok, err := mountPoint(target); err != nil || ok {
+		return err
+	}
+	if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s at %s: %w", src, target, err)
+	}
+	return nil
+}
+
 // mountPoint reports whether something is mounted at dir.
 func mountPoint(dir string) (bool, error) {
 	return findMount(dir, func([]string) bool { return true })

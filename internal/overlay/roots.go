@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"errors"
 	"bufio"
 	"context"
 	"fmt"
@@ -36,6 +37,14 @@ type Roots interface {
 	// missing); Unbind undoes it (no error if nothing is bound there).
 	BindReadOnly(src, target string) error
 	Unbind(target string) error
+	// MountMemory mounts an empty file system in memory of at most size
+	// bytes at dir, an existing directory, with dir's mode and owner (a
+	// checkpoint written into memory); Unbind unmounts it, and its files
+	// go with its last mount.
+	MountMemory(dir string, size int64) error
+	// Bind shows directory src at target (made if missing), read and
+	// write: what is written at either is at both; Unbind undoes it.
+	Bind(src, target string) error
 }
 
 // Kernel is Roots over the kernel's overlay file system (the package's
@@ -68,6 +77,12 @@ func (Kernel) BindReadOnly(src, target string) error { return BindReadOnly(src, 
 // Unbind implements Roots.
 func (Kernel) Unbind(target string) error { return Unbind(target) }
 
+// MountMemory implements Roots: a tmpfs.
+func (Kernel) MountMemory(dir string, size int64) error { return MountMemory(dir, size) }
+
+// Bind implements Roots.
+func (Kernel) Bind(src, target string) error { return Bind(src, target) }
+
 // Copy is Roots without a mount, for unit tests that run without root: a
 // mount copies the lower directory into the target, then what the upper
 // directory kept, and an unmount keeps the target's files in the upper
@@ -78,6 +93,30 @@ func (Kernel) Unbind(target string) error { return Unbind(target) }
 type Copy struct {
 	mu      sync.Mutex
 	mounted map[string]Layers
+	// bound are the targets of BindReadOnly and MountMemory, whose files
+	// Unbind removes (the kernel's would show the directory beneath).
+	bound map[string]bool
+}
+
+// bind records target as bound (on true) or not.
+func (c *Copy) bind(target string, on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bound == nil {
+		c.bound = map[string]bool{}
+	}
+	if on {
+		c.bound[c.key(target)] = true
+	} else {
+		delete(c.bound, c.key(target))
+	}
+}
+
+// isBound reports whether target is bound.
+func (c *Copy) isBound(target string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bound[c.key(target)]
 }
 
 var _ Roots = (*Copy)(nil)
@@ -181,6 +220,7 @@ func (c *Copy) BindReadOnly(src, target string) error {
 	if err := copyTree(context.Background(), src, target); err != nil {
 		return fmt.Errorf("bind %s at %s: %w", src, target, err)
 	}
+	c.bind(target, true)
 	return filepath.WalkDir(target, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || d.Type()&fs.ModeSymlink != 0 {
 			return err
@@ -193,11 +233,50 @@ func (c *Copy) BindReadOnly(src, target string) error {
 	})
 }
 
-// Unbind implements Roots: target is emptied.
+// Unbind implements Roots: a target bound is emptied.
 func (c *Copy) Unbind(target string) error {
+	if !c.isBound(target) {
+		return nil
+	}
+	c.bind(target, false)
 	if err := os.RemoveAll(target); err != nil {
 		return fmt.Errorf("unbind %s: %w", target, err)
 	}
+	return nil
+}
+
+// MountMemory implements Roots: dir is checked; nothing is mounted.
+func (c *Copy) MountMemory(dir string, size int64) error {
+	if size <= 0 {
+		return fmt.Errorf("memory mount at %s: size %d: %w", dir, size, ErrInvalid)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("memory mount at %s: %w", dir, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("memory mount at %s: not a directory", dir)
+	}
+	c.bind(dir, true)
+	return nil
+}
+
+// Bind implements Roots: target, an empty directory if it is one, is
+// made a symbolic link to src.
+func (c *Copy) Bind(src, target string) error {
+	if c.isBound(target) {
+		return nil
+	}
+	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("bind %s at %s: %w", src, target, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return fmt.Errorf("bind %s at %s: %w", src, target, err)
+	}
+	if err := os.Symlink(src, target); err != nil {
+		return fmt.Errorf("bind %s at %s: %w", src, target, err)
+	}
+	c.bind(target, true)
 	return nil
 }
 

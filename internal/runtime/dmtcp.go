@@ -124,6 +124,10 @@ type DMTCPContainer struct {
 	// as for Recycle, and the entrypoint reads nothing of either before
 	// the order (-root-later).
 	RootLater bool
+	// CkptShared: CkptPath lies in a shared mount on the host, and is
+	// bound with slave propagation: a directory the host mounts in it
+	// later (a checkpoint written into memory) shows up inside.
+	CkptShared bool
 	// sourceGen is the generation CkptSource is bound as.
 	sourceGen int
 	// userCaps gives the container DMTCPUserCapabilities without a User
@@ -366,7 +370,11 @@ func (c DMTCPContainer) binds() []Bind {
 		b = append(b, Bind{HostPath: c.EnvPath, ContainerPath: DMTCPRootPath})
 	}
 	if c.CkptPath != "" {
-		b = append(b, Bind{HostPath: c.CkptPath, ContainerPath: DMTCPCkptPath})
+		ck := Bind{HostPath: c.CkptPath, ContainerPath: DMTCPCkptPath}
+		if c.CkptShared {
+			ck.Propagation = PropagationSlave
+		}
+		b = append(b, ck)
 		if c.CkptSource != "" && c.sourceGen > 0 {
 			b = append(b, Bind{HostPath: c.CkptSource, ContainerPath: DMTCPGenerationDir(DMTCPCkptPath, c.sourceGen), ReadOnly: true})
 		}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,6 +66,11 @@ func testMigrateDrain(t *testing.T, eng engine.Name) {
 		eng, dep.ID, moved.From, moved.To, down.Round(time.Millisecond), moved.Downtime.Round(time.Millisecond), moved.Bytes,
 		moved.Total.Round(time.Millisecond))
 	prepared(ctx, t, p, dep.ID)
+	// Its checkpoint was written into memory: the app has no bound it
+	// could pass, and the node has room.
+	if len(p.logged(checkpointWent("memory", dep.ID))) == 0 {
+		t.Errorf("%s: no agent logged that %s's checkpoint went into memory", eng, dep.ID)
+	}
 	out := os.Getenv("FOGDEPLOY_BENCH_OUT")
 	var big bigState
 	var huge *hugeState
@@ -85,15 +91,20 @@ func testMigrateDrain(t *testing.T, eng engine.Name) {
 		n, fill = 8, 64<<20 // the issue's drain: 64 MiB written in each
 	}
 	ids := map[string]string{}
+	var full string // one whose memory bound leaves too little for its checkpoint in memory
 	for i := range n {
 		d := createOn(ctx, t, client, api, app.Name, "n1")
 		val := "value-" + string(rune('a'+i))
 		if _, err := testenv.RedisDo(ctx, nil, addrOf(d.Status.Ports), "SET", "k", val); err != nil {
 			t.Fatal(err)
 		}
-		if fill > 0 {
-			if got, err := testenv.RedisDo(ctx, nil, addrOf(d.Status.Ports), "SETRANGE", "fill", strconv.Itoa(fill-1), "z"); err != nil || got != strconv.Itoa(fill) {
-				t.Fatalf("SETRANGE of %d bytes: %q, %v", fill, got, err)
+		size := fill
+		if out == "" && i == 0 {
+			size, full = 128<<20, d.ID // of redisOnPoP's 256 MiB bound
+		}
+		if size > 0 {
+			if got, err := testenv.RedisDo(ctx, nil, addrOf(d.Status.Ports), "SETRANGE", "fill", strconv.Itoa(size-1), "z"); err != nil || got != strconv.Itoa(size) {
+				t.Fatalf("SETRANGE of %d bytes: %q, %v", size, got, err)
 			}
 		}
 		ids[d.ID] = val
@@ -128,6 +139,20 @@ func testMigrateDrain(t *testing.T, eng engine.Name) {
 	if nd, err := p.st.Node(ctx, "n1"); err != nil || nd.Cordon == nil {
 		t.Errorf("n1 after the drain: %+v, %v; want it cordoned", nd, err)
 	}
+	if full != "" && len(p.logged(checkpointWent("the node's disk", full))) == 0 {
+		t.Errorf("%s: no agent logged that %s's checkpoint (128 MiB written under a 256 MiB bound) went to the node's disk", eng, full)
+	}
+	// The hand-overs are over: nothing of them stays mounted.
+	var left []string
+	for i := 0; i < 150; i++ {
+		if left = mountsUnder(t, p.dir); len(left) == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(left) > 0 {
+		t.Errorf("%s: after the migrations, still mounted in the agents' hand-overs: %v", eng, left)
+	}
 	if out != "" {
 		res := migrationBench{Engine: eng, DowntimeMS: msOf(down), AgentsMS: msOf(moved.Downtime), Bytes: moved.Bytes,
 			Drained: n, DrainFilled: int64(fill), DrainMS: msOf(drained), Big: big, Huge: huge}
@@ -139,6 +164,29 @@ func testMigrateDrain(t *testing.T, eng engine.Name) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// checkpointWent matches an agent's line that deployment id's migration
+// checkpoint went into memory, or to the node's disk.
+func checkpointWent(where, id string) *regexp.Regexp {
+	return regexp.MustCompile(`a migration's checkpoint goes (into|to) ` + regexp.QuoteMeta(where) + `" node=\S+ deployment=` + regexp.QuoteMeta(id) + `\b`)
+}
+
+// mountsUnder lists what is mounted in the hand-overs' directories of
+// the agents under dir.
+func mountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") && strings.Contains(f[4], "/handoffs/") {
+			out = append(out, f[4])
+		}
+	}
+	return out
 }
 
 // migrationBench is what TestMigrateDrainPoP measured, for make bench.

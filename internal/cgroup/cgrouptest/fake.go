@@ -23,9 +23,10 @@ type Fake struct {
 	// procs are the processes Add made: true for one of the root cgroup.
 	procs map[int]bool
 
-	mu  sync.Mutex
-	w   map[int]cgroup.Weights
-	lim map[int]cgroup.Limits
+	mu   sync.Mutex
+	w    map[int]cgroup.Weights
+	lim  map[int]cgroup.Limits
+	used map[int]int64
 }
 
 var (
@@ -118,4 +119,31 @@ func (f *Fake) Limits(pid int) (cgroup.Limits, error) {
 		return cgroup.Limits{}, err
 	}
 	return f.lim[pid], nil
+}
+
+// FakeMemoryUsed is what MemoryUsed reads of a process SetMemoryUsed
+// never set.
+const FakeMemoryUsed = 4 << 20
+
+// SetMemoryUsed makes pid's cgroup use n bytes of memory.
+func (f *Fake) SetMemoryUsed(pid int, n int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.used == nil {
+		f.used = map[int]int64{}
+	}
+	f.used[pid] = n
+}
+
+// MemoryUsed implements cgroup.Limiter.
+func (f *Fake) MemoryUsed(pid int) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.weights(pid); err != nil {
+		return 0, err
+	}
+	if n, ok := f.used[pid]; ok {
+		return n, nil
+	}
+	return FakeMemoryUsed, nil
 }

@@ -65,6 +65,17 @@ func RunLimiter(t *testing.T, newHarness func(t *testing.T) LimiterHarness) {
 			t.Fatalf("after refused Limits, Limits = %+v, %v; want %+v kept", got, err, kept)
 		}
 	})
+	t.Run("MemoryUsed", func(t *testing.T) {
+		h := newHarness(t)
+		pid := h.Process(t)
+		// A process uses some memory, and less than a bound it runs under.
+		if err := h.Limiter.Limit(pid, cgroup.Limits{MemoryBytes: 256 << 20}); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := h.Limiter.MemoryUsed(pid); err != nil || n <= 0 || n > 256<<20 {
+			t.Fatalf("MemoryUsed(%d) = %d, %v; want some bytes, under its 256 MiB bound", pid, n, err)
+		}
+	})
 	t.Run("NoProcess", func(t *testing.T) {
 		h := newHarness(t)
 		for _, pid := range []int{0, -4, 1 << 30} {
@@ -73,6 +84,9 @@ func RunLimiter(t *testing.T, newHarness func(t *testing.T) LimiterHarness) {
 			}
 			if _, err := h.Limiter.Limits(pid); !errors.Is(err, cgroup.ErrNoProcess) {
 				t.Fatalf("Limits(%d) = %v, want ErrNoProcess", pid, err)
+			}
+			if _, err := h.Limiter.MemoryUsed(pid); !errors.Is(err, cgroup.ErrNoProcess) {
+				t.Fatalf("MemoryUsed(%d) = %v, want ErrNoProcess", pid, err)
 			}
 		}
 	})

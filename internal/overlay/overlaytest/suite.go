@@ -23,6 +23,7 @@ func RunSuite(t *testing.T, newRoots func(t *testing.T) overlay.Roots) {
 		{"ResetDropsWrites", testReset},
 		{"BadLayers", testBadLayers},
 		{"BindReadOnly", testBind},
+		{"MemoryBound", testMemoryBound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRoots(t)
@@ -179,5 +180,53 @@ func testBind(t *testing.T, r overlay.Roots, l overlay.Layers, _ string) {
 	}
 	if got := read(t, filepath.Join(target, "shared")); got != "(none)" {
 		t.Errorf("target after Unbind still shows %q", got)
+	}
+}
+
+// testMemoryBound: files written where a memory mount is bound are in
+// it, and stay in it once the bind is undone; Unbind of the memory mount
+// lets them go.
+func testMemoryBound(t *testing.T, r overlay.Roots, l overlay.Layers, _ string) {
+	base := filepath.Dir(l.Lower)
+	gen, kept := filepath.Join(base, "ckpt", "4"), filepath.Join(base, "handoffs", "d1", "4")
+	for _, d := range []string{gen, kept} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.MountMemory(kept, 0); err == nil {
+		t.Error("MountMemory of 0 bytes: no error")
+	}
+	if err := r.MountMemory(filepath.Join(base, "absent"), 1<<20); err == nil {
+		t.Error("MountMemory on a missing directory: no error")
+	}
+	if err := r.MountMemory(kept, 1<<20); err != nil {
+		t.Fatalf("MountMemory: %v", err)
+	}
+	for range 2 {
+		if err := r.Bind(kept, gen); err != nil {
+			t.Fatalf("Bind: %v", err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(gen, "ckpt_app.dmtcp"), []byte("image"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Unbind(gen); err != nil {
+		t.Fatalf("Unbind of the bind: %v", err)
+	}
+	if got := read(t, filepath.Join(kept, "ckpt_app.dmtcp")); got != "image" {
+		t.Errorf("file in memory = %q; want the one written where it was bound", got)
+	}
+	if got := read(t, filepath.Join(gen, "ckpt_app.dmtcp")); got != "(none)" {
+		t.Errorf("where it was bound, after Unbind: %q; want nothing", got)
+	}
+	if err := r.Unbind(kept); err != nil {
+		t.Fatalf("Unbind of the memory mount: %v", err)
+	}
+	if got := read(t, filepath.Join(kept, "ckpt_app.dmtcp")); got != "(none)" {
+		t.Errorf("after the memory mount's Unbind: %q; want its files gone", got)
+	}
+	if err := os.RemoveAll(filepath.Join(base, "handoffs")); err != nil {
+		t.Errorf("removing it once unbound: %v", err)
 	}
 }
