@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/fogdeploy/fogdeploy/internal/deploy"
 	"github.com/fogdeploy/fogdeploy/internal/deploy/deploytest"
 	"github.com/fogdeploy/fogdeploy/internal/engine"
@@ -77,6 +79,19 @@ func handoff(ctx context.Context, t *testing.T, n deploytest.Node, app spec.App,
 	h, err := d.Handoffs().Get(dep.ID)
 	if err != nil || h.Ckpt != susp.Ckpt.Image || len(h.Token) < 32 || h.Bytes != susp.Bytes {
 		t.Fatalf("hand-over %+v, %v; want one of %s with a secret", h, err, susp.Ckpt.Image)
+	}
+	if big > 0 {
+		// In the light container, with no memory bound and a node with
+		// room: written into memory.
+		_, dir, done, err := d.Handoffs().Open(dep.ID, h.Token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fs unix.Statfs_t
+		if err := unix.Statfs(dir, &fs); err != nil || fs.Type != unix.TMPFS_MAGIC {
+			t.Errorf("the hand-over's files in %s: file system %#x, %v; want them in memory (tmpfs)", dir, fs.Type, err)
+		}
+		done()
 	}
 	for _, token := range []string{"", "0123456789abcdef0123456789abcdef0123456789abcdef"} {
 		if _, _, _, err := d.Handoffs().Open(dep.ID, token); !errors.Is(err, deploy.ErrNoHandoff) {
