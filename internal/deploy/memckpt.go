@@ -159,3 +159,53 @@ func nodeMemory() (avail, total int64, err error) {
 	}
 	return avail, total, nil
 }
+
+// readDir makes dst an empty directory to read a checkpoint into: what an
+// earlier read left there goes, its memory too.
+func (sx *Suspensions) readDir(dst string) error {
+	if err := sx.deps.Roots.Unbind(dst); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dst); err != nil {
+		return err
+	}
+	return os.Mkdir(dst, 0o755)
+}
+
+// readIntoMemory mounts dst, where deployment id's checkpoint of bytes
+// bytes is about to be read, in memory, where the node has room for it
+// beside its reserve: the agent writes it (its own cgroup counts it), and
+// the engine restores it from memory. It reports whether it did.
+func (sx *Suspensions) readIntoMemory(id, dst string, bytes int64) bool {
+	avail, total, err := nodeMemory()
+	if err != nil || bytes <= 0 {
+		return false
+	}
+	size := bytes + bytes/8 + 64<<20
+	if avail-size < max(int64(memCkptReserve), total/10) {
+		sx.log.Info("a migration's checkpoint is read to the node's disk", "deployment", id, "why",
+			fmt.Sprintf("the node has %d MiB available, the checkpoint needs about %d MiB beside its reserve", avail>>20, size>>20))
+		return false
+	}
+	if err := sx.deps.Roots.MountMemory(dst, size); err != nil {
+		sx.log.Warn("a migration's checkpoint cannot be read into memory; to the node's disk", "deployment", id, "err", err)
+		return false
+	}
+	return true
+}
+
+// releaseRead lets go of the memory a prepared resume of deployment id
+// read its checkpoint into (gen, under the instance's checkpoint volume
+// ckptPath), once its instance runs: the engine restored it whole.
+func (sx *Suspensions) releaseRead(id, ckptPath string, gen int) {
+	sx.early.mu.Lock()
+	inMemory := sx.early.memory[id]
+	delete(sx.early.memory, id)
+	sx.early.mu.Unlock()
+	if !inMemory {
+		return
+	}
+	if err := sx.deps.Roots.Unbind(drivers.GenDir(ckptPath, gen)); err != nil {
+		sx.log.Warn("letting go of a resumed checkpoint's memory; it goes with the instance", "deployment", id, "err", err)
+	}
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fogdeploy/fogdeploy/internal/catalog"
 	"github.com/fogdeploy/fogdeploy/internal/drivers"
+	"github.com/fogdeploy/fogdeploy/internal/engine"
 	"github.com/fogdeploy/fogdeploy/internal/spec"
 )
 
@@ -165,26 +166,34 @@ func (sx *Suspensions) takePrepared(ctx context.Context, id string, app spec.App
 type earlyReads struct {
 	mu    sync.Mutex
 	reads map[string]*earlyRead
+	// memory are the deployments whose resume took a read into memory,
+	// until the instance runs (releaseRead).
+	memory map[string]bool
 }
 
-// earlyRead is one: done is closed once err is known.
+// earlyRead is one: done is closed once err is known. memory: it is
+// read into memory (its directory a file system in memory, which the
+// resume lets go once the instance runs: releaseRead).
 type earlyRead struct {
 	gen    int
 	done   chan struct{}
 	err    error
 	cancel context.CancelFunc
+	memory bool
 }
 
 // errNoEarlyRead: no early read of that checkpoint.
 var errNoEarlyRead = errors.New("no early read")
 
-// ReadEarly copies generation gen of deployment id's checkpoint into the
-// slot prepared for its resume with read, in the background, while the
-// migration's source still stores the rest of the suspension: the resume
-// then finds it there (provisionPrepared), or copies it again where this
-// read failed. It reports false, reading nothing, where no slot is
-// prepared for id or a read of gen is under way or done.
-func (sx *Suspensions) ReadEarly(ctx context.Context, id string, gen int, read func(ctx context.Context, dst string) error) bool {
+// ReadEarly copies generation gen of deployment id's checkpoint (of
+// bytes bytes) into the slot prepared for its resume with read, in the
+// background, while the migration's source still stores the rest of the
+// suspension: the resume then finds it there (provisionPrepared), or
+// copies it again where this read failed. It reads it into memory where
+// the node has room for it and the engine restores it whole (memory
+// released once the instance runs). It reports false, reading nothing,
+// where no slot is prepared for id or a read of gen is under way or done.
+func (sx *Suspensions) ReadEarly(ctx context.Context, id string, gen int, bytes int64, read func(ctx context.Context, dst string) error) bool {
 	// Under the lock takeEarly takes: a resume that takes the slot
 	// (its phase saved before it asks takeEarly) either finds this read
 	// or is seen here, and no read begins in a slot a resume fills.
@@ -209,14 +218,15 @@ func (sx *Suspensions) ReadEarly(ctx context.Context, id string, gen int, read f
 	go func() {
 		defer close(r.done)
 		start := time.Now()
-		r.err = os.RemoveAll(dst)
-		if r.err == nil {
-			r.err = os.Mkdir(dst, 0o755)
+		r.err = sx.readDir(dst)
+		if r.err == nil && s.Handle != nil && s.Handle.CkptShared && !engine.Of(s.Engine).LazyRestore {
+			r.memory = sx.readIntoMemory(id, dst, bytes)
 		}
 		if r.err == nil {
 			r.err = read(rctx, dst)
 		}
-		sx.log.Info("checkpoint read early into a prepared resume", "deployment", id, "gen", gen, "ms", time.Since(start).Milliseconds(), "err", r.err)
+		sx.log.Info("checkpoint read early into a prepared resume", "deployment", id, "gen", gen, "in_memory", r.memory,
+			"ms", time.Since(start).Milliseconds(), "err", r.err)
 	}()
 	return true
 }
@@ -244,6 +254,14 @@ func (sx *Suspensions) takeEarly(ctx context.Context, id string, gen int) error 
 		return ctx.Err()
 	case <-r.done:
 		r.cancel()
+		if r.err == nil && r.memory {
+			sx.early.mu.Lock()
+			if sx.early.memory == nil {
+				sx.early.memory = map[string]bool{}
+			}
+			sx.early.memory[id] = true
+			sx.early.mu.Unlock()
+		}
 		return r.err
 	}
 }
@@ -277,10 +295,7 @@ func (sx *Suspensions) provisionPrepared(ctx context.Context, o *op, s *Slot, sr
 		if !errors.Is(err, errNoEarlyRead) {
 			sx.log.Warn("the checkpoint read early is not whole; read again", "deployment", s.Deployment, "gen", g.Gen, "err", err)
 		}
-		if err := os.RemoveAll(dst); err != nil {
-			return err
-		}
-		if err := os.Mkdir(dst, 0o755); err != nil {
+		if err := sx.readDir(dst); err != nil {
 			return err
 		}
 		_, err = sx.ckpts.fetchFrom(ctx, g, dst, src.fetch)

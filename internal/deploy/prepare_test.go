@@ -3,7 +3,9 @@ package deploy_test
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -115,7 +117,7 @@ func migratePrepared(ctx context.Context, t *testing.T, d *deploy.Deployer, app 
 	var early, fetched atomic.Int32
 	fromHandoff := func(ctx context.Context, dst string) error { return d.Handoffs().CopyTo(ctx, id, dst) }
 	susp, err := d.Suspensions().Suspend(ctx, id, app, deploy.SuspendOptions{Handoff: true, Kept: func(h deploy.Handoff, _ spec.Suspension) {
-		ok := d.Suspensions().ReadEarly(ctx, id, h.Gen, func(ctx context.Context, dst string) error {
+		ok := d.Suspensions().ReadEarly(ctx, id, h.Gen, h.Bytes, func(ctx context.Context, dst string) error {
 			early.Add(1)
 			if earlyErr != nil {
 				return earlyErr
@@ -152,5 +154,30 @@ func migratePrepared(ctx context.Context, t *testing.T, d *deploy.Deployer, app 
 	if early.Load() != 1 || fetched.Load() != want {
 		t.Errorf("checkpoint read early %d time(s), by the resume %d; want 1 and %d", early.Load(), fetched.Load(), want)
 	}
+	// A checkpoint read into memory (DMTCP's, in the light container) is
+	// let go once the instance runs.
+	if resumed.Handle != nil {
+		if left := memoryMountsUnder(t, resumed.Handle.CkptPath); len(left) > 0 {
+			t.Errorf("after the resume, still in memory: %v; want the checkpoint's memory let go", left)
+		}
+	}
 	return resumed
+}
+
+// memoryMountsUnder lists the file systems in memory mounted under dir.
+func memoryMountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		i := slices.Index(f, "-")
+		if dir != "" && len(f) > 4 && i > 0 && i+1 < len(f) && f[i+1] == "tmpfs" && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, f[4])
+		}
+	}
+	return out
 }

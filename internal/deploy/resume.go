@@ -105,5 +105,8 @@ func (d *Deployer) Resume(ctx context.Context, app spec.App, id string, susp spe
 	if err != nil {
 		return Deployment{}, err
 	}
+	if dep.Handle != nil {
+		d.suspensions.releaseRead(id, dep.Handle.CkptPath, susp.CkptGen)
+	}
 	return d.suspensions.adoptSuspension(dep, susp), nil
 }

@@ -153,7 +153,7 @@ func (a *agent) readEarly(ctx context.Context, dsr state.Desired) {
 	if h.Pages {
 		return
 	}
-	a.d.Suspensions().ReadEarly(ctx, dsr.ID, h.Gen, func(ctx context.Context, dst string) error {
+	a.d.Suspensions().ReadEarly(ctx, dsr.ID, h.Gen, h.Bytes, func(ctx context.Context, dst string) error {
 		_, err := a.readHandoff(ctx, dsr.ID, h, dst, h.Bytes, false)
 		result := "read"
 		if err != nil {
