@@ -95,7 +95,7 @@ func TestLimiterConformanceFiles(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				return cgrouptest.LimiterHarness{Limiter: l, Process: f.limited, HasSwap: true}
+				return cgrouptest.LimiterHarness{Limiter: l, Process: f.limited, HasSwap: true, Used: 2101248}
 			})
 		})
 	}
@@ -106,7 +106,7 @@ func TestLimiterConformanceInMemory(t *testing.T) {
 	next := 100
 	cgrouptest.RunLimiter(t, func(t *testing.T) cgrouptest.LimiterHarness {
 		f := cgrouptest.NewFake()
-		return cgrouptest.LimiterHarness{Limiter: f, Process: func(t *testing.T) int { next++; f.Add(next, false); return next }, HasSwap: true}
+		return cgrouptest.LimiterHarness{Limiter: f, Process: func(t *testing.T) int { next++; f.Add(next, false); return next }, HasSwap: true, Used: cgrouptest.FakeMemoryUsed}
 	})
 }
 

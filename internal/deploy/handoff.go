@@ -26,7 +26,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -475,22 +474,7 @@ func (hs *Handoffs) removeFiles(id string) {
 
 // unmountFiles unmounts the files of hand-over id kept in memory (each
 // generation's directory that is a mount), which go with it.
-func (hs *Handoffs) unmountFiles(id string) error {
-	ents, err := os.ReadDir(hs.dir(id))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err == nil && e.IsDir() {
-			errs = append(errs, hs.deps.Roots.Unbind(filepath.Join(hs.dir(id), e.Name())))
-		}
-	}
-	return errors.Join(errs...)
-}
+func (hs *Handoffs) unmountFiles(id string) error { return hs.unbindGens(hs.dir(id)) }
 
 // Wait waits for the durable copies under way: a caller that stops them
 // (their context) waits for them before it closes the node's store.

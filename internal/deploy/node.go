@@ -58,10 +58,17 @@ func (n *node) releaseMappings(ctx context.Context, mappings []string) error {
 	return errors.Join(errs...)
 }
 
-// unbindCkpt unbinds the generations bound in a spare's checkpoint volume
-// under dir (attach), if any.
+// unbindCkpt unbinds what is mounted in the generations' directories of
+// the checkpoint volume under dir (a spare's attached generation, a
+// migration's checkpoint directory), if any.
 func (n *node) unbindCkpt(dir string) error {
-	vol := filepath.Join(dir, "mnt", "ckpt")
+	return n.unbindGens(filepath.Join(dir, "mnt", "ckpt"))
+}
+
+// unbindGens unbinds whatever is mounted at the generations' directories
+// in vol (a directory per generation, named by its number); a vol that is
+// missing holds none.
+func (n *node) unbindGens(vol string) error {
 	ents, err := os.ReadDir(vol)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil

@@ -3,9 +3,7 @@ package deploy_test
 import (
 	"context"
 	"errors"
-	"os"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -157,27 +155,9 @@ func migratePrepared(ctx context.Context, t *testing.T, d *deploy.Deployer, app 
 	// A checkpoint read into memory (DMTCP's, in the light container) is
 	// let go once the instance runs.
 	if resumed.Handle != nil {
-		if left := memoryMountsUnder(t, resumed.Handle.CkptPath); len(left) > 0 {
+		if left := deploytest.MountsUnder(t, resumed.Handle.CkptPath); len(left) > 0 {
 			t.Errorf("after the resume, still in memory: %v; want the checkpoint's memory let go", left)
 		}
 	}
 	return resumed
-}
-
-// memoryMountsUnder lists the file systems in memory mounted under dir.
-func memoryMountsUnder(t *testing.T, dir string) []string {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		i := slices.Index(f, "-")
-		if dir != "" && len(f) > 4 && i > 0 && i+1 < len(f) && f[i+1] == "tmpfs" && strings.HasPrefix(f[4], dir+"/") {
-			out = append(out, f[4])
-		}
-	}
-	return out
 }

@@ -226,14 +226,11 @@ func unmountAll(dir string) error {
 // BindReadOnly binds directory src at target (made if missing),
 // read-only, nosuid and nodev. target already bound is not an error.
 func BindReadOnly(src, target string) error {
-	if err := os.MkdirAll(target, 0o755); err != nil {
-		return fmt.Errorf("bind %s at %s: %w", src, target, err)
-	}
 	if ok, err := mountPoint(target); err != nil || ok {
 		return err
 	}
-	if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind %s at %s: %w", src, target, err)
+	if err := Bind(src, target); err != nil {
+		return err
 	}
 	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		_ = unix.Unmount(target, unix.MNT_DETACH)

@@ -145,7 +145,8 @@ func testMigrateDrain(t *testing.T, eng engine.Name) {
 	// The hand-overs are over: nothing of them stays mounted.
 	var left []string
 	for i := 0; i < 150; i++ {
-		if left = mountsUnder(t, p.dir); len(left) == 0 {
+		left = slices.DeleteFunc(deploytest.MountsUnder(t, p.dir), func(mp string) bool { return !strings.Contains(mp, "/handoffs/") })
+		if len(left) == 0 {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -170,23 +171,6 @@ func testMigrateDrain(t *testing.T, eng engine.Name) {
 // checkpoint went into memory, or to the node's disk.
 func checkpointWent(where, id string) *regexp.Regexp {
 	return regexp.MustCompile(`a migration's checkpoint goes (into|to) ` + regexp.QuoteMeta(where) + `" node=\S+ deployment=` + regexp.QuoteMeta(id) + `\b`)
-}
-
-// mountsUnder lists what is mounted in the hand-overs' directories of
-// the agents under dir.
-func mountsUnder(t *testing.T, dir string) []string {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") && strings.Contains(f[4], "/handoffs/") {
-			out = append(out, f[4])
-		}
-	}
-	return out
 }
 
 // migrationBench is what TestMigrateDrainPoP measured, for make bench.
