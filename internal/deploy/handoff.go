@@ -472,6 +472,30 @@ func (hs *Handoffs) removeFiles(id string) {
 	}
 }
 
+// SweepFiles removes the hand-overs' directories that no hand-over owns:
+// those prepareHandoff made for a checkpoint whose suspend a crash cut
+// short and that did not go on (its deployment is not Suspending here),
+// their memory with them. suspending says whether deployment id's suspend
+// is still under way on this node. Run at the node's start, before any
+// suspend.
+func (hs *Handoffs) SweepFiles(suspending func(id string) bool) {
+	ents, err := os.ReadDir(filepath.Join(hs.cfg.StateDir, "handoffs"))
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		id := e.Name()
+		if !e.IsDir() || id == "records" {
+			continue
+		}
+		if _, err := hs.records.Load(id); err == nil || suspending(id) {
+			continue
+		}
+		hs.log.Info("hand-over: removing the checkpoint directory of a suspend that did not go on", "deployment", id)
+		hs.removeFiles(id)
+	}
+}
+
 // unmountFiles unmounts the files of hand-over id kept in memory (each
 // generation's directory that is a mount), which go with it.
 func (hs *Handoffs) unmountFiles(id string) error { return hs.unbindGens(hs.dir(id)) }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -192,4 +194,43 @@ func storeAndResume(ctx context.Context, t *testing.T, d *deploy.Deployer, app s
 	}
 	d.Handoffs().Finish(ctx, dep.ID)
 	return dep
+}
+
+// TestSweepHandoffFiles: at a node's start, the checkpoint directories
+// that no hand-over owns go (a suspend a crash cut short that did not go
+// on), but not those of a hand-over, nor of a suspend still under way.
+func TestSweepHandoffFiles(t *testing.T) {
+	u, ctx, app := unitRedis(t, engine.NameDMTCP)
+	d := u.Deployer()
+	if _, err := d.Deploy(ctx, app, deploy.Options{}); err != nil { // boot and checkpoint
+		t.Fatal(err)
+	}
+	dep, err := d.Deploy(ctx, app, deploy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Suspensions().Suspend(ctx, dep.ID, app, deploy.SuspendOptions{Handoff: true}); err != nil {
+		t.Fatal(err)
+	}
+	dir := func(id string) string { return filepath.Join(u.StateDir(), "handoffs", id) }
+	for _, id := range []string{"orphan", "busy"} {
+		if err := os.MkdirAll(filepath.Join(dir(id), "2"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir(id), "2", "ckpt_redis.dmtcp"), []byte("image"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.Handoffs().SweepFiles(func(id string) bool { return id == "busy" })
+	if _, err := os.Stat(dir("orphan")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a checkpoint directory no hand-over owns after the sweep: %v; want it gone", err)
+	}
+	for _, id := range []string{"busy", dep.ID} {
+		if _, err := os.Stat(dir(id)); err != nil {
+			t.Errorf("the checkpoint directory of %s after the sweep: %v; want it kept", id, err)
+		}
+	}
+	if _, err := d.Handoffs().Get(dep.ID); err != nil {
+		t.Errorf("the hand-over after the sweep: %v; want it kept", err)
+	}
 }

@@ -237,6 +237,10 @@ func (a *agent) handoffOver(d state.Deployment, h deploy.Handoff) bool {
 
 // recoverHandoffs follows the hand-overs a previous run of the agent left.
 func (a *agent) recoverHandoffs(ctx context.Context) {
+	a.d.Handoffs().SweepFiles(func(id string) bool {
+		rec, err := a.d.Records().Load(id)
+		return err == nil && rec.Phase == spec.PhaseSuspending
+	})
 	hos, err := a.d.Handoffs().List()
 	if err != nil {
 		a.log.Warn("listing the hand-overs a previous run left; followed at the next start", "err", err)

@@ -144,6 +144,9 @@ func (u *Unit) Deployer() *deploy.Deployer { return u.D }
 // Store implements Node.
 func (u *Unit) Store() layering.Backend { return u.Images }
 
+// StateDir is the deployer's state directory.
+func (u *Unit) StateDir() string { return u.cfg.StateDir }
+
 // SlotRecord implements Node.
 func (u *Unit) SlotRecord(id string) string {
 	return filepath.Join(u.cfg.StateDir, "slots", id+".json")
