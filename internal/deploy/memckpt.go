@@ -37,12 +37,16 @@ func memCkptFits(used, bound, need, avail, total int64) (bool, string) {
 	if bound > 0 && bound-used < need {
 		return false, fmt.Sprintf("its memory bound leaves %d MiB, its checkpoint needs about %d MiB", max(0, bound-used)>>20, need>>20)
 	}
-	reserve := max(int64(memCkptReserve), total/10)
+	reserve := nodeReserve(total)
 	if avail-need < reserve {
 		return false, fmt.Sprintf("the node has %d MiB available, its checkpoint needs about %d MiB and %d MiB stay free", avail>>20, need>>20, reserve>>20)
 	}
 	return true, ""
 }
+
+// nodeReserve is what a checkpoint in memory leaves free of a node's
+// total memory: memCkptReserve, or a tenth of it if more.
+func nodeReserve(total int64) int64 { return max(int64(memCkptReserve), total/10) }
 
 // memCkptProbe is the file by which the host checks that the instance
 // sees what it mounted.
@@ -108,7 +112,7 @@ func memCkptSize(ctr *drivers.Container, h drivers.Handle) (int64, string, error
 	}
 	// Bounded by what the node can spare: the instance's cgroup bounds
 	// what its engine writes.
-	return avail - max(int64(memCkptReserve), total/10), "", nil
+	return avail - nodeReserve(total), "", nil
 }
 
 // seenInside checks that the container whose main process is pid sees
@@ -181,10 +185,10 @@ func (sx *Suspensions) readIntoMemory(id, dst string, bytes int64) bool {
 	if err != nil || bytes <= 0 {
 		return false
 	}
+	// No cgroup bound counts it but the agent's own.
 	size := bytes + bytes/8 + 64<<20
-	if avail-size < max(int64(memCkptReserve), total/10) {
-		sx.log.Info("a migration's checkpoint is read to the node's disk", "deployment", id, "why",
-			fmt.Sprintf("the node has %d MiB available, the checkpoint needs about %d MiB beside its reserve", avail>>20, size>>20))
+	if ok, why := memCkptFits(0, 0, size, avail, total); !ok {
+		sx.log.Info("a migration's checkpoint is read to the node's disk", "deployment", id, "why", why)
 		return false
 	}
 	if err := sx.deps.Roots.MountMemory(dst, size); err != nil {
