@@ -246,15 +246,9 @@ func Unbind(target string) error { return unmountAll(target) }
 // directory, with dir's mode and owner (nosuid, nodev); a dir that is a
 // mount point already (mounted before a crash) is left as it is.
 func MountMemory(dir string, size int64) error {
-	if size <= 0 {
-		return fmt.Errorf("memory mount at %s: size %d: %w", dir, size, ErrInvalid)
-	}
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
-		return fmt.Errorf("memory mount at %s: %w", dir, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return fmt.Errorf("memory mount at %s: not a directory", dir)
+	st, err := memoryDir(dir, size)
+	if err != nil {
+		return err
 	}
 	if ok, err := mountPoint(dir); err != nil || ok {
 		return err // mounted before a crash: as it is
@@ -264,6 +258,22 @@ func MountMemory(dir string, size int64) error {
 		return fmt.Errorf("memory mount at %s: %w", dir, err)
 	}
 	return nil
+}
+
+// memoryDir checks a memory mount of size bytes at dir, an existing
+// directory, and returns dir's mode and owner.
+func memoryDir(dir string, size int64) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	if size <= 0 {
+		return st, fmt.Errorf("memory mount at %s: size %d: %w", dir, size, ErrInvalid)
+	}
+	if err := unix.Stat(dir, &st); err != nil {
+		return st, fmt.Errorf("memory mount at %s: %w", dir, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return st, fmt.Errorf("memory mount at %s: not a directory", dir)
+	}
+	return st, nil
 }
 
 // Bind binds directory src at target (made if missing), read and write.

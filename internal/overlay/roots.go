@@ -247,15 +247,8 @@ func (c *Copy) Unbind(target string) error {
 
 // MountMemory implements Roots: dir is checked; nothing is mounted.
 func (c *Copy) MountMemory(dir string, size int64) error {
-	if size <= 0 {
-		return fmt.Errorf("memory mount at %s: size %d: %w", dir, size, ErrInvalid)
-	}
-	st, err := os.Stat(dir)
-	if err != nil {
-		return fmt.Errorf("memory mount at %s: %w", dir, err)
-	}
-	if !st.IsDir() {
-		return fmt.Errorf("memory mount at %s: not a directory", dir)
+	if _, err := memoryDir(dir, size); err != nil {
+		return err
 	}
 	c.bind(dir, true)
 	return nil
